@@ -1,0 +1,103 @@
+"""Typed errors of the storage engine, all in one place.
+
+Every failure the engine reports is a :class:`StorageError`. Corrupt input never surfaces as
+``struct.error``, ``IndexError`` or ``AssertionError``: the parsers catch those at their boundary and
+raise one of the errors below, naming the file and the byte position where the damage was found.
+``OSError`` is wrapped in :class:`StorageIOError` at the few places that touch the filesystem.
+"""
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class _Located(StorageError):
+    """An error about bytes at a known place: ``path`` (may be None for in-memory buffers) and ``position``."""
+
+    def __init__(self, message: str, path: object = None, position: int | None = None):
+        self.reason = message
+        self.path = None if path is None else str(path)
+        self.position = position
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if position is not None:
+            where.append(f"byte position {position}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+    def located(self, path: object = None, base_position: int = 0) -> "_Located":
+        """Return a copy of this error placed in ``path`` with positions shifted by ``base_position``."""
+        pos = None if self.position is None else self.position + base_position
+        return type(self)(self.reason, path if path is not None else self.path, pos)
+
+
+class CorruptRecordError(_Located):
+    """A batch or message failed validation: bad size field, CRC mismatch, unknown magic, truncation."""
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A record inside a batch is malformed (bad varint, declared sizes that do not add up, bad headers)."""
+
+
+class CompressionError(CorruptRecordError):
+    """A compressed payload could not be decoded (bad frame, checksum or block size)."""
+
+
+class CorruptIndexError(_Located):
+    """An ``.index``/``.timeindex`` file violates its invariants (length, ordering, offsets below base)."""
+
+
+class InvalidOffsetError(StorageError):
+    """An offset was appended out of order or outside what an index or segment can hold."""
+
+
+class IndexOffsetOverflowError(InvalidOffsetError):
+    """offset - base_offset does not fit the 32-bit relative offset of an index entry."""
+
+
+class SegmentOffsetOverflowError(InvalidOffsetError):
+    """A batch's last offset is not representable relative to its segment's base offset."""
+
+
+class IndexFullError(StorageError):
+    """Appending to an index that has no free slot left."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or delete-records request names an offset outside [log start, log end]."""
+
+
+class RecordTooLargeError(StorageError):
+    """A batch is larger than ``max.message.bytes`` or ``segment.bytes`` allows."""
+
+
+class InvalidRecordForTopicError(StorageError):
+    """A record that the topic does not accept, such as a keyless record on a compacted topic."""
+
+
+class ConfigError(StorageError, ValueError):
+    """An invalid configuration key or value; the message names the key, the value and the allowed range."""
+
+
+class InvalidTopicError(StorageError, ValueError):
+    """A topic name or partition number that Kafka would reject (or that would escape the log dir)."""
+
+
+class CorruptCheckpointError(_Located):
+    """A checkpoint file that does not follow Kafka's text format."""
+
+
+class LogLockedError(StorageError):
+    """Another process holds a lock this operation needed and the caller asked not to wait."""
+
+
+class StorageIOError(StorageError):
+    """An operating-system error while touching log files, wrapped with the path involved."""
+
+    def __init__(self, message: str, path: object = None, cause: BaseException | None = None):
+        self.path = None if path is None else str(path)
+        text = message if self.path is None else f"{message}: {self.path}"
+        if cause is not None:
+            text = f"{text}: {cause}"
+        super().__init__(text)

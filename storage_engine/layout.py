@@ -1,0 +1,124 @@
+"""Names on disk: every file suffix, the segment-name <-> offset helpers, and partition folder names.
+
+Kafka's layout (``LogFileUtils``/``LocalLog``):
+
+* a log dir holds one folder per partition named ``<topic>-<partition>``; a folder pending deletion is
+  ``<topic>-<partition>.<32 hex uuid>-delete`` (``-future`` and ``-stray`` likewise);
+* segment files are named by their base offset, zero padded to 20 decimal digits: ``<prefix>.log``,
+  ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot``;
+* crash-protocol suffixes are appended after the normal one: ``.cleaned`` (being written), ``.swap``
+  (ready to replace), ``.deleted`` (scheduled for removal), e.g. ``00000000000000000000.log.swap``;
+* log-dir files: the three offset checkpoints and the clean-shutdown marker.
+
+Topic names follow Kafka's ``Topic.validate``: 1..249 characters of ``[a-zA-Z0-9._-]``, never ``.`` or ``..``.
+So a topic name can never hold a path separator and a partition folder can never escape its log dir.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import InvalidTopicError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX,) + INDEX_SUFFIXES
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TMP_SUFFIX = ".tmp"
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+
+# Folders LogManager never treats as partitions.
+IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
+
+OFFSET_DIGITS = 20
+MAX_TOPIC_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_SUFFIXED_DIR = re.compile(r"^(\S+)-(\S+)\.(\S+)-(delete|future|stray)$")
+
+
+def filename_prefix(offset: int) -> str:
+    """The 20-digit zero-padded prefix of a file for ``offset``."""
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def segment_file(dir_path: str, base_offset: int, suffix: str, extra: str = "") -> str:
+    """Path of a segment file: ``<dir>/<20 digits><suffix><extra>`` (extra = ``.cleaned``/``.swap``/``.deleted``)."""
+    return os.path.join(dir_path, filename_prefix(base_offset) + suffix + extra)
+
+
+def offset_from_filename(name: str) -> int:
+    """Kafka's ``offsetFromFileName``: the digits before the first ``.``. Raises ValueError if not a number."""
+    head = os.path.basename(name).split(".", 1)[0]
+    if not head.isdigit():
+        raise ValueError(f"not a segment file name: {name!r}")
+    return int(head)
+
+
+def is_offset_named(name: str) -> bool:
+    head = os.path.basename(name).split(".", 1)[0]
+    return head.isdigit() and len(head) == OFFSET_DIGITS
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if Kafka would accept it, else raise :class:`InvalidTopicError` saying why."""
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(topic).__name__}")
+    if topic == "":
+        raise InvalidTopicError("topic name is illegal, it can't be empty")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {topic!r}")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is illegal, it can't be longer than {MAX_TOPIC_LENGTH} characters, "
+            f"topic name: {topic[:40]}... ({len(topic)} characters)")
+    if not _LEGAL_TOPIC.match(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'")
+    return topic
+
+
+def validate_partition(partition: object) -> int:
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidTopicError(f"partition must be an integer, got {partition!r}")
+    if partition < 0 or partition > 2**31 - 1:
+        raise InvalidTopicError(f"partition must be in [0, 2147483647], got {partition}")
+    return partition
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<partition>`` after validating both (so the result is a single safe path component)."""
+    return f"{validate_topic(topic)}-{validate_partition(partition)}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """Parse a partition folder name (plain or ``.uuid-delete/-future/-stray``) into (topic, partition).
+
+    Uses the last ``-`` as Kafka does, so topics may contain ``-`` and ``.``. Raises ValueError.
+    """
+    base = name
+    if _SUFFIXED_DIR.match(name):
+        base = name[: name.rindex(".")]
+    idx = base.rfind("-")
+    if idx <= 0 or idx == len(base) - 1:
+        raise ValueError(f"{name!r} is not in the form of topic-partition or topic-partition.uniqueId-delete")
+    topic, part = base[:idx], base[idx + 1:]
+    if not part.isdigit():
+        raise ValueError(f"{name!r} is not in the form of topic-partition: partition {part!r} is not a number")
+    return topic, int(part)
