@@ -1,0 +1,595 @@
+"""One partition's log: ordered segments, appends, rolls, reads, flushes, truncation (Kafka's ``UnifiedLog``).
+
+Offsets: the log start offset (first readable offset, raised by delete-records and retention), the recovery
+point (everything below it is fsynced), the log end offset (LEO, the next offset to assign). This engine is a
+single node with no replicas, so the **high watermark is the log end offset**: every appended record is
+"committed" as soon as it is written, and retention may delete up to the active segment.
+
+Across processes every mutating operation runs under the partition lock (:mod:`.partition_lock`) and starts by
+bringing this object's view up to date: a changed generation reloads the segment list, an unchanged one only
+re-validates bytes another process appended to the active segment (and truncates a torn tail left by a
+writer that died mid-append). Readers reload when the generation moved and retry when a segment they wanted
+was renamed away (``.deleted``) under them.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from . import codecs, layout, loader
+from .config import LogConfig
+from .durable import fsync_dir
+from .errors import (CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, OffsetOutOfRangeError,
+                     RecordTooLargeError, StorageError, StorageIOError)
+from .file_records import iter_batches
+from .partition_lock import UNKNOWN, PartitionLock, PartitionState
+from .records import (LOG_APPEND_TIME, MAGIC_V2, Record, RecordBatch, SimpleRecord, build_batch,
+                      set_base_offset)
+from .segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    count: int
+    max_timestamp: int
+    bytes: int
+    rolled: bool = False
+
+
+class Log:
+    def __init__(self, log_dir: str, topic: str, partition: int, config: LogConfig, lock: PartitionLock,
+                 segments: list[LogSegment], *, log_start_offset: int, recovery_point: int, next_offset: int,
+                 generation: int, now_ms: int, clock=None):
+        self.log_dir = log_dir
+        self.topic = topic
+        self.partition = partition
+        self.name = layout.partition_dir_name(topic, partition)
+        self.dir = os.path.join(log_dir, self.name)
+        self.config = config
+        self.lock = lock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.log_end_offset = next_offset
+        self.generation = generation
+        self.last_flush_ms = now_ms
+        self.clock = clock
+        self._known_active_size = segments[-1].size if segments else 0
+
+    # -- construction -----------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *, now_ms: int,
+             exclusive: bool, had_clean_shutdown: bool = False, recovery_point_checkpoint: int = 0,
+             log_start_offset_checkpoint: int = 0, create: bool = False) -> tuple["Log", loader.LoadResult | None]:
+        """Open (and when ``exclusive``, load and recover) a partition. ``create`` makes a missing folder."""
+        name = layout.partition_dir_name(topic, partition)
+        dir_path = os.path.join(log_dir, name)
+        from .partition_lock import lock_path
+        lock = PartitionLock(lock_path(log_dir, name))
+        with lock:
+            if not os.path.isdir(dir_path):
+                if not create:
+                    lock.close()
+                    raise StorageError(f"partition {name} does not exist in {log_dir}")
+                try:
+                    os.makedirs(dir_path)
+                    fsync_dir(log_dir)
+                except OSError as exc:
+                    raise StorageIOError("cannot create partition folder", dir_path, exc) from exc
+            state = lock.read_state()
+            if exclusive or state.generation == 0:
+                lso_cp = log_start_offset_checkpoint
+                rp_cp = recovery_point_checkpoint
+                if state.generation != 0:
+                    # Values kept by processes that ran since the last checkpoint are at least as fresh.
+                    if state.log_start_offset != UNKNOWN:
+                        lso_cp = max(lso_cp, state.log_start_offset)
+                    if state.recovery_point != UNKNOWN:
+                        # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
+                        rp_cp = min(rp_cp, state.recovery_point)
+                res = loader.load(dir_path, config, recovery_point_checkpoint=rp_cp,
+                                  log_start_offset_checkpoint=lso_cp, had_clean_shutdown=had_clean_shutdown,
+                                  now_ms=now_ms)
+                new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point)
+                lock.write_state(new_state)
+                log = cls(log_dir, topic, partition, config, lock, res.segments,
+                          log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
+                          next_offset=res.next_offset, generation=new_state.generation, now_ms=now_ms)
+                return log, res
+            log = cls(log_dir, topic, partition, config, lock, [], log_start_offset=0, recovery_point=0,
+                      next_offset=0, generation=-1, now_ms=now_ms)
+            log._sync_view(now_ms)
+            return log, None
+
+    # -- view maintenance -------------------------------------------------------------------------------------
+    def _reload_view(self, state: PartitionState, now_ms: int) -> None:
+        for seg in self._segments:
+            seg.close(trim=False)
+        segments = loader.open_view(self.dir, self.config, now_ms)
+        if not segments:
+            raise StorageError(f"partition {self.name} has no segments in {self.dir}")
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.generation = state.generation
+        self.log_start_offset = max(state.log_start_offset, segments[0].base_offset)
+        self.recovery_point = state.recovery_point if state.recovery_point != UNKNOWN else 0
+        self._known_active_size = 0
+        self._validate_active_tail(0)
+
+    def _validate_active_tail(self, from_position: int) -> None:
+        """Validate bytes of the active segment from ``from_position`` (another process appended them).
+
+        Under the lock a torn or corrupt tail is truncated: its writer died, since it no longer holds the
+        lock. A reader (no lock) only stops short of it."""
+        active = self.active_segment
+        active.log.refresh_size()
+        active.offset_index.refresh()
+        active.time_index.refresh()
+        if from_position <= 0 or from_position > active.size:
+            from_position = active.last_index_position()
+        pos, nxt, error = from_position, None, None
+        try:
+            for batch in active.log.batches(from_position, strict=True):
+                batch.ensure_valid()
+                nxt = batch.next_offset
+                pos += batch.size_in_bytes
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            error = exc
+        if error is not None:
+            if self.lock.held:
+                logger.warning("truncating %d bytes at the end of %s: %s", active.size - pos, active.path, error)
+                active.log.truncate_to(pos)
+            else:
+                active.log.size = pos
+        if nxt is None or error is not None:
+            nxt = active.read_next_offset()
+        if error is not None and self.lock.held:
+            active.offset_index.truncate_to(nxt)
+            active.time_index.truncate_to(nxt)
+        active.reload_tail_state()
+        self.log_end_offset = nxt
+        self._known_active_size = active.size
+
+    def _sync_view(self, now_ms: int) -> None:
+        state = self.lock.read_state()
+        if state.generation != self.generation:
+            self._reload_view(state, now_ms)
+            return
+        if state.log_start_offset != UNKNOWN:
+            self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
+        if state.recovery_point != UNKNOWN:
+            self.recovery_point = state.recovery_point
+        active = self._segments[-1]
+        if active.log.refresh_size() != self._known_active_size:
+            self._validate_active_tail(self._known_active_size)
+
+    @contextlib.contextmanager
+    def locked(self, now_ms: int | None = None):
+        """Hold the partition lock with an up-to-date view."""
+        self.lock.acquire()
+        try:
+            if self.lock._depth == 1:
+                self._sync_view(self._now(now_ms))
+            yield self
+        finally:
+            self.lock.release()
+
+    def _publish(self, *, bump: bool) -> None:
+        """Write this process's view of the shared state (caller holds the lock)."""
+        if bump:
+            self.generation += 1
+        self.lock.write_state(PartitionState(self.generation, self.log_start_offset, self.recovery_point))
+
+    def _now(self, now_ms: int | None) -> int:
+        if now_ms is not None:
+            return now_ms
+        import time
+        return int(time.time() * 1000) if self.clock is None else self.clock()
+
+    def refresh(self, now_ms: int | None = None) -> None:
+        """Bring a reader's view up to date without taking the lock."""
+        state = self.lock.read_state()
+        if state.generation != self.generation:
+            self._reload_view(state, self._now(now_ms))
+        else:
+            active = self._segments[-1]
+            if active.log.refresh_size() != self._known_active_size:
+                self._validate_active_tail(self._known_active_size)
+            if state.log_start_offset != UNKNOWN:
+                self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
+
+    # -- segment access ---------------------------------------------------------------------------------------
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    def floor_segment(self, offset: int) -> LogSegment | None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[i] if i >= 0 else None
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, seg.base_offset)
+        if i < len(self._bases) and self._bases[i] == seg.base_offset:
+            self._segments[i] = seg
+        else:
+            self._bases.insert(i, seg.base_offset)
+            self._segments.insert(i, seg)
+
+    def _remove_segment(self, seg: LogSegment) -> None:
+        i = self._segments.index(seg)
+        del self._segments[i]
+        del self._bases[i]
+
+    # -- appending --------------------------------------------------------------------------------------------
+    def append_records(self, records: Sequence[SimpleRecord], *, now_ms: int | None = None,
+                       codec: int = codecs.NONE, producer_id: int = -1, producer_epoch: int = -1,
+                       base_sequence: int = -1) -> AppendInfo:
+        """Build one batch from ``records`` at the log end offset and append it (the producer path)."""
+        if not records:
+            raise InvalidRecordError("cannot append an empty list of records")
+        now = self._now(now_ms)
+        recs = []
+        for r in records:
+            r = r if isinstance(r, SimpleRecord) else SimpleRecord(*r)
+            if r.timestamp == -1:
+                r = r._replace(timestamp=now)
+            recs.append(r)
+        with self.locked(now):
+            self._check_keys(recs)
+            ts_type = LOG_APPEND_TIME if self.config.message_timestamp_type == "LogAppendTime" else 0
+            data = build_batch(recs, base_offset=self.log_end_offset, codec=self._codec_for(codec),
+                               timestamp_type=ts_type, log_append_time_ms=now if ts_type else None,
+                               producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=base_sequence)
+            max_ts = now if ts_type else max(r.timestamp for r in recs)
+            self._check_size(len(data))
+            first = self.log_end_offset
+            last = first + len(recs) - 1
+            # The time index names the batch holding the max timestamp by its last offset ("shallow").
+            return self._append_validated(data, first, last, max_ts, last, len(recs), now)
+
+    def _codec_for(self, requested: int) -> int:
+        ctype = self.config.compression_type
+        if ctype in ("producer",):
+            return requested
+        if ctype == "uncompressed":
+            return codecs.NONE
+        return codecs.CODEC_IDS[ctype]
+
+    def _check_keys(self, recs) -> None:
+        if self.config.compact:
+            for r in recs:
+                if r.key is None:
+                    raise InvalidRecordForTopicError(
+                        f"compacted topic {self.topic} cannot accept a record without a key")
+
+    def _check_size(self, size: int) -> None:
+        if size > self.config.max_message_bytes:
+            raise RecordTooLargeError(f"the record batch is {size} bytes, larger than max.message.bytes "
+                                      f"({self.config.max_message_bytes}) of topic {self.topic}")
+        if size > self.config.segment_bytes:
+            raise RecordTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
+                                      f"({self.config.segment_bytes}) of topic {self.topic}")
+
+    def append_batches(self, data: bytes, *, now_ms: int | None = None) -> AppendInfo:
+        """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
+        assign offsets from the log end offset, then write them as one append."""
+        now = self._now(now_ms)
+        buf = bytearray(data)
+        batches = []
+        try:
+            for batch in iter_batches(buf, 0, len(buf), "<append>", strict=True):
+                batches.append(batch)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"invalid batch in append to {self.name}: {exc.reason}", None,
+                                     exc.position) from None
+        if not batches:
+            raise InvalidRecordError(f"append to {self.name} holds no record batch")
+        with self.locked(now):
+            offset = self.log_end_offset
+            first = offset
+            max_ts, max_ts_offset, count = -1, offset, 0
+            for batch in batches:
+                if batch.magic != MAGIC_V2:
+                    raise InvalidRecordError(f"append to {self.name}: only magic 2 batches are accepted, got "
+                                             f"magic {batch.magic}")
+                batch.ensure_valid()
+                self._check_size(batch.size_in_bytes)
+                recs = batch.records()
+                for i, r in enumerate(recs):
+                    if r.offset - batch.base_offset != i:
+                        raise InvalidRecordError(f"append to {self.name}: inner record offsets must be "
+                                                 f"sequential, record {i} has offset delta "
+                                                 f"{r.offset - batch.base_offset}")
+                if len(recs) != batch.records_count or batch.last_offset_delta != len(recs) - 1:
+                    raise InvalidRecordError(f"append to {self.name}: batch declares {batch.records_count} "
+                                             f"records and last offset delta {batch.last_offset_delta} but "
+                                             f"holds {len(recs)}")
+                self._check_keys(recs)
+                set_base_offset(buf, batch.pos, offset)
+                bmax = batch.max_timestamp
+                if bmax > max_ts:
+                    max_ts, max_ts_offset = bmax, offset + batch.last_offset_delta
+                offset += batch.last_offset_delta + 1
+                count += len(recs)
+            return self._append_validated(bytes(buf), first, offset - 1, max_ts, max_ts_offset, count, now)
+
+    def _append_validated(self, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
+                          count: int, now: int) -> AppendInfo:
+        rolled = self._maybe_roll(len(data), max_ts, last, now)
+        self.active_segment.append(last, max_ts, max_ts_offset, data)
+        self.log_end_offset = last + 1
+        self._known_active_size = self.active_segment.size
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self._flush_locked(self.log_end_offset, now)
+        return AppendInfo(first, last, count, max_ts, len(data), rolled)
+
+    # -- rolling ----------------------------------------------------------------------------------------------
+    def _max_segment_ms(self) -> int:
+        cfg = self.config
+        if cfg.compact and cfg.max_compaction_lag_ms > 0:
+            return min(cfg.max_compaction_lag_ms, cfg.segment_ms)
+        return cfg.segment_ms
+
+    def _maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> bool:
+        reason = self.active_segment.should_roll(segment_bytes=self.config.segment_bytes,
+                                                 max_segment_ms=self._max_segment_ms(), messages_size=size,
+                                                 max_timestamp=max_ts, max_offset=last_offset, now_ms=now)
+        if reason is None:
+            return False
+        logger.info("rolling %s at offset %d (%s)", self.name, self.log_end_offset, reason)
+        self._roll_locked(now)
+        return True
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset."""
+        now = self._now(now_ms)
+        with self.locked(now):
+            return self._roll_locked(now)
+
+    def _new_jitter(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        return random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
+
+    def _roll_locked(self, now: int) -> LogSegment:
+        new_base = self.log_end_offset
+        active = self.active_segment
+        if active.base_offset == new_base:
+            if active.size == 0:
+                return active  # KAFKA-6388: rolling an empty active segment keeps it
+            raise StorageError(f"cannot roll {self.name}: a segment with base offset {new_base} already exists")
+        if new_base < active.base_offset:
+            raise StorageError(f"cannot roll {self.name} to offset {new_base}, below the active segment base "
+                               f"{active.base_offset}")
+        active.on_become_inactive_segment()
+        seg = LogSegment.open(self.dir, new_base, index_interval_bytes=self.config.index_interval_bytes,
+                              max_index_size=self.config.segment_index_bytes, now_ms=now,
+                              roll_jitter_ms=self._new_jitter(),
+                              preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
+        self._add_segment(seg)
+        self._known_active_size = 0
+        # Kafka flushes everything below the new segment right after a roll (async); do it now.
+        self._flush_locked(new_base, now, bump=True)
+        return seg
+
+    # -- flushing ---------------------------------------------------------------------------------------------
+    def flush(self, offset: int | None = None, now_ms: int | None = None) -> int:
+        """fsync every segment holding offsets below ``offset`` (default: the log end) and advance the
+        recovery point. Returns the new recovery point."""
+        now = self._now(now_ms)
+        with self.locked(now):
+            self._flush_locked(self.log_end_offset if offset is None else min(offset, self.log_end_offset), now)
+            return self.recovery_point
+
+    def _flush_locked(self, offset: int, now: int, bump: bool = False) -> None:
+        if offset > self.recovery_point:
+            new_segment = False
+            for seg in self._segments:
+                nxt_base = self._next_base(seg)
+                if nxt_base is not None and nxt_base <= self.recovery_point:
+                    continue
+                if seg.base_offset >= offset:
+                    break
+                seg.flush()
+                new_segment = new_segment or seg.base_offset >= self.recovery_point
+            if new_segment:
+                fsync_dir(self.dir)
+            self.recovery_point = offset
+        self.last_flush_ms = now
+        self._publish(bump=bump)
+
+    def _next_base(self, seg: LogSegment) -> int | None:
+        i = bisect.bisect_right(self._bases, seg.base_offset)
+        return self._bases[i] if i < len(self._bases) else None
+
+    def flush_due(self, now_ms: int) -> bool:
+        """flush.ms: whether a time-based flush is due (and there is something unflushed)."""
+        return (now_ms - self.last_flush_ms >= self.config.flush_ms
+                and self.recovery_point < self.log_end_offset)
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
+        """Whole batches from the one holding ``start_offset``; None at the log end. OffsetOutOfRangeError
+        outside [log start, log end]."""
+        for attempt in range(3):
+            try:
+                return self._read_once(start_offset, max_bytes, min_one_message)
+            except (FileNotFoundError, StorageIOError):
+                if attempt == 2:
+                    raise
+                self.refresh()
+        return None
+
+    def _read_once(self, start_offset: int, max_bytes: int, min_one_message: bool):
+        if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range for {self.name}: log start offset "
+                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+        if start_offset == self.log_end_offset:
+            return None
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            data = seg.read(start_offset, max_bytes, min_one_message=min_one_message)
+            if data is not None and data.data:
+                return data
+            i += 1
+        return None
+
+    def read_records(self, start_offset: int | None = None, max_records: int | None = None) -> Iterator[Record]:
+        """Records from ``start_offset`` (default: log start) in offset order."""
+        offset = self.log_start_offset if start_offset is None else start_offset
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: log start offset "
+                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+        produced = 0
+        while offset < self.log_end_offset:
+            data = self.read(offset, 1048576)
+            if data is None:
+                return
+            advanced = False
+            for batch in iter_batches(data.data, 0, len(data.data), self.name):
+                for rec in batch.records():
+                    if rec.offset < offset:
+                        continue
+                    yield rec
+                    produced += 1
+                    if max_records is not None and produced >= max_records:
+                        return
+                if batch.next_offset > offset:
+                    offset = batch.next_offset
+                    advanced = True
+            if not advanced:
+                return
+
+    def offset_for_timestamp(self, timestamp: int):
+        """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
+        for seg in self._segments:
+            if seg.largest_timestamp() < timestamp and seg is not self.active_segment:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, max(seg.base_offset, self.log_start_offset))
+            if found is not None:
+                return found
+        return None
+
+    # -- truncation and log start ------------------------------------------------------------------------------
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
+        """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate {self.name} to negative offset {offset}")
+        now = self._now(now_ms)
+        with self.locked(now):
+            if offset >= self.log_end_offset:
+                return False
+            if self._segments[0].base_offset > offset:
+                self._truncate_fully_locked(offset, now)
+                return True
+            for seg in [s for s in self._segments if s.base_offset > offset]:
+                self._delete_segment_files(seg, now)
+            self.active_segment.truncate_to(offset, now)
+            self.log_end_offset = self.active_segment.read_next_offset()
+            self._known_active_size = self.active_segment.size
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self._publish(bump=True)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
+        now = self._now(now_ms)
+        with self.locked(now):
+            self._truncate_fully_locked(offset, now)
+
+    def _truncate_fully_locked(self, offset: int, now: int) -> None:
+        old = list(self._segments)
+        seg = LogSegment.open(self.dir, offset, index_interval_bytes=self.config.index_interval_bytes,
+                              max_index_size=self.config.segment_index_bytes, now_ms=now,
+                              file_already_exists=False) if all(s.base_offset != offset for s in old) else None
+        for s in old:
+            if seg is None and s.base_offset == offset:
+                continue
+            self._delete_segment_files(s, now)
+        if seg is None:
+            keep = self._segments[0]
+            keep.truncate_to(offset, now)
+        else:
+            self._add_segment(seg)
+        self.log_start_offset = offset
+        self.log_end_offset = offset
+        self.recovery_point = offset
+        self._known_active_size = self.active_segment.size
+        self._publish(bump=True)
+
+    def _delete_segment_files(self, seg: LogSegment, now: int) -> None:
+        """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms)."""
+        self._remove_segment(seg)
+        seg.change_file_suffixes("", layout.DELETED_SUFFIX)
+        seg.close(trim=False)
+        # The rename's mtime is the "scheduled at" time for the purge.
+        for p in (seg.log.path, seg.offset_index.path, seg.time_index.path):
+            try:
+                os.utime(p, (now / 1000.0, now / 1000.0))
+            except FileNotFoundError:
+                pass
+        fsync_dir(self.dir)
+
+    def delete_records(self, offset: int, now_ms: int | None = None) -> int:
+        """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
+        at the next retention pass. Returns the new log start offset."""
+        now = self._now(now_ms)
+        with self.locked(now):
+            target = self.high_watermark if offset == -1 else offset
+            if target < 0 or target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset of {self.name} to {offset}: it must be in "
+                    f"[0, high watermark {self.high_watermark}]")
+            if target > self.log_start_offset:
+                self.log_start_offset = target
+                self._publish(bump=True)
+            return self.log_start_offset
+
+    # -- closing ----------------------------------------------------------------------------------------------
+    def close(self, *, clean: bool) -> None:
+        """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
+        if clean:
+            with self.locked():
+                self._flush_locked(self.log_end_offset, self._now(None))
+                for seg in self._segments:
+                    seg.close(trim=True)
+        else:
+            for seg in self._segments:
+                seg.close(trim=False)
+        self.lock.close()
+
+    def describe(self) -> dict:
+        return {
+            "topic": self.topic, "partition": self.partition, "dir": self.dir,
+            "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
+            "high_watermark": self.high_watermark, "recovery_point": self.recovery_point,
+            "size_bytes": self.size_in_bytes(),
+            "segments": [{"base_offset": s.base_offset, "size_bytes": s.size,
+                          "largest_timestamp": s.max_timestamp_so_far,
+                          "index_entries": s.offset_index.entries,
+                          "time_index_entries": s.time_index.entries} for s in self._segments],
+        }
