@@ -554,6 +554,27 @@ class Log:
                 pass
         fsync_dir(self.dir)
 
+    def delete_segments_locked(self, segments: list[LogSegment], now: int) -> list[LogSegment]:
+        """Delete a prefix of segments (retention; caller holds the lock with a fresh view).
+
+        Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains;
+        the log start offset moves to the base of the segment after the last one deleted; files are renamed
+        to ``.deleted`` and purged after ``file.delete.delay.ms``. Returns the segments actually deleted."""
+        if not segments:
+            return []
+        if len(segments) == len(self._segments):
+            if self.active_segment.size > 0 or self.log_end_offset != self.active_segment.base_offset:
+                self._roll_locked(now)
+            else:
+                segments = segments[:-1]
+            segments = [s for s in segments if s is not self.active_segment]
+        for seg in segments:
+            self._delete_segment_files(seg, now)
+        if self._segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self._segments[0].base_offset
+        self._publish(bump=True)
+        return segments
+
     def delete_records(self, offset: int, now_ms: int | None = None) -> int:
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
         at the next retention pass. Returns the new log start offset."""
