@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     _tp(dr)
     dr.add_argument("--offset", type=_offset, required=True, help="new log start offset (-1: high watermark)")
     dr.add_argument("--now-ms", type=_non_negative, default=None)
+    rt = sub.add_parser("retention", help="delete old segments by log start offset, size and time")
+    rt.add_argument("--topic", help="only this topic (with --partition: only that partition)")
+    rt.add_argument("--partition", type=_non_negative, default=None)
+    rt.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
+    rt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    pg = sub.add_parser("purge-deleted", help="remove .deleted files past file.delete.delay.ms")
+    pg.add_argument("--now-ms", type=_non_negative, default=None)
+    pg.add_argument("--dry-run", action="store_true")
     return p
 
 
@@ -265,6 +273,27 @@ def cmd_delete_records(args, config) -> int:
     return 0
 
 
+def cmd_retention(args, config) -> int:
+    from . import maintenance
+    if args.partition is not None and not args.topic:
+        raise BadInput("--partition needs --topic")
+    if args.topic and args.partition is not None:
+        results = [maintenance.retention(config, args.topic, args.partition, args.now_ms, dry_run=args.dry_run)]
+    else:
+        results = maintenance.retention_all(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                                            dry_run=args.dry_run)
+    _out({"dry_run": args.dry_run, "partitions": results,
+          "segments_deleted": sum(r["segments_deleted"] for r in results),
+          "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results)})
+    return 0
+
+
+def cmd_purge_deleted(args, config) -> int:
+    from . import maintenance
+    _out(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
+    return 0
+
+
 def cmd_verify(args, config) -> int:
     from .verify import verify_log_dirs
     report = verify_log_dirs(config)
@@ -285,7 +314,7 @@ def cmd_dump_log(args, config) -> int:
 
 COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
             "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
-            "dump-log": cmd_dump_log}
+            "dump-log": cmd_dump_log, "retention": cmd_retention, "purge-deleted": cmd_purge_deleted}
 NO_CONFIG = {"dump-log"}
 
 
@@ -297,7 +326,7 @@ def main(argv=None) -> int:
     try:
         config = None if args.command in NO_CONFIG else load_config(args.config)
         return COMMANDS[args.command](args, config)
-    except (BadInput, ConfigError, InvalidTopicError) as exc:
+    except (BadInput, ConfigError, InvalidTopicError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
     except StorageError as exc:

@@ -1,0 +1,104 @@
+"""Maintenance operations as whole jobs: open the logs, act as of ``now_ms``, close, return a JSON-able summary.
+
+These are what the CLI's maintenance commands and the Airflow operators call; each is safe to run while
+other processes use the same log dirs (every change takes the partition lock) and each is idempotent for a
+given ``now_ms``: running it twice changes nothing the second time and says so.
+"""
+from __future__ import annotations
+
+import time
+
+from . import retention as retention_mod
+from .config import StorageConfig
+from .errors import StorageError
+from .manager import LogManager
+
+
+class UnknownPartitionError(StorageError, ValueError):
+    """A topic or partition named by the caller does not exist in any log dir."""
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_topics(mgr: LogManager, topics) -> None:
+    if not topics:
+        return
+    known = {t for t, _ in mgr.logs}
+    missing = sorted(set(topics) - known)
+    if missing:
+        raise UnknownPartitionError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
+
+
+def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        return [{"topic": t, "partition": p, "log_dir": mgr.dir_of((t, p)),
+                 "cleanup_policy": ",".join(config.log_config(t).cleanup_policy)}
+                for t, p in mgr.partitions(topics)]
+
+
+def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None, flush: bool = True) -> dict:
+    """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        now = mgr.now(now_ms)
+        flushed = mgr.flush_all(now, topics) if flush else []
+        written = mgr.checkpoint()
+    return {"now_ms": now, "flushed": flushed, "checkpoints": written,
+            "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"])}
+
+
+def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> dict:
+    """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        now = mgr.now(now_ms)
+        out, skipped = [], 0
+        for tp in mgr.partitions(topics):
+            log = mgr.logs[tp]
+            log.refresh(now)
+            if due_only and not log.flush_due(now):
+                skipped += 1
+                continue
+            before = log.recovery_point
+            after = log.flush(now_ms=now)
+            out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
+                        "recovery_point": after})
+    return {"now_ms": now, "flushed": out, "not_due": skipped,
+            "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out)}
+
+
+def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
+              dry_run: bool = False) -> dict:
+    """Retention for one partition; advances and checkpoints the log start offset."""
+    with LogManager.open(config) as mgr:
+        log = mgr.get_log(topic, partition)
+        if log is None:
+            raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+        result = retention_mod.run(log, mgr.now(now_ms), dry_run=dry_run)
+        if not dry_run and result["segments_deleted"]:
+            mgr.checkpoint([log.log_dir])
+    return result
+
+
+def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None, dry_run: bool = False) -> list:
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        now = mgr.now(now_ms)
+        results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
+        if not dry_run and any(r["segments_deleted"] for r in results):
+            mgr.checkpoint()
+    return results
+
+
+def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> dict:
+    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms``."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    result = retention_mod.purge_deleted(config.log_dirs, now,
+                                         lambda topic: config.log_config(topic).file_delete_delay_ms,
+                                         dry_run=dry_run)
+    result["now_ms"] = now
+    result["nothing_to_do"] = result["files_removed"] == 0
+    return result
