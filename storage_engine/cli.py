@@ -1,7 +1,7 @@
 """``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines, errors on stderr.
 
 Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
-configuration, topic names, malformed JSON lines).
+configuration, topic names, malformed JSON lines, records the topic refuses, offsets out of range, missing files).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import sys
 
 from . import codecs, layout
 from .config import ENV_VAR, load_config
-from .errors import ConfigError, InvalidTopicError, StorageError
+from .errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError, OffsetOutOfRangeError,
+                     RecordTooLargeError, StorageError)
 from .records import MAX_RECORD_OVERHEAD, SimpleRecord
 
 EXIT_DAMAGE = 1
@@ -36,6 +37,13 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = _non_negative(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
     return v
 
 
@@ -96,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--partition", type=_non_negative, default=None)
     rt.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
     rt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    cp = sub.add_parser("compact", help="clean the dirtiest compacted logs (latest value per key survives)")
+    cp.add_argument("--topic", help="only this topic (with --partition: only that partition)")
+    cp.add_argument("--partition", type=_non_negative, default=None)
+    cp.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
+    cp.add_argument("--upper-time-bound-ms", type=_non_negative, default=None,
+                    help="never clean segments holding a record at or after this time (interval runs)")
+    cp.add_argument("--max-partitions", type=_positive, default=None)
+    cp.add_argument("--dry-run", action="store_true", help="print the selection and what would be removed")
+    cp.add_argument("--clear-uncleanable", action="store_true",
+                    help="forget that --topic/--partition (or every partition) failed cleaning, then exit")
     pg = sub.add_parser("purge-deleted", help="remove .deleted files past file.delete.delay.ms")
     pg.add_argument("--now-ms", type=_non_negative, default=None)
     pg.add_argument("--dry-run", action="store_true")
@@ -119,13 +137,23 @@ def _decode_field(value, encoding: str, what: str, line_no: int) -> bytes | None
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise BadInput(f"line {line_no}: {what} is not valid base64") from None
-    return value.encode("utf-8", "surrogateescape")
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise BadInput(f"line {line_no}: {what} is not valid Unicode text ({exc.reason} at character "
+                       f"{exc.start}); use --encoding base64 for binary data") from None
 
 
 def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
     """Validate every JSON line before anything is written, so a bad line stores nothing."""
     records = []
     for n, line in enumerate(lines, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadInput(f"line {n}: not UTF-8 text (byte {exc.start}); JSON lines must be UTF-8, "
+                               "use --encoding base64 for binary data") from None
         if not line.strip():
             continue
         try:
@@ -142,10 +170,14 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
             ts = -1
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < -1 or ts > 2**63 - 1:
             raise BadInput(f"line {n}: timestamp must be a non-negative integer of milliseconds, got {ts!r}")
-        headers = obj.get("headers") or {}
+        headers = obj.get("headers")
+        if headers is None:
+            headers = {}
         if not isinstance(headers, dict):
-            raise BadInput(f"line {n}: headers must be an object of string to string")
-        hdrs = tuple((str(k), _decode_field(v, encoding, f"header {k!r}", n)) for k, v in headers.items())
+            raise BadInput(f"line {n}: headers must be an object of string to string, got {type(headers).__name__}")
+        for k in headers:
+            _decode_field(k, "utf8", f"header key {k!r}", n)   # header keys are UTF-8 in every encoding
+        hdrs = tuple((k, _decode_field(v, encoding, f"header {k!r}", n)) for k, v in headers.items())
         records.append(SimpleRecord(_decode_field(obj.get("key"), encoding, "key", n),
                                     _decode_field(obj.get("value"), encoding, "value", n), ts, hdrs))
     return records
@@ -167,18 +199,27 @@ def _batches_of(records: list[SimpleRecord], limit_bytes: int):
 
 def cmd_produce(args, config) -> int:
     from .manager import LogManager
-    records = parse_produce_lines(sys.stdin, args.encoding)
+    from .log import check_records
+    records = parse_produce_lines(sys.stdin.buffer, args.encoding)
     if not records:
         raise BadInput("no records on standard input (expected JSON lines)")
     layout.partition_dir_name(args.topic, args.partition)
+    log_config = config.log_config(args.topic)
+    codec = codecs.CODEC_IDS[args.compression]
+    chunks = list(_batches_of(records, min(log_config.max_message_bytes, log_config.segment_bytes)))
     with LogManager.open(config) as mgr:
+        now = mgr.now(args.now_ms)
+        # All or nothing: every batch passes the topic's checks before the partition is created or written,
+        # and the batches go in under one hold of the partition lock, so they are contiguous.
+        for chunk in chunks:
+            check_records(args.topic, log_config, chunk, codec=codec, now_ms=now)
         log = mgr.get_or_create_log(args.topic, args.partition)
-        limit = min(log.config.max_message_bytes, log.config.segment_bytes)
         first = last = None
-        for chunk in _batches_of(records, limit):
-            info = log.append_records(chunk, now_ms=args.now_ms, codec=codecs.CODEC_IDS[args.compression])
-            first = info.first_offset if first is None else first
-            last = info.last_offset
+        with log.locked(now):
+            for chunk in chunks:
+                info = log.append_records(chunk, now_ms=now, codec=codec)
+                first = info.first_offset if first is None else first
+                last = info.last_offset
     _out({"topic": args.topic, "partition": args.partition, "base_offset": first, "last_offset": last,
           "count": len(records)})
     return 0
@@ -288,6 +329,23 @@ def cmd_retention(args, config) -> int:
     return 0
 
 
+def cmd_compact(args, config) -> int:
+    from . import maintenance
+    if args.partition is not None and not args.topic:
+        raise BadInput("--partition needs --topic")
+    if args.clear_uncleanable:
+        _out(maintenance.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
+        return 0
+    result = maintenance.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                                 partition=args.partition, dry_run=args.dry_run,
+                                 upper_time_bound_ms=args.upper_time_bound_ms, max_partitions=args.max_partitions)
+    for r in result["results"]:
+        for line in r.get("log_lines", []):
+            logging.getLogger("storage_engine.cleaner").info(line)
+    _out(result)
+    return EXIT_DAMAGE if result["failed"] else 0
+
+
 def cmd_purge_deleted(args, config) -> int:
     from . import maintenance
     _out(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
@@ -306,6 +364,10 @@ def cmd_dump_log(args, config) -> int:
     opts = DumpOptions(deep_iteration=args.deep_iteration or args.print_data_log,
                        print_data_log=args.print_data_log, index_sanity_check=args.index_sanity_check,
                        verify_index_only=args.verify_index_only, as_json=args.json, max_bytes=args.max_bytes)
+    import os
+    missing = [f for f in args.files if not os.path.isfile(f)]
+    if missing:
+        raise BadInput(f"no such file: {', '.join(missing)}")
     errors = 0
     for f in args.files:
         errors += dump_file(f, opts, lambda line: sys.stdout.write(line + "\n"))
@@ -314,7 +376,7 @@ def cmd_dump_log(args, config) -> int:
 
 COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
             "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
-            "dump-log": cmd_dump_log, "retention": cmd_retention, "purge-deleted": cmd_purge_deleted}
+            "dump-log": cmd_dump_log, "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted}
 NO_CONFIG = {"dump-log"}
 
 
@@ -326,7 +388,8 @@ def main(argv=None) -> int:
     try:
         config = None if args.command in NO_CONFIG else load_config(args.config)
         return COMMANDS[args.command](args, config)
-    except (BadInput, ConfigError, InvalidTopicError, ValueError) as exc:
+    except (BadInput, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
+            InvalidRecordForTopicError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
     except StorageError as exc:

@@ -45,6 +45,55 @@ class AppendInfo:
     rolled: bool = False
 
 
+def check_records(topic: str, config: LogConfig, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE,
+                  now_ms: int) -> None:
+    """Raise what :meth:`Log.append_records` would raise for ``records`` (a keyless record on a compacted
+    topic, a batch over max.message.bytes or segment.bytes) without touching the log, so a caller can check a
+    whole input before appending any of it (or creating its partition)."""
+    if not records:
+        raise InvalidRecordError("cannot append an empty list of records")
+    recs = [r if isinstance(r, SimpleRecord) else SimpleRecord(*r) for r in records]
+    recs = [r._replace(timestamp=now_ms) if r.timestamp == -1 else r for r in recs]
+    _check_keys(topic, config, recs)
+    ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else 0
+    data = build_batch(recs, base_offset=0, codec=_effective_codec(config, codec), timestamp_type=ts_type,
+                       log_append_time_ms=now_ms if ts_type else None)
+    _check_size(topic, config, len(data))
+
+
+def _effective_codec(config: LogConfig, requested: int) -> int:
+    ctype = config.compression_type
+    if ctype in ("producer",):
+        return requested
+    if ctype == "uncompressed":
+        return codecs.NONE
+    return codecs.CODEC_IDS[ctype]
+
+
+def _check_keys(topic: str, config: LogConfig, recs) -> None:
+    if config.compact:
+        for i, r in enumerate(recs):
+            if r.key is None:
+                raise InvalidRecordForTopicError(
+                    f"compacted topic {topic} cannot accept a record without a key (record {i} of the batch)")
+
+
+def _check_size(topic: str, config: LogConfig, size: int) -> None:
+    if size > config.max_message_bytes:
+        raise RecordTooLargeError(f"the record batch is {size} bytes, larger than max.message.bytes "
+                                  f"({config.max_message_bytes}) of topic {topic}")
+    if size > config.segment_bytes:
+        raise RecordTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
+                                  f"({config.segment_bytes}) of topic {topic}")
+
+
+def _inode_of(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
 class Log:
     def __init__(self, log_dir: str, topic: str, partition: int, config: LogConfig, lock: PartitionLock,
                  segments: list[LogSegment], *, log_start_offset: int, recovery_point: int, next_offset: int,
@@ -270,27 +319,13 @@ class Log:
             return self._append_validated(data, first, last, max_ts, last, len(recs), now)
 
     def _codec_for(self, requested: int) -> int:
-        ctype = self.config.compression_type
-        if ctype in ("producer",):
-            return requested
-        if ctype == "uncompressed":
-            return codecs.NONE
-        return codecs.CODEC_IDS[ctype]
+        return _effective_codec(self.config, requested)
 
     def _check_keys(self, recs) -> None:
-        if self.config.compact:
-            for r in recs:
-                if r.key is None:
-                    raise InvalidRecordForTopicError(
-                        f"compacted topic {self.topic} cannot accept a record without a key")
+        _check_keys(self.topic, self.config, recs)
 
     def _check_size(self, size: int) -> None:
-        if size > self.config.max_message_bytes:
-            raise RecordTooLargeError(f"the record batch is {size} bytes, larger than max.message.bytes "
-                                      f"({self.config.max_message_bytes}) of topic {self.topic}")
-        if size > self.config.segment_bytes:
-            raise RecordTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
-                                      f"({self.config.segment_bytes}) of topic {self.topic}")
+        _check_size(self.topic, self.config, size)
 
     def append_batches(self, data: bytes, *, now_ms: int | None = None) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
@@ -541,7 +576,7 @@ class Log:
         self._known_active_size = self.active_segment.size
         self._publish(bump=True)
 
-    def _delete_segment_files(self, seg: LogSegment, now: int) -> None:
+    def _delete_segment_files(self, seg: LogSegment, now: int, sync: bool = True) -> None:
         """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms)."""
         self._remove_segment(seg)
         seg.change_file_suffixes("", layout.DELETED_SUFFIX)
@@ -552,7 +587,8 @@ class Log:
                 os.utime(p, (now / 1000.0, now / 1000.0))
             except FileNotFoundError:
                 pass
-        fsync_dir(self.dir)
+        if sync:
+            fsync_dir(self.dir)
 
     def delete_segments_locked(self, segments: list[LogSegment], now: int) -> list[LogSegment]:
         """Delete a prefix of segments (retention; caller holds the lock with a fresh view).
@@ -574,6 +610,42 @@ class Log:
             self.log_start_offset = self._segments[0].base_offset
         self._publish(bump=True)
         return segments
+
+    def replace_segments(self, new_segment: LogSegment | None, old_segments: list[LogSegment],
+                         identity: list[tuple[int, int]], now_ms: int) -> bool:
+        """Swap a cleaned segment (still named ``.cleaned``) in for ``old_segments``, crash-safely.
+
+        Protocol (Kafka's ``replaceSegments``): ``.cleaned`` -> ``.swap``; old files -> ``.deleted``;
+        ``.swap`` -> final name; fsync the dir. A crash before every ``.swap`` exists leaves a ``.cleaned``
+        whose presence makes the loader discard the swap; after, the loader completes it. ``new_segment``
+        None means nothing survived: the old segments are only deleted (no empty segment is left behind).
+        ``identity`` ((base offset, inode of the .log) of each old segment when cleaning started) must still
+        match the current view, else another process changed them and the swap is abandoned (False)."""
+        with self.locked(now_ms):
+            current = {s.base_offset: s for s in self._segments}
+            still_there = []
+            for base, inode in identity:
+                seg = current.get(base)
+                if seg is None or _inode_of(seg.log.path) != inode or seg is self.active_segment:
+                    if new_segment is not None:
+                        new_segment.delete_files()
+                    logger.warning("abandoning cleaned segment for %s at %d: segment %d changed meanwhile",
+                                   self.name, identity[0][0], base)
+                    return False
+                still_there.append(seg)
+            if new_segment is not None:
+                new_segment.change_file_suffixes(layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)
+                fsync_dir(self.dir)
+            for seg in still_there:
+                self._delete_segment_files(seg, now_ms, sync=False)
+            if new_segment is not None:
+                new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
+                self._add_segment(new_segment)
+            fsync_dir(self.dir)
+            if self._segments[0].base_offset > self.log_start_offset:
+                self.log_start_offset = self._segments[0].base_offset
+            self._publish(bump=True)
+            return True
 
     def delete_records(self, offset: int, now_ms: int | None = None) -> int:
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go

@@ -6,6 +6,7 @@ given ``now_ms``: running it twice changes nothing the second time and says so.
 """
 from __future__ import annotations
 
+import os
 import time
 
 from . import retention as retention_mod
@@ -102,3 +103,65 @@ def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = F
     result["now_ms"] = now
     result["nothing_to_do"] = result["files_removed"] == 0
     return result
+
+
+def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, partition: int | None = None,
+            dry_run: bool = False, upper_time_bound_ms: int | None = None, max_partitions: int | None = None,
+            offset_maps=None) -> dict:
+    """Select the dirtiest compacted logs and clean them (one round each).
+
+    ``upper_time_bound_ms`` (a DAG run's data interval end) stops cleaning at the first segment holding a
+    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
+    from . import cleaner_manager
+    from .cleaner import Cleaner
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        now = mgr.now(now_ms)
+        logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
+        if partition is not None and not logs:
+            raise UnknownPartitionError(f"partition {topics}-{partition} does not exist")
+        selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
+                                           write_resets=not dry_run)
+        eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
+        cleaner = Cleaner(config.cleaner)
+        results = []
+        for ltc in eligible:
+            log = ltc.log
+            entry = {"selection": ltc.as_dict(), "topic": log.topic, "partition": log.partition}
+            claim = cleaner_manager.CleaningClaim(log)
+            if not claim.try_acquire():
+                entry["skipped"] = "another run is cleaning this partition"
+                results.append(entry)
+                continue
+            try:
+                size_before = log.size_in_bytes()
+                given = (offset_maps or {}).get((log.topic, log.partition))
+                res = cleaner.clean(ltc, now, given, dry_run=dry_run)
+                entry.update(stats=res.stats.as_dict(), end_offset=res.end_offset, groups=res.groups,
+                             groups_abandoned=res.groups_abandoned, checkpoint_written=res.checkpoint_written,
+                             size_bytes_before=size_before,
+                             size_bytes_after=size_before if dry_run else log.size_in_bytes(),
+                             log_lines=res.stats.log_lines(log.name, ltc.first_dirty_offset, res.end_offset))
+            except Exception as exc:  # Kafka marks a partition uncleanable on any unexpected error
+                if not dry_run:
+                    cleaner_manager.mark_uncleanable(log.log_dir, log.name, f"{type(exc).__name__}: {exc}", now)
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                entry["marked_uncleanable"] = not dry_run
+            finally:
+                claim.release()
+            results.append(entry)
+    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms,
+            "selected": [r["selection"] for r in results], "results": results,
+            "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
+            "nothing_to_do": not eligible,
+            "failed": [f"{r['topic']}-{r['partition']}" for r in results if "error" in r]}
+
+
+def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition: int | None = None) -> dict:
+    from . import cleaner_manager, layout
+    name = layout.partition_dir_name(topic, partition) if topic is not None else None
+    cleared = {}
+    for d in config.log_dirs:
+        if os.path.isdir(d):
+            cleared[d] = cleaner_manager.clear_uncleanable(d, name)
+    return {"cleared": cleared}

@@ -92,7 +92,26 @@ def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[dict]]:
 
 
 def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
-    """Apply (or with ``dry_run`` only plan) retention to one log; returns a JSON-able summary."""
+    """Apply (or with ``dry_run`` only plan) retention to one log; returns a JSON-able summary.
+
+    On a compacted topic retention pauses while a cleaning of the partition is in progress (Kafka runs
+    both from the cleaner thread): it takes the cleaning claim or reports the partition as busy."""
+    from .cleaner_manager import CleaningClaim
+    claim = CleaningClaim(log) if log.config.compact else None
+    if claim is not None and not claim.try_acquire():
+        return {"topic": log.topic, "partition": log.partition, "dry_run": dry_run, "now_ms": now_ms,
+                "cleanup_policy": ",".join(log.config.cleanup_policy), "segments_deleted": 0,
+                "bytes_reclaimed": 0, "segments": [], "log_start_offset_before": log.log_start_offset,
+                "log_start_offset": log.log_start_offset, "future_segments": [], "nothing_to_do": True,
+                "skipped": "cleaning in progress on this partition"}
+    try:
+        return _run(log, now_ms, dry_run)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def _run(log: Log, now_ms: int, dry_run: bool) -> dict:
     with log.locked(now_ms):
         deletions, future = plan(log, now_ms)
         before_start = log.log_start_offset
