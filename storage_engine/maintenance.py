@@ -165,3 +165,102 @@ def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition
         if os.path.isdir(d):
             cleared[d] = cleaner_manager.clear_uncleanable(d, name)
     return {"cleared": cleared}
+
+
+# -- compaction as separate steps (the Airflow DAG: select -> Spark key map -> clean per partition) ----------
+
+MAP_STRATEGIES = ("spark", "local", "auto")
+
+
+def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+                    max_partitions: int | None = None, strategy: str = "auto",
+                    upper_time_bound_ms: int | None = None) -> dict:
+    """Select the dirtiest compacted logs and decide, per partition, where its key map is built.
+
+    ``auto`` picks Spark when the dirty section holds more offsets than the in-process map can take
+    (so the in-process map could fill and force several rounds), else the in-process map."""
+    from . import cleaner_manager
+    from .cleaner import Cleaner
+    if strategy not in MAP_STRATEGIES:
+        raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
+    with LogManager.open(config) as mgr:
+        _check_topics(mgr, topics)
+        now = mgr.now(now_ms)
+        logs = [mgr.logs[tp] for tp in mgr.partitions(topics)]
+        selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
+        capacity = Cleaner(config.cleaner).new_offset_map().max_entries
+        eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
+        selected = []
+        for ltc in eligible:
+            d = ltc.as_dict()
+            span = ltc.first_uncleanable_offset - ltc.first_dirty_offset
+            d["map_strategy"] = strategy if strategy != "auto" else ("spark" if span > capacity else "local")
+            d["in_process_map_capacity"] = capacity
+            d["size_bytes"] = ltc.log.size_in_bytes()
+            selected.append(d)
+    return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
+            "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
+            "nothing_to_do": not selected}
+
+
+def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,
+                      first_uncleanable_offset: int, now_ms: int | None = None, *, keymap_path: str | None = None,
+                      dry_run: bool = False) -> dict:
+    """Clean one partition over the range a plan selected, with a prebuilt (Spark) map or in process.
+
+    If the partition's cleaner checkpoint no longer equals ``first_dirty_offset`` (another run cleaned it,
+    or this interval was already done) nothing is changed and the report says so."""
+    from . import cleaner_manager
+    from .cleaner import Cleaner
+    from .cleaner_manager import LogToClean, log_to_clean, read_cleaner_checkpoints
+    from .offset_map import SortedHashOffsetMap
+    t0 = time.monotonic()
+    with LogManager.open(config) as mgr:
+        log = mgr.get_log(topic, partition)
+        if log is None:
+            raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+        now = mgr.now(now_ms)
+        base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
+                "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
+                "map": "spark" if keymap_path else "local", "now_ms": now}
+        claim = cleaner_manager.CleaningClaim(log)
+        if not claim.try_acquire():
+            return dict(base, nothing_to_do=True, skipped="another run is cleaning this partition")
+        try:
+            log.refresh(now)
+            current = read_cleaner_checkpoints(log.log_dir).get((topic, partition))
+            fresh = log_to_clean(log, current, now)
+            if fresh.first_dirty_offset != first_dirty_offset or first_uncleanable_offset <= first_dirty_offset:
+                return dict(base, nothing_to_do=True,
+                            skipped=f"the cleaner checkpoint is at {fresh.first_dirty_offset}, not "
+                                    f"{first_dirty_offset}: already cleaned")
+            if first_uncleanable_offset > fresh.first_uncleanable_offset:
+                raise ValueError(f"cannot clean {topic}-{partition} up to {first_uncleanable_offset}: only offsets "
+                                 f"below {fresh.first_uncleanable_offset} are cleanable now (active segment, "
+                                 "min.compaction.lag.ms)")
+            ltc = LogToClean(log, first_dirty_offset, first_uncleanable_offset, fresh.clean_bytes,
+                             fresh.cleanable_bytes, fresh.need_compaction_now)
+            offset_map = None
+            if keymap_path:
+                offset_map = SortedHashOffsetMap.load(keymap_path, expect_start=first_dirty_offset,
+                                                      expect_end=first_uncleanable_offset,
+                                                      expect_partition=(topic, partition))
+            size_before = log.size_in_bytes()
+            try:
+                res = Cleaner(config.cleaner).clean(ltc, now, offset_map, dry_run=dry_run)
+            except Exception as exc:
+                if not dry_run:
+                    cleaner_manager.mark_uncleanable(log.log_dir, log.name, f"{type(exc).__name__}: {exc}", now)
+                raise
+            stats = res.stats.as_dict()
+            return dict(base, nothing_to_do=False, end_offset=res.end_offset, groups=res.groups,
+                        groups_abandoned=res.groups_abandoned, checkpoint_written=res.checkpoint_written,
+                        size_bytes_before=size_before,
+                        size_bytes_after=size_before if dry_run else log.size_in_bytes(),
+                        records_removed=stats["records_removed"], tombstones_purged=stats["tombstones_removed"],
+                        keyless_dropped=stats["invalid_messages_read"], stats=stats,
+                        map_keys=getattr(offset_map, "size", None) if offset_map is not None else None,
+                        duration_s=round(time.monotonic() - t0, 3),
+                        log_lines=res.stats.log_lines(log.name, first_dirty_offset, res.end_offset))
+        finally:
+            claim.release()

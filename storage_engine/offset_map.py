@@ -12,6 +12,10 @@ Every map answers :meth:`get` (offset or -1) and :attr:`latest_offset` (the last
 """
 from __future__ import annotations
 
+from xxhash import xxh3_128_intdigest
+
+from .errors import StorageError
+
 BYTES_PER_ENTRY = 24
 
 
@@ -52,3 +56,103 @@ class InProcessOffsetMap:
     def clear(self) -> None:
         self._map.clear()
         self.latest_offset = -1
+
+
+# -- maps built elsewhere (Spark) --------------------------------------------------------------------------------
+
+def key_hash(key: bytes) -> tuple[int, int]:
+    """The 128-bit xxh3 hash of a key as two signed int64 (high, low) - the join key of prebuilt maps.
+
+    Like Kafka's MD5-keyed map, a prebuilt map compares keys by hash only; at 128 bits a collision among
+    10^9 keys has a probability below 10^-20."""
+    h = xxh3_128_intdigest(key)
+    hi, lo = h >> 64, h & 0xFFFFFFFFFFFFFFFF
+    return (hi - (1 << 64) if hi >= 1 << 63 else hi), (lo - (1 << 64) if lo >= 1 << 63 else lo)
+
+
+MANIFEST = "keymap.json"
+
+
+class SortedHashOffsetMap:
+    """A key map loaded from Parquet files (columns ``key_hash_hi``, ``key_hash_lo``, ``offset``: int64), held
+    as three sorted numpy arrays: 24 bytes per distinct key and no Python object per key, so 100 million keys
+    take about 2.4 GB. Lookups hash the key and binary-search the arrays.
+
+    The directory also holds ``keymap.json`` (written by the Spark job): the offset range it covers. The map
+    covers all of it, so :attr:`latest_offset` = end offset - 1 (no partial rounds)."""
+
+    def __init__(self, hi, lo, offsets, start_offset: int, end_offset: int, manifest: dict | None = None):
+        import numpy as np
+        order = np.lexsort((lo, hi))
+        self._hi = np.ascontiguousarray(hi[order])
+        self._lo = np.ascontiguousarray(lo[order])
+        self._off = np.ascontiguousarray(offsets[order])
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+        self.latest_offset = end_offset - 1
+        self.manifest = manifest or {}
+        self.max_entries = len(self._off)
+        self.utilization = 1.0 if len(self._off) else 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self._off)
+
+    @property
+    def nbytes(self) -> int:
+        return self._hi.nbytes + self._lo.nbytes + self._off.nbytes
+
+    @classmethod
+    def load(cls, path: str, *, expect_start: int | None = None, expect_end: int | None = None,
+             expect_partition: tuple[str, int] | None = None) -> "SortedHashOffsetMap":
+        import json
+        import os
+
+        import numpy as np
+        import pyarrow.parquet as pq
+        try:
+            with open(os.path.join(path, MANIFEST), "rb") as f:
+                manifest = json.loads(f.read())
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"key map at {path} has no readable {MANIFEST}: {exc}") from None
+        start, end = int(manifest["start_offset"]), int(manifest["end_offset"])
+        if expect_partition is not None and (manifest.get("topic"), manifest.get("partition")) != \
+                (expect_partition[0], expect_partition[1]):
+            raise StorageError(f"key map at {path} is for {manifest.get('topic')}-{manifest.get('partition')}, "
+                               f"not {expect_partition[0]}-{expect_partition[1]}")
+        if (expect_start is not None and start != expect_start) or (expect_end is not None and end != expect_end):
+            raise StorageError(f"key map at {path} covers [{start}, {end}), expected [{expect_start}, {expect_end})")
+        files = sorted(os.path.join(path, "data", f) for f in os.listdir(os.path.join(path, "data"))
+                       if f.endswith(".parquet"))
+        his, los, offs = [], [], []
+        for f in files:
+            t = pq.read_table(f, columns=["key_hash_hi", "key_hash_lo", "offset"])
+            his.append(t.column("key_hash_hi").to_numpy())
+            los.append(t.column("key_hash_lo").to_numpy())
+            offs.append(t.column("offset").to_numpy())
+            del t
+        empty = np.zeros(0, dtype=np.int64)
+        hi = np.concatenate(his) if his else empty
+        lo = np.concatenate(los) if los else empty
+        off = np.concatenate(offs) if offs else empty
+        del his, los, offs
+        return cls(hi.astype(np.int64, copy=False), lo.astype(np.int64, copy=False),
+                   off.astype(np.int64, copy=False), start, end, manifest)
+
+    def get(self, key: bytes) -> int:
+        hi, lo = key_hash(key)
+        i = int(self._hi.searchsorted(hi, "left"))
+        n = len(self._hi)
+        while i < n and self._hi[i] == hi:
+            if self._lo[i] == lo:
+                return int(self._off[i])
+            if self._lo[i] > lo:
+                break
+            i += 1
+        return -1
+
+    def clear(self) -> None:
+        raise StorageError("a prebuilt key map cannot be rebuilt in place")
+
+    def update_latest_offset(self, offset: int) -> None:
+        self.latest_offset = offset

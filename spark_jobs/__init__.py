@@ -1,0 +1,1 @@
+"""PySpark programs submitted with spark-submit. They import storage_engine, never Airflow."""
