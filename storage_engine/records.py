@@ -31,6 +31,7 @@ last_offset_delta can exceed records_count - 1 and offset deltas can skip values
 """
 from __future__ import annotations
 
+import os
 import struct
 from typing import Iterable, NamedTuple, Sequence
 
@@ -127,6 +128,8 @@ def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
             raise InvalidRecordError("premature end of buffer inside a varint", position=pos) from None
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            # Java's int/long accumulator drops bits shifted past 32/64: mask to decode as Kafka does.
+            result &= 0xFFFFFFFF if max_bytes == 5 else 0xFFFFFFFFFFFFFFFF
             return (result >> 1) ^ -(result & 1), pos + i + 1
         shift += 7
     raise InvalidRecordError("varint is too long" if max_bytes == 5 else "varlong is too long", position=pos)
@@ -298,9 +301,12 @@ class RecordBatch:
                 f"count={self.records_count}, size={self.size_in_bytes})")
 
 
-def decode_records(payload, count: int, base_offset: int, base_timestamp: int,
-                   log_append_time: int | None) -> list[Record]:
-    """Decode ``count`` records from an uncompressed records section; it must be consumed exactly."""
+def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: int,
+                       log_append_time: int | None) -> list[Record]:
+    """Decode ``count`` records from an uncompressed records section; it must be consumed exactly.
+
+    Public as ``decode_records`` (the C version when built, see the end of this module).
+    """
     out = []
     append = out.append
     pos = 0
@@ -433,6 +439,28 @@ def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, 
     out += body
 
 
+def _py_encode_records(records, offsets, base_offset: int, base_timestamp: int) -> bytes:
+    """The records section for ``records`` (``(key, value, timestamp, headers)`` each, e.g. SimpleRecord).
+
+    ``offsets`` gives each record's absolute offset (increasing, >= ``base_offset``) or is None for
+    ``base_offset + i``. Public as ``encode_records`` (the C version when built, see the end of this module).
+    """
+    if offsets is None:
+        offsets = range(base_offset, base_offset + len(records))
+    elif len(offsets) != len(records):
+        raise ValueError("offsets and records differ in length")
+    out = bytearray()
+    prev = None
+    for off, (key, value, timestamp, headers) in zip(offsets, records):
+        if prev is not None and off <= prev:
+            raise ValueError(f"offsets must increase, got {off} after {prev}")
+        if off < base_offset:
+            raise ValueError(f"offset {off} is below the base offset {base_offset}")
+        prev = off
+        encode_record(out, off - base_offset, timestamp - base_timestamp, key, value, headers)
+    return bytes(out)
+
+
 def build_batch(records: Sequence[SimpleRecord] | Iterable[tuple], *, base_offset: int = 0,
                 codec: int = codecs.NONE, timestamp_type: int = CREATE_TIME,
                 log_append_time_ms: int | None = None,
@@ -453,9 +481,7 @@ def build_batch(records: Sequence[SimpleRecord] | Iterable[tuple], *, base_offse
         raise ValueError(f"invalid timestamp type {timestamp_type} for a magic 2 batch")
     if is_transactional and producer_id == NO_PRODUCER_ID:
         raise ValueError("cannot write a transactional batch without a producer id")
-    if offsets is None:
-        offsets = range(base_offset, base_offset + len(recs))
-    elif len(offsets) != len(recs):
+    if offsets is not None and len(offsets) != len(recs):
         raise ValueError("offsets and records differ in length")
     timestamps = [r.timestamp for r in recs]
     for ts in timestamps:
@@ -473,15 +499,13 @@ def build_batch(records: Sequence[SimpleRecord] | Iterable[tuple], *, base_offse
         first_ts = NO_TIMESTAMP
         max_ts = NO_TIMESTAMP
     base_ts = delete_horizon_ms if delete_horizon_ms is not None else first_ts
-    payload = bytearray()
-    prev = None
-    for off, ts, r in zip(offsets, timestamps, recs):
-        if prev is not None and off <= prev:
-            raise ValueError(f"offsets must increase, got {off} after {prev}")
-        if off < base_offset:
-            raise ValueError(f"offset {off} is below the base offset {base_offset}")
-        prev = off
-        encode_record(payload, off - base_offset, ts - base_ts, r.key, r.value, r.headers)
+    if timestamp_type == LOG_APPEND_TIME:
+        recs = [SimpleRecord(key, value, log_append_time_ms, headers) for key, value, _, headers in recs]
+    payload = encode_records(recs, offsets, base_offset, base_ts)  # also checks the offsets
+    if not recs:
+        prev = None
+    else:
+        prev = base_offset + len(recs) - 1 if offsets is None else offsets[-1]
     if last_offset is None:
         last_offset = prev if prev is not None else base_offset
     elif prev is not None and last_offset < prev:
@@ -539,3 +563,31 @@ def set_base_offset(batch: bytearray | memoryview, pos: int, base_offset: int) -
 
 def set_partition_leader_epoch(batch: bytearray | memoryview, pos: int, epoch: int) -> None:
     struct.pack_into(">i", batch, pos + 12, epoch)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compiled speedups: storage_engine/_speedups.c (built by setup.py when a compiler is present) replaces the two
+# per-record loops; STORAGE_ENGINE_PURE_PYTHON=1 forces the Python ones. tests/storage_engine/test_speedups.py runs
+# the same checks against both and compares them on random and mutated input.
+
+try:
+    from . import _speedups
+except ImportError:  # built without a compiler: pure Python only
+    _speedups = None
+
+if _speedups is not None:
+    _c_encode_records = _speedups.encode_records
+
+    def _c_decode_records(payload, count: int, base_offset: int, base_timestamp: int,
+                          log_append_time: int | None) -> list[Record]:
+        return _speedups.decode_records(payload, count, base_offset, base_timestamp, log_append_time,
+                                        Record, InvalidRecordError)
+else:
+    _c_decode_records = _c_encode_records = None
+
+if _speedups is not None and os.environ.get("STORAGE_ENGINE_PURE_PYTHON", "") in ("", "0"):
+    IMPLEMENTATION = "c"
+    decode_records, encode_records = _c_decode_records, _c_encode_records
+else:
+    IMPLEMENTATION = "python"
+    decode_records, encode_records = _py_decode_records, _py_encode_records

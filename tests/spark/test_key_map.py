@@ -1,0 +1,228 @@
+"""The Spark key-map job: real spark-submit (local and a standalone cluster), equivalence with the in-process
+map, the data source, and bad input that must fail clearly and leave the log untouched."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_jobs import build_key_map
+from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
+from storage_engine import maintenance
+from storage_engine.config import config_from_mapping
+from storage_engine.inspect import partition_info
+from storage_engine.manager import LogManager
+from storage_engine.records import SimpleRecord
+from tests.spark.conftest import spark_env
+
+pytestmark = pytest.mark.spark
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB = os.path.join(REPO, "spark_jobs", "build_key_map.py")
+T0 = 1_700_000_000_000
+
+
+def make_config(tmp_path, policy="compact", name="cfg.yaml", topic=None):
+    import yaml
+    data = {"broker": {"log.dirs": [str(tmp_path / "logs")], "log.segment.bytes": 2048},
+            "topics": {"kv": dict({"cleanup.policy": policy, "min.cleanable.dirty.ratio": 0.01}, **(topic or {}))}}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path), config_from_mapping(data, source=str(path))
+
+
+def fill(cfg, records, roll=True):
+    with LogManager.open(cfg, now_ms=T0) as mgr:
+        log = mgr.get_or_create_log("kv", 0)
+        for i, (k, v) in enumerate(records):
+            log.append_records([SimpleRecord(k, v, T0 + i)], now_ms=T0 + i)
+        if roll:
+            log.roll(now_ms=T0 + len(records))
+
+
+def digest_dir(path) -> dict:
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def submit(cfg_path, out, master, start, end, topic="kv", partition=0, env=None):
+    cmd = ["spark-submit", "--master", master, "--conf", "spark.ui.enabled=false", JOB, "--config", cfg_path,
+           "--topic", topic, "--partition", str(partition), "--start-offset", str(start), "--end-offset", str(end),
+           "--output", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env or spark_env(), timeout=600)
+
+
+def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
+    cfg_path, cfg = make_config(tmp_path)
+    records = [(b"k%d" % (i % 50), b"v%d" % i) for i in range(400)]
+    fill(cfg, records)
+    plan = maintenance.compaction_plan(cfg, T0 + 10_000, strategy="spark")
+    sel = plan["selected"][0]
+    assert sel["map_strategy"] == "spark"
+    out = tmp_path / "keymaps" / "kv-0"
+    proc = submit(cfg_path, out, "local[2]", sel["first_dirty_offset"], sel["first_uncleanable_offset"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert manifest["spark_master"] == "local[2]"
+    assert manifest["distinct_keys"] == 50 and manifest["records"] == 400
+    report = maintenance.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
+                                           T0 + 10_000, keymap_path=str(out))
+    assert report["map"] == "spark" and report["checkpoint_written"]
+    assert report["map_keys"] == 50
+    with LogManager.open(cfg, now_ms=T0 + 10_000) as mgr:
+        got = {r.key: (r.offset, r.value) for r in mgr.get_log("kv", 0).read_records()}
+    assert len(got) == 50
+    for i in range(350, 400):
+        assert got[b"k%d" % (i % 50)] == (i, b"v%d" % i)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port, timeout=90) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.slow
+def test_spark_submit_to_a_real_standalone_cluster(tmp_path):
+    cfg_path, cfg = make_config(tmp_path)
+    fill(cfg, [(b"k%d" % (i % 20), b"v%d" % i) for i in range(200)])
+    sel = maintenance.compaction_plan(cfg, T0 + 10_000, strategy="spark")["selected"][0]
+    port, ui, wport, wui = _free_port(), _free_port(), _free_port(), _free_port()
+    env = spark_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "spark-logs"),
+                    SPARK_WORKER_DIR=str(tmp_path / "spark-work"))
+    master_url = f"spark://127.0.0.1:{port}"
+    master = subprocess.Popen(["spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env,
+                              stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        assert _wait_port(port), (tmp_path / "master.log").read_text()[-2000:]
+        worker = subprocess.Popen(["spark-class", "org.apache.spark.deploy.worker.Worker", master_url, "--host",
+                                   "127.0.0.1", "--port", str(wport), "--webui-port", str(wui), "--cores", "1",
+                                   "--memory", "1g"], env=env, stdout=open(tmp_path / "worker.log", "w"),
+                                  stderr=subprocess.STDOUT)
+        assert _wait_port(wport), (tmp_path / "worker.log").read_text()[-2000:]
+        out = tmp_path / "km"
+        proc = submit(cfg_path, out, master_url, sel["first_dirty_offset"], sel["first_uncleanable_offset"], env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        manifest = json.loads(proc.stdout.strip().splitlines()[-1])
+        # The job really ran on the cluster: the master it reports and an app id issued by that master.
+        assert manifest["spark_master"] == master_url
+        assert manifest["application_id"].startswith("app-")
+        assert manifest["distinct_keys"] == 20
+        assert "Registered app" in (tmp_path / "master.log").read_text()
+    finally:
+        for p in (worker, master):
+            if p is not None:
+                p.terminate()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def _clean_both_ways(tmp_path, spark, records, now_ms):
+    """Clean two copies of the same log, one with the in-process map, one with a Spark-built map."""
+    results = []
+    for strategy in ("local", "spark"):
+        root = tmp_path / strategy
+        root.mkdir()
+        _gen_path, gen_cfg = make_config(root, policy="delete", name="gen.yaml")   # accepts keyless records
+        fill(gen_cfg, records)
+        cfg_path, cfg = make_config(root, topic={"delete.retention.ms": 0})
+        plan = maintenance.compaction_plan(cfg, now_ms, strategy="local")
+        if not plan["selected"]:
+            results.append(digest_dir(root / "logs"))
+            continue
+        sel = plan["selected"][0]
+        keymap = None
+        if strategy == "spark":
+            info = partition_info(cfg, "kv", 0)
+            keymap = str(root / "km")
+            build_key_map.build(spark, info, sel["first_dirty_offset"], sel["first_uncleanable_offset"], keymap)
+        maintenance.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
+                                      now_ms, keymap_path=keymap)
+        segs = {k: v for k, v in digest_dir(root / "logs" / "kv-0").items() if not k.endswith(".deleted")}
+        results.append(segs)
+    return results
+
+
+keys = st.sampled_from([b"a", b"b", b"c", b"d", b"e", None])
+values = st.one_of(st.none(), st.binary(min_size=0, max_size=30))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(keys, values), min_size=30, max_size=120))
+def test_spark_map_and_in_process_map_clean_identically(tmp_path_factory, spark, records):
+    tmp_path = tmp_path_factory.mktemp("same")
+    local, remote = _clean_both_ways(tmp_path, spark, records, T0 + 10_000)
+    assert local == remote
+
+
+def test_data_source_reads_segments_as_arrow(tmp_path, spark):
+    _p, cfg = make_config(tmp_path, policy="delete")
+    fill(cfg, [(b"k%d" % (i % 7) if i % 5 else None, None if i % 11 == 0 else b"x" * i) for i in range(300)])
+    pdir = str(tmp_path / "logs" / "kv-0")
+    spark.dataSource.register(SegmentDataSource)
+    df = spark.read.format(NAME).option("path", pdir).option("startOffset", "10").option("endOffset", "250").load()
+    rows = df.orderBy("offset").collect()
+    assert [r["offset"] for r in rows] == list(range(10, 250))
+    assert sum(1 for r in rows if r["key"] is None) == sum(1 for i in range(10, 250) if i % 5 == 0)
+    assert sum(1 for r in rows if r["is_tombstone"]) == sum(1 for i in range(10, 250) if i % 11 == 0)
+    assert df.rdd.getNumPartitions() == len(SegmentReader({"path": pdir, "startOffset": "10",
+                                                           "endOffset": "250"}).partitions())
+
+
+def test_bad_input_fails_before_spark_and_leaves_the_log_untouched(tmp_path, capsys):
+    cfg_path, cfg = make_config(tmp_path)
+    fill(cfg, [(b"k%d" % (i % 9), b"v") for i in range(100)])
+    before = digest_dir(tmp_path / "logs")
+    cases = [
+        (["--topic", "missing", "--partition", "0", "--start-offset", "0", "--end-offset", "10"], "does not exist"),
+        (["--topic", "kv", "--partition", "0", "--start-offset", "0", "--end-offset", "5000"], "outside the log"),
+        (["--topic", "kv", "--partition", "0", "--start-offset", "20", "--end-offset", "10"], "empty"),
+        (["--topic", "../etc", "--partition", "0", "--start-offset", "0", "--end-offset", "10"], "illegal"),
+    ]
+    for args, expected in cases:
+        rc = build_key_map.main(["--config", cfg_path, "--output", str(tmp_path / "out")] + args)
+        err = capsys.readouterr().err
+        assert rc == 2 and expected in err, (args, err)
+    rc = build_key_map.main(["--config", cfg_path, "--topic", "kv", "--partition", "0", "--start-offset", "0",
+                             "--end-offset", "10", "--output", str(tmp_path / "logs" / "kv-0" / "map")])
+    assert rc == 2 and "inside log dir" in capsys.readouterr().err
+    assert digest_dir(tmp_path / "logs") == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
+    _p, cfg = make_config(tmp_path)
+    fill(cfg, [(b"k%d" % i, b"v" * 50) for i in range(200)])
+    pdir = str(tmp_path / "logs" / "kv-0")
+    reader = SegmentReader({"path": pdir})
+    parts = reader.partitions()
+    assert len(parts) > 2
+    os.rename(parts[1].path, parts[1].path + ".deleted")   # as retention or a swap does
+    with pytest.raises(FileNotFoundError, match="disappeared|deleted|replaced"):
+        list(reader.read(parts[1]))
