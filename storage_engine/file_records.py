@@ -161,7 +161,10 @@ class FileRecords:
         if self.size == 0:
             return b""
         if self._map is None or self._map_len < self.size:
-            self._drop_map()
+            # Growing: batches parsed from the old mapping may still be in use; it closes when they are gone.
+            # (Truncation, in contrast, closes it at once: touching pages past the new end would be SIGBUS.)
+            self._map = None
+            self._map_len = 0
             try:
                 self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:
