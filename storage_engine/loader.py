@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from dataclasses import dataclass, field
 
 from . import layout
 from .config import LogConfig
-from .errors import CorruptIndexError, StorageIOError
-from .segment import LogSegment
+from .errors import CorruptIndexError, InvalidOffsetError, SegmentOffsetOverflowError, StorageIOError
+from .file_records import FileRecords
+from .segment import LogSegment, RecoveryResult
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +44,29 @@ class LoadResult:
     messages: list = field(default_factory=list)
 
 
+def random_segment_jitter_ms(cfg: LogConfig) -> int:
+    """Kafka's ``randomSegmentJitter``: drawn for every segment opened, in [0, min(segment.jitter.ms, segment.ms))."""
+    jitter = cfg.segment_jitter_ms
+    return random.randrange(min(jitter, cfg.segment_ms)) if jitter > 0 else 0
+
+
 def _open_segment(dir_path: str, base: int, cfg: LogConfig, now_ms: int, writable: bool = True,
                   suffix: str = "") -> LogSegment:
     return LogSegment.open(dir_path, base, index_interval_bytes=cfg.index_interval_bytes,
                            max_index_size=cfg.segment_index_bytes, file_already_exists=True, suffix=suffix,
-                           now_ms=now_ms, writable=writable)
+                           now_ms=now_ms, writable=writable, roll_jitter_ms=random_segment_jitter_ms(cfg))
+
+
+def _recover(seg: LogSegment) -> RecoveryResult:
+    """``seg.recover()``; an offset that cannot be indexed (offsets going backwards: the base offset field is
+    outside the CRC) empties the segment, as Kafka's ``recoverLog`` does. An offset overflow propagates."""
+    try:
+        return seg.recover()
+    except SegmentOffsetOverflowError:
+        raise
+    except InvalidOffsetError as exc:
+        removed = seg.truncate_to(seg.base_offset)
+        return RecoveryResult(removed, 0, 0, f"invalid offset, segment emptied: {exc}")
 
 
 def _remove(path: str, result: LoadResult) -> None:
@@ -95,11 +115,14 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     min_swap, max_swap = None, None
     for name in swap_logs:
         base = layout.offset_from_filename(name)
-        seg = _open_segment(dir_path, base, cfg, now_ms, writable=False, suffix=layout.SWAP_SUFFIX)
+        # Only the .log is read: a .swap segment's index files may be missing (Kafka's indexes are lazy).
+        swap_log = FileRecords(os.path.join(dir_path, name), writable=False)
         try:
-            nxt = seg.read_next_offset()
+            nxt = base
+            for batch in swap_log.batches():
+                nxt = batch.next_offset
         finally:
-            seg.close_quietly()
+            swap_log.close()
         min_swap = base if min_swap is None else min(min_swap, base)
         max_swap = nxt if max_swap is None else max(max_swap, nxt)
     for name in _listing(dir_path):
@@ -151,7 +174,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True, result=result)
     for seg in needs_recovery:
-        rec = seg.recover()
+        rec = _recover(seg)
         result.bytes_truncated += rec.bytes_truncated
         result.recovered_segments += 1
         result.messages.append(f"rebuilt missing index of {os.path.basename(seg.path)}")
@@ -167,7 +190,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
             if seg in needs_recovery:
                 rec_truncated = 0
             else:
-                rec = seg.recover()
+                rec = _recover(seg)
                 rec_truncated = rec.bytes_truncated
                 result.recovered_segments += 1
                 if rec.error:
@@ -201,7 +224,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     if not segments:
         seg = LogSegment.open(dir_path, log_start_offset_checkpoint, index_interval_bytes=cfg.index_interval_bytes,
                               max_index_size=cfg.segment_index_bytes, now_ms=now_ms,
-                              preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0)
+                              preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0,
+                              roll_jitter_ms=random_segment_jitter_ms(cfg))
         segments = [seg]
         next_offset = log_start_offset_checkpoint
     active = segments[-1]

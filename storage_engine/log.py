@@ -17,7 +17,7 @@ import bisect
 import contextlib
 import logging
 import os
-import random
+import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -28,8 +28,8 @@ from .errors import (CorruptRecordError, InvalidRecordError, InvalidRecordForTop
                      RecordTooLargeError, StorageError, StorageIOError)
 from .file_records import iter_batches
 from .partition_lock import UNKNOWN, PartitionLock, PartitionState
-from .records import (LOG_APPEND_TIME, MAGIC_V2, Record, RecordBatch, SimpleRecord, build_batch,
-                      set_base_offset)
+from .records import (BATCH_HEADER, CRC_OFFSET, HEADER_SIZE_UP_TO_MAGIC, LOG_APPEND_TIME, MAGIC_V2,
+                      TIMESTAMP_TYPE_MASK, Record, RecordBatch, SimpleRecord, build_batch, set_base_offset)
 from .segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,23 @@ def _check_size(topic: str, config: LogConfig, size: int) -> None:
     if size > config.segment_bytes:
         raise RecordTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
                                   f"({config.segment_bytes}) of topic {topic}")
+
+
+def _at_zero_tail(seg: LogSegment, position: int) -> bool:
+    """Whether ``position`` starts the zero-filled tail of a preallocated ``.log`` (``preallocate=true``).
+    No entry starts with a zero header, so nothing was appended there: it is neither growth nor a torn write."""
+    head = seg.log.read(position, HEADER_SIZE_UP_TO_MAGIC)
+    return len(head) == HEADER_SIZE_UP_TO_MAGIC and not any(head)
+
+
+def _stamp_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
+    """Kafka's ``setMaxTimestamp(LOG_APPEND_TIME, now)`` on the client batch at ``pos`` of a LogAppendTime
+    topic: the timestamp-type bit and the max timestamp change, both under the CRC, so the CRC is redone."""
+    fields = list(BATCH_HEADER.unpack_from(buf, pos))
+    fields[5] |= TIMESTAMP_TYPE_MASK  # attributes
+    fields[8] = now_ms                # max_timestamp
+    BATCH_HEADER.pack_into(buf, pos, *fields)
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, RecordBatch(buf, pos).compute_crc())
 
 
 def _inode_of(path: str) -> int:
@@ -194,6 +211,9 @@ class Log:
                 pos += batch.size_in_bytes
         except (CorruptRecordError, InvalidRecordError) as exc:
             error = exc
+        if error is not None and _at_zero_tail(active, pos):
+            active.log.size = pos  # the preallocated tail: keep the file as long as it is
+            error = None
         if error is not None:
             if self.lock.held:
                 logger.warning("truncating %d bytes at the end of %s: %s", active.size - pos, active.path, error)
@@ -213,14 +233,36 @@ class Log:
         state = self.lock.read_state()
         if state.generation != self.generation:
             self._reload_view(state, now_ms)
+            self._ensure_active_index_room()
             return
         if state.log_start_offset != UNKNOWN:
             self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
         if state.recovery_point != UNKNOWN:
             self.recovery_point = state.recovery_point
         active = self._segments[-1]
-        if active.log.refresh_size() != self._known_active_size:
+        if self._active_grew(active):
             self._validate_active_tail(self._known_active_size)
+        self._ensure_active_index_room()
+
+    def _ensure_active_index_room(self) -> None:
+        """Grow the active segment's indexes back to segment.index.bytes (caller holds the lock). A view opens
+        a segment whose index file is missing (a writer died while creating it in a roll) or trimmed (one
+        died after sealing it) with no free slot; as the active segment it must take entries, and a roll must
+        be able to add the final time-index entry."""
+        active = self._segments[-1]
+        for index in (active.offset_index, active.time_index):
+            if index.writable and index.length < self.config.segment_index_bytes:
+                index.resize(self.config.segment_index_bytes)
+
+    def _active_grew(self, active: LogSegment) -> bool:
+        """Whether the active segment holds bytes this view has not validated (another process appended).
+        A preallocated file is longer than its data from the start: its zero tail is not growth."""
+        if active.log.refresh_size() == self._known_active_size:
+            return False
+        if _at_zero_tail(active, self._known_active_size):
+            active.log.size = self._known_active_size
+            return False
+        return True
 
     @contextlib.contextmanager
     def locked(self, now_ms: int | None = None):
@@ -252,7 +294,7 @@ class Log:
             self._reload_view(state, self._now(now_ms))
         else:
             active = self._segments[-1]
-            if active.log.refresh_size() != self._known_active_size:
+            if self._active_grew(active):
                 self._validate_active_tail(self._known_active_size)
             if state.log_start_offset != UNKNOWN:
                 self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
@@ -341,6 +383,10 @@ class Log:
                                      exc.position) from None
         if not batches:
             raise InvalidRecordError(f"append to {self.name} holds no record batch")
+        if len(buf) > self.config.segment_bytes:
+            # Kafka checks the whole append: it goes into one segment, which must not exceed segment.bytes.
+            raise RecordTooLargeError(f"the append of {len(buf)} bytes to {self.name} is larger than "
+                                      f"segment.bytes ({self.config.segment_bytes}) of topic {self.topic}")
         with self.locked(now):
             offset = self.log_end_offset
             first = offset
@@ -363,7 +409,11 @@ class Log:
                                              f"holds {len(recs)}")
                 self._check_keys(recs)
                 set_base_offset(buf, batch.pos, offset)
-                bmax = batch.max_timestamp
+                if self.config.message_timestamp_type == "LogAppendTime":
+                    _stamp_log_append_time(buf, batch.pos, now)
+                    bmax = now
+                else:
+                    bmax = batch.max_timestamp
                 if bmax > max_ts:
                     max_ts, max_ts_offset = bmax, offset + batch.last_offset_delta
                 offset += batch.last_offset_delta + 1
@@ -404,8 +454,7 @@ class Log:
             return self._roll_locked(now)
 
     def _new_jitter(self) -> int:
-        jitter = self.config.segment_jitter_ms
-        return random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
+        return loader.random_segment_jitter_ms(self.config)
 
     def _roll_locked(self, now: int) -> LogSegment:
         new_base = self.log_end_offset
@@ -417,6 +466,11 @@ class Log:
         if new_base < active.base_offset:
             raise StorageError(f"cannot roll {self.name} to offset {new_base}, below the active segment base "
                                f"{active.base_offset}")
+        # Bump the generation before the old segment is trimmed and the new one's files exist: every later lock
+        # holder then reloads from disk, even if this process dies mid-roll. Otherwise a holder with the old
+        # view would go on appending to the old segment (through index maps longer than the trimmed files)
+        # behind an empty newer one, and a later view would hand out those offsets again.
+        self._publish(bump=True)
         active.on_become_inactive_segment()
         seg = LogSegment.open(self.dir, new_base, index_interval_bytes=self.config.index_interval_bytes,
                               max_index_size=self.config.segment_index_bytes, now_ms=now,
@@ -543,6 +597,7 @@ class Log:
                 return True
             for seg in [s for s in self._segments if s.base_offset > offset]:
                 self._delete_segment_files(seg, now)
+            self._ensure_active_writable(now)
             self.active_segment.truncate_to(offset, now)
             self.log_end_offset = self.active_segment.read_next_offset()
             self._known_active_size = self.active_segment.size
@@ -550,6 +605,18 @@ class Log:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._publish(bump=True)
             return True
+
+    def _ensure_active_writable(self, now: int) -> None:
+        """A view (a process that joined the log dir) opens sealed segments read-only; one that truncation
+        turns back into the active segment must take writes, so reopen it writable."""
+        active = self.active_segment
+        if active.log.writable and active.offset_index.writable and active.time_index.writable:
+            return
+        active.close(trim=False)
+        seg = LogSegment.open(self.dir, active.base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                              max_index_size=self.config.segment_index_bytes, file_already_exists=True,
+                              now_ms=now, roll_jitter_ms=self._new_jitter())
+        self._segments[-1] = seg
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         now = self._now(now_ms)
@@ -566,6 +633,7 @@ class Log:
                 continue
             self._delete_segment_files(s, now)
         if seg is None:
+            self._ensure_active_writable(now)
             keep = self._segments[0]
             keep.truncate_to(offset, now)
         else:
@@ -612,13 +680,17 @@ class Log:
         return segments
 
     def replace_segments(self, new_segment: LogSegment | None, old_segments: list[LogSegment],
-                         identity: list[tuple[int, int]], now_ms: int) -> bool:
+                         identity: list[tuple[int, int]], now_ms: int, *, delete_after: bool = False) -> bool:
         """Swap a cleaned segment (still named ``.cleaned``) in for ``old_segments``, crash-safely.
 
         Protocol (Kafka's ``replaceSegments``): ``.cleaned`` -> ``.swap``; old files -> ``.deleted``;
-        ``.swap`` -> final name; fsync the dir. A crash before every ``.swap`` exists leaves a ``.cleaned``
-        whose presence makes the loader discard the swap; after, the loader completes it. ``new_segment``
-        None means nothing survived: the old segments are only deleted (no empty segment is left behind).
+        ``.swap`` -> final name (indexes first, the ``.log`` last); fsync the dir. A crash before every
+        ``.swap`` exists leaves a ``.cleaned`` whose presence makes the loader discard the swap; after, the
+        loader completes it over [new base, new segment's next offset), so the new segment must reach into
+        the last old segment that holds data. ``delete_after`` (a group whose records all went, swapped for a
+        segment holding one empty batch) then deletes the new segment, its ``.log`` first: no empty segment
+        is left behind, and a crash in between leaves the same records. ``new_segment`` None (old segments
+        without any data) only deletes the old segments.
         ``identity`` ((base offset, inode of the .log) of each old segment when cleaning started) must still
         match the current view, else another process changed them and the swap is abandoned (False)."""
         with self.locked(now_ms):
@@ -639,9 +711,16 @@ class Log:
             for seg in still_there:
                 self._delete_segment_files(seg, now_ms, sync=False)
             if new_segment is not None:
-                new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
+                # The .log last: while it is still .swap the loader redoes the whole swap (deleting index
+                # files already renamed, then rebuilding them), so no stale index .swap can be left behind.
+                base = new_segment.base_offset
+                new_segment.offset_index.rename_to(layout.segment_file(self.dir, base, layout.INDEX_SUFFIX))
+                new_segment.time_index.rename_to(layout.segment_file(self.dir, base, layout.TIME_INDEX_SUFFIX))
+                new_segment.log.rename_to(layout.segment_file(self.dir, base, layout.LOG_SUFFIX))
                 self._add_segment(new_segment)
             fsync_dir(self.dir)
+            if new_segment is not None and delete_after:
+                self._delete_segment_files(new_segment, now_ms)
             if self._segments[0].base_offset > self.log_start_offset:
                 self.log_start_offset = self._segments[0].base_offset
             self._publish(bump=True)

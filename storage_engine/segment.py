@@ -196,7 +196,9 @@ class LogSegment:
         """Max timestamp of the first batch (Kafka's rolling-based timestamp); -1 if empty."""
         if self._rolling_based_timestamp is None:
             b = self.log.batch_at(0) if self.log.size else None
-            self._rolling_based_timestamp = b.max_timestamp if b is not None else -1
+            if b is None:
+                return -1  # not cached: the first append (here or in another process) sets it
+            self._rolling_based_timestamp = b.max_timestamp
         return self._rolling_based_timestamp
 
     # -- roll decisions ---------------------------------------------------------------------------------------
@@ -270,9 +272,11 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         if found is None:
-            # Nothing at or after ``offset``: only re-expand the indexes.
+            # Nothing at or after ``offset``: only re-expand the indexes (and restart an empty segment's clock).
             self.offset_index.resize(self.offset_index.max_index_size)
             self.time_index.resize(self.time_index.max_index_size)
+            if self.log.size == 0 and now_ms is not None:
+                self.created_ms = now_ms
             return 0
         position = found[1]
         self.offset_index.resize(self.offset_index.max_index_size)

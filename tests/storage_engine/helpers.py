@@ -1,0 +1,77 @@
+"""Small builders shared by the engine tests: records, batches, segments and logs in a temp dir.
+
+Everything writes real files; nothing is mocked. Times are passed in (``now_ms``), never read from the clock.
+"""
+from __future__ import annotations
+
+import os
+
+from storage_engine import layout
+from storage_engine.config import LogConfig
+from storage_engine.log import Log
+from storage_engine.records import SimpleRecord, build_batch
+from storage_engine.segment import LogSegment
+
+TOPIC = "topic"
+PARTITION = 0
+
+
+def recs(*values, timestamp: int = -1, keys=None) -> list[SimpleRecord]:
+    """SimpleRecords with the given values (str or bytes); ``keys`` defaults to none."""
+    out = []
+    for i, v in enumerate(values):
+        v = v.encode() if isinstance(v, str) else v
+        k = None if keys is None else keys[i]
+        k = k.encode() if isinstance(k, str) else k
+        out.append(SimpleRecord(k, v, timestamp))
+    return out
+
+
+def batch(base_offset: int, *values, timestamp: int = -1, keys=None) -> bytes:
+    """One uncompressed magic-2 batch holding ``values`` at ``base_offset``, ``base_offset + 1``, ..."""
+    return build_batch(recs(*values, timestamp=timestamp, keys=keys), base_offset=base_offset)
+
+
+def open_segment(dir_path, base_offset: int, *, index_interval_bytes: int = 10, max_index_size: int = 1000,
+                 now_ms: int = 0, **kw) -> LogSegment:
+    """A new segment (as Kafka's LogSegmentTest.createSegment: interval 10 bytes, 1000-byte indexes)."""
+    return LogSegment.open(str(dir_path), base_offset, index_interval_bytes=index_interval_bytes,
+                           max_index_size=max_index_size, now_ms=now_ms, **kw)
+
+
+def append_batch(seg: LogSegment, base_offset: int, *values, timestamp: int = -1) -> bytes:
+    """Append one batch to ``seg`` the way the log does (largest offset, max timestamp, shallow offset)."""
+    data = batch(base_offset, *values, timestamp=timestamp)
+    last = base_offset + len(values) - 1
+    seg.append(last, timestamp, last, data)
+    return data
+
+
+def config(**overrides) -> LogConfig:
+    """``LogConfig()`` with topic-key overrides given as keyword args: ``config(segment_bytes=1024)``."""
+    return LogConfig().with_overrides({k.replace("_", "."): v for k, v in overrides.items()})
+
+
+def open_log(log_dir, cfg: LogConfig | None = None, *, topic: str = TOPIC, partition: int = PARTITION,
+             now_ms: int = 0, exclusive: bool = True, create: bool = True, **kw):
+    """``Log.open`` with test defaults; returns (log, load_result)."""
+    return Log.open(str(log_dir), topic, partition, cfg or LogConfig(), now_ms=now_ms, exclusive=exclusive,
+                    create=create, **kw)
+
+
+def partition_dir(log_dir, topic: str = TOPIC, partition: int = PARTITION) -> str:
+    return os.path.join(str(log_dir), layout.partition_dir_name(topic, partition))
+
+
+def segment_path(dir_path, base_offset: int, suffix: str = layout.LOG_SUFFIX, extra: str = "") -> str:
+    return layout.segment_file(str(dir_path), base_offset, suffix, extra)
+
+
+def read_all(log: Log) -> list[tuple[int, bytes | None]]:
+    """Every (offset, value) from the log start."""
+    return [(r.offset, r.value) for r in log.read_records()]
+
+
+def files(dir_path) -> list[str]:
+    return sorted(os.listdir(str(dir_path)))
+
