@@ -1,6 +1,6 @@
 """Loading a partition folder into segments, in Kafka's order (``LogLoader.load``).
 
-1. Temp-file pass: delete ``*.deleted``; discard every ``.swap`` whose offset is >= the smallest ``.cleaned``
+1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms``; discard every ``.swap`` whose offset is >= the smallest ``.cleaned``
    offset (an incomplete replacement), then delete all ``.cleaned``.
 2. Swap completion: the remaining ``.swap`` segments replace every file whose offset lies in
    [min swap base, max swap next offset); then ``.swap`` is dropped from their names.
@@ -94,7 +94,15 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
         if not os.path.isfile(path):
             continue
         if name.endswith(layout.DELETED_SUFFIX):
-            _remove(path, result)
+            # Kafka deletes every .deleted file at broker start. Here processes open and close log dirs all
+            # the time, so only files whose file.delete.delay.ms has passed go (the rename stamped the mtime);
+            # the others wait for the purge, as a reader of another process may still be using them.
+            try:
+                scheduled_ms = int(os.stat(path).st_mtime * 1000)
+            except FileNotFoundError:
+                continue
+            if now_ms - scheduled_ms >= cfg.file_delete_delay_ms:
+                _remove(path, result)
         elif name.endswith(layout.CLEANED_SUFFIX):
             cleaned.append(name)
         elif name.endswith(layout.SWAP_SUFFIX):

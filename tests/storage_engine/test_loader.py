@@ -296,7 +296,8 @@ def test_bogus_index_segments_are_removed(log_dir):
 # ------------------------------------------------------------------ obsolete files
 
 def test_open_deletes_obsolete_files(log_dir):
-    """testOpenDeletesObsoleteFiles: stray .deleted and .cleaned files are removed at load."""
+    """testOpenDeletesObsoleteFiles: stray .cleaned files are removed at load, and .deleted files once their
+    file.delete.delay.ms has passed (before that another process may still read them)."""
     cfg = config(segment_bytes=5 * single_size())
     log, _ = open_log(log_dir, cfg, now_ms=T0)
     fill(log, 20)
@@ -308,7 +309,11 @@ def test_open_deletes_obsolete_files(log_dir):
     shutil.copyfile(segment_path(d, 5, layout.INDEX_SUFFIX),
                     segment_path(d, 5, layout.INDEX_SUFFIX, layout.CLEANED_SUFFIX))
     assert any(n.endswith(".deleted") for n in files(d))
-    log, res = reopen(log_dir, cfg, recovery_point_checkpoint=10)
+    log, res = reopen(log_dir, cfg, recovery_point_checkpoint=10, now_ms=T0 + cfg.file_delete_delay_ms - 1)
+    assert [n for n in temp_files(d) if not n.endswith(".deleted")] == []
+    assert any(n.endswith(".deleted") for n in files(d))
+    log.close(clean=True)
+    log, res = reopen(log_dir, cfg, recovery_point_checkpoint=10, now_ms=T0 + cfg.file_delete_delay_ms)
     assert temp_files(d) == []
     assert bases(log) == [0, 5, 10]
     assert read_all(log) == records[:12]
@@ -442,7 +447,8 @@ def test_swap_crash_with_two_new_segments_partly_renamed_final(swap_log, log_dir
         rename_suffix(d, base, "", layout.DELETED_SUFFIX)
     rename_suffix(d, 0, layout.SWAP_SUFFIX, "")
     log, _ = open_after_crash(log_dir, cfg)
-    assert temp_files(d) == []
+    # The old files stay as .deleted until file.delete.delay.ms has passed; nothing else is left over.
+    assert [n for n in temp_files(d) if not n.endswith(".deleted")] == []
     assert bases(log) == [0, 4, 8, 12]
     assert read_all(log) == expected
     log.close(clean=True)
