@@ -2,7 +2,8 @@
 
 These are what the CLI's maintenance commands and the Airflow operators call; each is safe to run while
 other processes use the same log dirs (every change takes the partition lock) and each is idempotent for a
-given ``now_ms``: running it twice changes nothing the second time and says so.
+given ``now_ms``: running it twice changes nothing the second time and says so. ``now_ms`` is also the time
+the logs are opened as of (so a backfilled run never purges ``.deleted`` files stamped after its interval).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
 
 def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None, flush: bool = True) -> dict:
     """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         _check_topics(mgr, topics)
         now = mgr.now(now_ms)
         flushed = mgr.flush_all(now, topics) if flush else []
@@ -53,7 +54,7 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
 
 def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> dict:
     """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         _check_topics(mgr, topics)
         now = mgr.now(now_ms)
         out, skipped = [], 0
@@ -74,7 +75,7 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
               dry_run: bool = False) -> dict:
     """Retention for one partition; advances and checkpoints the log start offset."""
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
@@ -85,7 +86,7 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
 
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None, dry_run: bool = False) -> list:
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         _check_topics(mgr, topics)
         now = mgr.now(now_ms)
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
@@ -114,7 +115,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
     record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
     from . import cleaner_manager
     from .cleaner import Cleaner
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         _check_topics(mgr, topics)
         now = mgr.now(now_ms)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
@@ -183,7 +184,7 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     from .cleaner import Cleaner
     if strategy not in MAP_STRATEGIES:
         raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         _check_topics(mgr, topics)
         now = mgr.now(now_ms)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics)]
@@ -215,7 +216,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     from .cleaner_manager import LogToClean, log_to_clean, read_cleaner_checkpoints
     from .offset_map import SortedHashOffsetMap
     t0 = time.monotonic()
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, now_ms=now_ms) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")

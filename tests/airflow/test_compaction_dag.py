@@ -1,0 +1,152 @@
+"""log_compaction end to end with dag.test(): a backfill-style sequence of intervals, a re-run, Spark maps."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import sys
+
+import pytest
+
+from storage_engine.cleaner_manager import read_cleaner_checkpoints
+from storage_engine.manager import LogManager
+from storage_engine.records import SimpleRecord
+
+from .conftest import parse_dag, run_results, task_instances
+from .storage_fixtures import HOUR_MS, T, T_MS, StorageFixture
+
+pytestmark = pytest.mark.airflow
+
+TOPICS = {"ue": {"cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.01,
+                 "delete.retention.ms": 0}}
+N = 360
+
+
+@pytest.fixture
+def keyed(tmp_path, monkeypatch):
+    """ue-0: 360 keyed records (20 keys) one every 30 s over the 3 hours before T."""
+    fixture = StorageFixture(tmp_path / "storage", topics=TOPICS)
+    monkeypatch.setenv("STORAGE_ENGINE_CONFIG", str(fixture.config_path))
+    start = T_MS - 3 * HOUR_MS
+    latest = {}
+    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+        log = mgr.get_or_create_log("ue", 0)
+        for i in range(N):
+            key, value, ts = b"k%d" % (i % 20), b"value-%d" % i, start + i * 30_000
+            log.append_records([SimpleRecord(key, value, ts)], now_ms=ts)
+            latest[key] = (i, value, ts)
+    return fixture, latest
+
+
+def checkpoint(fixture) -> int | None:
+    for d in fixture.log_dirs:
+        cp = read_cleaner_checkpoints(str(d)).get(("ue", 0))
+        if cp is not None:
+            return cp
+    return None
+
+
+def read_back(fixture):
+    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+        return list(mgr.get_log("ue", 0).read_records())
+
+
+def snapshot(fixture) -> dict:
+    out = {}
+    for d in fixture.log_dirs:
+        for root, _dirs, files in os.walk(d):
+            for f in files:
+                if f.startswith(".lock") or f.startswith(".cleaning") or f == ".lock":
+                    continue
+                with open(os.path.join(root, f), "rb") as fh:
+                    out[os.path.join(root, f)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_backfill_sequence_advances_the_checkpoint_in_order_and_a_rerun_is_a_no_op(keyed):
+    fixture, latest = keyed
+    dag = parse_dag("log_compaction")
+    ends = [T - datetime.timedelta(hours=2), T - datetime.timedelta(hours=1), T]
+    checkpoints = []
+    for end in ends:
+        run = dag.test(logical_date=end, run_conf={"map_strategy": "local"})
+        assert run.state == "success"
+        assert run.data_interval_end == end
+        results = run_results(run)
+        plan = results[("select_dirtiest_logs", -1)]
+        assert plan["upper_time_bound_ms"] == int(end.timestamp() * 1000)
+        cp = checkpoint(fixture)
+        checkpoints.append(cp)
+        # Bounded by the interval end: nothing at or after it was cleaned.
+        end_ms = int(end.timestamp() * 1000)
+        records = read_back(fixture)
+        assert all(r.timestamp < end_ms for r in records if r.offset < cp)
+        cleaned = [r for (task, _), r in results.items() if task == "clean"]
+        assert len(cleaned) == 1 and cleaned[0]["map"] == "local"
+        assert cleaned[0]["size_bytes_after"] < cleaned[0]["size_bytes_before"]
+    assert checkpoints == sorted(checkpoints) and checkpoints[0] < checkpoints[-1]
+
+    # Latest value per key survives, offsets strictly increasing and unchanged.
+    records = read_back(fixture)
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(set(offsets))
+    by_key = {}
+    for r in records:
+        by_key[r.key] = (r.offset, r.value)
+    assert by_key == {k: (i, v) for k, (i, v, _ts) in latest.items()}
+
+    # Re-running the first interval changes nothing and says so.
+    before = snapshot(fixture)
+    rerun = dag.test(logical_date=ends[0], run_conf={"map_strategy": "local"})
+    assert rerun.state == "success"
+    plan = run_results(rerun)[("select_dirtiest_logs", -1)]
+    assert plan["nothing_to_do"] is True and plan["selected"] == []
+    assert checkpoint(fixture) == checkpoints[-1]
+    assert snapshot(fixture) == before
+    assert task_instances(rerun)[("clean", -1)].state == "skipped"
+
+
+def test_dry_run_selects_and_reports_without_changing_a_byte(keyed):
+    fixture, _latest = keyed
+    before = snapshot(fixture)
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"dry_run": True, "map_strategy": "local"})
+    assert run.state == "success"
+    results = run_results(run)
+    assert results[("select_dirtiest_logs", -1)]["selected"][0]["dirty_ratio"] > 0.01
+    (clean,) = [r for (task, _), r in results.items() if task == "clean"]
+    assert clean["dry_run"] is True and clean["records_removed"] > 0
+    assert snapshot(fixture) == before
+    assert checkpoint(fixture) is None
+
+
+@pytest.mark.spark
+def test_spark_strategy_submits_the_key_map_job_and_cleans_with_its_map(keyed, monkeypatch):
+    fixture, latest = keyed
+    venv_bin = os.path.dirname(sys.executable)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", venv_bin + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("STORAGE_ENGINE_KEYMAP_DIR", str(fixture.root / "keymaps"))
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "spark"})
+    assert run.state == "success"
+    tis = task_instances(run)
+    assert tis[("build_key_map", 0)].state == "success"
+    assert tis[("build_key_map", 0)].rendered_map_index == "ue-0"
+    results = run_results(run)
+    (clean,) = [r for (task, _), r in results.items() if task == "clean"]
+    assert clean["map"] == "spark" and clean["map_keys"] == 20
+    assert clean["checkpoint_written"]
+    # The run-scoped map was written under STORAGE_ENGINE_KEYMAP_DIR and removed once the swap was durable.
+    assert (fixture.root / "keymaps").is_dir()
+    assert not [d for _root, dirs, _files in os.walk(fixture.root / "keymaps") for d in dirs if d == "ue-0"]
+    by_key = {r.key: r.value for r in read_back(fixture)}
+    assert by_key == {k: v for k, (_i, v, _ts) in latest.items()}
+
+
+def test_missing_spark_connection_fails_the_selection_instead_of_submitting_to_yarn(keyed, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "spark"})
+    assert run.state == "failed"
+    assert task_instances(run)[("select_dirtiest_logs", -1)].state == "failed"
