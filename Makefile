@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv test test-fast demo bench airflow clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml setup.py storage_engine/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
@@ -20,8 +20,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e"
 
+# Sample logs -> Airflow on SQLite -> one run of each maintenance DAG -> what changed on disk (var/ is reset).
 demo: $(STAMP)
 	$(BIN)/python -m include.demo
+
+# airflow standalone on var/airflow with the project's dags/ and plugins/; prints the URL and the admin login.
+# AIRFLOW_PORT=8090 make airflow for another port; ARGS=--check starts it, checks health and login, stops it.
+AIRFLOW_PORT ?= 8080
+airflow: $(STAMP)
+	$(BIN)/python -m include.airflow_standalone --port $(AIRFLOW_PORT) $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
