@@ -1,0 +1,376 @@
+"""docker-compose.yaml, checked without Docker (no engine on these machines, and `docker compose config` is not
+available): the services exist, their commands are real entry points of this Airflow and this pyspark, every
+host path they mount or copy exists, ONE named volume holds the log dirs at the same path in every Airflow
+and Spark container, the storage config they name loads and puts its log dirs on that volume, and the
+connections parse the way Airflow parses them.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+import yaml
+
+from storage_engine.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE = REPO / "docker-compose.yaml"
+
+# service -> the airflow command it must run
+AIRFLOW_SERVICES = {
+    "airflow-apiserver": ["api-server"],
+    "airflow-scheduler": ["scheduler"],
+    "airflow-dag-processor": ["dag-processor"],
+    "airflow-triggerer": ["triggerer"],
+    "airflow-worker": ["celery", "worker"],
+}
+# service -> the Spark daemon class it must run with spark-class
+SPARK_SERVICES = {
+    "spark-master": "org.apache.spark.deploy.master.Master",
+    "spark-worker": "org.apache.spark.deploy.worker.Worker",
+}
+OTHER_SERVICES = ("postgres", "redis", "mailpit", "airflow-init")
+
+_INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def interpolate(value: str) -> str:
+    """Compose's variable substitution with the variables unset: ``${X:-default}`` -> default, ``$$`` -> ``$``."""
+    value = _INTERPOLATION.sub(lambda m: m.group(2) or "", value)
+    return value.replace("$$", "$")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    with open(COMPOSE) as f:
+        return yaml.safe_load(f)        # SafeLoader resolves the << merge keys, as compose does
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict:
+    return compose["services"]
+
+
+def command_of(service: dict) -> list[str]:
+    cmd = service.get("command") or []
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: interpolate(str(v)) for k, v in env.items()}
+
+
+def mounts_of(service: dict) -> list[dict]:
+    """Volumes as {type, source, target, read_only}, short and long syntax."""
+    out = []
+    for v in service.get("volumes") or []:
+        if isinstance(v, str):
+            parts = v.split(":")
+            source, target = parts[0], parts[1]
+            kind = "bind" if source.startswith((".", "/", "~")) else "volume"
+            out.append({"type": kind, "source": source, "target": target, "read_only": parts[2:] == ["ro"]})
+        else:
+            out.append({"type": v.get("type", "volume"), "source": v.get("source"), "target": v["target"],
+                        "read_only": bool(v.get("read_only"))})
+    return out
+
+
+def host_path_for(service: dict, container_path: str) -> Path | None:
+    """The host file behind a container path: a bind mount over it, else a COPY of the image's Dockerfile."""
+    best = None
+    for m in mounts_of(service):
+        if m["type"] == "bind" and PurePosixPath(container_path).is_relative_to(m["target"]):
+            if best is None or len(m["target"]) > len(best["target"]):
+                best = m
+    if best is not None:
+        rel = PurePosixPath(container_path).relative_to(best["target"])
+        return (REPO / best["source"] / rel).resolve()
+    for src, dest in dockerfile_copies(service):
+        if PurePosixPath(container_path).is_relative_to(dest):
+            return (REPO / src / PurePosixPath(container_path).relative_to(dest)).resolve()
+    return None
+
+
+def dockerfile_of(service: dict) -> Path | None:
+    build = service.get("build")
+    if not build:
+        return None
+    if isinstance(build, str):
+        return REPO / build / "Dockerfile"
+    return REPO / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+
+
+def dockerfile_copies(service: dict) -> list[tuple[str, str]]:
+    """(source relative to the build context, destination) of each COPY/ADD in the service's Dockerfile."""
+    path = dockerfile_of(service)
+    if path is None or not path.exists():
+        return []
+    out = []
+    text = path.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        words = shlex.split(line.split("#", 1)[0]) if not line.lstrip().startswith("#") else []
+        if not words or words[0].upper() not in ("COPY", "ADD"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]):
+            continue
+        *sources, dest = args
+        for s in sources:
+            target = dest if len(sources) == 1 and not dest.endswith("/") else str(PurePosixPath(dest) / Path(s).name)
+            out.append((s, target))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+def test_the_services_exist(services):
+    missing = [s for s in (*AIRFLOW_SERVICES, *SPARK_SERVICES, *OTHER_SERVICES) if s not in services]
+    assert not missing, f"docker-compose.yaml lacks services {missing}"
+
+
+def test_airflow_runs_the_celery_executor_with_redis_and_postgres(services):
+    for name in (*AIRFLOW_SERVICES, "airflow-init"):
+        env = env_of(services[name])
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://") and "@redis:" in env["AIRFLOW__CELERY__BROKER_URL"]
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql") and "@postgres" in \
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        assert env["AIRFLOW__CORE__LOAD_EXAMPLES"].lower() == "false"
+        # The workers reach the api-server's execution API by its service name.
+        api = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
+        assert re.fullmatch(r"http://airflow-apiserver:8080/execution/?", api), api
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["redis"]["image"].startswith("redis:")
+
+
+def test_images_are_pinned(services):
+    for name, svc in services.items():
+        image = interpolate(svc.get("image", ""))
+        assert svc.get("build") or image, f"{name} has neither an image nor a build"
+        if image:
+            assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image tag, got {image!r}"
+
+
+_AIRFLOW_CLI_PROBE = r"""
+import json, sys
+from airflow.cli.cli_config import core_commands
+from airflow.models.connection import Connection
+out = {"commands": {}, "connections": {}}
+for c in core_commands:
+    out["commands"][c.name] = sorted(s.name for s in getattr(c, "subcommands", ()) or ())
+for conn_id, value in json.loads(sys.argv[1]).items():
+    c = Connection.from_json(value, conn_id=conn_id)
+    out["connections"][conn_id] = {"conn_type": c.conn_type, "host": c.host, "port": c.port,
+                                   "extra": c.extra_dejson}
+try:
+    from airflow.providers.celery.cli.definition import get_celery_cli_commands
+    out["celery"] = {g.name: sorted(s.name for s in g.subcommands) for g in get_celery_cli_commands()}
+except ImportError:
+    out["celery"] = None
+print("@@PROBE@@" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def airflow_probe(services, tmp_path_factory) -> dict:
+    """Ask this machine's Airflow (in a subprocess with a throwaway AIRFLOW_HOME) for its CLI commands and how
+    it parses the compose file's connections."""
+    env = env_of(services["airflow-worker"])
+    conns = {k[len("AIRFLOW_CONN_"):].lower(): v for k, v in env.items() if k.startswith("AIRFLOW_CONN_")}
+    home = tmp_path_factory.mktemp("airflow_home")
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    proc_env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+                    AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db")
+    proc = subprocess.run([sys.executable, "-c", _AIRFLOW_CLI_PROBE, json.dumps(conns)], env=proc_env,
+                          capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("@@PROBE@@")), None)
+    assert proc.returncode == 0 and line, f"airflow probe failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(line[len("@@PROBE@@"):])
+
+
+def test_airflow_services_run_real_airflow_commands(services, airflow_probe):
+    for name, expected in AIRFLOW_SERVICES.items():
+        svc = services[name]
+        assert "entrypoint" not in svc, f"{name}: keep the Airflow image's entrypoint"
+        cmd = command_of(svc)
+        if cmd and cmd[0] == "airflow":          # the image's entrypoint accepts `airflow <cmd>` and `<cmd>`
+            cmd = cmd[1:]
+        assert cmd[: len(expected)] == expected, f"{name} runs {command_of(svc)}, expected airflow {' '.join(expected)}"
+        if expected[0] == "celery":
+            continue
+        assert expected[0] in airflow_probe["commands"], f"`airflow {expected[0]}` is not a command of this Airflow"
+
+
+def test_the_worker_command_comes_from_the_celery_provider_the_image_installs(services, airflow_probe):
+    """`airflow celery worker` exists once apache-airflow-providers-celery is installed and the executor is
+    CeleryExecutor; this venv runs LocalExecutor without it, so check what the image installs (and, where the
+    provider happens to be installed, its command table)."""
+    dockerfile = dockerfile_of(services["airflow-worker"]).read_text()
+    reqs = []
+    for src, _ in dockerfile_copies(services["airflow-worker"]):
+        if src.endswith(".txt"):
+            reqs += (REPO / src).read_text().splitlines()
+    assert any(re.match(r"apache-airflow-providers-celery==\d", r) for r in reqs), \
+        "the image must install apache-airflow-providers-celery (pinned) for `airflow celery worker`"
+    assert "-r /opt/project/requirements-compose.txt" in dockerfile or "requirements-compose.txt" in dockerfile
+    if airflow_probe["celery"] is not None:
+        assert "worker" in airflow_probe["celery"]["celery"]
+    health = " ".join(services["airflow-worker"]["healthcheck"]["test"])
+    assert "airflow.providers.celery.executors.celery_executor.app" in health
+
+
+def test_spark_services_run_spark_daemons_of_the_pinned_pyspark(services):
+    import pyspark
+
+    pyspark_dir = Path(pyspark.__file__).parent
+    jars = glob.glob(str(pyspark_dir / "jars" / "spark-core_*.jar"))
+    assert jars, f"no spark-core jar in {pyspark_dir / 'jars'}"
+    with zipfile.ZipFile(jars[0]) as z:
+        classes = set(z.namelist())
+    spark_class = Path(sys.executable).parent / "spark-class"
+    assert spark_class.exists(), "pyspark's spark-class script is missing from the venv"
+    for name, cls in SPARK_SERVICES.items():
+        svc = services[name]
+        cmd = command_of(svc)
+        assert cmd[:2] == ["spark-class", cls], f"{name} runs {cmd}"
+        assert cls.replace(".", "/") + ".class" in classes, f"{cls} is not in {jars[0]}"
+        assert svc.get("entrypoint"), f"{name} must not go through the Airflow entrypoint"
+    master = command_of(services["spark-master"])
+    port = master[master.index("--port") + 1]
+    host = master[master.index("--host") + 1]
+    assert f"spark://{host}:{port}" in command_of(services["spark-worker"])
+    assert host in services
+
+
+def test_every_host_path_exists(services):
+    missing = []
+    for name, svc in services.items():
+        for m in mounts_of(svc):
+            if m["type"] == "bind" and not (REPO / m["source"]).exists():
+                missing.append(f"{name}: bind mount {m['source']}")
+        dockerfile = dockerfile_of(svc)
+        if dockerfile is None:
+            continue
+        if not dockerfile.exists():
+            missing.append(f"{name}: Dockerfile {dockerfile}")
+            continue
+        for src, _ in dockerfile_copies(svc):
+            if not (REPO / svc["build"].get("context", ".") / src).exists():
+                missing.append(f"{name}: COPY {src} in {dockerfile.relative_to(REPO)}")
+    assert not missing, "host paths named by docker-compose.yaml do not exist:\n" + "\n".join(missing)
+
+
+def test_the_build_context_keeps_what_the_dockerfile_copies():
+    """docker/airflow/Dockerfile.dockerignore ignores everything but an allow-list; every COPY source is on it."""
+    ignore = REPO / "docker" / "airflow" / "Dockerfile.dockerignore"
+    allowed = [ln[1:].rstrip("/") for ln in ignore.read_text().splitlines() if ln.startswith("!")]
+    svc = {"build": {"context": ".", "dockerfile": "docker/airflow/Dockerfile"}}
+    for src, _ in dockerfile_copies(svc):
+        assert src.rstrip("/") in allowed, f"COPY {src}: excluded from the build context by {ignore.name}"
+
+
+def test_the_project_code_is_mounted_into_airflow_and_spark(services):
+    project = {"dags", "plugins", "include", "spark_jobs", "storage_engine"}
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
+        bound = {m["source"].strip("./") for m in mounts_of(services[name]) if m["type"] == "bind"}
+        copied = {src.strip("/") for src, _ in dockerfile_copies(services[name])}
+        assert project <= bound | copied, f"{name} lacks {sorted(project - bound - copied)}"
+    env = env_of(services["airflow-scheduler"])
+    for key, folder in (("AIRFLOW__CORE__DAGS_FOLDER", "dags"), ("AIRFLOW__CORE__PLUGINS_FOLDER", "plugins")):
+        host = host_path_for(services["airflow-scheduler"], env[key])
+        assert host == (REPO / folder).resolve(), f"{key}={env[key]} is not the project's {folder}/"
+
+
+def _shared_volume(compose) -> tuple[str, str]:
+    services = compose["services"]
+    candidates = None
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES, "airflow-init"):
+        named = {(m["source"], m["target"]) for m in mounts_of(services[name]) if m["type"] == "volume"}
+        candidates = named if candidates is None else candidates & named
+    assert candidates, "no named volume is mounted at the same path in every Airflow and Spark service"
+    storage = [c for c in candidates if c[0] == "storage"] or sorted(candidates)
+    return storage[0]
+
+
+def test_one_shared_volume_at_the_same_path_in_airflow_and_spark(compose):
+    volume, target = _shared_volume(compose)
+    assert volume in (compose.get("volumes") or {}), f"volume {volume!r} is not declared under volumes:"
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
+        targets = [m["target"] for m in mounts_of(compose["services"][name]) if m["source"] == volume]
+        assert targets == [target], f"{name} mounts {volume} at {targets}, expected [{target!r}]"
+
+
+def test_the_storage_config_loads_and_puts_the_log_dirs_on_the_shared_volume(compose):
+    services = compose["services"]
+    volume, target = _shared_volume(compose)
+    paths = {env_of(services[n]).get("STORAGE_ENGINE_CONFIG") for n in (*AIRFLOW_SERVICES, *SPARK_SERVICES)}
+    assert len(paths) == 1 and None not in paths, f"STORAGE_ENGINE_CONFIG differs between services: {paths}"
+    (container_path,) = paths
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
+        host = host_path_for(services[name], container_path)
+        assert host is not None and host.exists(), f"{name}: {container_path} maps to no file of the repo ({host})"
+        assert host.parent == (REPO / "include" / "config").resolve()
+    config = load_config(host)
+    assert len(config.log_dirs) >= 1
+    for d in config.log_dirs:
+        assert PurePosixPath(d).is_relative_to(target), f"log dir {d} is not on the shared volume ({target})"
+    keymaps = {env_of(services[n]).get("STORAGE_ENGINE_KEYMAP_DIR") for n in ("airflow-worker", "spark-worker")}
+    assert len(keymaps) == 1 and all(k and PurePosixPath(k).is_relative_to(target) for k in keymaps), keymaps
+    # The demo's topics are configured the same way in the deployment.
+    default = load_config(REPO / "include" / "config" / "storage.yaml")
+    for topic in default.topic_overrides:
+        assert config.log_config(topic) == default.log_config(topic), topic
+
+
+def test_the_connections_parse_and_point_at_the_compose_services(services, airflow_probe):
+    env = env_of(services["airflow-worker"])
+    spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
+    smtp = json.loads(env["AIRFLOW_CONN_SMTP_DEFAULT"])
+    assert spark == {"conn_type": "spark", "host": "spark://spark-master:7077"}
+    parsed = airflow_probe["connections"]
+    assert parsed["spark_default"]["conn_type"] == "spark"
+    assert parsed["spark_default"]["host"] == "spark://spark-master:7077"
+    master = command_of(services["spark-master"])
+    assert master[master.index("--port") + 1] == "7077"
+    assert parsed["smtp_default"]["conn_type"] == "smtp"
+    assert parsed["smtp_default"]["host"] == smtp["host"] and smtp["host"] in services
+    assert parsed["smtp_default"]["port"] == 1025
+    assert 1025 in [int(p) for p in services[smtp["host"]].get("expose", [])]
+    # Every Airflow container sees the same connections.
+    for name in AIRFLOW_SERVICES:
+        e = env_of(services[name])
+        assert e["AIRFLOW_CONN_SPARK_DEFAULT"] == env["AIRFLOW_CONN_SPARK_DEFAULT"], name
+        assert e["AIRFLOW_CONN_SMTP_DEFAULT"] == env["AIRFLOW_CONN_SMTP_DEFAULT"], name
+
+
+def test_depends_on_names_existing_services_and_the_init_runs_first(services):
+    for name, svc in services.items():
+        deps = svc.get("depends_on") or {}
+        for dep in deps:
+            assert dep in services, f"{name} depends on unknown service {dep}"
+    for name in AIRFLOW_SERVICES:
+        deps = services[name]["depends_on"]
+        assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+    init = " ".join(command_of(services["airflow-init"]))
+    assert "airflow db migrate" in init
+    assert "python -m include.sample_data" in init and (REPO / "include" / "sample_data.py").exists()
+
+
+def test_the_worker_submits_spark_jobs_to_the_cluster(services):
+    env = env_of(services["airflow-worker"])
+    conf_dir = host_path_for(services["airflow-worker"], env["SPARK_CONF_DIR"])
+    conf = (conf_dir / "spark-defaults.conf").read_text()
+    settings = dict(ln.split(None, 1) for ln in conf.splitlines() if ln.strip() and not ln.startswith("#"))
+    assert settings["spark.driver.host"].strip() == services["airflow-worker"]["hostname"]
+    assert settings["spark.executorEnv.PYTHONPATH"].strip() == "/opt/project"
