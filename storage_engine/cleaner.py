@@ -129,9 +129,18 @@ def build_offset_map(log: Log, start: int, end: int, offset_map, stats: CleanerS
     return False
 
 
+def _batches_from(seg: LogSegment, offset: int):
+    """Batches of a sealed segment from the one holding ``offset``, read strictly: a segment that ends inside a
+    batch is corrupt (Kafka: "batch size > bytes left in segment"), not a torn tail to skip silently."""
+    _, pos = seg.offset_index.lookup(offset)
+    for batch in seg.batches(pos, strict=True):
+        if batch.last_offset >= offset:
+            yield batch
+
+
 def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats) -> bool:
     max_entries = offset_map.max_entries
-    for batch in seg.batches_from(start):
+    for batch in _batches_from(seg, start):
         if batch.base_offset >= end:
             break
         stats.map_bytes_read += batch.size_in_bytes
@@ -194,6 +203,7 @@ class Cleaner:
         log = ltc.log
         stats = CleanerStats()
         segments = log.segments
+        identities = {s.base_offset: _inode(s) for s in segments}
         below_dirty = [s for s in segments if s.base_offset < ltc.first_dirty_offset]
         legacy_horizon = (below_dirty[-1].mtime_ms() - log.config.delete_retention_ms) if below_dirty else 0
         if offset_map is None:
@@ -213,7 +223,7 @@ class Cleaner:
             if dry_run:
                 self._filter_group(group, offset_map, now_ms, legacy_horizon, log.config.delete_retention_ms,
                                    ltc.first_uncleanable_offset, stats)
-            elif not self._clean_group(log, group, offset_map, now_ms, legacy_horizon,
+            elif not self._clean_group(log, group, identities, offset_map, now_ms, legacy_horizon,
                                        ltc.first_uncleanable_offset, stats):
                 abandoned += 1
         stats.end_s = time.monotonic()
@@ -227,36 +237,69 @@ class Cleaner:
                       stats) -> None:
         for seg in group:
             retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
-            for batch in seg.batches(0):
+            for batch in seg.batches(0, strict=True):
                 out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
                                          upper_bound, stats)
                 if out is not None:
                     stats.bytes_written += len(out[0])
 
-    def _clean_group(self, log: Log, group: list[LogSegment], offset_map, now_ms: int, legacy_horizon: int,
-                     upper_bound: int, stats: CleanerStats) -> bool:
-        identity = [(s.base_offset, _inode(s)) for s in group]
+    def _clean_group(self, log: Log, group: list[LogSegment], identities: dict, offset_map, now_ms: int,
+                     legacy_horizon: int, upper_bound: int, stats: CleanerStats) -> bool:
+        # The previous group's swap may have reloaded the view (another process rolled or deleted a segment
+        # meanwhile), closing the segment objects this round started with: work on the current ones, and
+        # abandon the group if one of its segments is gone or was replaced since the round started.
+        current = {s.base_offset: s for s in log.segments}
+        resolved = []
+        for s in group:
+            cur = current.get(s.base_offset)
+            if cur is None or _inode(cur) != identities.get(s.base_offset):
+                logger.warning("abandoning the group at %d of %s: segment %d changed since the round started",
+                               group[0].base_offset, log.name, s.base_offset)
+                return False
+            resolved.append(cur)
+        group = resolved
+        identity = [(s.base_offset, identities[s.base_offset]) for s in group]
         cfg = log.config
         cleaned = LogSegment.open(log.dir, group[0].base_offset, index_interval_bytes=cfg.index_interval_bytes,
                                   max_index_size=cfg.segment_index_bytes, suffix=layout.CLEANED_SUFFIX,
                                   now_ms=now_ms, preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0)
+        # After a crash the loader completes a swap only over [.swap base, .swap next offset): the cleaned
+        # segment must reach into the last replaced segment holding data, or that segment would survive next
+        # to the cleaned one. If nothing of it is retained, its last batch is kept as an empty batch.
+        tail = next((s for s in reversed(group) if s.size > 0), None)
+        written, tail_written, tail_last = 0, False, None
         try:
             for seg in group:
                 retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
-                for batch in seg.batches(0):
+                for batch in seg.batches(0, strict=True):
                     out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
                                              retain_legacy_deletes, upper_bound, stats)
+                    if seg is tail:
+                        tail_last = batch
                     if out is not None:
                         data, max_ts = out
                         cleaned.append(batch.last_offset, max_ts, batch.last_offset, data)
                         stats.bytes_written += len(data)
+                        written += 1
+                        tail_written = tail_written or seg is tail
+            all_removed = written == 0
+            if tail_last is not None and not tail_written:
+                data = _empty_batch_like(tail_last)
+                cleaned.append(tail_last.last_offset, tail_last.max_timestamp, tail_last.last_offset, data)
+                if not all_removed:
+                    stats.bytes_written += len(data)
             cleaned.on_become_inactive_segment()
             cleaned.flush()
             cleaned.log.set_mtime_ms(group[-1].mtime_ms())
         except BaseException:
             cleaned.delete_files()
             raise
-        return log.replace_segments(cleaned if cleaned.size > 0 else None, group, identity, now_ms)
+        if cleaned.size == 0:  # the group holds only empty segments: nothing to swap in
+            cleaned.delete_files()
+            return log.replace_segments(None, group, identity, now_ms)
+        # A group whose records all go is swapped for its one-empty-batch cover (atomic for the loader), which
+        # is then deleted: no empty segment is left behind (unlike Kafka, KAFKA-9157).
+        return log.replace_segments(cleaned, group, identity, now_ms, delete_after=all_removed)
 
     def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
                       retain_legacy_deletes: bool, upper_bound: int,
@@ -321,9 +364,16 @@ def _rebuild(batch, kept, horizon: int | None) -> bytes:
                                              log_append_time_ms=batch.max_timestamp, offsets=offsets)
 
 
+def _empty_batch_like(batch) -> bytes:
+    """A batch without records spanning ``batch``'s offsets (a legacy message has no empty form: v2 header)."""
+    if batch.magic >= 2:
+        return build_empty_batch(batch)
+    return build_batch([], base_offset=batch.base_offset, last_offset=batch.last_offset)
+
+
 def _inode(seg: LogSegment) -> int:
     try:
-        return os.stat(seg.log.path).st_ino
+        return os.stat(seg.path).st_ino
     except FileNotFoundError:
         return -1
 

@@ -51,10 +51,11 @@ def random_segment_jitter_ms(cfg: LogConfig) -> int:
 
 
 def _open_segment(dir_path: str, base: int, cfg: LogConfig, now_ms: int, writable: bool = True,
-                  suffix: str = "") -> LogSegment:
+                  suffix: str = "", lazy: bool = False) -> LogSegment:
     return LogSegment.open(dir_path, base, index_interval_bytes=cfg.index_interval_bytes,
                            max_index_size=cfg.segment_index_bytes, file_already_exists=True, suffix=suffix,
-                           now_ms=now_ms, writable=writable, roll_jitter_ms=random_segment_jitter_ms(cfg))
+                           now_ms=now_ms, writable=writable, roll_jitter_ms=random_segment_jitter_ms(cfg),
+                           lazy=lazy)
 
 
 def _recover(seg: LogSegment) -> RecoveryResult:
@@ -163,7 +164,9 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
         tindex_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.TIME_INDEX_SUFFIX))
         # A view opens sealed segments read-only; a missing index file has to be created either way.
         writable = repair or base == active_base or index_missing or tindex_missing
-        seg = _open_segment(dir_path, base, cfg, now_ms, writable=writable)
+        # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).
+        seg = _open_segment(dir_path, base, cfg, now_ms, writable=writable,
+                            lazy=base != active_base and not index_missing and not tindex_missing)
         if tindex_missing:
             seg.time_index.resize(0)
         if index_missing:
@@ -186,6 +189,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
         result.bytes_truncated += rec.bytes_truncated
         result.recovered_segments += 1
         result.messages.append(f"rebuilt missing index of {os.path.basename(seg.path)}")
+        if seg is not segments[-1]:
+            seg.release()
     recovery_point = recovery_point_checkpoint
     if not had_clean_shutdown and segments:
         bases = [s.base_offset for s in segments]
@@ -205,6 +210,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
                     result.messages.append(f"{os.path.basename(seg.path)}: truncated {rec.bytes_truncated} "
                                            f"bytes at position {rec.valid_bytes}: {rec.error}")
             result.bytes_truncated += rec_truncated
+            if seg is not unflushed[-1]:
+                seg.release()
             if rec_truncated > 0:
                 for later in unflushed[i + 1:]:
                     result.messages.append(f"deleted {os.path.basename(later.path)} after the corruption")
@@ -214,7 +221,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     else:
         for seg in segments:
             # Kafka checks only the txn index here; a broken offset/time index of a segment below the
-            # recovery point would go unnoticed, so rebuild any that fail the cheap sanity check.
+            # recovery point would go unnoticed, so rebuild any that fail the sanity check. Sealed segments
+            # are released again afterwards (their files are opened on use).
             try:
                 seg.offset_index.sanity_check()
                 seg.time_index.sanity_check()
@@ -222,6 +230,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
                 result.messages.append(f"rebuilt corrupt index: {exc}")
                 seg.recover()
                 result.recovered_segments += 1
+            if seg is not segments[-1]:
+                seg.release()
     next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
     if segments and next_offset < log_start_offset_checkpoint:
         for seg in segments:

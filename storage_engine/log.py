@@ -171,6 +171,10 @@ class Log:
                 log = cls(log_dir, topic, partition, config, lock, res.segments,
                           log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
                           next_offset=res.next_offset, generation=new_state.generation, now_ms=now_ms)
+                # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only);
+                # count from the last entry instead, or a log appended by one short-lived process per batch
+                # (the CLI) would never get an index entry.
+                log.active_segment.reload_tail_state()
                 return log, res
             log = cls(log_dir, topic, partition, config, lock, [], log_start_offset=0, recovery_point=0,
                       next_offset=0, generation=-1, now_ms=now_ms)
@@ -288,10 +292,16 @@ class Log:
         return int(time.time() * 1000) if self.clock is None else self.clock()
 
     def refresh(self, now_ms: int | None = None) -> None:
-        """Bring a reader's view up to date without taking the lock."""
+        """Bring a reader's view up to date; without the lock while only the active segment grew."""
         state = self.lock.read_state()
         if state.generation != self.generation:
-            self._reload_view(state, self._now(now_ms))
+            # The segment set changed: reload under the lock, so a roll is never seen half done (the generation
+            # moves before its files exist) and a view never creates a missing index file under its writer.
+            if self.lock.held:
+                self._sync_view(self._now(now_ms))
+            else:
+                with self.locked(now_ms):
+                    pass
         else:
             active = self._segments[-1]
             if self._active_grew(active):
@@ -494,10 +504,9 @@ class Log:
     def _flush_locked(self, offset: int, now: int, bump: bool = False) -> None:
         if offset > self.recovery_point:
             new_segment = False
-            for seg in self._segments:
-                nxt_base = self._next_base(seg)
-                if nxt_base is not None and nxt_base <= self.recovery_point:
-                    continue
+            # Segments overlapping [recovery point, offset): start at the one holding the recovery point.
+            start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            for seg in self._segments[start:]:
                 if seg.base_offset >= offset:
                     break
                 seg.flush()
@@ -650,7 +659,7 @@ class Log:
         seg.change_file_suffixes("", layout.DELETED_SUFFIX)
         seg.close(trim=False)
         # The rename's mtime is the "scheduled at" time for the purge.
-        for p in (seg.log.path, seg.offset_index.path, seg.time_index.path):
+        for p in seg.file_paths:
             try:
                 os.utime(p, (now / 1000.0, now / 1000.0))
             except FileNotFoundError:
@@ -698,7 +707,7 @@ class Log:
             still_there = []
             for base, inode in identity:
                 seg = current.get(base)
-                if seg is None or _inode_of(seg.log.path) != inode or seg is self.active_segment:
+                if seg is None or _inode_of(seg.path) != inode or seg is self.active_segment:
                     if new_segment is not None:
                         new_segment.delete_files()
                     logger.warning("abandoning cleaned segment for %s at %d: segment %d changed meanwhile",

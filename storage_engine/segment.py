@@ -15,6 +15,7 @@ truncates the file at the first invalid byte, returning how many bytes it remove
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 
 from . import layout
@@ -24,6 +25,7 @@ from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
 INT32_MAX = 2**31 - 1
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 @dataclass
@@ -43,14 +45,24 @@ class FetchData:
 
 
 class LogSegment:
-    def __init__(self, dir_path: str, base_offset: int, log: FileRecords, offset_index: OffsetIndex,
-                 time_index: TimeIndex, *, index_interval_bytes: int, roll_jitter_ms: int = 0,
-                 created_ms: int = 0):
+    """One segment. Its three files are opened lazily (Kafka's ``LazyIndex``, applied to the ``.log`` too): a
+    log with 10,000 sealed segments holds file descriptors only for those actually read, and ``size``,
+    ``largest_timestamp()`` and ``mtime_ms()`` of an unopened segment come from ``stat``/one ``pread``.
+    :meth:`release` closes what was opened and returns the segment to that state."""
+
+    def __init__(self, dir_path: str, base_offset: int, log: FileRecords | None, offset_index: OffsetIndex | None,
+                 time_index: TimeIndex | None, *, index_interval_bytes: int, roll_jitter_ms: int = 0,
+                 created_ms: int = 0, max_index_size: int = 10485760, writable: bool = True, suffix: str = ""):
         self.dir = dir_path
         self.base_offset = base_offset
-        self.log = log
-        self.offset_index = offset_index
-        self.time_index = time_index
+        self._log = log
+        self._offset_index = offset_index
+        self._time_index = time_index
+        self._paths = {s: layout.segment_file(dir_path, base_offset, s, suffix)
+                       for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+        self.max_index_size = max_index_size
+        self.writable = writable
+        self._stat_size: int | None = None
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = created_ms
@@ -62,30 +74,68 @@ class LogSegment:
     @classmethod
     def open(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
              max_index_size: int = 10485760, file_already_exists: bool = False, preallocate_bytes: int = 0,
-             suffix: str = "", roll_jitter_ms: int = 0, now_ms: int = 0, writable: bool = True) -> "LogSegment":
+             suffix: str = "", roll_jitter_ms: int = 0, now_ms: int = 0, writable: bool = True,
+             lazy: bool = False) -> "LogSegment":
+        """Create a new segment (its files), or open an existing one; ``lazy`` defers opening its files."""
         log_path = layout.segment_file(dir_path, base_offset, layout.LOG_SUFFIX, suffix)
         if not file_already_exists:
             for p in (log_path, layout.segment_file(dir_path, base_offset, layout.INDEX_SUFFIX, suffix),
                       layout.segment_file(dir_path, base_offset, layout.TIME_INDEX_SUFFIX, suffix)):
                 if os.path.exists(p):
                     os.remove(p)
-        log = FileRecords(log_path, create=not file_already_exists, preallocate_bytes=preallocate_bytes,
-                          writable=writable)
-        oi = OffsetIndex(layout.segment_file(dir_path, base_offset, layout.INDEX_SUFFIX, suffix), base_offset,
-                         max_index_size, writable=writable)
-        ti = TimeIndex(layout.segment_file(dir_path, base_offset, layout.TIME_INDEX_SUFFIX, suffix), base_offset,
-                       max_index_size, writable=writable)
-        return cls(dir_path, base_offset, log, oi, ti, index_interval_bytes=index_interval_bytes,
-                   roll_jitter_ms=roll_jitter_ms, created_ms=now_ms)
+        seg = cls(dir_path, base_offset, None, None, None, index_interval_bytes=index_interval_bytes,
+                  roll_jitter_ms=roll_jitter_ms, created_ms=now_ms, max_index_size=max_index_size,
+                  writable=writable, suffix=suffix)
+        if not file_already_exists:
+            seg._log = FileRecords(log_path, create=True, preallocate_bytes=preallocate_bytes, writable=writable)
+        if file_already_exists and lazy:
+            try:
+                seg._stat_size = os.stat(log_path).st_size
+            except OSError as exc:
+                raise StorageIOError("cannot stat log file", log_path, exc) from exc
+            return seg
+        seg.log, seg.offset_index, seg.time_index  # open all three now
+        return seg
+
+    @property
+    def log(self) -> FileRecords:
+        if self._log is None:
+            self._log = FileRecords(self._paths[layout.LOG_SUFFIX], writable=self.writable)
+            self._stat_size = None
+        return self._log
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(self._paths[layout.INDEX_SUFFIX], self.base_offset,
+                                             self.max_index_size, writable=self.writable)
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(self._paths[layout.TIME_INDEX_SUFFIX], self.base_offset,
+                                         self.max_index_size, writable=self.writable)
+        return self._time_index
+
+    @property
+    def is_open(self) -> bool:
+        return self._log is not None or self._offset_index is not None or self._time_index is not None
+
+    def release(self) -> None:
+        """Close whatever is open, without trimming, and go back to the lazy state (sealed segments only)."""
+        self.close(trim=False)
+        self._log = self._offset_index = self._time_index = None
+        self._stat_size = os.stat(self._paths[layout.LOG_SUFFIX]).st_size
 
     # -- basic facts ------------------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        return self.log.size
+        return self._log.size if self._log is not None else self._stat_size
 
     @property
     def path(self) -> str:
-        return self.log.path
+        return self._paths[layout.LOG_SUFFIX]
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
@@ -109,13 +159,34 @@ class LogSegment:
 
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
-            self._max_ts_and_offset = self.time_index.last_entry
+            last = None if self._time_index is not None else self._peek_last_time_entry()
+            self._max_ts_and_offset = last if last is not None else self.time_index.last_entry
         return self._max_ts_and_offset
+
+    def _peek_last_time_entry(self) -> tuple[int, int] | None:
+        """The last entry of an unopened, trimmed ``.timeindex`` read with one pread (None: open it instead)."""
+        path = self._paths[layout.TIME_INDEX_SUFFIX]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            length = os.fstat(fd).st_size
+            if length == 0:
+                return (-1, self.base_offset)
+            if length % 12:
+                return None
+            ts, rel = _TIME_ENTRY.unpack(os.pread(fd, 12, length - 12))
+        finally:
+            os.close(fd)
+        if ts == 0 and rel == 0:
+            return None  # an untrimmed (preallocated) file: let the index count its entries
+        return ts, self.base_offset + rel
 
     def largest_timestamp(self) -> int:
         """Largest record timestamp in the segment, or the file's mtime if it has none (v0 data)."""
         ts = self.max_timestamp_so_far
-        return ts if ts >= 0 else self.log.mtime_ms()
+        return ts if ts >= 0 else self.mtime_ms()
 
     # -- appending --------------------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
@@ -303,27 +374,30 @@ class LogSegment:
         self.log.trim()
 
     def flush(self) -> None:
-        self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        """fsync what is open (an unopened segment has nothing unwritten)."""
+        for f in (self._log, self._offset_index, self._time_index):
+            if f is not None:
+                f.flush()
 
     def close(self, trim: bool = True) -> None:
         """Close the files. ``trim`` (Kafka's close) also writes the final time-index entry and cuts the
         preallocated tails; a process that is not the last user of the partition must not, because another
         process may still be appending through its own mapping of these files."""
         try:
-            if trim and self.log.writable and self.offset_index.writable:
+            if trim and self._log is not None and self.writable and self._log.writable:
                 max_ts, off = self._max_ts()
                 if max_ts >= 0:
                     self.time_index.maybe_append(max_ts, off, skip_full_check=True)
                 self.offset_index.close()
                 self.time_index.close()
-                self.log.trim()
+                self._log.trim()
             else:
-                self.offset_index.close(trim=False)
-                self.time_index.close(trim=False)
+                for idx in (self._offset_index, self._time_index):
+                    if idx is not None:
+                        idx.close(trim=False)
         finally:
-            self.log.close()
+            if self._log is not None:
+                self._log.close()
 
     def last_index_position(self) -> int:
         """Start position of the last indexed batch (0 if the index is empty)."""
@@ -345,15 +419,29 @@ class LogSegment:
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename all files of the segment from ``<name><old>`` to ``<name><new>`` (a missing index is fine)."""
-        self.log.rename_to(layout.segment_file(self.dir, self.base_offset, layout.LOG_SUFFIX, new_suffix))
-        self.offset_index.rename_to(layout.segment_file(self.dir, self.base_offset, layout.INDEX_SUFFIX, new_suffix))
-        self.time_index.rename_to(layout.segment_file(self.dir, self.base_offset, layout.TIME_INDEX_SUFFIX,
-                                                      new_suffix))
+        for suffix, obj in ((layout.LOG_SUFFIX, self._log), (layout.INDEX_SUFFIX, self._offset_index),
+                            (layout.TIME_INDEX_SUFFIX, self._time_index)):
+            new_path = layout.segment_file(self.dir, self.base_offset, suffix, new_suffix)
+            if obj is not None:
+                obj.rename_to(new_path)
+            else:
+                try:
+                    os.replace(self._paths[suffix], new_path)
+                except FileNotFoundError:
+                    if suffix == layout.LOG_SUFFIX:
+                        raise StorageIOError("cannot rename missing log file", self._paths[suffix]) from None
+                except OSError as exc:
+                    raise StorageIOError(f"cannot rename to {new_path}", self._paths[suffix], exc) from exc
+            self._paths[suffix] = new_path
+
+    @property
+    def file_paths(self) -> list[str]:
+        return list(self._paths.values())
 
     def delete_files(self) -> None:
         """Close and remove every file of the segment (missing files are fine)."""
         self.close_quietly()
-        for p in (self.log.path, self.offset_index.path, self.time_index.path):
+        for p in self._paths.values():
             try:
                 os.remove(p)
             except FileNotFoundError:
@@ -365,4 +453,6 @@ class LogSegment:
         self.close(trim=False)
 
     def mtime_ms(self) -> int:
-        return self.log.mtime_ms()
+        if self._log is not None:
+            return self._log.mtime_ms()
+        return int(os.stat(self._paths[layout.LOG_SUFFIX]).st_mtime * 1000)
