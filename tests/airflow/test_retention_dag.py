@@ -1,0 +1,188 @@
+"""log_retention end to end with dag.test(): real log dirs, real metadata DB, files checked on disk."""
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from .conftest import parse_dag, run_results, task_instances
+from .storage_fixtures import HOUR_MS, T, T_MS, expired_segments, old_then_recent
+
+pytestmark = pytest.mark.airflow
+
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+def segment_files(base: int, suffix: str = "") -> list[str]:
+    return [f"{base:020d}{s}{suffix}" for s in SEGMENT_SUFFIXES]
+
+
+@pytest.fixture
+def three_partitions(storage):
+    """events-0/1: 40 records from T-3h (expired at T, retention.ms = 1 h) then 10 from T-30min; audit-0 never
+    expires (retention.ms = -1). Returns the expected expired base offsets per events partition."""
+    for p in (0, 1):
+        storage.produce("events", p, old_then_recent())
+    storage.produce("audit", 0, old_then_recent(20, 0))
+    before = storage.describe()
+    expected = {p: expired_segments(before[("events", p)], T_MS, HOUR_MS) for p in (0, 1)}
+    assert expected[0] and expected[0] == expected[1]
+    return expected
+
+
+def test_retention_maps_one_task_per_partition_and_advances_the_log_start(storage, three_partitions):
+    expired = three_partitions[0]
+    describe_before = storage.describe()
+    new_start = [s["base_offset"] for s in describe_before[("events", 0)]["segments"]][len(expired)]
+
+    dag_run = parse_dag("log_retention").test(logical_date=T)
+
+    assert dag_run.state == "success"
+    assert (dag_run.data_interval_start, dag_run.data_interval_end) == (T - datetime.timedelta(minutes=5), T)
+    tis = task_instances(dag_run)
+    assert {ti.rendered_map_index for (task, _), ti in tis.items() if task == "retention"} == {
+        "audit-0", "events-0", "events-1"}
+    assert tis[("fail_run_if_upstream_failed", -1)].state == "skipped"
+
+    results = run_results(dag_run)
+    assert results[("list_partitions", -1)] == [
+        {"topic": "audit", "partition": 0}, {"topic": "events", "partition": 0}, {"topic": "events", "partition": 1}]
+    by_partition = {(r["topic"], r["partition"]): r for (task, _), r in results.items() if task == "retention"}
+    assert by_partition[("audit", 0)]["nothing_to_do"] is True
+    for p in (0, 1):
+        r = by_partition[("events", p)]
+        assert r["now_ms"] == T_MS
+        assert [s["base_offset"] for s in r["segments"]] == expired
+        assert {s["reason"] for s in r["segments"]} == {"retention-ms"}
+        assert r["segments_deleted"] == len(expired) and r["bytes_reclaimed"] > 0
+        assert (r["log_start_offset_before"], r["log_start_offset"]) == (0, new_start)
+
+    # On disk: the expired segments are renamed .deleted (readers holding them open can finish), stamped with
+    # T as their deletion time; no expired segment is live; the logs start at new_start.
+    for p in (0, 1):
+        names = storage.files("events", p)
+        assert sorted(f for f in names if f.endswith(".deleted")) == sorted(
+            f for base in expired for f in segment_files(base, ".deleted"))
+        live = [f for f in names if not f.endswith(".deleted")]
+        assert min(live) == segment_files(new_start)[1]          # 000...40.index sorts first
+        assert not {f for base in expired for f in segment_files(base)} & set(live)
+        for name in names:
+            if name.endswith(".deleted"):
+                assert os.stat(storage.partition_dir("events", p) / name).st_mtime * 1000 == T_MS
+    purge = results[("purge_deleted", -1)]                         # file.delete.delay.ms: 60 s after T
+    assert purge["files_removed"] == 0 and purge["files_waiting"] == 2 * 3 * len(expired)
+    after = storage.describe()                                    # the engine reloads the logs that way
+    for p in (0, 1):
+        assert after[("events", p)]["log_start_offset"] == new_start
+        assert after[("events", p)]["log_end_offset"] == describe_before[("events", p)]["log_end_offset"]
+    assert after[("audit", 0)] == describe_before[("audit", 0)]
+
+    # The next interval's run: nothing left to expire, no .deleted file anywhere.
+    later_run = parse_dag("log_retention").test(logical_date=T + datetime.timedelta(minutes=5))
+    assert later_run.state == "success"
+    later = run_results(later_run)
+    assert all(r["nothing_to_do"] for (task, _), r in later.items() if task == "retention")
+    assert not [path for path in storage.snapshot() if path.endswith(".deleted")]
+
+
+def test_expired_segments_become_deleted_files_that_purge_removes_after_the_delay(storage):
+    from storage_maintenance.operators import PurgeDeletedOperator
+
+    storage.produce("events", 0, old_then_recent())
+    before = storage.describe()[("events", 0)]
+    expired = expired_segments(before, T_MS, HOUR_MS)
+    kept = [s["base_offset"] for s in before["segments"]][len(expired):]
+    pdir = storage.partition_dir("events", 0)
+
+    dag_run = parse_dag("log_retention").test(logical_date=T)
+    assert dag_run.state == "success"
+
+    # Renamed, not removed: readers holding a segment open can finish. Scheduled at T (the mtime).
+    deleted = sorted(f for f in storage.files("events", 0) if f.endswith(".deleted"))
+    assert deleted == sorted(f for base in expired for f in segment_files(base, ".deleted"))
+    for name in deleted:
+        assert os.stat(pdir / name).st_mtime * 1000 == T_MS
+    purge = run_results(dag_run)[("purge_deleted", -1)]
+    assert purge["files_removed"] == 0 and purge["files_waiting"] == len(deleted)
+
+    # log-start-offset-checkpoint: Kafka (and the engine) only record a start above the first segment's base,
+    # which a retention that deletes whole segments never leaves; the recovery point stays the log end.
+    log_dir = pdir.parent
+    assert storage.checkpoint_text(log_dir, "recovery-point-offset-checkpoint") == (
+        f"0\n1\nevents 0 {before['log_end_offset']}\n")
+    assert storage.checkpoint_text(log_dir, "log-start-offset-checkpoint") == "0\n0\n"
+
+    # file.delete.delay.ms (60 s) is measured from T, the "now" of the run that scheduled the deletion.
+    def purge_at(delay: datetime.timedelta) -> dict:
+        return PurgeDeletedOperator(task_id="purge_deleted").execute({"data_interval_end": T + delay})
+
+    assert purge_at(datetime.timedelta(seconds=59))["files_removed"] == 0
+    assert sorted(f for f in storage.files("events", 0) if f.endswith(".deleted")) == deleted
+    removed = purge_at(datetime.timedelta(seconds=60))
+    assert removed["files_removed"] == len(deleted) and removed["files_waiting"] == 0
+    assert removed["bytes_freed"] > 0
+    assert storage.files("events", 0) == sorted(f for base in kept for f in segment_files(base))
+    assert storage.describe()[("events", 0)]["log_start_offset"] == kept[0]
+
+
+def rerun_same_interval(storage) -> tuple[dict, dict, dict]:
+    """Run log_retention for the interval ending at T twice; (first results, second results, files after the
+    first run); asserts the second run deleted nothing."""
+    for p in (0, 1):
+        storage.produce("events", p, old_then_recent())
+    storage.produce("audit", 0, old_then_recent(20, 0))
+    dag = parse_dag("log_retention")
+
+    first = run_results(dag.test(logical_date=T))
+    assert sum(r["segments_deleted"] for (task, _), r in first.items() if task == "retention") > 0
+    files_after_first = storage.snapshot()
+
+    second_run = dag.test(logical_date=T)
+    assert second_run.state == "success"
+    second = run_results(second_run)
+    retention = [r for (task, _), r in second.items() if task == "retention"]
+    assert len(retention) == 3
+    assert all(r["nothing_to_do"] and r["segments_deleted"] == 0 for r in retention)
+    assert second[("purge_deleted", -1)]["files_removed"] == 0
+    return first, second, files_after_first
+
+
+def test_rerunning_a_processed_interval_changes_nothing(storage):
+    storage.write_config(None, log_segment_delete_delay_ms=0)    # .deleted files go within the first run
+    _, _, files_after_first = rerun_same_interval(storage)
+    assert not [path for path in files_after_first if path.endswith(".deleted")]
+    assert storage.snapshot() == files_after_first
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "storage engine: maintenance.list_partitions takes no now_ms and opens the logs as of the wall clock, so "
+    "the re-run's first task removes the .deleted files the first run stamped at T, although at T their "
+    "file.delete.delay.ms has not passed (DESIGN.md section 5: re-running an interval changes nothing)"))
+def test_rerunning_a_processed_interval_keeps_the_deleted_files_that_are_not_due(storage):
+    _, _, files_after_first = rerun_same_interval(storage)     # file.delete.delay.ms: 60 s
+    assert [path for path in files_after_first if path.endswith(".deleted")]
+    assert storage.snapshot() == files_after_first
+
+
+def test_dry_run_reports_and_changes_nothing(storage, three_partitions):
+    before = storage.snapshot()
+    dag_run = parse_dag("log_retention").test(logical_date=T, run_conf={"dry_run": True, "topics": ["events"]})
+    assert dag_run.state == "success"
+    results = run_results(dag_run)
+    retention = {(r["topic"], r["partition"]): r for (task, _), r in results.items() if task == "retention"}
+    assert set(retention) == {("events", 0), ("events", 1)}
+    for p in (0, 1):
+        assert retention[("events", p)]["dry_run"] is True
+        assert [s["base_offset"] for s in retention[("events", p)]["segments"]] == three_partitions[p]
+    assert results[("purge_deleted", -1)]["dry_run"] is True
+    assert storage.snapshot() == before
+
+
+def test_max_partitions_stops_the_fan_out(storage, three_partitions):
+    dag_run = parse_dag("log_retention").test(logical_date=T, run_conf={"max_partitions": 2})
+    assert dag_run.state == "failed"
+    tis = task_instances(dag_run)
+    assert tis[("list_partitions", -1)].state == "failed"
+    assert tis[("list_partitions", -1)].try_number == 1
+    assert not [path for path in storage.snapshot() if path.endswith(".deleted")]
