@@ -122,3 +122,32 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     if not part.isdigit():
         raise ValueError(f"{name!r} is not in the form of topic-partition: partition {part!r} is not a number")
     return topic, int(part)
+
+
+def partition_dirs(log_dir: str, errors: list | None = None) -> list[tuple[str, tuple[str, int]]]:
+    """``[(folder name, (topic, partition))]`` of the partition folders in ``log_dir``, sorted by name.
+
+    Only names are read (no file is opened). Skipped, as Kafka's LogManager skips them: files, the KRaft
+    metadata and remote-index folders, folders pending deletion or moving (``-delete``, ``-future``,
+    ``-stray``). A folder whose name is not ``<topic>-<partition>`` with a legal topic is skipped and described
+    in ``errors``. A missing log dir has no partitions."""
+    out = []
+    try:
+        names = sorted(os.listdir(log_dir))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        path = os.path.join(log_dir, name)
+        if name in IGNORED_DIRS or not os.path.isdir(path):
+            continue
+        if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+            continue
+        try:
+            topic, partition = parse_partition_dir(name)
+            validate_topic(topic)
+        except ValueError as exc:  # InvalidTopicError is a ValueError too
+            if errors is not None:
+                errors.append(f"{path}: {exc}")
+            continue
+        out.append((name, (topic, partition)))
+    return out

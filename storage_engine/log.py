@@ -166,11 +166,14 @@ class Log:
                 res = loader.load(dir_path, config, recovery_point_checkpoint=rp_cp,
                                   log_start_offset_checkpoint=lso_cp, had_clean_shutdown=had_clean_shutdown,
                                   now_ms=now_ms)
-                new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point)
+                # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
+                last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
+                new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point,
+                                           last_flush)
                 lock.write_state(new_state)
                 log = cls(log_dir, topic, partition, config, lock, res.segments,
                           log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
-                          next_offset=res.next_offset, generation=new_state.generation, now_ms=now_ms)
+                          next_offset=res.next_offset, generation=new_state.generation, now_ms=last_flush)
                 # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only);
                 # count from the last entry instead, or a log appended by one short-lived process per batch
                 # (the CLI) would never get an index entry.
@@ -193,6 +196,8 @@ class Log:
         self.generation = state.generation
         self.log_start_offset = max(state.log_start_offset, segments[0].base_offset)
         self.recovery_point = state.recovery_point if state.recovery_point != UNKNOWN else 0
+        if state.last_flush_ms != UNKNOWN:
+            self.last_flush_ms = state.last_flush_ms
         self._known_active_size = 0
         self._validate_active_tail(0)
 
@@ -243,6 +248,8 @@ class Log:
             self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
         if state.recovery_point != UNKNOWN:
             self.recovery_point = state.recovery_point
+        if state.last_flush_ms != UNKNOWN:
+            self.last_flush_ms = state.last_flush_ms
         active = self._segments[-1]
         if self._active_grew(active):
             self._validate_active_tail(self._known_active_size)
@@ -283,7 +290,8 @@ class Log:
         """Write this process's view of the shared state (caller holds the lock)."""
         if bump:
             self.generation += 1
-        self.lock.write_state(PartitionState(self.generation, self.log_start_offset, self.recovery_point))
+        self.lock.write_state(PartitionState(self.generation, self.log_start_offset, self.recovery_point,
+                                             self.last_flush_ms))
 
     def _now(self, now_ms: int | None) -> int:
         if now_ms is not None:
@@ -308,6 +316,10 @@ class Log:
                 self._validate_active_tail(self._known_active_size)
             if state.log_start_offset != UNKNOWN:
                 self.log_start_offset = max(self.log_start_offset, state.log_start_offset)
+            if state.recovery_point != UNKNOWN:
+                self.recovery_point = state.recovery_point
+            if state.last_flush_ms != UNKNOWN:
+                self.last_flush_ms = state.last_flush_ms
 
     # -- segment access ---------------------------------------------------------------------------------------
     @property
@@ -720,12 +732,20 @@ class Log:
             for seg in still_there:
                 self._delete_segment_files(seg, now_ms, sync=False)
             if new_segment is not None:
-                # The .log last: while it is still .swap the loader redoes the whole swap (deleting index
-                # files already renamed, then rebuilding them), so no stale index .swap can be left behind.
+                # The index files first, the .log last: while the .log is still .swap a loader redoes the
+                # whole swap (deleting index files already renamed, then rebuilding them), so no index .swap
+                # is ever left behind. change_file_suffixes then renames the .log and records the new names
+                # (it tolerates the index files being in place already).
                 base = new_segment.base_offset
-                new_segment.offset_index.rename_to(layout.segment_file(self.dir, base, layout.INDEX_SUFFIX))
-                new_segment.time_index.rename_to(layout.segment_file(self.dir, base, layout.TIME_INDEX_SUFFIX))
-                new_segment.log.rename_to(layout.segment_file(self.dir, base, layout.LOG_SUFFIX))
+                for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+                    src = layout.segment_file(self.dir, base, suffix, layout.SWAP_SUFFIX)
+                    try:
+                        os.replace(src, layout.segment_file(self.dir, base, suffix))
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        raise StorageIOError("cannot rename cleaned index", src, exc) from exc
+                new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
                 self._add_segment(new_segment)
             fsync_dir(self.dir)
             if new_segment is not None and delete_after:

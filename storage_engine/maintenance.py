@@ -34,11 +34,18 @@ def _check_topics(mgr: LogManager, topics) -> None:
 
 
 def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
-    with LogManager.open(config) as mgr:
-        _check_topics(mgr, topics)
-        return [{"topic": t, "partition": p, "log_dir": mgr.dir_of((t, p)),
-                 "cleanup_policy": ",".join(config.log_config(t).cleanup_policy)}
-                for t, p in mgr.partitions(topics)]
+    """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
+    (so listing as part of a backfilled run cannot purge or recover anything)."""
+    from . import layout
+    found = [(t, p, d) for d in config.log_dirs for _name, (t, p) in layout.partition_dirs(d)]
+    if topics:
+        known = {t for t, _p, _d in found}
+        missing = sorted(set(topics) - known)
+        if missing:
+            raise UnknownPartitionError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
+        found = [x for x in found if x[0] in topics]
+    return [{"topic": t, "partition": p, "log_dir": d, "cleanup_policy": ",".join(config.log_config(t).cleanup_policy)}
+            for t, p, d in sorted(found)]
 
 
 def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None, flush: bool = True) -> dict:

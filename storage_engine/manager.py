@@ -95,21 +95,7 @@ class LogManager:
         return mgr
 
     def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
-        out = []
-        for name in sorted(os.listdir(log_dir)):
-            path = os.path.join(log_dir, name)
-            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
-                continue
-            if name.endswith((layout.DELETE_DIR_SUFFIX, layout.FUTURE_DIR_SUFFIX, layout.STRAY_DIR_SUFFIX)):
-                continue
-            try:
-                topic, partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except (ValueError, InvalidTopicError) as exc:
-                self.load_errors.append(f"{path}: {exc}")
-                continue
-            out.append((name, (topic, partition)))
-        return out
+        return layout.partition_dirs(log_dir, self.load_errors)
 
     def _load_dir(self, log_dir: str, now: int) -> dict[TopicPartition, Log]:
         lock = DirLock(log_dir)

@@ -13,6 +13,7 @@ state every holder must see current, big-endian int64s::
     0  generation        bumped whenever the set of segments or the log start offset changes
     8  log_start_offset  -1 = unknown (fall back to the log-start-offset checkpoint)
    16  recovery_point    -1 = unknown (fall back to the recovery-point checkpoint)
+   24  last_flush_ms     -1 = unknown; when the log was last flushed (``flush.ms`` is measured from it)
 
 A process caches its view of the partition together with the generation it saw. After taking the lock it
 compares generations: equal means only the active segment may have grown (it re-validates the new tail),
@@ -33,7 +34,8 @@ import time
 
 from .errors import LogLockedError, StorageIOError
 
-_STATE = struct.Struct(">qqq")
+_STATE = struct.Struct(">qqqq")
+_STATE_V1 = struct.Struct(">qqq")   # files written before last_flush_ms existed
 UNKNOWN = -1
 LOCK_PREFIX = ".lock."
 NAME_MAX = 255
@@ -47,16 +49,18 @@ def lock_path(log_dir: str, partition_dir_name: str) -> str:
 
 
 class PartitionState:
-    __slots__ = ("generation", "log_start_offset", "recovery_point")
+    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms")
 
-    def __init__(self, generation: int = 0, log_start_offset: int = UNKNOWN, recovery_point: int = UNKNOWN):
+    def __init__(self, generation: int = 0, log_start_offset: int = UNKNOWN, recovery_point: int = UNKNOWN,
+                 last_flush_ms: int = UNKNOWN):
         self.generation = generation
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
+        self.last_flush_ms = last_flush_ms
 
     def __repr__(self) -> str:
         return (f"PartitionState(generation={self.generation}, log_start_offset={self.log_start_offset}, "
-                f"recovery_point={self.recovery_point})")
+                f"recovery_point={self.recovery_point}, last_flush_ms={self.last_flush_ms})")
 
 
 class PartitionLock:
@@ -109,14 +113,17 @@ class PartitionLock:
     def read_state(self) -> PartitionState:
         """The shared state; readable without the lock (a torn read only makes a reader reload)."""
         data = os.pread(self._fd, _STATE.size, 0)
-        if len(data) < _STATE.size:
-            return PartitionState()
-        return PartitionState(*_STATE.unpack(data))
+        if len(data) == _STATE.size:
+            return PartitionState(*_STATE.unpack(data))
+        if len(data) >= _STATE_V1.size:
+            return PartitionState(*_STATE_V1.unpack(data[:_STATE_V1.size]))
+        return PartitionState()
 
     def write_state(self, state: PartitionState) -> None:
         if not self._depth:
             raise RuntimeError("partition state written without holding the lock")
-        os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point), 0)
+        os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
+                                        state.last_flush_ms), 0)
 
     def close(self) -> None:
         if self._fd is not None:

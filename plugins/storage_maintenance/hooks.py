@@ -22,7 +22,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from storage_engine import layout, maintenance
+from storage_engine import maintenance
 from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
 
 
@@ -42,32 +42,11 @@ def config_path_without_connection() -> str:
 
 
 def partitions_on_disk(config: StorageConfig) -> list[dict]:
-    """``[{"topic", "partition", "log_dir"}]`` of the partition folders in ``config.log_dirs``, sorted, read-only.
-
-    Only folder names are listed: no log is opened, no lock taken, no file touched (opening the logs through
-    the engine recovers them and writes checkpoints when closing). Cheap enough for DAG parse time and for
-    dry runs. Folders that are not ``<topic>-<partition>``, that are pending deletion (``-delete``,
-    ``-future``, ``-stray``) or that Kafka ignores are skipped, as ``LogManager`` skips them.
-    """
-    found = []
-    for log_dir in config.log_dirs:
-        try:
-            names = os.listdir(log_dir)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            if name in layout.IGNORED_DIRS or name.endswith(
-                    (layout.DELETE_DIR_SUFFIX, layout.FUTURE_DIR_SUFFIX, layout.STRAY_DIR_SUFFIX)):
-                continue
-            if not os.path.isdir(os.path.join(log_dir, name)):
-                continue
-            try:
-                topic, partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except ValueError:      # InvalidTopicError is a ValueError too
-                continue
-            found.append({"topic": topic, "partition": partition, "log_dir": log_dir})
-    return sorted(found, key=lambda p: (p["topic"], p["partition"]))
+    """``[{"topic", "partition", "log_dir"}]`` of the partition folders in ``config.log_dirs``, sorted, read-only
+    (the engine's :func:`storage_engine.layout.partition_dirs`: folder names only, no log opened, no lock, no
+    file touched). Cheap enough for DAG parse time and for dry runs."""
+    return [{"topic": p["topic"], "partition": p["partition"], "log_dir": p["log_dir"]}
+            for p in maintenance.list_partitions(config)]
 
 
 def topics_on_disk(config: StorageConfig) -> list[str]:

@@ -102,9 +102,6 @@ def test_flush_fsyncs_a_due_log_with_unflushed_data(logs):
     assert result["partitions_flushed"] == 1 and result["not_due"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "storage engine: a log's last flush time is not kept between processes (Log.open sets last_flush_ms to "
-    "now), so in one process per task a log with flush.ms > 0 is never due: every run sees it just flushed"))
 def test_flush_fsyncs_a_log_unflushed_for_longer_than_flush_ms(logs):
     logs.write_config({**TOPICS, "audit": {"segment.bytes": 1024, "flush.ms": MINUTE_MS}})
     dag = parse_dag("log_flush")

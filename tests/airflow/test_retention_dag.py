@@ -155,10 +155,6 @@ def test_rerunning_a_processed_interval_changes_nothing(storage):
     assert storage.snapshot() == files_after_first
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "storage engine: maintenance.list_partitions takes no now_ms and opens the logs as of the wall clock, so "
-    "the re-run's first task removes the .deleted files the first run stamped at T, although at T their "
-    "file.delete.delay.ms has not passed (DESIGN.md section 5: re-running an interval changes nothing)"))
 def test_rerunning_a_processed_interval_keeps_the_deleted_files_that_are_not_due(storage):
     _, _, files_after_first = rerun_same_interval(storage)     # file.delete.delay.ms: 60 s
     assert [path for path in files_after_first if path.endswith(".deleted")]
