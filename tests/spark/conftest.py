@@ -2,10 +2,15 @@
 (the venv's bin first on PATH so the pip package's spark-submit is used, PYSPARK_PYTHON = this interpreter)."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 import pytest
+
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest closed the
+# streams, which prints a logging traceback below the test summary.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 VENV_BIN = os.path.dirname(sys.executable)
 
