@@ -14,9 +14,13 @@
    tombstone goes in a later round once ``now`` passes it. The last batch of the round is kept as an empty
    batch when all its records go (KAFKA-17076).
 4. Swap, under the partition lock, crash-safely (``.cleaned`` -> ``.swap``, old files -> ``.deleted``,
-   ``.swap`` -> final name, fsync dir); a group whose output is empty is not swapped in as an empty segment,
-   its old segments are just deleted (unlike Kafka, KAFKA-9157). If another process removed or replaced a
-   segment of the group meanwhile (retention, truncation), that group is abandoned.
+   ``.swap`` -> final name, fsync dir). A loader completes an interrupted swap over [.swap base, .swap next
+   offset) only, so the cleaned segment always reaches into the group's last segment holding data: if none
+   of that segment's batches survives, its last batch is kept as an empty batch. A group whose records all
+   go is swapped for that one-empty-batch segment, which is then deleted (``.log`` first), so no empty
+   segment is left behind (unlike Kafka, KAFKA-9157) and a crash never leaves part of a group. If another
+   process removed or replaced a segment of the group meanwhile (retention, truncation), that group is
+   abandoned.
 5. Only when every swap is durable, the cleaner-offset checkpoint moves to the end offset.
 
 Not handled (documented): transactions. Control batches are always kept and transactional data is treated as

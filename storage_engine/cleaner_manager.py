@@ -286,9 +286,16 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
             skipped.append({"topic": log.topic, "partition": log.partition,
                             "reason": "another run is cleaning this partition"})
             continue
-        log.refresh(now_ms)
-        ltc = log_to_clean(log, checkpoints[log.log_dir].get((log.topic, log.partition)), now_ms,
-                           upper_time_bound_ms)
+        try:
+            log.refresh(now_ms)
+            ltc = log_to_clean(log, checkpoints[log.log_dir].get((log.topic, log.partition)), now_ms,
+                               upper_time_bound_ms)
+        except Exception as exc:  # Kafka: an error while selecting marks the partition uncleanable, and
+            reason = f"{type(exc).__name__}: {exc}"  # the other partitions are still considered
+            if write_resets:
+                mark_uncleanable(log.log_dir, log.name, reason, now_ms)
+            skipped.append({"topic": log.topic, "partition": log.partition, "reason": f"uncleanable: {reason}"})
+            continue
         if ltc.checkpoint_reset and write_resets:
             update_cleaner_checkpoint(log.log_dir, (log.topic, log.partition), ltc.first_dirty_offset)
         if ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or
