@@ -144,6 +144,7 @@ def _batches_from(seg: LogSegment, offset: int):
 
 def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats) -> bool:
     max_entries = offset_map.max_entries
+    table = _table_of(offset_map)  # the in-process map's dict: filled inline (the hot loop)
     for batch in _batches_from(seg, start):
         if batch.base_offset >= end:
             break
@@ -151,15 +152,31 @@ def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: Clean
         if batch.is_control:
             stats.map_messages_read += 1
         else:
-            for rec in batch.records():
-                if rec.key is not None and start <= rec.offset < end:
-                    if offset_map.size >= max_entries:
-                        return True
-                    offset_map.put(rec.key, rec.offset)
-                stats.map_messages_read += 1
+            records = batch.records()
+            if table is not None:
+                for i, (offset, _ts, key, _value, _headers) in enumerate(records):
+                    if key is not None and start <= offset < end:
+                        if len(table) >= max_entries:
+                            stats.map_messages_read += i
+                            return True
+                        table[key] = offset
+                        offset_map.latest_offset = offset
+                stats.map_messages_read += len(records)
+            else:
+                for rec in records:
+                    if rec.key is not None and start <= rec.offset < end:
+                        if offset_map.size >= max_entries:
+                            return True
+                        offset_map.put(rec.key, rec.offset)
+                    stats.map_messages_read += 1
         if batch.last_offset >= start:
             offset_map.update_latest_offset(min(batch.last_offset, end - 1))
     return False
+
+
+def _table_of(offset_map) -> dict | None:
+    """The dict behind an :class:`InProcessOffsetMap` (exactly that class: a subclass may override get/put)."""
+    return offset_map.table if type(offset_map) is InProcessOffsetMap else None
 
 
 # -- grouping --------------------------------------------------------------------------------------------------
@@ -322,20 +339,27 @@ class Cleaner:
         tombstone_kept_by_batch = (horizon is None or now_ms < horizon) if v2 else retain_legacy_deletes
         kept = []
         keeps_tombstone = False
+        table = _table_of(offset_map)
+        lookup = table.get if table is not None else (lambda k, _default: offset_map.get(k))
+        invalid = tombstones_removed = 0
         for rec in records:
-            if rec.offset > latest:
+            offset, _ts, key, value, _headers = rec
+            if offset > latest:
                 keep = True
-            elif rec.key is None:
-                stats.invalid_messages_read += 1
+            elif key is None:
+                invalid += 1
                 keep = False
             else:
-                keep = rec.offset >= offset_map.get(rec.key) and (rec.value is not None or tombstone_kept_by_batch)
-                if not keep and rec.value is None and rec.offset >= offset_map.get(rec.key):
-                    stats.tombstones_removed += 1
+                newest = offset >= lookup(key, -1)
+                keep = newest and (value is not None or tombstone_kept_by_batch)
+                if newest and not keep:
+                    tombstones_removed += 1
             if keep:
                 kept.append(rec)
-                if rec.value is None:
+                if value is None:
                     keeps_tombstone = True
+        stats.invalid_messages_read += invalid
+        stats.tombstones_removed += tombstones_removed
         needs_horizon = v2 and horizon is None and keeps_tombstone
         stats.messages_written += len(kept)
         if kept and len(kept) == len(records) and not needs_horizon:

@@ -26,35 +26,35 @@ class InProcessOffsetMap:
             raise ValueError(f"offset map of {memory_bytes} bytes with load factor {load_factor} holds no entry")
         self.slots = slots
         self.max_entries = int(slots * load_factor)
-        self._map: dict[bytes, int] = {}
+        self.table: dict[bytes, int] = {}   # key -> latest offset; the cleaner's hot loops use it directly
         self.latest_offset = -1
 
     @property
     def size(self) -> int:
-        return len(self._map)
+        return len(self.table)
 
     @property
     def full(self) -> bool:
-        return len(self._map) >= self.max_entries
+        return len(self.table) >= self.max_entries
 
     @property
     def utilization(self) -> float:
-        return len(self._map) / self.slots
+        return len(self.table) / self.slots
 
     def put(self, key: bytes, offset: int) -> None:
-        if key not in self._map and len(self._map) >= self.slots:
+        if key not in self.table and len(self.table) >= self.slots:
             raise ValueError("attempted to add a new entry to a full offset map")
-        self._map[key] = offset
+        self.table[key] = offset
         self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
-        return self._map.get(key, -1)
+        return self.table.get(key, -1)
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 
     def clear(self) -> None:
-        self._map.clear()
+        self.table.clear()
         self.latest_offset = -1
 
 
