@@ -176,7 +176,10 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
         if not isinstance(headers, dict):
             raise BadInput(f"line {n}: headers must be an object of string to string, got {type(headers).__name__}")
         for k in headers:
-            _decode_field(k, "utf8", f"header key {k!r}", n)   # header keys are UTF-8 in every encoding
+            try:
+                k.encode("utf-8")          # header keys are UTF-8 text in every encoding
+            except UnicodeEncodeError as exc:
+                raise BadInput(f"line {n}: header key {k!r} is not valid Unicode text ({exc.reason})") from None
         hdrs = tuple((k, _decode_field(v, encoding, f"header {k!r}", n)) for k, v in headers.items())
         records.append(SimpleRecord(_decode_field(obj.get("key"), encoding, "key", n),
                                     _decode_field(obj.get("value"), encoding, "value", n), ts, hdrs))

@@ -94,6 +94,24 @@ def _at_zero_tail(seg: LogSegment, position: int) -> bool:
     return len(head) == HEADER_SIZE_UP_TO_MAGIC and not any(head)
 
 
+def _drop_torn_time_index_entry(seg: LogSegment) -> None:
+    """Repair what a writer killed inside a time-index append leaves (caller holds the lock).
+
+    An entry is stored timestamp first (see :mod:`._index_file`), so a kill between the two stores leaves
+    (timestamp, base offset) as the last entry, which names no batch unless the first batch ends at the base
+    offset. Entries never go back in offset, so every entry is then at the base offset: drop them all (the
+    index is sparse; lookups scan from the start of the segment instead)."""
+    index = seg.time_index
+    if index.entries == 0 or index.last_entry[1] != seg.base_offset:
+        return
+    first = seg.log.batch_at(0) if seg.size else None
+    if first is not None and first.last_offset == seg.base_offset:
+        return
+    logger.warning("dropping %d time index entries at the base offset of %s: left by a writer that died "
+                   "while appending one", index.entries, index.path)
+    index.truncate_to(seg.base_offset)
+
+
 def _stamp_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
     """Kafka's ``setMaxTimestamp(LOG_APPEND_TIME, now)`` on the client batch at ``pos`` of a LogAppendTime
     topic: the timestamp-type bit and the max timestamp change, both under the CRC, so the CRC is redone."""
@@ -207,9 +225,12 @@ class Log:
         Under the lock a torn or corrupt tail is truncated: its writer died, since it no longer holds the
         lock. A reader (no lock) only stops short of it."""
         active = self.active_segment
-        active.log.refresh_size()
+        # Indexes before the size: a writer indexes a batch only after writing all of it, so every entry read
+        # here points at a batch inside the size read next. The other order lets a reader without the lock
+        # stop in front of a batch that an entry names, and read_next_offset would find nothing after it.
         active.offset_index.refresh()
         active.time_index.refresh()
+        active.log.refresh_size()
         if from_position <= 0 or from_position > active.size:
             from_position = active.last_index_position()
         pos, nxt, error = from_position, None, None
@@ -234,6 +255,8 @@ class Log:
         if error is not None and self.lock.held:
             active.offset_index.truncate_to(nxt)
             active.time_index.truncate_to(nxt)
+        if self.lock.held:
+            _drop_torn_time_index_entry(active)
         active.reload_tail_state()
         self.log_end_offset = nxt
         self._known_active_size = active.size
