@@ -52,13 +52,49 @@ def check_records(topic: str, config: LogConfig, records: Sequence[SimpleRecord]
     whole input before appending any of it (or creating its partition)."""
     if not records:
         raise InvalidRecordError("cannot append an empty list of records")
-    recs = [r if isinstance(r, SimpleRecord) else SimpleRecord(*r) for r in records]
-    recs = [r._replace(timestamp=now_ms) if r.timestamp == -1 else r for r in recs]
+    recs = _normalize_records(records, now_ms)
     _check_keys(topic, config, recs)
     ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else 0
     data = build_batch(recs, base_offset=0, codec=_effective_codec(config, codec), timestamp_type=ts_type,
                        log_append_time_ms=now_ms if ts_type else None)
     _check_size(topic, config, len(data))
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _normalize_records(records, now_ms: int) -> list[SimpleRecord]:
+    """``SimpleRecord``s with a timestamp (``now_ms`` where it is -1); a field of the wrong type is an
+    InvalidRecordError naming the record and the field, never a TypeError from deep in the encoder."""
+    recs = []
+    for i, r in enumerate(records):
+        if not isinstance(r, SimpleRecord):
+            try:
+                r = SimpleRecord(*r)
+            except TypeError:
+                raise InvalidRecordError(f"record {i} must be (key, value[, timestamp[, headers]]), got {r!r}") \
+                    from None
+        if r.key is not None and not isinstance(r.key, _BYTES_LIKE):
+            raise InvalidRecordError(f"record {i}: key must be bytes or None, got {type(r.key).__name__}")
+        if r.value is not None and not isinstance(r.value, _BYTES_LIKE):
+            raise InvalidRecordError(f"record {i}: value must be bytes or None, got {type(r.value).__name__}")
+        if isinstance(r.timestamp, bool) or not isinstance(r.timestamp, int) or r.timestamp < -1:
+            raise InvalidRecordError(f"record {i}: timestamp must be an integer >= 0 (or -1 for now), "
+                                     f"got {r.timestamp!r}")
+        if r.headers:
+            for h in r.headers:
+                if (not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
+                        or not (h[1] is None or isinstance(h[1], _BYTES_LIKE))):
+                    raise InvalidRecordError(f"record {i}: headers must be (str key, bytes or None value) pairs, "
+                                             f"got {h!r}")
+                try:
+                    h[0].encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidRecordError(f"record {i}: header key {h[0]!r} is not valid Unicode text") from None
+        if r.timestamp == -1:
+            r = r._replace(timestamp=now_ms)
+        recs.append(r)
+    return recs
 
 
 def _effective_codec(config: LogConfig, requested: int) -> int:
@@ -385,12 +421,7 @@ class Log:
         if not records:
             raise InvalidRecordError("cannot append an empty list of records")
         now = self._now(now_ms)
-        recs = []
-        for r in records:
-            r = r if isinstance(r, SimpleRecord) else SimpleRecord(*r)
-            if r.timestamp == -1:
-                r = r._replace(timestamp=now)
-            recs.append(r)
+        recs = _normalize_records(records, now)
         with self.locked(now):
             self._check_keys(recs)
             ts_type = LOG_APPEND_TIME if self.config.message_timestamp_type == "LogAppendTime" else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import sys
 import types
@@ -289,3 +290,24 @@ def test_delete_records_of_a_missing_partition(env, capsys, monkeypatch):
                                                  4, "--offset", 0])
     assert rc == 2 and "t-4" in err and "does not exist" in err
     assert not os.path.exists(env.tmp / "logs" / "t-4")
+
+
+@pytest.mark.parametrize("bad, field", [
+    (("k", b"v"), "key must be bytes"),
+    ((b"k", 5), "value must be bytes"),
+    ((b"k", b"v", "soon"), "timestamp must be an integer"),
+    ((b"k", b"v", -7), "timestamp must be an integer"),
+    ((b"k", b"v", 1, ((1, b"x"),)), "headers must be"),
+    ((b"k", b"v", 1, (("\udc80", b""),)), "not valid Unicode"),
+    ((1,), "must be (key, value"),
+])
+def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field):
+    from storage_engine.config import LogConfig
+    from storage_engine.errors import InvalidRecordError
+    from storage_engine.log import Log
+    log, _ = Log.open(str(tmp_path), "typed", 0, LogConfig(), now_ms=1, exclusive=True, create=True)
+    log.append_records([(b"good", b"record", 1)], now_ms=1)
+    with pytest.raises(InvalidRecordError, match=re.escape(field)):
+        log.append_records([(b"also-good", b"x", 2), bad], now_ms=2)
+    assert [(r.offset, r.key) for r in log.read_records()] == [(0, b"good")]
+    log.close(clean=True)
