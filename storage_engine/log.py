@@ -556,6 +556,9 @@ class Log:
         self._known_active_size = 0
         # Kafka flushes everything below the new segment right after a roll (async); do it now.
         self._flush_locked(new_base, now, bump=True)
+        # The sealed segment's files are opened again only when it is read: a long-running appender holds
+        # descriptors for the active segment only, however many segments it rolls.
+        active.release()
         return seg
 
     # -- flushing ---------------------------------------------------------------------------------------------
