@@ -83,10 +83,14 @@ class SortedHashOffsetMap:
 
     def __init__(self, hi, lo, offsets, start_offset: int, end_offset: int, manifest: dict | None = None):
         import numpy as np
+        # Reorder one column at a time so that at most one extra column exists besides the sort order:
+        # peak about 40 bytes per key, 24 held.
         order = np.lexsort((lo, hi))
-        self._hi = np.ascontiguousarray(hi[order])
-        self._lo = np.ascontiguousarray(lo[order])
-        self._off = np.ascontiguousarray(offsets[order])
+        hi = hi[order]
+        lo = lo[order]
+        offsets = offsets[order]
+        del order
+        self._hi, self._lo, self._off = hi, lo, offsets
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.latest_offset = end_offset - 1
@@ -109,6 +113,7 @@ class SortedHashOffsetMap:
         import os
 
         import numpy as np
+        import pyarrow as pa
         import pyarrow.parquet as pq
         try:
             with open(os.path.join(path, MANIFEST), "rb") as f:
@@ -124,20 +129,25 @@ class SortedHashOffsetMap:
             raise StorageError(f"key map at {path} covers [{start}, {end}), expected [{expect_start}, {expect_end})")
         files = sorted(os.path.join(path, "data", f) for f in os.listdir(os.path.join(path, "data"))
                        if f.endswith(".parquet"))
-        his, los, offs = [], [], []
-        for f in files:
-            t = pq.read_table(f, columns=["key_hash_hi", "key_hash_lo", "offset"])
-            his.append(t.column("key_hash_hi").to_numpy())
-            los.append(t.column("key_hash_lo").to_numpy())
-            offs.append(t.column("offset").to_numpy())
+        # Size the three columns once, then copy each file's columns in: no per-file lists to concatenate, and
+        # Arrow's buffers go back to the OS after each file (Arrow's pool would otherwise keep them).
+        counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
+        total = sum(counts)
+        hi = np.empty(total, dtype=np.int64)
+        lo = np.empty(total, dtype=np.int64)
+        off = np.empty(total, dtype=np.int64)
+        pos = 0
+        for f, n in zip(files, counts):
+            t = pq.read_table(f, columns=["key_hash_hi", "key_hash_lo", "offset"], memory_map=True)
+            if t.num_rows != n:
+                raise StorageError(f"key map file {f} holds {t.num_rows} rows, its footer says {n}")
+            hi[pos:pos + n] = t.column("key_hash_hi").to_numpy()
+            lo[pos:pos + n] = t.column("key_hash_lo").to_numpy()
+            off[pos:pos + n] = t.column("offset").to_numpy()
+            pos += n
             del t
-        empty = np.zeros(0, dtype=np.int64)
-        hi = np.concatenate(his) if his else empty
-        lo = np.concatenate(los) if los else empty
-        off = np.concatenate(offs) if offs else empty
-        del his, los, offs
-        return cls(hi.astype(np.int64, copy=False), lo.astype(np.int64, copy=False),
-                   off.astype(np.int64, copy=False), start, end, manifest)
+            pa.default_memory_pool().release_unused()
+        return cls(hi, lo, off, start, end, manifest)
 
     def get(self, key: bytes) -> int:
         hi, lo = key_hash(key)
