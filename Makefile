@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench airflow clean
+.PHONY: venv test test-fast demo bench bench-large airflow clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py storage_engine/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ airflow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# The key-map build at 100 M distinct keys (in process vs spark-submit local[2]); hours on a 2-core machine.
+# KEYS=30000000 make bench-large for another size.
+bench-large: $(STAMP)
+	$(BIN)/python -m benchmarks --only keymap --large $(KEYS) --out var/bench/results-large.json
 
 clean:
 	rm -rf var build *.egg-info

@@ -1,4 +1,5 @@
-"""``python -m benchmarks [--quick] [--only NAME ...] [--out PATH]``: run, print tables, write results.json."""
+"""``python -m benchmarks [--quick] [--only NAME ...] [--large [KEYS]] [--out PATH]``: run, print tables, write
+results.json."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import append, codec, fetch, harness, load
+from . import append, codec, compaction, fetch, harness, keymap, load
 
-BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load)}
+BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
 
@@ -29,15 +30,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 rounds (under a minute)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help=f"run only these benchmarks (repeatable or comma-separated): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--large", nargs="?", type=int, const=keymap.LARGE_KEYS_DEFAULT, default=None,
+                        metavar="KEYS", help="keymap: one run at KEYS distinct keys (default %(const)s) instead of "
+                                             "the standard sizes; `make bench-large`")
     parser.add_argument("--out", type=Path, default=harness.DEFAULT_RESULTS_PATH,
                         help="where to write the JSON results (default: %(default)s)")
     args = parser.parse_args(argv)
     names = _names(args.only)
     repeats = REPEATS_QUICK if args.quick else REPEATS_FULL
-    ctx = harness.Context(quick=args.quick, repeats=repeats, tmp_root=harness.TMP_ROOT)
+    ctx = harness.Context(quick=args.quick, repeats=repeats, tmp_root=harness.TMP_ROOT, large_keys=args.large)
 
     meta = harness.machine_info()
-    meta.update({"argv": argv, "quick": args.quick, "repeats": repeats, "benchmarks": names})
+    meta.update({"argv": argv, "quick": args.quick, "repeats": repeats, "benchmarks": names,
+                 "large_keys": args.large})
     print(harness.format_meta(meta, argv, args.quick, repeats), flush=True)
     sections = []
     for name in names:

@@ -53,6 +53,7 @@ class Context:
     quick: bool
     repeats: int
     tmp_root: Path
+    large_keys: int | None = None     # ``--large``: the key count of the large key-map run (keymap only)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,9 +61,9 @@ class Context:
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed round."""
+    """One timed round. ``cpu_s`` is None when the time comes from another program's own report."""
     wall_s: float
-    cpu_s: float
+    cpu_s: float | None
 
 
 def timed(fn: Callable, *args) -> tuple[Sample, object]:
@@ -115,8 +116,9 @@ class Row:
         return min(s.wall_s for s in self.samples)
 
     @property
-    def best_cpu_s(self) -> float:
-        return min(s.cpu_s for s in self.samples)
+    def best_cpu_s(self) -> float | None:
+        cpu = [s.cpu_s for s in self.samples if s.cpu_s is not None]
+        return min(cpu) if cpu else None
 
     @property
     def records_per_s(self) -> float:
@@ -158,6 +160,8 @@ class Section:
         if row.baseline is None:
             return None
         base = self.find(row.group, row.baseline)
+        if row.best_cpu_s is None or base.best_cpu_s is None:
+            return None
         return (row.bytes / row.best_cpu_s) / (base.bytes / base.best_cpu_s)
 
     def to_json(self) -> dict:
@@ -187,7 +191,7 @@ def format_section(section: Section) -> str:
             _, met = row.target.judge(row, section)
             target = f"{row.target.label}: {'met' if met else 'NOT MET'}"
         lines.append((row.group, row.name, f"{row.records:,}", f"{row.bytes / MB:,.2f}", f"{row.best_s:.4f}",
-                      f"{row.best_cpu_s:.4f}", f"{row.records_per_s:,.0f}", f"{row.mb_per_s:,.1f}", row.baseline or "-",
+                      "-" if row.best_cpu_s is None else f"{row.best_cpu_s:.4f}", f"{row.records_per_s:,.0f}", f"{row.mb_per_s:,.1f}", row.baseline or "-",
                       "-" if ratio is None else f"{ratio:.3f}x", "-" if cpu_ratio is None else f"{cpu_ratio:.3f}x",
                       target))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
