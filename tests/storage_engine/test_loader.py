@@ -631,8 +631,8 @@ def test_unclean_close_keeps_flushed_data_and_preallocated_tail_is_cut(log_dir):
 @pytest.mark.parametrize("clean", [False, True])
 def test_real_kafka_segments_load(log_dir, name, base, offsets, clean):
     src = os.path.join(REAL_KAFKA, name)
-    if not os.path.exists(src):
-        pytest.skip(f"fixture {src} is missing")
+    # shared/ always sits beside the repository (locally and in CI): a missing fixture is a failure.
+    assert os.path.exists(src), f"real-Kafka fixture {src} is missing"
     topic = "meta"
     d = partition_dir(log_dir, topic)
     os.makedirs(d)
