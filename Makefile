@@ -33,7 +33,8 @@ airflow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-# The key-map build at 100 M distinct keys (in process vs spark-submit local[2]); hours on a 2-core machine.
+# The key-map build at 100 M distinct keys (in process vs spark-submit local[2]): 13 min on the 2-core machine of
+# BENCHMARKS.md, where the in-process map (~12 GB) was skipped as too big for half of MemAvailable.
 # KEYS=30000000 make bench-large for another size.
 bench-large: $(STAMP)
 	$(BIN)/python -m benchmarks --only keymap --large $(KEYS) --out var/bench/results-large.json

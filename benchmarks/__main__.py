@@ -27,7 +27,8 @@ def _names(values: list[str] | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, 2 rounds (under a minute)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, 2 rounds (about 30 s to 2 min: keymap runs one spark-submit)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help=f"run only these benchmarks (repeatable or comma-separated): {', '.join(BENCHMARKS)}")
     parser.add_argument("--large", nargs="?", type=int, const=keymap.LARGE_KEYS_DEFAULT, default=None,
