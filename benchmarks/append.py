@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 
 from storage_engine.config import config_from_mapping
-from storage_engine.manager import LogManager
-from storage_engine.records import build_batch
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import build_batch
 
 from .harness import (NOW_MS, Context, Row, Sample, Section, Target, chunks, generate_records, raw_write,
                       run_interleaved, scratch_dir, timed)

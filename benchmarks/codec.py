@@ -19,9 +19,9 @@ from __future__ import annotations
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from storage_engine import codecs
-from storage_engine.file_records import iter_batches
-from storage_engine.records import build_batch
+from storage_engine.record import codecs
+from storage_engine.segment.file_records import iter_batches
+from storage_engine.record.records import build_batch
 
 from .harness import Context, Row, Sample, Section, Target, chunks, generate_records, run_interleaved, timed
 

@@ -38,11 +38,11 @@ import shutil
 import sys
 import time
 
-from storage_engine import cleaner_manager, maintenance
-from storage_engine.cleaner import Cleaner
+from storage_engine.maintenance import cleaner_manager, jobs as maintenance
+from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.config import config_from_mapping
-from storage_engine.manager import LogManager
-from storage_engine.records import SimpleRecord, build_batch
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord, build_batch
 
 from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records,
                       raw_read_files, run_interleaved, scratch_dir, timed)

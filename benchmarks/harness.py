@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from storage_engine.records import SimpleRecord
+from storage_engine.record.records import SimpleRecord
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "var" / "bench"
@@ -242,15 +242,15 @@ def implementation() -> dict:
     """Which record codec implementation the engine runs, as far as it says."""
     import importlib.util
 
-    from storage_engine import records
-    speedups = importlib.util.find_spec("storage_engine._speedups") is not None
+    from storage_engine.record import records
+    speedups = importlib.util.find_spec("storage_engine.record._speedups") is not None
     declared = getattr(records, "IMPLEMENTATION", None)
     if declared is not None:
         summary = str(declared)
     elif speedups:
-        summary = "unknown (storage_engine._speedups present, records.IMPLEMENTATION not defined)"
+        summary = "unknown (storage_engine.record._speedups present, records.IMPLEMENTATION not defined)"
     else:
-        summary = "python (storage_engine._speedups absent, records.IMPLEMENTATION not defined)"
+        summary = "python (storage_engine.record._speedups absent, records.IMPLEMENTATION not defined)"
     return {"records.IMPLEMENTATION": declared, "speedups_module_present": speedups, "summary": summary,
             "STORAGE_ENGINE_PURE_PYTHON": os.environ.get("STORAGE_ENGINE_PURE_PYTHON")}
 

@@ -43,11 +43,11 @@ import subprocess
 import sys
 import time
 
-from storage_engine.cleaner import CleanerStats, build_offset_map
+from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
 from storage_engine.config import config_from_mapping
-from storage_engine.manager import LogManager
-from storage_engine.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
-from storage_engine.records import SimpleRecord, build_batch
+from storage_engine.log.manager import LogManager
+from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
+from storage_engine.record.records import SimpleRecord, build_batch
 
 from .harness import (MB, MIB, NOW_MS, REPO, Context, Row, Sample, Section, scratch_dir, timed)
 
@@ -239,7 +239,7 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
     import numpy  # noqa: F401  - imported before the baseline, as the loader needs them
     import pyarrow.parquet  # noqa: F401
 
-    from storage_engine.offset_map import SortedHashOffsetMap
+    from storage_engine.maintenance.offset_map import SortedHashOffsetMap
     before = _status_kib("VmRSS")
     start = time.perf_counter()
     if kind == "inprocess":

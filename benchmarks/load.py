@@ -26,11 +26,11 @@ import resource
 import time
 
 from storage_engine import layout
-from storage_engine.clean_shutdown import clean_shutdown_path
+from storage_engine.segment.clean_shutdown import clean_shutdown_path
 from storage_engine.config import config_from_mapping
-from storage_engine.manager import LogManager
-from storage_engine.partition_lock import lock_path
-from storage_engine.records import build_batch
+from storage_engine.log.manager import LogManager
+from storage_engine.log.locks import lock_path
+from storage_engine.record.records import build_batch
 
 from .harness import (MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records, open_fd_count,
                       raw_read_files, run_interleaved, scratch_dir, timed)

@@ -22,7 +22,7 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage_engine import records
+from storage_engine.record import records
 
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100

@@ -6,7 +6,7 @@
 Reads the segments through the ``kafka_segments`` data source, groups by the 128-bit key hash and keeps the
 maximum offset, and writes ``<output>/data/*.parquet`` (``key_hash_hi``, ``key_hash_lo``, ``offset``) plus
 ``<output>/keymap.json`` (partition, range, counts, the Spark master used). The engine's cleaner loads it as
-a :class:`storage_engine.offset_map.SortedHashOffsetMap` in place of its bounded in-process map, so a
+a :class:`storage_engine.maintenance.offset_map.SortedHashOffsetMap` in place of its bounded in-process map, so a
 partition with any number of distinct keys is cleaned in one pass. Prints the manifest as one JSON line.
 
 Bad input fails before Spark starts, with a message and exit code 2: a partition that does not exist, an
@@ -39,7 +39,7 @@ def parse_args(argv=None):
 def validate(args):
     """Engine-side checks, before any JVM starts. Returns (config, partition info, absolute output)."""
     from storage_engine.config import load_config
-    from storage_engine.inspect import check_offset_range, partition_info
+    from storage_engine.tools.inspect import check_offset_range, partition_info
     config = load_config(args.config)
     info = partition_info(config, args.topic, args.partition)
     check_offset_range(info, args.start_offset, args.end_offset)

@@ -10,7 +10,7 @@ Arrow record batches with one row per record:
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
 
-``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.offset_map.key_hash``), the join key of
+``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.maintenance.offset_map.key_hash``), the join key of
 key maps. Files are opened read-only; a segment that disappears while a task reads it (retention, a swap)
 fails the task with an error naming the file. This module must be importable on the executors (the project
 is installed in the Spark Python environment, or shipped with ``--py-files``).
@@ -89,8 +89,8 @@ class SegmentReader(DataSourceReader):
     def read(self, partition: SegmentPartition):
         import pyarrow as pa
 
-        from storage_engine.file_records import FileRecords
-        from storage_engine.offset_map import key_hash
+        from storage_engine.segment.file_records import FileRecords
+        from storage_engine.maintenance.offset_map import key_hash
         try:
             fr = FileRecords(partition.path, writable=False)
         except Exception as exc:

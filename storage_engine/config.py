@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from .errors import ConfigError, InvalidTopicError
-from .layout import validate_topic
+from storage_engine.errors import ConfigError, InvalidTopicError
+from storage_engine.layout import validate_topic
 
 __all__ = [
     "BROKER_KEYS", "TOPIC_KEYS", "DEFAULT_CONFIG_PATH", "ENV_VAR",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from .errors import StorageIOError
-from .layout import TMP_SUFFIX
+from storage_engine.errors import StorageIOError
+from storage_engine.layout import TMP_SUFFIX
 
 
 def fsync_dir(dir_path: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 
-from .errors import InvalidTopicError
+from storage_engine.errors import InvalidTopicError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

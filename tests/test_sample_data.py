@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from include import sample_data
-from storage_engine import maintenance
+from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import load_config
-from storage_engine.manager import LogManager
+from storage_engine.log.manager import LogManager
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from storage_engine import maintenance
+from storage_engine.maintenance import jobs as maintenance
 
 from .operators import StorageMaintenanceOperator, _as_dry_run, _as_positive_int, _as_topics, human_bytes
 

@@ -1,4 +1,4 @@
-"""StorageEngineHook: which storage config, what "now" is, and the calls into ``storage_engine.maintenance``.
+"""StorageEngineHook: which storage config, what "now" is, and the calls into ``storage_engine.maintenance.jobs``.
 
 Config resolution, first match wins:
 
@@ -22,7 +22,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from storage_engine import maintenance
+from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
 
 

@@ -23,7 +23,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from storage_engine.errors import ConfigError, InvalidTopicError
-from storage_engine.maintenance import UnknownPartitionError
+from storage_engine.maintenance.jobs import UnknownPartitionError
 
 from .hooks import StorageEngineHook
 

@@ -12,8 +12,8 @@ import textwrap
 import yaml
 
 from storage_engine.config import StorageConfig, load_config
-from storage_engine.manager import LogManager
-from storage_engine.records import SimpleRecord
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -65,8 +65,8 @@ class StorageFixture:
         script = textwrap.dedent(f"""
             import os
             from storage_engine.config import load_config
-            from storage_engine.manager import LogManager
-            from storage_engine.records import SimpleRecord
+            from storage_engine.log.manager import LogManager
+            from storage_engine.record.records import SimpleRecord
             mgr = LogManager.open(load_config({str(self.config_path)!r}), now_ms={T_MS})
             log = mgr.get_or_create_log({topic!r}, {partition})
             for i, ts in enumerate({list(timestamps_ms)!r}):
@@ -82,8 +82,8 @@ class StorageFixture:
         script = textwrap.dedent(f"""
             import sys
             from storage_engine.config import load_config
-            from storage_engine.manager import LogManager
-            from storage_engine.records import SimpleRecord
+            from storage_engine.log.manager import LogManager
+            from storage_engine.record.records import SimpleRecord
             mgr = LogManager.open(load_config({str(self.config_path)!r}), now_ms={T_MS})
             for (topic, partition), timestamps in {appends!r}.items():
                 log = mgr.get_or_create_log(topic, partition)

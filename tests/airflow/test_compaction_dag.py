@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from storage_engine.cleaner_manager import read_cleaner_checkpoints
-from storage_engine.manager import LogManager
-from storage_engine.records import SimpleRecord
+from storage_engine.maintenance.cleaner_manager import read_cleaner_checkpoints
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord
 
 from .conftest import parse_dag, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, StorageFixture

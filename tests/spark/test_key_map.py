@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from spark_jobs import build_key_map
 from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
-from storage_engine import maintenance
+from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import config_from_mapping
-from storage_engine.inspect import partition_info
-from storage_engine.manager import LogManager
-from storage_engine.records import SimpleRecord
+from storage_engine.tools.inspect import partition_info
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord
 from tests.spark.conftest import spark_env
 
 pytestmark = pytest.mark.spark

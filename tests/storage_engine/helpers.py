@@ -8,9 +8,9 @@ import os
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
-from storage_engine.log import Log
-from storage_engine.records import SimpleRecord, build_batch
-from storage_engine.segment import LogSegment
+from storage_engine.log.log import Log
+from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.segment.segment import LogSegment
 
 TOPIC = "topic"
 PARTITION = 0

@@ -15,12 +15,12 @@ import types
 
 import pytest
 
-from storage_engine import cli
+from storage_engine.tools import cli
 from storage_engine.config import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError,
                                    OffsetOutOfRangeError, RecordTooLargeError)
-from storage_engine.manager import LogManager
-from storage_engine.records import SimpleRecord
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord
 
 pytestmark = pytest.mark.unit
 
@@ -304,7 +304,7 @@ def test_delete_records_of_a_missing_partition(env, capsys, monkeypatch):
 def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field):
     from storage_engine.config import LogConfig
     from storage_engine.errors import InvalidRecordError
-    from storage_engine.log import Log
+    from storage_engine.log.log import Log
     log, _ = Log.open(str(tmp_path), "typed", 0, LogConfig(), now_ms=1, exclusive=True, create=True)
     log.append_records([(b"good", b"record", 1)], now_ms=1)
     with pytest.raises(InvalidRecordError, match=re.escape(field)):

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tests.paths import REPO
 from storage_engine import config as cfg
 from storage_engine.config import (
     CleanerConfig, LogConfig, StorageConfig, config_from_mapping, load_config,
@@ -17,7 +18,6 @@ from storage_engine.errors import ConfigError, InvalidTopicError
 pytestmark = pytest.mark.unit
 
 LONG_MAX = 2**63 - 1
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def with_broker(keys: dict, topics: dict | None = None) -> StorageConfig:

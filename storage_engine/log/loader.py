@@ -1,0 +1,267 @@
+"""Loading a partition folder into segments, in Kafka's order (``LogLoader.load``).
+
+1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms``; discard every ``.swap`` whose offset is >= the smallest ``.cleaned``
+   offset (an incomplete replacement), then delete all ``.cleaned``.
+2. Swap completion: the remaining ``.swap`` segments replace every file whose offset lies in
+   [min swap base, max swap next offset); then ``.swap`` is dropped from their names.
+3. Load segments: delete index files without a ``.log``; open every ``.log``; a missing ``.index`` forces
+   recovery of that segment, a missing ``.timeindex`` is created empty.
+4. Recover (only after an unclean shutdown): every segment from the one holding the recovery point to the
+   end is validated and its indexes rebuilt; at the first corrupt batch the segment is truncated and every
+   later segment deleted.
+5. A log whose end is below the log start offset checkpoint is emptied and restarted there; a log without
+   segments gets an empty one at the log start offset. The active segment's indexes are re-expanded.
+
+Steps 1, 2 and 4 rewrite files, so they run only when no other process has the log dir open (the first
+opener, see :mod:`storage_engine.log.locks`); a process joining a log dir in use only opens its view
+(:func:`open_view`). Both run under the partition lock.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+
+from storage_engine import layout
+from storage_engine.config import LogConfig
+from storage_engine.errors import CorruptIndexError, InvalidOffsetError, SegmentOffsetOverflowError, StorageIOError
+from storage_engine.segment.file_records import FileRecords
+from storage_engine.segment.segment import LogSegment, RecoveryResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadResult:
+    segments: list
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    bytes_truncated: int = 0
+    recovered_segments: int = 0
+    deleted_files: list = field(default_factory=list)
+    messages: list = field(default_factory=list)
+
+
+def random_segment_jitter_ms(cfg: LogConfig) -> int:
+    """Kafka's ``randomSegmentJitter``: drawn for every segment opened, in [0, min(segment.jitter.ms, segment.ms))."""
+    jitter = cfg.segment_jitter_ms
+    return random.randrange(min(jitter, cfg.segment_ms)) if jitter > 0 else 0
+
+
+def _open_segment(dir_path: str, base: int, cfg: LogConfig, now_ms: int, writable: bool = True,
+                  suffix: str = "", lazy: bool = False) -> LogSegment:
+    return LogSegment.open(dir_path, base, index_interval_bytes=cfg.index_interval_bytes,
+                           max_index_size=cfg.segment_index_bytes, file_already_exists=True, suffix=suffix,
+                           now_ms=now_ms, writable=writable, roll_jitter_ms=random_segment_jitter_ms(cfg),
+                           lazy=lazy)
+
+
+def _recover(seg: LogSegment) -> RecoveryResult:
+    """``seg.recover()``; an offset that cannot be indexed (offsets going backwards: the base offset field is
+    outside the CRC) empties the segment, as Kafka's ``recoverLog`` does. An offset overflow propagates."""
+    try:
+        return seg.recover()
+    except SegmentOffsetOverflowError:
+        raise
+    except InvalidOffsetError as exc:
+        removed = seg.truncate_to(seg.base_offset)
+        return RecoveryResult(removed, 0, 0, f"invalid offset, segment emptied: {exc}")
+
+
+def _remove(path: str, result: LoadResult) -> None:
+    try:
+        os.remove(path)
+        result.deleted_files.append(os.path.basename(path))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StorageIOError("cannot delete file during log load", path, exc) from exc
+
+
+def _listing(dir_path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(dir_path))
+    except OSError as exc:
+        raise StorageIOError("cannot list partition folder", dir_path, exc) from exc
+
+
+def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> None:
+    """Steps 1 and 2."""
+    cleaned, swaps = [], []
+    for name in _listing(dir_path):
+        path = os.path.join(dir_path, name)
+        if not os.path.isfile(path):
+            continue
+        if name.endswith(layout.DELETED_SUFFIX):
+            # Kafka deletes every .deleted file at broker start. Here processes open and close log dirs all
+            # the time, so only files whose file.delete.delay.ms has passed go (the rename stamped the mtime);
+            # the others wait for the purge, as a reader of another process may still be using them.
+            try:
+                scheduled_ms = int(os.stat(path).st_mtime * 1000)
+            except FileNotFoundError:
+                continue
+            if now_ms - scheduled_ms >= cfg.file_delete_delay_ms:
+                _remove(path, result)
+        elif name.endswith(layout.CLEANED_SUFFIX):
+            cleaned.append(name)
+        elif name.endswith(layout.SWAP_SUFFIX):
+            swaps.append(name)
+    if cleaned:
+        min_cleaned = min(layout.offset_from_filename(n) for n in cleaned)
+        for name in list(swaps):
+            if layout.offset_from_filename(name) >= min_cleaned:
+                _remove(os.path.join(dir_path, name), result)
+                swaps.remove(name)
+                result.messages.append(f"discarded incomplete swap {name}")
+        for name in cleaned:
+            _remove(os.path.join(dir_path, name), result)
+    swap_logs = [n for n in swaps if n == layout.filename_prefix(layout.offset_from_filename(n)) +
+                 layout.LOG_SUFFIX + layout.SWAP_SUFFIX]
+    if not swap_logs:
+        return
+    min_swap, max_swap = None, None
+    for name in swap_logs:
+        base = layout.offset_from_filename(name)
+        # Only the .log is read: a .swap segment's index files may be missing (Kafka's indexes are lazy).
+        swap_log = FileRecords(os.path.join(dir_path, name), writable=False)
+        try:
+            nxt = base
+            for batch in swap_log.batches():
+                nxt = batch.next_offset
+        finally:
+            swap_log.close()
+        min_swap = base if min_swap is None else min(min_swap, base)
+        max_swap = nxt if max_swap is None else max(max_swap, nxt)
+    for name in _listing(dir_path):
+        if name.endswith(layout.SWAP_SUFFIX) or not layout.is_offset_named(name):
+            continue
+        if min_swap <= layout.offset_from_filename(name) < max_swap:
+            _remove(os.path.join(dir_path, name), result)
+    for name in swaps:
+        os.replace(os.path.join(dir_path, name), os.path.join(dir_path, name[:-len(layout.SWAP_SUFFIX)]))
+        result.messages.append(f"completed swap {name}")
+
+
+def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
+                  result: LoadResult | None = None) -> tuple[list[LogSegment], list[LogSegment]]:
+    """Step 3. Returns (segments, segments needing recovery). Without ``repair`` nothing is deleted."""
+    names = _listing(dir_path)
+    logs = set()
+    for name in names:
+        if name.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(name):
+            logs.add(layout.offset_from_filename(name))
+    segments, needs_recovery = [], []
+    for name in names:
+        if repair and result is not None and layout.is_offset_named(name) and any(
+                name.endswith(s) for s in layout.INDEX_SUFFIXES):
+            if layout.offset_from_filename(name) not in logs:
+                _remove(os.path.join(dir_path, name), result)
+    active_base = max(logs) if logs else None
+    for base in sorted(logs):
+        index_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.INDEX_SUFFIX))
+        tindex_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.TIME_INDEX_SUFFIX))
+        # A view opens sealed segments read-only; a missing index file has to be created either way.
+        writable = repair or base == active_base or index_missing or tindex_missing
+        # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).
+        seg = _open_segment(dir_path, base, cfg, now_ms, writable=writable,
+                            lazy=base != active_base and not index_missing and not tindex_missing)
+        if tindex_missing:
+            seg.time_index.resize(0)
+        if index_missing:
+            if repair:
+                needs_recovery.append(seg)
+            else:
+                seg.offset_index.resize(0)
+        segments.append(seg)
+    return segments, needs_recovery
+
+
+def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
+         had_clean_shutdown: bool, now_ms: int) -> LoadResult:
+    """Full Kafka load of one partition folder (steps 1-5). Caller holds the partition lock."""
+    result = LoadResult([], 0, 0, 0)
+    remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
+    segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True, result=result)
+    for seg in needs_recovery:
+        rec = _recover(seg)
+        result.bytes_truncated += rec.bytes_truncated
+        result.recovered_segments += 1
+        result.messages.append(f"rebuilt missing index of {os.path.basename(seg.path)}")
+        if seg is not segments[-1]:
+            seg.release()
+    recovery_point = recovery_point_checkpoint
+    if not had_clean_shutdown and segments:
+        bases = [s.base_offset for s in segments]
+        start_idx = 0
+        for i, b in enumerate(bases):
+            if b <= recovery_point:
+                start_idx = i
+        unflushed = segments[start_idx:]
+        for i, seg in enumerate(unflushed):
+            if seg in needs_recovery:
+                rec_truncated = 0
+            else:
+                rec = _recover(seg)
+                rec_truncated = rec.bytes_truncated
+                result.recovered_segments += 1
+                if rec.error:
+                    result.messages.append(f"{os.path.basename(seg.path)}: truncated {rec.bytes_truncated} "
+                                           f"bytes at position {rec.valid_bytes}: {rec.error}")
+            result.bytes_truncated += rec_truncated
+            if seg is not unflushed[-1]:
+                seg.release()
+            if rec_truncated > 0:
+                for later in unflushed[i + 1:]:
+                    result.messages.append(f"deleted {os.path.basename(later.path)} after the corruption")
+                    later.delete_files()
+                    segments.remove(later)
+                break
+    else:
+        for seg in segments:
+            # Kafka checks only the txn index here; a broken offset/time index of a segment below the
+            # recovery point would go unnoticed, so rebuild any that fail the sanity check. Sealed segments
+            # are released again afterwards (their files are opened on use).
+            try:
+                seg.offset_index.sanity_check()
+                seg.time_index.sanity_check()
+            except CorruptIndexError as exc:
+                result.messages.append(f"rebuilt corrupt index: {exc}")
+                seg.recover()
+                result.recovered_segments += 1
+            if seg is not segments[-1]:
+                seg.release()
+    next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
+    if segments and next_offset < log_start_offset_checkpoint:
+        for seg in segments:
+            seg.delete_files()
+        result.messages.append(f"log end {next_offset} is below the log start offset "
+                               f"{log_start_offset_checkpoint}: restarted the log there")
+        segments = []
+    if not segments:
+        seg = LogSegment.open(dir_path, log_start_offset_checkpoint, index_interval_bytes=cfg.index_interval_bytes,
+                              max_index_size=cfg.segment_index_bytes, now_ms=now_ms,
+                              preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0,
+                              roll_jitter_ms=random_segment_jitter_ms(cfg))
+        segments = [seg]
+        next_offset = log_start_offset_checkpoint
+    active = segments[-1]
+    active.offset_index.resize(cfg.segment_index_bytes)
+    active.time_index.resize(cfg.segment_index_bytes)
+    log_start = max(log_start_offset_checkpoint, segments[0].base_offset)
+    if had_clean_shutdown:
+        recovery_point = next_offset
+    else:
+        recovery_point = min(recovery_point, next_offset)
+    result.segments = segments
+    result.log_start_offset = log_start
+    result.recovery_point = recovery_point
+    result.next_offset = next_offset
+    return result
+
+
+def open_view(dir_path: str, cfg: LogConfig, now_ms: int) -> list[LogSegment]:
+    """Open the segments as they are, changing nothing on disk (a log dir another process has open)."""
+    segments, _ = open_segments(dir_path, cfg, now_ms, repair=False)
+    return segments

@@ -1,0 +1,162 @@
+"""Per-partition exclusive lock and the small shared state that travels with it.
+
+Kafka has one broker process per log dir; this engine has several (an application appending, Airflow tasks
+flushing, retaining, compacting). They agree through one lock file per partition, kept in the log dir root
+(never inside the partition folder, which stays pure Kafka layout)::
+
+    <log dir>/.lock.<topic>-<partition>        (.lock.<sha1 of the name> if that would exceed 255 bytes)
+
+``fcntl.flock`` on it serialises every change to the partition: appends, rolls, flushes that move the
+recovery point, truncation, segment deletion and the swap after cleaning. The file's 24 bytes hold the
+state every holder must see current, big-endian int64s::
+
+    0  generation        bumped whenever the set of segments or the log start offset changes
+    8  log_start_offset  -1 = unknown (fall back to the log-start-offset checkpoint)
+   16  recovery_point    -1 = unknown (fall back to the recovery-point checkpoint)
+   24  last_flush_ms     -1 = unknown; when the log was last flushed (``flush.ms`` is measured from it)
+
+A process caches its view of the partition together with the generation it saw. After taking the lock it
+compares generations: equal means only the active segment may have grown (it re-validates the new tail),
+different means another process rolled, deleted, truncated or swapped, so it reloads its view. The state is
+not fsynced: it is shared through the page cache while processes run; after a machine crash the durable
+Kafka checkpoint files are the source of truth, and they are written from this state.
+
+flock locks die with their process, so a writer killed mid-append releases the lock; the next holder finds
+the torn tail when it re-validates and truncates it.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import struct
+import time
+
+from storage_engine.errors import LogLockedError, StorageIOError
+
+_STATE = struct.Struct(">qqqq")
+_STATE_V1 = struct.Struct(">qqq")   # files written before last_flush_ms existed
+UNKNOWN = -1
+LOCK_PREFIX = ".lock."
+NAME_MAX = 255
+
+
+def lock_path(log_dir: str, partition_dir_name: str) -> str:
+    name = LOCK_PREFIX + partition_dir_name
+    if len(name.encode()) > NAME_MAX:
+        name = LOCK_PREFIX + hashlib.sha1(partition_dir_name.encode()).hexdigest()
+    return os.path.join(log_dir, name)
+
+
+class PartitionState:
+    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms")
+
+    def __init__(self, generation: int = 0, log_start_offset: int = UNKNOWN, recovery_point: int = UNKNOWN,
+                 last_flush_ms: int = UNKNOWN):
+        self.generation = generation
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.last_flush_ms = last_flush_ms
+
+    def __repr__(self) -> str:
+        return (f"PartitionState(generation={self.generation}, log_start_offset={self.log_start_offset}, "
+                f"recovery_point={self.recovery_point}, last_flush_ms={self.last_flush_ms})")
+
+
+class PartitionLock:
+    """An exclusive, re-entrant (within one object) lock over one partition, plus its shared state."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageIOError("cannot open partition lock file", path, exc) from exc
+        self._depth = 0
+
+    @property
+    def held(self) -> bool:
+        return self._depth > 0
+
+    def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
+        if self._depth:
+            self._depth += 1
+            return
+        if blocking and timeout_s is None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        else:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                        raise LogLockedError(f"partition is locked by another process: {self.path}") from None
+                    time.sleep(0.005)
+        self._depth = 1
+
+    def release(self) -> None:
+        if self._depth == 0:
+            raise RuntimeError("release of a partition lock that is not held")
+        self._depth -= 1
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def __enter__(self) -> "PartitionLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def read_state(self) -> PartitionState:
+        """The shared state; readable without the lock (a torn read only makes a reader reload)."""
+        data = os.pread(self._fd, _STATE.size, 0)
+        if len(data) == _STATE.size:
+            return PartitionState(*_STATE.unpack(data))
+        if len(data) >= _STATE_V1.size:
+            return PartitionState(*_STATE_V1.unpack(data[:_STATE_V1.size]))
+        return PartitionState()
+
+    def write_state(self, state: PartitionState) -> None:
+        if not self._depth:
+            raise RuntimeError("partition state written without holding the lock")
+        os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
+                                        state.last_flush_ms), 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self._depth:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                self._depth = 0
+            os.close(self._fd)
+            self._fd = None
+
+
+class DirLock:
+    """Shared/exclusive flock on ``<log dir>/.lock``: every open LogManager holds it shared; the first opener
+    and the last closer get it exclusively, which is when the clean-shutdown marker is consumed or written."""
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, ".lock")
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageIOError("cannot open log dir lock file", self.path, exc) from exc
+
+    def try_exclusive(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def shared(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

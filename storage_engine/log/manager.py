@@ -1,0 +1,274 @@
+"""The set of logs in one or more log dirs (Kafka's ``LogManager``): loading, creation, checkpoints, shutdown.
+
+* Each entry of ``log.dirs`` holds partition folders ``<topic>-<partition>``; a partition lives in exactly
+  one dir and a new one goes to the dir with the fewest partitions (decided under a creation lock, so two
+  processes never create the same partition twice).
+* Opening: per dir, the first process to open it (exclusive flock on ``<dir>/.lock``) consumes the
+  clean-shutdown marker and, without it, recovers every log from its recovery point; logs of a dir are
+  loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in parallel. A process joining a dir
+  that others have open only opens views (see :mod:`.partition_lock`).
+* Checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) are written
+  atomically from the partitions' shared state, merged with entries of partitions other processes own.
+* Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
+  clean-shutdown marker.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from storage_engine import layout
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.segment.clean_shutdown import consume_clean_shutdown, write_clean_shutdown
+from storage_engine.config import StorageConfig
+from storage_engine.durable import fsync_dir
+from storage_engine.errors import InvalidTopicError, StorageError, StorageIOError
+from storage_engine.log.log import Log
+from storage_engine.log.locks import UNKNOWN, DirLock
+
+logger = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class DirState:
+    path: str
+    lock: DirLock
+    exclusive_at_open: bool
+    had_clean_shutdown: bool
+    load_messages: list = field(default_factory=list)
+
+
+class _FileLock:
+    """A short-lived exclusive flock on a file (checkpoint writes, partition creation)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+
+
+class LogManager:
+    def __init__(self, config: StorageConfig, clock=None):
+        self.config = config
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.logs: dict[TopicPartition, Log] = {}
+        self.dirs: dict[str, DirState] = {}
+        self.load_errors: list[str] = []
+        self._closed = False
+
+    def now(self, now_ms: int | None = None) -> int:
+        return self.clock() if now_ms is None else now_ms
+
+    # -- opening ----------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, config: StorageConfig, *, now_ms: int | None = None, clock=None) -> "LogManager":
+        mgr = cls(config, clock)
+        now = mgr.now(now_ms)
+        for d in config.log_dirs:
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:
+                raise StorageIOError("cannot create log dir", d, exc) from exc
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(config.log_dirs))) as pool:
+            results = list(pool.map(lambda d: mgr._load_dir(d, now), config.log_dirs))
+        seen: dict[TopicPartition, str] = {}
+        for d, logs in zip(config.log_dirs, results):
+            for tp, log in logs.items():
+                if tp in seen:
+                    mgr.close()
+                    raise StorageError(f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                                       f"{seen[tp]} and {d}; a partition must live in exactly one log dir")
+                seen[tp] = d
+                mgr.logs[tp] = log
+        return mgr
+
+    def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
+        return layout.partition_dirs(log_dir, self.load_errors)
+
+    def _load_dir(self, log_dir: str, now: int) -> dict[TopicPartition, Log]:
+        lock = DirLock(log_dir)
+        exclusive = lock.try_exclusive()
+        clean = consume_clean_shutdown(log_dir) if exclusive else False
+        state = DirState(log_dir, lock, exclusive, clean)
+        self.dirs[log_dir] = state
+        rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
+        lso_cp, lso_err = OffsetCheckpointFile(
+            os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
+        for err in (rp_err, lso_err):
+            if err:
+                state.load_messages.append(f"{err}; recovering affected logs from offset 0")
+        logs: dict[TopicPartition, Log] = {}
+        threads = self.config.num_recovery_threads_per_data_dir
+
+        def load_one(item):
+            name, (topic, partition) = item
+            log, res = Log.open(log_dir, topic, partition, self.config.log_config(topic), now_ms=now,
+                                exclusive=exclusive, had_clean_shutdown=clean,
+                                recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
+                                log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
+            log.clock = self.clock
+            return (topic, partition), log, res
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            for tp, log, res in pool.map(load_one, self._partition_dirs(log_dir)):
+                logs[tp] = log
+                if res is not None:
+                    for m in res.messages:
+                        state.load_messages.append(f"{log.name}: {m}")
+        if exclusive:
+            lock.shared()
+        else:
+            lock.shared()
+        return logs
+
+    # -- partitions -------------------------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        layout.partition_dir_name(topic, partition)
+        log = self.logs.get((topic, partition))
+        if log is None:
+            log = self._adopt(topic, partition)
+        return log
+
+    def _adopt(self, topic: str, partition: int) -> Log | None:
+        """A partition created by another process after this manager opened."""
+        name = layout.partition_dir_name(topic, partition)
+        for d in self.config.log_dirs:
+            if os.path.isdir(os.path.join(d, name)):
+                log, _ = Log.open(d, topic, partition, self.config.log_config(topic), now_ms=self.now(),
+                                  exclusive=False)
+                log.clock = self.clock
+                self.logs[(topic, partition)] = log
+                return log
+        return None
+
+    def get_or_create_log(self, topic: str, partition: int) -> Log:
+        log = self.get_log(topic, partition)
+        if log is not None:
+            return log
+        name = layout.partition_dir_name(topic, partition)
+        with _FileLock(os.path.join(self.config.log_dirs[0], ".create.lock")):
+            log = self._adopt(topic, partition)
+            if log is not None:
+                return log
+            counts = []
+            for d in self.config.log_dirs:
+                counts.append((len(self._partition_dirs(d)), self.config.log_dirs.index(d), d))
+            target = min(counts)[2]
+            log, _ = Log.open(target, topic, partition, self.config.log_config(topic), now_ms=self.now(),
+                              exclusive=True, create=True)
+            log.clock = self.clock
+            fsync_dir(target)
+        self.logs[(topic, partition)] = log
+        return log
+
+    def partitions(self, topic_filter=None) -> list[TopicPartition]:
+        tps = sorted(self.logs)
+        if topic_filter:
+            tps = [tp for tp in tps if tp[0] in topic_filter]
+        return tps
+
+    def dir_of(self, tp: TopicPartition) -> str:
+        return self.logs[tp].log_dir
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def checkpoint(self, log_dirs=None) -> dict:
+        """Write recovery-point and log-start-offset checkpoints of every log dir; returns what was written."""
+        written = {}
+        for d in (log_dirs or self.config.log_dirs):
+            written[d] = self._checkpoint_dir(d)
+        return written
+
+    def _checkpoint_dir(self, log_dir: str) -> dict:
+        mine = {tp: log for tp, log in self.logs.items() if log.log_dir == log_dir}
+        present = {tp for _, tp in self._partition_dirs(log_dir)}
+        rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
+        lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
+        with _FileLock(os.path.join(log_dir, ".checkpoint.lock")):
+            rp, _ = rp_file.read_or_empty()
+            lso, _ = lso_file.read_or_empty()
+            rp = {tp: v for tp, v in rp.items() if tp in present and tp not in mine}
+            lso = {tp: v for tp, v in lso.items() if tp in present and tp not in mine}
+            for tp, log in mine.items():
+                state = log.lock.read_state()
+                rp[tp] = state.recovery_point if state.recovery_point != UNKNOWN else log.recovery_point
+                start = state.log_start_offset if state.log_start_offset != UNKNOWN else log.log_start_offset
+                log.refresh()
+                if start > log.segments[0].base_offset:
+                    lso[tp] = start
+            rp_file.write(rp)
+            lso_file.write(lso)
+        return {"recovery_points": {f"{t}-{p}": v for (t, p), v in sorted(rp.items())},
+                "log_start_offsets": {f"{t}-{p}": v for (t, p), v in sorted(lso.items())}}
+
+    # -- flushing ---------------------------------------------------------------------------------------------
+    def flush_all(self, now_ms: int | None = None, topic_filter=None) -> list[dict]:
+        out = []
+        for tp in self.partitions(topic_filter):
+            log = self.logs[tp]
+            before = log.recovery_point
+            after = log.flush(now_ms=self.now(now_ms))
+            out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
+                        "recovery_point": after})
+        return out
+
+    # -- closing ----------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for d, state in self.dirs.items():
+            last = state.lock.try_exclusive()
+            logs = [log for log in self.logs.values() if log.log_dir == d]
+            try:
+                for log in logs:
+                    log.close(clean=last)
+                if last:
+                    self._write_checkpoints_after_close(d, logs)
+                    write_clean_shutdown(d)
+            finally:
+                state.lock.close()
+
+    def _write_checkpoints_after_close(self, log_dir: str, logs: list[Log]) -> None:
+        present = {tp for _, tp in self._partition_dirs(log_dir)}
+        rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
+        lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
+        rp, _ = rp_file.read_or_empty()
+        lso, _ = lso_file.read_or_empty()
+        rp = {tp: v for tp, v in rp.items() if tp in present}
+        lso = {tp: v for tp, v in lso.items() if tp in present}
+        for log in logs:
+            tp = (log.topic, log.partition)
+            rp[tp] = log.recovery_point
+            lso.pop(tp, None)
+            if log.log_start_offset > log.segments[0].base_offset:
+                lso[tp] = log.log_start_offset
+        rp_file.write(rp)
+        lso_file.write(lso)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def describe(self) -> dict:
+        out = {"log_dirs": []}
+        for d in self.config.log_dirs:
+            parts = [self.logs[tp].describe() for tp in sorted(self.logs) if self.logs[tp].log_dir == d]
+            msgs = self.dirs[d].load_messages if d in self.dirs else []
+            out["log_dirs"].append({"path": d, "partitions": parts, "load_messages": msgs})
+        if self.load_errors:
+            out["load_errors"] = list(self.load_errors)
+        return out

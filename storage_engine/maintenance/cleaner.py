@@ -1,0 +1,416 @@
+"""Log compaction: one cleaning round of one partition (Kafka's ``Cleaner.doClean``).
+
+1. Key map over the dirty section [first dirty, first uncleanable): the latest offset of every key. Built here
+   (:class:`~.offset_map.InProcessOffsetMap`, bounded like Kafka's, so a full map ends the round early at its
+   last mapped offset) or handed in (a map built by Spark). The round's end offset = map.latest_offset + 1.
+2. Group all segments below the end offset, oldest first, into groups whose summed ``.log`` sizes fit
+   ``segment.bytes``, summed index sizes fit ``segment.index.bytes`` and whose offsets fit one segment.
+3. Per group, copy what survives into ``<first base>.log.cleaned`` (+ indexes, rebuilt by the normal append
+   path): a record survives if it is beyond the mapped range, or its offset is the latest for its key and it
+   is not a tombstone past its delete horizon. Keyless records are dropped and counted. A batch whose records
+   all survive (and that needs no new delete horizon) is copied byte for byte; otherwise it is rebuilt with
+   the same magic, codec, timestamp type, producer fields, flags, leader epoch and last offset. A batch that
+   first retains a tombstone gets ``delete horizon = now + delete.retention.ms`` stamped (KIP-534), so the
+   tombstone goes in a later round once ``now`` passes it. The last batch of the round is kept as an empty
+   batch when all its records go (KAFKA-17076).
+4. Swap, under the partition lock, crash-safely (``.cleaned`` -> ``.swap``, old files -> ``.deleted``,
+   ``.swap`` -> final name, fsync dir). A loader completes an interrupted swap over [.swap base, .swap next
+   offset) only, so the cleaned segment always reaches into the group's last segment holding data: if none
+   of that segment's batches survives, its last batch is kept as an empty batch. A group whose records all
+   go is swapped for that one-empty-batch segment, which is then deleted (``.log`` first), so no empty
+   segment is left behind (unlike Kafka, KAFKA-9157) and a crash never leaves part of a group. If another
+   process removed or replaced a segment of the group meanwhile (retention, truncation), that group is
+   abandoned.
+5. Only when every swap is durable, the cleaner-offset checkpoint moves to the end offset.
+
+Not handled (documented): transactions. Control batches are always kept and transactional data is treated as
+ordinary data (no ``.txnindex`` is maintained, so aborted data is not removed), and producer state is not
+tracked (Kafka keeps each producer's last batch as an empty batch; this engine keeps only the round's last).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from storage_engine.maintenance import cleaner_manager
+from storage_engine import layout
+from storage_engine.record import legacy_records
+from storage_engine.maintenance.cleaner_manager import LogToClean
+from storage_engine.config import CleanerConfig
+from storage_engine.errors import StorageError
+from storage_engine.log.log import Log
+from storage_engine.maintenance.offset_map import InProcessOffsetMap
+from storage_engine.record.records import (LOG_APPEND_TIME, SimpleRecord, build_batch, build_empty_batch)
+from storage_engine.segment.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+INT32_MAX = 2**31 - 1
+MB = 1024 * 1024
+
+
+@dataclass
+class CleanerStats:
+    bytes_read: int = 0
+    messages_read: int = 0
+    bytes_written: int = 0
+    messages_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    invalid_messages_read: int = 0
+    tombstones_removed: int = 0
+    buffer_utilization: float = 0.0
+    start_s: float = field(default_factory=time.monotonic)
+    map_complete_s: float = 0.0
+    end_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        elapsed = max(self.end_s - self.start_s, 1e-9)
+        map_s = max(self.map_complete_s - self.start_s, 0.0)
+        clean_s = max(self.end_s - self.map_complete_s, 0.0)
+        return {
+            "mb_read": round(self.bytes_read / MB, 3), "mb_written": round(self.bytes_written / MB, 3),
+            "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+            "messages_read": self.messages_read, "messages_written": self.messages_written,
+            "records_removed": self.messages_read - self.messages_written,
+            "map_bytes_read": self.map_bytes_read, "map_messages_read": self.map_messages_read,
+            "invalid_messages_read": self.invalid_messages_read, "tombstones_removed": self.tombstones_removed,
+            "map_utilization_percent": round(100 * self.buffer_utilization, 2),
+            "elapsed_s": round(elapsed, 4), "map_s": round(map_s, 4), "clean_s": round(clean_s, 4),
+            "mb_per_s": round(self.bytes_read / MB / elapsed, 3),
+            "size_reduction_percent": round(100 * (1 - self.bytes_written / self.bytes_read), 2)
+            if self.bytes_read else 0.0,
+            "fewer_messages_percent": round(100 * (1 - self.messages_written / self.messages_read), 2)
+            if self.messages_read else 0.0,
+        }
+
+    def log_lines(self, name: str, first_dirty: int, end: int) -> list[str]:
+        d = self.as_dict()
+        total = d["elapsed_s"]
+        return [
+            f"Log cleaner cleaned log {name} (dirty section = [{first_dirty}, {end}])",
+            f"{d['mb_read']:,.1f} MB of log processed in {total:,.1f} seconds ({d['mb_per_s']:,.1f} MB/sec).",
+            f"Indexed {self.map_bytes_read / MB:,.1f} MB in {d['map_s']:,.1f} seconds "
+            f"({self.map_bytes_read / MB / max(d['map_s'], 1e-9):,.1f} Mb/sec, "
+            f"{100 * d['map_s'] / max(total, 1e-9):,.1f}% of total time)",
+            f"Buffer utilization: {d['map_utilization_percent']:,.1f}%",
+            f"Cleaned {d['mb_read']:,.1f} MB in {d['clean_s']:,.1f} seconds "
+            f"({d['mb_read'] / max(d['clean_s'], 1e-9):,.1f} Mb/sec, "
+            f"{100 * d['clean_s'] / max(total, 1e-9):,.1f}% of total time)",
+            f"Start size: {d['mb_read']:,.1f} MB ({self.messages_read:,} messages)",
+            f"End size: {d['mb_written']:,.1f} MB ({self.messages_written:,} messages)",
+            f"{d['size_reduction_percent']:,.1f}% size reduction ({d['fewer_messages_percent']:,.1f}% fewer messages)",
+        ]
+
+
+@dataclass
+class CleanResult:
+    end_offset: int
+    stats: CleanerStats
+    groups: int
+    groups_abandoned: int
+    checkpoint_written: bool
+
+
+# -- key map ---------------------------------------------------------------------------------------------------
+
+def _overlapping(segments: list[LogSegment], start: int, end: int) -> list[tuple[LogSegment, int]]:
+    """(segment, next base) for segments overlapping [start, end)."""
+    out = []
+    for i, s in enumerate(segments):
+        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else 2**63 - 1
+        if s.base_offset < end and nxt > start:
+            out.append((s, nxt))
+    return out
+
+
+def build_offset_map(log: Log, start: int, end: int, offset_map, stats: CleanerStats) -> bool:
+    """Fill ``offset_map`` with the latest offset per key in [start, end). Returns True if it filled up."""
+    offset_map.clear()
+    for seg, nxt in _overlapping(log.segments, start, end):
+        if _map_segment(seg, offset_map, start, end, stats):
+            return True
+        offset_map.update_latest_offset(min(nxt, end) - 1)  # skip offset gaps (KAFKA-8764)
+    return False
+
+
+def _batches_from(seg: LogSegment, offset: int):
+    """Batches of a sealed segment from the one holding ``offset``, read strictly: a segment that ends inside a
+    batch is corrupt (Kafka: "batch size > bytes left in segment"), not a torn tail to skip silently."""
+    _, pos = seg.offset_index.lookup(offset)
+    for batch in seg.batches(pos, strict=True):
+        if batch.last_offset >= offset:
+            yield batch
+
+
+def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats) -> bool:
+    max_entries = offset_map.max_entries
+    table = _table_of(offset_map)  # the in-process map's dict: filled inline (the hot loop)
+    for batch in _batches_from(seg, start):
+        if batch.base_offset >= end:
+            break
+        stats.map_bytes_read += batch.size_in_bytes
+        if batch.is_control:
+            stats.map_messages_read += 1
+        else:
+            records = batch.records()
+            if table is not None:
+                for i, (offset, _ts, key, _value, _headers) in enumerate(records):
+                    if key is not None and start <= offset < end:
+                        if len(table) >= max_entries:
+                            stats.map_messages_read += i
+                            return True
+                        table[key] = offset
+                        offset_map.latest_offset = offset
+                stats.map_messages_read += len(records)
+            else:
+                for rec in records:
+                    if rec.key is not None and start <= rec.offset < end:
+                        if offset_map.size >= max_entries:
+                            return True
+                        offset_map.put(rec.key, rec.offset)
+                    stats.map_messages_read += 1
+        if batch.last_offset >= start:
+            offset_map.update_latest_offset(min(batch.last_offset, end - 1))
+    return False
+
+
+def _table_of(offset_map) -> dict | None:
+    """The dict behind an :class:`InProcessOffsetMap` (exactly that class: a subclass may override get/put)."""
+    return offset_map.table if type(offset_map) is InProcessOffsetMap else None
+
+
+# -- grouping --------------------------------------------------------------------------------------------------
+
+def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[LogSegment]]:
+    """Kafka's ``groupSegmentsBySize``."""
+    groups = []
+    segs = list(segments)
+    while segs:
+        group = [segs.pop(0)]
+        log_size = group[0].size
+        index_size = group[0].offset_index.size_in_bytes
+        time_index_size = group[0].time_index.size_in_bytes
+        while segs:
+            cand = segs[0]
+            last_for_cand = segs[1].base_offset - 1 if len(segs) > 1 else first_uncleanable_offset - 1
+            if (log_size + cand.size <= max_size
+                    and index_size + cand.offset_index.size_in_bytes <= max_index_size
+                    and time_index_size + cand.time_index.size_in_bytes <= max_index_size
+                    and (cand.size == 0 or last_for_cand - group[0].base_offset <= INT32_MAX)):
+                group.append(segs.pop(0))
+                log_size += cand.size
+                index_size += cand.offset_index.size_in_bytes
+                time_index_size += cand.time_index.size_in_bytes
+            else:
+                break
+        groups.append(group)
+    return groups
+
+
+# -- cleaning --------------------------------------------------------------------------------------------------
+
+class Cleaner:
+    def __init__(self, config: CleanerConfig):
+        self.config = config
+
+    def new_offset_map(self) -> InProcessOffsetMap:
+        memory = min(self.config.dedupe_buffer_size // max(1, self.config.threads), INT32_MAX)
+        return InProcessOffsetMap(memory, self.config.io_buffer_load_factor)
+
+    def clean(self, ltc: LogToClean, now_ms: int, offset_map=None, *, dry_run: bool = False) -> CleanResult:
+        """One round. ``offset_map`` (already built, e.g. by Spark) replaces the in-process map. ``dry_run``
+        computes the same statistics (what would be removed) without writing anything."""
+        log = ltc.log
+        stats = CleanerStats()
+        segments = log.segments
+        identities = {s.base_offset: _inode(s) for s in segments}
+        below_dirty = [s for s in segments if s.base_offset < ltc.first_dirty_offset]
+        legacy_horizon = (below_dirty[-1].mtime_ms() - log.config.delete_retention_ms) if below_dirty else 0
+        if offset_map is None:
+            offset_map = self.new_offset_map()
+            build_offset_map(log, ltc.first_dirty_offset, ltc.first_uncleanable_offset, offset_map, stats)
+        stats.buffer_utilization = getattr(offset_map, "utilization", 0.0)
+        stats.map_complete_s = time.monotonic()
+        end_offset = offset_map.latest_offset + 1
+        if end_offset <= ltc.first_dirty_offset:
+            stats.end_s = time.monotonic()
+            return CleanResult(ltc.first_dirty_offset, stats, 0, 0, False)
+        groups = group_segments_by_size([s for s in segments if s.base_offset < end_offset],
+                                        log.config.segment_bytes, log.config.segment_index_bytes,
+                                        ltc.first_uncleanable_offset)
+        abandoned = 0
+        for group in groups:
+            if dry_run:
+                self._filter_group(group, offset_map, now_ms, legacy_horizon, log.config.delete_retention_ms,
+                                   ltc.first_uncleanable_offset, stats)
+            elif not self._clean_group(log, group, identities, offset_map, now_ms, legacy_horizon,
+                                       ltc.first_uncleanable_offset, stats):
+                abandoned += 1
+        stats.end_s = time.monotonic()
+        wrote = False
+        if not abandoned and not dry_run:
+            cleaner_manager.update_cleaner_checkpoint(log.log_dir, (log.topic, log.partition), end_offset)
+            wrote = True
+        return CleanResult(end_offset, stats, len(groups), abandoned, wrote)
+
+    def _filter_group(self, group, offset_map, now_ms, legacy_horizon, delete_retention_ms, upper_bound,
+                      stats) -> None:
+        for seg in group:
+            retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
+            for batch in seg.batches(0, strict=True):
+                out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
+                                         upper_bound, stats)
+                if out is not None:
+                    stats.bytes_written += len(out[0])
+
+    def _clean_group(self, log: Log, group: list[LogSegment], identities: dict, offset_map, now_ms: int,
+                     legacy_horizon: int, upper_bound: int, stats: CleanerStats) -> bool:
+        # The previous group's swap may have reloaded the view (another process rolled or deleted a segment
+        # meanwhile), closing the segment objects this round started with: work on the current ones, and
+        # abandon the group if one of its segments is gone or was replaced since the round started.
+        current = {s.base_offset: s for s in log.segments}
+        resolved = []
+        for s in group:
+            cur = current.get(s.base_offset)
+            if cur is None or _inode(cur) != identities.get(s.base_offset):
+                logger.warning("abandoning the group at %d of %s: segment %d changed since the round started",
+                               group[0].base_offset, log.name, s.base_offset)
+                return False
+            resolved.append(cur)
+        group = resolved
+        identity = [(s.base_offset, identities[s.base_offset]) for s in group]
+        cfg = log.config
+        cleaned = LogSegment.open(log.dir, group[0].base_offset, index_interval_bytes=cfg.index_interval_bytes,
+                                  max_index_size=cfg.segment_index_bytes, suffix=layout.CLEANED_SUFFIX,
+                                  now_ms=now_ms, preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0)
+        # After a crash the loader completes a swap only over [.swap base, .swap next offset): the cleaned
+        # segment must reach into the last replaced segment holding data, or that segment would survive next
+        # to the cleaned one. If nothing of it is retained, its last batch is kept as an empty batch.
+        tail = next((s for s in reversed(group) if s.size > 0), None)
+        written, tail_written, tail_last = 0, False, None
+        try:
+            for seg in group:
+                retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
+                for batch in seg.batches(0, strict=True):
+                    out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
+                                             retain_legacy_deletes, upper_bound, stats)
+                    if seg is tail:
+                        tail_last = batch
+                    if out is not None:
+                        data, max_ts = out
+                        cleaned.append(batch.last_offset, max_ts, batch.last_offset, data)
+                        stats.bytes_written += len(data)
+                        written += 1
+                        tail_written = tail_written or seg is tail
+            all_removed = written == 0
+            if tail_last is not None and not tail_written:
+                data = _empty_batch_like(tail_last)
+                cleaned.append(tail_last.last_offset, tail_last.max_timestamp, tail_last.last_offset, data)
+                if not all_removed:
+                    stats.bytes_written += len(data)
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            cleaned.log.set_mtime_ms(group[-1].mtime_ms())
+        except BaseException:
+            cleaned.delete_files()
+            raise
+        if cleaned.size == 0:  # the group holds only empty segments: nothing to swap in
+            cleaned.delete_files()
+            return log.replace_segments(None, group, identity, now_ms)
+        # A group whose records all go is swapped for its one-empty-batch cover (atomic for the loader), which
+        # is then deleted: no empty segment is left behind (unlike Kafka, KAFKA-9157).
+        return log.replace_segments(cleaned, group, identity, now_ms, delete_after=all_removed)
+
+    def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
+                      retain_legacy_deletes: bool, upper_bound: int,
+                      stats: CleanerStats) -> tuple[bytes, int] | None:
+        """What of ``batch`` survives: (bytes, max timestamp) or None."""
+        stats.bytes_read += batch.size_in_bytes
+        if batch.is_control:
+            stats.messages_read += 1
+            stats.messages_written += 1
+            return batch.raw(), batch.max_timestamp
+        records = batch.records()
+        stats.messages_read += len(records)
+        latest = offset_map.latest_offset
+        v2 = batch.magic >= 2
+        horizon = batch.delete_horizon_ms if v2 and batch.has_delete_horizon else None
+        tombstone_kept_by_batch = (horizon is None or now_ms < horizon) if v2 else retain_legacy_deletes
+        kept = []
+        keeps_tombstone = False
+        table = _table_of(offset_map)
+        lookup = table.get if table is not None else (lambda k, _default: offset_map.get(k))
+        invalid = tombstones_removed = 0
+        for rec in records:
+            offset, _ts, key, value, _headers = rec
+            if offset > latest:
+                keep = True
+            elif key is None:
+                invalid += 1
+                keep = False
+            else:
+                newest = offset >= lookup(key, -1)
+                keep = newest and (value is not None or tombstone_kept_by_batch)
+                if newest and not keep:
+                    tombstones_removed += 1
+            if keep:
+                kept.append(rec)
+                if value is None:
+                    keeps_tombstone = True
+        stats.invalid_messages_read += invalid
+        stats.tombstones_removed += tombstones_removed
+        needs_horizon = v2 and horizon is None and keeps_tombstone
+        stats.messages_written += len(kept)
+        if kept and len(kept) == len(records) and not needs_horizon:
+            return batch.raw(), batch.max_timestamp
+        if not kept:
+            if v2 and batch.next_offset == upper_bound:
+                return build_empty_batch(batch), batch.max_timestamp
+            return None
+        new_horizon = (now_ms + delete_retention_ms) if needs_horizon else horizon
+        if batch.timestamp_type == LOG_APPEND_TIME:
+            max_ts = batch.max_timestamp
+        else:
+            max_ts = max(r.timestamp for r in kept)
+        return _rebuild(batch, kept, new_horizon), max_ts
+
+
+def _rebuild(batch, kept, horizon: int | None) -> bytes:
+    simple = [SimpleRecord(r.key, r.value, r.timestamp, r.headers) for r in kept]
+    offsets = [r.offset for r in kept]
+    if batch.magic >= 2:
+        log_append = batch.timestamp_type == LOG_APPEND_TIME
+        return build_batch(simple, base_offset=batch.base_offset, codec=batch.compression,
+                           timestamp_type=batch.timestamp_type, log_append_time_ms=batch.max_timestamp if log_append
+                           else None, producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                           base_sequence=batch.base_sequence, is_transactional=batch.is_transactional,
+                           is_control=batch.is_control, partition_leader_epoch=batch.partition_leader_epoch,
+                           delete_horizon_ms=horizon, offsets=offsets, last_offset=batch.last_offset)
+    return legacy_records.build_legacy_batch(simple, magic=batch.magic, base_offset=offsets[0],
+                                             codec=batch.compression, timestamp_type=max(batch.timestamp_type, 0),
+                                             log_append_time_ms=batch.max_timestamp, offsets=offsets)
+
+
+def _empty_batch_like(batch) -> bytes:
+    """A batch without records spanning ``batch``'s offsets (a legacy message has no empty form: v2 header)."""
+    if batch.magic >= 2:
+        return build_empty_batch(batch)
+    return build_batch([], base_offset=batch.base_offset, last_offset=batch.last_offset)
+
+
+def _inode(seg: LogSegment) -> int:
+    try:
+        return os.stat(seg.path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
+def describe_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["Cleaner", "CleanerStats", "CleanResult", "build_offset_map", "group_segments_by_size",
+           "StorageError"]

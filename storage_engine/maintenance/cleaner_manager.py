@@ -1,0 +1,307 @@
+"""Which logs to compact, how far, and who may (Kafka's ``LogCleanerManager``), across processes.
+
+State kept per log dir, in Kafka's files where Kafka has one:
+
+* ``cleaner-offset-checkpoint`` (Kafka's text format): the first dirty offset of each compacted partition,
+  i.e. where the last cleaning ended. An entry outside [log start, log end] is reset to the log start.
+* ``.cleaning.<topic>-<partition>`` (flock): the cross-process "in progress" claim. Whoever holds it cleans
+  (or runs retention on) the partition; a second run skips it and says so.
+* ``.uncleanable-partitions.json``: partitions whose cleaning failed, with the reason and time. They are
+  skipped (and reported) until cleared by ``compact --clear-uncleanable``; Kafka forgets them only on restart.
+
+Selection (``grabFilthiestCompactedLog``): first dirty offset = checkpoint (or log start); first uncleanable
+offset = min(active segment base, first dirty segment newer than ``now - min.compaction.lag.ms``, first dirty
+segment whose largest timestamp is >= an optional upper time bound), snapped to a segment base. Dirty ratio =
+cleanable bytes / (clean + cleanable bytes); a log is eligible if the ratio is strictly above
+``min.cleanable.dirty.ratio`` or a dirty segment is older than ``max.compaction.lag.ms``.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from storage_engine import layout
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.durable import atomic_write
+from storage_engine.errors import LogLockedError, StorageIOError
+from storage_engine.log.log import Log
+
+UNCLEANABLE_FILE = ".uncleanable-partitions.json"
+CLAIM_PREFIX = ".cleaning."
+
+
+def _guarded(log_dir: str, name: str):
+    path = os.path.join(log_dir, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _release(fd) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+# -- cleaner checkpoint ----------------------------------------------------------------------------------------
+
+def read_cleaner_checkpoints(log_dir: str) -> dict:
+    entries, _err = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT)).read_or_empty()
+    return entries
+
+
+def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | None) -> None:
+    """Set (or with None remove) one partition's entry, keeping the others; entries of partitions whose
+    folder is gone are dropped, as Kafka does on every update."""
+    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
+    try:
+        f = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT))
+        entries, _err = f.read_or_empty()
+        present = set()
+        for name in os.listdir(log_dir):
+            if os.path.isdir(os.path.join(log_dir, name)):
+                try:
+                    present.add(layout.parse_partition_dir(name))
+                except ValueError:
+                    pass
+        entries = {k: v for k, v in entries.items() if k in present}
+        if offset is None:
+            entries.pop(tp, None)
+        else:
+            entries[tp] = offset
+        f.write(entries)
+    finally:
+        _release(fd)
+
+
+# -- claims ----------------------------------------------------------------------------------------------------
+
+def claim_path(log_dir: str, partition_dir_name: str) -> str:
+    name = CLAIM_PREFIX + partition_dir_name
+    if len(name.encode()) > 255:
+        name = CLAIM_PREFIX + hashlib.sha1(partition_dir_name.encode()).hexdigest()
+    return os.path.join(log_dir, name)
+
+
+class CleaningClaim:
+    """Exclusive, non-blocking claim on cleaning a partition; released on close or process death."""
+
+    def __init__(self, log: Log):
+        self.path = claim_path(log.log_dir, log.name)
+        self._fd = None
+
+    def try_acquire(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageIOError("cannot open cleaning claim", self.path, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def acquire_or_raise(self) -> None:
+        if not self.try_acquire():
+            raise LogLockedError(f"another process is cleaning this partition (claim {self.path})")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def is_claimed(log: Log) -> bool:
+    claim = CleaningClaim(log)
+    if claim.try_acquire():
+        claim.release()
+        return False
+    return True
+
+
+# -- uncleanable partitions ------------------------------------------------------------------------------------
+
+def read_uncleanable(log_dir: str) -> dict:
+    path = os.path.join(log_dir, UNCLEANABLE_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read() or b"{}")
+        return data if isinstance(data, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, OSError):
+        # An unreadable marker file must not make every partition cleanable silently: keep it, report it.
+        return {"<unreadable>": {"reason": f"{path} is not valid JSON; fix or delete it"}}
+
+
+def mark_uncleanable(log_dir: str, name: str, reason: str, now_ms: int) -> None:
+    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
+    try:
+        data = read_uncleanable(log_dir)
+        data.pop("<unreadable>", None)
+        data[name] = {"reason": reason, "since_ms": now_ms}
+        atomic_write(os.path.join(log_dir, UNCLEANABLE_FILE), json.dumps(data, indent=1, sort_keys=True).encode())
+    finally:
+        _release(fd)
+
+
+def clear_uncleanable(log_dir: str, name: str | None = None) -> list[str]:
+    """Clear one partition (or all with None); returns what was cleared."""
+    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
+    try:
+        data = read_uncleanable(log_dir)
+        cleared = sorted(data) if name is None else ([name] if name in data else [])
+        for n in cleared:
+            data.pop(n, None)
+        atomic_write(os.path.join(log_dir, UNCLEANABLE_FILE), json.dumps(data, indent=1, sort_keys=True).encode())
+        return cleared
+    finally:
+        _release(fd)
+
+
+# -- what is cleanable -----------------------------------------------------------------------------------------
+
+@dataclass
+class LogToClean:
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    need_compaction_now: bool
+    checkpoint_reset: bool = False
+    max_compaction_delay_ms: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    def as_dict(self) -> dict:
+        return {"topic": self.log.topic, "partition": self.log.partition,
+                "first_dirty_offset": self.first_dirty_offset,
+                "first_uncleanable_offset": self.first_uncleanable_offset, "clean_bytes": self.clean_bytes,
+                "cleanable_bytes": self.cleanable_bytes, "dirty_ratio": round(self.cleanable_ratio, 6),
+                "min_cleanable_dirty_ratio": self.log.config.min_cleanable_dirty_ratio,
+                "need_compaction_now": self.need_compaction_now,
+                "max_compaction_delay_ms": self.max_compaction_delay_ms,
+                "checkpoint_reset": self.checkpoint_reset}
+
+
+def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
+                      upper_time_bound_ms: int | None = None) -> tuple[int, int, bool, bool, int]:
+    """(first dirty, first uncleanable, need compaction now, checkpoint reset, max delay) - Kafka's rules."""
+    cfg = log.config
+    reset = False
+    first_dirty = log.log_start_offset if checkpoint is None else checkpoint
+    if checkpoint is not None and (checkpoint < log.log_start_offset or checkpoint > log.log_end_offset):
+        first_dirty = log.log_start_offset
+        reset = True
+    segments = log.segments
+    active = segments[-1]
+    dirty_non_active = [s for s in segments[:-1] if _next_base(segments, s) > first_dirty]
+    bounds = [log.log_end_offset, active.base_offset]  # LSO == HW == LEO here (no open transactions tracked)
+    if cfg.min_compaction_lag_ms > 0:
+        for s in dirty_non_active:
+            if s.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms:
+                bounds.append(s.base_offset)
+                break
+    if upper_time_bound_ms is not None:
+        for s in dirty_non_active:
+            if s.largest_timestamp() >= upper_time_bound_ms:
+                bounds.append(s.base_offset)
+                break
+    first_uncleanable = max(first_dirty, min(bounds))
+    need_now, max_delay = False, 0
+    if cfg.max_compaction_lag_ms < 2**63 - 1:
+        earliest = None
+        for s in dirty_non_active:
+            ts = s.first_batch_timestamp()
+            if ts >= 0 and (earliest is None or ts < earliest):
+                earliest = ts
+        if earliest is not None:
+            max_delay = now_ms - cfg.max_compaction_lag_ms - earliest
+            need_now = max_delay > 0
+    return first_dirty, first_uncleanable, need_now, reset, max(0, max_delay)
+
+
+def _next_base(segments, seg) -> int:
+    i = segments.index(seg)
+    return segments[i + 1].base_offset if i + 1 < len(segments) else 2**63 - 1
+
+
+def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound_ms: int | None = None) -> LogToClean:
+    first_dirty, first_uncleanable, need_now, reset, delay = cleanable_offsets(log, checkpoint, now_ms,
+                                                                               upper_time_bound_ms)
+    segments = log.segments
+    # Kafka: clean bytes = segments overlapping [-1, first dirty); a segment split by the checkpoint (a map
+    # that filled mid-segment) counts as clean and as cleanable.
+    clean_bytes = sum(s.size for s in segments if s.base_offset < first_dirty)
+    # Snap the uncleanable boundary to a segment base (the segment holding it, among non-active ones).
+    snapped = segments[-1].base_offset
+    for s in segments[:-1]:
+        if s.base_offset <= first_uncleanable < _next_base(segments, s):
+            snapped = s.base_offset
+            break
+    start = min(first_dirty, snapped)
+    cleanable_bytes = sum(s.size for s in segments
+                          if _next_base(segments, s) > start and s.base_offset < snapped)
+    return LogToClean(log, first_dirty, snapped if snapped >= first_dirty else first_dirty, clean_bytes,
+                      cleanable_bytes, need_now, reset, delay)
+
+
+def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = None,
+           write_resets: bool = True) -> dict:
+    """Rank compacted logs by dirty ratio. Returns {"eligible": [LogToClean sorted dirtiest first],
+    "skipped": [{"topic","partition","reason"}], "not_dirty": [LogToClean]}."""
+    eligible, skipped, not_dirty = [], [], []
+    checkpoints: dict[str, dict] = {}
+    uncleanable: dict[str, dict] = {}
+    for log in logs:
+        if not log.config.compact:
+            continue
+        if log.log_dir not in checkpoints:
+            checkpoints[log.log_dir] = read_cleaner_checkpoints(log.log_dir)
+            uncleanable[log.log_dir] = read_uncleanable(log.log_dir)
+        bad = uncleanable[log.log_dir].get(log.name) or uncleanable[log.log_dir].get("<unreadable>")
+        if bad:
+            skipped.append({"topic": log.topic, "partition": log.partition,
+                            "reason": f"uncleanable: {bad.get('reason')}"})
+            continue
+        if is_claimed(log):
+            skipped.append({"topic": log.topic, "partition": log.partition,
+                            "reason": "another run is cleaning this partition"})
+            continue
+        try:
+            log.refresh(now_ms)
+            ltc = log_to_clean(log, checkpoints[log.log_dir].get((log.topic, log.partition)), now_ms,
+                               upper_time_bound_ms)
+        except Exception as exc:  # Kafka: an error while selecting marks the partition uncleanable, and
+            reason = f"{type(exc).__name__}: {exc}"  # the other partitions are still considered
+            if write_resets:
+                mark_uncleanable(log.log_dir, log.name, reason, now_ms)
+            skipped.append({"topic": log.topic, "partition": log.partition, "reason": f"uncleanable: {reason}"})
+            continue
+        if ltc.checkpoint_reset and write_resets:
+            update_cleaner_checkpoint(log.log_dir, (log.topic, log.partition), ltc.first_dirty_offset)
+        if ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or
+                                    ltc.cleanable_ratio > log.config.min_cleanable_dirty_ratio):
+            eligible.append(ltc)
+        else:
+            not_dirty.append(ltc)
+    eligible.sort(key=lambda l: l.cleanable_ratio, reverse=True)
+    return {"eligible": eligible, "skipped": skipped, "not_dirty": not_dirty}

@@ -1,0 +1,173 @@
+"""Retention: deleting old segments by log start offset, size and time (Kafka's ``deleteOldSegments``).
+
+Rules, applied in this order on each pass, each on what the previous one left:
+
+1. **log start offset** (always, even for compacted topics, KAFKA-7400): a segment goes when the next
+   segment's base offset is <= the log start offset (raised by delete-records).
+2. **size** (``retention.bytes`` >= 0, policy contains ``delete``): with ``diff = log size - retention.bytes``,
+   walking oldest first, a segment goes while ``diff - segment size >= 0`` (whole segments only, so the log
+   never shrinks below the limit).
+3. **time** (``retention.ms`` >= 0, policy contains ``delete``): a segment goes when
+   ``now - largest timestamp > retention.ms`` (strict; the file mtime stands in when a segment has no
+   timestamps).
+
+Only a prefix of the log is ever deleted: the walk stops at the first segment that must stay. A segment is
+deletable only if the high watermark (here: the log end offset) is at or past its upper bound and it is not
+the empty active segment; when every segment would go, the log rolls first so an empty active segment
+remains. Deleted segments are renamed ``.deleted`` and purged by :func:`purge_deleted` once
+``file.delete.delay.ms`` has passed, so readers holding them open can finish.
+
+Segments whose largest timestamp lies after ``now`` are reported as ``future_segments``: time retention
+can never delete them (nor anything after them) until the clock catches up, which an operator must know.
+``now`` is passed in (``--now-ms``; the DAG passes its data interval end), so a backfilled run acts on the log
+as of its interval, and re-running the same interval finds nothing more to do.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from storage_engine import layout
+from storage_engine.log.log import Log
+from storage_engine.segment.segment import LogSegment
+
+
+@dataclass
+class Deletion:
+    segment: LogSegment
+    reason: str
+
+    def as_dict(self) -> dict:
+        s = self.segment
+        return {"base_offset": s.base_offset, "size_bytes": s.size, "largest_timestamp": s.largest_timestamp(),
+                "reason": self.reason}
+
+
+def _deletable(log: Log, segments: list[LogSegment], predicate) -> list[LogSegment]:
+    out = []
+    hw = log.high_watermark
+    for i, seg in enumerate(segments):
+        nxt = segments[i + 1] if i + 1 < len(segments) else None
+        upper = nxt.base_offset if nxt is not None else log.log_end_offset
+        is_last_and_empty = nxt is None and seg.size == 0
+        if hw >= upper and not is_last_and_empty and predicate(seg, nxt):
+            out.append(seg)
+        else:
+            break
+    return out
+
+
+def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[dict]]:
+    """Which segments retention would delete at ``now_ms`` and why, plus future-timestamp warnings."""
+    cfg = log.config
+    remaining = log.segments
+    deletions: list[Deletion] = []
+
+    def take(segs, reason):
+        nonlocal remaining
+        deletions.extend(Deletion(s, reason) for s in segs)
+        gone = {id(s) for s in segs}
+        remaining = [s for s in remaining if id(s) not in gone]
+
+    start = log.log_start_offset
+    take(_deletable(log, remaining, lambda s, n: n is not None and n.base_offset <= start), "log-start-offset")
+    if cfg.delete:
+        if cfg.retention_bytes >= 0:
+            diff = sum(s.size for s in remaining) - cfg.retention_bytes
+            if diff > 0:
+                def by_size(seg, _n):
+                    nonlocal diff
+                    if diff - seg.size >= 0:
+                        diff -= seg.size
+                        return True
+                    return False
+                take(_deletable(log, remaining, by_size), "retention-bytes")
+        if cfg.retention_ms >= 0:
+            take(_deletable(log, remaining,
+                            lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms), "retention-ms")
+    future = [{"base_offset": s.base_offset, "largest_timestamp": s.largest_timestamp(),
+               "ahead_ms": s.largest_timestamp() - now_ms}
+              for s in remaining if s.largest_timestamp() > now_ms and s.size > 0]
+    return deletions, future
+
+
+def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
+    """Apply (or with ``dry_run`` only plan) retention to one log; returns a JSON-able summary.
+
+    On a compacted topic retention pauses while a cleaning of the partition is in progress (Kafka runs
+    both from the cleaner thread): it takes the cleaning claim or reports the partition as busy."""
+    from storage_engine.maintenance.cleaner_manager import CleaningClaim
+    claim = CleaningClaim(log) if log.config.compact else None
+    if claim is not None and not claim.try_acquire():
+        return {"topic": log.topic, "partition": log.partition, "dry_run": dry_run, "now_ms": now_ms,
+                "cleanup_policy": ",".join(log.config.cleanup_policy), "segments_deleted": 0,
+                "bytes_reclaimed": 0, "segments": [], "log_start_offset_before": log.log_start_offset,
+                "log_start_offset": log.log_start_offset, "future_segments": [], "nothing_to_do": True,
+                "skipped": "cleaning in progress on this partition"}
+    try:
+        return _run(log, now_ms, dry_run)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def _run(log: Log, now_ms: int, dry_run: bool) -> dict:
+    with log.locked(now_ms):
+        deletions, future = plan(log, now_ms)
+        before_start = log.log_start_offset
+        summaries = {id(d.segment): d.as_dict() for d in deletions}  # before the files are renamed
+        if dry_run:
+            done = [d.segment for d in deletions]
+        else:
+            done = log.delete_segments_locked([d.segment for d in deletions], now_ms) if deletions else []
+        segments = [summaries[id(s)] for s in done]
+        return {
+            "topic": log.topic, "partition": log.partition, "dry_run": dry_run, "now_ms": now_ms,
+            "cleanup_policy": ",".join(log.config.cleanup_policy),
+            "segments_deleted": len(segments),
+            "bytes_reclaimed": sum(s["size_bytes"] for s in segments),
+            "segments": segments,
+            "log_start_offset_before": before_start,
+            "log_start_offset": log.log_start_offset,
+            "future_segments": future,
+            "nothing_to_do": not segments,
+        }
+
+
+def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = False) -> dict:
+    """Remove ``*.deleted`` files whose deletion was scheduled at least ``file.delete.delay.ms`` ago.
+
+    The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay."""
+    removed, waiting, freed = [], 0, 0
+    for d in log_dirs:
+        if not os.path.isdir(d):
+            continue
+        for part in sorted(os.listdir(d)):
+            pdir = os.path.join(d, part)
+            if not os.path.isdir(pdir):
+                continue
+            try:
+                topic, _ = layout.parse_partition_dir(part)
+            except ValueError:
+                continue
+            delay = delay_ms_for(topic) if delay_ms_for else 60000
+            for name in sorted(os.listdir(pdir)):
+                if not name.endswith(layout.DELETED_SUFFIX):
+                    continue
+                path = os.path.join(pdir, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                if now_ms - int(st.st_mtime * 1000) >= delay:
+                    if not dry_run:
+                        try:
+                            os.remove(path)
+                        except FileNotFoundError:
+                            continue
+                    removed.append(os.path.join(part, name))
+                    freed += st.st_size
+                else:
+                    waiting += 1
+    return {"files_removed": len(removed), "bytes_freed": freed, "files_waiting": waiting, "removed": removed,
+            "dry_run": dry_run}

@@ -1,0 +1,234 @@
+"""The ``.log`` file: a plain concatenation of log entries (Kafka's ``FileRecords``/``FileLogInputStream``).
+
+Every entry, whatever its magic, starts with ``offset int64 | size int32 | ... | magic int8 at byte 16``;
+the entry is ``12 + size`` bytes. Reading entries from a file follows Kafka's rules:
+
+* fewer than 17 bytes left: no more entries (a torn tail, not an error, when reading);
+* size < 14: corrupt (:class:`CorruptRecordError` naming the file and position);
+* the entry runs past the end of the file: no more entries (a partial trailing batch);
+* magic 0/1: a legacy message; 2: a record batch; anything else: corrupt.
+
+``strict=True`` (used by recovery, ``verify`` and ``dump-log``) turns the two silent stops into errors, so a
+torn tail is reported with its position. Entries are parsed from an ``mmap`` of the file, so validating a
+segment does not copy it.
+
+The logical size of the file is tracked separately from its physical size, because a preallocated segment
+(``preallocate=true``) is created ``segment.bytes`` long and trimmed to its logical size when it is rolled.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Iterator
+
+from storage_engine.errors import CorruptRecordError, StorageIOError
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
+
+_OFFSET_SIZE = struct.Struct(">qi")
+MAX_FILE_SIZE = 2**31 - 1
+
+
+def read_entry_header(buf, pos: int) -> tuple[int, int, int]:
+    """(offset, size field, magic) of the entry at ``pos``; the caller checks 17 bytes are present."""
+    offset, size = _OFFSET_SIZE.unpack_from(buf, pos)
+    return offset, size, buf[pos + 16]
+
+
+def batch_at(buf, pos: int, end: int, path: object = None, *, strict: bool = False,
+             file_offset: int = 0):
+    """Parse the entry starting at ``pos``; None when the buffer ends before a whole entry (non-strict)."""
+    remaining = end - pos
+    where = pos + file_offset
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        if strict and remaining > 0:
+            raise CorruptRecordError(f"truncated entry: only {remaining} bytes left, fewer than the "
+                                     f"{HEADER_SIZE_UP_TO_MAGIC}-byte entry header", path, where)
+        return None
+    offset, size, magic = read_entry_header(buf, pos)
+    if size < MIN_ENTRY_SIZE_FIELD:
+        raise CorruptRecordError(f"record size {size} is smaller than the minimum record overhead "
+                                 f"({MIN_ENTRY_SIZE_FIELD})", path, where)
+    if LOG_OVERHEAD + size > remaining:
+        if strict:
+            raise CorruptRecordError(f"truncated batch at offset {offset}: it declares {size} bytes but only "
+                                     f"{remaining - LOG_OVERHEAD} follow", path, where)
+        return None
+    if magic == 2:
+        return RecordBatch(buf, pos, path, where)
+    if magic in (0, 1):
+        return LegacyBatch(buf, pos, path, where)
+    raise CorruptRecordError(f"unknown magic {magic} in entry at offset {offset}", path, where)
+
+
+def iter_batches(buf, start: int = 0, end: int | None = None, path: object = None, *, strict: bool = False,
+                 file_offset: int = 0) -> Iterator:
+    """Yield the batches in ``buf[start:end]`` in order (see the module docstring for the stop rules)."""
+    end = len(buf) if end is None else end
+    pos = start
+    while True:
+        batch = batch_at(buf, pos, end, path, strict=strict, file_offset=file_offset)
+        if batch is None:
+            return
+        yield batch
+        pos += batch.size_in_bytes
+
+
+class FileRecords:
+    """An open ``.log`` file with a logical size; appends go to the end of the logical size."""
+
+    def __init__(self, path: str, *, create: bool = False, preallocate_bytes: int = 0, writable: bool = True):
+        self.path = path
+        self.writable = writable
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        try:
+            if create:
+                self._fd = os.open(path, flags | os.O_CREAT, 0o644)
+                if preallocate_bytes:
+                    os.ftruncate(self._fd, preallocate_bytes)
+                self.size = 0
+            else:
+                self._fd = os.open(path, flags)
+                self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise StorageIOError("cannot open log file", path, exc) from exc
+        if self.size > MAX_FILE_SIZE:
+            raise CorruptRecordError(f"log file is larger than {MAX_FILE_SIZE} bytes", path, 0)
+        self._map = None
+        self._map_len = 0
+
+    # -- size -------------------------------------------------------------------------------------------------
+    def physical_size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def refresh_size(self) -> int:
+        """Re-read the size from the file (another process may have appended). Only for read-only views."""
+        self.size = os.fstat(self._fd).st_size
+        return self.size
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def append(self, data) -> int:
+        """Write ``data`` at the logical end; returns the number of bytes written."""
+        n = len(data)
+        if self.size + n > MAX_FILE_SIZE:
+            raise CorruptRecordError(f"appending {n} bytes would make the log file larger than "
+                                     f"{MAX_FILE_SIZE} bytes", self.path, self.size)
+        try:
+            written = os.pwrite(self._fd, data, self.size)
+            while written < n:  # short writes are legal for pwrite
+                written += os.pwrite(self._fd, memoryview(data)[written:], self.size + written)
+        except OSError as exc:
+            raise StorageIOError("cannot append to log file", self.path, exc) from exc
+        self.size += n
+        return n
+
+    def flush(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageIOError("cannot fsync log file", self.path, exc) from exc
+
+    def truncate_to(self, size: int) -> int:
+        """Cut the file to ``size`` bytes; returns the number of bytes removed."""
+        if size < 0 or size > self.size:
+            raise ValueError(f"cannot truncate {self.path} of size {self.size} to {size}")
+        removed = self.size - size
+        if size < self.physical_size():
+            self._drop_map()
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:
+                raise StorageIOError("cannot truncate log file", self.path, exc) from exc
+        self.size = size
+        return removed
+
+    def trim(self) -> None:
+        """Drop the preallocated tail beyond the logical size."""
+        if self.physical_size() > self.size:
+            self.truncate_to(self.size)
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def read(self, position: int, size: int) -> bytes:
+        size = max(0, min(size, self.size - position))
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise StorageIOError("cannot read log file", self.path, exc) from exc
+
+    def view(self):
+        """A read-only mmap (or bytes for an empty file) covering the logical size; re-mapped as the file grows."""
+        if self.size == 0:
+            return b""
+        if self._map is None or self._map_len < self.size:
+            # Growing: batches parsed from the old mapping may still be in use; it closes when they are gone.
+            # (Truncation, in contrast, closes it at once: touching pages past the new end would be SIGBUS.)
+            self._map = None
+            self._map_len = 0
+            try:
+                self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise StorageIOError("cannot map log file", self.path, exc) from exc
+            self._map_len = self.size
+        return self._map
+
+    def batches(self, start: int = 0, *, strict: bool = False) -> Iterator:
+        return iter_batches(self.view(), start, self.size, self.path, strict=strict)
+
+    def batch_at(self, position: int, *, strict: bool = False):
+        return batch_at(self.view(), position, self.size, self.path, strict=strict)
+
+    def search_for_offset_with_size(self, target_offset: int, start_position: int):
+        """First batch at/after ``start_position`` whose last offset >= target: (last offset, position, size)."""
+        for batch in self.batches(start_position):
+            if batch.last_offset >= target_offset:
+                return batch.last_offset, batch.file_position, batch.size_in_bytes
+        return None
+
+    def search_for_timestamp(self, target_ts: int, start_position: int, starting_offset: int):
+        """First record with timestamp >= target and offset >= starting_offset: (timestamp, offset) or None."""
+        for batch in self.batches(start_position):
+            if batch.max_timestamp >= target_ts:
+                for rec in batch.records():
+                    if rec.timestamp >= target_ts and rec.offset >= starting_offset:
+                        return rec.timestamp, rec.offset
+        return None
+
+    def largest_timestamp_after(self, start_position: int) -> tuple[int, int]:
+        """(max timestamp, last offset of the first batch holding it) over batches from ``start_position``."""
+        max_ts, offset = -1, -1
+        for batch in self.batches(start_position):
+            if batch.max_timestamp > max_ts:
+                max_ts, offset = batch.max_timestamp, batch.last_offset
+        return max_ts, offset
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def _drop_map(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # A batch still references the map: leave it to the garbage collector.
+                pass
+            self._map = None
+            self._map_len = 0
+
+    def rename_to(self, new_path: str) -> None:
+        try:
+            os.replace(self.path, new_path)
+        except OSError as exc:
+            raise StorageIOError(f"cannot rename log file to {new_path}", self.path, exc) from exc
+        self.path = new_path
+
+    def close(self) -> None:
+        self._drop_map()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def mtime_ms(self) -> int:
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def set_mtime_ms(self, mtime_ms: int) -> None:
+        t = mtime_ms / 1000.0
+        os.utime(self.path, (t, t))

@@ -1,0 +1,458 @@
+"""A log segment: one ``.log`` file and its ``.index`` and ``.timeindex`` (Kafka's ``LogSegment``).
+
+Files: ``<base offset, 20 digits>.log|.index|.timeindex``. Only the last (active) segment of a log is
+appended to; every other segment is immutable.
+
+Sparse indexing (``index.interval.bytes``): the segment counts bytes appended since the last index entry
+(in memory only). On an append, if the count *before* this append exceeds the interval, it adds an offset
+index entry (last offset of this append -> position where this append starts) and a time index entry (the
+segment's largest timestamp so far -> the offset of the batch holding it), then resets the count. The first
+append to a segment therefore never creates an entry. Recovery rebuilds the same kind of entries per batch.
+
+Recovery (:meth:`LogSegment.recover`) validates every batch (size, magic, CRC), rebuilds both indexes and
+truncates the file at the first invalid byte, returning how many bytes it removed.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from storage_engine import layout
+from storage_engine.errors import CorruptRecordError, InvalidRecordError, SegmentOffsetOverflowError, StorageIOError
+from storage_engine.segment.file_records import FileRecords, batch_at
+from storage_engine.segment.offset_index import OffsetIndex
+from storage_engine.segment.time_index import TimeIndex
+
+INT32_MAX = 2**31 - 1
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+@dataclass
+class RecoveryResult:
+    bytes_truncated: int
+    valid_bytes: int
+    batches: int
+    error: str | None = None
+
+
+@dataclass
+class FetchData:
+    """Bytes of whole batches read from a segment, starting at ``position``."""
+    data: bytes
+    position: int
+    first_offset: int
+
+
+class LogSegment:
+    """One segment. Its three files are opened lazily (Kafka's ``LazyIndex``, applied to the ``.log`` too): a
+    log with 10,000 sealed segments holds file descriptors only for those actually read, and ``size``,
+    ``largest_timestamp()`` and ``mtime_ms()`` of an unopened segment come from ``stat``/one ``pread``.
+    :meth:`release` closes what was opened and returns the segment to that state."""
+
+    def __init__(self, dir_path: str, base_offset: int, log: FileRecords | None, offset_index: OffsetIndex | None,
+                 time_index: TimeIndex | None, *, index_interval_bytes: int, roll_jitter_ms: int = 0,
+                 created_ms: int = 0, max_index_size: int = 10485760, writable: bool = True, suffix: str = ""):
+        self.dir = dir_path
+        self.base_offset = base_offset
+        self._log = log
+        self._offset_index = offset_index
+        self._time_index = time_index
+        self._paths = {s: layout.segment_file(dir_path, base_offset, s, suffix)
+                       for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+        self.max_index_size = max_index_size
+        self.writable = writable
+        self._stat_size: int | None = None
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.created_ms = created_ms
+        self.bytes_since_last_index_entry = 0
+        self._max_ts_and_offset: tuple[int, int] | None = None
+        self._rolling_based_timestamp: int | None = None
+
+    # -- opening ----------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
+             max_index_size: int = 10485760, file_already_exists: bool = False, preallocate_bytes: int = 0,
+             suffix: str = "", roll_jitter_ms: int = 0, now_ms: int = 0, writable: bool = True,
+             lazy: bool = False) -> "LogSegment":
+        """Create a new segment (its files), or open an existing one; ``lazy`` defers opening its files."""
+        log_path = layout.segment_file(dir_path, base_offset, layout.LOG_SUFFIX, suffix)
+        if not file_already_exists:
+            for p in (log_path, layout.segment_file(dir_path, base_offset, layout.INDEX_SUFFIX, suffix),
+                      layout.segment_file(dir_path, base_offset, layout.TIME_INDEX_SUFFIX, suffix)):
+                if os.path.exists(p):
+                    os.remove(p)
+        seg = cls(dir_path, base_offset, None, None, None, index_interval_bytes=index_interval_bytes,
+                  roll_jitter_ms=roll_jitter_ms, created_ms=now_ms, max_index_size=max_index_size,
+                  writable=writable, suffix=suffix)
+        if not file_already_exists:
+            seg._log = FileRecords(log_path, create=True, preallocate_bytes=preallocate_bytes, writable=writable)
+        if file_already_exists and lazy:
+            try:
+                seg._stat_size = os.stat(log_path).st_size
+            except OSError as exc:
+                raise StorageIOError("cannot stat log file", log_path, exc) from exc
+            return seg
+        seg.log, seg.offset_index, seg.time_index  # open all three now
+        return seg
+
+    @property
+    def log(self) -> FileRecords:
+        if self._log is None:
+            self._log = FileRecords(self._paths[layout.LOG_SUFFIX], writable=self.writable)
+            self._stat_size = None
+        return self._log
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(self._paths[layout.INDEX_SUFFIX], self.base_offset,
+                                             self.max_index_size, writable=self.writable)
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(self._paths[layout.TIME_INDEX_SUFFIX], self.base_offset,
+                                         self.max_index_size, writable=self.writable)
+        return self._time_index
+
+    @property
+    def is_open(self) -> bool:
+        return self._log is not None or self._offset_index is not None or self._time_index is not None
+
+    def release(self) -> None:
+        """Close whatever is open, without trimming, and go back to the lazy state (sealed segments only)."""
+        self.close(trim=False)
+        self._log = self._offset_index = self._time_index = None
+        self._stat_size = os.stat(self._paths[layout.LOG_SUFFIX]).st_size
+
+    # -- basic facts ------------------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._log.size if self._log is not None else self._stat_size
+
+    @property
+    def path(self) -> str:
+        return self._paths[layout.LOG_SUFFIX]
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def _ensure_offset_in_range(self, offset: int) -> None:
+        if not self.can_convert_to_relative_offset(offset):
+            raise SegmentOffsetOverflowError(
+                f"offset {offset} cannot be stored in the segment with base offset {self.base_offset} "
+                f"({self.path}): the relative offset must be in [0, {INT32_MAX}]")
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_ts()[0]
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_ts()[1]
+
+    def _max_ts(self) -> tuple[int, int]:
+        if self._max_ts_and_offset is None:
+            last = None if self._time_index is not None else self._peek_last_time_entry()
+            self._max_ts_and_offset = last if last is not None else self.time_index.last_entry
+        return self._max_ts_and_offset
+
+    def _peek_last_time_entry(self) -> tuple[int, int] | None:
+        """The last entry of an unopened, trimmed ``.timeindex`` read with one pread (None: open it instead)."""
+        path = self._paths[layout.TIME_INDEX_SUFFIX]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            length = os.fstat(fd).st_size
+            if length == 0:
+                return (-1, self.base_offset)
+            if length % 12:
+                return None
+            ts, rel = _TIME_ENTRY.unpack(os.pread(fd, 12, length - 12))
+        finally:
+            os.close(fd)
+        if ts == 0 and rel == 0:
+            return None  # an untrimmed (preallocated) file: let the index count its entries
+        return ts, self.base_offset + rel
+
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp in the segment, or the file's mtime if it has none (v0 data)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.mtime_ms()
+
+    # -- appending --------------------------------------------------------------------------------------------
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
+               data: bytes) -> None:
+        """Append whole batches (already validated, offsets assigned) and maintain the sparse indexes."""
+        if not data:
+            return
+        position = self.log.size
+        self._ensure_offset_in_range(largest_offset)
+        self.log.append(data)
+        if self.log.size == len(data) and self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = largest_timestamp
+        max_ts, _ = self._max_ts()
+        if largest_timestamp > max_ts:
+            self._max_ts_and_offset = (largest_timestamp, shallow_offset_of_max_timestamp)
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(*self._max_ts())
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += len(data)
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def translate_offset(self, offset: int, starting_position: int = 0):
+        """(last offset, position, size) of the first batch whose last offset >= ``offset``, or None."""
+        _, pos = self.offset_index.lookup(offset)
+        return self.log.search_for_offset_with_size(offset, max(pos, starting_position))
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = True) -> FetchData | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes (at least one batch
+        when ``min_one_message``). None if ``start_offset`` is beyond the segment."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a log read from segment {self.path}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        _, start_pos, batch_size = found
+        limit = self.log.size if max_position is None else max_position
+        if min_one_message:
+            max_size = max(max_size, batch_size)
+        # Only whole batches: walk forward until the next batch would not fit.
+        view = self.log.view()
+        pos = start_pos
+        end = min(limit, start_pos + max_size)
+        while pos < end:
+            b = batch_at(view, pos, self.log.size, self.path)
+            if b is None or pos + b.size_in_bytes > end:
+                break
+            pos += b.size_in_bytes
+        return FetchData(self.log.read(start_pos, pos - start_pos), start_pos, start_offset)
+
+    def batches(self, start_position: int = 0, *, strict: bool = False):
+        return self.log.batches(start_position, strict=strict)
+
+    def batches_from(self, offset: int):
+        """Batches from the one holding ``offset`` to the end of the segment."""
+        _, pos = self.offset_index.lookup(offset)
+        for batch in self.log.batches(pos):
+            if batch.last_offset >= offset:
+                yield batch
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (base offset if empty), scanning from the last index entry."""
+        _, pos = self.offset_index.lookup(self.offset_index.last_offset)
+        nxt = self.base_offset
+        for batch in self.log.batches(pos):
+            nxt = batch.next_offset
+        return nxt
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None):
+        """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
+        starting_offset = self.base_offset if starting_offset is None else starting_offset
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        return self.log.search_for_timestamp(timestamp, pos, starting_offset)
+
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (Kafka's rolling-based timestamp); -1 if empty."""
+        if self._rolling_based_timestamp is None:
+            b = self.log.batch_at(0) if self.log.size else None
+            if b is None:
+                return -1  # not cached: the first append (here or in another process) sets it
+            self._rolling_based_timestamp = b.max_timestamp
+        return self._rolling_based_timestamp
+
+    # -- roll decisions ---------------------------------------------------------------------------------------
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        ts = self.first_batch_timestamp()
+        if ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, segment_bytes: int, max_segment_ms: int, messages_size: int, max_timestamp: int,
+                    max_offset: int, now_ms: int) -> str | None:
+        """The reason to roll before appending ``messages_size`` bytes, or None (Kafka's ``shouldRoll``)."""
+        if self.size > segment_bytes - messages_size:
+            return "segment-bytes"
+        if self.size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > max_segment_ms - self.roll_jitter_ms:
+            return "segment-ms"
+        if self.offset_index.is_full or self.time_index.is_full:
+            return "index-full"
+        if not self.can_convert_to_relative_offset(max_offset):
+            return "offset-overflow"
+        return None
+
+    # -- recovery and truncation ------------------------------------------------------------------------------
+    def recover(self) -> RecoveryResult:
+        """Validate every batch, rebuild both indexes, truncate at the first invalid byte."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.bytes_since_last_index_entry = 0
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts, max_ts_offset = -1, -1
+        count = 0
+        error = None
+        view = self.log.view()
+        size = self.log.size
+        try:
+            while True:
+                batch = batch_at(view, valid_bytes, size, self.path, strict=True)
+                if batch is None:
+                    break
+                batch.ensure_valid()
+                last = batch.last_offset
+                self._ensure_offset_in_range(last)
+                if batch.max_timestamp > max_ts:
+                    max_ts, max_ts_offset = batch.max_timestamp, last
+                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(last, valid_bytes)
+                    self.time_index.maybe_append(max_ts, max_ts_offset)
+                    last_index_entry = valid_bytes
+                valid_bytes += batch.size_in_bytes
+                count += 1
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            error = str(exc)
+        self._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, self.base_offset)
+        del view
+        truncated = size - valid_bytes
+        if truncated > 0:
+            self.log.truncate_to(valid_bytes)
+        self.offset_index.trim_to_valid_size()
+        if max_ts >= 0:
+            self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self._rolling_based_timestamp = None
+        return RecoveryResult(truncated, valid_bytes, count, error)
+
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
+        """Remove every batch whose last offset >= ``offset`` (batch granular); returns bytes removed.
+
+        A segment truncated to empty restarts its roll clock at ``now_ms`` (Kafka resets its create time)."""
+        found = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        if found is None:
+            # Nothing at or after ``offset``: only re-expand the indexes (and restart an empty segment's clock).
+            self.offset_index.resize(self.offset_index.max_index_size)
+            self.time_index.resize(self.time_index.max_index_size)
+            if self.log.size == 0 and now_ms is not None:
+                self.created_ms = now_ms
+            return 0
+        position = found[1]
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
+        removed = self.log.truncate_to(position)
+        if self.log.size == 0 and now_ms is not None:
+            self.created_ms = now_ms
+        self.reload_tail_state()
+        self._rolling_based_timestamp = None
+        return removed
+
+    def has_overflow(self) -> bool:
+        nxt = self.read_next_offset()
+        return nxt > self.base_offset and not self.can_convert_to_relative_offset(nxt - 1)
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def on_become_inactive_segment(self) -> None:
+        """Called on roll: final time-index entry, then trim both indexes and the log file."""
+        max_ts, off = self._max_ts()
+        if max_ts >= 0:
+            self.time_index.maybe_append(max_ts, off, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    def flush(self) -> None:
+        """fsync what is open (an unopened segment has nothing unwritten)."""
+        for f in (self._log, self._offset_index, self._time_index):
+            if f is not None:
+                f.flush()
+
+    def close(self, trim: bool = True) -> None:
+        """Close the files. ``trim`` (Kafka's close) also writes the final time-index entry and cuts the
+        preallocated tails; a process that is not the last user of the partition must not, because another
+        process may still be appending through its own mapping of these files."""
+        try:
+            if trim and self._log is not None and self.writable and self._log.writable:
+                max_ts, off = self._max_ts()
+                if max_ts >= 0:
+                    self.time_index.maybe_append(max_ts, off, skip_full_check=True)
+                self.offset_index.close()
+                self.time_index.close()
+                self._log.trim()
+            else:
+                for idx in (self._offset_index, self._time_index):
+                    if idx is not None:
+                        idx.close(trim=False)
+        finally:
+            if self._log is not None:
+                self._log.close()
+
+    def last_index_position(self) -> int:
+        """Start position of the last indexed batch (0 if the index is empty)."""
+        if self.offset_index.entries == 0:
+            return 0
+        return self.offset_index.lookup(self.offset_index.last_offset)[1]
+
+    def reload_tail_state(self) -> None:
+        """Recompute in-memory state after another process appended or the tail was truncated: the bytes since
+        the last index entry (Kafka's counter equals size minus the last indexed position) and the largest
+        timestamp (the last time-index entry may lag behind the batches after it)."""
+        pos = self.last_index_position()
+        self.bytes_since_last_index_entry = self.size - pos
+        ts, off = self.time_index.last_entry
+        tail_ts, tail_off = self.log.largest_timestamp_after(pos)
+        self._max_ts_and_offset = (tail_ts, tail_off) if tail_ts > ts else (ts, off)
+        if self.size == 0:
+            self._rolling_based_timestamp = None
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename all files of the segment from ``<name><old>`` to ``<name><new>`` (a missing index is fine)."""
+        for suffix, obj in ((layout.LOG_SUFFIX, self._log), (layout.INDEX_SUFFIX, self._offset_index),
+                            (layout.TIME_INDEX_SUFFIX, self._time_index)):
+            new_path = layout.segment_file(self.dir, self.base_offset, suffix, new_suffix)
+            if obj is not None:
+                obj.rename_to(new_path)
+            else:
+                try:
+                    os.replace(self._paths[suffix], new_path)
+                except FileNotFoundError:
+                    if suffix == layout.LOG_SUFFIX:
+                        raise StorageIOError("cannot rename missing log file", self._paths[suffix]) from None
+                except OSError as exc:
+                    raise StorageIOError(f"cannot rename to {new_path}", self._paths[suffix], exc) from exc
+            self._paths[suffix] = new_path
+
+    @property
+    def file_paths(self) -> list[str]:
+        return list(self._paths.values())
+
+    def delete_files(self) -> None:
+        """Close and remove every file of the segment (missing files are fine)."""
+        self.close_quietly()
+        for p in self._paths.values():
+            try:
+                os.remove(p)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageIOError("cannot delete segment file", p, exc) from exc
+
+    def close_quietly(self) -> None:
+        self.close(trim=False)
+
+    def mtime_ms(self) -> int:
+        if self._log is not None:
+            return self._log.mtime_ms()
+        return int(os.stat(self._paths[layout.LOG_SUFFIX]).st_mtime * 1000)

@@ -1,0 +1,1 @@
+"""Operator tools over log dirs: the command line, ``dump-log``, ``verify`` and read-only inspection."""
