@@ -33,11 +33,14 @@ class _Located(StorageError):
 
 
 class CorruptRecordError(_Located):
-    """A batch or message failed validation: bad size field, CRC mismatch, unknown magic, truncation."""
+    """Bytes that do not parse as records: a bad size field, a CRC mismatch, an unknown magic, a truncation, or a
+    record inside a batch that is malformed (a bad varint, declared sizes that do not add up, bad headers)."""
 
 
-class InvalidRecordError(CorruptRecordError):
-    """A record inside a batch is malformed (bad varint, declared sizes that do not add up, bad headers)."""
+class InvalidRecordError(_Located):
+    """Records a caller asked to append that the log refuses: a field of the wrong type, an empty append, a batch
+    whose declared counts do not match its records. A sibling of :class:`CorruptRecordError`, as Kafka's
+    ``InvalidRecordException`` is of ``CorruptRecordException``: the caller's mistake, not damage."""
 
 
 class CompressionError(CorruptRecordError):
@@ -74,6 +77,15 @@ class RecordTooLargeError(StorageError):
 
 class InvalidRecordForTopicError(StorageError):
     """A record that the topic does not accept, such as a keyless record on a compacted topic."""
+
+
+class InvalidRequestError(StorageError, ValueError):
+    """A request the engine cannot accept as given: a missing or contradictory argument, an unknown topic in a
+    filter, a file named on the command line that does not exist. The CLI exits 2 for it."""
+
+
+class PartitionNotFoundError(InvalidRequestError):
+    """A topic or partition named by the caller does not exist in any log dir."""
 
 
 class ConfigError(StorageError, ValueError):

@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
+from storage_engine.errors import PartitionNotFoundError
 
 
 def epoch_ms(when: datetime.datetime) -> int:
@@ -128,7 +129,7 @@ class StorageEngineHook(BaseHook):
             known = {p["topic"] for p in found}
             missing = sorted(set(topics) - known)
             if missing:
-                raise maintenance.UnknownPartitionError(
+                raise PartitionNotFoundError(
                     f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
             found = [p for p in found if p["topic"] in topics]
         return found

@@ -23,12 +23,12 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from storage_engine.errors import ConfigError, InvalidTopicError
-from storage_engine.maintenance.jobs import UnknownPartitionError
+from storage_engine.errors import PartitionNotFoundError
 
 from .hooks import StorageEngineHook
 
 # Engine errors that no retry can fix: the run fails at once (and alerts) instead of retrying.
-_PERMANENT_ERRORS = (UnknownPartitionError, ConfigError, InvalidTopicError)
+_PERMANENT_ERRORS = (PartitionNotFoundError, ConfigError, InvalidTopicError)
 
 
 def human_bytes(n: int) -> str:

@@ -277,7 +277,7 @@ class Log:
                 batch.ensure_valid()
                 nxt = batch.next_offset
                 pos += batch.size_in_bytes
-        except (CorruptRecordError, InvalidRecordError) as exc:
+        except CorruptRecordError as exc:
             error = exc
         if error is not None and _at_zero_tail(active, pos):
             active.log.size = pos  # the preallocated tail: keep the file as long as it is

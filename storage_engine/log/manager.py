@@ -60,8 +60,10 @@ class _FileLock:
 
 
 class LogManager:
-    def __init__(self, config: StorageConfig, clock=None):
+    def __init__(self, config: StorageConfig, clock=None, partitions=None):
         self.config = config
+        # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
+        self.only = None if partitions is None else frozenset(partitions)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.logs: dict[TopicPartition, Log] = {}
         self.dirs: dict[str, DirState] = {}
@@ -73,36 +75,55 @@ class LogManager:
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, config: StorageConfig, *, now_ms: int | None = None, clock=None) -> "LogManager":
-        mgr = cls(config, clock)
+    def open(cls, config: StorageConfig, *, now_ms: int | None = None, clock=None,
+             partitions=None) -> "LogManager":
+        """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
+        those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
+        stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
+
+        A manager that loaded a subset never writes the clean-shutdown marker when it is the last to close
+        (it flushed only its own logs); the next first opener then recovers each log from its recovery point."""
+        mgr = cls(config, clock, partitions)
         now = mgr.now(now_ms)
         for d in config.log_dirs:
             try:
                 os.makedirs(d, exist_ok=True)
             except OSError as exc:
                 raise StorageIOError("cannot create log dir", d, exc) from exc
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(config.log_dirs))) as pool:
-            results = list(pool.map(lambda d: mgr._load_dir(d, now), config.log_dirs))
-        seen: dict[TopicPartition, str] = {}
-        for d, logs in zip(config.log_dirs, results):
-            for tp, log in logs.items():
-                if tp in seen:
-                    mgr.close()
-                    raise StorageError(f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                                       f"{seen[tp]} and {d}; a partition must live in exactly one log dir")
-                seen[tp] = d
-                mgr.logs[tp] = log
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(config.log_dirs))) as pool:
+                futures = [pool.submit(mgr._load_dir, d, now) for d in config.log_dirs]
+            results = [f.result() for f in futures]
+            seen: dict[TopicPartition, str] = {}
+            for d, logs in zip(config.log_dirs, results):
+                for tp, log in logs.items():
+                    mgr.logs[tp] = log
+            for d, logs in zip(config.log_dirs, results):
+                for tp in logs:
+                    if tp in seen:
+                        raise StorageError(f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                                           f"{seen[tp]} and {d}; a partition must live in exactly one log dir")
+                    seen[tp] = d
+        except BaseException:
+            mgr._abandon(futures if "futures" in locals() else [])
+            raise
         return mgr
 
     def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
         return layout.partition_dirs(log_dir, self.load_errors)
 
+    def _partitions_to_load(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
+        found = self._partition_dirs(log_dir)
+        return found if self.only is None else [item for item in found if item[1] in self.only]
+
     def _load_dir(self, log_dir: str, now: int) -> dict[TopicPartition, Log]:
         lock = DirLock(log_dir)
         exclusive = lock.try_exclusive()
-        clean = consume_clean_shutdown(log_dir) if exclusive else False
-        state = DirState(log_dir, lock, exclusive, clean)
+        if not exclusive:
+            lock.shared()  # waits while the first opener recovers the dir
+        state = DirState(log_dir, lock, exclusive, False)
         self.dirs[log_dir] = state
+        state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
         rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
         lso_cp, lso_err = OffsetCheckpointFile(
             os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
@@ -122,16 +143,35 @@ class LogManager:
             return (topic, partition), log, res
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            for tp, log, res in pool.map(load_one, self._partition_dirs(log_dir)):
-                logs[tp] = log
-                if res is not None:
-                    for m in res.messages:
-                        state.load_messages.append(f"{log.name}: {m}")
+            futures = [pool.submit(load_one, item) for item in self._partitions_to_load(log_dir)]
+        failure = None
+        for f in futures:
+            if f.exception() is not None:
+                failure = failure or f.exception()
+                continue
+            tp, log, res = f.result()
+            logs[tp] = log
+            if res is not None:
+                for m in res.messages:
+                    state.load_messages.append(f"{log.name}: {m}")
+        if failure is not None:
+            for log in logs.values():
+                log.close(clean=False)
+            raise failure
         if exclusive:
             lock.shared()
-        else:
-            lock.shared()
         return logs
+
+    def _abandon(self, dir_futures) -> None:
+        """Undo a failed open: close the logs loaded so far (without flushing) and release every dir lock, so
+        a failure leaves no lock behind in this process."""
+        self._closed = True
+        for f in dir_futures:
+            if f.done() and f.exception() is None:
+                for log in f.result().values():
+                    log.close(clean=False)
+        for state in self.dirs.values():
+            state.lock.close()
 
     # -- partitions -------------------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -236,7 +276,8 @@ class LogManager:
                     log.close(clean=last)
                 if last:
                     self._write_checkpoints_after_close(d, logs)
-                    write_clean_shutdown(d)
+                    if self.only is None:
+                        write_clean_shutdown(d)
             finally:
                 state.lock.close()
 

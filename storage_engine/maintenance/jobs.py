@@ -12,12 +12,8 @@ import time
 
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.config import StorageConfig
-from storage_engine.errors import StorageError
+from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.manager import LogManager
-
-
-class UnknownPartitionError(StorageError, ValueError):
-    """A topic or partition named by the caller does not exist in any log dir."""
 
 
 def wall_clock_ms() -> int:
@@ -30,7 +26,7 @@ def _check_topics(mgr: LogManager, topics) -> None:
     known = {t for t, _ in mgr.logs}
     missing = sorted(set(topics) - known)
     if missing:
-        raise UnknownPartitionError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
+        raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
 
 
 def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
@@ -42,7 +38,7 @@ def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
         known = {t for t, _p, _d in found}
         missing = sorted(set(topics) - known)
         if missing:
-            raise UnknownPartitionError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
+            raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
         found = [x for x in found if x[0] in topics]
     return [{"topic": t, "partition": p, "log_dir": d, "cleanup_policy": ",".join(config.log_config(t).cleanup_policy)}
             for t, p, d in sorted(found)]
@@ -85,7 +81,7 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     with LogManager.open(config, now_ms=now_ms) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
-            raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
         result = retention_mod.run(log, mgr.now(now_ms), dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])
@@ -127,7 +123,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         now = mgr.now(now_ms)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
-            raise UnknownPartitionError(f"partition {topics}-{partition} does not exist")
+            raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
                                            write_resets=not dry_run)
         eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
@@ -227,7 +223,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     with LogManager.open(config, now_ms=now_ms) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
-            raise UnknownPartitionError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
         now = mgr.now(now_ms)
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,

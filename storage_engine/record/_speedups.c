@@ -26,7 +26,7 @@
 typedef struct {
     const uint8_t *buf;
     int64_t end;          /* payload length */
-    PyObject *error_cls;  /* InvalidRecordError: called as error_cls(message, None, position) */
+    PyObject *error_cls;  /* CorruptRecordError: called as error_cls(message, None, position) */
 } Reader;
 
 /* Raise error_cls(message, None, position) with a printf-style message (PyUnicode_FromFormat). Returns -1. */

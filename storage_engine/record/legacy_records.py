@@ -27,7 +27,7 @@ import zlib
 from typing import Sequence
 
 from storage_engine.record import codecs
-from storage_engine.errors import CompressionError, CorruptRecordError, InvalidRecordError
+from storage_engine.errors import CompressionError, CorruptRecordError
 from storage_engine.record.records import (CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
                       NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, NO_TIMESTAMP_TYPE, Record, SimpleRecord)
 
@@ -150,10 +150,10 @@ class LegacyBatch:
             self._inner = [Record(self.offset, self.timestamp, key, value, ())]
             return self._inner
         if codec == codecs.ZSTD:
-            raise InvalidRecordError(f"compression type zstd is not allowed with magic {self.magic}", self.path,
+            raise CorruptRecordError(f"compression type zstd is not allowed with magic {self.magic}", self.path,
                                      self.file_position)
         if value is None:
-            raise InvalidRecordError("found invalid compressed record set with null value", self.path,
+            raise CorruptRecordError("found invalid compressed record set with null value", self.path,
                                      self.file_position)
         try:
             inner = codecs.decompress(codec, value, magic=self.magic)
@@ -169,21 +169,21 @@ class LegacyBatch:
         end = len(inner)
         while pos < end:
             if end - pos < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
-                raise InvalidRecordError("truncated inner message in a compressed wrapper", self.path,
+                raise CorruptRecordError("truncated inner message in a compressed wrapper", self.path,
                                          self.file_position)
             off, size, _crc, magic, attrs = _ENTRY_V0.unpack_from(inner, pos)
             if size < RECORD_OVERHEAD_V0 or pos + LOG_OVERHEAD + size > end:
                 raise CorruptRecordError(f"inner message size {size} is invalid", self.path, self.file_position)
             if magic not in (MAGIC_V0, MAGIC_V1):
-                raise InvalidRecordError(f"invalid inner magic {magic}", self.path, self.file_position)
+                raise CorruptRecordError(f"invalid inner magic {magic}", self.path, self.file_position)
             if attrs & CODEC_MASK:
-                raise InvalidRecordError("inner messages must not be compressed", self.path, self.file_position)
+                raise CorruptRecordError("inner messages must not be compressed", self.path, self.file_position)
             ts = _TIMESTAMP.unpack_from(inner, pos + LOG_OVERHEAD + 6)[0] if magic == MAGIC_V1 else NO_TIMESTAMP
             key, value = _key_value(inner, pos, size, magic, self.path, self.file_position)
             entries.append((off, ts, key, value, magic))
             pos += LOG_OVERHEAD + size
         if not entries:
-            raise InvalidRecordError("found invalid compressed record set with no inner records", self.path,
+            raise CorruptRecordError("found invalid compressed record set with no inner records", self.path,
                                      self.file_position)
         log_append = self.magic == MAGIC_V1 and self.attributes & TIMESTAMP_TYPE_MASK
         if self.magic == MAGIC_V1:
@@ -192,7 +192,7 @@ class LegacyBatch:
                 absolute_base = 0
             else:
                 if self.offset < last_relative:
-                    raise InvalidRecordError(
+                    raise CorruptRecordError(
                         f"found invalid wrapper offset {self.offset} in compressed v1 message set, "
                         f"last inner relative offset {last_relative}", self.path, self.file_position)
                 absolute_base = self.offset - last_relative
@@ -225,7 +225,7 @@ def _key_value(buf, pos: int, size: int, magic: int, path, file_position):
         elif klen == -1:
             key = None
         else:
-            raise InvalidRecordError(f"invalid key size {klen}", path, file_position)
+            raise CorruptRecordError(f"invalid key size {klen}", path, file_position)
         vlen = _INT32.unpack_from(buf, p)[0]
         p += 4
         if vlen >= 0:
@@ -234,11 +234,11 @@ def _key_value(buf, pos: int, size: int, magic: int, path, file_position):
         elif vlen == -1:
             value = None
         else:
-            raise InvalidRecordError(f"invalid value size {vlen}", path, file_position)
+            raise CorruptRecordError(f"invalid value size {vlen}", path, file_position)
     except struct.error:
-        raise InvalidRecordError("legacy message runs past its declared size", path, file_position) from None
+        raise CorruptRecordError("legacy message runs past its declared size", path, file_position) from None
     if p != end:
-        raise InvalidRecordError(f"legacy message declares {size} bytes but its fields take {p - pos - 12}",
+        raise CorruptRecordError(f"legacy message declares {size} bytes but its fields take {p - pos - 12}",
                                  path, file_position)
     return key, value
 

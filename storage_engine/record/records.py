@@ -38,7 +38,7 @@ from typing import Iterable, NamedTuple, Sequence
 from crc32c import crc32c
 
 from storage_engine.record import codecs
-from storage_engine.errors import CompressionError, CorruptRecordError, InvalidRecordError
+from storage_engine.errors import CompressionError, CorruptRecordError
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12                 # offset int64 + size int32 in front of every entry, all magics
@@ -117,7 +117,7 @@ def size_of_varint(value: int) -> int:
 def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
     """Decode one zig-zag varint (``max_bytes`` 5) or varlong (10) at ``pos``: (value, next position).
 
-    Raises InvalidRecordError when the encoding is too long or runs past the buffer.
+    Raises CorruptRecordError when the encoding is too long or runs past the buffer.
     """
     result = 0
     shift = 0
@@ -125,14 +125,14 @@ def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
         try:
             b = buf[pos + i]
         except IndexError:
-            raise InvalidRecordError("premature end of buffer inside a varint", position=pos) from None
+            raise CorruptRecordError("premature end of buffer inside a varint", position=pos) from None
         result |= (b & 0x7F) << shift
         if b < 0x80:
             # Java's int/long accumulator drops bits shifted past 32/64: mask to decode as Kafka does.
             result &= 0xFFFFFFFF if max_bytes == 5 else 0xFFFFFFFFFFFFFFFF
             return (result >> 1) ^ -(result & 1), pos + i + 1
         shift += 7
-    raise InvalidRecordError("varint is too long" if max_bytes == 5 else "varlong is too long", position=pos)
+    raise CorruptRecordError("varint is too long" if max_bytes == 5 else "varlong is too long", position=pos)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -263,9 +263,9 @@ class RecordBatch:
                                    (exc.position or 0)) from None
 
     def records(self) -> list[Record]:
-        """Decode every record. Raises InvalidRecordError (naming file and batch position) on bad structure."""
+        """Decode every record. Raises CorruptRecordError (naming file and batch position) on bad structure."""
         if self.records_count < 0:
-            raise InvalidRecordError(f"found invalid record count {self.records_count}", self.path,
+            raise CorruptRecordError(f"found invalid record count {self.records_count}", self.path,
                                      self.file_position)
         if self.records_count == 0:
             return []
@@ -274,8 +274,8 @@ class RecordBatch:
         try:
             return decode_records(payload, self.records_count, self.base_offset, self.base_timestamp,
                                   self.max_timestamp if log_append else None)
-        except InvalidRecordError as exc:
-            raise InvalidRecordError(f"batch at offset {self.base_offset}: {exc.reason}", self.path,
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"batch at offset {self.base_offset}: {exc.reason}", self.path,
                                      self.file_position) from None
 
     def __iter__(self):
@@ -290,10 +290,10 @@ class RecordBatch:
             return None
         key = recs[0].key
         if key is None or len(key) < 4:
-            raise InvalidRecordError("control record key is shorter than 4 bytes", self.path, self.file_position)
+            raise CorruptRecordError("control record key is shorter than 4 bytes", self.path, self.file_position)
         version, ctype = struct.unpack_from(">hh", key, 0)
         if version < 0:
-            raise InvalidRecordError(f"invalid control record version {version}", self.path, self.file_position)
+            raise CorruptRecordError(f"invalid control record version {version}", self.path, self.file_position)
         return CONTROL_TYPES.get(ctype, "UNKNOWN")
 
     def __repr__(self) -> str:
@@ -322,7 +322,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
                 length, pos = read_varint(payload, pos)
             body_end = pos + length
             if length < 0 or body_end > end:
-                raise InvalidRecordError(
+                raise CorruptRecordError(
                     f"record size {length} is larger than the {end - pos} bytes remaining", position=pos)
             pos += 1  # attributes, unused
             ts_delta, pos = read_varint(payload, pos, 10)
@@ -344,7 +344,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
             elif klen == -1:
                 key = None
             else:
-                raise InvalidRecordError(f"invalid negative key size {klen}", position=pos)
+                raise CorruptRecordError(f"invalid negative key size {klen}", position=pos)
             b = payload[pos]
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
@@ -357,7 +357,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
             elif vlen == -1:
                 value = None
             else:
-                raise InvalidRecordError(f"invalid negative value size {vlen}", position=pos)
+                raise CorruptRecordError(f"invalid negative value size {vlen}", position=pos)
             b = payload[pos]
             if b == 0:
                 headers = ()
@@ -365,44 +365,44 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
             else:
                 headers, pos = _decode_headers(payload, pos, body_end)
             if pos != body_end:
-                raise InvalidRecordError(
+                raise CorruptRecordError(
                     f"invalid record size: expected to read {length} bytes in record payload, but instead read "
                     f"{length - (body_end - pos)}", position=pos)
             append(Record(base_offset + offset_delta,
                           log_append_time if log_append_time is not None else base_timestamp + ts_delta,
                           key, value, headers))
     except IndexError:
-        raise InvalidRecordError("premature EOF while reading records", position=pos) from None
+        raise CorruptRecordError("premature EOF while reading records", position=pos) from None
     if pos != end:
-        raise InvalidRecordError("incorrect declared batch size, records still remaining in file", position=pos)
+        raise CorruptRecordError("incorrect declared batch size, records still remaining in file", position=pos)
     return out
 
 
 def _decode_headers(payload, pos: int, body_end: int):
     count, pos = read_varint(payload, pos)
     if count < 0:
-        raise InvalidRecordError(f"found invalid number of record headers {count}", position=pos)
+        raise CorruptRecordError(f"found invalid number of record headers {count}", position=pos)
     if count > body_end - pos:
-        raise InvalidRecordError(f"found invalid number of record headers {count}", position=pos)
+        raise CorruptRecordError(f"found invalid number of record headers {count}", position=pos)
     headers = []
     for _ in range(count):
         hklen, pos = read_varint(payload, pos)
         if hklen < 0:
-            raise InvalidRecordError(f"invalid negative header key size {hklen}", position=pos)
+            raise CorruptRecordError(f"invalid negative header key size {hklen}", position=pos)
         if pos + hklen > body_end:
-            raise InvalidRecordError("header key runs past the record", position=pos)
+            raise CorruptRecordError("header key runs past the record", position=pos)
         hkey = bytes(payload[pos:pos + hklen]).decode("utf-8", "surrogateescape")
         pos += hklen
         hvlen, pos = read_varint(payload, pos)
         if hvlen >= 0:
             if pos + hvlen > body_end:
-                raise InvalidRecordError("header value runs past the record", position=pos)
+                raise CorruptRecordError("header value runs past the record", position=pos)
             hval = bytes(payload[pos:pos + hvlen])
             pos += hvlen
         elif hvlen == -1:
             hval = None
         else:
-            raise InvalidRecordError(f"invalid negative header value size {hvlen}", position=pos)
+            raise CorruptRecordError(f"invalid negative header value size {hvlen}", position=pos)
         headers.append((hkey, hval))
     return tuple(headers), pos
 
@@ -581,7 +581,7 @@ if _speedups is not None:
     def _c_decode_records(payload, count: int, base_offset: int, base_timestamp: int,
                           log_append_time: int | None) -> list[Record]:
         return _speedups.decode_records(payload, count, base_offset, base_timestamp, log_append_time,
-                                        Record, InvalidRecordError)
+                                        Record, CorruptRecordError)
 else:
     _c_decode_records = _c_encode_records = None
 

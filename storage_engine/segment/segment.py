@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from storage_engine import layout
-from storage_engine.errors import CorruptRecordError, InvalidRecordError, SegmentOffsetOverflowError, StorageIOError
+from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
 from storage_engine.segment.file_records import FileRecords, batch_at
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
@@ -321,7 +321,7 @@ class LogSegment:
                     last_index_entry = valid_bytes
                 valid_bytes += batch.size_in_bytes
                 count += 1
-        except (CorruptRecordError, InvalidRecordError) as exc:
+        except CorruptRecordError as exc:
             error = str(exc)
         self._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, self.base_offset)
         del view

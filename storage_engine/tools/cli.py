@@ -15,16 +15,12 @@ import sys
 from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.config import ENV_VAR, load_config
-from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError, OffsetOutOfRangeError,
-                     RecordTooLargeError, StorageError)
+from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
+                                   InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError, StorageError)
 from storage_engine.record.records import MAX_RECORD_OVERHEAD, SimpleRecord
 
 EXIT_DAMAGE = 1
 EXIT_BAD_INPUT = 2
-
-
-class BadInput(StorageError):
-    """Input the command cannot accept (exit 2)."""
 
 
 def _out(obj) -> None:
@@ -132,16 +128,16 @@ def _decode_field(value, encoding: str, what: str, line_no: int) -> bytes | None
     if value is None:
         return None
     if not isinstance(value, str):
-        raise BadInput(f"line {line_no}: {what} must be a string or null, got {type(value).__name__}")
+        raise InvalidRequestError(f"line {line_no}: {what} must be a string or null, got {type(value).__name__}")
     if encoding == "base64":
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
-            raise BadInput(f"line {line_no}: {what} is not valid base64") from None
+            raise InvalidRequestError(f"line {line_no}: {what} is not valid base64") from None
     try:
         return value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
-        raise BadInput(f"line {line_no}: {what} is not valid Unicode text ({exc.reason} at character "
+        raise InvalidRequestError(f"line {line_no}: {what} is not valid Unicode text ({exc.reason} at character "
                        f"{exc.start}); use --encoding base64 for binary data") from None
 
 
@@ -153,34 +149,34 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise BadInput(f"line {n}: not UTF-8 text (byte {exc.start}); JSON lines must be UTF-8, "
+                raise InvalidRequestError(f"line {n}: not UTF-8 text (byte {exc.start}); JSON lines must be UTF-8, "
                                "use --encoding base64 for binary data") from None
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BadInput(f"line {n}: malformed JSON: {exc.msg} at column {exc.colno}") from None
+            raise InvalidRequestError(f"line {n}: malformed JSON: {exc.msg} at column {exc.colno}") from None
         if not isinstance(obj, dict):
-            raise BadInput(f"line {n}: expected a JSON object with key/value, got {type(obj).__name__}")
+            raise InvalidRequestError(f"line {n}: expected a JSON object with key/value, got {type(obj).__name__}")
         unknown = set(obj) - {"key", "value", "timestamp", "headers"}
         if unknown:
-            raise BadInput(f"line {n}: unknown fields {sorted(unknown)}; allowed: key, value, timestamp, headers")
+            raise InvalidRequestError(f"line {n}: unknown fields {sorted(unknown)}; allowed: key, value, timestamp, headers")
         ts = obj.get("timestamp", -1)
         if ts is None:
             ts = -1
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < -1 or ts > 2**63 - 1:
-            raise BadInput(f"line {n}: timestamp must be a non-negative integer of milliseconds, got {ts!r}")
+            raise InvalidRequestError(f"line {n}: timestamp must be a non-negative integer of milliseconds, got {ts!r}")
         headers = obj.get("headers")
         if headers is None:
             headers = {}
         if not isinstance(headers, dict):
-            raise BadInput(f"line {n}: headers must be an object of string to string, got {type(headers).__name__}")
+            raise InvalidRequestError(f"line {n}: headers must be an object of string to string, got {type(headers).__name__}")
         for k in headers:
             try:
                 k.encode("utf-8")          # header keys are UTF-8 text in every encoding
             except UnicodeEncodeError as exc:
-                raise BadInput(f"line {n}: header key {k!r} is not valid Unicode text ({exc.reason})") from None
+                raise InvalidRequestError(f"line {n}: header key {k!r} is not valid Unicode text ({exc.reason})") from None
         hdrs = tuple((k, _decode_field(v, encoding, f"header {k!r}", n)) for k, v in headers.items())
         records.append(SimpleRecord(_decode_field(obj.get("key"), encoding, "key", n),
                                     _decode_field(obj.get("value"), encoding, "value", n), ts, hdrs))
@@ -206,7 +202,7 @@ def cmd_produce(args, config) -> int:
     from storage_engine.log.log import check_records
     records = parse_produce_lines(sys.stdin.buffer, args.encoding)
     if not records:
-        raise BadInput("no records on standard input (expected JSON lines)")
+        raise InvalidRequestError("no records on standard input (expected JSON lines)")
     layout.partition_dir_name(args.topic, args.partition)
     log_config = config.log_config(args.topic)
     codec = codecs.CODEC_IDS[args.compression]
@@ -250,7 +246,7 @@ def cmd_consume(args, config) -> int:
     with LogManager.open(config) as mgr:
         log = mgr.get_log(args.topic, args.partition)
         if log is None:
-            raise BadInput(f"partition {args.topic}-{args.partition} does not exist in {list(config.log_dirs)}")
+            raise InvalidRequestError(f"partition {args.topic}-{args.partition} does not exist in {list(config.log_dirs)}")
         for rec in log.read_records(args.from_offset, args.max_records):
             _out({"offset": rec.offset, "timestamp": rec.timestamp,
                   "key": _encode_field(rec.key, args.encoding), "value": _encode_field(rec.value, args.encoding),
@@ -309,7 +305,7 @@ def cmd_delete_records(args, config) -> int:
     with LogManager.open(config) as mgr:
         log = mgr.get_log(args.topic, args.partition)
         if log is None:
-            raise BadInput(f"partition {args.topic}-{args.partition} does not exist")
+            raise InvalidRequestError(f"partition {args.topic}-{args.partition} does not exist")
         before = log.log_start_offset
         after = log.delete_records(args.offset, now_ms=args.now_ms)
         mgr.checkpoint([log.log_dir])
@@ -321,7 +317,7 @@ def cmd_delete_records(args, config) -> int:
 def cmd_retention(args, config) -> int:
     from storage_engine.maintenance import jobs as maintenance
     if args.partition is not None and not args.topic:
-        raise BadInput("--partition needs --topic")
+        raise InvalidRequestError("--partition needs --topic")
     if args.topic and args.partition is not None:
         results = [maintenance.retention(config, args.topic, args.partition, args.now_ms, dry_run=args.dry_run)]
     else:
@@ -336,7 +332,7 @@ def cmd_retention(args, config) -> int:
 def cmd_compact(args, config) -> int:
     from storage_engine.maintenance import jobs as maintenance
     if args.partition is not None and not args.topic:
-        raise BadInput("--partition needs --topic")
+        raise InvalidRequestError("--partition needs --topic")
     if args.clear_uncleanable:
         _out(maintenance.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
         return 0
@@ -371,7 +367,7 @@ def cmd_dump_log(args, config) -> int:
     import os
     missing = [f for f in args.files if not os.path.isfile(f)]
     if missing:
-        raise BadInput(f"no such file: {', '.join(missing)}")
+        raise InvalidRequestError(f"no such file: {', '.join(missing)}")
     errors = 0
     for f in args.files:
         errors += dump_file(f, opts, lambda line: sys.stdout.write(line + "\n"))
@@ -392,8 +388,8 @@ def main(argv=None) -> int:
     try:
         config = None if args.command in NO_CONFIG else load_config(args.config)
         return COMMANDS[args.command](args, config)
-    except (BadInput, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
-            InvalidRecordForTopicError, ValueError) as exc:
+    except (InvalidRequestError, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
+            InvalidRecordError, InvalidRecordForTopicError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
     except StorageError as exc:

@@ -11,12 +11,8 @@ from dataclasses import dataclass
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.config import StorageConfig
-from storage_engine.errors import OffsetOutOfRangeError, StorageError
+from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
 from storage_engine.segment.file_records import FileRecords
-
-
-class PartitionNotFoundError(StorageError, ValueError):
-    pass
 
 
 @dataclass

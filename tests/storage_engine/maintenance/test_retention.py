@@ -8,6 +8,7 @@ import pytest
 from storage_engine import layout
 from storage_engine.maintenance import jobs as maintenance, retention
 from storage_engine.config import LogConfig, config_from_mapping
+from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -202,5 +203,5 @@ def test_deletion_delay_is_honoured(tmp_path):
 
 def test_retention_of_unknown_partition_is_a_clear_error(tmp_path):
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path / "d")]}})
-    with pytest.raises(maintenance.UnknownPartitionError, match="nope-0"):
+    with pytest.raises(PartitionNotFoundError, match="nope-0"):
         maintenance.retention(cfg, "nope", 0, T0)

@@ -15,7 +15,7 @@ from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuil
 from kafka.record.memory_records import MemoryRecords
 
 from storage_engine.record import codecs
-from storage_engine.errors import CompressionError, CorruptRecordError, InvalidRecordError, StorageError
+from storage_engine.errors import CompressionError, CorruptRecordError, StorageError
 from storage_engine.segment.file_records import FileRecords, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch, encode_message
 from storage_engine.record.records import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Record, SimpleRecord
@@ -202,7 +202,7 @@ def test_malformed_message_fields(log_file, magic, fields, match):
     fr = log_file(V1_VECTOR + _raw_message(1, magic, fields))
     bad = list(fr.batches(strict=True))[1]
     bad.ensure_valid()  # the CRC matches: the fields themselves are wrong
-    with pytest.raises(InvalidRecordError, match=match) as info:
+    with pytest.raises(CorruptRecordError, match=match) as info:
         bad.records()
     assert_located(info.value, fr, len(V1_VECTOR))
 
@@ -269,7 +269,7 @@ def test_wrapper_offset_below_last_relative_offset_is_invalid(log_file):
     fr = log_file(V0_VECTOR + bytes(data))
     bad = list(fr.batches(strict=True))[1]
     bad.ensure_valid()
-    with pytest.raises(InvalidRecordError, match="invalid wrapper offset 1") as info:
+    with pytest.raises(CorruptRecordError, match="invalid wrapper offset 1") as info:
         bad.records()
     assert_located(info.value, fr, len(V0_VECTOR))
 
@@ -280,7 +280,7 @@ def test_compressed_wrapper_with_null_value(log_file, magic):
     fr = log_file(message(0, magic, codecs.GZIP, 1, None, None))
     [bad] = list(fr.batches(strict=True))
     bad.ensure_valid()
-    with pytest.raises(InvalidRecordError, match="null value") as info:
+    with pytest.raises(CorruptRecordError, match="null value") as info:
         bad.records()
     assert_located(info.value, fr, 0)
 
@@ -291,7 +291,7 @@ def test_compressed_wrapper_with_empty_records(log_file, magic, codec):
     fr = log_file(V1_VECTOR + wrapper(0, magic, codec, b""))
     bad = list(fr.batches(strict=True))[1]
     bad.ensure_valid()
-    with pytest.raises(InvalidRecordError, match="no inner records") as info:
+    with pytest.raises(CorruptRecordError, match="no inner records") as info:
         bad.records()
     assert_located(info.value, fr, len(V1_VECTOR))
 
@@ -302,7 +302,7 @@ def test_compressed_inner_message_is_invalid(log_file, magic):
                                                            codecs.compress(codecs.GZIP, V0_VECTOR))
     fr = log_file(wrapper(1, magic, codecs.GZIP, inner))
     [bad] = list(fr.batches(strict=True))
-    with pytest.raises(InvalidRecordError, match="must not be compressed") as info:
+    with pytest.raises(CorruptRecordError, match="must not be compressed") as info:
         bad.records()
     assert_located(info.value, fr, 0)
 
@@ -316,7 +316,7 @@ def test_zstd_is_rejected_with_legacy_magic(log_file, magic):
     fr = log_file(V0_VECTOR + zstd_wrapper)
     bad = list(fr.batches(strict=True))[1]
     bad.ensure_valid()
-    with pytest.raises(InvalidRecordError, match="zstd is not allowed") as info:
+    with pytest.raises(CorruptRecordError, match="zstd is not allowed") as info:
         bad.records()
     assert_located(info.value, fr, len(V0_VECTOR))
 
@@ -337,17 +337,17 @@ def test_garbled_wrapper_value(log_file, codec):
     value = bytes(b ^ 0x33 for b in batch.key_value()[1])
     fr = log_file(V1_VECTOR + message(batch.offset, 1, codec, batch.timestamp, None, value))
     bad = list(fr.batches(strict=True))[1]
-    with pytest.raises((CompressionError, InvalidRecordError)) as info:
+    with pytest.raises((CompressionError, CorruptRecordError)) as info:
         bad.records()
     assert_located(info.value, fr, len(V1_VECTOR))
 
 
 @pytest.mark.parametrize("inner,error", [
-    (V0_VECTOR[:20], InvalidRecordError),                                      # truncated inner entry
+    (V0_VECTOR[:20], CorruptRecordError),                                      # truncated inner entry
     (V0_VECTOR[:8] + struct.pack(">i", 13) + V0_VECTOR[12:], CorruptRecordError),   # inner size < 14
     (V0_VECTOR[:8] + struct.pack(">i", 500) + V0_VECTOR[12:], CorruptRecordError),  # inner size past end
-    (V0_VECTOR[:16] + b"\x07" + V0_VECTOR[17:], InvalidRecordError),            # inner magic 7
-    (V0_VECTOR + b"\x00" * 5, InvalidRecordError),                              # trailing garbage
+    (V0_VECTOR[:16] + b"\x07" + V0_VECTOR[17:], CorruptRecordError),            # inner magic 7
+    (V0_VECTOR + b"\x00" * 5, CorruptRecordError),                              # trailing garbage
 ])
 def test_malformed_inner_message_set(log_file, inner, error):
     fr = log_file(V0_VECTOR + wrapper(1, 1, codecs.GZIP, inner))

@@ -20,7 +20,7 @@ from kafka.record.util import encode_varint as kp_encode_varint
 from kafka.record.util import size_of_varint as kp_size_of_varint
 
 from storage_engine.record import codecs
-from storage_engine.errors import CompressionError, CorruptRecordError, InvalidRecordError, StorageError
+from storage_engine.errors import CompressionError, CorruptRecordError, StorageError
 from storage_engine.segment.file_records import FileRecords, iter_batches
 from storage_engine.record.records import (
     BATCH_HEADER,
@@ -240,17 +240,17 @@ def test_varint_known_encodings():
 
 def test_varint_too_long_fails():
     # Fifth byte with its MSB set (ByteUtils: "Varint is too long").
-    with pytest.raises(InvalidRecordError, match="varint is too long"):
+    with pytest.raises(CorruptRecordError, match="varint is too long"):
         read_varint(b"\xff\xff\xff\xff\x8f\x00", 0)
     # Ten bytes with MSB set, then an eleventh.
-    with pytest.raises(InvalidRecordError, match="varlong is too long"):
+    with pytest.raises(CorruptRecordError, match="varlong is too long"):
         read_varint(b"\xff" * 10 + b"\x01", 0, 10)
     assert read_varint(b"\xff" * 9 + b"\x01", 0, 10) == (-2**63, 10)
 
 
 def test_varint_premature_end_fails():
     for data in (b"", b"\x80", b"\xff\xff\xff"):
-        with pytest.raises(InvalidRecordError):
+        with pytest.raises(CorruptRecordError):
             read_varint(data, 0)
 
 
@@ -475,7 +475,7 @@ def test_control_type_of_other_keys():
     assert control(struct.pack(">hh", 0, 99)).control_type() == "UNKNOWN"
     assert control(struct.pack(">hh", 3, 1)).control_type() == "COMMIT"  # newer version parsed as v0
     for bad in (b"\x00\x00\x01", None, struct.pack(">hh", -1, 1)):
-        with pytest.raises(InvalidRecordError):
+        with pytest.raises(CorruptRecordError):
             control(bad).control_type()
     assert RecordBatch(build_batch(SAMPLE)).control_type() is None
 
@@ -694,7 +694,7 @@ def corrupt_record_file(log_file, section: bytes, count: int):
 
 def expect_invalid_records(log_file, section: bytes, count: int = 1, match: str | None = None):
     fr, bad = corrupt_record_file(log_file, section, count)
-    with pytest.raises(InvalidRecordError, match=match) as info:
+    with pytest.raises(CorruptRecordError, match=match) as info:
         bad.records()
     assert_located(info.value, fr, bad.file_position)
     return info.value
@@ -812,7 +812,7 @@ def test_wrong_record_count_in_compressed_batch(log_file, codec, declared):
     fr = log_file(build_batch(SAMPLE) + bytes(data))
     bad = list(fr.batches(strict=True))[1]
     bad.ensure_valid()
-    with pytest.raises(InvalidRecordError) as info:
+    with pytest.raises(CorruptRecordError) as info:
         bad.records()
     assert_located(info.value, fr, len(build_batch(SAMPLE)))
 
@@ -824,7 +824,7 @@ def test_garbled_compressed_payload(log_file, codec):
     restamp_crc(data)
     fr = log_file(V2_VECTOR + bytes(data))
     bad = list(fr.batches(strict=True))[1]
-    with pytest.raises((CompressionError, InvalidRecordError)) as info:
+    with pytest.raises((CompressionError, CorruptRecordError)) as info:
         bad.records()
     assert info.value.path == fr.path and info.value.position >= 70  # the batch, or a place in its payload
     assert fr.path in str(info.value)
@@ -843,7 +843,7 @@ def test_unknown_codec_id(log_file):
 
 def test_decode_records_positions_are_payload_relative():
     section = framed(record_body()) + b"\x07"
-    with pytest.raises(InvalidRecordError) as info:
+    with pytest.raises(CorruptRecordError) as info:
         decode_records(section, 1, 0, 0, None)
     assert info.value.position == len(section) - 1
 

@@ -3,7 +3,7 @@
 Every behaviour test runs against both implementations of ``decode_records``/``encode_records`` (the ``impl``
 fixture); the C one is skipped only when the extension was not built. Differential tests then drive both with
 hypothesis-generated records and with mutated, truncated and random payloads: the encoded bytes must be equal,
-and decoding must give equal records or the same InvalidRecordError (message and position) on both sides,
+and decoding must give equal records or the same CorruptRecordError (message and position) on both sides,
 never a crash and never another exception type.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kafka.record.util import encode_varint as kp_encode_varint
 
 from storage_engine.record import records
-from storage_engine.errors import InvalidRecordError
+from storage_engine.errors import CorruptRecordError
 from storage_engine.record.records import Record, RecordBatch, SimpleRecord, build_batch
 
 pytestmark = pytest.mark.unit
@@ -78,8 +78,8 @@ def decode_outcome(decode, payload, count, base_offset=0, base_timestamp=0, log_
     """("ok", records) or ("invalid", message, position); any other exception propagates and fails the test."""
     try:
         return ("ok", decode(payload, count, base_offset, base_timestamp, log_append_time))
-    except InvalidRecordError as exc:
-        assert type(exc) is InvalidRecordError
+    except CorruptRecordError as exc:
+        assert type(exc) is CorruptRecordError
         return ("invalid", exc.reason, exc.position)
 
 
@@ -361,9 +361,9 @@ MALFORMED = {
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_malformed_sections(impl, case):
     payload, count, message, position = MALFORMED[case]
-    with pytest.raises(InvalidRecordError) as info:
+    with pytest.raises(CorruptRecordError) as info:
         impl.decode(payload, count, 0, 0, None)
-    assert type(info.value) is InvalidRecordError
+    assert type(info.value) is CorruptRecordError
     assert info.value.reason.startswith(message)
     assert info.value.position == position
     assert info.value.path is None
@@ -373,7 +373,7 @@ def test_malformed_record_inside_a_batch_names_batch(impl, monkeypatch):
     batch = bytearray(build_batch([SimpleRecord(b"k", b"v", 0)], base_offset=40))
     batch[61 + 4] = 0x03  # key length varint (after length, attributes, timestamp and offset deltas): -2
     monkeypatch.setattr(records, "decode_records", impl.decode)
-    with pytest.raises(InvalidRecordError, match="batch at offset 40: invalid negative key size -2"):
+    with pytest.raises(CorruptRecordError, match="batch at offset 40: invalid negative key size -2"):
         RecordBatch(bytes(batch)).records()
 
 
@@ -401,7 +401,7 @@ def test_record_class_other_than_a_namedtuple():
     section = PYTHON.encode([SimpleRecord(b"k", b"v", 3)], None, 0, 3)
     if records._speedups is None:
         pytest.skip(NOT_BUILT)
-    [rec] = records._speedups.decode_records(section, 1, 0, 3, None, Plain, InvalidRecordError)
+    [rec] = records._speedups.decode_records(section, 1, 0, 3, None, Plain, CorruptRecordError)
     assert rec == Plain(0, 3, b"k", b"v", ())
 
 
@@ -496,7 +496,7 @@ def test_no_leaks_in_loops():
         for payload, count, _, _ in MALFORMED.values():
             try:
                 C.decode(payload, count, 0, 0, None)
-            except InvalidRecordError:
+            except CorruptRecordError:
                 pass
         try:
             C.encode(bad_records, None, 0, 0)

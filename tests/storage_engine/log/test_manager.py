@@ -1,0 +1,63 @@
+"""LogManager: which partitions a manager loads, and what it leaves for the next opener."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage_engine import layout
+from storage_engine.config import config_from_mapping
+from storage_engine.errors import StorageError
+from storage_engine.log.manager import LogManager
+from storage_engine.segment.clean_shutdown import clean_shutdown_path
+
+from ..helpers import partition_dir, recs, segment_path
+
+pytestmark = pytest.mark.unit
+T0 = 1_700_000_000_000
+
+
+def _config(log_dir):
+    return config_from_mapping({"broker": {"log.dirs": str(log_dir)}})
+
+
+def _fill(log_dir, partitions):
+    cfg = _config(log_dir)
+    with LogManager.open(cfg, now_ms=T0) as mgr:
+        for t, p in partitions:
+            mgr.get_or_create_log(t, p).append_records(recs(f"{t}-{p}", timestamp=T0), now_ms=T0)
+    return cfg
+
+
+def _break(log_dir, topic, partition):
+    """Make the partition unloadable: its first segment's .log becomes a folder."""
+    path = segment_path(partition_dir(log_dir, topic, partition), 0)
+    os.remove(path)
+    os.mkdir(path)
+
+
+def test_a_subset_opens_only_its_partitions_and_ignores_damage_elsewhere(log_dir):
+    cfg = _fill(log_dir, [("a", 0), ("a", 1), ("b", 0)])
+    _break(log_dir, "b", 0)
+    with pytest.raises(StorageError):
+        LogManager.open(cfg, now_ms=T0).close()
+    with LogManager.open(cfg, now_ms=T0, partitions=[("a", 1), ("nope", 3)]) as mgr:
+        assert sorted(mgr.logs) == [("a", 1)]
+        assert [r.value for r in mgr.logs[("a", 1)].read_records()] == [b"a-1"]
+        assert mgr.get_log("nope", 3) is None
+
+
+def test_a_subset_manager_never_writes_the_clean_shutdown_marker(log_dir):
+    """It flushed only its own logs, so it cannot vouch for the others: the next first opener recovers."""
+    cfg = _fill(log_dir, [("a", 0), ("b", 0)])
+    marker = clean_shutdown_path(str(log_dir))
+    assert os.path.exists(marker)
+    with LogManager.open(cfg, now_ms=T0, partitions=[("a", 0)]) as mgr:
+        assert not os.path.exists(marker), "the first opener consumes the marker"
+        mgr.logs[("a", 0)].append_records(recs("more", timestamp=T0), now_ms=T0)
+    assert not os.path.exists(marker)
+    with LogManager.open(cfg, now_ms=T0) as mgr:
+        assert [r.value for r in mgr.get_log("a", 0).read_records()] == [b"a-0", b"more"]
+        assert [r.value for r in mgr.get_log("b", 0).read_records()] == [b"b-0"]
+    assert os.path.exists(marker), "a manager of every partition writes it again"
+    assert layout.CLEAN_SHUTDOWN_FILE == os.path.basename(marker)
