@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from storage_engine.clock import ManualClock
 from storage_engine.config import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import build_batch
@@ -36,7 +37,7 @@ def _append_into_fresh_log(ctx: Context, append) -> Sample:
     """Open a new log, time ``append(log)``, check the log holds what the caller expects, close."""
     with scratch_dir(ctx, "append") as log_dir:
         config = config_from_mapping({"broker": {"log.dirs": [log_dir]}})
-        mgr = LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS)
+        mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
             log = mgr.get_or_create_log(TOPIC, 0)
             sample, expected = timed(append, log)
@@ -77,17 +78,17 @@ def run(ctx: Context) -> Section:
 
     def append_batches(log):
         for batch in batches:
-            log.append_batches(batch, now_ms=NOW_MS)
+            log.append_batches(batch)
         return batched_records, batched_bytes
 
     def append_records(log):
         for records in record_lists:
-            log.append_records(records, now_ms=NOW_MS)
+            log.append_records(records)
         return batched_records, batched_bytes
 
     def append_one_by_one(log):
         for record in singles:
-            log.append_records([record], now_ms=NOW_MS)
+            log.append_records([record])
         return single_count, single_bytes
 
     runs = run_interleaved({

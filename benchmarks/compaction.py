@@ -38,6 +38,7 @@ import shutil
 import sys
 import time
 
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, jobs as maintenance
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.config import config_from_mapping
@@ -86,7 +87,7 @@ def _append_keys(log, key_ids: list[int], values: list[bytes], first_ts: int) ->
         chunk = key_ids[start:start + RECORDS_PER_BATCH]
         records = [SimpleRecord(b"user-%07d" % k, values[(start + i) % len(values)], first_ts + start + i)
                    for i, k in enumerate(chunk)]
-        log.append_batches(build_batch(records), now_ms=NOW_MS)
+        log.append_batches(build_batch(records))
 
 
 def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int) -> dict:
@@ -97,10 +98,10 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     order = list(range(keys))
     rng.shuffle(order)
     t0 = time.perf_counter()
-    with LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS) as mgr:
+    with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         log = mgr.get_or_create_log(TOPIC, 0)
         _append_keys(log, order, values, BASE_TIMESTAMP_MS)
-        log.roll(now_ms=NOW_MS)
+        log.roll()
     first_write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     first = maintenance.compact(config, NOW_MS, topics=[TOPIC])
@@ -113,10 +114,10 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     second = list(rewritten)
     rng.shuffle(second)
     t0 = time.perf_counter()
-    with LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS) as mgr:
+    with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         log = mgr.get_log(TOPIC, 0)
         _append_keys(log, rewritten + second, values, BASE_TIMESTAMP_MS + keys)
-        log.roll(now_ms=NOW_MS)
+        log.roll()
         end = log.log_end_offset
         paths = [s.path for s in log.segments if s.base_offset < end]
         segments = len(log.segments)
@@ -208,7 +209,7 @@ def _measure(work_dir: str, template_dir: str, template: dict, keys: int, segmen
         shutil.rmtree(round_dir, ignore_errors=True)
         copy_log_dir(template_dir, round_dir)
         config = _config(round_dir, segment_bytes)
-        mgr = LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS)
+        mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
             log = mgr.get_log(TOPIC, 0)
             selection = cleaner_manager.select([log], NOW_MS)

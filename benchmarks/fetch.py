@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from storage_engine.clock import ManualClock
 from storage_engine.config import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
@@ -62,12 +63,12 @@ def run(ctx: Context) -> Section:
             chunks(generate_records(DISTINCT_BATCHES * RECORDS_PER_BATCH, VALUE_BYTES, seed=20), RECORDS_PER_BATCH)]
     with scratch_dir(ctx, "fetch") as log_dir:
         config = config_from_mapping({"broker": {"log.dirs": [log_dir], "log.segment.bytes": segment_bytes}})
-        mgr = LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS)
+        mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
             log = mgr.get_or_create_log(TOPIC, 0)
             for i in range(batch_count):
-                log.append_batches(pool[i % DISTINCT_BATCHES], now_ms=NOW_MS)
-            log.flush(now_ms=NOW_MS)
+                log.append_batches(pool[i % DISTINCT_BATCHES])
+            log.flush()
             records = log.log_end_offset
             size = log.size_in_bytes()
             paths = [seg.path for seg in log.segments]

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import time
 
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
 from storage_engine.config import config_from_mapping
 from storage_engine.log.manager import LogManager
@@ -101,12 +102,12 @@ def build_log(work_dir: str, keys: int) -> tuple[str, object, int]:
     with open(config_path, "w") as f:
         f.write(yaml.safe_dump(mapping))
     config = config_from_mapping(mapping, source=config_path)
-    with LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS) as mgr:
+    with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         log = mgr.get_or_create_log(TOPIC, 0)
         for start in range(0, keys, RECORDS_PER_BATCH):
             records = [SimpleRecord(_key(i), VALUE, NOW_MS) for i in range(start, min(keys, start + RECORDS_PER_BATCH))]
-            log.append_batches(build_batch(records), now_ms=NOW_MS)
-        log.roll(now_ms=NOW_MS)
+            log.append_batches(build_batch(records))
+        log.roll()
         if log.log_end_offset != keys:
             raise RuntimeError(f"the key-map log ends at {log.log_end_offset}, expected {keys}")
         size = log.size_in_bytes()
@@ -301,7 +302,7 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
         inprocess_fits = keys * ESTIMATE_INPROCESS_BYTES_PER_KEY <= half_available
         inproc, spark, job = [], [], []
         manifests = []
-        mgr = LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS)
+        mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
             log = mgr.get_log(TOPIC, 0)
             segments = len(log.segments) - 1

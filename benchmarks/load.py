@@ -25,6 +25,7 @@ import os
 import resource
 import time
 
+from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.clean_shutdown import clean_shutdown_path
 from storage_engine.config import config_from_mapping
@@ -67,14 +68,14 @@ def _segment_payload() -> bytes:
 
 def _build(log_dir: str, segments: int, payload: bytes) -> tuple[list[float], int]:
     """Append until the log has ``segments`` segments, close cleanly. Returns (seconds per append, peak fds)."""
-    mgr = LogManager.open(_config(log_dir), now_ms=NOW_MS, clock=lambda: NOW_MS)
+    mgr = LogManager.open(_config(log_dir), clock=ManualClock(NOW_MS))
     try:
         log = mgr.get_or_create_log(TOPIC, 0)
         per_append_s = []
         clock = time.perf_counter
         for _ in range(segments):
             start = clock()
-            log.append_batches(payload, now_ms=NOW_MS)
+            log.append_batches(payload)
             per_append_s.append(clock() - start)
         peak_fds = open_fd_count()
         if len(log.segments) != segments:
@@ -95,7 +96,7 @@ def _open_and_check(log_dir: str, *, clean: bool, records: int, segments: int) -
     """(time of ``LogManager.open``, descriptors open after it); the open is verified and the manager closed
     afterwards (not timed)."""
     config = _config(log_dir)
-    sample, mgr = timed(lambda: LogManager.open(config, now_ms=NOW_MS, clock=lambda: NOW_MS))
+    sample, mgr = timed(lambda: LogManager.open(config, clock=ManualClock(NOW_MS)))
     try:
         fds = open_fd_count()
         state = mgr.dirs[log_dir]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from storage_engine import layout
+from storage_engine.clock import ManualClock
 from storage_engine.config import StorageConfig, load_config
 from storage_engine.errors import StorageError
 from storage_engine.log.manager import LogManager
@@ -332,7 +333,8 @@ def _produce(mgr: LogManager, spec: TopicSpec, events, rng: random.Random, stats
         pending_bytes.pop(p, None)
         if not batch:
             return
-        logs[p].append_records(batch, now_ms=batch[-1].timestamp)
+        mgr.clock.set(batch[-1].timestamp)  # appended as a producer would have, when its last record was made
+        logs[p].append_records(batch)
         st = stats[(spec.name, p)]
         st.batches += 1
         for rec in batch:
@@ -376,7 +378,7 @@ def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | N
         reset_log_dirs(config)
     stats: dict[tuple[str, int], _PartitionStats] = defaultdict(_PartitionStats)
     started = time.monotonic()
-    with LogManager.open(config, now_ms=now) as mgr:
+    with LogManager.open(config, clock=ManualClock(now)) as mgr:
         for spec in topics:
             if progress:
                 progress(spec.name)
@@ -384,6 +386,7 @@ def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | N
             n = max(spec.partitions, round(spec.events * scale))
             events = _STREAMS[spec.name](rng, n, now)
             _produce(mgr, spec, events, random.Random(f"{seed}/{spec.name}/batches"), stats)
+        mgr.clock.set(now)
         described = {(log.topic, log.partition): log.describe() for log in mgr.logs.values()}
         dirs = {tp: mgr.dir_of(tp) for tp in mgr.logs}
     rows = []

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from include import sample_data
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import load_config
 from storage_engine.log.manager import LogManager
@@ -42,7 +43,7 @@ def write_config(root: Path) -> Path:
 
 def read_all(config) -> dict:
     """(topic, partition) -> [Record] through the engine."""
-    with LogManager.open(config, now_ms=NOW_MS) as mgr:
+    with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         return {tp: list(log.read_records()) for tp, log in mgr.logs.items()}
 
 

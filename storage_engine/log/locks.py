@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import os
 import struct
+import threading
 import time
 
 from storage_engine.errors import LogLockedError, StorageIOError
@@ -136,7 +137,13 @@ class PartitionLock:
 
 class DirLock:
     """Shared/exclusive flock on ``<log dir>/.lock``: every open LogManager holds it shared; the first opener
-    and the last closer get it exclusively, which is when the clean-shutdown marker is consumed or written."""
+    and the last closer get it exclusively, which is when the clean-shutdown marker is consumed or written.
+
+    The file's first 8 bytes count the managers that ever joined the dir (big-endian int64, updated under a
+    POSIX record lock on those bytes): a manager that opened the dir first and finds the count unchanged when it
+    closes last knows no other process had the dir open in between."""
+
+    _count_lock = threading.Lock()  # POSIX record locks do not exclude threads of one process
 
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, ".lock")
@@ -154,6 +161,22 @@ class DirLock:
 
     def shared(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def count_open(self) -> int:
+        """Count this opener in; returns the count including it."""
+        with self._count_lock:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 8, 0)
+            try:
+                data = os.pread(self._fd, 8, 0)
+                count = (struct.unpack(">q", data)[0] if len(data) == 8 else 0) + 1
+                os.pwrite(self._fd, struct.pack(">q", count), 0)
+                return count
+            finally:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 8, 0)
+
+    def opens(self) -> int:
+        data = os.pread(self._fd, 8, 0)
+        return struct.unpack(">q", data)[0] if len(data) == 8 else 0
 
     def close(self) -> None:
         if self._fd is not None:

@@ -24,6 +24,7 @@ from typing import Iterator, Sequence
 from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.log import loader
+from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import (CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, OffsetOutOfRangeError,
@@ -170,7 +171,7 @@ def _inode_of(path: str) -> int:
 class Log:
     def __init__(self, log_dir: str, topic: str, partition: int, config: LogConfig, lock: PartitionLock,
                  segments: list[LogSegment], *, log_start_offset: int, recovery_point: int, next_offset: int,
-                 generation: int, now_ms: int, clock=None):
+                 generation: int, clock: Clock, last_flush_ms: int):
         self.log_dir = log_dir
         self.topic = topic
         self.partition = partition
@@ -184,16 +185,17 @@ class Log:
         self.recovery_point = recovery_point
         self.log_end_offset = next_offset
         self.generation = generation
-        self.last_flush_ms = now_ms
+        self.last_flush_ms = last_flush_ms
         self.clock = clock
         self._known_active_size = segments[-1].size if segments else 0
 
     # -- construction -----------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *, now_ms: int,
+    def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *, clock: Clock,
              exclusive: bool, had_clean_shutdown: bool = False, recovery_point_checkpoint: int = 0,
              log_start_offset_checkpoint: int = 0, create: bool = False) -> tuple["Log", loader.LoadResult | None]:
         """Open (and when ``exclusive``, load and recover) a partition. ``create`` makes a missing folder."""
+        now_ms = clock.milliseconds()
         name = layout.partition_dir_name(topic, partition)
         dir_path = os.path.join(log_dir, name)
         from storage_engine.log.locks import lock_path
@@ -229,14 +231,15 @@ class Log:
                 lock.write_state(new_state)
                 log = cls(log_dir, topic, partition, config, lock, res.segments,
                           log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
-                          next_offset=res.next_offset, generation=new_state.generation, now_ms=last_flush)
+                          next_offset=res.next_offset, generation=new_state.generation, clock=clock,
+                          last_flush_ms=last_flush)
                 # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only);
                 # count from the last entry instead, or a log appended by one short-lived process per batch
                 # (the CLI) would never get an index entry.
                 log.active_segment.reload_tail_state()
                 return log, res
             log = cls(log_dir, topic, partition, config, lock, [], log_start_offset=0, recovery_point=0,
-                      next_offset=0, generation=-1, now_ms=now_ms)
+                      next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms)
             log._sync_view(now_ms)
             return log, None
 
@@ -337,12 +340,12 @@ class Log:
         return True
 
     @contextlib.contextmanager
-    def locked(self, now_ms: int | None = None):
+    def locked(self):
         """Hold the partition lock with an up-to-date view."""
         self.lock.acquire()
         try:
             if self.lock._depth == 1:
-                self._sync_view(self._now(now_ms))
+                self._sync_view(self.clock.milliseconds())
             yield self
         finally:
             self.lock.release()
@@ -354,22 +357,16 @@ class Log:
         self.lock.write_state(PartitionState(self.generation, self.log_start_offset, self.recovery_point,
                                              self.last_flush_ms))
 
-    def _now(self, now_ms: int | None) -> int:
-        if now_ms is not None:
-            return now_ms
-        import time
-        return int(time.time() * 1000) if self.clock is None else self.clock()
-
-    def refresh(self, now_ms: int | None = None) -> None:
+    def refresh(self) -> None:
         """Bring a reader's view up to date; without the lock while only the active segment grew."""
         state = self.lock.read_state()
         if state.generation != self.generation:
             # The segment set changed: reload under the lock, so a roll is never seen half done (the generation
             # moves before its files exist) and a view never creates a missing index file under its writer.
             if self.lock.held:
-                self._sync_view(self._now(now_ms))
+                self._sync_view(self.clock.milliseconds())
             else:
-                with self.locked(now_ms):
+                with self.locked():
                     pass
         else:
             active = self._segments[-1]
@@ -416,15 +413,14 @@ class Log:
         del self._bases[i]
 
     # -- appending --------------------------------------------------------------------------------------------
-    def append_records(self, records: Sequence[SimpleRecord], *, now_ms: int | None = None,
-                       codec: int = codecs.NONE, producer_id: int = -1, producer_epoch: int = -1,
+    def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1, producer_epoch: int = -1,
                        base_sequence: int = -1) -> AppendInfo:
         """Build one batch from ``records`` at the log end offset and append it (the producer path)."""
         if not records:
             raise InvalidRecordError("cannot append an empty list of records")
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         recs = _normalize_records(records, now)
-        with self.locked(now):
+        with self.locked():
             self._check_keys(recs)
             ts_type = LOG_APPEND_TIME if self.config.message_timestamp_type == "LogAppendTime" else 0
             data = build_batch(recs, base_offset=self.log_end_offset, codec=self._codec_for(codec),
@@ -447,10 +443,10 @@ class Log:
     def _check_size(self, size: int) -> None:
         _check_size(self.topic, self.config, size)
 
-    def append_batches(self, data: bytes, *, now_ms: int | None = None) -> AppendInfo:
+    def append_batches(self, data: bytes) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
         assign offsets from the log end offset, then write them as one append."""
-        now = self._now(now_ms)
+        now = self.clock.milliseconds()
         buf = bytearray(data)
         batches = []
         try:
@@ -465,7 +461,7 @@ class Log:
             # Kafka checks the whole append: it goes into one segment, which must not exceed segment.bytes.
             raise RecordTooLargeError(f"the append of {len(buf)} bytes to {self.name} is larger than "
                                       f"segment.bytes ({self.config.segment_bytes}) of topic {self.topic}")
-        with self.locked(now):
+        with self.locked():
             offset = self.log_end_offset
             first = offset
             max_ts, max_ts_offset, count = -1, offset, 0
@@ -525,10 +521,10 @@ class Log:
         self._roll_locked(now)
         return True
 
-    def roll(self, now_ms: int | None = None) -> LogSegment:
+    def roll(self) -> LogSegment:
         """Seal the active segment and start a new one at the log end offset."""
-        now = self._now(now_ms)
-        with self.locked(now):
+        now = self.clock.milliseconds()
+        with self.locked():
             return self._roll_locked(now)
 
     def _new_jitter(self) -> int:
@@ -564,11 +560,11 @@ class Log:
         return seg
 
     # -- flushing ---------------------------------------------------------------------------------------------
-    def flush(self, offset: int | None = None, now_ms: int | None = None) -> int:
+    def flush(self, offset: int | None = None) -> int:
         """fsync every segment holding offsets below ``offset`` (default: the log end) and advance the
         recovery point. Returns the new recovery point."""
-        now = self._now(now_ms)
-        with self.locked(now):
+        now = self.clock.milliseconds()
+        with self.locked():
             self._flush_locked(self.log_end_offset if offset is None else min(offset, self.log_end_offset), now)
             return self.recovery_point
 
@@ -664,12 +660,12 @@ class Log:
         return None
 
     # -- truncation and log start ------------------------------------------------------------------------------
-    def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
+    def truncate_to(self, offset: int) -> bool:
         """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"cannot truncate {self.name} to negative offset {offset}")
-        now = self._now(now_ms)
-        with self.locked(now):
+        now = self.clock.milliseconds()
+        with self.locked():
             if offset >= self.log_end_offset:
                 return False
             if self._segments[0].base_offset > offset:
@@ -698,9 +694,9 @@ class Log:
                               now_ms=now, roll_jitter_ms=self._new_jitter())
         self._segments[-1] = seg
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
-        now = self._now(now_ms)
-        with self.locked(now):
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        now = self.clock.milliseconds()
+        with self.locked():
             self._truncate_fully_locked(offset, now)
 
     def _truncate_fully_locked(self, offset: int, now: int) -> None:
@@ -773,7 +769,7 @@ class Log:
         without any data) only deletes the old segments.
         ``identity`` ((base offset, inode of the .log) of each old segment when cleaning started) must still
         match the current view, else another process changed them and the swap is abandoned (False)."""
-        with self.locked(now_ms):
+        with self.locked():
             current = {s.base_offset: s for s in self._segments}
             still_there = []
             for base, inode in identity:
@@ -814,11 +810,10 @@ class Log:
             self._publish(bump=True)
             return True
 
-    def delete_records(self, offset: int, now_ms: int | None = None) -> int:
+    def delete_records(self, offset: int) -> int:
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
         at the next retention pass. Returns the new log start offset."""
-        now = self._now(now_ms)
-        with self.locked(now):
+        with self.locked():
             target = self.high_watermark if offset == -1 else offset
             if target < 0 or target > self.high_watermark:
                 raise OffsetOutOfRangeError(
@@ -834,7 +829,7 @@ class Log:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
         if clean:
             with self.locked():
-                self._flush_locked(self.log_end_offset, self._now(None))
+                self._flush_locked(self.log_end_offset, self.clock.milliseconds())
                 for seg in self._segments:
                     seg.close(trim=True)
         else:

@@ -18,12 +18,12 @@ import concurrent.futures
 import fcntl
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import consume_clean_shutdown, write_clean_shutdown
+from storage_engine.clock import SYSTEM_CLOCK, Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import InvalidTopicError, StorageError, StorageIOError
@@ -40,6 +40,7 @@ class DirState:
     lock: DirLock
     exclusive_at_open: bool
     had_clean_shutdown: bool
+    opens_at_open: int = 0
     load_messages: list = field(default_factory=list)
 
 
@@ -60,31 +61,27 @@ class _FileLock:
 
 
 class LogManager:
-    def __init__(self, config: StorageConfig, clock=None, partitions=None):
+    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None):
         self.config = config
         # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
         self.only = None if partitions is None else frozenset(partitions)
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock = clock
         self.logs: dict[TopicPartition, Log] = {}
         self.dirs: dict[str, DirState] = {}
         self.load_errors: list[str] = []
         self._closed = False
 
-    def now(self, now_ms: int | None = None) -> int:
-        return self.clock() if now_ms is None else now_ms
-
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, config: StorageConfig, *, now_ms: int | None = None, clock=None,
-             partitions=None) -> "LogManager":
+    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
         stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
 
-        A manager that loaded a subset never writes the clean-shutdown marker when it is the last to close
-        (it flushed only its own logs); the next first opener then recovers each log from its recovery point."""
+        A manager that loaded a subset writes the clean-shutdown marker when it is the last to close only if it
+        found the dir clean and had it to itself (see :meth:`_may_vouch_for`); otherwise the next first opener
+        recovers each log from its recovery point."""
         mgr = cls(config, clock, partitions)
-        now = mgr.now(now_ms)
         for d in config.log_dirs:
             try:
                 os.makedirs(d, exist_ok=True)
@@ -92,7 +89,7 @@ class LogManager:
                 raise StorageIOError("cannot create log dir", d, exc) from exc
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(config.log_dirs))) as pool:
-                futures = [pool.submit(mgr._load_dir, d, now) for d in config.log_dirs]
+                futures = [pool.submit(mgr._load_dir, d) for d in config.log_dirs]
             results = [f.result() for f in futures]
             seen: dict[TopicPartition, str] = {}
             for d, logs in zip(config.log_dirs, results):
@@ -116,12 +113,12 @@ class LogManager:
         found = self._partition_dirs(log_dir)
         return found if self.only is None else [item for item in found if item[1] in self.only]
 
-    def _load_dir(self, log_dir: str, now: int) -> dict[TopicPartition, Log]:
+    def _load_dir(self, log_dir: str) -> dict[TopicPartition, Log]:
         lock = DirLock(log_dir)
         exclusive = lock.try_exclusive()
         if not exclusive:
             lock.shared()  # waits while the first opener recovers the dir
-        state = DirState(log_dir, lock, exclusive, False)
+        state = DirState(log_dir, lock, exclusive, False, lock.count_open())
         self.dirs[log_dir] = state
         state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
         rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
@@ -135,11 +132,10 @@ class LogManager:
 
         def load_one(item):
             name, (topic, partition) = item
-            log, res = Log.open(log_dir, topic, partition, self.config.log_config(topic), now_ms=now,
+            log, res = Log.open(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
                                 exclusive=exclusive, had_clean_shutdown=clean,
                                 recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
                                 log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
-            log.clock = self.clock
             return (topic, partition), log, res
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
@@ -186,9 +182,8 @@ class LogManager:
         name = layout.partition_dir_name(topic, partition)
         for d in self.config.log_dirs:
             if os.path.isdir(os.path.join(d, name)):
-                log, _ = Log.open(d, topic, partition, self.config.log_config(topic), now_ms=self.now(),
+                log, _ = Log.open(d, topic, partition, self.config.log_config(topic), clock=self.clock,
                                   exclusive=False)
-                log.clock = self.clock
                 self.logs[(topic, partition)] = log
                 return log
         return None
@@ -206,9 +201,8 @@ class LogManager:
             for d in self.config.log_dirs:
                 counts.append((len(self._partition_dirs(d)), self.config.log_dirs.index(d), d))
             target = min(counts)[2]
-            log, _ = Log.open(target, topic, partition, self.config.log_config(topic), now_ms=self.now(),
+            log, _ = Log.open(target, topic, partition, self.config.log_config(topic), clock=self.clock,
                               exclusive=True, create=True)
-            log.clock = self.clock
             fsync_dir(target)
         self.logs[(topic, partition)] = log
         return log
@@ -253,12 +247,12 @@ class LogManager:
                 "log_start_offsets": {f"{t}-{p}": v for (t, p), v in sorted(lso.items())}}
 
     # -- flushing ---------------------------------------------------------------------------------------------
-    def flush_all(self, now_ms: int | None = None, topic_filter=None) -> list[dict]:
+    def flush_all(self, topic_filter=None) -> list[dict]:
         out = []
         for tp in self.partitions(topic_filter):
             log = self.logs[tp]
             before = log.recovery_point
-            after = log.flush(now_ms=self.now(now_ms))
+            after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
         return out
@@ -276,10 +270,18 @@ class LogManager:
                     log.close(clean=last)
                 if last:
                     self._write_checkpoints_after_close(d, logs)
-                    if self.only is None:
+                    if self._may_vouch_for(state):
                         write_clean_shutdown(d)
             finally:
                 state.lock.close()
+
+    def _may_vouch_for(self, state: DirState) -> bool:
+        """Whether this manager, closing last, may write the clean-shutdown marker: it flushed every log it had,
+        so it may if it had every log, or if it found the dir clean, opened it first and no other manager
+        joined since (then the logs it never loaded are as the consumed marker described them)."""
+        if self.only is None:
+            return True
+        return state.exclusive_at_open and state.had_clean_shutdown and state.lock.opens() == state.opens_at_open
 
     def _write_checkpoints_after_close(self, log_dir: str, logs: list[Log]) -> None:
         present = {tp for _, tp in self._partition_dirs(log_dir)}

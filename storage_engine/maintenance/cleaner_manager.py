@@ -287,7 +287,7 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
                             "reason": "another run is cleaning this partition"})
             continue
         try:
-            log.refresh(now_ms)
+            log.refresh()
             ltc = log_to_clean(log, checkpoints[log.log_dir].get((log.topic, log.partition)), now_ms,
                                upper_time_bound_ms)
         except Exception as exc:  # Kafka: an error while selecting marks the partition uncleanable, and

@@ -11,13 +11,10 @@ import os
 import time
 
 from storage_engine.maintenance import retention as retention_mod
+from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.manager import LogManager
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _check_topics(mgr: LogManager, topics) -> None:
@@ -46,10 +43,11 @@ def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
 
 def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None, flush: bool = True) -> dict:
     """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        now = mgr.now(now_ms)
-        flushed = mgr.flush_all(now, topics) if flush else []
+        flushed = mgr.flush_all(topics) if flush else []
         written = mgr.checkpoint()
     return {"now_ms": now, "flushed": flushed, "checkpoints": written,
             "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"])}
@@ -57,18 +55,19 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
 
 def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> dict:
     """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        now = mgr.now(now_ms)
         out, skipped = [], 0
         for tp in mgr.partitions(topics):
             log = mgr.logs[tp]
-            log.refresh(now)
+            log.refresh()
             if due_only and not log.flush_due(now):
                 skipped += 1
                 continue
             before = log.recovery_point
-            after = log.flush(now_ms=now)
+            after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
     return {"now_ms": now, "flushed": out, "not_due": skipped,
@@ -78,20 +77,23 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
               dry_run: bool = False) -> dict:
     """Retention for one partition; advances and checkpoints the log start offset."""
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
-        result = retention_mod.run(log, mgr.now(now_ms), dry_run=dry_run)
+        result = retention_mod.run(log, now, dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])
     return result
 
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None, dry_run: bool = False) -> list:
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        now = mgr.now(now_ms)
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()
@@ -100,7 +102,7 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=No
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> dict:
     """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms``."""
-    now = wall_clock_ms() if now_ms is None else now_ms
+    now = clock_at(now_ms).milliseconds()
     result = retention_mod.purge_deleted(config.log_dirs, now,
                                          lambda topic: config.log_config(topic).file_delete_delay_ms,
                                          dry_run=dry_run)
@@ -118,9 +120,10 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
     record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
     from storage_engine.maintenance import cleaner_manager
     from storage_engine.maintenance.cleaner import Cleaner
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        now = mgr.now(now_ms)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
             raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
@@ -188,9 +191,10 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     from storage_engine.maintenance.cleaner import Cleaner
     if strategy not in MAP_STRATEGIES:
         raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        now = mgr.now(now_ms)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics)]
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
         capacity = Cleaner(config.cleaner).new_offset_map().max_entries
@@ -220,11 +224,12 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     from storage_engine.maintenance.cleaner_manager import LogToClean, log_to_clean, read_cleaner_checkpoints
     from storage_engine.maintenance.offset_map import SortedHashOffsetMap
     t0 = time.monotonic()
-    with LogManager.open(config, now_ms=now_ms) as mgr:
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
-        now = mgr.now(now_ms)
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
                 "map": "spark" if keymap_path else "local", "now_ms": now}
@@ -232,7 +237,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
         if not claim.try_acquire():
             return dict(base, nothing_to_do=True, skipped="another run is cleaning this partition")
         try:
-            log.refresh(now)
+            log.refresh()
             current = read_cleaner_checkpoints(log.log_dir).get((topic, partition))
             fresh = log_to_clean(log, current, now)
             if fresh.first_dirty_offset != first_dirty_offset or first_uncleanable_offset <= first_dirty_offset:

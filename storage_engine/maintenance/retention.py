@@ -112,7 +112,7 @@ def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
 
 
 def _run(log: Log, now_ms: int, dry_run: bool) -> dict:
-    with log.locked(now_ms):
+    with log.locked():
         deletions, future = plan(log, now_ms)
         before_start = log.log_start_offset
         summaries = {id(d.segment): d.as_dict() for d in deletions}  # before the files are renamed

@@ -14,9 +14,10 @@ import sys
 
 from storage_engine.record import codecs
 from storage_engine import layout
+from storage_engine.clock import clock_at
 from storage_engine.config import ENV_VAR, load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
-                                   InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError, StorageError)
+                                   InvalidTopicError, PartitionNotFoundError, OffsetOutOfRangeError, RecordTooLargeError, StorageError)
 from storage_engine.record.records import MAX_RECORD_OVERHEAD, SimpleRecord
 
 EXIT_DAMAGE = 1
@@ -207,17 +208,18 @@ def cmd_produce(args, config) -> int:
     log_config = config.log_config(args.topic)
     codec = codecs.CODEC_IDS[args.compression]
     chunks = list(_batches_of(records, min(log_config.max_message_bytes, log_config.segment_bytes)))
-    with LogManager.open(config) as mgr:
-        now = mgr.now(args.now_ms)
+    clock = clock_at(args.now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock, partitions=[(args.topic, args.partition)]) as mgr:
         # All or nothing: every batch passes the topic's checks before the partition is created or written,
         # and the batches go in under one hold of the partition lock, so they are contiguous.
         for chunk in chunks:
             check_records(args.topic, log_config, chunk, codec=codec, now_ms=now)
         log = mgr.get_or_create_log(args.topic, args.partition)
         first = last = None
-        with log.locked(now):
+        with log.locked():
             for chunk in chunks:
-                info = log.append_records(chunk, now_ms=now, codec=codec)
+                info = log.append_records(chunk, codec=codec)
                 first = info.first_offset if first is None else first
                 last = info.last_offset
     _out({"topic": args.topic, "partition": args.partition, "base_offset": first, "last_offset": last,
@@ -243,10 +245,11 @@ def _is_utf8(b: bytes) -> bool:
 
 def cmd_consume(args, config) -> int:
     from storage_engine.log.manager import LogManager
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, partitions=[(args.topic, args.partition)]) as mgr:
         log = mgr.get_log(args.topic, args.partition)
         if log is None:
-            raise InvalidRequestError(f"partition {args.topic}-{args.partition} does not exist in {list(config.log_dirs)}")
+            raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "
+                                         f"{list(config.log_dirs)}")
         for rec in log.read_records(args.from_offset, args.max_records):
             _out({"offset": rec.offset, "timestamp": rec.timestamp,
                   "key": _encode_field(rec.key, args.encoding), "value": _encode_field(rec.value, args.encoding),
@@ -284,16 +287,17 @@ def cmd_checkpoint(args, config) -> int:
 
 def cmd_flush(args, config) -> int:
     from storage_engine.log.manager import LogManager
-    with LogManager.open(config) as mgr:
-        now = mgr.now(args.now_ms)
+    clock = clock_at(args.now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
         out = []
         for tp in mgr.partitions(args.topic):
             log = mgr.logs[tp]
-            log.refresh(now)
+            log.refresh()
             if args.due_only and not log.flush_due(now):
                 continue
             before = log.recovery_point
-            after = log.flush(now_ms=now)
+            after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
     _out({"flushed": out})
@@ -302,12 +306,12 @@ def cmd_flush(args, config) -> int:
 
 def cmd_delete_records(args, config) -> int:
     from storage_engine.log.manager import LogManager
-    with LogManager.open(config) as mgr:
+    with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
         log = mgr.get_log(args.topic, args.partition)
         if log is None:
-            raise InvalidRequestError(f"partition {args.topic}-{args.partition} does not exist")
+            raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist")
         before = log.log_start_offset
-        after = log.delete_records(args.offset, now_ms=args.now_ms)
+        after = log.delete_records(args.offset)
         mgr.checkpoint([log.log_dir])
     _out({"topic": args.topic, "partition": args.partition, "log_start_offset_before": before,
           "log_start_offset": after})

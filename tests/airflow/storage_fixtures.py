@@ -11,6 +11,7 @@ import textwrap
 
 import yaml
 
+from storage_engine.clock import ManualClock
 from storage_engine.config import StorageConfig, load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -55,22 +56,25 @@ class StorageFixture:
     # -- writing ------------------------------------------------------------------------------------------------
     def produce(self, topic: str, partition: int, timestamps_ms, value_size: int = 50) -> None:
         """Append one record per timestamp (one batch each) and close the logs cleanly."""
-        with LogManager.open(self.config(), now_ms=T_MS) as mgr:
+        with LogManager.open(self.config(), clock=ManualClock(T_MS)) as mgr:
             log = mgr.get_or_create_log(topic, partition)
             for i, ts in enumerate(timestamps_ms):
-                log.append_records([SimpleRecord(f"k{i}".encode(), b"v" * value_size, ts)], now_ms=ts)
+                log.clock.set(ts)
+                log.append_records([SimpleRecord(f"k{i}".encode(), b"v" * value_size, ts)])
 
     def produce_then_crash(self, topic: str, partition: int, timestamps_ms, value_size: int = 50) -> None:
         """Append records in a child process that dies without closing the logs (no flush, no checkpoint)."""
         script = textwrap.dedent(f"""
             import os
+            from storage_engine.clock import ManualClock
             from storage_engine.config import load_config
             from storage_engine.log.manager import LogManager
             from storage_engine.record.records import SimpleRecord
-            mgr = LogManager.open(load_config({str(self.config_path)!r}), now_ms={T_MS})
+            mgr = LogManager.open(load_config({str(self.config_path)!r}), clock=ManualClock({T_MS}))
             log = mgr.get_or_create_log({topic!r}, {partition})
             for i, ts in enumerate({list(timestamps_ms)!r}):
-                log.append_records([SimpleRecord(b"c%d" % i, b"w" * {value_size}, ts)], now_ms=ts)
+                mgr.clock.set(ts)
+                log.append_records([SimpleRecord(b"c%d" % i, b"w" * {value_size}, ts)])
             os._exit(0)
         """)
         subprocess.run([sys.executable, "-c", script], check=True, env=os.environ.copy())
@@ -81,14 +85,16 @@ class StorageFixture:
         logs open, unflushed, until the ``with`` block ends; then it closes them cleanly."""
         script = textwrap.dedent(f"""
             import sys
+            from storage_engine.clock import ManualClock
             from storage_engine.config import load_config
             from storage_engine.log.manager import LogManager
             from storage_engine.record.records import SimpleRecord
-            mgr = LogManager.open(load_config({str(self.config_path)!r}), now_ms={T_MS})
+            mgr = LogManager.open(load_config({str(self.config_path)!r}), clock=ManualClock({T_MS}))
             for (topic, partition), timestamps in {appends!r}.items():
                 log = mgr.get_or_create_log(topic, partition)
                 for i, ts in enumerate(timestamps):
-                    log.append_records([SimpleRecord(b"w%d" % i, b"x" * {value_size}, ts)], now_ms=ts)
+                    mgr.clock.set(ts)
+                    log.append_records([SimpleRecord(b"w%d" % i, b"x" * {value_size}, ts)])
             print("ready", flush=True)
             sys.stdin.readline()
             mgr.close()
@@ -104,8 +110,8 @@ class StorageFixture:
             assert proc.wait(timeout=60) == 0
 
     def delete_records(self, topic: str, partition: int, offset: int) -> None:
-        with LogManager.open(self.config(), now_ms=T_MS) as mgr:
-            mgr.get_log(topic, partition).delete_records(offset, now_ms=T_MS)
+        with LogManager.open(self.config(), clock=ManualClock(T_MS)) as mgr:
+            mgr.get_log(topic, partition).delete_records(offset)
 
     # -- reading ------------------------------------------------------------------------------------------------
     def partition_dir(self, topic: str, partition: int) -> pathlib.Path:
@@ -120,7 +126,7 @@ class StorageFixture:
 
     def describe(self) -> dict:
         """{(topic, partition): Log.describe()} as the engine sees the logs now."""
-        with LogManager.open(self.config(), now_ms=T_MS) as mgr:
+        with LogManager.open(self.config(), clock=ManualClock(T_MS)) as mgr:
             return {tp: log.describe() for tp, log in mgr.logs.items()}
 
     def snapshot(self) -> dict[str, bytes]:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner_manager import read_cleaner_checkpoints
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -30,11 +31,12 @@ def keyed(tmp_path, monkeypatch):
     monkeypatch.setenv("STORAGE_ENGINE_CONFIG", str(fixture.config_path))
     start = T_MS - 3 * HOUR_MS
     latest = {}
-    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+    with LogManager.open(fixture.config(), clock=ManualClock(T_MS)) as mgr:
         log = mgr.get_or_create_log("ue", 0)
         for i in range(N):
             key, value, ts = b"k%d" % (i % 20), b"value-%d" % i, start + i * 30_000
-            log.append_records([SimpleRecord(key, value, ts)], now_ms=ts)
+            log.clock.set(ts)
+            log.append_records([SimpleRecord(key, value, ts)])
             latest[key] = (i, value, ts)
     return fixture, latest
 
@@ -48,7 +50,7 @@ def checkpoint(fixture) -> int | None:
 
 
 def read_back(fixture):
-    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+    with LogManager.open(fixture.config(), clock=ManualClock(T_MS)) as mgr:
         return list(mgr.get_log("ue", 0).read_records())
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from spark_jobs import build_key_map
 from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import config_from_mapping
 from storage_engine.tools.inspect import partition_info
@@ -39,12 +40,14 @@ def make_config(tmp_path, policy="compact", name="cfg.yaml", topic=None):
 
 
 def fill(cfg, records, roll=True):
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("kv", 0)
         for i, (k, v) in enumerate(records):
-            log.append_records([SimpleRecord(k, v, T0 + i)], now_ms=T0 + i)
+            log.clock.set(T0 + i)
+            log.append_records([SimpleRecord(k, v, T0 + i)])
         if roll:
-            log.roll(now_ms=T0 + len(records))
+            log.clock.set(T0 + len(records))
+            log.roll()
 
 
 def digest_dir(path) -> dict:
@@ -81,7 +84,7 @@ def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
                                            T0 + 10_000, keymap_path=str(out))
     assert report["map"] == "spark" and report["checkpoint_written"]
     assert report["map_keys"] == 50
-    with LogManager.open(cfg, now_ms=T0 + 10_000) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0 + 10_000)) as mgr:
         got = {r.key: (r.offset, r.value) for r in mgr.get_log("kv", 0).read_records()}
     assert len(got) == 50
     for i in range(350, 400):

@@ -1,11 +1,12 @@
 """Small builders shared by the engine tests: records, batches, segments and logs in a temp dir.
 
-Everything writes real files; nothing is mocked. Times are passed in (``now_ms``), never read from the clock.
+Everything writes real files; nothing is mocked. Time comes from a ``ManualClock`` the test sets, never the wall clock.
 """
 from __future__ import annotations
 
 import os
 
+from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.log.log import Log
@@ -55,7 +56,7 @@ def config(**overrides) -> LogConfig:
 def open_log(log_dir, cfg: LogConfig | None = None, *, topic: str = TOPIC, partition: int = PARTITION,
              now_ms: int = 0, exclusive: bool = True, create: bool = True, **kw):
     """``Log.open`` with test defaults; returns (log, load_result)."""
-    return Log.open(str(log_dir), topic, partition, cfg or LogConfig(), now_ms=now_ms, exclusive=exclusive,
+    return Log.open(str(log_dir), topic, partition, cfg or LogConfig(), clock=ManualClock(now_ms), exclusive=exclusive,
                     create=create, **kw)
 
 

@@ -15,6 +15,7 @@ import types
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine.tools import cli
 from storage_engine.config import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError,
@@ -305,9 +306,10 @@ def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field)
     from storage_engine.config import LogConfig
     from storage_engine.errors import InvalidRecordError
     from storage_engine.log.log import Log
-    log, _ = Log.open(str(tmp_path), "typed", 0, LogConfig(), now_ms=1, exclusive=True, create=True)
-    log.append_records([(b"good", b"record", 1)], now_ms=1)
+    log, _ = Log.open(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
+    log.append_records([(b"good", b"record", 1)])
     with pytest.raises(InvalidRecordError, match=re.escape(field)):
-        log.append_records([(b"also-good", b"x", 2), bad], now_ms=2)
+        log.clock.set(2)
+        log.append_records([(b"also-good", b"x", 2), bad])
     assert [(r.offset, r.key) for r in log.read_records()] == [(0, b"good")]
     log.close(clean=True)

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from tests.paths import REAL_KAFKA_FIXTURES
+from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import has_clean_shutdown
@@ -40,7 +41,8 @@ def single_size(value: str = "v000") -> int:
 
 def fill(log, n: int, start_ts: int = T0, prefix: str = "v") -> None:
     for i in range(n):
-        log.append_records(one(f"{prefix}{log.log_end_offset:03d}", ts=start_ts + i * 10), now_ms=T0)
+        log.clock.set(T0)
+        log.append_records(one(f"{prefix}{log.log_end_offset:03d}", ts=start_ts + i * 10))
 
 
 def reopen(log_dir, cfg=None, **kw):
@@ -76,7 +78,7 @@ def crashed_log(log_dir):
     cfg = config(segment_bytes=5 * single_size(), index_interval_bytes=1)
     log, _ = open_log(log_dir, cfg, now_ms=T0)
     fill(log, 20)
-    log.flush(10, now_ms=T0)
+    log.flush(10)
     assert bases(log) == [0, 5, 10, 15]
     records = read_all(log)
     log.close(clean=False)
@@ -99,7 +101,8 @@ def test_torn_tail_write(crashed_log, log_dir):
     assert log.recovery_point == 10
     assert os.path.getsize(path) == size - last
     # the log goes on at the torn offset
-    log.append_records(one("again"), now_ms=T0)
+    log.clock.set(T0)
+    log.append_records(one("again"))
     assert read_all(log)[-1] == (19, b"again")
     log.close(clean=True)
 
@@ -162,7 +165,8 @@ def test_offsets_going_backwards_in_unflushed_segment(crashed_log, log_dir):
     assert bases(log) == [0, 5, 10]
     assert log.log_end_offset == 10
     assert assert_consistent(log, records, 10) == records[:10]
-    log.append_records(one("next"), now_ms=T0)
+    log.clock.set(T0)
+    log.append_records(one("next"))
     assert read_all(log)[-1] == (10, b"next")
     log.close(clean=True)
 
@@ -196,7 +200,7 @@ def test_corrupt_log(log_dir):
 def build_index_log(log_dir, cfg):
     log, _ = open_log(log_dir, cfg, now_ms=T0)
     for i in range(200):
-        log.append_records(recs(f"{i:010d}", timestamp=T0 + i * 10), now_ms=T0)
+        log.append_records(recs(f"{i:010d}", timestamp=T0 + i * 10))
     entries = [(s.offset_index.entries, s.time_index.entries) for s in log.segments]
     return log, entries
 
@@ -304,7 +308,7 @@ def test_open_deletes_obsolete_files(log_dir):
     fill(log, 20)
     records = read_all(log)
     d = partition_dir(log_dir)
-    log.truncate_to(12, now_ms=T0)  # segment 15 goes to .deleted
+    log.truncate_to(12)  # segment 15 goes to .deleted
     log.close(clean=True)
     shutil.copyfile(segment_path(d, 0), segment_path(d, 0, layout.LOG_SUFFIX, layout.CLEANED_SUFFIX))
     shutil.copyfile(segment_path(d, 5, layout.INDEX_SUFFIX),
@@ -332,7 +336,7 @@ def swap_log(log_dir):
     cfg = config(segment_bytes=4 * len(batch(0, "v000", keys=["k0"], timestamp=T0)), index_interval_bytes=1)
     log, _ = open_log(log_dir, cfg, now_ms=T0)
     for i in range(16):
-        log.append_records(recs(f"v{i:03d}", keys=[f"k{i % 3}"], timestamp=T0 + i), now_ms=T0)
+        log.append_records(recs(f"v{i:03d}", keys=[f"k{i % 3}"], timestamp=T0 + i))
     assert bases(log) == [0, 4, 8, 12]
     records = read_all(log)
     log.close(clean=True)
@@ -482,7 +486,7 @@ def test_clean_shutdown_skips_recovery(log_dir):
     """testCleanShutdownFile: with the clean-shutdown marker no segment is recovered, even with recovery
     point 0 (a corrupt byte in the first segment stays); without it, recovery runs from 0 and cuts there."""
     cfg = manager_config(log_dir, **{"log.segment.bytes": 5 * single_size(), "log.index.interval.bytes": 1})
-    mgr = LogManager.open(cfg, now_ms=T0)
+    mgr = LogManager.open(cfg, clock=ManualClock(T0))
     log = mgr.get_or_create_log(TOPIC, 0)
     fill(log, 20)
     records = read_all(log)
@@ -502,7 +506,7 @@ def test_clean_shutdown_skips_recovery(log_dir):
     rp_file = OffsetCheckpointFile(os.path.join(str(log_dir), layout.RECOVERY_POINT_CHECKPOINT))
     rp_file.write({(TOPIC, 0): 0})
 
-    mgr = LogManager.open(cfg, now_ms=T0)
+    mgr = LogManager.open(cfg, clock=ManualClock(T0))
     assert not has_clean_shutdown(str(log_dir)), "the marker is consumed at startup"
     log = mgr.get_log(TOPIC, 0)
     assert log.log_end_offset == 20
@@ -514,7 +518,7 @@ def test_clean_shutdown_skips_recovery(log_dir):
     # the same files without the marker: recovery from 0 truncates at the corrupt batch
     os.remove(os.path.join(str(log_dir), layout.CLEAN_SHUTDOWN_FILE))
     rp_file.write({(TOPIC, 0): 0})
-    mgr = LogManager.open(cfg, now_ms=T0)
+    mgr = LogManager.open(cfg, clock=ManualClock(T0))
     log = mgr.get_log(TOPIC, 0)
     assert log.log_end_offset == 0
     assert read_all(log) == []
@@ -527,10 +531,10 @@ def test_log_end_less_than_start_after_reopen(log_dir):
     log is restarted as a single empty segment at the log start."""
     log, _ = open_log(log_dir, now_ms=T0)
     for i in range(5):
-        log.append_records(one(str(i)), now_ms=T0)
-        log.roll(now_ms=T0)
+        log.append_records(one(str(i)))
+        log.roll()
     assert len(log.segments) == 6
-    log.delete_records(4, now_ms=T0)
+    log.delete_records(4)
     assert log.log_end_offset > log.log_start_offset == 4
     second = log.segments[1]
     with open(second.log.path, "wb") as f:  # overwrite segment 1 with garbage
@@ -544,7 +548,7 @@ def test_log_end_less_than_start_after_reopen(log_dir):
     for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
         assert os.path.exists(segment_path(d, 4, suffix))
     assert seg.size == 0
-    log.append_records(one("x"), now_ms=T0)
+    log.append_records(one("x"))
     assert read_all(log) == [(4, b"x")]
     log.close(clean=True)
 
@@ -559,7 +563,7 @@ def test_log_recovers_to_correct_offset(log_dir):
     rng = random.Random(1)
     for i in range(100):
         log.append_records([recs(bytes(rng.randrange(256) for _ in range(message_size)),
-                                 timestamp=T0 + i * 10)[0]], now_ms=T0)
+                                 timestamp=T0 + i * 10)[0]])
     assert log.log_end_offset == 100
     active = log.active_segment
     last_index_offset = active.offset_index.last_offset
@@ -586,7 +590,7 @@ def test_log_recovers_to_correct_offset(log_dir):
     log, res = reopen(log_dir, cfg, recovery_point_checkpoint=10)
     assert res.recovered_segments >= 1
     verify(log, 10)
-    log.flush(now_ms=T0)
+    log.flush()
     verify(log, 100)
     log.close(clean=True)
 
@@ -599,7 +603,7 @@ def test_reopen_then_truncate(log_dir):
     assert len(log.segments) > 1
     log.close(clean=True)
     log, _ = reopen(log_dir, cfg)
-    log.truncate_to(3, now_ms=T0)
+    log.truncate_to(3)
     assert len(log.segments) == 1
     assert log.log_end_offset == 3
     assert [o for o, _ in read_all(log)] == [0, 1, 2]
@@ -613,7 +617,7 @@ def test_unclean_close_keeps_flushed_data_and_preallocated_tail_is_cut(log_dir):
     fill(log, 5)
     records = read_all(log)
     path = log.active_segment.log.path
-    log.flush(now_ms=T0)
+    log.flush()
     log.close(clean=False)
     assert os.path.getsize(path) == 64 * 1024
     log, res = reopen(log_dir, cfg, recovery_point_checkpoint=5)

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.config import config_from_mapping
 from storage_engine.errors import StorageError
@@ -23,9 +24,9 @@ def _config(log_dir):
 
 def _fill(log_dir, partitions):
     cfg = _config(log_dir)
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         for t, p in partitions:
-            mgr.get_or_create_log(t, p).append_records(recs(f"{t}-{p}", timestamp=T0), now_ms=T0)
+            mgr.get_or_create_log(t, p).append_records(recs(f"{t}-{p}", timestamp=T0))
     return cfg
 
 
@@ -40,24 +41,33 @@ def test_a_subset_opens_only_its_partitions_and_ignores_damage_elsewhere(log_dir
     cfg = _fill(log_dir, [("a", 0), ("a", 1), ("b", 0)])
     _break(log_dir, "b", 0)
     with pytest.raises(StorageError):
-        LogManager.open(cfg, now_ms=T0).close()
-    with LogManager.open(cfg, now_ms=T0, partitions=[("a", 1), ("nope", 3)]) as mgr:
+        LogManager.open(cfg, clock=ManualClock(T0)).close()
+    with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 1), ("nope", 3)]) as mgr:
         assert sorted(mgr.logs) == [("a", 1)]
         assert [r.value for r in mgr.logs[("a", 1)].read_records()] == [b"a-1"]
         assert mgr.get_log("nope", 3) is None
 
 
-def test_a_subset_manager_never_writes_the_clean_shutdown_marker(log_dir):
-    """It flushed only its own logs, so it cannot vouch for the others: the next first opener recovers."""
+def test_a_subset_manager_writes_the_marker_only_for_a_dir_it_had_to_itself(log_dir):
+    """It flushed only its own logs: it vouches for the others only if it found the dir clean and no other
+    manager joined while it had the dir open."""
     cfg = _fill(log_dir, [("a", 0), ("b", 0)])
     marker = clean_shutdown_path(str(log_dir))
     assert os.path.exists(marker)
-    with LogManager.open(cfg, now_ms=T0, partitions=[("a", 0)]) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)]) as mgr:
         assert not os.path.exists(marker), "the first opener consumes the marker"
-        mgr.logs[("a", 0)].append_records(recs("more", timestamp=T0), now_ms=T0)
-    assert not os.path.exists(marker)
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+        mgr.logs[("a", 0)].append_records(recs("more", timestamp=T0))
+    assert os.path.exists(marker), "alone in a clean dir: it may vouch for the logs it never opened"
+
+    with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)]):
+        with LogManager.open(cfg, clock=ManualClock(T0)) as other:  # another manager joins, writes, leaves
+            other.get_log("b", 0).append_records(recs("unflushed", timestamp=T0))
+    assert not os.path.exists(marker), "another manager joined: it cannot vouch for b-0"
+
+    with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)]):
+        pass
+    assert not os.path.exists(marker), "the dir was not clean when it opened it"
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         assert [r.value for r in mgr.get_log("a", 0).read_records()] == [b"a-0", b"more"]
-        assert [r.value for r in mgr.get_log("b", 0).read_records()] == [b"b-0"]
+        assert [r.value for r in mgr.get_log("b", 0).read_records()] == [b"b-0", b"unflushed"]
     assert os.path.exists(marker), "a manager of every partition writes it again"
-    assert layout.CLEAN_SHUTDOWN_FILE == os.path.basename(marker)

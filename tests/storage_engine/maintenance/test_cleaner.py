@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.paths import REPO as REPO_PATH
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager
 from storage_engine.record import codecs
 from storage_engine import layout
@@ -55,12 +56,14 @@ def b(x):
 
 def put(log: Log, key, value, ts: int = T0, **kw):
     """Append one single-record batch."""
-    return log.append_records([SimpleRecord(b(key), b(value), ts)], now_ms=kw.pop("now_ms", ts), **kw)
+    log.clock.set(kw.pop("now_ms", ts))
+    return log.append_records([SimpleRecord(b(key), b(value), ts)], **kw)
 
 
 def put_many(log: Log, pairs, ts: int = T0, **kw):
     """Append one batch holding ``pairs`` of (key, value)."""
-    return log.append_records([SimpleRecord(b(k), b(v), ts) for k, v in pairs], now_ms=kw.pop("now_ms", ts), **kw)
+    log.clock.set(kw.pop("now_ms", ts))
+    return log.append_records([SimpleRecord(b(k), b(v), ts) for k, v in pairs], **kw)
 
 
 def contents(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -145,7 +148,7 @@ def pdir(log_dir, topic: str = TOPIC, partition: int = 0) -> str:
 
 
 def open_existing(log_dir, cfg: LogConfig, now: int = T0) -> Log:
-    log, _ = Log.open(str(log_dir), TOPIC, 0, cfg, now_ms=now, exclusive=True, had_clean_shutdown=False,
+    log, _ = Log.open(str(log_dir), TOPIC, 0, cfg, clock=ManualClock(now), exclusive=True, had_clean_shutdown=False,
                       recovery_point_checkpoint=0)
     return log
 
@@ -162,7 +165,7 @@ def make_log(log_dir):
         if existing:
             log = open_existing(log_dir, cfg or compact_cfg(), now)
         else:
-            log, _ = Log.open(str(log_dir), TOPIC, 0, cfg or compact_cfg(), now_ms=now, exclusive=True,
+            log, _ = Log.open(str(log_dir), TOPIC, 0, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
                               create=True)
         opened.append(log)
         return log
@@ -439,7 +442,8 @@ def append_keyless(log: Log, value: str, ts: int = T0):
     compacted = log.config
     log.config = LogConfig().with_overrides({"cleanup.policy": "delete", "segment.bytes": compacted.segment_bytes})
     try:
-        return log.append_records([SimpleRecord(None, b(value), ts)], now_ms=ts)
+        log.clock.set(ts)
+        return log.append_records([SimpleRecord(None, b(value), ts)])
     finally:
         log.config = compacted
 
@@ -714,7 +718,7 @@ def test_rebuilt_batch_keeps_its_attributes(make_log, codec, ts_type):
     data = build_batch(recs, base_offset=0, codec=codec, timestamp_type=ts_type,
                        log_append_time_ms=append_time if ts_type == LOG_APPEND_TIME else None, producer_id=4242,
                        producer_epoch=3, base_sequence=17, is_transactional=True, partition_leader_epoch=7)
-    log.append_batches(data, now_ms=T0)
+    log.append_batches(data)
     put_many(log, [("c", "new"), ("d", "new")])
     log.roll()
     original = all_batches(log)[0]
@@ -746,7 +750,7 @@ def test_control_batches_are_kept(make_log):
     put(log, "a", "1")
     marker = build_control_batch(1, base_offset=0, timestamp=T0, producer_id=9, producer_epoch=0)
     # a transaction marker (COMMIT) as the coordinator would write it: raw, under the partition lock
-    with log.locked(T0):
+    with log.locked():
         off = log.log_end_offset
         data = bytearray(marker)
         struct.pack_into(">q", data, 0, off)
@@ -837,7 +841,7 @@ def reopen_clean_shutdown(log: Log) -> Log:
     """Reopen without recovery (as after a clean shutdown), so damage below the recovery point stays."""
     d, cfg = log.log_dir, log.config
     log.close(clean=False)
-    new, _ = Log.open(d, TOPIC, 0, cfg, now_ms=T0, exclusive=True, had_clean_shutdown=True,
+    new, _ = Log.open(d, TOPIC, 0, cfg, clock=ManualClock(T0), exclusive=True, had_clean_shutdown=True,
                       recovery_point_checkpoint=0)
     return new
 
@@ -872,11 +876,11 @@ def test_segment_deleted_concurrently_abandons_its_group(log_dir, make_log):
     fill_until(log, 4, record=lambda off: (f"k{off % 5}", str(off)))
     log.roll()
     end = log.active_segment.base_offset
-    other, _ = Log.open(str(log_dir), TOPIC, 0, log.config, now_ms=T0, exclusive=False)
+    other, _ = Log.open(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
 
     def concurrent_retention():
-        other.delete_records(other.segments[1].base_offset, now_ms=T0)
-        with other.locked(T0):
+        other.delete_records(other.segments[1].base_offset)
+        with other.locked():
             other.delete_segments_locked([other.segments[0]], T0)
 
     m = HookMap(1 << 20, concurrent_retention)

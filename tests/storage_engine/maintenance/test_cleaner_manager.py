@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, jobs as maintenance, retention
 from storage_engine import layout
 from storage_engine.maintenance.cleaner_manager import (CleaningClaim, cleanable_offsets, log_to_clean, read_cleaner_checkpoints,
@@ -34,8 +35,8 @@ def compact_cfg(**overrides) -> LogConfig:
 
 
 def put(log: Log, key: str, value: str | None, ts: int = T0):
-    return log.append_records([SimpleRecord(key.encode(), None if value is None else value.encode(), ts)],
-                              now_ms=ts)
+    log.clock.set(ts)
+    return log.append_records([SimpleRecord(key.encode(), None if value is None else value.encode(), ts)])
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def make_log(log_dir):
     opened = []
 
     def make(cfg=None, *, topic=TOPIC, partition=0, now=T0) -> Log:
-        log, _ = Log.open(str(log_dir), topic, partition, cfg or compact_cfg(), now_ms=now, exclusive=True,
+        log, _ = Log.open(str(log_dir), topic, partition, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
                           create=True)
         opened.append(log)
         return log
@@ -220,9 +221,9 @@ def test_cleanable_offsets_needs_checkpoint_reset(make_log):
     log = make_log(compact_cfg(segment_bytes=1024))
     while log.log_end_offset < 24:
         put(log, str(log.log_end_offset % 5), "v")
-    log.delete_records(10, now_ms=T0)
+    log.delete_records(10)
     assert not cleanable_offsets(log, 15, T0)[3], "Checkpoint offset should not be reset if valid"
-    log.delete_records(20, now_ms=T0)
+    log.delete_records(20)
     fd, _, _, reset, _ = cleanable_offsets(log, 15, T0)
     assert reset and fd == 20, "Checkpoint offset needs to be reset if less than log start offset"
     fd, _, _, reset, _ = cleanable_offsets(log, 25, T0)
@@ -247,7 +248,7 @@ def test_dirty_offset_reset_if_smaller_than_start_offset(make_log):
     log = make_log(compact_cfg(segment_bytes=1024))
     while len(log.segments) < 3:
         put(log, str(log.log_end_offset % 3), "v")
-    log.delete_records(2, now_ms=T0)
+    log.delete_records(2)
     set_checkpoint(log, 0)
     sel = cleaner_manager.select([log], T0)
     assert sel["eligible"][0].first_dirty_offset == 2
@@ -261,7 +262,7 @@ def test_log_start_offset_larger_than_active_segment_base(make_log):
     for i in range(3):
         put(log, str(i), "v")
     assert len(log.segments) == 1
-    log.delete_records(2, now_ms=T0)
+    log.delete_records(2)
     set_checkpoint(log, 0)
     sel = cleaner_manager.select([log], T0)
     assert sel["eligible"] == [], "Log should not be selected for cleaning"
@@ -406,21 +407,23 @@ def storage_config(tmp_path, topics: dict, **broker):
 
 def write(cfg, topic: str, partition: int, records, now: int = T0, roll: bool = True) -> None:
     """Append (key, value, ts) records through a LogManager, then roll so they are cleanable."""
-    with LogManager.open(cfg, now_ms=now) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(now)) as mgr:
         log = mgr.get_or_create_log(topic, partition)
         for k, v, ts in records:
-            log.append_records([SimpleRecord(k.encode(), None if v is None else v.encode(), ts)], now_ms=ts)
+            log.clock.set(ts)
+            log.append_records([SimpleRecord(k.encode(), None if v is None else v.encode(), ts)])
         if roll:
-            log.roll(now_ms=now)
+            log.clock.set(now)
+            log.roll()
 
 
 def read(cfg, topic: str, partition: int = 0) -> list:
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         return [(r.offset, r.key, r.value) for r in mgr.get_log(topic, partition).read_records()]
 
 
 def segment_bytes_of(cfg, topic: str, partition: int = 0) -> dict:
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         return {s.base_offset: open(s.path, "rb").read() for s in mgr.get_log(topic, partition).segments}
 
 
@@ -467,7 +470,7 @@ def test_min_compaction_lag_leaves_recent_segments(tmp_path):
     old = [(f"k{i % 3}", f"old{i}", T0) for i in range(12)]
     new = [(f"k{i % 3}", f"new{i}", T0 + lag) for i in range(12)]
     write(cfg, "t", 0, old + new, now=T0 + lag)
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         segs = mgr.get_log("t", 0).segments
         first_recent = next(s.base_offset for s in segs if s.largest_timestamp() >= T0 + lag)
     before = segment_bytes_of(cfg, "t")
@@ -578,7 +581,7 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
     cfg = storage_config(tmp_path, {"t": {"cleanup.policy": "compact", "segment.bytes": 1024}})
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     before = segment_bytes_of(cfg, "t")
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         claim = CleaningClaim(mgr.get_log("t", 0))
         claim.acquire_or_raise()
         try:

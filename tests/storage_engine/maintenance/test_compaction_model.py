@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, retention
 from storage_engine.record import codecs
 from storage_engine.maintenance.cleaner import Cleaner
@@ -69,7 +70,7 @@ class CompactionModel(RuleBasedStateMachine):
         self.cfg = LogConfig().with_overrides(overrides)
         self.cc = map_config(map_entries)
         self.now = T0
-        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, now_ms=self.now, exclusive=True, create=True)
+        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True, create=True)
         self.history: dict[int, tuple[bytes, bytes | None]] = {}   # every acknowledged record
         self.appended_at: dict[int, int] = {}
         self.first_round_after: dict[int, int] = {}                # offset -> time of the first round after it
@@ -94,7 +95,8 @@ class CompactionModel(RuleBasedStateMachine):
 
     def _append(self, batch, codec):
         recs = [SimpleRecord(k, v, self.now - 10 * RETENTION if v is None else self.now) for k, v in batch]
-        info = self.log.append_records(recs, now_ms=self.now, codec=codec)
+        self.log.clock.set(self.now)
+        info = self.log.append_records(recs, codec=codec)
         assert info.first_offset == len(self.history)
         for i, (k, v) in enumerate(batch):
             self.history[info.first_offset + i] = (k, v)
@@ -104,12 +106,14 @@ class CompactionModel(RuleBasedStateMachine):
     def append_keyless(self):
         leo = self.log.log_end_offset
         with pytest.raises(InvalidRecordForTopicError):
-            self.log.append_records([SimpleRecord(None, b"no key", self.now)], now_ms=self.now)
+            self.log.clock.set(self.now)
+            self.log.append_records([SimpleRecord(None, b"no key", self.now)])
         assert self.log.log_end_offset == leo
 
     @rule()
     def roll(self):
-        self.log.roll(now_ms=self.now)
+        self.log.clock.set(self.now)
+        self.log.roll()
 
     @rule(ms=st.integers(min_value=1, max_value=2 * RETENTION))
     def tick(self, ms):
@@ -154,7 +158,8 @@ class CompactionModel(RuleBasedStateMachine):
     def delete_records(self, frac):
         leo = self.log.log_end_offset
         target = self.start + int(frac * (leo - self.start))
-        self.log.delete_records(target, now_ms=self.now)
+        self.log.clock.set(self.now)
+        self.log.delete_records(target)
         self.start = max(self.start, target)
         assert self.log.log_start_offset >= self.start
 
@@ -169,7 +174,7 @@ class CompactionModel(RuleBasedStateMachine):
     def reopen_after_crash(self):
         got = self.read()
         self.log.close(clean=False)
-        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, now_ms=self.now, exclusive=True,
+        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True,
                                had_clean_shutdown=False, recovery_point_checkpoint=0,
                                log_start_offset_checkpoint=self.start)
         assert self.read() == got

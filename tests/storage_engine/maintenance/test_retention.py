@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.maintenance import jobs as maintenance, retention
 from storage_engine.config import LogConfig, config_from_mapping
@@ -26,13 +27,14 @@ def _one_record_size() -> int:
 
 def open_log(tmp_path, overrides, topic="t", now_ms=T0) -> Log:
     cfg = LogConfig().with_overrides(overrides)
-    log, _ = Log.open(str(tmp_path), topic, 0, cfg, now_ms=now_ms, exclusive=True, create=True)
+    log, _ = Log.open(str(tmp_path), topic, 0, cfg, clock=ManualClock(now_ms), exclusive=True, create=True)
     return log
 
 
 def append(log: Log, n: int, ts: int, key=b"key") -> None:
     for _ in range(n):
-        log.append_records([SimpleRecord(key, b"v" * 20, ts)], now_ms=ts)
+        log.clock.set(ts)
+        log.append_records([SimpleRecord(key, b"v" * 20, ts)])
 
 
 def files(log: Log, suffix: str) -> list[str]:
@@ -180,7 +182,7 @@ def test_deletion_delay_is_honoured(tmp_path):
                                "topics": {"t": {"segment.bytes": 5 * size, "retention.ms": DAY_MS,
                                                 "file.delete.delay.ms": 60000}}})
     now = T0 + 2 * DAY_MS
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("t", 0)
         append(log, 12, T0)
     result = maintenance.retention(cfg, "t", 0, now)
@@ -197,7 +199,7 @@ def test_deletion_delay_is_honoured(tmp_path):
     # rolled to a new segment at 12, so the file is empty and a reload derives the start from the segment.
     cp = (tmp_path / "d" / layout.LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()
     assert cp == ["0", "0"]
-    with LogManager.open(cfg, now_ms=now) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(now)) as mgr:
         assert mgr.get_log("t", 0).log_start_offset == 12
 
 
