@@ -132,7 +132,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 def _ensure_sample_data(env: dict) -> None:
     """Generate sample logs when the configured log dirs hold none (never touches existing data)."""
     from include.sample_data import existing_partitions
-    from storage_engine.config import load_config
+    from storage_engine import load_config
 
     config = load_config(env["STORAGE_ENGINE_CONFIG"])
     if existing_partitions(config):

@@ -35,12 +35,10 @@ from pathlib import Path
 from include.airflow_standalone import AIRFLOW_HOME, DAGS_FOLDER, REPO, airflow_env, airflow_executable
 from include.sample_data import (DEFAULT_SEED, display_path, format_summary, generate, human_bytes,
                                  reset_log_dirs, short_time, table)
-from storage_engine import layout
+from storage_engine import StorageError, layout, verify_log_dirs
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.config import DEFAULT_CONFIG_PATH, StorageConfig, load_config
-from storage_engine.errors import StorageError
 from storage_engine.log.locks import UNKNOWN, PartitionLock, lock_path
-from storage_engine.tools.verify import verify_log_dirs
 
 DAG_IDS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction")
 # Trigger-form values per DAG: the demo builds its compaction key maps on (local) Spark, the mission's path.

@@ -36,13 +36,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from storage_engine import layout
-from storage_engine.clock import ManualClock
-from storage_engine.config import StorageConfig, load_config
-from storage_engine.errors import StorageError
-from storage_engine.log.manager import LogManager
+from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
 from storage_engine.log.locks import LOCK_PREFIX, DirLock
-from storage_engine.record.records import SimpleRecord
 
 __all__ = ["TOPICS", "DEFAULT_SEED", "generate", "existing_partitions", "reset_log_dirs", "murmur2",
            "format_summary", "main"]

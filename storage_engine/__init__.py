@@ -1,5 +1,50 @@
 """A Kafka-compatible log store: record formats, segments, indexes, logs, checkpoints, retention, cleaning.
 
-Pure library and CLI (``python -m storage_engine``); it imports neither Airflow nor Spark.
+The public API, importable from here::
+
+    import storage_engine
+    config = storage_engine.load_config("include/config/storage.yaml")
+    with storage_engine.LogManager.open(config) as mgr:
+        log = mgr.get_or_create_log("user-emails", 0)
+        log.append_records([storage_engine.SimpleRecord(b"u1", b"a@example.com")])
+        for record in log.read_records(0):
+            print(record.offset, record.key, record.value)
+    storage_engine.retention_all(config, now_ms=1767225600000, dry_run=True)
+
+Layers (each imports only the ones listed before it): ``errors``, ``layout``, ``durable``, ``clock``, ``config``;
+``record/`` (batch formats and codecs); ``segment/`` (one segment's files, the log dir's small files);
+``log/`` (a partition's log, loading, the set of logs, locks); ``maintenance/`` (retention, compaction, whole
+jobs); ``tools/`` (CLI, dump, verify). The engine imports neither Airflow nor Spark.
 """
+from storage_engine.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, config_from_mapping, load_config
+from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpointError, CorruptIndexError,
+                                   CorruptRecordError, InvalidOffsetError, InvalidRecordError,
+                                   InvalidRecordForTopicError, InvalidRequestError, InvalidTopicError,
+                                   LogLockedError, OffsetOutOfRangeError, PartitionNotFoundError, RecordTooLargeError,
+                                   StorageError, StorageIOError)
+from storage_engine.log.log import AppendInfo, Log
+from storage_engine.log.manager import LogManager
+from storage_engine.maintenance.jobs import (checkpoint, clear_uncleanable, compact, compact_partition,
+                                             compaction_plan, flush, list_partitions, purge, retention,
+                                             retention_all)
+from storage_engine.record.records import Record, SimpleRecord
+from storage_engine.tools.verify import verify_log_dirs
+
 __version__ = "0.1.0"
+
+__all__ = [
+    # logs
+    "LogManager", "Log", "AppendInfo", "SimpleRecord", "Record",
+    # configuration and time
+    "load_config", "config_from_mapping", "StorageConfig", "LogConfig", "CleanerConfig",
+    "Clock", "SystemClock", "ManualClock", "SYSTEM_CLOCK",
+    # maintenance jobs (each opens the logs, acts as of now_ms, closes, returns a summary)
+    "checkpoint", "flush", "retention", "retention_all", "purge", "compact", "compaction_plan",
+    "compact_partition", "clear_uncleanable", "list_partitions", "verify_log_dirs",
+    # errors
+    "StorageError", "StorageIOError", "ConfigError", "InvalidRequestError", "PartitionNotFoundError",
+    "InvalidTopicError", "CorruptRecordError", "InvalidRecordError", "InvalidRecordForTopicError",
+    "CompressionError", "CorruptIndexError", "CorruptCheckpointError", "InvalidOffsetError",
+    "OffsetOutOfRangeError", "RecordTooLargeError", "LogLockedError",
+]

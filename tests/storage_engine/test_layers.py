@@ -1,0 +1,103 @@
+"""The engine's layers as the folders show them: nothing imports upward, nothing imports Airflow or Spark, and
+the public API resolves."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import storage_engine
+from tests.paths import REPO
+
+pytestmark = pytest.mark.unit
+
+ENGINE = REPO / "storage_engine"
+# Lowest first; a module may import its own layer and the ones before it.
+LAYERS = [
+    {"errors", "layout", "durable", "clock", "config"},
+    {"record"},
+    {"segment"},
+    {"log"},
+    {"maintenance"},
+    {"tools"},
+]
+
+
+def _layer_of(dotted: str) -> int | None:
+    parts = dotted.split(".")
+    if parts[0] != "storage_engine" or len(parts) < 2:
+        return None
+    for i, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return i
+    return None
+
+
+def _imports(path: pathlib.Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "storage_engine":
+                for alias in node.names:
+                    yield f"storage_engine.{alias.name}", node.lineno
+            else:
+                yield node.module, node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+
+
+def _engine_modules():
+    for path in sorted(ENGINE.rglob("*.py")):
+        rel = path.relative_to(REPO).with_suffix("")
+        dotted = ".".join(rel.parts)
+        if dotted.endswith(".__init__"):
+            dotted = dotted[: -len(".__init__")]
+        yield path, dotted
+
+
+def test_nothing_imports_a_higher_layer():
+    upward = []
+    for path, dotted in _engine_modules():
+        own = _layer_of(dotted)
+        if own is None:  # storage_engine/__init__.py and __main__.py sit above every layer
+            continue
+        for imported, line in _imports(path):
+            target = _layer_of(imported)
+            if target is not None and target > own:
+                upward.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
+    assert not upward, "imports that run upward:\n" + "\n".join(upward)
+
+
+def test_the_engine_imports_neither_airflow_nor_spark():
+    found = [f"{path.relative_to(REPO)}:{line} imports {imported}"
+             for path, _ in _engine_modules() for imported, line in _imports(path)
+             if imported.split(".")[0] in ("airflow", "pyspark", "py4j")]
+    assert not found, "\n".join(found)
+    code = "import sys, storage_engine; print(sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'pyspark')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_public_name_resolves():
+    missing = [name for name in storage_engine.__all__ if not hasattr(storage_engine, name)]
+    assert not missing
+    assert storage_engine.LogManager.__module__ == "storage_engine.log.manager"
+    assert issubclass(storage_engine.PartitionNotFoundError, storage_engine.InvalidRequestError)
+    assert not issubclass(storage_engine.InvalidRecordError, storage_engine.CorruptRecordError)
+
+
+def test_the_readme_example_runs(tmp_path):
+    """The Python API example of the README, run against a fresh log dir."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("```python\nimport storage_engine")
+    code = readme[start + len("```python\n"): readme.index("```", start + 10)]
+    config_file = tmp_path / "storage.yaml"
+    config_file.write_text(f"broker:\n  log.dirs: [{tmp_path / 'logs'}]\n")
+    code = code.replace('"include/config/storage.yaml"', repr(str(config_file)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("0 b'u1' b'a@example.com'")
