@@ -38,6 +38,7 @@ import math
 import os
 import re
 import sys
+import random
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -468,6 +469,17 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    def random_segment_jitter_ms(self) -> int:
+        """Kafka's ``randomSegmentJitter``: drawn for every segment opened, in [0, min(segment.jitter.ms,
+        segment.ms))."""
+        jitter = self.segment_jitter_ms
+        return random.randrange(min(jitter, self.segment_ms)) if jitter > 0 else 0
+
+    @property
+    def initial_file_bytes(self) -> int:
+        """Bytes a new ``.log`` is preallocated to: ``segment.bytes`` with ``preallocate=true``, else 0."""
+        return self.segment_bytes if self.preallocate else 0
 
     def with_overrides(self, overrides: Mapping[str, object] | None) -> "LogConfig":
         """This config with topic-key ``overrides`` applied (Kafka's names, e.g. ``{"retention.ms": 1000}``).

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from dataclasses import dataclass, field
 
 from storage_engine import layout
@@ -42,20 +41,6 @@ class LoadResult:
     recovered_segments: int = 0
     deleted_files: list = field(default_factory=list)
     messages: list = field(default_factory=list)
-
-
-def random_segment_jitter_ms(cfg: LogConfig) -> int:
-    """Kafka's ``randomSegmentJitter``: drawn for every segment opened, in [0, min(segment.jitter.ms, segment.ms))."""
-    jitter = cfg.segment_jitter_ms
-    return random.randrange(min(jitter, cfg.segment_ms)) if jitter > 0 else 0
-
-
-def _open_segment(dir_path: str, base: int, cfg: LogConfig, now_ms: int, writable: bool = True,
-                  suffix: str = "", lazy: bool = False) -> LogSegment:
-    return LogSegment.open(dir_path, base, index_interval_bytes=cfg.index_interval_bytes,
-                           max_index_size=cfg.segment_index_bytes, file_already_exists=True, suffix=suffix,
-                           now_ms=now_ms, writable=writable, roll_jitter_ms=random_segment_jitter_ms(cfg),
-                           lazy=lazy)
 
 
 def _recover(seg: LogSegment) -> RecoveryResult:
@@ -165,8 +150,8 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
         # A view opens sealed segments read-only; a missing index file has to be created either way.
         writable = repair or base == active_base or index_missing or tindex_missing
         # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).
-        seg = _open_segment(dir_path, base, cfg, now_ms, writable=writable,
-                            lazy=base != active_base and not index_missing and not tindex_missing)
+        seg = LogSegment.open(dir_path, base, cfg, now_ms=now_ms, file_already_exists=True, writable=writable,
+                              lazy=base != active_base and not index_missing and not tindex_missing)
         if tindex_missing:
             seg.time_index.resize(0)
         if index_missing:
@@ -240,10 +225,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
                                f"{log_start_offset_checkpoint}: restarted the log there")
         segments = []
     if not segments:
-        seg = LogSegment.open(dir_path, log_start_offset_checkpoint, index_interval_bytes=cfg.index_interval_bytes,
-                              max_index_size=cfg.segment_index_bytes, now_ms=now_ms,
-                              preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0,
-                              roll_jitter_ms=random_segment_jitter_ms(cfg))
+        seg = LogSegment.open(dir_path, log_start_offset_checkpoint, cfg, now_ms=now_ms)
         segments = [seg]
         next_offset = log_start_offset_checkpoint
     active = segments[-1]

@@ -527,9 +527,6 @@ class Log:
         with self.locked():
             return self._roll_locked(now)
 
-    def _new_jitter(self) -> int:
-        return loader.random_segment_jitter_ms(self.config)
-
     def _roll_locked(self, now: int) -> LogSegment:
         new_base = self.log_end_offset
         active = self.active_segment
@@ -546,10 +543,7 @@ class Log:
         # behind an empty newer one, and a later view would hand out those offsets again.
         self._publish(bump=True)
         active.on_become_inactive_segment()
-        seg = LogSegment.open(self.dir, new_base, index_interval_bytes=self.config.index_interval_bytes,
-                              max_index_size=self.config.segment_index_bytes, now_ms=now,
-                              roll_jitter_ms=self._new_jitter(),
-                              preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
+        seg = LogSegment.open(self.dir, new_base, self.config, now_ms=now)
         self._add_segment(seg)
         self._known_active_size = 0
         # Kafka flushes everything below the new segment right after a roll (async); do it now.
@@ -689,9 +683,7 @@ class Log:
         if active.log.writable and active.offset_index.writable and active.time_index.writable:
             return
         active.close(trim=False)
-        seg = LogSegment.open(self.dir, active.base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                              max_index_size=self.config.segment_index_bytes, file_already_exists=True,
-                              now_ms=now, roll_jitter_ms=self._new_jitter())
+        seg = LogSegment.open(self.dir, active.base_offset, self.config, now_ms=now, file_already_exists=True)
         self._segments[-1] = seg
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -701,9 +693,8 @@ class Log:
 
     def _truncate_fully_locked(self, offset: int, now: int) -> None:
         old = list(self._segments)
-        seg = LogSegment.open(self.dir, offset, index_interval_bytes=self.config.index_interval_bytes,
-                              max_index_size=self.config.segment_index_bytes, now_ms=now,
-                              file_already_exists=False) if all(s.base_offset != offset for s in old) else None
+        seg = (LogSegment.open(self.dir, offset, self.config, now_ms=now)
+               if all(s.base_offset != offset for s in old) else None)
         for s in old:
             if seg is None and s.base_offset == offset:
                 continue

@@ -283,9 +283,7 @@ class Cleaner:
         group = resolved
         identity = [(s.base_offset, identities[s.base_offset]) for s in group]
         cfg = log.config
-        cleaned = LogSegment.open(log.dir, group[0].base_offset, index_interval_bytes=cfg.index_interval_bytes,
-                                  max_index_size=cfg.segment_index_bytes, suffix=layout.CLEANED_SUFFIX,
-                                  now_ms=now_ms, preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0)
+        cleaned = LogSegment.open(log.dir, group[0].base_offset, cfg, now_ms=now_ms, suffix=layout.CLEANED_SUFFIX)
         # After a crash the loader completes a swap only over [.swap base, .swap next offset): the cleaned
         # segment must reach into the last replaced segment holding data, or that segment would survive next
         # to the cleaned one. If nothing of it is retained, its last batch is kept as an empty batch.

@@ -15,17 +15,16 @@ truncates the file at the first invalid byte, returning how many bytes it remove
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 
 from storage_engine import layout
+from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
 from storage_engine.segment.file_records import FileRecords, batch_at
 from storage_engine.segment.offset_index import OffsetIndex
-from storage_engine.segment.time_index import TimeIndex
+from storage_engine.segment.time_index import TimeIndex, peek_last_entry
 
 INT32_MAX = 2**31 - 1
-_TIME_ENTRY = struct.Struct(">qi")
 
 
 @dataclass
@@ -72,11 +71,14 @@ class LogSegment:
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
-             max_index_size: int = 10485760, file_already_exists: bool = False, preallocate_bytes: int = 0,
-             suffix: str = "", roll_jitter_ms: int = 0, now_ms: int = 0, writable: bool = True,
+    def open(cls, dir_path: str, base_offset: int, config: LogConfig, *, now_ms: int,
+             file_already_exists: bool = False, suffix: str = "", writable: bool = True,
              lazy: bool = False) -> "LogSegment":
-        """Create a new segment (its files), or open an existing one; ``lazy`` defers opening its files."""
+        """Create a new segment (its files, the ``.log`` preallocated when the topic says so), or open an existing
+        one; ``lazy`` defers opening its files. Sizes and the roll jitter come from the topic's ``config``."""
+        index_interval_bytes, max_index_size = config.index_interval_bytes, config.segment_index_bytes
+        preallocate_bytes = 0 if file_already_exists else config.initial_file_bytes
+        roll_jitter_ms = config.random_segment_jitter_ms()
         log_path = layout.segment_file(dir_path, base_offset, layout.LOG_SUFFIX, suffix)
         if not file_already_exists:
             for p in (log_path, layout.segment_file(dir_path, base_offset, layout.INDEX_SUFFIX, suffix),
@@ -159,29 +161,10 @@ class LogSegment:
 
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
-            last = None if self._time_index is not None else self._peek_last_time_entry()
+            last = None if self._time_index is not None else peek_last_entry(
+                self._paths[layout.TIME_INDEX_SUFFIX], self.base_offset)
             self._max_ts_and_offset = last if last is not None else self.time_index.last_entry
         return self._max_ts_and_offset
-
-    def _peek_last_time_entry(self) -> tuple[int, int] | None:
-        """The last entry of an unopened, trimmed ``.timeindex`` read with one pread (None: open it instead)."""
-        path = self._paths[layout.TIME_INDEX_SUFFIX]
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            length = os.fstat(fd).st_size
-            if length == 0:
-                return (-1, self.base_offset)
-            if length % 12:
-                return None
-            ts, rel = _TIME_ENTRY.unpack(os.pread(fd, 12, length - 12))
-        finally:
-            os.close(fd)
-        if ts == 0 and rel == 0:
-            return None  # an untrimmed (preallocated) file: let the index count its entries
-        return ts, self.base_offset + rel
 
     def largest_timestamp(self) -> int:
         """Largest record timestamp in the segment, or the file's mtime if it has none (v0 data)."""

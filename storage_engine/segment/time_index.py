@@ -36,6 +36,7 @@ File life cycle (shared with ``.index``, see :mod:`storage_engine.segment._index
 """
 from __future__ import annotations
 
+import os
 import struct
 
 from storage_engine.segment._index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
@@ -154,3 +155,27 @@ class TimeIndex(IndexFile):
                     f"has offset {base + relative}, below the previous entry's {base + previous_relative}"
                     if slot else f"has offset {base + relative} below the base offset {base}"))
             previous_timestamp, previous_relative = timestamp, relative
+
+
+def peek_last_entry(path: str, base_offset: int) -> tuple[int, int] | None:
+    """(timestamp, absolute offset) of the last entry of a trimmed ``.timeindex``, read with one ``pread``
+    without opening it as an index (a sealed segment's largest timestamp, for retention and cleaning decisions
+    over thousands of unopened segments). ``(-1, base_offset)`` for an empty file; None when the file is
+    missing, its length is not a whole number of entries, or it is untrimmed (its last slot is zero: a
+    preallocated file), in which case the caller opens the index instead."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        length = os.fstat(fd).st_size
+        if length == 0:
+            return (-1, base_offset)
+        if length % _ENTRY.size:
+            return None
+        ts, rel = _ENTRY.unpack(os.pread(fd, _ENTRY.size, length - _ENTRY.size))
+    finally:
+        os.close(fd)
+    if ts == 0 and rel == 0:
+        return None
+    return ts, base_offset + rel

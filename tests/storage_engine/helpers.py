@@ -34,10 +34,14 @@ def batch(base_offset: int, *values, timestamp: int = -1, keys=None) -> bytes:
 
 
 def open_segment(dir_path, base_offset: int, *, index_interval_bytes: int = 10, max_index_size: int = 1000,
-                 now_ms: int = 0, **kw) -> LogSegment:
-    """A new segment (as Kafka's LogSegmentTest.createSegment: interval 10 bytes, 1000-byte indexes)."""
-    return LogSegment.open(str(dir_path), base_offset, index_interval_bytes=index_interval_bytes,
-                           max_index_size=max_index_size, now_ms=now_ms, **kw)
+                 now_ms: int = 0, preallocate_bytes: int = 0, **kw) -> LogSegment:
+    """A new segment (as Kafka's LogSegmentTest.createSegment: interval 10 bytes, 1000-byte indexes); with
+    ``preallocate_bytes`` its ``.log`` is preallocated to that size (``preallocate=true``, ``segment.bytes``)."""
+    cfg = LogConfig(index_interval_bytes=index_interval_bytes, segment_index_bytes=max_index_size)
+    if preallocate_bytes:
+        cfg = LogConfig(index_interval_bytes=index_interval_bytes, segment_index_bytes=max_index_size,
+                        segment_bytes=preallocate_bytes, preallocate=True)
+    return LogSegment.open(str(dir_path), base_offset, cfg, now_ms=now_ms, **kw)
 
 
 def append_batch(seg: LogSegment, base_offset: int, *values, timestamp: int = -1) -> bytes:

@@ -18,7 +18,7 @@ from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import has_clean_shutdown
-from storage_engine.config import config_from_mapping
+from storage_engine.config import LogConfig, config_from_mapping
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
 from storage_engine.segment.segment import LogSegment
@@ -345,15 +345,15 @@ def swap_log(log_dir):
     def cleaned(base: int, old_bases: list[int]) -> list[tuple[int, bytes]]:
         raw = []
         for ob in old_bases:
-            seg = LogSegment.open(d, ob, file_already_exists=True, writable=False)
+            seg = LogSegment.open(d, ob, LogConfig(), now_ms=T0, file_already_exists=True, writable=False)
             raw += [(b.last_offset, b.raw(), b.records()[0].key) for b in seg.batches()]
             seg.close(trim=False)
         last_of_key = {}
         for off, _, key in raw:
             last_of_key[bytes(key)] = off
         keep = [(off, data) for off, data, key in raw if last_of_key[bytes(key)] == off or off == raw[-1][0]]
-        new = LogSegment.open(d, base, index_interval_bytes=1, max_index_size=cfg.segment_index_bytes,
-                              suffix=layout.CLEANED_SUFFIX)
+        new = LogSegment.open(d, base, config(index_interval_bytes=1, segment_index_bytes=cfg.segment_index_bytes),
+                              now_ms=T0, suffix=layout.CLEANED_SUFFIX)
         for off, data in keep:
             new.append(off, T0 + off, off, data)
         new.on_become_inactive_segment()

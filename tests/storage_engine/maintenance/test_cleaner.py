@@ -127,8 +127,8 @@ def build_segment_files(dir_path: str, base: int, datas: list[bytes], *, mtime_m
                         index_interval_bytes: int = 4096) -> None:
     """Write a segment (``.log`` + indexes) holding the given encoded batches (any magic)."""
     os.makedirs(dir_path, exist_ok=True)
-    seg = LogSegment.open(dir_path, base, index_interval_bytes=index_interval_bytes, max_index_size=10 * 1024 * 1024,
-                          now_ms=T0)
+    seg = LogSegment.open(dir_path, base, LogConfig(index_interval_bytes=index_interval_bytes,
+                                                    segment_index_bytes=10 * 1024 * 1024), now_ms=T0)
     for data in datas:
         last, max_ts = None, -1
         for bt in iter_batches(data, 0, len(data)):
@@ -563,7 +563,7 @@ def test_segment_grouping_with_sparse_offsets(tmp_path):
     segs = []
 
     def seg(base, offsets):
-        s = LogSegment.open(d, base, index_interval_bytes=4096, max_index_size=1 << 20, now_ms=T0)
+        s = LogSegment.open(d, base, LogConfig(segment_index_bytes=1 << 20), now_ms=T0)
         for o in offsets:
             s.append(o, T0, o, one(b"hello", b"hello", o))
         segs.append(s)
@@ -596,7 +596,7 @@ def test_segment_grouping_merges_empty_segments(tmp_path):
     d = str(tmp_path)
     segs = []
     for base, offsets in ((0, []), (2**31, []), (2**32, [2**32 + 3]), (2**33, [2**33])):
-        s = LogSegment.open(d, base, index_interval_bytes=4096, max_index_size=1 << 20, now_ms=T0)
+        s = LogSegment.open(d, base, LogConfig(segment_index_bytes=1 << 20), now_ms=T0)
         for o in offsets:
             s.append(o, T0, o, one(b"k", b"v", o))
         segs.append(s)
