@@ -14,7 +14,7 @@
 
 Steps 1, 2 and 4 rewrite files, so they run only when no other process has the log dir open (the first
 opener, see :mod:`storage_engine.log.locks`); a process joining a log dir in use only opens its view
-(:func:`open_view`). Both run under the partition lock.
+(:mod:`storage_engine.log.view`). Both run under the partition lock. :func:`open_log` is how a ``Log`` is opened.
 """
 from __future__ import annotations
 
@@ -23,8 +23,15 @@ import os
 from dataclasses import dataclass, field
 
 from storage_engine import layout
+from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
-from storage_engine.errors import CorruptIndexError, InvalidOffsetError, SegmentOffsetOverflowError, StorageIOError
+from storage_engine.durable import fsync_dir
+from storage_engine.log import view
+from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState, lock_path
+from storage_engine.log.log import Log
+from storage_engine.log.segments import LogSegments, open_segments
+from storage_engine.errors import (CorruptIndexError, InvalidOffsetError, PartitionNotFoundError,
+                                   SegmentOffsetOverflowError, StorageIOError)
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.segment import LogSegment, RecoveryResult
 
@@ -129,46 +136,13 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
         result.messages.append(f"completed swap {name}")
 
 
-def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
-                  result: LoadResult | None = None) -> tuple[list[LogSegment], list[LogSegment]]:
-    """Step 3. Returns (segments, segments needing recovery). Without ``repair`` nothing is deleted."""
-    names = _listing(dir_path)
-    logs = set()
-    for name in names:
-        if name.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(name):
-            logs.add(layout.offset_from_filename(name))
-    segments, needs_recovery = [], []
-    for name in names:
-        if repair and result is not None and layout.is_offset_named(name) and any(
-                name.endswith(s) for s in layout.INDEX_SUFFIXES):
-            if layout.offset_from_filename(name) not in logs:
-                _remove(os.path.join(dir_path, name), result)
-    active_base = max(logs) if logs else None
-    for base in sorted(logs):
-        index_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.INDEX_SUFFIX))
-        tindex_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.TIME_INDEX_SUFFIX))
-        # A view opens sealed segments read-only; a missing index file has to be created either way.
-        writable = repair or base == active_base or index_missing or tindex_missing
-        # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).
-        seg = LogSegment.open(dir_path, base, cfg, now_ms=now_ms, file_already_exists=True, writable=writable,
-                              lazy=base != active_base and not index_missing and not tindex_missing)
-        if tindex_missing:
-            seg.time_index.resize(0)
-        if index_missing:
-            if repair:
-                needs_recovery.append(seg)
-            else:
-                seg.offset_index.resize(0)
-        segments.append(seg)
-    return segments, needs_recovery
-
-
 def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
          had_clean_shutdown: bool, now_ms: int) -> LoadResult:
     """Full Kafka load of one partition folder (steps 1-5). Caller holds the partition lock."""
     result = LoadResult([], 0, 0, 0)
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
-    segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True, result=result)
+    segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
+                                             remove=lambda path: _remove(path, result))
     for seg in needs_recovery:
         rec = _recover(seg)
         result.bytes_truncated += rec.bytes_truncated
@@ -243,7 +217,55 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     return result
 
 
-def open_view(dir_path: str, cfg: LogConfig, now_ms: int) -> list[LogSegment]:
-    """Open the segments as they are, changing nothing on disk (a log dir another process has open)."""
-    segments, _ = open_segments(dir_path, cfg, now_ms, repair=False)
-    return segments
+def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clock: Clock, exclusive: bool,
+             had_clean_shutdown: bool = False, recovery_point_checkpoint: int = 0, log_start_offset_checkpoint: int = 0,
+             create: bool = False) -> tuple[Log, LoadResult | None]:
+    """Open a partition's :class:`Log`: with ``exclusive`` (the first process in the log dir) or when no process
+    has loaded it yet, load and recover it (:func:`load`); otherwise open a view of it as other processes left
+    it. ``create`` makes a missing folder. Returns the log and, for a load, what the load did."""
+    now_ms = clock.milliseconds()
+    name = layout.partition_dir_name(topic, partition)
+    dir_path = os.path.join(log_dir, name)
+    lock = PartitionLock(lock_path(log_dir, name))
+    try:
+        with lock:
+            if not os.path.isdir(dir_path):
+                if not create:
+                    raise PartitionNotFoundError(f"partition {name} does not exist in {log_dir}")
+                try:
+                    os.makedirs(dir_path)
+                    fsync_dir(log_dir)
+                except OSError as exc:
+                    raise StorageIOError("cannot create partition folder", dir_path, exc) from exc
+            state = lock.read_state()
+            if not exclusive and state.generation != 0:
+                log = Log(log_dir, topic, partition, config, lock, LogSegments(), log_start_offset=0,
+                          recovery_point=0, next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms)
+                view.sync(log, now_ms)
+                return log, None
+            lso_cp, rp_cp = log_start_offset_checkpoint, recovery_point_checkpoint
+            if state.generation != 0:
+                # Values kept by processes that ran since the last checkpoint are at least as fresh.
+                if state.log_start_offset != UNKNOWN:
+                    lso_cp = max(lso_cp, state.log_start_offset)
+                if state.recovery_point != UNKNOWN:
+                    # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
+                    rp_cp = min(rp_cp, state.recovery_point)
+            res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
+                       had_clean_shutdown=had_clean_shutdown, now_ms=now_ms)
+            # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
+            last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
+            new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush)
+            lock.write_state(new_state)
+            log = Log(log_dir, topic, partition, config, lock, LogSegments(res.segments),
+                      log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
+                      next_offset=res.next_offset, generation=new_state.generation, clock=clock,
+                      last_flush_ms=last_flush)
+            # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only); count
+            # from the last entry instead, or a log appended by one short-lived process per batch (the CLI) would
+            # never get an index entry.
+            log.active_segment.reload_tail_state()
+            return log, res
+    except BaseException:
+        lock.close()
+        raise

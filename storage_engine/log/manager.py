@@ -27,6 +27,7 @@ from storage_engine.clock import SYSTEM_CLOCK, Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import InvalidTopicError, StorageError, StorageIOError
+from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
 from storage_engine.log.locks import UNKNOWN, DirLock
 
@@ -132,7 +133,7 @@ class LogManager:
 
         def load_one(item):
             name, (topic, partition) = item
-            log, res = Log.open(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
+            log, res = open_log(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
                                 exclusive=exclusive, had_clean_shutdown=clean,
                                 recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
                                 log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
@@ -182,7 +183,7 @@ class LogManager:
         name = layout.partition_dir_name(topic, partition)
         for d in self.config.log_dirs:
             if os.path.isdir(os.path.join(d, name)):
-                log, _ = Log.open(d, topic, partition, self.config.log_config(topic), clock=self.clock,
+                log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
                                   exclusive=False)
                 self.logs[(topic, partition)] = log
                 return log
@@ -201,7 +202,7 @@ class LogManager:
             for d in self.config.log_dirs:
                 counts.append((len(self._partition_dirs(d)), self.config.log_dirs.index(d), d))
             target = min(counts)[2]
-            log, _ = Log.open(target, topic, partition, self.config.log_config(topic), clock=self.clock,
+            log, _ = open_log(target, topic, partition, self.config.log_config(topic), clock=self.clock,
                               exclusive=True, create=True)
             fsync_dir(target)
         self.logs[(topic, partition)] = log

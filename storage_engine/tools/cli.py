@@ -200,7 +200,7 @@ def _batches_of(records: list[SimpleRecord], limit_bytes: int):
 
 def cmd_produce(args, config) -> int:
     from storage_engine.log.manager import LogManager
-    from storage_engine.log.log import check_records
+    from storage_engine.log.validator import check_records
     records = parse_produce_lines(sys.stdin.buffer, args.encoding)
     if not records:
         raise InvalidRequestError("no records on standard input (expected JSON lines)")

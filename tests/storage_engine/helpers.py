@@ -9,6 +9,7 @@ import os
 from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.config import LogConfig
+from storage_engine.log.loader import open_log as load_log
 from storage_engine.log.log import Log
 from storage_engine.record.records import SimpleRecord, build_batch
 from storage_engine.segment.segment import LogSegment
@@ -60,7 +61,7 @@ def config(**overrides) -> LogConfig:
 def open_log(log_dir, cfg: LogConfig | None = None, *, topic: str = TOPIC, partition: int = PARTITION,
              now_ms: int = 0, exclusive: bool = True, create: bool = True, **kw):
     """``Log.open`` with test defaults; returns (log, load_result)."""
-    return Log.open(str(log_dir), topic, partition, cfg or LogConfig(), clock=ManualClock(now_ms), exclusive=exclusive,
+    return load_log(str(log_dir), topic, partition, cfg or LogConfig(), clock=ManualClock(now_ms), exclusive=exclusive,
                     create=create, **kw)
 
 

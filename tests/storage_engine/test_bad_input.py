@@ -15,6 +15,7 @@ import types
 
 import pytest
 
+from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.tools import cli
 from storage_engine.config import load_config
@@ -306,7 +307,7 @@ def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field)
     from storage_engine.config import LogConfig
     from storage_engine.errors import InvalidRecordError
     from storage_engine.log.log import Log
-    log, _ = Log.open(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
+    log, _ = open_log(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
     log.append_records([(b"good", b"record", 1)])
     with pytest.raises(InvalidRecordError, match=re.escape(field)):
         log.clock.set(2)

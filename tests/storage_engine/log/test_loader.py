@@ -2,7 +2,7 @@
 
 Each test builds the files a crash would leave by hand (truncating, corrupting, copying and renaming real
 segment files), then opens the partition the way the first process after a crash does
-(``Log.open(..., exclusive=True, had_clean_shutdown=False)``) and checks: every record below the recovery
+(``open_log(..., exclusive=True, had_clean_shutdown=False)``) and checks: every record below the recovery
 point is there with its offset, nothing is duplicated, the temporary files are gone.
 """
 from __future__ import annotations

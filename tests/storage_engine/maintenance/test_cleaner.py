@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.paths import REPO as REPO_PATH
+from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager
 from storage_engine.record import codecs
@@ -148,7 +149,7 @@ def pdir(log_dir, topic: str = TOPIC, partition: int = 0) -> str:
 
 
 def open_existing(log_dir, cfg: LogConfig, now: int = T0) -> Log:
-    log, _ = Log.open(str(log_dir), TOPIC, 0, cfg, clock=ManualClock(now), exclusive=True, had_clean_shutdown=False,
+    log, _ = open_log(str(log_dir), TOPIC, 0, cfg, clock=ManualClock(now), exclusive=True, had_clean_shutdown=False,
                       recovery_point_checkpoint=0)
     return log
 
@@ -165,7 +166,7 @@ def make_log(log_dir):
         if existing:
             log = open_existing(log_dir, cfg or compact_cfg(), now)
         else:
-            log, _ = Log.open(str(log_dir), TOPIC, 0, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
+            log, _ = open_log(str(log_dir), TOPIC, 0, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
                               create=True)
         opened.append(log)
         return log
@@ -756,7 +757,7 @@ def test_control_batches_are_kept(make_log):
         struct.pack_into(">q", data, 0, off)
         log.active_segment.append(off, T0, off, bytes(data))
         log.log_end_offset = off + 1
-        log._known_active_size = log.active_segment.size
+        log.view.known_active_size = log.active_segment.size
     put(log, "a", "2")
     log.roll()
     clean(log)
@@ -841,7 +842,7 @@ def reopen_clean_shutdown(log: Log) -> Log:
     """Reopen without recovery (as after a clean shutdown), so damage below the recovery point stays."""
     d, cfg = log.log_dir, log.config
     log.close(clean=False)
-    new, _ = Log.open(d, TOPIC, 0, cfg, clock=ManualClock(T0), exclusive=True, had_clean_shutdown=True,
+    new, _ = open_log(d, TOPIC, 0, cfg, clock=ManualClock(T0), exclusive=True, had_clean_shutdown=True,
                       recovery_point_checkpoint=0)
     return new
 
@@ -876,7 +877,7 @@ def test_segment_deleted_concurrently_abandons_its_group(log_dir, make_log):
     fill_until(log, 4, record=lambda off: (f"k{off % 5}", str(off)))
     log.roll()
     end = log.active_segment.base_offset
-    other, _ = Log.open(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
+    other, _ = open_log(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
 
     def concurrent_retention():
         other.delete_records(other.segments[1].base_offset)

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, jobs as maintenance, retention
 from storage_engine import layout
@@ -44,7 +45,7 @@ def make_log(log_dir):
     opened = []
 
     def make(cfg=None, *, topic=TOPIC, partition=0, now=T0) -> Log:
-        log, _ = Log.open(str(log_dir), topic, partition, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
+        log, _ = open_log(str(log_dir), topic, partition, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
                           create=True)
         opened.append(log)
         return log

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, retention
 from storage_engine.record import codecs
@@ -70,7 +71,7 @@ class CompactionModel(RuleBasedStateMachine):
         self.cfg = LogConfig().with_overrides(overrides)
         self.cc = map_config(map_entries)
         self.now = T0
-        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True, create=True)
+        self.log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True, create=True)
         self.history: dict[int, tuple[bytes, bytes | None]] = {}   # every acknowledged record
         self.appended_at: dict[int, int] = {}
         self.first_round_after: dict[int, int] = {}                # offset -> time of the first round after it
@@ -174,7 +175,7 @@ class CompactionModel(RuleBasedStateMachine):
     def reopen_after_crash(self):
         got = self.read()
         self.log.close(clean=False)
-        self.log, _ = Log.open(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True,
+        self.log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True,
                                had_clean_shutdown=False, recovery_point_checkpoint=0,
                                log_start_offset_checkpoint=self.start)
         assert self.read() == got

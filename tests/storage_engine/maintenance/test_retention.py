@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from storage_engine.log import loader
 from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.maintenance import jobs as maintenance, retention
@@ -27,7 +28,7 @@ def _one_record_size() -> int:
 
 def open_log(tmp_path, overrides, topic="t", now_ms=T0) -> Log:
     cfg = LogConfig().with_overrides(overrides)
-    log, _ = Log.open(str(tmp_path), topic, 0, cfg, clock=ManualClock(now_ms), exclusive=True, create=True)
+    log, _ = loader.open_log(str(tmp_path), topic, 0, cfg, clock=ManualClock(now_ms), exclusive=True, create=True)
     return log
 
 

@@ -1,0 +1,198 @@
+"""Keeping one process's view of a partition current while other processes change it.
+
+Several processes append to, roll, retain and clean the same partition. They share, through the partition's
+lock file (:mod:`storage_engine.log.locks`), a small state: a *generation* bumped whenever the set of segments
+or the log start offset changes, the log start offset, the recovery point and the last flush time. Each process
+keeps a :class:`PartitionView` of it: the generation it last saw and how many bytes of the active segment it has
+validated.
+
+Before acting, a lock holder syncs (:func:`sync`): an unchanged generation means at most the active segment grew,
+so only the new bytes are validated (and a torn tail left by a writer that died mid-append is truncated, since
+its writer no longer holds the lock); a changed generation reloads the segment list from the folder. A reader
+without the lock (:func:`refresh`) validates growth but never truncates, and reloads under the lock, so it never
+sees a roll half done. After changing the partition, the holder publishes its view (:func:`publish`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from storage_engine.errors import CorruptRecordError, StorageError
+from storage_engine.log.locks import UNKNOWN, PartitionState
+from storage_engine.log.segments import LogSegments, open_segments
+from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC
+from storage_engine.segment.segment import LogSegment
+
+if TYPE_CHECKING:
+    from storage_engine.log.log import Log
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionView:
+    """What this process last saw of a partition: the shared state's generation, and the active segment's size
+    up to which its bytes were validated."""
+
+    __slots__ = ("generation", "known_active_size")
+
+    def __init__(self, generation: int, known_active_size: int):
+        self.generation = generation
+        self.known_active_size = known_active_size
+
+    def __repr__(self) -> str:
+        return f"PartitionView(generation={self.generation}, known_active_size={self.known_active_size})"
+
+
+def sync(log: "Log", now_ms: int) -> None:
+    """Bring ``log`` up to date with the shared state (caller holds the partition lock)."""
+    state = log.lock.read_state()
+    if state.generation != log.view.generation:
+        _reload(log, state, now_ms)
+        _ensure_active_index_room(log)
+        return
+    _adopt_offsets(log, state)
+    if _active_grew(log, log.active_segment):
+        validate_active_tail(log, log.view.known_active_size)
+    _ensure_active_index_room(log)
+
+
+def refresh(log: "Log") -> None:
+    """Bring a reader's view up to date; without the lock while only the active segment grew."""
+    state = log.lock.read_state()
+    if state.generation != log.view.generation:
+        # The segment set changed: reload under the lock, so a roll is never seen half done (the generation
+        # moves before its files exist) and a view never creates a missing index file under its writer.
+        if log.lock.held:
+            sync(log, log.clock.milliseconds())
+        else:
+            with log.locked():
+                pass
+        return
+    if _active_grew(log, log.active_segment):
+        validate_active_tail(log, log.view.known_active_size)
+    _adopt_offsets(log, state)
+
+
+def publish(log: "Log", *, bump: bool) -> None:
+    """Write this process's view of the shared state (caller holds the lock); ``bump`` after a change to the set
+    of segments or the log start offset."""
+    if bump:
+        log.view.generation += 1
+    log.lock.write_state(PartitionState(log.view.generation, log.log_start_offset, log.recovery_point,
+                                        log.last_flush_ms))
+
+
+def _adopt_offsets(log: "Log", state: PartitionState) -> None:
+    if state.log_start_offset != UNKNOWN:
+        log.log_start_offset = max(log.log_start_offset, state.log_start_offset)
+    if state.recovery_point != UNKNOWN:
+        log.recovery_point = state.recovery_point
+    if state.last_flush_ms != UNKNOWN:
+        log.last_flush_ms = state.last_flush_ms
+
+
+def _reload(log: "Log", state: PartitionState, now_ms: int) -> None:
+    log.segment_list.close(trim=False)
+    segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
+    if not segments:
+        raise StorageError(f"partition {log.name} has no segments in {log.dir}")
+    log.segment_list = LogSegments(segments)
+    log.view.generation = state.generation
+    log.log_start_offset = max(state.log_start_offset, segments[0].base_offset)
+    log.recovery_point = state.recovery_point if state.recovery_point != UNKNOWN else 0
+    if state.last_flush_ms != UNKNOWN:
+        log.last_flush_ms = state.last_flush_ms
+    log.view.known_active_size = 0
+    validate_active_tail(log, 0)
+
+
+def validate_active_tail(log: "Log", from_position: int) -> None:
+    """Validate bytes of the active segment from ``from_position`` (another process appended them).
+
+    Under the lock a torn or corrupt tail is truncated: its writer died, since it no longer holds the
+    lock. A reader (no lock) only stops short of it."""
+    active = log.active_segment
+    # Indexes before the size: a writer indexes a batch only after writing all of it, so every entry read
+    # here points at a batch inside the size read next. The other order lets a reader without the lock
+    # stop in front of a batch that an entry names, and read_next_offset would find nothing after it.
+    active.offset_index.refresh()
+    active.time_index.refresh()
+    active.log.refresh_size()
+    if from_position <= 0 or from_position > active.size:
+        from_position = active.last_index_position()
+    pos, nxt, error = from_position, None, None
+    try:
+        for batch in active.log.batches(from_position, strict=True):
+            batch.ensure_valid()
+            nxt = batch.next_offset
+            pos += batch.size_in_bytes
+    except CorruptRecordError as exc:
+        error = exc
+    if error is not None and at_zero_tail(active, pos):
+        active.log.size = pos  # the preallocated tail: keep the file as long as it is
+        error = None
+    held = log.lock.held
+    if error is not None:
+        if held:
+            logger.warning("truncating %d bytes at the end of %s: %s", active.size - pos, active.path, error)
+            active.log.truncate_to(pos)
+        else:
+            active.log.size = pos
+    if nxt is None or error is not None:
+        nxt = active.read_next_offset()
+    if error is not None and held:
+        active.offset_index.truncate_to(nxt)
+        active.time_index.truncate_to(nxt)
+    if held:
+        _drop_torn_time_index_entry(active)
+    active.reload_tail_state()
+    log.log_end_offset = nxt
+    log.view.known_active_size = active.size
+
+
+def _ensure_active_index_room(log: "Log") -> None:
+    """Grow the active segment's indexes back to segment.index.bytes (caller holds the lock). A view opens
+    a segment whose index file is missing (a writer died while creating it in a roll) or trimmed (one
+    died after sealing it) with no free slot; as the active segment it must take entries, and a roll must
+    be able to add the final time-index entry."""
+    active = log.active_segment
+    for index in (active.offset_index, active.time_index):
+        if index.writable and index.length < log.config.segment_index_bytes:
+            index.resize(log.config.segment_index_bytes)
+
+
+def _active_grew(log: "Log", active: LogSegment) -> bool:
+    """Whether the active segment holds bytes this view has not validated (another process appended).
+    A preallocated file is longer than its data from the start: its zero tail is not growth."""
+    known = log.view.known_active_size
+    if active.log.refresh_size() == known:
+        return False
+    if at_zero_tail(active, known):
+        active.log.size = known
+        return False
+    return True
+
+
+def at_zero_tail(seg: LogSegment, position: int) -> bool:
+    """Whether ``position`` starts the zero-filled tail of a preallocated ``.log`` (``preallocate=true``).
+    No entry starts with a zero header, so nothing was appended there: it is neither growth nor a torn write."""
+    head = seg.log.read(position, HEADER_SIZE_UP_TO_MAGIC)
+    return len(head) == HEADER_SIZE_UP_TO_MAGIC and not any(head)
+
+
+def _drop_torn_time_index_entry(seg: LogSegment) -> None:
+    """Repair what a writer killed inside a time-index append leaves (caller holds the lock).
+
+    An entry is stored timestamp first (see :mod:`storage_engine.segment._index_file`), so a kill between the
+    two stores leaves (timestamp, base offset) as the last entry, which names no batch unless the first batch
+    ends at the base offset. Entries never go back in offset, so every entry is then at the base offset: drop
+    them all (the index is sparse; lookups scan from the start of the segment instead)."""
+    index = seg.time_index
+    if index.entries == 0 or index.last_entry[1] != seg.base_offset:
+        return
+    first = seg.log.batch_at(0) if seg.size else None
+    if first is not None and first.last_offset == seg.base_offset:
+        return
+    logger.warning("dropping %d time index entries at the base offset of %s: left by a writer that died "
+                   "while appending one", index.entries, index.path)
+    index.truncate_to(seg.base_offset)
