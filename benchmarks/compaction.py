@@ -222,7 +222,7 @@ def _measure(work_dir: str, template_dir: str, template: dict, keys: int, segmen
                                    f"[{template['first_dirty']}, {template['end_offset']})")
             selected_ratio[0] = ltc.cleanable_ratio
             cleaner = Cleaner(config.cleaner)
-            claim = cleaner_manager.CleaningClaim(log)
+            claim = cleaner_manager.cleaning_claim(log)
             claim.acquire_or_raise()
             try:
                 sample, result = timed(cleaner.clean, ltc, NOW_MS)

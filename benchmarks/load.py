@@ -7,7 +7,7 @@ The manager is closed cleanly (flush, checkpoints, ``.kafka_cleanshutdown``). Th
 * baseline: read every ``.log`` file of the partition start to end (open, ``os.read`` 1 MiB chunks, close);
 * ``LogManager.open`` after a clean shutdown (marker present: no segment is read);
 * ``LogManager.open`` after an unclean one: the marker, ``recovery-point-offset-checkpoint`` and the
-  partition's ``.lock.<topic>-<partition>`` state file (which also carries a recovery point) are removed,
+  partition's ``.engine+partition+<topic>-<partition>`` state file (which also carries a recovery point) are removed,
   so every segment is recovered from offset 0: each batch is size- and CRC-checked and both indexes rebuilt.
 
 Every open is checked (clean flag seen, recovery point, log end offset, segment count) before its time counts;

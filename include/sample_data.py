@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
-from storage_engine.log.locks import LOCK_PREFIX, DirLock
+from storage_engine.log.locks import DirLock
 
 __all__ = ["TOPICS", "DEFAULT_SEED", "generate", "existing_partitions", "reset_log_dirs", "murmur2",
            "format_summary", "main"]
@@ -227,11 +227,6 @@ _STREAMS = {"user-emails": _user_emails, "access-log": _access_log, "user-sessio
 # ---------------------------------------------------------------------------------------------------------
 # Log dirs: what is there, and resetting them
 
-_ENGINE_FILES = {layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
-                 layout.CLEANER_OFFSET_CHECKPOINT, layout.CLEAN_SHUTDOWN_FILE, layout.META_PROPERTIES,
-                 ".lock", ".create.lock", ".checkpoint.lock"}
-
-
 def _is_partition_dir(path: str, name: str) -> bool:
     if not os.path.isdir(path):
         return False
@@ -255,9 +250,10 @@ def existing_partitions(config: StorageConfig) -> dict[str, list[str]]:
 
 
 def reset_log_dirs(config: StorageConfig) -> int:
-    """Delete what the engine keeps in the configured log dirs (partition folders, checkpoints, lock files,
-    the clean-shutdown marker); anything else is left alone. Refuses a dir another process has open.
-    Returns the number of partition folders removed."""
+    """Delete what the engine keeps in the configured log dirs: partition folders and the files
+    :mod:`storage_engine.layout` names (checkpoints, the clean-shutdown marker, ``meta.properties``, the engine's
+    lock, state, claim and uncleanable files, and those of earlier versions); anything else is left alone.
+    Refuses a dir another process has open. Returns the number of partition folders removed."""
     removed = 0
     for d in config.log_dirs:
         if not os.path.isdir(d):
@@ -272,13 +268,14 @@ def reset_log_dirs(config: StorageConfig) -> int:
                 if _is_partition_dir(path, name):
                     shutil.rmtree(path)
                     removed += 1
-                elif name != ".lock" and (name in _ENGINE_FILES or name.startswith(LOCK_PREFIX)
-                                          or name.endswith(layout.TMP_SUFFIX)):
+                elif os.path.isfile(path) and name != layout.DIR_LOCK_FILE and (
+                        layout.is_engine_file(name) or layout.is_legacy_engine_file(name)
+                        or name == layout.META_PROPERTIES):
                     os.remove(path)
         finally:
             lock.close()
         try:
-            os.remove(os.path.join(d, ".lock"))
+            os.remove(os.path.join(d, layout.DIR_LOCK_FILE))
         except FileNotFoundError:
             pass
     return removed

@@ -57,11 +57,19 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def durable_rename(src: str, dst: str, *, sync: bool = True) -> None:
-    """Rename ``src`` to ``dst`` (same directory) and fsync the directory."""
+def durable_rename(src: str, dst: str, *, sync: bool = True, missing_ok: bool = False) -> bool:
+    """Rename ``src`` to ``dst`` (same directory) and fsync the directory. Every rename of the crash protocol
+    (``.cleaned`` -> ``.swap`` -> final name, ``.deleted``) goes through here; a step renaming several files passes
+    ``sync=False`` and fsyncs the directory once after the last. ``missing_ok``: a missing ``src`` (a lazily
+    created index) is not an error; returns whether a file was renamed."""
     try:
         os.replace(src, dst)
+    except FileNotFoundError as exc:
+        if not missing_ok:
+            raise StorageIOError(f"cannot rename to {dst}", src, exc) from exc
+        return False
     except OSError as exc:
         raise StorageIOError(f"cannot rename to {dst}", src, exc) from exc
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    return True

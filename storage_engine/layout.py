@@ -10,11 +10,18 @@ Kafka's layout (``LogFileUtils``/``LocalLog``):
   (ready to replace), ``.deleted`` (scheduled for removal), e.g. ``00000000000000000000.log.swap``;
 * log-dir files: the three offset checkpoints and the clean-shutdown marker.
 
+The engine's own files in a log dir are named here too (see "Engine files" below): Kafka's LogManager loads every
+sub-folder of a log dir as a partition and refuses a name that is not ``topic-partition``, but skips files, so the
+engine keeps its cross-process state as *files* in the log dir root. Each name holds a ``+``, a character no topic
+name can hold, so none can ever be taken for (or collide with) a partition folder: a topic may well be called
+``.lock.t``, and its partition 0 lives in ``.lock.t-0``.
+
 Topic names follow Kafka's ``Topic.validate``: 1..249 characters of ``[a-zA-Z0-9._-]``, never ``.`` or ``..``.
 So a topic name can never hold a path separator and a partition folder can never escape its log dir.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -42,6 +49,24 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+
+# -- Engine files (the engine's own, in the log dir root) ----------------------------------------------------
+DIR_LOCK_FILE = ".lock"  # Kafka's name for the same purpose: every process using the dir holds an flock on it
+ENGINE_PREFIX = ".engine+"
+PARTITION_STATE_PREFIX = ENGINE_PREFIX + "partition+"  # + <topic>-<partition>: partition flock + shared state
+CLEANING_CLAIM_PREFIX = ENGINE_PREFIX + "cleaning+"    # + <topic>-<partition>: flock held while cleaning
+CREATE_LOCK_FILE = ENGINE_PREFIX + "create.lock"       # serialises partition creation (first log dir)
+CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "checkpoint.lock"
+CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
+UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner skips, with the reason
+# Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
+KEYMAP_DIR = "keymaps"
+# Names used before the engine's files carried a '+' (converted once when a process opens the dir first).
+LEGACY_PARTITION_STATE_PREFIX = ".lock."
+LEGACY_CLEANING_CLAIM_PREFIX = ".cleaning."
+LEGACY_LOCK_FILES = (".create.lock", ".checkpoint.lock", ".cleaner-checkpoint.lock")
+LEGACY_UNCLEANABLE_FILE = ".uncleanable-partitions.json"
+NAME_MAX = 255
 
 # Folders LogManager never treats as partitions.
 IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
@@ -151,3 +176,58 @@ def partition_dirs(log_dir: str, errors: list | None = None) -> list[tuple[str, 
             continue
         out.append((name, (topic, partition)))
     return out
+
+
+# -- engine files ----------------------------------------------------------------------------------------------
+
+def _engine_file(log_dir: str, prefix: str, partition_dir: str) -> str:
+    name = prefix + partition_dir
+    if len(name.encode()) > NAME_MAX:
+        name = prefix + hashlib.sha1(partition_dir.encode()).hexdigest()
+    return os.path.join(log_dir, name)
+
+
+def partition_state_file(log_dir: str, partition_dir: str) -> str:
+    """The partition's lock and shared-state file (``.engine+partition+<topic>-<partition>``; the name's SHA-1
+    instead when that would exceed 255 bytes)."""
+    return _engine_file(log_dir, PARTITION_STATE_PREFIX, partition_dir)
+
+
+def cleaning_claim_file(log_dir: str, partition_dir: str) -> str:
+    """The partition's cleaning claim (``.engine+cleaning+<topic>-<partition>``, SHA-1 likewise)."""
+    return _engine_file(log_dir, CLEANING_CLAIM_PREFIX, partition_dir)
+
+
+def keymap_root(log_dirs) -> str:
+    """Where run-scoped key maps go by default: ``keymaps/`` beside the first log dir."""
+    return os.path.join(os.path.dirname(os.path.abspath(log_dirs[0])), KEYMAP_DIR)
+
+
+def is_engine_file(name: str) -> bool:
+    """Whether a name in a log dir root is a file this engine (or Kafka, for the log dir) keeps: the dir lock,
+    the engine's ``.engine+`` files, the clean-shutdown marker, the offset checkpoints and their temp files."""
+    if name in (DIR_LOCK_FILE, CLEAN_SHUTDOWN_FILE) or name.startswith(ENGINE_PREFIX):
+        return True
+    base = name[:-len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name
+    return base in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
+                    CLEAN_SHUTDOWN_FILE) or (base != name and base.startswith(ENGINE_PREFIX))
+
+
+def legacy_engine_file(name: str) -> str | None:
+    """For a file name used by earlier versions of the engine, its current name (None: the file is a transient
+    lock or claim to delete); raises ValueError for a name that is not one."""
+    if name == LEGACY_UNCLEANABLE_FILE:
+        return UNCLEANABLE_FILE
+    if name in LEGACY_LOCK_FILES or name.startswith(LEGACY_CLEANING_CLAIM_PREFIX):
+        return None
+    if name.startswith(LEGACY_PARTITION_STATE_PREFIX):
+        rest = name[len(LEGACY_PARTITION_STATE_PREFIX):]
+        if "-" not in rest:  # already the SHA-1 of a name too long for a file name: the same hash now
+            return PARTITION_STATE_PREFIX + rest
+        return os.path.basename(partition_state_file("", rest))
+    raise ValueError(f"{name!r} is not a file name earlier versions of the engine used")
+
+
+def is_legacy_engine_file(name: str) -> bool:
+    return (name in LEGACY_LOCK_FILES or name == LEGACY_UNCLEANABLE_FILE
+            or name.startswith((LEGACY_PARTITION_STATE_PREFIX, LEGACY_CLEANING_CLAIM_PREFIX)))

@@ -168,6 +168,34 @@ def test_existing_data_is_refused_unless_reset(tmp_path):
     assert len(read_all(config)) == len(EXPECTED)
 
 
+def test_reset_removes_exactly_the_files_layout_names(tmp_path):
+    """After a reset no partition may still be marked uncleanable or claimed, whatever version wrote the marks;
+    files the engine does not own are left alone."""
+    from storage_engine import layout
+    from storage_engine.log.locks import CleaningClaim
+    from storage_engine.maintenance import cleaner_manager
+    config = load_config(write_config(tmp_path))
+    sample_data.generate(config, seed=1, now_ms=NOW_MS, scale=0.01)
+    d = Path(config.log_dirs[0])
+    name = sorted(n for n in os.listdir(d) if (d / n).is_dir())[0]
+    cleaner_manager.mark_uncleanable(str(d), name, "CorruptRecordError: test", NOW_MS)
+    claim = CleaningClaim(str(d), name)
+    assert claim.try_acquire()
+    claim.release()
+    for legacy in (".uncleanable-partitions.json", f".cleaning.{name}", f".lock.{name}", ".create.lock"):
+        (d / legacy).write_bytes(b"{}")
+    (d / "operator-notes.txt").write_text("keep me")
+    (d / "lost+found").mkdir()
+    engine_files = {n for n in os.listdir(d) if (d / n).is_file() and n != "operator-notes.txt"}
+    assert {layout.UNCLEANABLE_FILE, os.path.basename(claim.path), layout.RECOVERY_POINT_CHECKPOINT} <= engine_files
+    assert all(layout.is_engine_file(n) or layout.is_legacy_engine_file(n) for n in engine_files), engine_files
+
+    sample_data.generate(config, seed=2, now_ms=NOW_MS, scale=0.01, reset=True)
+    assert cleaner_manager.read_uncleanable(str(d)) == {}
+    sample_data.reset_log_dirs(config)
+    assert sorted(os.listdir(d)) == ["lost+found", "operator-notes.txt"]
+
+
 def test_command_line(tmp_path):
     path = write_config(tmp_path)
     cmd = [sys.executable, "-m", "include.sample_data", "--config", str(path), "--seed", "3",

@@ -28,6 +28,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from storage_engine import layout
 from storage_engine.maintenance import jobs as maintenance
 
 from .operators import StorageMaintenanceOperator, _as_dry_run, _as_positive_int, _as_topics, human_bytes
@@ -48,7 +49,7 @@ def keymap_root(config) -> str:
     env = os.environ.get(KEYMAP_DIR_ENV)
     if env:
         return os.path.abspath(env)
-    return os.path.join(os.path.dirname(os.path.abspath(config.log_dirs[0])), "keymaps")
+    return layout.keymap_root(config.log_dirs)
 
 
 def keymap_path(config, run_id: str, topic: str, partition: int) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from storage_engine import layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
-from storage_engine.durable import fsync_dir
+from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.log import view
 from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
@@ -132,8 +132,10 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
         if min_swap <= layout.offset_from_filename(name) < max_swap:
             _remove(os.path.join(dir_path, name), result)
     for name in swaps:
-        os.replace(os.path.join(dir_path, name), os.path.join(dir_path, name[:-len(layout.SWAP_SUFFIX)]))
+        durable_rename(os.path.join(dir_path, name), os.path.join(dir_path, name[:-len(layout.SWAP_SUFFIX)]),
+                       sync=False)
         result.messages.append(f"completed swap {name}")
+    fsync_dir(dir_path)
 
 
 def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,

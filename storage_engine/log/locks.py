@@ -1,52 +1,61 @@
-"""Per-partition exclusive lock and the small shared state that travels with it.
+"""Every flock the engine takes, and the small shared state that travels with a partition's lock.
 
 Kafka has one broker process per log dir; this engine has several (an application appending, Airflow tasks
-flushing, retaining, compacting). They agree through one lock file per partition, kept in the log dir root
-(never inside the partition folder, which stays pure Kafka layout)::
+flushing, retaining, compacting). They agree through files in the log dir root, all named in
+:mod:`storage_engine.layout` (never inside a partition folder, which stays pure Kafka layout):
 
-    <log dir>/.lock.<topic>-<partition>        (.lock.<sha1 of the name> if that would exceed 255 bytes)
+* :class:`DirLock` on ``.lock``: held shared by every open ``LogManager``; exclusive for the first opener and
+  the last closer (consuming and writing the clean-shutdown marker);
+* :class:`PartitionLock` on ``.engine+partition+<topic>-<partition>``: serialises every change to the partition
+  (appends, rolls, flushes that move the recovery point, truncation, segment deletion, the swap after cleaning)
+  and holds the partition's shared state;
+* :class:`CleaningClaim` on ``.engine+cleaning+<topic>-<partition>``: taken without waiting by whoever cleans
+  the partition (or runs retention on a compacted one); a second run skips it;
+* :class:`FileLock`: a short, blocking lock on one of the dir's lock files (partition creation, checkpoint
+  writes, the cleaner checkpoint and uncleanable state).
 
-``fcntl.flock`` on it serialises every change to the partition: appends, rolls, flushes that move the
-recovery point, truncation, segment deletion and the swap after cleaning. The file's 24 bytes hold the
-state every holder must see current, big-endian int64s::
+A partition lock file's 32 bytes hold the state every holder must see current, big-endian int64s::
 
     0  generation        bumped whenever the set of segments or the log start offset changes
     8  log_start_offset  -1 = unknown (fall back to the log-start-offset checkpoint)
    16  recovery_point    -1 = unknown (fall back to the recovery-point checkpoint)
    24  last_flush_ms     -1 = unknown; when the log was last flushed (``flush.ms`` is measured from it)
 
-A process caches its view of the partition together with the generation it saw. After taking the lock it
-compares generations: equal means only the active segment may have grown (it re-validates the new tail),
-different means another process rolled, deleted, truncated or swapped, so it reloads its view. The state is
-not fsynced: it is shared through the page cache while processes run; after a machine crash the durable
-Kafka checkpoint files are the source of truth, and they are written from this state.
+A process caches its view of the partition together with the generation it saw (:mod:`storage_engine.log.view`).
+The state is not fsynced: it is shared through the page cache while processes run; after a machine crash the
+durable Kafka checkpoint files are the source of truth, and they are written from this state.
 
 flock locks die with their process, so a writer killed mid-append releases the lock; the next holder finds
-the torn tail when it re-validates and truncates it.
+the torn tail when it re-validates and truncates it. Files named by earlier versions of the engine are
+converted once, by the first process to open the dir (:func:`convert_legacy_engine_files`).
 """
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import struct
 import threading
 import time
 
+from storage_engine import layout
+from storage_engine.durable import durable_rename
 from storage_engine.errors import LogLockedError, StorageIOError
 
 _STATE = struct.Struct(">qqqq")
 _STATE_V1 = struct.Struct(">qqq")   # files written before last_flush_ms existed
 UNKNOWN = -1
-LOCK_PREFIX = ".lock."
-NAME_MAX = 255
 
 
 def lock_path(log_dir: str, partition_dir_name: str) -> str:
-    name = LOCK_PREFIX + partition_dir_name
-    if len(name.encode()) > NAME_MAX:
-        name = LOCK_PREFIX + hashlib.sha1(partition_dir_name.encode()).hexdigest()
-    return os.path.join(log_dir, name)
+    """The partition's lock and state file (see :func:`storage_engine.layout.partition_state_file`)."""
+    return layout.partition_state_file(log_dir, partition_dir_name)
+
+
+def _open_lock_file(path: str, what: str) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StorageIOError(f"cannot open {what}", path, exc) from exc
 
 
 class PartitionState:
@@ -69,10 +78,7 @@ class PartitionLock:
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageIOError("cannot open partition lock file", path, exc) from exc
+        self._fd = _open_lock_file(path, "partition lock file")
         self._depth = 0
 
     @property
@@ -146,11 +152,8 @@ class DirLock:
     _count_lock = threading.Lock()  # POSIX record locks do not exclude threads of one process
 
     def __init__(self, log_dir: str):
-        self.path = os.path.join(log_dir, ".lock")
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageIOError("cannot open log dir lock file", self.path, exc) from exc
+        self.path = os.path.join(log_dir, layout.DIR_LOCK_FILE)
+        self._fd = _open_lock_file(self.path, "log dir lock file")
 
     def try_exclusive(self) -> bool:
         try:
@@ -183,3 +186,91 @@ class DirLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+class FileLock:
+    """A short-lived exclusive flock on one of a log dir's lock files (partition creation, checkpoint writes, the
+    cleaner checkpoint and uncleanable state); waits for it. ``with FileLock(path): ...``"""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> "FileLock":
+        self._fd = _open_lock_file(self.path, "lock file")
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class CleaningClaim:
+    """Exclusive, non-blocking claim on cleaning one partition; released on :meth:`release` or process death."""
+
+    def __init__(self, log_dir: str, partition_dir_name: str):
+        self.path = layout.cleaning_claim_file(log_dir, partition_dir_name)
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = _open_lock_file(self.path, "cleaning claim")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def acquire_or_raise(self) -> None:
+        if not self.try_acquire():
+            raise LogLockedError(f"another process is cleaning this partition (claim {self.path})")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "CleaningClaim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def convert_legacy_engine_files(log_dir: str) -> list[str]:
+    """Rename the engine files earlier versions kept in ``log_dir`` to today's names (partition state, the
+    uncleanable list) and delete their transient lock and claim files; a *folder* with such a name is a real
+    partition (of a topic named like ``.lock.t``) and is left alone. Call it with the dir lock held exclusively
+    (no other process has the dir open). Returns what was done, for the load messages."""
+    done = []
+    try:
+        names = os.listdir(log_dir)
+    except OSError as exc:
+        raise StorageIOError("cannot list log dir", log_dir, exc) from exc
+    for name in sorted(names):
+        if not layout.is_legacy_engine_file(name):
+            continue
+        path = os.path.join(log_dir, name)
+        if not os.path.isfile(path):
+            continue
+        new = layout.legacy_engine_file(name)
+        try:
+            if new is None:
+                os.remove(path)
+                done.append(f"removed {name} (a lock file of an earlier version)")
+            elif os.path.exists(os.path.join(log_dir, new)):
+                os.remove(path)
+                done.append(f"removed {name}: {new} exists")
+            else:
+                durable_rename(path, os.path.join(log_dir, new), sync=False)
+                done.append(f"renamed {name} to {new}")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StorageIOError(f"cannot convert engine file {name}", path, exc) from exc
+    return done

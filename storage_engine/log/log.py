@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from storage_engine import layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
-from storage_engine.durable import fsync_dir
+from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import InvalidRecordError, OffsetOutOfRangeError, StorageError, StorageIOError
 from storage_engine.log import validator, view
 from storage_engine.log.locks import PartitionLock
@@ -428,13 +428,8 @@ class Log:
                 # (it tolerates the index files being in place already).
                 base = new_segment.base_offset
                 for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
-                    src = layout.segment_file(self.dir, base, suffix, layout.SWAP_SUFFIX)
-                    try:
-                        os.replace(src, layout.segment_file(self.dir, base, suffix))
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:
-                        raise StorageIOError("cannot rename cleaned index", src, exc) from exc
+                    durable_rename(layout.segment_file(self.dir, base, suffix, layout.SWAP_SUFFIX),
+                                   layout.segment_file(self.dir, base, suffix), sync=False, missing_ok=True)
                 new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
                 self.segment_list.add(new_segment)
             fsync_dir(self.dir)

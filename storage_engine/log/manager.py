@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from storage_engine.durable import fsync_dir
 from storage_engine.errors import InvalidTopicError, StorageError, StorageIOError
 from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
-from storage_engine.log.locks import UNKNOWN, DirLock
+from storage_engine.log.locks import UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
@@ -43,22 +42,6 @@ class DirState:
     had_clean_shutdown: bool
     opens_at_open: int = 0
     load_messages: list = field(default_factory=list)
-
-
-class _FileLock:
-    """A short-lived exclusive flock on a file (checkpoint writes, partition creation)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self):
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
 
 
 class LogManager:
@@ -122,6 +105,8 @@ class LogManager:
         state = DirState(log_dir, lock, exclusive, False, lock.count_open())
         self.dirs[log_dir] = state
         state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
+        if exclusive:
+            state.load_messages.extend(convert_legacy_engine_files(log_dir))
         rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
         lso_cp, lso_err = OffsetCheckpointFile(
             os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
@@ -194,7 +179,7 @@ class LogManager:
         if log is not None:
             return log
         name = layout.partition_dir_name(topic, partition)
-        with _FileLock(os.path.join(self.config.log_dirs[0], ".create.lock")):
+        with FileLock(os.path.join(self.config.log_dirs[0], layout.CREATE_LOCK_FILE)):
             log = self._adopt(topic, partition)
             if log is not None:
                 return log
@@ -230,7 +215,7 @@ class LogManager:
         present = {tp for _, tp in self._partition_dirs(log_dir)}
         rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
         lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
-        with _FileLock(os.path.join(log_dir, ".checkpoint.lock")):
+        with FileLock(os.path.join(log_dir, layout.CHECKPOINT_LOCK_FILE)):
             rp, _ = rp_file.read_or_empty()
             lso, _ = lso_file.read_or_empty()
             rp = {tp: v for tp, v in rp.items() if tp in present and tp not in mine}

@@ -4,10 +4,11 @@ State kept per log dir, in Kafka's files where Kafka has one:
 
 * ``cleaner-offset-checkpoint`` (Kafka's text format): the first dirty offset of each compacted partition,
   i.e. where the last cleaning ended. An entry outside [log start, log end] is reset to the log start.
-* ``.cleaning.<topic>-<partition>`` (flock): the cross-process "in progress" claim. Whoever holds it cleans
-  (or runs retention on) the partition; a second run skips it and says so.
-* ``.uncleanable-partitions.json``: partitions whose cleaning failed, with the reason and time. They are
-  skipped (and reported) until cleared by ``compact --clear-uncleanable``; Kafka forgets them only on restart.
+* ``.engine+cleaning+<topic>-<partition>`` (flock, :class:`storage_engine.log.locks.CleaningClaim`): the
+  cross-process "in progress" claim. Whoever holds it cleans (or runs retention on) the partition; a second run
+  skips it and says so.
+* ``.engine+uncleanable.json``: partitions whose cleaning failed, with the reason and time. They are skipped
+  (and reported) until cleared by ``compact --clear-uncleanable``; Kafka forgets them only on restart.
 
 Selection (``grabFilthiestCompactedLog``): first dirty offset = checkpoint (or log start); first uncleanable
 offset = min(active segment base, first dirty segment newer than ``now - min.compaction.lag.ms``, first dirty
@@ -17,8 +18,6 @@ cleanable bytes / (clean + cleanable bytes); a log is eligible if the ratio is s
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -26,23 +25,8 @@ from dataclasses import dataclass
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.durable import atomic_write
-from storage_engine.errors import LogLockedError, StorageIOError
+from storage_engine.log.locks import CleaningClaim, FileLock
 from storage_engine.log.log import Log
-
-UNCLEANABLE_FILE = ".uncleanable-partitions.json"
-CLAIM_PREFIX = ".cleaning."
-
-
-def _guarded(log_dir: str, name: str):
-    path = os.path.join(log_dir, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
-
-
-def _release(fd) -> None:
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
 
 
 # -- cleaner checkpoint ----------------------------------------------------------------------------------------
@@ -55,8 +39,7 @@ def read_cleaner_checkpoints(log_dir: str) -> dict:
 def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | None) -> None:
     """Set (or with None remove) one partition's entry, keeping the others; entries of partitions whose
     folder is gone are dropped, as Kafka does on every update."""
-    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
-    try:
+    with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         f = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT))
         entries, _err = f.read_or_empty()
         present = set()
@@ -72,58 +55,17 @@ def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | N
         else:
             entries[tp] = offset
         f.write(entries)
-    finally:
-        _release(fd)
 
 
 # -- claims ----------------------------------------------------------------------------------------------------
 
-def claim_path(log_dir: str, partition_dir_name: str) -> str:
-    name = CLAIM_PREFIX + partition_dir_name
-    if len(name.encode()) > 255:
-        name = CLAIM_PREFIX + hashlib.sha1(partition_dir_name.encode()).hexdigest()
-    return os.path.join(log_dir, name)
-
-
-class CleaningClaim:
-    """Exclusive, non-blocking claim on cleaning a partition; released on close or process death."""
-
-    def __init__(self, log: Log):
-        self.path = claim_path(log.log_dir, log.name)
-        self._fd = None
-
-    def try_acquire(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageIOError("cannot open cleaning claim", self.path, exc) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def acquire_or_raise(self) -> None:
-        if not self.try_acquire():
-            raise LogLockedError(f"another process is cleaning this partition (claim {self.path})")
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
+def cleaning_claim(log: Log) -> CleaningClaim:
+    """The claim on cleaning ``log``'s partition (see :class:`storage_engine.log.locks.CleaningClaim`)."""
+    return CleaningClaim(log.log_dir, log.name)
 
 
 def is_claimed(log: Log) -> bool:
-    claim = CleaningClaim(log)
+    claim = cleaning_claim(log)
     if claim.try_acquire():
         claim.release()
         return False
@@ -133,7 +75,7 @@ def is_claimed(log: Log) -> bool:
 # -- uncleanable partitions ------------------------------------------------------------------------------------
 
 def read_uncleanable(log_dir: str) -> dict:
-    path = os.path.join(log_dir, UNCLEANABLE_FILE)
+    path = os.path.join(log_dir, layout.UNCLEANABLE_FILE)
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read() or b"{}")
@@ -146,28 +88,24 @@ def read_uncleanable(log_dir: str) -> dict:
 
 
 def mark_uncleanable(log_dir: str, name: str, reason: str, now_ms: int) -> None:
-    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
-    try:
+    with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         data = read_uncleanable(log_dir)
         data.pop("<unreadable>", None)
         data[name] = {"reason": reason, "since_ms": now_ms}
-        atomic_write(os.path.join(log_dir, UNCLEANABLE_FILE), json.dumps(data, indent=1, sort_keys=True).encode())
-    finally:
-        _release(fd)
+        atomic_write(os.path.join(log_dir, layout.UNCLEANABLE_FILE),
+                     json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def clear_uncleanable(log_dir: str, name: str | None = None) -> list[str]:
     """Clear one partition (or all with None); returns what was cleared."""
-    fd = _guarded(log_dir, ".cleaner-checkpoint.lock")
-    try:
+    with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         data = read_uncleanable(log_dir)
         cleared = sorted(data) if name is None else ([name] if name in data else [])
         for n in cleared:
             data.pop(n, None)
-        atomic_write(os.path.join(log_dir, UNCLEANABLE_FILE), json.dumps(data, indent=1, sort_keys=True).encode())
+        atomic_write(os.path.join(log_dir, layout.UNCLEANABLE_FILE),
+                     json.dumps(data, indent=1, sort_keys=True).encode())
         return cleared
-    finally:
-        _release(fd)
 
 
 # -- what is cleanable -----------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         for ltc in eligible:
             log = ltc.log
             entry = {"selection": ltc.as_dict(), "topic": log.topic, "partition": log.partition}
-            claim = cleaner_manager.CleaningClaim(log)
+            claim = cleaner_manager.cleaning_claim(log)
             if not claim.try_acquire():
                 entry["skipped"] = "another run is cleaning this partition"
                 results.append(entry)
@@ -233,7 +233,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
                 "map": "spark" if keymap_path else "local", "now_ms": now}
-        claim = cleaner_manager.CleaningClaim(log)
+        claim = cleaner_manager.cleaning_claim(log)
         if not claim.try_acquire():
             return dict(base, nothing_to_do=True, skipped="another run is cleaning this partition")
         try:

@@ -96,8 +96,8 @@ def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
 
     On a compacted topic retention pauses while a cleaning of the partition is in progress (Kafka runs
     both from the cleaner thread): it takes the cleaning claim or reports the partition as busy."""
-    from storage_engine.maintenance.cleaner_manager import CleaningClaim
-    claim = CleaningClaim(log) if log.config.compact else None
+    from storage_engine.maintenance.cleaner_manager import cleaning_claim
+    claim = cleaning_claim(log) if log.config.compact else None
     if claim is not None and not claim.try_acquire():
         return {"topic": log.topic, "partition": log.partition, "dry_run": dry_run, "now_ms": now_ms,
                 "cleanup_policy": ",".join(log.config.cleanup_policy), "segments_deleted": 0,

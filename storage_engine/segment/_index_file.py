@@ -61,6 +61,7 @@ import mmap
 import os
 from typing import Callable
 
+from storage_engine.durable import durable_rename
 from storage_engine.errors import (
     ConfigError,
     CorruptIndexError,
@@ -362,12 +363,7 @@ class IndexFile:
     def rename_to(self, new_path: str) -> None:
         """Rename the file (e.g. adding ``.deleted``); a missing file is tolerated, as for a lazy index."""
         new_path = os.fspath(new_path)
-        try:
-            os.replace(self.path, new_path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageIOError(f"cannot rename {self.KIND} to {new_path}", self.path, exc) from exc
+        durable_rename(self.path, new_path, sync=False, missing_ok=True)
         self.path = new_path
 
     def delete_if_exists(self) -> bool:

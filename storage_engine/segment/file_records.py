@@ -22,6 +22,7 @@ import os
 import struct
 from typing import Iterator
 
+from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, StorageIOError
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
@@ -214,10 +215,7 @@ class FileRecords:
             self._map_len = 0
 
     def rename_to(self, new_path: str) -> None:
-        try:
-            os.replace(self.path, new_path)
-        except OSError as exc:
-            raise StorageIOError(f"cannot rename log file to {new_path}", self.path, exc) from exc
+        durable_rename(self.path, new_path, sync=False)
         self.path = new_path
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
+from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
 from storage_engine.segment.file_records import FileRecords, batch_at
 from storage_engine.segment.offset_index import OffsetIndex
@@ -408,13 +409,7 @@ class LogSegment:
             if obj is not None:
                 obj.rename_to(new_path)
             else:
-                try:
-                    os.replace(self._paths[suffix], new_path)
-                except FileNotFoundError:
-                    if suffix == layout.LOG_SUFFIX:
-                        raise StorageIOError("cannot rename missing log file", self._paths[suffix]) from None
-                except OSError as exc:
-                    raise StorageIOError(f"cannot rename to {new_path}", self._paths[suffix], exc) from exc
+                durable_rename(self._paths[suffix], new_path, sync=False, missing_ok=suffix != layout.LOG_SUFFIX)
             self._paths[suffix] = new_path
 
     @property

@@ -132,8 +132,8 @@ class StorageFixture:
     def snapshot(self) -> dict[str, bytes]:
         """Every Kafka-layout file under the log dirs (partition folders and checkpoints) -> its bytes.
 
-        The engine's own dot-files (``.lock*`` holding cross-process partition state, ``.kafka_cleanshutdown``)
-        are left out: they record that a process opened the logs, not what the logs hold."""
+        The engine's own dot-files (``.lock``, ``.engine+*`` holding cross-process partition state,
+        ``.kafka_cleanshutdown``) are left out: they record that a process opened the logs, not what the logs hold."""
         out = {}
         for d in self.log_dirs:
             for dirpath, _, names in os.walk(d):

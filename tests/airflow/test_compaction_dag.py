@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from storage_engine import layout
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner_manager import read_cleaner_checkpoints
 from storage_engine.log.manager import LogManager
@@ -59,7 +60,7 @@ def snapshot(fixture) -> dict:
     for d in fixture.log_dirs:
         for root, _dirs, files in os.walk(d):
             for f in files:
-                if f.startswith(".lock") or f.startswith(".cleaning") or f == ".lock":
+                if f == layout.DIR_LOCK_FILE or f.startswith(layout.ENGINE_PREFIX):
                     continue
                 with open(os.path.join(root, f), "rb") as fh:
                     out[os.path.join(root, f)] = hashlib.sha256(fh.read()).hexdigest()

@@ -12,7 +12,7 @@ from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, jobs as maintenance, retention
 from storage_engine import layout
-from storage_engine.maintenance.cleaner_manager import (CleaningClaim, cleanable_offsets, log_to_clean, read_cleaner_checkpoints,
+from storage_engine.maintenance.cleaner_manager import (cleanable_offsets, cleaning_claim, log_to_clean, read_cleaner_checkpoints,
                                             update_cleaner_checkpoint)
 from storage_engine.config import LogConfig, config_from_mapping
 from storage_engine.errors import LogLockedError
@@ -358,7 +358,7 @@ def test_select_ranks_dirtiest_first_and_skips_claimed_and_uncleanable(make_log)
     assert [l.log.partition for l in sel["eligible"]] == [0, 1, 2, 3]
     assert [round(l.cleanable_ratio, 2) for l in sel["eligible"]] == [1.0, 0.8, 0.6, 0.4]
     cleaner_manager.mark_uncleanable(logs[0].log_dir, logs[0].name, "boom", T0)
-    with CleaningClaim(logs[1]) as claim:
+    with cleaning_claim(logs[1]) as claim:
         assert claim.try_acquire()
         sel = cleaner_manager.select(logs, T0)
         assert [l.log.partition for l in sel["eligible"]] == [2, 3]
@@ -535,7 +535,7 @@ def test_cleaning_failure_marks_partition_uncleanable(tmp_path):
     good = next(r for r in res["results"] if r["partition"] == 1)
     assert good["checkpoint_written"]
     # persisted in the log dir, with the reason
-    with open(os.path.join(cfg.log_dirs[0], cleaner_manager.UNCLEANABLE_FILE)) as f:
+    with open(os.path.join(cfg.log_dirs[0], layout.UNCLEANABLE_FILE)) as f:
         marked = json.load(f)
     assert list(marked) == ["t-0"] and "CorruptRecordError" in marked["t-0"]["reason"]
     assert marked["t-0"]["since_ms"] == T0
@@ -583,10 +583,10 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     before = segment_bytes_of(cfg, "t")
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        claim = CleaningClaim(mgr.get_log("t", 0))
+        claim = cleaning_claim(mgr.get_log("t", 0))
         claim.acquire_or_raise()
         try:
-            other = CleaningClaim(mgr.get_log("t", 0))
+            other = cleaning_claim(mgr.get_log("t", 0))
             assert not other.try_acquire()
             with pytest.raises(LogLockedError):
                 other.acquire_or_raise()
@@ -608,7 +608,7 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
 def test_uncleanable_file_unreadable_blocks_the_dir(tmp_path):
     cfg = storage_config(tmp_path, {"t": {"cleanup.policy": "compact", "segment.bytes": 1024}})
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
-    with open(os.path.join(cfg.log_dirs[0], cleaner_manager.UNCLEANABLE_FILE), "w") as f:
+    with open(os.path.join(cfg.log_dirs[0], layout.UNCLEANABLE_FILE), "w") as f:
         f.write("{not json")
     res = maintenance.compact(cfg, T0)
     assert res["results"] == [] and "not valid JSON" in res["skipped"][0]["reason"]
