@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from storage_engine.config import load_config
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.unit
 COMPOSE = REPO / "docker-compose.yaml"
 
 # service -> the airflow command it must run
@@ -276,7 +277,10 @@ def test_the_build_context_keeps_what_the_dockerfile_copies():
     ignore = REPO / "docker" / "airflow" / "Dockerfile.dockerignore"
     allowed = [ln[1:].rstrip("/") for ln in ignore.read_text().splitlines() if ln.startswith("!")]
     svc = {"build": {"context": ".", "dockerfile": "docker/airflow/Dockerfile"}}
-    for src, _ in dockerfile_copies(svc):
+    assert dockerfile_of(svc).is_file(), "docker/airflow/Dockerfile is missing"
+    copies = dockerfile_copies(svc)
+    assert {src.rstrip("/") for src, _ in copies} >= {"storage_engine", "requirements.txt"}, copies
+    for src, _ in copies:
         assert src.rstrip("/") in allowed, f"COPY {src}: excluded from the build context by {ignore.name}"
 
 

@@ -85,6 +85,10 @@ class PartitionLock:
     def held(self) -> bool:
         return self._depth > 0
 
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
         if self._depth:
             self._depth += 1

@@ -159,22 +159,13 @@ def segment_files(dir_path) -> list[str]:
 
 
 @pytest.fixture
-def make_log(log_dir):
-    opened = []
-
+def make_log(logs):
     def make(cfg: LogConfig | None = None, *, now: int = T0, existing: bool = False) -> Log:
-        if existing:
-            log = open_existing(log_dir, cfg or compact_cfg(), now)
-        else:
-            log, _ = open_log(str(log_dir), TOPIC, 0, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
-                              create=True)
-        opened.append(log)
-        return log
-
-    yield make
-    for log in opened:
-        if log.lock._fd is not None:
-            log.close(clean=False)
+        if existing:  # a load after an unclean shutdown, recovering from offset 0
+            return logs(cfg or compact_cfg(), topic=TOPIC, now_ms=now, create=False, had_clean_shutdown=False,
+                        recovery_point_checkpoint=0)
+        return logs(cfg or compact_cfg(), topic=TOPIC, now_ms=now)
+    return make
 
 
 def fill_until(log: Log, segments: int, record=lambda off: (str(off), str(off)), ts: int = T0) -> None:

@@ -41,19 +41,10 @@ def put(log: Log, key: str, value: str | None, ts: int = T0):
 
 
 @pytest.fixture
-def make_log(log_dir):
-    opened = []
-
+def make_log(logs):
     def make(cfg=None, *, topic=TOPIC, partition=0, now=T0) -> Log:
-        log, _ = open_log(str(log_dir), topic, partition, cfg or compact_cfg(), clock=ManualClock(now), exclusive=True,
-                          create=True)
-        opened.append(log)
-        return log
-
-    yield make
-    for log in opened:
-        if log.lock._fd is not None:
-            log.close(clean=False)
+        return logs(cfg or compact_cfg(), topic=topic, partition=partition, now_ms=now)
+    return make
 
 
 def one_record_segments(log: Log, n: int, ts=lambda i: T0) -> None:

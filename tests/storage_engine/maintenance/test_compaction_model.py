@@ -79,7 +79,7 @@ class CompactionModel(RuleBasedStateMachine):
         self.rounds = 0
 
     def teardown(self):
-        if self.log is not None and self.log.lock._fd is not None:
+        if self.log is not None and self.log.lock.is_open:
             self.log.close(clean=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
