@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo bench bench-large airflow clean
+.PHONY: venv test test-fast typecheck demo bench bench-large airflow clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,11 @@ $(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedu
 venv: $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e"

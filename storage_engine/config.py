@@ -37,11 +37,12 @@ import difflib
 import math
 import os
 import re
-import sys
 import random
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -119,8 +120,9 @@ def _parse_string(raw: object) -> str:
 
 def _parse_list(raw: object) -> tuple[str, ...]:
     """A YAML list, or Kafka's comma-separated string ("" is the empty list)."""
+    items: list
     if isinstance(raw, os.PathLike):
-        items: list[object] = [os.fspath(raw)]
+        items = [os.fspath(raw)]
     elif isinstance(raw, str):
         items = raw.split(",") if raw.strip() else []
     elif isinstance(raw, (list, tuple)):
@@ -387,7 +389,7 @@ def _broker_key(key: object) -> _BrokerKey:
     if spec is not None:
         return spec
     hint = None
-    if key in TOPIC_KEYS:
+    if isinstance(key, str) and key in TOPIC_KEYS:
         hint = f"{key} is a topic key, its broker key is {TOPIC_KEYS[key].chain()[0][0]}"
     raise _unknown_key(key, BROKER_KEYS, "broker", hint)
 
@@ -397,16 +399,16 @@ def _topic_key(key: object) -> _TopicKey:
     if spec is not None:
         return spec
     hint = None
-    if key in _TOPIC_KEY_OF:
+    if isinstance(key, str) and key in _TOPIC_KEY_OF:
         hint = f"{key} is a broker key, its topic key is {_TOPIC_KEY_OF[key]}"
     elif key in BROKER_KEYS:
         hint = f"{key} is a broker key and cannot be set per topic"
     raise _unknown_key(key, TOPIC_KEYS, "topic", hint)
 
 
-def _log_values(broker: Mapping[str, object]) -> dict[str, object]:
+def _log_values(broker: Mapping[str, Any]) -> dict[str, Any]:
     """LogConfig attributes from complete broker values, following each topic key's synonym chain."""
-    out = {}
+    out: dict[str, Any] = {}
     for key in TOPIC_KEYS.values():
         for name, factor in key.chain():
             value = broker[name]
@@ -419,7 +421,7 @@ def _log_values(broker: Mapping[str, object]) -> dict[str, object]:
     return out
 
 
-_BROKER_DEFAULTS: Mapping[str, object] = {k.name: k.parse(k.default) for k in BROKER_KEYS.values()}
+_BROKER_DEFAULTS: Mapping[str, Any] = {k.name: k.parse(k.default) for k in BROKER_KEYS.values()}
 _LOG_DEFAULTS = _log_values(_BROKER_DEFAULTS)
 _CLEANER_DEFAULTS = {k.attr: _BROKER_DEFAULTS[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}
 
@@ -573,7 +575,8 @@ _ENV_REFERENCE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 
 def _resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tuple[str, ...]:
     """Expand ``$VARS`` and ``~``, make relative paths absolute against ``base_dir``, reject duplicates."""
-    resolved, seen = [], {}
+    resolved: list[str] = []
+    seen: dict[str, str] = {}
     for entry in entries:
         for match in _ENV_REFERENCE.finditer(entry):
             var = match.group(1) if match.group(1) is not None else match.group(2)
@@ -673,7 +676,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _load_yaml(text: str, path: str) -> object:
+def _load_yaml(text: str, path: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:

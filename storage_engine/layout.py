@@ -156,7 +156,7 @@ def partition_dirs(log_dir: str, errors: list | None = None) -> list[tuple[str, 
     metadata and remote-index folders, folders pending deletion or moving (``-delete``, ``-future``,
     ``-stray``). A folder whose name is not ``<topic>-<partition>`` with a legal topic is skipped and described
     in ``errors``. A missing log dir has no partitions."""
-    out = []
+    out: list[tuple[str, tuple[str, int]]] = []
     try:
         names = sorted(os.listdir(log_dir))
     except FileNotFoundError:

@@ -113,7 +113,7 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
                  layout.LOG_SUFFIX + layout.SWAP_SUFFIX]
     if not swap_logs:
         return
-    min_swap, max_swap = None, None
+    bases, ends = [], []
     for name in swap_logs:
         base = layout.offset_from_filename(name)
         # Only the .log is read: a .swap segment's index files may be missing (Kafka's indexes are lazy).
@@ -124,8 +124,9 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
                 nxt = batch.next_offset
         finally:
             swap_log.close()
-        min_swap = base if min_swap is None else min(min_swap, base)
-        max_swap = nxt if max_swap is None else max(max_swap, nxt)
+        bases.append(base)
+        ends.append(nxt)
+    min_swap, max_swap = min(bases), max(ends)
     for name in _listing(dir_path):
         if name.endswith(layout.SWAP_SUFFIX) or not layout.is_offset_named(name):
             continue

@@ -78,7 +78,7 @@ class PartitionLock:
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = _open_lock_file(path, "partition lock file")
+        self._fd: int = _open_lock_file(path, "partition lock file")
         self._depth = 0
 
     @property
@@ -87,7 +87,7 @@ class PartitionLock:
 
     @property
     def is_open(self) -> bool:
-        return self._fd is not None
+        return self._fd >= 0
 
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
         if self._depth:
@@ -137,12 +137,12 @@ class PartitionLock:
                                         state.last_flush_ms), 0)
 
     def close(self) -> None:
-        if self._fd is not None:
+        if self._fd >= 0:
             if self._depth:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 self._depth = 0
             os.close(self._fd)
-            self._fd = None
+            self._fd = -1
 
 
 class DirLock:
@@ -157,7 +157,7 @@ class DirLock:
 
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, layout.DIR_LOCK_FILE)
-        self._fd = _open_lock_file(self.path, "log dir lock file")
+        self._fd: int = _open_lock_file(self.path, "log dir lock file")
 
     def try_exclusive(self) -> bool:
         try:
@@ -186,10 +186,10 @@ class DirLock:
         return struct.unpack(">q", data)[0] if len(data) == 8 else 0
 
     def close(self) -> None:
-        if self._fd is not None:
+        if self._fd >= 0:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-            self._fd = None
+            self._fd = -1
 
 
 class FileLock:

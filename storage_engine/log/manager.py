@@ -293,7 +293,7 @@ class LogManager:
         self.close()
 
     def describe(self) -> dict:
-        out = {"log_dirs": []}
+        out: dict = {"log_dirs": []}
         for d in self.config.log_dirs:
             parts = [self.logs[tp].describe() for tp in sorted(self.logs) if self.logs[tp].log_dir == d]
             msgs = self.dirs[d].load_messages if d in self.dirs else []

@@ -11,9 +11,11 @@ import os
 import time
 
 from storage_engine.maintenance import retention as retention_mod
+from storage_engine.maintenance.summaries import (CheckpointResult, FlushedPartition, FlushResult, PurgeResult,
+                                                  RetentionResult)
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import PartitionNotFoundError
+from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.log.manager import LogManager
 
 
@@ -41,7 +43,8 @@ def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
             for t, p, d in sorted(found)]
 
 
-def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None, flush: bool = True) -> dict:
+def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+               flush: bool = True) -> CheckpointResult:
     """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
@@ -53,13 +56,14 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
             "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"])}
 
 
-def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> dict:
+def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> FlushResult:
     """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
-        out, skipped = [], 0
+        out: list[FlushedPartition] = []
+        skipped = 0
         for tp in mgr.partitions(topics):
             log = mgr.logs[tp]
             log.refresh()
@@ -75,7 +79,7 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
 
 
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
-              dry_run: bool = False) -> dict:
+              dry_run: bool = False) -> RetentionResult:
     """Retention for one partition; advances and checkpoints the log start offset."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
@@ -89,7 +93,8 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     return result
 
 
-def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None, dry_run: bool = False) -> list:
+def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+                  dry_run: bool = False) -> list[RetentionResult]:
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
@@ -100,7 +105,7 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=No
     return results
 
 
-def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> dict:
+def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
     """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms``."""
     now = clock_at(now_ms).milliseconds()
     result = retention_mod.purge_deleted(config.log_dirs, now,
@@ -167,7 +172,9 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
 def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition: int | None = None) -> dict:
     from storage_engine.maintenance import cleaner_manager
     from storage_engine import layout
-    name = layout.partition_dir_name(topic, partition) if topic is not None else None
+    if (topic is None) != (partition is None):
+        raise InvalidRequestError("clear_uncleanable needs both a topic and a partition, or neither")
+    name = layout.partition_dir_name(topic, partition) if topic is not None and partition is not None else None
     cleared = {}
     for d in config.log_dirs:
         if os.path.isdir(d):

@@ -137,10 +137,10 @@ class SortedHashOffsetMap:
         lo = np.empty(total, dtype=np.int64)
         off = np.empty(total, dtype=np.int64)
         pos = 0
-        for f, n in zip(files, counts):
-            t = pq.read_table(f, columns=["key_hash_hi", "key_hash_lo", "offset"], memory_map=True)
+        for part_file, n in zip(files, counts):
+            t = pq.read_table(part_file, columns=["key_hash_hi", "key_hash_lo", "offset"], memory_map=True)
             if t.num_rows != n:
-                raise StorageError(f"key map file {f} holds {t.num_rows} rows, its footer says {n}")
+                raise StorageError(f"key map file {part_file} holds {t.num_rows} rows, its footer says {n}")
             hi[pos:pos + n] = t.column("key_hash_hi").to_numpy()
             lo[pos:pos + n] = t.column("key_hash_lo").to_numpy()
             off[pos:pos + n] = t.column("offset").to_numpy()

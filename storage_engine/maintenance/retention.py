@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from storage_engine import layout
 from storage_engine.log.log import Log
+from storage_engine.maintenance.summaries import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
 from storage_engine.segment.segment import LogSegment
 
 
@@ -37,7 +38,7 @@ class Deletion:
     segment: LogSegment
     reason: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> SegmentDeletion:
         s = self.segment
         return {"base_offset": s.base_offset, "size_bytes": s.size, "largest_timestamp": s.largest_timestamp(),
                 "reason": self.reason}
@@ -57,7 +58,7 @@ def _deletable(log: Log, segments: list[LogSegment], predicate) -> list[LogSegme
     return out
 
 
-def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[dict]]:
+def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
     """Which segments retention would delete at ``now_ms`` and why, plus future-timestamp warnings."""
     cfg = log.config
     remaining = log.segments
@@ -85,13 +86,13 @@ def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[dict]]:
         if cfg.retention_ms >= 0:
             take(_deletable(log, remaining,
                             lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms), "retention-ms")
-    future = [{"base_offset": s.base_offset, "largest_timestamp": s.largest_timestamp(),
+    future: list[FutureSegment] = [{"base_offset": s.base_offset, "largest_timestamp": s.largest_timestamp(),
                "ahead_ms": s.largest_timestamp() - now_ms}
               for s in remaining if s.largest_timestamp() > now_ms and s.size > 0]
     return deletions, future
 
 
-def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
+def run(log: Log, now_ms: int, *, dry_run: bool = False) -> RetentionResult:
     """Apply (or with ``dry_run`` only plan) retention to one log; returns a JSON-able summary.
 
     On a compacted topic retention pauses while a cleaning of the partition is in progress (Kafka runs
@@ -111,7 +112,7 @@ def run(log: Log, now_ms: int, *, dry_run: bool = False) -> dict:
             claim.release()
 
 
-def _run(log: Log, now_ms: int, dry_run: bool) -> dict:
+def _run(log: Log, now_ms: int, dry_run: bool) -> RetentionResult:
     with log.locked():
         deletions, future = plan(log, now_ms)
         before_start = log.log_start_offset
@@ -134,7 +135,7 @@ def _run(log: Log, now_ms: int, dry_run: bool) -> dict:
         }
 
 
-def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = False) -> dict:
+def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = False) -> PurgeResult:
     """Remove ``*.deleted`` files whose deletion was scheduled at least ``file.delete.delay.ms`` ago.
 
     The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay."""

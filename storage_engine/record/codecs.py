@@ -237,7 +237,7 @@ def _gzip_decompress(view: memoryview, max_output_bytes: int | None) -> bytes:
     end = len(view)
     if end == 0:
         raise CompressionError("gzip: empty payload", position=0)
-    parts = []
+    parts: list = []
     total = 0
     pos = 0
     while True:
@@ -261,7 +261,7 @@ def _gzip_decompress(view: memoryview, max_output_bytes: int | None) -> bytes:
 # -- snappy ---------------------------------------------------------------------------------------------
 
 def _snappy_compress(view: memoryview) -> bytes:
-    parts = [XERIAL_HEADER]
+    parts: list = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_BLOCK_BYTES):
         block = cramjam.snappy.compress_raw(view[start:start + XERIAL_BLOCK_BYTES])
         parts.append(_INT32_BE.pack(len(block)))
@@ -275,7 +275,7 @@ def _snappy_decompress(view: memoryview, max_output_bytes: int | None) -> bytes:
         raise CompressionError("snappy: empty payload", position=0)
     if end < len(XERIAL_HEADER) or view[:len(XERIAL_MAGIC)] != XERIAL_MAGIC:
         return bytes(_snappy_block(view, 0, max_output_bytes))
-    parts = []
+    parts: list = []
     total = 0
     pos = 0
     while pos < end:
@@ -322,10 +322,10 @@ def _snappy_block(block: memoryview, position: int, max_output_bytes: int | None
 
 def _lz4_compress(view: memoryview, level: int, magic: int) -> bytes:
     if level == LZ4_DEFAULT_LEVEL:
-        options = {"mode": "default"}
+        options: dict[str, object] = {"mode": "default"}
     else:
         options = {"mode": "high_compression", "compression": level}
-    parts = [LZ4_FRAME_HEADER_V0 if magic == 0 else LZ4_FRAME_HEADER]
+    parts: list = [LZ4_FRAME_HEADER_V0 if magic == 0 else LZ4_FRAME_HEADER]
     pack = _UINT32_LE.pack
     for start in range(0, len(view), LZ4_BLOCK_BYTES):
         chunk = view[start:start + LZ4_BLOCK_BYTES]
@@ -369,7 +369,7 @@ def _lz4_decompress(view: memoryview, magic: int, max_output_bytes: int | None) 
         raise CompressionError("lz4: Stream frame descriptor corrupted", position=pos)
     pos += 1
     block_checksum = bool(flg & _LZ4_FLG_BLOCK_CHECKSUM)
-    parts = []
+    parts: list = []
     total = 0
     while True:
         if end - pos < 4:
@@ -418,7 +418,7 @@ def _zstd_decompress(view: memoryview, max_output_bytes: int | None) -> bytes:
     """
     end = len(view)
     dctx = zstandard.ZstdDecompressor()
-    parts = []
+    parts: list = []
     total = 0
     pos = 0
     while pos < end:

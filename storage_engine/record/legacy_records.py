@@ -78,7 +78,7 @@ class LegacyBatch:
                                      f"{self.magic}", path, self.file_position)
         self.timestamp = (_TIMESTAMP.unpack_from(buf, pos + LOG_OVERHEAD + 6)[0] if self.magic == MAGIC_V1
                           else NO_TIMESTAMP)
-        self._inner = None
+        self._inner: list[Record] | None = None
 
     # -- batch interface --------------------------------------------------------------------------------------
     @property
@@ -292,5 +292,5 @@ def build_legacy_batch(records: Sequence[SimpleRecord], *, magic: int, base_offs
     inner = b"".join(encode_message(o - first if magic == MAGIC_V1 else o, magic, ts_attr, ts, r.key, r.value)
                      for o, ts, r in zip(offsets, timestamps, recs))
     wrapper_value = codecs.compress(codec, inner, magic=magic)
-    wrapper_ts = log_append_time_ms if ts_attr else max(timestamps)
+    wrapper_ts = max(timestamps)  # with LogAppendTime every inner timestamp is the append time
     return encode_message(offsets[-1], magic, codec | ts_attr, wrapper_ts, None, wrapper_value)

@@ -307,7 +307,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
 
     Public as ``decode_records`` (the C version when built, see the end of this module).
     """
-    out = []
+    out: list[Record] = []
     append = out.append
     pos = 0
     end = len(payload)
@@ -500,6 +500,7 @@ def build_batch(records: Sequence[SimpleRecord] | Iterable[tuple], *, base_offse
         max_ts = NO_TIMESTAMP
     base_ts = delete_horizon_ms if delete_horizon_ms is not None else first_ts
     if timestamp_type == LOG_APPEND_TIME:
+        assert log_append_time_ms is not None, "a LogAppendTime batch needs log_append_time_ms"
         recs = [SimpleRecord(key, value, log_append_time_ms, headers) for key, value, _, headers in recs]
     payload = encode_records(recs, offsets, base_offset, base_ts)  # also checks the offsets
     if not recs:
@@ -571,7 +572,7 @@ def set_partition_leader_epoch(batch: bytearray | memoryview, pos: int, epoch: i
 # the same checks against both and compares them on random and mutated input.
 
 try:
-    from storage_engine.record import _speedups
+    from storage_engine.record import _speedups  # type: ignore[attr-defined]
 except ImportError:  # built without a compiler: pure Python only
     _speedups = None
 
@@ -583,7 +584,7 @@ if _speedups is not None:
         return _speedups.decode_records(payload, count, base_offset, base_timestamp, log_append_time,
                                         Record, CorruptRecordError)
 else:
-    _c_decode_records = _c_encode_records = None
+    _c_decode_records = _c_encode_records = None  # type: ignore[assignment]
 
 if _speedups is not None and os.environ.get("STORAGE_ENGINE_PURE_PYTHON", "") in ("", "0"):
     IMPLEMENTATION = "c"

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Callable
+from typing import Any, Callable
 
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (
@@ -96,7 +96,7 @@ class IndexFile:
         self.max_entries = 0
         self._length = 0
         self._fd = -1
-        self._mm: mmap.mmap | None = None
+        self._mm: Any = None  # mmap.mmap once mapped (None for an empty file)
         self._closed = False
         self._open()
         try:

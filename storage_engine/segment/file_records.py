@@ -83,6 +83,7 @@ class FileRecords:
         self.path = path
         self.writable = writable
         flags = os.O_RDWR if writable else os.O_RDONLY
+        self._fd: int
         try:
             if create:
                 self._fd = os.open(path, flags | os.O_CREAT, 0o644)
@@ -96,7 +97,7 @@ class FileRecords:
             raise StorageIOError("cannot open log file", path, exc) from exc
         if self.size > MAX_FILE_SIZE:
             raise CorruptRecordError(f"log file is larger than {MAX_FILE_SIZE} bytes", path, 0)
-        self._map = None
+        self._map: mmap.mmap | None = None
         self._map_len = 0
 
     # -- size -------------------------------------------------------------------------------------------------
@@ -220,9 +221,9 @@ class FileRecords:
 
     def close(self) -> None:
         self._drop_map()
-        if self._fd is not None:
+        if self._fd >= 0:
             os.close(self._fd)
-            self._fd = None
+            self._fd = -1
 
     def mtime_ms(self) -> int:
         return int(os.fstat(self._fd).st_mtime * 1000)

@@ -134,7 +134,10 @@ class LogSegment:
     # -- basic facts ------------------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        return self._log.size if self._log is not None else self._stat_size
+        if self._log is not None:
+            return self._log.size
+        assert self._stat_size is not None  # an unopened segment always has its stat size
+        return self._stat_size
 
     @property
     def path(self) -> str:

@@ -185,7 +185,8 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
 
 
 def _batches_of(records: list[SimpleRecord], limit_bytes: int):
-    batch, size = [], 61
+    batch: list[SimpleRecord] = []
+    size = 61
     for r in records:
         rs = MAX_RECORD_OVERHEAD + len(r.key or b"") + len(r.value or b"") + sum(
             len(k) + len(v or b"") + 10 for k, v in r.headers)
@@ -363,6 +364,10 @@ def cmd_verify(args, config) -> int:
     return EXIT_DAMAGE if report["damaged"] else 0
 
 
+def _print_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
 def cmd_dump_log(args, config) -> int:
     from storage_engine.tools.dump import DumpOptions, dump_file
     opts = DumpOptions(deep_iteration=args.deep_iteration or args.print_data_log,
@@ -374,7 +379,7 @@ def cmd_dump_log(args, config) -> int:
         raise InvalidRequestError(f"no such file: {', '.join(missing)}")
     errors = 0
     for f in args.files:
-        errors += dump_file(f, opts, lambda line: sys.stdout.write(line + "\n"))
+        errors += dump_file(f, opts, _print_line)
     return EXIT_DAMAGE if errors else 0
 
 

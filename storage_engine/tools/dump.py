@@ -77,7 +77,7 @@ class _Output:
 
     def _problem(self, kind: str, path: str, message: str, position: int | None) -> None:
         if self.opts.as_json:
-            obj = {"type": kind, "file": path, "message": message}
+            obj: dict[str, object] = {"type": kind, "file": path, "message": message}
             if position is not None:
                 obj["position"] = position
             self._write(json.dumps(obj))
@@ -136,7 +136,7 @@ def _dump_log(path: str, opts: DumpOptions, out: _Output) -> None:
         end = fr.size if opts.max_bytes is None else min(fr.size, opts.max_bytes)
         valid_bytes = 0
         last_offset = None
-        gaps = []
+        gaps: list = []
         deep = opts.deep_iteration or opts.print_data_log
         try:
             # Strict on the whole file, so a torn or corrupt tail is reported with its position; a --max-bytes
