@@ -92,8 +92,15 @@ class Log:
         view.publish(self, bump=bump)
 
     def refresh(self) -> None:
-        """Bring a reader's view up to date (see :func:`storage_engine.log.view.refresh`)."""
-        view.refresh(self)
+        """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
+        another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
+        if view.refresh_unlocked(self):
+            return
+        if self.lock.held:
+            view.sync(self, self.clock.milliseconds())
+        else:
+            with self.locked():
+                pass
 
     # -- segment access ---------------------------------------------------------------------------------------
     @property

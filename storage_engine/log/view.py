@@ -9,22 +9,21 @@ validated.
 Before acting, a lock holder syncs (:func:`sync`): an unchanged generation means at most the active segment grew,
 so only the new bytes are validated (and a torn tail left by a writer that died mid-append is truncated, since
 its writer no longer holds the lock); a changed generation reloads the segment list from the folder. A reader
-without the lock (:func:`refresh`) validates growth but never truncates, and reloads under the lock, so it never
+without the lock (:func:`refresh_unlocked`) validates growth but never truncates, and reloads under the lock, so it never
 sees a roll half done. After changing the partition, the holder publishes its view (:func:`publish`).
+The functions take the ``Log`` whose view they keep and touch only its state (segment list, offsets, lock).
 """
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, StorageError
-from storage_engine.log.locks import UNKNOWN, PartitionState
+from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC
 from storage_engine.segment.segment import LogSegment
-
-if TYPE_CHECKING:
-    from storage_engine.log.log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +42,21 @@ class PartitionView:
         return f"PartitionView(generation={self.generation}, known_active_size={self.known_active_size})"
 
 
-def sync(log: "Log", now_ms: int) -> None:
+class ViewedLog(Protocol):
+    """What the view functions read and update of a log (``storage_engine.log.log.Log`` has all of it)."""
+    name: str
+    dir: str
+    config: LogConfig
+    lock: PartitionLock
+    segment_list: LogSegments
+    view: PartitionView
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    last_flush_ms: int
+
+
+def sync(log: ViewedLog, now_ms: int) -> None:
     """Bring ``log`` up to date with the shared state (caller holds the partition lock)."""
     state = log.lock.read_state()
     if state.generation != log.view.generation:
@@ -51,29 +64,26 @@ def sync(log: "Log", now_ms: int) -> None:
         _ensure_active_index_room(log)
         return
     _adopt_offsets(log, state)
-    if _active_grew(log, log.active_segment):
+    if _active_grew(log, log.segment_list.active):
         validate_active_tail(log, log.view.known_active_size)
     _ensure_active_index_room(log)
 
 
-def refresh(log: "Log") -> None:
-    """Bring a reader's view up to date; without the lock while only the active segment grew."""
+def refresh_unlocked(log: ViewedLog) -> bool:
+    """Bring a reader's view up to date without the lock, while only the active segment grew. Returns False when
+    the set of segments changed: the caller must then :func:`sync` under the lock, so a roll is never seen half
+    done (the generation moves before its files exist) and a view never creates a missing index file under its
+    writer."""
     state = log.lock.read_state()
     if state.generation != log.view.generation:
-        # The segment set changed: reload under the lock, so a roll is never seen half done (the generation
-        # moves before its files exist) and a view never creates a missing index file under its writer.
-        if log.lock.held:
-            sync(log, log.clock.milliseconds())
-        else:
-            with log.locked():
-                pass
-        return
-    if _active_grew(log, log.active_segment):
+        return False
+    if _active_grew(log, log.segment_list.active):
         validate_active_tail(log, log.view.known_active_size)
     _adopt_offsets(log, state)
+    return True
 
 
-def publish(log: "Log", *, bump: bool) -> None:
+def publish(log: ViewedLog, *, bump: bool) -> None:
     """Write this process's view of the shared state (caller holds the lock); ``bump`` after a change to the set
     of segments or the log start offset."""
     if bump:
@@ -82,7 +92,7 @@ def publish(log: "Log", *, bump: bool) -> None:
                                         log.last_flush_ms))
 
 
-def _adopt_offsets(log: "Log", state: PartitionState) -> None:
+def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
     if state.log_start_offset != UNKNOWN:
         log.log_start_offset = max(log.log_start_offset, state.log_start_offset)
     if state.recovery_point != UNKNOWN:
@@ -91,7 +101,7 @@ def _adopt_offsets(log: "Log", state: PartitionState) -> None:
         log.last_flush_ms = state.last_flush_ms
 
 
-def _reload(log: "Log", state: PartitionState, now_ms: int) -> None:
+def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
     log.segment_list.close(trim=False)
     segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
     if not segments:
@@ -106,12 +116,12 @@ def _reload(log: "Log", state: PartitionState, now_ms: int) -> None:
     validate_active_tail(log, 0)
 
 
-def validate_active_tail(log: "Log", from_position: int) -> None:
+def validate_active_tail(log: ViewedLog, from_position: int) -> None:
     """Validate bytes of the active segment from ``from_position`` (another process appended them).
 
     Under the lock a torn or corrupt tail is truncated: its writer died, since it no longer holds the
     lock. A reader (no lock) only stops short of it."""
-    active = log.active_segment
+    active = log.segment_list.active
     # Indexes before the size: a writer indexes a batch only after writing all of it, so every entry read
     # here points at a batch inside the size read next. The other order lets a reader without the lock
     # stop in front of a batch that an entry names, and read_next_offset would find nothing after it.
@@ -150,18 +160,18 @@ def validate_active_tail(log: "Log", from_position: int) -> None:
     log.view.known_active_size = active.size
 
 
-def _ensure_active_index_room(log: "Log") -> None:
+def _ensure_active_index_room(log: ViewedLog) -> None:
     """Grow the active segment's indexes back to segment.index.bytes (caller holds the lock). A view opens
     a segment whose index file is missing (a writer died while creating it in a roll) or trimmed (one
     died after sealing it) with no free slot; as the active segment it must take entries, and a roll must
     be able to add the final time-index entry."""
-    active = log.active_segment
+    active = log.segment_list.active
     for index in (active.offset_index, active.time_index):
         if index.writable and index.length < log.config.segment_index_bytes:
             index.resize(log.config.segment_index_bytes)
 
 
-def _active_grew(log: "Log", active: LogSegment) -> bool:
+def _active_grew(log: ViewedLog, active: LogSegment) -> bool:
     """Whether the active segment holds bytes this view has not validated (another process appended).
     A preallocated file is longer than its data from the start: its zero tail is not growth."""
     known = log.view.known_active_size
