@@ -202,6 +202,13 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound
                       cleanable_bytes, need_now, reset, delay)
 
 
+def is_eligible(ltc: LogToClean) -> bool:
+    """Kafka's rule: dirty ratio strictly above ``min.cleanable.dirty.ratio``, or forced by
+    ``max.compaction.lag.ms`` with something to clean."""
+    return ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or
+                                    ltc.cleanable_ratio > ltc.log.config.min_cleanable_dirty_ratio)
+
+
 def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = None,
            write_resets: bool = True) -> dict:
     """Rank compacted logs by dirty ratio. Returns {"eligible": [LogToClean sorted dirtiest first],
@@ -236,8 +243,7 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
             continue
         if ltc.checkpoint_reset and write_resets:
             update_cleaner_checkpoint(log.log_dir, (log.topic, log.partition), ltc.first_dirty_offset)
-        if ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or
-                                    ltc.cleanable_ratio > log.config.min_cleanable_dirty_ratio):
+        if is_eligible(ltc):
             eligible.append(ltc)
         else:
             not_dirty.append(ltc)

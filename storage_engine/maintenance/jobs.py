@@ -7,15 +7,19 @@ the logs are opened as of (so a backfilled run never purges ``.deleted`` files s
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
+from typing import TypedDict
 
+from storage_engine import layout
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.maintenance.summaries import (CheckpointResult, FlushedPartition, FlushResult, PurgeResult,
                                                   RetentionResult)
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
+from storage_engine.errors import (InvalidRequestError, LogLockedError, PartitionNotFoundError, StorageError,
+                                   StorageIOError)
 from storage_engine.log.manager import LogManager
 
 
@@ -198,11 +202,16 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     from storage_engine.maintenance.cleaner import Cleaner
     if strategy not in MAP_STRATEGIES:
         raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
+    # Only the compacted partitions are opened, each batch of them isolated: a partition that cannot be
+    # loaded is skipped and reported, the others are still considered.
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
-        logs = [mgr.logs[tp] for tp in mgr.partitions(topics)]
+    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics)
+           if config.log_config(p["topic"]).compact]
+    unreadable: list[PartitionFailure] = []
+    groups = _open_isolating(config, clock, tps, unreadable) if tps else []
+    try:
+        logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
         capacity = Cleaner(config.cleaner).new_offset_map().max_entries
         eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
@@ -214,9 +223,15 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
             d["in_process_map_capacity"] = capacity
             d["size_bytes"] = ltc.log.size_in_bytes()
             selected.append(d)
+    finally:
+        for mgr, _group in groups:
+            mgr.close()
+    skipped = selection["skipped"] + [
+        {"topic": f["topic"], "partition": f["partition"],
+         "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
     return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
-            "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
-            "nothing_to_do": not selected}
+            "skipped": skipped, "unreadable": unreadable,
+            "not_dirty": [l.as_dict() for l in selection["not_dirty"]], "nothing_to_do": not selected}
 
 
 def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,
@@ -281,3 +296,233 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
                         log_lines=res.stats.log_lines(log.name, first_dirty_offset, res.end_offset))
         finally:
             claim.release()
+
+
+# -- batches of partitions (the Airflow DAGs: one task per batch, each partition isolated) ------------------
+#
+# A batch opens only its own partitions (``LogManager.open(..., partitions=...)``). If one of them cannot be
+# loaded, the batch is split in halves until the damaged partitions stand alone: they are reported as
+# failures, the others are still maintained. Errors while acting on one partition are recorded the same way.
+# Nothing here raises for a partition's failure: the caller decides (the Airflow task fails at the end,
+# naming every failed partition).
+
+TopicPartition = tuple[str, int]
+
+
+class PartitionFailure(TypedDict):
+    topic: str
+    partition: int
+    error_type: str
+    error: str
+    permanent: bool     # no retry can fix it (see :func:`is_permanent`)
+
+
+class BatchResult(TypedDict):
+    now_ms: int
+    dry_run: bool
+    partitions: int             # how many the batch was given
+    results: list[dict]         # one per partition acted on, in the batch's order
+    failures: list[PartitionFailure]
+    errors: list[str]           # failures not tied to one partition (a log dir's checkpoint files)
+    duration_s: float
+
+
+class Batch(TypedDict):
+    log_dir: str
+    index: int                  # 0-based, over all batches of the plan
+    partitions: list[list]      # [[topic, partition], ...], sorted
+    label: str                  # short name for the UI (Airflow's map index is at most 250 characters)
+
+
+# errno values of a StorageIOError that a retry cannot change (the path is wrong, not busy or full).
+_PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY,
+                               errno.EEXIST, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True when retrying the same operation cannot succeed: a missing partition, invalid config or name,
+    corrupt bytes, a path in the way. Lock contention and I/O that may pass (full disk, too many open files,
+    EIO) are not permanent, nor is anything that is not a :class:`StorageError`."""
+    if isinstance(exc, LogLockedError):
+        return False
+    if isinstance(exc, StorageIOError):
+        cause = exc.__cause__
+        return isinstance(cause, OSError) and cause.errno in _PERMANENT_ERRNOS
+    return isinstance(exc, StorageError)
+
+
+def _failure(tp: TopicPartition, exc: BaseException) -> PartitionFailure:
+    return {"topic": tp[0], "partition": tp[1], "error_type": type(exc).__name__, "error": str(exc),
+            "permanent": is_permanent(exc)}
+
+
+def _as_tps(partitions) -> list[TopicPartition]:
+    out = []
+    for item in partitions:
+        if isinstance(item, dict):
+            topic, partition = item.get("topic"), item.get("partition")
+        else:
+            topic, partition = item
+        layout.partition_dir_name(topic, partition)      # InvalidTopicError for a bad name or number
+        out.append((topic, partition))
+    return out
+
+
+def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition],
+                    failures: list[PartitionFailure]) -> list[tuple[LogManager, list[TopicPartition]]]:
+    """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported."""
+    try:
+        return [(LogManager.open(config, clock=clock, partitions=tps), tps)]
+    except Exception as exc:
+        if len(tps) == 1:
+            failures.append(_failure(tps[0], exc))
+            return []
+    mid = len(tps) // 2
+    return (_open_isolating(config, clock, tps[:mid], failures)
+            + _open_isolating(config, clock, tps[mid:], failures))
+
+
+def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dry_run: bool = False,
+               after=None) -> BatchResult:
+    """``act(mgr, log, now) -> dict`` per partition, then ``after(mgr, results) -> list[str]`` per manager."""
+    t0 = time.monotonic()
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    tps = _as_tps(partitions)
+    failures: list[PartitionFailure] = []
+    results_by_tp: dict[TopicPartition, dict] = {}
+    errors: list[str] = []
+    for mgr, group in _open_isolating(config, clock, tps, failures) if tps else []:
+        with mgr:
+            done = []
+            for tp in group:
+                log = mgr.logs.get(tp)
+                if log is None:
+                    failures.append(_failure(tp, PartitionNotFoundError(
+                        f"partition {tp[0]}-{tp[1]} does not exist in {list(config.log_dirs)}")))
+                    continue
+                started = time.monotonic()
+                try:
+                    result = act(mgr, log, now)
+                except Exception as exc:
+                    failures.append(_failure(tp, exc))
+                    continue
+                result["duration_s"] = round(time.monotonic() - started, 4)
+                results_by_tp[tp] = result
+                done.append(result)
+            if after is not None:
+                try:
+                    errors.extend(after(mgr, done))
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+    order = {tp: i for i, tp in enumerate(tps)}
+    failures.sort(key=lambda f: order.get((f["topic"], f["partition"]), len(order)))
+    return {"now_ms": now, "dry_run": dry_run, "partitions": len(tps),
+            "results": [results_by_tp[tp] for tp in tps if tp in results_by_tp], "failures": failures,
+            "errors": errors, "duration_s": round(time.monotonic() - t0, 3)}
+
+
+def plan_batches(config: StorageConfig, *, topics=None, batch_size: int = 500) -> list[Batch]:
+    """The partitions of the log dirs (read-only listing, folder names only) cut into batches: per log dir,
+    in name order, at most ``batch_size`` each. Unknown topics raise :class:`PartitionNotFoundError`."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    listed = list_partitions(config, topics=topics)
+    batches: list[Batch] = []
+    for d in config.log_dirs:
+        here = [[p["topic"], p["partition"]] for p in listed if p["log_dir"] == d]
+        for start in range(0, len(here), batch_size):
+            chunk = here[start:start + batch_size]
+            first, last = (f"{t}-{p}" for t, p in (chunk[0], chunk[-1]))
+            label = first if len(chunk) == 1 else f"{_short(first)}..{_short(last)}"
+            batches.append({"log_dir": d, "index": len(batches), "partitions": chunk,
+                            "label": f"{label} ({len(chunk)} in {os.path.basename(d.rstrip(os.sep)) or d})"})
+    return batches
+
+
+def _short(name: str, keep: int = 80) -> str:
+    return name if len(name) <= keep else name[:keep // 2] + "~" + name[-(keep // 2):]
+
+
+def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
+                    dry_run: bool = False) -> BatchResult:
+    """Retention of each partition of a batch (see :func:`retention`); the log start offsets of the dirs
+    where segments went are checkpointed once at the end."""
+    def act(mgr, log, now):
+        result = retention_mod.run(log, now, dry_run=dry_run)
+        result["size_bytes_after"] = log.size_in_bytes() - (result["bytes_reclaimed"] if dry_run else 0)
+        result["segments_after"] = len(log.segments) - (result["segments_deleted"] if dry_run else 0)
+        result["log_dir"] = log.log_dir
+        # Offsets below the new log start offset are gone: what an operator calls records removed.
+        new_start = result["log_start_offset"]
+        if dry_run and result["segments_deleted"]:        # retention deletes a prefix of the segments
+            kept = log.segments[result["segments_deleted"]:]
+            new_start = max(new_start, kept[0].base_offset if kept else log.log_end_offset)
+        result["records_removed"] = new_start - result["log_start_offset_before"]
+        return result
+
+    def after(mgr, done):
+        dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]})
+        if not dry_run and dirs:
+            mgr.checkpoint(dirs)
+        return []
+    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
+
+
+def flush_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, due_only: bool = True,
+                dry_run: bool = False) -> BatchResult:
+    """Time-based flush (``flush.ms``) of each partition of a batch; ``dry_run`` only says which are due."""
+    def act(mgr, log, now):
+        log.refresh()
+        due = log.flush_due(now)
+        before = log.recovery_point
+        after = log.flush() if (due or not due_only) and not dry_run else before
+        return {"topic": log.topic, "partition": log.partition, "due": due, "recovery_point_before": before,
+                "recovery_point": after, "flushed": after > before, "log_end_offset": log.log_end_offset,
+                "dry_run": dry_run}
+    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
+
+
+def checkpoint_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, flush: bool = True,
+                     dry_run: bool = False) -> BatchResult:
+    """Kafka's checkpoint tasks for a batch: flush each log to its end, then write the recovery-point and
+    log-start-offset checkpoint files of the batch's log dirs (entries of partitions outside the batch are
+    kept as they are in the files)."""
+    def act(mgr, log, now):
+        before = log.recovery_point
+        after = log.flush() if flush and not dry_run else before
+        return {"topic": log.topic, "partition": log.partition, "recovery_point_before": before,
+                "recovery_point": after, "flushed": after > before, "log_dir": log.log_dir,
+                "log_end_offset": log.log_end_offset, "dry_run": dry_run}
+
+    def after(mgr, done):
+        dirs = sorted({r["log_dir"] for r in done})
+        if not dry_run and dirs:
+            mgr.checkpoint(dirs)
+        return []
+    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
+
+
+def verify_batch(config: StorageConfig, partitions) -> BatchResult:
+    """The read-only integrity audit (:mod:`storage_engine.tools.verify`) of each partition of a batch.
+    A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
+    from storage_engine.tools import verify as verify_mod
+    t0 = time.monotonic()
+    results, failures = [], []
+    for tp in _as_tps(partitions):
+        started = time.monotonic()
+        try:
+            report = verify_mod.verify_partition(config, *tp)
+        except Exception as exc:
+            failures.append(_failure(tp, exc))
+            continue
+        report["duration_s"] = round(time.monotonic() - started, 4)
+        results.append(report)
+        if report["problems"]:
+            first = report["problems"][0]
+            failures.append({"topic": tp[0], "partition": tp[1], "error_type": "DamageFound",
+                             "error": f"{len(report['problems'])} problem(s); first: {first['file']}: "
+                                      f"{first['message']}", "permanent": True})
+    return {"now_ms": clock_at(None).milliseconds(), "dry_run": True, "partitions": len(results) + len(
+        [f for f in failures if f["error_type"] != "DamageFound"]), "results": results, "failures": failures,
+        "errors": [], "duration_s": round(time.monotonic() - t0, 3)}

@@ -48,6 +48,47 @@ def verify_log_dirs(config) -> dict:
     return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": partitions}
 
 
+def verify_partition(config, topic: str, partition: int) -> dict:
+    """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
+    "segments", "batches", "records", "size_bytes", "log_end_offset"}``. Raises ``PartitionNotFoundError``."""
+    from storage_engine.errors import PartitionNotFoundError
+    name = layout.partition_dir_name(topic, partition)
+    for d in config.log_dirs:
+        path = os.path.join(d, name)
+        if os.path.isdir(path):
+            problems, pending = [], []
+            summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+            summary.update(topic=topic, partition=partition, log_dir=d, damaged=bool(problems),
+                           problems=problems, pending=pending)
+            return summary
+    raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
+
+
+def verify_dir_files(config) -> dict:
+    """The log-dir half of the audit: checkpoint files parse, every folder is a valid partition name."""
+    problems, pending = [], []
+    for d in config.log_dirs:
+        if not os.path.isdir(d):
+            pending.append({"file": d, "message": "log dir does not exist yet"})
+            continue
+        for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
+                     layout.CLEANER_OFFSET_CHECKPOINT):
+            try:
+                OffsetCheckpointFile(os.path.join(d, name)).read()
+            except StorageError as exc:
+                problems.append({"file": os.path.join(d, name), "message": str(exc)})
+        for name in sorted(os.listdir(d)):
+            path = os.path.join(d, name)
+            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
+                continue
+            try:
+                topic, _partition = layout.parse_partition_dir(name)
+                layout.validate_topic(topic)
+            except (ValueError, StorageError) as exc:
+                problems.append({"file": path, "message": f"not a partition folder: {exc}"})
+    return {"damaged": bool(problems), "problems": problems, "pending": pending}
+
+
 def _verify_partition(log_dir, name, path, cfg, problems, pending) -> dict:
     files = sorted(os.listdir(path))
     logs = sorted(layout.offset_from_filename(f) for f in files

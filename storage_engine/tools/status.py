@@ -1,0 +1,400 @@
+"""Read-only status of the log dirs for operators: what the Storage view in Airflow and ``describe`` show.
+
+Nothing here takes a lock, opens a file for writing, creates a file or repairs anything, so it may run in any
+process (Airflow's api-server) while applications append and maintenance tasks run. Figures come from the
+files as they are: folder listings and ``stat`` for sizes, the checkpoint files and each partition's shared
+state (the 32 bytes of its lock file, read without taking the lock) for offsets, the segments' index and
+time-index tails for log end offsets and timestamps.
+
+Cost is proportional to what is asked: :func:`list_partition_status` lists and stats every partition folder
+that matches the filter (about 10 us per file), and computes offsets, dirty ratios and segment timestamps
+only for the page it returns; :func:`partition_detail` reads one partition.
+
+Plans (:func:`plan`) run the engine's own rules, :func:`storage_engine.maintenance.retention.plan` and
+:func:`storage_engine.maintenance.cleaner_manager.log_to_clean`, on a read-only snapshot of each partition
+(:class:`LogSnapshot` offers the attributes those functions read from a ``Log``), so the view and the
+maintenance jobs cannot disagree about what a run would do.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import TypedDict
+
+from storage_engine import layout
+from storage_engine.config import StorageConfig
+from storage_engine.errors import PartitionNotFoundError, StorageError
+from storage_engine.log.locks import UNKNOWN, lock_path
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.segment.segment import LogSegment
+
+_STATE = struct.Struct(">qqqq")          # see storage_engine.log.locks: generation, log start, recovery point, flush
+SORT_KEYS = ("name", "size", "segments", "deleted")
+
+
+class LogDirStatus(TypedDict):
+    path: str
+    online: bool
+    error: str | None               # why the dir is offline, or the first damage found in it
+    capacity_bytes: int | None      # of the file system holding it
+    free_bytes: int | None
+    partitions: int
+    size_bytes: int                 # bytes of live segments (.log files)
+    deleted_bytes: int              # bytes of .deleted files waiting for file.delete.delay.ms
+    damaged: list[str]              # folders that are not partitions, checkpoint files that do not parse
+    uncleanable: int
+
+
+class SegmentStatus(TypedDict):
+    base_offset: int
+    size_bytes: int
+    largest_timestamp: int          # ms; the file's mtime when the segment holds no timestamp
+    index_bytes: int
+    time_index_bytes: int
+    active: bool
+
+
+class PartitionStatus(TypedDict, total=False):
+    topic: str
+    partition: int
+    log_dir: str
+    cleanup_policy: str
+    size_bytes: int
+    segments: int
+    deleted_bytes: int
+    deleted_files: int
+    pending_files: list[str]        # .cleaned/.swap left by an interrupted cleaning (completed at next load)
+    # Computed for a page of partitions only:
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    cleaner_checkpoint: int | None
+    dirty_ratio: float | None       # compacted topics: cleanable bytes / (clean + cleanable), as the cleaner sees it
+    uncleanable: str | None         # why cleaning failed; cleared with ``compact --clear-uncleanable``
+    error: str | None               # the partition could not be read
+
+
+class PartitionPage(TypedDict):
+    total: int
+    offset: int
+    limit: int
+    sort: str
+    partitions: list[PartitionStatus]
+
+
+class PartitionDetail(PartitionStatus, total=False):
+    segment_list: list[SegmentStatus]
+    deleted: list[dict]
+
+
+# -- listing ------------------------------------------------------------------------------------------------
+
+def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config: StorageConfig) -> PartitionStatus:
+    size = segments = deleted_bytes = deleted_files = 0
+    pending = []
+    pdir = os.path.join(log_dir, name)
+    with os.scandir(pdir) as it:
+        for entry in it:
+            n = entry.name
+            if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n):
+                size += entry.stat().st_size
+                segments += 1
+            elif n.endswith(layout.DELETED_SUFFIX):
+                deleted_bytes += entry.stat().st_size
+                deleted_files += 1
+            elif n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)):
+                pending.append(n)
+    return {"topic": topic, "partition": partition, "log_dir": log_dir,
+            "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy), "size_bytes": size,
+            "segments": segments, "deleted_bytes": deleted_bytes, "deleted_files": deleted_files,
+            "pending_files": sorted(pending)}
+
+
+def _matching(config: StorageConfig, topics=None, log_dir: str | None = None, search: str | None = None):
+    """[(log_dir, folder name, topic, partition)] of the matching partitions, in dir then name order."""
+    out = []
+    wanted = set(topics) if topics else None
+    for d in config.log_dirs:
+        if log_dir is not None and d != log_dir:
+            continue
+        for name, (topic, partition) in layout.partition_dirs(d):
+            if wanted is not None and topic not in wanted:
+                continue
+            if search and search not in name:
+                continue
+            out.append((d, name, topic, partition))
+    return out
+
+
+def list_partition_status(config: StorageConfig, *, topics=None, log_dir: str | None = None,
+                          search: str | None = None, sort: str = "name", descending: bool = False,
+                          offset: int = 0, limit: int = 100, now_ms: int | None = None) -> PartitionPage:
+    """One page of partitions with their figures. ``sort``: name, size, segments or deleted (bytes awaiting
+    purge); ``search`` keeps names containing it. Offsets and dirty ratios are read for the page's rows only."""
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {SORT_KEYS}, got {sort!r}")
+    if offset < 0 or limit < 1:
+        raise ValueError(f"offset must be >= 0 and limit >= 1, got offset={offset}, limit={limit}")
+    rows = []
+    for d, name, topic, partition in _matching(config, topics, log_dir, search):
+        try:
+            rows.append(_scan_partition(d, name, topic, partition, config))
+        except OSError as exc:          # removed while listing, or unreadable: still listed, with the reason
+            rows.append({"topic": topic, "partition": partition, "log_dir": d, "size_bytes": 0, "segments": 0,
+                         "deleted_bytes": 0, "deleted_files": 0, "pending_files": [],
+                         "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy),
+                         "error": f"{type(exc).__name__}: {exc}"})
+    if sort == "name":
+        rows.sort(key=lambda r: (r["topic"], r["partition"]), reverse=descending)
+    else:
+        field = {"size": "size_bytes", "segments": "segments", "deleted": "deleted_bytes"}[sort]
+        rows.sort(key=lambda r: (r[field], r["topic"], r["partition"]), reverse=descending)
+    page = rows[offset:offset + limit]
+    _add_offsets(config, page, now_ms)
+    return {"total": len(rows), "offset": offset, "limit": limit, "sort": sort, "partitions": page}
+
+
+def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
+    """Capacity, use and health of each log dir (every partition folder is listed and stat'ed)."""
+    out = []
+    for d in config.log_dirs:
+        status: LogDirStatus = {"path": d, "online": os.path.isdir(d), "error": None, "capacity_bytes": None,
+                                "free_bytes": None, "partitions": 0, "size_bytes": 0, "deleted_bytes": 0,
+                                "damaged": [], "uncleanable": 0}
+        if not status["online"]:
+            status["error"] = "log dir does not exist or is not a directory"
+            out.append(status)
+            continue
+        try:
+            fs = os.statvfs(d)
+            status["capacity_bytes"] = fs.f_blocks * fs.f_frsize
+            status["free_bytes"] = fs.f_bavail * fs.f_frsize
+            errors: list[str] = []
+            for name, (topic, partition) in layout.partition_dirs(d, errors):
+                try:
+                    row = _scan_partition(d, name, topic, partition, config)
+                except OSError as exc:
+                    status["damaged"].append(f"{name}: {exc}")
+                    continue
+                status["partitions"] += 1
+                status["size_bytes"] += row["size_bytes"]
+                status["deleted_bytes"] += row["deleted_bytes"]
+            status["damaged"].extend(errors)
+            for cp in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
+                       layout.CLEANER_OFFSET_CHECKPOINT):
+                _entries, err = OffsetCheckpointFile(os.path.join(d, cp)).read_or_empty()
+                if err:
+                    status["damaged"].append(str(err))
+            status["uncleanable"] = len(_uncleanable(d))
+        except OSError as exc:
+            status["online"] = False
+            status["error"] = f"{type(exc).__name__}: {exc}"
+        if status["damaged"] and status["error"] is None:
+            status["error"] = status["damaged"][0]
+        out.append(status)
+    return out
+
+
+# -- offsets, dirty ratios: a read-only snapshot of one partition -----------------------------------------------
+
+def _uncleanable(log_dir: str) -> dict:
+    from storage_engine.maintenance.cleaner_manager import read_uncleanable
+    return read_uncleanable(log_dir)
+
+
+def peek_state(log_dir: str, name: str) -> tuple[int, int] | None:
+    """(log start offset, recovery point) a process published in the partition's lock file (-1 = unknown),
+    or None when there is no such file. Read without the lock and without creating the file."""
+    try:
+        fd = os.open(lock_path(log_dir, name), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.pread(fd, _STATE.size, 0)
+    finally:
+        os.close(fd)
+    if len(data) < 24:
+        return None
+    _generation, log_start, recovery_point = struct.unpack(">qqq", data[:24])
+    return log_start, recovery_point
+
+
+class LogSnapshot:
+    """The parts of a :class:`~storage_engine.log.log.Log` that the retention and cleaner rules read, from the
+    files as they are (segments opened lazily and read-only). Close it to release the files it read."""
+
+    def __init__(self, config: StorageConfig, log_dir: str, topic: str, partition: int, *,
+                 checkpoints: dict | None = None):
+        self.topic, self.partition, self.log_dir = topic, partition, log_dir
+        self.name = layout.partition_dir_name(topic, partition)
+        self.dir = os.path.join(log_dir, self.name)
+        self.config = config.log_config(topic)
+        bases = sorted(layout.offset_from_filename(n) for n in os.listdir(self.dir)
+                       if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n))
+        if not bases:
+            raise StorageError(f"partition {self.name} has no segments in {self.dir}")
+        self.segments = [LogSegment.open(self.dir, b, self.config, now_ms=0, file_already_exists=True, lazy=True,
+                                         writable=False) for b in bases]
+        cps = checkpoints if checkpoints is not None else read_checkpoints(log_dir)
+        tp = (topic, partition)
+        start = cps[layout.LOG_START_OFFSET_CHECKPOINT].get(tp, 0)
+        recovery = cps[layout.RECOVERY_POINT_CHECKPOINT].get(tp, 0)
+        state = peek_state(log_dir, self.name)
+        if state is not None:
+            if state[0] != UNKNOWN:
+                start = max(start, state[0])
+            if state[1] != UNKNOWN:
+                recovery = state[1]
+        self.log_start_offset = max(start, bases[0])
+        self.log_end_offset = self.segments[-1].read_next_offset()
+        self.high_watermark = self.log_end_offset
+        self.recovery_point = min(recovery, self.log_end_offset)
+        self.cleaner_checkpoint = cps[layout.CLEANER_OFFSET_CHECKPOINT].get(tp)
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def close(self) -> None:
+        for s in self.segments:
+            s.close(trim=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_checkpoints(log_dir: str) -> dict:
+    """The three offset checkpoint files of a log dir, {file name: {(topic, partition): offset}}; a file that
+    does not parse reads as empty (:func:`log_dir_status` reports it)."""
+    return {name: OffsetCheckpointFile(os.path.join(log_dir, name)).read_or_empty()[0]
+            for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
+                         layout.CLEANER_OFFSET_CHECKPOINT)}
+
+
+def _add_offsets(config: StorageConfig, rows: list[PartitionStatus], now_ms: int | None) -> None:
+    from storage_engine.maintenance.cleaner_manager import log_to_clean
+    per_dir: dict[str, tuple[dict, dict]] = {}
+    for row in rows:
+        if row.get("error"):
+            continue
+        d = row["log_dir"]
+        if d not in per_dir:
+            per_dir[d] = (read_checkpoints(d), _uncleanable(d))
+        cps, uncleanable = per_dir[d]
+        name = layout.partition_dir_name(row["topic"], row["partition"])
+        bad = uncleanable.get(name) or uncleanable.get("<unreadable>")
+        row["uncleanable"] = bad.get("reason") if bad else None
+        try:
+            with LogSnapshot(config, d, row["topic"], row["partition"], checkpoints=cps) as snap:
+                row.update(log_start_offset=snap.log_start_offset, log_end_offset=snap.log_end_offset,
+                           recovery_point=snap.recovery_point, cleaner_checkpoint=snap.cleaner_checkpoint,
+                           dirty_ratio=None)
+                if snap.config.compact:
+                    now = now_ms if now_ms is not None else _wall_clock_ms()
+                    row["dirty_ratio"] = round(log_to_clean(snap, snap.cleaner_checkpoint, now).cleanable_ratio, 6)
+        except (StorageError, OSError) as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _wall_clock_ms() -> int:
+    import time
+    return int(time.time() * 1000)
+
+
+def _find(config: StorageConfig, topic: str, partition: int) -> str:
+    name = layout.partition_dir_name(topic, partition)
+    for d in config.log_dirs:
+        if os.path.isdir(os.path.join(d, name)):
+            return d
+    raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
+
+
+def partition_detail(config: StorageConfig, topic: str, partition: int,
+                     now_ms: int | None = None) -> PartitionDetail:
+    """Everything about one partition: the page figures plus its segments and the files awaiting purge."""
+    d = _find(config, topic, partition)
+    name = layout.partition_dir_name(topic, partition)
+    row: PartitionDetail = _scan_partition(d, name, topic, partition, config)    # type: ignore[assignment]
+    _add_offsets(config, [row], now_ms)
+    segments: list[SegmentStatus] = []
+    deleted = []
+    pdir = os.path.join(d, name)
+    if not row.get("error"):
+        with LogSnapshot(config, d, topic, partition) as snap:
+            for i, s in enumerate(snap.segments):
+                segments.append({"base_offset": s.base_offset, "size_bytes": s.size,
+                                 "largest_timestamp": s.largest_timestamp(),
+                                 "index_bytes": _size(layout.segment_file(pdir, s.base_offset, layout.INDEX_SUFFIX)),
+                                 "time_index_bytes": _size(layout.segment_file(pdir, s.base_offset,
+                                                                               layout.TIME_INDEX_SUFFIX)),
+                                 "active": i == len(snap.segments) - 1})
+    for n in sorted(os.listdir(pdir)):
+        if n.endswith(layout.DELETED_SUFFIX):
+            st = os.stat(os.path.join(pdir, n))
+            deleted.append({"file": n, "size_bytes": st.st_size, "deleted_at_ms": int(st.st_mtime * 1000)})
+    row["segment_list"] = segments
+    row["deleted"] = deleted
+    return row
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+# -- plans --------------------------------------------------------------------------------------------------
+
+def plan(config: StorageConfig, now_ms: int, *, topics=None, offset: int = 0, limit: int = 100) -> dict:
+    """What retention and compaction would do as of ``now_ms``, read-only.
+
+    ``retention``: for one page of partitions (name order, ``offset``/``limit``), the segments
+    :func:`storage_engine.maintenance.retention.plan` would delete and why. ``compaction``: every compacted
+    partition ranked by dirty ratio as the cleaner's selection would rank it with ``now_ms`` as the upper
+    time bound (a DAG run's interval end), those above ``min.cleanable.dirty.ratio`` (or forced by
+    ``max.compaction.lag.ms``) marked ``eligible``; uncleanable partitions are listed as skipped."""
+    from storage_engine.maintenance import cleaner_manager, retention
+    matched = _matching(config, topics)
+    retention_rows, unreadable = [], []
+    cps_by_dir: dict[str, dict] = {}
+    for d, _name, topic, partition in matched[offset:offset + limit]:
+        cps = cps_by_dir.setdefault(d, read_checkpoints(d))
+        try:
+            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
+                deletions, future = retention.plan(snap, now_ms)
+                retention_rows.append({
+                    "topic": topic, "partition": partition, "log_dir": d,
+                    "segments": [x.as_dict() for x in deletions],
+                    "segments_deleted": len(deletions), "bytes_reclaimed": sum(x.segment.size for x in deletions),
+                    "log_start_offset": snap.log_start_offset, "future_segments": future})
+        except (StorageError, OSError) as exc:
+            unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+    ranked, skipped = [], []
+    for d, name, topic, partition in matched:
+        if not config.log_config(topic).compact:
+            continue
+        cps = cps_by_dir.setdefault(d, read_checkpoints(d))
+        bad = _uncleanable(d).get(name)
+        if bad:
+            skipped.append({"topic": topic, "partition": partition, "reason": f"uncleanable: {bad.get('reason')}"})
+            continue
+        try:
+            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
+                ltc = cleaner_manager.log_to_clean(snap, snap.cleaner_checkpoint, now_ms, upper_time_bound_ms=now_ms)
+                row = ltc.as_dict()
+                row["eligible"] = cleaner_manager.is_eligible(ltc)
+                row["size_bytes"] = snap.size_in_bytes()
+                ranked.append(row)
+        except (StorageError, OSError) as exc:
+            skipped.append({"topic": topic, "partition": partition,
+                            "reason": f"cannot be read: {type(exc).__name__}: {exc}"})
+    ranked.sort(key=lambda r: (not r["eligible"], -r["dirty_ratio"], r["topic"], r["partition"]))
+    return {"now_ms": now_ms, "retention": {"total": len(matched), "offset": offset, "limit": limit,
+                                            "partitions": retention_rows, "unreadable": unreadable,
+                                            "segments_deleted": sum(r["segments_deleted"] for r in retention_rows),
+                                            "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in retention_rows)},
+            "compaction": {"partitions": ranked, "skipped": skipped,
+                           "eligible": sum(1 for r in ranked if r["eligible"])}}
