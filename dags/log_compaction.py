@@ -1,22 +1,22 @@
 """log_compaction: clean the dirtiest compacted logs, with key maps built on Spark."""
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+import datetime
+
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
+from storage_maintenance.assets import COMPACTED_ALIAS
 from storage_maintenance.compaction import (
-    SPARK_JOB,
+    BuildKeyMapOperator,
     CompactPartitionOperator,
     PlanPartOperator,
     SelectDirtiestLogsOperator,
 )
-from storage_maintenance.notifiers import MaintenanceFailureNotifier
-from storage_maintenance.operators import FailRunIfUpstreamFailedOperator
-from storage_maintenance.params import maintenance_params
+from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.report import run_outcome_tasks
 
 DOC_MD = """
 ### Log compaction
@@ -25,19 +25,22 @@ Kafka's log cleaner as a DAG: for keyed (`cleanup.policy=compact`) topics only t
 survives; offsets never change.
 
 1. **select_dirtiest_logs** ranks compacted partitions by dirty ratio (`min.cleanable.dirty.ratio`, strict;
-   `max.compaction.lag.ms` forces), skips partitions another run is cleaning or that are marked uncleanable,
-   and picks where each key map is built (`map_strategy`: `spark`, `local`, or `auto` = Spark when the dirty
-   section is larger than the in-process map, `log.cleaner.dedupe.buffer.size`, can hold).
-2. **build_key_map** (one mapped `SparkSubmitOperator` per Spark partition, master from the `spark_default`
-   connection) writes the latest offset of every key of the dirty section as Parquet.
-3. **clean** (one mapped task per partition, named `topic-partition`) copies what survives into new segments
-   and swaps them in crash-safely; tombstones stay until their delete horizon. Its XCom holds bytes
+   `max.compaction.lag.ms` forces), skips (and reports) partitions another run is cleaning, that are marked
+   uncleanable or that cannot be read, and picks where each key map is built (`map_strategy`: `spark`,
+   `local`, or `auto` = Spark when the dirty section is larger than the in-process map,
+   `log.cleaner.dedupe.buffer.size`, can hold).
+2. **build_key_map** (one mapped Spark submission per Spark partition, named `topic-partition`, master from
+   the `spark_default` connection) writes the latest offset of every key of the dirty section as Parquet.
+3. **clean** (one mapped task per selected partition, named `topic-partition`) copies what survives into new
+   segments and swaps them in crash-safely; tombstones stay until their delete horizon. Its XCom holds bytes
    before/after, records removed, tombstones purged and duration; it emits an asset event
-   `kafka-log://<topic>/<partition>` with the same figures.
+   `kafka-log://<topic>/<partition>` with the same figures. The run's key-map folder is removed after use.
+4. **run_report** summarises the run and sends one alert if anything failed.
 
-**What "now" is:** the run's **data interval end** T. A run cleans only segments whose records all lie
-before T (and honours `min.compaction.lag.ms` as of T), so a backfill over N intervals makes N bounded,
-ordered steps, and re-running a finished interval reports "nothing to do" and changes no byte.
+**What "now" is:** the run's **data interval end** T (or its trigger time when it has no interval). A run
+cleans only segments whose records all lie before T (and honours `min.compaction.lag.ms` as of T), so a
+backfill over N intervals makes N bounded, ordered steps, and re-running a finished interval reports "nothing
+to do" and changes no byte.
 
 Params: `dry_run`, `topics`, `max_partitions` (the dirtiest N), `map_strategy`.
 """
@@ -57,12 +60,7 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,
     params=params,
-    default_args={
-        "retries": 2,
-        "retry_delay": datetime.timedelta(seconds=30),
-        "execution_timeout": datetime.timedelta(hours=2),
-        "on_failure_callback": [MaintenanceFailureNotifier()],
-    },
+    default_args=maintenance_default_args(retry_delay_s=30, execution_timeout_min=120),
     tags=["storage", "maintenance", "compaction", "spark"],
     doc_md=DOC_MD,
 ) as dag:
@@ -74,11 +72,10 @@ with DAG(
         dry_run="{{ params.dry_run }}",
     )
     plan = "{{ ti.xcom_pull(task_ids='select_dirtiest_logs') }}"
-    spark_args = PlanPartOperator(task_id="spark_submissions", plan=plan, part="spark_args")
+    spark_submissions = PlanPartOperator(task_id="spark_submissions", plan=plan, part="spark_submissions")
     clean_kwargs = PlanPartOperator(task_id="partitions_to_clean", plan=plan, part="clean_kwargs")
-    build_key_map = SparkSubmitOperator.partial(
+    build_key_map = BuildKeyMapOperator.partial(
         task_id="build_key_map",
-        application=SPARK_JOB,
         conn_id="spark_default",
         name="build-key-map",
         conf={"spark.ui.enabled": "false"},
@@ -87,21 +84,19 @@ with DAG(
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         },
-        map_index_template="{{ task.application_args[3] }}-{{ task.application_args[5] }}",
-    ).expand(application_args=spark_args.output)
+        map_index_template="{{ task.topic }}-{{ task.partition }}",
+    ).expand_kwargs(spark_submissions.output)
     clean = CompactPartitionOperator.partial(
         task_id="clean",
         dry_run="{{ params.dry_run }}",
         trigger_rule="none_failed",
         map_index_template="{{ task.topic }}-{{ task.partition }}",
+        outlets=[COMPACTED_ALIAS],
     ).expand_kwargs(clean_kwargs.output)
-    run_failed = FailRunIfUpstreamFailedOperator(
-        task_id="fail_run_if_upstream_failed",
-        trigger_rule="one_failed",
-        retries=0,
-        on_failure_callback=[],
-    )
+    report, run_failed = run_outcome_tasks(
+        "log_compaction", ["select_dirtiest_logs", "spark_submissions", "partitions_to_clean", "build_key_map",
+                           "clean"], label_task="partitions_to_clean")
 
-    select >> [spark_args, clean_kwargs]
-    build_key_map >> clean
-    [select, spark_args, clean_kwargs, build_key_map, clean] >> run_failed
+    select >> [spark_submissions, clean_kwargs]
+    build_key_map >> clean >> report
+    [select, spark_submissions, clean_kwargs, build_key_map, clean] >> run_failed

@@ -1,4 +1,9 @@
-"""StorageEngineHook: which storage config, what "now" is, and the calls into ``storage_engine.maintenance.jobs``.
+"""StorageEngineHook: which storage config, what "now" is, and every call into the engine and its connections.
+
+As in Airflow's Spark provider, the hook owns the mechanics and the operators only hold parameters: the
+engine's maintenance jobs (:mod:`storage_engine.maintenance.jobs`), its read-only status
+(:mod:`storage_engine.tools.status`, for the Storage view), the compaction plan and clean, the Spark
+connection check and the run-scoped key-map folders all go through here.
 
 Config resolution, first match wins:
 
@@ -8,23 +13,36 @@ Config resolution, first match wins:
 3. ``$STORAGE_ENGINE_CONFIG``;
 4. the engine's default, ``include/config/storage.yaml`` (``storage_engine.config.DEFAULT_CONFIG_PATH``).
 
-``now`` is the run's data interval end, in epoch milliseconds (DESIGN.md section 5): a backfilled or
-re-run interval acts on the log as of its end, so re-running an interval changes nothing.
+**What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, :func:`as_of`: its data
+interval end, or, for a run without a data interval (triggered through the REST API with
+``logical_date: null``), the time it was triggered (``run_after``). Every task of the run uses it, logs it,
+puts it in its XCom; the alert and the Storage view show it the same way.
 """
 from __future__ import annotations
 
 import calendar
 import datetime
 import os
+import re
+import shutil
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from storage_engine.maintenance import jobs as maintenance
 from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
-from storage_engine.errors import PartitionNotFoundError
+from storage_engine.maintenance import jobs as maintenance
+
+KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
+AS_OF_INTERVAL_END = "data interval end"
+AS_OF_TRIGGER_TIME = "trigger time (the run has no data interval)"
+
+
+class AsOf(TypedDict):
+    now_ms: int
+    iso: str            # e.g. 2026-01-01T12:00:00.000Z
+    source: str         # AS_OF_INTERVAL_END or AS_OF_TRIGGER_TIME
 
 
 def epoch_ms(when: datetime.datetime) -> int:
@@ -37,29 +55,40 @@ def epoch_ms(when: datetime.datetime) -> int:
     return calendar.timegm(when.utctimetuple()) * 1000 + when.microsecond // 1000
 
 
+def iso_ms(now_ms: int) -> str:
+    when = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.timezone.utc)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def as_of(context) -> AsOf:
+    """The instant a run acts as of: its data interval end, else its trigger time (``run_after``)."""
+    end = context.get("data_interval_end")
+    source = AS_OF_INTERVAL_END
+    if end is None:
+        end = getattr(context.get("dag_run"), "run_after", None)
+        source = AS_OF_TRIGGER_TIME
+        if end is None:
+            raise ValueError("the run has neither a data interval nor a trigger time (run_after) to act as of")
+    now_ms = epoch_ms(end)
+    return {"now_ms": now_ms, "iso": iso_ms(now_ms), "source": source}
+
+
 def config_path_without_connection() -> str:
     """Steps 3-4 of the resolution: what DAG files use at parse time, where no connection may be looked up."""
     return os.environ.get(ENV_VAR) or DEFAULT_CONFIG_PATH
 
 
-def partitions_on_disk(config: StorageConfig) -> list[dict]:
-    """``[{"topic", "partition", "log_dir"}]`` of the partition folders in ``config.log_dirs``, sorted, read-only
-    (the engine's :func:`storage_engine.layout.partition_dirs`: folder names only, no log opened, no lock, no
-    file touched). Cheap enough for DAG parse time and for dry runs."""
-    return [{"topic": p["topic"], "partition": p["partition"], "log_dir": p["log_dir"]}
-            for p in maintenance.list_partitions(config)]
-
-
-def topics_on_disk(config: StorageConfig) -> list[str]:
-    """Sorted topic names found by :func:`partitions_on_disk`."""
-    return sorted({p["topic"] for p in partitions_on_disk(config)})
+def declared_topics(path: str | None = None) -> list[str]:
+    """Topics named in the config file's ``topics:`` section (no log dir is listed): stable between parses,
+    so a DAG's params built from them change only when the config does."""
+    return sorted(load_config(path or config_path_without_connection()).topic_overrides)
 
 
 class StorageEngineHook(BaseHook):
-    """Runs the engine's maintenance jobs for one storage config.
+    """Runs the engine's maintenance jobs and read-only queries for one storage config.
 
-    Each method opens the logs, acts as of ``now_ms``, closes them and returns the engine's JSON-able summary;
-    engine errors (``storage_engine.errors.StorageError`` and subclasses) propagate unchanged.
+    Each maintenance method opens only the logs it needs, acts as of ``now_ms``, closes them and returns the
+    engine's JSON-able summary; engine errors (``storage_engine.errors.StorageError``) propagate unchanged.
 
     :param storage_engine_conn_id: connection whose ``extra`` may name the config file (``{"config": ...}``)
     :param config_path: a config file that overrides the connection and the environment
@@ -103,45 +132,106 @@ class StorageEngineHook(BaseHook):
     def get_conn(self) -> StorageConfig:
         return self.config
 
-    @staticmethod
-    def now_ms_of(context) -> int:
-        """The run's data interval end as epoch ms: the "now" every maintenance job of the run acts as of.
-
-        A run without a data interval (one triggered without a logical date) falls back to its ``run_after``,
-        the earliest time it was allowed to start, which is as close to "the interval it stands for" as it has.
-        """
-        end = context.get("data_interval_end")
-        if end is None:
-            dag_run = context.get("dag_run")
-            end = getattr(dag_run, "run_after", None)
-            if end is None:
-                raise ValueError("the run has neither a data interval nor a run_after time to act as of")
-        return epoch_ms(end)
-
-    # -- the maintenance jobs -----------------------------------------------------------------------------------
+    # -- planning -----------------------------------------------------------------------------------------------
     def list_partitions(self, topics: list[str] | None = None) -> list[dict]:
+        """Read-only listing (folder names only); unknown topics raise ``PartitionNotFoundError``."""
         return maintenance.list_partitions(self.config, topics=topics or None)
 
-    def partitions_on_disk(self, topics: list[str] | None = None) -> list[dict]:
-        """Read-only listing (see :func:`partitions_on_disk`) for dry runs; unknown topics raise like the engine."""
-        found = partitions_on_disk(self.config)
-        if topics:
-            known = {p["topic"] for p in found}
-            missing = sorted(set(topics) - known)
-            if missing:
-                raise PartitionNotFoundError(
-                    f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
-            found = [p for p in found if p["topic"] in topics]
-        return found
+    def plan_batches(self, topics: list[str] | None, batch_size: int, max_batches: int | None = None) -> list:
+        """Batches of at most ``batch_size`` partitions per log dir; when that would give more than
+        ``max_batches`` batches, the size grows instead (more partitions per task, never more tasks)."""
+        if max_batches:
+            total = len(self.list_partitions(topics))
+            batch_size = max(batch_size, -(-total // max_batches))
+        return maintenance.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
-    def checkpoint(self, now_ms: int, topics: list[str] | None = None, flush: bool = True) -> dict:
-        return maintenance.checkpoint(self.config, now_ms, topics=topics or None, flush=flush)
+    # -- the maintenance jobs -----------------------------------------------------------------------------------
+    def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
+        return maintenance.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
-    def flush(self, now_ms: int, topics: list[str] | None = None, due_only: bool = True) -> dict:
-        return maintenance.flush(self.config, now_ms, topics=topics or None, due_only=due_only)
+    def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> dict:
+        return maintenance.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
-    def retention(self, topic: str, partition: int, now_ms: int, dry_run: bool = False) -> dict:
-        return maintenance.retention(self.config, topic, partition, now_ms, dry_run=dry_run)
+    def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> dict:
+        return maintenance.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
+
+    def verify_batch(self, partitions) -> dict:
+        return maintenance.verify_batch(self.config, partitions)
+
+    def verify_log_dirs(self) -> dict:
+        from storage_engine.tools.verify import verify_dir_files
+        return verify_dir_files(self.config)
 
     def purge(self, now_ms: int, dry_run: bool = False) -> dict:
         return maintenance.purge(self.config, now_ms, dry_run=dry_run)
+
+    # -- compaction ---------------------------------------------------------------------------------------------
+    def compaction_plan(self, now_ms: int, topics: list[str] | None, max_partitions: int, strategy: str) -> dict:
+        """The cleaner's selection bounded by ``now_ms`` (a run never cleans a segment holding a record at or
+        after its interval end), with the key-map strategy of each selected partition."""
+        return maintenance.compaction_plan(self.config, now_ms, topics=topics or None, max_partitions=max_partitions,
+                                           strategy=strategy, upper_time_bound_ms=now_ms)
+
+    def compact_partition(self, topic: str, partition: int, first_dirty_offset: int, first_uncleanable_offset: int,
+                          now_ms: int, keymap_path: str | None = None, dry_run: bool = False) -> dict:
+        return maintenance.compact_partition(self.config, topic, partition, first_dirty_offset,
+                                             first_uncleanable_offset, now_ms, keymap_path=keymap_path,
+                                             dry_run=dry_run)
+
+    def clear_uncleanable(self, topic: str, partition: int) -> dict:
+        return maintenance.clear_uncleanable(self.config, topic, partition)
+
+    def keymap_root(self) -> str:
+        """Where run-scoped key maps go: ``$STORAGE_ENGINE_KEYMAP_DIR``, else ``keymaps/`` beside the first log
+        dir (never inside a log dir; shared storage in a cluster deployment)."""
+        env = os.environ.get(KEYMAP_DIR_ENV)
+        if env:
+            return os.path.abspath(env)
+        return os.path.join(os.path.dirname(os.path.abspath(self.config.log_dirs[0])), "keymaps")
+
+    def keymap_path(self, run_id: str, topic: str, partition: int) -> str:
+        safe_run = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+        return os.path.join(self.keymap_root(), safe_run, f"{topic}-{partition}")
+
+    def remove_keymap(self, path: str) -> None:
+        """Remove a run's key map once the clean that used it is durable, and the run's folder once empty."""
+        shutil.rmtree(path, ignore_errors=True)
+        run_dir = os.path.dirname(path)
+        try:
+            os.rmdir(run_dir)           # only when no other partition's map of the run is still there
+        except OSError:
+            pass
+
+    @staticmethod
+    def check_spark_connection(conn_id: str) -> str:
+        """The Spark connection's master, or AirflowFailException: the Spark provider silently submits to YARN
+        when the connection is missing or unparsable."""
+        from airflow.sdk.exceptions import AirflowFailException
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise AirflowFailException(
+                f"connection {conn_id!r} is missing, so spark-submit would go to YARN; define it, e.g. "
+                "AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\":\"spark\",\"host\":\"local[*]\"}'") from None
+        host = (conn.host or "").strip()
+        if not host or host == "yarn":
+            raise AirflowFailException(f"connection {conn_id!r} has host {conn.host!r}; set it to local[*] or "
+                                       "spark://host:port")
+        return host
+
+    # -- read-only status (the Storage view) ---------------------------------------------------------------------
+    def log_dir_status(self) -> list:
+        from storage_engine.tools import status
+        return status.log_dir_status(self.config)
+
+    def partition_page(self, **kwargs) -> dict:
+        from storage_engine.tools import status
+        return status.list_partition_status(self.config, **kwargs)
+
+    def partition_detail(self, topic: str, partition: int, now_ms: int | None = None) -> dict:
+        from storage_engine.tools import status
+        return status.partition_detail(self.config, topic, partition, now_ms)
+
+    def plan(self, now_ms: int, topics=None, offset: int = 0, limit: int = 100) -> dict:
+        from storage_engine.tools import status
+        return status.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)

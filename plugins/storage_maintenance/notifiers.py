@@ -1,4 +1,5 @@
-"""MaintenanceFailureNotifier: an e-mail (and optionally a webhook POST) when a maintenance task fails.
+"""Alerts: one e-mail (and optionally a webhook POST) per failed maintenance run, listing every failed task
+and partition; and a per-task notifier kept for the run report's own failure.
 
 Configuration, read when the alert is sent (so a change needs no DAG re-parse); an argument wins over the
 environment:
@@ -10,20 +11,17 @@ environment:
 * webhook: ``webhook_url`` or ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``; the alert is POSTed as JSON.
 
 Both channels are tried independently (e-mail first), so a failing webhook never masks the e-mail and vice
-versa; if either failed, an error naming both outcomes is raised afterwards (Airflow logs it in the task log).
+versa; if either failed, :class:`AlertNotDelivered` names both outcomes afterwards.
 
-The alert names the DAG, task, partition (``topic-partition`` for a mapped retention task; the topic filter,
-or "all partitions", for DAG-wide tasks), run id, data interval, try, exception and the task log URL.
-
-One instance may be shared by every task of a DAG (``default_args``): it keeps no per-alert state and has no
-Jinja template fields, whose rendering would change the shared instance in place.
+Every alert says which instant the run acted as of (its data interval end, or its trigger time when it has
+no interval), with the DAG, run, failed tasks (name, the partitions each could not maintain with the
+error, try, log link) and a link to the run.
 """
 from __future__ import annotations
 
 import html
 import json
 import os
-import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from typing import Any
@@ -33,147 +31,154 @@ from airflow.sdk import BaseNotifier
 ENV_EMAILS = "STORAGE_MAINTENANCE_ALERT_EMAILS"
 ENV_WEBHOOK = "STORAGE_MAINTENANCE_ALERT_WEBHOOK"
 DEFAULT_FROM = "storage-maintenance@localhost"
+MAX_PARTITIONS_IN_MAIL = 100
 
 
-def _recipients(value: str | Iterable[str] | None) -> list[str]:
+class AlertNotDelivered(RuntimeError):
+    """At least one alert channel failed (the message names each)."""
+
+
+def recipients(value: str | Iterable[str] | None = None) -> list[str]:
+    if value is None:
+        value = os.environ.get(ENV_EMAILS)
     if value is None:
         return []
     items = value.split(",") if isinstance(value, str) else list(value)
     return [item.strip() for item in items if item and item.strip()]
 
 
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if hasattr(value, "isoformat") else (None if value is None else str(value))
+def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str | None = None,
+         smtp_conn_id: str = "smtp_default", from_email: str | None = None, timeout_s: float = 10.0,
+         log=None) -> dict:
+    """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` or raises
+    :class:`AlertNotDelivered` after trying both."""
+    failures, outcome = [], {"emailed": [], "webhook_status": None}
+    rcpt = recipients(to)
+    if rcpt:
+        try:
+            from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+            with SmtpHook(smtp_conn_id=smtp_conn_id) as smtp:
+                smtp.send_email_smtp(to=rcpt, subject=subject, html_content=html_body,
+                                     from_email=from_email or smtp.from_email or DEFAULT_FROM)
+            outcome["emailed"] = rcpt
+        except Exception as exc:
+            failures.append(f"e-mail via {smtp_conn_id}: {type(exc).__name__}: {exc}")
+    elif log is not None:
+        log.warning("no alert recipients: set %s or the notifier's 'to'", ENV_EMAILS)
+    url = webhook_url or os.environ.get(ENV_WEBHOOK)
+    if url:
+        try:
+            request = urllib.request.Request(url, data=json.dumps(alert).encode("utf-8"), method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:   # noqa: S310
+                outcome["webhook_status"] = response.status
+        except Exception as exc:
+            failures.append(f"webhook: {type(exc).__name__}: {exc}")
+    if failures:
+        raise AlertNotDelivered("alert not fully delivered: " + "; ".join(failures))
+    return outcome
 
 
-def partition_label(task: Any, ti: Any) -> str:
-    """What the failed task was acting on: ``topic-partition``, a topic filter, or "all partitions"."""
-    topic, partition = getattr(task, "topic", None), getattr(task, "partition", None)
-    if isinstance(topic, str) and partition is not None:
-        return f"{topic}-{partition}"
-    rendered = getattr(ti, "rendered_map_index", None)
-    if rendered:
-        return str(rendered)
-    if hasattr(task, "topics"):
-        topics = getattr(task, "topics")
-        if isinstance(topics, (list, tuple)) and topics:
-            return "topics " + ", ".join(map(str, topics))
-        return "all partitions"
-    return "n/a"
+def _table(rows: list[tuple[str, Any]]) -> str:
+    return "<table>\n" + "".join(f"<tr><th align='left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>\n"
+                                 for k, v in rows if v is not None) + "</table>\n"
 
 
-def build_alert(context: Any) -> dict:
-    """The alert as a JSON-able dict, from a task failure callback's context."""
+def _link(url: str | None, text: str | None = None) -> str:
+    if not url:
+        return "unavailable"
+    return f"<a href=\"{html.escape(url, quote=True)}\">{html.escape(text or url)}</a>"
+
+
+# -- the run digest -----------------------------------------------------------------------------------------
+
+def digest_subject(alert: dict) -> str:
+    parts = alert["failed_partitions"]
+    what = f"{len(alert['failed_tasks'])} task(s)"
+    if parts:
+        shown = ", ".join(parts[:5]) + (f" and {len(parts) - 5} more" if len(parts) > 5 else "")
+        what += f", {len(parts)} partition(s): {shown}"
+    return f"[storage maintenance] FAILED {alert['dag_id']} run {alert['run_id']}: {what}"
+
+
+def digest_html(alert: dict) -> str:
+    head = _table([("DAG", alert["dag_id"]), ("Run", alert["run_id"]),
+                   ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
+                   ("Data interval", f"{alert['data_interval_start']} -> {alert['data_interval_end']}"
+                    if alert.get("data_interval_end") else "none (the run acted as of its trigger time)"),
+                   ("Failed tasks", len(alert["failed_tasks"])), ("Failed partitions", len(alert["failed_partitions"]))])
+    blocks = []
+    for t in alert["failed_tasks"]:
+        name = t["task_id"] + (f" [{t['label']}]" if t.get("label") else "")
+        rows = [("Task", name), ("State", t["state"]), ("Try", t.get("try_number")), ("Error", t.get("error"))]
+        parts = t.get("partitions") or []
+        items = "".join(f"<li>{html.escape(p['topic'])}-{p['partition']}: {html.escape(p['error_type'])}: "
+                        f"{html.escape(p['error'])}{'' if p.get('permanent') else ' (retried)'}</li>\n"
+                        for p in parts[:MAX_PARTITIONS_IN_MAIL])
+        if len(parts) > MAX_PARTITIONS_IN_MAIL:
+            items += f"<li>... and {len(parts) - MAX_PARTITIONS_IN_MAIL} more (see the task log)</li>\n"
+        blocks.append(f"<h3>{html.escape(name)}</h3>\n{_table(rows)}"
+                      + (f"<p>Partitions that failed:</p>\n<ul>\n{items}</ul>\n" if items else "")
+                      + f"<p>Task log: {_link(t.get('log_url'))}</p>\n")
+    return (f"<p>A storage maintenance run failed.</p>\n{head}<p>Run: {_link(alert.get('run_url'))}</p>\n"
+            + "".join(blocks))
+
+
+# -- the per-task notifier ----------------------------------------------------------------------------------
+
+def task_alert(context: Any) -> dict:
+    """A failed task's alert as a JSON-able dict, from a failure callback's context."""
+    from .hooks import as_of
+
     ti = context.get("ti") or context.get("task_instance")
-    task = context.get("task") or getattr(ti, "task", None)
     exc = context.get("exception")
-    if isinstance(exc, BaseException):
-        exception = f"{type(exc).__name__}: {exc}"
-    else:
-        exception = str(exc) if exc is not None else "unknown (no exception in the callback context)"
-    map_index = getattr(ti, "map_index", -1)
+    exception = (f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException)
+                 else str(exc) if exc is not None else "unknown (no exception in the callback context)")
     try:
         log_url = ti.log_url if ti is not None else None
     except Exception:   # a log URL is a convenience; never lose the alert over it
         log_url = None
-    try_number = getattr(ti, "try_number", None)
-    max_tries = getattr(ti, "max_tries", None)
+    try:
+        when = as_of(context)
+    except Exception:
+        when = {"iso": None, "source": "unknown"}
+    iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
     return {
         "event": "storage_maintenance_task_failed",
-        "dag_id": getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", None),
-        "task_id": getattr(ti, "task_id", None) or getattr(task, "task_id", None),
-        "map_index": map_index if isinstance(map_index, int) else -1,
-        "partition": partition_label(task, ti),
-        "run_id": getattr(ti, "run_id", None) or context.get("run_id"),
-        "data_interval_start": _iso(context.get("data_interval_start")),
-        "data_interval_end": _iso(context.get("data_interval_end")),
-        "try_number": try_number,
-        "max_tries": max_tries,
-        "exception": exception,
-        "log_url": log_url,
+        "dag_id": getattr(ti, "dag_id", None), "task_id": getattr(ti, "task_id", None),
+        "map_index": getattr(ti, "map_index", -1), "run_id": getattr(ti, "run_id", None) or context.get("run_id"),
+        "as_of": when["iso"], "as_of_source": when["source"],
+        "data_interval_start": iso(context.get("data_interval_start")),
+        "data_interval_end": iso(context.get("data_interval_end")),
+        "try_number": getattr(ti, "try_number", None), "exception": exception, "log_url": log_url,
     }
 
 
-def alert_subject(alert: dict) -> str:
-    return (f"[storage maintenance] FAILED {alert['dag_id']}.{alert['task_id']} [{alert['partition']}] "
-            f"run {alert['run_id']}")
-
-
-def alert_html(alert: dict) -> str:
-    rows = [
-        ("DAG", alert["dag_id"]),
-        ("Task", alert["task_id"]),
-        ("Partition", alert["partition"]),
-        ("Run", alert["run_id"]),
-        ("Data interval", f"{alert['data_interval_start']} -> {alert['data_interval_end']} "
-                          "(the task acts as of the interval end)"),
-        ("Try", f"{alert['try_number']} of {(alert['max_tries'] or 0) + 1}"
-                if alert["try_number"] is not None else None),
-        ("Exception", alert["exception"]),
-    ]
-    body = "".join(f"<tr><th align='left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>\n"
-                   for k, v in rows if v is not None)
-    link = alert["log_url"]
-    log_line = (f"<p>Task log: <a href=\"{html.escape(link, quote=True)}\">{html.escape(link)}</a></p>\n"
-                if link else "<p>Task log: unavailable</p>\n")
-    return f"<p>A storage maintenance task failed.</p>\n<table>\n{body}</table>\n{log_line}"
-
-
 class MaintenanceFailureNotifier(BaseNotifier):
-    """E-mail (and optional webhook) alert for a failed maintenance task; use as ``on_failure_callback``.
+    """E-mail (and optional webhook) alert for one failed task; use as ``on_failure_callback`` where a task's
+    failure is not covered by the run's digest (the run report itself).
 
     :param to: recipients (list or comma-separated); default ``$STORAGE_MAINTENANCE_ALERT_EMAILS``
     :param webhook_url: URL to POST the alert to as JSON; default ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``
     :param smtp_conn_id: Airflow SMTP connection (default ``smtp_default``)
     :param from_email: sender; default the connection's ``from_email`` extra, else ``storage-maintenance@localhost``
-    :param webhook_timeout_s: seconds to wait for the webhook
     """
 
     template_fields = ()
 
     def __init__(self, *, to: str | Iterable[str] | None = None, webhook_url: str | None = None,
-                 smtp_conn_id: str = "smtp_default", from_email: str | None = None,
-                 webhook_timeout_s: float = 10.0) -> None:
+                 smtp_conn_id: str = "smtp_default", from_email: str | None = None) -> None:
         super().__init__()
-        self.to = to
-        self.webhook_url = webhook_url
-        self.smtp_conn_id = smtp_conn_id
-        self.from_email = from_email
-        self.webhook_timeout_s = webhook_timeout_s
+        self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
 
     def notify(self, context: Any) -> None:
-        alert = build_alert(context)
-        failures = []
-        recipients = _recipients(self.to if self.to is not None else os.environ.get(ENV_EMAILS))
-        if recipients:
-            try:
-                self.send_email(alert, recipients)
-                self.log.info("failure alert e-mailed to %s", ", ".join(recipients))
-            except Exception as exc:
-                self.log.exception("could not e-mail the failure alert")
-                failures.append(f"e-mail via {self.smtp_conn_id}: {type(exc).__name__}: {exc}")
-        else:
-            self.log.warning("no alert recipients: set %s or the notifier's 'to'", ENV_EMAILS)
-        url = self.webhook_url or os.environ.get(ENV_WEBHOOK)
-        if url:
-            try:
-                status = self.post_webhook(alert, url)
-                self.log.info("failure alert posted to the webhook (HTTP %s)", status)
-            except Exception as exc:
-                self.log.exception("could not post the failure alert to the webhook")
-                failures.append(f"webhook: {type(exc).__name__}: {exc}")
-        if failures:
-            raise RuntimeError("failure alert not fully delivered: " + "; ".join(failures))
-
-    def send_email(self, alert: dict, recipients: list[str]) -> None:
-        from airflow.providers.smtp.hooks.smtp import SmtpHook
-
-        with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
-            smtp.send_email_smtp(to=recipients, subject=alert_subject(alert), html_content=alert_html(alert),
-                                 from_email=self.from_email or smtp.from_email or DEFAULT_FROM)
-
-    def post_webhook(self, alert: dict, url: str) -> int:
-        request = urllib.request.Request(url, data=json.dumps(alert).encode("utf-8"), method="POST",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=self.webhook_timeout_s) as response:   # noqa: S310
-            return response.status
+        alert = task_alert(context)
+        subject = f"[storage maintenance] FAILED {alert['dag_id']}.{alert['task_id']} run {alert['run_id']}"
+        body = ("<p>A storage maintenance task failed.</p>\n"
+                + _table([("DAG", alert["dag_id"]), ("Task", alert["task_id"]), ("Run", alert["run_id"]),
+                          ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
+                          ("Try", alert["try_number"]), ("Exception", alert["exception"])])
+                + f"<p>Task log: {_link(alert['log_url'])}</p>\n")
+        send(alert, subject, body, to=self.to, webhook_url=self.webhook_url, smtp_conn_id=self.smtp_conn_id,
+             from_email=self.from_email, log=self.log)

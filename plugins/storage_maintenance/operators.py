@@ -1,34 +1,34 @@
 """Operators of the log-storage housekeeping DAGs: templated parameters in, one hook call, a summary out.
 
-Every operator acts as of the run's **data interval end** (:meth:`StorageEngineHook.now_ms_of`), logs one
-human line ("retention events-1: deleted 8 segments, reclaimed 7.1 KiB ...") and returns the engine's
-JSON-able summary, which Airflow stores as the task's XCom and shows in the UI.
+Every operator acts as of the run's stated instant (:func:`storage_maintenance.hooks.as_of`: the data
+interval end, or the trigger time of a run without one), logs it with one human line per partition that
+changed, and returns a JSON-able summary carrying ``as_of``, which Airflow stores as the task's XCom.
 
-Parameters that come from the trigger form (``dry_run``, ``topics``, ``max_partitions``) are templated; the
-DAGs render templates as native objects, so ``"{{ params.dry_run }}"`` arrives as a bool. They are checked
-again here, because a run can be created without the form (REST API, CLI, backfill).
+Fan-out follows the cost of the work (DESIGN.md section 5): :class:`PlanBatchesOperator` cuts the partitions
+into batches (per log dir, ``batch_size`` each) and one mapped batch task per batch does the cheap
+per-partition work (retention, flush, checkpoint, verify). Inside a batch each partition is isolated: its
+failure is recorded, the others still run, and the task fails at the end naming every failed partition. The
+batch's result (including the failures) is its XCom either way, which the run's report reads.
 
-Failures: bad parameters and errors that a retry cannot fix (unknown topic or partition, invalid config,
-illegal topic name) raise :class:`AirflowFailException`, so the task fails at once and alerts; other engine
-errors (I/O, corrupt data found while acting) propagate and are retried.
+Failures: bad parameters and errors that no retry can fix (unknown topic or partition, invalid config, corrupt
+bytes, a path in the way) raise :class:`AirflowFailException`, so the task fails at once; errors that may pass
+(lock contention, a full disk, too many open files) are retried.
 """
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from storage_engine.errors import ConfigError, InvalidTopicError
-from storage_engine.errors import PartitionNotFoundError
+from storage_engine.errors import StorageError
+from storage_engine.maintenance.jobs import is_permanent
 
-from .hooks import StorageEngineHook
-
-# Engine errors that no retry can fix: the run fails at once (and alerts) instead of retrying.
-_PERMANENT_ERRORS = (PartitionNotFoundError, ConfigError, InvalidTopicError)
+from .assets import RETENTION_ALIAS, partition_asset
+from .hooks import StorageEngineHook, as_of
+from .params import as_dry_run, as_partitions, as_positive_int, as_topics
 
 
 def human_bytes(n: int) -> str:
@@ -41,29 +41,22 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _as_dry_run(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise AirflowFailException(f"dry_run must be true or false, got {value!r} ({type(value).__name__})")
-    return value
+def record_error(context, exc: BaseException) -> None:
+    """Keep a failing task's error where the run report finds it (XCom ``error``); never mask ``exc``."""
+    ti = context.get("ti")
+    try:
+        ti.xcom_push(key="error", value={"error": f"{type(exc).__name__}: {exc}",
+                                         "try_number": getattr(ti, "try_number", None)})
+    except Exception:   # the report then says "see the task log"
+        pass
 
 
-def _as_topics(value: Any) -> list[str] | None:
-    """``None``/``[]`` mean every topic; otherwise a list of topic names."""
-    if value is None or value == [] or value == ():
-        return None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-        raise AirflowFailException(f"topics must be a list of topic names, got {value!r}")
-    return list(value)
-
-
-def _as_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise AirflowFailException(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+class PartitionsFailed(AirflowException):
+    """Some partitions of a batch failed with errors a retry may fix (the task is retried)."""
 
 
 class StorageMaintenanceOperator(BaseOperator):
-    """Base of the maintenance operators: the hook, the clock and the error policy; subclasses do one call.
+    """Base of the maintenance operators: the hook, the run's "as of" instant and the error policy.
 
     :param storage_engine_conn_id: connection whose ``extra`` may name the storage config
         (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.hooks` for the full order
@@ -85,183 +78,268 @@ class StorageMaintenanceOperator(BaseOperator):
         return StorageEngineHook(storage_engine_conn_id=self.storage_engine_conn_id, config_path=self.config_path)
 
     def execute(self, context) -> Any:
-        now_ms = StorageEngineHook.now_ms_of(context)
+        when = as_of(context)
+        self.log.info("storage config %s; acting as of %s (%s), now_ms=%d", self.hook.config_path, when["iso"],
+                      when["source"], when["now_ms"])
         try:
-            self.log.info("storage config %s; acting as of the data interval end, now_ms=%d",
-                          self.hook.config_path, now_ms)
-            result = self.run(now_ms)
-        except _PERMANENT_ERRORS as exc:
-            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
-        self.log.info("%s", self.summary(result))
+            try:
+                result = self.run(when["now_ms"], context)
+            except StorageError as exc:
+                if is_permanent(exc):
+                    raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+                raise
+        except Exception as exc:
+            record_error(context, exc)
+            raise
+        if isinstance(result, dict):
+            result.setdefault("as_of", when["iso"])
+            result.setdefault("as_of_source", when["source"])
+        self.log.info("%s", self.summary(result, when))
         return result
 
-    def run(self, now_ms: int) -> Any:
+    def run(self, now_ms: int, context) -> Any:
         raise NotImplementedError
 
-    def summary(self, result: Any) -> str:
+    def summary(self, result: Any, when) -> str:
         raise NotImplementedError
 
-    @staticmethod
-    def _as_of(result: dict) -> str:
-        now_ms = result["now_ms"]
-        when = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.timezone.utc)
-        return f"as of {when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} (now_ms={now_ms})"
 
+class PlanBatchesOperator(StorageMaintenanceOperator):
+    """The batches to maintain: ``[{"partitions": [[topic, partition], ...], "batch_label", "log_dir",
+    "batch_index"}]``,
+    the keyword arguments of one mapped batch task each (``.partial(...).expand_kwargs(plan.output)``).
 
-class LogCheckpointOperator(StorageMaintenanceOperator):
-    """Kafka's checkpoint tasks: flush every log to its end, then write ``recovery-point-offset-checkpoint`` and
-    ``log-start-offset-checkpoint`` of every log dir.
-
-    :param topics: only flush these topics (the checkpoint files of every dir are still written); empty = all
-    :param dry_run: only list the partitions that would be flushed (read-only folder listing)
-    :param flush: flush the logs before writing the checkpoints (Kafka's checkpoint does not flush; the
-        recovery point only means something once the data is on disk)
+    :param topics: only these topics; empty = all; an unknown topic fails the task at once
+    :param batch_size: partitions per batch (per log dir)
+    :param max_batches: at most this many batches (plus one per log dir); above, batches grow instead
     """
 
-    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "dry_run")
+    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "batch_size",
+                                      "max_batches")
 
-    def __init__(self, *, topics: list[str] | str | None = None, dry_run: bool | str = False,
-                 flush: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.topics = topics
-        self.dry_run = dry_run
-        self.flush = flush
-
-    def run(self, now_ms: int) -> dict:
-        topics, dry_run = _as_topics(self.topics), _as_dry_run(self.dry_run)
-        if dry_run:
-            partitions = self.hook.partitions_on_disk(topics)
-            return {"now_ms": now_ms, "dry_run": True, "would_flush": partitions,
-                    "log_dirs": list(self.hook.config.log_dirs), "nothing_to_do": True}
-        result = self.hook.checkpoint(now_ms, topics, flush=self.flush)
-        result["dry_run"] = False
-        return result
-
-    def summary(self, result: dict) -> str:
-        if result["dry_run"]:
-            return (f"checkpoint dry run {self._as_of(result)}: would flush {len(result['would_flush'])} "
-                    f"partition(s) and write the checkpoints of {len(result['log_dirs'])} log dir(s)")
-        return (f"checkpoint {self._as_of(result)}: flushed {result['partitions_flushed']} of "
-                f"{len(result['flushed'])} partition(s), wrote the checkpoints of "
-                f"{len(result['checkpoints'])} log dir(s)")
-
-
-class LogFlushOperator(StorageMaintenanceOperator):
-    """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least ``flush.ms`` old.
-
-    :param topics: only these topics; empty = all
-    :param dry_run: only list the partitions that would be considered (read-only folder listing)
-    :param due_only: ``False`` flushes every log regardless of ``flush.ms``
-    """
-
-    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "dry_run")
-
-    def __init__(self, *, topics: list[str] | str | None = None, dry_run: bool | str = False,
-                 due_only: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.topics = topics
-        self.dry_run = dry_run
-        self.due_only = due_only
-
-    def run(self, now_ms: int) -> dict:
-        topics, dry_run = _as_topics(self.topics), _as_dry_run(self.dry_run)
-        if dry_run:
-            return {"now_ms": now_ms, "dry_run": True, "would_check": self.hook.partitions_on_disk(topics),
-                    "nothing_to_do": True}
-        result = self.hook.flush(now_ms, topics, due_only=self.due_only)
-        result["dry_run"] = False
-        result["partitions_flushed"] = sum(1 for f in result["flushed"]
-                                           if f["recovery_point"] > f["recovery_point_before"])
-        return result
-
-    def summary(self, result: dict) -> str:
-        if result["dry_run"]:
-            return f"flush dry run {self._as_of(result)}: would check {len(result['would_check'])} partition(s)"
-        return (f"flush {self._as_of(result)}: flushed {result['partitions_flushed']} partition(s), "
-                f"{result['not_due']} not due")
-
-
-class ListPartitionsOperator(StorageMaintenanceOperator):
-    """The partitions to maintain, as ``[{"topic": t, "partition": p}]``: the keyword arguments of one mapped
-    :class:`LogRetentionOperator` each (``.partial(...).expand_kwargs(list_task.output)``).
-
-    :param topics: only these topics; empty = all; an unknown topic fails the task
-    :param max_partitions: fail instead of fanning out to more mapped tasks than this (a guard against a
-        misconfigured log dir flooding the scheduler); narrow ``topics`` or raise it
-    """
-
-    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "max_partitions")
-
-    def __init__(self, *, topics: list[str] | str | None = None, max_partitions: int | str = 1000,
+    def __init__(self, *, topics=None, batch_size: int | str = 500, max_batches: int | str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topics = topics
-        self.max_partitions = max_partitions
+        self.batch_size = batch_size
+        self.max_batches = max_batches
 
-    def run(self, now_ms: int) -> list[dict]:
-        topics = _as_topics(self.topics)
-        limit = _as_positive_int("max_partitions", self.max_partitions)
-        partitions = self.hook.list_partitions(topics)
-        if len(partitions) > limit:
-            raise AirflowFailException(
-                f"{len(partitions)} partitions found, more than max_partitions={limit}; narrow 'topics' or "
-                f"raise 'max_partitions'")
-        for p in partitions:
-            self.log.info("partition %s-%s in %s (cleanup.policy=%s)", p["topic"], p["partition"],
-                          p["log_dir"], p["cleanup_policy"])
-        return [{"topic": p["topic"], "partition": p["partition"]} for p in partitions]
+    def run(self, now_ms: int, context) -> list[dict]:
+        size = as_positive_int("batch_size", self.batch_size)
+        limit = None if self.max_batches is None else as_positive_int("max_batches", self.max_batches)
+        batches = self.hook.plan_batches(as_topics(self.topics), size, limit)
+        for b in batches:
+            self.log.info("batch %d: %s", b["index"], b["label"])
+        return [{"partitions": b["partitions"], "batch_label": b["label"], "log_dir": b["log_dir"],
+                 "batch_index": b["index"]} for b in batches]
 
-    def summary(self, result: list[dict]) -> str:
-        return f"found {len(result)} partition(s) in {len({p['topic'] for p in result})} topic(s)"
+    def summary(self, result: list[dict], when) -> str:
+        partitions = sum(len(b["partitions"]) for b in result)
+        return f"{partitions} partition(s) in {len(result)} batch(es) as of {when['iso']}"
 
 
-class LogRetentionOperator(StorageMaintenanceOperator):
-    """Retention of one partition (log start offset, ``retention.bytes``, ``retention.ms``): expired segments
-    are renamed ``.deleted`` and the log start offset advances; ``PurgeDeletedOperator`` removes the files later.
+class PartitionBatchOperator(StorageMaintenanceOperator):
+    """One batch of partitions (mapped once per batch); subclasses say which engine job runs.
 
-    Mapped once per partition, so each partition is its own task instance in the UI; give the mapped task
-    ``map_index_template="{{ task.topic }}-{{ task.partition }}"`` to name it after its partition.
+    Give the mapped task ``map_index_template="{{ task.batch_label }}"`` to name it after its partitions.
 
-    :param topic: the partition's topic (templated)
-    :param partition: the partition number (templated)
-    :param dry_run: report what would be deleted, change nothing
+    :param partitions: ``[[topic, partition], ...]`` (templated, mapped)
+    :param batch_label: a short name for the batch (the map index shown in the UI)
+    :param log_dir: the log dir the batch's partitions live in (informative)
+    :param batch_index: the batch's number in the plan
+    :param dry_run: report what would be done, change nothing
     """
 
-    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topic", "partition", "dry_run")
+    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "partitions", "dry_run")
+    verb = "maintain"
 
-    def __init__(self, *, topic: str, partition: int | str, dry_run: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, partitions, batch_label: str = "", log_dir: str | None = None,
+                 batch_index: int | None = None, dry_run: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.topic = topic
-        self.partition = partition
+        self.partitions = partitions
+        self.batch_label = batch_label
+        self.log_dir = log_dir
+        self.batch_index = batch_index
         self.dry_run = dry_run
 
-    def run(self, now_ms: int) -> dict:
-        if not isinstance(self.topic, str):
-            raise AirflowFailException(f"topic must be a topic name, got {self.topic!r}")
-        partition = self.partition
-        if isinstance(partition, str) and partition.strip().isdigit():
-            partition = int(partition)
-        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-            raise AirflowFailException(f"partition must be an integer >= 0, got {self.partition!r}")
-        return self.hook.retention(self.topic, partition, now_ms, dry_run=_as_dry_run(self.dry_run))
+    def run(self, now_ms: int, context) -> dict:
+        result = self.run_batch(as_partitions(self.partitions), now_ms, as_dry_run(self.dry_run))
+        when = as_of(context)
+        result.update(label=self.batch_label, log_dir=self.log_dir, batch_index=self.batch_index,
+                      as_of=when["iso"], as_of_source=when["source"])
+        for r in result["results"]:
+            line = self.partition_line(r)
+            if line:
+                self.log.info("%s-%s: %s", r["topic"], r["partition"], line)
+        self.on_results(result, context)
+        failures, errors = result["failures"], result["errors"]
+        if failures or errors:
+            for f in failures:
+                self.log.error("%s-%s FAILED: %s: %s", f["topic"], f["partition"], f["error_type"], f["error"])
+            for e in errors:
+                self.log.error("FAILED: %s", e)
+            context["ti"].xcom_push(key="return_value", value=result)    # the report reads failed batches too
+            names = ", ".join(f"{f['topic']}-{f['partition']}" for f in failures)
+            message = (f"{len(failures)} of {result['partitions']} partition(s) failed to {self.verb}: {names}"
+                       if failures else f"the batch could not finish: {'; '.join(errors)}")
+            if failures and not errors and all(f["permanent"] for f in failures):
+                raise AirflowFailException(message + " (no retry can fix these)")
+            raise PartitionsFailed(message)
+        return result
 
-    def summary(self, result: dict) -> str:
-        name = f"{result['topic']}-{result['partition']}"
-        verb = "would delete" if result["dry_run"] else "deleted"
-        if result["nothing_to_do"]:
-            line = f"retention {name} {self._as_of(result)}: nothing to do"
-        else:
-            line = (f"retention {name} {self._as_of(result)}: {verb} {result['segments_deleted']} segment(s), "
-                    f"reclaimed {human_bytes(result['bytes_reclaimed'])} ({result['bytes_reclaimed']} bytes); "
-                    f"log start offset {result['log_start_offset_before']} -> {result['log_start_offset']}")
-        if result.get("future_segments"):
-            line += (f"; {len(result['future_segments'])} segment(s) have timestamps after now and cannot expire "
-                     f"until the clock passes them")
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        raise NotImplementedError
+
+    def partition_line(self, r: dict) -> str | None:
+        """One log line for a partition that changed (None: nothing worth a line)."""
+        return None
+
+    def on_results(self, result: dict, context) -> None:
+        """Hook for subclasses (asset events)."""
+
+    def summary(self, result: dict, when) -> str:
+        done = sum(1 for r in result["results"] if not r.get("nothing_to_do", True))
+        return (f"{self.verb} {result['label']} as of {when['iso']} ({when['source']}): "
+                f"{len(result['results'])} partition(s) checked, {done} changed, "
+                f"{len(result['failures'])} failed, {result['duration_s']} s")
+
+
+class LogRetentionOperator(PartitionBatchOperator):
+    """Retention of a batch of partitions (log start offset, ``retention.bytes``, ``retention.ms``): expired
+    segments are renamed ``.deleted``, the log start offset advances; :class:`PurgeDeletedOperator` removes the
+    files later. Each partition that lost segments gets an asset event ``kafka-log://<topic>/<partition>``
+    (kind ``retention``) through the alias :data:`RETENTION_ALIAS`, which the task must list in its outlets
+    (in ``.partial(outlets=[RETENTION_ALIAS])``: outlets set in ``__init__`` do not reach a mapped task)."""
+
+    verb = "retention"
+
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        return self.hook.retention_batch(partitions, now_ms, dry_run=dry_run)
+
+    def partition_line(self, r: dict) -> str | None:
+        line = None
+        if r["segments_deleted"]:
+            verb = "would delete" if r["dry_run"] else "deleted"
+            line = (f"{verb} {r['segments_deleted']} segment(s), reclaimed {human_bytes(r['bytes_reclaimed'])} "
+                    f"({r['bytes_reclaimed']} bytes); log start offset {r['log_start_offset_before']} -> "
+                    f"{r['log_start_offset']}")
+        if r.get("future_segments"):
+            line = (line + "; " if line else "") + (
+                f"{len(r['future_segments'])} segment(s) have timestamps after now and cannot expire until the "
+                "clock passes them")
         return line
+
+    def on_results(self, result: dict, context) -> None:
+        if result["dry_run"] or RETENTION_ALIAS not in (self.outlets or []):
+            return
+        events = context["outlet_events"][RETENTION_ALIAS]
+        for r in result["results"]:
+            if r["segments_deleted"]:
+                events.add(partition_asset(r["topic"], r["partition"]), extra={
+                    "kind": "retention", "as_of": result.get("as_of"), "now_ms": result["now_ms"],
+                    "segments_deleted": r["segments_deleted"], "bytes_reclaimed": r["bytes_reclaimed"],
+                    "records_removed": r["records_removed"], "size_bytes_after": r["size_bytes_after"],
+                    "log_start_offset": r["log_start_offset"], "duration_s": r["duration_s"]})
+
+
+class LogFlushOperator(PartitionBatchOperator):
+    """Time-based flush (``flush.ms``) of a batch: fsync the logs whose last flush is at least ``flush.ms``
+    old (``due_only=False``: every log).
+
+    :param due_only: ``False`` flushes every log regardless of ``flush.ms``
+    """
+
+    verb = "flush"
+
+    def __init__(self, *, due_only: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.due_only = due_only
+
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        result = self.hook.flush_batch(partitions, now_ms, due_only=self.due_only, dry_run=dry_run)
+        for r in result["results"]:
+            r["nothing_to_do"] = not r["flushed"]
+        result["partitions_flushed"] = sum(1 for r in result["results"] if r["flushed"])
+        result["not_due"] = sum(1 for r in result["results"] if not r["due"])
+        return result
+
+    def partition_line(self, r: dict) -> str | None:
+        if r["flushed"]:
+            return f"flushed, recovery point {r['recovery_point_before']} -> {r['recovery_point']}"
+        if r["dry_run"] and r["due"]:
+            return "due: would flush"
+        return None
+
+
+class LogCheckpointOperator(PartitionBatchOperator):
+    """Kafka's checkpoint tasks for a batch: flush each log to its end, then write the
+    ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` of the batch's log dir (other
+    partitions' entries are kept as they are in the files).
+
+    :param flush: flush the logs first (the recovery point only means something once the data is on disk)
+    """
+
+    verb = "checkpoint"
+
+    def __init__(self, *, flush: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.flush = flush
+
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        result = self.hook.checkpoint_batch(partitions, now_ms, flush=self.flush, dry_run=dry_run)
+        for r in result["results"]:
+            r["nothing_to_do"] = not r["flushed"]
+        result["partitions_flushed"] = sum(1 for r in result["results"] if r["flushed"])
+        return result
+
+    def partition_line(self, r: dict) -> str | None:
+        if r["flushed"]:
+            return f"flushed, recovery point {r['recovery_point_before']} -> {r['recovery_point']}"
+        return None
+
+
+class VerifyPartitionsOperator(PartitionBatchOperator):
+    """The read-only integrity audit (``verify``) of a batch; a damaged partition fails the task (no retry:
+    a retry reads the same bytes) and its problems go into the run's alert."""
+
+    verb = "verify"
+
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        result = self.hook.verify_batch(partitions)
+        result["now_ms"] = now_ms
+        for r in result["results"]:
+            r["nothing_to_do"] = not r["damaged"]
+        return result
+
+    def partition_line(self, r: dict) -> str | None:
+        if r["problems"]:
+            return f"DAMAGED: {len(r['problems'])} problem(s): " + "; ".join(
+                f"{p['file']}: {p['message']}" for p in r["problems"][:5])
+        if r["pending"]:
+            return f"{len(r['pending'])} pending item(s) (handled at the next load)"
+        return None
+
+
+class VerifyLogDirsOperator(StorageMaintenanceOperator):
+    """The log-dir half of the audit: checkpoint files parse, every folder is a valid partition name."""
+
+    def run(self, now_ms: int, context) -> dict:
+        result = self.hook.verify_log_dirs()
+        result["now_ms"] = now_ms
+        if result["damaged"]:
+            for p in result["problems"]:
+                self.log.error("DAMAGED: %s: %s", p["file"], p["message"])
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowFailException(f"{len(result['problems'])} problem(s) in the log dirs: "
+                                       + "; ".join(f"{p['file']}: {p['message']}" for p in result["problems"][:5]))
+        return result
+
+    def summary(self, result: dict, when) -> str:
+        return f"log dirs verified as of {when['iso']}: no damage, {len(result['pending'])} pending item(s)"
 
 
 class PurgeDeletedOperator(StorageMaintenanceOperator):
-    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms`` (as of the interval end).
+    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms`` (as of the run's instant).
 
     :param dry_run: report what would be removed, change nothing
     """
@@ -272,12 +350,12 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
         super().__init__(**kwargs)
         self.dry_run = dry_run
 
-    def run(self, now_ms: int) -> dict:
-        return self.hook.purge(now_ms, dry_run=_as_dry_run(self.dry_run))
+    def run(self, now_ms: int, context) -> dict:
+        return self.hook.purge(now_ms, dry_run=as_dry_run(self.dry_run))
 
-    def summary(self, result: dict) -> str:
+    def summary(self, result: dict, when) -> str:
         verb = "would remove" if result["dry_run"] else "removed"
-        return (f"purge {self._as_of(result)}: {verb} {result['files_removed']} file(s), freed "
+        return (f"purge as of {when['iso']}: {verb} {result['files_removed']} file(s), freed "
                 f"{human_bytes(result['bytes_freed'])} ({result['bytes_freed']} bytes); "
                 f"{result['files_waiting']} file(s) still within file.delete.delay.ms")
 
@@ -285,11 +363,10 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
 class FailRunIfUpstreamFailedOperator(BaseOperator):
     """Fails the run when an upstream task failed (use with ``trigger_rule="one_failed"``).
 
-    A DAG run's state is decided by its leaf tasks only. When a cleanup step downstream of the maintenance
-    tasks runs with ``trigger_rule="all_done"`` (so one broken partition cannot stop disk space being
-    reclaimed for the others), that step succeeding would otherwise mark the run successful although a
-    partition failed. This task is then the extra leaf that keeps the run red. It does no maintenance itself
-    and sends no alert: the failed task already did.
+    A DAG run's state is decided by its leaf tasks only. The run's report and the purge run with
+    ``trigger_rule="all_done"`` (one broken partition must not stop disk space being reclaimed for the others,
+    and the report must always be written); their succeeding would otherwise mark the run successful although
+    a partition failed. This task is the extra leaf that keeps the run red. It sends no alert: the report does.
     """
 
     ui_color = "#f7e8e8"
@@ -297,4 +374,4 @@ class FailRunIfUpstreamFailedOperator(BaseOperator):
     def execute(self, context) -> None:
         raise AirflowFailException(
             f"maintenance task(s) upstream of {self.task_id} failed in run {context['run_id']}; "
-            "see their logs and alerts")
+            "see the run report and its alert")

@@ -165,6 +165,36 @@ def run_results(dag_run) -> dict:
         return {(row.task_id, row.map_index): XComModel.deserialize_value(row) for row in rows}
 
 
+def partition_results(results: dict, task_id: str) -> dict:
+    """{(topic, partition): per-partition result} from the batch results of ``task_id`` in ``run_results``."""
+    out = {}
+    for (task, _map_index), batch in results.items():
+        if task == task_id:
+            for r in batch["results"]:
+                out[(r["topic"], r["partition"])] = r
+    return out
+
+
+def asset_events(uri_prefix: str = "kafka-log://", run_id: str | None = None) -> list[dict]:
+    """Asset events recorded in the metadata DB for assets whose URI starts with ``uri_prefix`` (and emitted by
+    run ``run_id``; the DB lives for the whole session), oldest first:
+    ``{"uri", "extra", "source_dag_id", "source_task_id", "source_run_id", "source_map_index"}``."""
+    from sqlalchemy import select
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = (select(AssetModel.uri, AssetEvent).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+                 .where(AssetModel.uri.startswith(uri_prefix)).order_by(AssetEvent.id))
+        if run_id is not None:
+            query = query.where(AssetEvent.source_run_id == run_id)
+        rows = session.execute(query).all()
+        return [{"uri": uri, "extra": dict(ev.extra or {}), "source_dag_id": ev.source_dag_id,
+                 "source_task_id": ev.source_task_id, "source_run_id": ev.source_run_id,
+                 "source_map_index": ev.source_map_index} for uri, ev in rows]
+
+
 def task_instances(dag_run) -> dict:
     """{(task_id, map_index): TaskInstance} of a finished run, fresh from the metadata DB."""
     from airflow.models.taskinstance import TaskInstance

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from .conftest import parse_dag, run_results, task_instances
+from .conftest import asset_events, parse_dag, partition_results, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, expired_segments, old_then_recent
 
 pytestmark = pytest.mark.airflow
@@ -31,7 +31,7 @@ def three_partitions(storage):
     return expected
 
 
-def test_retention_maps_one_task_per_partition_and_advances_the_log_start(storage, three_partitions):
+def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_partitions):
     expired = three_partitions[0]
     describe_before = storage.describe()
     new_start = [s["base_offset"] for s in describe_before[("events", 0)]["segments"]][len(expired)]
@@ -41,15 +41,21 @@ def test_retention_maps_one_task_per_partition_and_advances_the_log_start(storag
     assert dag_run.state == "success"
     assert (dag_run.data_interval_start, dag_run.data_interval_end) == (T - datetime.timedelta(minutes=5), T)
     tis = task_instances(dag_run)
-    assert {ti.rendered_map_index for (task, _), ti in tis.items() if task == "retention"} == {
-        "audit-0", "events-0", "events-1"}
+    # One task per batch (per log dir here), named after its partitions.
+    assert sorted(ti.rendered_map_index for (task, _), ti in tis.items() if task == "retention") == [
+        "audit-0..events-0 (2 in dir-a)", "events-1 (1 in dir-b)"]
     assert tis[("fail_run_if_upstream_failed", -1)].state == "skipped"
 
     results = run_results(dag_run)
-    assert results[("list_partitions", -1)] == [
-        {"topic": "audit", "partition": 0}, {"topic": "events", "partition": 0}, {"topic": "events", "partition": 1}]
-    by_partition = {(r["topic"], r["partition"]): r for (task, _), r in results.items() if task == "retention"}
+    assert [b["partitions"] for b in results[("plan_batches", -1)]] == [
+        [["audit", 0], ["events", 0]], [["events", 1]]]
+    by_partition = partition_results(results, "retention")
+    assert set(by_partition) == {("audit", 0), ("events", 0), ("events", 1)}
     assert by_partition[("audit", 0)]["nothing_to_do"] is True
+    for (task, _), batch in results.items():
+        if task == "retention":
+            assert batch["failures"] == [] and batch["as_of"] == "2026-01-01T12:00:00.000Z"
+            assert batch["as_of_source"] == "data interval end"
     for p in (0, 1):
         r = by_partition[("events", p)]
         assert r["now_ms"] == T_MS
@@ -57,6 +63,7 @@ def test_retention_maps_one_task_per_partition_and_advances_the_log_start(storag
         assert {s["reason"] for s in r["segments"]} == {"retention-ms"}
         assert r["segments_deleted"] == len(expired) and r["bytes_reclaimed"] > 0
         assert (r["log_start_offset_before"], r["log_start_offset"]) == (0, new_start)
+        assert r["records_removed"] == new_start
 
     # On disk: the expired segments are renamed .deleted (readers holding them open can finish), stamped with
     # T as their deletion time; no expired segment is live; the logs start at new_start.
@@ -78,12 +85,38 @@ def test_retention_maps_one_task_per_partition_and_advances_the_log_start(storag
         assert after[("events", p)]["log_end_offset"] == describe_before[("events", p)]["log_end_offset"]
     assert after[("audit", 0)] == describe_before[("audit", 0)]
 
-    # The next interval's run: nothing left to expire, no .deleted file anywhere.
+    # The run summary: one row per partition that changed, totals over all of them.
+    report = results[("run_report", -1)]
+    assert report["as_of"] == "2026-01-01T12:00:00.000Z" and report["failed_tasks"] == [] and report["alert"] is None
+    assert report["totals"]["partitions"] == 3 and report["totals"]["changed"] == 2
+    assert report["totals"]["unchanged"] == 1 and report["totals"]["failed"] == 0
+    assert report["totals"]["segments"] == 2 * len(expired)
+    assert report["totals"]["bytes"] == sum(by_partition[("events", p)]["bytes_reclaimed"] for p in (0, 1))
+    assert [(r["task"], r["partition"], r["status"]) for r in report["rows"]] == [
+        ("retention", "events-0", "changed"), ("retention", "events-1", "changed")]
+    assert "| retention | events-0 | changed | %d |" % len(expired) in report["markdown"]
+
+    # Asset events, read back from the metadata DB: one per partition that lost segments, one for the run.
+    events = asset_events(run_id=dag_run.run_id)
+    assert sorted(e["uri"] for e in events) == ["kafka-log://events/0", "kafka-log://events/1"]
+    for e in events:
+        p = int(e["uri"].rsplit("/", 1)[1])
+        assert e["source_dag_id"] == "log_retention" and e["source_task_id"] == "retention"
+        assert e["source_run_id"] == dag_run.run_id
+        assert e["extra"]["kind"] == "retention"
+        assert e["extra"]["bytes_reclaimed"] == by_partition[("events", p)]["bytes_reclaimed"]
+        assert e["extra"]["size_bytes_after"] == after[("events", p)]["size_bytes"]
+        assert e["extra"]["as_of"] == "2026-01-01T12:00:00.000Z"
+    (run_event,) = asset_events("kafka-log-maintenance://log_retention", run_id=dag_run.run_id)
+    assert run_event["source_task_id"] == "run_report" and run_event["extra"]["changed"] == 2
+
+    # The next interval's run: nothing left to expire, no .deleted file anywhere, no new partition event.
     later_run = parse_dag("log_retention").test(logical_date=T + datetime.timedelta(minutes=5))
     assert later_run.state == "success"
-    later = run_results(later_run)
-    assert all(r["nothing_to_do"] for (task, _), r in later.items() if task == "retention")
+    later = partition_results(run_results(later_run), "retention")
+    assert all(r["nothing_to_do"] for r in later.values())
     assert not [path for path in storage.snapshot() if path.endswith(".deleted")]
+    assert asset_events(run_id=later_run.run_id) == []
 
 
 def test_expired_segments_become_deleted_files_that_purge_removes_after_the_delay(storage):
@@ -115,7 +148,7 @@ def test_expired_segments_become_deleted_files_that_purge_removes_after_the_dela
 
     # file.delete.delay.ms (60 s) is measured from T, the "now" of the run that scheduled the deletion.
     def purge_at(delay: datetime.timedelta) -> dict:
-        return PurgeDeletedOperator(task_id="purge_deleted").execute({"data_interval_end": T + delay})
+        return PurgeDeletedOperator(task_id="purge_deleted").execute({"data_interval_end": T + delay, "ti": None})
 
     assert purge_at(datetime.timedelta(seconds=59))["files_removed"] == 0
     assert sorted(f for f in storage.files("events", 0) if f.endswith(".deleted")) == deleted
@@ -135,15 +168,15 @@ def rerun_same_interval(storage) -> tuple[dict, dict, dict]:
     dag = parse_dag("log_retention")
 
     first = run_results(dag.test(logical_date=T))
-    assert sum(r["segments_deleted"] for (task, _), r in first.items() if task == "retention") > 0
+    assert sum(r["segments_deleted"] for r in partition_results(first, "retention").values()) > 0
     files_after_first = storage.snapshot()
 
     second_run = dag.test(logical_date=T)
     assert second_run.state == "success"
     second = run_results(second_run)
-    retention = [r for (task, _), r in second.items() if task == "retention"]
+    retention = partition_results(second, "retention")
     assert len(retention) == 3
-    assert all(r["nothing_to_do"] and r["segments_deleted"] == 0 for r in retention)
+    assert all(r["nothing_to_do"] and r["segments_deleted"] == 0 for r in retention.values())
     assert second[("purge_deleted", -1)]["files_removed"] == 0
     return first, second, files_after_first
 
@@ -166,19 +199,28 @@ def test_dry_run_reports_and_changes_nothing(storage, three_partitions):
     dag_run = parse_dag("log_retention").test(logical_date=T, run_conf={"dry_run": True, "topics": ["events"]})
     assert dag_run.state == "success"
     results = run_results(dag_run)
-    retention = {(r["topic"], r["partition"]): r for (task, _), r in results.items() if task == "retention"}
+    retention = partition_results(results, "retention")
     assert set(retention) == {("events", 0), ("events", 1)}
     for p in (0, 1):
         assert retention[("events", p)]["dry_run"] is True
         assert [s["base_offset"] for s in retention[("events", p)]["segments"]] == three_partitions[p]
     assert results[("purge_deleted", -1)]["dry_run"] is True
+    report = results[("run_report", -1)]
+    assert {r["status"] for r in report["rows"]} == {"would change"}
     assert storage.snapshot() == before
+    assert asset_events(run_id=dag_run.run_id) == []
 
 
-def test_max_partitions_stops_the_fan_out(storage, three_partitions):
-    dag_run = parse_dag("log_retention").test(logical_date=T, run_conf={"max_partitions": 2})
-    assert dag_run.state == "failed"
-    tis = task_instances(dag_run)
-    assert tis[("list_partitions", -1)].state == "failed"
-    assert tis[("list_partitions", -1)].try_number == 1
-    assert not [path for path in storage.snapshot() if path.endswith(".deleted")]
+def test_batch_size_and_max_batches_bound_the_fan_out(storage):
+    for p in range(5):
+        storage.produce("events", p, old_then_recent(3, 2))
+    dag = parse_dag("log_retention")
+    run = dag.test(logical_date=T, run_conf={"batch_size": 1})
+    assert run.state == "success"
+    assert len([k for k in task_instances(run) if k[0] == "retention"]) == 5
+    # More batches than max_batches would allow: the batches grow instead (at most max_batches + one per dir).
+    run = dag.test(logical_date=T + datetime.timedelta(minutes=5), run_conf={"batch_size": 1, "max_batches": 2})
+    assert run.state == "success"
+    plan = run_results(run)[("plan_batches", -1)]
+    assert [len(b["partitions"]) for b in plan] == [3, 2]
+    assert sorted(p for b in plan for p in map(tuple, b["partitions"])) == [("events", p) for p in range(5)]

@@ -1,0 +1,30 @@
+"""The Airflow assets of the log store: one per partition, one per maintenance DAG's runs.
+
+* ``kafka-log://<topic>/<partition>`` (name ``kafka-log-<topic>-<partition>``): an event each time a run
+  changed the partition, with the figures in its ``extra``: ``kind`` (``retention`` or ``compaction``),
+  ``as_of``, bytes reclaimed, records removed, the size after, the duration. Tasks emit them through the
+  aliases below, since which partitions change is known only at run time. The Storage view draws a
+  partition's history from them.
+* ``kafka-log-maintenance://<dag_id>`` (name ``<dag_id>-runs``): one event per finished run, from the run's
+  report, with the run's totals.
+"""
+from __future__ import annotations
+
+from airflow.sdk import Asset, AssetAlias
+
+COMPACTED_ALIAS = AssetAlias("kafka-log-compactions")
+RETENTION_ALIAS = AssetAlias("kafka-log-retention")
+PARTITION_URI_PREFIX = "kafka-log://"
+RUN_URI_PREFIX = "kafka-log-maintenance://"
+
+
+def partition_uri(topic: str, partition: int) -> str:
+    return f"{PARTITION_URI_PREFIX}{topic}/{partition}"
+
+
+def partition_asset(topic: str, partition: int) -> Asset:
+    return Asset(uri=partition_uri(topic, partition), name=f"kafka-log-{topic}-{partition}")
+
+
+def run_asset(dag_id: str) -> Asset:
+    return Asset(uri=f"{RUN_URI_PREFIX}{dag_id}", name=f"{dag_id}-runs")

@@ -1,0 +1,228 @@
+"""The end of every maintenance run: a summary of what it did per partition, and one alert if anything failed.
+
+:class:`RunReportOperator` runs last (``trigger_rule="all_done"``, so also after failures), reads the state
+and XCom of every maintenance task of its run, and
+
+1. returns the **run summary** as its XCom: totals (partitions checked, changed, failed; segments, bytes and
+   records reclaimed) and one row per partition that changed or failed (bytes and segments reclaimed, records
+   removed, duration), as a table in ``markdown`` too; it logs the table. The Storage view shows it as the
+   "Run summary" tab of every run of a maintenance DAG;
+2. sends **one digest alert** (e-mail and webhook, :mod:`.notifiers`) when any task failed: the failed tasks,
+   each with the partitions it could not maintain and why, try, log link; instead of one alert per task;
+3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals.
+
+It does not fail when maintenance failed (``fail_run_if_upstream_failed`` keeps the run red); its own
+unexpected failure alerts through :class:`.notifiers.MaintenanceFailureNotifier`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+from airflow.sdk import BaseOperator
+
+from .assets import run_asset
+from .hooks import as_of
+from .notifiers import AlertNotDelivered, digest_html, digest_subject, send
+
+MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
+MAX_MARKDOWN_ROWS = 200
+
+
+def _base_url() -> str:
+    from airflow.configuration import conf
+    return conf.get("api", "base_url", fallback="http://localhost:8080/").rstrip("/")
+
+
+def run_url(dag_id: str, run_id: str) -> str:
+    return f"{_base_url()}/dags/{dag_id}/runs/{quote(run_id)}"
+
+
+def task_url(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    return run_url(dag_id, run_id) + f"/tasks/{task_id}" + (f"/mapped/{map_index}" if map_index >= 0 else "")
+
+
+def partition_rows(task_id: str, result: Any) -> list[dict]:
+    """Summary rows of one task's result: one per partition (or one for a DAG-wide task)."""
+    if not isinstance(result, dict):
+        return []
+    rows = []
+    if "results" in result:                                         # a batch
+        for r in result["results"]:
+            rows.append(_row(task_id, r))
+        for f in result.get("failures", []):
+            rows.append({"task": task_id, "partition": f"{f['topic']}-{f['partition']}", "status": "failed",
+                         "segments": 0, "bytes": 0, "records": 0, "duration_s": None,
+                         "detail": f"{f['error_type']}: {f['error']}"})
+    elif "topic" in result and "partition" in result:                # one partition (compaction clean)
+        rows.append(_row(task_id, result))
+    elif "files_removed" in result:                                  # purge
+        rows.append({"task": task_id, "partition": "all partitions",
+                     "status": "changed" if result["files_removed"] else "nothing to do", "segments": 0,
+                     "bytes": result["bytes_freed"], "records": 0, "duration_s": None,
+                     "detail": f"{'would remove' if result.get('dry_run') else 'removed'} "
+                               f"{result['files_removed']} .deleted file(s), {result['files_waiting']} waiting"})
+    return rows
+
+
+def _row(task_id: str, r: dict) -> dict:
+    name = f"{r['topic']}-{r['partition']}"
+    row = {"task": task_id, "partition": name, "segments": 0, "bytes": 0, "records": 0,
+           "duration_s": r.get("duration_s"), "detail": ""}
+    if "segments_deleted" in r:                                     # retention
+        row.update(segments=r["segments_deleted"], bytes=r["bytes_reclaimed"], records=r.get("records_removed", 0),
+                   detail=(f"log start offset {r['log_start_offset_before']} -> {r['log_start_offset']}"
+                           if r["segments_deleted"] else r.get("skipped", "")))
+    elif "size_bytes_before" in r:                                  # compaction
+        row.update(bytes=r["size_bytes_before"] - r["size_bytes_after"], records=r.get("records_removed", 0),
+                   segments=r.get("segments_removed", 0),
+                   detail=f"cleaned [{r['first_dirty_offset']}, {r.get('end_offset')}) with the {r['map']} map")
+    elif "recovery_point" in r:                                     # flush, checkpoint
+        row["detail"] = f"recovery point {r['recovery_point_before']} -> {r['recovery_point']}"
+    elif "problems" in r:                                           # verify
+        row["detail"] = (f"{len(r['problems'])} problem(s)" if r["problems"]
+                         else f"{r.get('segments', 0)} segment(s), {r.get('records', 0)} record(s) verified")
+    if r.get("nothing_to_do") is False or r.get("damaged"):
+        row["status"] = "damaged" if r.get("damaged") else ("would change" if r.get("dry_run") else "changed")
+    else:
+        row["status"] = "nothing to do"
+        if r.get("skipped") and not row["detail"]:
+            row["detail"] = r["skipped"]
+    return row
+
+
+def markdown_table(rows: list[dict], totals: dict) -> str:
+    lines = [f"**{totals['partitions']} partition(s)**: {totals['changed']} changed, {totals['failed']} failed, "
+             f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), {totals['bytes']} bytes, "
+             f"{totals['records']} record(s) reclaimed.", "",
+             "| task | partition | status | segments | bytes | records | duration (s) | detail |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows[:MAX_MARKDOWN_ROWS]:
+        lines.append(f"| {r['task']} | {r['partition']} | {r['status']} | {r['segments']} | {r['bytes']} | "
+                     f"{r['records']} | {'' if r['duration_s'] is None else r['duration_s']} | "
+                     f"{str(r['detail']).replace('|', '/')} |")
+    if len(rows) > MAX_MARKDOWN_ROWS:
+        lines.append(f"| ... | {len(rows) - MAX_MARKDOWN_ROWS} more row(s) in the XCom | | | | | | |")
+    return "\n".join(lines)
+
+
+class RunReportOperator(BaseOperator):
+    """The run summary and the digest alert (see the module docstring). Use ``trigger_rule="all_done"``.
+
+    :param report_tasks: the maintenance tasks of the DAG whose results and failures are reported
+    :param label_task: a task whose XCom lists the mapped tasks' arguments in map-index order (the batch
+        plan), used to name a failed mapped task that left no result
+    :param to, webhook_url, smtp_conn_id, from_email: alert settings (see :mod:`.notifiers`)
+    """
+
+    template_fields: Sequence[str] = ()
+    ui_color = "#eef0e8"
+
+    def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None, to=None,
+                 webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.report_tasks = list(report_tasks)
+        self.label_task = label_task
+        self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
+
+    def _task_instances(self, context) -> list[tuple[str, int, str]]:
+        """[(task_id, map_index, state)] of the reported tasks in this run."""
+        ti = context["ti"]
+        states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id], task_ids=self.report_tasks)
+        out = []
+        for key, state in (states.get(ti.run_id) or {}).items():
+            for task_id in self.report_tasks:
+                if key == task_id:
+                    out.append((task_id, -1, state))
+                elif key.startswith(task_id + "_") and key[len(task_id) + 1:].isdigit():
+                    out.append((task_id, int(key[len(task_id) + 1:]), state))
+        order = {t: i for i, t in enumerate(self.report_tasks)}
+        return sorted(out, key=lambda x: (order[x[0]], x[1]))
+
+    def execute(self, context) -> dict:
+        ti = context["ti"]
+        when = as_of(context)
+        labels = []
+        if self.label_task:
+            plan = ti.xcom_pull(task_ids=self.label_task)
+            if isinstance(plan, list):
+                labels = [b.get("batch_label") or (f"{b['topic']}-{b['partition']}" if "topic" in b else None)
+                          if isinstance(b, dict) else None for b in plan]
+        rows, failed_tasks, states = [], [], {}
+        for task_id, map_index, state in self._task_instances(context):
+            states[state] = states.get(state, 0) + 1
+            pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
+            result = ti.xcom_pull(**pull)
+            rows.extend(partition_rows(task_id, result))
+            if state in ("failed", "upstream_failed"):
+                error = ti.xcom_pull(key="error", **pull) or {}
+                label = (result.get("label") if isinstance(result, dict) else None) or (
+                    labels[map_index] if 0 <= map_index < len(labels) else None)
+                parts = result.get("failures", []) if isinstance(result, dict) else []
+                failed_tasks.append({
+                    "task_id": task_id, "map_index": map_index, "label": label, "state": state,
+                    "try_number": error.get("try_number"),
+                    "error": error.get("error") or ("did not run: an upstream task failed" if state == "upstream_failed"
+                                                    else "no error recorded; see the task log"),
+                    "partitions": parts, "log_url": task_url(ti.dag_id, ti.run_id, task_id, map_index)})
+        per_partition = [r for r in rows if r["partition"] != "all partitions"]
+        totals = {"partitions": len(per_partition),
+                  "changed": sum(1 for r in per_partition if r["status"] in ("changed", "would change")),
+                  "failed": sum(1 for r in per_partition if r["status"] in ("failed", "damaged")),
+                  "unchanged": sum(1 for r in per_partition if r["status"] == "nothing to do"),
+                  "segments": sum(r["segments"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
+                  "records": sum(r["records"] for r in rows), "task_states": states,
+                  "failed_tasks": len(failed_tasks)}
+        notable = [r for r in rows if r["status"] != "nothing to do"]
+        report = {"dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
+                  "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
+                  "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks,
+                  "markdown": markdown_table(notable, totals), "alert": None}
+        self.log.info("run summary as of %s (%s):\n%s", when["iso"], when["source"], report["markdown"])
+        if failed_tasks:
+            report["alert"] = self._alert(context, report)
+        asset = run_asset(ti.dag_id)
+        if asset in (self.outlets or []):
+            context["outlet_events"][asset].extra = {"as_of": when["iso"], "now_ms": when["now_ms"],
+                                                     "run_id": ti.run_id, **{k: v for k, v in totals.items()
+                                                                             if k != "task_states"}}
+        return report
+
+    def _alert(self, context, report: dict) -> dict:
+        dag_run = context.get("dag_run")
+        iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
+        failed_partitions = sorted({f"{p['topic']}-{p['partition']}" for t in report["failed_tasks"]
+                                    for p in t["partitions"]})
+        alert = {"event": "storage_maintenance_run_failed", "dag_id": report["dag_id"], "run_id": report["run_id"],
+                 "as_of": report["as_of"], "as_of_source": report["as_of_source"],
+                 "data_interval_start": iso(getattr(dag_run, "data_interval_start", None)),
+                 "data_interval_end": iso(getattr(dag_run, "data_interval_end", None)),
+                 "run_url": run_url(report["dag_id"], report["run_id"]),
+                 "failed_tasks": report["failed_tasks"], "failed_partitions": failed_partitions}
+        try:
+            outcome = send(alert, digest_subject(alert), digest_html(alert), to=self.to,
+                           webhook_url=self.webhook_url, smtp_conn_id=self.smtp_conn_id, from_email=self.from_email,
+                           log=self.log)
+            self.log.info("failure digest sent: e-mailed to %s, webhook HTTP %s",
+                          ", ".join(outcome["emailed"]) or "nobody", outcome["webhook_status"])
+            return {"sent": True, **outcome, "failed_partitions": failed_partitions}
+        except AlertNotDelivered as exc:
+            self.log.error("%s", exc)
+            raise
+
+
+def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None):
+    """The two tasks that end every maintenance DAG: ``run_report`` (summary, digest alert, the run's asset
+    event; after everything, also after failures) and ``fail_run_if_upstream_failed`` (keeps the run red).
+    The caller sets the maintenance tasks upstream of both."""
+    from .notifiers import MaintenanceFailureNotifier
+    from .operators import FailRunIfUpstreamFailedOperator
+
+    report = RunReportOperator(task_id="run_report", report_tasks=report_tasks, label_task=label_task,
+                               trigger_rule="all_done", retries=0, outlets=[run_asset(dag_id)],
+                               on_failure_callback=[MaintenanceFailureNotifier()])
+    run_failed = FailRunIfUpstreamFailedOperator(task_id="fail_run_if_upstream_failed", trigger_rule="one_failed",
+                                                 retries=0)
+    return report, run_failed
