@@ -131,6 +131,11 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         self.topic = topic
         self.partition = partition
 
+    def execute(self, context) -> None:
+        # A DAG rendering templates as native objects turns "--partition", "0" into 0; spark-submit takes strings.
+        self.application_args = [str(a) for a in (self.application_args or [])]
+        return super().execute(context)
+
 
 class CompactPartitionOperator(StorageMaintenanceOperator):
     """Clean one partition over the offset range its selection fixed, then emit its asset event.

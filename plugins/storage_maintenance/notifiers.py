@@ -107,7 +107,8 @@ def digest_html(alert: dict) -> str:
                    ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
                    ("Data interval", f"{alert['data_interval_start']} -> {alert['data_interval_end']}"
                     if alert.get("data_interval_end") else "none (the run acted as of its trigger time)"),
-                   ("Failed tasks", len(alert["failed_tasks"])), ("Failed partitions", len(alert["failed_partitions"]))])
+                   ("Failed tasks", len(alert["failed_tasks"])), ("Failed partitions", len(alert["failed_partitions"])),
+                   ("Not run (an upstream task failed)", ", ".join(alert.get("not_run") or []) or None)])
     blocks = []
     for t in alert["failed_tasks"]:
         name = t["task_id"] + (f" [{t['label']}]" if t.get("label") else "")

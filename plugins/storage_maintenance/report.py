@@ -11,8 +11,9 @@ and XCom of every maintenance task of its run, and
    each with the partitions it could not maintain and why, try, log link; instead of one alert per task;
 3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals.
 
-It does not fail when maintenance failed (``fail_run_if_upstream_failed`` keeps the run red); its own
-unexpected failure alerts through :class:`.notifiers.MaintenanceFailureNotifier`.
+It does not fail when maintenance failed (``fail_run_if_upstream_failed`` keeps the run red), nor when a
+channel of the alert failed (that is logged and recorded in the summary's ``alert``); its own unexpected
+failure alerts through :class:`.notifiers.MaintenanceFailureNotifier`.
 """
 from __future__ import annotations
 
@@ -150,13 +151,15 @@ class RunReportOperator(BaseOperator):
             if isinstance(plan, list):
                 labels = [b.get("batch_label") or (f"{b['topic']}-{b['partition']}" if "topic" in b else None)
                           if isinstance(b, dict) else None for b in plan]
-        rows, failed_tasks, states = [], [], {}
+        rows, failed_tasks, not_run, states = [], [], [], {}
         for task_id, map_index, state in self._task_instances(context):
             states[state] = states.get(state, 0) + 1
             pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
             result = ti.xcom_pull(**pull)
             rows.extend(partition_rows(task_id, result))
-            if state in ("failed", "upstream_failed"):
+            if state == "upstream_failed":
+                not_run.append(task_id if map_index < 0 else f"{task_id}[{map_index}]")
+            elif state == "failed":
                 error = ti.xcom_pull(key="error", **pull) or {}
                 label = (result.get("label") if isinstance(result, dict) else None) or (
                     labels[map_index] if 0 <= map_index < len(labels) else None)
@@ -164,8 +167,7 @@ class RunReportOperator(BaseOperator):
                 failed_tasks.append({
                     "task_id": task_id, "map_index": map_index, "label": label, "state": state,
                     "try_number": error.get("try_number"),
-                    "error": error.get("error") or ("did not run: an upstream task failed" if state == "upstream_failed"
-                                                    else "no error recorded; see the task log"),
+                    "error": error.get("error") or "no error recorded; see the task log",
                     "partitions": parts, "log_url": task_url(ti.dag_id, ti.run_id, task_id, map_index)})
         per_partition = [r for r in rows if r["partition"] != "all partitions"]
         totals = {"partitions": len(per_partition),
@@ -179,6 +181,7 @@ class RunReportOperator(BaseOperator):
         report = {"dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
                   "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
                   "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks,
+                  "not_run": not_run,
                   "markdown": markdown_table(notable, totals), "alert": None}
         self.log.info("run summary as of %s (%s):\n%s", when["iso"], when["source"], report["markdown"])
         if failed_tasks:
@@ -200,7 +203,8 @@ class RunReportOperator(BaseOperator):
                  "data_interval_start": iso(getattr(dag_run, "data_interval_start", None)),
                  "data_interval_end": iso(getattr(dag_run, "data_interval_end", None)),
                  "run_url": run_url(report["dag_id"], report["run_id"]),
-                 "failed_tasks": report["failed_tasks"], "failed_partitions": failed_partitions}
+                 "failed_tasks": report["failed_tasks"], "failed_partitions": failed_partitions,
+                 "not_run": report["not_run"]}
         try:
             outcome = send(alert, digest_subject(alert), digest_html(alert), to=self.to,
                            webhook_url=self.webhook_url, smtp_conn_id=self.smtp_conn_id, from_email=self.from_email,
@@ -209,8 +213,10 @@ class RunReportOperator(BaseOperator):
                           ", ".join(outcome["emailed"]) or "nobody", outcome["webhook_status"])
             return {"sent": True, **outcome, "failed_partitions": failed_partitions}
         except AlertNotDelivered as exc:
+            # Failing the report would only send the same alert again through its failure callback on the
+            # channel that did work; the run is red anyway, and the report records what went wrong.
             self.log.error("%s", exc)
-            raise
+            return {"sent": False, "error": str(exc), "failed_partitions": failed_partitions}
 
 
 def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None):

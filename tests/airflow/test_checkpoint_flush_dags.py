@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import parse_dag, run_results
+from .conftest import parse_dag, partition_results, run_results
 from .storage_fixtures import MINUTE_MS, T, T_MS, old_then_recent
 
 pytestmark = pytest.mark.airflow
@@ -41,13 +41,16 @@ def test_checkpoint_flushes_every_log_and_writes_both_checkpoint_files(logs):
         assert dag_run.state == "success"
         assert (dag_run.data_interval_start, dag_run.data_interval_end) == (T - datetime.timedelta(minutes=1), T)
 
-        result = run_results(dag_run)[("checkpoint", -1)]
-        assert result["now_ms"] == T_MS and result["dry_run"] is False
-        flushed = {(f["topic"], f["partition"]): f for f in result["flushed"]}
+        results = run_results(dag_run)
+        batches = [b for (task, _), b in results.items() if task == "checkpoint"]
+        assert len(batches) == 2                                # one per log dir
+        assert all(b["now_ms"] == T_MS and b["dry_run"] is False and not b["failures"] for b in batches)
+        flushed = partition_results(results, "checkpoint")
         for tp in (("audit", 0), ("events", 0)):              # the writer's unflushed appends
             assert flushed[tp]["recovery_point_before"] < flushed[tp]["recovery_point"] == 25
         assert flushed[("events", 1)]["recovery_point"] == 20
-        assert result["partitions_flushed"] == 2
+        assert sum(b["partitions_flushed"] for b in batches) == 2
+        assert results[("run_report", -1)]["totals"]["changed"] == 2
         # Written by the task itself: the writer still holds the logs open, so no close wrote them. The
         # log start offset is recorded only where it is above the first segment's base (Kafka's rule).
         recovery_points = {("audit", 0): 25, ("events", 0): 25, ("events", 1): 20}
@@ -64,9 +67,9 @@ def test_checkpoint_dry_run_lists_partitions_and_touches_nothing(logs):
     before = logs.snapshot()
     dag_run = parse_dag("log_checkpoint").test(logical_date=T, run_conf={"dry_run": True, "topics": ["events"]})
     assert dag_run.state == "success"
-    result = run_results(dag_run)[("checkpoint", -1)]
-    assert result["dry_run"] is True
-    assert [(p["topic"], p["partition"]) for p in result["would_flush"]] == [("events", 0), ("events", 1)]
+    results = partition_results(run_results(dag_run), "checkpoint")
+    assert sorted(results) == [("events", 0), ("events", 1)]
+    assert all(r["dry_run"] is True and r["flushed"] is False for r in results.values())
     assert logs.snapshot() == before
 
 
@@ -76,18 +79,20 @@ def test_storage_config_comes_from_the_connection_first(logs, monkeypatch, tmp_p
         {"conn_type": "generic", "extra": {"config": str(logs.config_path)}}))
     dag_run = parse_dag("log_checkpoint").test(logical_date=T)
     assert dag_run.state == "success"
-    result = run_results(dag_run)[("checkpoint", -1)]
-    assert sorted(result["checkpoints"]) == sorted(str(d) for d in logs.log_dirs)
+    results = run_results(dag_run)
+    assert sorted({b["log_dir"] for (task, _), b in results.items() if task == "checkpoint"}) == sorted(
+        str(d) for d in logs.log_dirs)
+    assert len(partition_results(results, "checkpoint")) == 3
 
 
 def test_flush_reports_logs_that_are_not_due(logs):
     dag_run = parse_dag("log_flush").test(logical_date=T, run_conf={"topics": ["audit", "events"]})
     assert dag_run.state == "success"
     assert (dag_run.data_interval_start, dag_run.data_interval_end) == (T - datetime.timedelta(minutes=5), T)
-    result = run_results(dag_run)[("flush", -1)]
-    assert result["now_ms"] == T_MS
-    assert result["flushed"] == [] and result["not_due"] == 3       # all flushed when the producer closed
-    assert result["partitions_flushed"] == 0 and result["nothing_to_do"] is True
+    results = partition_results(run_results(dag_run), "flush")
+    assert len(results) == 3
+    assert all(r["flushed"] is False for r in results.values())     # all flushed when the producer closed
+    assert [tp for tp, r in results.items() if r["due"]] == []
 
 
 def test_flush_fsyncs_a_due_log_with_unflushed_data(logs):
@@ -95,11 +100,13 @@ def test_flush_fsyncs_a_due_log_with_unflushed_data(logs):
     with logs.live_writer({("events", 0): recent(), ("audit", 0): recent()}):
         dag_run = dag.test(logical_date=T)
         assert dag_run.state == "success"
-        result = run_results(dag_run)[("flush", -1)]
+        results = partition_results(run_results(dag_run), "flush")
     # events: flush.ms = 0, due at once; audit: Kafka's default flush.ms, never due (the page cache decides).
-    assert [(f["topic"], f["partition"]) for f in result["flushed"]] == [("events", 0)]
-    assert result["flushed"][0]["recovery_point_before"] < result["flushed"][0]["recovery_point"] == 25
-    assert result["partitions_flushed"] == 1 and result["not_due"] == 2
+    flushed = {tp: r for tp, r in results.items() if r["flushed"]}
+    assert list(flushed) == [("events", 0)]
+    assert flushed[("events", 0)]["recovery_point_before"] < flushed[("events", 0)]["recovery_point"] == 25
+    # events-1 (flush.ms = 0) holds nothing unflushed, so it is not due either.
+    assert sorted(tp for tp, r in results.items() if not r["due"]) == [("audit", 0), ("events", 1)]
 
 
 def test_flush_fsyncs_a_log_unflushed_for_longer_than_flush_ms(logs):
@@ -107,5 +114,5 @@ def test_flush_fsyncs_a_log_unflushed_for_longer_than_flush_ms(logs):
     dag = parse_dag("log_flush")
     # Appended five minutes before T and never flushed: older than flush.ms (one minute) at T.
     with logs.live_writer({("audit", 0): [T_MS - 5 * MINUTE_MS + i for i in range(5)]}):
-        result = run_results(dag.test(logical_date=T))[("flush", -1)]
-    assert [(f["topic"], f["partition"]) for f in result["flushed"]] == [("audit", 0)]
+        results = partition_results(run_results(dag.test(logical_date=T)), "flush")
+    assert [tp for tp, r in results.items() if r["flushed"]] == [("audit", 0)]

@@ -15,7 +15,7 @@ from storage_engine.maintenance.cleaner_manager import read_cleaner_checkpoints
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 
-from .conftest import parse_dag, run_results, task_instances
+from .conftest import asset_events, parse_dag, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, StorageFixture
 
 pytestmark = pytest.mark.airflow
@@ -88,6 +88,15 @@ def test_backfill_sequence_advances_the_checkpoint_in_order_and_a_rerun_is_a_no_
         cleaned = [r for (task, _), r in results.items() if task == "clean"]
         assert len(cleaned) == 1 and cleaned[0]["map"] == "local"
         assert cleaned[0]["size_bytes_after"] < cleaned[0]["size_bytes_before"]
+        # Its asset event, read back from the metadata DB, carries the same figures.
+        (event,) = asset_events(run_id=run.run_id)
+        assert event["uri"] == "kafka-log://ue/0" and event["source_task_id"] == "clean"
+        assert event["extra"]["kind"] == "compaction"
+        assert event["extra"]["records_removed"] == cleaned[0]["records_removed"]
+        assert event["extra"]["bytes_reclaimed"] == cleaned[0]["size_bytes_before"] - cleaned[0]["size_bytes_after"]
+        assert event["extra"]["as_of"] == end.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        report = results[("run_report", -1)]
+        assert [(r["task"], r["partition"], r["status"]) for r in report["rows"]] == [("clean", "ue-0", "changed")]
     assert checkpoints == sorted(checkpoints) and checkpoints[0] < checkpoints[-1]
 
     # Latest value per key survives, offsets strictly increasing and unchanged.
@@ -108,6 +117,7 @@ def test_backfill_sequence_advances_the_checkpoint_in_order_and_a_rerun_is_a_no_
     assert checkpoint(fixture) == checkpoints[-1]
     assert snapshot(fixture) == before
     assert task_instances(rerun)[("clean", -1)].state == "skipped"
+    assert asset_events(run_id=rerun.run_id) == []
 
 
 def test_dry_run_selects_and_reports_without_changing_a_byte(keyed):
@@ -141,9 +151,10 @@ def test_spark_strategy_submits_the_key_map_job_and_cleans_with_its_map(keyed, m
     (clean,) = [r for (task, _), r in results.items() if task == "clean"]
     assert clean["map"] == "spark" and clean["map_keys"] == 20
     assert clean["checkpoint_written"]
-    # The run-scoped map was written under STORAGE_ENGINE_KEYMAP_DIR and removed once the swap was durable.
+    # The run-scoped map was written under STORAGE_ENGINE_KEYMAP_DIR and removed once the swap was durable,
+    # with the run's folder.
     assert (fixture.root / "keymaps").is_dir()
-    assert not [d for _root, dirs, _files in os.walk(fixture.root / "keymaps") for d in dirs if d == "ue-0"]
+    assert list((fixture.root / "keymaps").iterdir()) == []
     by_key = {r.key: r.value for r in read_back(fixture)}
     assert by_key == {k: v for k, (_i, v, _ts) in latest.items()}
 
@@ -153,3 +164,29 @@ def test_missing_spark_connection_fails_the_selection_instead_of_submitting_to_y
     run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "spark"})
     assert run.state == "failed"
     assert task_instances(run)[("select_dirtiest_logs", -1)].state == "failed"
+
+
+def test_selection_skips_and_reports_a_partition_it_cannot_read(tmp_path, monkeypatch):
+    fixture = StorageFixture(tmp_path / "storage", topics=TOPICS)
+    monkeypatch.setenv("STORAGE_ENGINE_CONFIG", str(fixture.config_path))
+    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+        for p in (0, 1):
+            log = mgr.get_or_create_log("ue", p)
+            for i in range(120):
+                ts = T_MS - 3 * HOUR_MS + i * 30_000
+                log.append_records([SimpleRecord(b"k%d" % (i % 5), b"v%d" % i, ts)], now_ms=ts)
+    broken = sorted(fixture.partition_dir("ue", 1).glob("*.timeindex"))[-1]
+    broken.unlink()
+    broken.mkdir()
+
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
+
+    assert run.state == "success"
+    results = run_results(run)
+    plan = results[("select_dirtiest_logs", -1)]
+    assert [(s["topic"], s["partition"]) for s in plan["selected"]] == [("ue", 0)]
+    (skipped,) = plan["skipped"]
+    assert (skipped["topic"], skipped["partition"]) == ("ue", 1)
+    assert skipped["reason"].startswith("cannot be read: StorageIOError: cannot open time index")
+    (clean,) = [r for (task, _), r in results.items() if task == "clean"]
+    assert (clean["topic"], clean["partition"]) == ("ue", 0) and clean["records_removed"] > 0

@@ -7,7 +7,8 @@ from .conftest import DAGS_FOLDER, parse_dag
 
 pytestmark = pytest.mark.airflow
 
-MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention")
+MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify")
+BATCHED = {"log_checkpoint": "checkpoint", "log_flush": "flush", "log_retention": "retention", "log_verify": "verify"}
 
 
 def test_dags_folder_imports_without_errors(storage):
@@ -36,6 +37,8 @@ def test_maintenance_dag_rules(storage, dag_id):
 
     from storage_maintenance.notifiers import MaintenanceFailureNotifier
     from storage_maintenance.operators import FailRunIfUpstreamFailedOperator
+    from storage_maintenance.params import maintenance_default_args
+    from storage_maintenance.report import RunReportOperator
 
     dag = parse_dag(dag_id)
     assert dag.max_active_runs == 1
@@ -44,30 +47,54 @@ def test_maintenance_dag_rules(storage, dag_id):
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
     assert dag.render_template_as_native_obj is True
     assert dag.tags and "maintenance" in dag.tags
-    assert dag.doc_md and "data interval end" in dag.doc_md
+    assert dag.doc_md and "data interval end" in dag.doc_md and "trigger time" in dag.doc_md
     assert {"dry_run", "topics"} <= set(dag.params)
-    assert dag.params["dry_run"] is False and dag.params["topics"] == []
+    assert dag.params["dry_run"] is False and dag.params["topics"] is None
+    # The run ends with its report (after everything, also after failures) and a leaf that keeps it red.
+    report = dag.get_task("run_report")
+    assert isinstance(report, RunReportOperator) and report.trigger_rule == "all_done"
+    assert report.retries == 0 and any(isinstance(cb, MaintenanceFailureNotifier) for cb in report.on_failure_callback)
+    maintenance = {t.task_id for t in dag.tasks} - {"run_report", "fail_run_if_upstream_failed"}
+    assert set(report.report_tasks) == maintenance
+    run_failed = dag.get_task("fail_run_if_upstream_failed")
+    assert isinstance(run_failed, FailRunIfUpstreamFailedOperator) and run_failed.trigger_rule == "one_failed"
+    assert run_failed.upstream_task_ids == maintenance
+    assert dag.get_task("run_report").upstream_task_ids <= maintenance
+    # One set of defaults: retries for errors that may pass, no per-task alert (the report sends one per run).
+    defaults = maintenance_default_args()
     for task in dag.tasks:
-        if isinstance(task, FailRunIfUpstreamFailedOperator):
-            assert task.trigger_rule == "one_failed"
-            continue                 # it only marks the run failed; the failed task already alerted
-        assert task.retries == 2, task.task_id
+        if task.task_id in ("run_report", "fail_run_if_upstream_failed"):
+            continue
+        assert task.retries == defaults["retries"], task.task_id
         assert task.retry_delay.total_seconds() <= 60, task.task_id
-        assert any(isinstance(cb, MaintenanceFailureNotifier) for cb in task.on_failure_callback), task.task_id
+        assert not task.on_failure_callback, task.task_id
 
 
-def test_retention_dag_shape(storage):
-    dag = parse_dag("log_retention")
-    assert dag.timetable.expression == "*/5 * * * *"
-    assert dag.params["max_partitions"] == 1000
-    retention = dag.get_task("retention")
-    assert retention.map_index_template == "{{ task.topic }}-{{ task.partition }}"
-    assert dag.get_task("purge_deleted").trigger_rule == "all_done"
-    assert dag.get_task("purge_deleted").upstream_task_ids == {"retention"}
-    assert dag.get_task("fail_run_if_upstream_failed").upstream_task_ids == {
-        "list_partitions", "retention", "purge_deleted"}
+@pytest.mark.parametrize("dag_id, task_id", sorted(BATCHED.items()))
+def test_batched_dags_map_one_task_per_batch(storage, dag_id, task_id):
+    dag = parse_dag(dag_id)
+    assert dag.params["batch_size"] >= 1 and dag.params["max_batches"] >= 1
+    batch = dag.get_task(task_id)
+    assert batch.map_index_template == "{{ task.batch_label }}"
+    assert batch.upstream_task_ids >= {"plan_batches"}
 
 
-def test_checkpoint_and_flush_schedules(storage):
+def test_retention_and_compaction_declare_their_asset_outlets_where_a_mapped_task_keeps_them(storage):
+    from storage_maintenance.assets import COMPACTED_ALIAS, RETENTION_ALIAS, run_asset
+
+    retention = parse_dag("log_retention")
+    assert retention.timetable.expression == "*/5 * * * *"
+    assert retention.get_task("retention").partial_kwargs["outlets"] == [RETENTION_ALIAS]
+    assert retention.get_task("purge_deleted").trigger_rule == "all_done"
+    assert retention.get_task("run_report").outlets == [run_asset("log_retention")]
+    compaction = parse_dag("log_compaction")
+    assert compaction.get_task("clean").partial_kwargs["outlets"] == [COMPACTED_ALIAS]
+    assert compaction.get_task("clean").map_index_template == "{{ task.topic }}-{{ task.partition }}"
+    assert compaction.get_task("build_key_map").map_index_template == "{{ task.topic }}-{{ task.partition }}"
+
+
+def test_schedules(storage):
     assert parse_dag("log_checkpoint").timetable.expression == "* * * * *"
     assert parse_dag("log_flush").timetable.expression == "*/5 * * * *"
+    assert parse_dag("log_compaction").timetable.expression == "0 * * * *"
+    assert parse_dag("log_verify").timetable.expression == "30 3 * * *"

@@ -1,5 +1,6 @@
-"""Bad trigger parameters are rejected by the DAGs' param schema, on the path a trigger takes, with a clear
-message; unknown topics that get past the form (a topic created after parsing) fail at run time."""
+"""Trigger parameters: the DAGs' param schema rejects bad values on the path a trigger takes, with a clear
+message; the topics param is an optional multi-select of the topics the config declares and does not change
+the DAG when topics come and go on disk; unknown topics fail the run at once."""
 from __future__ import annotations
 
 import re
@@ -27,28 +28,40 @@ def retention_dag(storage):
     return parse_dag("log_retention")
 
 
-def test_topics_enum_lists_the_topics_on_disk(retention_dag):
+def test_topics_is_an_optional_multi_select_of_the_declared_topics(retention_dag):
     schema = retention_dag.params.get_param("topics").schema
-    assert schema["items"]["enum"] == ["audit", "events"]
+    assert schema["type"] == ["null", "array"]           # optional: the form does not mark it required
+    assert schema["examples"] == ["audit", "events"]      # the form's multi-select (the config's topics: section)
+    assert "enum" not in schema["items"]
+
+
+def test_topics_on_disk_do_not_change_the_serialized_dag(storage):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    storage.produce("events", 0, old_then_recent(3, 0))
+    before = DagSerialization.serialize_dag(parse_dag("log_retention"))
+    storage.produce("brand-new-topic", 0, old_then_recent(3, 0))
+    after = DagSerialization.serialize_dag(parse_dag("log_retention"))
+    assert before == after
 
 
 def test_valid_conf_passes(retention_dag):
-    assert validate_as_trigger(retention_dag, {"topics": ["events"], "dry_run": True, "max_partitions": 5}) == {
-        "topics": ["events"], "dry_run": True, "max_partitions": 5}
-    assert validate_as_trigger(retention_dag, {}) == {"topics": [], "dry_run": False, "max_partitions": 1000}
+    assert validate_as_trigger(retention_dag, {"topics": ["events"], "dry_run": True, "batch_size": 5}) == {
+        "topics": ["events"], "dry_run": True, "batch_size": 5, "max_batches": 40}
+    assert validate_as_trigger(retention_dag, {}) == {"topics": None, "dry_run": False, "batch_size": 500,
+                                                      "max_batches": 40}
+    assert validate_as_trigger(retention_dag, {"topics": []})["topics"] == []
 
 
 @pytest.mark.parametrize("conf, param, reason", [
-    ({"topics": ["nope"]}, "topics", "'nope' is not one of ['audit', 'events']"),
-    ({"topics": ["../x"]}, "topics", "'../x' is not one of ['audit', 'events']"),
-    ({"topics": "events"}, "topics", "'events' is not of type 'array'"),
+    ({"topics": ["../x"]}, "topics", "'../x' does not match"),
+    ({"topics": [".."]}, "topics", "'..' does not match"),
+    ({"topics": "events"}, "topics", "'events' is not of type 'null', 'array'"),
     ({"topics": ["events", "events"]}, "topics", "['events', 'events'] has non-unique elements"),
-    ({"max_partitions": 0}, "max_partitions", "0 is less than the minimum of 1"),
-    ({"max_partitions": -3}, "max_partitions", "-3 is less than the minimum of 1"),
-    ({"max_partitions": "10"}, "max_partitions", "'10' is not of type 'integer'"),
-    ({"max_partitions": 2.5}, "max_partitions", "2.5 is not of type 'integer'"),
+    ({"batch_size": 0}, "batch_size", "0 is less than the minimum of 1"),
+    ({"batch_size": "10"}, "batch_size", "'10' is not of type 'integer'"),
+    ({"max_batches": 2.5}, "max_batches", "2.5 is not of type 'integer'"),
     ({"dry_run": "yes"}, "dry_run", "'yes' is not of type 'boolean'"),
-    ({"dry_run": "false"}, "dry_run", "'false' is not of type 'boolean'"),
     ({"dry_run": 1}, "dry_run", "1 is not of type 'boolean'"),
 ])
 def test_bad_conf_is_rejected_with_a_clear_message(retention_dag, conf, param, reason):
@@ -62,47 +75,51 @@ def test_trigger_with_bad_conf_creates_no_run_and_touches_nothing(storage, reten
     from airflow.sdk.exceptions import ParamValidationError
 
     before = storage.snapshot()
-    with pytest.raises(ParamValidationError, match="'nope' is not one of"):
-        retention_dag.test(logical_date=T, run_conf={"topics": ["nope"]})
+    with pytest.raises(ParamValidationError, match="does not match"):
+        retention_dag.test(logical_date=T, run_conf={"topics": ["a/b"]})
     assert storage.snapshot() == before
 
 
-@pytest.mark.parametrize("dag_id", ["log_checkpoint", "log_flush"])
-def test_checkpoint_and_flush_params(storage, dag_id):
+@pytest.mark.parametrize("dag_id", ["log_checkpoint", "log_flush", "log_verify", "log_compaction"])
+def test_every_maintenance_dag_checks_its_params(storage, dag_id):
     from airflow.sdk.exceptions import ParamValidationError
 
     storage.produce("events", 0, old_then_recent(3, 0))
     dag = parse_dag(dag_id)
-    assert "max_partitions" not in dag.params
-    with pytest.raises(ParamValidationError, match=re.escape("'nope' is not one of ['events']")):
-        validate_as_trigger(dag, {"topics": ["nope"]})
+    with pytest.raises(ParamValidationError, match=re.escape("'a b' does not match")):
+        validate_as_trigger(dag, {"topics": ["a b"]})
     with pytest.raises(ParamValidationError, match=re.escape("'no' is not of type 'boolean'")):
         validate_as_trigger(dag, {"dry_run": "no"})
-
-
-def test_without_topics_on_disk_the_form_still_rejects_illegal_names(storage):
-    from airflow.sdk.exceptions import ParamValidationError
-
-    dag = parse_dag("log_retention")          # the log dirs are still empty
-    assert "enum" not in dag.params.get_param("topics").schema["items"]
-    assert validate_as_trigger(dag, {"topics": ["ghost"]})["topics"] == ["ghost"]
-    for bad in ("../x", "..", "a/b", ""):
-        with pytest.raises(ParamValidationError, match="Invalid input for param topics"):
-            validate_as_trigger(dag, {"topics": [bad]})
 
 
 def test_unreadable_config_at_parse_time_keeps_the_dag_importable(storage):
     storage.config_path.write_text("broker:\n  log.segment.bytes: 5\n")
     dag = parse_dag("log_retention")
     assert "log.segment.bytes = 5" in dag.params.get_param("topics").description
+    assert "examples" not in dag.params.get_param("topics").schema
 
 
-def test_unknown_topic_that_passes_the_form_fails_the_run_without_retries(storage):
-    dag = parse_dag("log_retention")          # parsed before any topic existed: no enum
+def test_unknown_topic_fails_the_run_at_once(storage):
     storage.produce("events", 0, old_then_recent(3, 0))
-    dag_run = dag.test(logical_date=T, run_conf={"topics": ["ghost"]})
+    dag_run = parse_dag("log_retention").test(logical_date=T, run_conf={"topics": ["ghost"]})
     assert dag_run.state == "failed"
-    listing = task_instances(dag_run)[("list_partitions", -1)]
-    assert listing.state == "failed"
-    assert listing.try_number == 1          # AirflowFailException: a retry cannot make the topic exist
-    assert ("list_partitions", -1) not in run_results(dag_run)
+    plan = task_instances(dag_run)[("plan_batches", -1)]
+    assert plan.state == "failed"
+    assert plan.try_number == 1          # AirflowFailException: a retry cannot make the topic exist
+    report = run_results(dag_run)[("run_report", -1)]
+    (failed,) = report["failed_tasks"]
+    assert failed["task_id"] == "plan_batches" and "unknown topic(s) ['ghost']" in failed["error"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ([["events", -1]], "partition must be an integer >= 0, got -1"),
+    ([["", 0]], "topic must be a topic name, got ''"),
+    ("events-0", "partitions must be a list of [topic, partition] pairs"),
+])
+def test_batch_arguments_are_checked(value, message):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from storage_maintenance.params import as_partitions
+
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        as_partitions(value)
