@@ -1,14 +1,29 @@
-"""Registers the storage-maintenance package with Airflow (``airflow plugins`` lists it).
+"""Registers the storage-maintenance plugin with Airflow: the Storage view (a FastAPI app inside the
+api-server, under ``/storage-maintenance``) and its places in the UI.
 
-Deliberately empty apart from its name: the hook, operators and notifier are imported by the DAG files as
-``storage_maintenance.*`` (the plugins folder is on ``sys.path``), and this module is imported by every
-Airflow component at start-up, so it imports nothing heavy. Airflow loads this file as a top-level module
-named ``plugin``; ``.airflowignore`` keeps it from loading the package's other modules the same way.
+* "Storage" in the navigation (``/plugin/storage``): log dirs, partitions, the dry-run plan;
+* "Run summary", a tab on every DAG run's page (``/dags/<dag>/runs/<run>/plugin/run-summary``), showing the
+  run report of a maintenance run.
+
+The hook, operators and notifiers are imported by the DAG files as ``storage_maintenance.*`` (the plugins
+folder is on ``sys.path``). Airflow loads this file as a top-level module named ``plugin``; ``.airflowignore``
+keeps it from loading the package's other modules the same way. Every Airflow component imports this module
+at start-up: the view's app is built from FastAPI, which the api-server has loaded anyway, and it imports the
+engine only when a page is asked for.
 """
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from storage_maintenance.storage_view import PREFIX, app
+
 
 class StorageMaintenancePlugin(AirflowPlugin):
     name = "storage_maintenance"
+    fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "Storage"}]
+    external_views = [
+        {"name": "Storage", "href": f"{PREFIX}/", "destination": "nav", "url_route": "storage",
+         "category": "browse"},
+        {"name": "Run summary", "href": f"{PREFIX}/runs/{{DAG_ID}}/{{RUN_ID}}", "destination": "dag_run",
+         "url_route": "run-summary"},
+    ]

@@ -1,0 +1,317 @@
+"""The Storage view: pages and a JSON API inside Airflow's api-server, under ``/storage-maintenance``.
+
+Pages (HTML, shown inside the Airflow UI through the plugin's external views):
+
+* ``/`` log dirs (capacity, used, partitions, bytes awaiting purge, damage) and the latest maintenance runs;
+* ``/partitions`` the partition table, filtered (topic, name), sorted (name, size, segments, ``.deleted``
+  bytes) and paginated, with offsets, recovery point, dirty ratio, cleaner checkpoint, uncleanable reason,
+  and the last retention and compaction result of each partition linked to its run;
+* ``/partitions/<topic>/<partition>`` its segments, files awaiting purge, and a chart of its size and of the
+  bytes reclaimed over time (from its asset events);
+* ``/plan`` what retention and compaction would do as of a chosen instant (read-only, the engine's rules);
+* ``/runs/<dag_id>/<run_id>`` a run's summary (the "Run summary" tab of every run page).
+
+The JSON API under ``/storage-maintenance/api`` backs them with the same data. Every endpoint requires
+Airflow's login (``Authorization: Bearer`` or the UI's ``_token`` cookie; 401 without). Everything is
+read-only except two deliberate actions, each checked against Airflow's own permissions and accepting only a
+JSON body (so a cross-site form cannot post them): clearing a partition's uncleanable mark (edit permission
+on ``log_compaction``) and triggering a dry-run DAG run (permission to create runs of that DAG).
+
+Storage figures come from :mod:`storage_engine.tools.status` through the hook (no lock, no write); the
+maintenance history from the metadata DB (:mod:`.history`).
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
+
+from . import history
+from .hooks import StorageEngineHook, epoch_ms, iso_ms
+
+PREFIX = "/storage-maintenance"
+PAGE_SIZE = 100
+_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+app = FastAPI(title="Storage maintenance", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None,
+              openapi_url=None)
+
+
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True, undefined=jinja2.ChainableUndefined)
+    env.filters["bytes"] = human_bytes
+    env.filters["ms"] = lambda v: "" if v is None or v < 0 else iso_ms(int(v))
+    env.filters["pct"] = lambda v: "" if v is None else f"{100 * v:.1f}%"
+    env.filters["when"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(v, "strftime") else (v or "")
+    env.globals["prefix"] = PREFIX
+    return env
+
+
+_ENV = None
+
+
+def render(name: str, **values) -> HTMLResponse:
+    global _ENV
+    if _ENV is None:
+        _ENV = _env()
+    return HTMLResponse(_ENV.get_template(name).render(**values))
+
+
+def human_bytes(n) -> str:
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+def hook() -> StorageEngineHook:
+    """The storage config the DAGs use: the ``storage_engine_default`` connection, else the environment."""
+    return StorageEngineHook()
+
+
+def _now_ms() -> int:
+    return epoch_ms(datetime.datetime.now(datetime.timezone.utc))
+
+
+def _parse_as_of(value: str | None) -> int:
+    """``2026-01-01T12:00`` / ``...Z`` / epoch ms -> epoch ms (UTC when no zone is given); None -> now."""
+    if not value:
+        return _now_ms()
+    if value.isdigit():
+        return int(value)
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(422, f"as_of must be an ISO date-time or epoch milliseconds, got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return epoch_ms(when)
+
+
+def _engine_errors(call, *args, **kwargs):
+    from storage_engine.errors import PartitionNotFoundError, StorageError
+
+    try:
+        return call(*args, **kwargs)
+    except PartitionNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except (StorageError, ValueError) as exc:
+        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+
+
+# -- data -------------------------------------------------------------------------------------------------
+
+def overview_data(session) -> dict:
+    h = hook()
+    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status),
+            "runs": history.recent_runs(session, limit=5)}
+
+
+def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
+                    limit: int) -> dict:
+    h = hook()
+    data = _engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=sort, descending=desc,
+                          offset=(page - 1) * limit, limit=limit)
+    tps = [(p["topic"], p["partition"]) for p in data["partitions"]]
+    retention_run, retention = history.last_results(session, "log_retention", "retention", tps)
+    events = history.partition_events(session, tps, limit_per_partition=20)
+    for p in data["partitions"]:
+        tp = (p["topic"], p["partition"])
+        p["last_retention"] = dict(retention[tp], run_id=retention_run) if tp in retention else None
+        p["last_compaction"] = next((e for e in events[tp] if e["extra"].get("kind") == "compaction"), None)
+    data.update(page=page, pages=max(1, math.ceil(data["total"] / limit)), desc=desc, q=q or "",
+                topics=topic or [], retention_run=retention_run)
+    return data
+
+
+def partition_data(session, topic: str, partition: int) -> dict:
+    detail = _engine_errors(hook().partition_detail, topic, partition)
+    events = history.partition_events(session, [(topic, partition)])[(topic, partition)]
+    detail["events"] = events
+    detail["chart"] = history_chart(events, detail.get("size_bytes", 0))
+    return detail
+
+
+def plan_data(as_of: str | None, topic: list[str] | None, page: int, limit: int) -> dict:
+    now_ms = _parse_as_of(as_of)
+    data = _engine_errors(hook().plan, now_ms, topics=topic or None, offset=(page - 1) * limit, limit=limit)
+    data.update(as_of=iso_ms(now_ms), page=page, topics=topic or [],
+                pages=max(1, math.ceil(data["retention"]["total"] / limit)))
+    return data
+
+
+def run_data(session, dag_id: str, run_id: str) -> dict:
+    state = history.run_state(session, dag_id, run_id)
+    if state is None:
+        raise HTTPException(404, f"no run {run_id!r} of DAG {dag_id!r}")
+    report = history.run_report(session, dag_id, run_id)
+    return {"run": state, "report": report, "maintenance": dag_id in history.MAINTENANCE_DAGS}
+
+
+def history_chart(events: list[dict], size_now: int, width: int = 720, height: int = 220) -> dict:
+    """An SVG chart (size after each change: line; bytes reclaimed: bars) of a partition's asset events."""
+    points = sorted(((e["timestamp"], e["extra"]) for e in events if e["extra"].get("size_bytes_after") is not None
+                     or e["extra"].get("bytes_reclaimed") is not None), key=lambda x: x[0])
+    if not points:
+        return {"svg": None, "points": 0}
+    xs = [p[0].timestamp() for p in points]
+    sizes = [p[1].get("size_bytes_after") for p in points]
+    reclaimed = [p[1].get("bytes_reclaimed") or 0 for p in points]
+    top = max([s for s in sizes if s is not None] + reclaimed + [size_now, 1])
+    x0, x1 = min(xs), max(xs)
+    span = (x1 - x0) or 1.0
+    pad_l, pad_r, pad_t, pad_b = 70, 20, 14, 36
+
+    def x(v):
+        return pad_l + (v - x0) / span * (width - pad_l - pad_r) if x1 > x0 else (pad_l + width - pad_r) / 2
+
+    def y(v):
+        return pad_t + (1 - v / top) * (height - pad_t - pad_b)
+
+    bar = max(3.0, min(24.0, (width - pad_l - pad_r) / (2 * len(points))))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="size and bytes reclaimed over time">',
+             f'<line x1="{pad_l}" y1="{height - pad_b}" x2="{width - pad_r}" y2="{height - pad_b}" stroke="#999"/>',
+             f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{height - pad_b}" stroke="#999"/>',
+             f'<text x="4" y="{pad_t + 10}" font-size="11">{human_bytes(top)}</text>',
+             f'<text x="4" y="{height - pad_b}" font-size="11">0 B</text>']
+    for xv, r in zip(xs, reclaimed):
+        if r:
+            parts.append(f'<rect class="reclaimed" x="{x(xv) - bar / 2:.1f}" y="{y(r):.1f}" width="{bar:.1f}" '
+                         f'height="{height - pad_b - y(r):.1f}" fill="#e9a23b"><title>reclaimed {human_bytes(r)}'
+                         f'</title></rect>')
+    line = [(x(xv), y(s)) for xv, s in zip(xs, sizes) if s is not None]
+    if line:
+        parts.append('<polyline class="size" fill="none" stroke="#2b6cb0" stroke-width="2" points="'
+                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in line) + '"/>')
+        parts.extend(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="#2b6cb0"/>' for a, b in line)
+    first = datetime.datetime.fromtimestamp(x0, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    last = datetime.datetime.fromtimestamp(x1, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    parts.append(f'<text x="{pad_l}" y="{height - 12}" font-size="11">{first} UTC</text>')
+    parts.append(f'<text x="{width - pad_r}" y="{height - 12}" font-size="11" text-anchor="end">{last} UTC</text>')
+    parts.append("</svg>")
+    return {"svg": "".join(parts), "points": len(points)}
+
+
+# -- pages --------------------------------------------------------------------------------------------------
+
+@app.get("/", response_class=HTMLResponse)
+def overview_page(session: SessionDep):
+    return render("overview.html", **overview_data(session))
+
+
+@app.get("/partitions", response_class=HTMLResponse)
+def partitions_page(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
+                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1):
+    return render("partitions.html", **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
+
+
+@app.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
+def partition_page(session: SessionDep, topic: str, partition: int):
+    return render("partition.html", p=partition_data(session, topic, partition))
+
+
+@app.get("/plan", response_class=HTMLResponse)
+def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
+              page: Annotated[int, Query(ge=1)] = 1):
+    return render("plan.html", **plan_data(as_of, topic, page, PAGE_SIZE))
+
+
+@app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+def run_page(session: SessionDep, dag_id: str, run_id: str):
+    return render("run.html", **run_data(session, dag_id, run_id))
+
+
+# -- JSON API -----------------------------------------------------------------------------------------------
+
+@app.get("/api/log-dirs")
+def api_log_dirs(session: SessionDep):
+    return JSONResponse(_json(overview_data(session)))
+
+
+@app.get("/api/partitions")
+def api_partitions(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
+                   sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
+    return JSONResponse(_json(partitions_data(session, topic, q, sort, desc, page, limit)))
+
+
+@app.get("/api/partitions/{topic}/{partition}")
+def api_partition(session: SessionDep, topic: str, partition: int):
+    data = partition_data(session, topic, partition)
+    data.pop("chart")
+    return JSONResponse(_json(data))
+
+
+@app.get("/api/plan")
+def api_plan(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
+             page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
+    return JSONResponse(_json(plan_data(as_of, topic, page, limit)))
+
+
+@app.get("/api/runs/{dag_id}/{run_id}")
+def api_run(session: SessionDep, dag_id: str, run_id: str):
+    return JSONResponse(_json(run_data(session, dag_id, run_id)))
+
+
+@app.post("/api/partitions/{topic}/{partition}/clear-uncleanable",
+          dependencies=[Depends(requires_access_dag("PUT", param_dag_id="log_compaction"))])
+def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]):
+    """Forget that cleaning this partition failed, so the next compaction run considers it again. The body
+    must be JSON (``{}``): the check that keeps a cross-site form from posting here."""
+    result = _engine_errors(hook().clear_uncleanable, topic, partition)
+    return JSONResponse(_json({"topic": topic, "partition": partition, **result}))
+
+
+def _trigger_access(request: Request, body: Annotated[dict, Body()]):
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    dag_id = body.get("dag_id") if isinstance(body, dict) else None
+    if dag_id not in ("log_retention", "log_compaction", "log_flush", "log_checkpoint"):
+        raise HTTPException(422, f"dag_id must be a maintenance DAG that has a dry run, got {dag_id!r}")
+    return requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)
+
+
+@app.post("/api/dry-runs")
+def api_dry_run(request: Request, body: Annotated[dict, Body()], user=Depends(get_user)):
+    """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    check = _trigger_access(request, body)
+    check(request, user)
+    topics = body.get("topics") or None
+    if topics is not None and (not isinstance(topics, list) or not all(isinstance(t, str) for t in topics)):
+        raise HTTPException(422, f"topics must be a list of topic names, got {topics!r}")
+    conf: dict[str, Any] = {"dry_run": True, "topics": topics}
+    try:
+        run = trigger_dag(body["dag_id"], triggered_by=DagRunTriggeredByType.UI, conf=conf, logical_date=None,
+                          triggering_user_name=getattr(user, "get_name", lambda: None)())
+    except Exception as exc:     # an unknown or paused-forever DAG, a param the schema rejects
+        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+    return JSONResponse({"dag_id": body["dag_id"], "run_id": run.run_id if run is not None else None,
+                         "conf": conf})
+
+
+def _json(value):
+    """Datetimes as ISO strings, tuples as lists, so every value is plain JSON."""
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, tuple) else "-".join(map(str, k)): _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value

@@ -1,0 +1,296 @@
+"""The Storage view as an operator uses it: a real ``airflow api-server`` over generated sample logs, maintained
+by real DAG runs, every page opened in Debian's chromium (headless, driven by Playwright) and its figures
+checked against the engine's ``describe``; screenshots under ``var/test-artifacts/storage-view/``.
+
+Every plugin endpoint answers 401 without Airflow's login; the two actions need Airflow's permissions and a
+JSON body.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import urllib.parse
+
+import pytest
+import yaml
+
+from storage_engine.config import load_config
+from storage_engine.log.manager import LogManager
+
+from .api_server import ApiServer
+from .conftest import REPO, parse_dag, run_results
+from .storage_fixtures import T, T_MS
+
+pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
+
+ARTIFACTS = REPO / "var" / "test-artifacts" / "storage-view"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+UNCLEANABLE = ("user-sessions", 1)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """Sample logs (the demo's three topics, small) maintained by one retention and one compaction run."""
+    from include.sample_data import generate
+    from storage_engine.maintenance.cleaner_manager import mark_uncleanable
+
+    root = tmp_path_factory.mktemp("storage-view")
+    data = yaml.safe_load((REPO / "include" / "config" / "storage.yaml").read_text())
+    data["broker"]["log.dirs"] = [str(root / "logs" / "dir-a"), str(root / "logs" / "dir-b")]
+    config_path = root / "storage.yaml"
+    config_path.write_text(yaml.safe_dump(data))
+    old = os.environ.get("STORAGE_ENGINE_CONFIG")
+    os.environ["STORAGE_ENGINE_CONFIG"] = str(config_path)
+    try:
+        generate(load_config(config_path), now_ms=T_MS, scale=0.5)
+        retention = parse_dag("log_retention").test(logical_date=T)
+        assert retention.state == "success"
+        compaction = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
+        assert compaction.state == "success"
+        config = load_config(config_path)
+        log_dir = next(d for d in config.log_dirs if os.path.isdir(os.path.join(d, "%s-%d" % UNCLEANABLE)))
+        mark_uncleanable(log_dir, "%s-%d" % UNCLEANABLE, "CorruptRecordError: CRC mismatch (test damage)", T_MS)
+        yield {"config_path": config_path, "config": config, "root": root, "retention": retention,
+               "compaction": compaction}
+    finally:
+        if old is None:
+            os.environ.pop("STORAGE_ENGINE_CONFIG", None)
+        else:
+            os.environ["STORAGE_ENGINE_CONFIG"] = old
+
+
+@pytest.fixture(scope="module")
+def server(sample):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    srv = ApiServer(pathlib.Path(os.environ["AIRFLOW_HOME"]), sample["config_path"], ARTIFACTS / "api-server.log")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def describe(config) -> dict:
+    """{(topic, partition): Log.describe()} as the engine sees the logs."""
+    with LogManager.open(config, now_ms=T_MS) as mgr:
+        return {tp: log.describe() for tp, log in mgr.logs.items()}
+
+
+def plugin_routes():
+    from storage_maintenance.storage_view import PREFIX, app
+
+    samples = {"topic": "access-log", "partition": "0", "dag_id": "log_retention", "run_id": "x"}
+    for route in app.routes:
+        methods = sorted(getattr(route, "methods", None) or [])
+        path = route.path
+        for name, value in samples.items():
+            path = path.replace("{%s}" % name, value)
+        for method in methods:
+            if method != "HEAD":
+                yield method, PREFIX + path
+
+
+def test_every_plugin_endpoint_needs_the_airflow_login(server):
+    routes = list(plugin_routes())
+    assert {m for m, _ in routes} == {"GET", "POST"} and len(routes) >= 12
+    for method, path in routes:
+        status, body, _ = server.request(path, method=method, body={} if method == "POST" else None)
+        assert status == 401, (method, path, status, body[:200])
+    # No unauthenticated documentation either.
+    for path in ("/storage-maintenance/docs", "/storage-maintenance/openapi.json"):
+        assert server.request(path)[0] in (401, 404)
+
+
+def test_json_api_matches_describe(server, sample):
+    token = server.token()
+    truth = describe(sample["config"])
+    page = server.get_json("/storage-maintenance/api/partitions?limit=1000", token)
+    assert page["total"] == len(truth) == len(page["partitions"]) == 8
+    for p in page["partitions"]:
+        d = truth[(p["topic"], p["partition"])]
+        assert (p["size_bytes"], p["segments"], p["log_start_offset"], p["log_end_offset"]) == (
+            d["size_bytes"], len(d["segments"]), d["log_start_offset"], d["log_end_offset"]), p
+        assert p["recovery_point"] == d["recovery_point"]
+    dirs = server.get_json("/storage-maintenance/api/log-dirs", token)["log_dirs"]
+    for d in dirs:
+        mine = [v for v in truth.values() if os.path.dirname(v["dir"]) == d["path"]]
+        assert d["partitions"] == len(mine) and d["size_bytes"] == sum(v["size_bytes"] for v in mine)
+    assert sum(d["deleted_bytes"] for d in dirs) > 0                  # retention's .deleted files, not yet purged
+    # Filtering and sorting happen on the server.
+    biggest = server.get_json("/storage-maintenance/api/partitions?sort=size&desc=true&limit=3", token)
+    assert [p["size_bytes"] for p in biggest["partitions"]] == sorted(
+        (v["size_bytes"] for v in truth.values()), reverse=True)[:3]
+    only = server.get_json("/storage-maintenance/api/partitions?topic=user-emails", token)
+    assert {p["topic"] for p in only["partitions"]} == {"user-emails"} and only["total"] == 3
+    # The last retention result per partition links to the run that produced it.
+    retention_run = sample["retention"].run_id
+    results = {(p["topic"], p["partition"]): p["last_retention"] for p in page["partitions"]}
+    assert all(r["run_id"] == retention_run for r in results.values())
+    reclaimed = {tp: r["bytes_reclaimed"] for tp, r in results.items() if r["segments_deleted"]}
+    assert reclaimed and all(tp[0] in ("access-log", "user-sessions") for tp in reclaimed)
+
+
+def test_partition_history_and_plan_over_the_api(server, sample):
+    token = server.token()
+    cleaned = run_results(sample["compaction"])
+    (clean,) = [r for (task, _), r in cleaned.items() if task == "clean"][:1] or [None]
+    assert clean is not None
+    detail = server.get_json(f"/storage-maintenance/api/partitions/{clean['topic']}/{clean['partition']}", token)
+    (event,) = [e for e in detail["events"] if e["extra"]["kind"] == "compaction"]
+    assert event["run_id"] == sample["compaction"].run_id
+    assert event["extra"]["bytes_reclaimed"] == clean["size_bytes_before"] - clean["size_bytes_after"]
+    assert [s["base_offset"] for s in detail["segment_list"]] == [
+        s["base_offset"] for s in describe(sample["config"])[(clean["topic"], clean["partition"])]["segments"]]
+    # Two days later, access-log (retention 3 days) has more to delete than at T.
+    plan = server.get_json("/storage-maintenance/api/plan?as_of=2026-01-03T12:00:00Z", token)
+    assert plan["as_of"] == "2026-01-03T12:00:00.000Z"
+    later = {(r["topic"], r["partition"]): r for r in plan["retention"]["partitions"]}
+    assert any(r["segments_deleted"] for tp, r in later.items() if tp[0] == "access-log")
+    assert plan["compaction"]["skipped"][0]["reason"].startswith("uncleanable: CorruptRecordError")
+    status, body, _ = server.request("/storage-maintenance/api/plan?as_of=yesterday", token=token)
+    assert status == 422 and b"as_of must be an ISO date-time" in body
+    assert server.request("/storage-maintenance/api/partitions/nope/0", token=token)[0] == 404
+
+
+def test_actions_need_permission_and_a_json_body(server, sample):
+    from storage_engine.maintenance.cleaner_manager import read_uncleanable
+
+    name = "%s-%d" % UNCLEANABLE
+    clear = f"/storage-maintenance/api/partitions/{UNCLEANABLE[0]}/{UNCLEANABLE[1]}/clear-uncleanable"
+    viewer, admin = server.token("viewer"), server.token("admin")
+    assert server.request(clear, token=viewer, method="POST", body={})[0] == 403
+    assert server.request("/storage-maintenance/api/dry-runs", token=viewer, method="POST",
+                          body={"dag_id": "log_retention"})[0] == 403
+    assert server.request(clear, token=admin, method="POST", body=b"x=1",
+                          content_type="application/x-www-form-urlencoded")[0] == 422
+    assert any(name in read_uncleanable(d) for d in sample["config"].log_dirs)       # nothing cleared yet
+    status, body, _ = server.request("/storage-maintenance/api/dry-runs", token=admin, method="POST",
+                                     body={"dag_id": "log_retention", "topics": ["access-log"]})
+    assert status == 200, body
+    run_id = json.loads(body)["run_id"]
+    run = server.get_json(f"/api/v2/dags/log_retention/dagRuns/{urllib.parse.quote(run_id)}", admin)
+    assert run["conf"] == {"dry_run": True, "topics": ["access-log"]}
+    assert run["logical_date"] is None                  # it will act as of its trigger time
+    status, body, _ = server.request("/storage-maintenance/api/dry-runs", token=admin, method="POST",
+                                     body={"dag_id": "other_dag"})
+    assert status == 422
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright import sync_api as playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = b.new_context(viewport={"width": 1500, "height": 1000})
+        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
+        try:
+            yield context
+        finally:
+            context.close()
+            b.close()
+
+
+def shot(page, name: str) -> pathlib.Path:
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def cell(row, field: str) -> str:
+    return row.locator(f'[data-field="{field}"]').inner_text().strip()
+
+
+def test_pages_show_the_storage_as_describe_sees_it(server, sample, browser):
+    truth = describe(sample["config"])
+    page = browser.new_page()
+    base = server.url + "/storage-maintenance"
+
+    page.goto(base + "/")
+    for d in sample["config"].log_dirs:
+        row = page.locator(f'#log-dirs tr[data-path="{d}"]')
+        mine = [v for v in truth.values() if os.path.dirname(v["dir"]) == d]
+        assert cell(row, "partitions") == str(len(mine))
+        assert row.locator('[data-field="size_bytes"]').get_attribute("title") == f"{sum(v['size_bytes'] for v in mine)} bytes"
+    assert page.locator("#runs").inner_text().count("log_retention") >= 1
+    shot(page, "01-log-dirs")
+
+    page.goto(base + "/partitions?sort=size&desc=true")
+    rows = page.locator("#partitions tr[data-partition]")
+    assert rows.count() == len(truth)
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        topic, _, part = row.get_attribute("data-partition").rpartition("-")
+        d = truth[(topic, int(part))]
+        assert row.locator('[data-field="size_bytes"]').get_attribute("title") == f"{d['size_bytes']} bytes"
+        assert (cell(row, "segments"), cell(row, "log_start_offset"), cell(row, "log_end_offset"),
+                cell(row, "recovery_point")) == (str(len(d["segments"])), str(d["log_start_offset"]),
+                                                 str(d["log_end_offset"]), str(d["recovery_point"]))
+    uncleanable = page.locator('#partitions tr[data-partition="%s-%d"]' % UNCLEANABLE)
+    assert "CRC mismatch (test damage)" in uncleanable.inner_text()
+    assert uncleanable.get_by_role("button", name="Clear (retry cleaning)").count() == 1
+    shot(page, "02-partitions")
+
+    page.goto(base + "/partitions/access-log/0")
+    d = truth[("access-log", 0)]
+    assert cell(page.locator("#facts"), "log_end_offset") == str(d["log_end_offset"])
+    assert page.locator("#segments tr").count() == len(d["segments"]) + 1
+    assert page.locator("#chart svg rect.reclaimed").count() >= 1        # retention reclaimed bytes
+    assert page.locator("#deleted tr").count() > 1                        # .deleted files awaiting purge
+    shot(page, "03-partition-retention")
+
+    clean = next(r for (task, _), r in run_results(sample["compaction"]).items() if task == "clean")
+    page.goto(base + f"/partitions/{clean['topic']}/{clean['partition']}")
+    assert page.locator("#chart svg polyline.size").count() == 1
+    assert "compaction" in page.locator("#events").inner_text()
+    shot(page, "04-partition-compaction")
+
+    page.goto(base + "/plan?as_of=2026-01-03T12:00:00Z")
+    assert "2026-01-03T12:00:00.000Z" in page.locator("h1").inner_text()
+    assert page.locator("#retention tr[data-partition]").count() >= 1
+    assert page.locator("#compaction tr[data-partition]").count() >= 1
+    shot(page, "05-plan")
+
+    run_id = sample["retention"].run_id
+    page.goto(base + f"/runs/log_retention/{urllib.parse.quote(run_id)}")
+    report = run_results(sample["retention"])[("run_report", -1)]
+    assert "2026-01-01T12:00:00.000Z" in page.locator("#as-of").inner_text()
+    assert page.locator("#rows tr[data-partition]").count() == len(report["rows"])
+    shot(page, "06-run-summary")
+
+
+def test_storage_view_inside_the_airflow_ui(server, sample, browser):
+    page = browser.new_page()
+    page.goto(server.url + "/plugin/storage")
+    frame = page.frame_locator("iframe")
+    frame.locator("#log-dirs").wait_for(timeout=60_000)
+    assert frame.locator("#log-dirs tr[data-path]").count() == 2
+    shot(page, "07-airflow-ui-storage")
+
+    run_id = sample["retention"].run_id
+    page.goto(server.url + f"/dags/log_retention/runs/{urllib.parse.quote(run_id)}/plugin/run-summary")
+    frame = page.frame_locator("iframe")
+    frame.locator("#totals").wait_for(timeout=60_000)
+    assert "2026-01-01T12:00:00.000Z" in frame.locator("#as-of").inner_text()
+    shot(page, "08-airflow-ui-run-summary")
+
+
+def test_clear_uncleanable_from_the_partition_page(server, sample, browser):
+    from storage_engine.maintenance.cleaner_manager import read_uncleanable
+
+    name = "%s-%d" % UNCLEANABLE
+    page = browser.new_page()
+    page.goto(server.url + "/storage-maintenance/partitions/%s/%d" % UNCLEANABLE)
+    page.get_by_role("button", name="Clear (retry cleaning)").click()
+    page.locator("#clear-out").filter(has_text="200").wait_for(timeout=30_000)
+    assert not any(name in read_uncleanable(d) for d in sample["config"].log_dirs)
+    page.reload()
+    assert page.get_by_role("button", name="Clear (retry cleaning)").count() == 0
+    shot(page, "09-uncleanable-cleared")
