@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast typecheck demo bench bench-large airflow clean
+.PHONY: venv browser test test-fast typecheck demo bench bench-large airflow clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,13 @@ $(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedu
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# Debian's chromium for the browser tests (Playwright drives it; its own browser download cannot be used).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
@@ -31,8 +37,9 @@ demo: $(STAMP)
 # airflow standalone on var/airflow with the project's dags/ and plugins/; prints the URL and the admin login.
 # AIRFLOW_PORT=8090 make airflow for another port; ARGS=--check starts it, checks health and login, stops it.
 AIRFLOW_PORT ?= 8080
+# exec: Ctrl-C reaches the Python process directly, which stops every component within seconds.
 airflow: $(STAMP)
-	$(BIN)/python -m include.airflow_standalone --port $(AIRFLOW_PORT) $(ARGS)
+	exec $(BIN)/python -m include.airflow_standalone --port $(AIRFLOW_PORT) $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -89,25 +89,60 @@ class PartitionDetail(PartitionStatus, total=False):
 
 # -- listing ------------------------------------------------------------------------------------------------
 
-def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config: StorageConfig) -> PartitionStatus:
-    size = segments = deleted_bytes = deleted_files = 0
-    pending = []
-    pdir = os.path.join(log_dir, name)
+# Per partition folder: (folder mtime, live .log files but the active one: count and bytes, the active .log's
+# name, .deleted bytes and files, pending files). A folder's mtime changes whenever a file in it is created,
+# renamed or removed (a roll, a deletion, a swap), so until it changes only the active segment can have
+# grown: one stat of the folder and one of the active .log instead of a listing and a stat per file.
+_SCAN_CACHE: dict[str, tuple] = {}
+_SCAN_CACHE_MAX = 200_000
+
+
+def _offset_named_log(n: str) -> bool:
+    return len(n) == 24 and n.endswith(layout.LOG_SUFFIX) and n[:20].isdigit()
+
+
+def _scan_folder(pdir: str) -> tuple:
+    sealed_size = count = deleted_bytes = deleted_files = 0
+    pending, logs = [], []
     with os.scandir(pdir) as it:
         for entry in it:
             n = entry.name
-            if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n):
-                size += entry.stat().st_size
-                segments += 1
+            if _offset_named_log(n):
+                logs.append((n, entry))
             elif n.endswith(layout.DELETED_SUFFIX):
                 deleted_bytes += entry.stat().st_size
                 deleted_files += 1
             elif n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)):
                 pending.append(n)
+    logs.sort(key=lambda x: x[0])
+    for _n, entry in logs[:-1]:
+        sealed_size += entry.stat().st_size
+    count = len(logs)
+    active = logs[-1][0] if logs else None
+    return sealed_size, count, active, deleted_bytes, deleted_files, sorted(pending)
+
+
+def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config: StorageConfig) -> PartitionStatus:
+    pdir = os.path.join(log_dir, name)
+    mtime = os.stat(pdir).st_mtime_ns
+    cached = _SCAN_CACHE.get(pdir)
+    if cached is None or cached[0] != mtime:
+        if len(_SCAN_CACHE) > _SCAN_CACHE_MAX:
+            _SCAN_CACHE.clear()
+        cached = (mtime, *_scan_folder(pdir))
+        _SCAN_CACHE[pdir] = cached
+    _mtime, sealed_size, count, active, deleted_bytes, deleted_files, pending = cached
+    size = sealed_size
+    if active is not None:
+        try:
+            size += os.stat(os.path.join(pdir, active)).st_size
+        except FileNotFoundError:           # rolled away between the two stats: read the folder again
+            _SCAN_CACHE.pop(pdir, None)
+            return _scan_partition(log_dir, name, topic, partition, config)
     return {"topic": topic, "partition": partition, "log_dir": log_dir,
             "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy), "size_bytes": size,
-            "segments": segments, "deleted_bytes": deleted_bytes, "deleted_files": deleted_files,
-            "pending_files": sorted(pending)}
+            "segments": count, "deleted_bytes": deleted_bytes, "deleted_files": deleted_files,
+            "pending_files": list(pending)}
 
 
 def _matching(config: StorageConfig, topics=None, log_dir: str | None = None, search: str | None = None):

@@ -467,3 +467,17 @@ def test_dump_log_prints_legacy_compressed_and_control_batches_like_kafka(tmp_pa
     assert "baseOffset: 20 lastOffset: 22 count: 3" in out
     assert f"Found 30 invalid bytes at the end of {torn.name} (position {len(good)})" in err
     cli.dump(str(torn), flags=["--max-bytes", len(good)])
+
+
+def test_describe_pages_and_filters_opening_only_the_partitions_asked_for(cli):
+    for p in range(5):
+        cli.produce("t", p, records(3))
+    cli.produce("u", 0, records(2))
+    page = cli.json("describe", "--limit", "2", "--offset", "1")
+    assert page["partitions_total"] == 6 and (page["offset"], page["limit"]) == (1, 2)
+    assert sorted((p["topic"], p["partition"]) for d in page["log_dirs"] for p in d["partitions"]) == [
+        ("t", 1), ("t", 2)]
+    one = cli.json("describe", "--topic", "t", "--partition", "4")
+    assert [(p["topic"], p["partition"], p["log_end_offset"]) for d in one["log_dirs"] for p in d["partitions"]] == [
+        ("t", 4, 3)]
+    assert one["partitions_total"] == 1
