@@ -142,6 +142,22 @@ def _ensure_sample_data(env: dict) -> None:
                     "--skip-existing"], cwd=REPO, env=env, check=True)
 
 
+def prepare_metadata_db(env: dict) -> None:
+    """``airflow db migrate``, then SQLite's write-ahead log: with four task processes writing XComs and states
+    at once, the default rollback journal made writers wait for readers until "database is locked" failed
+    tasks (seen with 20 batch tasks over 10,000 partitions). WAL lets readers and one writer work together;
+    the setting is kept in the database file."""
+    subprocess.run([airflow_executable(), "db", "migrate"], cwd=REPO, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import sqlite3
+
+    conn = sqlite3.connect(str(AIRFLOW_HOME / "airflow.db"))
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.close()
+
+
 def _stop(proc: subprocess.Popen, timeout: float = 6) -> int:
     """Stop the standalone we started and every component it runs, within about ``timeout`` + 2 s.
 
@@ -191,6 +207,7 @@ def main(argv=None) -> int:
     env = airflow_env(port=args.port)
     AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
     _ensure_sample_data(env)
+    prepare_metadata_db(env)
     log_path = AIRFLOW_HOME / "standalone.log"
     url = f"http://localhost:{args.port}"
     print(f"Starting airflow standalone (AIRFLOW_HOME={os.path.relpath(AIRFLOW_HOME)}, dags={os.path.relpath(DAGS_FOLDER)}, "

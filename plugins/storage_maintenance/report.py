@@ -51,7 +51,7 @@ def partition_rows(task_id: str, result: Any) -> list[dict]:
     rows = []
     if "results" in result:                                         # a batch
         for r in result["results"]:
-            rows.append(_row(task_id, r))
+            rows.append(_row(task_id, {"dry_run": result.get("dry_run"), **r}))
         for f in result.get("failures", []):
             rows.append({"task": task_id, "partition": f"{f['topic']}-{f['partition']}", "status": "failed",
                          "segments": 0, "bytes": 0, "records": 0, "duration_s": None,

@@ -55,12 +55,12 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
     for (task, _), batch in results.items():
         if task == "retention":
             assert batch["failures"] == [] and batch["as_of"] == "2026-01-01T12:00:00.000Z"
+            assert batch["now_ms"] == T_MS
             assert batch["as_of_source"] == "data interval end"
     for p in (0, 1):
         r = by_partition[("events", p)]
-        assert r["now_ms"] == T_MS
-        assert [s["base_offset"] for s in r["segments"]] == expired
-        assert {s["reason"] for s in r["segments"]} == {"retention-ms"}
+        assert r["deleted_base_offsets"] == expired
+        assert r["reasons"] == ["retention-ms"]
         assert r["segments_deleted"] == len(expired) and r["bytes_reclaimed"] > 0
         assert (r["log_start_offset_before"], r["log_start_offset"]) == (0, new_start)
         assert r["records_removed"] == new_start
@@ -201,9 +201,9 @@ def test_dry_run_reports_and_changes_nothing(storage, three_partitions):
     results = run_results(dag_run)
     retention = partition_results(results, "retention")
     assert set(retention) == {("events", 0), ("events", 1)}
+    assert all(b["dry_run"] is True for (task, _), b in results.items() if task == "retention")
     for p in (0, 1):
-        assert retention[("events", p)]["dry_run"] is True
-        assert [s["base_offset"] for s in retention[("events", p)]["segments"]] == three_partitions[p]
+        assert retention[("events", p)]["deleted_base_offsets"] == three_partitions[p]
     assert results[("purge_deleted", -1)]["dry_run"] is True
     report = results[("run_report", -1)]
     assert {r["status"] for r in report["rows"]} == {"would change"}
