@@ -41,6 +41,7 @@ def _config_data(root: Path) -> dict:
 def _write_partitions(args: tuple) -> int:
     """Worker: create and fill the partitions [first, last) of topic ``t<i // 1000>``; returns records."""
     config_path, first, last, segments, now_ms = args
+    from storage_engine.clock import ManualClock
     from storage_engine.config import load_config
     from storage_engine.log.log import Log
     from storage_engine.record.records import SimpleRecord
@@ -52,12 +53,14 @@ def _write_partitions(args: tuple) -> int:
     for n in range(first, last):
         topic, partition = f"t{n // 1000:02d}", n % 1000
         log_dir = config.log_dirs[n % len(config.log_dirs)]
-        log, _ = Log.open(log_dir, topic, partition, config.log_config(topic), now_ms=now_ms, exclusive=True,
+        clock = ManualClock(now_ms)
+        log, _ = Log.open(log_dir, topic, partition, config.log_config(topic), clock=clock, exclusive=True,
                           create=True)
         try:
             for i in range(total):
                 ts = now_ms - 3 * DAY_MS + (3 * DAY_MS * i) // total
-                log.append_records([SimpleRecord(b"k%d" % i, b"v" * 80, ts)], now_ms=ts)
+                clock.set(ts)
+                log.append_records([SimpleRecord(b"k%d" % i, b"v" * 80, ts)])
             records += total
         finally:
             log.close(clean=True)

@@ -156,7 +156,8 @@ class StorageEngineHook(BaseHook):
         return maintenance.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
     def verify_batch(self, partitions) -> dict:
-        return maintenance.verify_batch(self.config, partitions)
+        from storage_engine.tools.verify import verify_batch
+        return verify_batch(self.config, partitions)
 
     def verify_log_dirs(self) -> dict:
         from storage_engine.tools.verify import verify_dir_files

@@ -351,12 +351,12 @@ def is_permanent(exc: BaseException) -> bool:
     return isinstance(exc, StorageError)
 
 
-def _failure(tp: TopicPartition, exc: BaseException) -> PartitionFailure:
+def partition_failure(tp: TopicPartition, exc: BaseException) -> PartitionFailure:
     return {"topic": tp[0], "partition": tp[1], "error_type": type(exc).__name__, "error": str(exc),
             "permanent": is_permanent(exc)}
 
 
-def _as_tps(partitions) -> list[TopicPartition]:
+def as_topic_partitions(partitions) -> list[TopicPartition]:
     out = []
     for item in partitions:
         if isinstance(item, dict):
@@ -375,7 +375,7 @@ def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition],
         return [(LogManager.open(config, clock=clock, partitions=tps), tps)]
     except Exception as exc:
         if len(tps) == 1:
-            failures.append(_failure(tps[0], exc))
+            failures.append(partition_failure(tps[0], exc))
             return []
     mid = len(tps) // 2
     return (_open_isolating(config, clock, tps[:mid], failures)
@@ -388,7 +388,7 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
     t0 = time.monotonic()
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    tps = _as_tps(partitions)
+    tps = as_topic_partitions(partitions)
     failures: list[PartitionFailure] = []
     results_by_tp: dict[TopicPartition, dict] = {}
     errors: list[str] = []
@@ -398,14 +398,14 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
             for tp in group:
                 log = mgr.logs.get(tp)
                 if log is None:
-                    failures.append(_failure(tp, PartitionNotFoundError(
+                    failures.append(partition_failure(tp, PartitionNotFoundError(
                         f"partition {tp[0]}-{tp[1]} does not exist in {list(config.log_dirs)}")))
                     continue
                 started = time.monotonic()
                 try:
                     result = act(mgr, log, now)
                 except Exception as exc:
-                    failures.append(_failure(tp, exc))
+                    failures.append(partition_failure(tp, exc))
                     continue
                 result["duration_s"] = round(time.monotonic() - started, 4)
                 results_by_tp[tp] = result
@@ -501,28 +501,3 @@ def checkpoint_batch(config: StorageConfig, partitions, now_ms: int | None = Non
             mgr.checkpoint(dirs)
         return []
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
-
-
-def verify_batch(config: StorageConfig, partitions) -> BatchResult:
-    """The read-only integrity audit (:mod:`storage_engine.tools.verify`) of each partition of a batch.
-    A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
-    from storage_engine.tools import verify as verify_mod
-    t0 = time.monotonic()
-    results, failures = [], []
-    for tp in _as_tps(partitions):
-        started = time.monotonic()
-        try:
-            report = verify_mod.verify_partition(config, *tp)
-        except Exception as exc:
-            failures.append(_failure(tp, exc))
-            continue
-        report["duration_s"] = round(time.monotonic() - started, 4)
-        results.append(report)
-        if report["problems"]:
-            first = report["problems"][0]
-            failures.append({"topic": tp[0], "partition": tp[1], "error_type": "DamageFound",
-                             "error": f"{len(report['problems'])} problem(s); first: {first['file']}: "
-                                      f"{first['message']}", "permanent": True})
-    return {"now_ms": clock_at(None).milliseconds(), "dry_run": True, "partitions": len(results) + len(
-        [f for f in failures if f["error_type"] != "DamageFound"]), "results": results, "failures": failures,
-        "errors": [], "duration_s": round(time.monotonic() - t0, 3)}

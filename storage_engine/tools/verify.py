@@ -10,10 +10,13 @@ segment is read under the partition lock so an append in flight is not mistaken 
 from __future__ import annotations
 
 import os
+import time
 
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.clock import clock_at
 from storage_engine.errors import StorageError
+from storage_engine.maintenance.jobs import BatchResult, as_topic_partitions, partition_failure
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.log.locks import PartitionLock, lock_path
@@ -194,3 +197,27 @@ def _verify_indexes(path, base, cfg, positions, problems, pending):
                 tidx.close(trim=False)
         except StorageError as exc:
             problems.append({"file": tpath, "message": str(exc)})
+
+
+def verify_batch(config, partitions) -> BatchResult:
+    """The audit of each partition of a batch (see :mod:`storage_engine.maintenance.jobs` for batches).
+    A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
+    t0 = time.monotonic()
+    results, failures = [], []
+    for tp in as_topic_partitions(partitions):
+        started = time.monotonic()
+        try:
+            report = verify_partition(config, *tp)
+        except Exception as exc:
+            failures.append(partition_failure(tp, exc))
+            continue
+        report["duration_s"] = round(time.monotonic() - started, 4)
+        results.append(report)
+        if report["problems"]:
+            first = report["problems"][0]
+            failures.append({"topic": tp[0], "partition": tp[1], "error_type": "DamageFound",
+                             "error": f"{len(report['problems'])} problem(s); first: {first['file']}: "
+                                      f"{first['message']}", "permanent": True})
+    return {"now_ms": clock_at(None).milliseconds(), "dry_run": True, "partitions": len(results) + len(
+        [f for f in failures if f["error_type"] != "DamageFound"]), "results": results, "failures": failures,
+        "errors": [], "duration_s": round(time.monotonic() - t0, 3)}

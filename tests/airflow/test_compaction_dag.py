@@ -169,12 +169,13 @@ def test_missing_spark_connection_fails_the_selection_instead_of_submitting_to_y
 def test_selection_skips_and_reports_a_partition_it_cannot_read(tmp_path, monkeypatch):
     fixture = StorageFixture(tmp_path / "storage", topics=TOPICS)
     monkeypatch.setenv("STORAGE_ENGINE_CONFIG", str(fixture.config_path))
-    with LogManager.open(fixture.config(), now_ms=T_MS) as mgr:
+    with LogManager.open(fixture.config(), clock=ManualClock(T_MS)) as mgr:
         for p in (0, 1):
             log = mgr.get_or_create_log("ue", p)
             for i in range(120):
                 ts = T_MS - 3 * HOUR_MS + i * 30_000
-                log.append_records([SimpleRecord(b"k%d" % (i % 5), b"v%d" % i, ts)], now_ms=ts)
+                mgr.clock.set(ts)
+                log.append_records([SimpleRecord(b"k%d" % (i % 5), b"v%d" % i, ts)])
     broken = sorted(fixture.partition_dir("ue", 1).glob("*.timeindex"))[-1]
     broken.unlink()
     broken.mkdir()

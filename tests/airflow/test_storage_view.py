@@ -16,6 +16,7 @@ import urllib.parse
 import pytest
 import yaml
 
+from storage_engine.clock import ManualClock
 from storage_engine.config import load_config
 from storage_engine.log.manager import LogManager
 
@@ -76,7 +77,7 @@ def server(sample):
 
 def describe(config) -> dict:
     """{(topic, partition): Log.describe()} as the engine sees the logs."""
-    with LogManager.open(config, now_ms=T_MS) as mgr:
+    with LogManager.open(config, clock=ManualClock(T_MS)) as mgr:
         return {tp: log.describe() for tp, log in mgr.logs.items()}
 
 
