@@ -5,7 +5,6 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.assets import RETENTION_ALIAS
 from storage_maintenance.operators import LogRetentionOperator, PlanBatchesOperator, PurgeDeletedOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
 from storage_maintenance.report import run_outcome_tasks
@@ -21,10 +20,11 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    segments of each partition: below the log start offset, above `retention.bytes`, older than `retention.ms`.
    Deleted segments are renamed `.deleted`, the log start offset advances and is checkpointed. A partition
    that fails does not stop the others; the task then fails naming every failed partition (errors no retry can
-   fix fail at once). Each partition that lost segments gets an asset event `kafka-log://<topic>/<partition>`.
+   fix fail at once). Per-partition figures are in the batch's XCom.
 3. **purge_deleted** removes `.deleted` files older than `file.delete.delay.ms`, even when a batch failed.
 4. **run_report** writes the run summary (one row per partition that changed or failed; the "Run summary"
-   tab of the run) and, if anything failed, sends **one** alert for the run listing every failed partition.
+   tab of the run), emits the run's asset event `kafka-log-maintenance://log_retention` with the totals and,
+   if anything failed, sends **one** alert for the run listing every failed partition.
    **fail_run_if_upstream_failed** keeps the run red when any step failed.
 
 **What "now" is:** every task acts as of the run's **data interval end**, or its trigger time when the run
@@ -58,7 +58,6 @@ with DAG(
         task_id="retention",
         dry_run="{{ params.dry_run }}",
         map_index_template="{{ task.batch_label }}",
-        outlets=[RETENTION_ALIAS],
     ).expand_kwargs(plan.output)
     purge = PurgeDeletedOperator(
         task_id="purge_deleted",

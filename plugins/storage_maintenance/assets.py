@@ -1,19 +1,18 @@
 """The Airflow assets of the log store: one per partition, one per maintenance DAG's runs.
 
-* ``kafka-log://<topic>/<partition>`` (name ``kafka-log-<topic>-<partition>``): an event each time a run
-  changed the partition, with the figures in its ``extra``: ``kind`` (``retention`` or ``compaction``),
-  ``as_of``, bytes reclaimed, records removed, the size after, the duration. Tasks emit them through the
-  aliases below, since which partitions change is known only at run time. The Storage view draws a
-  partition's history from them.
+* ``kafka-log://<topic>/<partition>`` (name ``kafka-log-<topic>-<partition>``): an event each time compaction
+  cleaned the partition, with the figures in its ``extra``: ``kind`` (``compaction``), ``as_of``, bytes
+  reclaimed, records removed, the size after, the duration. The clean task emits it through the alias below,
+  since which partitions are cleaned is known only at run time.
 * ``kafka-log-maintenance://<dag_id>`` (name ``<dag_id>-runs``): one event per finished run, from the run's
-  report, with the run's totals.
+  report, with the run's totals (retention's figures per partition stay in its batches' XComs: an event per
+  partition would mean 10,000 events a run on a broker-sized store).
 """
 from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias
 
 COMPACTED_ALIAS = AssetAlias("kafka-log-compactions")
-RETENTION_ALIAS = AssetAlias("kafka-log-retention")
 PARTITION_URI_PREFIX = "kafka-log://"
 RUN_URI_PREFIX = "kafka-log-maintenance://"
 

@@ -120,5 +120,35 @@ def partition_events(session: Session, partitions, limit_per_partition: int = 20
     return out
 
 
+def retention_history(session: Session, topic: str, partition: int, runs: int = 24) -> list[dict]:
+    """What the last ``runs`` retention runs did to one partition, newest first, in the shape of
+    :func:`partition_events` (``extra.kind == "retention"``): only runs that deleted something. Read from the
+    runs' XComs, loading per run the batch plan and the one batch that held the partition."""
+    from airflow.models.xcom import XComModel
+
+    plans = session.execute(select(XComModel.run_id, XComModel.timestamp, XComModel.id).where(
+        XComModel.dag_id == "log_retention", XComModel.task_id == "plan_batches",
+        XComModel.key == "return_value").order_by(XComModel.timestamp.desc()).limit(runs)).all()
+    out = []
+    for run_id, timestamp, _id in plans:
+        plan = _xcom(session, "log_retention", run_id, "plan_batches")
+        index = next((i for i, b in enumerate(plan or []) if [topic, partition] in b.get("partitions", [])), None)
+        if index is None:
+            continue
+        batch = _xcom(session, "log_retention", run_id, "retention", map_index=index)
+        result = next((r for r in (batch or {}).get("results", [])
+                       if r["topic"] == topic and r["partition"] == partition), None)
+        if result is None or not result.get("segments_deleted") or (batch or {}).get("dry_run"):
+            continue
+        out.append({"timestamp": timestamp, "dag_id": "log_retention", "run_id": run_id, "task_id": "retention",
+                    "map_index": index,
+                    "extra": {"kind": "retention", "as_of": batch.get("as_of"),
+                              "bytes_reclaimed": result["bytes_reclaimed"],
+                              "records_removed": result["records_removed"],
+                              "size_bytes_after": result["size_bytes_after"],
+                              "segments_deleted": result["segments_deleted"]}})
+    return out
+
+
 def asset_uri_prefix() -> str:
     return PARTITION_URI_PREFIX

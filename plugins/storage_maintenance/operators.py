@@ -26,7 +26,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from storage_engine.errors import StorageError
 from storage_engine.maintenance.jobs import is_permanent
 
-from .assets import RETENTION_ALIAS, partition_asset
 from .hooks import StorageEngineHook, as_of
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics
 
@@ -224,9 +223,9 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
 class LogRetentionOperator(PartitionBatchOperator):
     """Retention of a batch of partitions (log start offset, ``retention.bytes``, ``retention.ms``): expired
     segments are renamed ``.deleted``, the log start offset advances; :class:`PurgeDeletedOperator` removes the
-    files later. Each partition that lost segments gets an asset event ``kafka-log://<topic>/<partition>``
-    (kind ``retention``) through the alias :data:`RETENTION_ALIAS`, which the task must list in its outlets
-    (in ``.partial(outlets=[RETENTION_ALIAS])``: outlets set in ``__init__`` do not reach a mapped task)."""
+    files later. The per-partition figures stay in the batch's XCom; the run's asset event
+    (``kafka-log-maintenance://log_retention``, from the run report) carries the totals. (One asset event per
+    partition would be 10,000 events a run on a broker-sized store: the metadata DB could not keep up.)"""
 
     verb = "retention"
 
@@ -247,18 +246,6 @@ class LogRetentionOperator(PartitionBatchOperator):
                 f"{r['future_segments']} segment(s) have timestamps after now and cannot expire until the "
                 "clock passes them")
         return line
-
-    def on_results(self, result: dict, context) -> None:
-        if result["dry_run"] or RETENTION_ALIAS not in (self.outlets or []):
-            return
-        events = context["outlet_events"][RETENTION_ALIAS]
-        for r in result["results"]:
-            if r["segments_deleted"]:
-                events.add(partition_asset(r["topic"], r["partition"]), extra={
-                    "kind": "retention", "as_of": result.get("as_of"), "now_ms": result["now_ms"],
-                    "segments_deleted": r["segments_deleted"], "bytes_reclaimed": r["bytes_reclaimed"],
-                    "records_removed": r["records_removed"], "size_bytes_after": r["size_bytes_after"],
-                    "log_start_offset": r["log_start_offset"], "duration_s": r["duration_s"]})
 
 
 class LogFlushOperator(PartitionBatchOperator):

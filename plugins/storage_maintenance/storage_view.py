@@ -7,7 +7,7 @@ Pages (HTML, shown inside the Airflow UI through the plugin's external views):
   bytes) and paginated, with offsets, recovery point, dirty ratio, cleaner checkpoint, uncleanable reason,
   and the last retention and compaction result of each partition linked to its run;
 * ``/partitions/<topic>/<partition>`` its segments, files awaiting purge, and a chart of its size and of the
-  bytes reclaimed over time (from its asset events);
+  bytes reclaimed over time (compaction's asset events, the last retention runs' XComs);
 * ``/plan`` what retention and compaction would do as of a chosen instant (read-only, the engine's rules);
 * ``/runs/<dag_id>/<run_id>`` a run's summary (the "Run summary" tab of every run page).
 
@@ -139,7 +139,9 @@ def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, 
 
 def partition_data(session, topic: str, partition: int) -> dict:
     detail = _engine_errors(hook().partition_detail, topic, partition)
-    events = history.partition_events(session, [(topic, partition)])[(topic, partition)]
+    events = (history.partition_events(session, [(topic, partition)])[(topic, partition)]
+              + history.retention_history(session, topic, partition))
+    events.sort(key=lambda e: e["timestamp"], reverse=True)
     detail["events"] = events
     detail["chart"] = history_chart(events, detail.get("size_bytes", 0))
     return detail

@@ -80,11 +80,10 @@ def test_batched_dags_map_one_task_per_batch(storage, dag_id, task_id):
 
 
 def test_retention_and_compaction_declare_their_asset_outlets_where_a_mapped_task_keeps_them(storage):
-    from storage_maintenance.assets import COMPACTED_ALIAS, RETENTION_ALIAS, run_asset
+    from storage_maintenance.assets import COMPACTED_ALIAS, run_asset
 
     retention = parse_dag("log_retention")
     assert retention.timetable.expression == "*/5 * * * *"
-    assert retention.get_task("retention").partial_kwargs["outlets"] == [RETENTION_ALIAS]
     assert retention.get_task("purge_deleted").trigger_rule == "all_done"
     assert retention.get_task("run_report").outlets == [run_asset("log_retention")]
     compaction = parse_dag("log_compaction")

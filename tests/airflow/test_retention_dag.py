@@ -96,19 +96,14 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
         ("retention", "events-0", "changed"), ("retention", "events-1", "changed")]
     assert "| retention | events-0 | changed | %d |" % len(expired) in report["markdown"]
 
-    # Asset events, read back from the metadata DB: one per partition that lost segments, one for the run.
-    events = asset_events(run_id=dag_run.run_id)
-    assert sorted(e["uri"] for e in events) == ["kafka-log://events/0", "kafka-log://events/1"]
-    for e in events:
-        p = int(e["uri"].rsplit("/", 1)[1])
-        assert e["source_dag_id"] == "log_retention" and e["source_task_id"] == "retention"
-        assert e["source_run_id"] == dag_run.run_id
-        assert e["extra"]["kind"] == "retention"
-        assert e["extra"]["bytes_reclaimed"] == by_partition[("events", p)]["bytes_reclaimed"]
-        assert e["extra"]["size_bytes_after"] == after[("events", p)]["size_bytes"]
-        assert e["extra"]["as_of"] == "2026-01-01T12:00:00.000Z"
+    # Asset events, read back from the metadata DB: one for the run, with its totals (per-partition figures
+    # stay in the batches' XComs).
+    assert asset_events(run_id=dag_run.run_id) == []
     (run_event,) = asset_events("kafka-log-maintenance://log_retention", run_id=dag_run.run_id)
-    assert run_event["source_task_id"] == "run_report" and run_event["extra"]["changed"] == 2
+    assert run_event["source_task_id"] == "run_report" and run_event["source_dag_id"] == "log_retention"
+    assert (run_event["extra"]["changed"], run_event["extra"]["segments"]) == (2, 2 * len(expired))
+    assert run_event["extra"]["bytes"] == report["totals"]["bytes"]
+    assert run_event["extra"]["as_of"] == "2026-01-01T12:00:00.000Z"
 
     # The next interval's run: nothing left to expire, no .deleted file anywhere, no new partition event.
     later_run = parse_dag("log_retention").test(logical_date=T + datetime.timedelta(minutes=5))
@@ -116,7 +111,8 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
     later = partition_results(run_results(later_run), "retention")
     assert all(r["nothing_to_do"] for r in later.values())
     assert not [path for path in storage.snapshot() if path.endswith(".deleted")]
-    assert asset_events(run_id=later_run.run_id) == []
+    (later_event,) = asset_events("kafka-log-maintenance://log_retention", run_id=later_run.run_id)
+    assert later_event["extra"]["changed"] == 0
 
 
 def test_expired_segments_become_deleted_files_that_purge_removes_after_the_delay(storage):
