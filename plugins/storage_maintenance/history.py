@@ -126,11 +126,11 @@ def retention_history(session: Session, topic: str, partition: int, runs: int = 
     runs' XComs, loading per run the batch plan and the one batch that held the partition."""
     from airflow.models.xcom import XComModel
 
-    plans = session.execute(select(XComModel.run_id, XComModel.timestamp, XComModel.id).where(
+    plans = session.execute(select(XComModel.run_id, XComModel.timestamp).where(
         XComModel.dag_id == "log_retention", XComModel.task_id == "plan_batches",
         XComModel.key == "return_value").order_by(XComModel.timestamp.desc()).limit(runs)).all()
     out = []
-    for run_id, timestamp, _id in plans:
+    for run_id, timestamp in plans:
         plan = _xcom(session, "log_retention", run_id, "plan_batches")
         index = next((i for i, b in enumerate(plan or []) if [topic, partition] in b.get("partitions", [])), None)
         if index is None:

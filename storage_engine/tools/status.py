@@ -396,7 +396,7 @@ def plan(config: StorageConfig, now_ms: int, *, topics=None, offset: int = 0, li
     retention_rows, unreadable = [], []
     cps_by_dir: dict[str, dict] = {}
     for d, _name, topic, partition in matched[offset:offset + limit]:
-        cps = cps_by_dir.setdefault(d, read_checkpoints(d))
+        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
         try:
             with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
                 deletions, future = retention.plan(snap, now_ms)
@@ -408,11 +408,14 @@ def plan(config: StorageConfig, now_ms: int, *, topics=None, offset: int = 0, li
         except (StorageError, OSError) as exc:
             unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
     ranked, skipped = [], []
+    uncleanable_by_dir: dict[str, dict] = {}
     for d, name, topic, partition in matched:
         if not config.log_config(topic).compact:
             continue
-        cps = cps_by_dir.setdefault(d, read_checkpoints(d))
-        bad = _uncleanable(d).get(name)
+        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
+        if d not in uncleanable_by_dir:
+            uncleanable_by_dir[d] = _uncleanable(d)
+        bad = uncleanable_by_dir[d].get(name)
         if bad:
             skipped.append({"topic": topic, "partition": partition, "reason": f"uncleanable: {bad.get('reason')}"})
             continue
