@@ -31,6 +31,7 @@ from typing import Any, TypedDict
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from storage_engine import layout
 from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
 from storage_engine.maintenance import jobs as maintenance
 
@@ -188,7 +189,7 @@ class StorageEngineHook(BaseHook):
         env = os.environ.get(KEYMAP_DIR_ENV)
         if env:
             return os.path.abspath(env)
-        return os.path.join(os.path.dirname(os.path.abspath(self.config.log_dirs[0])), "keymaps")
+        return layout.keymap_root(self.config.log_dirs)
 
     def keymap_path(self, run_id: str, topic: str, partition: int) -> str:
         safe_run = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)

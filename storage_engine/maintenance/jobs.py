@@ -357,14 +357,15 @@ def partition_failure(tp: TopicPartition, exc: BaseException) -> PartitionFailur
 
 
 def as_topic_partitions(partitions) -> list[TopicPartition]:
+    """``[(topic, partition)]`` from pairs or ``{"topic", "partition"}`` dicts; InvalidTopicError for a bad name
+    or number (a name that could escape a log dir never reaches the filesystem)."""
     out = []
     for item in partitions:
         if isinstance(item, dict):
             topic, partition = item.get("topic"), item.get("partition")
         else:
             topic, partition = item
-        layout.partition_dir_name(topic, partition)      # InvalidTopicError for a bad name or number
-        out.append((topic, partition))
+        out.append((layout.validate_topic(topic), layout.validate_partition(partition)))
     return out
 
 
@@ -449,7 +450,7 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
     """Retention of each partition of a batch (see :func:`retention`); the log start offsets of the dirs
     where segments went are checkpointed once at the end."""
     def act(mgr, log, now):
-        result = retention_mod.run(log, now, dry_run=dry_run)
+        result: dict = dict(retention_mod.run(log, now, dry_run=dry_run))
         result["size_bytes_after"] = log.size_in_bytes() - (result["bytes_reclaimed"] if dry_run else 0)
         result["segments_after"] = len(log.segments) - (result["segments_deleted"] if dry_run else 0)
         result["log_dir"] = log.log_dir

@@ -24,7 +24,7 @@ from typing import TypedDict
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, StorageError
-from storage_engine.log.locks import UNKNOWN, lock_path
+from storage_engine.log.locks import UNKNOWN
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.segment import LogSegment
 
@@ -182,8 +182,9 @@ def list_partition_status(config: StorageConfig, *, topics=None, log_dir: str | 
     if sort == "name":
         rows.sort(key=lambda r: (r["topic"], r["partition"]), reverse=descending)
     else:
-        field = {"size": "size_bytes", "segments": "segments", "deleted": "deleted_bytes"}[sort]
-        rows.sort(key=lambda r: (r[field], r["topic"], r["partition"]), reverse=descending)
+        measure = {"size": lambda r: r["size_bytes"], "segments": lambda r: r["segments"],
+                   "deleted": lambda r: r["deleted_bytes"]}[sort]
+        rows.sort(key=lambda r: (measure(r), r["topic"], r["partition"]), reverse=descending)
     page = rows[offset:offset + limit]
     _add_offsets(config, page, now_ms)
     return {"total": len(rows), "offset": offset, "limit": limit, "sort": sort, "partitions": page}
@@ -241,7 +242,7 @@ def peek_state(log_dir: str, name: str) -> tuple[int, int] | None:
     """(log start offset, recovery point) a process published in the partition's lock file (-1 = unknown),
     or None when there is no such file. Read without the lock and without creating the file."""
     try:
-        fd = os.open(lock_path(log_dir, name), os.O_RDONLY)
+        fd = os.open(layout.partition_state_file(log_dir, name), os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -323,9 +324,11 @@ def _add_offsets(config: StorageConfig, rows: list[PartitionStatus], now_ms: int
         row["uncleanable"] = bad.get("reason") if bad else None
         try:
             with LogSnapshot(config, d, row["topic"], row["partition"], checkpoints=cps) as snap:
-                row.update(log_start_offset=snap.log_start_offset, log_end_offset=snap.log_end_offset,
-                           recovery_point=snap.recovery_point, cleaner_checkpoint=snap.cleaner_checkpoint,
-                           dirty_ratio=None)
+                row["log_start_offset"] = snap.log_start_offset
+                row["log_end_offset"] = snap.log_end_offset
+                row["recovery_point"] = snap.recovery_point
+                row["cleaner_checkpoint"] = snap.cleaner_checkpoint
+                row["dirty_ratio"] = None
                 if snap.config.compact:
                     now = now_ms if now_ms is not None else _wall_clock_ms()
                     row["dirty_ratio"] = round(log_to_clean(snap, snap.cleaner_checkpoint, now).cleanable_ratio, 6)

@@ -59,7 +59,8 @@ def verify_partition(config, topic: str, partition: int) -> dict:
     for d in config.log_dirs:
         path = os.path.join(d, name)
         if os.path.isdir(path):
-            problems, pending = [], []
+            problems: list[dict] = []
+            pending: list[dict] = []
             summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
             summary.update(topic=topic, partition=partition, log_dir=d, damaged=bool(problems),
                            problems=problems, pending=pending)
