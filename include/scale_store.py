@@ -4,7 +4,7 @@
     writes ``<root>/storage.yaml`` (two log dirs) and the partitions, each with ``--segments`` sealed
     segments of records spread over the three days before the next 5-minute boundary plus an active one;
     ``retention.ms`` is one day, so a retention run as of that boundary deletes about two thirds of each
-    partition. Partitions are written through the engine (``Log.open(create=True)``, appends, a clean close,
+    partition. Partitions are written through the engine (``open_log(create=True)``, appends, a clean close,
     one at a time: the process never holds more than a few files), then each log dir gets its checkpoint
     files and clean-shutdown marker, as a closing ``LogManager`` would write them.
 
@@ -43,7 +43,7 @@ def _write_partitions(args: tuple) -> int:
     config_path, first, last, segments, now_ms = args
     from storage_engine.clock import ManualClock
     from storage_engine.config import load_config
-    from storage_engine.log.log import Log
+    from storage_engine.log.loader import open_log
     from storage_engine.record.records import SimpleRecord
 
     config = load_config(config_path)
@@ -54,7 +54,7 @@ def _write_partitions(args: tuple) -> int:
         topic, partition = f"t{n // 1000:02d}", n % 1000
         log_dir = config.log_dirs[n % len(config.log_dirs)]
         clock = ManualClock(now_ms)
-        log, _ = Log.open(log_dir, topic, partition, config.log_config(topic), clock=clock, exclusive=True,
+        log, _ = open_log(log_dir, topic, partition, config.log_config(topic), clock=clock, exclusive=True,
                           create=True)
         try:
             for i in range(total):
