@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv browser test test-fast typecheck demo bench bench-large airflow clean
 
-$(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedups.c
+$(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
