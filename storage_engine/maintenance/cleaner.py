@@ -298,6 +298,7 @@ class Cleaner:
                         stats.bytes_written += len(data)
                         written += 1
                         tail_written = tail_written or seg is tail
+            out = data = None  # may be a view of a replaced segment's mapping: let the mapping close
             all_removed = written == 0
             if tail_last is not None and not tail_written:
                 data = _empty_batch_like(tail_last)

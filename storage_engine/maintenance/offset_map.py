@@ -116,6 +116,11 @@ class InProcessOffsetMap:
         self.max_entries = int(slots * load_factor)
         # Private anonymous memory: zero pages until written, and clear() hands the pages back (MADV_DONTNEED).
         self._buffer = mmap.mmap(-1, slots * BYTES_PER_ENTRY, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            # Probes land anywhere in the buffer: 2 MiB pages mean ~500x fewer page faults and TLB misses.
+            self._buffer.madvise(mmap.MADV_HUGEPAGE)
+        except (AttributeError, OSError):
+            pass
         self.table = memoryview(self._buffer).cast("q")   # 3 native int64 per slot
         self.entries = 0
         self.latest_offset = -1

@@ -84,7 +84,8 @@ def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retai
             out = kernels.filter_batch(spec, buf, lo, hi, batch.records_count, batch.base_offset,
                                        batch.base_timestamp, batch.attributes, batch.max_timestamp,
                                        offset_map.latest_offset, tombstones_kept, horizon,
-                                       now_ms + delete_retention_ms, batch.last_offset, batch.producer_id)
+                                       now_ms + delete_retention_ms, batch.last_offset, batch.producer_id,
+                                       batch.partition_leader_epoch, batch.producer_epoch, batch.base_sequence)
             if out is not None:
                 return _compiled_result(batch, out, upper_bound, stats)
     return _py_filter_batch(batch, offset_map, now_ms, delete_retention_ms, tombstones_kept, horizon, upper_bound,
@@ -98,9 +99,13 @@ def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes,
     stats.tombstones_removed += tombstones_removed
     if kind == 1:
         stats.messages_written += read
-        return batch.raw(), batch.max_timestamp
+        # The batch's bytes in place (no copy): written out before the segment's mapping can go away.
+        return memoryview(batch.buf)[batch.pos:batch.pos + batch.size_in_bytes], batch.max_timestamp
     if kind == 0:
         return (build_empty_batch(batch), batch.max_timestamp) if batch.next_offset == upper_bound else None
+    if kind == 3:
+        stats.messages_written += out[4]
+        return out[5], out[6]
     kept, payload, attributes, base_ts, max_ts = out[4:]
     stats.messages_written += kept
     codec = batch.compression

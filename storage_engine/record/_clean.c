@@ -1,7 +1,8 @@
 /* The cleaner's record filter for one magic-2 data batch (storage_engine.record._speedups; see _speedups.h).
  *
  * filter_batch(spec, payload, start, end, count, base_offset, base_timestamp, attributes, max_timestamp,
- *              latest_offset, tombstones_kept, horizon, new_horizon, last_offset, producer_id)
+ *              latest_offset, tombstones_kept, horizon, new_horizon, last_offset, producer_id,
+ *              partition_leader_epoch, producer_epoch, base_sequence)
  *
  * is the per-record half of cleaner.Cleaner._filter_batch, which holds the batch-level policy (which batches
  * reach this filter at all: control batches and legacy formats do not) and the Python twin of this function
@@ -17,11 +18,15 @@
  *   (0, read, invalid, tombstones_removed) nothing survives
  *   (1, read, invalid, tombstones_removed) everything survives and no delete horizon is needed: copy the batch
  *   (2, read, invalid, tombstones_removed, kept, records, attributes, base_timestamp, max_timestamp)
- *                                          rebuild: `records` is the new records section, uncompressed, exactly
- *                                          as records.build_batch encodes the kept records (attributes byte 0,
- *                                          minimal varints, timestamp deltas against the new base timestamp:
- *                                          the delete horizon when there is one - `horizon`, or `new_horizon`
- *                                          if a kept tombstone needs one - else the first kept timestamp)
+ *                                          rebuild of a compressed batch: `records` is the new records section,
+ *                                          uncompressed, exactly as records.build_batch encodes the kept records
+ *                                          (attributes byte 0, minimal varints, timestamp deltas against the new
+ *                                          base timestamp: the delete horizon when there is one - `horizon`, or
+ *                                          `new_horizon` if a kept tombstone needs one - else the first kept
+ *                                          timestamp); the caller compresses it and adds the header
+ *   (3, read, invalid, tombstones_removed, kept, batch, max_timestamp)
+ *                                          rebuild of an uncompressed batch: the whole new batch, header and
+ *                                          CRC-32C included, as records.build_batch writes it
  */
 #include "_speedups.h"
 
@@ -115,17 +120,19 @@ get_i64(PyObject *obj, int64_t *out)
 static PyObject *
 py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "filter_batch() takes 15 arguments");
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "filter_batch() takes 18 arguments");
         return NULL;
     }
     int64_t start, end, count, base_offset, base_timestamp, attributes, max_timestamp, latest, horizon = 0,
-        new_horizon, last_offset, producer_id;
+        new_horizon, last_offset, producer_id, leader_epoch, producer_epoch, base_sequence;
     if (get_i64(args[2], &start) < 0 || get_i64(args[3], &end) < 0 || get_i64(args[4], &count) < 0 ||
         get_i64(args[5], &base_offset) < 0 || get_i64(args[6], &base_timestamp) < 0 ||
         get_i64(args[7], &attributes) < 0 || get_i64(args[8], &max_timestamp) < 0 ||
         get_i64(args[9], &latest) < 0 || get_i64(args[12], &new_horizon) < 0 ||
-        get_i64(args[13], &last_offset) < 0 || get_i64(args[14], &producer_id) < 0) {
+        get_i64(args[13], &last_offset) < 0 || get_i64(args[14], &producer_id) < 0 ||
+        get_i64(args[15], &leader_epoch) < 0 || get_i64(args[16], &producer_epoch) < 0 ||
+        get_i64(args[17], &base_sequence) < 0) {
         return NULL;
     }
     const int tombstones_kept = PyObject_IsTrue(args[10]);
@@ -264,11 +271,15 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     if (log_append) {
         max_ts = max_timestamp;
     }
-    PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)out_bound);
+    /* An uncompressed batch is written whole (header first); a compressed one only as its records section. */
+    const int whole = (attributes & SP_CODEC_MASK) == 0;
+    const int64_t header = whole ? SP_BATCH_OVERHEAD : 0;
+    PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(out_bound + header));
     if (records == NULL) {
         goto done;
     }
-    uint8_t *const out = (uint8_t *)PyBytes_AS_STRING(records);
+    uint8_t *const batch = (uint8_t *)PyBytes_AS_STRING(records);
+    uint8_t *const out = batch + header;
     uint8_t *w = out;
     for (int64_t i = 0; i < count; i++) {
         const Item *it = &items[i];
@@ -292,11 +303,36 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         w = put_field(w, it->r.value, it->r.value_len);
         w += encode_headers(b, it->r.headers_pos, it->r.body_end, w);
     }
+    const int64_t new_attributes = (attributes & (SP_CODEC_MASK | SP_LOG_APPEND_TIME | SP_TRANSACTIONAL |
+                                                  SP_CONTROL)) | (has_new_horizon ? SP_DELETE_HORIZON : 0);
+    if (whole) {
+        /* records._finish_batch: BATCH_HEADER (">qiibIhiqqqhii") then the CRC-32C of [attributes, end). */
+        const int64_t size = (int64_t)(w - batch);
+        sp_put_be64(batch, base_offset);
+        sp_put_be32(batch + 8, (uint32_t)(size - SP_LOG_OVERHEAD));
+        sp_put_be32(batch + 12, (uint32_t)leader_epoch);
+        batch[16] = 2;
+        batch[21] = (uint8_t)(new_attributes >> 8);
+        batch[22] = (uint8_t)new_attributes;
+        sp_put_be32(batch + 23, (uint32_t)(last_offset - base_offset));
+        sp_put_be64(batch + 27, new_base_ts);
+        sp_put_be64(batch + 35, max_ts);
+        sp_put_be64(batch + 43, producer_id);
+        batch[51] = (uint8_t)(producer_epoch >> 8);
+        batch[52] = (uint8_t)producer_epoch;
+        sp_put_be32(batch + 53, (uint32_t)base_sequence);
+        sp_put_be32(batch + 57, (uint32_t)kept);
+        sp_put_be32(batch + SP_CRC_OFFSET, sp_crc32c(batch + SP_ATTRIBUTES_OFFSET, (size_t)(size - SP_ATTRIBUTES_OFFSET)));
+        if (_PyBytes_Resize(&records, (Py_ssize_t)size) < 0) {
+            goto done;
+        }
+        result = Py_BuildValue("(iLLLLNL)", 3, (long long)count, (long long)invalid, (long long)tombstones_removed,
+                               (long long)kept, records, (long long)max_ts);
+        goto done;
+    }
     if (_PyBytes_Resize(&records, (Py_ssize_t)(w - out)) < 0) {
         goto done;
     }
-    const int64_t new_attributes = (attributes & (SP_CODEC_MASK | SP_LOG_APPEND_TIME | SP_TRANSACTIONAL |
-                                                  SP_CONTROL)) | (has_new_horizon ? SP_DELETE_HORIZON : 0);
     result = Py_BuildValue("(iLLLLNLLL)", 2, (long long)count, (long long)invalid, (long long)tombstones_removed,
                            (long long)kept, records, (long long)new_attributes, (long long)new_base_ts,
                            (long long)max_ts);
