@@ -281,6 +281,20 @@ class IndexFile:
             self._mm[start:end] = packed
         self.entries += 1
 
+    def append_packed(self, data: bytes) -> None:
+        """Write entries already packed as the file stores them (recovery's compiled walk built and checked them
+        against the same rules as the subclass's append) after the last one, in one copy, and count them."""
+        n = len(data) // self.ENTRY_SIZE
+        if n == 0:
+            return
+        if self.entries + n > self.max_entries:
+            raise self._full_error()
+        self._check_writable("append")
+        start = self.entries * self.ENTRY_SIZE
+        self._mm[start:start + n * self.ENTRY_SIZE] = data[:n * self.ENTRY_SIZE]
+        self.entries += n
+        self._entries_changed()
+
     def _truncate_to_entries(self, n: int) -> None:
         if n >= self.entries:
             return

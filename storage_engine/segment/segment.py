@@ -21,7 +21,7 @@ from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
-from storage_engine.segment.file_records import FileRecords, batch_at
+from storage_engine.segment.file_records import FileRecords, batch_at, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
 
@@ -294,6 +294,12 @@ class LogSegment:
         size = self.log.size
         try:
             while True:
+                fast = walk_valid_batches(view, valid_bytes, size, self.base_offset, self.index_interval_bytes,
+                                          last_index_entry, max_ts, max_ts_offset, self.offset_index,
+                                          self.time_index)
+                if fast is not None:
+                    valid_bytes, walked, last_index_entry, max_ts, max_ts_offset = fast
+                    count += walked
                 batch = batch_at(view, valid_bytes, size, self.path, strict=True)
                 if batch is None:
                     break
