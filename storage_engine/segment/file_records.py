@@ -99,6 +99,20 @@ def walk_valid_batches(buf, pos: int, end: int, base_offset: int, index_interval
     return pos, batches, last_index_entry, max_ts, max_ts_offset
 
 
+def walk_batches(buf, pos: int, end: int, base_offset: int, index_interval_bytes: int, offset_index_room: int,
+                 time_index_room: int):
+    """:func:`walk_valid_batches` of a whole segment into empty indexes, without touching them: (position
+    reached, batches, max timestamp, its offset, packed offset-index entries, packed time-index entries), or None
+    without the compiled kernels."""
+    kernels = records.KERNELS
+    if kernels is None:
+        return None
+    pos, batches, _last_entry, max_ts, max_ts_offset, offset_entries, time_entries = kernels.walk_batches(
+        buf, pos, end, base_offset, index_interval_bytes, 0, -1, -1, -1, offset_index_room, -1, base_offset, 0,
+        time_index_room)
+    return pos, batches, max_ts, max_ts_offset, offset_entries, time_entries
+
+
 class FileRecords:
     """An open ``.log`` file with a logical size; appends go to the end of the logical size."""
 
