@@ -142,6 +142,7 @@ class Section:
     params: dict
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)   # measured values that are not throughput rows (e.g. RSS per key)
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -183,7 +184,7 @@ class Section:
                 entry["target"] = {"metric": row.target.metric, "minimum": row.target.minimum,
                                    "label": row.target.label, "value": value, "met": met}
             rows.append(entry)
-        return {"title": self.title, "params": self.params, "rows": rows, "notes": self.notes}
+        return {"title": self.title, "params": self.params, "rows": rows, "notes": self.notes, "facts": self.facts}
 
 
 def format_section(section: Section) -> str:

@@ -215,6 +215,7 @@ def _run(ctx: Context, requested: int, payload: bytes) -> Section:
                               baseline=base, target=UNCLEAN_TARGET, units=segments))
     section.add(Row(group, "LogManager.open, unclean: segments/s", records, size, runs["unclean"], baseline=base,
                     target=SEGMENTS_TARGET, units=segments))
+    section.facts["segments"] = segments
     section.notes.append(f"per segment: clean open {clean.best_s / segments * 1e3:.4f} ms, unclean open "
                          f"{unclean.best_s / segments * 1e3:.4f} ms, raw read "
                          f"{section.find(group, base).best_s / segments * 1e3:.4f} ms")
