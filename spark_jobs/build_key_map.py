@@ -7,8 +7,8 @@ Reads the segments once through the ``kafka_segment_keys`` data source (key hash
 decoded in compiled code straight into Arrow buffers), counts records, keyless records and tombstones on the way
 (a Spark ``Observation``: no second pass), drops keyless records and control-batch records (the in-process map
 skips control batches too), and keeps the maximum offset per 128-bit key hash in the JVM: the rows are shuffled
-once by hash range (``bucket`` = the top bits of the high hash), aggregated per key in the task that holds the
-bucket, and sorted by hash there. The map is written as ``<output>/data/bucket=<n>/*.parquet``
+once by hash range (``bucket`` = the top bits of the high hash), sorted by hash and offset in the task that holds
+the bucket, and the latest row of each key kept. The map is written as ``<output>/data/bucket=<n>/*.parquet``
 (``key_hash_hi``, ``key_hash_lo``, ``offset``), each file sorted and the buckets in hash order, plus
 ``<output>/keymap.json`` (partition, range, counts, layout, the Spark master used). The engine's cleaner loads it
 as a :class:`storage_engine.maintenance.offset_map.SortedHashOffsetMap` in place of its bounded in-process map -
@@ -61,16 +61,17 @@ ROWS_PER_BUCKET = 2_000_000
 MAX_BUCKET_BITS = 10
 
 
-def bucket_bits(records: int) -> int:
-    """Bits of the high hash that name a bucket: about ROWS_PER_BUCKET keys per bucket file at most."""
+def bucket_bits(records: int, rows_per_bucket: int = ROWS_PER_BUCKET) -> int:
+    """Bits of the high hash that name a bucket: about ``rows_per_bucket`` keys per bucket file at most."""
     bits = 0
-    while bits < MAX_BUCKET_BITS and (records >> bits) > ROWS_PER_BUCKET:
+    while bits < MAX_BUCKET_BITS and (records >> bits) > rows_per_bucket:
         bits += 1
     return bits
 
 
-def build(spark, info, start: int, end: int, out: str, shuffle_partitions: int | None = None) -> dict:
-    from pyspark.sql import Observation
+def build(spark, info, start: int, end: int, out: str, shuffle_partitions: int | None = None,
+          rows_per_bucket: int = ROWS_PER_BUCKET) -> dict:
+    from pyspark.sql import Observation, Window
     from pyspark.sql import functions as F
 
     from spark_jobs.segment_source import CONTROL, KEYLESS, KEYS_NAME, TOMBSTONE, SegmentKeysDataSource
@@ -80,7 +81,7 @@ def build(spark, info, start: int, end: int, out: str, shuffle_partitions: int |
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     t0 = time.monotonic()
-    bits = bucket_bits(end - start)
+    bits = bucket_bits(end - start, rows_per_bucket)
     counts = Observation("counts")
     flags = F.col("flags")
     df = (spark.read.format(KEYS_NAME).option("path", info.dir).option("startOffset", str(start))
@@ -92,13 +93,14 @@ def build(spark, info, start: int, end: int, out: str, shuffle_partitions: int |
     # constant, so the aggregate below can reuse the shuffle by bucket.
     hi = F.col("key_hash_hi")
     bucket = (F.shiftrightunsigned(hi.bitwiseXOR(F.lit(-(1 << 63))), 64 - bits) if bits else hi * 0).cast("int")
-    # One shuffle (by bucket: every key of a bucket in one task), the maximum offset per key aggregated in that
-    # task, then sorted by hash inside it: each bucket's file comes out sorted.
+    # One shuffle (by bucket: every key of a bucket in one task), one sort there by (bucket, hash, offset
+    # descending), and the first row of each key kept (its latest offset): the rows come out sorted by hash, so
+    # each bucket's file is written sorted. (A hash aggregate followed by a sort measured ~25% slower.)
+    latest_first = Window.partitionBy("bucket", "key_hash_hi", "key_hash_lo").orderBy(F.col("offset").desc())
     keymap = (df.where(flags.bitwiseAND(KEYLESS | CONTROL) == 0)
               .select(bucket.alias("bucket"), "key_hash_hi", "key_hash_lo", "offset")
               .repartition(partitions, "bucket")
-              .groupBy("bucket", "key_hash_hi", "key_hash_lo").agg(F.max("offset").alias("offset"))
-              .sortWithinPartitions("bucket", "key_hash_hi", "key_hash_lo"))
+              .withColumn("n", F.row_number().over(latest_first)).where(F.col("n") == 1).drop("n"))
     tmp = out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     keymap.write.mode("overwrite").partitionBy("bucket").parquet(os.path.join(tmp, "data"))
