@@ -241,16 +241,16 @@ def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monke
     from storage_engine.segment.file_records import FileRecords
     from tests.storage_engine.kernels import use
     _p, cfg = make_config(tmp_path, policy="delete")
-    with LogManager.open(cfg, now_ms=T0) as mgr:
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("kv", 0)
         for i in range(60):
             recs = [SimpleRecord(None if j == 1 else b"k%d" % ((i * 3 + j) % 17), None if j == 2 else b"v" * j,
                                  T0 + i) for j in range(4)]
-            log.append_batches(build_batch(recs, codec=codecs.LZ4 if i % 3 == 0 else codecs.NONE), now_ms=T0)
+            log.append_batches(build_batch(recs, codec=codecs.LZ4 if i % 3 == 0 else codecs.NONE))
             if i == 30:
                 log.append_batches(build_control_batch(1, base_offset=0, timestamp=T0, producer_id=5,
-                                                       producer_epoch=0), now_ms=T0)
-        log.roll(now_ms=T0)
+                                                       producer_epoch=0))
+        log.roll()
         expected = []
         for seg in log.segments:
             for batch in seg.batches(0):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from storage_engine.record import records
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.record.records import SimpleRecord, build_batch
-from storage_engine.segment.segment import LogSegment
+from tests.storage_engine.helpers import open_segment
 from tests.storage_engine.kernels import use
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(records._speedups is None, reason="C speedups not built")]
@@ -66,7 +66,7 @@ def recover(tmp_path, name: str, data: bytes, interval: int, index_bytes: int):
     d = tmp_path / name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir()
-    seg = LogSegment.open(str(d), BASE, index_interval_bytes=interval, max_index_size=index_bytes)
+    seg = open_segment(d, BASE, index_interval_bytes=interval, max_index_size=index_bytes)
     seg.log.append(data)
     try:
         result = seg.recover()
