@@ -200,7 +200,8 @@ def render(runs: dict[str, dict | None]) -> str:
     for label, doc in runs.items():
         if doc:
             meta = doc["meta"]
-            sources.append(f"`{label}`: `python -m benchmarks {' '.join(meta.get('argv', []))}`".rstrip() +
+            command = " ".join(["python -m benchmarks", *meta.get("argv", [])])
+            sources.append(f"`{label}`: `{command}`" +
                            (" with `STORAGE_ENGINE_PURE_PYTHON=1`" if meta["implementation"]
                             ["STORAGE_ENGINE_PURE_PYTHON"] else "") +
                            f" (implementation {meta['implementation']['summary']}, load average "
