@@ -298,7 +298,7 @@ class Cleaner:
                         stats.bytes_written += len(data)
                         written += 1
                         tail_written = tail_written or seg is tail
-            out = data = None  # may be a view of a replaced segment's mapping: let the mapping close
+            out, data = None, b""  # data may be a view of a replaced segment's mapping: let the mapping close
             all_removed = written == 0
             if tail_last is not None and not tail_written:
                 data = _empty_batch_like(tail_last)
@@ -320,7 +320,7 @@ class Cleaner:
 
     def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
                       retain_legacy_deletes: bool, upper_bound: int,
-                      stats: CleanerStats) -> tuple[bytes, int] | None:
+                      stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
         """What of ``batch`` survives: (bytes, max timestamp) or None."""
         stats.bytes_read += batch.size_in_bytes
         if self.policy.action(batch) == BatchPolicy.RETAIN:

@@ -202,7 +202,7 @@ class SortedHashOffsetMap:
             offsets = offsets[order]
             del order
         self._hi, self._lo, self._off = hi, lo, offsets
-        self._index = None
+        self._index: tuple | None = None
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.latest_offset = end_offset - 1
@@ -276,10 +276,10 @@ class SortedHashOffsetMap:
         return cls(hi, lo, off, start, end, manifest)
 
     def get(self, key: bytes) -> int:
-        spec = self.kernel_spec
-        if spec is None:
+        kernels, spec = _records.KERNELS, self.kernel_spec
+        if kernels is None or spec is None:
             return self._get_python(key)
-        return int.from_bytes(_records.KERNELS.lookup_keys(spec, (key,)), sys.byteorder, signed=True)
+        return int.from_bytes(kernels.lookup_keys(spec, (key,)), sys.byteorder, signed=True)
 
     def _get_python(self, key: bytes) -> int:
         hi, lo = key_hash(key)
@@ -295,11 +295,11 @@ class SortedHashOffsetMap:
 
     def get_many(self, keys) -> list[int]:
         """``[get(k) for k in keys]``, probed in one call when the compiled kernels are loaded."""
-        spec = self.kernel_spec
-        if spec is None:
+        kernels, spec = _records.KERNELS, self.kernel_spec
+        if kernels is None or spec is None:
             return [self._get_python(k) for k in keys]
         import numpy as np
-        return np.frombuffer(_records.KERNELS.lookup_keys(spec, keys), dtype=np.int64).tolist()
+        return np.frombuffer(kernels.lookup_keys(spec, keys), dtype=np.int64).tolist()
 
     def clear(self) -> None:
         raise StorageError("a prebuilt key map cannot be rebuilt in place")
@@ -323,7 +323,7 @@ def map_files(data_dir: str) -> list[str]:
     """The Parquet files of a key map in hash order: ``bucket=<n>`` directories by ascending ``n`` (the Spark job's
     layout), files inside a directory (and files directly in ``data_dir``) by name."""
     import os
-    out = []
+    out: list[str] = []
     entries = sorted(os.listdir(data_dir))
     out.extend(os.path.join(data_dir, f) for f in entries if f.endswith(".parquet"))
     buckets = []

@@ -65,7 +65,7 @@ def _py_map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
 # -- filtering -------------------------------------------------------------------------------------------------
 
 def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retain_legacy_deletes: bool,
-                 upper_bound: int, stats) -> tuple[bytes, int] | None:
+                 upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
     """What of a data batch survives: (bytes, max timestamp), or None when nothing does. A record survives if it
     is beyond the mapped range, or its offset is the latest for its key and it is not a tombstone past its delete
     horizon; keyless records go (counted as invalid). A batch whose records all survive (and that needs no new
@@ -92,7 +92,7 @@ def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retai
                             stats)
 
 
-def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes, int] | None:
+def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
     kind, read, invalid, tombstones_removed = out[:4]
     stats.messages_read += read
     stats.invalid_messages_read += invalid
@@ -117,7 +117,7 @@ def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes,
 
 
 def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, tombstones_kept: bool,
-                     horizon: int | None, upper_bound: int, stats) -> tuple[bytes, int] | None:
+                     horizon: int | None, upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
     recs = batch.records()
     stats.messages_read += len(recs)
     latest = offset_map.latest_offset

@@ -180,7 +180,7 @@ class LogSegment:
 
     # -- appending --------------------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
-               data: bytes) -> None:
+               data: bytes | memoryview) -> None:
         """Append whole batches (already validated, offsets assigned) and maintain the sparse indexes."""
         if not data:
             return
