@@ -1,7 +1,7 @@
 """keymap: building the compaction key map in process vs with Spark ``local[2]``, and what each map costs in RSS.
 
 Setup per key count (not timed): one partition holding one record per key (keys ``user-NNNNNNNNN``, 14 B,
-in order; 16-byte values; 1000-record batches; 8 MiB segments, so Spark gets one task per segment and both
+in order; 16-byte values; 1000-record batches; 8 MiB segments, grouped by the data source into tasks of up to 512 MiB so both
 cores have work), rolled, so the whole log is the dirty section [0, keys).
 
 Measured, interleaved round by round:
@@ -374,7 +374,8 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
                      "spark_s": min(s.wall_s for s in spark), "spark_cpu_s": min(s.cpu_s for s in spark),
                      "job_s": min(s.wall_s for s in job)}
     notes = section.notes
-    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (= Spark tasks), written in "
+    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (read by Spark tasks of up to "
+                 f"512 MiB of them), written in "
                  f"{build_s:.1f} s; Spark wrote {manifests[-1]['distinct_keys']:,} distinct keys; Spark start-up, "
                  f"shutdown and everything outside build() = wall - elapsed_s = "
                  f"{min(s.wall_s for s in spark) - min(s.wall_s for s in job):,.1f} s (best of each)")
