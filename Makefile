@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv browser test test-fast typecheck demo bench bench-large airflow clean
 
-$(STAMP): requirements.txt pyproject.toml setup.py storage_engine/record/_speedups.c
+$(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
@@ -41,14 +41,19 @@ AIRFLOW_PORT ?= 8080
 airflow: $(STAMP)
 	exec $(BIN)/python -m include.airflow_standalone --port $(AIRFLOW_PORT) $(ARGS)
 
+# Every benchmark with the compiled code, then with the pure-Python fallback, then the summary table at the top of
+# BENCHMARKS.md is regenerated from both (and from the last bench-large run, if any).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+	STORAGE_ENGINE_PURE_PYTHON=1 $(BIN)/python -m benchmarks --out var/bench/results-python.json
+	$(BIN)/python -m benchmarks.summary --write
 
-# The key-map build at 100 M distinct keys (in process vs spark-submit local[2]): 13 min on the 2-core machine of
-# BENCHMARKS.md, where the in-process map (~12 GB) was skipped as too big for half of MemAvailable.
+# The key-map build at 100 M distinct keys (in process vs spark-submit local[2]); the summary table takes its
+# 100 M-key rows from this run.
 # KEYS=30000000 make bench-large for another size.
 bench-large: $(STAMP)
 	$(BIN)/python -m benchmarks --only keymap --large $(KEYS) --out var/bench/results-large.json
+	$(BIN)/python -m benchmarks.summary --write
 
 clean:
 	rm -rf var build *.egg-info

@@ -43,6 +43,7 @@ from storage_engine.maintenance import cleaner_manager, jobs as maintenance
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.config import config_from_mapping
 from storage_engine.log.manager import LogManager
+from storage_engine.record import codecs
 from storage_engine.record.records import SimpleRecord, build_batch
 
 from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records,
@@ -51,6 +52,8 @@ from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, 
 NAME = "compaction"
 TOPIC = "bench-compaction"
 VALUE_SIZES = (100, 1024)
+# (value bytes, codec): the two uncompressed cases the targets judge, then the same 100 B log in lz4 batches.
+CASES = ((100, codecs.NONE), (1024, codecs.NONE), (100, codecs.LZ4))
 KEYS_FULL = 1_000_000
 KEYS_QUICK = 50_000          # scaled like the log: ~50 MB instead of ~1 GB for the 1 KiB first write
 SEGMENT_BYTES_FULL = 128 * MIB
@@ -63,8 +66,8 @@ SEED = 40
 # The project's anchor for Kafka's cleaner (source not re-checked here): printed beside our figures; the targets
 # below judge the rows.
 KAFKA_ANCHOR = "Kafka's cleaner: ~87 MB/s and ~825,000 records/s on small records"
-RECORDS_TARGET = Target("records_per_s", 825_000.0, ">= 825,000 records/s (Kafka)")
-RATIO_TARGET = Target("ratio", 0.25, ">= 0.25x raw copy")
+RECORDS_TARGET = Target("records_per_s", 1_650_000.0, ">= 1,650,000 records/s (2x Kafka)")
+RATIO_TARGET = Target("ratio", 0.5, ">= 0.5x raw copy")
 
 RAW_ROW = "raw copy (read + write + fsync)"
 ENGINE_ROW = "clean round (map + clean)"
@@ -82,15 +85,15 @@ def _progress(message: str) -> None:
 
 # -- setup -----------------------------------------------------------------------------------------------------
 
-def _append_keys(log, key_ids: list[int], values: list[bytes], first_ts: int) -> None:
+def _append_keys(log, key_ids: list[int], values: list[bytes], first_ts: int, codec: int = codecs.NONE) -> None:
     for start in range(0, len(key_ids), RECORDS_PER_BATCH):
         chunk = key_ids[start:start + RECORDS_PER_BATCH]
         records = [SimpleRecord(b"user-%07d" % k, values[(start + i) % len(values)], first_ts + start + i)
                    for i, k in enumerate(chunk)]
-        log.append_batches(build_batch(records))
+        log.append_batches(build_batch(records, codec=codec))
 
 
-def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int) -> dict:
+def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int, codec: int = codecs.NONE) -> dict:
     """Steps 1-4 of the module docstring; returns facts about the template for the notes and the checks."""
     config = _config(log_dir, segment_bytes)
     rng = random.Random(SEED + value_bytes)
@@ -100,7 +103,7 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     t0 = time.perf_counter()
     with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         log = mgr.get_or_create_log(TOPIC, 0)
-        _append_keys(log, order, values, BASE_TIMESTAMP_MS)
+        _append_keys(log, order, values, BASE_TIMESTAMP_MS, codec)
         log.roll()
     first_write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -116,7 +119,7 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     t0 = time.perf_counter()
     with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
         log = mgr.get_log(TOPIC, 0)
-        _append_keys(log, rewritten + second, values, BASE_TIMESTAMP_MS + keys)
+        _append_keys(log, rewritten + second, values, BASE_TIMESTAMP_MS + keys, codec)
         log.roll()
         end = log.log_end_offset
         paths = [s.path for s in log.segments if s.base_offset < end]
@@ -259,22 +262,23 @@ def run(ctx: Context) -> Section:
                             "(read + write + fsync) of the same segments",
                       {"keys": keys, "value_bytes": list(VALUE_SIZES), "records_per_batch": RECORDS_PER_BATCH,
                        "segment_bytes": segment_bytes, "dirty": "half the keys rewritten twice",
-                       "dedupe_buffer": "128 MiB (default)", "codec": "none", "rounds": rounds})
-    for value_bytes in VALUE_SIZES:
-        group = f"{value_bytes} B values"
-        with scratch_dir(ctx, f"compaction-{value_bytes}") as work_dir:
+                       "dedupe_buffer": "128 MiB (default)", "codec": "none (lz4 in the third case)",
+                       "rounds": rounds})
+    for value_bytes, codec in CASES:
+        group = f"{value_bytes} B values" + (f", {codecs.CODEC_NAMES[codec]}" if codec != codecs.NONE else "")
+        with scratch_dir(ctx, f"compaction-{value_bytes}-{codec}") as work_dir:
             template_dir = os.path.join(work_dir, "template")
             _progress(f"{group}: building the template log ({keys:,} keys written once, cleaned, half rewritten "
                       "twice)")
-            template = build_template(template_dir, keys, value_bytes, segment_bytes)
+            template = build_template(template_dir, keys, value_bytes, segment_bytes, codec)
             _progress(f"{group}: {template['bytes'] / MB:,.1f} MB in {template['segments'] - 1} sealed segments; "
                       f"{rounds} measured round(s)")
             runs, engine_stats, dirty_ratio = _measure(work_dir, template_dir, template, keys, segment_bytes,
                                                        rounds)
         records, size = template["end_offset"], template["bytes"]
         section.add(Row(group, RAW_ROW, records, size, runs["raw"]))
-        section.add(Row(group, ENGINE_ROW, records, size, runs["engine"], baseline=RAW_ROW,
-                        target=RECORDS_TARGET if value_bytes == 100 else RATIO_TARGET))
+        target = None if codec != codecs.NONE else RECORDS_TARGET if value_bytes == 100 else RATIO_TARGET
+        section.add(Row(group, ENGINE_ROW, records, size, runs["engine"], baseline=RAW_ROW, target=target))
         best = min(range(len(runs["engine"])), key=lambda i: runs["engine"][i].wall_s)
         st, first = engine_stats[best], template["first_compaction_stats"]
         section.notes.append(
@@ -290,6 +294,6 @@ def run(ctx: Context) -> Section:
             f"{template['first_compaction_s']:.1f} s (engine: map {first['map_s']:.2f} s + clean "
             f"{first['clean_s']:.2f} s), second write {template['second_write_s']:.1f} s")
     section.notes.append(f"anchor: {KAFKA_ANCHOR} (Kafka's MB = 2^20 bytes; here MB = 10^6)")
-    section.notes.append("targets: >= 825,000 records/s on 100-byte values; >= 0.25x raw copy bandwidth on 1 KiB "
-                         "values")
+    section.notes.append("targets: >= 1,650,000 records/s on 100-byte values (2x Kafka's anchor); >= 0.5x raw copy "
+                         "bandwidth on 1 KiB values; the lz4 case has none")
     return section

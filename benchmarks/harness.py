@@ -90,7 +90,8 @@ def run_interleaved(cases: dict[str, Callable[[], Sample]], repeats: int) -> dic
 
 @dataclass(frozen=True)
 class Target:
-    """A throughput goal for one row: ``metric`` ("records_per_s", "mb_per_s" or "ratio") >= ``minimum``."""
+    """A throughput goal for one row: ``metric`` ("records_per_s", "mb_per_s", "units_per_s" or "ratio") >=
+    ``minimum``."""
     metric: str
     minimum: float
     label: str          # as printed, e.g. ">= 10x kafka-python"
@@ -110,6 +111,7 @@ class Row:
     samples: list[Sample]
     baseline: str | None = None        # name of the row in the same group this one is compared with
     target: Target | None = None
+    units: int = 0                     # another count of the round's work (e.g. segments), for units_per_s
 
     @property
     def best_s(self) -> float:
@@ -128,6 +130,10 @@ class Row:
     def mb_per_s(self) -> float:
         return self.bytes / MB / self.best_s
 
+    @property
+    def units_per_s(self) -> float:
+        return self.units / self.best_s
+
 
 @dataclass
 class Section:
@@ -136,6 +142,7 @@ class Section:
     params: dict
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)   # measured values that are not throughput rows (e.g. RSS per key)
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -177,7 +184,7 @@ class Section:
                 entry["target"] = {"metric": row.target.metric, "minimum": row.target.minimum,
                                    "label": row.target.label, "value": value, "met": met}
             rows.append(entry)
-        return {"title": self.title, "params": self.params, "rows": rows, "notes": self.notes}
+        return {"title": self.title, "params": self.params, "rows": rows, "notes": self.notes, "facts": self.facts}
 
 
 def format_section(section: Section) -> str:

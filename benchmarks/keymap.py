@@ -1,7 +1,7 @@
 """keymap: building the compaction key map in process vs with Spark ``local[2]``, and what each map costs in RSS.
 
 Setup per key count (not timed): one partition holding one record per key (keys ``user-NNNNNNNNN``, 14 B,
-in order; 16-byte values; 1000-record batches; 8 MiB segments, so Spark gets one task per segment and both
+in order; 16-byte values; 1000-record batches; 8 MiB segments, grouped by the data source into tasks of up to 512 MiB so both
 cores have work), rolled, so the whole log is the dirty section [0, keys).
 
 Measured, interleaved round by round:
@@ -20,7 +20,9 @@ Ratios are Spark's throughput over the in-process one (``0.1x`` = ten times slow
 than the in-process build (2 full, 1 with ``--quick`` or ``--large``): one submission takes minutes here.
 
 Memory (one fresh subprocess per map, so the peak is that map's alone): RSS before the map is built (after
-imports) and peak RSS after (``VmRSS``, ``VmHWM`` from ``/proc/self/status``); bytes per key = (peak - before)
+imports) and peak RSS after (``VmRSS``, ``VmHWM`` from ``/proc/self/status``; for the in-process map, filled from
+the log by ``build_offset_map``, anonymous RSS ``RssAnon``, as the log's mapped file pages are not the map's);
+bytes per key = (peak - before)
 / keys, and the same for the RSS still held once it is built. In-process: an ``InProcessOffsetMap`` filled with
 the same keys and offsets by ``put`` (the keys as the record decoder hands them out: one ``bytes`` per key).
 Spark: ``SortedHashOffsetMap.load`` of the map the last Spark round wrote. Kafka's anchor: 24 bytes per
@@ -30,8 +32,8 @@ entry, so the default 128 MiB dedupe buffer holds 128 MiB / 24 x 0.9 = 5,033,164
 round each; the in-process map and each probe are skipped, with a note, when the RSS they would need (peak
 bytes per key measured at 10 M keys, plus a margin) exceeds half of ``MemAvailable``.
 
-Also run as ``python -m benchmarks.keymap probe inprocess KEYS`` / ``probe sorted KEYS KEYMAP_DIR``: the memory
-probes, printing one JSON line.
+Also run as ``python -m benchmarks.keymap probe inprocess KEYS CONFIG`` / ``probe sorted KEYS KEYMAP_DIR``: the
+memory probes, printing one JSON line (the sorted probe also times ``get_many``).
 """
 from __future__ import annotations
 
@@ -71,12 +73,13 @@ KAFKA_BUFFER_BYTES = 128 * MIB
 KAFKA_KEYS_PER_PASS = int(KAFKA_BUFFER_BYTES // BYTES_PER_ENTRY * LOAD_FACTOR)
 # Peak RSS per key measured at 10 M keys (114 B in-process, 95 B for SortedHashOffsetMap.load) plus ~15%: used
 # only to decide whether a --large step fits in half of MemAvailable.
-ESTIMATE_INPROCESS_BYTES_PER_KEY = 130
-ESTIMATE_SORTED_LOAD_BYTES_PER_KEY = 110
+ESTIMATE_INPROCESS_BYTES_PER_KEY = 30     # the key map's buffer: 24 B / 0.9 load factor
+ESTIMATE_SORTED_LOAD_BYTES_PER_KEY = 45
 
 INPROCESS_ROW = "in-process build_offset_map"
 SPARK_ROW = "spark-submit local[2], wall"
 SPARK_JOB_ROW = "spark job's own elapsed_s"
+PROBE_KEYS = 1_000_000
 
 
 def _progress(message: str) -> None:
@@ -241,26 +244,62 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
     import pyarrow.parquet  # noqa: F401
 
     from storage_engine.maintenance.offset_map import SortedHashOffsetMap
+    if kind == "inprocess":
+        # Filled from the benchmark's log (path = its config) by build_offset_map, as the cleaner fills it. The
+        # log's mapped pages are file pages: anonymous RSS (RssAnon) is what the map itself holds; the map
+        # allocates nothing but its buffer, so its peak is what it holds once filled.
+        from storage_engine.config import load_config
+        mgr = LogManager.open(load_config(path), clock=ManualClock(NOW_MS))
+        log = mgr.get_log(TOPIC, 0)
+        before = _status_kib("RssAnon")
+        start = time.perf_counter()
+        offset_map = InProcessOffsetMap(map_memory_bytes(keys), LOAD_FACTOR)
+        build_offset_map(log, 0, keys, offset_map, CleanerStats())
+        seconds = time.perf_counter() - start
+        after = _status_kib("RssAnon")
+        if offset_map.size != keys:
+            raise RuntimeError(f"in-process map holds {offset_map.size} keys, expected {keys}")
+        mgr.close()
+        return {"kind": kind, "keys": keys, "rss_before_kib": before, "rss_peak_kib": after, "rss_after_kib": after,
+                "seconds": seconds, "buffer_bytes": offset_map.slots * BYTES_PER_ENTRY}
+    if kind != "sorted":
+        raise ValueError(f"probe kind must be 'inprocess' or 'sorted', got {kind!r}")
     before = _status_kib("VmRSS")
     start = time.perf_counter()
-    if kind == "inprocess":
-        offset_map = InProcessOffsetMap(map_memory_bytes(keys), LOAD_FACTOR)
-        put = offset_map.put
-        for i in range(keys):
-            put(_key(i), i)
-        size = offset_map.size
-    elif kind == "sorted":
-        offset_map = SortedHashOffsetMap.load(path)
-        size = offset_map.size
-    else:
-        raise ValueError(f"probe kind must be 'inprocess' or 'sorted', got {kind!r}")
+    offset_map = SortedHashOffsetMap.load(path)
+    size = offset_map.size
     seconds = time.perf_counter() - start
     after = _status_kib("VmRSS")
     peak = _status_kib("VmHWM")
     if size != keys:
         raise RuntimeError(f"{kind} map holds {size} keys, expected {keys}")
-    return {"kind": kind, "keys": keys, "rss_before_kib": before, "rss_peak_kib": peak, "rss_after_kib": after,
-            "seconds": seconds}
+    out = {"kind": kind, "keys": keys, "rss_before_kib": before, "rss_peak_kib": peak, "rss_after_kib": after,
+           "seconds": seconds}
+    out.update(_probe_lookups(offset_map, keys))
+    return out
+
+
+def _probe_lookups(offset_map, keys: int) -> dict:
+    """Lookups per second of ``get_many`` on the loaded map (half the probed keys present, half absent), against
+    ``dict.get`` of the same keys in a dict of them (both best of 3)."""
+    n = min(keys, PROBE_KEYS)
+    step = max(1, keys // n)
+    probes = [_key(i) for i in range(0, step * (n // 2), step)] + [b"absent-%09d" % i for i in range(n - n // 2)]
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        got = offset_map.get_many(probes)
+        best = min(best, time.perf_counter() - t0)
+    if got[:n // 2] != list(range(0, step * (n // 2), step)) or any(o != -1 for o in got[n // 2:]):
+        raise RuntimeError("get_many answered wrong offsets")
+    table = {k: i for i, k in enumerate(probes[:n // 2])}
+    dict_best = float("inf")
+    for _ in range(3):
+        get = table.get
+        t0 = time.perf_counter()
+        [get(k, -1) for k in probes]
+        dict_best = min(dict_best, time.perf_counter() - t0)
+    return {"lookups": n, "lookups_per_s": n / best, "dict_lookups_per_s": n / dict_best}
 
 
 def run_probe(args: list[str]) -> dict:
@@ -321,7 +360,7 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
         probes = {}
         if inprocess_fits:
             _progress(f"{group}: memory probe, in-process map")
-            probes["inprocess"] = run_probe(["inprocess", str(keys)])
+            probes["inprocess"] = run_probe(["inprocess", str(keys), config_path])
         if keys * ESTIMATE_SORTED_LOAD_BYTES_PER_KEY <= half_available:
             _progress(f"{group}: memory probe, SortedHashOffsetMap.load")
             probes["sorted"] = run_probe(["sorted", str(keys), out])
@@ -335,14 +374,15 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
                      "spark_s": min(s.wall_s for s in spark), "spark_cpu_s": min(s.cpu_s for s in spark),
                      "job_s": min(s.wall_s for s in job)}
     notes = section.notes
-    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (= Spark tasks), written in "
+    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (read by Spark tasks of up to "
+                 f"512 MiB of them), written in "
                  f"{build_s:.1f} s; Spark wrote {manifests[-1]['distinct_keys']:,} distinct keys; Spark start-up, "
                  f"shutdown and everything outside build() = wall - elapsed_s = "
                  f"{min(s.wall_s for s in spark) - min(s.wall_s for s in job):,.1f} s (best of each)")
     if not inprocess_fits:
         notes.append(f"{group}: in-process map SKIPPED: ~{keys * ESTIMATE_INPROCESS_BYTES_PER_KEY / 2**30:.1f} GiB "
                      f"estimated > half of MemAvailable ({half_available / 2**30:.1f} GiB)")
-    for kind, label in (("inprocess", "InProcessOffsetMap (dict)"), ("sorted", "SortedHashOffsetMap.load")):
+    for kind, label in (("inprocess", "InProcessOffsetMap"), ("sorted", "SortedHashOffsetMap.load")):
         if kind not in probes:
             if kind == "sorted":
                 notes.append(f"{group}: SortedHashOffsetMap.load probe SKIPPED (memory estimate above half of "
@@ -350,6 +390,16 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
             continue
         peak, held = _per_key(probes[kind])
         p = probes[kind]
+        section.facts[f"rss_{kind}"] = {"keys": keys, "peak": peak, "held": held}
+        if kind == "inprocess":
+            section.facts["inprocess_buffer_rss"] = {
+                "keys": keys, "buffer_bytes": p["buffer_bytes"],
+                "grew_bytes": (p["rss_peak_kib"] - p["rss_before_kib"]) * 1024}
+        else:
+            section.facts["probe"] = {k: p[k] for k in ("lookups", "lookups_per_s", "dict_lookups_per_s")}
+            notes.append(f"{group}: SortedHashOffsetMap.get_many: {p['lookups_per_s']:,.0f} lookups/s over "
+                         f"{p['lookups']:,} keys (half absent); dict.get of the same keys: "
+                         f"{p['dict_lookups_per_s']:,.0f} lookups/s")
         notes.append(f"{group}: RSS of {label}: {peak:,.1f} B/key at peak, {held:,.1f} B/key held after "
                      f"(before {p['rss_before_kib'] / 1024:,.0f} MiB, peak {p['rss_peak_kib'] / 1024:,.0f} MiB, "
                      f"after {p['rss_after_kib'] / 1024:,.0f} MiB; built in {p['seconds']:.1f} s); Kafka: "
@@ -428,7 +478,8 @@ def _main(argv: list[str]) -> int:
         kind, keys = argv[1], int(argv[2])
         print(json.dumps(probe(kind, keys, argv[3] if len(argv) > 3 else None)))
         return 0
-    print("usage: python -m benchmarks.keymap probe inprocess KEYS | probe sorted KEYS KEYMAP_DIR", file=sys.stderr)
+    print("usage: python -m benchmarks.keymap probe inprocess KEYS CONFIG | probe sorted KEYS KEYMAP_DIR",
+          file=sys.stderr)
     return 2
 
 

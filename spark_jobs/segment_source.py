@@ -1,14 +1,23 @@
-"""A PySpark Python Data Source (Spark 4 API) over one partition's Kafka-format segments.
+"""PySpark Python Data Sources (Spark 4 API) over one partition's Kafka-format segments.
 
     spark.dataSource.register(SegmentDataSource)
     df = (spark.read.format("kafka_segments").option("path", "/logs/dir-a/user-emails-0")
           .option("startOffset", 0).option("endOffset", 1000).load())
 
 One Spark partition per ``.log`` segment overlapping [startOffset, endOffset) (both optional). Each yields
-Arrow record batches with one row per record:
+Arrow record batches with one row per record. ``kafka_segments`` (:class:`SegmentDataSource`) has every field:
 
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
+
+``kafka_segment_keys`` (:class:`SegmentKeysDataSource`, what the key-map job reads) has only what a key map
+needs, filled straight from the compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per
+record, into the Arrow buffers, no Python object per record):
+
+    key_hash_hi long, key_hash_lo long, offset long, flags byte   (flags: 1 keyless, 2 tombstone, 4 control)
+
+(compressed batches are decompressed in Python and then decoded the same way; legacy batches and runs without
+the compiled kernels take the per-record Python path).
 
 ``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.maintenance.offset_map.key_hash``), the join key of
 key maps. Files are opened read-only; a segment that disappears while a task reads it (retention, a swap)
@@ -22,6 +31,10 @@ import os
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 NAME = "kafka_segments"
+KEYS_NAME = "kafka_segment_keys"
+KEYS_SCHEMA = "key_hash_hi long, key_hash_lo long, offset long, flags byte"
+KEYLESS, TOMBSTONE, CONTROL = 1, 2, 4
+MAX_PARTITION_BYTES = 512 << 20
 SCHEMA = ("offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int, "
           "is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long")
 ROWS_PER_ARROW_BATCH = 65536
@@ -152,3 +165,154 @@ class _Columns:
              pa.array(self.bbase, pa.int64()), pa.array(self.blast, pa.int64()), pa.array(self.seg, pa.int64())],
             names=["offset", "timestamp", "key", "key_hash_hi", "key_hash_lo", "value_size", "is_tombstone",
                    "batch_base_offset", "batch_last_offset", "segment"])
+
+
+class SegmentKeysDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return KEYS_NAME
+
+    def schema(self) -> str:
+        return KEYS_SCHEMA
+
+    def reader(self, schema):
+        return SegmentKeysReader(self.options)
+
+
+class SegmentGroup(InputPartition):
+    """Consecutive segments read by one task (fewer, longer tasks: a task costs Spark a fixed overhead)."""
+
+    def __init__(self, segments: list[SegmentPartition]):
+        super().__init__(segments[0].path)
+        self.segments = segments
+
+
+class SegmentKeysReader(SegmentReader):
+    """Option ``maxPartitionBytes`` (default 512 MiB, at least 2 partitions when there are 2 segments or more):
+    consecutive segments are grouped into one Spark partition up to that many bytes."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.max_partition_bytes = _opt_int(options, "maxPartitionBytes") or MAX_PARTITION_BYTES
+
+    def partitions(self):
+        segments = super().partitions()
+        sizes = [os.stat(p.path).st_size for p in segments]
+        limit = min(self.max_partition_bytes, max(1, sum(sizes) // 2)) if len(segments) > 1 else 1
+        groups, current, current_bytes = [], [], 0
+        for seg, size in zip(segments, sizes):
+            if current and current_bytes + size > limit:
+                groups.append(SegmentGroup(current))
+                current, current_bytes = [], 0
+            current.append(seg)
+            current_bytes += size
+        if current:
+            groups.append(SegmentGroup(current))
+        return groups
+
+    def read(self, partition: SegmentGroup):
+        for seg in partition.segments:
+            yield from self._read_segment(seg)
+
+    def _read_segment(self, partition: SegmentPartition):
+        from storage_engine.segment.file_records import FileRecords
+        try:
+            fr = FileRecords(partition.path, writable=False)
+        except Exception as exc:
+            raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
+                                    f"compaction replaced it): {exc}") from None
+        start = self.start if self.start is not None else -1
+        end = self.end if self.end is not None else 2**63 - 1
+        try:
+            yield from key_batches(fr.view(), fr.size, start, end, partition.path)
+        finally:
+            fr.close()
+        if not os.path.exists(partition.path):
+            raise FileNotFoundError(f"segment {partition.path} was deleted while the job read it")
+        if os.stat(partition.path).st_ino != partition.inode:
+            raise FileNotFoundError(f"segment {partition.path} was replaced while the job read it")
+
+
+def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH):
+    """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` with start <= offset < end."""
+    import numpy as np
+    import pyarrow as pa
+
+    from storage_engine.record import records
+    from storage_engine.segment.file_records import batch_at
+    kernels = records.KERNELS
+    cols = _KeyColumns(np, rows)
+    pos = 0
+    while True:
+        if kernels is not None:
+            pos, cols.n, status = kernels.key_columns(view, pos, size, start, end, cols.hi, cols.lo, cols.off,
+                                                      cols.flags, cols.n, rows)
+            if status == 1:                     # the arrays are full
+                yield cols.to_arrow(pa)
+                cols = _KeyColumns(np, rows)
+                continue
+            if status == 0:                     # done
+                break
+        batch = batch_at(view, pos, size, path)   # the batch the kernel left to Python (or every batch)
+        if batch is None or batch.base_offset >= end:
+            break
+        pos += batch.size_in_bytes
+        if batch.last_offset < start:
+            continue
+        for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
+            if cols.n == rows:
+                yield cols.to_arrow(pa)
+                cols = _KeyColumns(np, rows)
+            cols.add(hi, lo, offset, flags)
+    if cols.n:
+        yield cols.to_arrow(pa)
+
+
+def _batch_rows(batch, start: int, end: int, kernels):
+    """(hi, lo, offset, flags) of one batch's records in range, decoded in Python (compressed batches through the
+    kernel, once decompressed)."""
+    if kernels is not None and batch.magic >= 2 and batch.compression != 0 and batch.records_count >= 0:
+        import numpy as np
+        payload = batch.records_payload()
+        plain = bytearray(batch.buf[batch.pos:batch.pos + 61])
+        plain[22] &= 0xF8                                      # codec: none
+        plain[8:12] = (49 + len(payload)).to_bytes(4, "big")   # length = 61 - 12 + records
+        plain += payload
+        n = max(batch.records_count, 1)
+        cols = _KeyColumns(np, n)
+        pos, got, status = kernels.key_columns(plain, 0, len(plain), start, end, cols.hi, cols.lo, cols.off,
+                                               cols.flags, 0, n)
+        if status == 0 and pos == len(plain):
+            return list(zip(cols.hi[:got].tolist(), cols.lo[:got].tolist(), cols.off[:got].tolist(),
+                            cols.flags[:got].tolist()))
+    from storage_engine.maintenance.offset_map import key_hash
+    control = CONTROL if batch.is_control else 0
+    out = []
+    for rec in batch.records():
+        if start <= rec.offset < end:
+            hi, lo = key_hash(rec.key) if rec.key is not None else (0, 0)
+            out.append((hi, lo, rec.offset, control | (KEYLESS if rec.key is None else 0) |
+                        (TOMBSTONE if rec.value is None else 0)))
+    return out
+
+
+class _KeyColumns:
+    __slots__ = ("n", "hi", "lo", "off", "flags")
+
+    def __init__(self, np, rows: int):
+        self.n = 0
+        self.hi = np.empty(rows, dtype=np.int64)
+        self.lo = np.empty(rows, dtype=np.int64)
+        self.off = np.empty(rows, dtype=np.int64)
+        self.flags = np.empty(rows, dtype=np.int8)
+
+    def add(self, hi: int, lo: int, offset: int, flags: int) -> None:
+        n = self.n
+        self.hi[n], self.lo[n], self.off[n], self.flags[n] = hi, lo, offset, flags
+        self.n = n + 1
+
+    def to_arrow(self, pa):
+        n = self.n
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.hi[:n]), pa.array(self.lo[:n]), pa.array(self.off[:n]), pa.array(self.flags[:n])],
+            names=["key_hash_hi", "key_hash_lo", "offset", "flags"])

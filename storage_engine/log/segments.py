@@ -112,9 +112,10 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
                 if layout.offset_from_filename(name) not in logs:
                     remove(os.path.join(dir_path, name))
     active_base = max(logs) if logs else None
+    present = set(names)   # the listing answers "is the index there?" (no stat per file)
     for base in sorted(logs):
-        index_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.INDEX_SUFFIX))
-        tindex_missing = not os.path.exists(layout.segment_file(dir_path, base, layout.TIME_INDEX_SUFFIX))
+        index_missing = layout.filename_prefix(base) + layout.INDEX_SUFFIX not in present
+        tindex_missing = layout.filename_prefix(base) + layout.TIME_INDEX_SUFFIX not in present
         # A view opens sealed segments read-only; a missing index file has to be created either way.
         writable = repair or base == active_base or index_missing or tindex_missing
         # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).

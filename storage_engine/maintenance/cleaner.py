@@ -12,7 +12,8 @@
    the same magic, codec, timestamp type, producer fields, flags, leader epoch and last offset. A batch that
    first retains a tombstone gets ``delete horizon = now + delete.retention.ms`` stamped (KIP-534), so the
    tombstone goes in a later round once ``now`` passes it. The last batch of the round is kept as an empty
-   batch when all its records go (KAFKA-17076).
+   batch when all its records go (KAFKA-17076). What happens to a whole batch is :class:`BatchPolicy`'s call;
+   the per-record work (steps 1 and 3) is :mod:`.record_filter`'s, in compiled code when the extension is built.
 4. Swap, under the partition lock, crash-safely (``.cleaned`` -> ``.swap``, old files -> ``.deleted``,
    ``.swap`` -> final name, fsync dir). A loader completes an interrupted swap over [.swap base, .swap next
    offset) only, so the cleaned segment always reaches into the group's last segment holding data: if none
@@ -34,15 +35,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from storage_engine.maintenance import cleaner_manager
+from storage_engine.maintenance import cleaner_manager, record_filter
 from storage_engine import layout
-from storage_engine.record import legacy_records
 from storage_engine.maintenance.cleaner_manager import LogToClean
 from storage_engine.config import CleanerConfig
 from storage_engine.errors import StorageError
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
-from storage_engine.record.records import (LOG_APPEND_TIME, SimpleRecord, build_batch, build_empty_batch)
+from storage_engine.record.records import build_batch, build_empty_batch
 from storage_engine.segment.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -145,8 +145,6 @@ def _batches_from(seg: LogSegment, offset: int):
 
 
 def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats) -> bool:
-    max_entries = offset_map.max_entries
-    table = _table_of(offset_map)  # the in-process map's dict: filled inline (the hot loop)
     for batch in _batches_from(seg, start):
         if batch.base_offset >= end:
             break
@@ -154,31 +152,13 @@ def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: Clean
         if batch.is_control:
             stats.map_messages_read += 1
         else:
-            records = batch.records()
-            if table is not None:
-                for i, (offset, _ts, key, _value, _headers) in enumerate(records):
-                    if key is not None and start <= offset < end:
-                        if len(table) >= max_entries:
-                            stats.map_messages_read += i
-                            return True
-                        table[key] = offset
-                        offset_map.latest_offset = offset
-                stats.map_messages_read += len(records)
-            else:
-                for rec in records:
-                    if rec.key is not None and start <= rec.offset < end:
-                        if offset_map.size >= max_entries:
-                            return True
-                        offset_map.put(rec.key, rec.offset)
-                    stats.map_messages_read += 1
+            read, full = record_filter.map_batch(batch, offset_map, start, end)
+            stats.map_messages_read += read
+            if full:
+                return True
         if batch.last_offset >= start:
             offset_map.update_latest_offset(min(batch.last_offset, end - 1))
     return False
-
-
-def _table_of(offset_map) -> dict | None:
-    """The dict behind an :class:`InProcessOffsetMap` (exactly that class: a subclass may override get/put)."""
-    return offset_map.table if type(offset_map) is InProcessOffsetMap else None
 
 
 # -- grouping --------------------------------------------------------------------------------------------------
@@ -212,9 +192,24 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
 
 # -- cleaning --------------------------------------------------------------------------------------------------
 
+class BatchPolicy:
+    """The batch-level half of cleaning: what happens to a whole batch before any of its records is looked at.
+
+    ``RETAIN``: copied byte for byte (control batches: transaction markers are never removed here). ``FILTER``:
+    its records go through :func:`.record_filter.filter_batch` (compiled or Python). Kafka's transaction rules
+    (aborted data removed, markers kept until their delete horizon) are batch-level decisions and belong here.
+    """
+    RETAIN = "retain"
+    FILTER = "filter"
+
+    def action(self, batch) -> str:
+        return self.RETAIN if batch.is_control else self.FILTER
+
+
 class Cleaner:
-    def __init__(self, config: CleanerConfig):
+    def __init__(self, config: CleanerConfig, policy: BatchPolicy | None = None):
         self.config = config
+        self.policy = policy or BatchPolicy()
 
     def new_offset_map(self) -> InProcessOffsetMap:
         memory = min(self.config.dedupe_buffer_size // max(1, self.config.threads), INT32_MAX)
@@ -303,6 +298,7 @@ class Cleaner:
                         stats.bytes_written += len(data)
                         written += 1
                         tail_written = tail_written or seg is tail
+            out, data = None, b""  # data may be a view of a replaced segment's mapping: let the mapping close
             all_removed = written == 0
             if tail_last is not None and not tail_written:
                 data = _empty_batch_like(tail_last)
@@ -324,72 +320,15 @@ class Cleaner:
 
     def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
                       retain_legacy_deletes: bool, upper_bound: int,
-                      stats: CleanerStats) -> tuple[bytes, int] | None:
+                      stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
         """What of ``batch`` survives: (bytes, max timestamp) or None."""
         stats.bytes_read += batch.size_in_bytes
-        if batch.is_control:
+        if self.policy.action(batch) == BatchPolicy.RETAIN:
             stats.messages_read += 1
             stats.messages_written += 1
             return batch.raw(), batch.max_timestamp
-        records = batch.records()
-        stats.messages_read += len(records)
-        latest = offset_map.latest_offset
-        v2 = batch.magic >= 2
-        horizon = batch.delete_horizon_ms if v2 and batch.has_delete_horizon else None
-        tombstone_kept_by_batch = (horizon is None or now_ms < horizon) if v2 else retain_legacy_deletes
-        kept = []
-        keeps_tombstone = False
-        table = _table_of(offset_map)
-        lookup = table.get if table is not None else (lambda k, _default: offset_map.get(k))
-        invalid = tombstones_removed = 0
-        for rec in records:
-            offset, _ts, key, value, _headers = rec
-            if offset > latest:
-                keep = True
-            elif key is None:
-                invalid += 1
-                keep = False
-            else:
-                newest = offset >= lookup(key, -1)
-                keep = newest and (value is not None or tombstone_kept_by_batch)
-                if newest and not keep:
-                    tombstones_removed += 1
-            if keep:
-                kept.append(rec)
-                if value is None:
-                    keeps_tombstone = True
-        stats.invalid_messages_read += invalid
-        stats.tombstones_removed += tombstones_removed
-        needs_horizon = v2 and horizon is None and keeps_tombstone
-        stats.messages_written += len(kept)
-        if kept and len(kept) == len(records) and not needs_horizon:
-            return batch.raw(), batch.max_timestamp
-        if not kept:
-            if v2 and batch.next_offset == upper_bound:
-                return build_empty_batch(batch), batch.max_timestamp
-            return None
-        new_horizon = (now_ms + delete_retention_ms) if needs_horizon else horizon
-        if batch.timestamp_type == LOG_APPEND_TIME:
-            max_ts = batch.max_timestamp
-        else:
-            max_ts = max(r.timestamp for r in kept)
-        return _rebuild(batch, kept, new_horizon), max_ts
-
-
-def _rebuild(batch, kept, horizon: int | None) -> bytes:
-    simple = [SimpleRecord(r.key, r.value, r.timestamp, r.headers) for r in kept]
-    offsets = [r.offset for r in kept]
-    if batch.magic >= 2:
-        log_append = batch.timestamp_type == LOG_APPEND_TIME
-        return build_batch(simple, base_offset=batch.base_offset, codec=batch.compression,
-                           timestamp_type=batch.timestamp_type, log_append_time_ms=batch.max_timestamp if log_append
-                           else None, producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-                           base_sequence=batch.base_sequence, is_transactional=batch.is_transactional,
-                           is_control=batch.is_control, partition_leader_epoch=batch.partition_leader_epoch,
-                           delete_horizon_ms=horizon, offsets=offsets, last_offset=batch.last_offset)
-    return legacy_records.build_legacy_batch(simple, magic=batch.magic, base_offset=offsets[0],
-                                             codec=batch.compression, timestamp_type=max(batch.timestamp_type, 0),
-                                             log_append_time_ms=batch.max_timestamp, offsets=offsets)
+        return record_filter.filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
+                                          upper_bound, stats)
 
 
 def _empty_batch_like(batch) -> bytes:

@@ -13,9 +13,11 @@
  * held as a buffer export for the whole call, so it cannot be resized under us.
  *
  * Only the documented C API is used; nothing here depends on CPython internals.
+ *
+ * The module also carries the compaction, recovery and key-map kernels of _keymap.c, _clean.c and _walk.c (see
+ * _speedups.h for what each holds); PyInit__speedups adds their functions.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_speedups.h"
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -940,5 +942,14 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&speedups_module);
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddFunctions(module, sp_keymap_methods) < 0 || PyModule_AddFunctions(module, sp_clean_methods) < 0 ||
+        PyModule_AddFunctions(module, sp_walk_methods) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -592,3 +592,7 @@ if _speedups is not None and os.environ.get("STORAGE_ENGINE_PURE_PYTHON", "") in
 else:
     IMPLEMENTATION = "python"
     decode_records, encode_records = _py_decode_records, _py_encode_records
+
+# The same extension's batch-level kernels (compaction record filter and key map, recovery walk, key columns of the
+# Spark source; see _speedups.h): callers read ``records.KERNELS`` at call time, None meaning "pure Python".
+KERNELS = _speedups if IMPLEMENTATION == "c" else None

@@ -157,10 +157,13 @@ class IndexFile:
         try:
             if self.writable:
                 try:
-                    self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-                    created = True
-                except FileExistsError:
-                    self._fd = os.open(self.path, flags)
+                    self._fd = os.open(self.path, flags)   # the usual case: one open call
+                except FileNotFoundError:
+                    try:
+                        self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                        created = True
+                    except FileExistsError:
+                        self._fd = os.open(self.path, flags)
             else:
                 # A reader never creates files: a missing index is the owner's business.
                 self._fd = os.open(self.path, flags)
@@ -280,6 +283,35 @@ class IndexFile:
         else:
             self._mm[start:end] = packed
         self.entries += 1
+
+    def append_packed(self, data: bytes) -> None:
+        """Write entries already packed as the file stores them (recovery's compiled walk built and checked them
+        against the same rules as the subclass's append) after the last one, in one copy, and count them."""
+        n = len(data) // self.ENTRY_SIZE
+        if n == 0:
+            return
+        if self.entries + n > self.max_entries:
+            raise self._full_error()
+        self._check_writable("append")
+        start = self.entries * self.ENTRY_SIZE
+        self._mm[start:start + n * self.ENTRY_SIZE] = data[:n * self.ENTRY_SIZE]
+        self.entries += n
+        self._entries_changed()
+
+    def rewrite(self, data: bytes) -> None:
+        """Make the file exactly these packed entries (trimmed), in one write: recovery of a segment no other
+        process has open, whose entries the compiled walk built and checked."""
+        self._check_writable("rewrite")
+        n = len(data) // self.ENTRY_SIZE
+        try:
+            os.ftruncate(self._fd, n * self.ENTRY_SIZE)
+            if n:
+                os.pwrite(self._fd, data[:n * self.ENTRY_SIZE], 0)
+            self._map(n * self.ENTRY_SIZE)
+        except OSError as exc:
+            raise StorageIOError(f"cannot rewrite {self.KIND}", self.path, exc) from exc
+        self.entries = n
+        self._entries_changed()
 
     def _truncate_to_entries(self, n: int) -> None:
         if n >= self.entries:

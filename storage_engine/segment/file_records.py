@@ -9,7 +9,9 @@ the entry is ``12 + size`` bytes. Reading entries from a file follows Kafka's ru
 * magic 0/1: a legacy message; 2: a record batch; anything else: corrupt.
 
 ``strict=True`` (used by recovery, ``verify`` and ``dump-log``) turns the two silent stops into errors, so a
-torn tail is reported with its position. Entries are parsed from an ``mmap`` of the file, so validating a
+torn tail is reported with its position. Recovery walks the valid magic-2 batches in compiled code
+(:func:`walk_valid_batches`: size, magic and hardware CRC-32C checks plus the index entries, no Python object per
+batch) and falls back to these rules for any batch it does not take. Entries are parsed from an ``mmap`` of the file, so validating a
 segment does not copy it.
 
 The logical size of the file is tracked separately from its physical size, because a preallocated segment
@@ -24,6 +26,7 @@ from typing import Iterator
 
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, StorageIOError
+from storage_engine.record import records
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
 
@@ -74,6 +77,40 @@ def iter_batches(buf, start: int = 0, end: int | None = None, path: object = Non
             return
         yield batch
         pos += batch.size_in_bytes
+
+
+def walk_valid_batches(buf, pos: int, end: int, base_offset: int, index_interval_bytes: int,
+                       last_index_entry: int, max_ts: int, max_ts_offset: int, offset_index, time_index):
+    """Recovery's fast path, compiled: walk the plain magic-2 batches from ``pos`` that are whole, CRC-valid and
+    whose last offset fits the segment, adding the sparse index entries recovery adds (see
+    ``LogSegment.recover``), and stop before the first batch that is anything else (the caller then handles that
+    one batch the Python way, which raises the exact error). Returns (position, batches walked, last index entry
+    position, max timestamp, its offset), or None when the compiled kernels are not loaded."""
+    kernels = records.KERNELS
+    if kernels is None:
+        return None
+    time_ts, time_offset = time_index.last_entry
+    (pos, batches, last_index_entry, max_ts, max_ts_offset, offset_entries, time_entries) = kernels.walk_batches(
+        buf, pos, end, base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset,
+        offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries,
+        time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)
+    offset_index.append_packed(offset_entries)
+    time_index.append_packed(time_entries)
+    return pos, batches, last_index_entry, max_ts, max_ts_offset
+
+
+def walk_batches(buf, pos: int, end: int, base_offset: int, index_interval_bytes: int, offset_index_room: int,
+                 time_index_room: int):
+    """:func:`walk_valid_batches` of a whole segment into empty indexes, without touching them: (position
+    reached, batches, max timestamp, its offset, packed offset-index entries, packed time-index entries), or None
+    without the compiled kernels."""
+    kernels = records.KERNELS
+    if kernels is None:
+        return None
+    pos, batches, _last_entry, max_ts, max_ts_offset, offset_entries, time_entries = kernels.walk_batches(
+        buf, pos, end, base_offset, index_interval_bytes, 0, -1, -1, -1, offset_index_room, -1, base_offset, 0,
+        time_index_room)
+    return pos, batches, max_ts, max_ts_offset, offset_entries, time_entries
 
 
 class FileRecords:

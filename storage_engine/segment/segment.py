@@ -15,17 +15,20 @@ truncates the file at the first invalid byte, returning how many bytes it remove
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
-from storage_engine.segment.file_records import FileRecords, batch_at
+from storage_engine.segment.file_records import FileRecords, batch_at, walk_batches, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
 
 INT32_MAX = 2**31 - 1
+_TIME_ENTRY = struct.Struct(">qi")
+_READ_NOT_MAP_BYTES = 1 << 20
 
 
 @dataclass
@@ -177,7 +180,7 @@ class LogSegment:
 
     # -- appending --------------------------------------------------------------------------------------------
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
-               data: bytes) -> None:
+               data: bytes | memoryview) -> None:
         """Append whole batches (already validated, offsets assigned) and maintain the sparse indexes."""
         if not data:
             return
@@ -282,6 +285,9 @@ class LogSegment:
     # -- recovery and truncation ------------------------------------------------------------------------------
     def recover(self) -> RecoveryResult:
         """Validate every batch, rebuild both indexes, truncate at the first invalid byte."""
+        done = self._recover_compiled()
+        if done is not None:
+            return done
         self.offset_index.reset()
         self.time_index.reset()
         self.bytes_since_last_index_entry = 0
@@ -294,6 +300,12 @@ class LogSegment:
         size = self.log.size
         try:
             while True:
+                fast = walk_valid_batches(view, valid_bytes, size, self.base_offset, self.index_interval_bytes,
+                                          last_index_entry, max_ts, max_ts_offset, self.offset_index,
+                                          self.time_index)
+                if fast is not None:
+                    valid_bytes, walked, last_index_entry, max_ts, max_ts_offset = fast
+                    count += walked
                 batch = batch_at(view, valid_bytes, size, self.path, strict=True)
                 if batch is None:
                     break
@@ -321,6 +333,49 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self._rolling_based_timestamp = None
         return RecoveryResult(truncated, valid_bytes, count, error)
+
+    def _recover_compiled(self) -> RecoveryResult | None:
+        """:meth:`recover` when the compiled walk takes every batch of the segment (the usual case): both index
+        files are written once, already trimmed, instead of reset, appended to and trimmed. None (nothing changed)
+        when the kernels are not loaded or the walk stops before the end; :meth:`recover` then does it all."""
+        size = self.log.size
+        # A small segment is read (one pread), a large one mapped (no copy).
+        view = self.log.read(0, size) if size <= _READ_NOT_MAP_BYTES else self.log.view()
+        walked = walk_batches(view, 0, size, self.base_offset, self.index_interval_bytes,
+                              self.max_index_size // OffsetIndex.ENTRY_SIZE,
+                              self.max_index_size // TimeIndex.ENTRY_SIZE - 1)
+        del view
+        if walked is None or walked[0] != size:
+            return None
+        _, count, max_ts, max_ts_offset, offset_entries, time_entries = walked
+        if max_ts >= 0:
+            last_ts = _TIME_ENTRY.unpack_from(time_entries, len(time_entries) - 12)[0] if time_entries else -1
+            if max_ts > last_ts:   # the entry recover() adds last (TimeIndex.maybe_append, skip_full_check)
+                time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - self.base_offset)
+        self.bytes_since_last_index_entry = 0
+        self._rewrite_index(layout.INDEX_SUFFIX, self._offset_index, offset_entries)
+        self._rewrite_index(layout.TIME_INDEX_SUFFIX, self._time_index, time_entries)
+        self._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, self.base_offset)
+        self._rolling_based_timestamp = None
+        return RecoveryResult(0, size, count, None)
+
+    def _rewrite_index(self, suffix: str, index, data: bytes) -> None:
+        """Make an index file exactly ``data`` (packed entries): through the open index, or, for an index not
+        opened yet, by writing the file directly (it is opened, and mapped, only when used)."""
+        if index is not None:
+            index.rewrite(data)
+            return
+        path = self._paths[suffix]
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, len(data))
+                if data:
+                    os.pwrite(fd, data, 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageIOError("cannot rewrite index", path, exc) from exc
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Remove every batch whose last offset >= ``offset`` (batch granular); returns bytes removed.

@@ -229,3 +229,65 @@ def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
     os.rename(parts[1].path, parts[1].path + ".deleted")   # as retention or a swap does
     with pytest.raises(FileNotFoundError, match="disappeared|deleted|replaced"):
         list(reader.read(parts[1]))
+
+
+def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monkeypatch):
+    # kafka_segment_keys (what the job reads) against a decode of the same segments: every record in range,
+    # its hash, offset and flags; compressed batches and a transaction marker included; compiled and Python.
+    from storage_engine.maintenance.offset_map import key_hash
+    from storage_engine.record import codecs
+    from storage_engine.record.records import build_batch, build_control_batch
+    from spark_jobs.segment_source import key_batches
+    from storage_engine.segment.file_records import FileRecords
+    from tests.storage_engine.kernels import use
+    _p, cfg = make_config(tmp_path, policy="delete")
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        log = mgr.get_or_create_log("kv", 0)
+        for i in range(60):
+            recs = [SimpleRecord(None if j == 1 else b"k%d" % ((i * 3 + j) % 17), None if j == 2 else b"v" * j,
+                                 T0 + i) for j in range(4)]
+            log.append_batches(build_batch(recs, codec=codecs.LZ4 if i % 3 == 0 else codecs.NONE))
+            if i == 30:
+                log.append_batches(build_control_batch(1, base_offset=0, timestamp=T0, producer_id=5,
+                                                       producer_epoch=0))
+        log.roll()
+        expected = []
+        for seg in log.segments:
+            for batch in seg.batches(0):
+                for rec in batch.records():
+                    if 10 <= rec.offset < 200:
+                        hi, lo = key_hash(rec.key) if rec.key is not None else (0, 0)
+                        expected.append((hi, lo, rec.offset, (4 if batch.is_control else 0) |
+                                         (1 if rec.key is None else 0) | (2 if rec.value is None else 0)))
+    pdir = tmp_path / "logs" / "kv-0"
+    for impl in ("c", "python"):
+        use(monkeypatch, impl)
+        got = []
+        for name in sorted(os.listdir(pdir)):
+            if name.endswith(".log"):
+                fr = FileRecords(str(pdir / name), writable=False)
+                for b in key_batches(fr.view(), fr.size, 10, 200, name, rows=7):
+                    got.extend(zip(*(b.column(i).to_pylist() for i in range(4))))
+                fr.close()
+        assert got == expected, impl
+    assert len(expected) == 190
+
+
+def test_spark_map_is_written_sorted_in_hash_buckets(tmp_path, spark):
+    from storage_engine.maintenance.offset_map import SortedHashOffsetMap, _is_sorted, map_files
+    import pyarrow.parquet as pq
+    _p, cfg = make_config(tmp_path)
+    fill(cfg, [(b"key-%d" % (i % 300), b"v%d" % i) for i in range(900)])
+    info = partition_info(cfg, "kv", 0)
+    out = str(tmp_path / "km")
+    manifest = build_key_map.build(spark, info, 0, 900, out, rows_per_bucket=100)
+    assert manifest["sorted"] and manifest["bucket_bits"] == 4 and manifest["distinct_keys"] == 300
+    files = map_files(os.path.join(out, "data"))
+    assert len({os.path.dirname(f) for f in files}) > 8      # several buckets, read in hash order
+    tables = [pq.read_table(f) for f in files]
+    hi = [v for t in tables for v in t.column("key_hash_hi").to_pylist()]
+    lo = [v for t in tables for v in t.column("key_hash_lo").to_pylist()]
+    import numpy as np
+    assert _is_sorted(np.array(hi, dtype=np.int64), np.array(lo, dtype=np.int64))
+    m = SortedHashOffsetMap.load(out)
+    assert all(m.get(b"key-%d" % k) == 600 + k for k in range(300))

@@ -22,7 +22,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
@@ -230,7 +230,11 @@ class CompactionModel(RuleBasedStateMachine):
         assert len(clean_keys) == len(set(clean_keys)), "the clean section must hold each key at most once"
 
 
-CompactionModel.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None,
-                                             suppress_health_check=[HealthCheck.too_slow,
-                                                                    HealthCheck.filter_too_much])
-TestCompactionModel = CompactionModel.TestCase
+MODEL_SETTINGS = settings(max_examples=80, stateful_step_count=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def test_compaction_model():
+    # A plain test (not the machine's unittest TestCase) so that the package's fixture runs it once per kernel
+    # implementation.
+    run_state_machine_as_test(CompactionModel, settings=MODEL_SETTINGS)

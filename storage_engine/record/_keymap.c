@@ -1,0 +1,567 @@
+/* Compaction key-map kernels of storage_engine.record._speedups (see _speedups.h).
+ *
+ * The in-process map (maintenance/offset_map.py, InProcessOffsetMap) is Kafka's SkimpyOffsetMap idea: one
+ * preallocated buffer of `slots` entries of 24 bytes, `log.cleaner.dedupe.buffer.size / 24` slots, no object per
+ * key. An entry is three native int64: the key's xxh3-128 hash (high, low, as offset_map.key_hash returns them)
+ * and offset + 1 (0 marks an empty slot). Robin Hood linear probing: a key's home slot is
+ * (unsigned high * slots) >> 64; inserting walks forward and takes the slot of the first resident that is
+ * closer to its own home than the new key is to its home (the resident moves on), so a lookup stops as soon as
+ * it meets such a resident: an absent key costs about as many probes as a present one, even at Kafka's 0.9 load
+ * factor. offset_map.py holds the same algorithm in Python (_py_table_put/_py_table_get); the differential
+ * tests require both to leave identical bytes in the buffer.
+ *
+ * The sorted map (SortedHashOffsetMap: the Spark-built map) is three int64 arrays sorted by (high, low) plus a
+ * bucket index: starts[b] is the first entry whose high hash falls into bucket b (the top `bits` bits of the
+ * high hash, in signed order), so a probe is a short binary search inside one bucket.
+ *
+ * Functions (all take and return plain ints and buffers):
+ *   key_hash(key) -> (hi, lo)
+ *   table_put(table, slots, entries, hi, lo, offset) -> 1 new, 0 updated, -1 full (nothing changed)
+ *   table_get(table, slots, hi, lo) -> offset or -1
+ *   map_batch(table, slots, entries, max_entries, payload, start, end, count, base_offset, first, stop)
+ *       -> None (rejected: nothing changed) or (records done, entries, last offset put or -1, full)
+ *   lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)
+ *   sorted_check_and_index(hi, lo, bits) -> bytes of 2**bits + 1 native int64 starts, or None if not sorted
+ * `spec` is (0, table, slots) or (1, hi, lo, offset, starts, bits).
+ */
+#define XXH_INLINE_ALL
+#include "vendor/xxhash.h"
+#include "_speedups.h"
+
+void
+sp_key_hash(const uint8_t *key, size_t len, int64_t *hi, int64_t *lo)
+{
+    XXH128_hash_t h = XXH3_128bits(key, len);
+    *hi = (int64_t)h.high64;
+    *lo = (int64_t)h.low64;
+}
+
+/* -- the open-addressing table --------------------------------------------------------------------------------- */
+
+static inline uint64_t
+home_slot(int64_t hi, uint64_t slots)
+{
+    return (uint64_t)(((unsigned __int128)(uint64_t)hi * slots) >> 64);
+}
+
+static inline uint64_t
+distance(uint64_t i, uint64_t home, uint64_t slots)
+{
+    return i >= home ? i - home : i + slots - home;
+}
+
+static int
+table_put_entry(int64_t *t, uint64_t slots, uint64_t entries, int64_t hi, int64_t lo, int64_t offset)
+{
+    uint64_t i = home_slot(hi, slots), dist = 0;
+    for (;;) {
+        int64_t *e = t + 3 * i;
+        if (e[2] == 0) {
+            break;
+        }
+        if (e[0] == hi && e[1] == lo) {
+            e[2] = offset + 1;
+            return 0;
+        }
+        if (distance(i, home_slot(e[0], slots), slots) < dist) {
+            break;  /* Robin Hood: the key would sit here if it were present */
+        }
+        i = i + 1 == slots ? 0 : i + 1;
+        if (++dist >= slots) {
+            break;
+        }
+    }
+    if (entries >= slots) {
+        return -1;
+    }
+    int64_t cur[3] = {hi, lo, offset + 1};
+    for (;;) {
+        int64_t *e = t + 3 * i;
+        if (e[2] == 0) {
+            e[0] = cur[0];
+            e[1] = cur[1];
+            e[2] = cur[2];
+            return 1;
+        }
+        uint64_t d = distance(i, home_slot(e[0], slots), slots);
+        if (d < dist) {
+            int64_t tmp[3] = {e[0], e[1], e[2]};
+            e[0] = cur[0];
+            e[1] = cur[1];
+            e[2] = cur[2];
+            cur[0] = tmp[0];
+            cur[1] = tmp[1];
+            cur[2] = tmp[2];
+            dist = d;
+        }
+        i = i + 1 == slots ? 0 : i + 1;
+        dist++;
+    }
+}
+
+static inline int64_t
+table_get_entry(const int64_t *t, uint64_t slots, int64_t hi, int64_t lo)
+{
+    uint64_t i = home_slot(hi, slots), dist = 0;
+    for (;;) {
+        const int64_t *e = t + 3 * i;
+        if (e[2] == 0) {
+            return -1;
+        }
+        if (e[0] == hi && e[1] == lo) {
+            return e[2] - 1;
+        }
+        if (distance(i, home_slot(e[0], slots), slots) < dist) {
+            return -1;
+        }
+        i = i + 1 == slots ? 0 : i + 1;
+        if (++dist >= slots) {
+            return -1;
+        }
+    }
+}
+
+/* -- the sorted map -------------------------------------------------------------------------------------------- */
+
+static inline int
+hash_less(int64_t ahi, int64_t alo, int64_t bhi, int64_t blo)
+{
+    return ahi < bhi || (ahi == bhi && alo < blo);
+}
+
+static inline uint64_t
+bucket_of(int64_t hi, int bits)
+{
+    return bits == 0 ? 0 : ((uint64_t)hi ^ 0x8000000000000000ULL) >> (64 - bits);
+}
+
+static int64_t
+sorted_get(const SpMap *m, int64_t hi, int64_t lo)
+{
+    const uint64_t b = bucket_of(hi, m->bits);
+    uint64_t left = (uint64_t)m->starts[b], right = (uint64_t)m->starts[b + 1];
+    while (left < right) {
+        const uint64_t mid = left + ((right - left) >> 1);
+        if (hash_less(m->hi[mid], m->lo[mid], hi, lo)) {
+            left = mid + 1;
+        }
+        else {
+            right = mid;
+        }
+    }
+    if (left < m->n && m->hi[left] == hi && m->lo[left] == lo) {
+        return m->off[left];
+    }
+    return -1;
+}
+
+int64_t
+sp_map_get(const SpMap *m, int64_t hi, int64_t lo)
+{
+    return m->kind == 0 ? table_get_entry(m->table, m->slots, hi, lo) : sorted_get(m, hi, lo);
+}
+
+static int
+acquire(SpMap *m, PyObject *obj, int flags, Py_ssize_t min_len)
+{
+    Py_buffer *v = &m->views[m->held];
+    if (PyObject_GetBuffer(obj, v, flags) < 0) {
+        return -1;
+    }
+    m->held++;
+    if (v->len < min_len) {
+        PyErr_SetString(PyExc_ValueError, "key map buffer is smaller than its declared size");
+        return -1;
+    }
+    return 0;
+}
+
+int
+sp_map_acquire(SpMap *m, PyObject *spec)
+{
+    m->held = 0;
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1) {
+        PyErr_SetString(PyExc_TypeError, "key map spec must be a tuple");
+        return -1;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (kind == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    m->kind = (int)kind;
+    if (kind == 0 && PyTuple_GET_SIZE(spec) == 3) {
+        unsigned long long slots = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(spec, 2));
+        if (slots == (unsigned long long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (slots == 0 || slots > (unsigned long long)PY_SSIZE_T_MAX / 24) {
+            PyErr_SetString(PyExc_ValueError, "key map table must have at least one slot");
+            return -1;
+        }
+        m->slots = slots;
+        if (acquire(m, PyTuple_GET_ITEM(spec, 1), PyBUF_SIMPLE, (Py_ssize_t)(slots * 24)) < 0) {
+            sp_map_release(m);
+            return -1;
+        }
+        m->table = (int64_t *)m->views[0].buf;
+        return 0;
+    }
+    if (kind == 1 && PyTuple_GET_SIZE(spec) == 6) {
+        long bits = PyLong_AsLong(PyTuple_GET_ITEM(spec, 5));
+        if (bits == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (bits < 0 || bits > 30) {
+            PyErr_SetString(PyExc_ValueError, "sorted key map bucket bits must be in [0, 30]");
+            return -1;
+        }
+        m->bits = (int)bits;
+        for (int i = 1; i <= 4; i++) {
+            if (acquire(m, PyTuple_GET_ITEM(spec, i), PyBUF_SIMPLE, 0) < 0) {
+                sp_map_release(m);
+                return -1;
+            }
+        }
+        m->n = (uint64_t)(m->views[0].len / 8);
+        if (m->views[1].len / 8 != (Py_ssize_t)m->n || m->views[2].len / 8 != (Py_ssize_t)m->n ||
+            m->views[3].len / 8 != ((Py_ssize_t)1 << bits) + 1) {
+            sp_map_release(m);
+            PyErr_SetString(PyExc_ValueError, "sorted key map columns differ in length");
+            return -1;
+        }
+        m->hi = (const int64_t *)m->views[0].buf;
+        m->lo = (const int64_t *)m->views[1].buf;
+        m->off = (const int64_t *)m->views[2].buf;
+        m->starts = (const int64_t *)m->views[3].buf;
+        return 0;
+    }
+    PyErr_SetString(PyExc_ValueError, "key map spec must be (0, table, slots) or (1, hi, lo, offset, starts, bits)");
+    return -1;
+}
+
+void
+sp_map_release(SpMap *m)
+{
+    for (int i = 0; i < m->held; i++) {
+        PyBuffer_Release(&m->views[i]);
+    }
+    m->held = 0;
+}
+
+/* -- Python functions ------------------------------------------------------------------------------------------ */
+
+static int
+get_i64(PyObject *obj, int64_t *out)
+{
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int
+writable_table(PyObject *obj, PyObject *slots_obj, Py_buffer *view, uint64_t *slots)
+{
+    unsigned long long s = PyLong_AsUnsignedLongLong(slots_obj);
+    if (s == (unsigned long long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (s == 0 || s > (unsigned long long)PY_SSIZE_T_MAX / 24) {
+        PyErr_SetString(PyExc_ValueError, "key map table must have at least one slot");
+        return -1;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0) {
+        return -1;
+    }
+    if (view->len < (Py_ssize_t)(s * 24)) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "key map buffer is smaller than its declared size");
+        return -1;
+    }
+    *slots = s;
+    return 0;
+}
+
+static PyObject *
+py_key_hash(PyObject *Py_UNUSED(module), PyObject *key)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(key, &v, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    int64_t hi, lo;
+    sp_key_hash((const uint8_t *)v.buf, (size_t)v.len, &hi, &lo);
+    PyBuffer_Release(&v);
+    return Py_BuildValue("(LL)", (long long)hi, (long long)lo);
+}
+
+static PyObject *
+py_table_put(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "table_put(table, slots, entries, hi, lo, offset)");
+        return NULL;
+    }
+    int64_t entries, hi, lo, offset;
+    if (get_i64(args[2], &entries) < 0 || get_i64(args[3], &hi) < 0 || get_i64(args[4], &lo) < 0 ||
+        get_i64(args[5], &offset) < 0) {
+        return NULL;
+    }
+    if (offset < 0 || offset == INT64_MAX) {
+        PyErr_Format(PyExc_ValueError, "offset %lld cannot be stored in a key map", (long long)offset);
+        return NULL;
+    }
+    Py_buffer view;
+    uint64_t slots;
+    if (writable_table(args[0], args[1], &view, &slots) < 0) {
+        return NULL;
+    }
+    int r = table_put_entry((int64_t *)view.buf, slots, (uint64_t)(entries < 0 ? 0 : entries), hi, lo, offset);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(r);
+}
+
+static PyObject *
+py_table_get(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "table_get(table, slots, hi, lo)");
+        return NULL;
+    }
+    int64_t hi, lo;
+    if (get_i64(args[2], &hi) < 0 || get_i64(args[3], &lo) < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    uint64_t slots;
+    if (writable_table(args[0], args[1], &view, &slots) < 0) {
+        return NULL;
+    }
+    int64_t r = table_get_entry((const int64_t *)view.buf, slots, hi, lo);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong((long long)r);
+}
+
+/* map_batch: cleaner._map_segment's inner loop for one magic-2 data batch. The whole records section is parsed
+ * first, so a batch the Python decoder would reject changes nothing (None: the caller decodes it in Python,
+ * which raises the exact error). Then, for each record with a key and first <= offset < stop: if the map holds
+ * max_entries keys it stops (full), otherwise it puts the key. */
+typedef struct {
+    int64_t offset;
+    const uint8_t *key;
+    int32_t key_len;
+} MapItem;
+
+static PyObject *
+py_map_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "map_batch(table, slots, entries, max_entries, payload, start, end, count, "
+                                         "base_offset, first, stop)");
+        return NULL;
+    }
+    int64_t entries, max_entries, start, end, count, base_offset, first, stop;
+    if (get_i64(args[2], &entries) < 0 || get_i64(args[3], &max_entries) < 0 || get_i64(args[5], &start) < 0 ||
+        get_i64(args[6], &end) < 0 || get_i64(args[7], &count) < 0 || get_i64(args[8], &base_offset) < 0 ||
+        get_i64(args[9], &first) < 0 || get_i64(args[10], &stop) < 0) {
+        return NULL;
+    }
+    if (count < 0) {
+        Py_RETURN_NONE;
+    }
+    Py_buffer table, payload;
+    uint64_t slots;
+    if (writable_table(args[0], args[1], &table, &slots) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &payload, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    MapItem *items = NULL;
+    if (start < 0 || end > payload.len || start > end) {
+        PyErr_SetString(PyExc_ValueError, "records section outside the buffer");
+        goto done;
+    }
+    if (count > (end - start) / 7 + 1) {
+        result = Py_NewRef(Py_None);  /* more records than bytes can hold: the decoder rejects it */
+        goto done;
+    }
+    items = PyMem_Malloc(sizeof(MapItem) * (size_t)(count ? count : 1));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *b = (const uint8_t *)payload.buf + start;
+    const int64_t len = end - start;
+    int64_t pos = 0;
+    for (int64_t i = 0; i < count; i++) {
+        SpRecord r;
+        if (sp_parse_record(b, len, &pos, &r) < 0 ||
+            __builtin_add_overflow(base_offset, (int64_t)r.offset_delta, &items[i].offset)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        items[i].key = r.key;
+        items[i].key_len = r.key_len;
+    }
+    if (count > 0 && pos != len) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    int64_t *t = (int64_t *)table.buf;
+    int64_t latest = -1;
+    int full = 0;
+    int64_t done_records = count;
+    for (int64_t i = 0; i < count; i++) {
+        const MapItem *it = &items[i];
+        if (it->key_len < 0 || it->offset < first || it->offset >= stop) {
+            continue;
+        }
+        if (entries >= max_entries) {
+            full = 1;
+            done_records = i;
+            break;
+        }
+        if (it->offset == INT64_MAX) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        int64_t hi, lo;
+        sp_key_hash(it->key, (size_t)it->key_len, &hi, &lo);
+        int r = table_put_entry(t, slots, (uint64_t)entries, hi, lo, it->offset);
+        if (r < 0) {
+            PyErr_SetString(PyExc_ValueError, "attempted to add a new entry to a full offset map");
+            goto done;
+        }
+        entries += r;
+        latest = it->offset;
+    }
+    result = Py_BuildValue("(LLLO)", (long long)done_records, (long long)entries, (long long)latest,
+                           full ? Py_True : Py_False);
+done:
+    PyMem_Free(items);
+    PyBuffer_Release(&payload);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+static PyObject *
+py_lookup_keys(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "lookup_keys(spec, keys)");
+        return NULL;
+    }
+    PyObject *keys = PySequence_Fast(args[1], "keys must be a sequence of bytes");
+    if (keys == NULL) {
+        return NULL;
+    }
+    SpMap m;
+    if (sp_map_acquire(&m, args[0]) < 0) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out != NULL) {
+        int64_t *w = (int64_t *)PyBytes_AS_STRING(out);
+        PyObject **items = PySequence_Fast_ITEMS(keys);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            char *data;
+            Py_ssize_t len;
+            if (PyBytes_AsStringAndSize(items[i], &data, &len) < 0) {
+                Py_CLEAR(out);
+                break;
+            }
+            int64_t hi, lo;
+            sp_key_hash((const uint8_t *)data, (size_t)len, &hi, &lo);
+            w[i] = sp_map_get(&m, hi, lo);
+        }
+    }
+    sp_map_release(&m);
+    Py_DECREF(keys);
+    return out;
+}
+
+static PyObject *
+py_sorted_check_and_index(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "sorted_check_and_index(hi, lo, bits)");
+        return NULL;
+    }
+    long bits = PyLong_AsLong(args[2]);
+    if (bits == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (bits < 0 || bits > 30) {
+        PyErr_SetString(PyExc_ValueError, "bits must be in [0, 30]");
+        return NULL;
+    }
+    Py_buffer hv, lv;
+    if (PyObject_GetBuffer(args[0], &hv, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &lv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&hv);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const int64_t *hi = hv.buf, *lo = lv.buf;
+    const uint64_t n = (uint64_t)(hv.len / 8);
+    if ((uint64_t)(lv.len / 8) != n) {
+        PyErr_SetString(PyExc_ValueError, "hash columns differ in length");
+        goto done;
+    }
+    const uint64_t buckets = (uint64_t)1 << bits;
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((buckets + 1) * 8));
+    if (out == NULL) {
+        goto done;
+    }
+    int64_t *starts = (int64_t *)PyBytes_AS_STRING(out);
+    uint64_t next_bucket = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (uint64_t i = 0; i < n; i++) {
+        if (i > 0 && !hash_less(hi[i - 1], lo[i - 1], hi[i], lo[i])) {
+            next_bucket = UINT64_MAX;  /* not strictly sorted */
+            break;
+        }
+        const uint64_t b = bucket_of(hi[i], (int)bits);
+        while (next_bucket <= b) {
+            starts[next_bucket++] = (int64_t)i;
+        }
+    }
+    if (next_bucket != UINT64_MAX) {
+        while (next_bucket <= buckets) {
+            starts[next_bucket++] = (int64_t)n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (next_bucket == UINT64_MAX) {
+        Py_CLEAR(out);
+        out = Py_NewRef(Py_None);
+    }
+done:
+    PyBuffer_Release(&hv);
+    PyBuffer_Release(&lv);
+    return out;
+}
+
+PyMethodDef sp_keymap_methods[] = {
+    {"key_hash", (PyCFunction)py_key_hash, METH_O, "key_hash(key) -> (hi, lo): xxh3-128 as two signed int64"},
+    {"table_put", (PyCFunction)(void (*)(void))py_table_put, METH_FASTCALL,
+     "table_put(table, slots, entries, hi, lo, offset) -> 1 new, 0 updated, -1 full"},
+    {"table_get", (PyCFunction)(void (*)(void))py_table_get, METH_FASTCALL,
+     "table_get(table, slots, hi, lo) -> offset or -1"},
+    {"map_batch", (PyCFunction)(void (*)(void))py_map_batch, METH_FASTCALL,
+     "map_batch(table, slots, entries, max_entries, payload, start, end, count, base_offset, first, stop)"},
+    {"lookup_keys", (PyCFunction)(void (*)(void))py_lookup_keys, METH_FASTCALL,
+     "lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)"},
+    {"sorted_check_and_index", (PyCFunction)(void (*)(void))py_sorted_check_and_index, METH_FASTCALL,
+     "sorted_check_and_index(hi, lo, bits) -> bucket starts (bytes) or None if not strictly sorted"},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,55 @@
+"""The BENCHMARKS.md summary generator: it reads results as the harness writes them and rewrites only the table
+between its markers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import summary
+from benchmarks.harness import Row, Sample, Section
+
+pytestmark = pytest.mark.unit
+
+
+def results(impl: str, rate_samples: list[Sample]) -> dict:
+    section = Section("compaction", "t", {})
+    section.add(Row("100 B values", "raw copy (read + write + fsync)", 2_000_000, 246_000_000, [Sample(0.2, 0.1)]))
+    section.add(Row("100 B values", "clean round (map + clean)", 2_000_000, 246_000_000, rate_samples,
+                    baseline="raw copy (read + write + fsync)"))
+    load = Section("load", "t", {})
+    load.add(Row("128 MiB segments", "raw read of all .log files", 1, 268_000_000, [Sample(0.1, 0.1)]))
+    load.add(Row("128 MiB segments", "LogManager.open, unclean (recover from 0)", 1, 268_000_000, [Sample(2.0, 2.0)],
+                 baseline="raw read of all .log files"))
+    meta = {"date_utc": "2026-11-23T00:00:00Z", "git_head": "0123456789abcdef", "engine_files_modified": [],
+            "implementation": {"summary": impl, "STORAGE_ENGINE_PURE_PYTHON": "1" if impl == "python" else None},
+            "loadavg_at_start": [0.5, 0.5, 0.5], "loadavg_at_end": [0.7, 0.5, 0.5], "argv": ["--only", "x"]}
+    return {"meta": meta, "benchmarks": {"compaction": section.to_json(), "load": load.to_json()}}
+
+
+def test_table_judges_targets_and_shows_both_implementations(tmp_path):
+    runs = {"c": results("c", [Sample(1.0, 0.9), Sample(0.8, 0.7)]), "python": results("python", [Sample(8.0, 8.0)]),
+            "large": None, "large-python": None}
+    text = summary.render(runs)
+    row = next(line for line in text.splitlines() if line.startswith("| Compaction round, 100 B values |"))
+    assert "2,500,000 records/s" in row and "| yes |" in row and "250,000 records/s" in row
+    assert "raw copy (read + write + fsync): 10,000,000 records/s" in row and "0.250x" in row
+    assert "0123456" in row and "2026-11-23T00:00:00Z" in row and "0.50 -> 0.70" in row
+    recovery = next(line for line in text.splitlines() if line.startswith("| Unclean recovery, 128 MiB"))
+    assert "134.0 MB/s" in recovery and "**no**" in recovery
+    missing = next(line for line in text.splitlines() if line.startswith("| Spark key map, 100 M keys"))
+    assert missing.endswith("| - | <= 150 s wall | - | - | - | - | - | - | - |")
+
+
+def test_write_replaces_only_the_summary(tmp_path):
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text("# Benchmarks\n\nverbatim tables\n")
+    runs = {"c": results("c", [Sample(1.0, 1.0)]), "python": None, "large": None, "large-python": None}
+    summary.write(path, summary.render(runs))
+    first = path.read_text()
+    assert first.startswith("# Benchmarks\n\n" + summary.BEGIN) and first.endswith("verbatim tables\n")
+    runs["c"] = results("c", [Sample(0.5, 0.5)])
+    summary.write(path, summary.render(runs))
+    second = path.read_text()
+    assert second.count(summary.BEGIN) == 1 and "4,000,000 records/s" in second and second.endswith("verbatim tables\n")
+    json.dumps(runs)  # the documents the generator reads are plain JSON
