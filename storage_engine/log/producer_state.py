@@ -393,11 +393,14 @@ class ProducerStateManager:
         self.last_snap_offset = self.map_end_offset
         return path
 
-    def delete_snapshot(self, offset: int, *, deleted_suffix: bool = False) -> None:
+    def delete_snapshot(self, offset: int, *, deleted_at_ms: int | None = None) -> None:
+        """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
+        ``file.delete.delay.ms``, like the segment files deleted with it)."""
         path = self.snapshot_path(offset)
         try:
-            if deleted_suffix:
+            if deleted_at_ms is not None:
                 os.replace(path, path + layout.DELETED_SUFFIX)
+                os.utime(path + layout.DELETED_SUFFIX, (deleted_at_ms / 1000.0, deleted_at_ms / 1000.0))
             else:
                 os.remove(path)
         except FileNotFoundError:
@@ -491,3 +494,46 @@ def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_off
     psm.map_end_offset = last_offset
     if exclusive:
         psm.take_snapshot(sync=False)
+
+
+class AppendAnalysis(NamedTuple):
+    """What an append would do to the producer state (Kafka's ``analyzeAndValidateProducerState``)."""
+    updated: dict            # producer id -> ProducerAppendInfo
+    completed: list          # CompletedTxn, in marker order
+    duplicate: BatchMetadata | None
+
+
+def analyze(psm: ProducerStateManager, batches, origin: str) -> AppendAnalysis:
+    """Check ``batches`` (offsets assigned) against the state; raises a ProducerStateError naming Kafka's error.
+    A client batch equal to one of its producer's last 5 (epoch and sequence range) is a duplicate: the caller
+    returns its original offsets and writes nothing."""
+    updated: dict[int, ProducerAppendInfo] = {}
+    completed: list[CompletedTxn] = []
+    for batch in batches:
+        if batch.producer_id <= -1:
+            continue
+        pid = batch.producer_id
+        if origin == CLIENT:
+            entry = psm.producers.get(pid)
+            if entry is not None:
+                dup = entry.find_duplicate_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+                if dup is not None:
+                    return AppendAnalysis(updated, completed, dup)
+        info = updated.get(pid)
+        if info is None:
+            info = updated[pid] = psm.prepare_update(pid, origin)
+        done = info.append(batch)
+        if done is not None:
+            completed.append(done)
+    return AppendAnalysis(updated, completed, None)
+
+
+def apply(psm: ProducerStateManager, analysis: AppendAnalysis, segment, last_offset: int) -> None:
+    """After the append is written to ``segment``: update the state, index the aborted transactions it
+    completed (with the LSO of that moment), and move the map end past it."""
+    for info in analysis.updated.values():
+        psm.update(info)
+    for done in analysis.completed:
+        segment.update_txn_index(done, psm.last_stable_offset(done))
+        psm.complete_txn(done)
+    psm.map_end_offset = last_offset + 1
