@@ -313,10 +313,14 @@ class ProducerStateManager:
         return {pid: LastRecord(e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
                 for pid, e in self.producers.items()}
 
-    def state_key(self):
-        """A comparable value of the whole state (tests compare processes and reloads with it)."""
+    def state_key(self, *, as_snapshot: bool = False):
+        """A comparable value of the whole state (tests compare processes and reloads with it); ``as_snapshot``:
+        as a snapshot keeps it (each producer's last batch only)."""
+        def key(e):
+            k = e._key()
+            return k[:-1] + (k[-1][-1:],) if as_snapshot else k
         return (self.map_end_offset, sorted(self.ongoing_txns.items()),
-                sorted((pid, e._key()) for pid, e in self.producers.items()))
+                sorted((pid, key(e)) for pid, e in self.producers.items()))
 
     # -- changes ----------------------------------------------------------------------------------------------
     def prepare_update(self, producer_id: int, origin: str) -> ProducerAppendInfo:
@@ -384,12 +388,18 @@ class ProducerStateManager:
                       if n.endswith(layout.SNAPSHOT_SUFFIX) and layout.is_offset_named(n))
 
     def take_snapshot(self, *, sync: bool = True, force: bool = False) -> str | None:
-        """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``)."""
+        """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``).
+
+        A snapshot keeps only each producer's last batch (Kafka's format), so a process that rebuilds from it
+        remembers fewer batches for duplicate detection than the process that wrote it. To keep every process's
+        state equal, the writer then keeps only what it wrote too (as Kafka's broker does after a restart)."""
         if self.map_end_offset <= self.last_snap_offset and not force:
             return None
         path = self.snapshot_path(self.map_end_offset)
         producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
                                          sync=sync)
+        for e in self.producers.values():
+            del e.batches[:-1]
         self.last_snap_offset = self.map_end_offset
         return path
 
