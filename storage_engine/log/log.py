@@ -585,6 +585,23 @@ class Log:
                 self._publish(bump=True)
             return self.log_start_offset
 
+    def expire_producers(self, now_ms: int, expiration_ms: int, *, dry_run: bool = False) -> list[int]:
+        """Forget the producers without an open transaction whose last write is ``expiration_ms`` old (Kafka's
+        ``removeExpiredProducers``, ``producer.id.expiration.ms``). The state is then written as a snapshot at the
+        log end and the generation bumped, so every other process rebuilds the same state from it. Returns the
+        producer ids expired (that would be, with ``dry_run``)."""
+        with self.locked():
+            psm = self.producer_state
+            expired = sorted(pid for pid, e in psm.producers.items()
+                             if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms)
+            if dry_run or not expired:
+                return expired
+            psm.remove_expired_producers(now_ms, expiration_ms)
+            psm.map_end_offset = self.log_end_offset
+            psm.take_snapshot(force=True)
+            self._publish(bump=True)
+            return expired
+
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, *, clean: bool) -> None:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
