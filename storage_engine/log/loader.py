@@ -1,7 +1,8 @@
 """Loading a partition folder into segments, in Kafka's order (``LogLoader.load``).
 
-1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms``; discard every ``.swap`` whose offset is >= the smallest ``.cleaned``
-   offset (an incomplete replacement), then delete all ``.cleaned``.
+1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms`` and half-written ``*.snapshot.tmp``; discard
+   every ``.swap`` whose offset is >= the smallest ``.cleaned`` offset (an incomplete replacement), then delete all
+   ``.cleaned``.
 2. Swap completion: the remaining ``.swap`` segments replace every file whose offset lies in
    [min swap base, max swap next offset); then ``.swap`` is dropped from their names.
 3. Load segments: delete index files without a ``.log``; open every ``.log``; a missing ``.index`` forces
@@ -118,6 +119,8 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
             cleaned.append(name)
         elif name.endswith(layout.SWAP_SUFFIX):
             swaps.append(name)
+        elif name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
+            _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
     if cleaned:
         min_cleaned = min(layout.offset_from_filename(n) for n in cleaned)
         for name in list(swaps):

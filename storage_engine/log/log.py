@@ -198,6 +198,7 @@ class Log:
         transaction coordinator does: the epoch must not be older than the producer's (``INVALID_PRODUCER_EPOCH``)
         nor the coordinator epoch older than the last marker's (``TRANSACTION_COORDINATOR_FENCED``). Ending a
         producer's open transaction moves the LSO; an ABORT also indexes it in the ``.txnindex``."""
+        validator.check_producer_arguments(producer_id, producer_epoch, 0)
         validator.check_producer_fields(self.topic, producer_id, producer_epoch, 0, True)
         if isinstance(coordinator_epoch, bool) or not isinstance(coordinator_epoch, int) or \
                 not 0 <= coordinator_epoch <= 2**31 - 1:

@@ -117,6 +117,7 @@ def records_batch(topic: str, config: LogConfig, recs: list[SimpleRecord], *, ba
                   is_transactional: bool = False) -> tuple[bytes, int]:
     """(the batch, its max timestamp) for normalized ``recs`` at ``base_offset``; refuses what the topic refuses."""
     check_keys(topic, config, recs)
+    check_producer_arguments(producer_id, producer_epoch, base_sequence)
     check_producer_fields(topic, producer_id, producer_epoch, base_sequence, is_transactional)
     ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else 0
     data = build_batch(recs, base_offset=base_offset, codec=effective_codec(config, codec), timestamp_type=ts_type,
@@ -127,21 +128,27 @@ def records_batch(topic: str, config: LogConfig, recs: list[SimpleRecord], *, ba
     return data, (now_ms if ts_type else max(r.timestamp for r in recs))
 
 
-def check_producer_fields(topic: str, producer_id: int, producer_epoch: int, base_sequence: int,
-                          is_transactional: bool) -> None:
-    """Kafka's client checks of a batch's producer fields (``LogValidator.validateBatch``)."""
+def check_producer_arguments(producer_id: object, producer_epoch: object, base_sequence: object) -> None:
+    """Types and ranges of producer fields given through the API (a batch's header fields are ints already)."""
     for name, value, lo, hi in (("producer id", producer_id, -1, 2**63 - 1), ("producer epoch", producer_epoch, -1, 32767),
                                 ("base sequence", base_sequence, -1, 2**31 - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise InvalidRecordError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-    if producer_id >= 0 and base_sequence < 0:
+
+
+def check_producer_fields(topic: str, producer_id: int, producer_epoch: int, base_sequence: int,
+                          is_transactional: bool) -> None:
+    """Kafka's client checks of a batch's producer fields (``LogValidator.validateBatch``)."""
+    if producer_id < 0:
+        if is_transactional:
+            raise InvalidRecordError(f"cannot write a transactional batch without a producer id to topic {topic}")
+        return
+    if base_sequence < 0:
         raise InvalidRecordError(f"Invalid sequence number {base_sequence} in record batch with producerId "
                                  f"{producer_id} in topic partition {topic}")
-    if producer_id >= 0 and producer_epoch < 0:
+    if producer_epoch < 0:
         raise InvalidRecordError(f"Invalid producer epoch {producer_epoch} in record batch with producerId "
                                  f"{producer_id} in topic partition {topic}")
-    if is_transactional and producer_id < 0:
-        raise InvalidRecordError(f"cannot write a transactional batch without a producer id to topic {topic}")
 
 
 def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) -> tuple[bytearray, list]:
