@@ -64,6 +64,12 @@ def partition_rows(task_id: str, result: Any) -> list[dict]:
                      "bytes": result["bytes_freed"], "records": 0, "duration_s": None,
                      "detail": f"{'would remove' if result.get('dry_run') else 'removed'} "
                                f"{result['files_removed']} .deleted file(s), {result['files_waiting']} waiting"})
+    elif "producers_expired" in result:                              # producer-id expiry
+        rows.append({"task": task_id, "partition": "all partitions",
+                     "status": "changed" if result["producers_expired"] else "nothing to do", "segments": 0,
+                     "bytes": 0, "records": 0, "duration_s": None,
+                     "detail": f"{'would expire' if result.get('dry_run') else 'expired'} "
+                               f"{result['producers_expired']} producer id(s)"})
     return rows
 
 

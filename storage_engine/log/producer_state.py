@@ -460,8 +460,12 @@ class ProducerStateManager:
         return removed
 
     def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int) -> list[int]:
-        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or at/below the log start go."""
-        gone = [o for o in self.snapshot_offsets() if o > log_end_offset or o <= log_start_offset]
+        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go.
+
+        Kafka also deletes a snapshot exactly at the log start (and so forgets, at its next restart, the producers
+        whose records retention deleted). This engine keeps it: opening a log never changes its files a second
+        time after retention, and every process keeps the same producers until they expire."""
+        gone = [o for o in self.snapshot_offsets() if o > log_end_offset or o < log_start_offset]
         for o in gone:
             self.delete_snapshot(o)
         return gone
