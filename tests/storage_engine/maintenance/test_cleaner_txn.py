@@ -259,3 +259,44 @@ def test_aborted_transaction_spanning_segments(make_log):
     Cleaner(CleanerConfig()).clean(ltc_for(log, 0, log.active_segment.base_offset), 2**63 - 1)
     assert offsets_in_log(log) == [1]
     assert last_offsets_per_batch(log) == [0, 1]
+
+
+def test_interleaved_transactions_and_a_retry_compact_to_the_committed_state(make_log):
+    """The issue's scenario on a compacted topic: aborted data goes in the first round, the markers once no
+    data of their transaction is left and their horizon has passed; reads never change what they return."""
+    log = make_log(compact_cfg(segment_bytes=100_000, delete_retention_ms=DAY))
+    c, a = appender(log, 100), appender(log, 200)
+    idem = appender(log, 300, transactional=False)
+    c([1, 2])                                               # 0-1
+    a([3])                                                  # 2 (aborted below)
+    idem([4])                                               # 3
+    retry = log.append_records([SimpleRecord(b"4", b"4", T0)], producer_id=300, producer_epoch=0, base_sequence=0)
+    assert retry.duplicate and retry.first_offset == 3
+    commit(log, 100)                                        # 4
+    abort(log, 200)                                         # 5
+    log.append_records([SimpleRecord(b"1", b"1'", T0), SimpleRecord(b"2", b"2'", T0)])   # 6-7 overwrite c's
+    a([3])                                                  # 8
+    commit(log, 200)                                        # 9
+    log.append_records([SimpleRecord(b"7", b"7", T0)], producer_id=100, producer_epoch=0, base_sequence=2)  # 10
+    log.roll()
+
+    def reads():
+        return ([(r.offset, r.key, r.value) for r in log.read_records(isolation_level="read_committed")],
+                [(r.offset, r.key, r.value) for r in log.read_records()])
+    committed, uncommitted = reads()
+    assert [o for o, _, _ in committed] == [0, 1, 3, 6, 7, 8, 10]
+    assert [o for o, _, _ in uncommitted] == [0, 1, 2, 3, 6, 7, 8, 10]     # no markers, the retry once
+    latest = {k: (o, v) for o, k, v in committed}
+    expected = sorted((o, k, v) for k, (o, v) in latest.items())
+
+    do_clean(log, 0, T0)                                    # aborted data and overwritten values go
+    assert reads() == (expected, expected)
+    assert [b.last_offset for b in all_batches(log) if b.is_control] == [4, 5, 9]
+    do_clean(log, 0, T0)                                    # no data of 100's first and 200's aborted txn left:
+    horizons = {b.last_offset: b.delete_horizon_ms for b in all_batches(log) if b.is_control}
+    assert horizons == {4: T0 + DAY, 5: T0 + DAY, 9: -1}    # their markers get a horizon
+    do_clean(log, 0, T0 + DAY)                              # and go once it has passed
+    assert [b.last_offset for b in all_batches(log) if b.is_control] == [9]
+    assert reads() == (expected, expected)
+    assert aborted(log) == []
+    assert [o for o, _, _ in expected] == [3, 6, 7, 8, 10]
