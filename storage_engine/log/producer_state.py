@@ -500,14 +500,21 @@ def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_off
             if exclusive and seg.base_offset in wanted and seg.base_offset > psm.map_end_offset:
                 psm.map_end_offset = seg.base_offset
                 psm.take_snapshot(sync=False)
-            for batch in seg.batches_from(start):
-                if batch.base_offset >= last_offset:
-                    break
-                if batch.magic >= 2:
-                    psm.replay_batch(batch)
+            was_open = seg.is_open
+            _replay_segment(psm, seg, start, last_offset)
+            if not was_open and i + 1 < len(segments):
+                seg.release()   # a sealed segment goes back to unopened (file descriptors: many segments)
     psm.map_end_offset = last_offset
     if exclusive:
         psm.take_snapshot(sync=False)
+
+
+def _replay_segment(psm: ProducerStateManager, seg, start: int, last_offset: int) -> None:
+    for batch in seg.batches_from(start):
+        if batch.base_offset >= last_offset:
+            break
+        if batch.magic >= 2:
+            psm.replay_batch(batch)
 
 
 class AppendAnalysis(NamedTuple):
