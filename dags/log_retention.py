@@ -24,8 +24,8 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    that fails does not stop the others; the task then fails naming every failed partition (errors no retry can
    fix fail at once). Per-partition figures are in the batch's XCom.
 3. **purge_deleted** removes `.deleted` files older than `file.delete.delay.ms`, even when a batch failed.
-   **expire_producers** (beside them) forgets the producer ids that have no open transaction and wrote nothing
-   for `producer.id.expiration.ms` (Kafka's expiration check), in every partition: cheap, one task.
+   **expire_producers**, one mapped task per batch beside retention, forgets the producer ids that have no open
+   transaction and wrote nothing for `producer.id.expiration.ms` (Kafka's expiration check).
 4. **run_report** writes the run summary (one row per partition that changed or failed; the "Run summary"
    tab of the run), emits the run's asset event `kafka-log-maintenance://log_retention` with the totals and,
    if anything failed, sends **one** alert for the run listing every failed partition.
@@ -68,11 +68,11 @@ with DAG(
         dry_run="{{ params.dry_run }}",
         trigger_rule="all_done",
     )
-    expire = ExpireProducersOperator(
+    expire = ExpireProducersOperator.partial(
         task_id="expire_producers",
-        topics="{{ params.topics }}",
         dry_run="{{ params.dry_run }}",
-    )
+        map_index_template="{{ task.batch_label }}",
+    ).expand_kwargs(plan.output)
     report, run_failed = run_outcome_tasks("log_retention", ["plan_batches", "retention", "purge_deleted",
                                                              "expire_producers"], label_task="plan_batches")
 

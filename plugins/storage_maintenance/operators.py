@@ -366,29 +366,21 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
                 f"{result['files_waiting']} file(s) still within file.delete.delay.ms")
 
 
-class ExpireProducersOperator(StorageMaintenanceOperator):
-    """Kafka's producer-id expiration check: in every partition, forget the producers with no open transaction
-    whose last write is ``producer.id.expiration.ms`` old as of the run's instant.
+class ExpireProducersOperator(PartitionBatchOperator):
+    """Kafka's producer-id expiration check over a batch of partitions: forget the producers with no open
+    transaction whose last write is ``producer.id.expiration.ms`` old as of the run's instant. The partition's
+    state is then snapshotted, so every process using it forgets the same producers."""
 
-    :param topics: only these topics; empty = all
-    :param dry_run: report the producers that would expire, change nothing
-    """
+    verb = "expire producers"
 
-    template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "dry_run")
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        return self.hook.expire_producers_batch(partitions, now_ms, dry_run=dry_run)
 
-    def __init__(self, *, topics: list[str] | str | None = None, dry_run: bool | str = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.topics = topics
-        self.dry_run = dry_run
-
-    def run(self, now_ms: int, context) -> dict:
-        return dict(self.hook.expire_producers(now_ms, as_topics(self.topics), dry_run=as_dry_run(self.dry_run)))
-
-    def summary(self, result: dict, when) -> str:
-        verb = "would expire" if result["dry_run"] else "expired"
-        return (f"expire producers as of {when['iso']}: {verb} {result['producers_expired']} producer id(s) in "
-                f"{len(result['partitions'])} partition(s) (producer.id.expiration.ms = "
-                f"{result['producer_id_expiration_ms']})")
+    def partition_line(self, r: dict) -> str | None:
+        if not r["expired_producer_ids"]:
+            return None
+        verb = "would expire" if r["dry_run"] else "expired"
+        return f"{verb} producer id(s) {r['expired_producer_ids']}; {r['producers']} left"
 
 
 class FailRunIfUpstreamFailedOperator(BaseOperator):

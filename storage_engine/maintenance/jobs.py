@@ -492,6 +492,20 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
 
 
+def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
+                           dry_run: bool = False) -> BatchResult:
+    """Producer-id expiry (see :func:`expire_producers`) of each partition of a batch, each isolated."""
+    expiration_ms = config.producer_id_expiration_ms
+
+    def act(mgr, log, now):
+        expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
+        return {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
+                "producers": len(log.producer_state.producers),
+                "open_transactions": len(log.producer_state.ongoing_txns),
+                "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
+
+
 def flush_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, due_only: bool = True,
                 dry_run: bool = False) -> BatchResult:
     """Time-based flush (``flush.ms``) of each partition of a batch; ``dry_run`` only says which are due."""

@@ -242,14 +242,18 @@ def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(stora
     run = parse_dag("log_retention").test(logical_date=T)
     assert run.state == "success"
     results = run_results(run)
-    res = results[("expire_producers", -1)]
-    assert res["now_ms"] == T_MS and res["producers_expired"] == 1 and not res["dry_run"]
-    part = {(p["topic"], p["partition"]): p for p in res["partitions"]}[("audit", 0)]
-    assert part["expired_producer_ids"] == [11] and part["producers"] == 1
+    batches = [r for (task, _), r in results.items() if task == "expire_producers"]
+    assert batches and all(b["now_ms"] == T_MS and not b["dry_run"] for b in batches)
+    by_partition = {(r["topic"], r["partition"]): r for b in batches for r in b["results"]}
+    assert set(by_partition) == {("audit", 0)}
+    assert by_partition[("audit", 0)]["expired_producer_ids"] == [11] and by_partition[("audit", 0)]["producers"] == 1
+    assert sum(len(r["expired_producer_ids"]) for r in by_partition.values()) == 1
     summary = results[("run_report", -1)]
-    assert any(r["task"] == "expire_producers" and r["status"] == "changed" for r in summary["rows"])
+    assert ("expire_producers", "audit-0", "changed") in {(r["task"], r["partition"], r["status"])
+                                                          for r in summary["rows"]}
     # the engine's state agrees, and re-running the interval has nothing left to do
     with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
         assert sorted(mgr.get_log("audit", 0).producer_state.producers) == [12]
-    again = run_results(parse_dag("log_retention").test(logical_date=T))[("expire_producers", -1)]
-    assert again["nothing_to_do"] and again["producers_expired"] == 0
+    again = run_results(parse_dag("log_retention").test(logical_date=T))
+    assert all(r["nothing_to_do"] for (task, _), b in again.items() if task == "expire_producers"
+               for r in b["results"])
