@@ -343,7 +343,8 @@ class Cleaner:
             stats.messages_written += len(recs)
             if decision.marker_for_empty_txn and not batch.has_delete_horizon:
                 # a marker that may go gets its delete horizon first (KIP-534): removed in a later round
-                return (record_filter.rebuild(batch, recs, now_ms + delete_retention_ms), batch.max_timestamp)
+                return (record_filter.rebuild(batch, recs, record_filter.new_delete_horizon(now_ms, delete_retention_ms)),
+                        batch.max_timestamp)
             return batch.raw(), batch.max_timestamp
         return record_filter.filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
                                           keep_empty, stats)

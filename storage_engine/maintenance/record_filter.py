@@ -32,6 +32,12 @@ def records_section(batch) -> tuple[object, int, int]:
     return payload, 0, len(payload)
 
 
+def new_delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
+    """``now + delete.retention.ms``, the delete horizon a batch gets when it first keeps a tombstone or a marker
+    (KIP-534), capped at Long.MAX (a round run "at the end of time" must not overflow the field)."""
+    return min(now_ms + delete_retention_ms, 2**63 - 1)
+
+
 # -- filling the map -------------------------------------------------------------------------------------------
 
 def map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
@@ -84,7 +90,8 @@ def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retai
             out = kernels.filter_batch(spec, buf, lo, hi, batch.records_count, batch.base_offset,
                                        batch.base_timestamp, batch.attributes, batch.max_timestamp,
                                        offset_map.latest_offset, tombstones_kept, horizon,
-                                       now_ms + delete_retention_ms, batch.last_offset, batch.producer_id,
+                                       new_delete_horizon(now_ms, delete_retention_ms), batch.last_offset,
+                                       batch.producer_id,
                                        batch.partition_leader_epoch, batch.producer_epoch, batch.base_sequence)
             if out is not None:
                 return _compiled_result(batch, out, keep_empty, stats)
@@ -152,7 +159,7 @@ def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, t
         if v2 and keep_empty:
             return build_empty_batch(batch), batch.max_timestamp
         return None
-    new_horizon = (now_ms + delete_retention_ms) if needs_horizon else horizon
+    new_horizon = new_delete_horizon(now_ms, delete_retention_ms) if needs_horizon else horizon
     if batch.timestamp_type == LOG_APPEND_TIME:
         max_ts = batch.max_timestamp
     else:
