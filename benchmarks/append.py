@@ -6,7 +6,11 @@ fsync happens while timing; ``mgr.close()`` and its fsync are outside the timed 
 * ``append_batches`` - the broker's path: pre-built 1000-record batches, one per call; the engine
   validates every batch and record and assigns offsets;
 * ``append_records`` - the producer path: lists of 1000 ``SimpleRecord`` per call; the engine builds the batch;
-* one by one - ``append_records([record])`` per record.
+* one by one - ``append_records([record])`` per record;
+* ``append_batches`` of an idempotent producer - the same 1000-record batches carrying a producer id, epoch and
+  consecutive sequences, so every append is checked against and recorded in the producer state (the
+  producer-state tracking a Kafka client's default, idempotent producer costs), compared with the plain
+  ``append_batches`` row of the same run (target: within 10%, ratio >= 0.9).
 
 Each is compared with ``os.write`` of the same bytes in the same chunks (one write per engine append) to a
 new file in the same directory, also without fsync. Records/s and MB/s count the records and batch bytes
@@ -30,6 +34,8 @@ VALUE_BYTES = 100
 # Batches repeat from a pool of this many distinct ones; their content does not change the append work.
 DISTINCT_BATCHES = 20
 BATCHED_TARGET = Target("records_per_s", 1_000_000, ">= 1,000,000 records/s")
+PRODUCER_STATE_TARGET = Target("ratio", 0.9, "within 10% of append_batches")
+PRODUCER_ID = 4242
 TOPIC = "bench-append"
 
 
@@ -72,6 +78,11 @@ def run(ctx: Context) -> Section:
     batched_records = batch_count * RECORDS_PER_BATCH
     batched_bytes = sum(len(b) for b in batches)
 
+    # The same records with a producer id and consecutive sequences (each batch is distinct: sequences move on).
+    idempotent = [build_batch(pool[i % DISTINCT_BATCHES], producer_id=PRODUCER_ID, producer_epoch=0,
+                              base_sequence=i * RECORDS_PER_BATCH) for i in range(batch_count)]
+    idempotent_bytes = sum(len(b) for b in idempotent)
+
     singles = generate_records(single_count, VALUE_BYTES, seed=11)
     single_batches = [build_batch([r]) for r in singles]
     single_bytes = sum(len(b) for b in single_batches)
@@ -80,6 +91,13 @@ def run(ctx: Context) -> Section:
         for batch in batches:
             log.append_batches(batch)
         return batched_records, batched_bytes
+
+    def append_idempotent(log):
+        for batch in idempotent:
+            log.append_batches(batch)
+        if log.producer_state.producers[PRODUCER_ID].last_seq != batched_records - 1:
+            raise RuntimeError("the producer state did not track every batch")
+        return batched_records, idempotent_bytes
 
     def append_records(log):
         for records in record_lists:
@@ -94,6 +112,7 @@ def run(ctx: Context) -> Section:
     runs = run_interleaved({
         "raw batched": _raw_case(ctx, batches),
         "append_batches": lambda: _append_into_fresh_log(ctx, append_batches),
+        "append_batches idempotent": lambda: _append_into_fresh_log(ctx, append_idempotent),
         "append_records": lambda: _append_into_fresh_log(ctx, append_records),
         "raw one-by-one": _raw_case(ctx, single_batches),
         "one-by-one": lambda: _append_into_fresh_log(ctx, append_one_by_one),
@@ -103,6 +122,9 @@ def run(ctx: Context) -> Section:
     section.add(Row(group, "raw os.write per batch", batched_records, batched_bytes, runs["raw batched"]))
     section.add(Row(group, "append_batches (broker)", batched_records, batched_bytes, runs["append_batches"],
                     baseline="raw os.write per batch", target=BATCHED_TARGET))
+    section.add(Row(group, "append_batches, idempotent producer", batched_records, idempotent_bytes,
+                    runs["append_batches idempotent"], baseline="append_batches (broker)",
+                    target=PRODUCER_STATE_TARGET))
     section.add(Row(group, "append_records (producer)", batched_records, batched_bytes, runs["append_records"],
                     baseline="raw os.write per batch", target=BATCHED_TARGET))
     group = "one record per append"

@@ -1,11 +1,13 @@
-"""log_retention: delete expired segments of every partition, in batches, then purge old ``.deleted`` files."""
+"""log_retention: delete expired segments of every partition, in batches, then purge old ``.deleted`` files;
+expire idle producer ids."""
 from __future__ import annotations
 
 import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import LogRetentionOperator, PlanBatchesOperator, PurgeDeletedOperator
+from storage_maintenance.operators import (ExpireProducersOperator, LogRetentionOperator, PlanBatchesOperator,
+                                           PurgeDeletedOperator)
 from storage_maintenance.params import maintenance_default_args, maintenance_params
 from storage_maintenance.report import run_outcome_tasks
 
@@ -22,6 +24,8 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    that fails does not stop the others; the task then fails naming every failed partition (errors no retry can
    fix fail at once). Per-partition figures are in the batch's XCom.
 3. **purge_deleted** removes `.deleted` files older than `file.delete.delay.ms`, even when a batch failed.
+   **expire_producers**, one mapped task per batch beside retention, forgets the producer ids that have no open
+   transaction and wrote nothing for `producer.id.expiration.ms` (Kafka's expiration check).
 4. **run_report** writes the run summary (one row per partition that changed or failed; the "Run summary"
    tab of the run), emits the run's asset event `kafka-log-maintenance://log_retention` with the totals and,
    if anything failed, sends **one** alert for the run listing every failed partition.
@@ -64,8 +68,14 @@ with DAG(
         dry_run="{{ params.dry_run }}",
         trigger_rule="all_done",
     )
-    report, run_failed = run_outcome_tasks("log_retention", ["plan_batches", "retention", "purge_deleted"],
-                                           label_task="plan_batches")
+    expire = ExpireProducersOperator.partial(
+        task_id="expire_producers",
+        dry_run="{{ params.dry_run }}",
+        map_index_template="{{ task.batch_label }}",
+    ).expand_kwargs(plan.output)
+    report, run_failed = run_outcome_tasks("log_retention", ["plan_batches", "retention", "purge_deleted",
+                                                             "expire_producers"], label_task="plan_batches")
 
     retention >> purge >> report
-    [plan, retention, purge] >> run_failed
+    expire >> report
+    [plan, retention, purge, expire] >> run_failed

@@ -5,7 +5,10 @@
           .option("startOffset", 0).option("endOffset", 1000).load())
 
 One Spark partition per ``.log`` segment overlapping [startOffset, endOffset) (both optional). Each yields
-Arrow record batches with one row per record. ``kafka_segments`` (:class:`SegmentDataSource`) has every field:
+Arrow record batches with one row per record. Both sources read the log as the cleaner's key map does (Kafka's
+``buildOffsetMap``): the batches of aborted transactions (known from the folder's ``.txnindex`` files, read once on
+the driver) are left out, so a Spark-built key map equals the in-process one. ``kafka_segments``
+(:class:`SegmentDataSource`) also leaves out control batches (transaction markers) and has every field:
 
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
@@ -41,12 +44,14 @@ ROWS_PER_ARROW_BATCH = 65536
 
 
 class SegmentPartition(InputPartition):
-    def __init__(self, path: str, base_offset: int, next_base: int | None, inode: int):
+    def __init__(self, path: str, base_offset: int, next_base: int | None, inode: int,
+                 aborted: tuple[tuple[int, int, int], ...] = ()):
         super().__init__(path)
         self.path = path
         self.base_offset = base_offset
         self.next_base = next_base
         self.inode = inode
+        self.aborted = aborted   # (producer id, first offset, marker offset) of aborted transactions
 
 
 class SegmentDataSource(DataSource):
@@ -84,10 +89,26 @@ class SegmentReader(DataSourceReader):
         self.start = _opt_int(options, "startOffset")
         self.end = _opt_int(options, "endOffset")
 
+    def _aborted(self) -> tuple[tuple[int, int, int], ...]:
+        """Aborted transactions overlapping [start, end) from every ``.txnindex`` of the folder."""
+        from storage_engine import layout
+        from storage_engine.segment.txn_index import TransactionIndex
+        start = self.start if self.start is not None else -1
+        end = self.end if self.end is not None else 2**63 - 1
+        out = set()
+        for n in os.listdir(self.path):
+            if n.endswith(layout.TXN_INDEX_SUFFIX) and layout.is_offset_named(n):
+                index = TransactionIndex(os.path.join(self.path, n), layout.offset_from_filename(n), writable=False)
+                for t in index.all_aborted_txns():
+                    if t.last_offset >= start and t.first_offset < end:
+                        out.add((t.producer_id, t.first_offset, t.last_offset))
+        return tuple(sorted(out))
+
     def partitions(self):
         from storage_engine import layout
         bases = sorted(layout.offset_from_filename(n) for n in os.listdir(self.path)
                        if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n))
+        aborted = self._aborted()
         parts = []
         for i, base in enumerate(bases):
             nxt = bases[i + 1] if i + 1 < len(bases) else None
@@ -96,7 +117,7 @@ class SegmentReader(DataSourceReader):
             if self.start is not None and nxt is not None and nxt <= self.start:
                 continue
             path = layout.segment_file(self.path, base, layout.LOG_SUFFIX)
-            parts.append(SegmentPartition(path, base, nxt, os.stat(path).st_ino))
+            parts.append(SegmentPartition(path, base, nxt, os.stat(path).st_ino, aborted))
         return parts
 
     def read(self, partition: SegmentPartition):
@@ -112,12 +133,17 @@ class SegmentReader(DataSourceReader):
         start = self.start if self.start is not None else -1
         end = self.end if self.end is not None else 2**63 - 1
         cols = _Columns()
+        aborted = _aborted_ranges(partition.aborted)
         try:
             for batch in fr.batches(0, strict=False):
                 if batch.last_offset < start:
                     continue
                 if batch.base_offset >= end:
                     break
+                if batch.is_control:
+                    continue
+                if _is_aborted(batch, aborted):
+                    continue
                 for rec in batch.records():
                     if rec.offset < start or rec.offset >= end:
                         continue
@@ -223,8 +249,9 @@ class SegmentKeysReader(SegmentReader):
                                     f"compaction replaced it): {exc}") from None
         start = self.start if self.start is not None else -1
         end = self.end if self.end is not None else 2**63 - 1
+        aborted = _aborted_ranges(partition.aborted)
         try:
-            yield from key_batches(fr.view(), fr.size, start, end, partition.path)
+            yield from key_batches(fr.view(), fr.size, start, end, partition.path, aborted=aborted)
         finally:
             fr.close()
         if not os.path.exists(partition.path):
@@ -233,8 +260,43 @@ class SegmentKeysReader(SegmentReader):
             raise FileNotFoundError(f"segment {partition.path} was replaced while the job read it")
 
 
-def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH):
-    """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` with start <= offset < end."""
+def _aborted_ranges(aborted) -> dict[int, list[tuple[int, int]]]:
+    """producer id -> [(first offset, marker offset)] of its aborted transactions."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for pid, first, last in aborted:
+        out.setdefault(pid, []).append((first, last))
+    return out
+
+
+def _is_aborted(batch, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    return batch.is_transactional and not batch.is_control and any(
+        first <= batch.base_offset < last for first, last in aborted.get(batch.producer_id, ()))
+
+
+def _readable_runs(view, size: int, path: str, aborted: dict[int, list[tuple[int, int]]]):
+    """Byte ranges of ``view[0:size]`` without the batches of aborted transactions (headers only are read)."""
+    from storage_engine.segment.file_records import batch_at
+    if not aborted:
+        yield 0, size
+        return
+    pos = run = 0
+    while pos < size:
+        batch = batch_at(view, pos, size, path)
+        if batch is None:
+            break
+        if _is_aborted(batch, aborted):
+            if pos > run:
+                yield run, pos
+            run = pos + batch.size_in_bytes
+        pos += batch.size_in_bytes
+    if size > run:
+        yield run, size
+
+
+def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
+                aborted: dict[int, list[tuple[int, int]]] | None = None):
+    """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` with start <= offset < end,
+    leaving out the batches of the ``aborted`` transactions (producer id -> [(first offset, marker offset)])."""
     import numpy as np
     import pyarrow as pa
 
@@ -242,28 +304,28 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
     from storage_engine.segment.file_records import batch_at
     kernels = records.KERNELS
     cols = _KeyColumns(np, rows)
-    pos = 0
-    while True:
-        if kernels is not None:
-            pos, cols.n, status = kernels.key_columns(view, pos, size, start, end, cols.hi, cols.lo, cols.off,
-                                                      cols.flags, cols.n, rows)
-            if status == 1:                     # the arrays are full
-                yield cols.to_arrow(pa)
-                cols = _KeyColumns(np, rows)
-                continue
-            if status == 0:                     # done
+    for pos, limit in _readable_runs(view, size, path, aborted or {}):
+        while True:
+            if kernels is not None:
+                pos, cols.n, status = kernels.key_columns(view, pos, limit, start, end, cols.hi, cols.lo,
+                                                          cols.off, cols.flags, cols.n, rows)
+                if status == 1:                     # the arrays are full
+                    yield cols.to_arrow(pa)
+                    cols = _KeyColumns(np, rows)
+                    continue
+                if status == 0:                     # done
+                    break
+            batch = batch_at(view, pos, limit, path)   # the batch the kernel left to Python (or every batch)
+            if batch is None or batch.base_offset >= end:
                 break
-        batch = batch_at(view, pos, size, path)   # the batch the kernel left to Python (or every batch)
-        if batch is None or batch.base_offset >= end:
-            break
-        pos += batch.size_in_bytes
-        if batch.last_offset < start:
-            continue
-        for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
-            if cols.n == rows:
-                yield cols.to_arrow(pa)
-                cols = _KeyColumns(np, rows)
-            cols.add(hi, lo, offset, flags)
+            pos += batch.size_in_bytes
+            if batch.last_offset < start:
+                continue
+            for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
+                if cols.n == rows:
+                    yield cols.to_arrow(pa)
+                    cols = _KeyColumns(np, rows)
+                cols.add(hi, lo, offset, flags)
     if cols.n:
         yield cols.to_arrow(pa)
 

@@ -255,7 +255,8 @@ class _BrokerKey:
     kind: _Kind
     default: object          # None: unset, a lower-precedence synonym applies
     check: Callable | None
-    feeds: str               # "log": a topic key's synonym (see TOPIC_KEYS); "cleaner"; "storage"; "dirs"
+    feeds: str               # "log": a topic key's synonym (see TOPIC_KEYS); "cleaner"; "storage"; "dirs";
+                             # "leader": the partition leader epoch stamped on appends (LogConfig, no topic key)
 
     @property
     def attr(self) -> str:
@@ -339,6 +340,10 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("log.cleaner.io.buffer.load.factor",         DOUBLE,  0.9,                 between(0, 1, lo_open=True), "cleaner"),
     _B("log.cleaner.io.max.bytes.per.second",       DOUBLE,  DOUBLE_MAX,          above(0),                "cleaner"),
     _B("log.cleaner.backoff.ms",                    LONG,    15_000,              at_least(0),             "cleaner"),
+    _B("producer.id.expiration.ms",                 INT,     86_400_000,          at_least(1),             "storage"),
+    # Not a Kafka key: the partition leader epoch a broker stamps on every batch it appends. A single broker
+    # that is the only leader ever stamps 0; -1 ("unknown") is what a batch carries before a broker sees it.
+    _B("log.partition.leader.epoch",                INT,     0,                   at_least(-1),            "leader"),
 )
 
 _T = _TopicKey
@@ -463,6 +468,7 @@ class LogConfig:
     preallocate: bool = _LOG_DEFAULTS["preallocate"]
     compression_type: str = _LOG_DEFAULTS["compression_type"]
     message_timestamp_type: str = _LOG_DEFAULTS["message_timestamp_type"]   # "CreateTime" | "LogAppendTime"
+    partition_leader_epoch: int = _BROKER_DEFAULTS["log.partition.leader.epoch"]   # broker key only
 
     @property
     def compact(self) -> bool:
@@ -533,6 +539,7 @@ class StorageConfig:
     log_flush_scheduler_interval_ms: int
     log_flush_offset_checkpoint_interval_ms: int
     log_flush_start_offset_checkpoint_interval_ms: int
+    producer_id_expiration_ms: int
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -630,7 +637,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     return StorageConfig(
         source=source,
         log_dirs=_resolve_log_dirs(values[dirs_key], base_dir, dirs_key),
-        default_log=LogConfig(**_log_values(values)),
+        default_log=LogConfig(**_log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
         topic_overrides=_section(data, "topics"),
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         **storage,

@@ -96,6 +96,42 @@ class InvalidTopicError(StorageError, ValueError):
     """A topic name or partition number that Kafka would reject (or that would escape the log dir)."""
 
 
+class CorruptSnapshotError(_Located):
+    """A producer-state ``.snapshot`` whose version, structure or CRC is wrong (Kafka's ``CorruptSnapshotException``);
+    the loader deletes it and falls back to an older snapshot."""
+
+
+class ProducerStateError(StorageError):
+    """An append that the producer state refuses (Kafka's producer-state exceptions; ``kafka_name`` is Kafka's
+    error name, as a client would see it)."""
+
+    kafka_name = "UNKNOWN_SERVER_ERROR"
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """A batch or marker whose producer epoch is older than the producer's current one (a fenced producer)."""
+
+    kafka_name = "INVALID_PRODUCER_EPOCH"
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """A batch whose first sequence does not follow the producer's last sequence."""
+
+    kafka_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch from a producer with an open transaction."""
+
+    kafka_name = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A transaction marker whose coordinator epoch is older than the last one seen for the producer."""
+
+    kafka_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class CorruptCheckpointError(_Located):
     """A checkpoint file that does not follow Kafka's text format."""
 

@@ -164,6 +164,9 @@ class StorageEngineHook(BaseHook):
         from storage_engine.tools.verify import verify_dir_files
         return verify_dir_files(self.config)
 
+    def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
+        return dict(maintenance.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
+
     def purge(self, now_ms: int, dry_run: bool = False) -> dict:
         return maintenance.purge(self.config, now_ms, dry_run=dry_run)
 

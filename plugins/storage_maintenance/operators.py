@@ -366,6 +366,23 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
                 f"{result['files_waiting']} file(s) still within file.delete.delay.ms")
 
 
+class ExpireProducersOperator(PartitionBatchOperator):
+    """Kafka's producer-id expiration check over a batch of partitions: forget the producers with no open
+    transaction whose last write is ``producer.id.expiration.ms`` old as of the run's instant. The partition's
+    state is then snapshotted, so every process using it forgets the same producers."""
+
+    verb = "expire producers"
+
+    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+        return self.hook.expire_producers_batch(partitions, now_ms, dry_run=dry_run)
+
+    def partition_line(self, r: dict) -> str | None:
+        if not r["expired_producer_ids"]:
+            return None
+        verb = "would expire" if r["dry_run"] else "expired"
+        return f"{verb} producer id(s) {r['expired_producer_ids']}; {r['producers']} left"
+
+
 class FailRunIfUpstreamFailedOperator(BaseOperator):
     """Fails the run when an upstream task failed (use with ``trigger_rule="one_failed"``).
 

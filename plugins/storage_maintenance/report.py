@@ -81,6 +81,9 @@ def _row(task_id: str, r: dict) -> dict:
                    detail=f"cleaned [{r['first_dirty_offset']}, {r.get('end_offset')}) with the {r['map']} map")
     elif "recovery_point" in r:                                     # flush, checkpoint
         row["detail"] = f"recovery point {r['recovery_point_before']} -> {r['recovery_point']}"
+    elif "expired_producer_ids" in r:                               # producer-id expiry
+        row["detail"] = (f"{'would expire' if r.get('dry_run') else 'expired'} producer id(s) "
+                         f"{r['expired_producer_ids']}" if r["expired_producer_ids"] else "")
     elif "problems" in r:                                           # verify
         row["detail"] = (f"{len(r['problems'])} problem(s)" if r["problems"]
                          else f"{r.get('segments', 0)} segment(s), {r.get('records', 0)} record(s) verified")
@@ -170,10 +173,14 @@ class RunReportOperator(BaseOperator):
                     "error": error.get("error") or "no error recorded; see the task log",
                     "partitions": parts, "log_url": task_url(ti.dag_id, ti.run_id, task_id, map_index)})
         per_partition = [r for r in rows if r["partition"] != "all partitions"]
-        totals = {"partitions": len(per_partition),
-                  "changed": sum(1 for r in per_partition if r["status"] in ("changed", "would change")),
-                  "failed": sum(1 for r in per_partition if r["status"] in ("failed", "damaged")),
-                  "unchanged": sum(1 for r in per_partition if r["status"] == "nothing to do"),
+        # A partition several tasks touched (retention and producer-id expiry) counts once: failed if any task
+        # failed it, else changed if any changed it.
+        names = {r["partition"] for r in per_partition}
+        failed_names = {r["partition"] for r in per_partition if r["status"] in ("failed", "damaged")}
+        changed_names = {r["partition"] for r in per_partition
+                         if r["status"] in ("changed", "would change")} - failed_names
+        totals = {"partitions": len(names), "changed": len(changed_names), "failed": len(failed_names),
+                  "unchanged": len(names - failed_names - changed_names),
                   "segments": sum(r["segments"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
                   "records": sum(r["records"] for r in rows), "task_states": states,
                   "failed_tasks": len(failed_tasks)}

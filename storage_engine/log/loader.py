@@ -1,7 +1,8 @@
 """Loading a partition folder into segments, in Kafka's order (``LogLoader.load``).
 
-1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms``; discard every ``.swap`` whose offset is >= the smallest ``.cleaned``
-   offset (an incomplete replacement), then delete all ``.cleaned``.
+1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms`` and half-written ``*.snapshot.tmp``; discard
+   every ``.swap`` whose offset is >= the smallest ``.cleaned`` offset (an incomplete replacement), then delete all
+   ``.cleaned``.
 2. Swap completion: the remaining ``.swap`` segments replace every file whose offset lies in
    [min swap base, max swap next offset); then ``.swap`` is dropped from their names.
 3. Load segments: delete index files without a ``.log``; open every ``.log``; a missing ``.index`` forces
@@ -11,6 +12,12 @@
    later segment deleted.
 5. A log whose end is below the log start offset checkpoint is emptied and restarted there; a log without
    segments gets an empty one at the log start offset. The active segment's indexes are re-expanded.
+6. Producer state (Kafka's ``loadProducerState``): stray snapshots are removed (of those not at a segment base
+   only the largest survives, and only if not below the last base), then the state is rebuilt from the newest
+   valid snapshot plus a replay of the batches after it, and a snapshot is written at the log end. Recovery in
+   step 4 replays each recovered segment into the producer state as of its base, which rebuilds its
+   ``.txnindex``, and snapshots the state at its end. As in Kafka, a log that had a clean shutdown but has no
+   snapshot at all (written before producer state was kept) is not scanned: its state starts empty.
 
 Steps 1, 2 and 4 rewrite files, so they run only when no other process has the log dir open (the first
 opener, see :mod:`storage_engine.log.locks`); a process joining a log dir in use only opens its view
@@ -26,9 +33,11 @@ from storage_engine import layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename, fsync_dir
+from storage_engine.log import producer_state as pstate
 from storage_engine.log import view
 from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
+from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.errors import (CorruptIndexError, InvalidOffsetError, PartitionNotFoundError,
                                    SegmentOffsetOverflowError, StorageIOError)
@@ -48,13 +57,21 @@ class LoadResult:
     recovered_segments: int = 0
     deleted_files: list = field(default_factory=list)
     messages: list = field(default_factory=list)
+    producer_state: ProducerStateManager | None = None
 
 
-def _recover(seg: LogSegment) -> RecoveryResult:
-    """``seg.recover()``; an offset that cannot be indexed (offsets going backwards: the base offset field is
-    outside the CRC) empties the segment, as Kafka's ``recoverLog`` does. An offset overflow propagates."""
+def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=None,
+             log_start: int = 0) -> RecoveryResult:
+    """``seg.recover()`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at its
+    end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
+    empties the segment, as Kafka's ``recoverLog`` does. An offset overflow propagates."""
+    if psm is not None:
+        pstate.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
-        return seg.recover()
+        result = seg.recover(psm)
+        if psm is not None:
+            psm.take_snapshot(sync=False)
+        return result
     except SegmentOffsetOverflowError:
         raise
     except InvalidOffsetError as exc:
@@ -102,6 +119,8 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
             cleaned.append(name)
         elif name.endswith(layout.SWAP_SUFFIX):
             swaps.append(name)
+        elif name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
+            _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
     if cleaned:
         min_cleaned = min(layout.offset_from_filename(n) for n in cleaned)
         for name in list(swaps):
@@ -148,8 +167,11 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result))
+    psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
+    start_guess = max(log_start_offset_checkpoint, segments[0].base_offset) if segments else 0
+    had_snapshots = bool(psm.snapshot_offsets())
     for seg in needs_recovery:
-        rec = _recover(seg)
+        rec = _recover(seg, psm, segments, start_guess)
         result.bytes_truncated += rec.bytes_truncated
         result.recovered_segments += 1
         result.messages.append(f"rebuilt missing index of {os.path.basename(seg.path)}")
@@ -167,7 +189,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
             if seg in needs_recovery:
                 rec_truncated = 0
             else:
-                rec = _recover(seg)
+                rec = _recover(seg, psm, segments, start_guess)
                 rec_truncated = rec.bytes_truncated
                 result.recovered_segments += 1
                 if rec.error:
@@ -190,14 +212,16 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
             try:
                 seg.offset_index.sanity_check()
                 seg.time_index.sanity_check()
+                seg.txn_index.sanity_check()
             except CorruptIndexError as exc:
                 result.messages.append(f"rebuilt corrupt index: {exc}")
-                seg.recover()
+                _recover(seg, psm, segments, start_guess)
                 result.recovered_segments += 1
             if seg is not segments[-1]:
                 seg.release()
     next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
     if segments and next_offset < log_start_offset_checkpoint:
+        psm.truncate_fully_and_start_at(log_start_offset_checkpoint)
         for seg in segments:
             seg.delete_files()
         result.messages.append(f"log end {next_offset} is below the log start offset "
@@ -215,6 +239,16 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
         recovery_point = next_offset
     else:
         recovery_point = min(recovery_point, next_offset)
+    bases = [s.base_offset for s in segments]
+    removed = psm.remove_stray_snapshots(bases)
+    if removed:
+        result.messages.append(f"removed stray producer snapshots at {removed}")
+    if had_clean_shutdown and not had_snapshots:
+        psm.clear(next_offset)
+        psm.take_snapshot(sync=False)
+    else:
+        pstate.rebuild(psm, segments, log_start, next_offset, exclusive=True, snapshot_offsets=bases[-2:])
+    result.producer_state = psm
     result.segments = segments
     result.log_start_offset = log_start
     result.recovery_point = recovery_point
@@ -265,7 +299,7 @@ def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clo
             log = Log(log_dir, topic, partition, config, lock, LogSegments(res.segments),
                       log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
                       next_offset=res.next_offset, generation=new_state.generation, clock=clock,
-                      last_flush_ms=last_flush)
+                      last_flush_ms=last_flush, producer_state=res.producer_state)
             # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only); count
             # from the last entry instead, or a log appended by one short-lived process per batch (the CLI) would
             # never get an index entry.

@@ -12,6 +12,14 @@ truncates a torn tail left by a writer that died mid-append). Readers reload whe
 retry when a segment they wanted was renamed away (``.deleted``) under them. What an append may contain is
 decided by :mod:`storage_engine.log.validator` before any byte is written. A ``Log`` is opened by
 :func:`storage_engine.log.loader.open_log`.
+
+Producers and transactions (:mod:`storage_engine.log.producer_state`): an append carrying a producer id is checked
+against the producer state under the lock; a retried batch returns its first offsets (``AppendInfo.duplicate``)
+and writes nothing. :meth:`Log.append_end_txn` writes a COMMIT/ABORT marker as the transaction coordinator
+would; an ABORT of a non-empty transaction adds an entry to its segment's ``.txnindex``. The last stable offset
+(LSO) is the first offset of the earliest open transaction (else the high watermark); ``read_committed`` reads
+stop there and skip aborted records; no read ever returns a control record. A roll and a clean close write a
+producer snapshot; truncation and retention delete the snapshots they make obsolete.
 """
 from __future__ import annotations
 
@@ -26,14 +34,17 @@ from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import InvalidRecordError, OffsetOutOfRangeError, StorageError, StorageIOError
+from storage_engine.log import producer_state as pstate
 from storage_engine.log import validator, view
 from storage_engine.log.locks import PartitionLock
+from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.record import codecs
-from storage_engine.record.records import Record, SimpleRecord
+from storage_engine.record.records import Record, RecordBatch, SimpleRecord, build_control_batch
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +57,12 @@ class AppendInfo:
     max_timestamp: int
     bytes: int
     rolled: bool = False
+    duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
+
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
 def _inode_of(path: str) -> int:
@@ -61,7 +78,8 @@ class Log:
 
     def __init__(self, log_dir: str, topic: str, partition: int, config: LogConfig, lock: PartitionLock,
                  segments: LogSegments, *, log_start_offset: int, recovery_point: int, next_offset: int,
-                 generation: int, clock: Clock, last_flush_ms: int):
+                 generation: int, clock: Clock, last_flush_ms: int,
+                 producer_state: ProducerStateManager | None = None):
         self.log_dir = log_dir
         self.topic = topic
         self.partition = partition
@@ -76,6 +94,8 @@ class Log:
         self.last_flush_ms = last_flush_ms
         self.clock = clock
         self.view = PartitionView(generation, segments.active.size if len(segments) else 0)
+        self.producer_state = producer_state if producer_state is not None else ProducerStateManager(self.dir,
+                                                                                                      self.name)
 
     @contextlib.contextmanager
     def locked(self):
@@ -119,6 +139,12 @@ class Log:
     def high_watermark(self) -> int:
         return self.log_end_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of the earliest open transaction, else the high watermark."""
+        first = self.producer_state.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
     def floor_segment(self, offset: int) -> LogSegment | None:
         return self.segment_list.floor(offset)
 
@@ -126,9 +152,11 @@ class Log:
         return self.segment_list.size_in_bytes()
 
     # -- appending --------------------------------------------------------------------------------------------
-    def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1, producer_epoch: int = -1,
-                       base_sequence: int = -1) -> AppendInfo:
-        """Build one batch from ``records`` at the log end offset and append it (the producer path)."""
+    def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1,
+                       producer_epoch: int = -1, base_sequence: int = -1,
+                       is_transactional: bool = False) -> AppendInfo:
+        """Build one batch from ``records`` at the log end offset and append it (the producer path). With a
+        producer id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction)."""
         if not records:
             raise InvalidRecordError("cannot append an empty list of records")
         now = self.clock.milliseconds()
@@ -136,11 +164,17 @@ class Log:
         with self.locked():
             data, max_ts = validator.records_batch(self.topic, self.config, recs, base_offset=self.log_end_offset,
                                                    codec=codec, now_ms=now, producer_id=producer_id,
-                                                   producer_epoch=producer_epoch, base_sequence=base_sequence)
+                                                   producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                                   is_transactional=is_transactional)
             first = self.log_end_offset
             last = first + len(recs) - 1
+            analysis = None
+            if producer_id >= 0:
+                analysis = pstate.analyze(self.producer_state, [RecordBatch(data)], pstate.CLIENT)
+                if analysis.duplicate is not None:
+                    return self._duplicate(analysis.duplicate, len(recs))
             # The time index names the batch holding the max timestamp by its last offset ("shallow").
-            return self._append_validated(data, first, last, max_ts, last, len(recs), now)
+            return self._append_validated(data, first, last, max_ts, last, len(recs), now, analysis)
 
     def append_batches(self, data: bytes) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
@@ -151,14 +185,50 @@ class Log:
             first = self.log_end_offset
             nxt, max_ts, max_ts_offset, count = validator.assign_offsets(self.name, self.topic, self.config, buf,
                                                                          batches, first_offset=first, now_ms=now)
-            return self._append_validated(bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now)
+            analysis = None
+            if any(b.producer_id >= 0 for b in batches):
+                analysis = pstate.analyze(self.producer_state, batches, pstate.CLIENT)
+                if analysis.duplicate is not None:
+                    return self._duplicate(analysis.duplicate, count)
+            return self._append_validated(bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
+
+    def append_end_txn(self, producer_id: int, producer_epoch: int, *, commit: bool,
+                       coordinator_epoch: int = 0) -> AppendInfo:
+        """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id`` at the log end, as the
+        transaction coordinator does: the epoch must not be older than the producer's (``INVALID_PRODUCER_EPOCH``)
+        nor the coordinator epoch older than the last marker's (``TRANSACTION_COORDINATOR_FENCED``). Ending a
+        producer's open transaction moves the LSO; an ABORT also indexes it in the ``.txnindex``."""
+        validator.check_producer_arguments(producer_id, producer_epoch, 0)
+        validator.check_producer_fields(self.topic, producer_id, producer_epoch, 0, True)
+        if isinstance(coordinator_epoch, bool) or not isinstance(coordinator_epoch, int) or \
+                not 0 <= coordinator_epoch <= 2**31 - 1:
+            raise InvalidRecordError(f"coordinator epoch must be an integer in [0, 2147483647], got "
+                                     f"{coordinator_epoch!r}")
+        now = self.clock.milliseconds()
+        with self.locked():
+            first = self.log_end_offset
+            data = build_control_batch(pstate.COMMIT if commit else pstate.ABORT, base_offset=first, timestamp=now,
+                                       producer_id=producer_id, producer_epoch=producer_epoch,
+                                       coordinator_epoch=coordinator_epoch,
+                                       partition_leader_epoch=self.config.partition_leader_epoch)
+            analysis = pstate.analyze(self.producer_state, [RecordBatch(data)], pstate.COORDINATOR)
+            return self._append_validated(data, first, first, now, first, 1, now, analysis)
+
+    def _duplicate(self, meta, count: int) -> AppendInfo:
+        logger.info("%s: retried batch of sequences [%d, %d] already at offsets [%d, %d]", self.name,
+                    meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
+        return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
 
     def _append_validated(self, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
-                          count: int, now: int) -> AppendInfo:
+                          count: int, now: int, analysis=None) -> AppendInfo:
         rolled = self._maybe_roll(len(data), max_ts, last, now)
         self.active_segment.append(last, max_ts, max_ts_offset, data)
         self.log_end_offset = last + 1
         self.view.known_active_size = self.active_segment.size
+        if analysis is not None:
+            pstate.apply(self.producer_state, analysis, self.active_segment, last)
+        else:
+            self.producer_state.map_end_offset = last + 1
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self._flush_locked(self.log_end_offset, now)
         return AppendInfo(first, last, count, max_ts, len(data), rolled)
@@ -205,6 +275,9 @@ class Log:
         seg = LogSegment.open(self.dir, new_base, self.config, now_ms=now)
         self.segment_list.add(seg)
         self.view.known_active_size = 0
+        # The producer state as of the new segment's base: what a load rebuilds from (Kafka's snapshot at roll).
+        self.producer_state.map_end_offset = new_base
+        self.producer_state.take_snapshot()
         # Kafka flushes everything below the new segment right after a roll (async); do it now.
         self._flush_locked(new_base, now, bump=True)
         # The sealed segment's files are opened again only when it is read: a long-running appender holds
@@ -267,32 +340,73 @@ class Log:
                 return data
         return None
 
-    def read_records(self, start_offset: int | None = None, max_records: int | None = None) -> Iterator[Record]:
-        """Records from ``start_offset`` (default: log start) in offset order."""
+    def read_records(self, start_offset: int | None = None, max_records: int | None = None, *,
+                     isolation_level: str = READ_UNCOMMITTED) -> Iterator[Record]:
+        """Data records from ``start_offset`` (default: log start) in offset order, as a Kafka consumer sees them:
+        control records (transaction markers) are never returned. ``read_committed`` stops at the last stable
+        offset and skips the records of aborted transactions (found in the ``.txnindex`` files), exactly as
+        Kafka's consumer filters a fetch."""
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
         offset = self.log_start_offset if start_offset is None else start_offset
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for {self.name}: log start offset "
                 f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+        committed = isolation_level == READ_COMMITTED
+        end = self.last_stable_offset if committed else self.log_end_offset
+        aborted = sorted(self.aborted_transactions(offset, end), key=lambda t: t.first_offset) if committed else []
+        aborted_pids: set[int] = set()
         produced = 0
-        while offset < self.log_end_offset:
+        while offset < end:
             data = self.read(offset, 1048576)
             if data is None:
                 return
             advanced = False
             for batch in iter_batches(data.data, 0, len(data.data), self.name):
-                for rec in batch.records():
-                    if rec.offset < offset:
+                if batch.base_offset >= end:
+                    return
+                want = offset
+                if batch.next_offset > offset:
+                    offset = batch.next_offset
+                    advanced = True
+                if committed and batch.magic >= 2 and batch.producer_id >= 0:
+                    # Kafka's consumer: transactions whose first offset is reached become aborted for their
+                    # producer until that producer's ABORT marker.
+                    while aborted and aborted[0].first_offset <= batch.last_offset:
+                        aborted_pids.add(aborted.pop(0).producer_id)
+                    if batch.is_control:
+                        recs = batch.records()
+                        if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
+                            aborted_pids.discard(batch.producer_id)
+                    elif batch.is_transactional and batch.producer_id in aborted_pids:
                         continue
+                if batch.is_control:
+                    continue
+                for rec in batch.records():
+                    if rec.offset < want:
+                        continue
+                    if rec.offset >= end:
+                        return
                     yield rec
                     produced += 1
                     if max_records is not None and produced >= max_records:
                         return
-                if batch.next_offset > offset:
-                    offset = batch.next_offset
-                    advanced = True
             if not advanced:
                 return
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
+        ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
+        out: list[AbortedTxn] = []
+        for seg in self.segment_list.from_offset(start_offset):
+            if seg.base_offset >= upper_bound_offset and out:
+                break
+            result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            out.extend(result.aborted)
+            if result.complete:
+                break
+        return out
 
     def offset_for_timestamp(self, timestamp: int):
         """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
@@ -316,6 +430,9 @@ class Log:
             if self.segment_list[0].base_offset > offset:
                 self._truncate_fully_locked(offset, now)
                 return True
+            # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
+            # log is cut cannot leave one that a later, longer log would be rebuilt from.
+            self.producer_state.delete_snapshots_outside(-1, offset)
             for seg in [s for s in self.segment_list if s.base_offset > offset]:
                 self._delete_segment_files(seg, now)
             self._ensure_active_writable(now)
@@ -324,6 +441,8 @@ class Log:
             self.view.known_active_size = self.active_segment.size
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            pstate.rebuild(self.producer_state, self.segments, self.log_start_offset, self.log_end_offset,
+                           exclusive=True)
             self._publish(bump=True)
             return True
 
@@ -343,6 +462,7 @@ class Log:
             self._truncate_fully_locked(offset, now)
 
     def _truncate_fully_locked(self, offset: int, now: int) -> None:
+        self.producer_state.truncate_fully_and_start_at(offset)
         old = self.segment_list.as_list()
         seg = (LogSegment.open(self.dir, offset, self.config, now_ms=now)
                if all(s.base_offset != offset for s in old) else None)
@@ -392,6 +512,8 @@ class Log:
             segments = [s for s in segments if s is not self.active_segment]
         for seg in segments:
             self._delete_segment_files(seg, now)
+            # Kafka deletes the producer snapshot named by a deleted segment's base with it (asynchronously).
+            self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
         if self.segment_list[0].base_offset > self.log_start_offset:
             self.log_start_offset = self.segment_list[0].base_offset
         self._publish(bump=True)
@@ -434,12 +556,15 @@ class Log:
                 # is ever left behind. change_file_suffixes then renames the .log and records the new names
                 # (it tolerates the index files being in place already).
                 base = new_segment.base_offset
-                for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+                for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
                     durable_rename(layout.segment_file(self.dir, base, suffix, layout.SWAP_SUFFIX),
                                    layout.segment_file(self.dir, base, suffix), sync=False, missing_ok=True)
                 new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
                 self.segment_list.add(new_segment)
             fsync_dir(self.dir)
+            for seg in still_there:  # Kafka: snapshots of replaced segments not replaced at the same base go
+                if new_segment is None or seg.base_offset != new_segment.base_offset:
+                    self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now_ms)
             if new_segment is not None and delete_after:
                 self._delete_segment_files(new_segment, now_ms)
             if self.segment_list[0].base_offset > self.log_start_offset:
@@ -461,11 +586,30 @@ class Log:
                 self._publish(bump=True)
             return self.log_start_offset
 
+    def expire_producers(self, now_ms: int, expiration_ms: int, *, dry_run: bool = False) -> list[int]:
+        """Forget the producers without an open transaction whose last write is ``expiration_ms`` old (Kafka's
+        ``removeExpiredProducers``, ``producer.id.expiration.ms``). The state is then written as a snapshot at the
+        log end and the generation bumped, so every other process rebuilds the same state from it. Returns the
+        producer ids expired (that would be, with ``dry_run``)."""
+        with self.locked():
+            psm = self.producer_state
+            expired = sorted(pid for pid, e in psm.producers.items()
+                             if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms)
+            if dry_run or not expired:
+                return expired
+            psm.remove_expired_producers(now_ms, expiration_ms)
+            psm.map_end_offset = self.log_end_offset
+            psm.take_snapshot(force=True)
+            self._publish(bump=True)
+            return expired
+
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, *, clean: bool) -> None:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
         if clean:
             with self.locked():
+                self.producer_state.map_end_offset = self.log_end_offset
+                self.producer_state.take_snapshot()  # Kafka's snapshot at close: the next load replays nothing
                 self._flush_locked(self.log_end_offset, self.clock.milliseconds())
                 for seg in self.segment_list:
                     seg.close(trim=True)
@@ -478,7 +622,9 @@ class Log:
         return {
             "topic": self.topic, "partition": self.partition, "dir": self.dir,
             "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
-            "high_watermark": self.high_watermark, "recovery_point": self.recovery_point,
+            "high_watermark": self.high_watermark, "last_stable_offset": self.last_stable_offset,
+            "recovery_point": self.recovery_point, "producers": len(self.producer_state.producers),
+            "open_transactions": len(self.producer_state.ongoing_txns),
             "size_bytes": self.size_in_bytes(),
             "segments": [{"base_offset": s.base_offset, "size_bytes": s.size,
                           "largest_timestamp": s.max_timestamp_so_far,

@@ -9,7 +9,11 @@ Two paths, as in Kafka's leader append:
   and, on a ``LogAppendTime`` topic, the batch is stamped with the append time (its CRC redone).
 
 On both paths a compacted topic refuses keyless records, and a batch larger than ``max.message.bytes`` or
-``segment.bytes`` is refused. Nothing here touches a file or takes a lock.
+``segment.bytes`` is refused; every batch is stamped with the partition leader epoch
+(``log.partition.leader.epoch``, outside the CRC). A client may not write control batches, nor a batch with a
+producer id but no sequence, nor a transactional batch without a producer id (Kafka's checks). Nothing here touches
+a file or takes a lock; the producer-state checks come after, under the lock
+(:mod:`storage_engine.log.producer_state`).
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, RecordTooLargeError
 from storage_engine.record import codecs
 from storage_engine.record.records import (BATCH_HEADER, CRC_OFFSET, LOG_APPEND_TIME, MAGIC_V2, TIMESTAMP_TYPE_MASK,
-                                           RecordBatch, SimpleRecord, build_batch, set_base_offset)
+                                           RecordBatch, SimpleRecord, build_batch, set_base_offset,
+                                           set_partition_leader_epoch)
 from storage_engine.segment.file_records import iter_batches
 
 
@@ -108,15 +113,42 @@ def stamp_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
 
 
 def records_batch(topic: str, config: LogConfig, recs: list[SimpleRecord], *, base_offset: int, codec: int, now_ms: int,
-                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> tuple[bytes, int]:
+                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                  is_transactional: bool = False) -> tuple[bytes, int]:
     """(the batch, its max timestamp) for normalized ``recs`` at ``base_offset``; refuses what the topic refuses."""
     check_keys(topic, config, recs)
+    check_producer_arguments(producer_id, producer_epoch, base_sequence)
+    check_producer_fields(topic, producer_id, producer_epoch, base_sequence, is_transactional)
     ts_type = LOG_APPEND_TIME if config.message_timestamp_type == "LogAppendTime" else 0
     data = build_batch(recs, base_offset=base_offset, codec=effective_codec(config, codec), timestamp_type=ts_type,
                        log_append_time_ms=now_ms if ts_type else None, producer_id=producer_id,
-                       producer_epoch=producer_epoch, base_sequence=base_sequence)
+                       producer_epoch=producer_epoch, base_sequence=base_sequence, is_transactional=is_transactional,
+                       partition_leader_epoch=config.partition_leader_epoch)
     check_size(topic, config, len(data))
     return data, (now_ms if ts_type else max(r.timestamp for r in recs))
+
+
+def check_producer_arguments(producer_id: object, producer_epoch: object, base_sequence: object) -> None:
+    """Types and ranges of producer fields given through the API (a batch's header fields are ints already)."""
+    for name, value, lo, hi in (("producer id", producer_id, -1, 2**63 - 1), ("producer epoch", producer_epoch, -1, 32767),
+                                ("base sequence", base_sequence, -1, 2**31 - 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise InvalidRecordError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def check_producer_fields(topic: str, producer_id: int, producer_epoch: int, base_sequence: int,
+                          is_transactional: bool) -> None:
+    """Kafka's client checks of a batch's producer fields (``LogValidator.validateBatch``)."""
+    if producer_id < 0:
+        if is_transactional:
+            raise InvalidRecordError(f"cannot write a transactional batch without a producer id to topic {topic}")
+        return
+    if base_sequence < 0:
+        raise InvalidRecordError(f"Invalid sequence number {base_sequence} in record batch with producerId "
+                                 f"{producer_id} in topic partition {topic}")
+    if producer_epoch < 0:
+        raise InvalidRecordError(f"Invalid producer epoch {producer_epoch} in record batch with producerId "
+                                 f"{producer_id} in topic partition {topic}")
 
 
 def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) -> tuple[bytearray, list]:
@@ -156,10 +188,16 @@ def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray, bat
             raise InvalidRecordError(f"append to {name}: batch declares {batch.records_count} records and last "
                                      f"offset delta {batch.last_offset_delta} but holds {len(recs)}")
         check_keys(topic, config, recs)
+        if batch.is_control:
+            raise InvalidRecordError(f"Clients are not allowed to write control records in topic partition {name}")
+        check_producer_fields(name, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                              batch.is_transactional)
         set_base_offset(buf, batch.pos, offset)
+        set_partition_leader_epoch(buf, batch.pos, config.partition_leader_epoch)
+        batch.base_offset, batch.partition_leader_epoch = offset, config.partition_leader_epoch
         if config.message_timestamp_type == "LogAppendTime":
             stamp_log_append_time(buf, batch.pos, now_ms)
-            bmax = now_ms
+            bmax = batch.max_timestamp = now_ms
         else:
             bmax = batch.max_timestamp
         if bmax > max_ts:

@@ -11,7 +11,13 @@ so only the new bytes are validated (and a torn tail left by a writer that died 
 its writer no longer holds the lock); a changed generation reloads the segment list from the folder. A reader
 without the lock (:func:`refresh_unlocked`) validates growth but never truncates, and reloads under the lock, so it never
 sees a roll half done. After changing the partition, the holder publishes its view (:func:`publish`).
-The functions take the ``Log`` whose view they keep and touch only its state (segment list, offsets, lock).
+The functions take the ``Log`` whose view they keep and touch only its state (segment list, offsets, lock,
+producer state).
+
+The producer state travels the same way: the batches another process appended are replayed into this process's
+copy as they are validated (under the lock, an ABORT marker whose ``.txnindex`` entry its writer did not live to
+add gets it added), and a reload rebuilds the state from the producer snapshots
+(:func:`storage_engine.log.producer_state.rebuild`). So two processes appending for one producer see one state.
 """
 from __future__ import annotations
 
@@ -20,7 +26,9 @@ from typing import Protocol
 
 from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, StorageError
+from storage_engine.log import producer_state as pstate
 from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState
+from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC
 from storage_engine.segment.segment import LogSegment
@@ -54,6 +62,7 @@ class ViewedLog(Protocol):
     recovery_point: int
     log_end_offset: int
     last_flush_ms: int
+    producer_state: ProducerStateManager
 
 
 def sync(log: ViewedLog, now_ms: int) -> None:
@@ -113,11 +122,14 @@ def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
     if state.last_flush_ms != UNKNOWN:
         log.last_flush_ms = state.last_flush_ms
     log.view.known_active_size = 0
-    validate_active_tail(log, 0)
+    validate_active_tail(log, 0, replay=False)
+    pstate.rebuild(log.producer_state, log.segment_list.as_list(), log.log_start_offset, log.log_end_offset,
+                   exclusive=False)
 
 
-def validate_active_tail(log: ViewedLog, from_position: int) -> None:
-    """Validate bytes of the active segment from ``from_position`` (another process appended them).
+def validate_active_tail(log: ViewedLog, from_position: int, *, replay: bool = True) -> None:
+    """Validate bytes of the active segment from ``from_position`` (another process appended them) and, with
+    ``replay``, apply their batches to the producer state.
 
     Under the lock a torn or corrupt tail is truncated: its writer died, since it no longer holds the
     lock. A reader (no lock) only stops short of it."""
@@ -131,11 +143,15 @@ def validate_active_tail(log: ViewedLog, from_position: int) -> None:
     if from_position <= 0 or from_position > active.size:
         from_position = active.last_index_position()
     pos, nxt, error = from_position, None, None
+    psm = log.producer_state
+    txn_index = active.txn_index if log.lock.held else None
     try:
         for batch in active.log.batches(from_position, strict=True):
             batch.ensure_valid()
             nxt = batch.next_offset
             pos += batch.size_in_bytes
+            if replay and batch.magic >= 2 and batch.base_offset >= psm.map_end_offset:
+                psm.replay_batch(batch, txn_index)
     except CorruptRecordError as exc:
         error = exc
     if error is not None and at_zero_tail(active, pos):

@@ -12,8 +12,9 @@
    the same magic, codec, timestamp type, producer fields, flags, leader epoch and last offset. A batch that
    first retains a tombstone gets ``delete horizon = now + delete.retention.ms`` stamped (KIP-534), so the
    tombstone goes in a later round once ``now`` passes it. The last batch of the round is kept as an empty
-   batch when all its records go (KAFKA-17076). What happens to a whole batch is :class:`BatchPolicy`'s call;
-   the per-record work (steps 1 and 3) is :mod:`.record_filter`'s, in compiled code when the extension is built.
+   batch when all its records go (KAFKA-17076). What happens to a whole batch is decided first (Kafka's
+   ``checkBatchRetention``, :func:`.txn_cleaning.batch_retention`); the per-record work (steps 1 and 3) is
+   :mod:`.record_filter`'s, in compiled code when the extension is built.
 4. Swap, under the partition lock, crash-safely (``.cleaned`` -> ``.swap``, old files -> ``.deleted``,
    ``.swap`` -> final name, fsync dir). A loader completes an interrupted swap over [.swap base, .swap next
    offset) only, so the cleaned segment always reaches into the group's last segment holding data: if none
@@ -24,9 +25,11 @@
    abandoned.
 5. Only when every swap is durable, the cleaner-offset checkpoint moves to the end offset.
 
-Not handled (documented): transactions. Control batches are always kept and transactional data is treated as
-ordinary data (no ``.txnindex`` is maintained, so aborted data is not removed), and producer state is not
-tracked (Kafka keeps each producer's last batch as an empty batch; this engine keeps only the round's last).
+Transactions (:mod:`storage_engine.maintenance.txn_cleaning`, Kafka's rules): the key map skips aborted data and
+control batches; the copy removes aborted records at once, keeps a transaction's marker until no data of it
+remains and then until its delete horizon, rewrites each cleaned segment's ``.txnindex`` with the aborted
+transactions whose data it still holds, and keeps each active producer's last batch (empty if need be) so the
+producer state survives cleaning. The round never passes the last stable offset.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from storage_engine.config import CleanerConfig
 from storage_engine.errors import StorageError
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
+from storage_engine.maintenance.txn_cleaning import DELETE, RETAIN_EMPTY, CleanedTransactionMetadata, batch_retention
 from storage_engine.record.records import build_batch, build_empty_batch
 from storage_engine.segment.segment import LogSegment
 
@@ -126,10 +130,13 @@ def _overlapping(segments: list[LogSegment], start: int, end: int) -> list[tuple
 
 
 def build_offset_map(log: Log, start: int, end: int, offset_map, stats: CleanerStats) -> bool:
-    """Fill ``offset_map`` with the latest offset per key in [start, end). Returns True if it filled up."""
+    """Fill ``offset_map`` with the latest offset per key in [start, end), skipping aborted transactions and
+    control batches. Returns True if it filled up."""
     offset_map.clear()
+    txn = CleanedTransactionMetadata()
+    txn.add_aborted_transactions(log.aborted_transactions(start, end))
     for seg, nxt in _overlapping(log.segments, start, end):
-        if _map_segment(seg, offset_map, start, end, stats):
+        if _map_segment(seg, offset_map, start, end, stats, txn):
             return True
         offset_map.update_latest_offset(min(nxt, end) - 1)  # skip offset gaps (KAFKA-8764)
     return False
@@ -144,13 +151,17 @@ def _batches_from(seg: LogSegment, offset: int):
             yield batch
 
 
-def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats) -> bool:
+def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats,
+                 txn: CleanedTransactionMetadata) -> bool:
     for batch in _batches_from(seg, start):
         if batch.base_offset >= end:
             break
         stats.map_bytes_read += batch.size_in_bytes
         if batch.is_control:
+            txn.on_control_batch_read(batch)
             stats.map_messages_read += 1
+        elif txn.on_batch_read(batch):
+            stats.map_messages_read += batch.records_count   # aborted: not mapped
         else:
             read, full = record_filter.map_batch(batch, offset_map, start, end)
             stats.map_messages_read += read
@@ -192,24 +203,9 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
 
 # -- cleaning --------------------------------------------------------------------------------------------------
 
-class BatchPolicy:
-    """The batch-level half of cleaning: what happens to a whole batch before any of its records is looked at.
-
-    ``RETAIN``: copied byte for byte (control batches: transaction markers are never removed here). ``FILTER``:
-    its records go through :func:`.record_filter.filter_batch` (compiled or Python). Kafka's transaction rules
-    (aborted data removed, markers kept until their delete horizon) are batch-level decisions and belong here.
-    """
-    RETAIN = "retain"
-    FILTER = "filter"
-
-    def action(self, batch) -> str:
-        return self.RETAIN if batch.is_control else self.FILTER
-
-
 class Cleaner:
-    def __init__(self, config: CleanerConfig, policy: BatchPolicy | None = None):
+    def __init__(self, config: CleanerConfig):
         self.config = config
-        self.policy = policy or BatchPolicy()
 
     def new_offset_map(self) -> InProcessOffsetMap:
         memory = min(self.config.dedupe_buffer_size // max(1, self.config.threads), INT32_MAX)
@@ -233,16 +229,20 @@ class Cleaner:
         if end_offset <= ltc.first_dirty_offset:
             stats.end_s = time.monotonic()
             return CleanResult(ltc.first_dirty_offset, stats, 0, 0, False)
+        with log.locked():  # the producers' last batches, as of now (Kafka's lastRecordsOfActiveProducers)
+            last_records = log.producer_state.last_records()
+        txn = CleanedTransactionMetadata()  # carried across the groups of the round
         groups = group_segments_by_size([s for s in segments if s.base_offset < end_offset],
                                         log.config.segment_bytes, log.config.segment_index_bytes,
                                         ltc.first_uncleanable_offset)
         abandoned = 0
         for group in groups:
+            policy = _TxnPolicy(log, txn, last_records)
             if dry_run:
                 self._filter_group(group, offset_map, now_ms, legacy_horizon, log.config.delete_retention_ms,
-                                   ltc.first_uncleanable_offset, stats)
+                                   ltc.first_uncleanable_offset, stats, policy)
             elif not self._clean_group(log, group, identities, offset_map, now_ms, legacy_horizon,
-                                       ltc.first_uncleanable_offset, stats):
+                                       ltc.first_uncleanable_offset, stats, policy):
                 abandoned += 1
         stats.end_s = time.monotonic()
         wrote = False
@@ -252,17 +252,18 @@ class Cleaner:
         return CleanResult(end_offset, stats, len(groups), abandoned, wrote)
 
     def _filter_group(self, group, offset_map, now_ms, legacy_horizon, delete_retention_ms, upper_bound,
-                      stats) -> None:
+                      stats, policy) -> None:
         for seg in group:
             retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
+            policy.enter_segment(seg)
             for batch in seg.batches(0, strict=True):
                 out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
-                                         upper_bound, stats)
+                                         upper_bound, stats, policy)
                 if out is not None:
                     stats.bytes_written += len(out[0])
 
     def _clean_group(self, log: Log, group: list[LogSegment], identities: dict, offset_map, now_ms: int,
-                     legacy_horizon: int, upper_bound: int, stats: CleanerStats) -> bool:
+                     legacy_horizon: int, upper_bound: int, stats: CleanerStats, policy: "_TxnPolicy") -> bool:
         # The previous group's swap may have reloaded the view (another process rolled or deleted a segment
         # meanwhile), closing the segment objects this round started with: work on the current ones, and
         # abandon the group if one of its segments is gone or was replaced since the round started.
@@ -279,6 +280,7 @@ class Cleaner:
         identity = [(s.base_offset, identities[s.base_offset]) for s in group]
         cfg = log.config
         cleaned = LogSegment.open(log.dir, group[0].base_offset, cfg, now_ms=now_ms, suffix=layout.CLEANED_SUFFIX)
+        policy.txn.cleaned_index = cleaned.txn_index
         # After a crash the loader completes a swap only over [.swap base, .swap next offset): the cleaned
         # segment must reach into the last replaced segment holding data, or that segment would survive next
         # to the cleaned one. If nothing of it is retained, its last batch is kept as an empty batch.
@@ -287,9 +289,10 @@ class Cleaner:
         try:
             for seg in group:
                 retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
+                policy.enter_segment(seg)
                 for batch in seg.batches(0, strict=True):
                     out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
-                                             retain_legacy_deletes, upper_bound, stats)
+                                             retain_legacy_deletes, upper_bound, stats, policy)
                     if seg is tail:
                         tail_last = batch
                     if out is not None:
@@ -319,16 +322,47 @@ class Cleaner:
         return log.replace_segments(cleaned, group, identity, now_ms, delete_after=all_removed)
 
     def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
-                      retain_legacy_deletes: bool, upper_bound: int,
-                      stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
-        """What of ``batch`` survives: (bytes, max timestamp) or None."""
+                      retain_legacy_deletes: bool, upper_bound: int, stats: CleanerStats,
+                      policy: "_TxnPolicy") -> tuple[bytes | memoryview, int] | None:
+        """What of ``batch`` survives: (bytes, max timestamp) or None. The batch-level decision comes first
+        (transactions, the producers' last batches, the round's last batch); then its records are filtered."""
         stats.bytes_read += batch.size_in_bytes
-        if self.policy.action(batch) == BatchPolicy.RETAIN:
-            stats.messages_read += 1
-            stats.messages_written += 1
+        decision = batch_retention(batch, policy.txn, policy.last_records, upper_bound, now_ms)
+        keep_empty = decision.retention == RETAIN_EMPTY
+        if decision.retention == DELETE:
+            stats.messages_read += batch.records_count
+            return None
+        if decision.discard_records:  # an aborted batch that must stay (a producer's last): empty
+            stats.messages_read += batch.records_count
+            return (build_empty_batch(batch), batch.max_timestamp) if keep_empty and batch.magic >= 2 else None
+        if batch.is_control:
+            recs = batch.records()
+            if not recs:  # an empty control batch left by an earlier round
+                return (batch.raw(), batch.max_timestamp) if keep_empty else None
+            stats.messages_read += len(recs)
+            stats.messages_written += len(recs)
+            if decision.marker_for_empty_txn and not batch.has_delete_horizon:
+                # a marker that may go gets its delete horizon first (KIP-534): removed in a later round
+                return (record_filter.rebuild(batch, recs, record_filter.new_delete_horizon(now_ms, delete_retention_ms)),
+                        batch.max_timestamp)
             return batch.raw(), batch.max_timestamp
         return record_filter.filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
-                                          upper_bound, stats)
+                                          keep_empty, stats)
+
+
+class _TxnPolicy:
+    """The transaction state of one cleaning round and what each segment adds to it: the aborted transactions
+    of [segment base, next base) are fed in as the copy reaches the segment (Kafka's ``cleanSegments``)."""
+
+    def __init__(self, log: Log, txn: CleanedTransactionMetadata, last_records: dict):
+        self.log = log
+        self.txn = txn
+        self.last_records = last_records
+
+    def enter_segment(self, seg: LogSegment) -> None:
+        nxt = self.log.segment_list.base_after(seg)
+        upper = nxt if nxt is not None else seg.read_next_offset()
+        self.txn.add_aborted_transactions(self.log.aborted_transactions(seg.base_offset, upper))
 
 
 def _empty_batch_like(batch) -> bytes:

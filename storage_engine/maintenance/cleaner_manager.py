@@ -11,8 +11,9 @@ State kept per log dir, in Kafka's files where Kafka has one:
   (and reported) until cleared by ``compact --clear-uncleanable``; Kafka forgets them only on restart.
 
 Selection (``grabFilthiestCompactedLog``): first dirty offset = checkpoint (or log start); first uncleanable
-offset = min(active segment base, first dirty segment newer than ``now - min.compaction.lag.ms``, first dirty
-segment whose largest timestamp is >= an optional upper time bound), snapped to a segment base. Dirty ratio =
+offset = min(last stable offset, active segment base, first dirty segment newer than ``now -
+min.compaction.lag.ms``, first dirty segment whose largest timestamp is >= an optional upper time bound), snapped
+to a segment base. Dirty ratio =
 cleanable bytes / (clean + cleanable bytes); a log is eligible if the ratio is strictly above
 ``min.cleanable.dirty.ratio`` or a dirty segment is older than ``max.compaction.lag.ms``.
 """
@@ -152,7 +153,7 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
     segments = log.segments
     active = segments[-1]
     dirty_non_active = [s for s in segments[:-1] if _next_base(segments, s) > first_dirty]
-    bounds = [log.log_end_offset, active.base_offset]  # LSO == HW == LEO here (no open transactions tracked)
+    bounds = [log.last_stable_offset, active.base_offset]  # never past an undecided transaction
     if cfg.min_compaction_lag_ms > 0:
         for s in dirty_non_active:
             if s.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms:

@@ -14,8 +14,8 @@ from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.maintenance import retention as retention_mod
-from storage_engine.maintenance.summaries import (CheckpointResult, FlushedPartition, FlushResult, PurgeResult,
-                                                  RetentionResult)
+from storage_engine.maintenance.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition,
+                                                  FlushResult, ProducerExpiry, PurgeResult, RetentionResult)
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import (InvalidRequestError, LogLockedError, PartitionNotFoundError, StorageError,
@@ -107,6 +107,28 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=No
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()
     return results
+
+
+def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+                     dry_run: bool = False) -> ExpireProducersResult:
+    """Kafka's producer-id expiration check (every ``producer.id.expiration.check.interval.ms``): forget, in every
+    partition, the producers with no open transaction whose last write is ``producer.id.expiration.ms`` old as of
+    ``now_ms``. Cheap per partition, so one job covers all of them."""
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    expiration_ms = config.producer_id_expiration_ms
+    with LogManager.open(config, clock=clock) as mgr:
+        _check_topics(mgr, topics)
+        out: list[ProducerExpiry] = []
+        for tp in mgr.partitions(topics):
+            log = mgr.logs[tp]
+            expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
+            out.append({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
+                        "producers": len(log.producer_state.producers),
+                        "open_transactions": len(log.producer_state.ongoing_txns)})
+    total = sum(len(p["expired_producer_ids"]) for p in out)
+    return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
+            "producers_expired": total, "nothing_to_do": total == 0}
 
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
@@ -468,6 +490,20 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
             mgr.checkpoint(dirs)
         return []
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
+
+
+def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
+                           dry_run: bool = False) -> BatchResult:
+    """Producer-id expiry (see :func:`expire_producers`) of each partition of a batch, each isolated."""
+    expiration_ms = config.producer_id_expiration_ms
+
+    def act(mgr, log, now):
+        expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
+        return {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
+                "producers": len(log.producer_state.producers),
+                "open_transactions": len(log.producer_state.ongoing_txns),
+                "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 
 def flush_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, due_only: bool = True,

@@ -2,8 +2,8 @@
 which records of a batch survive (Kafka's ``Cleaner.buildOffsetMapForSegment`` inner loop and
 ``MemoryRecords.filterTo`` with the cleaner's ``RecordFilter``).
 
-Which batches get here at all is the cleaner's batch-level policy (:class:`.cleaner.BatchPolicy`); this module
-only looks at records. Each function has two implementations:
+Which batches get here at all, and whether one left without records stays as an empty batch, is the cleaner's
+batch-level decision (:func:`.txn_cleaning.batch_retention`); this module only looks at records. Each function has two implementations:
 
 * the compiled kernels (``records.KERNELS``: ``map_batch`` and ``filter_batch`` of
   ``storage_engine/record/_keymap.c`` and ``_clean.c``), used for magic-2 batches when the map exposes a
@@ -30,6 +30,12 @@ def records_section(batch) -> tuple[object, int, int]:
         return batch.buf, batch.pos + BATCH_OVERHEAD, batch.pos + LOG_OVERHEAD + batch.length
     payload = batch.records_payload()
     return payload, 0, len(payload)
+
+
+def new_delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
+    """``now + delete.retention.ms``, the delete horizon a batch gets when it first keeps a tombstone or a marker
+    (KIP-534), capped at Long.MAX (a round run "at the end of time" must not overflow the field)."""
+    return min(now_ms + delete_retention_ms, 2**63 - 1)
 
 
 # -- filling the map -------------------------------------------------------------------------------------------
@@ -65,14 +71,14 @@ def _py_map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
 # -- filtering -------------------------------------------------------------------------------------------------
 
 def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retain_legacy_deletes: bool,
-                 upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
+                 keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
     """What of a data batch survives: (bytes, max timestamp), or None when nothing does. A record survives if it
     is beyond the mapped range, or its offset is the latest for its key and it is not a tombstone past its delete
     horizon; keyless records go (counted as invalid). A batch whose records all survive (and that needs no new
     delete horizon) is returned byte for byte; otherwise it is rebuilt with the same magic, codec, timestamp
     type, producer fields, flags, leader epoch and last offset, and a batch that first retains a tombstone gets
-    ``delete horizon = now + delete.retention.ms`` (KIP-534). A batch left without records is dropped, except the
-    last one of the round (``next offset == upper_bound``), kept as an empty batch (KAFKA-17076)."""
+    ``delete horizon = now + delete.retention.ms`` (KIP-534). A batch left without records is dropped, or kept as an
+    empty batch if ``keep_empty`` (the round's last batch, KAFKA-17076, or a producer's last batch)."""
     v2 = batch.magic >= 2
     horizon = batch.delete_horizon_ms if v2 and batch.has_delete_horizon else None
     tombstones_kept = (horizon is None or now_ms < horizon) if v2 else retain_legacy_deletes
@@ -84,15 +90,16 @@ def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retai
             out = kernels.filter_batch(spec, buf, lo, hi, batch.records_count, batch.base_offset,
                                        batch.base_timestamp, batch.attributes, batch.max_timestamp,
                                        offset_map.latest_offset, tombstones_kept, horizon,
-                                       now_ms + delete_retention_ms, batch.last_offset, batch.producer_id,
+                                       new_delete_horizon(now_ms, delete_retention_ms), batch.last_offset,
+                                       batch.producer_id,
                                        batch.partition_leader_epoch, batch.producer_epoch, batch.base_sequence)
             if out is not None:
-                return _compiled_result(batch, out, upper_bound, stats)
-    return _py_filter_batch(batch, offset_map, now_ms, delete_retention_ms, tombstones_kept, horizon, upper_bound,
+                return _compiled_result(batch, out, keep_empty, stats)
+    return _py_filter_batch(batch, offset_map, now_ms, delete_retention_ms, tombstones_kept, horizon, keep_empty,
                             stats)
 
 
-def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
+def _compiled_result(batch, out: tuple, keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
     kind, read, invalid, tombstones_removed = out[:4]
     stats.messages_read += read
     stats.invalid_messages_read += invalid
@@ -102,7 +109,7 @@ def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes 
         # The batch's bytes in place (no copy): written out before the segment's mapping can go away.
         return memoryview(batch.buf)[batch.pos:batch.pos + batch.size_in_bytes], batch.max_timestamp
     if kind == 0:
-        return (build_empty_batch(batch), batch.max_timestamp) if batch.next_offset == upper_bound else None
+        return (build_empty_batch(batch), batch.max_timestamp) if keep_empty else None
     if kind == 3:
         stats.messages_written += out[4]
         return out[5], out[6]
@@ -117,7 +124,7 @@ def _compiled_result(batch, out: tuple, upper_bound: int, stats) -> tuple[bytes 
 
 
 def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, tombstones_kept: bool,
-                     horizon: int | None, upper_bound: int, stats) -> tuple[bytes | memoryview, int] | None:
+                     horizon: int | None, keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
     recs = batch.records()
     stats.messages_read += len(recs)
     latest = offset_map.latest_offset
@@ -149,10 +156,10 @@ def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, t
     if kept and len(kept) == len(recs) and not needs_horizon:
         return batch.raw(), batch.max_timestamp
     if not kept:
-        if v2 and batch.next_offset == upper_bound:
+        if v2 and keep_empty:
             return build_empty_batch(batch), batch.max_timestamp
         return None
-    new_horizon = (now_ms + delete_retention_ms) if needs_horizon else horizon
+    new_horizon = new_delete_horizon(now_ms, delete_retention_ms) if needs_horizon else horizon
     if batch.timestamp_type == LOG_APPEND_TIME:
         max_ts = batch.max_timestamp
     else:

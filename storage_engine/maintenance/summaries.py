@@ -72,3 +72,20 @@ class FlushResult(TypedDict):
     flushed: list[FlushedPartition]
     not_due: int
     nothing_to_do: bool
+
+
+class ProducerExpiry(TypedDict):
+    topic: str
+    partition: int
+    expired_producer_ids: list[int]
+    producers: int              # producers the partition still tracks (all of them, with dry_run)
+    open_transactions: int
+
+
+class ExpireProducersResult(TypedDict):
+    now_ms: int
+    dry_run: bool
+    producer_id_expiration_ms: int
+    partitions: list[ProducerExpiry]
+    producers_expired: int
+    nothing_to_do: bool

@@ -203,6 +203,22 @@ class LegacyBatch:
             out.append(Record(absolute_base + off, self.timestamp if log_append else ts, key, value, ()))
         return out
 
+    def message_checksums(self) -> list[tuple[int, bool]]:
+        """(stored CRC, whether it matches) of each message :meth:`records` returns: the message itself, or each
+        inner message of a compressed wrapper (what Kafka's DumpLogSegments prints per record)."""
+        if self.compression == codecs.NONE:
+            return [(self.crc, self.is_valid())]
+        _key, value = self.key_value()
+        inner = codecs.decompress(self.compression, value or b"", magic=self.magic)
+        out, pos = [], 0
+        while pos + LOG_OVERHEAD + RECORD_OVERHEAD_V0 <= len(inner):
+            _off, size, crc, _magic, _attrs = _ENTRY_V0.unpack_from(inner, pos)
+            end = pos + LOG_OVERHEAD + size
+            out.append((crc, size >= RECORD_OVERHEAD_V0 and end <= len(inner)
+                        and zlib.crc32(inner[pos + _CRC_START:end]) == crc))
+            pos = end
+        return out
+
     def __iter__(self):
         return iter(self.records())
 

@@ -1,7 +1,8 @@
-"""A log segment: one ``.log`` file and its ``.index`` and ``.timeindex`` (Kafka's ``LogSegment``).
+"""A log segment: one ``.log`` file and its ``.index``, ``.timeindex`` and ``.txnindex`` (Kafka's ``LogSegment``).
 
-Files: ``<base offset, 20 digits>.log|.index|.timeindex``. Only the last (active) segment of a log is
-appended to; every other segment is immutable.
+Files: ``<base offset, 20 digits>.log|.index|.timeindex|.txnindex``; the ``.txnindex`` (aborted transactions whose
+ABORT marker lies in this segment, :mod:`storage_engine.segment.txn_index`) exists only once one was written. Only
+the last (active) segment of a log is appended to; every other segment is immutable.
 
 Sparse indexing (``index.interval.bytes``): the segment counts bytes appended since the last index entry
 (in memory only). On an append, if the count *before* this append exceeds the interval, it adds an offset
@@ -9,8 +10,9 @@ index entry (last offset of this append -> position where this append starts) an
 segment's largest timestamp so far -> the offset of the batch holding it), then resets the count. The first
 append to a segment therefore never creates an entry. Recovery rebuilds the same kind of entries per batch.
 
-Recovery (:meth:`LogSegment.recover`) validates every batch (size, magic, CRC), rebuilds both indexes and
-truncates the file at the first invalid byte, returning how many bytes it removed.
+Recovery (:meth:`LogSegment.recover`) validates every batch (size, magic, CRC), rebuilds the indexes and
+truncates the file at the first invalid byte, returning how many bytes it removed. Given the producer state as of
+the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError
 from storage_engine.segment.file_records import FileRecords, batch_at, walk_batches, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
+from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 
 INT32_MAX = 2**31 - 1
 _TIME_ENTRY = struct.Struct(">qi")
@@ -62,7 +65,8 @@ class LogSegment:
         self._offset_index = offset_index
         self._time_index = time_index
         self._paths = {s: layout.segment_file(dir_path, base_offset, s, suffix)
-                       for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+                       for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX,
+                                 layout.TXN_INDEX_SUFFIX)}
         self.max_index_size = max_index_size
         self.writable = writable
         self._stat_size: int | None = None
@@ -86,7 +90,8 @@ class LogSegment:
         log_path = layout.segment_file(dir_path, base_offset, layout.LOG_SUFFIX, suffix)
         if not file_already_exists:
             for p in (log_path, layout.segment_file(dir_path, base_offset, layout.INDEX_SUFFIX, suffix),
-                      layout.segment_file(dir_path, base_offset, layout.TIME_INDEX_SUFFIX, suffix)):
+                      layout.segment_file(dir_path, base_offset, layout.TIME_INDEX_SUFFIX, suffix),
+                      layout.segment_file(dir_path, base_offset, layout.TXN_INDEX_SUFFIX, suffix)):
                 if os.path.exists(p):
                     os.remove(p)
         seg = cls(dir_path, base_offset, None, None, None, index_interval_bytes=index_interval_bytes,
@@ -123,6 +128,18 @@ class LogSegment:
             self._time_index = TimeIndex(self._paths[layout.TIME_INDEX_SUFFIX], self.base_offset,
                                          self.max_index_size, writable=self.writable)
         return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The segment's ``.txnindex`` (a path-bound object: the file is read per call, created by the first
+        append)."""
+        return TransactionIndex(self._paths[layout.TXN_INDEX_SUFFIX], self.base_offset, writable=self.writable)
+
+    def update_txn_index(self, completed, last_stable_offset: int) -> None:
+        """Kafka's ``updateTxnIndex``: an aborted transaction completed by a marker in this segment is indexed."""
+        if completed.is_aborted:
+            self.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                                             last_stable_offset))
 
     @property
     def is_open(self) -> bool:
@@ -283,11 +300,25 @@ class LogSegment:
         return None
 
     # -- recovery and truncation ------------------------------------------------------------------------------
-    def recover(self) -> RecoveryResult:
-        """Validate every batch, rebuild both indexes, truncate at the first invalid byte."""
-        done = self._recover_compiled()
-        if done is not None:
-            return done
+    def recover(self, producer_state=None) -> RecoveryResult:
+        """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
+        ``producer_state`` (a :class:`~storage_engine.log.producer_state.ProducerStateManager` as of the base
+        offset) replay each valid batch into it and rebuild the ``.txnindex``."""
+        result = self._recover_compiled()
+        if result is None:
+            result = self._recover_walk()
+        txn_index = self.txn_index
+        txn_index.reset()
+        if producer_state is not None:
+            for batch in self.log.batches(0):
+                if batch.file_position >= result.valid_bytes:
+                    break
+                if batch.magic >= 2:
+                    producer_state.replay_batch(batch, txn_index)
+        return result
+
+    def _recover_walk(self) -> RecoveryResult:
+        """:meth:`recover`'s indexes, batch by batch (compiled bulk steps where the kernels take them)."""
         self.offset_index.reset()
         self.time_index.reset()
         self.bytes_since_last_index_entry = 0
@@ -384,6 +415,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if found is None:
             # Nothing at or after ``offset``: only re-expand the indexes (and restart an empty segment's clock).
             self.offset_index.resize(self.offset_index.max_index_size)
@@ -416,10 +448,12 @@ class LogSegment:
         self.log.trim()
 
     def flush(self) -> None:
-        """fsync what is open (an unopened segment has nothing unwritten)."""
+        """fsync what is open (an unopened segment has nothing unwritten) and the ``.txnindex``."""
         for f in (self._log, self._offset_index, self._time_index):
             if f is not None:
                 f.flush()
+        if self.is_open:
+            self.txn_index.flush()
 
     def close(self, trim: bool = True) -> None:
         """Close the files. ``trim`` (Kafka's close) also writes the final time-index entry and cuts the
@@ -462,7 +496,7 @@ class LogSegment:
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename all files of the segment from ``<name><old>`` to ``<name><new>`` (a missing index is fine)."""
         for suffix, obj in ((layout.LOG_SUFFIX, self._log), (layout.INDEX_SUFFIX, self._offset_index),
-                            (layout.TIME_INDEX_SUFFIX, self._time_index)):
+                            (layout.TIME_INDEX_SUFFIX, self._time_index), (layout.TXN_INDEX_SUFFIX, None)):
             new_path = layout.segment_file(self.dir, self.base_offset, suffix, new_suffix)
             if obj is not None:
                 obj.rename_to(new_path)

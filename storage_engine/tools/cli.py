@@ -1,7 +1,8 @@
 """``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines, errors on stderr.
 
 Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
-configuration, topic names, malformed JSON lines, records the topic refuses, offsets out of range, missing files).
+configuration, topic names, malformed JSON lines, records the topic refuses, offsets out of range, missing files,
+appends or markers the producer state refuses: printed with Kafka's error name, e.g. ``INVALID_PRODUCER_EPOCH``).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import ENV_VAR, load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
+                                   ProducerStateError,
                                    InvalidTopicError, PartitionNotFoundError, OffsetOutOfRangeError, RecordTooLargeError, StorageError)
 from storage_engine.record.records import MAX_RECORD_OVERHEAD, SimpleRecord
 
@@ -55,6 +57,28 @@ def _offset(text: str) -> int:
     return v
 
 
+def _ranged(text: str, what: str, lo: int, hi: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer {what}, got {text!r}") from None
+    if not lo <= v <= hi:
+        raise argparse.ArgumentTypeError(f"{what} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _producer_epoch(text: str) -> int:
+    return _ranged(text, "producer epoch", 0, 32767)
+
+
+def _sequence(text: str) -> int:
+    return _ranged(text, "sequence", 0, 2**31 - 1)
+
+
+def _coordinator_epoch(text: str) -> int:
+    return _ranged(text, "coordinator epoch", 0, 2**31 - 1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m storage_engine",
                                 description="Kafka-compatible log storage: produce, consume, inspect, maintain.")
@@ -62,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log engine activity to stderr")
     sub = p.add_subparsers(dest="command", required=True, metavar="<command>")
 
-    d = sub.add_parser("dump-log", help="print .log/.index/.timeindex files like kafka-dump-log.sh")
-    d.add_argument("--files", nargs="+", required=True, help="segment, index or time-index files")
+    d = sub.add_parser("dump-log", help="print .log/.index/.timeindex/.txnindex/.snapshot files like kafka-dump-log.sh")
+    d.add_argument("--files", nargs="+", required=True, help="segment, index, time-index, transaction-index or producer-snapshot files")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies deep iteration)")
     d.add_argument("--index-sanity-check", action="store_true", help="only sanity-check index files")
@@ -77,12 +101,32 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--compression", choices=sorted(codecs.CODEC_IDS), default="none",
                     help="codec of the written batches (the topic's compression.type may override it)")
     pr.add_argument("--now-ms", type=_non_negative, default=None, help="timestamp for records without one")
+    pr.add_argument("--producer-id", type=_non_negative, default=None,
+                    help="idempotent producer id (with --epoch and --base-sequence); a retried batch is written once")
+    pr.add_argument("--epoch", type=_producer_epoch, default=None, help="producer epoch (default 0)")
+    pr.add_argument("--base-sequence", type=_sequence, default=None,
+                    help="sequence of the first record (default 0); the records of a call get consecutive ones")
+    pr.add_argument("--transactional", action="store_true",
+                    help="the records belong to the producer's open transaction (end it with end-txn)")
+
+    et = sub.add_parser("end-txn", help="write a transaction marker (COMMIT or ABORT) as the coordinator would")
+    _tp(et)
+    et.add_argument("--producer-id", type=_non_negative, required=True)
+    et.add_argument("--epoch", type=_producer_epoch, required=True, help="the producer's epoch")
+    outcome = et.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--commit", action="store_true")
+    outcome.add_argument("--abort", action="store_true")
+    et.add_argument("--coordinator-epoch", type=_coordinator_epoch, default=0)
+    et.add_argument("--now-ms", type=_non_negative, default=None, help="timestamp of the marker")
 
     c = sub.add_parser("consume", help="print records of a partition as JSON lines")
     _tp(c)
     c.add_argument("--from-offset", type=_non_negative, default=None)
     c.add_argument("--max-records", type=_non_negative, default=None)
     c.add_argument("--encoding", choices=("utf8", "base64"), default="utf8")
+    c.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                   help="read_committed stops at the last stable offset and skips aborted records (markers are "
+                        "never returned)")
 
     ds = sub.add_parser("describe", help="log dirs, partitions, segments and offsets")
     ds.add_argument("--topic", action="append", help="only these topics (repeatable)")
@@ -116,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--dry-run", action="store_true", help="print the selection and what would be removed")
     cp.add_argument("--clear-uncleanable", action="store_true",
                     help="forget that --topic/--partition (or every partition) failed cleaning, then exit")
+    ep = sub.add_parser("expire-producers", help="forget producers idle for producer.id.expiration.ms")
+    ep.add_argument("--topic", action="append", help="only these topics (repeatable)")
+    ep.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
+    ep.add_argument("--dry-run", action="store_true", help="list the producers that would expire")
     pg = sub.add_parser("purge-deleted", help="remove .deleted files past file.delete.delay.ms")
     pg.add_argument("--now-ms", type=_non_negative, default=None)
     pg.add_argument("--dry-run", action="store_true")
@@ -206,6 +254,8 @@ def _batches_of(records: list[SimpleRecord], limit_bytes: int):
 def cmd_produce(args, config) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.log.validator import check_records
+    if args.producer_id is None and (args.epoch is not None or args.base_sequence is not None or args.transactional):
+        raise InvalidRequestError("--epoch, --base-sequence and --transactional need --producer-id")
     records = parse_produce_lines(sys.stdin.buffer, args.encoding)
     if not records:
         raise InvalidRequestError("no records on standard input (expected JSON lines)")
@@ -222,13 +272,49 @@ def cmd_produce(args, config) -> int:
             check_records(args.topic, log_config, chunk, codec=codec, now_ms=now)
         log = mgr.get_or_create_log(args.topic, args.partition)
         first = last = None
+        duplicates = 0
+        producer = {}
+        if args.producer_id is not None:
+            producer = {"producer_id": args.producer_id, "producer_epoch": args.epoch or 0,
+                        "is_transactional": args.transactional}
+        seq = args.base_sequence or 0
         with log.locked():
             for chunk in chunks:
-                info = log.append_records(chunk, codec=codec)
+                if producer:
+                    producer["base_sequence"] = seq
+                    seq += len(chunk)
+                info = log.append_records(chunk, codec=codec, **producer)
+                duplicates += info.duplicate
                 first = info.first_offset if first is None else first
                 last = info.last_offset
-    _out({"topic": args.topic, "partition": args.partition, "base_offset": first, "last_offset": last,
-          "count": len(records)})
+    out = {"topic": args.topic, "partition": args.partition, "base_offset": first, "last_offset": last,
+           "count": len(records)}
+    if producer:
+        out.update(producer_id=args.producer_id, epoch=args.epoch or 0, base_sequence=args.base_sequence or 0,
+                   duplicate_batches=duplicates)
+    _out(out)
+    return 0
+
+
+def cmd_end_txn(args, config) -> int:
+    from storage_engine.log.manager import LogManager
+    layout.partition_dir_name(args.topic, args.partition)
+    with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
+        log = mgr.get_log(args.topic, args.partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "
+                                         f"{list(config.log_dirs)}")
+        info = log.append_end_txn(args.producer_id, args.epoch, commit=args.commit,
+                                  coordinator_epoch=args.coordinator_epoch)
+        lso = log.last_stable_offset
+    _out({"topic": args.topic, "partition": args.partition, "producer_id": args.producer_id, "epoch": args.epoch,
+          "marker": "COMMIT" if args.commit else "ABORT", "offset": info.first_offset, "last_stable_offset": lso})
+    return 0
+
+
+def cmd_expire_producers(args, config) -> int:
+    from storage_engine.maintenance import jobs as maintenance
+    _out(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
     return 0
 
 
@@ -255,7 +341,7 @@ def cmd_consume(args, config) -> int:
         if log is None:
             raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "
                                          f"{list(config.log_dirs)}")
-        for rec in log.read_records(args.from_offset, args.max_records):
+        for rec in log.read_records(args.from_offset, args.max_records, isolation_level=args.isolation_level):
             _out({"offset": rec.offset, "timestamp": rec.timestamp,
                   "key": _encode_field(rec.key, args.encoding), "value": _encode_field(rec.value, args.encoding),
                   "headers": {k: _encode_field(v, args.encoding) for k, v in rec.headers}})
@@ -393,7 +479,8 @@ def cmd_dump_log(args, config) -> int:
 
 COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
             "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
-            "dump-log": cmd_dump_log, "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted}
+            "dump-log": cmd_dump_log, "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
+            "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers}
 NO_CONFIG = {"dump-log"}
 
 
@@ -405,6 +492,9 @@ def main(argv=None) -> int:
     try:
         config = None if args.command in NO_CONFIG else load_config(args.config)
         return COMMANDS[args.command](args, config)
+    except ProducerStateError as exc:   # refused by the producer state: named as Kafka names it
+        sys.stderr.write(f"error: {exc.kafka_name}: {exc}\n")
+        return EXIT_BAD_INPUT
     except (InvalidRequestError, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
             InvalidRecordError, InvalidRecordForTopicError, ValueError) as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -1,5 +1,5 @@
-"""``dump-log``: print ``.log``, ``.index`` and ``.timeindex`` files the way Kafka's ``kafka-dump-log.sh``
-(``DumpLogSegments``) does, and check them while doing so.
+"""``dump-log``: print ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` and ``.snapshot`` files the way Kafka's
+``kafka-dump-log.sh`` (``DumpLogSegments``) does, and check them while doing so.
 
 Output, one line per item (``--json``: one JSON object per line, with a ``type`` field instead)::
 
@@ -14,8 +14,17 @@ Output, one line per item (``--json``: one JSON object per line, with a ``type``
                                                                       key/payload with --print-data-log)
     offset: 12 position: 4096                                         type "index_entry"
     timestamp: 1700000000000 offset: 12                               type "time_index_entry"
+    version: 0 producerId: 7 firstOffset: 3 lastOffset: 9 lastStableOffset: 10
+                                                                      type "aborted_txn" (.txnindex)
+    producerId: 7 producerEpoch: 0 coordinatorEpoch: 2 currentTxnFirstOffset: OptionalLong.empty
+        lastTimestamp: 1700000000000 firstSequence: 0 lastSequence: 4 lastOffset: 14 offsetDelta: 4
+        timestamp: 1700000000000                                      type "producer" (.snapshot; the
+                                                                      batch fields only if it has a batch)
 
-Legacy (magic 0/1) entries print ``offset: <last offset>`` instead of the v2 batch fields, as Kafka does.
+Legacy (magic 0/1) entries print ``offset: <last offset>`` instead of the v2 batch fields, as Kafka does; with
+``--deep-iteration`` each message (each inner message of a compressed wrapper) adds `` isValid: true crc: N}``,
+the closing brace included: Kafka's format string has a stray ``}``, and the output is Kafka's byte for byte. A
+snapshot that fails its checks prints Kafka's message (on stderr) and counts as damage.
 
 Checks, as Kafka's tool makes them: every batch's CRC (``isvalid``); bytes at the end of a ``.log`` that do
 not form a whole batch; offsets that go backwards (an error) or skip (``Non-consecutive offsets``, only a note:
@@ -38,9 +47,12 @@ from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.errors import StorageError
 from storage_engine.segment.file_records import FileRecords, iter_batches
+from storage_engine.errors import CorruptSnapshotError
+from storage_engine.segment import producer_snapshot
 from storage_engine.segment.offset_index import OffsetIndex
+from storage_engine.segment.txn_index import TransactionIndex
 from storage_engine.record.records import (CONTROL_TYPES, MAGIC_V2, NO_SEQUENCE, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES,
-                      increment_sequence)
+                      decrement_sequence, increment_sequence)
 from storage_engine.segment.time_index import TimeIndex
 
 RECORD_INDENT = "|"
@@ -105,6 +117,10 @@ def dump_file(path: str, opts: DumpOptions, write: Callable[[str], None],
             _dump_index(path, opts, out)
         elif suffix == layout.TIME_INDEX_SUFFIX:
             _dump_time_index(path, opts, out)
+        elif suffix == layout.TXN_INDEX_SUFFIX:
+            _dump_txn_index(path, out)
+        elif suffix == layout.SNAPSHOT_SUFFIX:
+            _dump_producer_snapshot(path, out)
         else:
             out.note(path, f"Ignoring unknown file {path}")
     except StorageError as exc:
@@ -212,7 +228,8 @@ def _print_records(path: str, batch, opts: DumpOptions, out: _Output, last_offse
                   batch.file_position)
         return last_offset
     ts_type = TIMESTAMP_TYPE_NAMES.get(batch.timestamp_type, "NoTimestampType")
-    for rec in records:
+    checksums = batch.message_checksums() if batch.magic < MAGIC_V2 else None
+    for n, rec in enumerate(records):
         if last_offset is not None:
             if rec.offset <= last_offset:
                 out.error(path, f"record offset {rec.offset} in the batch at position {batch.file_position} of "
@@ -232,9 +249,10 @@ def _print_records(path: str, batch, opts: DumpOptions, out: _Output, last_offse
             keys = [k for k, _ in rec.headers]
             text += f" sequence: {seq} headerKeys: [{','.join(keys)}]"
             obj.update(sequence=seq, header_keys=keys)
-        elif batch.compression == codecs.NONE:
-            text += f" crc: {batch.crc} isvalid: {_bool(batch.is_valid())}"
-            obj.update(crc=batch.crc, is_valid=batch.is_valid())
+        elif checksums is not None and n < len(checksums):
+            crc, valid = checksums[n]
+            text += f" isValid: {_bool(valid)} crc: {crc}}}"   # Kafka's stray brace, verbatim
+            obj.update(is_valid=valid, crc=crc)
         if batch.is_control:
             ctl_text, ctl_obj = _control(rec)
             text += ctl_text
@@ -379,3 +397,41 @@ def _dump_time_index(path: str, opts: DumpOptions, out: _Output) -> None:
                          {"type": "time_index_entry", "timestamp": ts, "offset": offset})
     finally:
         index.close(trim=False)
+
+
+# -- .txnindex and .snapshot -----------------------------------------------------------------------------------
+
+def _dump_txn_index(path: str, out: _Output) -> None:
+    base = _base_offset_of(path)
+    for txn in TransactionIndex(path, 0 if base is None else base, writable=False).all_aborted_txns():
+        out.line(f"version: {txn.version} producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+                 f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}",
+                 {"type": "aborted_txn", "version": txn.version, "producer_id": txn.producer_id,
+                  "first_offset": txn.first_offset, "last_offset": txn.last_offset,
+                  "last_stable_offset": txn.last_stable_offset})
+
+
+def _optional_long(value: int) -> str:
+    return "OptionalLong.empty" if value < 0 else f"OptionalLong[{value}]"
+
+
+def _dump_producer_snapshot(path: str, out: _Output) -> None:
+    try:
+        entries = producer_snapshot.read_snapshot(path)
+    except CorruptSnapshotError as exc:
+        out.error(path, exc.reason, exc.position)
+        return
+    for e in entries:
+        text = (f"producerId: {e.producer_id} producerEpoch: {e.epoch} coordinatorEpoch: {e.coordinator_epoch} "
+                f"currentTxnFirstOffset: {_optional_long(e.current_txn_first_offset)} lastTimestamp: {e.timestamp} ")
+        obj = {"type": "producer", "producer_id": e.producer_id, "producer_epoch": e.epoch,
+               "coordinator_epoch": e.coordinator_epoch,
+               "current_txn_first_offset": e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None,
+               "last_timestamp": e.timestamp}
+        if e.last_offset >= 0:   # the entry has its last batch's metadata
+            first_seq = decrement_sequence(e.last_sequence, e.offset_delta)
+            text += (f"firstSequence: {first_seq} lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                     f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}")
+            obj.update(first_sequence=first_seq, last_sequence=e.last_sequence, last_offset=e.last_offset,
+                       offset_delta=e.offset_delta, timestamp=e.timestamp)
+        out.line(text, obj)

@@ -286,9 +286,21 @@ class LogSnapshot:
         self.high_watermark = self.log_end_offset
         self.recovery_point = min(recovery, self.log_end_offset)
         self.cleaner_checkpoint = cps[layout.CLEANER_OFFSET_CHECKPOINT].get(tp)
+        self._lso: int | None = None
 
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self.segments)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO, from the producer snapshots and a replay of the batches after the newest (read-only)."""
+        if self._lso is None:
+            from storage_engine.log.producer_state import ProducerStateManager, rebuild
+            psm = ProducerStateManager(self.dir, self.name)
+            rebuild(psm, self.segments, self.log_start_offset, self.log_end_offset, exclusive=False)
+            first = psm.first_unstable_offset()
+            self._lso = self.high_watermark if first is None else min(first, self.high_watermark)
+        return self._lso
 
     def close(self) -> None:
         for s in self.segments:

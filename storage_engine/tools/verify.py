@@ -105,6 +105,8 @@ def _verify_partition(log_dir, name, path, cfg, problems, pending) -> dict:
         elif layout.is_offset_named(f) and f.endswith(layout.INDEX_SUFFIXES) and \
                 layout.offset_from_filename(f) not in logs:
             pending.append({"file": full, "message": "orphan index file (no .log); deleted at the next load"})
+        elif layout.is_offset_named(f) and f.endswith((layout.SNAPSHOT_SUFFIX, layout.TXN_INDEX_SUFFIX)):
+            _verify_producer_file(full, pending)
     prev_next = None
     records = batches = size = 0
     lock = PartitionLock(lock_path(log_dir, name))
@@ -127,6 +129,24 @@ def _verify_partition(log_dir, name, path, cfg, problems, pending) -> dict:
         pending.append({"file": path, "message": "partition has no segment; one is created at the next load"})
     return {"segments": len(logs), "batches": batches, "records": records, "size_bytes": size,
             "log_end_offset": prev_next}
+
+
+def _verify_producer_file(full: str, pending: list) -> None:
+    """A corrupt producer snapshot or transaction index is derived data: the next load deletes the snapshot
+    (falling back to an older one) or rebuilds the index, so it is reported as pending, not as damage."""
+    from storage_engine.errors import CorruptIndexError, CorruptSnapshotError
+    from storage_engine.segment import producer_snapshot
+    from storage_engine.segment.txn_index import TransactionIndex
+    try:
+        if full.endswith(layout.SNAPSHOT_SUFFIX):
+            producer_snapshot.read_snapshot(full)
+        else:
+            TransactionIndex(full, layout.offset_from_filename(full), writable=False).sanity_check()
+    except CorruptSnapshotError as exc:
+        pending.append({"file": full, "message": f"{exc.reason}; deleted at the next load (an older snapshot or "
+                                                 "a replay of the log takes its place)"})
+    except CorruptIndexError as exc:
+        pending.append({"file": full, "message": f"{exc.reason}; rebuilt at the next load"})
 
 
 def _verify_segment(path, base, cfg, prev_next, problems, pending):

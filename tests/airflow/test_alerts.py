@@ -138,11 +138,14 @@ def test_partition_that_cannot_be_loaded_is_isolated_inside_its_batch(three_part
     done = partition_results(run_results(dag_run), "retention")
     assert set(done) == {("audit", 0), ("events", 1)}
     assert len(mailbox.messages) == 1 and len(webhook.received) == 1
-    (task,) = webhook.received[0]["body"]["failed_tasks"]
-    (part,) = task["partitions"]
-    assert (part["topic"], part["partition"]) == ("events", 0)
-    assert "cannot open time index" in part["error"] and "Is a directory" in part["error"]
-    assert task["try_number"] == 1
+    # one alert; the partition failed in each task that opens it (retention and producer-id expiry) and only it
+    failed_tasks = webhook.received[0]["body"]["failed_tasks"]
+    assert sorted(t["task_id"] for t in failed_tasks) == ["expire_producers", "retention"]
+    for task in failed_tasks:
+        (part,) = task["partitions"]
+        assert (part["topic"], part["partition"]) == ("events", 0)
+        assert "cannot open time index" in part["error"] and "Is a directory" in part["error"]
+        assert task["try_number"] == 1
 
 
 def test_retryable_failure_is_retried_then_alerted_once(three_partitions, alerting, monkeypatch):
@@ -171,9 +174,11 @@ def test_retryable_failure_is_retried_then_alerted_once(three_partitions, alerti
     assert [ti.rendered_map_index for ti in failed] == ["events-1 (1 in dir-b)"]
     assert failed[0].try_number == 3                                       # retries: 2
     assert len(mailbox.messages) == 1 and len(webhook.received) == 1
-    (task,) = webhook.received[0]["body"]["failed_tasks"]
-    assert task["try_number"] == 3 and task["partitions"][0]["permanent"] is False
-    assert "Too many open files" in task["partitions"][0]["error"]
+    failed_tasks = webhook.received[0]["body"]["failed_tasks"]     # retention and producer-id expiry both open it
+    assert sorted(t["task_id"] for t in failed_tasks) == ["expire_producers", "retention"]
+    for task in failed_tasks:
+        assert task["try_number"] == 3 and task["partitions"][0]["permanent"] is False
+        assert "Too many open files" in task["partitions"][0]["error"]
 
 
 def test_run_without_data_interval_acts_as_of_its_trigger_time_and_says_so(three_partitions, alerting):

@@ -69,8 +69,11 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
     # T as their deletion time; no expired segment is live; the logs start at new_start.
     for p in (0, 1):
         names = storage.files("events", p)
-        assert sorted(f for f in names if f.endswith(".deleted")) == sorted(
+        deleted = sorted(f for f in names if f.endswith(".deleted"))
+        assert [f for f in deleted if ".snapshot" not in f] == sorted(
             f for base in expired for f in segment_files(base, ".deleted"))
+        # the producer snapshots taken when those segments' bases were rolled go with them (Kafka's rule)
+        assert [f for f in deleted if ".snapshot" in f] == [f"{b:020d}.snapshot.deleted" for b in expired if b > 0]
         live = [f for f in names if not f.endswith(".deleted")]
         assert min(live) == segment_files(new_start)[1]          # 000...40.index sorts first
         assert not {f for base in expired for f in segment_files(base)} & set(live)
@@ -78,7 +81,7 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
             if name.endswith(".deleted"):
                 assert os.stat(storage.partition_dir("events", p) / name).st_mtime * 1000 == T_MS
     purge = results[("purge_deleted", -1)]                         # file.delete.delay.ms: 60 s after T
-    assert purge["files_removed"] == 0 and purge["files_waiting"] == 2 * 3 * len(expired)
+    assert purge["files_removed"] == 0 and purge["files_waiting"] == 2 * (3 * len(expired) + len(expired) - 1)
     after = storage.describe()                                    # the engine reloads the logs that way
     for p in (0, 1):
         assert after[("events", p)]["log_start_offset"] == new_start
@@ -129,7 +132,8 @@ def test_expired_segments_become_deleted_files_that_purge_removes_after_the_dela
 
     # Renamed, not removed: readers holding a segment open can finish. Scheduled at T (the mtime).
     deleted = sorted(f for f in storage.files("events", 0) if f.endswith(".deleted"))
-    assert deleted == sorted(f for base in expired for f in segment_files(base, ".deleted"))
+    assert deleted == sorted([f for base in expired for f in segment_files(base, ".deleted")] +
+                             [f"{base:020d}.snapshot.deleted" for base in expired if base > 0])
     for name in deleted:
         assert os.stat(pdir / name).st_mtime * 1000 == T_MS
     purge = run_results(dag_run)[("purge_deleted", -1)]
@@ -151,7 +155,8 @@ def test_expired_segments_become_deleted_files_that_purge_removes_after_the_dela
     removed = purge_at(datetime.timedelta(seconds=60))
     assert removed["files_removed"] == len(deleted) and removed["files_waiting"] == 0
     assert removed["bytes_freed"] > 0
-    assert storage.files("events", 0) == sorted(f for base in kept for f in segment_files(base))
+    assert [f for f in storage.files("events", 0) if ".snapshot" not in f] == sorted(
+        f for base in kept for f in segment_files(base))
     assert storage.describe()[("events", 0)]["log_start_offset"] == kept[0]
 
 
@@ -220,3 +225,35 @@ def test_batch_size_and_max_batches_bound_the_fan_out(storage):
     plan = run_results(run)[("plan_batches", -1)]
     assert [len(b["partitions"]) for b in plan] == [3, 2]
     assert sorted(p for b in plan for p in map(tuple, b["partitions"])) == [("events", p) for p in range(5)]
+
+
+def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(storage):
+    from storage_engine.clock import ManualClock
+    from storage_engine.log.manager import LogManager
+    from storage_engine.record.records import SimpleRecord
+    storage.write_config(None, producer_id_expiration_ms=HOUR_MS)
+    with LogManager.open(storage.config(), clock=ManualClock(T_MS - 2 * HOUR_MS)) as mgr:
+        log = mgr.get_or_create_log("audit", 0)
+        log.append_records([SimpleRecord(b"k", b"v", T_MS - 2 * HOUR_MS)], producer_id=11, producer_epoch=0,
+                           base_sequence=0)                              # idle for 2 h at T
+        log.clock.set(T_MS - 10 * 60_000)
+        log.append_records([SimpleRecord(b"k", b"v", T_MS - 10 * 60_000)], producer_id=12, producer_epoch=0,
+                           base_sequence=0)                              # idle for 10 min at T
+    run = parse_dag("log_retention").test(logical_date=T)
+    assert run.state == "success"
+    results = run_results(run)
+    batches = [r for (task, _), r in results.items() if task == "expire_producers"]
+    assert batches and all(b["now_ms"] == T_MS and not b["dry_run"] for b in batches)
+    by_partition = {(r["topic"], r["partition"]): r for b in batches for r in b["results"]}
+    assert set(by_partition) == {("audit", 0)}
+    assert by_partition[("audit", 0)]["expired_producer_ids"] == [11] and by_partition[("audit", 0)]["producers"] == 1
+    assert sum(len(r["expired_producer_ids"]) for r in by_partition.values()) == 1
+    summary = results[("run_report", -1)]
+    assert ("expire_producers", "audit-0", "changed") in {(r["task"], r["partition"], r["status"])
+                                                          for r in summary["rows"]}
+    # the engine's state agrees, and re-running the interval has nothing left to do
+    with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
+        assert sorted(mgr.get_log("audit", 0).producer_state.producers) == [12]
+    again = run_results(parse_dag("log_retention").test(logical_date=T))
+    assert all(r["nothing_to_do"] for (task, _), b in again.items() if task == "expire_producers"
+               for r in b["results"])

@@ -146,14 +146,14 @@ def test_spark_submit_to_a_real_standalone_cluster(tmp_path):
                     p.kill()
 
 
-def _clean_both_ways(tmp_path, spark, records, now_ms):
+def _clean_both_ways(tmp_path, spark, records, now_ms, filler=None):
     """Clean two copies of the same log, one with the in-process map, one with a Spark-built map."""
     results = []
     for strategy in ("local", "spark"):
         root = tmp_path / strategy
         root.mkdir()
         _gen_path, gen_cfg = make_config(root, policy="delete", name="gen.yaml")   # accepts keyless records
-        fill(gen_cfg, records)
+        (filler or fill)(gen_cfg, records)
         cfg_path, cfg = make_config(root, topic={"delete.retention.ms": 0})
         plan = maintenance.compaction_plan(cfg, now_ms, strategy="local")
         if not plan["selected"]:
@@ -182,6 +182,48 @@ def test_spark_map_and_in_process_map_clean_identically(tmp_path_factory, spark,
     tmp_path = tmp_path_factory.mktemp("same")
     local, remote = _clean_both_ways(tmp_path, spark, records, T0 + 10_000)
     assert local == remote
+
+
+def fill_transactions(cfg, seed):
+    """Three transactional producers committing and aborting at random, an idempotent producer and plain
+    records, all over the same few keys (markers' keys look like data keys to a careless map)."""
+    import random
+    rng = random.Random(seed)
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        log = mgr.get_or_create_log("kv", 0)
+        seq = {1: 0, 2: 0, 3: 0, 4: 0}
+        open_txn = {1: False, 2: False, 3: False}
+        for i in range(120):
+            log.clock.set(T0 + i)
+            key = rng.choice([b"a", b"b", b"c", b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"])
+            value = None if rng.random() < 0.1 else b"v%d" % i
+            who = rng.choice([1, 2, 3, 4, 0])
+            if who in open_txn and open_txn[who] and rng.random() < 0.3:
+                log.append_end_txn(who, 0, commit=rng.random() < 0.5)
+                open_txn[who] = False
+                continue
+            rec = [SimpleRecord(key, value, T0 + i)]
+            if who == 0:
+                log.append_records(rec)
+            else:
+                log.append_records(rec, producer_id=who, producer_epoch=0, base_sequence=seq[who],
+                                   is_transactional=who in open_txn)
+                seq[who] += 1
+                if who in open_txn:
+                    open_txn[who] = True
+        for who, is_open in open_txn.items():
+            if is_open:
+                log.append_end_txn(who, 0, commit=who % 2 == 0)
+        log.clock.set(T0 + 200)
+        log.roll()
+        assert log.aborted_transactions(0, log.log_end_offset), "the scenario should abort something"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_spark_map_and_in_process_map_clean_transactions_identically(tmp_path, spark, seed):
+    local, remote = _clean_both_ways(tmp_path, spark, seed, T0 + 10_000, filler=fill_transactions)
+    assert local == remote
+    assert any(k.endswith(".txnindex") for k in local)
 
 
 def test_data_source_reads_segments_as_arrow(tmp_path, spark):
@@ -236,7 +278,7 @@ def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monke
     # its hash, offset and flags; compressed batches and a transaction marker included; compiled and Python.
     from storage_engine.maintenance.offset_map import key_hash
     from storage_engine.record import codecs
-    from storage_engine.record.records import build_batch, build_control_batch
+    from storage_engine.record.records import build_batch
     from spark_jobs.segment_source import key_batches
     from storage_engine.segment.file_records import FileRecords
     from tests.storage_engine.kernels import use
@@ -248,8 +290,7 @@ def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monke
                                  T0 + i) for j in range(4)]
             log.append_batches(build_batch(recs, codec=codecs.LZ4 if i % 3 == 0 else codecs.NONE))
             if i == 30:
-                log.append_batches(build_control_batch(1, base_offset=0, timestamp=T0, producer_id=5,
-                                                       producer_epoch=0))
+                log.append_end_txn(5, 0, commit=True)   # a COMMIT marker (clients may not write control batches)
         log.roll()
         expected = []
         for seg in log.segments:

@@ -52,6 +52,7 @@ KAFKA_TOPIC_DEFAULTS = {
     "preallocate": False,
     "compression_type": "producer",
     "message_timestamp_type": "CreateTime",
+    "partition_leader_epoch": 0,    # the engine's log.partition.leader.epoch: what a single-leader broker stamps
 }
 
 
@@ -66,6 +67,7 @@ def test_defaults_equal_kafkas():
     assert c.log_flush_offset_checkpoint_interval_ms == 60000
     assert c.log_flush_start_offset_checkpoint_interval_ms == 60000
     assert c.num_recovery_threads_per_data_dir == 1
+    assert c.producer_id_expiration_ms == 86400000
     assert c.log_dirs == ("/tmp/kafka-logs",)       # Kafka's log.dir default
     assert c.default_log.delete and not c.default_log.compact
 
@@ -76,7 +78,8 @@ def test_dataclass_defaults_are_kafkas():
 
 
 def test_key_tables_cover_the_config_objects():
-    assert {f.name for f in dataclasses.fields(LogConfig)} == {k.attr for k in cfg.TOPIC_KEYS.values()}
+    assert {f.name for f in dataclasses.fields(LogConfig)} == {k.attr for k in cfg.TOPIC_KEYS.values()} | {
+        k.name.removeprefix("log.").replace(".", "_") for k in cfg.BROKER_KEYS.values() if k.feeds == "leader"}
     assert {f.name for f in dataclasses.fields(CleanerConfig)} == {
         k.attr for k in cfg.BROKER_KEYS.values() if k.feeds == "cleaner"}
     synonyms = {name for k in cfg.TOPIC_KEYS.values() for name, _ in k.chain()}
@@ -519,3 +522,13 @@ def test_config_objects_are_frozen_and_comparable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.log_dirs = ("/x",)
     assert os.path.isabs(a.log_dirs[0])
+
+
+def test_partition_leader_epoch_is_a_broker_key_every_topic_inherits():
+    c = config_from_mapping({"broker": {"log.partition.leader.epoch": 7}, "topics": {"t": {"retention.ms": 5}}})
+    assert c.default_log.partition_leader_epoch == 7 and c.log_config("t").partition_leader_epoch == 7
+    assert config_from_mapping({"broker": {"log.partition.leader.epoch": -1}}).default_log.partition_leader_epoch == -1
+    with pytest.raises(ConfigError, match="log.partition.leader.epoch = -2: must be >= -1"):
+        config_from_mapping({"broker": {"log.partition.leader.epoch": -2}})
+    with pytest.raises(ConfigError, match="producer.id.expiration.ms = 0: must be >= 1"):
+        config_from_mapping({"broker": {"producer.id.expiration.ms": 0}})

@@ -711,6 +711,7 @@ def test_rebuilt_batch_keeps_its_attributes(make_log, codec, ts_type):
                        log_append_time_ms=append_time if ts_type == LOG_APPEND_TIME else None, producer_id=4242,
                        producer_epoch=3, base_sequence=17, is_transactional=True, partition_leader_epoch=7)
     log.append_batches(data)
+    log.append_end_txn(4242, 3, commit=True)  # an open transaction would hold the cleaner back (LSO)
     put_many(log, [("c", "new"), ("d", "new")])
     log.roll()
     original = all_batches(log)[0]
@@ -734,14 +735,15 @@ def test_rebuilt_batch_keeps_its_attributes(make_log, codec, ts_type):
     # the retained tombstone stamps the horizon (KIP-534)
     assert rebuilt.has_delete_horizon and rebuilt.delete_horizon_ms == now + DAY
     # the whole segment still reads, and the next batch keeps its offsets
-    assert [o for o, _, _ in contents(log)] == [0, 1, 4, 5]
+    assert [o for o, _, _ in contents(log)] == [0, 1, 5, 6]  # the COMMIT marker at 4 is a control record: never read
 
 
-def test_control_batches_are_kept(make_log):
-    log = make_log()
+def test_a_marker_without_data_takes_two_rounds_to_go(make_log):
+    """A COMMIT marker whose transaction has no data left (here: written raw, as a coordinator of another log
+    would, so no producer state keeps it) first gets a delete horizon, then goes once the horizon has passed."""
+    log = make_log(compact_cfg(delete_retention_ms=DAY))
     put(log, "a", "1")
     marker = build_control_batch(1, base_offset=0, timestamp=T0, producer_id=9, producer_epoch=0)
-    # a transaction marker (COMMIT) as the coordinator would write it: raw, under the partition lock
     with log.locked():
         off = log.log_end_offset
         data = bytearray(marker)
@@ -749,12 +751,18 @@ def test_control_batches_are_kept(make_log):
         log.active_segment.append(off, T0, off, bytes(data))
         log.log_end_offset = off + 1
         log.view.known_active_size = log.active_segment.size
+        log.producer_state.map_end_offset = off + 1
     put(log, "a", "2")
     log.roll()
-    clean(log)
+    clean(log, T0)
     bts = all_batches(log)
     assert [bt.is_control for bt in bts] == [True, False]
-    assert bts[0].raw() == bytes(data)
+    assert bts[0].has_delete_horizon and bts[0].delete_horizon_ms == T0 + DAY
+    assert bts[0].control_type() == "COMMIT" and bts[0].base_offset == off
+    put(log, "b", "3")
+    log.roll()
+    clean(log, T0 + DAY)
+    assert [bt.is_control for bt in all_batches(log)] == [False, False]
 
 
 # ---------------------------------------------------------------------------------------- legacy data
@@ -1096,8 +1104,10 @@ def test_crash_states_named_in_the_protocol(tmp_path, monkeypatch):
     log.close(clean=False)
     assert after == [(1, b"j", b"1"), (2, b"k", b"2")]
     first = layout.filename_prefix(0)
-    names = [c for c, existed in zip(counter.calls, counter.existed) if existed]
-    real = [i + 1 for i, existed in enumerate(counter.existed) if existed]    # call numbers of real renames
+    # segment-file renames only (producer snapshots of replaced segments are renamed .deleted after the swap)
+    segment_renames = [existed and layout.SNAPSHOT_SUFFIX not in c[0] for c, existed in zip(counter.calls, counter.existed)]
+    names = [c for c, keep in zip(counter.calls, segment_renames) if keep]
+    real = [i + 1 for i, keep in enumerate(segment_renames) if keep]    # call numbers of real renames
     to_swap = [i for i, (s, t) in enumerate(names) if s.endswith(layout.CLEANED_SUFFIX)]
     to_deleted = [i for i, (s, t) in enumerate(names) if t.endswith(layout.DELETED_SUFFIX)]
     to_final = [i for i, (s, t) in enumerate(names) if s.endswith(layout.SWAP_SUFFIX)]

@@ -190,11 +190,16 @@ def test_deletion_delay_is_honoured(tmp_path):
     assert result["segments_deleted"] == 3
     pdir = tmp_path / "d" / "t-0"
     deleted = sorted(f for f in os.listdir(pdir) if f.endswith(layout.DELETED_SUFFIX))
-    assert len(deleted) == 9  # .log, .index, .timeindex of three segments
+    # .log, .index, .timeindex of three segments, and the producer snapshots taken when 5 and 10 were rolled
+    # (Kafka's testRetentionDeletesProducerStateSnapshots); the one at the new active segment's base stays
+    assert len(deleted) == 11
+    assert [f for f in deleted if layout.SNAPSHOT_SUFFIX in f] == ["00000000000000000005.snapshot.deleted",
+                                                                   "00000000000000000010.snapshot.deleted"]
+    assert sorted(f for f in os.listdir(pdir) if f.endswith(layout.SNAPSHOT_SUFFIX)) == ["00000000000000000012.snapshot"]
     assert maintenance.purge(cfg, now + 59_999)["files_removed"] == 0
     assert all((pdir / f).exists() for f in deleted)
     purged = maintenance.purge(cfg, now + 60_000)
-    assert purged["files_removed"] == 9
+    assert purged["files_removed"] == 11
     assert not any(f.endswith(layout.DELETED_SUFFIX) for f in os.listdir(pdir))
     # Kafka checkpoints a log start offset only when it is above the first segment's base; here the log
     # rolled to a new segment at 12, so the file is empty and a reload derives the start from the segment.

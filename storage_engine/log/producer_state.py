@@ -1,0 +1,560 @@
+"""Producer state of one partition (Kafka's ``ProducerStateManager``, ``ProducerStateEntry``, ``ProducerAppendInfo``).
+
+Per producer id the state holds the producer epoch, the metadata of its last 5 data batches (last sequence,
+last offset, offset delta, max timestamp), the coordinator epoch of the last transaction marker, the time of
+its last write and the first offset of its open transaction, if any. It is what lets the log:
+
+* recognise a retried batch (same producer, epoch and sequence range as one of the last 5): the append
+  returns the offsets the batch got the first time and writes nothing;
+* refuse a batch from a fenced producer (an older epoch: ``INVALID_PRODUCER_EPOCH``), a sequence that does
+  not follow the last one (``OUT_OF_ORDER_SEQUENCE_NUMBER``; a new epoch must start at 0; a producer without
+  state may start anywhere), a non-transactional batch inside an open transaction (``INVALID_TXN_STATE``) and
+  a marker from a zombie coordinator (``TRANSACTION_COORDINATOR_FENCED``);
+* know the open transactions, hence the first unstable offset and the last stable offset (LSO), and the
+  transactions that an ABORT marker completes (they go to the segment's ``.txnindex``).
+
+Batches appended by a client are checked (origin ``client``) and markers by the coordinator (``coordinator``);
+batches replayed from the log (a load, a recovery, another process's appends) are applied without checks
+(``replication``), as Kafka's follower does.
+
+The state is a function of the log: it is written to ``<offset>.snapshot`` files
+(:mod:`storage_engine.segment.producer_snapshot`) at each roll and at close, and rebuilt from the newest valid
+snapshot at or below the log end plus a replay of the batches after it (:func:`rebuild`). Every process using a
+partition keeps its own copy and keeps it current the same way it keeps its view of the segments (see
+:mod:`storage_engine.log.view`): under the partition lock it replays what others appended, and after a change of
+the segment set it rebuilds from the snapshots, so all processes see one state. Producer expiry
+(``producer.id.expiration.ms``) therefore happens only as a maintenance step that writes a snapshot at the log
+end and makes every other process rebuild (Kafka also expires on load; here a load does not, so that two
+processes never disagree about which producers exist).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from typing import NamedTuple
+
+from storage_engine import layout
+from storage_engine.errors import (CorruptRecordError, CorruptSnapshotError, InvalidProducerEpochError,
+                                   InvalidTxnStateError, OutOfOrderSequenceError, StorageError, StorageIOError,
+                                   TransactionCoordinatorFencedError)
+from storage_engine.record.records import (INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP,
+                                           decrement_sequence)
+from storage_engine.segment import producer_snapshot
+from storage_engine.segment.producer_snapshot import SnapshotEntry
+
+logger = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+CLIENT, COORDINATOR, REPLICATION = "client", "coordinator", "replication"
+ABORT, COMMIT = 0, 1
+
+
+class BatchMetadata(NamedTuple):
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+class CompletedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class LastRecord(NamedTuple):
+    """What the cleaner keeps of an active producer: its last data offset (None if it has none) and epoch."""
+    last_data_offset: int | None
+    producer_epoch: int
+
+
+class ProducerStateEntry:
+    __slots__ = ("producer_id", "producer_epoch", "coordinator_epoch", "last_timestamp", "current_txn_first_offset",
+                 "batches")
+
+    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH, coordinator_epoch: int = -1,
+                 last_timestamp: int = NO_TIMESTAMP, current_txn_first_offset: int | None = None,
+                 batches: list | None = None):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.coordinator_epoch = coordinator_epoch
+        self.last_timestamp = last_timestamp
+        self.current_txn_first_offset = current_txn_first_offset
+        self.batches: list[BatchMetadata] = batches if batches is not None else []
+
+    def copy_without_batches(self) -> "ProducerStateEntry":
+        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.coordinator_epoch, self.last_timestamp,
+                                  self.current_txn_first_offset)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    def maybe_update_producer_epoch(self, epoch: int) -> bool:
+        if self.producer_epoch != epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+            return True
+        return False
+
+    def _add_batch_metadata(self, meta: BatchMetadata) -> None:
+        if len(self.batches) == NUM_BATCHES_TO_RETAIN:
+            del self.batches[0]
+        self.batches.append(meta)
+
+    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
+        self.maybe_update_producer_epoch(epoch)
+        self._add_batch_metadata(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+    def update_from(self, nxt: "ProducerStateEntry") -> None:
+        """Kafka's ``update(nextEntry)``: take the epoch, batches, coordinator epoch, txn and timestamp of ``nxt``."""
+        self.maybe_update_producer_epoch(nxt.producer_epoch)
+        for meta in nxt.batches:
+            self._add_batch_metadata(meta)
+        self.coordinator_epoch = nxt.coordinator_epoch
+        self.current_txn_first_offset = nxt.current_txn_first_offset
+        self.last_timestamp = nxt.last_timestamp
+
+    def find_duplicate_batch(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def to_snapshot_entry(self) -> SnapshotEntry:
+        return SnapshotEntry(self.producer_id, self.producer_epoch, self.last_seq, self.last_data_offset,
+                             self.last_offset_delta, self.last_timestamp, self.coordinator_epoch,
+                             -1 if self.current_txn_first_offset is None else self.current_txn_first_offset)
+
+    @classmethod
+    def from_snapshot_entry(cls, e: SnapshotEntry) -> "ProducerStateEntry":
+        batches = [BatchMetadata(e.last_sequence, e.last_offset, e.offset_delta, e.timestamp)] \
+            if e.last_offset >= 0 else []
+        return cls(e.producer_id, e.epoch, e.coordinator_epoch, e.timestamp,
+                   e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None, batches)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ProducerStateEntry) and self._key() == other._key()
+
+    def _key(self):
+        return (self.producer_id, self.producer_epoch, self.coordinator_epoch, self.last_timestamp,
+                self.current_txn_first_offset, tuple(self.batches))
+
+    def __repr__(self) -> str:
+        return (f"ProducerStateEntry(producerId={self.producer_id}, producerEpoch={self.producer_epoch}, "
+                f"currentTxnFirstOffset={self.current_txn_first_offset}, coordinatorEpoch={self.coordinator_epoch}, "
+                f"lastTimestamp={self.last_timestamp}, batchMetadata={self.batches})")
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerAppendInfo:
+    """The changes one append makes to one producer, checked as Kafka checks them; applied by
+    :meth:`ProducerStateManager.update` only once the append is written."""
+
+    def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry, origin: str):
+        self.partition = partition
+        self.producer_id = producer_id
+        self.current = current
+        self.origin = origin
+        self.updated = current.copy_without_batches()
+        self.started_txn_offsets: list[int] = []
+
+    def _check_producer_epoch(self, epoch: int, offset: int) -> None:
+        if epoch < self.updated.producer_epoch and self.origin != REPLICATION:
+            raise InvalidProducerEpochError(
+                f"Epoch of producer {self.producer_id} at offset {offset} in {self.partition} is {epoch}, which is "
+                f"smaller than the last seen epoch {self.updated.producer_epoch}")
+
+    def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
+        updated, current = self.updated, self.current
+        if epoch != updated.producer_epoch:
+            if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"Invalid sequence number for new epoch of producer {self.producer_id} at offset {offset} in "
+                    f"partition {self.partition}: {epoch} (request epoch), {first_seq} (seq. number), "
+                    f"{updated.producer_epoch} (current producer epoch)")
+            return
+        if not updated.is_empty:
+            current_last = updated.last_seq
+        elif epoch == current.producer_epoch:
+            current_last = current.last_seq
+        else:
+            current_last = NO_SEQUENCE
+        # A producer without state (its records were all deleted) may go on with any sequence.
+        if not (current.producer_epoch == NO_PRODUCER_EPOCH or _in_sequence(current_last, first_seq)):
+            raise OutOfOrderSequenceError(
+                f"Out of order sequence number for producer {self.producer_id} at offset {offset} in partition "
+                f"{self.partition}: {first_seq} (incoming seq. number), {current_last} (current end sequence "
+                f"number)")
+
+    def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, last_timestamp: int, first_offset: int,
+                          last_offset: int, is_transactional: bool) -> None:
+        self._check_producer_epoch(epoch, first_offset)
+        if self.origin == CLIENT:
+            self._check_sequence(epoch, first_seq, first_offset)
+        self.updated.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, last_timestamp)
+        txn_first = self.updated.current_txn_first_offset
+        if txn_first is not None and not is_transactional:
+            raise InvalidTxnStateError(f"Expected transactional write from producer {self.producer_id} at offset "
+                                       f"{first_offset} in partition {self.partition}")
+        if txn_first is None and is_transactional:
+            self.updated.current_txn_first_offset = first_offset
+            self.started_txn_offsets.append(first_offset)
+
+    def append_end_txn_marker(self, control_type: int, coordinator_epoch: int, epoch: int, offset: int,
+                              timestamp: int) -> CompletedTxn | None:
+        self._check_producer_epoch(epoch, offset)
+        if self.updated.coordinator_epoch > coordinator_epoch and self.origin != REPLICATION:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {self.producer_id} at offset {offset} in partition "
+                f"{self.partition}: {coordinator_epoch} (zombie), {self.updated.coordinator_epoch} (current)")
+        # Only a non-empty transaction completes: an empty one changes neither the LSO nor the .txnindex.
+        first = self.updated.current_txn_first_offset
+        completed = CompletedTxn(self.producer_id, first, offset, control_type == ABORT) if first is not None else None
+        self.updated.maybe_update_producer_epoch(epoch)
+        self.updated.coordinator_epoch = coordinator_epoch
+        self.updated.current_txn_first_offset = None
+        self.updated.last_timestamp = timestamp
+        return completed
+
+    def append(self, batch) -> CompletedTxn | None:
+        """Apply one batch read from the log (any origin)."""
+        if batch.is_control:
+            records = batch.records()
+            if not records:
+                return None  # an empty control batch: its transaction was cleaned away entirely
+            rec = records[0]
+            control_type, coordinator_epoch = parse_end_txn_marker(rec.key, rec.value, batch)
+            if control_type not in (ABORT, COMMIT):
+                return None
+            return self.append_end_txn_marker(control_type, coordinator_epoch, batch.producer_epoch,
+                                              batch.base_offset, rec.timestamp)
+        self.append_data_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence, batch.max_timestamp,
+                               batch.base_offset, batch.last_offset, batch.is_transactional)
+        return None
+
+
+def parse_end_txn_marker(key: bytes | None, value: bytes | None, batch=None) -> tuple[int, int]:
+    """(control type, coordinator epoch) of a control record (epoch -1 when it is not a COMMIT/ABORT marker)."""
+    where = (batch.path, batch.file_position) if batch is not None else (None, None)
+    if key is None or len(key) < 4:
+        raise CorruptRecordError("control record key is shorter than 4 bytes", *where)
+    version, ctype = struct.unpack_from(">hh", key, 0)
+    if version < 0:
+        raise CorruptRecordError(f"invalid control record version {version}", *where)
+    if ctype not in (ABORT, COMMIT):
+        return ctype, -1
+    if value is None or len(value) < 6:
+        raise CorruptRecordError("end transaction marker value is shorter than 6 bytes", *where)
+    _v, coordinator_epoch = struct.unpack_from(">hi", value, 0)
+    return ctype, coordinator_epoch
+
+
+class ProducerStateManager:
+    """The producer state of one partition folder, and its ``.snapshot`` files."""
+
+    def __init__(self, dir_path: str, name: str):
+        self.dir = dir_path
+        self.name = name
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing_txns: dict[int, int] = {}     # first offset -> producer id
+        self.map_end_offset = 0
+        self.last_snap_offset = 0
+
+    # -- queries ----------------------------------------------------------------------------------------------
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing_txns) if self.ongoing_txns else None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is done: the first offset of the earliest open transaction of another
+        producer, else the marker offset + 1."""
+        for first in sorted(self.ongoing_txns):
+            if self.ongoing_txns[first] != completed.producer_id:
+                return first
+        return completed.last_offset + 1
+
+    def last_records(self) -> dict[int, LastRecord]:
+        """Per active producer, its last data offset and epoch (what the cleaner must keep)."""
+        return {pid: LastRecord(e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
+                for pid, e in self.producers.items()}
+
+    def state_key(self, *, as_snapshot: bool = False):
+        """A comparable value of the whole state (tests compare processes and reloads with it); ``as_snapshot``:
+        as a snapshot keeps it (each producer's last batch only)."""
+        def key(e):
+            k = e._key()
+            return k[:-1] + (k[-1][-1:],) if as_snapshot else k
+        return (self.map_end_offset, sorted(self.ongoing_txns.items()),
+                sorted((pid, key(e)) for pid, e in self.producers.items()))
+
+    # -- changes ----------------------------------------------------------------------------------------------
+    def prepare_update(self, producer_id: int, origin: str) -> ProducerAppendInfo:
+        current = self.producers.get(producer_id) or ProducerStateEntry(producer_id)
+        return ProducerAppendInfo(self.name, producer_id, current, origin)
+
+    def update(self, info: ProducerAppendInfo) -> None:
+        entry = self.producers.get(info.producer_id)
+        if entry is not None:
+            entry.update_from(info.updated)
+        else:
+            self.producers[info.producer_id] = info.updated
+        for first in info.started_txn_offsets:
+            self.ongoing_txns[first] = info.producer_id
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        if self.ongoing_txns.pop(completed.first_offset, None) is None:
+            raise StorageError(f"attempted to complete transaction {completed} on partition {self.name} which was "
+                               "not started")
+
+    def replay_batch(self, batch, txn_index=None) -> CompletedTxn | None:
+        """Apply a batch read from the log (no checks). With ``txn_index`` (the batch's segment), an aborted
+        transaction it completes is appended there unless the index already ends at or after it."""
+        completed = None
+        if batch.has_producer_id:
+            info = self.prepare_update(batch.producer_id, REPLICATION)
+            completed = info.append(batch)
+            self.update(info)
+            if completed is not None:
+                if completed.is_aborted and txn_index is not None:
+                    lso = self.last_stable_offset(completed)
+                    last = txn_index.last_offset_or_none()
+                    if last is None or last < completed.last_offset:
+                        from storage_engine.segment.txn_index import AbortedTxn
+                        txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                    completed.last_offset, lso))
+                self.complete_txn(completed)
+        self.map_end_offset = batch.last_offset + 1
+        return completed
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Drop producers without an open transaction whose last write is ``expiration_ms`` old."""
+        gone = [pid for pid, e in self.producers.items()
+                if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    def clear(self, map_end_offset: int) -> None:
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        self.map_end_offset = map_end_offset
+
+    # -- snapshots --------------------------------------------------------------------------------------------
+    def snapshot_path(self, offset: int) -> str:
+        return layout.segment_file(self.dir, offset, layout.SNAPSHOT_SUFFIX)
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the ``.snapshot`` files in the folder, ascending."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError as exc:
+            raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
+        return sorted(layout.offset_from_filename(n) for n in names
+                      if n.endswith(layout.SNAPSHOT_SUFFIX) and layout.is_offset_named(n))
+
+    def take_snapshot(self, *, sync: bool = True, force: bool = False) -> str | None:
+        """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``).
+
+        A snapshot keeps only each producer's last batch (Kafka's format), so a process that rebuilds from it
+        remembers fewer batches for duplicate detection than the process that wrote it. To keep every process's
+        state equal, the writer then keeps only what it wrote too (as Kafka's broker does after a restart)."""
+        if self.map_end_offset <= self.last_snap_offset and not force:
+            return None
+        path = self.snapshot_path(self.map_end_offset)
+        producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
+                                         sync=sync)
+        for e in self.producers.values():
+            del e.batches[:-1]
+        self.last_snap_offset = self.map_end_offset
+        return path
+
+    def delete_snapshot(self, offset: int, *, deleted_at_ms: int | None = None) -> None:
+        """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
+        ``file.delete.delay.ms``, like the segment files deleted with it)."""
+        path = self.snapshot_path(offset)
+        try:
+            if deleted_at_ms is not None:
+                os.replace(path, path + layout.DELETED_SUFFIX)
+                os.utime(path + layout.DELETED_SUFFIX, (deleted_at_ms / 1000.0, deleted_at_ms / 1000.0))
+            else:
+                os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot delete producer snapshot", path, exc) from exc
+
+    def load_from_snapshot(self, log_start_offset: int, upper_offset: int, *, delete_corrupt: bool) -> int | None:
+        """Reset the state to the newest valid snapshot at or below ``upper_offset`` (corrupt ones are skipped,
+        and deleted with ``delete_corrupt``). Returns its offset, or None (state empty at the log start)."""
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > upper_offset:
+                continue
+            try:
+                entries = producer_snapshot.read_snapshot(self.snapshot_path(offset))
+            except CorruptSnapshotError as exc:
+                logger.warning("failed to load producer snapshot of %s: %s", self.name, exc)
+                if delete_corrupt:
+                    self.delete_snapshot(offset)
+                continue
+            except StorageIOError:
+                continue  # deleted meanwhile by the process holding the lock before us: try an older one
+            for e in entries:
+                entry = ProducerStateEntry.from_snapshot_entry(e)
+                self.producers[entry.producer_id] = entry
+                if entry.current_txn_first_offset is not None:
+                    self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
+            self.map_end_offset = self.last_snap_offset = offset
+            return offset
+        self.map_end_offset = self.last_snap_offset = log_start_offset
+        return None
+
+    def remove_stray_snapshots(self, segment_bases: list[int]) -> list[int]:
+        """Kafka's ``removeStraySnapshots``: of the snapshots not at a segment base keep only the largest, and
+        that one only if it is not below the largest base. Returns the offsets removed."""
+        bases = set(segment_bases)
+        removed = []
+        stray = [o for o in self.snapshot_offsets() if o not in bases]
+        for o in stray[:-1]:
+            self.delete_snapshot(o)
+            removed.append(o)
+        if stray and segment_bases and stray[-1] < max(segment_bases):
+            self.delete_snapshot(stray[-1])
+            removed.append(stray[-1])
+        return removed
+
+    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int) -> list[int]:
+        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go.
+
+        Kafka also deletes a snapshot exactly at the log start (and so forgets, at its next restart, the producers
+        whose records retention deleted). This engine keeps it: opening a log never changes its files a second
+        time after retention, and every process keeps the same producers until they expire."""
+        gone = [o for o in self.snapshot_offsets() if o > log_end_offset or o < log_start_offset]
+        for o in gone:
+            self.delete_snapshot(o)
+        return gone
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for o in self.snapshot_offsets():
+            self.delete_snapshot(o)
+        self.clear(offset)
+        self.last_snap_offset = 0
+
+
+def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_offset: int, *, exclusive: bool,
+            snapshot_offsets=()) -> None:
+    """Rebuild ``psm`` for the log end ``last_offset`` (Kafka's ``rebuildProducerState``).
+
+    Loads the newest valid snapshot at or below ``last_offset`` and replays the batches from there. With
+    ``exclusive`` (a load, or a truncation under the lock) snapshots outside [log start, last offset] and corrupt
+    ones are deleted first, snapshots are taken at ``snapshot_offsets`` passed while replaying, and one is taken at
+    ``last_offset``; without it (a process refreshing its view) nothing on disk changes."""
+    if exclusive:
+        psm.delete_snapshots_outside(log_start_offset, last_offset)
+    psm.load_from_snapshot(log_start_offset, last_offset, delete_corrupt=exclusive)
+    start = max(psm.map_end_offset, log_start_offset)
+    wanted = set(snapshot_offsets)
+    if start < last_offset:
+        for i, seg in enumerate(segments):
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= start:
+                continue
+            if seg.base_offset >= last_offset:
+                break
+            if exclusive and seg.base_offset in wanted and seg.base_offset > psm.map_end_offset:
+                psm.map_end_offset = seg.base_offset
+                psm.take_snapshot(sync=False)
+            was_open = seg.is_open
+            _replay_segment(psm, seg, start, last_offset)
+            if not was_open and i + 1 < len(segments):
+                seg.release()   # a sealed segment goes back to unopened (file descriptors: many segments)
+    psm.map_end_offset = last_offset
+    if exclusive:
+        psm.take_snapshot(sync=False)
+
+
+def _replay_segment(psm: ProducerStateManager, seg, start: int, last_offset: int) -> None:
+    for batch in seg.batches_from(start):
+        if batch.base_offset >= last_offset:
+            break
+        if batch.magic >= 2:
+            psm.replay_batch(batch)
+
+
+class AppendAnalysis(NamedTuple):
+    """What an append would do to the producer state (Kafka's ``analyzeAndValidateProducerState``)."""
+    updated: dict            # producer id -> ProducerAppendInfo
+    completed: list          # CompletedTxn, in marker order
+    duplicate: BatchMetadata | None
+
+
+def analyze(psm: ProducerStateManager, batches, origin: str) -> AppendAnalysis:
+    """Check ``batches`` (offsets assigned) against the state; raises a ProducerStateError naming Kafka's error.
+    A client batch equal to one of its producer's last 5 (epoch and sequence range) is a duplicate: the caller
+    returns its original offsets and writes nothing."""
+    updated: dict[int, ProducerAppendInfo] = {}
+    completed: list[CompletedTxn] = []
+    for batch in batches:
+        if batch.producer_id <= -1:
+            continue
+        pid = batch.producer_id
+        if origin == CLIENT:
+            entry = psm.producers.get(pid)
+            if entry is not None:
+                dup = entry.find_duplicate_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+                if dup is not None:
+                    return AppendAnalysis(updated, completed, dup)
+        info = updated.get(pid)
+        if info is None:
+            info = updated[pid] = psm.prepare_update(pid, origin)
+        done = info.append(batch)
+        if done is not None:
+            completed.append(done)
+    return AppendAnalysis(updated, completed, None)
+
+
+def apply(psm: ProducerStateManager, analysis: AppendAnalysis, segment, last_offset: int) -> None:
+    """After the append is written to ``segment``: update the state, index the aborted transactions it
+    completed (with the LSO of that moment), and move the map end past it."""
+    for info in analysis.updated.values():
+        psm.update(info)
+    for done in analysis.completed:
+        segment.update_txn_index(done, psm.last_stable_offset(done))
+        psm.complete_txn(done)
+    psm.map_end_offset = last_offset + 1

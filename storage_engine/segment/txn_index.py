@@ -1,0 +1,211 @@
+"""The ``.txnindex`` file: the aborted transactions of one segment (Kafka's ``TransactionIndex``/``AbortedTxn``).
+
+A flat sequence of fixed 34-byte entries, big-endian, no header, no checksum, no preallocation::
+
+    offset size field
+       0    2   version              int16 = 0 (the reader looks at the FIRST BYTE only: Kafka's quirk)
+       2    8   producer_id          int64
+      10    8   first_offset         int64  first offset of the aborted transaction (may lie in an earlier segment)
+      18    8   last_offset          int64  offset of the ABORT marker (always inside this segment)
+      26    8   last_stable_offset   int64  the LSO when the marker was written: the first offset of the earliest
+                                            transaction of ANOTHER producer still open then, else last_offset + 1
+
+One entry per ABORT marker of a non-empty transaction, in marker order, so ``last_offset`` strictly increases
+(an append that breaks this is refused). The file is created by the first append (a segment without aborted
+transactions has none); reading takes whole entries while at least 34 bytes remain, so a torn tail is ignored.
+Recovery rebuilds the file from the segment's batches (:meth:`storage_engine.segment.segment.LogSegment.recover`),
+so it is fsynced only with its segment.
+
+Searching (``collect_aborted_txns``): a read of [fetch offset, upper bound) needs the transactions with
+``last_offset >= fetch offset`` and ``first_offset < upper bound``; an entry whose ``last_stable_offset`` is
+>= the upper bound proves no later segment can hold another one that matters (the search is "complete").
+
+Concurrency: appended only by the writer of the partition (under its lock), by ``pwrite`` at the end of the
+file; readers in any process ``pread`` the file and take whole entries only.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+from storage_engine.durable import durable_rename
+from storage_engine.errors import CorruptIndexError, InvalidOffsetError, StorageIOError
+
+VERSION = 0
+ENTRY = struct.Struct(">hqqqq")
+ENTRY_SIZE = ENTRY.size  # 34
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+    version: int = VERSION
+
+    def encode(self) -> bytes:
+        return ENTRY.pack(self.version, self.producer_id, self.first_offset, self.last_offset,
+                          self.last_stable_offset)
+
+    def __str__(self) -> str:
+        return (f"AbortedTxn(version={self.version}, producerId={self.producer_id}, firstOffset={self.first_offset}, "
+                f"lastOffset={self.last_offset}, lastStableOffset={self.last_stable_offset})")
+
+
+def decode_entries(data: bytes, path: object = None) -> list[AbortedTxn]:
+    """Every whole entry of ``data``; a version above 0 (read from the first byte) is a CorruptIndexError."""
+    out = []
+    for pos in range(0, len(data) - ENTRY_SIZE + 1, ENTRY_SIZE):
+        version = data[pos]
+        if version > VERSION:
+            raise CorruptIndexError(f"unexpected aborted transaction version {version}, current version is "
+                                    f"{VERSION}", path, pos)
+        _v, pid, first, last, lso = ENTRY.unpack_from(data, pos)
+        out.append(AbortedTxn(pid, first, last, lso, version))
+    return out
+
+
+class TxnIndexSearchResult(NamedTuple):
+    aborted: list
+    complete: bool
+
+
+class TransactionIndex:
+    """One segment's ``.txnindex``; the file is opened per operation and created by the first append."""
+
+    def __init__(self, path: str, base_offset: int, *, writable: bool = True):
+        self.path = path
+        self.base_offset = base_offset
+        self.writable = writable
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def _read(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise StorageIOError("cannot read transaction index", self.path, exc) from exc
+
+    def all_aborted_txns(self) -> list[AbortedTxn]:
+        return decode_entries(self._read(), self.path)
+
+    @property
+    def entries(self) -> int:
+        try:
+            return os.stat(self.path).st_size // ENTRY_SIZE
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        """Kafka's ``collectAbortedTxns``: entries overlapping [fetch offset, upper bound); complete when one
+        entry's last stable offset reaches the upper bound."""
+        out = []
+        for txn in self.all_aborted_txns():
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                out.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return TxnIndexSearchResult(out, True)
+        return TxnIndexSearchResult(out, False)
+
+    def last_offset_or_none(self) -> int | None:
+        """The last entry's last offset (None when there is none)."""
+        size = _size(self.path)
+        if size < ENTRY_SIZE:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(size - size % ENTRY_SIZE - ENTRY_SIZE)
+                data = f.read(ENTRY_SIZE)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageIOError("cannot read transaction index", self.path, exc) from exc
+        return decode_entries(data, self.path)[0].last_offset if len(data) == ENTRY_SIZE else None
+
+    def sanity_check(self) -> None:
+        """CorruptIndexError if an entry's last offset lies below the segment's base offset."""
+        for n, txn in enumerate(self.all_aborted_txns()):
+            if txn.last_offset < self.base_offset:
+                raise CorruptIndexError(
+                    f"last offset of aborted transaction {txn} in index {self.path} is less than start offset "
+                    f"{self.base_offset}", self.path, n * ENTRY_SIZE)
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def append(self, txn: AbortedTxn) -> None:
+        """Append one entry; its last offset must be above the last entry's (InvalidOffsetError)."""
+        if not self.writable:
+            raise StorageIOError("transaction index opened read-only", self.path)
+        last = self.last_offset_or_none()
+        if last is not None and txn.last_offset <= last:
+            raise InvalidOffsetError(f"the last offset of appended transactions must increase sequentially, but "
+                                     f"{txn.last_offset} is not greater than current last offset {last} of index "
+                                     f"{self.path}")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                os.pwrite(fd, txn.encode(), size - size % ENTRY_SIZE)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageIOError("cannot append to transaction index", self.path, exc) from exc
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries from the first one whose last offset >= ``offset`` on."""
+        txns = self.all_aborted_txns()
+        keep = next((i for i, t in enumerate(txns) if t.last_offset >= offset), len(txns))
+        if keep == len(txns) and self.entries * ENTRY_SIZE == _size(self.path):
+            return
+        self._truncate_bytes(keep * ENTRY_SIZE)
+
+    def reset(self) -> None:
+        """Drop every entry (recovery rebuilds them)."""
+        if self.exists:
+            self._truncate_bytes(0)
+
+    def _truncate_bytes(self, size: int) -> None:
+        try:
+            os.truncate(self.path, size)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot truncate transaction index", self.path, exc) from exc
+
+    def flush(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageIOError("cannot open transaction index", self.path, exc) from exc
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename_to(self, new_path: str) -> None:
+        """Rename the file (a missing file is fine: the index is created lazily)."""
+        durable_rename(self.path, new_path, sync=False, missing_ok=True)
+        self.path = new_path
+
+    def delete_if_exists(self) -> None:
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot delete transaction index", self.path, exc) from exc
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
