@@ -80,6 +80,7 @@ class PartitionLock:
         self.path = path
         self._fd: int = _open_lock_file(path, "partition lock file")
         self._depth = 0
+        self._parked = False
 
     @property
     def held(self) -> bool:
@@ -87,12 +88,31 @@ class PartitionLock:
 
     @property
     def is_open(self) -> bool:
-        return self._fd >= 0
+        return self._fd >= 0 or self._parked
+
+    @property
+    def parked(self) -> bool:
+        return self._parked
+
+    def park(self) -> bool:
+        """Close the descriptor of an idle lock (not held); the next use opens the file again. False if held."""
+        if self._depth or self._fd < 0:
+            return False
+        os.close(self._fd)
+        self._fd = -1
+        self._parked = True
+        return True
+
+    def _unpark(self) -> None:
+        if self._parked:
+            self._fd = _open_lock_file(self.path, "partition lock file")
+            self._parked = False
 
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
         if self._depth:
             self._depth += 1
             return
+        self._unpark()
         if blocking and timeout_s is None:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         else:
@@ -122,8 +142,16 @@ class PartitionLock:
         self.release()
 
     def read_state(self) -> PartitionState:
-        """The shared state; readable without the lock (a torn read only makes a reader reload)."""
-        data = os.pread(self._fd, _STATE.size, 0)
+        """The shared state; readable without the lock (a torn read only makes a reader reload). A parked lock
+        opens its file for the read only, and stays parked."""
+        if self._parked:
+            fd = _open_lock_file(self.path, "partition lock file")
+            try:
+                data = os.pread(fd, _STATE.size, 0)
+            finally:
+                os.close(fd)
+        else:
+            data = os.pread(self._fd, _STATE.size, 0)
         if len(data) == _STATE.size:
             return PartitionState(*_STATE.unpack(data))
         if len(data) >= _STATE_V1.size:
@@ -137,6 +165,7 @@ class PartitionLock:
                                         state.last_flush_ms), 0)
 
     def close(self) -> None:
+        self._parked = False
         if self._fd >= 0:
             if self._depth:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)

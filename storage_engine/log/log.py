@@ -37,6 +37,7 @@ from storage_engine.errors import InvalidRecordError, OffsetOutOfRangeError, Sto
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import validator, view
 from storage_engine.log.locks import PartitionLock
+from storage_engine.log.open_logs import OpenLogs
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
@@ -60,6 +61,8 @@ class AppendInfo:
     duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
 
 
+# The view generation of a parked log: never one the shared state holds (>= 0), so the next sync reloads.
+PARKED_GENERATION = -2
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
@@ -96,10 +99,45 @@ class Log:
         self.view = PartitionView(generation, segments.active.size if len(segments) else 0)
         self.producer_state = producer_state if producer_state is not None else ProducerStateManager(self.dir,
                                                                                                       self.name)
+        self.files: OpenLogs | None = None   # the manager's bound on logs with open files (None: unbounded)
+        self._parked = False
+
+    # -- open files -------------------------------------------------------------------------------------------
+    @property
+    def parked(self) -> bool:
+        return self._parked
+
+    def park(self) -> bool:
+        """Close every file of this idle log (segments, lock file); False if its lock is held. The next use
+        reopens them through a reload of the segment list, as after another process changed it, so nothing a
+        parked log missed meanwhile is lost (see :mod:`storage_engine.log.open_logs`)."""
+        if self.lock.held:
+            return False
+        for seg in self.segment_list:
+            try:
+                seg.release()   # lazy again: an attribute read before the reload reopens what it needs
+            except OSError:     # the segment went meanwhile (another process): the reload finds out
+                seg.close_quietly()
+        self.lock.park()
+        self.view.generation = PARKED_GENERATION   # never a real generation: the next sync reloads
+        self._parked = True
+        return True
+
+    def _used(self) -> None:
+        if self.files is not None:
+            self.files.used(self)
+
+    def _unpark_for_read(self) -> None:
+        self._used()
+        if self._parked:
+            self.refresh()
 
     @contextlib.contextmanager
     def locked(self):
         """Hold the partition lock with an up-to-date view."""
+        if not self.lock.held:
+            self._used()
+            self._parked = False   # the sync below reloads a parked log
         self.lock.acquire()
         try:
             if self.lock._depth == 1:
@@ -114,7 +152,7 @@ class Log:
     def refresh(self) -> None:
         """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
         another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
-        if view.refresh_unlocked(self):
+        if not self._parked and view.refresh_unlocked(self):
             return
         if self.lock.held:
             view.sync(self, self.clock.milliseconds())
@@ -318,6 +356,7 @@ class Log:
     def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
         """Whole batches from the one holding ``start_offset``; None at the log end. OffsetOutOfRangeError
         outside [log start, log end]."""
+        self._unpark_for_read()
         for attempt in range(3):
             try:
                 return self._read_once(start_offset, max_bytes, min_one_message)
@@ -348,6 +387,7 @@ class Log:
         Kafka's consumer filters a fetch."""
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
+        self._unpark_for_read()
         offset = self.log_start_offset if start_offset is None else start_offset
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
@@ -606,6 +646,9 @@ class Log:
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, *, clean: bool) -> None:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
+        files, self.files = self.files, None
+        if files is not None:
+            files.forget(self)
         if clean:
             with self.locked():
                 self.producer_state.map_end_offset = self.log_end_offset

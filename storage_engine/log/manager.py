@@ -11,6 +11,8 @@
   atomically from the partitions' shared state, merged with entries of partitions other processes own.
 * Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
   clean-shutdown marker.
+* Open files: at most ``max_open_logs`` logs hold descriptors at once; the least recently used idle ones are
+  parked (:mod:`.open_logs`), so one process can hold 100,000 partitions under a limit of 20,000 descriptors.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from storage_engine.errors import InvalidTopicError, StorageError, StorageIOErro
 from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
 from storage_engine.log.locks import UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
+from storage_engine.log.open_logs import OpenLogs
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
@@ -45,8 +48,11 @@ class DirState:
 
 
 class LogManager:
-    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None):
+    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None,
+                 max_open_logs: int | None = None):
         self.config = config
+        self.open_logs = OpenLogs(max_open_logs)
+        self._dir_counts: dict[str, int] | None = None   # partitions per log dir, for placing new ones
         # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
         self.only = None if partitions is None else frozenset(partitions)
         self.clock = clock
@@ -57,15 +63,19 @@ class LogManager:
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None) -> "LogManager":
+    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None,
+             max_open_logs: int | None = None) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
         stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
 
         A manager that loaded a subset writes the clean-shutdown marker when it is the last to close only if it
         found the dir clean and had it to itself (see :meth:`_may_vouch_for`); otherwise the next first opener
-        recovers each log from its recovery point."""
-        mgr = cls(config, clock, partitions)
+        recovers each log from its recovery point.
+
+        ``max_open_logs`` bounds the logs holding open files (default: from ``RLIMIT_NOFILE``, see
+        :mod:`.open_logs`)."""
+        mgr = cls(config, clock, partitions, max_open_logs)
         for d in config.log_dirs:
             try:
                 os.makedirs(d, exist_ok=True)
@@ -122,6 +132,7 @@ class LogManager:
                                 exclusive=exclusive, had_clean_shutdown=clean,
                                 recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
                                 log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
+            self._track(log)
             return (topic, partition), log, res
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
@@ -170,6 +181,7 @@ class LogManager:
             if os.path.isdir(os.path.join(d, name)):
                 log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
                                   exclusive=False)
+                self._track(log)
                 self.logs[(topic, partition)] = log
                 return log
         return None
@@ -183,15 +195,31 @@ class LogManager:
             log = self._adopt(topic, partition)
             if log is not None:
                 return log
-            counts = []
-            for d in self.config.log_dirs:
-                counts.append((len(self._partition_dirs(d)), self.config.log_dirs.index(d), d))
-            target = min(counts)[2]
+            target = self._least_loaded_dir()
             log, _ = open_log(target, topic, partition, self.config.log_config(topic), clock=self.clock,
                               exclusive=True, create=True)
             fsync_dir(target)
+            if self._dir_counts is not None:
+                self._dir_counts[target] += 1
+        self._track(log)
         self.logs[(topic, partition)] = log
         return log
+
+    def _least_loaded_dir(self) -> str:
+        """Kafka's placement: the log dir with the fewest partitions (the first on a tie). The dirs are counted
+        once per manager and then kept up to date with its own creations (listing a dir of 100,000 partitions
+        for every creation would make creating them quadratic); partitions other processes create meanwhile
+        only make the placement less even, never wrong."""
+        dirs = self.config.log_dirs
+        if len(dirs) == 1:
+            return dirs[0]
+        if self._dir_counts is None:
+            self._dir_counts = {d: len(self._partition_dirs(d)) for d in dirs}
+        return min(dirs, key=lambda d: (self._dir_counts[d], dirs.index(d)))   # type: ignore[index]
+
+    def _track(self, log: Log) -> None:
+        log.files = self.open_logs
+        self.open_logs.used(log)
 
     def partitions(self, topic_filter=None) -> list[TopicPartition]:
         tps = sorted(self.logs)
@@ -254,6 +282,7 @@ class LogManager:
             try:
                 for log in logs:
                     log.close(clean=last)
+                    self.open_logs.forget(log)
                 if last:
                     self._write_checkpoints_after_close(d, logs)
                     if self._may_vouch_for(state):
