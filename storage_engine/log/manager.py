@@ -49,9 +49,9 @@ class DirState:
 
 class LogManager:
     def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None,
-                 max_open_logs: int | None = None):
+                 max_open_logs: int | OpenLogs | None = None):
         self.config = config
-        self.open_logs = OpenLogs(max_open_logs)
+        self.open_logs = max_open_logs if isinstance(max_open_logs, OpenLogs) else OpenLogs(max_open_logs)
         self._dir_counts: dict[str, int] | None = None   # partitions per log dir, for placing new ones
         # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
         self.only = None if partitions is None else frozenset(partitions)
@@ -64,7 +64,7 @@ class LogManager:
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None,
-             max_open_logs: int | None = None) -> "LogManager":
+             max_open_logs: int | OpenLogs | None = None) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
         stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
@@ -74,7 +74,8 @@ class LogManager:
         recovers each log from its recovery point.
 
         ``max_open_logs`` bounds the logs holding open files (default: from ``RLIMIT_NOFILE``, see
-        :mod:`.open_logs`)."""
+        :mod:`.open_logs`); an :class:`~.open_logs.OpenLogs` passed instead is a bound shared with the other
+        managers given it (a job holding several managers at once)."""
         mgr = cls(config, clock, partitions, max_open_logs)
         for d in config.log_dirs:
             try:

@@ -49,7 +49,7 @@ cfg = config_from_mapping({"broker": {"log.dirs": __DIRS__, "log.index.size.max.
 
 
 def run_child(body: str, limit: int, dirs: list[str], **values) -> dict:
-    code = PRELUDE.replace("__LIMIT__", str(limit)).replace("__DIRS__", repr(dirs)) + textwrap.dedent(body)
+    code = (PRELUDE + textwrap.dedent(body)).replace("__LIMIT__", str(limit)).replace("__DIRS__", repr(dirs))
     for name, value in values.items():
         code = code.replace(f"__{name}__", repr(value))
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=3600)
@@ -171,3 +171,39 @@ def test_a_held_lock_is_never_parked(tmp_path):
 def test_a_bad_bound_is_refused_with_its_name(bad):
     with pytest.raises(ValueError, match="max_open_logs must be an integer >= 1"):
         OpenLogs(bad)
+
+
+@pytest.mark.slow
+def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_path):
+    # Ranking compacted logs opened every one at once: past the limit the loads failed, and the halving that
+    # isolates a damaged partition reported healthy ones as unreadable while the halves already loaded held the
+    # descriptors. Each job must see every healthy partition and report only the damaged one.
+    out = run_child("""
+        from storage_engine.config import config_from_mapping
+        from storage_engine.maintenance import jobs
+        cfg = config_from_mapping({"broker": {"log.dirs": __DIRS__, "log.index.size.max.bytes": 4096,
+                                              "log.cleanup.policy": "compact,delete", "log.retention.ms": 1000}})
+        with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+            for i in range(__N__):
+                log = mgr.get_or_create_log(*tp(i))
+                log.append_records([SimpleRecord(b"k", b"a", T0)])
+                log.append_records([SimpleRecord(b"k", b"b", T0)])
+                log.roll()
+        # one damaged partition: a directory where its active segment's .log should be (its load fails)
+        bad = os.path.join(__DIRS__[0], "t0-300")
+        active = max(n for n in os.listdir(bad) if n.endswith(".log"))
+        os.remove(os.path.join(bad, active))
+        os.mkdir(os.path.join(bad, active))
+        plan = jobs.compaction_plan(cfg, T0 + 10_000, strategy="local")
+        flat = [[t, p] for t, p in (tp(i) for i in range(__N__)) if (t, p) != ("t0", 300)]
+        retention = jobs.retention_batch(cfg, flat, T0 + 10_000, dry_run=True)
+        print(json.dumps({"selected": len(plan["selected"]),
+                          "unreadable": [(f["topic"], f["partition"]) for f in plan["unreadable"]],
+                          "skipped": plan["skipped"][:3], "retention": len(retention["results"]),
+                          "retention_failures": retention["failures"][:3], "peak": fds(), "limit": LIMIT}))
+        """, 256, [str(tmp_path / "a")], N=600)
+    assert out["unreadable"] == [["t0", 300]], out
+    assert out["skipped"] == [{"topic": "t0", "partition": 300, "reason": out["skipped"][0]["reason"]}]
+    assert "cannot be read" in out["skipped"][0]["reason"]
+    assert out["selected"] == 599
+    assert out["retention"] == 599 and out["retention_failures"] == []
