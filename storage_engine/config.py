@@ -590,7 +590,7 @@ def _check_dir_path(entry: str, path: str, key: str) -> None:
     while True:
         try:
             mode = os.stat(probe).st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent, or a file on the way: look further up
             parent = os.path.dirname(probe)
             if parent == probe:
                 return

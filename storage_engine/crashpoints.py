@@ -69,18 +69,22 @@ _target, _remaining = _parse(os.environ.get(ENV_VAR))
 
 
 def armed(step: str) -> bool:
-    """Whether reaching ``step`` now would kill the process (for a step that must prepare its damage first)."""
-    return _target is not None and step == _target and _remaining <= 1
+    """Count a hit of ``step``; True if the process must die at it (after preparing its damage, it calls
+    :func:`die`). For a step whose damage is more than stopping, such as a write cut in half."""
+    global _remaining
+    if _target is None or step != _target:
+        return False
+    _remaining -= 1
+    return _remaining <= 0
 
 
 def reached(step: str) -> None:
     """Mark ``step`` as done; dies here (SIGKILL) when the environment names it."""
-    global _remaining
-    if _target is None or step != _target:
-        return
-    _remaining -= 1
-    if _remaining > 0:
-        return
+    if _target is not None and step == _target and armed(step):
+        die(step)
+
+
+def die(step: str) -> None:
     try:
         os.write(2, f"CRASHPOINT {step}\n".encode())
     finally:

@@ -177,15 +177,19 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
 
     setup_step = rng.choice(SETUP[protocol][1]) if protocol in SETUP else None
 
+    def nth(name: str) -> str:
+        # appends happen hundreds of times a second: die at a later one, once the other processes run
+        return f"{name}:{rng.randint(20, 300)}" if name.startswith("append.") else f"{name}:{rng.randint(1, 2)}"
+
     def env_for(role: str, first: bool) -> dict:
         env = dict(base_env)
         if step is None or protocol == "load":
             return env
         if setup_step is not None:
             # e.g. the first cleaner dies mid-swap; then whoever resolves that swap dies mid-resolution
-            env[crashpoints.ENV_VAR] = setup_step if role == SETUP[protocol][0] and first else step
+            env[crashpoints.ENV_VAR] = nth(setup_step) if role == SETUP[protocol][0] and first else step
         elif role == forced_role and first:
-            env[crashpoints.ENV_VAR] = step
+            env[crashpoints.ENV_VAR] = nth(step)
         return env
 
     def reached_forced() -> bool:
@@ -214,12 +218,13 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
     if step is not None and protocol != "load":
         # run until the step is reached (then a little longer, so other processes meet its aftermath)
         deadline = started + FORCED_STEP_TIMEOUT_S
-        checked = 0.0
+        checked, extended = 0.0, False
     while time.monotonic() < deadline:
         now = time.monotonic() - started
         if step is not None and protocol != "load" and now - checked > 0.1:
             checked = now
-            if deadline - started == FORCED_STEP_TIMEOUT_S and reached_forced():
+            if not extended and reached_forced():
+                extended = True
                 deadline = time.monotonic() + rng.uniform(0.3, 2.0)
         if kill_times and now >= kill_times[0]:
             kill_times.pop(0)
@@ -262,7 +267,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
     violations += _check(cfg_path, acks)
     result = TrialResult(trial, seed, step, kills, reached, sum(len(v) for v in acks.values()), violations,
                          round(time.monotonic() - t0, 2))
-    if violations and keep_root is not None:
+    if (violations or os.environ.get("TORTURE_KEEP_ALL")) and keep_root is not None:
         dest = keep_root / f"trial-{trial}-seed-{seed}"
         shutil.copytree(work, dest, dirs_exist_ok=True)
         (dest / "violations.json").write_text(json.dumps(
@@ -279,7 +284,7 @@ def _prefill(cfg_path: Path, rng: random.Random) -> dict[str, list]:
     from storage_engine.record.records import SimpleRecord
     from torture.child import payload
     acks: dict[str, list] = defaultdict(list)
-    keys = [f"k{i}" for i in range(500)] + [f"k{rng.randrange(KEYS)}" for _ in range(2500)]
+    keys = [f"u{i}" for i in range(500)] + [f"k{rng.randrange(KEYS)}" for _ in range(2500)]
     with LogManager.open(load_config(str(cfg_path))) as mgr:
         for topic in TOPICS:
             log = mgr.get_or_create_log(topic, 0)

@@ -13,9 +13,10 @@
    index entry: cheap), since the marker vouches for nothing written after it: a torn or garbage tail, or an
    index pointing past the data, gets the segment recovered and is reported.
 4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka). A checkpoint past the
-   log end is reported and clamped to the end when the load lost no data (no operation can put the start
-   there: the checkpoint is wrong); when recovery cut the log below it, the log is emptied and restarted there
-   as Kafka does (the records in between were lost, the ones below were already deleted). A log without
+   log end is reported and ignored when the load lost no data (no operation can put the start there: the value
+   is wrong, and acting on it would hide, then delete, every record); when recovery cut the log below it, the
+   log is emptied and restarted there as Kafka does (the records in between were lost, the ones below were
+   already deleted). A log without
    segments gets an empty one at the log start offset. The active segment's indexes are re-expanded.
 6. Producer state (Kafka's ``loadProducerState``): stray snapshots are removed (of those not at a segment base
    only the largest survives, and only if not below the last base), then the state is rebuilt from the newest
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from dataclasses import dataclass, field
 
 from storage_engine import crashpoints, layout
@@ -49,6 +51,7 @@ from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionNotFoundError,
                                    SegmentOffsetOverflowError, StorageIOError)
+from storage_engine.record.records import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import LogSegment, RecoveryResult
 
 log = logging.getLogger(__name__)
@@ -127,8 +130,11 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
 
 def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
     """After a clean shutdown: validate the active segment from its last index entry (the marker vouches for
-    nothing written since); a torn or garbage tail, or an index past the data, gets the segment recovered
-    (``recover(seg)``: with the producer state, so its ``.txnindex`` is rebuilt too). Returns whether it was."""
+    nothing written since). A torn or garbage tail, or an index past the data, gets the segment recovered
+    (``recover(seg)``: with the producer state, so its ``.txnindex`` is rebuilt too, and an append never lands
+    behind bytes that do not parse); a damaged batch followed by valid ones to the end is reported and kept
+    (flushed data: reads of it fail, truncating would destroy the records after it). Returns whether the segment
+    was recovered."""
     problem = None
     index = seg.offset_index
     if index.entries and (index.entry(index.entries - 1)[1] >= max(seg.size, 1)):
@@ -136,15 +142,26 @@ def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
                    f"{seg.size} bytes of the .log")
     else:
         expected = index.last_offset + 1 if index.entries else seg.base_offset
-        try:
-            for batch in seg.log.read_batches(seg.last_index_position(), strict=True):
-                batch.ensure_valid()
-                expected = batch.next_offset
-        except CorruptRecordError as exc:
-            problem = str(exc)
-        else:
-            if seg.time_index.entries and seg.time_index.last_entry[1] >= expected:
-                problem = f"its time index names offset {seg.time_index.last_entry[1]}, past the log end {expected}"
+        pos, damaged = seg.last_index_position(), None
+        while problem is None:
+            try:
+                for batch in seg.log.read_batches(pos, strict=True):
+                    batch.ensure_valid()
+                    expected = batch.next_offset
+                break
+            except CorruptRecordError as exc:
+                head = seg.log.read(exc.position or 0, LOG_OVERHEAD)
+                size = struct.unpack_from(">i", head, 8)[0] if len(head) == LOG_OVERHEAD else -1
+                after = (exc.position or 0) + LOG_OVERHEAD + size
+                if damaged is not None or size < MIN_ENTRY_SIZE_FIELD or after >= seg.size:
+                    problem = str(exc)
+                else:
+                    damaged, pos = str(exc), after  # is it only this batch? the rest must parse to the end
+        if problem is None and damaged is not None:
+            result.messages.append(f"{os.path.basename(seg.path)}: kept a damaged batch followed by valid ones "
+                                   f"(reads of it fail, verify reports it): {damaged}")
+        if problem is None and seg.time_index.entries and seg.time_index.last_entry[1] >= expected:
+            problem = f"its time index names offset {seg.time_index.last_entry[1]}, past the log end {expected}"
     if problem is None:
         return False
     rec = recover(seg)
@@ -156,8 +173,9 @@ def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
 
 
 def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
-         had_clean_shutdown: bool, now_ms: int) -> LoadResult:
-    """Full Kafka load of one partition folder (steps 1-5). Caller holds the partition lock."""
+         had_clean_shutdown: bool, now_ms: int, log_start_offset_fallback: int = 0) -> LoadResult:
+    """Full Kafka load of one partition folder (steps 1-4). Caller holds the partition lock.
+    ``log_start_offset_fallback``: the next best log start offset, if the checkpoint's is ignored."""
     result = LoadResult([], 0, 0, 0)
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     crashpoints.reached("load.resolved")
@@ -233,9 +251,12 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
                                    "there")
             segments = []
         else:
+            # No operation puts the start past the end (delete-records stops at the high watermark), and nothing
+            # was lost here: the value is wrong. Acting on it would hide, then delete, every record.
             result.messages.append(f"the log start offset checkpoint {log_start_offset_checkpoint} is past the log "
-                                   f"end {next_offset}, which no operation can do: clamped to {next_offset}")
-            log_start_offset_checkpoint = next_offset
+                                   f"end {next_offset}, which no operation can do, and recovery lost nothing: "
+                                   f"ignored (the log starts at {max(log_start_offset_fallback, segments[0].base_offset)})")
+            log_start_offset_checkpoint = log_start_offset_fallback if log_start_offset_fallback <= next_offset else 0
     if not segments:
         seg = LogSegment.open(dir_path, log_start_offset_checkpoint, cfg, now_ms=now_ms)
         segments = [seg]
@@ -294,16 +315,16 @@ def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clo
                           recovery_point=0, next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms)
                 view.sync(log, now_ms)
                 return log, None
-            lso_cp, rp_cp = log_start_offset_checkpoint, recovery_point_checkpoint
+            lso_cp, rp_cp, lso_fallback = log_start_offset_checkpoint, recovery_point_checkpoint, 0
             if state.generation != 0:
                 # Values kept by processes that ran since the last checkpoint are at least as fresh.
                 if state.log_start_offset != UNKNOWN:
-                    lso_cp = max(lso_cp, state.log_start_offset)
+                    lso_cp, lso_fallback = max(lso_cp, state.log_start_offset), min(lso_cp, state.log_start_offset)
                 if state.recovery_point != UNKNOWN:
                     # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
                     rp_cp = min(rp_cp, state.recovery_point)
             res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
-                       had_clean_shutdown=had_clean_shutdown, now_ms=now_ms)
+                       had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback)
             # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
             last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
             new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush,

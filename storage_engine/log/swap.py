@@ -253,6 +253,7 @@ def plan_orphans(dir_path: str, names: list[str] | None = None) -> Plan:
                 swaps.remove(n)
         for n in cleaned:
             plan.remove(os.path.join(dir_path, n))
+            plan.messages.append(f"removed {n}, left by a cleaner that died before its swap")
     finals = sorted(layout.offset_from_filename(n) for n in names
                     if n.endswith(LOG) and layout.is_offset_named(n))
     valid = []

@@ -162,7 +162,7 @@ class FileRecords:
                                      f"{MAX_FILE_SIZE} bytes", self.path, self.size)
         if crashpoints.armed("append.torn"):
             os.pwrite(self._fd, memoryview(data)[:max(1, n // 2)], self.size)
-            crashpoints.reached("append.torn")
+            crashpoints.die("append.torn")
         try:
             written = os.pwrite(self._fd, data, self.size)
             while written < n:  # short writes are legal for pwrite

@@ -23,6 +23,7 @@ file and the byte position; no damaged or misplaced record is ever returned.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 INT32_MAX = 2**31 - 1
 _TIME_ENTRY = struct.Struct(">qi")
 _READ_NOT_MAP_BYTES = 1 << 20
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -278,12 +280,23 @@ class LogSegment:
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a log read from segment {self.path}")
         _, pos = self.offset_index.lookup(start_offset)
+        try:
+            return self._read_from(pos, start_offset, max_size, max_position, min_one_message, upper_bound)
+        except CorruptRecordError as exc:
+            if pos == 0:
+                raise
+            logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
+                           self.path, pos, exc)
+            return self._read_from(0, start_offset, max_size, max_position, min_one_message, upper_bound)
+
+    def _read_from(self, pos: int, start_offset: int, max_size: int, max_position: int | None,
+                   min_one_message: bool, upper_bound: int | None) -> FetchData | None:
         limit = self.log.size if max_position is None else min(max_position, self.log.size)
         order = OffsetOrder(self, upper_bound)
         taken: list = []
         start_pos = stop = None
         window = max_size + max(self.index_interval_bytes, 4096)  # the scan to the first batch, then the fetch
-        for batch in self.log.read_batches(pos, window=window):
+        for batch in self.log.read_batches(pos, window=window, strict=True):
             order.check(batch)
             if start_pos is None:
                 if batch.last_offset < start_offset:
@@ -308,14 +321,37 @@ class LogSegment:
 
     def checked_batches(self, start_offset: int, upper_bound: int | None = None, end: int | None = None):
         """Batches from the one holding ``start_offset`` to ``end`` (default: the segment's size), each checked
-        (see the module docstring); ``upper_bound`` is the first offset past the segment."""
+        (see the module docstring); ``upper_bound`` is the first offset past the segment. A scan that fails from
+        an index entry's position is repeated from the segment's start: a damaged index (derived data) must not
+        read as damaged records."""
         _, pos = self.offset_index.lookup(start_offset)
+        wanted = start_offset
+        try:
+            for batch in self._checked_from(pos, wanted, upper_bound, end):
+                wanted = batch.next_offset
+                yield batch
+        except CorruptRecordError as exc:
+            if pos == 0:
+                raise
+            logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
+                           self.path, pos, exc)
+            yield from self._checked_from(0, wanted, upper_bound, end)
+
+    def _checked_from(self, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
+        # A batch is yielded only once the next one's offsets were checked against it: a base offset flipped
+        # upwards shows as the next batch going backwards, and its records must not be returned meanwhile.
         order = OffsetOrder(self, upper_bound)
-        for batch in self.log.read_batches(pos, end):
+        held = None
+        for batch in self.log.read_batches(pos, end, strict=True):
             order.check(batch)
+            if held is not None:
+                yield held
+                held = None
             if batch.last_offset >= start_offset:
                 batch.ensure_valid()
-                yield batch
+                held = batch
+        if held is not None:
+            yield held
 
     def batches(self, start_position: int = 0, *, strict: bool = False):
         return self.log.batches(start_position, strict=strict)
