@@ -253,10 +253,11 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
         else:
             # No operation puts the start past the end (delete-records stops at the high watermark), and nothing
             # was lost here: the value is wrong. Acting on it would hide, then delete, every record.
+            fallback = log_start_offset_fallback if log_start_offset_fallback <= next_offset else 0
             result.messages.append(f"the log start offset checkpoint {log_start_offset_checkpoint} is past the log "
                                    f"end {next_offset}, which no operation can do, and recovery lost nothing: "
-                                   f"ignored (the log starts at {max(log_start_offset_fallback, segments[0].base_offset)})")
-            log_start_offset_checkpoint = log_start_offset_fallback if log_start_offset_fallback <= next_offset else 0
+                                   f"ignored (the log starts at {max(fallback, segments[0].base_offset)})")
+            log_start_offset_checkpoint = fallback
     if not segments:
         seg = LogSegment.open(dir_path, log_start_offset_checkpoint, cfg, now_ms=now_ms)
         segments = [seg]

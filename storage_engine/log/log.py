@@ -459,6 +459,7 @@ class Log:
             if self.segment_list[0].base_offset > offset:
                 self._truncate_fully_locked(offset, now)
                 return True
+            self._publish(bump=True)  # visible before the first rename (every other process reloads)
             # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
             # log is cut cannot leave one that a later, longer log would be rebuilt from.
             self.producer_state.delete_snapshots_outside(-1, offset)
@@ -491,6 +492,7 @@ class Log:
             self._truncate_fully_locked(offset, now)
 
     def _truncate_fully_locked(self, offset: int, now: int) -> None:
+        self._publish(bump=True)  # visible before the first rename (every other process reloads)
         self.producer_state.truncate_fully_and_start_at(offset)
         old = self.segment_list.as_list()
         seg = (LogSegment.open(self.dir, offset, self.config, now_ms=now)

@@ -196,7 +196,8 @@ def _explain_leftovers(log_dir, name, path, cfg, problems, pending) -> dict[str,
         files = {k: files[v] for k, v in renamed.items()}
         if cleaning:
             files.update({n: n for n in names if n.endswith(layout.CLEANED_SUFFIX)})
-    logs = {layout.offset_from_filename(f) for f in files if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f)}
+    logs = {layout.offset_from_filename(f) for f in files
+            if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f)}
     for f, now in sorted(files.items()):
         full = os.path.join(path, now)
         if f.endswith(layout.CLEANED_SUFFIX):

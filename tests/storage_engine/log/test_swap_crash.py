@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from storage_engine import crashpoints, layout
+from storage_engine import crashpoints
 from storage_engine.config import load_config
 from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
