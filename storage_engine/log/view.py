@@ -120,7 +120,7 @@ def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
 
 def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
     log.segment_list.close(trim=False)
-    resolved = swap.resolve(log.log_dir, log.name, log.dir, now_ms, orphans=False)
+    resolved = bool(swap.resolve(log.log_dir, log.name, log.dir, now_ms, orphans=False))
     segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
     if not segments:
         raise StorageError(f"partition {log.name} has no segments in {log.dir}")

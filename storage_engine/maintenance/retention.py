@@ -143,7 +143,8 @@ def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = F
     The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay.
     Each partition is purged under its lock, and one with a swap pending (a record, or a ``.swap`` file) is
     skipped: rolling that swap back may need its ``.deleted`` files."""
-    removed, waiting, freed = [], 0, 0
+    removed: list[str] = []
+    waiting = freed = 0
     for d in log_dirs:
         if not os.path.isdir(d):
             continue
@@ -171,8 +172,10 @@ def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = F
             "dry_run": dry_run}
 
 
-def _purge_partition(log_dir: str, part: str, pdir: str, now_ms: int, delay: int, dry_run: bool):
-    removed, waiting, freed = [], 0, 0
+def _purge_partition(log_dir: str, part: str, pdir: str, now_ms: int, delay: int,
+                     dry_run: bool) -> tuple[list[str], int, int]:
+    removed: list[str] = []
+    waiting = freed = 0
     names = sorted(os.listdir(pdir))
     if intent.exists(log_dir, part) or any(n.endswith(layout.SWAP_SUFFIX) for n in names):
         return removed, sum(1 for n in names if n.endswith(layout.DELETED_SUFFIX)), 0

@@ -122,7 +122,8 @@ def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, proble
     lock = PartitionLock(lock_path(log_dir, name))
     try:
         for attempt in range(_ATTEMPTS):
-            p, q = [], []
+            p: list[dict] = []
+            q: list[dict] = []
             generation = lock.read_state().generation
             try:
                 summary = _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, p, q)
@@ -148,7 +149,7 @@ def _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, problems,
         files = _explain_leftovers(log_dir, name, path, cfg, problems, pending)
         logs = sorted(layout.offset_from_filename(f) for f in files
                       if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
-        active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else None
+        active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else _Segment()
     walk = _Walk(cfg.delete and not cfg.compact)
     for i, base in enumerate(logs):
         upper = logs[i + 1] if i + 1 < len(logs) else None
@@ -244,10 +245,11 @@ def _verify_producer_file(full: str, pending: list) -> None:
 class _Segment:
     __slots__ = ("records", "batches", "size", "first", "next", "gaps")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = self.batches = self.size = 0
-        self.first = self.next = None  # the first batch's first offset, the offset after the last batch
-        self.gaps = []  # (position, expected offset, found offset) between batches
+        self.first: int | None = None  # the first batch's first offset
+        self.next: int | None = None   # the offset after the last batch
+        self.gaps: list[tuple[int, int, int]] = []  # (position, expected offset, found offset) between batches
 
 
 def _verify_segment(path, files, base, upper, problems, pending) -> _Segment:
@@ -349,10 +351,11 @@ def _open_index(cls, path, base, entry_size):
 class _Walk:
     """Offsets across segments: the end, the totals, and the gaps of a delete-policy topic."""
 
-    def __init__(self, contiguous: bool):
+    def __init__(self, contiguous: bool) -> None:
         self.contiguous = contiguous
-        self.next = None
-        self.first_base = self.first_offset = None
+        self.next: int | None = None
+        self.first_base: int | None = None
+        self.first_offset: int | None = None
         self.records = self.batches = self.size = 0
 
     def add(self, base: int, seg: _Segment, problems) -> None:
