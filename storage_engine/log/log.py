@@ -549,16 +549,30 @@ class Log:
             return []
         # The new log start offset is published before the first rename: a process that meets the deletion half
         # done (this one died) sees segments below the log start offset, which the next pass deletes.
+        before = self.log_start_offset
         following = self.segment_list.base_after(segments[-1])
         if following is not None and following > self.log_start_offset:
             self.log_start_offset = following
         self._publish(bump=True)
         crashpoints.reached("retention.published")
-        for i, seg in enumerate(segments):
-            # Kafka deletes the producer snapshot named by a deleted segment's base with it.
-            self._delete_segment_files(seg, now, sync=False, snapshot=True)
-            if i == 0:
-                crashpoints.reached("retention.partial")
+        done = 0
+        try:
+            for seg in segments:
+                self._delete_segment_files(seg, now, sync=False)
+                done += 1
+                # Kafka deletes the producer snapshot named by a deleted segment's base with it.
+                self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
+                if done == 1:
+                    crashpoints.reached("retention.partial")
+        except BaseException:
+            # A rename failed (the process lives on): the start moves only past what really went, and the
+            # segment list is reloaded from the folder (the failed segment already left it).
+            kept_from = segments[done].base_offset if done < len(segments) else self.log_start_offset
+            self.log_start_offset = max(before, min(self.log_start_offset, kept_from))
+            self._publish(bump=True)
+            self.view.generation -= 1
+            view.sync(self, now)
+            raise
         crashpoints.reached("retention.renamed")
         fsync_dir(self.dir)
         self._publish(bump=True)

@@ -75,7 +75,7 @@ def verify_log_dirs(config) -> dict:
 
 def verify_partition(config, topic: str, partition: int) -> dict:
     """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
-    "segments", "batches", "records", "size_bytes", "log_start_offset", "log_end_offset", "recovery_point"}``.
+    "segments", "batches", "records", "size_bytes", "log_start_offset", "log_end_offset"}``.
     Raises ``PartitionNotFoundError``. (The log dir's own files are :func:`verify_dir_files`'s.)"""
     name = layout.partition_dir_name(topic, partition)
     for d in config.log_dirs:
@@ -407,8 +407,7 @@ def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pendin
         pending.append({"file": os.path.dirname(path), "message": f"cleaner checkpoint {cleaner_cp} lies outside "
                         f"[{lso}, {leo}]; the next cleaning resets it to the log start offset"})
     return {"segments": len(logs), "batches": walk.batches, "records": walk.records, "size_bytes": walk.size,
-            "log_start_offset": lso, "log_end_offset": leo,
-            "recovery_point": state.recovery_point if in_use and state.recovery_point != UNKNOWN else rp_cp}
+            "log_start_offset": lso, "log_end_offset": leo}
 
 
 def verify_batch(config, partitions) -> BatchResult:
