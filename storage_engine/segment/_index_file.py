@@ -298,7 +298,12 @@ class IndexFile:
             raise self._full_error()
         self._check_writable("append")
         start = self.entries * self.ENTRY_SIZE
-        self._mm[start:start + n * self.ENTRY_SIZE] = data[:n * self.ENTRY_SIZE]
+        packed = bytes(data[:n * self.ENTRY_SIZE])
+        try:  # written with pwrite, as one entry is: the file is never mapped (module docstring)
+            os.pwrite(self._fd, packed, start)
+        except OSError as exc:
+            raise StorageIOError(f"cannot append to {self.KIND}", self.path, exc) from exc
+        self._buf += packed
         self.entries += n
         self._entries_changed()
 
@@ -307,13 +312,15 @@ class IndexFile:
         process has open, whose entries the compiled walk built and checked."""
         self._check_writable("rewrite")
         n = len(data) // self.ENTRY_SIZE
+        packed = bytes(data[:n * self.ENTRY_SIZE])
         try:
             os.ftruncate(self._fd, n * self.ENTRY_SIZE)
             if n:
-                os.pwrite(self._fd, data[:n * self.ENTRY_SIZE], 0)
-            self._map(n * self.ENTRY_SIZE)
+                os.pwrite(self._fd, packed, 0)
         except OSError as exc:
             raise StorageIOError(f"cannot rewrite {self.KIND}", self.path, exc) from exc
+        self._set_length(n * self.ENTRY_SIZE)
+        self._buf[:] = packed
         self.entries = n
         self._entries_changed()
 
