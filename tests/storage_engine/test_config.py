@@ -531,10 +531,10 @@ def test_config_objects_are_frozen_and_comparable():
 
 
 def test_partition_leader_epoch_is_a_broker_key_every_topic_inherits():
-    c = config_from_mapping({"broker": {"log.partition.leader.epoch": 7}, "topics": {"t": {"retention.ms": 5}}})
+    c = with_broker({"log.partition.leader.epoch": 7}, {"t": {"retention.ms": 5}})
     assert c.default_log.partition_leader_epoch == 7 and c.log_config("t").partition_leader_epoch == 7
-    assert config_from_mapping({"broker": {"log.partition.leader.epoch": -1}}).default_log.partition_leader_epoch == -1
+    assert with_broker({"log.partition.leader.epoch": -1}).default_log.partition_leader_epoch == -1
     with pytest.raises(ConfigError, match="log.partition.leader.epoch = -2: must be >= -1"):
-        config_from_mapping({"broker": {"log.partition.leader.epoch": -2}})
+        with_broker({"log.partition.leader.epoch": -2})
     with pytest.raises(ConfigError, match="producer.id.expiration.ms = 0: must be >= 1"):
-        config_from_mapping({"broker": {"producer.id.expiration.ms": 0}})
+        with_broker({"producer.id.expiration.ms": 0})
