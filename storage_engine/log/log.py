@@ -429,8 +429,8 @@ class Log:
         ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
         out: list[AbortedTxn] = []
         for seg in self.segment_list.from_offset(start_offset):
-            if seg.base_offset >= upper_bound_offset and out:
-                break
+            # No stop at the upper bound's segment: a transaction aborted below the bound is indexed where its
+            # marker went, which may be a later segment (the cleaner's dirty range ends at a segment base).
             result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             out.extend(result.aborted)
             if result.complete:
