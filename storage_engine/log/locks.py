@@ -14,12 +14,20 @@ flushing, retaining, compacting). They agree through files in the log dir root, 
 * :class:`FileLock`: a short, blocking lock on one of the dir's lock files (partition creation, checkpoint
   writes, the cleaner checkpoint and uncleanable state).
 
-A partition lock file's 32 bytes hold the state every holder must see current, big-endian int64s::
+A partition lock file's 40 bytes hold the state every holder must see current, big-endian int64s::
 
-    0  generation        bumped whenever the set of segments or the log start offset changes
+    0  generation        bumped whenever the set of segments, the log start offset or a segment's length
+                         changes (a roll, a swap, retention, truncation, a torn tail cut away)
     8  log_start_offset  -1 = unknown (fall back to the log-start-offset checkpoint)
    16  recovery_point    -1 = unknown (fall back to the recovery-point checkpoint)
    24  last_flush_ms     -1 = unknown; when the log was last flushed (``flush.ms`` is measured from it)
+   32  loaded_epoch      the dir's crash epoch when the partition was last fully loaded (-1 = unknown)
+
+The dir lock file holds, after the count of managers that joined (bytes 0-8), the dir's *crash epoch*
+(bytes 8-16): a random number drawn by every first opener that finds no clean-shutdown marker. A partition
+whose ``loaded_epoch`` differs has not been loaded since the last unclean shutdown, so no process has it open
+(whoever opened it would have loaded it in this epoch): its first opener, even one joining a dir in use, loads
+and recovers it fully instead of trusting a view (:func:`storage_engine.log.loader.open_log`).
 
 A process caches its view of the partition together with the generation it saw (:mod:`storage_engine.log.view`).
 The state is not fsynced: it is shared through the page cache while processes run; after a machine crash the
@@ -41,8 +49,11 @@ from storage_engine import layout
 from storage_engine.durable import durable_rename
 from storage_engine.errors import LogLockedError, StorageIOError
 
-_STATE = struct.Struct(">qqqq")
+_STATE = struct.Struct(">qqqqq")
+_STATE_V2 = struct.Struct(">qqqq")  # files written before loaded_epoch existed
 _STATE_V1 = struct.Struct(">qqq")   # files written before last_flush_ms existed
+_EPOCH = struct.Struct(">q")
+_EPOCH_POSITION = 8
 UNKNOWN = -1
 
 
@@ -59,18 +70,20 @@ def _open_lock_file(path: str, what: str) -> int:
 
 
 class PartitionState:
-    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms")
+    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms", "loaded_epoch")
 
     def __init__(self, generation: int = 0, log_start_offset: int = UNKNOWN, recovery_point: int = UNKNOWN,
-                 last_flush_ms: int = UNKNOWN):
+                 last_flush_ms: int = UNKNOWN, loaded_epoch: int = UNKNOWN):
         self.generation = generation
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.last_flush_ms = last_flush_ms
+        self.loaded_epoch = loaded_epoch
 
     def __repr__(self) -> str:
         return (f"PartitionState(generation={self.generation}, log_start_offset={self.log_start_offset}, "
-                f"recovery_point={self.recovery_point}, last_flush_ms={self.last_flush_ms})")
+                f"recovery_point={self.recovery_point}, last_flush_ms={self.last_flush_ms}, "
+                f"loaded_epoch={self.loaded_epoch})")
 
 
 class PartitionLock:
@@ -154,6 +167,8 @@ class PartitionLock:
             data = os.pread(self._fd, _STATE.size, 0)
         if len(data) == _STATE.size:
             return PartitionState(*_STATE.unpack(data))
+        if len(data) >= _STATE_V2.size:
+            return PartitionState(*_STATE_V2.unpack(data[:_STATE_V2.size]))
         if len(data) >= _STATE_V1.size:
             return PartitionState(*_STATE_V1.unpack(data[:_STATE_V1.size]))
         return PartitionState()
@@ -162,7 +177,7 @@ class PartitionLock:
         if not self._depth:
             raise RuntimeError("partition state written without holding the lock")
         os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
-                                        state.last_flush_ms), 0)
+                                        state.last_flush_ms, state.loaded_epoch), 0)
 
     def close(self) -> None:
         self._parked = False
@@ -213,6 +228,19 @@ class DirLock:
     def opens(self) -> int:
         data = os.pread(self._fd, 8, 0)
         return struct.unpack(">q", data)[0] if len(data) == 8 else 0
+
+    def epoch(self) -> int:
+        """The dir's crash epoch (see the module docstring); UNKNOWN before any first opener set one."""
+        data = os.pread(self._fd, _EPOCH.size, _EPOCH_POSITION)
+        return _EPOCH.unpack(data)[0] if len(data) == _EPOCH.size else UNKNOWN
+
+    def new_epoch(self) -> int:
+        """Start a crash epoch (the first opener, holding the lock exclusively, found no clean-shutdown marker).
+        A random number, not a counter: the file is not fsynced, and after a machine crash an older value may
+        come back, which a counter could then repeat."""
+        epoch = int.from_bytes(os.urandom(8), "big") >> 1
+        os.pwrite(self._fd, _EPOCH.pack(epoch), _EPOCH_POSITION)
+        return epoch
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -4,9 +4,10 @@
   one dir and a new one goes to the dir with the fewest partitions (decided under a creation lock, so two
   processes never create the same partition twice).
 * Opening: per dir, the first process to open it (exclusive flock on ``<dir>/.lock``) consumes the
-  clean-shutdown marker and, without it, recovers every log from its recovery point; logs of a dir are
-  loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in parallel. A process joining a dir
-  that others have open only opens views (see :mod:`.partition_lock`).
+  clean-shutdown marker and, without it, starts a new crash epoch and recovers every log it loads from its
+  recovery point; logs of a dir are loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in
+  parallel. A process joining a dir that others have open opens views, except of a partition not loaded since
+  the last unclean shutdown, which it loads and recovers (see :mod:`storage_engine.log.locks`).
 * Checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) are written
   atomically from the partitions' shared state, merged with entries of partitions other processes own.
 * Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
@@ -31,6 +32,7 @@ from storage_engine.errors import InvalidTopicError, StorageError, StorageIOErro
 from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
 from storage_engine.log.locks import UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
+from storage_engine import crashpoints
 from storage_engine.log.open_logs import OpenLogs
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class DirState:
     exclusive_at_open: bool
     had_clean_shutdown: bool
     opens_at_open: int = 0
+    epoch: int | None = None
     load_messages: list = field(default_factory=list)
 
 
@@ -118,6 +121,11 @@ class LogManager:
         state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
         if exclusive:
             state.load_messages.extend(convert_legacy_engine_files(log_dir))
+            epoch = lock.epoch()
+            state.epoch = epoch if clean and epoch != UNKNOWN else lock.new_epoch()
+        else:
+            epoch = lock.epoch()
+            state.epoch = epoch if epoch != UNKNOWN else None
         rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
         lso_cp, lso_err = OffsetCheckpointFile(
             os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
@@ -132,7 +140,8 @@ class LogManager:
             log, res = open_log(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
                                 exclusive=exclusive, had_clean_shutdown=clean,
                                 recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
-                                log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
+                                log_start_offset_checkpoint=lso_cp.get((topic, partition), 0),
+                                dir_epoch=state.epoch)
             self._track(log)
             return (topic, partition), log, res
 
@@ -175,13 +184,21 @@ class LogManager:
             log = self._adopt(topic, partition)
         return log
 
+    def _epoch(self, log_dir: str) -> int | None:
+        state = self.dirs.get(log_dir)
+        return state.epoch if state is not None else None
+
     def _adopt(self, topic: str, partition: int) -> Log | None:
-        """A partition created by another process after this manager opened."""
+        """A partition created by another process after this manager opened (or not loaded by a subset open)."""
         name = layout.partition_dir_name(topic, partition)
         for d in self.config.log_dirs:
             if os.path.isdir(os.path.join(d, name)):
+                rp_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
+                lso_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
                 log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
-                                  exclusive=False)
+                                  exclusive=False, dir_epoch=self._epoch(d),
+                                  recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
+                                  log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
                 self._track(log)
                 self.logs[(topic, partition)] = log
                 return log
@@ -198,7 +215,7 @@ class LogManager:
                 return log
             target = self._least_loaded_dir()
             log, _ = open_log(target, topic, partition, self.config.log_config(topic), clock=self.clock,
-                              exclusive=True, create=True)
+                              exclusive=True, create=True, dir_epoch=self._epoch(target))
             fsync_dir(target)
             if self._dir_counts is not None:
                 self._dir_counts[target] += 1
@@ -257,6 +274,7 @@ class LogManager:
                 if start > log.segments[0].base_offset:
                     lso[tp] = start
             rp_file.write(rp)
+            crashpoints.reached("checkpoint.between-files")
             lso_file.write(lso)
         return {"recovery_points": {f"{t}-{p}": v for (t, p), v in sorted(rp.items())},
                 "log_start_offsets": {f"{t}-{p}": v for (t, p), v in sorted(lso.items())}}
