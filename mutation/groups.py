@@ -1,0 +1,67 @@
+"""The scope of ``make mutation``: which engine modules are mutated, and which tests judge each group of them.
+
+A group is one mutmut run. Its modules are mutated; its tests are the ones that pin those modules (the mirror
+test files plus the few that drive them end to end). mutmut then runs, for each mutant, only those tests of
+the group that called the mutated function during a clean pass, fastest first, stopping at the first failure.
+So the test list decides both what can kill a mutant and what a survivor costs: a record-codec function is
+called by nearly every engine test, which is why each group names its own tests rather than using the suite.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ENGINE_TESTS = "tests/storage_engine"
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    modules: tuple[str, ...]    # repository-relative paths of the files to mutate
+    tests: tuple[str, ...]      # pytest selection: files or node ids, repository-relative
+    mutants: tuple[str, ...] = ()   # mutmut name globs to run (empty: every mutant of the modules)
+
+
+def _t(*names: str) -> tuple[str, ...]:
+    return tuple(f"{ENGINE_TESTS}/{n}" for n in names)
+
+
+# Least likely to move first: each group runs on its own, in this order.
+GROUPS: tuple[Group, ...] = (
+    Group("checkpoint",
+          ("storage_engine/segment/checkpoint.py",),
+          _t("segment/test_checkpoint.py")),
+    Group("index",
+          ("storage_engine/segment/_index_file.py", "storage_engine/segment/offset_index.py",
+           "storage_engine/segment/time_index.py"),
+          _t("segment/test_offset_index.py", "segment/test_time_index.py")),
+    Group("retention",
+          ("storage_engine/maintenance/retention.py",),
+          _t("maintenance/test_retention.py")),
+    Group("cleaner_manager",
+          ("storage_engine/maintenance/cleaner_manager.py",),
+          _t("maintenance/test_cleaner_manager.py")),
+    Group("record",
+          ("storage_engine/record/records.py", "storage_engine/record/legacy_records.py"),
+          _t("record/test_records.py", "record/test_legacy_records.py")),
+    Group("segment",
+          ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
+          _t("segment/test_segment.py", "segment/test_file_records.py")),
+    Group("log",
+          ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
+          _t("log/test_log.py")),
+    Group("loader",
+          ("storage_engine/log/loader.py",),
+          _t("log/test_loader.py")),
+    Group("cleaner",
+          ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py"),
+          _t("maintenance/test_cleaner.py")),
+)
+
+# `make test` runs this one: the mutants of one small function, judged by its mirror tests. Seconds, and it goes
+# through every step of a real run (copy, mutate, clean pass, forced failure, mutants, results, table).
+SMOKE = Group("smoke",
+              ("storage_engine/segment/checkpoint.py",),
+              _t("segment/test_checkpoint.py"),
+              mutants=("storage_engine.segment.checkpoint.x__java_int__mutmut_*",))
+
+BY_NAME = {g.name: g for g in GROUPS}
