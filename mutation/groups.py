@@ -42,7 +42,10 @@ GROUPS: tuple[Group, ...] = (
           _t("maintenance/test_cleaner_manager.py", "maintenance/test_cleaner_manager_rules.py")),
     Group("record",
           ("storage_engine/record/records.py", "storage_engine/record/legacy_records.py"),
-          _t("record/test_records.py", "record/test_legacy_records.py")),
+          _t("record/test_records.py", "record/test_legacy_records.py", "record/test_records_rules.py",
+             # the malformed-section table of the differential tests: exact messages and positions
+             "record/test_speedups.py::test_malformed_sections",
+             "record/test_speedups.py::test_malformed_record_inside_a_batch_names_batch")),
     Group("segment",
           ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
           _t("segment/test_segment.py", "segment/test_file_records.py")),

@@ -224,10 +224,11 @@ def _fill_diffs(mutated_file: Path, mutants: list[Mutant]) -> None:
     """The lines each mutant changed, from the generated functions in mutmut's mutated copy of the module:
     ``<f>__mutmut_orig`` is the original, ``<f>__mutmut_<n>`` the mutant."""
     source = mutated_file.read_text()
+    lines = source.splitlines()
     defs: dict[str, str] = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
-            defs[node.name] = ast.get_source_segment(source, node) or ""
+            defs[node.name] = "\n".join(lines[node.lineno - 1:node.end_lineno])
     for m in mutants:
         generated = m.name.rpartition(".")[2]
         orig_name = generated.partition("__mutmut_")[0] + "__mutmut_orig"

@@ -80,6 +80,7 @@ def test_marking_and_clearing_rewrite_the_file_sorted_and_indented(log_dir):
     d = str(log_dir)
     (log_dir / layout.UNCLEANABLE_FILE).write_bytes(b"not json")
     cleaner_manager.mark_uncleanable(d, "t-1", "boom", T0)       # replaces the unreadable content
+    assert layout.CLEANER_CHECKPOINT_LOCK_FILE in os.listdir(d)   # serialised by the log dir's own lock file
     cleaner_manager.mark_uncleanable(d, "a-0", "bang", T0 + 1)
     expected = {"a-0": {"reason": "bang", "since_ms": T0 + 1}, "t-1": {"reason": "boom", "since_ms": T0}}
     assert read_uncleanable(d) == expected
@@ -92,7 +93,16 @@ def test_marking_and_clearing_rewrite_the_file_sorted_and_indented(log_dir):
         b'{\n "a-0": {\n  "reason": "bang",\n  "since_ms": ' + str(T0 + 1).encode() + b'\n }\n}')
     assert cleaner_manager.clear_uncleanable(d) == ["a-0"]
     assert read_uncleanable(d) == {} and (log_dir / layout.UNCLEANABLE_FILE).read_bytes() == b"{}"
-    assert layout.CLEANER_CHECKPOINT_LOCK_FILE in os.listdir(d)
+
+
+def test_clearing_rewrites_a_hand_edited_file_sorted(tmp_path):
+    d = str(tmp_path)
+    entry = {"since_ms": 1, "reason": "r"}
+    (tmp_path / layout.UNCLEANABLE_FILE).write_text(json.dumps({"z-1": entry, "m-2": entry, "a-0": entry}))
+    assert cleaner_manager.clear_uncleanable(d, "m-2") == ["m-2"]
+    assert layout.CLEANER_CHECKPOINT_LOCK_FILE in os.listdir(d)   # serialised by the log dir's own lock file
+    assert (tmp_path / layout.UNCLEANABLE_FILE).read_text() == json.dumps(
+        {"a-0": {"reason": "r", "since_ms": 1}, "z-1": {"reason": "r", "since_ms": 1}}, indent=1)
 
 
 # -- cleanable offsets ---------------------------------------------------------------------------------------------
@@ -122,10 +132,13 @@ def test_max_compaction_delay_counts_only_dirty_segments_and_positive_timestamps
     checkpoint = log.segments[1].base_offset
     assert cleanable_offsets(log, checkpoint, T0) == (checkpoint, log.active_segment.base_offset, False, False, 0)
     assert cleanable_offsets(log, 0, T0)[2:] == (True, False, 9 * HOUR)
-    # Record timestamp 0 ("no time"): Kafka's firstBatchTimestamps.filter(_ > 0) leaves it out.
+    # Record timestamp 0 ("no time"): Kafka's firstBatchTimestamps.filter(_ > 0) leaves it out; 1 counts.
     log = make_log(compact_cfg(max_compaction_lag_ms=HOUR), partition=1)
     segments_of_one_record(log, 3, ts=lambda i: 0)
     assert cleanable_offsets(log, None, T0)[2:] == (False, False, 0)
+    log = make_log(compact_cfg(max_compaction_lag_ms=HOUR), partition=2)
+    segments_of_one_record(log, 3, ts=lambda i: 1)
+    assert cleanable_offsets(log, None, T0)[2:] == (True, False, T0 - HOUR - 1)
 
 
 # -- LogToClean ----------------------------------------------------------------------------------------------------

@@ -303,3 +303,18 @@ def test_peek_last_entry(ti_path):
     with open(ti_path, "wb") as f:
         f.write(b"\x01")
     assert peek_last_entry(ti_path, BASE) is None
+
+
+def test_an_index_holding_descriptor_zero_releases_it(oi_path):
+    # A process started with its standard input closed hands out descriptor 0 to the first file it opens.
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        idx = OffsetIndex(oi_path, BASE, 80)
+        os.fstat(0)                       # the index holds it
+        idx.close()
+        with pytest.raises(OSError):
+            os.fstat(0)                   # closed with the index, not leaked
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
