@@ -14,18 +14,22 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import report
-from .groups import BY_NAME, GROUPS, SMOKE, Group
+from .groups import BY_NAME, GROUPS, KERNELS_OF, SMOKE, Group
 from .run import REPO, SCRATCH_ROOT, GroupResult, ToolingError, run_group
 
 
 def _groups(values: list[str] | None) -> list[Group]:
-    if not values:
-        return list(GROUPS)
-    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
+    names = [n.strip() for v in values or () for n in v.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME or n in KERNELS_OF.values()]
     if unknown:
-        raise SystemExit(f"unknown group {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
-    return [g for g in GROUPS if g.name in names]
+        raise SystemExit(f"unknown group {', '.join(unknown)}; choose from {', '.join(g.name for g in GROUPS)}")
+    chosen = []
+    for g in GROUPS:
+        if not names or g.name in names:
+            chosen.append(g)
+            if g.name in KERNELS_OF:
+                chosen.append(BY_NAME[KERNELS_OF[g.name]])
+    return chosen
 
 
 def _git(*args: str) -> str:
@@ -64,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
                              "results.json, or smoke.json with --smoke)")
     parser.add_argument("--scratch", type=Path, default=SCRATCH_ROOT,
                         help="where the per-group copies are made (default: %(default)s)")
+    parser.add_argument("--list-equivalents", action="store_true",
+                        help="print the listed equivalent mutants as Markdown (for MUTATION.md) and exit")
     args = parser.parse_args(argv)
+    if args.list_equivalents:
+        print(report.equivalents_markdown())
+        return 0
     if args.smoke and args.only:
         parser.error("--smoke and --only exclude each other")
     groups = [SMOKE] if args.smoke else _groups(args.only)
@@ -74,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     dirty = " (with uncommitted changes to storage_engine/ or tests/)" if meta["uncommitted_engine_or_test_changes"] else ""
     print(f"mutation testing at {meta['commit'][:12]} {meta['commit_subject']!r}{dirty}")
     print(f"mutmut {meta['mutmut']}, Python {meta['python']}, {meta['nproc']} CPUs, {args.max_children} mutants "
-          f"at once, load average {', '.join(f'{x:.2f}' for x in meta['loadavg_at_start'])}, "
-          f"STORAGE_ENGINE_PURE_PYTHON=1", flush=True)
+          f"at once, load average {', '.join(f'{x:.2f}' for x in meta['loadavg_at_start'])}", flush=True)
 
     results: list[GroupResult] = []
     start = time.monotonic()
     try:
         for group in groups:
-            print(f"group {group.name}: {', '.join(group.modules)}", flush=True)
+            what = ", ".join(group.functions or group.modules)
+            mode = "pure Python (STORAGE_ENGINE_PURE_PYTHON=1)" if group.pure_python else "compiled kernels loaded"
+            print(f"group {group.name}: {what}; {mode}", flush=True)
             result = run_group(group, args.max_children, args.scratch, progress=lambda s: print(s, flush=True))
             results.append(result)
             n = len(result.mutants)
@@ -117,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                      "other": r.other, "equivalent": r.equivalent,
                      "score": None if r.score is None else round(r.score, 2)} for r in rows],
         "groups": [{"name": r.group.name, "modules": list(r.group.modules), "tests": list(r.group.tests),
+                    "functions": list(r.group.functions), "pure_python": r.group.pure_python,
                     "seconds": round(r.seconds, 1),
                     "mutants": [dict(asdict(m), equivalent=report.equivalent_reason(m)) for m in r.mutants]}
                    for r in results],

@@ -18,7 +18,21 @@ class Group:
     name: str
     modules: tuple[str, ...]    # repository-relative paths of the files to mutate
     tests: tuple[str, ...]      # pytest selection: files or node ids, repository-relative
-    mutants: tuple[str, ...] = ()   # mutmut name globs to run (empty: every mutant of the modules)
+    mutants: tuple[str, ...] = ()   # mutmut name globs to run (empty: every mutant of the modules) ...
+    functions: tuple[str, ...] = ()  # ... or only the mutants of these functions, "path:func" / "path:Class.method"
+    pure_python: bool = True    # STORAGE_ENGINE_PURE_PYTHON=1: the Python twins of the compiled kernels run
+
+    def mutant_globs(self) -> tuple[str, ...]:
+        """What to pass to ``mutmut run``: explicit globs, or one per listed function (mutmut's names are
+        ``<module>.x_<func>__mutmut_<n>`` and ``<module>.x\u01c1<Class>\u01c1<method>__mutmut_<n>``)."""
+        globs = list(self.mutants)
+        for spec in self.functions:
+            path, _, func = spec.partition(":")
+            module = path[:-len(".py")].replace("/", ".")
+            cls, _, method = func.rpartition(".")
+            mangled = f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{func}"
+            globs.append(f"{module}.{mangled}__mutmut_*")
+        return tuple(globs)
 
 
 def _t(*names: str) -> tuple[str, ...]:
@@ -48,7 +62,7 @@ GROUPS: tuple[Group, ...] = (
              "record/test_speedups.py::test_malformed_record_inside_a_batch_names_batch")),
     Group("segment",
           ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
-          _t("segment/test_segment.py", "segment/test_file_records.py")),
+          _t("segment/test_segment.py", "segment/test_file_records.py", "segment/test_recovery_walk.py")),
     Group("log",
           ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
           _t("log/test_log.py")),
@@ -56,8 +70,12 @@ GROUPS: tuple[Group, ...] = (
           ("storage_engine/log/loader.py",),
           _t("log/test_loader.py")),
     Group("cleaner",
-          ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py"),
-          _t("maintenance/test_cleaner.py")),
+          ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py",
+           "storage_engine/maintenance/record_filter.py"),
+          _t("maintenance/test_cleaner.py", "maintenance/test_record_filter.py",
+             # Kafka's OffsetMapTest, kept with the cleaner manager's tests
+             *(f"maintenance/test_cleaner_manager.py::test_offset_map_{name}" for name in
+               ("basic_validation", "get_when_full", "clear_and_latest_offset", "utilization_and_capacity")))),
 )
 
 # `make test` runs this one: the mutants of one small function, judged by its mirror tests. Seconds, and it goes
@@ -67,4 +85,32 @@ SMOKE = Group("smoke",
               _t("segment/test_checkpoint.py"),
               mutants=("storage_engine.segment.checkpoint.x__java_int__mutmut_*",))
 
-BY_NAME = {g.name: g for g in GROUPS}
+# The same modules with the compiled kernels loaded, for the functions that hand work to them: a mutant there counts
+# as detected if the pure-Python run or this one detects it (the suite runs both: test_speedups.py and the
+# differential tests compare them), since each run takes only one side of the "kernels loaded?" branch.
+KERNEL_GROUPS: tuple[Group, ...] = (
+    Group("segment-kernels",
+          ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
+          _t("segment/test_segment.py", "segment/test_file_records.py", "segment/test_recovery_walk.py"),
+          functions=("storage_engine/segment/segment.py:LogSegment.recover",
+                     "storage_engine/segment/segment.py:LogSegment._recover_compiled",
+                     "storage_engine/segment/segment.py:LogSegment._rewrite_index",
+                     "storage_engine/segment/file_records.py:walk_valid_batches",
+                     "storage_engine/segment/file_records.py:walk_batches"),
+          pure_python=False),
+    Group("cleaner-kernels",
+          ("storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
+          _t("maintenance/test_cleaner.py", "maintenance/test_record_filter.py"),
+          functions=("storage_engine/maintenance/record_filter.py:map_batch",
+                     "storage_engine/maintenance/record_filter.py:filter_batch",
+                     "storage_engine/maintenance/record_filter.py:_compiled_result",
+                     "storage_engine/maintenance/offset_map.py:InProcessOffsetMap.put_hash",
+                     "storage_engine/maintenance/offset_map.py:InProcessOffsetMap.get_hash",
+                     "storage_engine/maintenance/offset_map.py:SortedHashOffsetMap.get",
+                     "storage_engine/maintenance/offset_map.py:SortedHashOffsetMap.get_many"),
+          pure_python=False),
+)
+# A kernel group runs right after the pure group of the same modules (`--only segment` runs both).
+KERNELS_OF = {"segment": "segment-kernels", "cleaner": "cleaner-kernels"}
+
+BY_NAME = {g.name: g for g in GROUPS + KERNEL_GROUPS}

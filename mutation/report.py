@@ -50,15 +50,26 @@ class ModuleScore:
         return self.total - sum(self.counts[c] for c in COLUMNS)
 
 
-def scores(results: list[GroupResult]) -> list[ModuleScore]:
-    out = []
+DETECTED = ("killed", "timeout")
+
+
+def merged(results: list[GroupResult]) -> dict[str, list[Mutant]]:
+    """Every mutant once per module, in the order the groups ran. A mutant run by two groups (pure Python and
+    with the compiled kernels) counts as detected if either run detected it."""
+    by_module: dict[str, dict[str, Mutant]] = {}
     for r in results:
         for path in r.group.modules:
-            module = path[:-len(".py")].replace("/", ".")
-            mine = [m for m in r.mutants if m.module == module]
-            out.append(ModuleScore(module, Counter(m.status for m in mine),
-                                   sum(equivalent_reason(m) is not None for m in mine)))
-    return out
+            by_module.setdefault(path[:-len(".py")].replace("/", "."), {})
+        for m in r.mutants:
+            seen = by_module[m.module].get(m.name)
+            if seen is None or (m.status in DETECTED and seen.status not in DETECTED):
+                by_module[m.module][m.name] = m
+    return {module: list(mutants.values()) for module, mutants in by_module.items()}
+
+
+def scores(results: list[GroupResult]) -> list[ModuleScore]:
+    return [ModuleScore(module, Counter(m.status for m in mine), sum(equivalent_reason(m) is not None for m in mine))
+            for module, mine in merged(results).items()]
 
 
 def table(rows: list[ModuleScore]) -> str:
@@ -83,17 +94,30 @@ def table(rows: list[ModuleScore]) -> str:
 
 def undetected(results: list[GroupResult]) -> list[Mutant]:
     """Every mutant neither killed, timed out, nor listed as equivalent."""
-    return [m for r in results for m in r.mutants
-            if m.status not in ("killed", "timeout") and equivalent_reason(m) is None]
+    return [m for mine in merged(results).values() for m in mine
+            if m.status not in DETECTED and equivalent_reason(m) is None]
 
 
 def unused_equivalents(results: list[GroupResult]) -> list[Equivalent]:
     """Listed equivalents that matched no survivor of the modules this run covered (stale entries)."""
-    covered = {m.module for r in results for m in r.mutants}
-    survivors = [m for r in results for m in r.mutants if m.status == "survived"]
-    return [e for e in EQUIVALENT if e.module in covered and not any(matches(e, m) for m in survivors)]
+    all_mutants = merged(results)
+    survivors = [m for mine in all_mutants.values() for m in mine if m.status == "survived"]
+    return [e for e in EQUIVALENT if e.module in all_mutants and not any(matches(e, m) for m in survivors)]
 
 
 def describe(m: Mutant) -> str:
     change = " / ".join(m.removed) + "  ->  " + " / ".join(m.added)
     return f"{m.status:<10} {m.module}:{m.function}  {change}  [{m.name.rpartition('.')[2]}]"
+
+
+def equivalents_markdown() -> str:
+    """The listed equivalent mutants, grouped by module, one bullet each: function, change, reason."""
+    out: list[str] = []
+    module = None
+    for e in sorted(EQUIVALENT, key=lambda e: e.module):
+        if e.module != module:
+            module = e.module
+            out.append(f"\n**{module}**\n")
+        change = " / ".join(e.removed.splitlines()) + "` -> `" + " / ".join(e.added.splitlines())
+        out.append(f"- `{e.function}`: `{change}`: {e.reason}")
+    return "\n".join(out).strip() + "\n"

@@ -109,8 +109,12 @@ def _mutmut() -> str:
     return found
 
 
-def _env(tmp_root: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ, STORAGE_ENGINE_PURE_PYTHON="1")
+def _env(tmp_root: Path | None = None, pure_python: bool = True) -> dict[str, str]:
+    env = dict(os.environ)
+    if pure_python:
+        env["STORAGE_ENGINE_PURE_PYTHON"] = "1"
+    else:
+        env.pop("STORAGE_ENGINE_PURE_PYTHON", None)
     env.pop("MUTANT_UNDER_TEST", None)
     if tmp_root is not None:
         # Every mutant is a pytest session, and each session ends by deleting old numbered temp dirs under the
@@ -134,13 +138,14 @@ def _tmp_root(scratch: Path, group: Group) -> Path:
 
 def _count_done(scratch: Path, group: Group) -> tuple[int, int]:
     done = total = 0
+    globs = group.mutant_globs()
     for path in group.modules:
         try:
             meta = json.loads((scratch / "mutants" / (path + ".meta")).read_text())
         except (OSError, ValueError):
             continue
         for name, code in meta.get("exit_code_by_key", {}).items():
-            if group.mutants and not any(fnmatch.fnmatch(name, g) for g in group.mutants):
+            if globs and not any(fnmatch.fnmatch(name, g) for g in globs):
                 continue
             total += 1
             done += code is not None
@@ -152,7 +157,8 @@ def run_group(group: Group, max_children: int, scratch_root: Path = SCRATCH_ROOT
     scratch = scratch_root / group.name
     prepare(group, scratch)
     log_path = scratch / "mutmut-run.log"
-    cmd = [_mutmut(), "run", "--max-children", str(max_children), *group.mutants]
+    globs = group.mutant_globs()
+    cmd = [_mutmut(), "run", "--max-children", str(max_children), *globs]
     start = time.monotonic()
     stop = threading.Event()
 
@@ -167,7 +173,8 @@ def run_group(group: Group, max_children: int, scratch_root: Path = SCRATCH_ROOT
     tmp_root = _tmp_root(scratch, group)
     try:
         with open(log_path, "w") as log:
-            proc = subprocess.run(cmd, cwd=scratch, env=_env(tmp_root), stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.run(cmd, cwd=scratch, env=_env(tmp_root, group.pure_python), stdout=log,
+                                  stderr=subprocess.STDOUT)
     finally:
         stop.set()
         ticker.join()
@@ -188,12 +195,13 @@ def read_results(group: Group, scratch: Path) -> list[Mutant]:
     if proc.returncode != 0:
         raise ToolingError(f"mutmut results failed in {scratch}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     modules = {module_name(p): p for p in group.modules}
+    globs = group.mutant_globs()
     mutants: list[Mutant] = []
     for line in proc.stdout.splitlines():
         name, sep, status = line.strip().rpartition(": ")
         if not sep or "__mutmut_" not in name:
             continue
-        if group.mutants and not any(fnmatch.fnmatch(name, g) for g in group.mutants):
+        if globs and not any(fnmatch.fnmatch(name, g) for g in globs):
             continue
         module = next((m for m in modules if name.startswith(m + ".")), None)
         if module is None:
