@@ -65,14 +65,16 @@ GROUPS: tuple[Group, ...] = (
           _t("segment/test_segment.py", "segment/test_file_records.py", "segment/test_recovery_walk.py")),
     Group("log",
           ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
-          _t("log/test_log.py")),
+          # producer state, transactions and isolation levels go through the log and its validator
+          _t("log/test_log.py", "log/test_transactions.py")),
     Group("loader",
           ("storage_engine/log/loader.py",),
-          _t("log/test_loader.py")),
+          # Kafka's LogLoaderTest transaction-index and snapshot recovery cases live with the transaction tests
+          _t("log/test_loader.py", "log/test_transactions.py")),
     Group("cleaner",
           ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py",
            "storage_engine/maintenance/record_filter.py"),
-          _t("maintenance/test_cleaner.py", "maintenance/test_record_filter.py",
+          _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_txn.py", "maintenance/test_record_filter.py",
              # Kafka's OffsetMapTest, kept with the cleaner manager's tests
              *(f"maintenance/test_cleaner_manager.py::test_offset_map_{name}" for name in
                ("basic_validation", "get_when_full", "clear_and_latest_offset", "utilization_and_capacity")))),
@@ -100,7 +102,7 @@ KERNEL_GROUPS: tuple[Group, ...] = (
           pure_python=False),
     Group("cleaner-kernels",
           ("storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
-          _t("maintenance/test_cleaner.py", "maintenance/test_record_filter.py"),
+          _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_txn.py", "maintenance/test_record_filter.py"),
           functions=("storage_engine/maintenance/record_filter.py:map_batch",
                      "storage_engine/maintenance/record_filter.py:filter_batch",
                      "storage_engine/maintenance/record_filter.py:_compiled_result",
