@@ -126,3 +126,53 @@ def test_recovery_of_an_unopened_empty_segment_leaves_empty_indexes(tmp_path, ke
     for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
         assert os.path.getsize(segment_path(tmp_path, 0, suffix)) == 0, suffix
     lazy.close()
+
+
+def _entries(index) -> list[tuple[int, int]]:
+    return [index.entry(n) for n in range(index.entries)]
+
+
+def _recovered(tmp_path, base, interval, timestamps):
+    """A segment of equal-sized one-record batches, closed, reopened and recovered with ``interval``."""
+    seg = open_segment(tmp_path, base, index_interval_bytes=10**6)
+    for i, ts in enumerate(timestamps):
+        append_batch(seg, base + i, "v", timestamp=ts)
+    size = seg.size // len(timestamps)
+    seg.close()
+    again = LogSegment.open(str(tmp_path), base, LogConfig(index_interval_bytes=interval), now_ms=0,
+                            file_already_exists=True)
+    result = again.recover()
+    assert (result.bytes_truncated, result.batches) == (0, len(timestamps))
+    return again, size
+
+
+@pytest.mark.parametrize("past", [False, True], ids=["interval-equals-batch", "interval-one-below"])
+def test_recovery_indexes_when_bytes_since_last_entry_exceed_the_interval(tmp_path, kernels, past):
+    """recover(): ``if (validBytes - lastIndexEntry > indexIntervalBytes)`` append (last offset, validBytes) to the
+    offset index and maybeAppend (max timestamp so far, its offset) to the time index; lastIndexEntry = validBytes.
+    The comparison is strict: with batches exactly one interval long every other batch is indexed."""
+    probe, size = _recovered(tmp_path, 0, 10**6, [1000])
+    probe.close()
+    seg, size = _recovered(tmp_path, 100, size - 1 if past else size, [1000 + i for i in range(6)])
+    every = 1 if past else 2
+    indexed = list(range(every, 6, every))
+    assert _entries(seg.offset_index) == [(100 + i, i * size) for i in indexed]
+    # the time index: one entry per offset entry, plus the segment's max timestamp added at the end of recovery
+    assert _entries(seg.time_index) == [(1000 + i, 100 + i) for i in indexed] + (
+        [(1005, 105)] if indexed[-1] != 5 else [])
+    seg.close()
+
+
+def test_recovery_takes_timestamp_zero_and_ignores_missing_timestamps(tmp_path, kernels):
+    """Timestamp 0 is a timestamp (the largest-timestamp search starts at -1, Kafka's NO_TIMESTAMP); batches
+    without timestamps (-1) add no time-index entry (TimeIndex.maybeAppend only appends a timestamp larger than
+    the last entry's, -1 for an empty index)."""
+    seg, size = _recovered(tmp_path, 0, 1, [0, 0, 0])
+    assert seg.max_timestamp_so_far == 0 and seg.offset_of_max_timestamp_so_far == 0
+    assert _entries(seg.time_index) == [(0, 0)]
+    seg.close()
+    seg, _ = _recovered(tmp_path, 50, 1, [-1, -1, -1])
+    assert _entries(seg.offset_index) == [(51, size), (52, 2 * size)]
+    assert _entries(seg.time_index) == []
+    assert seg.max_timestamp_so_far == -1 and seg.offset_of_max_timestamp_so_far == 50
+    seg.close()
