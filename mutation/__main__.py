@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import report
 from .groups import BY_NAME, GROUPS, KERNELS_OF, SMOKE, Group
-from .run import REPO, SCRATCH_ROOT, GroupResult, ToolingError, run_group
+from .run import REPO, SCRATCH_ROOT, GroupResult, ToolingError, run_group, snapshot
 
 
 def _groups(values: list[str] | None) -> list[Group]:
@@ -87,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[GroupResult] = []
     start = time.monotonic()
+    source = snapshot(args.scratch / "_source")
     try:
         for group in groups:
             what = ", ".join(group.functions or group.modules)
             mode = "pure Python (STORAGE_ENGINE_PURE_PYTHON=1)" if group.pure_python else "compiled kernels loaded"
             print(f"group {group.name}: {what}; {mode}", flush=True)
-            result = run_group(group, args.max_children, args.scratch, progress=lambda s: print(s, flush=True))
+            result = run_group(group, args.max_children, args.scratch, progress=lambda s: print(s, flush=True),
+                               source=source)
             results.append(result)
             n = len(result.mutants)
             print(f"group {group.name}: {n} mutants in {result.seconds:.0f} s "

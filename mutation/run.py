@@ -2,7 +2,8 @@
 
 mutmut reads ``[tool.mutmut]`` from ``pyproject.toml`` in its working directory and writes everything under
 ``mutants/`` there, so each group gets its own copy (``var/mutation/<group>/``: the engine, the tests, the
-project's ``pyproject.toml`` with the group's ``[tool.mutmut]`` appended). The copy is made afresh for every
+project's ``pyproject.toml`` with the group's ``[tool.mutmut]`` appended), taken from a snapshot of the tree made
+when the run starts (``var/mutation/_source/``), so edits during a run do not reach it. The copy is made afresh for every
 run, so no verdict is ever carried over from a previous run; it is left in place afterwards for inspection
 (``cd var/mutation/<group> && ../../../.venv/bin/mutmut show <name>``).
 
@@ -84,15 +85,34 @@ def mutmut_section(group: Group) -> str:
     ])
 
 
-def prepare(group: Group, scratch: Path) -> None:
-    """A fresh copy of what the group's tests need, with the group's mutmut configuration."""
+SNAPSHOT_PARTS = ("storage_engine", "tests", "pyproject.toml")
+
+
+def snapshot(dest: Path) -> Path:
+    """Copy the engine (with its built kernels), the tests and ``pyproject.toml`` as they are now: every group of
+    a run is made from this copy, so a run judges the tree it started with, whatever is edited meanwhile."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in SNAPSHOT_PARTS:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, dest / name, ignore=ignore)
+        else:
+            shutil.copyfile(REPO / name, dest / name)
+    return dest
+
+
+def prepare(group: Group, scratch: Path, source: Path = REPO) -> None:
+    """A fresh copy of what the group's tests need (from ``source``: the run's snapshot), with the group's mutmut
+    configuration."""
     if scratch.exists():
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
     for name in ("storage_engine", "tests"):
-        shutil.copytree(REPO / name, scratch / name, ignore=ignore)
-    (scratch / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + mutmut_section(group))
+        shutil.copytree(source / name, scratch / name, ignore=ignore)
+    (scratch / "pyproject.toml").write_text((source / "pyproject.toml").read_text() + mutmut_section(group))
     shutil.copyfile(Path(__file__).with_name("pytest_plugin.py"), scratch / (PLUGIN + ".py"))
     # tests/paths.py finds the shared reference files beside the repository; mutmut runs the tests from
     # <scratch>/mutants, so they are looked for beside that.
@@ -153,9 +173,9 @@ def _count_done(scratch: Path, group: Group) -> tuple[int, int]:
 
 
 def run_group(group: Group, max_children: int, scratch_root: Path = SCRATCH_ROOT,
-              progress=print) -> GroupResult:
+              progress=print, source: Path = REPO) -> GroupResult:
     scratch = scratch_root / group.name
-    prepare(group, scratch)
+    prepare(group, scratch, source)
     log_path = scratch / "mutmut-run.log"
     globs = group.mutant_globs()
     cmd = [_mutmut(), "run", "--max-children", str(max_children), *globs]
