@@ -68,7 +68,7 @@ GROUPS: tuple[Group, ...] = (
     Group("log",
           ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
           # producer state, transactions and isolation levels go through the log and its validator
-          _t("log/test_log.py", "log/test_transactions.py")),
+          _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py")),
     Group("loader",
           ("storage_engine/log/loader.py",),
           # Kafka's LogLoaderTest transaction-index and snapshot recovery cases live with the transaction tests

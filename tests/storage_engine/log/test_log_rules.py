@@ -1,0 +1,128 @@
+"""Kafka's exact rules for what a log accepts, at their boundaries (MUTATION.md: what the mutants of the log and its
+validator showed the other tests let through). Rules quoted from Kafka:
+
+- ``LogValidator.validateBatch``/``UnifiedLog.analyzeAndValidateRecords``: ``if (batchSize > maxMessageSize)``
+  RecordTooLargeException (a batch of exactly ``max.message.bytes`` is accepted);
+- ``UnifiedLog.append``: ``if (validRecords.sizeInBytes > config.segmentSize)`` RecordBatchTooLargeException;
+- ``LogValidator.assignOffsetsNonCompressed``: ``if (batch.maxTimestamp > maxTimestamp)`` the batch's max
+  timestamp and its last offset become the append's (strict: the first batch with the largest timestamp keeps it);
+- producer fields are Java types: producer id a long, epoch a short (<= 32767), sequence an int; -1 is "none".
+"""
+from __future__ import annotations
+
+import pytest
+
+from storage_engine.errors import InvalidRecordError, RecordTooLargeError
+from storage_engine.record.records import SimpleRecord, build_batch
+
+from ..helpers import batch, config, recs
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_700_000_000_000
+
+
+def size_of(*values: str) -> int:
+    return len(batch(0, *values, timestamp=T0))
+
+
+def test_batch_of_exactly_max_message_bytes_is_accepted(logs):
+    size = size_of("v" * 50)
+    log = logs(config(max_message_bytes=size))
+    assert log.append_records(recs("v" * 50, timestamp=T0)).count == 1
+    assert log.append_batches(batch(0, "w" * 50, timestamp=T0)).first_offset == 1
+    with pytest.raises(RecordTooLargeError, match=f"is {size + 1} bytes, larger than max.message.bytes \\({size}\\)"):
+        log.append_records(recs("v" * 51, timestamp=T0))
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        log.append_batches(batch(0, "w" * 51, timestamp=T0))
+    assert log.log_end_offset == 2
+
+
+def test_batch_of_exactly_segment_bytes_is_accepted(logs):
+    size = size_of("v" * 50)
+    log = logs(config(segment_bytes=size))
+    assert log.append_records(recs("v" * 50, timestamp=T0)).count == 1
+    assert log.append_batches(batch(0, "w" * 50, timestamp=T0)).first_offset == 1
+    with pytest.raises(RecordTooLargeError, match=f"is {size + 1} bytes, larger than segment.bytes \\({size}\\)"):
+        log.append_records(recs("v" * 51, timestamp=T0))
+    with pytest.raises(RecordTooLargeError, match=f"append of {size + 1} bytes .* segment.bytes \\({size}\\)"):
+        log.append_batches(batch(0, "w" * 51, timestamp=T0))
+    assert log.log_end_offset == 2
+    # each accepted batch filled a segment of its own
+    assert [s.size for s in log.segments[:2]] == [size, size]
+
+
+def test_append_max_timestamp_is_the_first_batch_holding_it_by_its_last_offset(logs):
+    """assignOffsetsNonCompressed: maxTimestamp and shallowOffsetOfMaxTimestamp (the batch's last offset) change
+    only on a strictly larger batch max timestamp."""
+    log = logs(config(index_interval_bytes=1))
+    data = (build_batch(recs("a", "b", timestamp=T0 + 5), base_offset=0)
+            + build_batch(recs("c", "d", "e", timestamp=T0 + 9), base_offset=0)
+            + build_batch(recs("f", timestamp=T0 + 9), base_offset=0)
+            + build_batch(recs("g", timestamp=T0 + 1), base_offset=0))
+    info = log.append_batches(data)
+    assert (info.first_offset, info.last_offset, info.count, info.max_timestamp) == (0, 6, 7, T0 + 9)
+    seg = log.active_segment
+    assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == (T0 + 9, 4)
+    assert log.offset_for_timestamp(T0 + 9)[1] == 2
+    assert log.offset_for_timestamp(T0 + 6)[1] == 2
+    assert log.offset_for_timestamp(T0 + 5)[1] == 0
+
+
+def test_records_path_max_timestamp_and_missing_timestamps(logs):
+    """Records from the API: a missing timestamp (-1) becomes now; 0 is a timestamp; below -1 is refused."""
+    log = logs()
+    log.clock.set(T0 + 100)
+    info = log.append_records([SimpleRecord(b"k", b"a", 0), SimpleRecord(b"k", b"b", -1),
+                               SimpleRecord(b"k", b"c", T0)])
+    assert info.max_timestamp == T0 + 100
+    assert [r.timestamp for r in log.read_records()] == [0, T0 + 100, T0]
+    with pytest.raises(InvalidRecordError, match=r"record 1: timestamp must be an integer >= 0 \(or -1 for now\), "
+                                                 r"got -2"):
+        log.append_records([SimpleRecord(b"k", b"a", 0), SimpleRecord(b"k", b"b", -2)])
+    info = log.append_records([SimpleRecord(b"k", b"z", 0)])
+    assert info.max_timestamp == 0
+    assert log.log_end_offset == 4
+
+
+@pytest.mark.parametrize("field,good,bad", [
+    ("producer_epoch", 32767, 32768),
+    ("base_sequence", 2**31 - 1, 2**31),
+])
+def test_producer_fields_are_java_types(logs, field, good, bad):
+    log = logs()
+    args = dict(producer_id=7, producer_epoch=0, base_sequence=0)
+    name = field.replace("_", " ")
+    with pytest.raises(InvalidRecordError, match=f"{name} must be an integer in \\[-1, {good}\\], got {bad}"):
+        log.append_records(recs("a", timestamp=T0), **{**args, field: bad})
+    with pytest.raises(InvalidRecordError, match=f"{name} must be an integer in \\[-1, {good}\\], got -2"):
+        log.append_records(recs("a", timestamp=T0), **{**args, field: -2})
+    assert log.log_end_offset == 0
+    assert log.append_records(recs("a", timestamp=T0), **{**args, field: good}).count == 1
+
+
+def test_producer_id_is_a_java_long(logs):
+    log = logs()
+    with pytest.raises(InvalidRecordError, match=r"producer id must be an integer in \[-1, 9223372036854775807\], "
+                                                 r"got 9223372036854775808"):
+        log.append_records(recs("a", timestamp=T0), producer_id=2**63, producer_epoch=0, base_sequence=0)
+    with pytest.raises(InvalidRecordError, match="producer id must be an integer"):
+        log.append_records(recs("a", timestamp=T0), producer_id=True, producer_epoch=0, base_sequence=0)
+    assert log.append_records(recs("a", timestamp=T0), producer_id=2**63 - 1, producer_epoch=0,
+                              base_sequence=0).count == 1
+
+
+def test_idempotent_batch_needs_sequence_and_epoch(logs):
+    """validateBatch: a batch with a producer id must carry a sequence and an epoch (Kafka's messages)."""
+    log = logs()
+    with pytest.raises(InvalidRecordError, match="Invalid sequence number -1 in record batch with producerId 7 "
+                                                 "in topic partition"):
+        log.append_records(recs("a", timestamp=T0), producer_id=7, producer_epoch=0, base_sequence=-1)
+    with pytest.raises(InvalidRecordError, match="Invalid producer epoch -1 in record batch with producerId 7 "
+                                                 "in topic partition"):
+        log.append_records(recs("a", timestamp=T0), producer_id=7, producer_epoch=-1, base_sequence=0)
+    with pytest.raises(InvalidRecordError, match="cannot write a transactional batch without a producer id"):
+        log.append_records(recs("a", timestamp=T0), is_transactional=True)
+    assert log.log_end_offset == 0
+    # producer id 0 is a producer id
+    assert log.append_records(recs("a", timestamp=T0), producer_id=0, producer_epoch=0, base_sequence=0).count == 1
