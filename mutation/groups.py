@@ -72,7 +72,7 @@ GROUPS: tuple[Group, ...] = (
     Group("loader",
           ("storage_engine/log/loader.py",),
           # Kafka's LogLoaderTest transaction-index and snapshot recovery cases live with the transaction tests
-          _t("log/test_loader.py", "log/test_transactions.py")),
+          _t("log/test_loader.py", "log/test_loader_rules.py", "log/test_transactions.py")),
     Group("cleaner",
           ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py",
            "storage_engine/maintenance/record_filter.py"),

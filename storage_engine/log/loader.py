@@ -100,7 +100,8 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     """Steps 1 and 2."""
     cleaned, swaps = [], []
     for name in _listing(dir_path):
-        if not name.endswith((layout.DELETED_SUFFIX, layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)):
+        if not name.endswith((layout.DELETED_SUFFIX, layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX,
+                              layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX)):
             continue   # most names: no stat needed
         path = os.path.join(dir_path, name)
         if not os.path.isfile(path):
