@@ -251,4 +251,75 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                'struct.pack_into(">q", batch, pos, base_offset)',
                'struct.pack_into(">Q", batch, pos, base_offset)',
                'Offsets are non-negative: signed and unsigned 64-bit encodings of them are the same bytes.'),
+
+    # -- segment.py, file_records.py
+    Equivalent('storage_engine.segment.segment', 'LogSegment.read',
+               'while pos < end:',
+               'while pos <= end:',
+               'At pos == end the entry there, if any, is at least 26 bytes long and so runs past end (break), and no '
+               'entry breaks too: one more header parse, the same bytes returned.'),
+    Equivalent('storage_engine.segment.segment', 'LogSegment.first_batch_timestamp',
+               'b = self.log.batch_at(0) if self.log.size else None',
+               'b = self.log.batch_at(0) if (self.log.size) or True else None',
+               'batch_at(0) of an empty file returns None (fewer than 17 bytes left), exactly what the guard gives.'),
+    Equivalent('storage_engine.segment.segment', 'LogSegment.release',
+               'self.close(trim=False)',
+               'self.close(trim=None)',
+               'None is falsy and close() only tests `if trim and ...`.'),
+    Equivalent('storage_engine.segment.segment', 'LogSegment.close_quietly',
+               'self.close(trim=False)',
+               'self.close(trim=None)',
+               'None is falsy and close() only tests `if trim and ...`.'),
+    Equivalent('storage_engine.segment.file_records', 'FileRecords.rename_to',
+               'durable_rename(self.path, new_path, sync=False)',
+               'durable_rename(self.path, new_path, sync=None)',
+               'None is falsy and durable_rename only tests `if sync:`.'),
+    Equivalent('storage_engine.segment.segment', 'LogSegment.change_file_suffixes',
+               'durable_rename(self._paths[suffix], new_path, sync=False, missing_ok=suffix != layout.LOG_SUFFIX)',
+               'durable_rename(self._paths[suffix], new_path, sync=None, missing_ok=suffix != layout.LOG_SUFFIX)',
+               'None is falsy and durable_rename only tests `if sync:`.'),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'kernels = records.KERNELS',
+               'kernels = None',
+               "Returning None hands the walk to _recover_walk's Python loop, which adds the same index entries and "
+               "stops at the same byte (test_recovery_walk.py and the differential tests hold the two walks to "
+               "identical results); only the speed differs."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries,',
+               'offset_index.last_offset if (offset_index.entries) or True else -1, offset_index.max_entries - offset_index.entries,',
+               "The value only feeds the kernel's stop test `off_last >= 0 && last <= off_last`: for an empty index "
+               "it becomes the base offset, which can only stop the compiled walk earlier, and the Python loop then "
+               "indexes the rest identically."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries,',
+               'offset_index.last_offset if offset_index.entries else +1, offset_index.max_entries - offset_index.entries,',
+               "The value only feeds the kernel's stop test `off_last >= 0 && last <= off_last`: 1 can only stop the "
+               "compiled walk earlier, and the Python loop then indexes the rest identically."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries,',
+               'offset_index.last_offset if offset_index.entries else -2, offset_index.max_entries - offset_index.entries,',
+               "The value only feeds the kernel's stop test `off_last >= 0 && ...`: -2 and -1 both mean no entry."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'time_ts, time_offset, 1 if (time_index.entries) and False else 0, time_index.max_entries - 1 - time_index.entries)',
+               "The flag only arms the kernel's stops for a time entry going backwards, which cannot fire first: the "
+               "max timestamp handed in never decreases, and an offset below the last time entry's is below the "
+               "last offset-index entry's too (time entries name offsets already indexed), which the offset-index "
+               "stop catches."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'time_ts, time_offset, 1 if (time_index.entries) or True else 0, time_index.max_entries - 1 - time_index.entries)',
+               "With an empty time index (last entry (-1, base offset)) the armed stops can only stop the compiled "
+               "walk earlier (a batch without timestamps before any with one), and the Python loop then indexes the "
+               "rest identically."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'time_ts, time_offset, 1 if time_index.entries else 1, time_index.max_entries - 1 - time_index.entries)',
+               "With an empty time index (last entry (-1, base offset)) the armed stops can only stop the compiled "
+               "walk earlier (a batch without timestamps before any with one), and the Python loop then indexes the "
+               "rest identically."),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'time_ts, time_offset, 2 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'The kernel uses the flag only as a C truth value (`time_has && ...`): 2 and 1 are both true.'),
 )

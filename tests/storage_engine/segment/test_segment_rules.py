@@ -309,6 +309,8 @@ def test_batches_from_includes_the_batch_ending_at_the_offset(tmp_path):
     append_batch(seg, 2, "c", "d")
     assert [b.last_offset for b in seg.batches_from(1)] == [1, 3]
     assert [b.last_offset for b in seg.batches_from(2)] == [3]
+    second = seg.translate_offset(2)[1]
+    assert [b.last_offset for b in seg.batches(second)] == [3]
     seg.close()
 
 
@@ -317,16 +319,36 @@ def test_batches_stop_silently_at_a_torn_tail_unless_strict(tmp_path):
     dump-log read strictly and report it."""
     from storage_engine.errors import CorruptRecordError
     seg = open_segment(tmp_path, 0)
-    append_batch(seg, 0, "a")
+    first = append_batch(seg, 0, "a")
     torn = append_batch(seg, 1, "b")
     seg.close()
     with open(seg.path, "r+b") as f:
         f.truncate(os.path.getsize(seg.path) - len(torn) // 2)
     again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
     assert [b.last_offset for b in again.batches()] == [0]
-    assert again.log.batch_at(len(torn)) is None or again.log.batch_at(len(torn)).last_offset == 0
+    assert again.log.batch_at(0).last_offset == 0
+    assert again.log.batch_at(len(first)) is None
     with pytest.raises(CorruptRecordError, match="truncated batch at offset 1") as err:
         list(again.batches(0, strict=True))
+    assert err.value.path == again.path
+    with pytest.raises(CorruptRecordError, match="truncated batch at offset 1") as err:
+        again.log.batch_at(len(first), strict=True)
+    assert err.value.path == again.path
+    again.close()
+
+
+def test_a_read_over_a_corrupt_entry_names_the_file(tmp_path):
+    from storage_engine.errors import CorruptRecordError
+    seg = open_segment(tmp_path, 0)
+    first = append_batch(seg, 0, "a")
+    append_batch(seg, 1, "b")
+    seg.close()
+    with open(seg.path, "r+b") as f:
+        f.seek(len(first) + 16)
+        f.write(b"\x07")   # the second entry's magic
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    with pytest.raises(CorruptRecordError, match="unknown magic 7") as err:
+        again.read(0, 10**6)
     assert err.value.path == again.path
     again.close()
 
