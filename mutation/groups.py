@@ -64,7 +64,9 @@ GROUPS: tuple[Group, ...] = (
           ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
           # Kafka's LogTest roll rules and LogLoaderTest recovery/index-rebuild cases drive segments through the log
           _t("segment/test_segment.py", "segment/test_segment_rules.py", "segment/test_file_records.py",
-             "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py")),
+             "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py",
+             # recovery replays each batch into the producer state and rebuilds the .txnindex
+             "log/test_transactions.py")),
     Group("log",
           ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
           # producer state, transactions and isolation levels go through the log and its validator
@@ -97,7 +99,9 @@ KERNEL_GROUPS: tuple[Group, ...] = (
     Group("segment-kernels",
           ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
           _t("segment/test_segment.py", "segment/test_segment_rules.py", "segment/test_file_records.py",
-             "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py"),
+             "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py",
+             # recovery replays each batch into the producer state and rebuilds the .txnindex
+             "log/test_transactions.py"),
           functions=("storage_engine/segment/segment.py:LogSegment.recover",
                      "storage_engine/segment/segment.py:LogSegment._recover_compiled",
                      "storage_engine/segment/segment.py:LogSegment._rewrite_index",

@@ -492,3 +492,30 @@ def test_segment_mtime_is_the_log_files(tmp_path):
     seg.release()
     assert not seg.is_open and seg.mtime_ms() == 1_600_000_000_123
     assert seg.largest_timestamp() == 1_600_000_000_123
+
+
+def test_recovery_time_entries_start_from_the_first_timestamp_above_minus_one(tmp_path, kernels):
+    """recover(): at each index point timeIndex.maybeAppend(maxTimestampSoFar, offsetOfMaxTimestampSoFar), which
+    appends any timestamp above the last entry's (-1 for an empty index): timestamp 1 is indexed."""
+    seg, size = _recovered(tmp_path, 0, 1, [1, 1, 2])
+    assert _entries(seg.offset_index) == [(1, size), (2, 2 * size)]
+    assert _entries(seg.time_index) == [(1, 0), (2, 2)]
+    seg.close()
+
+
+def test_appends_after_recovery_count_bytes_from_zero(tmp_path, kernels):
+    """After recover() the bytes-since-last-entry counter is 0 (Kafka's counter of a freshly opened segment): with
+    index.interval.bytes 0 the first append after recovery adds no entry, the second does."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "v", timestamp=1)
+    seg.close()
+    again = reopen_active(tmp_path, 0, LogConfig(index_interval_bytes=0, segment_index_bytes=1000))
+    again.recover()
+    again.offset_index.resize(1000)
+    again.time_index.resize(1000)
+    assert again.offset_index.entries == 0
+    append_batch(again, 1, "v", timestamp=2)
+    assert again.offset_index.entries == 0
+    append_batch(again, 2, "v", timestamp=3)
+    assert again.offset_index.entries == 1
+    again.close()
