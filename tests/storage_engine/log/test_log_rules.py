@@ -126,3 +126,43 @@ def test_idempotent_batch_needs_sequence_and_epoch(logs):
     assert log.log_end_offset == 0
     # producer id 0 is a producer id
     assert log.append_records(recs("a", timestamp=T0), producer_id=0, producer_epoch=0, base_sequence=0).count == 1
+
+
+def test_expire_producers_at_exactly_the_expiration_and_never_with_an_open_transaction(logs, log_dir):
+    """ProducerStateManager.isProducerExpired: ``currentTxnFirstOffset.isEmpty && currentTimeMs -
+    lastTimestamp >= producerIdExpirationMs``; the state is then snapshotted at the log end, which the next load
+    starts from."""
+    from ..helpers import open_log
+    log = logs()
+    log.append_records(recs("a", timestamp=T0), producer_id=1, producer_epoch=0, base_sequence=0)
+    log.append_records(recs("b", timestamp=T0 + 10), producer_id=2, producer_epoch=0, base_sequence=0)
+    log.append_records(recs("c", timestamp=T0), producer_id=3, producer_epoch=0, base_sequence=0,
+                       is_transactional=True)
+    assert log.expire_producers(T0 + 99, 100) == []
+    assert log.expire_producers(T0 + 100, 100, dry_run=True) == [1]
+    assert sorted(log.producer_state.producers) == [1, 2, 3]
+    assert log.expire_producers(T0 + 110, 100) == [1, 2]
+    assert sorted(log.producer_state.producers) == [3]
+    assert log.expire_producers(T0 + 10**9, 100) == []          # 3 has an open transaction
+    end = log.log_end_offset
+    assert end in log.producer_state.snapshot_offsets()
+    log.close(clean=True)
+    again, _ = open_log(log_dir, now_ms=T0, had_clean_shutdown=True)
+    assert sorted(again.producer_state.producers) == [3]
+    again.close(clean=True)
+
+
+def test_describe(logs):
+    log = logs(config(segment_bytes=size_of("a") * 2, index_interval_bytes=1))
+    log.append_records(recs("a", timestamp=T0 + 1))
+    log.append_records(recs("b", timestamp=T0 + 2))
+    log.append_records(recs("c", timestamp=T0 + 3), producer_id=4, producer_epoch=0, base_sequence=0,
+                       is_transactional=True)
+    d = log.describe()
+    segs = d.pop("segments")
+    assert d == {"topic": log.topic, "partition": log.partition, "dir": log.dir, "log_start_offset": 0,
+                 "log_end_offset": 3, "high_watermark": 3, "last_stable_offset": 2, "recovery_point": 2,
+                 "producers": 1, "open_transactions": 1, "size_bytes": log.size_in_bytes()}
+    assert [(s["base_offset"], s["size_bytes"], s["largest_timestamp"]) for s in segs] == [
+        (0, 2 * size_of("a"), T0 + 2), (2, log.active_segment.size, T0 + 3)]
+    assert [(s["index_entries"], s["time_index_entries"]) for s in segs] == [(1, 1), (0, 0)]
