@@ -166,3 +166,27 @@ def test_describe(logs):
     assert [(s["base_offset"], s["size_bytes"], s["largest_timestamp"]) for s in segs] == [
         (0, 2 * size_of("a"), T0 + 2), (2, log.active_segment.size, T0 + 3)]
     assert [(s["index_entries"], s["time_index_entries"]) for s in segs] == [(1, 1), (0, 0)]
+
+
+@pytest.mark.parametrize("record,message", [
+    ((b"k",), "record 1 must be (key, value[, timestamp[, headers]]), got (b'k',)"),
+    (("k", b"v"), "record 1: key must be bytes or None, got str"),
+    ((b"k", 5), "record 1: value must be bytes or None, got int"),
+    ((b"k", b"v", True), "record 1: timestamp must be an integer >= 0 (or -1 for now), got True"),
+    ((b"k", b"v", 1.5), "record 1: timestamp must be an integer >= 0 (or -1 for now), got 1.5"),
+    ((b"k", b"v", 0, [("h", 5)]), "record 1: headers must be (str key, bytes or None value) pairs, got ('h', 5)"),
+    ((b"k", b"v", 0, [(b"h", b"x")]), "record 1: headers must be (str key, bytes or None value) pairs, got (b'h', b'x')"),
+    ((b"k", b"v", 0, [("h", b"x", b"y")]), "record 1: headers must be (str key, bytes or None value) pairs, got ('h', b'x', b'y')"),
+    ((b"k", b"v", 0, ["hx"]), "record 1: headers must be (str key, bytes or None value) pairs, got 'hx'"),
+    ((b"k", b"v", 0, [("\udc80", None)]), "record 1: header key '\\udc80' is not valid Unicode text"),
+])
+def test_a_bad_record_field_is_named_and_nothing_is_written(logs, record, message):
+    """Bad input gets a clear error naming the record and the field, and nothing already stored is lost."""
+    log = logs()
+    good = (b"k", b"ok", T0, [("h", None), ("h2", bytearray(b"x"))])
+    with pytest.raises(InvalidRecordError) as err:
+        log.append_records([good, record])
+    assert str(err.value) == message
+    assert log.log_end_offset == 0
+    info = log.append_records([good, (b"k", memoryview(b"v"), -1, [])])
+    assert info.count == 2
