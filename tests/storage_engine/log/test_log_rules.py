@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage_engine.errors import InvalidRecordError, RecordTooLargeError
+from storage_engine.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from storage_engine.record.records import SimpleRecord, build_batch
 
 from ..helpers import batch, config, recs
@@ -190,3 +190,41 @@ def test_a_bad_record_field_is_named_and_nothing_is_written(logs, record, messag
     assert log.log_end_offset == 0
     info = log.append_records([good, (b"k", memoryview(b"v"), -1, [])])
     assert info.count == 2
+
+
+def test_read_committed_as_kafkas_consumer_filters_a_fetch(logs):
+    """read_committed stops at the last stable offset and drops the records of aborted transactions: a producer's
+    data is aborted from the first offset of an aborted transaction (``firstOffset <= batch.lastOffset``, a
+    one-record transaction included) until its ABORT marker, after which the same producer's next transaction is
+    read; producer id 0 is a producer id. read_uncommitted returns every data record; markers never."""
+    from storage_engine.log.log import READ_COMMITTED
+    log = logs()
+
+    def txn(pid, seq, *values):
+        log.append_records(recs(*values, timestamp=T0), producer_id=pid, producer_epoch=0, base_sequence=seq,
+                           is_transactional=True)
+
+    txn(0, 0, "a", "b")                          # 0, 1
+    log.append_end_txn(0, 0, commit=False)       # 2
+    txn(5, 0, "c")                               # 3
+    log.append_end_txn(5, 0, commit=True)        # 4
+    txn(9, 0, "x")                               # 5
+    log.append_end_txn(9, 0, commit=False)       # 6
+    txn(0, 2, "d")                               # 7
+    log.append_end_txn(0, 0, commit=True)        # 8
+    txn(7, 0, "e")                               # 9, left open
+    log.append_records(recs("f", timestamp=T0))  # 10
+    assert log.last_stable_offset == 9
+
+    def read(start=None, n=None, level=READ_COMMITTED):
+        return [(r.offset, r.value) for r in log.read_records(start, n, isolation_level=level)]
+
+    assert read() == [(3, b"c"), (7, b"d")]
+    assert read(1) == [(3, b"c"), (7, b"d")]
+    assert read(5) == [(7, b"d")]
+    assert read(n=1) == [(3, b"c")]
+    assert read(level="read_uncommitted") == [(0, b"a"), (1, b"b"), (3, b"c"), (5, b"x"), (7, b"d"), (9, b"e"),
+                                              (10, b"f")]
+    assert read(1, level="read_uncommitted")[:2] == [(1, b"b"), (3, b"c")]
+    with pytest.raises(OffsetOutOfRangeError, match=r"^offset 12 is out of range for .*: log start offset 0, log end offset 11$"):
+        read(12)
