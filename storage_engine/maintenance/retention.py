@@ -75,16 +75,17 @@ def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
     start = log.log_start_offset
     take(_deletable(log, remaining, lambda s, n: n is not None and n.base_offset <= start), "log-start-offset")
     if cfg.delete:
-        if cfg.retention_bytes >= 0:
-            diff = sum(s.size for s in remaining) - cfg.retention_bytes
-            if diff > 0:
-                def by_size(seg, _n):
-                    nonlocal diff
-                    if diff - seg.size >= 0:
-                        diff -= seg.size
-                        return True
-                    return False
-                take(_deletable(log, remaining, by_size), "retention-bytes")
+        size = sum(s.size for s in remaining)
+        if cfg.retention_bytes >= 0 and size >= cfg.retention_bytes:  # Kafka: skip if size < retention.bytes
+            diff = size - cfg.retention_bytes
+
+            def by_size(seg, _n):
+                nonlocal diff
+                if diff - seg.size >= 0:
+                    diff -= seg.size
+                    return True
+                return False
+            take(_deletable(log, remaining, by_size), "retention-bytes")
         if cfg.retention_ms >= 0:
             take(_deletable(log, remaining,
                             lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms), "retention-ms")
