@@ -125,6 +125,18 @@ class Log:
         self._parked = True
         return True
 
+    def release_sealed(self) -> None:
+        """Close the files of the sealed segments a read or a cleaning round opened (they reopen on their next
+        use); not while the lock is held (a change to the segments may be using them)."""
+        if self.lock.held:
+            return
+        for seg in self.segment_list.as_list()[:-1]:
+            if seg.is_open:
+                try:
+                    seg.release()
+                except OSError:    # the segment went meanwhile (another process): the next reload finds out
+                    seg.close_quietly()
+
     def _used(self) -> None:
         if self.files is not None:
             self.files.used(self)
@@ -154,6 +166,7 @@ class Log:
     def refresh(self) -> None:
         """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
         another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
+        self._used()
         if not self._parked and view.refresh_unlocked(self):
             return
         if self.lock.held:

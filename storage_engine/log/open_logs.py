@@ -8,7 +8,9 @@ least-recently-used order (:class:`OpenLogs`): a log is *used* when it takes its
 retention, cleaning, flushes) or is read; when more than ``max_open`` logs have been used since they were last
 parked, the least recently used one whose lock is not held is *parked* (:meth:`storage_engine.log.log.Log.park`):
 every file closed, the lock file too. Its next use reopens them through the same reload that follows another
-process's change of the segment set, so a parked log sees whatever happened meanwhile.
+process's change of the segment set, so a parked log sees whatever happened meanwhile. The sealed segments a
+read or a cleaning round opened are closed as soon as another log is used (a log holding 10,000 segments would
+otherwise hold their files after one scan), so only the log in use has more than its active segment open.
 
 The default bound comes from the soft ``RLIMIT_NOFILE``: a sixteenth of it in logs (about 6 descriptors each, so
 under 40% of the limit), at least :data:`MIN_OPEN_LOGS`. Running out of descriptors anyway is a
@@ -31,6 +33,8 @@ class ParkableLog(Protocol):
 
     def park(self) -> bool: ...
 
+    def release_sealed(self) -> None: ...
+
 
 def default_max_open_logs() -> int:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -51,6 +55,7 @@ class OpenLogs:
         self.max_open = max_open
         self._lru: OrderedDict[tuple[str, str], ParkableLog] = OrderedDict()
         self._mutex = threading.Lock()
+        self._last: ParkableLog | None = None
         self.parked_total = 0
 
     def __len__(self) -> int:
@@ -61,6 +66,9 @@ class OpenLogs:
         least recently used beyond the bound."""
         key = (log.log_dir, log.name)
         with self._mutex:
+            last, self._last = self._last, log
+            if last is not None and last is not log:
+                last.release_sealed()   # only the log in use keeps sealed segments open (reads, cleaning)
             self._lru[key] = log
             self._lru.move_to_end(key)
             if len(self._lru) <= self.max_open:
@@ -79,3 +87,5 @@ class OpenLogs:
     def forget(self, log: ParkableLog) -> None:
         with self._mutex:
             self._lru.pop((log.log_dir, log.name), None)
+            if self._last is log:
+                self._last = None

@@ -186,9 +186,10 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
         with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
             for i in range(__N__):
                 log = mgr.get_or_create_log(*tp(i))
-                log.append_records([SimpleRecord(b"k", b"a", T0)])
-                log.append_records([SimpleRecord(b"k", b"b", T0)])
-                log.roll()
+                for r in range(4):   # 4 sealed segments each: a scan of one log opens 4 more segments' files
+                    log.append_records([SimpleRecord(b"k", b"a%d" % r, T0)])
+                    log.roll()
+        dry = jobs.compact(cfg, T0 + 10_000, dry_run=True)   # reads every segment of every selected log
         # one damaged partition: a directory where its active segment's .log should be (its load fails)
         bad = os.path.join(__DIRS__[0], "t0-300")
         active = max(n for n in os.listdir(bad) if n.endswith(".log"))
@@ -200,10 +201,12 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
         print(json.dumps({"selected": len(plan["selected"]),
                           "unreadable": [(f["topic"], f["partition"]) for f in plan["unreadable"]],
                           "skipped": plan["skipped"][:3], "retention": len(retention["results"]),
-                          "retention_failures": retention["failures"][:3], "peak": fds(), "limit": LIMIT}))
+                          "retention_failures": retention["failures"][:3], "peak": fds(), "limit": LIMIT,
+                          "dry_cleaned": len(dry["results"]), "dry_failed": dry["failed"][:3]}))
         """, 256, [str(tmp_path / "a")], N=600)
     assert out["unreadable"] == [["t0", 300]], out
     assert out["skipped"] == [{"topic": "t0", "partition": 300, "reason": out["skipped"][0]["reason"]}]
     assert "cannot be read" in out["skipped"][0]["reason"]
     assert out["selected"] == 599
     assert out["retention"] == 599 and out["retention_failures"] == []
+    assert out["dry_failed"] == [] and out["dry_cleaned"] == 600
