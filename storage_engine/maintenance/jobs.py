@@ -132,13 +132,19 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
 
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
-    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms``."""
+    """Remove ``.deleted`` files and ``-delete`` folders older than their topic's ``file.delete.delay.ms``."""
+    from storage_engine.maintenance.lifecycle import purge_delete_dirs
     now = clock_at(now_ms).milliseconds()
-    result = retention_mod.purge_deleted(config.log_dirs, now,
-                                         lambda topic: config.log_config(topic).file_delete_delay_ms,
+    folders = purge_delete_dirs(config, now, dry_run=dry_run)
+    online = [d for d in config.log_dirs if d not in folders["offline_dirs"]]
+    result = retention_mod.purge_deleted(online, now, lambda topic: config.log_config(topic).file_delete_delay_ms,
                                          dry_run=dry_run)
     result["now_ms"] = now
-    result["nothing_to_do"] = result["files_removed"] == 0
+    result["folders_removed"] = folders["removed"]
+    result["folders_waiting"] = len(folders["waiting"])
+    result["bytes_freed"] += folders["bytes_freed"]
+    result["offline_dirs"] = folders["offline_dirs"]
+    result["nothing_to_do"] = result["files_removed"] == 0 and not folders["removed"]
     return result
 
 

@@ -143,14 +143,10 @@ def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = F
     for d in log_dirs:
         if not os.path.isdir(d):
             continue
-        for part in sorted(os.listdir(d)):
+        # Partitions and the copies being made for moves; a -delete folder goes as a whole (see purge_delete_dirs).
+        listing = layout.scan_log_dir(d)
+        for part, (topic, _) in sorted(listing.partitions + listing.futures):
             pdir = os.path.join(d, part)
-            if not os.path.isdir(pdir):
-                continue
-            try:
-                topic, _ = layout.parse_partition_dir(part)
-            except ValueError:
-                continue
             delay = delay_ms_for(topic) if delay_ms_for else 60000
             for name in sorted(os.listdir(pdir)):
                 if not name.endswith(layout.DELETED_SUFFIX):

@@ -46,6 +46,9 @@ class PurgeResult(TypedDict):
     dry_run: bool
     now_ms: NotRequired[int]
     nothing_to_do: NotRequired[bool]
+    folders_removed: NotRequired[list[str]]   # -delete folders removed (paths)
+    folders_waiting: NotRequired[int]
+    offline_dirs: NotRequired[dict[str, str]]
 
 
 class FlushedPartition(TypedDict):

@@ -6,6 +6,13 @@ passes Kafka's size/magic/CRC checks and its records decode; offsets increase wi
 fit their segment; offset/time indexes pass the sanity check and point at real batches; leftovers of
 interrupted operations (``.cleaned``, ``.swap``, ``.deleted``) and orphan index files are listed. The active
 segment is read under the partition lock so an append in flight is not mistaken for a torn tail.
+
+Per log dir it also reports: a dir that cannot be read (``offline_dirs``: what an opening process would take
+offline); the copies being made for moves (``-future`` folders, verified like partitions and marked
+``future``); deleted folders waiting for removal (``-delete``, pending); and folders that are no partition the
+engine knows (``foreign``: ``-stray`` folders, names that are not ``<topic>-<partition>``), which are never
+loaded and never deleted except by an explicit ``remove-folder``. Neither offline dirs nor foreign folders count
+as damage to stored data; ``verify`` exits 1 for them only with ``--strict``.
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ import time
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.clock import clock_at
-from storage_engine.errors import StorageError
+from storage_engine.errors import StorageError, StorageIOError
+from storage_engine.log.failure import is_dir_failure
 from storage_engine.maintenance.jobs import BatchResult, as_topic_partitions, partition_failure
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -24,10 +32,18 @@ from storage_engine.segment.time_index import TimeIndex
 
 
 def verify_log_dirs(config) -> dict:
-    problems, pending, partitions = [], [], []
+    problems, pending, partitions, foreign = [], [], [], []
+    offline: dict[str, str] = {}
     for d in config.log_dirs:
-        if not os.path.isdir(d):
+        if not os.path.exists(d):
             pending.append({"file": d, "message": "log dir does not exist yet"})
+            continue
+        try:
+            listing = layout.scan_log_dir(d)
+            if not os.path.isdir(d):
+                raise NotADirectoryError(f"not a directory: {d}")
+        except OSError as exc:
+            offline[d] = f"{type(exc).__name__}: {exc}"
             continue
         for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
                      layout.CLEANER_OFFSET_CHECKPOINT):
@@ -35,20 +51,36 @@ def verify_log_dirs(config) -> dict:
                 OffsetCheckpointFile(os.path.join(d, name)).read()
             except StorageError as exc:
                 problems.append({"file": os.path.join(d, name), "message": str(exc)})
-        for name in sorted(os.listdir(d)):
+        for name in listing.deleting:
+            pending.append({"file": os.path.join(d, name), "message": "deleted partition; removed after "
+                                                                      "file.delete.delay.ms"})
+        for name in listing.strays:
+            foreign.append({"file": os.path.join(d, name), "kind": "stray",
+                            "message": "stray partition folder; kept until removed explicitly"})
+        for name, reason in listing.foreign:
+            foreign.append({"file": os.path.join(d, name), "kind": "foreign",
+                            "message": f"not a partition folder ({reason}); never loaded, and Kafka would refuse "
+                                       "to load this log dir while it is there"})
+        for name in listing.foreign_files:
+            foreign.append({"file": os.path.join(d, name), "kind": "foreign-file",
+                            "message": "a file that neither Kafka nor this engine keeps in a log dir"})
+        for name, (topic, partition) in listing.partitions + listing.futures:
             path = os.path.join(d, name)
-            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
-                continue
             try:
-                topic, partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except (ValueError, StorageError) as exc:
-                problems.append({"file": path, "message": f"not a partition folder: {exc}"})
+                summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+            except FileNotFoundError:
+                pending.append({"file": path, "message": "renamed while it was verified (deleted or moved)"})
                 continue
-            summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
-            summary.update(topic=topic, partition=partition)
+            except (OSError, StorageIOError) as exc:
+                if not is_dir_failure(exc):
+                    raise
+                offline.setdefault(d, f"{type(exc).__name__}: {exc}")
+                continue
+            summary.update(topic=topic, partition=partition, future=name != layout.partition_dir_name(topic,
+                                                                                                     partition))
             partitions.append(summary)
-    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": partitions}
+    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": partitions,
+            "foreign": foreign, "offline_dirs": offline}
 
 
 def verify_partition(config, topic: str, partition: int) -> dict:
