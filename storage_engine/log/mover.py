@@ -336,6 +336,9 @@ def _last_batch_bytes(log: Log) -> tuple[int, bytes] | None:
 
 
 def _same_tail(current: Log, future: Log) -> bool:
+    """Whether the copy's last batch is still the current log's batch at those offsets: the same bytes, or for a
+    compacted topic the same offsets (the cleaner rewrites sealed batches, keeping their offsets; the copy holding
+    the older version is as valid a log). A batch truncated away and written again differs."""
     tail = _last_batch_bytes(future)
     if tail is None:
         return True
@@ -346,7 +349,9 @@ def _same_tail(current: Log, future: Log) -> bool:
     if data is None:
         return False
     for batch in iter_batches(data.data, 0, len(data.data), current.name):
-        return batch.last_offset == last_offset and batch.raw() == raw
+        if batch.last_offset != last_offset:
+            return False
+        return batch.raw() == raw or current.config.compact
     return False
 
 
@@ -411,6 +416,8 @@ def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, 
                     raise PartitionMovedError(f"partition {name} was moved by another process meanwhile")
                 with future.locked():
                     before = progress.bytes_copied
+                    if not _same_tail(current, future):
+                        _reconcile(current, future)
                     progress.final_bytes = _copy_round(current, future)
                     progress.bytes_copied = before + progress.final_bytes
                     if future.log_end_offset != current.log_end_offset or not _same_tail(current, future):

@@ -99,11 +99,15 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None,
                   dry_run: bool = False) -> list[RetentionResult]:
+    """Retention for every partition, and for the copies being made of partitions moving between log dirs
+    (Kafka applies retention to future logs too; their results say ``"future": true``)."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
+        results += [_future_result(retention_mod.run(mgr.future_logs[tp], now, dry_run=dry_run), mgr.future_logs[tp])
+                    for tp in _future_partitions(mgr, topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()
     return results
@@ -126,9 +130,28 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
             out.append({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
                         "producers": len(log.producer_state.producers),
                         "open_transactions": len(log.producer_state.ongoing_txns)})
-    total = sum(len(p["expired_producer_ids"]) for p in out)
+        # A copy being made for a move forgets the same producers, or they would come back when it takes over.
+        for tp in _future_partitions(mgr, topics):
+            log = mgr.future_logs[tp]
+            expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
+            out.append(_future_result({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
+                                       "producers": len(log.producer_state.producers),
+                                       "open_transactions": len(log.producer_state.ongoing_txns)}, log))
+    total = sum(len(p["expired_producer_ids"]) for p in out if not p.get("future"))
     return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
             "producers_expired": total, "nothing_to_do": total == 0}
+
+
+def _future_partitions(mgr: LogManager, topics) -> list:
+    offline = mgr.offline_dirs()
+    return sorted(tp for tp, log in mgr.future_logs.items()
+                  if log.log_dir not in offline and (not topics or tp[0] in topics) and log.lock.is_open)
+
+
+def _future_result(result, log):
+    result["future"] = True
+    result["folder"] = log.folder
+    return result
 
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
@@ -164,6 +187,9 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
             raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
+        # Copies being made for moves are compacted like their partitions (Kafka cleans future logs too).
+        logs += [mgr.future_logs[tp] for tp in _future_partitions(mgr, topics)
+                 if partition is None or tp[1] == partition]
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
                                            write_resets=not dry_run)
         eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
@@ -172,6 +198,8 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         for ltc in eligible:
             log = ltc.log
             entry = {"selection": ltc.as_dict(), "topic": log.topic, "partition": log.partition}
+            if log.is_future:
+                entry.update(future=True, folder=log.folder)
             claim = cleaner_manager.cleaning_claim(log)
             if not claim.try_acquire():
                 entry["skipped"] = "another run is cleaning this partition"

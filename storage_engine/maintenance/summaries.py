@@ -36,6 +36,8 @@ class RetentionResult(TypedDict):
     future_segments: list[FutureSegment]
     nothing_to_do: bool
     skipped: NotRequired[str]
+    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
+    folder: NotRequired[str]
 
 
 class PurgeResult(TypedDict):
@@ -83,6 +85,8 @@ class ProducerExpiry(TypedDict):
     expired_producer_ids: list[int]
     producers: int              # producers the partition still tracks (all of them, with dry_run)
     open_transactions: int
+    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
+    folder: NotRequired[str]
 
 
 class ExpireProducersResult(TypedDict):
