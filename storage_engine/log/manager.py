@@ -54,6 +54,18 @@ class DirState:
     load_messages: list = field(default_factory=list)
 
 
+def _why_not_a_dir(path: str, exc: OSError) -> OSError:
+    """The error that says why ``path`` cannot be used as a folder (``makedirs`` reports only "File exists" for
+    a path that is there but unusable, such as a symbolic link loop or a file)."""
+    if not isinstance(exc, FileExistsError):
+        return exc
+    try:
+        os.stat(path)
+    except OSError as real:
+        return real
+    return NotADirectoryError(20, "not a directory", path)
+
+
 class LogManager:
     def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None):
         self.config = config
@@ -85,9 +97,10 @@ class LogManager:
                 os.makedirs(d, exist_ok=True)
                 online.append(d)
             except OSError as exc:
-                if not is_dir_failure(exc) and not isinstance(exc, FileExistsError):
+                cause = _why_not_a_dir(d, exc)
+                if not is_dir_failure(cause):
                     raise StorageIOError("cannot create log dir", d, exc) from exc
-                mgr.failures.mark_offline(d, f"cannot create log dir: {type(exc).__name__}: {exc}")
+                mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
         futures: list = []
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(online))) as pool:

@@ -45,6 +45,7 @@ from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
 from storage_engine.log import deletion
+from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, PartitionState,
                                       lock_path, peek_state)
 from storage_engine.log.log import Log
@@ -93,8 +94,20 @@ def locate(log_dirs, topic: str, partition: int, now_ms: int, *, create_lock_hel
         return homes[0]
     if create_lock_held:
         return _locate_locked(log_dirs, topic, partition, now_ms, skip)
-    with FileLock(create_lock_path(log_dirs)):
+    lock = FileLock(create_lock_path(log_dirs))
+    try:
+        lock.__enter__()
+    except StorageIOError as exc:
+        if not is_dir_failure(exc):
+            raise
+        # The first dir (the creation lock's) is offline: nothing half done can be completed; a single live
+        # home is still the partition's.
+        live = [d for d in homes if _status(d, name) == LIVE]
+        return live[0] if len(live) == 1 else None
+    try:
         return _locate_locked(log_dirs, topic, partition, now_ms, skip)
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def _locate_locked(log_dirs, topic: str, partition: int, now_ms: int, skip) -> str | None:

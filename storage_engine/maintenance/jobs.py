@@ -56,8 +56,10 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
         _check_topics(mgr, topics)
         flushed = mgr.flush_all(topics) if flush else []
         written = mgr.checkpoint()
+        offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": flushed, "checkpoints": written,
-            "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"])}
+            "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"]),
+            "offline_dirs": offline}
 
 
 def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> FlushResult:
@@ -78,8 +80,10 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
             after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
+        offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": out, "not_due": skipped,
-            "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out)}
+            "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out),
+            "offline_dirs": offline}
 
 
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
@@ -137,9 +141,10 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
             out.append(_future_result({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
                                        "producers": len(log.producer_state.producers),
                                        "open_transactions": len(log.producer_state.ongoing_txns)}, log))
+        offline = mgr.offline_dirs()
     total = sum(len(p["expired_producer_ids"]) for p in out if not p.get("future"))
     return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
-            "producers_expired": total, "nothing_to_do": total == 0}
+            "producers_expired": total, "nothing_to_do": total == 0, "offline_dirs": offline}
 
 
 def _future_partitions(mgr: LogManager, topics) -> list:
@@ -222,7 +227,8 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
             finally:
                 claim.release()
             results.append(entry)
-    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms,
+        offline = mgr.offline_dirs()
+    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms, "offline_dirs": offline,
             "selected": [r["selection"] for r in results], "results": results,
             "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
             "nothing_to_do": not eligible,

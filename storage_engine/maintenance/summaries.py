@@ -70,6 +70,7 @@ class CheckpointResult(TypedDict):
     flushed: list[FlushedPartition]
     checkpoints: dict[str, CheckpointsWritten]  # log dir -> what was written there
     partitions_flushed: int
+    offline_dirs: dict[str, str]                # log dir -> the error that took it offline (skipped)
 
 
 class FlushResult(TypedDict):
@@ -77,6 +78,7 @@ class FlushResult(TypedDict):
     flushed: list[FlushedPartition]
     not_due: int
     nothing_to_do: bool
+    offline_dirs: dict[str, str]
 
 
 class ProducerExpiry(TypedDict):
@@ -96,3 +98,4 @@ class ExpireProducersResult(TypedDict):
     partitions: list[ProducerExpiry]
     producers_expired: int
     nothing_to_do: bool
+    offline_dirs: dict[str, str]

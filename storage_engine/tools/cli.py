@@ -389,6 +389,8 @@ def cmd_describe(args, config) -> int:
         out = mgr.describe()
     out.update(partitions_total=len(names), offset=args.offset, limit=args.limit)
     for d in out["log_dirs"]:
+        if d["status"] == "offline":
+            continue
         cleaner, err = OffsetCheckpointFile(os.path.join(d["path"], layout.CLEANER_OFFSET_CHECKPOINT)).read_or_empty()
         if err:
             d["cleaner_checkpoint_error"] = err

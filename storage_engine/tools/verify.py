@@ -23,7 +23,7 @@ from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.clock import clock_at
 from storage_engine.errors import StorageError, StorageIOError
-from storage_engine.log.failure import is_dir_failure
+from storage_engine.log.failure import is_dir_failure, os_error_of
 from storage_engine.maintenance.jobs import BatchResult, as_topic_partitions, partition_failure
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -35,13 +35,17 @@ def verify_log_dirs(config) -> dict:
     problems, pending, partitions, foreign = [], [], [], []
     offline: dict[str, str] = {}
     for d in config.log_dirs:
-        if not os.path.exists(d):
-            pending.append({"file": d, "message": "log dir does not exist yet"})
-            continue
         try:
+            if not os.path.isdir(os.path.realpath(d)) and os.path.exists(d):
+                raise NotADirectoryError(20, "not a directory", d)
+            os.stat(d)
             listing = layout.scan_log_dir(d)
-            if not os.path.isdir(d):
-                raise NotADirectoryError(f"not a directory: {d}")
+        except FileNotFoundError:
+            if not os.path.lexists(d):
+                pending.append({"file": d, "message": "log dir does not exist yet"})
+                continue
+            offline[d] = f"FileNotFoundError: {d} is a link to nothing"
+            continue
         except OSError as exc:
             offline[d] = f"{type(exc).__name__}: {exc}"
             continue
@@ -68,10 +72,11 @@ def verify_log_dirs(config) -> dict:
             path = os.path.join(d, name)
             try:
                 summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
-            except FileNotFoundError:
-                pending.append({"file": path, "message": "renamed while it was verified (deleted or moved)"})
-                continue
             except (OSError, StorageIOError) as exc:
+                if isinstance(os_error_of(exc), FileNotFoundError):
+                    pending.append({"file": path, "message": "files renamed while they were verified (a roll, "
+                                                             "retention, a deletion or a move)"})
+                    continue
                 if not is_dir_failure(exc):
                     raise
                 offline.setdefault(d, f"{type(exc).__name__}: {exc}")
