@@ -66,6 +66,8 @@ CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
 UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner skips, with the reason
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"
+# State the maintenance DAGs keep across runs (offline dirs already alerted) goes here, beside the first log dir.
+MAINTENANCE_STATE_DIR = "maintenance-state"
 # Names used before the engine's files carried a '+' (converted once when a process opens the dir first).
 LEGACY_PARTITION_STATE_PREFIX = ".lock."
 LEGACY_CLEANING_CLAIM_PREFIX = ".cleaning."

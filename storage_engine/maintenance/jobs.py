@@ -18,8 +18,8 @@ from storage_engine.maintenance.summaries import (CheckpointResult, ExpireProduc
                                                   FlushResult, ProducerExpiry, PurgeResult, RetentionResult)
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import (InvalidRequestError, LogLockedError, PartitionNotFoundError, StorageError,
-                                   StorageIOError)
+from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, LogLockedError, PartitionNotFoundError,
+                                   StorageError, StorageIOError)
 from storage_engine.log.manager import LogManager
 
 
@@ -32,11 +32,40 @@ def _check_topics(mgr: LogManager, topics) -> None:
         raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
 
 
-def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
-    """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
-    (so listing as part of a backfilled run cannot purge or recover anything)."""
+class LogDirHealth(TypedDict):
+    online: list[str]
+    offline: dict[str, str]     # log dir -> the error that makes it unusable
+
+
+def log_dir_health(config: StorageConfig) -> LogDirHealth:
+    """Which log dirs can be used, read-only: a dir is offline when it cannot be listed or is no folder (what a
+    process opening it would take offline); a dir that does not exist yet is online (it is created on open)."""
     from storage_engine import layout
-    found = [(t, p, d) for d in config.log_dirs for _name, (t, p) in layout.partition_dirs(d)]
+    from storage_engine.log.failure import is_dir_failure
+    online, offline = [], {}
+    for d in config.log_dirs:
+        try:
+            if os.path.lexists(d):
+                if not os.path.isdir(os.path.realpath(d)) and os.path.exists(d):
+                    raise NotADirectoryError(20, "not a directory", d)
+                os.stat(d)
+            layout.scan_log_dir(d)
+        except OSError as exc:
+            if not is_dir_failure(exc) and not isinstance(exc, FileNotFoundError):
+                raise
+            offline[d] = f"{type(exc).__name__}: {exc}"
+            continue
+        online.append(d)
+    return {"online": online, "offline": offline}
+
+
+def list_partitions(config: StorageConfig, topics=None, *, health: LogDirHealth | None = None) -> list[dict]:
+    """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
+    (so listing as part of a backfilled run cannot purge or recover anything). Offline dirs are skipped
+    (:func:`log_dir_health`)."""
+    from storage_engine import layout
+    health = health or log_dir_health(config)
+    found = [(t, p, d) for d in health["online"] for _name, (t, p) in layout.partition_dirs(d)]
     if topics:
         known = {t for t, _p, _d in found}
         missing = sorted(set(topics) - known)
@@ -268,7 +297,8 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     # loaded is skipped and reported, the others are still considered.
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics)
+    health = log_dir_health(config)
+    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health)
            if config.log_config(p["topic"]).compact]
     unreadable: list[PartitionFailure] = []
     groups = _open_isolating(config, clock, tps, unreadable) if tps else []
@@ -287,12 +317,15 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
             selected.append(d)
     finally:
         for mgr, _group in groups:
+            health["offline"].update(mgr.offline_dirs())
             mgr.close()
+    health["online"] = [d for d in health["online"] if d not in health["offline"]]
     skipped = selection["skipped"] + [
         {"topic": f["topic"], "partition": f["partition"],
          "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
     return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
-            "skipped": skipped, "unreadable": unreadable,
+            "skipped": skipped, "unreadable": unreadable, "offline_dirs": health["offline"],
+            "online_dirs": health["online"],
             "not_dirty": [l.as_dict() for l in selection["not_dirty"]], "nothing_to_do": not selected}
 
 
@@ -379,6 +412,12 @@ class PartitionFailure(TypedDict):
     permanent: bool     # no retry can fix it (see :func:`is_permanent`)
 
 
+class SkippedPartition(TypedDict):
+    topic: str
+    partition: int
+    reason: str
+
+
 class BatchResult(TypedDict):
     now_ms: int
     dry_run: bool
@@ -387,6 +426,8 @@ class BatchResult(TypedDict):
     failures: list[PartitionFailure]
     errors: list[str]           # failures not tied to one partition (a log dir's checkpoint files)
     duration_s: float
+    skipped: list[SkippedPartition]     # partitions of an offline log dir: not maintained, not failed
+    offline_dirs: dict[str, str]        # log dirs offline for this batch, with the error that did it
 
 
 class Batch(TypedDict):
@@ -455,11 +496,18 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
     failures: list[PartitionFailure] = []
     results_by_tp: dict[TopicPartition, dict] = {}
     errors: list[str] = []
+    skipped: list[SkippedPartition] = []
+    offline: dict[str, str] = {}
     for mgr, group in _open_isolating(config, clock, tps, failures) if tps else []:
         with mgr:
             done = []
             for tp in group:
-                log = mgr.logs.get(tp)
+                try:
+                    # get_log: a partition another process moved since the listing is found where it is now
+                    log = mgr.get_log(*tp)
+                except LogDirOfflineError as exc:
+                    skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
+                    continue
                 if log is None:
                     failures.append(partition_failure(tp, PartitionNotFoundError(
                         f"partition {tp[0]}-{tp[1]} does not exist in {list(config.log_dirs)}")))
@@ -468,6 +516,10 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
                 try:
                     result = act(mgr, log, now)
                 except Exception as exc:
+                    if mgr.failures.is_offline(log.log_dir):     # its dir failed meanwhile: offline, skipped
+                        skipped.append({"topic": tp[0], "partition": tp[1],
+                                        "reason": f"log dir {log.log_dir} went offline: {type(exc).__name__}: {exc}"})
+                        continue
                     failures.append(partition_failure(tp, exc))
                     continue
                 result["duration_s"] = round(time.monotonic() - started, 4)
@@ -478,11 +530,13 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
                     errors.extend(after(mgr, done))
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
+            offline.update(mgr.offline_dirs())
     order = {tp: i for i, tp in enumerate(tps)}
     failures.sort(key=lambda f: order.get((f["topic"], f["partition"]), len(order)))
     return {"now_ms": now, "dry_run": dry_run, "partitions": len(tps),
             "results": [results_by_tp[tp] for tp in tps if tp in results_by_tp], "failures": failures,
-            "errors": errors, "duration_s": round(time.monotonic() - t0, 3)}
+            "errors": errors, "duration_s": round(time.monotonic() - t0, 3), "skipped": skipped,
+            "offline_dirs": offline}
 
 
 def plan_batches(config: StorageConfig, *, topics=None, batch_size: int = 500) -> list[Batch]:
@@ -522,10 +576,20 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
             kept = log.segments[result["segments_deleted"]:]
             new_start = max(new_start, kept[0].base_offset if kept else log.log_end_offset)
         result["records_removed"] = new_start - result["log_start_offset_before"]
+        future = mgr.future_logs.get((log.topic, log.partition))
+        if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
+            # The copy being made for a move is kept like its partition (Kafka retains future logs too).
+            copy = retention_mod.run(future, now, dry_run=dry_run)
+            result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
+                                "segments_deleted": copy["segments_deleted"],
+                                "bytes_reclaimed": copy["bytes_reclaimed"]}
+            if copy["segments_deleted"] and not dry_run:
+                result.setdefault("checkpoint_dirs", []).append(future.log_dir)
         return result
 
     def after(mgr, done):
-        dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]})
+        dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]}
+                      | {d for r in done for d in r.pop("checkpoint_dirs", [])})
         if not dry_run and dirs:
             mgr.checkpoint(dirs)
         return []

@@ -11,7 +11,7 @@ target over it. Usage is measured one of two ways:
 
 * ``max_used_percent``: the filesystem's used space (``statvfs``) in percent. Dirs on one filesystem share it, so
   moving between them changes nothing: such moves are never planned;
-* ``max_dir_bytes``: the bytes of log data the dir holds (its partitions' files).
+* ``max_dir_bytes``: the bytes of log data the dir holds (its partitions' segment ``.log`` files).
 """
 from __future__ import annotations
 
@@ -93,10 +93,14 @@ def cancel_move(config: StorageConfig, topic: str, partition: int, now_ms: int |
 
 # -- usage and balance ----------------------------------------------------------------------------------------
 
-def _tree_bytes(path: str) -> int:
+def _tree_bytes(path: str, *, logs_only: bool = False) -> int:
+    """Bytes of the files under ``path``; ``logs_only``: of the segment ``.log`` files (the log data: index files
+    are preallocated sparse files whose length says little about the disk they take)."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
+            if logs_only and not f.endswith(layout.LOG_SUFFIX):
+                continue
             try:
                 total += os.stat(os.path.join(root, f)).st_size
             except OSError:
@@ -118,10 +122,10 @@ def log_dir_usage(config: StorageConfig) -> list[dict]:
             entry.update(status="offline", error=f"{type(exc).__name__}: {exc}")
             out.append(entry)
             continue
-        parts = [{"topic": tp[0], "partition": tp[1], "size_bytes": _tree_bytes(os.path.join(d, name))}
-                 for name, tp in listing.partitions]
+        parts = [{"topic": tp[0], "partition": tp[1],
+                  "size_bytes": _tree_bytes(os.path.join(d, name), logs_only=True)} for name, tp in listing.partitions]
         futures = [{"topic": tp[0], "partition": tp[1], "folder": name,
-                    "size_bytes": _tree_bytes(os.path.join(d, name))} for name, tp in listing.futures]
+                    "size_bytes": _tree_bytes(os.path.join(d, name), logs_only=True)} for name, tp in listing.futures]
         entry.update(partitions=parts, moves_in=futures,
                      data_bytes=sum(p["size_bytes"] for p in parts) + sum(f["size_bytes"] for f in futures),
                      fs_total_bytes=fs.total if fs else 0, fs_used_bytes=fs.used if fs else 0,

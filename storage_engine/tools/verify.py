@@ -24,15 +24,17 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.clock import clock_at
 from storage_engine.errors import StorageError, StorageIOError
 from storage_engine.log.failure import is_dir_failure, os_error_of
-from storage_engine.maintenance.jobs import BatchResult, as_topic_partitions, partition_failure
+from storage_engine.maintenance.jobs import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.segment.time_index import TimeIndex
 
 
-def verify_log_dirs(config) -> dict:
-    problems, pending, partitions, foreign = [], [], [], []
+def verify_log_dirs(config, *, partitions: bool = True) -> dict:
+    """The whole audit (``partitions=False``: the log dirs' own files and folders only)."""
+    problems, pending, verified, foreign = [], [], [], []
+    check_partitions = partitions
     offline: dict[str, str] = {}
     for d in config.log_dirs:
         try:
@@ -68,7 +70,7 @@ def verify_log_dirs(config) -> dict:
         for name in listing.foreign_files:
             foreign.append({"file": os.path.join(d, name), "kind": "foreign-file",
                             "message": "a file that neither Kafka nor this engine keeps in a log dir"})
-        for name, (topic, partition) in listing.partitions + listing.futures:
+        for name, (topic, partition) in (listing.partitions + listing.futures) if check_partitions else []:
             path = os.path.join(d, name)
             try:
                 summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
@@ -83,51 +85,54 @@ def verify_log_dirs(config) -> dict:
                 continue
             summary.update(topic=topic, partition=partition, future=name != layout.partition_dir_name(topic,
                                                                                                      partition))
-            partitions.append(summary)
-    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": partitions,
+            verified.append(summary)
+    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": verified,
             "foreign": foreign, "offline_dirs": offline}
 
 
 def verify_partition(config, topic: str, partition: int) -> dict:
     """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
-    "segments", "batches", "records", "size_bytes", "log_end_offset"}``. Raises ``PartitionNotFoundError``."""
-    from storage_engine.errors import PartitionNotFoundError
+    "segments", "batches", "records", "size_bytes", "log_end_offset"}``. Raises ``PartitionNotFoundError``, or
+    ``LogDirOfflineError`` when a log dir that may hold it cannot be read."""
+    from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
     name = layout.partition_dir_name(topic, partition)
+    unreadable = None
     for d in config.log_dirs:
         path = os.path.join(d, name)
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if not is_dir_failure(exc):
+                raise
+            unreadable = unreadable or LogDirOfflineError(
+                f"partition {name} is unavailable: log dir {d} is offline ({type(exc).__name__}: {exc})", d)
+            continue
         if os.path.isdir(path):
             problems: list[dict] = []
             pending: list[dict] = []
-            summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+            try:
+                summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+            except (OSError, StorageIOError) as exc:
+                if not is_dir_failure(exc):
+                    raise
+                raise LogDirOfflineError(f"partition {name} is unavailable: log dir {d} is offline "
+                                         f"({type(exc).__name__}: {exc})", d) from exc
             summary.update(topic=topic, partition=partition, log_dir=d, damaged=bool(problems),
                            problems=problems, pending=pending)
             return summary
+    if unreadable is not None:
+        raise unreadable
     raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
 
 
 def verify_dir_files(config) -> dict:
-    """The log-dir half of the audit: checkpoint files parse, every folder is a valid partition name."""
-    problems, pending = [], []
-    for d in config.log_dirs:
-        if not os.path.isdir(d):
-            pending.append({"file": d, "message": "log dir does not exist yet"})
-            continue
-        for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
-                     layout.CLEANER_OFFSET_CHECKPOINT):
-            try:
-                OffsetCheckpointFile(os.path.join(d, name)).read()
-            except StorageError as exc:
-                problems.append({"file": os.path.join(d, name), "message": str(exc)})
-        for name in sorted(os.listdir(d)):
-            path = os.path.join(d, name)
-            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
-                continue
-            try:
-                topic, _partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except (ValueError, StorageError) as exc:
-                problems.append({"file": path, "message": f"not a partition folder: {exc}"})
-    return {"damaged": bool(problems), "problems": problems, "pending": pending}
+    """The log-dir half of the audit: checkpoint files parse; which dirs are offline; deleted, stray and
+    foreign folders (see the module docstring)."""
+    report = verify_log_dirs(config, partitions=False)
+    report["online_dirs"] = [d for d in config.log_dirs if d not in report["offline_dirs"]]
+    return report
 
 
 def _verify_partition(log_dir, name, path, cfg, problems, pending) -> dict:
@@ -260,12 +265,20 @@ def _verify_indexes(path, base, cfg, positions, problems, pending):
 def verify_batch(config, partitions) -> BatchResult:
     """The audit of each partition of a batch (see :mod:`storage_engine.maintenance.jobs` for batches).
     A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
+    from storage_engine.errors import LogDirOfflineError
     t0 = time.monotonic()
-    results, failures = [], []
+    results: list[dict] = []
+    failures: list = []
+    skipped: list[SkippedPartition] = []
+    offline: dict[str, str] = {}
     for tp in as_topic_partitions(partitions):
         started = time.monotonic()
         try:
             report = verify_partition(config, *tp)
+        except LogDirOfflineError as exc:
+            skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
+            offline[exc.log_dir or "?"] = str(exc)
+            continue
         except Exception as exc:
             failures.append(partition_failure(tp, exc))
             continue
@@ -278,4 +291,4 @@ def verify_batch(config, partitions) -> BatchResult:
                                       f"{first['message']}", "permanent": True})
     return {"now_ms": clock_at(None).milliseconds(), "dry_run": True, "partitions": len(results) + len(
         [f for f in failures if f["error_type"] != "DamageFound"]), "results": results, "failures": failures,
-        "errors": [], "duration_s": round(time.monotonic() - t0, 3)}
+        "errors": [], "duration_s": round(time.monotonic() - t0, 3), "skipped": skipped, "offline_dirs": offline}
