@@ -356,7 +356,8 @@ class VerifyLogDirsOperator(StorageMaintenanceOperator):
 
 
 class PurgeDeletedOperator(StorageMaintenanceOperator):
-    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms`` (as of the run's instant).
+    """Remove ``.deleted`` files and ``-delete`` folders (deleted or moved-away partitions) older than their topic's
+    ``file.delete.delay.ms`` (as of the run's instant); offline log dirs are left out and reported.
 
     :param dry_run: report what would be removed, change nothing
     """

@@ -3,7 +3,7 @@
 Nothing here takes a lock, opens a file for writing, creates a file or repairs anything, so it may run in any
 process (Airflow's api-server) while applications append and maintenance tasks run. Figures come from the
 files as they are: folder listings and ``stat`` for sizes, the checkpoint files and each partition's shared
-state (the 32 bytes of its lock file, read without taking the lock) for offsets, the segments' index and
+state (the first 32 bytes of its lock file, read without taking the lock) for offsets, the segments' index and
 time-index tails for log end offsets and timestamps.
 
 Cost is proportional to what is asked: :func:`list_partition_status` lists and stats every partition folder
@@ -29,6 +29,7 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.segment import LogSegment
 
 _STATE = struct.Struct(">qqqq")          # see storage_engine.log.locks: generation, log start, recovery point, flush
+                                         # (a status follows them; unread here)
 SORT_KEYS = ("name", "size", "segments", "deleted")
 
 
