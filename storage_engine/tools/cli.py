@@ -376,12 +376,20 @@ def cmd_consume(args, config) -> int:
     return 0
 
 
+def _listable_partition_dirs(log_dir: str) -> list:
+    try:
+        return layout.partition_dirs(log_dir)
+    except OSError:
+        return []
+
+
 def cmd_describe(args, config) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     import os
     # Folder names first (no log opened), then only the logs of the requested page: usable at 10,000 partitions.
-    names = sorted({tp for d in config.log_dirs for _n, tp in layout.partition_dirs(d)
+    # A dir that cannot be listed is left out here; the manager reports it offline.
+    names = sorted({tp for d in config.log_dirs for _n, tp in _listable_partition_dirs(d)
                     if (not args.topic or tp[0] in args.topic) and (args.partition is None or tp[1] == args.partition)})
     page = names[args.offset:None if args.limit is None else args.offset + args.limit]
     whole = not args.topic and args.partition is None and args.limit is None and not args.offset
