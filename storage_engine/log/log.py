@@ -320,7 +320,15 @@ class Log:
                                       max_offset=b.last_offset, now_ms=now) is not None:
                     self._roll_locked(now, base=base if not active.can_convert_to_relative_offset(b.last_offset)
                                       else None)
+                # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
+                # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
+                analysis = (pstate.analyze(self.producer_state, [b], pstate.REPLICATION)
+                            if b.magic >= 2 and b.producer_id >= 0 else None)
                 self.active_segment.append(b.last_offset, b.max_timestamp, b.last_offset, raw)
+                if analysis is not None:
+                    pstate.apply(self.producer_state, analysis, self.active_segment, b.last_offset)
+                else:
+                    self.producer_state.map_end_offset = b.last_offset + 1
                 self.log_end_offset = expected = b.last_offset + 1
                 first = base if first is None else first
                 count += b.records_count

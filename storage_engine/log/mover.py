@@ -45,11 +45,13 @@ from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
 from storage_engine.log import deletion
+from storage_engine.log import producer_state as pstate
 from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, PartitionState,
                                       lock_path, peek_state)
 from storage_engine.log.log import Log
 from storage_engine.log.loader import open_log
+from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.segment.file_records import iter_batches
 
 logger = logging.getLogger(__name__)
@@ -380,7 +382,24 @@ def _reconcile(current: Log, future: Log) -> None:
         if future.size_in_bytes() or future.log_end_offset != start:
             logger.info("starting the copy of %s over at offset %d", current.name, start)
         future.truncate_fully_and_start_at(start)
+        _seed_producer_state(current, future, start)
     _carry_log_start(current, future)
+
+
+def _seed_producer_state(current: Log, future: Log, start: int) -> None:
+    """Give the copy, empty at ``start``, the current log's producer state as of ``start`` (from its snapshot at
+    or below ``start`` plus a replay up to it), written as the copy's snapshot at ``start``. Producers whose
+    batches retention already removed are kept so; the batches copied afterwards update it as a replica's."""
+    with current.locked(), future.locked():
+        segments = current.segments
+        seed = ProducerStateManager(current.dir, current.name)
+        first = segments[0].base_offset if segments else start
+        pstate.rebuild(seed, segments, min(first, start), start, exclusive=False)
+        psm = future.producer_state
+        psm.producers = seed.producers
+        psm.ongoing_txns = seed.ongoing_txns
+        psm.map_end_offset = start
+        psm.take_snapshot(force=True)
 
 
 def _carry_log_start(current: Log, future: Log) -> None:
@@ -436,6 +455,9 @@ def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, 
                     if future.log_end_offset != current.log_end_offset or not _same_tail(current, future):
                         raise StorageError(f"the copy of {name} does not match the partition after catching up "
                                            f"(end offsets {future.log_end_offset} and {current.log_end_offset})")
+                    # The copy's producer state at its end: the next load of the new home replays nothing.
+                    future.producer_state.map_end_offset = future.log_end_offset
+                    future.producer_state.take_snapshot()
                     future.flush()
                     for seg in future.segments:   # the copy's every file is durable before it can serve
                         seg.flush()

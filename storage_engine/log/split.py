@@ -18,7 +18,8 @@ a segment's last offset lies more than ``2^31 - 1`` above its base, and splits i
 A crash before the last ``.swap`` exists leaves a ``.cleaned`` below every ``.swap``: the loader discards them all
 and splits again. A crash after it leaves only ``.swap`` files (and perhaps ``.deleted`` ones): the loader completes
 the swap over [first new base, last new next offset), which covers the old segment. Either way the records, their
-offsets and their order are those of the old segment.
+offsets and their order are those of the old segment. The old ``.txnindex`` entries go to the new segments holding
+their markers; producer snapshots are at offsets, not per segment, and stay valid (the old base is still a base).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import StorageError
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.segment import INT32_MAX, LogSegment
+from storage_engine.segment.txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ def split_overflowed_segment(dir_path: str, base_offset: int, cfg: LogConfig, no
                 chunk = []
             chunk.append(batch)
         _append_chunk(current, chunk)
+        _split_txn_index(dir_path, base_offset, new_segments)
         total = 0
         for seg in new_segments:
             seg.on_become_inactive_segment()
@@ -92,6 +95,19 @@ def split_overflowed_segment(dir_path: str, base_offset: int, cfg: LogConfig, no
     bases = [s.base_offset for s in new_segments]
     logger.warning("split %s, whose offsets overflow its base, into %d segments at %s", old_log, len(bases), bases)
     return bases
+
+
+def _split_txn_index(dir_path: str, base_offset: int, new_segments: list[LogSegment]) -> None:
+    """Each aborted transaction of the old ``.txnindex`` goes to the new segment holding its ABORT marker (its
+    last offset), where an append would have indexed it; the entries keep their order."""
+    old = TransactionIndex(layout.segment_file(dir_path, base_offset, layout.TXN_INDEX_SUFFIX), base_offset,
+                           writable=False)
+    for txn in old.all_aborted_txns():
+        home = new_segments[0]
+        for seg in new_segments:
+            if seg.base_offset <= txn.last_offset:
+                home = seg
+        home.txn_index.append(txn)
 
 
 def _append_chunk(seg: LogSegment | None, chunk: list) -> None:
@@ -119,7 +135,7 @@ def _replace(dir_path: str, old_base: int, new_segments: list[LogSegment]) -> No
     fsync_dir(dir_path)
     for seg in new_segments:
         # The index files first and the .log last, as in Log.replace_segments.
-        for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+        for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
             durable_rename(layout.segment_file(dir_path, seg.base_offset, suffix, layout.SWAP_SUFFIX),
                            layout.segment_file(dir_path, seg.base_offset, suffix), sync=False, missing_ok=True)
         durable_rename(layout.segment_file(dir_path, seg.base_offset, layout.LOG_SUFFIX, layout.SWAP_SUFFIX),
