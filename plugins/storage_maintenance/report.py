@@ -77,7 +77,7 @@ def partition_rows(task_id: str, result: Any) -> list[dict]:
 
 
 def _row(task_id: str, r: dict) -> dict:
-    name = f"{r['topic']}-{r['partition']}" + (" (copy being moved)" if r.get("future") else "")
+    name = f"{r['topic']}-{r['partition']}" + (" (copy being moved)" if r.get("future") is True else "")
     row = {"task": task_id, "partition": name, "segments": 0, "bytes": 0, "records": 0,
            "duration_s": r.get("duration_s"), "detail": ""}
     if "segments_deleted" in r:                                     # retention

@@ -603,10 +603,17 @@ def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None
 
     def act(mgr, log, now):
         expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
-        return {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
-                "producers": len(log.producer_state.producers),
-                "open_transactions": len(log.producer_state.ongoing_txns),
-                "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+        result = {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
+                  "producers": len(log.producer_state.producers),
+                  "open_transactions": len(log.producer_state.ongoing_txns),
+                  "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+        future = mgr.future_logs.get((log.topic, log.partition))
+        if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
+            # The copy being made for a move forgets the same producers, or they would come back with it.
+            result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
+                                "expired_producer_ids": future.expire_producers(now, expiration_ms,
+                                                                                dry_run=dry_run)}
+        return result
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 

@@ -15,7 +15,7 @@ from storage_engine.log import mover
 from storage_engine.log.loader import open_log
 from storage_engine.log.manager import LogManager
 from storage_engine.log.split import split_overflowed_segment
-from storage_engine.log.producer_state import ABORT
+from storage_engine.log.producer_state import ABORT, ProducerStateManager
 from storage_engine.maintenance import jobs
 from storage_engine.record.records import SimpleRecord, build_batch, build_control_batch
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
@@ -211,3 +211,36 @@ def test_a_split_legacy_segment_keeps_its_aborted_transactions_in_the_segment_of
         assert [o for o, _v in committed] == legacy + [first_txn + 1]
     assert not [n for n in os.listdir(folder) if n.endswith(layout.SWAP_SUFFIX)]
     assert not verify_log_dirs(cfg)["damaged"]
+
+
+def test_producer_expiry_applies_to_the_copy_of_a_moving_partition(tmp_path):
+    """Both expiry jobs forget an idle producer in the partition and in the copy being made of it, so it does
+    not come back when the copy takes over."""
+    cfg = _config(tmp_path)
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        log = mgr.get_or_create_log("t", 0)
+        _fill_with_producers(log)
+        source = mgr.dir_of(("t", 0))
+        target = [d for d in cfg.log_dirs if d != source][0]
+        future, _ = open_log(target, "t", 0, log.config, clock=ManualClock(T0), exclusive=True, create=True,
+                             folder=layout.future_dir_name("t", 0))
+        try:
+            mover._reconcile(log, future)
+            mover._copy_round(log, future)
+            assert 7 in future.producer_state.producers and 11 in future.producer_state.producers
+        finally:
+            future.close(clean=False)
+    later = T0 + cfg.producer_id_expiration_ms + 1000
+    batch = jobs.expire_producers_batch(cfg, [["t", 0]], later)
+    (result,) = batch["results"]
+    # Producer 10's transaction is open: it stays; the others expire, in the partition and in its copy.
+    assert result["expired_producer_ids"] == [7, 8, 9, 11]
+    assert result["future"]["expired_producer_ids"] == [7, 8, 9, 11]
+    # The copy's newest snapshot (at its end) holds the state after the expiry.
+    folder = os.path.join(result["future"]["log_dir"], result["future"]["folder"])
+    psm = ProducerStateManager(folder, "t-0")
+    assert psm.load_from_snapshot(0, 1 << 62, delete_corrupt=False) == psm.snapshot_offsets()[-1]
+    assert sorted(psm.producers) == [10]
+    whole = jobs.expire_producers(cfg, later)
+    assert whole["producers_expired"] == 0 and len(whole["partitions"]) == 2
+    assert [p.get("future", False) for p in whole["partitions"]] == [False, True]
