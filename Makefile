@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser test test-fast typecheck demo bench bench-large airflow clean
+.PHONY: venv browser test test-fast typecheck demo bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,19 @@ bench: $(STAMP)
 bench-large: $(STAMP)
 	$(BIN)/python -m benchmarks --only keymap --large $(KEYS) --out var/bench/results-large.json
 	$(BIN)/python -m benchmarks.summary --write
+
+# kill -9 torture (RELIABILITY.md): real processes on one log dir killed at random and at every protocol step,
+# then reopen, verify and check every acknowledged record. TRIALS=N make torture; SOAK=600 make torture runs
+# one 10-minute soak instead. A failing trial's log dir is kept under var/torture/failures.
+TRIALS ?= 1000
+torture: $(STAMP)
+	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK))
+
+# Mutation testing of the engine's decision modules (MUTATION.md): every group of modules against the tests that
+# pin it, 2 mutants at a time; prints killed / survived / timeout per module and fails if one scores below 90%.
+# ARGS="--only retention,checkpoint" for some groups; `make test` runs a smoke run of a few mutants.
+mutation: $(STAMP)
+	$(BIN)/python -m mutation --fail-under 90 $(ARGS)
 
 clean:
 	rm -rf var build *.egg-info

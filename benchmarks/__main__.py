@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import append, codec, compaction, fetch, harness, keymap, load
+from . import append, codec, compaction, fetch, harness, keymap, load, scale
 
-BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap)}
+BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap, scale)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
 

@@ -28,7 +28,10 @@ Stricter than Kafka, where Kafka would accept a value and fail later or misbehav
 ``segment.index.bytes`` >= 12 (Kafka: >= 4, then fails creating a time index smaller than one entry);
 ``log.cleaner.threads`` >= 1 (Kafka: >= 0, then divides by it in its dedupe-buffer check);
 ``log.cleaner.io.buffer.size`` >= 1; ``cleanup.policy`` must not be empty; duplicate YAML keys and
-duplicate log dirs are rejected.
+duplicate log dirs are rejected. ``log.dirs`` (or ``log.dir``) must be set: Kafka falls back to
+``/tmp/kafka-logs``, and a store that writes where nobody configured it to (an empty or truncated config file) is
+worse than one that refuses. A log dir nested in another (or the same dir twice), and an entry naming an
+existing file or device (or a path through one), are rejected too, naming the entry.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import difflib
 import math
 import os
 import re
+import stat
 import random
 import sys
 import types
@@ -580,8 +584,34 @@ _SECTIONS = ("broker", "topics")
 _ENV_REFERENCE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 
 
+def _check_dir_path(entry: str, path: str, key: str) -> None:
+    """``path`` must be a directory or not exist yet, and the nearest existing ancestor must be a directory. A path
+    that cannot be inspected is left to the process that opens it (see :mod:`storage_engine.log.failure`)."""
+    probe = path
+    while True:
+        try:
+            mode = os.stat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # absent, or a file on the way: look further up
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return
+            probe = parent
+            continue
+        except OSError:
+            # Unreadable (a permission, a link loop, a failing disk): not a mistake in the configuration but a dir
+            # failure, which takes that dir offline in the process that opens it while the others keep working.
+            return
+        if stat.S_ISDIR(mode):
+            return
+        kind = ("a regular file" if stat.S_ISREG(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a directory")
+        where = "it" if probe == path else f"{probe}, on its path,"
+        raise ConfigError(f"{key} entry {entry!r} ({path}): {where} is {kind}; a log dir must be a directory")
+
+
 def _resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tuple[str, ...]:
-    """Expand ``$VARS`` and ``~``, make relative paths absolute against ``base_dir``, reject duplicates."""
+    """Expand ``$VARS`` and ``~``, make relative paths absolute against ``base_dir``; reject duplicates, dirs nested
+    in one another, and entries naming a file or a device."""
     resolved: list[str] = []
     seen: dict[str, str] = {}
     for entry in entries:
@@ -595,6 +625,13 @@ def _resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tupl
         if real in seen:
             raise ConfigError(f"{key} = {_show(list(entries))}: {entry!r} and {seen[real]!r} "
                               f"are the same directory ({path})")
+        _check_dir_path(entry, path, key)
+        for other_real, other in seen.items():
+            inner, outer = (real, other_real) if len(real) > len(other_real) else (other_real, real)
+            if inner.startswith(outer.rstrip(os.sep) + os.sep):
+                first, second = (entry, other) if inner == real else (other, entry)
+                raise ConfigError(f"{key} = {_show(list(entries))}: {first!r} lies inside {second!r}; log dirs "
+                                  "must not be nested (the inner one would be taken for a partition folder)")
         seen[real] = entry
         resolved.append(path)
     return tuple(resolved)
@@ -620,7 +657,8 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
             raise _unknown_key(key, _SECTIONS, "top-level", hint)
 
     values = dict(_BROKER_DEFAULTS)
-    for key, raw in _section(data, "broker").items():
+    broker = _section(data, "broker")
+    for key, raw in broker.items():
         values[key] = _broker_key(key).parse(raw)
 
     _check_compaction_lags(values["log.cleaner.min.compaction.lag.ms"], values["log.cleaner.max.compaction.lag.ms"],
@@ -634,14 +672,19 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
         base_dir = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
     dirs_key = "log.dirs" if values["log.dirs"] is not None else "log.dir"   # Kafka: log.dirs wins
     storage = {k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "storage"}
-    return StorageConfig(
+    configured = "log.dirs" in broker or "log.dir" in broker
+    built = StorageConfig(
         source=source,
-        log_dirs=_resolve_log_dirs(values[dirs_key], base_dir, dirs_key),
+        log_dirs=_resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else (),
         default_log=LogConfig(**_log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
         topic_overrides=_section(data, "topics"),
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         **storage,
     )
+    if not configured:  # last, so any other mistake in the file is reported first
+        raise ConfigError("no log.dirs (or log.dir) is set under 'broker:': refusing to fall back to Kafka's "
+                          f"default {BROKER_KEYS['log.dir'].default!r}, which nobody configured")
+    return built
 
 
 def config_from_mapping(data: Mapping | None, source: str | None = None,

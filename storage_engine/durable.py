@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from storage_engine import crashpoints
 from storage_engine.errors import StorageIOError
 from storage_engine.layout import TMP_SUFFIX
 
@@ -50,9 +51,11 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
             f.flush()
             if sync:
                 os.fsync(f.fileno())
+        crashpoints.reached("atomic.tmp-written")
         os.replace(tmp, path)
     except OSError as exc:
         raise StorageIOError("cannot write file atomically", path, exc) from exc
+    crashpoints.reached("atomic.renamed")
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 

@@ -166,4 +166,22 @@ class StorageIOError(StorageError):
         text = message if self.path is None else f"{message}: {self.path}"
         if cause is not None:
             text = f"{text}: {cause}"
+        hint = descriptor_limit_hint(cause)
+        if hint:
+            text = f"{text}. {hint}"
         super().__init__(text)
+
+
+def descriptor_limit_hint(cause: BaseException | None) -> str | None:
+    """What to do when the process (EMFILE) or the system (ENFILE) ran out of file descriptors."""
+    import errno
+    if not isinstance(cause, OSError) or cause.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    if cause.errno == errno.ENFILE:
+        return ("The system-wide open-file table is full (fs.file-max): raise it with sysctl, or close other "
+                "processes' files")
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (f"This process reached its open-file limit (RLIMIT_NOFILE soft limit {soft}, hard limit {hard}): "
+            f"raise it (ulimit -n, LimitNOFILE= in a systemd unit) or open fewer logs at once (the engine keeps "
+            f"the files of at most LogManager's max_open_logs partitions open)")

@@ -60,6 +60,7 @@ DIR_LOCK_FILE = ".lock"  # Kafka's name for the same purpose: every process usin
 ENGINE_PREFIX = ".engine+"
 PARTITION_STATE_PREFIX = ENGINE_PREFIX + "partition+"  # + <topic>-<partition>: partition flock + shared state
 CLEANING_CLAIM_PREFIX = ENGINE_PREFIX + "cleaning+"    # + <topic>-<partition>: flock held while cleaning
+INTENT_PREFIX = ENGINE_PREFIX + "intent+"              # + <topic>-<partition>: a multi-step change under way
 CREATE_LOCK_FILE = ENGINE_PREFIX + "create.lock"       # serialises partition creation (first log dir)
 CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "checkpoint.lock"
 CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
@@ -282,6 +283,12 @@ def partition_state_file(log_dir: str, partition_dir: str) -> str:
 def cleaning_claim_file(log_dir: str, partition_dir: str) -> str:
     """The partition's cleaning claim (``.engine+cleaning+<topic>-<partition>``, SHA-1 likewise)."""
     return _engine_file(log_dir, CLEANING_CLAIM_PREFIX, partition_dir)
+
+
+def intent_file(log_dir: str, partition_dir: str) -> str:
+    """The partition's pending-change record (``.engine+intent+<topic>-<partition>``, SHA-1 likewise): written
+    durably before the first rename of a multi-step change, removed when the change is done."""
+    return _engine_file(log_dir, INTENT_PREFIX, partition_dir)
 
 
 def keymap_root(log_dirs) -> str:

@@ -10,7 +10,8 @@ claim (a cleaning round in progress finishes first) and then its lock:
 2. the partition's entries leave the log dir's recovery-point, log-start-offset and cleaner checkpoints;
 3. the folder is renamed ``-delete`` and its modification time set to the deletion time (the purge counts
    ``file.delete.delay.ms`` from it); the log dir is fsynced;
-4. the lock file and the cleaning claim are unlinked, so a partition created under the same name starts fresh.
+4. a pending swap record left by a cleaner that died (:mod:`storage_engine.log.intent`), the lock file and the
+   cleaning claim are unlinked, so a partition created under the same name starts fresh.
 
 A process that meets a retired lock whose folder still has its plain name (the deleting process died between 1
 and 3) completes 2-4 (:func:`finish_deletion`). Loading never loads a ``-delete`` folder as a partition; the first
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from storage_engine import layout
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import PartitionMovedError, PartitionNotFoundError, StorageIOError
+from storage_engine.log import intent
 from storage_engine.log.locks import DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, lock_path
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
@@ -121,6 +123,8 @@ def _finish(log_dir: str, topic: str, partition: int, lock: PartitionLock, claim
         durable_rename(src, dst, sync=False)
         _stamp(dst, now_ms)
         fsync_dir(log_dir)
+    # A swap record a dead cleaner left concerns files now in the -delete folder: it goes with the lock.
+    intent.clear(log_dir, name)
     lock.unlink()
     claim.unlink()
     return renamed

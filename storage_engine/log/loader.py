@@ -1,16 +1,22 @@
-"""Loading a partition folder into segments, in Kafka's order (``LogLoader.load``).
+"""Loading a partition folder into segments, in Kafka's order (``LogLoader.load``), stricter where Kafka trusts.
 
-1. Temp-file pass: delete ``*.deleted`` files past ``file.delete.delay.ms`` and half-written ``*.snapshot.tmp``; discard
-   every ``.swap`` whose offset is >= the smallest ``.cleaned`` offset (an incomplete replacement), then delete all
-   ``.cleaned``.
-2. Swap completion: the remaining ``.swap`` segments replace every file whose offset lies in
-   [min swap base, max swap next offset); then ``.swap`` is dropped from their names.
-3. Load segments: delete index files without a ``.log``; open every ``.log``; a missing ``.index`` forces
+1. Pending changes and temp files: a change recorded by a process that died (a cleaner's swap) is completed or
+   rolled back (:func:`storage_engine.log.swap.resolve`); then Kafka's rules for ``.cleaned``/``.swap`` files
+   without a record, each ``.swap`` validated before it replaces anything; only then are ``*.deleted`` files
+   past ``file.delete.delay.ms`` deleted (a rolled back swap may have needed them), and half-written
+   ``*.snapshot.tmp`` files.
+2. Load segments: delete index files without a ``.log``; open every ``.log``; a missing ``.index`` forces
    recovery of that segment, a missing ``.timeindex`` is created empty.
-4. Recover (only after an unclean shutdown): every segment from the one holding the recovery point to the
+3. Recover (only after an unclean shutdown): every segment from the one holding the recovery point to the
    end is validated and its indexes rebuilt; at the first corrupt batch the segment is truncated and every
-   later segment deleted.
-5. A log whose end is below the log start offset checkpoint is emptied and restarted there; a log without
+   later segment deleted. After a clean shutdown the active segment's tail is validated anyway (from its last
+   index entry: cheap), since the marker vouches for nothing written after it: a torn or garbage tail, or an
+   index pointing past the data, gets the segment recovered and is reported.
+4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka). A checkpoint past the
+   log end is reported and ignored when the load lost no data (no operation can put the start there: the value
+   is wrong, and acting on it would hide, then delete, every record); when recovery cut the log below it, the
+   log is emptied and restarted there as Kafka does (the records in between were lost, the ones below were
+   already deleted). A log without
    segments gets an empty one at the log start offset. The active segment's indexes are re-expanded.
 6. Producer state (Kafka's ``loadProducerState``): stray snapshots are removed (of those not at a segment base
    only the largest survives, and only if not below the last base), then the state is rebuilt from the newest
@@ -23,30 +29,35 @@ A legacy segment whose offsets overflow its base (met while recovering it, or se
 offset lies more than 2^31 - 1 above its base) is split into segments whose offsets fit and the load starts over
 (Kafka's ``retryOnOffsetOverflow``, see :mod:`storage_engine.log.split`).
 
-Steps 1, 2 and 4 rewrite files, so they run only when no other process has the log dir open (the first
-opener, see :mod:`storage_engine.log.locks`); a process joining a log dir in use only opens its view
-(:mod:`storage_engine.log.view`). Both run under the partition lock. :func:`open_log` is how a ``Log`` is opened.
+Steps 1 and 3 rewrite files, so a full load runs only when no other process can have the partition open: for the
+first opener of a log dir (exclusive), for a partition never loaded (generation 0), and for one not loaded since
+the dir's last unclean shutdown (its ``loaded_epoch`` is not the dir's crash epoch, see
+:mod:`storage_engine.log.locks`: whoever had it open would have loaded it in this epoch). Otherwise a process
+joining a log dir in use opens its view (:mod:`storage_engine.log.view`). Both run under the partition lock.
+:func:`open_log` is how a ``Log`` is opened.
 """
 from __future__ import annotations
 
 import logging
 import os
+import struct
 from dataclasses import dataclass, field
 
-from storage_engine import layout
+from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
-from storage_engine.durable import durable_rename, fsync_dir
+from storage_engine.durable import fsync_dir
 from storage_engine.log import producer_state as pstate
-from storage_engine.log import view
+from storage_engine.log import swap, view
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.log.split import needs_split, split_overflowed_segment
-from storage_engine.errors import (CorruptIndexError, InvalidOffsetError, PartitionDeletedError,
+from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, SegmentOffsetOverflowError,
                                    StorageError, StorageIOError)
+from storage_engine.record.records import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import INT32_MAX
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.segment import LogSegment, RecoveryResult
@@ -115,79 +126,83 @@ def _listing(dir_path: str) -> list[str]:
 
 
 def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> None:
-    """Steps 1 and 2."""
-    cleaned, swaps = [], []
+    """Step 1 (caller holds the partition lock and no other process has the partition open)."""
+    log_dir, name = os.path.split(os.path.abspath(dir_path))
+    result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True))
     for name in _listing(dir_path):
-        if not name.endswith((layout.DELETED_SUFFIX, layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)):
-            continue   # most names: no stat needed
         path = os.path.join(dir_path, name)
-        if not os.path.isfile(path):
-            continue
-        if name.endswith(layout.DELETED_SUFFIX):
-            # Kafka deletes every .deleted file at broker start. Here processes open and close log dirs all
-            # the time, so only files whose file.delete.delay.ms has passed go (the rename stamped the mtime);
-            # the others wait for the purge, as a reader of another process may still be using them.
-            try:
-                scheduled_ms = int(os.stat(path).st_mtime * 1000)
-            except FileNotFoundError:
-                continue
-            if now_ms - scheduled_ms >= cfg.file_delete_delay_ms:
-                _remove(path, result)
-        elif name.endswith(layout.CLEANED_SUFFIX):
-            cleaned.append(name)
-        elif name.endswith(layout.SWAP_SUFFIX):
-            swaps.append(name)
-        elif name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
+        if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
             _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
-    if cleaned:
-        min_cleaned = min(layout.offset_from_filename(n) for n in cleaned)
-        for name in list(swaps):
-            if layout.offset_from_filename(name) >= min_cleaned:
-                _remove(os.path.join(dir_path, name), result)
-                swaps.remove(name)
-                result.messages.append(f"discarded incomplete swap {name}")
-        for name in cleaned:
-            _remove(os.path.join(dir_path, name), result)
-    swap_logs = [n for n in swaps if n == layout.filename_prefix(layout.offset_from_filename(n)) +
-                 layout.LOG_SUFFIX + layout.SWAP_SUFFIX]
-    if not swap_logs:
-        return
-    bases, ends = [], []
-    for name in swap_logs:
-        base = layout.offset_from_filename(name)
-        # Only the .log is read: a .swap segment's index files may be missing (Kafka's indexes are lazy).
-        swap_log = FileRecords(os.path.join(dir_path, name), writable=False)
-        try:
-            nxt = base
-            for batch in swap_log.batches():
-                nxt = batch.next_offset
-        finally:
-            swap_log.close()
-        bases.append(base)
-        ends.append(nxt)
-    min_swap, max_swap = min(bases), max(ends)
-    for name in _listing(dir_path):
-        if name.endswith(layout.SWAP_SUFFIX) or not layout.is_offset_named(name):
             continue
-        if min_swap <= layout.offset_from_filename(name) < max_swap:
-            _remove(os.path.join(dir_path, name), result)
-    for name in swaps:
-        durable_rename(os.path.join(dir_path, name), os.path.join(dir_path, name[:-len(layout.SWAP_SUFFIX)]),
-                       sync=False)
-        result.messages.append(f"completed swap {name}")
-    fsync_dir(dir_path)
+        if not name.endswith(layout.DELETED_SUFFIX) or not os.path.isfile(path):
+            continue   # most names: no stat needed
+        # Kafka deletes every .deleted file at broker start. Here processes open and close log dirs all the time,
+        # so only files whose file.delete.delay.ms has passed go (the rename stamped the mtime); the others wait
+        # for the purge, as a reader of another process may still be using them.
+        try:
+            scheduled_ms = int(os.stat(path).st_mtime * 1000)
+        except FileNotFoundError:
+            continue
+        if now_ms - scheduled_ms >= cfg.file_delete_delay_ms:
+            _remove(path, result)
+
+
+def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
+    """After a clean shutdown: validate the active segment from its last index entry (the marker vouches for
+    nothing written since). A torn or garbage tail, or an index past the data, gets the segment recovered
+    (``recover(seg)``: with the producer state, so its ``.txnindex`` is rebuilt too, and an append never lands
+    behind bytes that do not parse); a damaged batch followed by valid ones to the end is reported and kept
+    (flushed data: reads of it fail, truncating would destroy the records after it). Returns whether the segment
+    was recovered."""
+    problem = None
+    index = seg.offset_index
+    if index.entries and (index.entry(index.entries - 1)[1] >= max(seg.size, 1)):
+        problem = (f"its offset index names position {index.entry(index.entries - 1)[1]}, past the "
+                   f"{seg.size} bytes of the .log")
+    else:
+        expected = index.last_offset + 1 if index.entries else seg.base_offset
+        pos, damaged = seg.last_index_position(), None
+        while problem is None:
+            try:
+                for batch in seg.log.read_batches(pos, strict=True):
+                    batch.ensure_valid()
+                    expected = batch.next_offset
+                break
+            except CorruptRecordError as exc:
+                head = seg.log.read(exc.position or 0, LOG_OVERHEAD)
+                size = struct.unpack_from(">i", head, 8)[0] if len(head) == LOG_OVERHEAD else -1
+                after = (exc.position or 0) + LOG_OVERHEAD + size
+                if damaged is not None or size < MIN_ENTRY_SIZE_FIELD or after >= seg.size:
+                    problem = str(exc)
+                else:
+                    damaged, pos = str(exc), after  # is it only this batch? the rest must parse to the end
+        if problem is None and damaged is not None:
+            result.messages.append(f"{os.path.basename(seg.path)}: kept a damaged batch followed by valid ones "
+                                   f"(reads of it fail, verify reports it): {damaged}")
+        if problem is None and seg.time_index.entries and seg.time_index.last_entry[1] >= expected:
+            problem = f"its time index names offset {seg.time_index.last_entry[1]}, past the log end {expected}"
+    if problem is None:
+        return False
+    rec = recover(seg)
+    result.bytes_truncated += rec.bytes_truncated
+    result.recovered_segments += 1
+    result.messages.append(f"{os.path.basename(seg.path)}: recovered despite the clean-shutdown marker: {problem}; "
+                           f"{rec.bytes_truncated} bytes truncated")
+    return True
 
 
 def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
-         had_clean_shutdown: bool, now_ms: int) -> LoadResult:
-    """Full Kafka load of one partition folder (steps 1-5). Caller holds the partition lock."""
+         had_clean_shutdown: bool, now_ms: int, log_start_offset_fallback: int = 0) -> LoadResult:
+    """Full Kafka load of one partition folder (steps 1-4). Caller holds the partition lock.
+    ``log_start_offset_fallback``: the next best log start offset, if the checkpoint's is ignored."""
     messages: list[str] = []
     for _ in range(MAX_SPLITS_PER_LOAD):
         opened: list[LogSegment] = []
         try:
             result = _load(dir_path, cfg, opened, recovery_point_checkpoint=recovery_point_checkpoint,
                            log_start_offset_checkpoint=log_start_offset_checkpoint,
-                           had_clean_shutdown=had_clean_shutdown, now_ms=now_ms)
+                           had_clean_shutdown=had_clean_shutdown, now_ms=now_ms,
+                           log_start_offset_fallback=log_start_offset_fallback)
         except _SplitNeeded as split:
             for seg in opened:
                 seg.close(trim=False)
@@ -201,9 +216,11 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
 
 
 def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpoint: int,
-          log_start_offset_checkpoint: int, had_clean_shutdown: bool, now_ms: int) -> LoadResult:
+          log_start_offset_checkpoint: int, had_clean_shutdown: bool, now_ms: int,
+          log_start_offset_fallback: int) -> LoadResult:
     result = LoadResult([], 0, 0, 0)
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
+    crashpoints.reached("load.resolved")
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result))
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
@@ -218,6 +235,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         if seg is not segments[-1]:
             seg.release()
     recovery_point = recovery_point_checkpoint
+    lost = False
     if not had_clean_shutdown and segments:
         bases = [s.base_offset for s in segments]
         start_idx = 0
@@ -230,6 +248,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                 rec_truncated = 0
             else:
                 rec = _recover(seg, psm, segments, start_guess)
+                crashpoints.reached("load.recovered")
                 rec_truncated = rec.bytes_truncated
                 result.recovered_segments += 1
                 if rec.error:
@@ -239,6 +258,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
             if seg is not unflushed[-1]:
                 seg.release()
             if rec_truncated > 0:
+                lost = True
                 for later in unflushed[i + 1:]:
                     result.messages.append(f"deleted {os.path.basename(later.path)} after the corruption")
                     later.delete_files()
@@ -264,16 +284,30 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                 result.recovered_segments += 1
             if seg is not segments[-1]:
                 seg.release()
+        if segments and _check_active_tail(segments[-1], result,
+                                           lambda seg: _recover(seg, psm, segments, start_guess)):
+            recovery_point = segments[-1].base_offset  # recovered: the marker's claim is void for it
+            had_clean_shutdown = False
     next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
     if segments and needs_split(segments[-1].base_offset, next_offset):
         raise _SplitNeeded(segments[-1].base_offset)
     if segments and next_offset < log_start_offset_checkpoint:
-        psm.truncate_fully_and_start_at(log_start_offset_checkpoint)
-        for seg in segments:
-            seg.delete_files()
-        result.messages.append(f"log end {next_offset} is below the log start offset "
-                               f"{log_start_offset_checkpoint}: restarted the log there")
-        segments = []
+        if lost:
+            psm.truncate_fully_and_start_at(log_start_offset_checkpoint)
+            for seg in segments:
+                seg.delete_files()
+            result.messages.append(f"log end {next_offset} is below the log start offset "
+                                   f"{log_start_offset_checkpoint} after recovery cut the log: restarted the log "
+                                   "there")
+            segments = []
+        else:
+            # No operation puts the start past the end (delete-records stops at the high watermark), and nothing
+            # was lost here: the value is wrong. Acting on it would hide, then delete, every record.
+            fallback = log_start_offset_fallback if log_start_offset_fallback <= next_offset else 0
+            result.messages.append(f"the log start offset checkpoint {log_start_offset_checkpoint} is past the log "
+                                   f"end {next_offset}, which no operation can do, and recovery lost nothing: "
+                                   f"ignored (the log starts at {max(fallback, segments[0].base_offset)})")
+            log_start_offset_checkpoint = fallback
     if not segments:
         seg = LogSegment.open(dir_path, log_start_offset_checkpoint, cfg, now_ms=now_ms)
         segments = [seg]
@@ -305,11 +339,14 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
 
 def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clock: Clock, exclusive: bool,
              had_clean_shutdown: bool = False, recovery_point_checkpoint: int = 0, log_start_offset_checkpoint: int = 0,
-             create: bool = False, folder: str | None = None) -> tuple[Log, LoadResult | None]:
-    """Open a partition's :class:`Log`: with ``exclusive`` (the first process in the log dir) or when no process
-    has loaded it yet, load and recover it (:func:`load`); otherwise open a view of it as other processes left
-    it. ``create`` makes a missing folder. ``folder`` is the folder's name when it is not ``<topic>-<partition>``
-    (the ``-future`` copy of a partition being moved). Returns the log and, for a load, what the load did.
+             create: bool = False, folder: str | None = None,
+             dir_epoch: int | None = None) -> tuple[Log, LoadResult | None]:
+    """Open a partition's :class:`Log`: with ``exclusive`` (the first process in the log dir), when no process
+    has loaded it yet, or when it was not loaded since the dir's last unclean shutdown (``dir_epoch``, the dir's
+    crash epoch, differs from the one recorded at its last load), load and recover it (:func:`load`); otherwise
+    open a view of it as other processes left it. ``create`` makes a missing folder. ``folder`` is the folder's
+    name when it is not ``<topic>-<partition>`` (the ``-future`` copy of a partition being moved). Returns the log
+    and, for a load, what the load did.
 
     Raises :class:`PartitionDeletedError` or :class:`PartitionMovedError` when the partition's lock says it was
     deleted or moved away, even if its folder is still there (a change a crashed process left half done, which
@@ -323,7 +360,8 @@ def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clo
                 opened = _open_locked(lock, log_dir, folder, topic, partition, config, clock=clock,
                                       exclusive=exclusive, had_clean_shutdown=had_clean_shutdown,
                                       recovery_point_checkpoint=recovery_point_checkpoint,
-                                      log_start_offset_checkpoint=log_start_offset_checkpoint, create=create)
+                                      log_start_offset_checkpoint=log_start_offset_checkpoint, create=create,
+                                      dir_epoch=dir_epoch)
                 if opened is not None:
                     return opened
                 lock.unlink()
@@ -336,7 +374,8 @@ def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clo
 
 def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, partition: int, config: LogConfig, *,
                  clock: Clock, exclusive: bool, had_clean_shutdown: bool, recovery_point_checkpoint: int,
-                 log_start_offset_checkpoint: int, create: bool) -> tuple[Log, LoadResult | None] | None:
+                 log_start_offset_checkpoint: int, create: bool,
+                 dir_epoch: int | None) -> tuple[Log, LoadResult | None] | None:
     """:func:`open_log` under the lock; None when the lock file is a stale one to replace."""
     now_ms = clock.milliseconds()
     dir_path = os.path.join(log_dir, folder)
@@ -359,24 +398,26 @@ def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, par
         # Whatever the lock file says belongs to a folder of this name that is gone (removed by hand, or a
         # move that never completed): the new partition starts from nothing, at a generation nobody has seen.
         state = PartitionState(generation=state.generation)
-    elif not exclusive and state.generation != 0:
+    current = dir_epoch is None or state.loaded_epoch == dir_epoch
+    if exists and not exclusive and state.generation != 0 and current:
         log = Log(log_dir, topic, partition, config, lock, LogSegments(), log_start_offset=0,
                   recovery_point=0, next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms, folder=folder)
         view.sync(log, now_ms)
         return log, None
-    lso_cp, rp_cp = log_start_offset_checkpoint, recovery_point_checkpoint
+    lso_cp, rp_cp, lso_fallback = log_start_offset_checkpoint, recovery_point_checkpoint, 0
     if state.generation != 0:
         # Values kept by processes that ran since the last checkpoint are at least as fresh.
         if state.log_start_offset != UNKNOWN:
-            lso_cp = max(lso_cp, state.log_start_offset)
+            lso_cp, lso_fallback = max(lso_cp, state.log_start_offset), min(lso_cp, state.log_start_offset)
         if state.recovery_point != UNKNOWN:
             # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
             rp_cp = min(rp_cp, state.recovery_point)
     res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
-               had_clean_shutdown=had_clean_shutdown, now_ms=now_ms)
+               had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback)
     # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
     last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
-    new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush)
+    new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush,
+                               state.loaded_epoch if dir_epoch is None else dir_epoch, status=LIVE)
     lock.write_state(new_state)
     log = Log(log_dir, topic, partition, config, lock, LogSegments(res.segments),
               log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,

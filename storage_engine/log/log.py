@@ -8,9 +8,17 @@ single node with no replicas, so the **high watermark is the log end offset**: e
 Processes: every mutating operation runs under the partition lock (:mod:`storage_engine.log.locks`) and starts
 by bringing this process's view up to date (:mod:`storage_engine.log.view`): a changed generation reloads the
 segment list, an unchanged one only re-validates bytes another process appended to the active segment (and
-truncates a torn tail left by a writer that died mid-append). Readers reload when the generation moved and
-retry when a segment they wanted was renamed away (``.deleted``) under them. What an append may contain is
-decided by :mod:`storage_engine.log.validator` before any byte is written. A ``Log`` is opened by
+truncates a torn tail left by a writer that died mid-append). Every change that renames or shrinks files (a roll,
+retention, the cleaner's swap, truncation) bumps the generation before its first rename, so no process derives a
+segment list or a log start offset from a change half done: a swap is moreover recorded as a pending change that
+whoever finds it after its cleaner died completes or rolls back (:mod:`storage_engine.log.swap`).
+
+Reads are checked (Kafka's consumer ``check.crcs`` and offset order, :mod:`storage_engine.segment.segment`): a
+damaged or misplaced batch raises :class:`CorruptRecordError` naming the file and position, never returns data. A
+read that fails because another process changed the partition under it (a segment renamed away, a torn tail cut)
+retries on a fresh view: the change moved the generation before its first rename, so the refresh waits for the
+lock of the process making it and then reloads. What an append may contain is decided by
+:mod:`storage_engine.log.validator` before any byte is written. A ``Log`` is opened by
 :func:`storage_engine.log.loader.open_log`.
 
 Producers and transactions (:mod:`storage_engine.log.producer_state`): an append carrying a producer id is checked
@@ -36,16 +44,18 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from storage_engine import layout
+from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
-from storage_engine.durable import durable_rename, fsync_dir
-from storage_engine.errors import (InvalidRecordError, OffsetOutOfRangeError, PartitionDeletedError,
-                                   PartitionMovedError, StorageError, StorageIOError)
+from storage_engine.durable import fsync_dir
+from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
+                                   PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError,
+                                   StorageIOError)
 from storage_engine.log import producer_state as pstate
-from storage_engine.log import validator, view
+from storage_engine.log import swap, validator, view
 from storage_engine.log.failure import LogDirFailureChannel
 from storage_engine.log.locks import PartitionLock, lock_path
+from storage_engine.log.open_logs import OpenLogs
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
@@ -56,6 +66,7 @@ from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
+READ_ATTEMPTS = 5  # a read retried this often met that many changes by other processes in a row
 
 
 @dataclass
@@ -69,6 +80,8 @@ class AppendInfo:
     duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
 
 
+# The view generation of a parked log: never one the shared state holds (>= 0), so the next sync reloads.
+PARKED_GENERATION = -2
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
@@ -84,13 +97,6 @@ def _guarded(method):
         with self.failures.guard(self):
             return method(self, *args, **kwargs)
     return run
-
-
-def _inode_of(path: str) -> int:
-    try:
-        return os.stat(path).st_ino
-    except FileNotFoundError:
-        return -1
 
 
 class Log:
@@ -125,6 +131,50 @@ class Log:
         self.view = PartitionView(generation, segments.active.size if len(segments) else 0)
         self.producer_state = producer_state if producer_state is not None else ProducerStateManager(self.dir,
                                                                                                       self.name)
+        self.files: OpenLogs | None = None   # the manager's bound on logs with open files (None: unbounded)
+        self._parked = False
+
+    # -- open files -------------------------------------------------------------------------------------------
+    @property
+    def parked(self) -> bool:
+        return self._parked
+
+    def park(self) -> bool:
+        """Close every file of this idle log (segments, lock file); False if its lock is held. The next use
+        reopens them through a reload of the segment list, as after another process changed it, so nothing a
+        parked log missed meanwhile is lost (see :mod:`storage_engine.log.open_logs`)."""
+        if self.lock.held:
+            return False
+        for seg in self.segment_list:
+            try:
+                seg.release()   # lazy again: an attribute read before the reload reopens what it needs
+            except OSError:     # the segment went meanwhile (another process): the reload finds out
+                seg.close_quietly()
+        self.lock.park()
+        self.view.generation = PARKED_GENERATION   # never a real generation: the next sync reloads
+        self._parked = True
+        return True
+
+    def release_sealed(self) -> None:
+        """Close the files of the sealed segments a read or a cleaning round opened (they reopen on their next
+        use); not while the lock is held (a change to the segments may be using them)."""
+        if self.lock.held:
+            return
+        for seg in self.segment_list.as_list()[:-1]:
+            if seg.is_open:
+                try:
+                    seg.release()
+                except OSError:    # the segment went meanwhile (another process): the next reload finds out
+                    seg.close_quietly()
+
+    def _used(self) -> None:
+        if self.files is not None:
+            self.files.used(self)
+
+    def _unpark_for_read(self) -> None:
+        self._used()
+        if self._parked:
+            self.refresh()
 
     @property
     def is_future(self) -> bool:
@@ -149,8 +199,17 @@ class Log:
 
     def _acquire_synced(self) -> None:
         self._check_open()
+        if not self.lock.held:
+            self._used()
+            self._parked = False   # the sync below reloads a parked log
         for _ in range(self.MAX_FOLLOWED_MOVES):
-            self.lock.acquire()
+            try:
+                self.lock.acquire()
+            except PartitionMovedError:   # parked while the partition moved or was deleted: look it up again
+                if self.relocate is None:
+                    raise
+                self._follow_move()
+                continue
             if self.lock._depth > 1:
                 return
             try:
@@ -189,7 +248,8 @@ class Log:
         """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
         another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
         self._check_open()
-        if view.refresh_unlocked(self):
+        self._used()
+        if not self._parked and view.refresh_unlocked(self):
             return
         if self.lock.held:
             view.sync(self, self.clock.milliseconds())
@@ -391,15 +451,19 @@ class Log:
         # view would go on appending to the old segment (through index maps longer than the trimmed files)
         # behind an empty newer one, and a later view would hand out those offsets again.
         self._publish(bump=True)
+        crashpoints.reached("roll.published")
         active.on_become_inactive_segment()
+        crashpoints.reached("roll.sealed")
         seg = LogSegment.open(self.dir, new_base, self.config, now_ms=now)
         self.segment_list.add(seg)
         self.view.known_active_size = 0
+        crashpoints.reached("roll.created")
         # The producer state as of the new segment's base: what a load rebuilds from (Kafka's snapshot at roll).
         self.producer_state.map_end_offset = new_base
         self.producer_state.take_snapshot()
         # Kafka flushes everything below the new segment right after a roll (async); do it now.
         self._flush_locked(new_base, now, bump=True)
+        crashpoints.reached("roll.flushed")
         # The sealed segment's files are opened again only when it is read: a long-running appender holds
         # descriptors for the active segment only, however many segments it rolls.
         active.release()
@@ -426,6 +490,7 @@ class Log:
                 new_segment = new_segment or seg.base_offset >= self.recovery_point
             if new_segment:
                 fsync_dir(self.dir)
+            crashpoints.reached("flush.synced")
             self.recovery_point = offset
         self.last_flush_ms = now
         self._publish(bump=bump)
@@ -438,92 +503,122 @@ class Log:
     # -- reading ----------------------------------------------------------------------------------------------
     @_guarded
     def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
-        """Whole batches from the one holding ``start_offset``; None at the log end. OffsetOutOfRangeError
-        outside [log start, log end]."""
-        for attempt in range(3):
+        """Whole, checked batches from the one holding ``start_offset``; None at the log end.
+        OffsetOutOfRangeError outside [log start, log end]; CorruptRecordError for damage."""
+        self._unpark_for_read()
+        attempt = 0
+        while True:
             try:
                 return self._read_once(start_offset, max_bytes, min_one_message)
-            except (FileNotFoundError, StorageIOError):
-                if attempt == 2:
-                    raise
-                self.refresh()
-        return None
+            except (StorageIOError, CorruptRecordError) as exc:
+                self._after_failed_read(exc, attempt)
+                attempt += 1
+
+    def _after_failed_read(self, exc: Exception, attempt: int) -> None:
+        """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed meanwhile (then the
+        caller retries: the failure was another process's change, not damage)."""
+        before = self.view.generation
+        if attempt + 1 < READ_ATTEMPTS:
+            self.refresh()
+            if self.view.generation != before:
+                return
+        raise exc
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: log start offset "
+                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+
+    def _upper_bound(self, segments: list[LogSegment], i: int) -> int:
+        return segments[i + 1].base_offset if i + 1 < len(segments) else self.log_end_offset
 
     def _read_once(self, start_offset: int, max_bytes: int, min_one_message: bool):
-        if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {start_offset} is out of range for {self.name}: log start offset "
-                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+        self._check_range(start_offset)
         if start_offset == self.log_end_offset:
             return None
-        for seg in self.segment_list.from_offset(start_offset):
-            data = seg.read(start_offset, max_bytes, min_one_message=min_one_message)
+        segments = self.segment_list.from_offset(start_offset)
+        for i, seg in enumerate(segments):
+            data = seg.read(start_offset, max_bytes, min_one_message=min_one_message,
+                            upper_bound=self._upper_bound(segments, i))
             if data is not None and data.data:
                 return data
         return None
 
     def read_records(self, start_offset: int | None = None, max_records: int | None = None, *,
                      isolation_level: str = READ_UNCOMMITTED) -> Iterator[Record]:
-        """Data records from ``start_offset`` (default: log start) in offset order, as a Kafka consumer sees them:
-        control records (transaction markers) are never returned. ``read_committed`` stops at the last stable
-        offset and skips the records of aborted transactions (found in the ``.txnindex`` files), exactly as
-        Kafka's consumer filters a fetch."""
+        """Data records from ``start_offset`` (default: log start) in offset order, every batch checked, as a Kafka
+        consumer sees them: control records (transaction markers) are never returned. ``read_committed`` stops at
+        the last stable offset and skips the records of aborted transactions (found in the ``.txnindex`` files),
+        exactly as Kafka's consumer filters a fetch."""
+        guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
+        with guard:
+            yield from self._read_records(start_offset, max_records, isolation_level)
+
+    def _read_records(self, start_offset: int | None, max_records: int | None,
+                      isolation_level: str) -> Iterator[Record]:
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
+        self._unpark_for_read()
         offset = self.log_start_offset if start_offset is None else start_offset
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.name}: log start offset "
-                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
+        self._check_range(offset)
         committed = isolation_level == READ_COMMITTED
-        end = self.last_stable_offset if committed else self.log_end_offset
-        aborted = sorted(self.aborted_transactions(offset, end), key=lambda t: t.first_offset) if committed else []
-        aborted_pids: set[int] = set()
-        produced = 0
-        while offset < end:
-            data = self.read(offset, 1048576)
-            if data is None:
-                return
-            advanced = False
-            for batch in iter_batches(data.data, 0, len(data.data), self.name):
-                if batch.base_offset >= end:
-                    return
-                want = offset
-                if batch.next_offset > offset:
-                    offset = batch.next_offset
-                    advanced = True
-                if committed and batch.magic >= 2 and batch.producer_id >= 0:
-                    # Kafka's consumer: transactions whose first offset is reached become aborted for their
-                    # producer until that producer's ABORT marker.
-                    while aborted and aborted[0].first_offset <= batch.last_offset:
-                        aborted_pids.add(aborted.pop(0).producer_id)
+        produced, attempt = 0, 0
+        while True:
+            # Per attempt (a retry follows another process's change): every aborted transaction overlapping
+            # [offset, end) is listed again, including one begun before ``offset`` whose marker is still ahead.
+            end = self.last_stable_offset if committed else self.log_end_offset
+            aborted = (sorted(self.aborted_transactions(offset, end), key=lambda t: t.first_offset) if committed
+                       else [])
+            aborted_pids: set[int] = set()
+            try:
+                for batch in self._checked_batches(offset):
+                    if batch.base_offset >= end:
+                        return
+                    want = offset
+                    offset = max(offset, batch.next_offset)
+                    if committed and batch.magic >= 2 and batch.producer_id >= 0:
+                        # Kafka's consumer: transactions whose first offset is reached become aborted for their
+                        # producer until that producer's ABORT marker.
+                        while aborted and aborted[0].first_offset <= batch.last_offset:
+                            aborted_pids.add(aborted.pop(0).producer_id)
+                        if batch.is_control:
+                            recs = batch.records()
+                            if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
+                                aborted_pids.discard(batch.producer_id)
+                        elif batch.is_transactional and batch.producer_id in aborted_pids:
+                            continue
                     if batch.is_control:
-                        recs = batch.records()
-                        if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
-                            aborted_pids.discard(batch.producer_id)
-                    elif batch.is_transactional and batch.producer_id in aborted_pids:
                         continue
-                if batch.is_control:
-                    continue
-                for rec in batch.records():
-                    if rec.offset < want:
-                        continue
-                    if rec.offset >= end:
-                        return
-                    yield rec
-                    produced += 1
-                    if max_records is not None and produced >= max_records:
-                        return
-            if not advanced:
+                    for rec in batch.records():
+                        if rec.offset < want:
+                            continue
+                        if rec.offset >= end:
+                            return
+                        yield rec
+                        produced += 1
+                        if max_records is not None and produced >= max_records:
+                            return
                 return
+            except (StorageIOError, CorruptRecordError) as exc:
+                self._after_failed_read(exc, attempt)
+                attempt += 1
+                self._check_range(offset)
+
+    def _checked_batches(self, offset: int):
+        """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
+        segments = self.segment_list.from_offset(offset)
+        for i, seg in enumerate(segments):
+            yield from seg.checked_batches(max(offset, seg.base_offset) if i == 0 else seg.base_offset,
+                                           self._upper_bound(segments, i))
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
         ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
         out: list[AbortedTxn] = []
         for seg in self.segment_list.from_offset(start_offset):
-            if seg.base_offset >= upper_bound_offset and out:
-                break
+            # No stop at the upper bound's segment: a transaction aborted below the bound is indexed where its
+            # marker went, which may be a later segment (the cleaner's dirty range ends at a segment base).
             result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             out.extend(result.aborted)
             if result.complete:
@@ -554,6 +649,7 @@ class Log:
             if self.segment_list[0].base_offset > offset:
                 self._truncate_fully_locked(offset, now)
                 return True
+            self._publish(bump=True)  # visible before the first rename (every other process reloads)
             # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
             # log is cut cannot leave one that a later, longer log would be rebuilt from.
             self.producer_state.delete_snapshots_outside(-1, offset)
@@ -587,6 +683,7 @@ class Log:
             self._truncate_fully_locked(offset, now)
 
     def _truncate_fully_locked(self, offset: int, now: int) -> None:
+        self._publish(bump=True)  # visible before the first rename (every other process reloads)
         self.producer_state.truncate_fully_and_start_at(offset)
         old = self.segment_list.as_list()
         seg = (LogSegment.open(self.dir, offset, self.config, now_ms=now)
@@ -607,10 +704,12 @@ class Log:
         self.view.known_active_size = self.active_segment.size
         self._publish(bump=True)
 
-    def _delete_segment_files(self, seg: LogSegment, now: int, sync: bool = True) -> None:
-        """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms)."""
+    def _delete_segment_files(self, seg: LogSegment, now: int, sync: bool = True, *,
+                              after_log: str | None = None, snapshot: bool = False) -> None:
+        """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms),
+        with ``snapshot`` also the producer snapshot named by its base offset, right after them."""
         self.segment_list.remove(seg)
-        seg.change_file_suffixes("", layout.DELETED_SUFFIX)
+        seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
         seg.close(trim=False)
         # The rename's mtime is the "scheduled at" time for the purge.
         for p in seg.file_paths:
@@ -618,6 +717,8 @@ class Log:
                 os.utime(p, (now / 1000.0, now / 1000.0))
             except FileNotFoundError:
                 pass
+        if snapshot:
+            self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
         if sync:
             fsync_dir(self.dir)
 
@@ -635,67 +736,49 @@ class Log:
             else:
                 segments = segments[:-1]
             segments = [s for s in segments if s is not self.active_segment]
-        for seg in segments:
-            self._delete_segment_files(seg, now)
-            # Kafka deletes the producer snapshot named by a deleted segment's base with it (asynchronously).
-            self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
-        if self.segment_list[0].base_offset > self.log_start_offset:
-            self.log_start_offset = self.segment_list[0].base_offset
+        if not segments:
+            return []
+        # The new log start offset is published before the first rename: a process that meets the deletion half
+        # done (this one died) sees segments below the log start offset, which the next pass deletes.
+        before = self.log_start_offset
+        following = self.segment_list.base_after(segments[-1])
+        if following is not None and following > self.log_start_offset:
+            self.log_start_offset = following
+        self._publish(bump=True)
+        crashpoints.reached("retention.published")
+        done = 0
+        try:
+            for seg in segments:
+                self._delete_segment_files(seg, now, sync=False)
+                done += 1
+                # Kafka deletes the producer snapshot named by a deleted segment's base with it.
+                self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
+                if done == 1:
+                    crashpoints.reached("retention.partial")
+        except BaseException:
+            # A rename failed (the process lives on): the start moves only past what really went, and the
+            # segment list is reloaded from the folder (the failed segment already left it).
+            kept_from = segments[done].base_offset if done < len(segments) else self.log_start_offset
+            self.log_start_offset = max(before, min(self.log_start_offset, kept_from))
+            self._publish(bump=True)
+            self.view.generation -= 1
+            view.sync(self, now)
+            raise
+        crashpoints.reached("retention.renamed")
+        fsync_dir(self.dir)
         self._publish(bump=True)
         return segments
 
     def replace_segments(self, new_segment: LogSegment | None, old_segments: list[LogSegment],
                          identity: list[tuple[int, int]], now_ms: int, *, delete_after: bool = False) -> bool:
-        """Swap a cleaned segment (still named ``.cleaned``) in for ``old_segments``, crash-safely.
-
-        Protocol (Kafka's ``replaceSegments``): ``.cleaned`` -> ``.swap``; old files -> ``.deleted``;
-        ``.swap`` -> final name (indexes first, the ``.log`` last); fsync the dir. A crash before every
-        ``.swap`` exists leaves a ``.cleaned`` whose presence makes the loader discard the swap; after, the
-        loader completes it over [new base, new segment's next offset), so the new segment must reach into
-        the last old segment that holds data. ``delete_after`` (a group whose records all went, swapped for a
-        segment holding one empty batch) then deletes the new segment, its ``.log`` first: no empty segment
-        is left behind, and a crash in between leaves the same records. ``new_segment`` None (old segments
-        without any data) only deletes the old segments.
-        ``identity`` ((base offset, inode of the .log) of each old segment when cleaning started) must still
-        match the current view, else another process changed them and the swap is abandoned (False)."""
-        with self.locked():
-            current = {s.base_offset: s for s in self.segment_list}
-            still_there = []
-            for base, inode in identity:
-                seg = current.get(base)
-                if seg is None or _inode_of(seg.path) != inode or seg is self.active_segment:
-                    if new_segment is not None:
-                        new_segment.delete_files()
-                    logger.warning("abandoning cleaned segment for %s at %d: segment %d changed meanwhile",
-                                   self.name, identity[0][0], base)
-                    return False
-                still_there.append(seg)
-            if new_segment is not None:
-                new_segment.change_file_suffixes(layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)
-                fsync_dir(self.dir)
-            for seg in still_there:
-                self._delete_segment_files(seg, now_ms, sync=False)
-            if new_segment is not None:
-                # The index files first, the .log last: while the .log is still .swap a loader redoes the
-                # whole swap (deleting index files already renamed, then rebuilding them), so no index .swap
-                # is ever left behind. change_file_suffixes then renames the .log and records the new names
-                # (it tolerates the index files being in place already).
-                base = new_segment.base_offset
-                for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
-                    durable_rename(layout.segment_file(self.dir, base, suffix, layout.SWAP_SUFFIX),
-                                   layout.segment_file(self.dir, base, suffix), sync=False, missing_ok=True)
-                new_segment.change_file_suffixes(layout.SWAP_SUFFIX, "")
-                self.segment_list.add(new_segment)
-            fsync_dir(self.dir)
-            for seg in still_there:  # Kafka: snapshots of replaced segments not replaced at the same base go
-                if new_segment is None or seg.base_offset != new_segment.base_offset:
-                    self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now_ms)
-            if new_segment is not None and delete_after:
-                self._delete_segment_files(new_segment, now_ms)
-            if self.segment_list[0].base_offset > self.log_start_offset:
-                self.log_start_offset = self.segment_list[0].base_offset
-            self._publish(bump=True)
-            return True
+        """Swap a cleaned segment (still named ``.cleaned``, complete and flushed) in for ``old_segments``,
+        crash-safely and visibly to every process (:func:`storage_engine.log.swap.replace_segments`). The new
+        segment reaches into the last old segment that holds data; ``delete_after`` (a group whose records all
+        went, swapped for a segment holding one empty batch) then deletes it; ``new_segment`` None (old segments
+        without any data) only deletes the old ones. ``identity`` ((base offset, inode of the .log) of each old
+        segment when cleaning started) must still match, else the swap is abandoned (False). Cleaning never moves
+        the log start offset."""
+        return swap.replace_segments(self, new_segment, old_segments, identity, now_ms, delete_after=delete_after)
 
     @_guarded
     def delete_records(self, offset: int) -> int:
@@ -733,6 +816,9 @@ class Log:
     def close(self, *, clean: bool) -> None:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close; a log
         that was deleted meanwhile, or whose dir went offline, is closed without."""
+        files, self.files = self.files, None
+        if files is not None:
+            files.forget(self)
         if clean:
             try:
                 with self.locked():
@@ -741,7 +827,7 @@ class Log:
                     self._flush_locked(self.log_end_offset, self.clock.milliseconds())
                     for seg in self.segment_list:
                         seg.close(trim=True)
-            except (PartitionDeletedError, PartitionMovedError) as exc:
+            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError) as exc:
                 logger.info("closing %s without flushing: %s", self.name, exc)
                 clean = False
             except StorageError as exc:

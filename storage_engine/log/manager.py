@@ -4,9 +4,10 @@
   one dir and a new one goes to the dir with the fewest partitions (decided under a creation lock, so two
   processes never create the same partition twice).
 * Opening: per dir, the first process to open it (exclusive flock on ``<dir>/.lock``) consumes the
-  clean-shutdown marker and, without it, recovers every log from its recovery point; logs of a dir are
-  loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in parallel. A process joining a dir
-  that others have open only opens views (see :mod:`.partition_lock`).
+  clean-shutdown marker and, without it, starts a new crash epoch and recovers every log it loads from its
+  recovery point; logs of a dir are loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in
+  parallel. A process joining a dir that others have open opens views, except of a partition not loaded since
+  the last unclean shutdown, which it loads and recovers (see :mod:`storage_engine.log.locks`).
 * Checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) are written
   atomically from the partitions' shared state, merged with entries of partitions other processes own.
 * Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
@@ -18,6 +19,8 @@
 * Offline dirs (:mod:`.failure`): a dir that fails with an I/O error while opening is marked offline and
   skipped, as is one whose logs fail later; its partitions raise :class:`LogDirOfflineError`, the other
   dirs keep working.
+* Open files: at most ``max_open_logs`` logs hold descriptors at once; the least recently used idle ones are
+  parked (:mod:`.open_logs`), so one process can hold 100,000 partitions under a limit of 20,000 descriptors.
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
+from storage_engine import crashpoints
+from storage_engine.log.open_logs import OpenLogs
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
@@ -51,6 +56,7 @@ class DirState:
     exclusive_at_open: bool
     had_clean_shutdown: bool
     opens_at_open: int = 0
+    epoch: int | None = None
     load_messages: list = field(default_factory=list)
 
 
@@ -67,8 +73,11 @@ def _why_not_a_dir(path: str, exc: OSError) -> OSError:
 
 
 class LogManager:
-    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None):
+    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None,
+                 max_open_logs: int | OpenLogs | None = None):
         self.config = config
+        self.open_logs = max_open_logs if isinstance(max_open_logs, OpenLogs) else OpenLogs(max_open_logs)
+        self._dir_counts: dict[str, int] | None = None   # partitions per log dir, for placing new ones
         # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
         self.only = None if partitions is None else frozenset(partitions)
         self.clock = clock
@@ -82,15 +91,20 @@ class LogManager:
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None) -> "LogManager":
+    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None,
+             max_open_logs: int | OpenLogs | None = None) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
         stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
 
         A manager that loaded a subset writes the clean-shutdown marker when it is the last to close only if it
         found the dir clean and had it to itself (see :meth:`_may_vouch_for`); otherwise the next first opener
-        recovers each log from its recovery point."""
-        mgr = cls(config, clock, partitions)
+        recovers each log from its recovery point.
+
+        ``max_open_logs`` bounds the logs holding open files (default: from ``RLIMIT_NOFILE``, see
+        :mod:`.open_logs`); an :class:`~.open_logs.OpenLogs` passed instead is a bound shared with the other
+        managers given it (a job holding several managers at once)."""
+        mgr = cls(config, clock, partitions, max_open_logs)
         online = []
         for d in config.log_dirs:
             try:
@@ -177,6 +191,11 @@ class LogManager:
         state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
         if exclusive:
             state.load_messages.extend(convert_legacy_engine_files(log_dir))
+            epoch = lock.epoch()
+            state.epoch = epoch if clean and epoch != UNKNOWN else lock.new_epoch()
+        else:
+            epoch = lock.epoch()
+            state.epoch = epoch if epoch != UNKNOWN else None
         listing = layout.scan_log_dir(log_dir)
         self.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
         if exclusive and listing.deleting:
@@ -200,13 +219,14 @@ class LogManager:
                                     exclusive=exclusive, had_clean_shutdown=clean,
                                     recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
                                     log_start_offset_checkpoint=lso_cp.get((topic, partition), 0),
-                                    folder=folder if future else None)
+                                    folder=folder if future else None, dir_epoch=state.epoch)
             except PartitionDeletedError:
                 if not future:
                     deletion.finish_deletion(log_dir, topic, partition, now_ms)
                 return (topic, partition), None, None
             except (PartitionMovedError, PartitionNotFoundError):
                 return (topic, partition), None, None    # moved (or renamed) since the listing
+            self._track(log)   # here, not after the load: the bound holds while 100,000 partitions load
             return (topic, partition), log, res
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
@@ -252,8 +272,9 @@ class LogManager:
         found = mover.locate(self.config.log_dirs, topic, partition, self.clock.milliseconds(),
                              skip=set(self.failures.offline_dirs()))
         if found is None:
-            raise PartitionNotFoundError(f"partition {topic}-{partition} moved and cannot be found in the online "
-                                         f"log dirs {self.online_dirs()}")
+            raise PartitionNotFoundError(f"partition {topic}-{partition} left the folder this process had open and "
+                                         f"cannot be found in the online log dirs {self.online_dirs()} (it was "
+                                         "deleted, or moved to a dir this process does not have)")
         return found, layout.partition_dir_name(topic, partition)
 
     def online_dirs(self) -> list[str]:
@@ -314,22 +335,32 @@ class LogManager:
             raise LogDirOfflineError(f"partition {name} is unavailable: log dir {d} is offline ({reason}) and "
                                      f"may hold it", d)
 
+    def _epoch(self, log_dir: str) -> int | None:
+        state = self.dirs.get(log_dir)
+        return state.epoch if state is not None else None
+
     def _adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None:
-        """A partition created or moved by another process after this manager opened."""
+        """A partition created or moved by another process after this manager opened (or not loaded by a subset
+        open)."""
         tp = (topic, partition)
         for _ in range(3):
             d = mover.locate(self.config.log_dirs, topic, partition, self.clock.milliseconds(),
                              create_lock_held=create_lock_held, skip=set(self.failures.offline_dirs()))
             if d is None:
                 return None
+            rp_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
+            lso_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
             try:
                 log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
-                                  exclusive=False)
+                                  exclusive=False, dir_epoch=self._epoch(d),
+                                  recovery_point_checkpoint=rp_cp.get(tp, 0),
+                                  log_start_offset_checkpoint=lso_cp.get(tp, 0))
             except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError):
                 continue    # deleted or moved between finding and opening it: look again
             old = self.logs.get(tp)
             if old is not None and old is not log and old.lock.is_open:
                 old.close(clean=False)
+            self._track(log)
             self.logs[tp] = self._attach(log)
             return log
         raise StorageError(f"partition {topic}-{partition} kept changing while this process opened it")
@@ -352,26 +383,46 @@ class LogManager:
             if log is not None:
                 return log
             self._check_not_offline(name)
-            counts = []
-            for i, d in enumerate(self.config.log_dirs):
-                if self.failures.is_offline(d):
-                    continue
-                try:
-                    listing = layout.scan_log_dir(d)
-                except OSError as exc:
-                    self._dir_failed(d, exc)
-                    continue
-                # Kafka counts the copies being moved in too: they are partitions of that dir to be.
-                counts.append((len(listing.partitions) + len(listing.futures), i, d))
-            if not counts:
-                raise LogDirOfflineError(f"cannot create partition {name}: every log dir is offline "
-                                         f"{self.failures.offline_dirs()}")
-            target = min(counts)[2]
+            target = self._least_loaded_dir(name)
             log, _ = open_log(target, topic, partition, self.config.log_config(topic), clock=self.clock,
-                              exclusive=True, create=True)
+                              exclusive=True, create=True, dir_epoch=self._epoch(target))
             fsync_dir(target)
+            if self._dir_counts is not None and target in self._dir_counts:
+                self._dir_counts[target] += 1
+        self._track(log)
         self.logs[(topic, partition)] = self._attach(log)
         return log
+
+    def _least_loaded_dir(self, name: str) -> str:
+        """Kafka's placement: the online log dir with the fewest partitions (the first on a tie), counting the
+        copies being moved in (partitions of that dir to be). The dirs are counted once per manager and then kept
+        up to date with its own creations (listing a dir of 100,000 partitions for every creation would make
+        creating them quadratic); partitions other processes create or move meanwhile only make the placement
+        less even, never wrong."""
+        dirs = [d for d in self.config.log_dirs if not self.failures.is_offline(d)]
+        if self._dir_counts is None:
+            self._dir_counts = {}
+        for d in dirs:
+            if d in self._dir_counts or len(self.config.log_dirs) == 1:
+                continue
+            try:
+                listing = layout.scan_log_dir(d)
+            except OSError as exc:
+                self._dir_failed(d, exc)
+                continue
+            self._dir_counts[d] = len(listing.partitions) + len(listing.futures)
+        dirs = [d for d in dirs if not self.failures.is_offline(d)]
+        if not dirs:
+            raise LogDirOfflineError(f"cannot create partition {name}: every log dir is offline "
+                                     f"{self.failures.offline_dirs()}")
+        if len(self.config.log_dirs) == 1:
+            return dirs[0]
+        order = self.config.log_dirs.index
+        return min(dirs, key=lambda d: (self._dir_counts[d], order(d)))   # type: ignore[index]
+
+    def _track(self, log: Log) -> None:
+        log.files = self.open_logs
+        self.open_logs.used(log)
 
     def _dir_failed(self, log_dir: str, exc: BaseException) -> None:
         """An error touching ``log_dir`` outside a log: take the dir offline if it is a dir failure, else raise."""
@@ -432,7 +483,7 @@ class LogManager:
         if self.failures.is_offline(mover.create_lock_path(self.config.log_dirs)):
             self._create_lock()   # raises the clear error
         progress = mover.move(log, target, self.config.log_dirs, self.config.log_config(topic), self.clock,
-                              failures=self.failures, **options)
+                              failures=self.failures, epoch_of=self._epoch, **options)
         with log.locked():   # follow the partition into its new home now
             pass
         stale = self.future_logs.pop((topic, partition), None)
@@ -505,6 +556,7 @@ class LogManager:
                 if start > first_base:
                     lso[tp] = start
             rp_file.write(rp)
+            crashpoints.reached("checkpoint.between-files")
             lso_file.write(lso)
         return {"recovery_points": {f"{t}-{p}": v for (t, p), v in sorted(rp.items())},
                 "log_start_offsets": {f"{t}-{p}": v for (t, p), v in sorted(lso.items())}}
@@ -545,6 +597,7 @@ class LogManager:
                 last = state.lock.try_exclusive()
                 for log in logs:
                     log.close(clean=last)
+                    self.open_logs.forget(log)
                 if last and not self.failures.is_offline(d):
                     self._write_checkpoints_after_close(d, logs)
                     if self._may_vouch_for(state, logs):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage_engine import layout
@@ -44,11 +45,11 @@ from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
-from storage_engine.log import deletion
+from storage_engine.log import deletion, intent
 from storage_engine.log import producer_state as pstate
 from storage_engine.log.failure import is_dir_failure
-from storage_engine.log.locks import (DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, PartitionState,
-                                      lock_path, peek_state)
+from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningClaim, FileLock, PartitionLock,
+                                      PartitionState, lock_path, peek_state)
 from storage_engine.log.log import Log
 from storage_engine.log.loader import open_log
 from storage_engine.log.producer_state import ProducerStateManager
@@ -258,9 +259,12 @@ class MoveProgress:
 
 def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Clock, *,
          final_lag_bytes: int = FINAL_LAG_BYTES, max_rounds: int = MAX_ROUNDS,
-         claim_timeout_s: float = CLAIM_TIMEOUT_S, failures=None) -> MoveProgress:
+         claim_timeout_s: float = CLAIM_TIMEOUT_S, failures=None,
+         epoch_of: Callable[[str], int | None] = lambda log_dir: None) -> MoveProgress:
     """Move ``current``'s partition to ``target_dir`` (steps 1-3 of the module docstring) and return what was
-    done. ``current`` keeps working for its caller: it follows the partition into the target dir."""
+    done. ``current`` keeps working for its caller: it follows the partition into the target dir. ``epoch_of``
+    gives a log dir's crash epoch as the caller's manager knows it (see :mod:`storage_engine.log.locks`): the
+    copy is loaded in it, and the partition's new home is recorded as loaded in it."""
     t0 = time.monotonic()
     source = current.log_dir
     if target_dir not in log_dirs:
@@ -271,7 +275,7 @@ def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Cloc
         raise InvalidRequestError(f"partition {current.name} is already in {target_dir}")
     progress = MoveProgress(current.topic, current.partition, source, target_dir)
     with FileLock(create_lock_path(log_dirs)):
-        future = _prepare_future(current, target_dir, log_dirs, config, clock, progress)
+        future = _prepare_future(current, target_dir, log_dirs, config, clock, progress, epoch_of(target_dir))
     future.failures = failures
     try:
         while progress.rounds < max_rounds:
@@ -280,7 +284,7 @@ def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Cloc
             progress.bytes_copied += copied
             if copied < final_lag_bytes:
                 break
-        _commit(current, future, target_dir, log_dirs, clock, claim_timeout_s, progress)
+        _commit(current, future, target_dir, log_dirs, clock, claim_timeout_s, progress, epoch_of(target_dir))
     finally:
         future.close(clean=False)
     progress.duration_s = round(time.monotonic() - t0, 3)
@@ -288,7 +292,7 @@ def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Cloc
 
 
 def _prepare_future(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Clock,
-                    progress: MoveProgress) -> Log:
+                    progress: MoveProgress, dir_epoch: int | None = None) -> Log:
     topic, partition, name = current.topic, current.partition, current.name
     now = clock.milliseconds()
     if os.path.isdir(os.path.join(target_dir, name)):
@@ -296,14 +300,15 @@ def _prepare_future(current: Log, target_dir: str, log_dirs, config: LogConfig, 
     future = None
     for d, folder in future_folders(log_dirs, topic, partition):
         if d == target_dir and future is None and _status(d, folder) == LIVE:
-            future, _ = open_log(d, topic, partition, config, clock=clock, exclusive=False, folder=folder)
+            future, _ = open_log(d, topic, partition, config, clock=clock, exclusive=False, folder=folder,
+                                 dir_epoch=dir_epoch)
             progress.resumed = True
         else:
             discard_future(d, folder, topic, partition, now)
     if future is None:
         folder = layout.future_dir_name(topic, partition)
         future, _ = open_log(target_dir, topic, partition, config, clock=clock, exclusive=True, create=True,
-                             folder=folder)
+                             folder=folder, dir_epoch=dir_epoch)
     progress.future_folder = future.folder
     current.refresh()
     _reconcile(current, future)
@@ -322,6 +327,7 @@ def discard_future(log_dir: str, folder: str, topic: str, partition: int, now_ms
                 durable_rename(os.path.join(log_dir, folder), os.path.join(log_dir, renamed), sync=False)
                 os.utime(os.path.join(log_dir, renamed), (now_ms / 1000.0, now_ms / 1000.0))
                 fsync_dir(log_dir)
+            intent.clear(log_dir, folder)   # a dead cleaner's swap record of the copy goes with it
             lock.unlink()
     finally:
         lock.close()
@@ -435,7 +441,7 @@ def _copy_round(current: Log, future: Log) -> int:
 
 
 def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, claim_timeout_s: float,
-            progress: MoveProgress) -> None:
+            progress: MoveProgress, dir_epoch: int | None = None) -> None:
     name, source = current.name, current.log_dir
     tp = (current.topic, current.partition)
     claims = [CleaningClaim(source, name), CleaningClaim(target_dir, name)]
@@ -466,7 +472,8 @@ def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, 
                     lso, end = current.log_start_offset, current.log_end_offset
                     lb = _fresh_target_lock(target_dir, name)
                     try:
-                        lb.write_state(PartitionState(1, lso, end, now, LIVE))
+                        lb.write_state(PartitionState(1, lso, end, now,
+                                                      UNKNOWN if dir_epoch is None else dir_epoch, status=LIVE))
                         os.fsync(lb._fd)
                         current.lock.retire(MOVED)          # (c) the commit point
                         future.lock.retire(MOVED)

@@ -8,11 +8,16 @@ validated.
 
 Before acting, a lock holder syncs (:func:`sync`): an unchanged generation means at most the active segment grew,
 so only the new bytes are validated (and a torn tail left by a writer that died mid-append is truncated, since
-its writer no longer holds the lock); a changed generation reloads the segment list from the folder. A reader
-without the lock (:func:`refresh_unlocked`) validates growth but never truncates, and reloads under the lock, so it never
-sees a roll half done. After changing the partition, the holder publishes its view (:func:`publish`).
-The functions take the ``Log`` whose view they keep and touch only its state (segment list, offsets, lock,
-producer state).
+its writer no longer holds the lock, and the generation bumped: the file shrank); a changed generation reloads
+the segment list from the folder. A reader without the lock (:func:`refresh_unlocked`) validates growth but never
+truncates, and reloads under the lock, so it never sees a roll half done. After changing the partition, the holder
+publishes its view (:func:`publish`). The functions take the ``Log`` whose view they keep and touch only its state
+(segment list, offsets, lock, producer state).
+
+A reload first resolves a change another process left half done (:func:`storage_engine.log.swap.resolve`: the
+process that recorded it held the lock until done, so if the record is still there, it died), and never derives
+the log start offset from the files: it is the shared state's, which only retention, ``delete-records`` and a
+load's checkpoint (within the log's range) move.
 
 The producer state travels the same way: the batches another process appended are replayed into this process's
 copy as they are validated (under the lock, an ABORT marker whose ``.txnindex`` entry its writer did not live to
@@ -24,9 +29,11 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from storage_engine import crashpoints
 from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, PartitionDeletedError, PartitionMovedError, StorageError
 from storage_engine.log import producer_state as pstate
+from storage_engine.log import swap
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
@@ -53,6 +60,8 @@ class PartitionView:
 class ViewedLog(Protocol):
     """What the view functions read and update of a log (``storage_engine.log.log.Log`` has all of it)."""
     name: str
+    log_dir: str
+    folder: str
     dir: str
     config: LogConfig
     lock: PartitionLock
@@ -109,7 +118,7 @@ def publish(log: ViewedLog, *, bump: bool) -> None:
     if bump:
         log.view.generation += 1
     log.lock.write_state(PartitionState(log.view.generation, log.log_start_offset, log.recovery_point,
-                                        log.last_flush_ms, LIVE))
+                                        log.last_flush_ms, log.lock.read_state().loaded_epoch, status=LIVE))
 
 
 def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
@@ -123,19 +132,31 @@ def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
 
 def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
     log.segment_list.close(trim=False)
+    resolved = bool(swap.resolve(log.log_dir, log.folder, log.dir, now_ms, orphans=False))
     segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
     if not segments:
         raise StorageError(f"partition {log.name} has no segments in {log.dir}")
     log.segment_list = LogSegments(segments)
     log.view.generation = state.generation
-    log.log_start_offset = max(state.log_start_offset, segments[0].base_offset)
+    # The shared state's log start offset, never the first file's base (a view that derived it from a folder a
+    # dead cleaner had half renamed once published a start past 500 live keys). Only a state written by an
+    # earlier version of the engine lacks it: then Kafka's load rule.
+    log.log_start_offset = (state.log_start_offset if state.log_start_offset != UNKNOWN
+                            else segments[0].base_offset)
     log.recovery_point = state.recovery_point if state.recovery_point != UNKNOWN else 0
     if state.last_flush_ms != UNKNOWN:
         log.last_flush_ms = state.last_flush_ms
     log.view.known_active_size = 0
     validate_active_tail(log, 0, replay=False)
+    if log.log_start_offset > log.log_end_offset:
+        logger.warning("%s: the shared log start offset %d is past the log end offset %d: clamped", log.name,
+                       log.log_start_offset, log.log_end_offset)
+        log.log_start_offset = log.log_end_offset
+        resolved = True
     pstate.rebuild(log.producer_state, log.segment_list.as_list(), log.log_start_offset, log.log_end_offset,
                    exclusive=False)
+    if resolved:
+        publish(log, bump=True)  # every other process reloads what the resolution changed
 
 
 def validate_active_tail(log: ViewedLog, from_position: int, *, replay: bool = True) -> None:
@@ -173,6 +194,7 @@ def validate_active_tail(log: ViewedLog, from_position: int, *, replay: bool = T
         if held:
             logger.warning("truncating %d bytes at the end of %s: %s", active.size - pos, active.path, error)
             active.log.truncate_to(pos)
+            crashpoints.reached("view.truncated")
         else:
             active.log.size = pos
     if nxt is None or error is not None:
@@ -185,6 +207,9 @@ def validate_active_tail(log: ViewedLog, from_position: int, *, replay: bool = T
     active.reload_tail_state()
     log.log_end_offset = nxt
     log.view.known_active_size = active.size
+    if error is not None and held:
+        log.recovery_point = min(log.recovery_point, nxt)
+        publish(log, bump=True)  # the file shrank: every other process reloads before reading it again
 
 
 def _ensure_active_index_room(log: ViewedLog) -> None:

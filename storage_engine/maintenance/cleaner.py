@@ -216,6 +216,8 @@ class Cleaner:
         computes the same statistics (what would be removed) without writing anything."""
         log = ltc.log
         stats = CleanerStats()
+        # Resolve a swap a dead cleaner left (the view reloads under the lock) before writing any .cleaned file.
+        log.refresh()
         segments = log.segments
         identities = {s.base_offset: _inode(s) for s in segments}
         below_dirty = [s for s in segments if s.base_offset < ltc.first_dirty_offset]

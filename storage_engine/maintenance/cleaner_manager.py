@@ -29,6 +29,8 @@ from storage_engine.durable import atomic_write
 from storage_engine.log.locks import CleaningClaim, FileLock
 from storage_engine.log.log import Log
 
+_LONG_MAX = 2**63 - 1   # Long.MAX_VALUE: max.compaction.lag.ms "never", and the end of the last segment
+
 
 # -- cleaner checkpoint ----------------------------------------------------------------------------------------
 
@@ -75,12 +77,14 @@ def read_uncleanable(log_dir: str) -> dict:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read() or b"{}")
-        return data if isinstance(data, dict) else {}
     except FileNotFoundError:
         return {}
     except (ValueError, OSError):
+        data = None
+    if not isinstance(data, dict):
         # An unreadable marker file must not make every partition cleanable silently: keep it, report it.
-        return {"<unreadable>": {"reason": f"{path} is not valid JSON; fix or delete it"}}
+        return {"<unreadable>": {"reason": f"{path} is not valid JSON (an object of partitions); fix or delete it"}}
+    return data
 
 
 def mark_uncleanable(log_dir: str, name: str, reason: str, now_ms: int) -> None:
@@ -161,11 +165,11 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
                 break
     first_uncleanable = max(first_dirty, min(bounds))
     need_now, max_delay = False, 0
-    if cfg.max_compaction_lag_ms < 2**63 - 1:
+    if cfg.max_compaction_lag_ms < _LONG_MAX:  # else the delay is negative: no need to read any timestamp
         earliest = None
         for s in dirty_non_active:
             ts = s.first_batch_timestamp()
-            if ts >= 0 and (earliest is None or ts < earliest):
+            if ts > 0 and (earliest is None or ts < earliest):  # Kafka: firstBatchTimestamps.filter(_ > 0)
                 earliest = ts
         if earliest is not None:
             max_delay = now_ms - cfg.max_compaction_lag_ms - earliest
@@ -175,7 +179,7 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
 
 def _next_base(segments, seg) -> int:
     i = segments.index(seg)
-    return segments[i + 1].base_offset if i + 1 < len(segments) else 2**63 - 1
+    return segments[i + 1].base_offset if i + 1 < len(segments) else _LONG_MAX
 
 
 def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound_ms: int | None = None) -> LogToClean:
@@ -194,8 +198,8 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound
     start = min(first_dirty, snapped)
     cleanable_bytes = sum(s.size for s in segments
                           if _next_base(segments, s) > start and s.base_offset < snapped)
-    return LogToClean(log, first_dirty, snapped if snapped >= first_dirty else first_dirty, clean_bytes,
-                      cleanable_bytes, need_now, reset, delay)
+    return LogToClean(log, first_dirty, max(snapped, first_dirty), clean_bytes, cleanable_bytes, need_now, reset,
+                      delay)
 
 
 def is_eligible(ltc: LogToClean) -> bool:

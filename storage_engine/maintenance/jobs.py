@@ -21,6 +21,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, LogLockedError, PartitionNotFoundError,
                                    StorageError, StorageIOError)
 from storage_engine.log.manager import LogManager
+from storage_engine.log.open_logs import OpenLogs
 
 
 def _check_topics(mgr: LogManager, topics) -> None:
@@ -280,6 +281,7 @@ def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition
 # -- compaction as separate steps (the Airflow DAG: select -> Spark key map -> clean per partition) ----------
 
 MAP_STRATEGIES = ("spark", "local", "auto")
+PLAN_BATCH_SIZE = 500   # compacted partitions open at once while ranking (the batches of the maintenance DAGs)
 
 
 def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=None,
@@ -293,40 +295,47 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     from storage_engine.maintenance.cleaner import Cleaner
     if strategy not in MAP_STRATEGIES:
         raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
-    # Only the compacted partitions are opened, each batch of them isolated: a partition that cannot be
-    # loaded is skipped and reported, the others are still considered.
+    # Only the compacted partitions are opened, a batch at a time (so a store of any size is ranked within the
+    # process's descriptors), each batch isolated: a partition that cannot be loaded is skipped and reported,
+    # the others are still considered. Each batch is ranked while open and closed before the next one opens.
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     health = log_dir_health(config)
     tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health)
            if config.log_config(p["topic"]).compact]
     unreadable: list[PartitionFailure] = []
-    groups = _open_isolating(config, clock, tps, unreadable) if tps else []
-    try:
-        logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
-        selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
-        capacity = Cleaner(config.cleaner).new_offset_map().max_entries
-        eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
-        selected = []
-        for ltc in eligible:
-            d = ltc.as_dict()
-            span = ltc.first_uncleanable_offset - ltc.first_dirty_offset
-            d["map_strategy"] = strategy if strategy != "auto" else ("spark" if span > capacity else "local")
-            d["in_process_map_capacity"] = capacity
-            d["size_bytes"] = ltc.log.size_in_bytes()
-            selected.append(d)
-    finally:
-        for mgr, _group in groups:
-            health["offline"].update(mgr.offline_dirs())
-            mgr.close()
+    capacity = Cleaner(config.cleaner).new_offset_map().max_entries
+    ranked: list[tuple[float, int, dict]] = []
+    skipped: list[dict] = []
+    not_dirty: list[dict] = []
+    for start in range(0, len(tps), PLAN_BATCH_SIZE):
+        groups = _open_isolating(config, clock, tps[start:start + PLAN_BATCH_SIZE], unreadable)
+        try:
+            logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
+            selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
+            for ltc in selection["eligible"]:
+                d = ltc.as_dict()
+                span = ltc.first_uncleanable_offset - ltc.first_dirty_offset
+                d["map_strategy"] = strategy if strategy != "auto" else ("spark" if span > capacity else "local")
+                d["in_process_map_capacity"] = capacity
+                d["size_bytes"] = ltc.log.size_in_bytes()
+                ranked.append((ltc.cleanable_ratio, len(ranked), d))
+            skipped.extend(selection["skipped"])
+            not_dirty.extend(ltc.as_dict() for ltc in selection["not_dirty"])
+        finally:
+            for mgr, _group in groups:
+                health["offline"].update(mgr.offline_dirs())
+                mgr.close()
     health["online"] = [d for d in health["online"] if d not in health["offline"]]
-    skipped = selection["skipped"] + [
-        {"topic": f["topic"], "partition": f["partition"],
-         "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
+    ranked.sort(key=lambda r: (-r[0], r[1]))      # dirtiest first; ties in listing order (a stable sort)
+    selected = [d for _ratio, _n, d in ranked]
+    if max_partitions:
+        selected = selected[:max_partitions]
+    skipped += [{"topic": f["topic"], "partition": f["partition"],
+                 "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
     return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
             "skipped": skipped, "unreadable": unreadable, "offline_dirs": health["offline"],
-            "online_dirs": health["online"],
-            "not_dirty": [l.as_dict() for l in selection["not_dirty"]], "nothing_to_do": not selected}
+            "online_dirs": health["online"], "not_dirty": not_dirty, "nothing_to_do": not selected}
 
 
 def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,
@@ -472,18 +481,21 @@ def as_topic_partitions(partitions) -> list[TopicPartition]:
     return out
 
 
-def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition],
-                    failures: list[PartitionFailure]) -> list[tuple[LogManager, list[TopicPartition]]]:
-    """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported."""
+def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition], failures: list[PartitionFailure],
+                    files: OpenLogs | None = None) -> list[tuple[LogManager, list[TopicPartition]]]:
+    """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported. The managers
+    share one bound on open files (``files``), so the halves opened so far cannot exhaust the descriptors and
+    make healthy partitions fail to load."""
+    files = files if files is not None else OpenLogs()
     try:
-        return [(LogManager.open(config, clock=clock, partitions=tps), tps)]
+        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files), tps)]
     except Exception as exc:
         if len(tps) == 1:
             failures.append(partition_failure(tps[0], exc))
             return []
     mid = len(tps) // 2
-    return (_open_isolating(config, clock, tps[:mid], failures)
-            + _open_isolating(config, clock, tps[mid:], failures))
+    return (_open_isolating(config, clock, tps[:mid], failures, files)
+            + _open_isolating(config, clock, tps[mid:], failures, files))
 
 
 def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dry_run: bool = False,

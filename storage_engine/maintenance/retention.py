@@ -27,7 +27,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from storage_engine import layout
+from storage_engine import crashpoints, layout
+from storage_engine.log import intent
+from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.log import Log
 from storage_engine.maintenance.summaries import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
 from storage_engine.segment.segment import LogSegment
@@ -73,16 +75,17 @@ def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
     start = log.log_start_offset
     take(_deletable(log, remaining, lambda s, n: n is not None and n.base_offset <= start), "log-start-offset")
     if cfg.delete:
-        if cfg.retention_bytes >= 0:
-            diff = sum(s.size for s in remaining) - cfg.retention_bytes
-            if diff > 0:
-                def by_size(seg, _n):
-                    nonlocal diff
-                    if diff - seg.size >= 0:
-                        diff -= seg.size
-                        return True
-                    return False
-                take(_deletable(log, remaining, by_size), "retention-bytes")
+        size = sum(s.size for s in remaining)
+        if cfg.retention_bytes >= 0 and size >= cfg.retention_bytes:  # Kafka: skip if size < retention.bytes
+            diff = size - cfg.retention_bytes
+
+            def by_size(seg, _n):
+                nonlocal diff
+                if diff - seg.size >= 0:
+                    diff -= seg.size
+                    return True
+                return False
+            take(_deletable(log, remaining, by_size), "retention-bytes")
         if cfg.retention_ms >= 0:
             take(_deletable(log, remaining,
                             lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms), "retention-ms")
@@ -138,8 +141,11 @@ def _run(log: Log, now_ms: int, dry_run: bool) -> RetentionResult:
 def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = False) -> PurgeResult:
     """Remove ``*.deleted`` files whose deletion was scheduled at least ``file.delete.delay.ms`` ago.
 
-    The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay."""
-    removed, waiting, freed = [], 0, 0
+    The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay.
+    Each partition is purged under its lock, and one with a swap pending (a record, or a ``.swap`` file) is
+    skipped: rolling that swap back may need its ``.deleted`` files."""
+    removed: list[str] = []
+    waiting = freed = 0
     for d in log_dirs:
         if not os.path.isdir(d):
             continue
@@ -147,24 +153,52 @@ def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = F
         listing = layout.scan_log_dir(d)
         for part, (topic, _) in sorted(listing.partitions + listing.futures):
             pdir = os.path.join(d, part)
+            try:
+                if not any(n.endswith(layout.DELETED_SUFFIX) for n in os.listdir(pdir)):
+                    continue
+            except FileNotFoundError:
+                continue    # deleted or moved since the listing
             delay = delay_ms_for(topic) if delay_ms_for else 60000
-            for name in sorted(os.listdir(pdir)):
-                if not name.endswith(layout.DELETED_SUFFIX):
-                    continue
-                path = os.path.join(pdir, name)
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    continue
-                if now_ms - int(st.st_mtime * 1000) >= delay:
-                    if not dry_run:
-                        try:
-                            os.remove(path)
-                        except FileNotFoundError:
-                            continue
-                    removed.append(os.path.join(part, name))
-                    freed += st.st_size
-                else:
-                    waiting += 1
+            lock = PartitionLock(lock_path(d, part))
+            try:
+                with lock:
+                    if lock.read_state().status != LIVE or not os.path.isdir(pdir):
+                        continue    # deleted or moved since the listing: its -delete folder goes as a whole
+                    r, w, f = _purge_partition(d, part, pdir, now_ms, delay, dry_run)
+            finally:
+                lock.close()
+            removed += r
+            waiting += w
+            freed += f
     return {"files_removed": len(removed), "bytes_freed": freed, "files_waiting": waiting, "removed": removed,
             "dry_run": dry_run}
+
+
+def _purge_partition(log_dir: str, part: str, pdir: str, now_ms: int, delay: int,
+                     dry_run: bool) -> tuple[list[str], int, int]:
+    removed: list[str] = []
+    waiting = freed = 0
+    names = sorted(os.listdir(pdir))
+    if intent.exists(log_dir, part) or any(n.endswith(layout.SWAP_SUFFIX) for n in names):
+        return removed, sum(1 for n in names if n.endswith(layout.DELETED_SUFFIX)), 0
+    for name in names:
+        if not name.endswith(layout.DELETED_SUFFIX):
+            continue
+        path = os.path.join(pdir, name)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if now_ms - int(st.st_mtime * 1000) >= delay:
+            if not dry_run:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    continue
+                if not removed:
+                    crashpoints.reached("purge.partial")
+            removed.append(os.path.join(part, name))
+            freed += st.st_size
+        else:
+            waiting += 1
+    return removed, waiting, freed

@@ -20,14 +20,18 @@ Life cycle of the file
   the index of a segment another process is still appending to, and makes an untrimmed index left by
   a crash hold only what was really written. An all-zero entry therefore cannot be recognised when it
   is the last entry of an untrimmed file; each index module says why that never loses a real entry.
-  :meth:`IndexFile.refresh` repeats the count (and remaps if the file length changed) so a reader in
-  another process sees entries appended since it opened the file.
-* **Append**: an entry is written into the shared memory map (``MAP_SHARED``, so other processes
-  see it without a flush), and only then counted (see Concurrency below for the store order).
+  :meth:`IndexFile.refresh` repeats the count (and re-reads the last known entry and every new one)
+  so a reader in another process sees entries appended since it opened the file.
+* **Entries in memory**: the valid entries are read with ``pread`` into process memory and searched
+  there; the file is never memory-mapped. Another process may shrink an index (a roll trims it, a
+  recovery rebuilds it), and touching a mapped page past the end of a file kills the process with
+  ``SIGBUS``; a copy in memory cannot fault. Only the valid entries are held, never the zero tail.
+* **Append**: an entry is written with ``pwrite`` (other processes see it in the page cache without a
+  flush) and into the in-memory copy, and only then counted (see Concurrency below for the order).
 * **Truncate** drops entries from the end and zeroes their slots, so that "the valid prefix is
   non-zero, everything after it is zero" stays true for readers that count entries from the file.
-* **Resize / trim**: :meth:`~IndexFile.resize` rounds down to a multiple of the entry size, sets the
-  file length and remaps; :meth:`~IndexFile.trim_to_valid_size` resizes to ``entries *
+* **Resize / trim**: :meth:`~IndexFile.resize` rounds down to a multiple of the entry size and sets the
+  file length; :meth:`~IndexFile.trim_to_valid_size` resizes to ``entries *
   ENTRY_SIZE`` and runs on close, so closed segments carry no zero tail.
   :meth:`~IndexFile.reset` drops every entry and grows the file back to ``max_index_size``.
 * **Crash**: indexes are derived data. After an unclean shutdown the loader rebuilds the indexes of
@@ -35,20 +39,19 @@ Life cycle of the file
   :meth:`~IndexFile.sanity_check`), so nothing here is fsynced except on :meth:`~IndexFile.flush`.
 
 Concurrency: one writer (the owner of the segment, under the partition lock) and any number of
-readers, in this process or in others. Python offers no memory barriers, so a reader in another
-process that refreshes while an append is under way may see that one entry partly written:
+readers, in this process or in others. A reader in another process that refreshes while an append is
+under way may see that one entry partly written:
 
-* an offset-index entry is 8 bytes at an 8-aligned position, copied at once, which 64-bit CPUs
-  store in one piece in practice;
-* a time-index entry is 12 bytes: the timestamp is stored before the relative offset, so on a
-  store-ordered CPU (x86-64) a torn entry reads as (timestamp, base_offset). A floor lookup only
-  returns an entry whose timestamp is <= the target, so the answer can only point earlier, which
-  costs a longer scan, never a skipped record.
+* an offset-index entry is 8 bytes at an 8-aligned position, written by one ``pwrite``;
+* a time-index entry is 12 bytes: the timestamp is written before the relative offset, so a torn
+  entry reads as (timestamp, base_offset). A floor lookup only returns an entry whose timestamp is
+  <= the target, so the answer can only point earlier, which costs a longer scan, never a skipped
+  record.
 
-The next :meth:`~IndexFile.refresh` sees the whole entry. Readers must not use an index while the
-writer shrinks the file below the entries they count (``resize``/``trim`` after ``truncate_to``):
-touching a mapped page past the end of a file is a ``SIGBUS``. Counting itself uses ``pread``, so
-:meth:`~IndexFile.refresh` is safe against a concurrent trim.
+The next :meth:`~IndexFile.refresh` re-reads the last entry it had, so it sees the whole entry. A
+refresh only reads entries past the ones it holds: entries are removed (truncation) only by a holder
+of the partition lock, which then bumps the partition's generation, and every other process reloads
+its segments when the generation moves (:mod:`storage_engine.log.view`).
 
 Errors: ``OSError`` becomes :class:`~storage_engine.errors.StorageIOError` naming the file; bad
 bytes are reported by :meth:`~IndexFile.sanity_check` as
@@ -57,9 +60,8 @@ escape, whatever the file holds.
 """
 from __future__ import annotations
 
-import mmap
 import os
-from typing import Any, Callable
+from typing import Callable
 
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (
@@ -81,7 +83,8 @@ Column = tuple[Callable[..., tuple], int]
 
 
 class IndexFile:
-    """An ``ENTRY_SIZE``-byte-entry index file, memory-mapped. Subclasses define the entries."""
+    """An ``ENTRY_SIZE``-byte-entry index file; its valid entries are held in ``_buf``. Subclasses define
+    the entries."""
 
     ENTRY_SIZE: int = 0
     # Human name used in error messages ("offset index", "time index").
@@ -96,11 +99,11 @@ class IndexFile:
         self.max_entries = 0
         self._length = 0
         self._fd = -1
-        self._mm: Any = None  # mmap.mmap once mapped (None for an empty file)
+        self._buf = bytearray()  # the valid entries, entries * ENTRY_SIZE bytes
         self._closed = False
         self._open()
         try:
-            self.entries = self._count_valid_entries()
+            self._read_entries(0, self._count_valid_entries())
         except StorageIOError:
             self._release()
             raise
@@ -131,7 +134,7 @@ class IndexFile:
 
     @property
     def length(self) -> int:
-        """Current file length in bytes (the mapped length), including any preallocated tail."""
+        """Current file length in bytes, including any preallocated tail."""
         return self._length
 
     @property
@@ -148,7 +151,7 @@ class IndexFile:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    # ---------------------------------------------------------------- opening and mapping
+    # ---------------------------------------------------------------- opening
 
     def _open(self) -> None:
         entry_size = self.ENTRY_SIZE
@@ -176,31 +179,30 @@ class IndexFile:
                         f"invalid max index size {self.max_index_size} for {self.path}: "
                         f"segment.index.bytes must be at least the entry size {entry_size}")
                 os.ftruncate(self._fd, self.max_index_size - self.max_index_size % entry_size)
-            self._map(os.fstat(self._fd).st_size)
+            self._set_length(os.fstat(self._fd).st_size)
         except OSError as exc:
             self._release()
             raise StorageIOError(f"cannot open {self.KIND}", self.path, exc) from exc
 
-    def _map(self, length: int) -> None:
-        """Map ``length`` bytes of the file (no mapping for an empty file: mmap cannot map 0 bytes)."""
-        if length == 0:
-            mm = None
-        else:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ  # WRITE = MAP_SHARED
-            mm = mmap.mmap(self._fd, length, access=access)
-        # The old map is not closed explicitly: a lookup running in another thread may still hold
-        # it; CPython unmaps it as soon as the last reference goes.
-        self._mm = mm
+    def _set_length(self, length: int) -> None:
         self._length = length
         self.max_entries = length // self.ENTRY_SIZE
 
-    def _release(self) -> None:
-        if self._mm is not None:
+    def _read_entries(self, keep: int, count: int) -> None:
+        """Hold entries [0, count): keep the first ``keep`` held ones, read the rest from the file. A short
+        read (the owner shrank the file meanwhile) keeps what was read."""
+        keep = max(0, min(keep, count, self.entries))
+        size = self.ENTRY_SIZE
+        del self._buf[keep * size:]
+        if count > keep:
             try:
-                self._mm.close()
-            except BufferError:  # a caller still holds a memoryview; the GC will unmap it
-                pass
-            self._mm = None
+                data = os.pread(self._fd, (count - keep) * size, keep * size)
+            except OSError as exc:
+                raise StorageIOError(f"cannot read {self.KIND}", self.path, exc) from exc
+            self._buf += data[:len(data) - len(data) % size]
+        self.entries = len(self._buf) // size
+
+    def _release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -240,15 +242,14 @@ class IndexFile:
         return lo
 
     def refresh(self) -> None:
-        """Re-read the file's length and entry count; a reader calls this to see another process's appends."""
+        """Re-read the file's length and entry count, the last entry held (it may have been read half
+        written) and every new one; a reader calls this to see another process's appends."""
         self._check_open()
         try:
-            length = os.fstat(self._fd).st_size
-            if length != self._length:
-                self._map(length)
+            self._set_length(os.fstat(self._fd).st_size)
         except OSError as exc:
             raise StorageIOError(f"cannot refresh {self.KIND}", self.path, exc) from exc
-        self.entries = self._count_valid_entries()
+        self._read_entries(self.entries - 1, self._count_valid_entries())
         self._entries_changed()
 
     # ---------------------------------------------------------------- writing
@@ -275,13 +276,16 @@ class IndexFile:
             raise self._full_error()
         self._check_writable("append")
         start = self.entries * self.ENTRY_SIZE
-        end = start + self.ENTRY_SIZE
         # Written before it is counted, so this process never counts a slot not yet written.
-        if head_size:
-            self._mm[start:start + head_size] = packed[:head_size]
-            self._mm[start + head_size:end] = packed[head_size:]
-        else:
-            self._mm[start:end] = packed
+        try:
+            if head_size:
+                os.pwrite(self._fd, packed[:head_size], start)
+                os.pwrite(self._fd, packed[head_size:], start + head_size)
+            else:
+                os.pwrite(self._fd, packed, start)
+        except OSError as exc:
+            raise StorageIOError(f"cannot append to {self.KIND}", self.path, exc) from exc
+        self._buf += packed
         self.entries += 1
 
     def append_packed(self, data: bytes) -> None:
@@ -294,7 +298,12 @@ class IndexFile:
             raise self._full_error()
         self._check_writable("append")
         start = self.entries * self.ENTRY_SIZE
-        self._mm[start:start + n * self.ENTRY_SIZE] = data[:n * self.ENTRY_SIZE]
+        packed = bytes(data[:n * self.ENTRY_SIZE])
+        try:  # written with pwrite, as one entry is: the file is never mapped (module docstring)
+            os.pwrite(self._fd, packed, start)
+        except OSError as exc:
+            raise StorageIOError(f"cannot append to {self.KIND}", self.path, exc) from exc
+        self._buf += packed
         self.entries += n
         self._entries_changed()
 
@@ -303,13 +312,15 @@ class IndexFile:
         process has open, whose entries the compiled walk built and checked."""
         self._check_writable("rewrite")
         n = len(data) // self.ENTRY_SIZE
+        packed = bytes(data[:n * self.ENTRY_SIZE])
         try:
             os.ftruncate(self._fd, n * self.ENTRY_SIZE)
             if n:
-                os.pwrite(self._fd, data[:n * self.ENTRY_SIZE], 0)
-            self._map(n * self.ENTRY_SIZE)
+                os.pwrite(self._fd, packed, 0)
         except OSError as exc:
             raise StorageIOError(f"cannot rewrite {self.KIND}", self.path, exc) from exc
+        self._set_length(n * self.ENTRY_SIZE)
+        self._buf[:] = packed
         self.entries = n
         self._entries_changed()
 
@@ -319,7 +330,11 @@ class IndexFile:
         self._check_writable("truncate")
         start, end = n * self.ENTRY_SIZE, self.entries * self.ENTRY_SIZE
         # Zero the dropped slots so a reader counting the non-zero prefix does not resurrect them.
-        self._mm[start:end] = bytes(end - start)
+        try:
+            os.pwrite(self._fd, bytes(max(0, min(end, self._length) - start)), start)
+        except OSError as exc:
+            raise StorageIOError(f"cannot truncate {self.KIND}", self.path, exc) from exc
+        del self._buf[start:]
         self.entries = n
         self._entries_changed()
 
@@ -353,11 +368,11 @@ class IndexFile:
         self._check_writable("resize")
         try:
             os.ftruncate(self._fd, rounded)
-            self._map(rounded)
         except OSError as exc:
             raise StorageIOError(f"cannot resize {self.KIND} to {rounded} bytes", self.path, exc) from exc
+        self._set_length(rounded)
         if self.entries > self.max_entries:
-            self.entries = self.max_entries
+            self._read_entries(self.max_entries, self.max_entries)
             self._entries_changed()
         return True
 
@@ -366,13 +381,11 @@ class IndexFile:
         self.resize(self.entries * self.ENTRY_SIZE)
 
     def flush(self) -> None:
-        """Write mapped entries and the file length to disk (msync + fsync)."""
+        """Write the entries and the file length to disk (fsync)."""
         self._check_open()
         if not self.writable:
             return
         try:
-            if self._mm is not None:
-                self._mm.flush()
             os.fsync(self._fd)
         except OSError as exc:
             raise StorageIOError(f"cannot flush {self.KIND}", self.path, exc) from exc
@@ -399,7 +412,7 @@ class IndexFile:
         self.path = new_path
 
     def delete_if_exists(self) -> bool:
-        """Unmap and remove the file; returns False if it did not exist. The index is closed afterwards."""
+        """Close and remove the file; returns False if it did not exist. The index is closed afterwards."""
         self._release()
         self._closed = True
         try:
@@ -440,7 +453,7 @@ class IndexFile:
 
     def _floor_slot(self, unpack, field: int, target: int) -> int:
         """Largest slot whose column value is <= ``target``, or -1. Column values must not decrease."""
-        mm, size = self._mm, self.ENTRY_SIZE
+        mm, size = self._buf, self.ENTRY_SIZE
         lo, hi = 0, self.entries
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -452,7 +465,7 @@ class IndexFile:
 
     def _lower_bound(self, unpack, field: int, target: int) -> int:
         """Smallest slot whose column value is >= ``target``, or ``entries`` if there is none."""
-        mm, size = self._mm, self.ENTRY_SIZE
+        mm, size = self._buf, self.ENTRY_SIZE
         lo, hi = 0, self.entries
         while lo < hi:
             mid = (lo + hi) >> 1

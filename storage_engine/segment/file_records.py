@@ -11,8 +11,13 @@ the entry is ``12 + size`` bytes. Reading entries from a file follows Kafka's ru
 ``strict=True`` (used by recovery, ``verify`` and ``dump-log``) turns the two silent stops into errors, so a
 torn tail is reported with its position. Recovery walks the valid magic-2 batches in compiled code
 (:func:`walk_valid_batches`: size, magic and hardware CRC-32C checks plus the index entries, no Python object per
-batch) and falls back to these rules for any batch it does not take. Entries are parsed from an ``mmap`` of the file, so validating a
-segment does not copy it.
+batch) and falls back to these rules for any batch it does not take.
+
+Reading: entries are parsed from windows of the file read with ``pread`` (:data:`READ_WINDOW_BYTES` at a time,
+more for a larger entry). Another process may shrink a ``.log`` at any time (a torn tail cut away, a preallocated
+file trimmed on roll, a truncation), and touching a memory-mapped page past the end of a file kills the reader
+with ``SIGBUS``; a window read cannot fault, and a short read is just an earlier end. Only recovery maps the file
+(:meth:`FileRecords.view`), under the partition lock, which no other process can hold to shrink it meanwhile.
 
 The logical size of the file is tracked separately from its physical size, because a preallocated segment
 (``preallocate=true``) is created ``segment.bytes`` long and trimmed to its logical size when it is rolled.
@@ -24,6 +29,7 @@ import os
 import struct
 from typing import Iterator
 
+from storage_engine import crashpoints
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, StorageIOError
 from storage_engine.record import records
@@ -32,6 +38,7 @@ from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD,
 
 _OFFSET_SIZE = struct.Struct(">qi")
 MAX_FILE_SIZE = 2**31 - 1
+READ_WINDOW_BYTES = 1024 * 1024
 
 
 def read_entry_header(buf, pos: int) -> tuple[int, int, int]:
@@ -153,6 +160,9 @@ class FileRecords:
         if self.size + n > MAX_FILE_SIZE:
             raise CorruptRecordError(f"appending {n} bytes would make the log file larger than "
                                      f"{MAX_FILE_SIZE} bytes", self.path, self.size)
+        if crashpoints.armed("append.torn"):
+            os.pwrite(self._fd, memoryview(data)[:max(1, n // 2)], self.size)
+            crashpoints.die("append.torn")
         try:
             written = os.pwrite(self._fd, data, self.size)
             while written < n:  # short writes are legal for pwrite
@@ -195,8 +205,47 @@ class FileRecords:
         except OSError as exc:
             raise StorageIOError("cannot read log file", self.path, exc) from exc
 
+    def read_batches(self, start: int = 0, end: int | None = None, *, strict: bool = False,
+                     window: int = READ_WINDOW_BYTES) -> Iterator:
+        """Yield the batches in [start, end) (default: to the logical size), read ``window`` bytes at a time with
+        ``pread``. Each batch references the window it was read from. Stop rules as :func:`iter_batches`; a
+        file that became shorter than ``end`` ends where it now ends."""
+        end = self.size if end is None else min(end, self.size)
+        pos = start
+        while pos < end:
+            buf = self.read(pos, min(end - pos, window))
+            if pos + len(buf) < end and len(buf) < min(end - pos, window):
+                end = pos + len(buf)  # the file shrank under us
+            p = 0
+            while True:
+                remaining, left = len(buf) - p, end - pos - p
+                if remaining < left:  # the window ends before the file: is the entry at p inside it?
+                    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+                        need = HEADER_SIZE_UP_TO_MAGIC
+                    else:
+                        size = _OFFSET_SIZE.unpack_from(buf, p)[1]
+                        need = LOG_OVERHEAD + size if size >= MIN_ENTRY_SIZE_FIELD else 0
+                    if need > remaining:
+                        if need <= left:  # read the next window from this entry on
+                            window = max(window, need)
+                            break
+                        remaining = left  # it runs past the end of the file: a torn tail, as batch_at says
+                batch = batch_at(buf, p, p + remaining, self.path, strict=strict, file_offset=pos)
+                if batch is None:
+                    return
+                yield batch
+                p += batch.size_in_bytes
+            pos += p
+
     def view(self):
-        """A read-only mmap (or bytes for an empty file) covering the logical size; re-mapped as the file grows."""
+        """A read-only mmap (or bytes for an empty file) covering the logical size; re-mapped as the file grows.
+        For recovery only, under the partition lock (see the module docstring); dropped by :meth:`drop_view`."""
+        physical = self.physical_size()
+        if physical < self.size:
+            # Shorter than we knew (cut while this process held the file open, before it took the lock): the
+            # logical end follows, since mapping past the end of a file and touching the page there is SIGBUS.
+            self._drop_map()
+            self.size = physical
         if self.size == 0:
             return b""
         if self._map is None or self._map_len < self.size:
@@ -211,11 +260,16 @@ class FileRecords:
             self._map_len = self.size
         return self._map
 
-    def batches(self, start: int = 0, *, strict: bool = False) -> Iterator:
-        return iter_batches(self.view(), start, self.size, self.path, strict=strict)
+    def batches(self, start: int = 0, *, strict: bool = False, end: int | None = None) -> Iterator:
+        return self.read_batches(start, end, strict=strict)
 
     def batch_at(self, position: int, *, strict: bool = False):
-        return batch_at(self.view(), position, self.size, self.path, strict=strict)
+        """The entry at ``position`` (None past the end, or at a torn tail unless ``strict``)."""
+        head = self.read(position, LOG_OVERHEAD)
+        size = _OFFSET_SIZE.unpack_from(head)[1] if len(head) == LOG_OVERHEAD else 0
+        want = LOG_OVERHEAD + size if size >= MIN_ENTRY_SIZE_FIELD else HEADER_SIZE_UP_TO_MAGIC
+        buf = self.read(position, want)
+        return batch_at(buf, 0, len(buf), self.path, strict=strict, file_offset=position)
 
     def search_for_offset_with_size(self, target_offset: int, start_position: int):
         """First batch at/after ``start_position`` whose last offset >= target: (last offset, position, size)."""
@@ -242,6 +296,10 @@ class FileRecords:
         return max_ts, offset
 
     # -- lifecycle --------------------------------------------------------------------------------------------
+    def drop_view(self) -> None:
+        """Unmap what :meth:`view` mapped (recovery is done, the partition lock is about to be released)."""
+        self._drop_map()
+
     def _drop_map(self) -> None:
         if self._map is not None:
             try:

@@ -24,7 +24,7 @@ position > 0, so it is never all zero; an all-zero slot is the preallocated tail
 File life cycle (shared with ``.timeindex``, see :mod:`storage_engine.segment._index_file`)
 -----------------------------------------------------------------------------------
 * A new file is preallocated with zeros to ``floor(max_index_size / 8) * 8`` bytes
-  (``segment.index.bytes``, default 10 MiB = 1,310,720 entries) and memory-mapped shared.
+  (``segment.index.bytes``, default 10 MiB = 1,310,720 entries); entries are written with ``pwrite``.
 * On roll and close it is trimmed to ``entries * 8`` bytes, so a closed segment's index is exactly
   its entries and ``entries = length / 8`` as Kafka assumes.
 * On open, ``entries`` is the number of leading non-zero slots (== ``length / 8`` for a trimmed
@@ -47,7 +47,7 @@ _POSITION_FIELD = 4
 
 
 class OffsetIndex(IndexFile):
-    """Memory-mapped ``.index`` file of the segment starting at ``base_offset``."""
+    """The ``.index`` file of the segment starting at ``base_offset``."""
 
     ENTRY_SIZE = _ENTRY.size
     KIND = "offset index"
@@ -59,7 +59,7 @@ class OffsetIndex(IndexFile):
 
     def _entries_changed(self) -> None:
         self._last_relative = (
-            _INT32.unpack_from(self._mm, (self.entries - 1) * _ENTRY.size)[0] if self.entries else 0)
+            _INT32.unpack_from(self._buf, (self.entries - 1) * _ENTRY.size)[0] if self.entries else 0)
 
     def _offset_column(self):
         return _INT32.unpack_from, _OFFSET_FIELD
@@ -92,7 +92,7 @@ class OffsetIndex(IndexFile):
     def entry(self, n: int) -> tuple[int, int]:
         """The ``n``-th entry as (absolute offset, position); InvalidOffsetError if out of range."""
         self._check_slot(n)
-        relative, position = _ENTRY.unpack_from(self._mm, n * _ENTRY.size)
+        relative, position = _ENTRY.unpack_from(self._buf, n * _ENTRY.size)
         return self.base_offset + relative, position
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
@@ -101,7 +101,7 @@ class OffsetIndex(IndexFile):
         slot = self._floor_slot(_INT32.unpack_from, _OFFSET_FIELD, target_offset - self.base_offset)
         if slot < 0:
             return self.base_offset, 0
-        relative, position = _ENTRY.unpack_from(self._mm, slot * _ENTRY.size)
+        relative, position = _ENTRY.unpack_from(self._buf, slot * _ENTRY.size)
         return self.base_offset + relative, position
 
     def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> tuple[int, int] | None:
@@ -113,7 +113,7 @@ class OffsetIndex(IndexFile):
         slot = self._lower_bound(_INT32.unpack_from, _POSITION_FIELD, start_position + fetch_size)
         if slot >= self.entries:
             return None
-        relative, position = _ENTRY.unpack_from(self._mm, slot * _ENTRY.size)
+        relative, position = _ENTRY.unpack_from(self._buf, slot * _ENTRY.size)
         return self.base_offset + relative, position
 
     def _check_entries(self, n: int) -> None:
@@ -125,7 +125,7 @@ class OffsetIndex(IndexFile):
                 f"corrupt offset index: it has non-zero size but the last offset is {self.last_offset} "
                 f"which is less than the base offset {base}", self.path, (n - 1) * _ENTRY.size)
         previous_relative, previous_position = -1, 0
-        for slot, (relative, position) in enumerate(_ENTRY.iter_unpack(self._mm[:n * _ENTRY.size])):
+        for slot, (relative, position) in enumerate(_ENTRY.iter_unpack(self._buf[:n * _ENTRY.size])):
             if relative <= previous_relative:
                 raise self._corrupt(slot, (
                     f"has offset {base + relative}, not above the previous entry's {base + previous_relative}"

@@ -13,17 +13,26 @@ append to a segment therefore never creates an entry. Recovery rebuilds the same
 Recovery (:meth:`LogSegment.recover`) validates every batch (size, magic, CRC), rebuilds the indexes and
 truncates the file at the first invalid byte, returning how many bytes it removed. Given the producer state as of
 the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``.
+
+Reads are checked (Kafka's consumer-side ``check.crcs``, plus the offset order Kafka's fetcher relies on): every
+batch :meth:`LogSegment.read` returns or :meth:`LogSegment.checked_batches` yields passes its CRC, and every batch
+scanned has offsets at or above the segment's base offset, above the previous batch's and below the segment's
+upper bound (the next segment's base offset, or the log end). The base offset of a magic-2 batch lies outside its
+CRC, so the order check is what catches a flipped bit there. Damage raises :class:`CorruptRecordError` naming the
+file and the byte position; no damaged or misplaced record is ever returned.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
 
-from storage_engine import layout
+from storage_engine import crashpoints, layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
-from storage_engine.errors import CorruptRecordError, SegmentOffsetOverflowError, StorageIOError
+from storage_engine.errors import (CorruptIndexError, CorruptRecordError, IndexFullError, SegmentOffsetOverflowError,
+                                   StorageIOError)
 from storage_engine.segment.file_records import FileRecords, batch_at, walk_batches, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
@@ -32,6 +41,7 @@ from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 INT32_MAX = 2**31 - 1
 _TIME_ENTRY = struct.Struct(">qi")
 _READ_NOT_MAP_BYTES = 1 << 20
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,6 +58,31 @@ class FetchData:
     data: bytes
     position: int
     first_offset: int
+
+
+class OffsetOrder:
+    """The offset checks of a checked read, batch by batch (see the module docstring)."""
+
+    __slots__ = ("seg", "upper_bound", "next_offset")
+
+    def __init__(self, seg: "LogSegment", upper_bound: int | None):
+        self.seg = seg
+        self.upper_bound = upper_bound
+        self.next_offset = seg.base_offset
+
+    def check(self, batch) -> None:
+        last = batch.last_offset
+        first = batch.base_offset if batch.magic >= 2 else last  # a legacy wrapper carries its last offset
+        if first < self.next_offset or last < first:
+            what = (f"below the segment's base offset {self.seg.base_offset}" if first < self.seg.base_offset
+                    else f"not above the previous batch's last offset {self.next_offset - 1}")
+            raise CorruptRecordError(f"batch with offsets [{first}, {last}] is out of order: {what}",
+                                     self.seg.path, batch.file_position)
+        if self.upper_bound is not None and last >= self.upper_bound:
+            raise CorruptRecordError(f"batch with offsets [{first}, {last}] lies beyond the segment's end: "
+                                     f"offsets from {self.upper_bound} on belong to the next segment or to no "
+                                     f"one yet", self.seg.path, batch.file_position)
+        self.next_offset = last + 1
 
 
 class LogSegment:
@@ -203,7 +238,11 @@ class LogSegment:
             return
         position = self.log.size
         self._ensure_offset_in_range(largest_offset)
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            # Checked before the write: a stale index must never turn a written batch into a failed append.
+            self._check_index_room(largest_offset, position)
         self.log.append(data)
+        crashpoints.reached("append.written")
         if self.log.size == len(data) and self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = largest_timestamp
         max_ts, _ = self._max_ts()
@@ -215,6 +254,18 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(data)
 
+    def _check_index_room(self, offset: int, position: int) -> None:
+        index = self.offset_index
+        if index.is_full or self.time_index.is_full:
+            raise IndexFullError(f"the indexes of {self.path} are full; the segment must roll first")
+        if index.entries and (index.last_offset >= offset or index.entry(index.entries - 1)[1] > position):
+            raise CorruptIndexError(f"the offset index's last entry {index.entry(index.entries - 1)} is not below "
+                                    f"offset {offset} at position {position}: the index is stale",
+                                    index.path, (index.entries - 1) * index.ENTRY_SIZE)
+        if self.time_index.last_entry[1] > offset:
+            raise CorruptIndexError(f"the time index's last entry {self.time_index.last_entry} is past offset "
+                                    f"{offset}: the index is stale", self.time_index.path)
+
     # -- reading ----------------------------------------------------------------------------------------------
     def translate_offset(self, offset: int, starting_position: int = 0):
         """(last offset, position, size) of the first batch whose last offset >= ``offset``, or None."""
@@ -222,28 +273,85 @@ class LogSegment:
         return self.log.search_for_offset_with_size(offset, max(pos, starting_position))
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = True) -> FetchData | None:
+             min_one_message: bool = True, *, upper_bound: int | None = None) -> FetchData | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes (at least one batch
-        when ``min_one_message``). None if ``start_offset`` is beyond the segment."""
+        when ``min_one_message``), each checked (see the module docstring; ``upper_bound`` is the first offset
+        past the segment). None if ``start_offset`` is beyond the segment. One ``pread`` in the usual case."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a log read from segment {self.path}")
-        found = self.translate_offset(start_offset)
-        if found is None:
-            return None
-        _, start_pos, batch_size = found
-        limit = self.log.size if max_position is None else max_position
-        if min_one_message:
-            max_size = max(max_size, batch_size)
-        # Only whole batches: walk forward until the next batch would not fit.
-        view = self.log.view()
-        pos = start_pos
-        end = min(limit, start_pos + max_size)
-        while pos < end:
-            b = batch_at(view, pos, self.log.size, self.path)
-            if b is None or pos + b.size_in_bytes > end:
+        _, pos = self.offset_index.lookup(start_offset)
+        try:
+            return self._read_from(pos, start_offset, max_size, max_position, min_one_message, upper_bound)
+        except CorruptRecordError as exc:
+            if pos == 0:
+                raise
+            logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
+                           self.path, pos, exc)
+            return self._read_from(0, start_offset, max_size, max_position, min_one_message, upper_bound)
+
+    def _read_from(self, pos: int, start_offset: int, max_size: int, max_position: int | None,
+                   min_one_message: bool, upper_bound: int | None) -> FetchData | None:
+        limit = self.log.size if max_position is None else min(max_position, self.log.size)
+        order = OffsetOrder(self, upper_bound)
+        taken: list = []
+        start_pos = stop = None
+        window = max_size + max(self.index_interval_bytes, 4096)  # the scan to the first batch, then the fetch
+        for batch in self.log.read_batches(pos, window=window, strict=True):
+            order.check(batch)
+            if start_pos is None:
+                if batch.last_offset < start_offset:
+                    continue
+                start_pos = batch.file_position
+                stop = min(limit, start_pos + (max(max_size, batch.size_in_bytes) if min_one_message
+                                               else max_size))
+            if batch.file_position + batch.size_in_bytes > stop:
                 break
-            pos += b.size_in_bytes
-        return FetchData(self.log.read(start_pos, pos - start_pos), start_pos, start_offset)
+            batch.ensure_valid()
+            taken.append(batch)
+        if start_pos is None:
+            return None
+        if not taken:
+            return FetchData(b"", start_pos, start_offset)
+        first, last = taken[0], taken[-1]
+        if first.buf is last.buf:  # one window holds them all (the usual case): one copy
+            data = bytes(first.buf[first.pos:last.pos + last.size_in_bytes])
+        else:
+            data = b"".join(b.raw() for b in taken)
+        return FetchData(data, start_pos, start_offset)
+
+    def checked_batches(self, start_offset: int, upper_bound: int | None = None, end: int | None = None):
+        """Batches from the one holding ``start_offset`` to ``end`` (default: the segment's size), each checked
+        (see the module docstring); ``upper_bound`` is the first offset past the segment. A scan that fails from
+        an index entry's position is repeated from the segment's start: a damaged index (derived data) must not
+        read as damaged records."""
+        _, pos = self.offset_index.lookup(start_offset)
+        wanted = start_offset
+        try:
+            for batch in self._checked_from(pos, wanted, upper_bound, end):
+                wanted = batch.next_offset
+                yield batch
+        except CorruptRecordError as exc:
+            if pos == 0:
+                raise
+            logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
+                           self.path, pos, exc)
+            yield from self._checked_from(0, wanted, upper_bound, end)
+
+    def _checked_from(self, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
+        # A batch is yielded only once the next one's offsets were checked against it: a base offset flipped
+        # upwards shows as the next batch going backwards, and its records must not be returned meanwhile.
+        order = OffsetOrder(self, upper_bound)
+        held = None
+        for batch in self.log.read_batches(pos, end, strict=True):
+            order.check(batch)
+            if held is not None:
+                yield held
+                held = None
+            if batch.last_offset >= start_offset:
+                batch.ensure_valid()
+                held = batch
+        if held is not None:
+            yield held
 
     def batches(self, start_position: int = 0, *, strict: bool = False):
         return self.log.batches(start_position, strict=strict)
@@ -328,7 +436,7 @@ class LogSegment:
         count = 0
         error = None
         view = self.log.view()
-        size = self.log.size
+        size = min(len(view), self.log.size)  # less than known if the file is now shorter (FileRecords.view)
         try:
             while True:
                 fast = walk_valid_batches(view, valid_bytes, size, self.base_offset, self.index_interval_bytes,
@@ -363,19 +471,22 @@ class LogSegment:
             self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
         self._rolling_based_timestamp = None
+        self.log.drop_view()
         return RecoveryResult(truncated, valid_bytes, count, error)
 
     def _recover_compiled(self) -> RecoveryResult | None:
         """:meth:`recover` when the compiled walk takes every batch of the segment (the usual case): both index
         files are written once, already trimmed, instead of reset, appended to and trimmed. None (nothing changed)
         when the kernels are not loaded or the walk stops before the end; :meth:`recover` then does it all."""
-        size = self.log.size
-        # A small segment is read (one pread), a large one mapped (no copy).
-        view = self.log.read(0, size) if size <= _READ_NOT_MAP_BYTES else self.log.view()
+        # A small segment is read (one pread), a large one mapped (no copy; recovery holds the partition lock, and
+        # the map never covers more than the file has: see FileRecords.view). The size is taken from the buffer.
+        view = self.log.read(0, self.log.size) if self.log.size <= _READ_NOT_MAP_BYTES else self.log.view()
+        size = min(len(view), self.log.size)
         walked = walk_batches(view, 0, size, self.base_offset, self.index_interval_bytes,
                               self.max_index_size // OffsetIndex.ENTRY_SIZE,
                               self.max_index_size // TimeIndex.ENTRY_SIZE - 1)
         del view
+        self.log.drop_view()
         if walked is None or walked[0] != size:
             return None
         _, count, max_ts, max_ts_offset, offset_entries, time_entries = walked
@@ -493,8 +604,9 @@ class LogSegment:
         if self.size == 0:
             self._rolling_based_timestamp = None
 
-    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename all files of the segment from ``<name><old>`` to ``<name><new>`` (a missing index is fine)."""
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str, *, after_log: str | None = None) -> None:
+        """Rename all files of the segment from ``<name><old>`` to ``<name><new>``, the ``.log`` first (a missing
+        index is fine); ``after_log`` names the crash step reached once the ``.log`` is renamed."""
         for suffix, obj in ((layout.LOG_SUFFIX, self._log), (layout.INDEX_SUFFIX, self._offset_index),
                             (layout.TIME_INDEX_SUFFIX, self._time_index), (layout.TXN_INDEX_SUFFIX, None)):
             new_path = layout.segment_file(self.dir, self.base_offset, suffix, new_suffix)
@@ -503,6 +615,8 @@ class LogSegment:
             else:
                 durable_rename(self._paths[suffix], new_path, sync=False, missing_ok=suffix != layout.LOG_SUFFIX)
             self._paths[suffix] = new_path
+            if after_log is not None and suffix == layout.LOG_SUFFIX:
+                crashpoints.reached(after_log)
 
     @property
     def file_paths(self) -> list[str]:

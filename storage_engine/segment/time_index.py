@@ -25,7 +25,7 @@ is reserved for the roll/close entry (``is_full`` = ``entries >= max_entries - 1
 File life cycle (shared with ``.index``, see :mod:`storage_engine.segment._index_file`)
 -------------------------------------------------------------------------------
 * A new file is preallocated with zeros to ``floor(max_index_size / 12) * 12`` bytes (default
-  10,485,756 bytes = 873,813 entries), memory-mapped shared, and trimmed to ``entries * 12`` on roll
+  10,485,756 bytes = 873,813 entries), written with ``pwrite``, and trimmed to ``entries * 12`` on roll
   and close.
 * On open, ``entries`` is the number of leading non-zero slots (== ``length / 12`` for a trimmed
   file). An entry (timestamp 0, relative offset 0) is indistinguishable from an empty slot: in an
@@ -54,7 +54,7 @@ _OFFSET_FIELD = 8
 
 
 class TimeIndex(IndexFile):
-    """Memory-mapped ``.timeindex`` file of the segment starting at ``base_offset``."""
+    """The ``.timeindex`` file of the segment starting at ``base_offset``."""
 
     ENTRY_SIZE = _ENTRY.size
     KIND = "time index"
@@ -66,7 +66,7 @@ class TimeIndex(IndexFile):
 
     def _entries_changed(self) -> None:
         if self.entries:
-            timestamp, relative = _ENTRY.unpack_from(self._mm, (self.entries - 1) * _ENTRY.size)
+            timestamp, relative = _ENTRY.unpack_from(self._buf, (self.entries - 1) * _ENTRY.size)
             self._last_entry = (timestamp, self.base_offset + relative)
         else:
             self._last_entry = (NO_TIMESTAMP, self.base_offset)
@@ -116,7 +116,7 @@ class TimeIndex(IndexFile):
     def entry(self, n: int) -> tuple[int, int]:
         """The ``n``-th entry as (timestamp, absolute offset); InvalidOffsetError if out of range."""
         self._check_slot(n)
-        timestamp, relative = _ENTRY.unpack_from(self._mm, n * _ENTRY.size)
+        timestamp, relative = _ENTRY.unpack_from(self._buf, n * _ENTRY.size)
         return timestamp, self.base_offset + relative
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
@@ -125,7 +125,7 @@ class TimeIndex(IndexFile):
         slot = self._floor_slot(_INT64.unpack_from, _TIMESTAMP_FIELD, target_timestamp)
         if slot < 0:
             return NO_TIMESTAMP, self.base_offset
-        timestamp, relative = _ENTRY.unpack_from(self._mm, slot * _ENTRY.size)
+        timestamp, relative = _ENTRY.unpack_from(self._buf, slot * _ENTRY.size)
         return timestamp, self.base_offset + relative
 
     def _check_entries(self, n: int) -> None:
@@ -133,7 +133,7 @@ class TimeIndex(IndexFile):
             return
         base = self.base_offset
         last_timestamp, last_offset = self._last_entry
-        first_timestamp = _INT64.unpack_from(self._mm, 0)[0]
+        first_timestamp = _INT64.unpack_from(self._buf, 0)[0]
         last_position = (n - 1) * _ENTRY.size
         if last_timestamp < first_timestamp:
             raise CorruptIndexError(
@@ -145,7 +145,7 @@ class TimeIndex(IndexFile):
                 f"which is less than the base offset {base}", self.path, last_position)
         # Timestamps start above NO_TIMESTAMP (only larger timestamps are appended) and strictly rise.
         previous_timestamp, previous_relative = NO_TIMESTAMP, 0
-        for slot, (timestamp, relative) in enumerate(_ENTRY.iter_unpack(self._mm[:n * _ENTRY.size])):
+        for slot, (timestamp, relative) in enumerate(_ENTRY.iter_unpack(self._buf[:n * _ENTRY.size])):
             if timestamp <= previous_timestamp:
                 raise self._corrupt(slot, (
                     f"has timestamp {timestamp}, not above the previous entry's {previous_timestamp}"

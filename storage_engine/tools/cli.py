@@ -238,6 +238,9 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidRequestError(f"line {n}: malformed JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:
+            raise InvalidRequestError(f"line {n}: JSON nested too deeply ({len(line)} characters); a record is "
+                                      "an object of key, value, timestamp and headers") from None
         if not isinstance(obj, dict):
             raise InvalidRequestError(f"line {n}: expected a JSON object with key/value, got {type(obj).__name__}")
         unknown = set(obj) - {"key", "value", "timestamp", "headers"}

@@ -46,7 +46,7 @@ from typing import Callable
 from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.errors import StorageError
-from storage_engine.segment.file_records import FileRecords, iter_batches
+from storage_engine.segment.file_records import FileRecords
 from storage_engine.errors import CorruptSnapshotError
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.offset_index import OffsetIndex
@@ -185,7 +185,8 @@ def _dump_log(path: str, opts: DumpOptions, out: _Output) -> None:
 
 
 def _batches(fr: FileRecords, end: int, *, strict: bool):
-    return iter_batches(fr.view(), 0, end, fr.path, strict=strict)
+    # pread windows, not a memory map: another process may shrink an active segment while it is dumped.
+    return fr.read_batches(0, end, strict=strict)
 
 
 def _print_batch(path: str, batch, position: int, out: _Output) -> None:

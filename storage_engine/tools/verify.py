@@ -1,18 +1,35 @@
-"""``verify``: a read-only integrity audit of every log dir (diskcache's ``check(fix=False)``).
+"""``verify``: a read-only audit of every log dir, of each file and of each log's state (diskcache's
+``check(fix=False)``).
 
-It opens files read-only and never repairs; what a load would repair is reported as damage or as a pending
-action. Checked: checkpoint files parse; every partition folder name is valid; every batch of every segment
-passes Kafka's size/magic/CRC checks and its records decode; offsets increase within and across segments and
-fit their segment; offset/time indexes pass the sanity check and point at real batches; leftovers of
-interrupted operations (``.cleaned``, ``.swap``, ``.deleted``) and orphan index files are listed. The active
-segment is read under the partition lock so an append in flight is not mistaken for a torn tail.
+It never repairs: what a process or a load would repair is reported as damage (``problems``, exit 1) or as a
+pending action (``pending``). Checked, per log dir and partition:
+
+* files: checkpoint files parse; partition folder names are valid; every batch of every segment passes Kafka's
+  size/magic/CRC checks and its records decode; offsets rise within and across segments and fit their segment;
+  offset/time index entries point at real batches;
+* the log's state: the log start offset (the partition's shared state, else its checkpoint entry) and the
+  recovery point lie within the log; checkpoint entries lie within [first segment base, log end] (a
+  log-start or recovery-point entry past the end is damage; the next load clamps it); a delete-policy topic has
+  no offset gap, from its log start offset through every segment (compaction is the only thing that removes
+  offsets, so a gap there means a segment or a batch went missing);
+* leftovers, each explained: a swap left half done by a cleaner that died (what the next process to use the
+  partition will do: complete it, or roll it back and why); ``.swap`` files without a record (validated as the
+  next load would: completed, or discarded as damage); ``.cleaned`` files (a running cleaner's, or a dead one's);
+  ``.deleted`` files (when they are purged); orphan index files; files that are no part of Kafka's layout.
+
+The partition is read as the next process would see it once the pending swap is resolved: the plan
+(:func:`storage_engine.log.swap.pending_plan`) is applied to the file names, not to the files. The listing, the
+plan and the active segment are read under the partition lock, so a change in flight is never mistaken for
+damage; sealed segments are read without it, and a partition that changes meanwhile is read again. A partition
+deleted or moved while it is verified is reported as pending, not as damage.
 
 Per log dir it also reports: a dir that cannot be read (``offline_dirs``: what an opening process would take
 offline); the copies being made for moves (``-future`` folders, verified like partitions and marked
-``future``); deleted folders waiting for removal (``-delete``, pending); and folders that are no partition the
-engine knows (``foreign``: ``-stray`` folders, names that are not ``<topic>-<partition>``), which are never
-loaded and never deleted except by an explicit ``remove-folder``. Neither offline dirs nor foreign folders count
-as damage to stored data; ``verify`` exits 1 for them only with ``--strict``.
+``future``; the dir's checkpoint entries are the current log's, so they are not checked against a copy);
+deleted folders waiting for removal (``-delete``, pending); and folders that are no partition the engine knows
+(``foreign``: ``-stray`` folders, names that are not ``<topic>-<partition>``), which are never loaded and never
+deleted except by an explicit ``remove-folder``. Neither offline dirs nor foreign folders count as damage to
+stored data; ``verify`` exits 1 for them only with ``--strict``.
 """
 from __future__ import annotations
 
@@ -20,20 +37,37 @@ import os
 import time
 
 from storage_engine import layout
-from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.clock import clock_at
-from storage_engine.errors import StorageError, StorageIOError
+from storage_engine.errors import PartitionNotFoundError, StorageError, StorageIOError
+from storage_engine.log import intent, swap
 from storage_engine.log.failure import is_dir_failure, os_error_of
+from storage_engine.log.locks import LIVE, UNKNOWN, CleaningClaim, PartitionLock, lock_path, peek_state
 from storage_engine.maintenance.jobs import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
-from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.segment.time_index import TimeIndex
+
+_CHECKPOINTS = (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
+                layout.CLEANER_OFFSET_CHECKPOINT)
+_NO_CHECKPOINTS: dict = {name: {} for name in _CHECKPOINTS}
+_ATTEMPTS = 3
+
+
+class _Changed(Exception):
+    """A file vanished while it was read: another process changed the partition; read it again."""
+
+
+class _Gone(Exception):
+    """The partition was deleted or moved away while it was verified."""
 
 
 def verify_log_dirs(config, *, partitions: bool = True) -> dict:
     """The whole audit (``partitions=False``: the log dirs' own files and folders only)."""
-    problems, pending, verified, foreign = [], [], [], []
+    problems: list[dict] = []
+    pending: list[dict] = []
+    verified: list[dict] = []
+    foreign: list[dict] = []
     check_partitions = partitions
     offline: dict[str, str] = {}
     for d in config.log_dirs:
@@ -51,12 +85,7 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
         except OSError as exc:
             offline[d] = f"{type(exc).__name__}: {exc}"
             continue
-        for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
-                     layout.CLEANER_OFFSET_CHECKPOINT):
-            try:
-                OffsetCheckpointFile(os.path.join(d, name)).read()
-            except StorageError as exc:
-                problems.append({"file": os.path.join(d, name), "message": str(exc)})
+        checkpoints = _read_checkpoints(d, problems)
         for name in listing.deleting:
             pending.append({"file": os.path.join(d, name), "message": "deleted partition; removed after "
                                                                       "file.delete.delay.ms"})
@@ -72,8 +101,14 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
                             "message": "a file that neither Kafka nor this engine keeps in a log dir"})
         for name, (topic, partition) in (listing.partitions + listing.futures) if check_partitions else []:
             path = os.path.join(d, name)
+            future = name != layout.partition_dir_name(topic, partition)
             try:
-                summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+                summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
+                                                     _NO_CHECKPOINTS if future else checkpoints, problems,
+                                                     pending)
+            except _Gone as exc:
+                pending.append({"file": path, "message": str(exc)})
+                continue
             except (OSError, StorageIOError) as exc:
                 if isinstance(os_error_of(exc), FileNotFoundError):
                     pending.append({"file": path, "message": "files renamed while they were verified (a roll, "
@@ -83,8 +118,7 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
                     raise
                 offline.setdefault(d, f"{type(exc).__name__}: {exc}")
                 continue
-            summary.update(topic=topic, partition=partition, future=name != layout.partition_dir_name(topic,
-                                                                                                     partition))
+            summary.update(topic=topic, partition=partition, future=future)
             verified.append(summary)
     return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": verified,
             "foreign": foreign, "offline_dirs": offline}
@@ -92,9 +126,10 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
 
 def verify_partition(config, topic: str, partition: int) -> dict:
     """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
-    "segments", "batches", "records", "size_bytes", "log_end_offset"}``. Raises ``PartitionNotFoundError``, or
-    ``LogDirOfflineError`` when a log dir that may hold it cannot be read."""
-    from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
+    "segments", "batches", "records", "size_bytes", "log_start_offset", "log_end_offset"}``.
+    Raises ``PartitionNotFoundError``, or ``LogDirOfflineError`` when a log dir that may hold it cannot be read.
+    (The log dir's own files are :func:`verify_dir_files`'s.)"""
+    from storage_engine.errors import LogDirOfflineError
     name = layout.partition_dir_name(topic, partition)
     unreadable = None
     for d in config.log_dirs:
@@ -113,7 +148,10 @@ def verify_partition(config, topic: str, partition: int) -> dict:
             problems: list[dict] = []
             pending: list[dict] = []
             try:
-                summary = _verify_partition(d, name, path, config.log_config(topic), problems, pending)
+                summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
+                                                     _read_checkpoints(d, None), problems, pending)
+            except _Gone:
+                continue    # deleted or moved meanwhile: look in the other dirs
             except (OSError, StorageIOError) as exc:
                 if not is_dir_failure(exc):
                     raise
@@ -135,42 +173,116 @@ def verify_dir_files(config) -> dict:
     return report
 
 
-def _verify_partition(log_dir, name, path, cfg, problems, pending) -> dict:
-    files = sorted(os.listdir(path))
-    logs = sorted(layout.offset_from_filename(f) for f in files
-                  if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
-    for f in files:
-        full = os.path.join(path, f)
-        if f.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX, layout.DELETED_SUFFIX)):
-            pending.append({"file": full, "message": "left by an interrupted or pending operation; "
-                                                     "handled at the next exclusive load"})
-        elif layout.is_offset_named(f) and f.endswith(layout.INDEX_SUFFIXES) and \
-                layout.offset_from_filename(f) not in logs:
-            pending.append({"file": full, "message": "orphan index file (no .log); deleted at the next load"})
-        elif layout.is_offset_named(f) and f.endswith((layout.SNAPSHOT_SUFFIX, layout.TXN_INDEX_SUFFIX)):
-            _verify_producer_file(full, pending)
-    prev_next = None
-    records = batches = size = 0
+def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
+    """Sealed segments are read without the lock: if that attempt found damage (or lost a file) while another
+    process changed the partition (its generation moved), what it saw may be two states mixed: read again.
+    Raises :class:`_Gone` for a partition deleted or moved meanwhile (its lock retired or removed)."""
+    before = peek_state(lock_path(log_dir, name))
+    if before is not None and before.status != LIVE:
+        raise _Gone(f"{name} is being deleted or moved; not verified")
     lock = PartitionLock(lock_path(log_dir, name))
     try:
-        for i, base in enumerate(logs):
-            active = i == len(logs) - 1
-            if active:
-                lock.acquire()
+        for attempt in range(_ATTEMPTS):
+            p: list[dict] = []
+            q: list[dict] = []
+            generation = lock.read_state().generation
             try:
-                r, b, s, prev_next = _verify_segment(path, base, cfg, prev_next, problems, pending)
-            finally:
-                if active:
-                    lock.release()
-            records += r
-            batches += b
-            size += s
+                summary = _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, p, q)
+            except _Changed as exc:
+                if attempt + 1 < _ATTEMPTS:
+                    continue
+                p.append({"file": str(exc), "message": "the file vanished while being read, three times: files "
+                                                        "of the partition are being removed outside the engine"})
+                summary = {}
+            if p and attempt + 1 < _ATTEMPTS and lock.read_state().generation != generation:
+                continue
+            problems.extend(p)
+            pending.extend(q)
+            return summary
+        return {}
     finally:
         lock.close()
+
+
+def _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
+    with lock:
+        state = lock.read_state()
+        if state.status != LIVE or not os.path.isdir(path):
+            raise _Gone(f"{name} was deleted or moved while it was verified")
+        files = _explain_leftovers(log_dir, name, path, cfg, problems, pending)
+        logs = sorted(layout.offset_from_filename(f) for f in files
+                      if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
+        active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else _Segment()
+    walk = _Walk(cfg.delete and not cfg.compact)
+    for i, base in enumerate(logs):
+        upper = logs[i + 1] if i + 1 < len(logs) else None
+        seg = active if upper is None else _verify_segment(path, files, base, upper, problems, pending)
+        walk.add(base, seg, problems)
     if not logs:
         pending.append({"file": path, "message": "partition has no segment; one is created at the next load"})
-    return {"segments": len(logs), "batches": batches, "records": records, "size_bytes": size,
-            "log_end_offset": prev_next}
+        return {"segments": 0, "batches": 0, "records": 0, "size_bytes": 0, "log_end_offset": None}
+    return _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pending)
+
+
+def _read_checkpoints(log_dir: str, problems: list | None) -> dict:
+    """The dir's three offset checkpoints (an unreadable one is a problem, and counts as empty)."""
+    checkpoints = {}
+    for name in _CHECKPOINTS:
+        try:
+            checkpoints[name] = OffsetCheckpointFile(os.path.join(log_dir, name)).read()
+        except StorageError as exc:
+            if problems is not None:
+                problems.append({"file": os.path.join(log_dir, name), "message": str(exc)})
+            checkpoints[name] = {}
+    return checkpoints
+
+
+# -- leftovers ---------------------------------------------------------------------------------------------------
+
+def _explain_leftovers(log_dir, name, path, cfg, problems, pending) -> dict[str, str]:
+    """Report what is not plain segments; return {name after pending changes: name now}."""
+    names = sorted(os.listdir(path))
+    plan, messages, _ = swap.pending_plan(log_dir, name, path)
+    for m in messages:
+        damaged = plan is not None and m in plan.damage
+        (problems if damaged else pending).append(
+            {"file": intent.path_of(log_dir, name), "message": f"{m} (by the next process to use the partition)"})
+    files = plan.effective_names(names) if plan is not None else {n: n for n in names}
+    claim = CleaningClaim(log_dir, name)
+    cleaning = not claim.try_acquire()
+    claim.release()
+    visible = [n for n in files if not (cleaning and n.endswith(layout.CLEANED_SUFFIX))]
+    orphans = swap.plan_orphans(path, visible)
+    for m in orphans.messages:
+        (problems if m in orphans.damage else pending).append({"file": path, "message": f"{m} (at the next load)"})
+    if orphans.actions:
+        renamed = orphans.effective_names(visible)
+        files = {k: files[v] for k, v in renamed.items()}
+        if cleaning:
+            files.update({n: n for n in names if n.endswith(layout.CLEANED_SUFFIX)})
+    logs = {layout.offset_from_filename(f) for f in files
+            if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f)}
+    for f, now in sorted(files.items()):
+        full = os.path.join(path, now)
+        if f.endswith(layout.CLEANED_SUFFIX):
+            pending.append({"file": full, "message": "being written by a running cleaner" if cleaning else
+                            "left by a cleaner that died before its swap; removed at the next load"})
+        elif f.endswith(layout.DELETED_SUFFIX):
+            try:
+                at = int(os.stat(full).st_mtime * 1000) + cfg.file_delete_delay_ms
+            except FileNotFoundError:
+                continue
+            pending.append({"file": full, "message": f"scheduled for removal at {at} ms "
+                                                     f"(file.delete.delay.ms {cfg.file_delete_delay_ms})"})
+        elif f.endswith(layout.SWAP_SUFFIX):
+            pending.append({"file": full, "message": "part of a swap that will be completed"})
+        elif not layout.is_offset_named(f) or not f.endswith(layout.SEGMENT_SUFFIXES + (layout.SNAPSHOT_SUFFIX,)):
+            pending.append({"file": full, "message": "not a file of Kafka's partition layout; ignored"})
+        elif f.endswith(layout.INDEX_SUFFIXES) and layout.offset_from_filename(f) not in logs:
+            pending.append({"file": full, "message": "orphan index file (no .log); deleted at the next load"})
+        elif f.endswith((layout.SNAPSHOT_SUFFIX, layout.TXN_INDEX_SUFFIX)):
+            _verify_producer_file(full, pending)
+    return files
 
 
 def _verify_producer_file(full: str, pending: list) -> None:
@@ -191,47 +303,73 @@ def _verify_producer_file(full: str, pending: list) -> None:
         pending.append({"file": full, "message": f"{exc.reason}; rebuilt at the next load"})
 
 
-def _verify_segment(path, base, cfg, prev_next, problems, pending):
-    log_path = layout.segment_file(path, base, layout.LOG_SUFFIX)
-    fr = FileRecords(log_path, writable=False)
-    records = batches = 0
+# -- segments ----------------------------------------------------------------------------------------------------
+
+class _Segment:
+    __slots__ = ("records", "batches", "size", "first", "next", "gaps")
+
+    def __init__(self) -> None:
+        self.records = self.batches = self.size = 0
+        self.first: int | None = None  # the first batch's first offset
+        self.next: int | None = None   # the offset after the last batch
+        self.gaps: list[tuple[int, int, int]] = []  # (position, expected offset, found offset) between batches
+
+
+def _verify_segment(path, files, base, upper, problems, pending) -> _Segment:
+    name = layout.filename_prefix(base) + layout.LOG_SUFFIX
+    log_path = os.path.join(path, files[name])
+    out = _Segment()
     positions = {}
     try:
+        fr = FileRecords(log_path, writable=False)
+    except StorageError as exc:
+        if not os.path.exists(log_path):
+            raise _Changed(log_path) from None
+        problems.append({"file": log_path, "message": str(exc)})
+        return out
+    try:
         try:
-            for batch in fr.batches(0, strict=True):
+            for batch in fr.read_batches(0, strict=True):
                 batch.ensure_valid()
                 recs = batch.records()
                 where = f"batch at position {batch.file_position}"
                 last = batch.last_offset
-                first = recs[0].offset if recs else batch.base_offset
-                if prev_next is not None and first < prev_next:
+                first = batch.base_offset if batch.magic >= 2 else (recs[0].offset if recs else last)
+                expected = base if out.next is None else out.next
+                if first < expected or last < first:
                     problems.append({"file": log_path, "position": batch.file_position,
-                                     "message": f"{where}: offset {first} is not above the previous {prev_next - 1}"})
-                if first < base or last - base > 2**31 - 1:
+                                     "message": f"{where}: offsets [{first}, {last}] are out of order (expected "
+                                                f">= {expected})"})
+                elif first > expected and out.next is not None:
+                    out.gaps.append((batch.file_position, expected, first))
+                if last - base > 2**31 - 1 or (upper is not None and last >= upper):
                     problems.append({"file": log_path, "position": batch.file_position,
-                                     "message": f"{where}: offsets [{first}, {last}] do not fit segment base {base}"})
+                                     "message": f"{where}: offsets [{first}, {last}] do not fit the segment "
+                                                f"[{base}, {upper if upper is not None else 'log end'})"})
                 positions[batch.file_position] = last
-                prev_next = last + 1
-                batches += 1
-                records += len(recs)
+                out.first = first if out.first is None else out.first
+                out.next = max(last + 1, out.next or 0)
+                out.batches += 1
+                out.records += len(recs)
         except StorageError as exc:
             problems.append({"file": log_path, "position": getattr(exc, "position", None), "message": str(exc)})
-        size = fr.size
+        out.size = fr.size
     finally:
         fr.close()
-    _verify_indexes(path, base, cfg, positions, problems, pending)
-    return records, batches, size, prev_next
+    _verify_indexes(path, files, base, positions, problems, pending)
+    return out
 
 
-def _verify_indexes(path, base, cfg, positions, problems, pending):
-    ipath = layout.segment_file(path, base, layout.INDEX_SUFFIX)
-    tpath = layout.segment_file(path, base, layout.TIME_INDEX_SUFFIX)
+def _verify_indexes(path, files, base, positions, problems, pending):
+    prefix = layout.filename_prefix(base)
+    ipath = os.path.join(path, files.get(prefix + layout.INDEX_SUFFIX, prefix + layout.INDEX_SUFFIX))
+    tpath = os.path.join(path, files.get(prefix + layout.TIME_INDEX_SUFFIX, prefix + layout.TIME_INDEX_SUFFIX))
     last_offsets = set(positions.values())
     if not os.path.exists(ipath):
         pending.append({"file": ipath, "message": "missing offset index; rebuilt at the next load"})
     else:
         try:
-            idx = OffsetIndex(ipath, base, max(os.path.getsize(ipath), 8), writable=False)
+            idx = _open_index(OffsetIndex, ipath, base, 8)
             try:
                 idx.sanity_check()
                 for n in range(idx.entries):
@@ -247,7 +385,7 @@ def _verify_indexes(path, base, cfg, positions, problems, pending):
             problems.append({"file": ipath, "message": str(exc)})
     if os.path.exists(tpath):
         try:
-            tidx = TimeIndex(tpath, base, max(os.path.getsize(tpath), 12), writable=False)
+            tidx = _open_index(TimeIndex, tpath, base, 12)
             try:
                 tidx.sanity_check()
                 for n in range(tidx.entries):
@@ -260,6 +398,79 @@ def _verify_indexes(path, base, cfg, positions, problems, pending):
                 tidx.close(trim=False)
         except StorageError as exc:
             problems.append({"file": tpath, "message": str(exc)})
+
+
+def _open_index(cls, path, base, entry_size):
+    try:
+        return cls(path, base, max(os.path.getsize(path), entry_size), writable=False)
+    except (FileNotFoundError, StorageError):
+        if not os.path.exists(path):
+            raise _Changed(path) from None
+        raise
+
+
+# -- the log's state ---------------------------------------------------------------------------------------------
+
+class _Walk:
+    """Offsets across segments: the end, the totals, and the gaps of a delete-policy topic."""
+
+    def __init__(self, contiguous: bool) -> None:
+        self.contiguous = contiguous
+        self.next: int | None = None
+        self.first_base: int | None = None
+        self.first_offset: int | None = None
+        self.records = self.batches = self.size = 0
+
+    def add(self, base: int, seg: _Segment, problems) -> None:
+        self.first_base = base if self.first_base is None else self.first_base
+        if self.first_offset is None:
+            self.first_offset = seg.first
+        self.records += seg.records
+        self.batches += seg.batches
+        self.size += seg.size
+        if self.contiguous:
+            if self.next is not None and seg.first is not None and seg.first > self.next:
+                problems.append({"file": f"segment {base}", "message": f"offsets [{self.next}, {seg.first}) are "
+                                 "missing between segments of a delete-policy topic (a segment or batches are gone)"})
+            for position, expected, found in seg.gaps:
+                problems.append({"file": f"segment {base}", "position": position,
+                                 "message": f"offsets [{expected}, {found}) are missing inside a segment of a "
+                                            "delete-policy topic"})
+        if seg.next is not None:
+            self.next = seg.next
+        elif self.next is None or base > self.next:
+            self.next = base
+
+
+def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pending) -> dict:
+    leo = walk.next
+    first = walk.first_base
+    in_use = state.generation != 0
+    lso_cp = checkpoints[layout.LOG_START_OFFSET_CHECKPOINT].get(tp)
+    rp_cp = checkpoints[layout.RECOVERY_POINT_CHECKPOINT].get(tp)
+    cleaner_cp = checkpoints[layout.CLEANER_OFFSET_CHECKPOINT].get(tp)
+    if in_use and state.log_start_offset != UNKNOWN:
+        lso = state.log_start_offset
+    else:  # as the next load would set it (a checkpoint past the end is reported below)
+        lso = min(max(lso_cp or 0, first), leo)
+    first_offset = walk.first_offset if walk.first_offset is not None else leo
+    if lso > leo:
+        problems.append({"file": path, "message": f"log start offset {lso} is past the log end offset {leo}"})
+    elif walk.contiguous and lso < first_offset:
+        problems.append({"file": path, "message": f"offsets [{lso}, {first_offset}) are missing at the start of "
+                                                  "a delete-policy topic (its first segment or batches are gone)"})
+    for what, value in (("log-start-offset checkpoint", lso_cp), ("recovery-point checkpoint", rp_cp)):
+        if value is not None and value > leo:
+            problems.append({"file": os.path.dirname(path), "message": f"{what} entry {tp[0]} {tp[1]} {value} is "
+                             f"past the log end offset {leo} (the next load clamps or recovers it)"})
+    if in_use and state.recovery_point != UNKNOWN and state.recovery_point > leo:
+        problems.append({"file": path, "message": f"recovery point {state.recovery_point} is past the log end "
+                                                  f"offset {leo}: flushed records are missing"})
+    if cleaner_cp is not None and not lso <= cleaner_cp <= leo:
+        pending.append({"file": os.path.dirname(path), "message": f"cleaner checkpoint {cleaner_cp} lies outside "
+                        f"[{lso}, {leo}]; the next cleaning resets it to the log start offset"})
+    return {"segments": len(logs), "batches": walk.batches, "records": walk.records, "size_bytes": walk.size,
+            "log_start_offset": lso, "log_end_offset": leo}
 
 
 def verify_batch(config, partitions) -> BatchResult:

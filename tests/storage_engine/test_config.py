@@ -21,7 +21,9 @@ LONG_MAX = 2**63 - 1
 
 
 def with_broker(keys: dict, topics: dict | None = None) -> StorageConfig:
-    return config_from_mapping({"broker": keys, "topics": topics or {}}, base_dir="/")
+    """A config of ``keys`` (log.dirs defaults to a path that is never created: these tests write nothing)."""
+    return config_from_mapping({"broker": {"log.dirs": "/nonexistent-logs", **keys}, "topics": topics or {}},
+                               base_dir="/")
 
 
 def write_yaml(path: pathlib.Path, text: str) -> pathlib.Path:
@@ -57,7 +59,7 @@ KAFKA_TOPIC_DEFAULTS = {
 
 
 def test_defaults_equal_kafkas():
-    c = config_from_mapping({})
+    c = with_broker({})
     assert dataclasses.asdict(c.default_log) == KAFKA_TOPIC_DEFAULTS
     assert c.cleaner == CleanerConfig(enable=True, threads=1, dedupe_buffer_size=134217728, io_buffer_size=524288,
                                       io_buffer_load_factor=0.9, io_max_bytes_per_second=1.7976931348623157e308,
@@ -68,13 +70,12 @@ def test_defaults_equal_kafkas():
     assert c.log_flush_start_offset_checkpoint_interval_ms == 60000
     assert c.num_recovery_threads_per_data_dir == 1
     assert c.producer_id_expiration_ms == 86400000
-    assert c.log_dirs == ("/tmp/kafka-logs",)       # Kafka's log.dir default
     assert c.default_log.delete and not c.default_log.compact
 
 
 def test_dataclass_defaults_are_kafkas():
-    assert LogConfig() == config_from_mapping({}).default_log
-    assert CleanerConfig() == config_from_mapping({}).cleaner
+    assert LogConfig() == with_broker({}).default_log
+    assert CleanerConfig() == with_broker({}).cleaner
 
 
 def test_key_tables_cover_the_config_objects():
@@ -417,7 +418,7 @@ def test_replace_log_dirs(tmp_path, monkeypatch):
     d = c.replace_log_dirs([tmp_path / "x", "rel"])
     assert d.log_dirs == (str(tmp_path / "x"), str(tmp_path / "rel"))
     assert d.default_log == c.default_log and d.log_config("t").segment_bytes == 50
-    assert c.log_dirs == ("/tmp/kafka-logs",)
+    assert c.log_dirs == ("/nonexistent-logs",)
     with pytest.raises(ConfigError):
         c.replace_log_dirs([])
 
@@ -464,8 +465,13 @@ def test_wrong_shape_is_rejected(tmp_path, text, expected):
         load_config(write_yaml(tmp_path / "s.yaml", text))
 
 
-def test_empty_file_gives_kafka_defaults(tmp_path):
-    path = write_yaml(tmp_path / "s.yaml", "# nothing set\n")
+def test_a_file_without_log_dirs_is_refused_rather_than_writing_to_kafkas_default(tmp_path):
+    """Kafka would use /tmp/kafka-logs; an empty or truncated file must not send data where nobody asked."""
+    for text in ("# nothing set\n", "", "broker:\n  log.segment.bytes: 1024\n"):
+        path = write_yaml(tmp_path / "s.yaml", text)
+        with pytest.raises(ConfigError, match="no log.dirs .or log.dir. is set.*'/tmp/kafka-logs'"):
+            load_config(path)
+    path = write_yaml(tmp_path / "s.yaml", "broker:\n  log.dirs: [d]\n")
     assert load_config(path).default_log == LogConfig()
 
 
@@ -482,8 +488,8 @@ def test_directory_as_config_is_rejected(tmp_path):
 
 
 def test_env_var_selects_the_file(tmp_path, monkeypatch):
-    a = write_yaml(tmp_path / "a.yaml", "broker:\n  log.segment.bytes: 111\n")
-    b = write_yaml(tmp_path / "b.yaml", "broker:\n  log.segment.bytes: 222\n")
+    a = write_yaml(tmp_path / "a.yaml", "broker:\n  log.dirs: d\n  log.segment.bytes: 111\n")
+    b = write_yaml(tmp_path / "b.yaml", "broker:\n  log.dirs: d\n  log.segment.bytes: 222\n")
     monkeypatch.setenv(cfg.ENV_VAR, str(a))
     assert load_config().default_log.segment_bytes == 111
     assert load_config(str(b)).default_log.segment_bytes == 222     # an explicit path wins
@@ -525,10 +531,10 @@ def test_config_objects_are_frozen_and_comparable():
 
 
 def test_partition_leader_epoch_is_a_broker_key_every_topic_inherits():
-    c = config_from_mapping({"broker": {"log.partition.leader.epoch": 7}, "topics": {"t": {"retention.ms": 5}}})
+    c = with_broker({"log.partition.leader.epoch": 7}, {"t": {"retention.ms": 5}})
     assert c.default_log.partition_leader_epoch == 7 and c.log_config("t").partition_leader_epoch == 7
-    assert config_from_mapping({"broker": {"log.partition.leader.epoch": -1}}).default_log.partition_leader_epoch == -1
+    assert with_broker({"log.partition.leader.epoch": -1}).default_log.partition_leader_epoch == -1
     with pytest.raises(ConfigError, match="log.partition.leader.epoch = -2: must be >= -1"):
-        config_from_mapping({"broker": {"log.partition.leader.epoch": -2}})
+        with_broker({"log.partition.leader.epoch": -2})
     with pytest.raises(ConfigError, match="producer.id.expiration.ms = 0: must be >= 1"):
-        config_from_mapping({"broker": {"producer.id.expiration.ms": 0}})
+        with_broker({"producer.id.expiration.ms": 0})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -71,3 +72,48 @@ def test_a_subset_manager_writes_the_marker_only_for_a_dir_it_had_to_itself(log_
         assert [r.value for r in mgr.get_log("a", 0).read_records()] == [b"a-0", b"more"]
         assert [r.value for r in mgr.get_log("b", 0).read_records()] == [b"b-0", b"unflushed"]
     assert os.path.exists(marker), "a manager of every partition writes it again"
+
+
+def test_a_partition_not_loaded_since_an_unclean_shutdown_is_recovered_by_a_joining_process(log_dir):
+    """Crash epochs: the first opener after an unclean shutdown loads only a-0; a manager joining the dir (it
+    does not get the dir lock exclusively) opens b-0, which nobody loaded since the crash: it loads it fully, so
+    the swap a Kafka-style crash left (segment 0 as .swap, the original .deleted) is completed, which a view,
+    ignoring both names, would not do."""
+    cfg = _fill(log_dir, [("a", 0), ("b", 0)])
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        b = mgr.get_log("b", 0)
+        b.roll()
+        b.append_records(recs("later", timestamp=T0))
+    os.remove(clean_shutdown_path(str(log_dir)))  # the next open is the first after an unclean shutdown
+    d = partition_dir(log_dir, "b", 0)
+    shutil.copyfile(segment_path(d, 0), segment_path(d, 0, layout.LOG_SUFFIX, layout.SWAP_SUFFIX))
+    os.replace(segment_path(d, 0), segment_path(d, 0, layout.LOG_SUFFIX, layout.DELETED_SUFFIX))
+    first = LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)])
+    try:
+        epoch = first.dirs[str(log_dir)].epoch
+        with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("b", 0)]) as joiner:
+            assert not joiner.dirs[str(log_dir)].exclusive_at_open
+            log = joiner.get_log("b", 0)
+            assert log.lock.read_state().loaded_epoch == epoch
+            assert [r.value for r in log.read_records()] == [b"b-0", b"later"]
+            assert not os.path.exists(segment_path(d, 0, layout.LOG_SUFFIX, layout.SWAP_SUFFIX))
+            messages = joiner.dirs[str(log_dir)].load_messages
+            assert any("completed swap" in m for m in messages), messages
+        # a third process finds b-0 loaded in this epoch: a view, no second load
+        with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("b", 0)]) as third:
+            assert third.dirs[str(log_dir)].load_messages == []
+            assert [r.value for r in third.get_log("b", 0).read_records()] == [b"b-0", b"later"]
+    finally:
+        first.close()
+
+
+def test_a_clean_first_open_keeps_the_epoch_and_an_unclean_one_starts_a_new_one(log_dir):
+    cfg = _fill(log_dir, [("a", 0)])
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        clean_epoch = mgr.dirs[str(log_dir)].epoch
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        assert mgr.dirs[str(log_dir)].epoch == clean_epoch
+    os.remove(clean_shutdown_path(str(log_dir)))
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        assert mgr.dirs[str(log_dir)].epoch != clean_epoch
+        assert mgr.get_log("a", 0).lock.read_state().loaded_epoch == mgr.dirs[str(log_dir)].epoch

@@ -300,3 +300,22 @@ def test_interleaved_transactions_and_a_retry_compact_to_the_committed_state(mak
     assert reads() == (expected, expected)
     assert aborted(log) == []
     assert [o for o, _, _ in expected] == [3, 6, 7, 8, 10]
+
+
+def test_a_transaction_aborted_by_a_marker_past_the_cleaned_range_does_not_shadow_older_values(make_log):
+    """The dirty range ends at the active segment's base; an aborted transaction whose data lies below it and
+    whose ABORT marker went into the active segment is indexed there. Its records must still be left out of the
+    key map (Kafka's collectAbortedTransactions searches on until complete), else the key's committed value is
+    removed as superseded and the aborted record then removed as aborted: the key is gone."""
+    log = make_log(compact_cfg(segment_bytes=2048))
+    idem, txn = appender(log, 2, transactional=False), appender(log, 1)
+    idem([1])
+    idem([2])       # the batch holding key 1 is not its producer's last: nothing else keeps it
+    txn([5])
+    abort(log, 1)   # an earlier aborted transaction, indexed in the cleaned range
+    txn([1])
+    log.roll()
+    abort(log, 1)   # in the active segment, past the cleaned range
+    assert len(log.aborted_transactions(0, log.active_segment.base_offset)) == 2
+    do_clean(log, 0, T0)
+    assert {r.key: r.value for r in log.read_records(isolation_level="read_committed")} == {b"1": b"1", b"2": b"2"}

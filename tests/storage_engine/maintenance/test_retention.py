@@ -213,3 +213,24 @@ def test_retention_of_unknown_partition_is_a_clear_error(tmp_path):
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path / "d")]}})
     with pytest.raises(PartitionNotFoundError, match="nope-0"):
         maintenance.retention(cfg, "nope", 0, T0)
+
+
+@pytest.mark.parametrize("blocked", [0, 2], ids=["first-rename-fails", "third-rename-fails"])
+def test_a_failed_rename_moves_the_log_start_offset_only_past_what_went(tmp_path, blocked):
+    """Retention publishes the new log start offset before its first rename (a process meeting the deletion half
+    done, its process killed, sees only segments below the start). If a rename fails and the process lives on,
+    the start goes back to just past what really went, and every record from there is still read."""
+    size = _one_record_size()
+    log = open_log(tmp_path, {"segment.bytes": 10 * size, "retention.bytes": 10 * size, "retention.ms": -1})
+    append(log, 60, T0)
+    bases = [s.base_offset for s in log.segments]
+    os.mkdir(layout.segment_file(log.dir, bases[blocked], layout.LOG_SUFFIX, layout.DELETED_SUFFIX))
+    with pytest.raises(Exception):
+        retention.run(log, T0)
+    assert log.log_start_offset == bases[blocked]
+    assert [r.offset for r in log.read_records()] == list(range(bases[blocked], 60))
+    log.close(clean=False)
+    again = open_log(tmp_path, {"segment.bytes": 10 * size})
+    assert again.log_start_offset == bases[blocked]
+    assert [r.offset for r in again.read_records()] == list(range(bases[blocked], 60))
+    again.close(clean=False)

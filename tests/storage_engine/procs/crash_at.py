@@ -58,7 +58,7 @@ def torn_time_index_entry(original):
         if not head_size:                 # the offset index: one store
             return original(index, packed, head_size)
         start = index.entries * index.ENTRY_SIZE
-        index._mm[start:start + head_size] = packed[:head_size]
+        os.pwrite(index._fd, packed[:head_size], start)
         die()
     return append_entry
 

@@ -1,0 +1,123 @@
+"""Counting verdicts per module, recognising the listed equivalent mutants, and the table ``make mutation`` prints.
+
+Score of a module = (killed + timeout) / (mutants - equivalent). A timeout counts as detected (the mutant made a
+test run away); "suspicious", "no tests" and anything else count against the score, like a survivor.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .equivalent import EQUIVALENT, Equivalent
+from .run import GroupResult, Mutant
+
+COLUMNS = ("killed", "timeout", "survived", "suspicious", "no tests")
+
+
+def matches(e: Equivalent, m: Mutant) -> bool:
+    return (e.module == m.module and e.function == m.function
+            and e.removed == "\n".join(m.removed) and e.added == "\n".join(m.added))
+
+
+def equivalent_reason(m: Mutant) -> str | None:
+    """The reason this survivor is listed as equivalent, or None. Only a mutant that survived can be."""
+    if m.status != "survived":
+        return None
+    return next((e.reason for e in EQUIVALENT if matches(e, m)), None)
+
+
+@dataclass
+class ModuleScore:
+    module: str
+    counts: Counter
+    equivalent: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def detected(self) -> int:
+        return self.counts["killed"] + self.counts["timeout"]
+
+    @property
+    def score(self) -> float | None:
+        judged = self.total - self.equivalent
+        return 100.0 * self.detected / judged if judged else None
+
+    @property
+    def other(self) -> int:
+        return self.total - sum(self.counts[c] for c in COLUMNS)
+
+
+DETECTED = ("killed", "timeout")
+
+
+def merged(results: list[GroupResult]) -> dict[str, list[Mutant]]:
+    """Every mutant once per module, in the order the groups ran. A mutant run by two groups (pure Python and
+    with the compiled kernels) counts as detected if either run detected it."""
+    by_module: dict[str, dict[str, Mutant]] = {}
+    for r in results:
+        for path in r.group.modules:
+            by_module.setdefault(path[:-len(".py")].replace("/", "."), {})
+        for m in r.mutants:
+            seen = by_module[m.module].get(m.name)
+            if seen is None or (m.status in DETECTED and seen.status not in DETECTED):
+                by_module[m.module][m.name] = m
+    return {module: list(mutants.values()) for module, mutants in by_module.items()}
+
+
+def scores(results: list[GroupResult]) -> list[ModuleScore]:
+    return [ModuleScore(module, Counter(m.status for m in mine), sum(equivalent_reason(m) is not None for m in mine))
+            for module, mine in merged(results).items()]
+
+
+def table(rows: list[ModuleScore]) -> str:
+    head = ["module", "mutants", *COLUMNS, "other", "equivalent", "score"]
+    lines = [head]
+    for r in rows:
+        score = "-" if r.score is None else f"{r.score:.1f}%"
+        lines.append([r.module, str(r.total), *(str(r.counts[c]) for c in COLUMNS), str(r.other),
+                      str(r.equivalent), score])
+    total = ModuleScore("all", sum((r.counts for r in rows), Counter()), sum(r.equivalent for r in rows))
+    lines.append(["all", str(total.total), *(str(total.counts[c]) for c in COLUMNS), str(total.other),
+                  str(total.equivalent), "-" if total.score is None else f"{total.score:.1f}%"])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    rendered = []
+    for i, row in enumerate(lines):
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        rendered.append("| " + " | ".join(cells) + " |")
+        if i == 0:
+            rendered.append("|" + "|".join("-" * (w + 1) + (":" if j else "-") for j, w in enumerate(widths)) + "|")
+    return "\n".join(rendered)
+
+
+def undetected(results: list[GroupResult]) -> list[Mutant]:
+    """Every mutant neither killed, timed out, nor listed as equivalent."""
+    return [m for mine in merged(results).values() for m in mine
+            if m.status not in DETECTED and equivalent_reason(m) is None]
+
+
+def unused_equivalents(results: list[GroupResult]) -> list[Equivalent]:
+    """Listed equivalents that matched no survivor of the modules this run covered (stale entries)."""
+    all_mutants = merged(results)
+    survivors = [m for mine in all_mutants.values() for m in mine if m.status == "survived"]
+    return [e for e in EQUIVALENT if e.module in all_mutants and not any(matches(e, m) for m in survivors)]
+
+
+def describe(m: Mutant) -> str:
+    change = " / ".join(m.removed) + "  ->  " + " / ".join(m.added)
+    return f"{m.status:<10} {m.module}:{m.function}  {change}  [{m.name.rpartition('.')[2]}]"
+
+
+def equivalents_markdown() -> str:
+    """The listed equivalent mutants, grouped by module, one bullet each: function, change, reason."""
+    out: list[str] = []
+    module = None
+    for e in sorted(EQUIVALENT, key=lambda e: e.module):
+        if e.module != module:
+            module = e.module
+            out.append(f"\n**{module}**\n")
+        change = " / ".join(e.removed.splitlines()) + "` -> `" + " / ".join(e.added.splitlines())
+        out.append(f"- `{e.function}`: `{change}`: {e.reason}")
+    return "\n".join(out).strip() + "\n"

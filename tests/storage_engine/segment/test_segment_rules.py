@@ -1,0 +1,521 @@
+"""Kafka's exact rules for one segment, at their boundaries (MUTATION.md: what the mutants of segment.py showed the
+other tests let through). Rules quoted from Kafka's ``LogSegment``:
+
+- ``shouldRoll``: ``size > maxSegmentBytes - messagesSize || (size > 0 && reachedRollMs) || offsetIndex.isFull ||
+  timeIndex.isFull || !canConvertToRelativeOffset(maxOffsetInMessages)``, with
+  ``reachedRollMs = timeWaitedForRoll(now, maxTimestampInMessages) > maxSegmentMs - rollJitterMs``;
+- ``timeWaitedForRoll``: ``messageTimestamp - rollingBasedTimestamp`` when the first batch has a timestamp
+  (``t >= 0``), else ``now - created``.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage_engine import layout
+from storage_engine.config import LogConfig
+from storage_engine.segment.segment import INT32_MAX, LogSegment
+
+from ..helpers import append_batch, open_segment, segment_path
+
+pytestmark = pytest.mark.unit
+
+NO_LIMIT = INT32_MAX
+
+
+def roll(seg, *, segment_bytes=NO_LIMIT, max_segment_ms=NO_LIMIT, messages_size=100, max_timestamp=-1,
+         max_offset=None, now_ms=0):
+    return seg.should_roll(segment_bytes=segment_bytes, max_segment_ms=max_segment_ms, messages_size=messages_size,
+                           max_timestamp=max_timestamp,
+                           max_offset=seg.base_offset if max_offset is None else max_offset, now_ms=now_ms)
+
+
+def test_roll_for_size_only_when_the_append_would_pass_segment_bytes(tmp_path):
+    """size > maxSegmentBytes - messagesSize: an append that ends exactly at segment.bytes still fits."""
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", "b", timestamp=1000)
+    size = seg.size
+    assert roll(seg, segment_bytes=size + 100, messages_size=100) is None
+    assert roll(seg, segment_bytes=size + 99, messages_size=100) == "segment-bytes"
+    # The size rule holds for an empty segment too (Kafka checks it before the size > 0 of the time rule).
+    empty = open_segment(tmp_path, 10)
+    assert roll(empty, segment_bytes=99, messages_size=100) == "segment-bytes"
+    assert roll(empty, segment_bytes=100, messages_size=100) is None
+    seg.close()
+    empty.close()
+
+
+def test_roll_for_time_measured_from_the_first_batch_timestamp_minus_jitter(tmp_path):
+    """reachedRollMs = messageTimestamp - rollingBasedTimestamp > maxSegmentMs - rollJitterMs (strictly)."""
+    seg = open_segment(tmp_path, 0, now_ms=0)
+    append_batch(seg, 0, "a", timestamp=1000)
+    seg.roll_jitter_ms = 7
+    # now_ms is far in the future: with a first-batch timestamp, only the incoming batch's timestamp counts.
+    far = 10**12
+    assert roll(seg, max_segment_ms=500, max_timestamp=1000 + 493, now_ms=far) is None
+    assert roll(seg, max_segment_ms=500, max_timestamp=1000 + 494, now_ms=far) == "segment-ms"
+    assert seg.time_waited_for_roll(far, 1494) == 494
+    seg.close()
+
+
+def test_roll_for_time_without_timestamps_uses_the_creation_time(tmp_path):
+    """With no first-batch timestamp (-1), timeWaitedForRoll = now - created."""
+    seg = open_segment(tmp_path, 0, now_ms=100)
+    append_batch(seg, 0, "a", timestamp=-1)
+    assert seg.first_batch_timestamp() == -1
+    seg.roll_jitter_ms = 7
+    assert roll(seg, max_segment_ms=500, now_ms=100 + 493, max_timestamp=10**12) is None
+    assert roll(seg, max_segment_ms=500, now_ms=100 + 494, max_timestamp=10**12) == "segment-ms"
+    assert seg.time_waited_for_roll(100 + 494, 10**12) == 494
+    seg.close()
+
+
+def test_roll_reasons_in_kafkas_order(tmp_path):
+    """shouldRoll checks size, then time, then full indexes, then the relative-offset range."""
+    seg = open_segment(tmp_path, 0, now_ms=0)
+    append_batch(seg, 0, "a", timestamp=1000)
+    both = dict(segment_bytes=seg.size, max_segment_ms=1, max_timestamp=5000)
+    assert roll(seg, **both) == "segment-bytes"
+    assert roll(seg, max_segment_ms=1, max_timestamp=5000, max_offset=INT32_MAX + 1) == "segment-ms"
+    assert roll(seg, max_offset=INT32_MAX) is None
+    assert roll(seg, max_offset=INT32_MAX + 1) == "offset-overflow"
+    seg.close()
+
+
+def test_recovery_of_an_unopened_segment_writes_exactly_the_index_entries(tmp_path, kernels):
+    """Kafka's recover() resets both indexes and rebuilds one entry per index.interval.bytes; an index file left
+    longer (a preallocated tail, stale entries) or missing ends up holding exactly the rebuilt entries, created
+    rw-r--r-- like the files a segment opens itself (the umask applied)."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    for i in range(5):
+        append_batch(seg, i, f"v{i}", timestamp=1000 + i)
+    seg.close()
+    expected = {s: open(segment_path(tmp_path, 0, s), "rb").read()
+                for s in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+    assert all(len(v) > 0 for v in expected.values())
+    with open(segment_path(tmp_path, 0, layout.INDEX_SUFFIX), "ab") as f:
+        f.write(b"\xff" * 64)
+    os.remove(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX))
+
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(index_interval_bytes=1), now_ms=0,
+                           file_already_exists=True, lazy=True)
+    assert not lazy.is_open
+    result = lazy.recover()
+    assert (result.bytes_truncated, result.batches) == (0, 5)
+    for suffix, data in expected.items():
+        path = segment_path(tmp_path, 0, suffix)
+        assert open(path, "rb").read() == data, suffix
+        umask = os.umask(0)
+        os.umask(umask)
+        assert os.stat(path).st_mode & 0o777 == 0o644 & ~umask, suffix
+    assert [lazy.offset_index.lookup(i)[0] for i in range(5)] == [0, 1, 2, 3, 4]
+    assert lazy.find_offset_by_timestamp(1003)[1] == 3
+    lazy.close()
+
+
+def test_recovery_of_an_unopened_empty_segment_leaves_empty_indexes(tmp_path, kernels):
+    """An empty segment recovers to empty index files (no entry, no stale bytes)."""
+    seg = open_segment(tmp_path, 0)
+    seg.close()
+    for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+        with open(segment_path(tmp_path, 0, suffix), "wb") as f:
+            f.write(b"\x01" * 24)
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert lazy.recover().batches == 0
+    for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+        assert os.path.getsize(segment_path(tmp_path, 0, suffix)) == 0, suffix
+    lazy.close()
+
+
+def _entries(index) -> list[tuple[int, int]]:
+    return [index.entry(n) for n in range(index.entries)]
+
+
+def offsets_in(data: bytes) -> list[int]:
+    from storage_engine.segment.file_records import iter_batches
+    return [r.offset for b in iter_batches(data) for r in b.records()]
+
+
+def reopen_active(tmp_path, base: int, cfg: LogConfig) -> LogSegment:
+    """An existing segment reopened as the log's active one: its trimmed indexes re-expanded, as a load does."""
+    seg = LogSegment.open(str(tmp_path), base, cfg, now_ms=0, file_already_exists=True)
+    seg.offset_index.resize(cfg.segment_index_bytes)
+    seg.time_index.resize(cfg.segment_index_bytes)
+    return seg
+
+
+def _recovered(tmp_path, base, interval, timestamps):
+    """A segment of equal-sized one-record batches, closed, reopened and recovered with ``interval``."""
+    seg = open_segment(tmp_path, base, index_interval_bytes=10**6)
+    for i, ts in enumerate(timestamps):
+        append_batch(seg, base + i, "v", timestamp=ts)
+    size = seg.size // len(timestamps)
+    seg.close()
+    again = LogSegment.open(str(tmp_path), base, LogConfig(index_interval_bytes=interval), now_ms=0,
+                            file_already_exists=True)
+    result = again.recover()
+    assert (result.bytes_truncated, result.batches) == (0, len(timestamps))
+    return again, size
+
+
+@pytest.mark.parametrize("past", [False, True], ids=["interval-equals-batch", "interval-one-below"])
+def test_recovery_indexes_when_bytes_since_last_entry_exceed_the_interval(tmp_path, kernels, past):
+    """recover(): ``if (validBytes - lastIndexEntry > indexIntervalBytes)`` append (last offset, validBytes) to the
+    offset index and maybeAppend (max timestamp so far, its offset) to the time index; lastIndexEntry = validBytes.
+    The comparison is strict: with batches exactly one interval long every other batch is indexed."""
+    probe, size = _recovered(tmp_path, 0, 10**6, [1000])
+    probe.close()
+    seg, size = _recovered(tmp_path, 100, size - 1 if past else size, [1000 + i for i in range(6)])
+    every = 1 if past else 2
+    indexed = list(range(every, 6, every))
+    assert _entries(seg.offset_index) == [(100 + i, i * size) for i in indexed]
+    # the time index: one entry per offset entry, plus the segment's max timestamp added at the end of recovery
+    assert _entries(seg.time_index) == [(1000 + i, 100 + i) for i in indexed] + (
+        [(1005, 105)] if indexed[-1] != 5 else [])
+    seg.close()
+
+
+def test_recovery_takes_timestamp_zero_and_ignores_missing_timestamps(tmp_path, kernels):
+    """Timestamp 0 is a timestamp (the largest-timestamp search starts at -1, Kafka's NO_TIMESTAMP); batches
+    without timestamps (-1) add no time-index entry (TimeIndex.maybeAppend only appends a timestamp larger than
+    the last entry's, -1 for an empty index)."""
+    seg, size = _recovered(tmp_path, 0, 1, [0, 0, 0])
+    assert seg.max_timestamp_so_far == 0 and seg.offset_of_max_timestamp_so_far == 0
+    assert _entries(seg.time_index) == [(0, 0)]
+    seg.close()
+    seg, _ = _recovered(tmp_path, 50, 1, [-1, -1, -1])
+    assert _entries(seg.offset_index) == [(51, size), (52, 2 * size)]
+    assert _entries(seg.time_index) == []
+    assert seg.max_timestamp_so_far == -1 and seg.offset_of_max_timestamp_so_far == 50
+    seg.close()
+
+
+# LogSegment.append: "if (largestTimestamp > maxTimestampSoFar()) maxTimestampAndOffsetSoFar = (largestTimestamp,
+# shallowOffsetOfMaxTimestamp)"; "if (bytesSinceLastIndexEntry > indexIntervalBytes) { offsetIndex.append(...);
+# timeIndex.maybeAppend(...); bytesSinceLastIndexEntry = 0 }; bytesSinceLastIndexEntry += records.sizeInBytes";
+# "if (physicalPosition == 0) rollingBasedTimestamp = largestTimestamp".
+
+def test_append_keeps_the_first_offset_of_an_equal_max_timestamp(tmp_path):
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", timestamp=1000)
+    append_batch(seg, 1, "b", timestamp=1000)
+    assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == (1000, 0)
+    append_batch(seg, 2, "c", timestamp=1001)
+    assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == (1001, 2)
+    seg.close()
+
+
+def test_append_indexes_only_when_bytes_since_last_entry_exceed_the_interval(tmp_path):
+    probe = open_segment(tmp_path, 1000)
+    size = len(append_batch(probe, 1000, "v", timestamp=1000))
+    probe.close()
+    seg = open_segment(tmp_path, 0, index_interval_bytes=size)
+    for i in range(5):
+        append_batch(seg, i, "v", timestamp=1000 + i)
+    # before each append: 0, S, 2S (> S: entry, reset), S, 2S (> S: entry)
+    assert _entries(seg.offset_index) == [(2, 2 * size), (4, 4 * size)]
+    assert _entries(seg.time_index) == [(1002, 2), (1004, 4)]
+    seg.close()
+
+
+def test_rolling_timestamp_is_the_largest_timestamp_of_the_first_append(tmp_path):
+    """The first append to an empty segment fixes the roll clock at that append's largest timestamp (several
+    batches at once: the largest of them); later appends do not move it, also after a reopen."""
+    from storage_engine.record.records import build_batch
+    from ..helpers import recs
+    seg = open_segment(tmp_path, 0)
+    data = build_batch(recs("a", timestamp=1000), base_offset=0) + build_batch(recs("b", timestamp=9000),
+                                                                                base_offset=1)
+    seg.append(1, 9000, 1, data)
+    assert seg.first_batch_timestamp() == 9000
+    assert seg.time_waited_for_roll(0, 9500) == 500
+    append_batch(seg, 2, "c", timestamp=20000)
+    assert seg.time_waited_for_roll(0, 20000) == 11000
+    seg.close()
+    # reopened: the clock comes from the file's first batch, and later appends keep it
+    again = reopen_active(tmp_path, 0, LogConfig())
+    append_batch(again, 3, "d", timestamp=30000)
+    assert again.first_batch_timestamp() == 1000
+    assert again.time_waited_for_roll(0, 30000) == 29000
+    again.close()
+
+
+def test_timestamp_zero_starts_the_roll_clock_and_is_the_largest_timestamp(tmp_path):
+    """timeWaitedForRoll: ``case Some(t) if t >= 0``; largestTimestamp: the max timestamp when it is >= 0, else
+    the file's last-modified time."""
+    seg = open_segment(tmp_path, 0, now_ms=5)
+    append_batch(seg, 0, "a", timestamp=0)
+    assert seg.time_waited_for_roll(10**12, 500) == 500
+    assert seg.largest_timestamp() == 0
+    seg.close()
+    none = open_segment(tmp_path, 10, now_ms=5)
+    append_batch(none, 10, "a", timestamp=-1)
+    os.utime(none.path, ns=(0, 123_000_000_000))
+    assert none.largest_timestamp() == 123_000 == none.mtime_ms()
+    none.close()
+
+
+def test_roll_when_only_the_offset_index_is_full(tmp_path):
+    """shouldRoll: offsetIndex.isFull || timeIndex.isFull. Equal timestamps add no time-index entry, so the
+    offset index (4 slots of 36 bytes) fills while the time index (3 slots, one kept for the roll) does not."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1, max_index_size=36)
+    for i in range(5):
+        append_batch(seg, i, "v", timestamp=1000)
+    assert seg.offset_index.is_full and not seg.time_index.is_full
+    assert roll(seg, max_offset=5) == "index-full"
+    seg.close()
+
+
+def test_roll_writes_the_final_time_entry_into_the_reserved_slot(tmp_path):
+    """onBecomeInactiveSegment: timeIndex.maybeAppend(maxTimestampSoFar, shallowOffsetOfMaxTimestampSoFar,
+    skipFullCheck = true): a full time index still takes the segment's max timestamp, 0 included."""
+    probe = open_segment(tmp_path, 1000)
+    size = len(append_batch(probe, 1000, "v", timestamp=0))
+    probe.close()
+    seg = open_segment(tmp_path, 0, index_interval_bytes=size * 3 // 2, max_index_size=24)
+    for i in range(3):
+        append_batch(seg, i, "v", timestamp=0)   # the third is indexed: (0, 0), the first offset holding 0
+    assert _entries(seg.time_index) == [(0, 0)] and seg.time_index.is_full
+    append_batch(seg, 3, "v", timestamp=5)       # not indexed
+    seg.on_become_inactive_segment()
+    assert _entries(seg.time_index) == [(0, 0), (5, 3)]
+    seg.close()
+    zero = open_segment(tmp_path, 10, index_interval_bytes=10**6)
+    append_batch(zero, 10, "v", timestamp=0)
+    zero.on_become_inactive_segment()
+    assert _entries(zero.time_index) == [(0, 10)]
+    zero.close()
+
+
+def test_read_from_the_middle_returns_whole_batches_from_the_one_holding_the_offset(tmp_path):
+    """LogSegment.read: FetchDataInfo(offsetMetadata = (startOffset, position of its batch)), the batches from
+    there that fit maxSize, at least one (minOneMessage)."""
+    seg = open_segment(tmp_path, 0)
+    sizes = [len(append_batch(seg, i, "v", timestamp=1000)) for i in range(4)]
+    got = seg.read(2, sizes[2])
+    assert (got.position, got.first_offset) == (sum(sizes[:2]), 2)
+    assert offsets_in(got.data) == [2]
+    got = seg.read(1, sizes[1] + sizes[2] + 1)
+    assert offsets_in(got.data) == [1, 2]
+    with pytest.raises(ValueError, match="invalid max size -1 for a log read from segment .*00000000000000000000.log"):
+        seg.read(0, -1)
+    seg.close()
+
+
+def test_batches_from_includes_the_batch_ending_at_the_offset(tmp_path):
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", "b")
+    append_batch(seg, 2, "c", "d")
+    assert [b.last_offset for b in seg.batches_from(1)] == [1, 3]
+    assert [b.last_offset for b in seg.batches_from(2)] == [3]
+    second = seg.translate_offset(2)[1]
+    assert [b.last_offset for b in seg.batches(second)] == [3]
+    seg.close()
+
+
+def test_batches_stop_silently_at_a_torn_tail_unless_strict(tmp_path):
+    """FileLogInputStream: a batch running past the end is not returned (a torn tail); recovery, verify and
+    dump-log read strictly and report it."""
+    from storage_engine.errors import CorruptRecordError
+    seg = open_segment(tmp_path, 0)
+    first = append_batch(seg, 0, "a")
+    torn = append_batch(seg, 1, "b")
+    seg.close()
+    with open(seg.path, "r+b") as f:
+        f.truncate(os.path.getsize(seg.path) - len(torn) // 2)
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    assert [b.last_offset for b in again.batches()] == [0]
+    assert again.log.batch_at(0).last_offset == 0
+    assert again.log.batch_at(len(first)) is None
+    with pytest.raises(CorruptRecordError, match="truncated batch at offset 1") as err:
+        list(again.batches(0, strict=True))
+    assert err.value.path == again.path
+    with pytest.raises(CorruptRecordError, match="truncated batch at offset 1") as err:
+        again.log.batch_at(len(first), strict=True)
+    assert err.value.path == again.path
+    again.close()
+
+
+def test_a_read_over_a_corrupt_entry_names_the_file(tmp_path):
+    from storage_engine.errors import CorruptRecordError
+    seg = open_segment(tmp_path, 0)
+    first = append_batch(seg, 0, "a")
+    append_batch(seg, 1, "b")
+    seg.close()
+    with open(seg.path, "r+b") as f:
+        f.seek(len(first) + 16)
+        f.write(b"\x07")   # the second entry's magic
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    with pytest.raises(CorruptRecordError, match="unknown magic 7") as err:
+        again.read(0, 10**6)
+    assert err.value.path == again.path
+    again.close()
+
+
+def test_truncation_keeps_the_roll_clock_unless_the_segment_empties(tmp_path):
+    """LogSegment.truncateTo: ``if (log.sizeInBytes == 0) { created = time.milliseconds; rollingBasedTimestamp =
+    empty }``; truncating at or beyond the end removes nothing and returns 0; the .txnindex is truncated too."""
+    from storage_engine.segment.txn_index import AbortedTxn
+    seg = open_segment(tmp_path, 0, now_ms=100)
+    for i in range(4):
+        append_batch(seg, i, "v", timestamp=1000 + i)
+    seg.txn_index.append(AbortedTxn(7, 0, 1, 0))
+    seg.txn_index.append(AbortedTxn(8, 2, 3, 2))
+    assert seg.truncate_to(10, now_ms=555) == 0
+    assert seg.created_ms == 100
+    removed = seg.truncate_to(2, now_ms=777)
+    assert removed > 0 and seg.created_ms == 100 and seg.read_next_offset() == 2
+    assert [t.producer_id for t in seg.txn_index.all_aborted_txns()] == [7]
+    seg.truncate_to(0, now_ms=999)
+    assert seg.size == 0 and seg.created_ms == 999
+    seg.close()
+
+
+def test_last_index_position_and_tail_state_after_a_reopen(tmp_path):
+    """After a reopen (or another process's appends) the bytes since the last index entry are the size minus the
+    position of the last indexed batch, and the largest timestamp is the larger of the last time-index entry and
+    the batches after it (the first of equal ones)."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    sizes = [len(append_batch(seg, i, "v", timestamp=ts)) for i, ts in enumerate([1000, 2000, 3000])]
+    seg.close()
+    again = reopen_active(tmp_path, 0, LogConfig(index_interval_bytes=10**6, segment_index_bytes=1000))
+    assert _entries(again.offset_index) == [(1, sizes[0]), (2, sizes[0] + sizes[1])]
+    assert again.last_index_position() == sizes[0] + sizes[1]
+    append_batch(again, 3, "v", timestamp=3000)   # equal to the indexed max: not the new max
+    append_batch(again, 4, "v", timestamp=2500)
+    again.reload_tail_state()
+    assert again.bytes_since_last_index_entry == again.size - (sizes[0] + sizes[1])
+    assert (again.max_timestamp_so_far, again.offset_of_max_timestamp_so_far) == (3000, 2)
+    append_batch(again, 5, "v", timestamp=4000)
+    again.reload_tail_state()
+    assert (again.max_timestamp_so_far, again.offset_of_max_timestamp_so_far) == (4000, 5)
+    again.close()
+    one = open_segment(tmp_path, 100, index_interval_bytes=1)
+    first = len(append_batch(one, 100, "v", timestamp=1))
+    append_batch(one, 101, "v", timestamp=2)
+    assert one.offset_index.entries == 1 and one.last_index_position() == first
+    one.close()
+    empty = open_segment(tmp_path, 200)
+    assert empty.last_index_position() == 0
+    empty.close()
+
+
+# Operating-system failures name the operation, the file and the cause (the project's rule for bad input and
+# failing disks: a clear error naming what was wrong). Each is provoked for real: a directory where a file is
+# expected, a read-only descriptor, a closed file.
+
+def test_rewriting_an_index_that_is_a_directory_names_it(tmp_path, kernels):
+    from storage_engine.errors import StorageIOError
+    if kernels != "c":
+        pytest.skip("only the compiled recovery writes an unopened segment's index files directly")
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", timestamp=1)
+    seg.close()
+    index = segment_path(tmp_path, 0, layout.INDEX_SUFFIX)
+    os.remove(index)
+    os.mkdir(index)
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    with pytest.raises(StorageIOError, match=f"^cannot rewrite index: {index}: \\[Errno 21\\] Is a directory") as err:
+        lazy.recover()
+    assert err.value.path == index
+    lazy.close_quietly()
+
+
+def test_deleting_a_segment_file_that_is_a_directory_names_it(tmp_path):
+    from storage_engine.errors import StorageIOError
+    seg = open_segment(tmp_path, 0)
+    seg.close()
+    index = segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX)
+    os.remove(index)
+    os.mkdir(index)
+    with pytest.raises(StorageIOError, match=f"^cannot delete segment file: {index}: \\[Errno 21\\]") as err:
+        seg.delete_files()
+    assert err.value.path == index
+    assert not os.path.exists(seg.path)   # the files before it are gone, the directory stays
+    os.rmdir(index)
+
+
+def test_log_file_truncation_failures_name_the_file(tmp_path):
+    from storage_engine.errors import StorageIOError
+    from storage_engine.segment.file_records import FileRecords
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", "b", timestamp=1)
+    seg.close()
+    path = segment_path(tmp_path, 0)
+    size = os.path.getsize(path)
+    ro = FileRecords(path, writable=False)
+    with pytest.raises(ValueError, match=f"^cannot truncate {path} of size {size} to {size + 1}$"):
+        ro.truncate_to(size + 1)
+    with pytest.raises(StorageIOError, match=f"^cannot truncate log file: {path}: \\[Errno 22\\]") as err:
+        ro.truncate_to(1)
+    assert err.value.path == path and os.path.getsize(path) == size
+    ro.close()
+
+
+def test_has_overflow_when_an_offset_does_not_fit_the_segment(tmp_path):
+    """LogSegment.hasOverflow: ``nextOffset > baseOffset && !canConvertToRelativeOffset(nextOffset - 1)`` (a
+    segment written by an old broker, KAFKA-6264)."""
+    from ..helpers import batch
+    seg = open_segment(tmp_path, 0)
+    assert not seg.has_overflow()                   # empty
+    append_batch(seg, INT32_MAX - 1, "a", "b")      # last offset INT32_MAX: still relative
+    assert not seg.has_overflow()
+    seg.close()
+    with open(segment_path(tmp_path, 0), "ab") as f:
+        f.write(batch(INT32_MAX + 1, "c"))
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    assert again.has_overflow()
+    again.close()
+
+
+def test_aborted_transactions_are_indexed_committed_ones_are_not(tmp_path):
+    """LogSegment.updateTxnIndex: ``if (completedTxn.isAborted) txnIndex.append(new AbortedTxn(completedTxn,
+    lastStableOffset))``."""
+    from storage_engine.log.producer_state import CompletedTxn
+    seg = open_segment(tmp_path, 0)
+    seg.update_txn_index(CompletedTxn(5, 0, 3, is_aborted=False), last_stable_offset=4)
+    assert not seg.txn_index.exists
+    seg.update_txn_index(CompletedTxn(6, 1, 7, is_aborted=True), last_stable_offset=2)
+    [txn] = seg.txn_index.all_aborted_txns()
+    assert (txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset) == (6, 1, 7, 2)
+    seg.close()
+
+
+def test_segment_mtime_is_the_log_files(tmp_path):
+    """largestTimestamp falls back to the .log's last-modified time; the cleaner carries it over to the cleaned
+    segment (Kafka's ``cleaned.lastModified = segments.last.lastModified``)."""
+    seg = open_segment(tmp_path, 0)
+    append_batch(seg, 0, "a", timestamp=-1)
+    seg.log.set_mtime_ms(1_600_000_000_123)
+    assert seg.mtime_ms() == seg.log.mtime_ms() == 1_600_000_000_123
+    seg.release()
+    assert not seg.is_open and seg.mtime_ms() == 1_600_000_000_123
+    assert seg.largest_timestamp() == 1_600_000_000_123
+
+
+def test_recovery_time_entries_start_from_the_first_timestamp_above_minus_one(tmp_path, kernels):
+    """recover(): at each index point timeIndex.maybeAppend(maxTimestampSoFar, offsetOfMaxTimestampSoFar), which
+    appends any timestamp above the last entry's (-1 for an empty index): timestamp 1 is indexed."""
+    seg, size = _recovered(tmp_path, 0, 1, [1, 1, 2])
+    assert _entries(seg.offset_index) == [(1, size), (2, 2 * size)]
+    assert _entries(seg.time_index) == [(1, 0), (2, 2)]
+    seg.close()
+
+
+def test_appends_after_recovery_count_bytes_from_zero(tmp_path, kernels):
+    """After recover() the bytes-since-last-entry counter is 0 (Kafka's counter of a freshly opened segment): with
+    index.interval.bytes 0 the first append after recovery adds no entry, the second does."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "v", timestamp=1)
+    seg.close()
+    again = reopen_active(tmp_path, 0, LogConfig(index_interval_bytes=0, segment_index_bytes=1000))
+    again.recover()
+    again.offset_index.resize(1000)
+    again.time_index.resize(1000)
+    assert again.offset_index.entries == 0
+    append_batch(again, 1, "v", timestamp=2)
+    assert again.offset_index.entries == 0
+    append_batch(again, 2, "v", timestamp=3)
+    assert again.offset_index.entries == 1
+    again.close()

@@ -1,0 +1,392 @@
+"""The corruption matrix: one test per kind of damage, each checking what ``consume``, ``verify`` and the next
+``produce`` do (RELIABILITY.md lists the cases and the behaviour each test asserts).
+
+The rules (DESIGN.md section 4, issue 10): damage is never returned as data (``consume`` exits 1 naming the file
+and the byte position, records before it are printed); ``verify`` reports it (exit 1); a load never lets a
+damaged or incomplete file replace good data, and reports what it repaired; an append acknowledged after a repair
+is readable. Every test damages a real log written by the engine, through the CLI in this process.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import types
+
+import pytest
+
+from storage_engine import layout
+from storage_engine.config import load_config
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.tools import cli
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "events"
+RECORDS = 300
+
+
+@pytest.fixture
+def store(tmp_path):
+    """300 records (3 per batch) of a delete-policy topic in 4 KiB segments, closed cleanly (the clean-shutdown
+    marker is there)."""
+    cfg = tmp_path / "storage.yaml"
+    cfg.write_text(json.dumps({"broker": {"log.dirs": [str(tmp_path / "logs")], "log.segment.bytes": 4096,
+                                          "log.index.interval.bytes": 256}}), encoding="utf-8")
+    config = load_config(str(cfg))
+    with LogManager.open(config) as mgr:
+        log = mgr.get_or_create_log(TOPIC, 0)
+        for i in range(0, RECORDS, 3):
+            log.append_records([SimpleRecord(f"k{j}".encode(), f"value-{j:05d}".encode()) for j in range(i, i + 3)])
+    d = os.path.join(str(tmp_path / "logs"), f"{TOPIC}-0")
+    bases = sorted(layout.offset_from_filename(n) for n in os.listdir(d) if n.endswith(".log"))
+    assert len(bases) >= 4
+    return types.SimpleNamespace(cfg=str(cfg), config=config, dir=d, bases=bases, log_dir=str(tmp_path / "logs"))
+
+
+def run(capsys, monkeypatch, *argv, stdin: bytes = b""):
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err
+
+
+def consume(capsys, monkeypatch, store, *extra):
+    rc, out, err = run(capsys, monkeypatch, "--config", store.cfg, "consume", "--topic", TOPIC, "--partition", 0,
+                       *extra)
+    return rc, [json.loads(line) for line in out.splitlines()], err
+
+
+def verify(capsys, monkeypatch, store):
+    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "verify")
+    return rc, json.loads(out)
+
+
+def produce(capsys, monkeypatch, store, value: str):
+    line = json.dumps({"key": "new", "value": value}).encode() + b"\n"
+    rc, out, err = run(capsys, monkeypatch, "--config", store.cfg, "produce", "--topic", TOPIC, "--partition", 0,
+                       stdin=line)
+    return rc, (json.loads(out) if rc == 0 else None), err
+
+
+def seg(store, base: int, suffix: str = layout.LOG_SUFFIX, extra: str = "") -> str:
+    return layout.segment_file(store.dir, base, suffix, extra)
+
+
+def flip(path: str, position: int, mask: int = 0x01) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        b = f.read(1)
+        f.seek(position)
+        f.write(bytes([b[0] ^ mask]))
+
+
+def batch_positions(path: str) -> list[int]:
+    data = open(path, "rb").read()
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        out.append(pos)
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return out
+
+
+def remove_marker(store) -> None:
+    os.remove(os.path.join(store.log_dir, layout.CLEAN_SHUTDOWN_FILE))
+
+
+def values(records) -> list[str]:
+    return [r["value"] for r in records]
+
+
+ALL = [f"value-{j:05d}" for j in range(RECORDS)]
+
+
+def assert_intact(capsys, monkeypatch, store) -> None:
+    rc, records, err = consume(capsys, monkeypatch, store)
+    assert rc == 0, err
+    assert values(records) == ALL and [r["offset"] for r in records] == list(range(RECORDS))
+
+
+def assert_produce_is_readable(capsys, monkeypatch, store) -> int:
+    rc, ack, err = produce(capsys, monkeypatch, store, "acknowledged")
+    assert rc == 0, err
+    rc, records, err = consume(capsys, monkeypatch, store, "--from-offset", ack["base_offset"])
+    assert rc == 0, err
+    assert [(r["offset"], r["value"]) for r in records] == [(ack["base_offset"], "acknowledged")]
+    return ack["base_offset"]
+
+
+# -- damaged records ---------------------------------------------------------------------------------------------
+
+def test_a_flipped_bit_in_a_sealed_segments_record_fails_consume_and_verify(capsys, monkeypatch, store):
+    path = seg(store, store.bases[1])
+    flip(path, batch_positions(path)[2] + 70)
+    rc, records, err = consume(capsys, monkeypatch, store)
+    assert rc == 1 and "corrupt" in err and path in err and "byte position" in err
+    assert values(records) == ALL[:len(records)] and len(records) < RECORDS  # what precedes the damage, only
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any(p["file"] == path for p in report["problems"])
+
+
+def test_a_flipped_bit_in_a_batchs_base_offset_fails_consume_instead_of_misplacing_records(capsys, monkeypatch,
+                                                                                           store):
+    path = seg(store, store.bases[1])
+    flip(path, batch_positions(path)[2] + 7, 0x04)  # the base offset lies outside the CRC
+    rc, records, err = consume(capsys, monkeypatch, store)
+    assert rc == 1 and "out of order" in err and path in err
+    assert [r["offset"] for r in records] == list(range(len(records)))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any("out of order" in p["message"] for p in report["problems"])
+
+
+def test_a_base_offset_flipped_upwards_in_the_last_batch_of_a_segment_fails_consume(capsys, monkeypatch, store):
+    path = seg(store, store.bases[1])
+    flip(path, batch_positions(path)[-1] + 5, 0x10)  # + 2**20: beyond the next segment's base
+    rc, _, err = consume(capsys, monkeypatch, store, "--from-offset", store.bases[1])
+    assert rc == 1 and "beyond the segment's end" in err
+
+
+def test_a_flipped_bit_in_a_batchs_length_fails_consume(capsys, monkeypatch, store):
+    path = seg(store, store.bases[2])
+    flip(path, batch_positions(path)[1] + 11, 0x02)
+    rc, _, err = consume(capsys, monkeypatch, store)
+    assert rc == 1 and path in err
+    assert verify(capsys, monkeypatch, store)[0] == 1
+
+
+def test_a_sealed_segment_cut_inside_a_batch_fails_consume_instead_of_skipping_the_rest(capsys, monkeypatch,
+                                                                                         store):
+    path = seg(store, store.bases[1])
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 10)
+    rc, _, err = consume(capsys, monkeypatch, store)
+    assert rc == 1 and "truncated" in err and path in err
+    assert verify(capsys, monkeypatch, store)[0] == 1
+
+
+def test_damage_in_the_active_segment_below_its_last_index_entry_fails_consume_but_not_appends(capsys, monkeypatch,
+                                                                                              store):
+    path = seg(store, store.bases[-1])
+    flip(path, batch_positions(path)[0] + 70)
+    offset = assert_produce_is_readable(capsys, monkeypatch, store)  # an append after it is readable
+    rc, records, err = consume(capsys, monkeypatch, store, "--from-offset", store.bases[-1])
+    assert rc == 1 and path in err and records == []
+    assert offset == RECORDS
+
+
+def test_a_flipped_bit_in_the_unflushed_active_segment_is_cut_at_recovery(capsys, monkeypatch, store):
+    """Without the clean-shutdown marker, recovery truncates at the first bad batch (Kafka's rule for unflushed
+    data) and says so; what it keeps reads back, and new appends follow it."""
+    path = seg(store, store.bases[-1])
+    positions = batch_positions(path)
+    flip(path, positions[1] + 70)
+    remove_marker(store)
+    OffsetCheckpointFile(os.path.join(store.log_dir, layout.RECOVERY_POINT_CHECKPOINT)).write(
+        {(TOPIC, 0): store.bases[-1]})
+    rc, records, err = consume(capsys, monkeypatch, store)
+    assert rc == 0, err
+    assert values(records) == ALL[:store.bases[-1] + 3]
+    assert assert_produce_is_readable(capsys, monkeypatch, store) == store.bases[-1] + 3
+
+
+# -- tails the clean-shutdown marker vouches for -----------------------------------------------------------------
+
+def test_a_torn_active_tail_is_cut_even_with_the_clean_shutdown_marker(capsys, monkeypatch, store):
+    path = seg(store, store.bases[-1])
+    batch = build_batch([SimpleRecord(b"torn", b"x" * 200)], base_offset=RECORDS)
+    with open(path, "ab") as f:
+        f.write(batch[: len(batch) // 2])
+    offset = assert_produce_is_readable(capsys, monkeypatch, store)
+    assert offset == RECORDS
+    assert_intact_prefix(capsys, monkeypatch, store)
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0, report["problems"]
+
+
+def test_a_garbage_active_tail_is_cut_even_with_the_clean_shutdown_marker(capsys, monkeypatch, store):
+    path = seg(store, store.bases[-1])
+    with open(path, "ab") as f:
+        f.write(os.urandom(300))
+    offset = assert_produce_is_readable(capsys, monkeypatch, store)
+    assert offset == RECORDS
+    assert_intact_prefix(capsys, monkeypatch, store)
+
+
+def assert_intact_prefix(capsys, monkeypatch, store) -> None:
+    rc, records, err = consume(capsys, monkeypatch, store)
+    assert rc == 0, err
+    assert values(records)[:RECORDS] == ALL
+
+
+def test_a_torn_tail_without_the_marker_is_cut_by_recovery(capsys, monkeypatch, store):
+    path = seg(store, store.bases[-1])
+    with open(path, "ab") as f:
+        f.write(build_batch([SimpleRecord(b"t", b"y" * 100)], base_offset=RECORDS)[:40])
+    remove_marker(store)
+    assert assert_produce_is_readable(capsys, monkeypatch, store) == RECORDS
+    assert_intact_prefix(capsys, monkeypatch, store)
+
+
+def test_an_empty_active_log_with_a_stale_index_takes_appends(capsys, monkeypatch, store):
+    """A zero-length active .log whose index still names batches: the load rebuilds the index (and says so), the
+    produce acknowledges (exit 0) and the record reads back (it used to be written, then fail on the index with
+    exit 1)."""
+    base = store.bases[-1]
+    with open(seg(store, base), "r+b") as f:
+        f.truncate(0)
+    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "describe")
+    assert rc == 0 and "recovered despite the clean-shutdown marker" in out
+    assert assert_produce_is_readable(capsys, monkeypatch, store) == base
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0, report["problems"]
+
+
+# -- leftovers of the swap ---------------------------------------------------------------------------------------
+
+def test_an_orphan_swap_full_of_garbage_is_discarded_and_reported(capsys, monkeypatch, store):
+    base = store.bases[1]
+    with open(seg(store, base, extra=layout.SWAP_SUFFIX), "wb") as f:
+        f.write(os.urandom(3000))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any("does not validate" in p["message"] for p in report["problems"])
+    remove_marker(store)
+    assert_intact(capsys, monkeypatch, store)
+    assert not os.path.exists(seg(store, base, extra=layout.SWAP_SUFFIX))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0, report["problems"]
+
+
+def test_an_orphan_swap_holding_half_a_segment_is_discarded_and_reported(capsys, monkeypatch, store):
+    base = store.bases[1]
+    path = seg(store, base)
+    positions = batch_positions(path)
+    with open(path, "rb") as f:
+        half = f.read(positions[len(positions) // 2])
+    with open(seg(store, base, extra=layout.SWAP_SUFFIX), "wb") as f:
+        f.write(half)
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any("would replace segment" in p["message"] for p in report["problems"])
+    assert_intact(capsys, monkeypatch, store)
+    assert not os.path.exists(seg(store, base, extra=layout.SWAP_SUFFIX))
+
+
+def test_an_orphan_swap_whose_originals_are_deleted_and_which_does_not_validate_gets_them_back(capsys, monkeypatch,
+                                                                                               store):
+    base = store.bases[1]
+    with open(seg(store, base, extra=layout.SWAP_SUFFIX), "wb") as f:
+        f.write(b"\x00" * 100 + os.urandom(500))
+    for suffix in layout.SEGMENT_SUFFIXES[:3]:
+        if os.path.exists(seg(store, base, suffix)):
+            os.replace(seg(store, base, suffix), seg(store, base, suffix, layout.DELETED_SUFFIX))
+    assert_intact(capsys, monkeypatch, store)
+    assert os.path.exists(seg(store, base))
+
+
+def test_a_valid_orphan_swap_is_completed(capsys, monkeypatch, store):
+    """What a Kafka broker killed after its .swap files were all written leaves: the load completes it."""
+    base = store.bases[1]
+    shutil.copyfile(seg(store, base), seg(store, base, extra=layout.SWAP_SUFFIX))
+    os.replace(seg(store, base), seg(store, base, extra=layout.DELETED_SUFFIX))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0 and any("completed swap" in p["message"] for p in report["pending"])
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_a_cleaned_leftover_is_removed_and_changes_nothing(capsys, monkeypatch, store):
+    shutil.copyfile(seg(store, store.bases[0]), seg(store, store.bases[0], extra=layout.CLEANED_SUFFIX))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0 and any("cleaner" in p["message"] for p in report["pending"])
+    assert_intact(capsys, monkeypatch, store)
+
+
+# -- checkpoints and missing files -------------------------------------------------------------------------------
+
+def test_a_log_start_offset_checkpoint_far_past_the_end_is_reported_and_ignored(capsys, monkeypatch, store):
+    cp = OffsetCheckpointFile(os.path.join(store.log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
+    cp.write({(TOPIC, 0): 1_000_000})
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any("past the log end" in p["message"] for p in report["problems"])
+    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "describe")
+    assert "is past the log end 300" in out and "ignored" in out  # the load's report
+    assert_intact(capsys, monkeypatch, store)
+    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "retention")
+    assert rc == 0 and json.loads(out)["segments_deleted"] == 0
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_a_recovery_point_checkpoint_past_the_end_is_reported(capsys, monkeypatch, store):
+    cp = OffsetCheckpointFile(os.path.join(store.log_dir, layout.RECOVERY_POINT_CHECKPOINT))
+    cp.write({(TOPIC, 0): 1_000_000})
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any("recovery-point checkpoint" in p["message"] for p in report["problems"])
+    remove_marker(store)
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_a_deleted_sealed_segment_is_reported_as_an_offset_gap(capsys, monkeypatch, store):
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+        os.remove(seg(store, store.bases[2], suffix))
+    rc, report = verify(capsys, monkeypatch, store)
+    gap = f"offsets [{store.bases[2]}, {store.bases[3]}) are missing"
+    assert rc == 1 and any(gap in p["message"] for p in report["problems"]), report["problems"]
+
+
+def test_a_deleted_first_segment_is_reported_as_an_offset_gap(capsys, monkeypatch, store):
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
+        os.remove(seg(store, store.bases[0], suffix))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any(f"offsets [0, {store.bases[1]}) are missing" in p["message"]
+                           for p in report["problems"]), report["problems"]
+
+
+def test_a_corrupt_recovery_point_checkpoint_means_recovery_from_zero(capsys, monkeypatch, store):
+    with open(os.path.join(store.log_dir, layout.RECOVERY_POINT_CHECKPOINT), "wb") as f:
+        f.write(b"0\n1\nevents 0 zz\n")
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any(layout.RECOVERY_POINT_CHECKPOINT in p["file"] for p in report["problems"])
+    remove_marker(store)
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_garbage_in_an_index_is_rebuilt_and_never_read_as_damaged_records(capsys, monkeypatch, store):
+    path = seg(store, store.bases[1], layout.INDEX_SUFFIX)
+    size = os.path.getsize(path)
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 1 and any(p["file"] == path for p in report["problems"])
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_an_index_entry_pointing_inside_a_batch_does_not_fail_reads(capsys, monkeypatch, store):
+    """An entry whose position was damaged but still rises passes the sanity check; a read that starts there
+    scans from the segment's start instead of reporting the records as damaged."""
+    path = seg(store, store.bases[1], layout.INDEX_SUFFIX)
+    assert os.path.getsize(path) >= 16
+    flip(path, 8 + 7, 0x01)  # the second entry's position, now inside a batch
+    assert_intact(capsys, monkeypatch, store)
+    rc, records, err = consume(capsys, monkeypatch, store, "--from-offset", store.bases[1] + 20)
+    assert rc == 0, err
+    assert values(records) == ALL[store.bases[1] + 20:]
+
+
+def test_missing_index_files_are_rebuilt(capsys, monkeypatch, store):
+    os.remove(seg(store, store.bases[1], layout.INDEX_SUFFIX))
+    os.remove(seg(store, store.bases[2], layout.TIME_INDEX_SUFFIX))
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0 and any("missing offset index" in p["message"] for p in report["pending"])
+    assert_intact(capsys, monkeypatch, store)
+
+
+def test_an_unknown_file_in_a_partition_folder_is_reported_and_ignored(capsys, monkeypatch, store):
+    with open(os.path.join(store.dir, "notes.txt"), "w") as f:
+        f.write("hello")
+    rc, report = verify(capsys, monkeypatch, store)
+    assert rc == 0 and any("not a file of Kafka's partition layout" in p["message"] for p in report["pending"])
+    assert_intact(capsys, monkeypatch, store)

@@ -1,0 +1,165 @@
+"""The processes of a torture trial, one role each: ``python -m torture.child <role> --config CFG [options]``.
+
+Roles (each a real process; the harness kills them with SIGKILL at random moments or makes them die at a named
+step with ``STORAGE_ENGINE_CRASH_AT``):
+
+* ``writer``: one long-lived ``LogManager`` (an application); appends batches to the plain, keyed and retained
+  topics in turn and, only once ``append_records`` returned, prints one line per record::
+
+      ACK <topic> <offset> <key or -> <sha256 of the value>
+
+* ``cleaner``: compacts the keyed topic in a loop (``jobs.compact``, as the Airflow task does: each run opens
+  its own manager);
+* ``maintenance``: retention, checkpoint with flush, time-based flush and purge of ``.deleted`` files in a
+  random order, in a loop (each a whole job, as the DAG tasks are);
+* ``reader``: one long-lived manager reading every topic from its log start offset over and over, checking
+  what it reads on its own (offsets rise, values are intact self-checking payloads); prints ``BAD <reason>``;
+* ``opener``: opens the log dirs once and closes them (the first opener after a crash: a full load).
+
+Every role runs until its deadline or until the stop file exists, then closes cleanly and prints ``DONE``; an
+unexpected exception is printed on stderr and exits 1 (the harness counts it as a violation).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import sys
+import time
+
+from storage_engine.config import load_config
+from storage_engine.errors import OffsetOutOfRangeError
+from storage_engine.log.manager import LogManager
+from storage_engine.maintenance import jobs
+from storage_engine.record.records import SimpleRecord
+
+PLAIN, KEYED, RETAINED = "plain", "keyed", "retained"
+TOPICS = (PLAIN, KEYED, RETAINED)
+DIGEST = 32
+
+
+def payload(tag: str, n: int, rng: random.Random, size: int) -> bytes:
+    """A self-checking value: ``<tag>:<n>:`` + random bytes + SHA-256 of what precedes it."""
+    body = f"{tag}:{n}:".encode() + rng.randbytes(size)
+    return body + hashlib.sha256(body).digest()
+
+
+def payload_ok(value: bytes | None) -> bool:
+    return value is not None and len(value) > DIGEST and hashlib.sha256(value[:-DIGEST]).digest() == value[-DIGEST:]
+
+
+def digest(value: bytes) -> str:
+    return hashlib.sha256(value).hexdigest()
+
+
+class Stop:
+    def __init__(self, stop_file: str, seconds: float):
+        self.stop_file = stop_file
+        self.deadline = time.monotonic() + seconds
+
+    def __call__(self) -> bool:
+        return time.monotonic() > self.deadline or os.path.exists(self.stop_file)
+
+
+def writer(config, stop: Stop, args) -> None:
+    rng = random.Random(args.seed)
+    out = sys.stdout
+    with LogManager.open(config) as mgr:
+        logs = {t: mgr.get_or_create_log(t, 0) for t in TOPICS}
+        out.write("READY\n")
+        out.flush()
+        n = 0
+        while not stop():
+            topic = TOPICS[n % len(TOPICS)]
+            count = rng.randint(1, 4)
+            keys = [f"k{rng.randrange(args.keys)}" if topic == KEYED else f"{args.tag}-{n}-{j}"
+                    for j in range(count)]
+            values = [payload(args.tag, n * 10 + j, rng, rng.randint(20, 200)) for j in range(count)]
+            info = logs[topic].append_records([SimpleRecord(k.encode(), v) for k, v in zip(keys, values)])
+            out.write("".join(f"ACK {topic} {info.first_offset + j} {k if topic == KEYED else '-'} {digest(v)}\n"
+                              for j, (k, v) in enumerate(zip(keys, values))))
+            out.flush()
+            n += 1
+            if args.pause_s:
+                time.sleep(rng.random() * args.pause_s)
+
+
+def cleaner(config, stop: Stop, args) -> None:
+    while not stop():
+        jobs.compact(config, topics=[KEYED])
+        time.sleep(args.pause_s)
+
+
+def maintenance(config, stop: Stop, args) -> None:
+    rng = random.Random(args.seed)
+    ops = [lambda: jobs.retention_all(config),
+           lambda: jobs.checkpoint(config, flush=True),
+           lambda: jobs.flush(config, due_only=False),
+           lambda: jobs.purge(config)]
+    while not stop():
+        rng.choice(ops)()
+        time.sleep(args.pause_s)
+
+
+def reader(config, stop: Stop, args) -> None:
+    out = sys.stdout
+    with LogManager.open(config) as mgr:
+        out.write("READY\n")
+        out.flush()
+        while not stop():
+            for topic in TOPICS:
+                log = mgr.get_log(topic, 0)
+                if log is None:
+                    continue
+                bad = _read_round(log, topic)
+                if bad:
+                    out.write(f"BAD {topic}: {bad}\n")
+                    out.flush()
+            time.sleep(args.pause_s)
+
+
+def _read_round(log, topic: str) -> str | None:
+    log.refresh()
+    previous = None
+    try:
+        for rec in log.read_records(log.log_start_offset):
+            if previous is not None and rec.offset <= previous:
+                return f"offset {rec.offset} after {previous}"
+            if topic != KEYED and previous is not None and rec.offset != previous + 1:
+                return f"offset {rec.offset} after {previous}: a gap in a delete-policy topic"
+            if not payload_ok(rec.value):
+                return f"damaged value at offset {rec.offset}"
+            previous = rec.offset
+    except OffsetOutOfRangeError:
+        return None  # retention moved the log start offset past this round's position: Kafka's answer too
+    return None
+
+
+def opener(config, stop: Stop, args) -> None:
+    with LogManager.open(config):
+        pass
+
+
+ROLES = {"writer": writer, "cleaner": cleaner, "maintenance": maintenance, "reader": reader, "opener": opener}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m torture.child")
+    p.add_argument("role", choices=sorted(ROLES))
+    p.add_argument("--config", required=True)
+    p.add_argument("--stop-file", required=True)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", default="w")
+    p.add_argument("--keys", type=int, default=300)
+    p.add_argument("--pause-s", type=float, default=0.0)
+    args = p.parse_args(argv)
+    ROLES[args.role](load_config(args.config), Stop(args.stop_file, args.seconds), args)
+    sys.stdout.write("DONE\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
