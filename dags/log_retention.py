@@ -1,5 +1,5 @@
-"""log_retention: delete expired segments of every partition, in batches, then purge old ``.deleted`` files;
-expire idle producer ids."""
+"""log_retention: delete expired segments of every partition, in batches, then purge old ``.deleted`` files and
+``-delete`` folders; expire idle producer ids."""
 from __future__ import annotations
 
 import datetime
@@ -23,7 +23,8 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    Deleted segments are renamed `.deleted`, the log start offset advances and is checkpointed. A partition
    that fails does not stop the others; the task then fails naming every failed partition (errors no retry can
    fix fail at once). Per-partition figures are in the batch's XCom.
-3. **purge_deleted** removes `.deleted` files older than `file.delete.delay.ms`, even when a batch failed.
+3. **purge_deleted** removes `.deleted` files and the `-delete` folders of deleted (or moved-away) partitions
+   older than `file.delete.delay.ms`, even when a batch failed.
    **expire_producers**, one mapped task per batch beside retention, forgets the producer ids that have no open
    transaction and wrote nothing for `producer.id.expiration.ms` (Kafka's expiration check).
 4. **run_report** writes the run summary (one row per partition that changed or failed; the "Run summary"

@@ -9,7 +9,8 @@
 4. initialises Airflow (``airflow db migrate`` on SQLite, the project's ``dags/`` and ``plugins/``, no example
    DAGs, parallelism 4);
 5. runs each maintenance DAG once with ``airflow dags test <dag_id> <midnight UTC>`` (``log_checkpoint``,
-   ``log_flush``, ``log_retention``, ``log_compaction``, ``log_verify``; a DAG id not in ``dags/`` yet is skipped
+   ``log_flush``, ``log_retention``, ``log_compaction``, ``log_verify``, ``log_dir_balance``; a DAG id not in
+   ``dags/`` yet is skipped
    and said so). The DAGs read
    ``STORAGE_ENGINE_CONFIG`` and act as of their run's ``data_interval_end``, the same instant the sample data
    ends at. A failed run stops the demo with exit code 1 and the end of its output;
@@ -41,7 +42,7 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.config import DEFAULT_CONFIG_PATH, StorageConfig, load_config
 from storage_engine.log.locks import UNKNOWN, PartitionLock, lock_path
 
-DAG_IDS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify")
+DAG_IDS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify", "log_dir_balance")
 # Trigger-form values per DAG: the demo builds its compaction key maps on (local) Spark, the mission's path.
 DAG_CONF = {"log_compaction": {"map_strategy": "spark"}}
 RUN_LOGS = AIRFLOW_HOME / "demo"

@@ -21,10 +21,12 @@ from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, confi
 from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpointError, CorruptIndexError,
                                    CorruptRecordError, InvalidOffsetError, InvalidRecordError,
                                    InvalidRecordForTopicError, InvalidRequestError, InvalidTopicError,
-                                   LogLockedError, OffsetOutOfRangeError, PartitionNotFoundError, RecordTooLargeError,
-                                   StorageError, StorageIOError)
+                                   LogDirOfflineError, LogLockedError, OffsetOutOfRangeError, PartitionDeletedError,
+                                   PartitionNotFoundError, RecordTooLargeError, StorageError, StorageIOError)
 from storage_engine.log.log import AppendInfo, Log
 from storage_engine.log.manager import LogManager
+from storage_engine.maintenance.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
+                                                  move_partition, purge_delete_dirs, remove_folder)
 from storage_engine.maintenance.jobs import (checkpoint, clear_uncleanable, compact, compact_partition,
                                              compaction_plan, flush, list_partitions, purge, retention,
                                              retention_all)
@@ -42,9 +44,12 @@ __all__ = [
     # maintenance jobs (each opens the logs, acts as of now_ms, closes, returns a summary)
     "checkpoint", "flush", "retention", "retention_all", "purge", "compact", "compaction_plan",
     "compact_partition", "clear_uncleanable", "list_partitions", "verify_log_dirs",
+    # topic and log-dir lifecycle
+    "delete_topic", "purge_delete_dirs", "move_partition", "cancel_move", "log_dir_usage", "balance_plan",
+    "remove_folder",
     # errors
     "StorageError", "StorageIOError", "ConfigError", "InvalidRequestError", "PartitionNotFoundError",
     "InvalidTopicError", "CorruptRecordError", "InvalidRecordError", "InvalidRecordForTopicError",
     "CompressionError", "CorruptIndexError", "CorruptCheckpointError", "InvalidOffsetError",
-    "OffsetOutOfRangeError", "RecordTooLargeError", "LogLockedError",
+    "OffsetOutOfRangeError", "RecordTooLargeError", "LogLockedError", "PartitionDeletedError", "LogDirOfflineError",
 ]

@@ -585,7 +585,8 @@ _ENV_REFERENCE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 
 
 def _check_dir_path(entry: str, path: str, key: str) -> None:
-    """``path`` must be a directory or not exist yet, and the nearest existing ancestor must be a directory."""
+    """``path`` must be a directory or not exist yet, and the nearest existing ancestor must be a directory. A path
+    that cannot be inspected is left to the process that opens it (see :mod:`storage_engine.log.failure`)."""
     probe = path
     while True:
         try:
@@ -596,8 +597,10 @@ def _check_dir_path(entry: str, path: str, key: str) -> None:
                 return
             probe = parent
             continue
-        except OSError as exc:
-            raise ConfigError(f"{key} entry {entry!r}: cannot inspect {probe}: {exc.strerror or exc}") from None
+        except OSError:
+            # Unreadable (a permission, a link loop, a failing disk): not a mistake in the configuration but a dir
+            # failure, which takes that dir offline in the process that opens it while the others keep working.
+            return
         if stat.S_ISDIR(mode):
             return
         kind = ("a regular file" if stat.S_ISREG(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)

@@ -88,6 +88,24 @@ class PartitionNotFoundError(InvalidRequestError):
     """A topic or partition named by the caller does not exist in any log dir."""
 
 
+class PartitionDeletedError(PartitionNotFoundError):
+    """The partition was deleted (its folder renamed ``-delete``) while this process had it open."""
+
+
+class PartitionMovedError(StorageError):
+    """The folder a log was opened from is no longer the partition's home: it moved to another log dir. A
+    ``Log`` follows the move itself; this surfaces only where no log dirs are known to look in."""
+
+
+class LogDirOfflineError(StorageError):
+    """Kafka's ``KafkaStorageException``: the log dir holding the partition had an I/O error and is offline in
+    this process; its partitions are unavailable, the other log dirs keep working."""
+
+    def __init__(self, message: str, log_dir: str | None = None):
+        self.log_dir = log_dir
+        super().__init__(message)
+
+
 class ConfigError(StorageError, ValueError):
     """An invalid configuration key or value; the message names the key, the value and the allowed range."""
 

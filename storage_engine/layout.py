@@ -3,7 +3,10 @@
 Kafka's layout (``LogFileUtils``/``LocalLog``):
 
 * a log dir holds one folder per partition named ``<topic>-<partition>``; a folder pending deletion is
-  ``<topic>-<partition>.<32 hex uuid>-delete`` (``-future`` and ``-stray`` likewise);
+  ``<topic>-<partition>.<32 hex uuid>-delete``, a copy being made for a move between log dirs
+  ``<topic>-<partition>.<32 hex uuid>-future``, a replica set aside ``<topic>-<partition>.<32 hex uuid>-stray``
+  (``-delete`` and ``-stray`` names cut the topic so the name stays within 255 characters; Kafka does not cut
+  ``-future`` names, and a move whose name would be longer is refused);
 * segment files are named by their base offset, zero padded to 20 decimal digits: ``<prefix>.log``,
   ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot``;
 * crash-protocol suffixes are appended after the normal one: ``.cleaned`` (being written), ``.swap``
@@ -24,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
+from dataclasses import dataclass, field
 
 from storage_engine.errors import InvalidTopicError
 
@@ -62,6 +67,8 @@ CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
 UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner skips, with the reason
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"
+# State the maintenance DAGs keep across runs (offline dirs already alerted) goes here, beside the first log dir.
+MAINTENANCE_STATE_DIR = "maintenance-state"
 # Names used before the engine's files carried a '+' (converted once when a process opens the dir first).
 LEGACY_PARTITION_STATE_PREFIX = ".lock."
 LEGACY_CLEANING_CLAIM_PREFIX = ".cleaning."
@@ -71,6 +78,8 @@ NAME_MAX = 255
 
 # Folders LogManager never treats as partitions.
 IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
+# Files Kafka keeps in a log dir root that this engine does not write (a broker's dir may be opened).
+KAFKA_DIR_FILES = frozenset({META_PROPERTIES, "replication-offset-checkpoint", "meta.properties.tmp"})
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
@@ -150,6 +159,99 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     return topic, int(part)
 
 
+def dir_suffix(name: str) -> str | None:
+    """``"delete"``, ``"future"`` or ``"stray"`` for a name of Kafka's ``<topic>-<partition>.<id>-<suffix>``
+    form, None for any other name."""
+    m = _SUFFIXED_DIR.match(name)
+    return m.group(4) if m else None
+
+
+def _suffixed_dir_name(topic: str, partition: int, suffix: str, *, cap: bool, unique_id: str | None) -> str:
+    """Kafka's ``logDirNameWithSuffixCappedLength``: ``<topic>-<partition>.<32 hex>-<suffix>``; with ``cap`` the
+    topic is cut so the whole name has at most 255 characters."""
+    partition_dir_name(topic, partition)  # validates both
+    uid = unique_id or uuid.uuid4().hex
+    tail = f"-{partition}.{uid}-{suffix}"
+    keep = min(len(topic), NAME_MAX - len(tail)) if cap else len(topic)
+    return topic[:keep] + tail
+
+
+def delete_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
+    """A partition folder's name once it is deleted: ``<topic>-<partition>.<32 hex>-delete`` (topic cut so the
+    name fits 255 characters, as Kafka's ``logDeleteDirName``)."""
+    return _suffixed_dir_name(topic, partition, "delete", cap=True, unique_id=unique_id)
+
+
+def stray_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
+    return _suffixed_dir_name(topic, partition, "stray", cap=True, unique_id=unique_id)
+
+
+def future_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
+    """The folder a partition is copied into while it moves to another log dir (Kafka's ``logFutureDirName``,
+    not cut). Raises :class:`InvalidTopicError` when the name would not fit a file name (255 bytes)."""
+    name = _suffixed_dir_name(topic, partition, "future", cap=False, unique_id=unique_id)
+    if len(name.encode()) > NAME_MAX:
+        raise InvalidTopicError(f"topic name {topic[:40]}... is too long to move partition {partition}: the "
+                                f"folder {name[:40]}...-future would have {len(name)} characters (at most "
+                                f"{NAME_MAX})")
+    return name
+
+
+@dataclass
+class LogDirListing:
+    """What a log dir holds, by kind, from names only (no file opened). Every list is sorted by folder name.
+
+    * ``partitions``: ``(folder, (topic, partition))`` of the ``<topic>-<partition>`` folders: the logs;
+    * ``futures``: ``(folder, (topic, partition))`` of ``-future`` folders (a move in progress or abandoned);
+    * ``deleting``: ``-delete`` folders (removed after ``file.delete.delay.ms``);
+    * ``strays``: ``-stray`` folders (kept until an operator removes them);
+    * ``foreign``: ``(name, reason)`` of folders that are none of these (never loaded, never deleted);
+    * ``foreign_files``: files in the root that neither Kafka nor this engine keeps there."""
+    partitions: list = field(default_factory=list)
+    futures: list = field(default_factory=list)
+    deleting: list = field(default_factory=list)
+    strays: list = field(default_factory=list)
+    foreign: list = field(default_factory=list)
+    foreign_files: list = field(default_factory=list)
+
+
+def scan_log_dir(log_dir: str) -> LogDirListing:
+    """Sort the entries of ``log_dir`` by kind (see :class:`LogDirListing`). A missing log dir is empty; any
+    other error listing it is raised (``OSError``)."""
+    out = LogDirListing()
+    try:
+        entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return out
+    for entry in entries:
+        name = entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            if not (is_engine_file(name) or is_legacy_engine_file(name) or name in KAFKA_DIR_FILES):
+                out.foreign_files.append(name)
+            continue
+        if name in IGNORED_DIRS:
+            continue
+        suffix = dir_suffix(name)
+        if suffix == "delete":
+            out.deleting.append(name)
+            continue
+        if suffix == "stray":
+            out.strays.append(name)
+            continue
+        try:
+            topic, partition = parse_partition_dir(name)
+            validate_topic(topic)
+        except ValueError as exc:  # InvalidTopicError is a ValueError too
+            out.foreign.append((name, str(exc)))
+            continue
+        (out.futures if suffix == "future" else out.partitions).append((name, (topic, partition)))
+    return out
+
+
 def partition_dirs(log_dir: str, errors: list | None = None) -> list[tuple[str, tuple[str, int]]]:
     """``[(folder name, (topic, partition))]`` of the partition folders in ``log_dir``, sorted by name.
 
@@ -157,26 +259,10 @@ def partition_dirs(log_dir: str, errors: list | None = None) -> list[tuple[str, 
     metadata and remote-index folders, folders pending deletion or moving (``-delete``, ``-future``,
     ``-stray``). A folder whose name is not ``<topic>-<partition>`` with a legal topic is skipped and described
     in ``errors``. A missing log dir has no partitions."""
-    out: list[tuple[str, tuple[str, int]]] = []
-    try:
-        names = sorted(os.listdir(log_dir))
-    except FileNotFoundError:
-        return out
-    for name in names:
-        path = os.path.join(log_dir, name)
-        if name in IGNORED_DIRS or not os.path.isdir(path):
-            continue
-        if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-            continue
-        try:
-            topic, partition = parse_partition_dir(name)
-            validate_topic(topic)
-        except ValueError as exc:  # InvalidTopicError is a ValueError too
-            if errors is not None:
-                errors.append(f"{path}: {exc}")
-            continue
-        out.append((name, (topic, partition)))
-    return out
+    listing = scan_log_dir(log_dir)
+    if errors is not None:
+        errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
+    return listing.partitions
 
 
 # -- engine files ----------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, l
 from storage_engine.maintenance import jobs as maintenance
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
+STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
+OFFLINE_STATE_FILE = "offline-log-dirs.json"
 AS_OF_INTERVAL_END = "data interval end"
 AS_OF_TRIGGER_TIME = "trigger time (the run has no data interval)"
 
@@ -168,7 +170,66 @@ class StorageEngineHook(BaseHook):
         return dict(maintenance.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
     def purge(self, now_ms: int, dry_run: bool = False) -> dict:
+        """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""
         return maintenance.purge(self.config, now_ms, dry_run=dry_run)
+
+    # -- log dirs: health, offline alerts, balance --------------------------------------------------------------
+    def log_dir_health(self) -> dict:
+        """``{"online": [...], "offline": {dir: error}}``, read-only (no log opened)."""
+        return dict(maintenance.log_dir_health(self.config))
+
+    def state_dir(self) -> str:
+        """Where the maintenance DAGs keep their own state across runs (which offline dirs were alerted):
+        ``$STORAGE_MAINTENANCE_STATE_DIR``, else ``maintenance-state/`` beside the first log dir (never in one)."""
+        env = os.environ.get(STATE_DIR_ENV)
+        if env:
+            return os.path.abspath(env)
+        return os.path.join(os.path.dirname(os.path.abspath(self.config.log_dirs[0])), layout.MAINTENANCE_STATE_DIR)
+
+    def note_log_dirs(self, offline: dict[str, str], online: list[str], seen: dict) -> tuple[list[str], list[str]]:
+        """Record what a run saw of the log dirs; returns (dirs newly offline: alert them, dirs back online).
+
+        The record (``offline-log-dirs.json`` in :meth:`state_dir`, read and written under an flock, so runs of
+        several DAGs at once agree) keeps each offline dir until a run sees it online again: each dir going
+        offline is alerted once. ``seen`` (``{"dag_id", "run_id", "as_of"}``) is stored with a new entry."""
+        import fcntl
+        import json
+
+        os.makedirs(self.state_dir(), exist_ok=True)
+        path = os.path.join(self.state_dir(), OFFLINE_STATE_FILE)
+        with open(path + ".lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                with open(path, "rb") as f:
+                    state = json.loads(f.read() or b"{}")
+            except FileNotFoundError:
+                state = {}
+            except ValueError:     # unreadable record: start over (at worst an offline dir is alerted again)
+                state = {}
+            new = sorted(d for d in offline if d not in state)
+            back = sorted(d for d in online if d in state and d not in offline)
+            for d in new:
+                state[d] = {"reason": offline[d], **seen}
+            for d in back:
+                state.pop(d)
+            if new or back:
+                from storage_engine.durable import atomic_write
+                atomic_write(path, json.dumps(state, indent=1, sort_keys=True).encode())
+        return new, back
+
+    def forget_offline(self, log_dir: str) -> None:
+        """Drop one dir from the record (its alert could not be delivered: the next run alerts it again)."""
+        self.note_log_dirs({}, [log_dir], {})
+
+    def balance_plan(self, *, max_used_percent: float | None, max_dir_bytes: int | None, max_moves: int | None,
+                     topics: list[str] | None) -> dict:
+        from storage_engine.maintenance import lifecycle
+        return lifecycle.balance_plan(self.config, max_used_percent=max_used_percent, max_dir_bytes=max_dir_bytes,
+                                      max_moves=max_moves, topics=topics or None)
+
+    def move_partition(self, topic: str, partition: int, to_dir: str, now_ms: int) -> dict:
+        from storage_engine.maintenance import lifecycle
+        return lifecycle.move_partition(self.config, topic, partition, to_dir, now_ms)
 
     # -- compaction ---------------------------------------------------------------------------------------------
     def compaction_plan(self, now_ms: int, topics: list[str] | None, max_partitions: int, strategy: str) -> dict:

@@ -126,6 +126,27 @@ def digest_html(alert: dict) -> str:
             + "".join(blocks))
 
 
+# -- an offline log dir -------------------------------------------------------------------------------------
+
+def offline_subject(alert: dict) -> str:
+    return f"[storage maintenance] LOG DIR OFFLINE {alert['log_dir']} (seen by {alert['dag_id']})"
+
+
+def offline_html(alert: dict) -> str:
+    skipped = alert.get("skipped_partitions") or []
+    rows = [("Log dir", alert["log_dir"]), ("Error", alert["reason"]), ("Seen by", f"{alert['dag_id']} run "
+            f"{alert['run_id']}"), ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
+            ("Partitions skipped by this run", len(skipped))]
+    items = "".join(f"<li>{html.escape(p)}</li>\n" for p in skipped[:MAX_PARTITIONS_IN_MAIL])
+    if len(skipped) > MAX_PARTITIONS_IN_MAIL:
+        items += f"<li>... and {len(skipped) - MAX_PARTITIONS_IN_MAIL} more</li>\n"
+    return ("<p>A log dir is offline: it failed with an I/O error. Its partitions are unavailable; every "
+            "maintenance DAG skips it until it can be read again, and the other log dirs keep working. This "
+            "alert is sent once for this log dir; none follows until it has been seen online again.</p>\n"
+            + _table(rows) + (f"<p>Partitions skipped:</p>\n<ul>\n{items}</ul>\n" if items else "")
+            + f"<p>Run: {_link(alert.get('run_url'))}</p>\n")
+
+
 # -- the per-task notifier ----------------------------------------------------------------------------------
 
 def task_alert(context: Any) -> dict:

@@ -143,6 +143,10 @@ class PlanBatchesOperator(StorageMaintenanceOperator):
     def run(self, now_ms: int, context) -> list[dict]:
         size = as_positive_int("batch_size", self.batch_size)
         limit = None if self.max_batches is None else as_positive_int("max_batches", self.max_batches)
+        health = self.hook.log_dir_health()
+        for d, reason in health["offline"].items():
+            self.log.warning("log dir %s is offline, its partitions are skipped: %s", d, reason)
+        context["ti"].xcom_push(key="log_dirs", value=health)     # the run's report alerts offline dirs
         batches = self.hook.plan_batches(as_topics(self.topics), size, limit)
         for b in batches:
             self.log.info("batch %d: %s", b["index"], b["label"])
@@ -188,6 +192,8 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
             if line:
                 self.log.info("%s-%s: %s", r["topic"], r["partition"], line)
         self.on_results(result, context)
+        for sk in result.get("skipped", []):
+            self.log.warning("%s-%s skipped: %s", sk["topic"], sk["partition"], sk["reason"])
         failures, errors = result["failures"], result["errors"]
         if failures or errors:
             for f in failures:
@@ -215,9 +221,11 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
 
     def summary(self, result: dict, when) -> str:
         done = sum(1 for r in result["results"] if not r.get("nothing_to_do", True))
+        skipped = len(result.get("skipped", []))
         return (f"{self.verb} {result['label']} as of {when['iso']} ({when['source']}): "
                 f"{len(result['results'])} partition(s) checked, {done} changed, "
-                f"{len(result['failures'])} failed, {result['duration_s']} s")
+                f"{len(result['failures'])} failed" + (f", {skipped} skipped (log dir offline)" if skipped else "")
+                + f", {result['duration_s']} s")
 
 
 class LogRetentionOperator(PartitionBatchOperator):
@@ -341,11 +349,15 @@ class VerifyLogDirsOperator(StorageMaintenanceOperator):
         return result
 
     def summary(self, result: dict, when) -> str:
-        return f"log dirs verified as of {when['iso']}: no damage, {len(result['pending'])} pending item(s)"
+        extra = "".join(f"; {f['kind']} folder {f['file']}" for f in result.get("foreign", [])[:10])
+        extra += "".join(f"; log dir {d} OFFLINE: {r}" for d, r in result.get("offline_dirs", {}).items())
+        return (f"log dirs verified as of {when['iso']}: no damage, {len(result['pending'])} pending item(s)"
+                + extra)
 
 
 class PurgeDeletedOperator(StorageMaintenanceOperator):
-    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms`` (as of the run's instant).
+    """Remove ``.deleted`` files and ``-delete`` folders (deleted or moved-away partitions) older than their topic's
+    ``file.delete.delay.ms`` (as of the run's instant); offline log dirs are left out and reported.
 
     :param dry_run: report what would be removed, change nothing
     """
@@ -361,7 +373,8 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
 
     def summary(self, result: dict, when) -> str:
         verb = "would remove" if result["dry_run"] else "removed"
-        return (f"purge as of {when['iso']}: {verb} {result['files_removed']} file(s), freed "
+        return (f"purge as of {when['iso']}: {verb} {result['files_removed']} file(s) and "
+                f"{len(result.get('folders_removed') or [])} deleted partition folder(s), freed "
                 f"{human_bytes(result['bytes_freed'])} ({result['bytes_freed']} bytes); "
                 f"{result['files_waiting']} file(s) still within file.delete.delay.ms")
 

@@ -9,7 +9,11 @@ and XCom of every maintenance task of its run, and
    "Run summary" tab of every run of a maintenance DAG;
 2. sends **one digest alert** (e-mail and webhook, :mod:`.notifiers`) when any task failed: the failed tasks,
    each with the partitions it could not maintain and why, try, log link; instead of one alert per task;
-3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals.
+3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals;
+4. alerts **once per offline log dir**: the tasks of the run report the log dirs they found offline (an I/O
+   error; their partitions are skipped, not failed) and the ones they found online; a dir seen offline for the
+   first time is alerted (one alert per dir), and not again, by this DAG or any other, until a run has seen it
+   online (:meth:`.hooks.StorageEngineHook.note_log_dirs`).
 
 It does not fail when maintenance failed (``fail_run_if_upstream_failed`` keeps the run red), nor when a
 channel of the alert failed (that is logged and recorded in the summary's ``alert``); its own unexpected
@@ -24,8 +28,8 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperator
 
 from .assets import run_asset
-from .hooks import as_of
-from .notifiers import AlertNotDelivered, digest_html, digest_subject, send
+from .hooks import StorageEngineHook, as_of
+from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
 
 MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
 MAX_MARKDOWN_ROWS = 200
@@ -52,6 +56,9 @@ def partition_rows(task_id: str, result: Any) -> list[dict]:
     if "results" in result:                                         # a batch
         for r in result["results"]:
             rows.append(_row(task_id, {"dry_run": result.get("dry_run"), **r}))
+        for sk in result.get("skipped", []):
+            rows.append({"task": task_id, "partition": f"{sk['topic']}-{sk['partition']}", "status": "skipped",
+                         "segments": 0, "bytes": 0, "records": 0, "duration_s": None, "detail": sk["reason"]})
         for f in result.get("failures", []):
             rows.append({"task": task_id, "partition": f"{f['topic']}-{f['partition']}", "status": "failed",
                          "segments": 0, "bytes": 0, "records": 0, "duration_s": None,
@@ -59,16 +66,18 @@ def partition_rows(task_id: str, result: Any) -> list[dict]:
     elif "topic" in result and "partition" in result:                # one partition (compaction clean)
         rows.append(_row(task_id, result))
     elif "files_removed" in result:                                  # purge
+        folders = len(result.get("folders_removed") or [])
         rows.append({"task": task_id, "partition": "all partitions",
-                     "status": "changed" if result["files_removed"] else "nothing to do", "segments": 0,
+                     "status": "changed" if result["files_removed"] or folders else "nothing to do", "segments": 0,
                      "bytes": result["bytes_freed"], "records": 0, "duration_s": None,
                      "detail": f"{'would remove' if result.get('dry_run') else 'removed'} "
-                               f"{result['files_removed']} .deleted file(s), {result['files_waiting']} waiting"})
+                               f"{result['files_removed']} .deleted file(s) and {folders} deleted partition "
+                               f"folder(s), {result['files_waiting']} file(s) waiting"})
     return rows
 
 
 def _row(task_id: str, r: dict) -> dict:
-    name = f"{r['topic']}-{r['partition']}"
+    name = f"{r['topic']}-{r['partition']}" + (" (copy being moved)" if r.get("future") is True else "")
     row = {"task": task_id, "partition": name, "segments": 0, "bytes": 0, "records": 0,
            "duration_s": r.get("duration_s"), "detail": ""}
     if "segments_deleted" in r:                                     # retention
@@ -84,6 +93,12 @@ def _row(task_id: str, r: dict) -> dict:
     elif "expired_producer_ids" in r:                               # producer-id expiry
         row["detail"] = (f"{'would expire' if r.get('dry_run') else 'expired'} producer id(s) "
                          f"{r['expired_producer_ids']}" if r["expired_producer_ids"] else "")
+    elif "target_dir" in r:                                         # a move between log dirs
+        row.update(bytes=r.get("bytes_copied", 0),
+                   detail=(f"{'would move' if r.get('dry_run') else 'moved'} from {r.get('source_dir')} to "
+                           f"{r['target_dir']}" + (f", {r.get('bytes_copied', 0)} bytes copied"
+                                                  f"{' (copy resumed)' if r.get('resumed') else ''}"
+                                                  if r.get("committed") else "")))
     elif "problems" in r:                                           # verify
         row["detail"] = (f"{len(r['problems'])} problem(s)" if r["problems"]
                          else f"{r.get('segments', 0)} segment(s), {r.get('records', 0)} record(s) verified")
@@ -172,15 +187,19 @@ class RunReportOperator(BaseOperator):
                     "try_number": error.get("try_number"),
                     "error": error.get("error") or "no error recorded; see the task log",
                     "partitions": parts, "log_url": task_url(ti.dag_id, ti.run_id, task_id, map_index)})
+        offline, online = self._log_dirs(ti)
         per_partition = [r for r in rows if r["partition"] != "all partitions"]
         # A partition several tasks touched (retention and producer-id expiry) counts once: failed if any task
-        # failed it, else changed if any changed it.
+        # failed it, else changed if any changed it, else skipped if a task skipped it (its log dir offline).
         names = {r["partition"] for r in per_partition}
         failed_names = {r["partition"] for r in per_partition if r["status"] in ("failed", "damaged")}
         changed_names = {r["partition"] for r in per_partition
                          if r["status"] in ("changed", "would change")} - failed_names
+        skipped_names = {r["partition"] for r in per_partition if r["status"] == "skipped"} - failed_names \
+            - changed_names
         totals = {"partitions": len(names), "changed": len(changed_names), "failed": len(failed_names),
-                  "unchanged": len(names - failed_names - changed_names),
+                  "unchanged": len(names - failed_names - changed_names - skipped_names),
+                  "skipped": len(skipped_names),
                   "segments": sum(r["segments"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
                   "records": sum(r["records"] for r in rows), "task_states": states,
                   "failed_tasks": len(failed_tasks)}
@@ -189,16 +208,68 @@ class RunReportOperator(BaseOperator):
                   "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
                   "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks,
                   "not_run": not_run,
-                  "markdown": markdown_table(notable, totals), "alert": None}
+                  "markdown": markdown_table(notable, totals), "alert": None,
+                  "offline_dirs": offline, "log_dir_alerts": [], "log_dirs_back_online": []}
+        if offline:
+            report["markdown"] = "".join(f"**log dir offline, skipped:** `{d}` ({reason})\n\n"
+                                         for d, reason in sorted(offline.items())) + report["markdown"]
         self.log.info("run summary as of %s (%s):\n%s", when["iso"], when["source"], report["markdown"])
         if failed_tasks:
             report["alert"] = self._alert(context, report)
+        if offline or online:
+            report["log_dir_alerts"], report["log_dirs_back_online"] = self._log_dir_alerts(
+                context, report, offline, online, rows)
         asset = run_asset(ti.dag_id)
         if asset in (self.outlets or []):
             context["outlet_events"][asset].extra = {"as_of": when["iso"], "now_ms": when["now_ms"],
                                                      "run_id": ti.run_id, **{k: v for k, v in totals.items()
                                                                              if k != "task_states"}}
         return report
+
+    def _log_dirs(self, ti) -> tuple[dict[str, str], list[str]]:
+        """The log dirs this run's tasks found offline (with the error) and online."""
+        offline: dict[str, str] = {}
+        online: set[str] = set()
+        for task_id in self.report_tasks:
+            for value in _pulled(ti.xcom_pull(task_ids=task_id)) + _pulled(ti.xcom_pull(task_ids=task_id,
+                                                                                        key="log_dirs")):
+                if not isinstance(value, dict):
+                    continue
+                for d, reason in (value.get("offline_dirs") or value.get("offline") or {}).items():
+                    offline.setdefault(d, reason)
+                online.update(value.get("online_dirs") or value.get("online") or [])
+        return offline, sorted(online - set(offline))
+
+    def _log_dir_alerts(self, context, report: dict, offline: dict[str, str], online: list[str],
+                        rows: list[dict]) -> tuple[list[dict], list[str]]:
+        ti = context["ti"]
+        hook = StorageEngineHook()
+        seen = {"dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": report["as_of"]}
+        try:
+            new, back = hook.note_log_dirs(offline, online, seen)
+        except OSError as exc:   # no record: alert every offline dir rather than none
+            self.log.error("cannot keep the record of offline log dirs in %s: %s", hook.state_dir(), exc)
+            new, back = sorted(offline), []
+        for d in back:
+            self.log.info("log dir %s is online again", d)
+        sent = []
+        for d in new:
+            skipped = sorted({r["partition"] for r in rows if r["status"] == "skipped" and d in str(r["detail"])})
+            alert = {"event": "storage_log_dir_offline", "log_dir": d, "reason": offline[d],
+                     "dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": report["as_of"],
+                     "as_of_source": report["as_of_source"], "run_url": run_url(ti.dag_id, ti.run_id),
+                     "skipped_partitions": skipped}
+            try:
+                outcome = send(alert, offline_subject(alert), offline_html(alert), to=self.to,
+                               webhook_url=self.webhook_url, smtp_conn_id=self.smtp_conn_id,
+                               from_email=self.from_email, log=self.log)
+                self.log.warning("log dir %s is offline (%s): alert sent", d, offline[d])
+                sent.append({"log_dir": d, "sent": True, **outcome})
+            except AlertNotDelivered as exc:
+                self.log.error("log dir %s is offline; %s", d, exc)
+                hook.forget_offline(d)       # the next run tries again
+                sent.append({"log_dir": d, "sent": False, "error": str(exc)})
+        return sent, back
 
     def _alert(self, context, report: dict) -> dict:
         dag_run = context.get("dag_run")
@@ -224,6 +295,15 @@ class RunReportOperator(BaseOperator):
             # channel that did work; the run is red anyway, and the report records what went wrong.
             self.log.error("%s", exc)
             return {"sent": False, "error": str(exc), "failed_partitions": failed_partitions}
+
+
+def _pulled(value) -> list:
+    """An XCom pull of a mapped task gives a list of its map indexes' values, of an unmapped one the value."""
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(v, dict) or v is None for v in value):
+        return [v for v in value if v is not None]
+    return [value]
 
 
 def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None):

@@ -25,6 +25,10 @@
    ``.txnindex``, and snapshots the state at its end. As in Kafka, a log that had a clean shutdown but has no
    snapshot at all (written before producer state was kept) is not scanned: its state starts empty.
 
+A legacy segment whose offsets overflow its base (met while recovering it, or seen from a segment whose last
+offset lies more than 2^31 - 1 above its base) is split into segments whose offsets fit and the load starts over
+(Kafka's ``retryOnOffsetOverflow``, see :mod:`storage_engine.log.split`).
+
 Steps 1 and 3 rewrite files, so a full load runs only when no other process can have the partition open: for the
 first opener of a log dir (exclusive), for a partition never loaded (generation 0), and for one not loaded since
 the dir's last unclean shutdown (its ``loaded_epoch`` is not the dir's crash epoch, see
@@ -45,13 +49,17 @@ from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import swap, view
-from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState, lock_path
+from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
-from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionNotFoundError,
-                                   SegmentOffsetOverflowError, StorageIOError)
+from storage_engine.log.split import needs_split, split_overflowed_segment
+from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionDeletedError,
+                                   PartitionMovedError, PartitionNotFoundError, SegmentOffsetOverflowError,
+                                   StorageError, StorageIOError)
 from storage_engine.record.records import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
+from storage_engine.segment.segment import INT32_MAX
+from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.segment import LogSegment, RecoveryResult
 
 log = logging.getLogger(__name__)
@@ -70,11 +78,22 @@ class LoadResult:
     producer_state: ProducerStateManager | None = None
 
 
+class _SplitNeeded(Exception):
+    """A segment's offsets overflow its base: split it and load again."""
+
+    def __init__(self, base_offset: int):
+        super().__init__(base_offset)
+        self.base_offset = base_offset
+
+
+MAX_SPLITS_PER_LOAD = 1000
+
+
 def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=None,
              log_start: int = 0) -> RecoveryResult:
     """``seg.recover()`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at its
     end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
-    empties the segment, as Kafka's ``recoverLog`` does. An offset overflow propagates."""
+    empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
     if psm is not None:
         pstate.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
@@ -83,7 +102,7 @@ def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=
             psm.take_snapshot(sync=False)
         return result
     except SegmentOffsetOverflowError:
-        raise
+        raise _SplitNeeded(seg.base_offset) from None
     except InvalidOffsetError as exc:
         removed = seg.truncate_to(seg.base_offset)
         return RecoveryResult(removed, 0, 0, f"invalid offset, segment emptied: {exc}")
@@ -176,6 +195,29 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
          had_clean_shutdown: bool, now_ms: int, log_start_offset_fallback: int = 0) -> LoadResult:
     """Full Kafka load of one partition folder (steps 1-4). Caller holds the partition lock.
     ``log_start_offset_fallback``: the next best log start offset, if the checkpoint's is ignored."""
+    messages: list[str] = []
+    for _ in range(MAX_SPLITS_PER_LOAD):
+        opened: list[LogSegment] = []
+        try:
+            result = _load(dir_path, cfg, opened, recovery_point_checkpoint=recovery_point_checkpoint,
+                           log_start_offset_checkpoint=log_start_offset_checkpoint,
+                           had_clean_shutdown=had_clean_shutdown, now_ms=now_ms,
+                           log_start_offset_fallback=log_start_offset_fallback)
+        except _SplitNeeded as split:
+            for seg in opened:
+                seg.close(trim=False)
+            bases = split_overflowed_segment(dir_path, split.base_offset, cfg, now_ms)
+            messages.append(f"split segment {layout.filename_prefix(split.base_offset)}.log, whose offsets "
+                            f"overflow its base, into {len(bases)} segments at base offsets {bases}")
+            continue
+        result.messages[:0] = messages
+        return result
+    raise StorageError(f"{dir_path}: still splitting overflowed segments after {MAX_SPLITS_PER_LOAD} splits")
+
+
+def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpoint: int,
+          log_start_offset_checkpoint: int, had_clean_shutdown: bool, now_ms: int,
+          log_start_offset_fallback: int) -> LoadResult:
     result = LoadResult([], 0, 0, 0)
     remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     crashpoints.reached("load.resolved")
@@ -184,6 +226,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
     start_guess = max(log_start_offset_checkpoint, segments[0].base_offset) if segments else 0
     had_snapshots = bool(psm.snapshot_offsets())
+    opened.extend(segments)
     for seg in needs_recovery:
         rec = _recover(seg, psm, segments, start_guess)
         result.bytes_truncated += rec.bytes_truncated
@@ -222,7 +265,12 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
                     segments.remove(later)
                 break
     else:
-        for seg in segments:
+        for i, seg in enumerate(segments):
+            # A legacy segment can hold offsets beyond base + 2^31 - 1 only if the next segment starts that far
+            # above it: only then is its last batch read to find out.
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if next_base is not None and next_base - 1 - seg.base_offset > INT32_MAX and seg.has_overflow():
+                raise _SplitNeeded(seg.base_offset)
             # Kafka checks only the txn index here; a broken offset/time index of a segment below the
             # recovery point would go unnoticed, so rebuild any that fail the sanity check. Sealed segments
             # are released again afterwards (their files are opened on use).
@@ -241,6 +289,8 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
             recovery_point = segments[-1].base_offset  # recovered: the marker's claim is void for it
             had_clean_shutdown = False
     next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
+    if segments and needs_split(segments[-1].base_offset, next_offset):
+        raise _SplitNeeded(segments[-1].base_offset)
     if segments and next_offset < log_start_offset_checkpoint:
         if lost:
             psm.truncate_fully_and_start_at(log_start_offset_checkpoint)
@@ -289,57 +339,92 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
 
 def open_log(log_dir: str, topic: str, partition: int, config: LogConfig, *, clock: Clock, exclusive: bool,
              had_clean_shutdown: bool = False, recovery_point_checkpoint: int = 0, log_start_offset_checkpoint: int = 0,
-             create: bool = False, dir_epoch: int | None = None) -> tuple[Log, LoadResult | None]:
+             create: bool = False, folder: str | None = None,
+             dir_epoch: int | None = None) -> tuple[Log, LoadResult | None]:
     """Open a partition's :class:`Log`: with ``exclusive`` (the first process in the log dir), when no process
     has loaded it yet, or when it was not loaded since the dir's last unclean shutdown (``dir_epoch``, the dir's
     crash epoch, differs from the one recorded at its last load), load and recover it (:func:`load`); otherwise
-    open a view of it as other processes left it. ``create`` makes a missing folder. Returns the log and, for a
-    load, what the load did."""
-    now_ms = clock.milliseconds()
+    open a view of it as other processes left it. ``create`` makes a missing folder. ``folder`` is the folder's
+    name when it is not ``<topic>-<partition>`` (the ``-future`` copy of a partition being moved). Returns the log
+    and, for a load, what the load did.
+
+    Raises :class:`PartitionDeletedError` or :class:`PartitionMovedError` when the partition's lock says it was
+    deleted or moved away, even if its folder is still there (a change a crashed process left half done, which
+    the caller completes); a lock left behind by a partition of this name that is gone is replaced on create."""
     name = layout.partition_dir_name(topic, partition)
-    dir_path = os.path.join(log_dir, name)
-    lock = PartitionLock(lock_path(log_dir, name))
-    try:
-        with lock:
-            if not os.path.isdir(dir_path):
-                if not create:
-                    raise PartitionNotFoundError(f"partition {name} does not exist in {log_dir}")
-                try:
-                    os.makedirs(dir_path)
-                    fsync_dir(log_dir)
-                except OSError as exc:
-                    raise StorageIOError("cannot create partition folder", dir_path, exc) from exc
-            state = lock.read_state()
-            current = dir_epoch is None or state.loaded_epoch == dir_epoch
-            if not exclusive and state.generation != 0 and current:
-                log = Log(log_dir, topic, partition, config, lock, LogSegments(), log_start_offset=0,
-                          recovery_point=0, next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms)
-                view.sync(log, now_ms)
-                return log, None
-            lso_cp, rp_cp, lso_fallback = log_start_offset_checkpoint, recovery_point_checkpoint, 0
-            if state.generation != 0:
-                # Values kept by processes that ran since the last checkpoint are at least as fresh.
-                if state.log_start_offset != UNKNOWN:
-                    lso_cp, lso_fallback = max(lso_cp, state.log_start_offset), min(lso_cp, state.log_start_offset)
-                if state.recovery_point != UNKNOWN:
-                    # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
-                    rp_cp = min(rp_cp, state.recovery_point)
-            res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
-                       had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback)
-            # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
-            last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
-            new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush,
-                                       state.loaded_epoch if dir_epoch is None else dir_epoch)
-            lock.write_state(new_state)
-            log = Log(log_dir, topic, partition, config, lock, LogSegments(res.segments),
-                      log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
-                      next_offset=res.next_offset, generation=new_state.generation, clock=clock,
-                      last_flush_ms=last_flush, producer_state=res.producer_state)
-            # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only); count
-            # from the last entry instead, or a log appended by one short-lived process per batch (the CLI) would
-            # never get an index entry.
-            log.active_segment.reload_tail_state()
-            return log, res
-    except BaseException:
-        lock.close()
-        raise
+    folder = folder or name
+    for _ in range(3):
+        lock = PartitionLock(lock_path(log_dir, folder))
+        try:
+            with lock:
+                opened = _open_locked(lock, log_dir, folder, topic, partition, config, clock=clock,
+                                      exclusive=exclusive, had_clean_shutdown=had_clean_shutdown,
+                                      recovery_point_checkpoint=recovery_point_checkpoint,
+                                      log_start_offset_checkpoint=log_start_offset_checkpoint, create=create,
+                                      dir_epoch=dir_epoch)
+                if opened is not None:
+                    return opened
+                lock.unlink()
+            lock.close()
+        except BaseException:
+            lock.close()
+            raise
+    raise StorageError(f"cannot open {folder} in {log_dir}: its lock file keeps being replaced")
+
+
+def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, partition: int, config: LogConfig, *,
+                 clock: Clock, exclusive: bool, had_clean_shutdown: bool, recovery_point_checkpoint: int,
+                 log_start_offset_checkpoint: int, create: bool,
+                 dir_epoch: int | None) -> tuple[Log, LoadResult | None] | None:
+    """:func:`open_log` under the lock; None when the lock file is a stale one to replace."""
+    now_ms = clock.milliseconds()
+    dir_path = os.path.join(log_dir, folder)
+    state = lock.read_state()
+    exists = os.path.isdir(dir_path)
+    if state.status != LIVE:
+        if create and not exists:
+            return None
+        if state.status == DELETED:
+            raise PartitionDeletedError(f"partition {folder} in {log_dir} was deleted")
+        raise PartitionMovedError(f"partition {folder} moved away from {log_dir}")
+    if not exists:
+        if not create:
+            raise PartitionNotFoundError(f"partition {folder} does not exist in {log_dir}")
+        try:
+            os.makedirs(dir_path)
+            fsync_dir(log_dir)
+        except OSError as exc:
+            raise StorageIOError("cannot create partition folder", dir_path, exc) from exc
+        # Whatever the lock file says belongs to a folder of this name that is gone (removed by hand, or a
+        # move that never completed): the new partition starts from nothing, at a generation nobody has seen.
+        state = PartitionState(generation=state.generation)
+    current = dir_epoch is None or state.loaded_epoch == dir_epoch
+    if exists and not exclusive and state.generation != 0 and current:
+        log = Log(log_dir, topic, partition, config, lock, LogSegments(), log_start_offset=0,
+                  recovery_point=0, next_offset=0, generation=-1, clock=clock, last_flush_ms=now_ms, folder=folder)
+        view.sync(log, now_ms)
+        return log, None
+    lso_cp, rp_cp, lso_fallback = log_start_offset_checkpoint, recovery_point_checkpoint, 0
+    if state.generation != 0:
+        # Values kept by processes that ran since the last checkpoint are at least as fresh.
+        if state.log_start_offset != UNKNOWN:
+            lso_cp, lso_fallback = max(lso_cp, state.log_start_offset), min(lso_cp, state.log_start_offset)
+        if state.recovery_point != UNKNOWN:
+            # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
+            rp_cp = min(rp_cp, state.recovery_point)
+    res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
+               had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback)
+    # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
+    last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
+    new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush,
+                               state.loaded_epoch if dir_epoch is None else dir_epoch, status=LIVE)
+    lock.write_state(new_state)
+    log = Log(log_dir, topic, partition, config, lock, LogSegments(res.segments),
+              log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
+              next_offset=res.next_offset, generation=new_state.generation, clock=clock,
+              last_flush_ms=last_flush, folder=folder, producer_state=res.producer_state)
+    # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only); count
+    # from the last entry instead, or a log appended by one short-lived process per batch (the CLI) would
+    # never get an index entry.
+    log.active_segment.reload_tail_state()
+    return log, res

@@ -14,7 +14,7 @@ flushing, retaining, compacting). They agree through files in the log dir root, 
 * :class:`FileLock`: a short, blocking lock on one of the dir's lock files (partition creation, checkpoint
   writes, the cleaner checkpoint and uncleanable state).
 
-A partition lock file's 40 bytes hold the state every holder must see current, big-endian int64s::
+A partition lock file's 48 bytes hold the state every holder must see current, big-endian int64s::
 
     0  generation        bumped whenever the set of segments, the log start offset or a segment's length
                          changes (a roll, a swap, retention, truncation, a torn tail cut away)
@@ -22,12 +22,22 @@ A partition lock file's 40 bytes hold the state every holder must see current, b
    16  recovery_point    -1 = unknown (fall back to the recovery-point checkpoint)
    24  last_flush_ms     -1 = unknown; when the log was last flushed (``flush.ms`` is measured from it)
    32  loaded_epoch      the dir's crash epoch when the partition was last fully loaded (-1 = unknown)
+   40  status            0 live; 1 deleted; 2 moved (the folder this lock guards is no longer the partition's
+                         home: find it again in the log dirs). Files of 40 bytes or less are live.
 
 The dir lock file holds, after the count of managers that joined (bytes 0-8), the dir's *crash epoch*
 (bytes 8-16): a random number drawn by every first opener that finds no clean-shutdown marker. A partition
 whose ``loaded_epoch`` differs has not been loaded since the last unclean shutdown, so no process has it open
 (whoever opened it would have loaded it in this epoch): its first opener, even one joining a dir in use, loads
 and recovers it fully instead of trusting a view (:func:`storage_engine.log.loader.open_log`).
+
+A deleted or moved partition's lock is *retired* (:meth:`PartitionLock.retire`): its status is written and
+fsynced under the lock, before the first rename of the change, and its file is unlinked once the change is done,
+so a process still holding the old file learns what happened the next time it takes the lock, and a partition
+created later under the same name gets a fresh file. A *parked* lock (its descriptor closed to bound the open
+files, :mod:`storage_engine.log.open_logs`) remembers its file's identity: when the name no longer leads to that
+file, the partition was retired while the lock was parked, and the lock reads as *moved* (the owner looks the
+partition up again: it finds where it moved, or that it is gone) and cannot be taken.
 
 A process caches its view of the partition together with the generation it saw (:mod:`storage_engine.log.view`).
 The state is not fsynced: it is shared through the page cache while processes run; after a machine crash the
@@ -47,14 +57,18 @@ import time
 
 from storage_engine import layout
 from storage_engine.durable import durable_rename
-from storage_engine.errors import LogLockedError, StorageIOError
+from storage_engine.errors import LogLockedError, PartitionMovedError, StorageIOError
 
 _STATE = struct.Struct(">qqqqq")
-_STATE_V2 = struct.Struct(">qqqq")  # files written before loaded_epoch existed
+_STATE = struct.Struct(">qqqqqq")
+_STATE_V3 = struct.Struct(">qqqqq")  # files written before status existed
+_STATE_V2 = struct.Struct(">qqqq")   # files written before loaded_epoch existed
 _STATE_V1 = struct.Struct(">qqq")   # files written before last_flush_ms existed
 _EPOCH = struct.Struct(">q")
 _EPOCH_POSITION = 8
 UNKNOWN = -1
+LIVE, DELETED, MOVED = 0, 1, 2
+STATUS_NAMES = {LIVE: "live", DELETED: "deleted", MOVED: "moved"}
 
 
 def lock_path(log_dir: str, partition_dir_name: str) -> str:
@@ -70,20 +84,21 @@ def _open_lock_file(path: str, what: str) -> int:
 
 
 class PartitionState:
-    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms", "loaded_epoch")
+    __slots__ = ("generation", "log_start_offset", "recovery_point", "last_flush_ms", "loaded_epoch", "status")
 
     def __init__(self, generation: int = 0, log_start_offset: int = UNKNOWN, recovery_point: int = UNKNOWN,
-                 last_flush_ms: int = UNKNOWN, loaded_epoch: int = UNKNOWN):
+                 last_flush_ms: int = UNKNOWN, loaded_epoch: int = UNKNOWN, status: int = LIVE):
         self.generation = generation
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.last_flush_ms = last_flush_ms
         self.loaded_epoch = loaded_epoch
+        self.status = status
 
     def __repr__(self) -> str:
         return (f"PartitionState(generation={self.generation}, log_start_offset={self.log_start_offset}, "
                 f"recovery_point={self.recovery_point}, last_flush_ms={self.last_flush_ms}, "
-                f"loaded_epoch={self.loaded_epoch})")
+                f"loaded_epoch={self.loaded_epoch}, status={STATUS_NAMES.get(self.status, self.status)})")
 
 
 class PartitionLock:
@@ -94,6 +109,7 @@ class PartitionLock:
         self._fd: int = _open_lock_file(path, "partition lock file")
         self._depth = 0
         self._parked = False
+        self._identity = (0, 0)
 
     @property
     def held(self) -> bool:
@@ -111,15 +127,28 @@ class PartitionLock:
         """Close the descriptor of an idle lock (not held); the next use opens the file again. False if held."""
         if self._depth or self._fd < 0:
             return False
+        self._identity = _identity(self._fd)
         os.close(self._fd)
         self._fd = -1
         self._parked = True
         return True
 
     def _unpark(self) -> None:
-        if self._parked:
-            self._fd = _open_lock_file(self.path, "partition lock file")
-            self._parked = False
+        if not self._parked:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = -1
+        except OSError as exc:
+            raise StorageIOError("cannot open partition lock file", self.path, exc) from exc
+        if fd < 0 or _identity(fd) != self._identity:
+            if fd >= 0:
+                os.close(fd)
+            # Retired and removed while parked: the partition moved or was deleted; the lock stays parked.
+            raise PartitionMovedError(f"the partition of {self.path} was moved or deleted")
+        self._fd = fd
+        self._parked = False
 
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
         if self._depth:
@@ -156,28 +185,66 @@ class PartitionLock:
 
     def read_state(self) -> PartitionState:
         """The shared state; readable without the lock (a torn read only makes a reader reload). A parked lock
-        opens its file for the read only, and stays parked."""
+        opens its file for the read only, and stays parked; if the file it had was retired and removed meanwhile,
+        the state says *moved*."""
         if self._parked:
-            fd = _open_lock_file(self.path, "partition lock file")
             try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return PartitionState(status=MOVED)
+            except OSError as exc:
+                raise StorageIOError("cannot open partition lock file", self.path, exc) from exc
+            try:
+                if _identity(fd) != self._identity:
+                    return PartitionState(status=MOVED)
                 data = os.pread(fd, _STATE.size, 0)
             finally:
                 os.close(fd)
         else:
             data = os.pread(self._fd, _STATE.size, 0)
-        if len(data) == _STATE.size:
-            return PartitionState(*_STATE.unpack(data))
-        if len(data) >= _STATE_V2.size:
-            return PartitionState(*_STATE_V2.unpack(data[:_STATE_V2.size]))
-        if len(data) >= _STATE_V1.size:
-            return PartitionState(*_STATE_V1.unpack(data[:_STATE_V1.size]))
-        return PartitionState()
+        return _unpack_state(data)
 
     def write_state(self, state: PartitionState) -> None:
         if not self._depth:
             raise RuntimeError("partition state written without holding the lock")
         os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
-                                        state.last_flush_ms, state.loaded_epoch), 0)
+                                        state.last_flush_ms, state.loaded_epoch, state.status), 0)
+
+    def retire(self, status: int) -> None:
+        """Mark the partition this lock guards as deleted or moved, durably (caller holds the lock): every
+        process that takes this lock from now on sees it, even after a crash of the machine."""
+        if status not in (DELETED, MOVED):
+            raise ValueError(f"a lock is retired as deleted or moved, not {status!r}")
+        state = self.read_state()
+        state.status = status
+        self.write_state(state)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageIOError("cannot fsync partition lock file", self.path, exc) from exc
+
+    @staticmethod
+    def unlink_path(path: str) -> None:
+        """Remove a lock file by name (a missing one is fine): one nobody can be using any more."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot remove partition lock file", path, exc) from exc
+
+    def unlink(self) -> None:
+        """Remove the lock file's name if it still names this lock's file (a retired lock, once its change is
+        done): a partition created later under the same name starts from a fresh file."""
+        if self._fd < 0:
+            return
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot remove partition lock file", self.path, exc) from exc
 
     def close(self) -> None:
         self._parked = False
@@ -187,6 +254,37 @@ class PartitionLock:
                 self._depth = 0
             os.close(self._fd)
             self._fd = -1
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _unpack_state(data: bytes) -> PartitionState:
+    if len(data) == _STATE.size:
+        return PartitionState(*_STATE.unpack(data))
+    if len(data) >= _STATE_V3.size:
+        return PartitionState(*_STATE_V3.unpack(data[:_STATE_V3.size]))
+    if len(data) >= _STATE_V2.size:
+        return PartitionState(*_STATE_V2.unpack(data[:_STATE_V2.size]))
+    if len(data) >= _STATE_V1.size:
+        return PartitionState(*_STATE_V1.unpack(data[:_STATE_V1.size]))
+    return PartitionState()
+
+
+def peek_state(path: str) -> PartitionState | None:
+    """The state in a partition lock file without creating or locking it (None when there is no such file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageIOError("cannot open partition lock file", path, exc) from exc
+    try:
+        return _unpack_state(os.pread(fd, _STATE.size, 0))
+    finally:
+        os.close(fd)
 
 
 class DirLock:
@@ -289,6 +387,24 @@ class CleaningClaim:
     def acquire_or_raise(self) -> None:
         if not self.try_acquire():
             raise LogLockedError(f"another process is cleaning this partition (claim {self.path})")
+
+    def acquire(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the claim (a cleaning in progress finishes its round first)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                raise LogLockedError(f"a cleaning of this partition did not finish within {timeout_s} s "
+                                     f"(claim {self.path})")
+            time.sleep(0.01)
+
+    def unlink(self) -> None:
+        """Remove the claim's file (while holding it: the partition is gone from this folder)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StorageIOError("cannot remove cleaning claim", self.path, exc) from exc
 
     def release(self) -> None:
         if self._fd is not None:

@@ -28,30 +28,40 @@ would; an ABORT of a non-empty transaction adds an entry to its segment's ``.txn
 (LSO) is the first offset of the earliest open transaction (else the high watermark); ``read_committed`` reads
 stop there and skip aborted records; no read ever returns a control record. A roll and a clean close write a
 producer snapshot; truncation and retention delete the snapshots they make obsolete.
+
+Lifecycle: a partition deleted by another process fails this process's next locked operation or refresh with
+:class:`PartitionDeletedError`; a partition moved to another log dir is followed (``relocate``, given by the
+``LogManager``, says where it lives now, finishing a move a crashed process left half done). With a
+``failures`` channel (Kafka's ``LogDirFailureChannel``), an I/O error marks the log dir offline and every later
+operation on a log of that dir raises :class:`LogDirOfflineError`.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
-from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageError,
+from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
+                                   PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError,
                                    StorageIOError)
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import swap, validator, view
-from storage_engine.log.locks import PartitionLock
+from storage_engine.log.failure import LogDirFailureChannel
+from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.log.open_logs import OpenLogs
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.record import codecs
 from storage_engine.record.records import Record, RecordBatch, SimpleRecord, build_control_batch
+from storage_engine.segment.file_records import iter_batches
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
 
@@ -77,19 +87,39 @@ READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
+def _guarded(method):
+    """Run a log operation under the log's failure channel: refused while its log dir is offline; an I/O error
+    takes the dir offline (see :mod:`storage_engine.log.failure`)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if self.failures is None:
+            return method(self, *args, **kwargs)
+        with self.failures.guard(self):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Log:
     """One partition's log in ``<log_dir>/<topic>-<partition>``. Safe to use from several processes at once (each
     with its own ``Log``); one ``Log`` object is not meant for concurrent use by several threads."""
 
+    MAX_FOLLOWED_MOVES = 8  # a partition moved again and again while one lock was awaited
+
     def __init__(self, log_dir: str, topic: str, partition: int, config: LogConfig, lock: PartitionLock,
                  segments: LogSegments, *, log_start_offset: int, recovery_point: int, next_offset: int,
-                 generation: int, clock: Clock, last_flush_ms: int,
+                 generation: int, clock: Clock, last_flush_ms: int, folder: str | None = None,
                  producer_state: ProducerStateManager | None = None):
         self.log_dir = log_dir
         self.topic = topic
         self.partition = partition
         self.name = layout.partition_dir_name(topic, partition)
-        self.dir = os.path.join(log_dir, self.name)
+        # The folder: the partition's name, or the -future folder of a copy being made for a move.
+        self.folder = folder or self.name
+        self.dir = os.path.join(log_dir, self.folder)
+        # () -> (log dir, folder) where the partition lives now; None: a moved partition is not followed.
+        self.relocate: Callable[[], tuple[str, str]] | None = None
+        self.failures: LogDirFailureChannel | None = None
+        self.deleted = False    # closed because this process deleted the partition
         self.config = config
         self.lock = lock
         self.segment_list = segments
@@ -146,26 +176,78 @@ class Log:
         if self._parked:
             self.refresh()
 
+    @property
+    def is_future(self) -> bool:
+        return self.folder != self.name
+
     @contextlib.contextmanager
     def locked(self):
-        """Hold the partition lock with an up-to-date view."""
+        """Hold the partition lock with an up-to-date view (following the partition if it moved)."""
+        guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
+        with guard:
+            self._acquire_synced()
+            try:
+                yield self
+            finally:
+                self.lock.release()
+
+    def _check_open(self) -> None:
+        if not self.lock.is_open:
+            if self.deleted:
+                raise PartitionDeletedError(f"partition {self.name} was deleted (it was in {self.dir})")
+            raise StorageError(f"the log of {self.name} in {self.dir} is closed")
+
+    def _acquire_synced(self) -> None:
+        self._check_open()
         if not self.lock.held:
             self._used()
             self._parked = False   # the sync below reloads a parked log
-        self.lock.acquire()
-        try:
-            if self.lock._depth == 1:
+        for _ in range(self.MAX_FOLLOWED_MOVES):
+            try:
+                self.lock.acquire()
+            except PartitionMovedError:   # parked while the partition moved or was deleted: look it up again
+                if self.relocate is None:
+                    raise
+                self._follow_move()
+                continue
+            if self.lock._depth > 1:
+                return
+            try:
                 view.sync(self, self.clock.milliseconds())
-            yield self
-        finally:
-            self.lock.release()
+                return
+            except PartitionMovedError:
+                self.lock.release()
+                if self.relocate is None:
+                    raise
+                self._follow_move()
+            except BaseException:
+                self.lock.release()
+                raise
+        raise StorageError(f"partition {self.name} kept moving between log dirs while this process waited")
+
+    def _follow_move(self) -> None:
+        """Re-point this log at the partition's new home (the lock is not held); the next sync reloads it."""
+        assert self.relocate is not None
+        log_dir, folder = self.relocate()
+        logger.info("%s moved from %s to %s", self.name, self.dir, os.path.join(log_dir, folder))
+        new_lock = PartitionLock(lock_path(log_dir, folder))
+        self.segment_list.close(trim=False)
+        self.lock.close()
+        self.lock = new_lock
+        self.log_dir, self.folder = log_dir, folder
+        self.dir = os.path.join(log_dir, folder)
+        # The state is rebuilt from the new folder's snapshots by the reload the next sync does.
+        self.producer_state = ProducerStateManager(self.dir, self.name)
+        self.view.generation = -1  # never a real generation: the next sync reloads from the new folder
 
     def _publish(self, *, bump: bool) -> None:
         view.publish(self, bump=bump)
 
+    @_guarded
     def refresh(self) -> None:
         """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
         another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
+        self._check_open()
         self._used()
         if not self._parked and view.refresh_unlocked(self):
             return
@@ -205,6 +287,7 @@ class Log:
         return self.segment_list.size_in_bytes()
 
     # -- appending --------------------------------------------------------------------------------------------
+    @_guarded
     def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1,
                        producer_epoch: int = -1, base_sequence: int = -1,
                        is_transactional: bool = False) -> AppendInfo:
@@ -229,6 +312,7 @@ class Log:
             # The time index names the batch holding the max timestamp by its last offset ("shallow").
             return self._append_validated(data, first, last, max_ts, last, len(recs), now, analysis)
 
+    @_guarded
     def append_batches(self, data: bytes) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
         assign offsets from the log end offset, then write them as one append."""
@@ -272,6 +356,47 @@ class Log:
                     meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
         return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
 
+    @_guarded
+    def append_as_follower(self, data: bytes) -> AppendInfo:
+        """Append whole batches that already have their offsets (Kafka's ``appendAsFollower``: the copy of a
+        partition being moved). Each batch must pass its size and CRC checks and start at or after the log end
+        offset, offsets increasing; they are written byte for byte, rolling as the log would."""
+        now = self.clock.milliseconds()
+        batches = list(iter_batches(data, 0, len(data), self.name, strict=True))
+        for b in batches:
+            b.ensure_valid()
+        with self.locked():
+            first, expected, count, max_ts, pos = None, self.log_end_offset, 0, -1, 0
+            for b in batches:
+                base = b.base_offset
+                if base < expected or b.last_offset < base:
+                    raise InvalidRecordError(f"out of order offsets appending to {self.name}: batch "
+                                             f"{base}..{b.last_offset} at or after offset {expected} expected")
+                raw = data[pos:pos + b.size_in_bytes]
+                pos += b.size_in_bytes
+                active = self.active_segment
+                if active.should_roll(segment_bytes=self.config.segment_bytes, max_segment_ms=self._max_segment_ms(),
+                                      messages_size=len(raw), max_timestamp=b.max_timestamp,
+                                      max_offset=b.last_offset, now_ms=now) is not None:
+                    self._roll_locked(now, base=base if not active.can_convert_to_relative_offset(b.last_offset)
+                                      else None)
+                # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
+                # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
+                analysis = (pstate.analyze(self.producer_state, [b], pstate.REPLICATION)
+                            if b.magic >= 2 and b.producer_id >= 0 else None)
+                self.active_segment.append(b.last_offset, b.max_timestamp, b.last_offset, raw)
+                if analysis is not None:
+                    pstate.apply(self.producer_state, analysis, self.active_segment, b.last_offset)
+                else:
+                    self.producer_state.map_end_offset = b.last_offset + 1
+                self.log_end_offset = expected = b.last_offset + 1
+                first = base if first is None else first
+                count += b.records_count
+                max_ts = max(max_ts, b.max_timestamp)
+            self.view.known_active_size = self.active_segment.size
+            return AppendInfo(self.log_end_offset if first is None else first, self.log_end_offset - 1, count,
+                              max_ts, len(data))
+
     def _append_validated(self, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
                           count: int, now: int, analysis=None) -> AppendInfo:
         rolled = self._maybe_roll(len(data), max_ts, last, now)
@@ -303,14 +428,16 @@ class Log:
         self._roll_locked(now)
         return True
 
+    @_guarded
     def roll(self) -> LogSegment:
         """Seal the active segment and start a new one at the log end offset."""
         now = self.clock.milliseconds()
         with self.locked():
             return self._roll_locked(now)
 
-    def _roll_locked(self, now: int) -> LogSegment:
-        new_base = self.log_end_offset
+    def _roll_locked(self, now: int, base: int | None = None) -> LogSegment:
+        # A copy rolls at the next batch's base when its offsets would not fit a segment at the log end.
+        new_base = self.log_end_offset if base is None else max(base, self.log_end_offset)
         active = self.active_segment
         if active.base_offset == new_base:
             if active.size == 0:
@@ -343,6 +470,7 @@ class Log:
         return seg
 
     # -- flushing ---------------------------------------------------------------------------------------------
+    @_guarded
     def flush(self, offset: int | None = None) -> int:
         """fsync every segment holding offsets below ``offset`` (default: the log end) and advance the
         recovery point. Returns the new recovery point."""
@@ -373,6 +501,7 @@ class Log:
                 and self.recovery_point < self.log_end_offset)
 
     # -- reading ----------------------------------------------------------------------------------------------
+    @_guarded
     def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
         """Whole, checked batches from the one holding ``start_offset``; None at the log end.
         OffsetOutOfRangeError outside [log start, log end]; CorruptRecordError for damage."""
@@ -422,6 +551,12 @@ class Log:
         consumer sees them: control records (transaction markers) are never returned. ``read_committed`` stops at
         the last stable offset and skips the records of aborted transactions (found in the ``.txnindex`` files),
         exactly as Kafka's consumer filters a fetch."""
+        guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
+        with guard:
+            yield from self._read_records(start_offset, max_records, isolation_level)
+
+    def _read_records(self, start_offset: int | None, max_records: int | None,
+                      isolation_level: str) -> Iterator[Record]:
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
         self._unpark_for_read()
@@ -490,6 +625,7 @@ class Log:
                 break
         return out
 
+    @_guarded
     def offset_for_timestamp(self, timestamp: int):
         """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
         for seg in self.segment_list:
@@ -501,6 +637,7 @@ class Log:
         return None
 
     # -- truncation and log start ------------------------------------------------------------------------------
+    @_guarded
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
         if offset < 0:
@@ -539,6 +676,7 @@ class Log:
         seg = LogSegment.open(self.dir, active.base_offset, self.config, now_ms=now, file_already_exists=True)
         self.segment_list.add(seg)
 
+    @_guarded
     def truncate_fully_and_start_at(self, offset: int) -> None:
         now = self.clock.milliseconds()
         with self.locked():
@@ -642,6 +780,7 @@ class Log:
         the log start offset."""
         return swap.replace_segments(self, new_segment, old_segments, identity, now_ms, delete_after=delete_after)
 
+    @_guarded
     def delete_records(self, offset: int) -> int:
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
         at the next retention pass. Returns the new log start offset."""
@@ -675,25 +814,35 @@ class Log:
 
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, *, clean: bool) -> None:
-        """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close."""
+        """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close; a log
+        that was deleted meanwhile, or whose dir went offline, is closed without."""
         files, self.files = self.files, None
         if files is not None:
             files.forget(self)
         if clean:
-            with self.locked():
-                self.producer_state.map_end_offset = self.log_end_offset
-                self.producer_state.take_snapshot()  # Kafka's snapshot at close: the next load replays nothing
-                self._flush_locked(self.log_end_offset, self.clock.milliseconds())
-                for seg in self.segment_list:
-                    seg.close(trim=True)
-        else:
+            try:
+                with self.locked():
+                    self.producer_state.map_end_offset = self.log_end_offset
+                    self.producer_state.take_snapshot()  # Kafka's snapshot at close: the next load replays nothing
+                    self._flush_locked(self.log_end_offset, self.clock.milliseconds())
+                    for seg in self.segment_list:
+                        seg.close(trim=True)
+            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError) as exc:
+                logger.info("closing %s without flushing: %s", self.name, exc)
+                clean = False
+            except StorageError as exc:
+                if self.failures is None or not self.failures.is_offline(self.log_dir):
+                    raise
+                logger.warning("closing %s without flushing: %s", self.name, exc)
+                clean = False
+        if not clean:
             for seg in self.segment_list:
                 seg.close(trim=False)
         self.lock.close()
 
     def describe(self) -> dict:
         return {
-            "topic": self.topic, "partition": self.partition, "dir": self.dir,
+            "topic": self.topic, "partition": self.partition, "dir": self.dir, "future": self.is_future,
             "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
             "high_watermark": self.high_watermark, "last_stable_offset": self.last_stable_offset,
             "recovery_point": self.recovery_point, "producers": len(self.producer_state.producers),

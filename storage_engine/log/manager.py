@@ -12,6 +12,13 @@
   atomically from the partitions' shared state, merged with entries of partitions other processes own.
 * Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
   clean-shutdown marker.
+* Lifecycle: :meth:`LogManager.delete_log` deletes a partition (:mod:`.deletion`), :meth:`LogManager.move_log`
+  moves one to another dir while it serves (:mod:`.mover`); ``-future`` copies are loaded as
+  :attr:`LogManager.future_logs` (maintenance keeps them too), ``-delete`` folders are never loaded and the
+  first opener of a dir removes those that are due; ``-stray`` and foreign folders are reported, never loaded.
+* Offline dirs (:mod:`.failure`): a dir that fails with an I/O error while opening is marked offline and
+  skipped, as is one whose logs fail later; its partitions raise :class:`LogDirOfflineError`, the other
+  dirs keep working.
 * Open files: at most ``max_open_logs`` logs hold descriptors at once; the least recently used idle ones are
   parked (:mod:`.open_logs`), so one process can hold 100,000 partitions under a limit of 20,000 descriptors.
 """
@@ -28,10 +35,13 @@ from storage_engine.segment.clean_shutdown import consume_clean_shutdown, write_
 from storage_engine.clock import SYSTEM_CLOCK, Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
-from storage_engine.errors import InvalidTopicError, StorageError, StorageIOError
+from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, PartitionDeletedError,
+                                   PartitionMovedError, PartitionNotFoundError, StorageError, StorageIOError)
+from storage_engine.log import deletion, mover
+from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
 from storage_engine.log.log import Log
-from storage_engine.log.locks import UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
+from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
 from storage_engine import crashpoints
 from storage_engine.log.open_logs import OpenLogs
 
@@ -50,6 +60,18 @@ class DirState:
     load_messages: list = field(default_factory=list)
 
 
+def _why_not_a_dir(path: str, exc: OSError) -> OSError:
+    """The error that says why ``path`` cannot be used as a folder (``makedirs`` reports only "File exists" for
+    a path that is there but unusable, such as a symbolic link loop or a file)."""
+    if not isinstance(exc, FileExistsError):
+        return exc
+    try:
+        os.stat(path)
+    except OSError as real:
+        return real
+    return NotADirectoryError(20, "not a directory", path)
+
+
 class LogManager:
     def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None,
                  max_open_logs: int | OpenLogs | None = None):
@@ -60,8 +82,11 @@ class LogManager:
         self.only = None if partitions is None else frozenset(partitions)
         self.clock = clock
         self.logs: dict[TopicPartition, Log] = {}
+        # The -future copies of partitions being moved into a dir (Kafka's future logs), by partition.
+        self.future_logs: dict[TopicPartition, Log] = {}
         self.dirs: dict[str, DirState] = {}
         self.load_errors: list[str] = []
+        self.failures = LogDirFailureChannel()
         self._closed = False
 
     # -- opening ----------------------------------------------------------------------------------------------
@@ -80,44 +105,89 @@ class LogManager:
         :mod:`.open_logs`); an :class:`~.open_logs.OpenLogs` passed instead is a bound shared with the other
         managers given it (a job holding several managers at once)."""
         mgr = cls(config, clock, partitions, max_open_logs)
+        online = []
         for d in config.log_dirs:
             try:
                 os.makedirs(d, exist_ok=True)
+                online.append(d)
             except OSError as exc:
-                raise StorageIOError("cannot create log dir", d, exc) from exc
+                cause = _why_not_a_dir(d, exc)
+                if not is_dir_failure(cause):
+                    raise StorageIOError("cannot create log dir", d, exc) from exc
+                mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
+        futures: list = []
         try:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(config.log_dirs))) as pool:
-                futures = [pool.submit(mgr._load_dir, d) for d in config.log_dirs]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(online))) as pool:
+                futures = [pool.submit(mgr._load_dir, d) for d in online]
             results = [f.result() for f in futures]
-            seen: dict[TopicPartition, str] = {}
-            for d, logs in zip(config.log_dirs, results):
+            seen: dict[TopicPartition, Log] = {}
+            moved: set[TopicPartition] = set()
+            for logs, future_logs, gone in results:
+                moved.update(gone)
+                mgr.future_logs.update(future_logs)
                 for tp, log in logs.items():
-                    mgr.logs[tp] = log
-            for d, logs in zip(config.log_dirs, results):
-                for tp in logs:
-                    if tp in seen:
-                        raise StorageError(f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                                           f"{seen[tp]} and {d}; a partition must live in exactly one log dir")
-                    seen[tp] = d
+                    other = seen.get(tp)
+                    if other is not None:
+                        # Loaded in two dirs: legitimate only while a move commits (one of them is retired).
+                        stale = mgr._retired_of(other, log)
+                        if stale is None:
+                            raise StorageError(
+                                f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
+                                f"{other.log_dir} and {log.log_dir}; a partition must live in exactly one log dir")
+                        stale.close(clean=False)
+                        log = other if stale is log else log
+                        moved.add(tp)
+                    seen[tp] = log
+            for tp, log in seen.items():
+                mgr.logs[tp] = log
+            for tp in sorted(moved):   # moved or half-moved while this manager loaded: find where it is now
+                if tp not in mgr.logs:
+                    mgr._adopt(*tp)
         except BaseException:
-            mgr._abandon(futures if "futures" in locals() else [])
+            mgr._abandon(futures)
             raise
         return mgr
+
+    @staticmethod
+    def _retired_of(a: Log, b: Log) -> Log | None:
+        """Of two logs of one partition loaded from two dirs, the one whose lock is no longer live, if any."""
+        for log in (a, b):
+            if log.lock.read_state().status != LIVE:
+                return log
+        return None
 
     def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
         return layout.partition_dirs(log_dir, self.load_errors)
 
-    def _partitions_to_load(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
-        found = self._partition_dirs(log_dir)
-        return found if self.only is None else [item for item in found if item[1] in self.only]
+    def _wanted(self, items):
+        return items if self.only is None else [item for item in items if item[1] in self.only]
 
-    def _load_dir(self, log_dir: str) -> dict[TopicPartition, Log]:
-        lock = DirLock(log_dir)
-        exclusive = lock.try_exclusive()
-        if not exclusive:
-            lock.shared()  # waits while the first opener recovers the dir
-        state = DirState(log_dir, lock, exclusive, False, lock.count_open())
-        self.dirs[log_dir] = state
+    def _load_dir(self, log_dir: str):
+        """Load one dir: ``(logs, future logs, partitions found moved or deleted)``. A dir failing with an I/O
+        error is marked offline and loads nothing."""
+        state: DirState | None = None
+        loaded: list[Log] = []
+        try:
+            lock = DirLock(log_dir)
+            exclusive = lock.try_exclusive()
+            if not exclusive:
+                lock.shared()  # waits while the first opener recovers the dir
+            state = DirState(log_dir, lock, exclusive, False, lock.count_open())
+            self.dirs[log_dir] = state
+            return self._load_dir_locked(state, loaded)
+        except (OSError, StorageError) as exc:
+            if not is_dir_failure(exc):
+                raise
+            self.failures.mark_offline(log_dir, f"{type(exc).__name__}: {exc}")
+            for log in loaded:
+                log.close(clean=False)
+            if state is not None:
+                state.load_messages.append(f"log dir is offline: {type(exc).__name__}: {exc}")
+            return {}, {}, set()
+
+    def _load_dir_locked(self, state: DirState, loaded: list):
+        log_dir, lock, exclusive = state.path, state.lock, state.exclusive_at_open
+        now_ms = self.clock.milliseconds()
         state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
         if exclusive:
             state.load_messages.extend(convert_legacy_engine_files(log_dir))
@@ -126,121 +196,244 @@ class LogManager:
         else:
             epoch = lock.epoch()
             state.epoch = epoch if epoch != UNKNOWN else None
+        listing = layout.scan_log_dir(log_dir)
+        self.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
+        if exclusive and listing.deleting:
+            # Kafka deletes -delete folders after file.delete.delay.ms: the first opener removes those due.
+            purged = deletion.purge_delete_dirs([log_dir], now_ms,
+                                                lambda t: self.config.log_config(t).file_delete_delay_ms)
+            state.load_messages.extend(f"removed {os.path.basename(p)} (deleted partition)"
+                                       for p in purged["removed"])
         rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
         lso_cp, lso_err = OffsetCheckpointFile(
             os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
         for err in (rp_err, lso_err):
             if err:
                 state.load_messages.append(f"{err}; recovering affected logs from offset 0")
-        logs: dict[TopicPartition, Log] = {}
         threads = self.config.num_recovery_threads_per_data_dir
 
-        def load_one(item):
-            name, (topic, partition) = item
-            log, res = open_log(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
-                                exclusive=exclusive, had_clean_shutdown=clean,
-                                recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
-                                log_start_offset_checkpoint=lso_cp.get((topic, partition), 0),
-                                dir_epoch=state.epoch)
-            self._track(log)
+        def load_one(item, future: bool):
+            folder, (topic, partition) = item
+            try:
+                log, res = open_log(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
+                                    exclusive=exclusive, had_clean_shutdown=clean,
+                                    recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
+                                    log_start_offset_checkpoint=lso_cp.get((topic, partition), 0),
+                                    folder=folder if future else None, dir_epoch=state.epoch)
+            except PartitionDeletedError:
+                if not future:
+                    deletion.finish_deletion(log_dir, topic, partition, now_ms)
+                return (topic, partition), None, None
+            except (PartitionMovedError, PartitionNotFoundError):
+                return (topic, partition), None, None    # moved (or renamed) since the listing
+            self._track(log)   # here, not after the load: the bound holds while 100,000 partitions load
             return (topic, partition), log, res
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            futures = [pool.submit(load_one, item) for item in self._partitions_to_load(log_dir)]
+            jobs = [(pool.submit(load_one, item, False), False) for item in self._wanted(listing.partitions)]
+            jobs += [(pool.submit(load_one, item, True), True) for item in self._wanted(listing.futures)]
+        logs: dict[TopicPartition, Log] = {}
+        future_logs: dict[TopicPartition, Log] = {}
+        gone: set[TopicPartition] = set()
         failure = None
-        for f in futures:
+        for f, future in jobs:
             if f.exception() is not None:
                 failure = failure or f.exception()
                 continue
             tp, log, res = f.result()
-            logs[tp] = log
+            if log is None:
+                if not future:
+                    gone.add(tp)
+                continue
+            self._attach(log)
+            loaded.append(log)
+            (future_logs if future else logs)[tp] = log
             if res is not None:
                 for m in res.messages:
-                    state.load_messages.append(f"{log.name}: {m}")
+                    state.load_messages.append(f"{log.folder}: {m}")
         if failure is not None:
-            for log in logs.values():
+            for log in loaded:
                 log.close(clean=False)
+            loaded.clear()
             raise failure
         if exclusive:
             lock.shared()
-        return logs
+        return logs, future_logs, gone
+
+    def _attach(self, log: Log) -> Log:
+        """Give a log this manager's way of following its partition and its failure channel."""
+        topic, partition = log.topic, log.partition
+        log.relocate = lambda: self._relocate(topic, partition)
+        log.failures = self.failures
+        return log
+
+    def _relocate(self, topic: str, partition: int) -> tuple[str, str]:
+        """Where a partition that moved lives now (its log dir and folder)."""
+        found = mover.locate(self.config.log_dirs, topic, partition, self.clock.milliseconds(),
+                             skip=set(self.failures.offline_dirs()))
+        if found is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} left the folder this process had open and "
+                                         f"cannot be found in the online log dirs {self.online_dirs()} (it was "
+                                         "deleted, or moved to a dir this process does not have)")
+        return found, layout.partition_dir_name(topic, partition)
+
+    def online_dirs(self) -> list[str]:
+        offline = self.failures.offline_dirs()
+        return [d for d in self.config.log_dirs if d not in offline]
+
+    def offline_dirs(self) -> dict[str, str]:
+        """Log dirs offline in this manager, with the error that took each offline."""
+        return self.failures.offline_dirs()
 
     def _abandon(self, dir_futures) -> None:
         """Undo a failed open: close the logs loaded so far (without flushing) and release every dir lock, so
         a failure leaves no lock behind in this process."""
         self._closed = True
+        closed: set[int] = set()
         for f in dir_futures:
             if f.done() and f.exception() is None:
-                for log in f.result().values():
+                logs, future_logs, _gone = f.result()
+                for log in list(logs.values()) + list(future_logs.values()):
+                    closed.add(id(log))
                     log.close(clean=False)
+        for log in list(self.logs.values()) + list(self.future_logs.values()):
+            if id(log) not in closed and log.lock.is_open:
+                log.close(clean=False)
         for state in self.dirs.values():
             state.lock.close()
 
     # -- partitions -------------------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
-        layout.partition_dir_name(topic, partition)
-        log = self.logs.get((topic, partition))
+        """The partition's log (adopting one another process created or moved since this manager opened), or
+        None. Raises :class:`LogDirOfflineError` when its log dir is offline (or, for a partition not found,
+        when an offline dir may hold it)."""
+        name = layout.partition_dir_name(topic, partition)
+        tp = (topic, partition)
+        log = self.logs.get(tp)
+        if log is not None and log.lock.is_open and log.lock.read_state().status == DELETED:
+            # Deleted by another process; a partition of the same name may have been created since.
+            del self.logs[tp]
+            log.close(clean=False)
+            log = None
+        if log is not None:
+            self.failures.check(log.log_dir, f"partition {name}")
+            return log
+        log = self._adopt(topic, partition)
         if log is None:
-            log = self._adopt(topic, partition)
+            self._check_not_offline(name)
         return log
+
+    def _check_not_offline(self, name: str) -> None:
+        """Raise :class:`LogDirOfflineError` if an offline log dir may hold the partition folder ``name``."""
+        for d, reason in self.failures.offline_dirs().items():
+            try:
+                os.stat(os.path.join(d, name))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                pass
+            raise LogDirOfflineError(f"partition {name} is unavailable: log dir {d} is offline ({reason}) and "
+                                     f"may hold it", d)
 
     def _epoch(self, log_dir: str) -> int | None:
         state = self.dirs.get(log_dir)
         return state.epoch if state is not None else None
 
-    def _adopt(self, topic: str, partition: int) -> Log | None:
-        """A partition created by another process after this manager opened (or not loaded by a subset open)."""
-        name = layout.partition_dir_name(topic, partition)
-        for d in self.config.log_dirs:
-            if os.path.isdir(os.path.join(d, name)):
-                rp_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
-                lso_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
+    def _adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None:
+        """A partition created or moved by another process after this manager opened (or not loaded by a subset
+        open)."""
+        tp = (topic, partition)
+        for _ in range(3):
+            d = mover.locate(self.config.log_dirs, topic, partition, self.clock.milliseconds(),
+                             create_lock_held=create_lock_held, skip=set(self.failures.offline_dirs()))
+            if d is None:
+                return None
+            rp_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
+            lso_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
+            try:
                 log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
                                   exclusive=False, dir_epoch=self._epoch(d),
-                                  recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
-                                  log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
-                self._track(log)
-                self.logs[(topic, partition)] = log
-                return log
-        return None
+                                  recovery_point_checkpoint=rp_cp.get(tp, 0),
+                                  log_start_offset_checkpoint=lso_cp.get(tp, 0))
+            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError):
+                continue    # deleted or moved between finding and opening it: look again
+            old = self.logs.get(tp)
+            if old is not None and old is not log and old.lock.is_open:
+                old.close(clean=False)
+            self._track(log)
+            self.logs[tp] = self._attach(log)
+            return log
+        raise StorageError(f"partition {topic}-{partition} kept changing while this process opened it")
+
+    def _create_lock(self) -> FileLock:
+        path = mover.create_lock_path(self.config.log_dirs)
+        reason = self.failures.is_offline(self.config.log_dirs[0])
+        if reason is not None:
+            raise LogDirOfflineError(f"cannot create or move partitions: log dir {self.config.log_dirs[0]}, which "
+                                     f"holds the creation lock, is offline ({reason})", self.config.log_dirs[0])
+        return FileLock(path)
 
     def get_or_create_log(self, topic: str, partition: int) -> Log:
         log = self.get_log(topic, partition)
         if log is not None:
             return log
         name = layout.partition_dir_name(topic, partition)
-        with FileLock(os.path.join(self.config.log_dirs[0], layout.CREATE_LOCK_FILE)):
-            log = self._adopt(topic, partition)
+        with self._create_lock():
+            log = self._adopt(topic, partition, create_lock_held=True)
             if log is not None:
                 return log
-            target = self._least_loaded_dir()
+            self._check_not_offline(name)
+            target = self._least_loaded_dir(name)
             log, _ = open_log(target, topic, partition, self.config.log_config(topic), clock=self.clock,
                               exclusive=True, create=True, dir_epoch=self._epoch(target))
             fsync_dir(target)
-            if self._dir_counts is not None:
+            if self._dir_counts is not None and target in self._dir_counts:
                 self._dir_counts[target] += 1
         self._track(log)
-        self.logs[(topic, partition)] = log
+        self.logs[(topic, partition)] = self._attach(log)
         return log
 
-    def _least_loaded_dir(self) -> str:
-        """Kafka's placement: the log dir with the fewest partitions (the first on a tie). The dirs are counted
-        once per manager and then kept up to date with its own creations (listing a dir of 100,000 partitions
-        for every creation would make creating them quadratic); partitions other processes create meanwhile
-        only make the placement less even, never wrong."""
-        dirs = self.config.log_dirs
-        if len(dirs) == 1:
-            return dirs[0]
+    def _least_loaded_dir(self, name: str) -> str:
+        """Kafka's placement: the online log dir with the fewest partitions (the first on a tie), counting the
+        copies being moved in (partitions of that dir to be). The dirs are counted once per manager and then kept
+        up to date with its own creations (listing a dir of 100,000 partitions for every creation would make
+        creating them quadratic); partitions other processes create or move meanwhile only make the placement
+        less even, never wrong."""
+        dirs = [d for d in self.config.log_dirs if not self.failures.is_offline(d)]
         if self._dir_counts is None:
-            self._dir_counts = {d: len(self._partition_dirs(d)) for d in dirs}
-        return min(dirs, key=lambda d: (self._dir_counts[d], dirs.index(d)))   # type: ignore[index]
+            self._dir_counts = {}
+        for d in dirs:
+            if d in self._dir_counts or len(self.config.log_dirs) == 1:
+                continue
+            try:
+                listing = layout.scan_log_dir(d)
+            except OSError as exc:
+                self._dir_failed(d, exc)
+                continue
+            self._dir_counts[d] = len(listing.partitions) + len(listing.futures)
+        dirs = [d for d in dirs if not self.failures.is_offline(d)]
+        if not dirs:
+            raise LogDirOfflineError(f"cannot create partition {name}: every log dir is offline "
+                                     f"{self.failures.offline_dirs()}")
+        if len(self.config.log_dirs) == 1:
+            return dirs[0]
+        order = self.config.log_dirs.index
+        return min(dirs, key=lambda d: (self._dir_counts[d], order(d)))   # type: ignore[index]
 
     def _track(self, log: Log) -> None:
         log.files = self.open_logs
         self.open_logs.used(log)
 
+    def _dir_failed(self, log_dir: str, exc: BaseException) -> None:
+        """An error touching ``log_dir`` outside a log: take the dir offline if it is a dir failure, else raise."""
+        if not is_dir_failure(exc):
+            raise exc
+        self.failures.mark_offline(log_dir, f"{type(exc).__name__}: {exc}")
+
     def partitions(self, topic_filter=None) -> list[TopicPartition]:
-        tps = sorted(self.logs)
+        """The partitions this manager has, sorted, without those of offline log dirs."""
+        offline = self.failures.offline_dirs()
+        tps = sorted(tp for tp, log in self.logs.items() if log.log_dir not in offline)
         if topic_filter:
             tps = [tp for tp in tps if tp[0] in topic_filter]
         return tps
@@ -248,30 +441,119 @@ class LogManager:
     def dir_of(self, tp: TopicPartition) -> str:
         return self.logs[tp].log_dir
 
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def delete_log(self, topic: str, partition: int) -> dict:
+        """Delete a partition (Kafka's ``asyncDelete``, see :mod:`.deletion`): its folder becomes ``-delete`` at
+        once, so a partition of the same name can be created right away; a copy being made for a move goes too.
+        Raises :class:`PartitionNotFoundError` when no online log dir has it."""
+        name = layout.partition_dir_name(topic, partition)
+        tp = (topic, partition)
+        now = self.clock.milliseconds()
+        renamed = None
+        for _ in range(3):
+            d = mover.locate(self.config.log_dirs, topic, partition, now, skip=set(self.failures.offline_dirs()))
+            if d is None:
+                self._check_not_offline(name)
+                raise PartitionNotFoundError(f"partition {name} does not exist in {self.online_dirs()}")
+            self.failures.check(d, f"partition {name}")
+            try:
+                renamed = deletion.delete_partition(d, topic, partition, now)
+            except PartitionMovedError:
+                continue
+            break
+        else:
+            raise StorageError(f"partition {name} kept moving while this process deleted it")
+        log = self.logs.pop(tp, None)
+        if log is not None:
+            log.deleted = True
+            log.close(clean=False)
+        discarded = self.cancel_move(topic, partition)["discarded"]
+        return {"topic": topic, "partition": partition, "log_dir": d, "deleted_folder": renamed,
+                "discarded_copies": discarded, "now_ms": now}
+
+    def move_log(self, topic: str, partition: int, target_dir: str, **options) -> dict:
+        """Move a partition to ``target_dir`` while it keeps serving (Kafka's alter-log-dirs, see :mod:`.mover`).
+        ``options``: ``final_lag_bytes``, ``max_rounds``, ``claim_timeout_s``. Returns the move's report."""
+        name = layout.partition_dir_name(topic, partition)
+        target = self._log_dir_named(target_dir)
+        self.failures.check(target, f"moving partition {name} into {target}")
+        log = self.get_log(topic, partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {name} does not exist in {self.online_dirs()}")
+        if self.failures.is_offline(mover.create_lock_path(self.config.log_dirs)):
+            self._create_lock()   # raises the clear error
+        progress = mover.move(log, target, self.config.log_dirs, self.config.log_config(topic), self.clock,
+                              failures=self.failures, epoch_of=self._epoch, **options)
+        with log.locked():   # follow the partition into its new home now
+            pass
+        stale = self.future_logs.pop((topic, partition), None)
+        if stale is not None:
+            stale.close(clean=False)
+        return progress.as_dict()
+
+    def _log_dir_named(self, path: str) -> str:
+        for d in self.config.log_dirs:
+            if d == path or os.path.abspath(d) == os.path.abspath(path):
+                return d
+        raise InvalidRequestError(f"{path!r} is not one of the log dirs {list(self.config.log_dirs)}")
+
+    def cancel_move(self, topic: str, partition: int) -> dict:
+        """Give up the copies being made of a partition for a move (their folders become ``-delete``)."""
+        layout.partition_dir_name(topic, partition)
+        now = self.clock.milliseconds()
+        discarded = []
+        with self._create_lock():
+            for d, folder in mover.future_folders(self.config.log_dirs, topic, partition,
+                                                  skip=set(self.failures.offline_dirs())):
+                discarded.append(os.path.join(d, mover.discard_future(d, folder, topic, partition, now)))
+        stale = self.future_logs.pop((topic, partition), None)
+        if stale is not None:
+            stale.close(clean=False)
+        return {"topic": topic, "partition": partition, "discarded": discarded}
+
     # -- checkpoints ------------------------------------------------------------------------------------------
     def checkpoint(self, log_dirs=None) -> dict:
-        """Write recovery-point and log-start-offset checkpoints of every log dir; returns what was written."""
+        """Write recovery-point and log-start-offset checkpoints of every online log dir; returns what was
+        written, per dir (a dir offline, or failing now, is left out)."""
         written = {}
         for d in (log_dirs or self.config.log_dirs):
-            written[d] = self._checkpoint_dir(d)
+            if self.failures.is_offline(d):
+                continue
+            try:
+                written[d] = self._checkpoint_dir(d)
+            except (OSError, StorageIOError) as exc:
+                self._dir_failed(d, exc)
         return written
 
     def _checkpoint_dir(self, log_dir: str) -> dict:
-        mine = {tp: log for tp, log in self.logs.items() if log.log_dir == log_dir}
-        present = {tp for _, tp in self._partition_dirs(log_dir)}
+        # Views are brought up to date before the checkpoint lock is taken: a deletion holds a partition lock
+        # while it edits the checkpoint files, so the lock order is partition lock -> checkpoint lock.
+        candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == log_dir]
+        candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == log_dir]
+        values: dict[TopicPartition, tuple[Log, int]] = {}
+        for tp, log in candidates:
+            try:
+                log.refresh()
+            except (PartitionDeletedError, PartitionNotFoundError):
+                continue
+            if log.log_dir == log_dir:   # (a log may have followed its partition into another dir)
+                values[tp] = (log, log.segments[0].base_offset)
         rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
         lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
         with FileLock(os.path.join(log_dir, layout.CHECKPOINT_LOCK_FILE)):
+            listing = layout.scan_log_dir(log_dir)
+            present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
             rp, _ = rp_file.read_or_empty()
             lso, _ = lso_file.read_or_empty()
-            rp = {tp: v for tp, v in rp.items() if tp in present and tp not in mine}
-            lso = {tp: v for tp, v in lso.items() if tp in present and tp not in mine}
-            for tp, log in mine.items():
+            rp = {tp: v for tp, v in rp.items() if tp in present and tp not in values}
+            lso = {tp: v for tp, v in lso.items() if tp in present and tp not in values}
+            for tp, (log, first_base) in values.items():
                 state = log.lock.read_state()
+                if state.status != LIVE or tp not in present:
+                    continue
                 rp[tp] = state.recovery_point if state.recovery_point != UNKNOWN else log.recovery_point
                 start = state.log_start_offset if state.log_start_offset != UNKNOWN else log.log_start_offset
-                log.refresh()
-                if start > log.segments[0].base_offset:
+                if start > first_base:
                     lso[tp] = start
             rp_file.write(rp)
             crashpoints.reached("checkpoint.between-files")
@@ -281,11 +563,20 @@ class LogManager:
 
     # -- flushing ---------------------------------------------------------------------------------------------
     def flush_all(self, topic_filter=None) -> list[dict]:
+        """Flush every log of the online dirs to its end (a dir failing now is taken offline and skipped)."""
         out = []
         for tp in self.partitions(topic_filter):
             log = self.logs[tp]
+            if self.failures.is_offline(log.log_dir):
+                continue
             before = log.recovery_point
-            after = log.flush()
+            try:
+                after = log.flush()
+            except StorageError as exc:
+                if self.failures.is_offline(log.log_dir) is None:
+                    raise
+                logger.warning("not flushing %s: %s", log.name, exc)
+                continue
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
         return out
@@ -295,30 +586,52 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        all_logs = list(self.logs.values()) + list(self.future_logs.values())
         for d, state in self.dirs.items():
-            last = state.lock.try_exclusive()
-            logs = [log for log in self.logs.values() if log.log_dir == d]
+            logs = [log for log in all_logs if log.log_dir == d and log.lock.is_open]
             try:
+                if self.failures.is_offline(d):
+                    for log in logs:
+                        log.close(clean=False)
+                    continue
+                last = state.lock.try_exclusive()
                 for log in logs:
                     log.close(clean=last)
                     self.open_logs.forget(log)
-                if last:
+                if last and not self.failures.is_offline(d):
                     self._write_checkpoints_after_close(d, logs)
-                    if self._may_vouch_for(state):
+                    if self._may_vouch_for(state, logs):
                         write_clean_shutdown(d)
+            except (OSError, StorageError) as exc:
+                if not is_dir_failure(exc):
+                    raise
+                self.failures.mark_offline(d, f"{type(exc).__name__}: {exc}")
+                for log in logs:
+                    if log.lock.is_open:
+                        log.close(clean=False)
             finally:
                 state.lock.close()
+        for log in all_logs:      # logs that followed their partition into a dir this manager did not open
+            if log.lock.is_open:
+                log.close(clean=False)
 
-    def _may_vouch_for(self, state: DirState) -> bool:
+    def _may_vouch_for(self, state: DirState, logs: list[Log]) -> bool:
         """Whether this manager, closing last, may write the clean-shutdown marker: it flushed every log it had,
-        so it may if it had every log, or if it found the dir clean, opened it first and no other manager
-        joined since (then the logs it never loaded are as the consumed marker described them)."""
+        so it may if it had every log of the dir (not one created or moved in by another process after it
+        opened), or if it found the dir clean, opened it first and no other manager joined since (then the logs
+        it never loaded are as the consumed marker described them)."""
         if self.only is None:
-            return True
+            listing = layout.scan_log_dir(state.path)
+            present = {tp for _, tp in listing.partitions} | {(tp, f) for f, tp in listing.futures}
+            mine = {(log.topic, log.partition) if not log.is_future else ((log.topic, log.partition), log.folder)
+                    for log in logs}
+            return present <= mine
         return state.exclusive_at_open and state.had_clean_shutdown and state.lock.opens() == state.opens_at_open
 
     def _write_checkpoints_after_close(self, log_dir: str, logs: list[Log]) -> None:
-        present = {tp for _, tp in self._partition_dirs(log_dir)}
+        listing = layout.scan_log_dir(log_dir)
+        present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
+        existing = {log.folder for log in logs if os.path.isdir(log.dir)}
         rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
         lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
         rp, _ = rp_file.read_or_empty()
@@ -326,6 +639,8 @@ class LogManager:
         rp = {tp: v for tp, v in rp.items() if tp in present}
         lso = {tp: v for tp, v in lso.items() if tp in present}
         for log in logs:
+            if log.folder not in existing:
+                continue     # deleted or moved away meanwhile
             tp = (log.topic, log.partition)
             rp[tp] = log.recovery_point
             lso.pop(tp, None)
@@ -341,11 +656,61 @@ class LogManager:
         self.close()
 
     def describe(self) -> dict:
+        """Per log dir: its partitions, the moves into it in progress, deleted folders waiting for removal,
+        stray and foreign folders, whether it is offline; plus the load messages."""
         out: dict = {"log_dirs": []}
+        offline = self.failures.offline_dirs()
+        by_tp = {tp: log for tp, log in self.logs.items()}
         for d in self.config.log_dirs:
-            parts = [self.logs[tp].describe() for tp in sorted(self.logs) if self.logs[tp].log_dir == d]
             msgs = self.dirs[d].load_messages if d in self.dirs else []
-            out["log_dirs"].append({"path": d, "partitions": parts, "load_messages": msgs})
+            entry: dict = {"path": d, "status": "offline" if d in offline else "online",
+                           "partitions": [], "load_messages": msgs}
+            if d in offline:
+                entry["offline_reason"] = offline[d]
+                out["log_dirs"].append(entry)
+                continue
+            entry["partitions"] = [self.logs[tp].describe() for tp in sorted(self.logs)
+                                   if self.logs[tp].log_dir == d]
+            try:
+                listing = layout.scan_log_dir(d)
+            except OSError as exc:
+                entry["scan_error"] = f"{type(exc).__name__}: {exc}"
+                out["log_dirs"].append(entry)
+                continue
+            moves = []
+            for folder, tp in listing.futures:
+                future = self.future_logs.get(tp)
+                item: dict = {"topic": tp[0], "partition": tp[1], "folder": folder}
+                if future is not None and future.folder == folder and future.log_dir == d:
+                    item.update(log_end_offset=future.log_end_offset, log_start_offset=future.log_start_offset,
+                                size_bytes=future.size_in_bytes())
+                current = by_tp.get(tp)
+                if current is not None and current.log_dir != d:
+                    item.update(source_dir=current.log_dir, source_log_end_offset=current.log_end_offset,
+                                source_size_bytes=current.size_in_bytes())
+                moves.append(item)
+            entry["moves_in_progress"] = moves
+            entry["deleting"] = [self._describe_deleting(d, name) for name in listing.deleting]
+            entry["strays"] = list(listing.strays)
+            entry["foreign"] = [{"name": name, "reason": reason} for name, reason in listing.foreign]
+            entry["foreign_files"] = list(listing.foreign_files)
+            out["log_dirs"].append(entry)
+        if offline:
+            out["offline_dirs"] = offline
         if self.load_errors:
             out["load_errors"] = list(self.load_errors)
         return out
+
+    def _describe_deleting(self, log_dir: str, name: str) -> dict:
+        path = os.path.join(log_dir, name)
+        try:
+            deleted_ms = deletion.delete_dir_scheduled_ms(path)
+        except OSError:
+            deleted_ms = None
+        try:
+            topic = layout.parse_partition_dir(name)[0]
+        except ValueError:
+            topic = ""
+        delay = self.config.log_config(topic).file_delete_delay_ms
+        return {"folder": name, "deleted_ms": deleted_ms,
+                "due_ms": None if deleted_ms is None else deleted_ms + delay}

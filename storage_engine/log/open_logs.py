@@ -53,7 +53,8 @@ class OpenLogs:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
             raise ValueError(f"max_open_logs must be an integer >= 1, got {max_open!r}")
         self.max_open = max_open
-        self._lru: OrderedDict[tuple[str, str], ParkableLog] = OrderedDict()
+        # Keyed by the log object, not its folder: a log that follows its partition to another dir stays one entry.
+        self._lru: OrderedDict[int, ParkableLog] = OrderedDict()
         self._mutex = threading.Lock()
         self._last: ParkableLog | None = None
         self.parked_total = 0
@@ -64,7 +65,7 @@ class OpenLogs:
     def used(self, log: ParkableLog) -> None:
         """``log`` was just used (its files are, or are about to be, open): make it the most recent and park the
         least recently used beyond the bound."""
-        key = (log.log_dir, log.name)
+        key = id(log)
         with self._mutex:
             last, self._last = self._last, log
             if last is not None and last is not log:
@@ -73,7 +74,7 @@ class OpenLogs:
             self._lru.move_to_end(key)
             if len(self._lru) <= self.max_open:
                 return
-            victims: list[tuple[tuple[str, str], ParkableLog]] = []
+            victims: list[tuple[int, ParkableLog]] = []
             for k, other in self._lru.items():
                 if len(self._lru) - len(victims) <= self.max_open:
                     break
@@ -86,6 +87,6 @@ class OpenLogs:
 
     def forget(self, log: ParkableLog) -> None:
         with self._mutex:
-            self._lru.pop((log.log_dir, log.name), None)
+            self._lru.pop(id(log), None)
             if self._last is log:
                 self._last = None

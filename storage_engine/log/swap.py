@@ -397,7 +397,7 @@ def replace_segments(log, new_segment, old_segments: list, identity: list[tuple[
             "new_size": new_segment.size,
             "delete_after": delete_after,
         }
-        intent.write(log.log_dir, log.name, OP, record)
+        intent.write(log.log_dir, log.folder, OP, record)
         log._publish(bump=True)
         crashpoints.reached("swap.intent")
         new_segment.change_file_suffixes(CLEANED, SWAP, after_log="swap.swap-partial")
@@ -420,6 +420,6 @@ def replace_segments(log, new_segment, old_segments: list, identity: list[tuple[
         if delete_after:
             log._delete_segment_files(new_segment, now_ms, after_log="swap.delete-after")
         crashpoints.reached("swap.done")
-        intent.clear(log.log_dir, log.name)
+        intent.clear(log.log_dir, log.folder)
         log._publish(bump=True)
         return True

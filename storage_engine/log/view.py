@@ -31,10 +31,10 @@ from typing import Protocol
 
 from storage_engine import crashpoints
 from storage_engine.config import LogConfig
-from storage_engine.errors import CorruptRecordError, StorageError
+from storage_engine.errors import CorruptRecordError, PartitionDeletedError, PartitionMovedError, StorageError
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import swap
-from storage_engine.log.locks import UNKNOWN, PartitionLock, PartitionState
+from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState
 from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC
@@ -61,6 +61,7 @@ class ViewedLog(Protocol):
     """What the view functions read and update of a log (``storage_engine.log.log.Log`` has all of it)."""
     name: str
     log_dir: str
+    folder: str
     dir: str
     config: LogConfig
     lock: PartitionLock
@@ -73,9 +74,20 @@ class ViewedLog(Protocol):
     producer_state: ProducerStateManager
 
 
+def check_live(log: ViewedLog, state: PartitionState) -> None:
+    """Raise if the partition was deleted or moved away from the folder ``log`` was opened from."""
+    if state.status == LIVE:
+        return
+    if state.status == DELETED:
+        raise PartitionDeletedError(f"partition {log.name} was deleted (it was in {log.dir})")
+    raise PartitionMovedError(f"partition {log.name} moved away from {log.dir}")
+
+
 def sync(log: ViewedLog, now_ms: int) -> None:
-    """Bring ``log`` up to date with the shared state (caller holds the partition lock)."""
+    """Bring ``log`` up to date with the shared state (caller holds the partition lock). Raises
+    :class:`PartitionDeletedError` or :class:`PartitionMovedError` when the partition is no longer there."""
     state = log.lock.read_state()
+    check_live(log, state)
     if state.generation != log.view.generation:
         _reload(log, state, now_ms)
         _ensure_active_index_room(log)
@@ -92,7 +104,7 @@ def refresh_unlocked(log: ViewedLog) -> bool:
     done (the generation moves before its files exist) and a view never creates a missing index file under its
     writer."""
     state = log.lock.read_state()
-    if state.generation != log.view.generation:
+    if state.generation != log.view.generation or state.status != LIVE:
         return False
     if _active_grew(log, log.segment_list.active):
         validate_active_tail(log, log.view.known_active_size)
@@ -106,7 +118,7 @@ def publish(log: ViewedLog, *, bump: bool) -> None:
     if bump:
         log.view.generation += 1
     log.lock.write_state(PartitionState(log.view.generation, log.log_start_offset, log.recovery_point,
-                                        log.last_flush_ms, log.lock.read_state().loaded_epoch))
+                                        log.last_flush_ms, log.lock.read_state().loaded_epoch, status=LIVE))
 
 
 def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
@@ -120,7 +132,7 @@ def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
 
 def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
     log.segment_list.close(trim=False)
-    resolved = bool(swap.resolve(log.log_dir, log.name, log.dir, now_ms, orphans=False))
+    resolved = bool(swap.resolve(log.log_dir, log.folder, log.dir, now_ms, orphans=False))
     segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
     if not segments:
         raise StorageError(f"partition {log.name} has no segments in {log.dir}")

@@ -45,13 +45,8 @@ def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | N
     with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         f = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT))
         entries, _err = f.read_or_empty()
-        present = set()
-        for name in os.listdir(log_dir):
-            if os.path.isdir(os.path.join(log_dir, name)):
-                try:
-                    present.add(layout.parse_partition_dir(name))
-                except ValueError:
-                    pass
+        listing = layout.scan_log_dir(log_dir)      # partitions and the copies being made for moves
+        present = {tp for _n, tp in listing.partitions} | {tp for _n, tp in listing.futures}
         entries = {k: v for k, v in entries.items() if k in present}
         if offset is None:
             entries.pop(tp, None)

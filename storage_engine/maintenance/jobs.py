@@ -18,8 +18,8 @@ from storage_engine.maintenance.summaries import (CheckpointResult, ExpireProduc
                                                   FlushResult, ProducerExpiry, PurgeResult, RetentionResult)
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import (InvalidRequestError, LogLockedError, PartitionNotFoundError, StorageError,
-                                   StorageIOError)
+from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, LogLockedError, PartitionNotFoundError,
+                                   StorageError, StorageIOError)
 from storage_engine.log.manager import LogManager
 from storage_engine.log.open_logs import OpenLogs
 
@@ -33,11 +33,40 @@ def _check_topics(mgr: LogManager, topics) -> None:
         raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
 
 
-def list_partitions(config: StorageConfig, topics=None) -> list[dict]:
-    """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
-    (so listing as part of a backfilled run cannot purge or recover anything)."""
+class LogDirHealth(TypedDict):
+    online: list[str]
+    offline: dict[str, str]     # log dir -> the error that makes it unusable
+
+
+def log_dir_health(config: StorageConfig) -> LogDirHealth:
+    """Which log dirs can be used, read-only: a dir is offline when it cannot be listed or is no folder (what a
+    process opening it would take offline); a dir that does not exist yet is online (it is created on open)."""
     from storage_engine import layout
-    found = [(t, p, d) for d in config.log_dirs for _name, (t, p) in layout.partition_dirs(d)]
+    from storage_engine.log.failure import is_dir_failure
+    online, offline = [], {}
+    for d in config.log_dirs:
+        try:
+            if os.path.lexists(d):
+                if not os.path.isdir(os.path.realpath(d)) and os.path.exists(d):
+                    raise NotADirectoryError(20, "not a directory", d)
+                os.stat(d)
+            layout.scan_log_dir(d)
+        except OSError as exc:
+            if not is_dir_failure(exc) and not isinstance(exc, FileNotFoundError):
+                raise
+            offline[d] = f"{type(exc).__name__}: {exc}"
+            continue
+        online.append(d)
+    return {"online": online, "offline": offline}
+
+
+def list_partitions(config: StorageConfig, topics=None, *, health: LogDirHealth | None = None) -> list[dict]:
+    """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
+    (so listing as part of a backfilled run cannot purge or recover anything). Offline dirs are skipped
+    (:func:`log_dir_health`)."""
+    from storage_engine import layout
+    health = health or log_dir_health(config)
+    found = [(t, p, d) for d in health["online"] for _name, (t, p) in layout.partition_dirs(d)]
     if topics:
         known = {t for t, _p, _d in found}
         missing = sorted(set(topics) - known)
@@ -57,8 +86,10 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
         _check_topics(mgr, topics)
         flushed = mgr.flush_all(topics) if flush else []
         written = mgr.checkpoint()
+        offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": flushed, "checkpoints": written,
-            "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"])}
+            "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"]),
+            "offline_dirs": offline}
 
 
 def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> FlushResult:
@@ -79,8 +110,10 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
             after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
+        offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": out, "not_due": skipped,
-            "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out)}
+            "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out),
+            "offline_dirs": offline}
 
 
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
@@ -100,11 +133,15 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None,
                   dry_run: bool = False) -> list[RetentionResult]:
+    """Retention for every partition, and for the copies being made of partitions moving between log dirs
+    (Kafka applies retention to future logs too; their results say ``"future": true``)."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
         _check_topics(mgr, topics)
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
+        results += [_future_result(retention_mod.run(mgr.future_logs[tp], now, dry_run=dry_run), mgr.future_logs[tp])
+                    for tp in _future_partitions(mgr, topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()
     return results
@@ -127,19 +164,45 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
             out.append({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
                         "producers": len(log.producer_state.producers),
                         "open_transactions": len(log.producer_state.ongoing_txns)})
-    total = sum(len(p["expired_producer_ids"]) for p in out)
+        # A copy being made for a move forgets the same producers, or they would come back when it takes over.
+        for tp in _future_partitions(mgr, topics):
+            log = mgr.future_logs[tp]
+            expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
+            out.append(_future_result({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
+                                       "producers": len(log.producer_state.producers),
+                                       "open_transactions": len(log.producer_state.ongoing_txns)}, log))
+        offline = mgr.offline_dirs()
+    total = sum(len(p["expired_producer_ids"]) for p in out if not p.get("future"))
     return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
-            "producers_expired": total, "nothing_to_do": total == 0}
+            "producers_expired": total, "nothing_to_do": total == 0, "offline_dirs": offline}
+
+
+def _future_partitions(mgr: LogManager, topics) -> list:
+    offline = mgr.offline_dirs()
+    return sorted(tp for tp, log in mgr.future_logs.items()
+                  if log.log_dir not in offline and (not topics or tp[0] in topics) and log.lock.is_open)
+
+
+def _future_result(result, log):
+    result["future"] = True
+    result["folder"] = log.folder
+    return result
 
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
-    """Remove ``.deleted`` files older than their topic's ``file.delete.delay.ms``."""
+    """Remove ``.deleted`` files and ``-delete`` folders older than their topic's ``file.delete.delay.ms``."""
+    from storage_engine.maintenance.lifecycle import purge_delete_dirs
     now = clock_at(now_ms).milliseconds()
-    result = retention_mod.purge_deleted(config.log_dirs, now,
-                                         lambda topic: config.log_config(topic).file_delete_delay_ms,
+    folders = purge_delete_dirs(config, now, dry_run=dry_run)
+    online = [d for d in config.log_dirs if d not in folders["offline_dirs"]]
+    result = retention_mod.purge_deleted(online, now, lambda topic: config.log_config(topic).file_delete_delay_ms,
                                          dry_run=dry_run)
     result["now_ms"] = now
-    result["nothing_to_do"] = result["files_removed"] == 0
+    result["folders_removed"] = folders["removed"]
+    result["folders_waiting"] = len(folders["waiting"])
+    result["bytes_freed"] += folders["bytes_freed"]
+    result["offline_dirs"] = folders["offline_dirs"]
+    result["nothing_to_do"] = result["files_removed"] == 0 and not folders["removed"]
     return result
 
 
@@ -159,6 +222,9 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
             raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
+        # Copies being made for moves are compacted like their partitions (Kafka cleans future logs too).
+        logs += [mgr.future_logs[tp] for tp in _future_partitions(mgr, topics)
+                 if partition is None or tp[1] == partition]
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
                                            write_resets=not dry_run)
         eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
@@ -167,6 +233,8 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
         for ltc in eligible:
             log = ltc.log
             entry = {"selection": ltc.as_dict(), "topic": log.topic, "partition": log.partition}
+            if log.is_future:
+                entry.update(future=True, folder=log.folder)
             claim = cleaner_manager.cleaning_claim(log)
             if not claim.try_acquire():
                 entry["skipped"] = "another run is cleaning this partition"
@@ -189,7 +257,8 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
             finally:
                 claim.release()
             results.append(entry)
-    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms,
+        offline = mgr.offline_dirs()
+    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms, "offline_dirs": offline,
             "selected": [r["selection"] for r in results], "results": results,
             "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
             "nothing_to_do": not eligible,
@@ -231,7 +300,8 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     # the others are still considered. Each batch is ranked while open and closed before the next one opens.
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics)
+    health = log_dir_health(config)
+    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health)
            if config.log_config(p["topic"]).compact]
     unreadable: list[PartitionFailure] = []
     capacity = Cleaner(config.cleaner).new_offset_map().max_entries
@@ -254,7 +324,9 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
             not_dirty.extend(ltc.as_dict() for ltc in selection["not_dirty"])
         finally:
             for mgr, _group in groups:
+                health["offline"].update(mgr.offline_dirs())
                 mgr.close()
+    health["online"] = [d for d in health["online"] if d not in health["offline"]]
     ranked.sort(key=lambda r: (-r[0], r[1]))      # dirtiest first; ties in listing order (a stable sort)
     selected = [d for _ratio, _n, d in ranked]
     if max_partitions:
@@ -262,7 +334,8 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     skipped += [{"topic": f["topic"], "partition": f["partition"],
                  "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
     return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
-            "skipped": skipped, "unreadable": unreadable, "not_dirty": not_dirty, "nothing_to_do": not selected}
+            "skipped": skipped, "unreadable": unreadable, "offline_dirs": health["offline"],
+            "online_dirs": health["online"], "not_dirty": not_dirty, "nothing_to_do": not selected}
 
 
 def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,
@@ -348,6 +421,12 @@ class PartitionFailure(TypedDict):
     permanent: bool     # no retry can fix it (see :func:`is_permanent`)
 
 
+class SkippedPartition(TypedDict):
+    topic: str
+    partition: int
+    reason: str
+
+
 class BatchResult(TypedDict):
     now_ms: int
     dry_run: bool
@@ -356,6 +435,8 @@ class BatchResult(TypedDict):
     failures: list[PartitionFailure]
     errors: list[str]           # failures not tied to one partition (a log dir's checkpoint files)
     duration_s: float
+    skipped: list[SkippedPartition]     # partitions of an offline log dir: not maintained, not failed
+    offline_dirs: dict[str, str]        # log dirs offline for this batch, with the error that did it
 
 
 class Batch(TypedDict):
@@ -427,11 +508,18 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
     failures: list[PartitionFailure] = []
     results_by_tp: dict[TopicPartition, dict] = {}
     errors: list[str] = []
+    skipped: list[SkippedPartition] = []
+    offline: dict[str, str] = {}
     for mgr, group in _open_isolating(config, clock, tps, failures) if tps else []:
         with mgr:
             done = []
             for tp in group:
-                log = mgr.logs.get(tp)
+                try:
+                    # get_log: a partition another process moved since the listing is found where it is now
+                    log = mgr.get_log(*tp)
+                except LogDirOfflineError as exc:
+                    skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
+                    continue
                 if log is None:
                     failures.append(partition_failure(tp, PartitionNotFoundError(
                         f"partition {tp[0]}-{tp[1]} does not exist in {list(config.log_dirs)}")))
@@ -440,6 +528,10 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
                 try:
                     result = act(mgr, log, now)
                 except Exception as exc:
+                    if mgr.failures.is_offline(log.log_dir):     # its dir failed meanwhile: offline, skipped
+                        skipped.append({"topic": tp[0], "partition": tp[1],
+                                        "reason": f"log dir {log.log_dir} went offline: {type(exc).__name__}: {exc}"})
+                        continue
                     failures.append(partition_failure(tp, exc))
                     continue
                 result["duration_s"] = round(time.monotonic() - started, 4)
@@ -450,11 +542,13 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
                     errors.extend(after(mgr, done))
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
+            offline.update(mgr.offline_dirs())
     order = {tp: i for i, tp in enumerate(tps)}
     failures.sort(key=lambda f: order.get((f["topic"], f["partition"]), len(order)))
     return {"now_ms": now, "dry_run": dry_run, "partitions": len(tps),
             "results": [results_by_tp[tp] for tp in tps if tp in results_by_tp], "failures": failures,
-            "errors": errors, "duration_s": round(time.monotonic() - t0, 3)}
+            "errors": errors, "duration_s": round(time.monotonic() - t0, 3), "skipped": skipped,
+            "offline_dirs": offline}
 
 
 def plan_batches(config: StorageConfig, *, topics=None, batch_size: int = 500) -> list[Batch]:
@@ -494,10 +588,20 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
             kept = log.segments[result["segments_deleted"]:]
             new_start = max(new_start, kept[0].base_offset if kept else log.log_end_offset)
         result["records_removed"] = new_start - result["log_start_offset_before"]
+        future = mgr.future_logs.get((log.topic, log.partition))
+        if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
+            # The copy being made for a move is kept like its partition (Kafka retains future logs too).
+            copy = retention_mod.run(future, now, dry_run=dry_run)
+            result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
+                                "segments_deleted": copy["segments_deleted"],
+                                "bytes_reclaimed": copy["bytes_reclaimed"]}
+            if copy["segments_deleted"] and not dry_run:
+                result.setdefault("checkpoint_dirs", []).append(future.log_dir)
         return result
 
     def after(mgr, done):
-        dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]})
+        dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]}
+                      | {d for r in done for d in r.pop("checkpoint_dirs", [])})
         if not dry_run and dirs:
             mgr.checkpoint(dirs)
         return []
@@ -511,10 +615,17 @@ def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None
 
     def act(mgr, log, now):
         expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
-        return {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
-                "producers": len(log.producer_state.producers),
-                "open_transactions": len(log.producer_state.ongoing_txns),
-                "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+        result = {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
+                  "producers": len(log.producer_state.producers),
+                  "open_transactions": len(log.producer_state.ongoing_txns),
+                  "producer_id_expiration_ms": expiration_ms, "dry_run": dry_run, "nothing_to_do": not expired}
+        future = mgr.future_logs.get((log.topic, log.partition))
+        if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
+            # The copy being made for a move forgets the same producers, or they would come back with it.
+            result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
+                                "expired_producer_ids": future.expire_producers(now, expiration_ms,
+                                                                                dry_run=dry_run)}
+        return result
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from storage_engine import crashpoints, layout
 from storage_engine.log import intent
-from storage_engine.log.locks import PartitionLock, lock_path
+from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.log import Log
 from storage_engine.maintenance.summaries import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
 from storage_engine.segment.segment import LogSegment
@@ -149,20 +149,21 @@ def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = F
     for d in log_dirs:
         if not os.path.isdir(d):
             continue
-        for part in sorted(os.listdir(d)):
+        # Partitions and the copies being made for moves; a -delete folder goes as a whole (see purge_delete_dirs).
+        listing = layout.scan_log_dir(d)
+        for part, (topic, _) in sorted(listing.partitions + listing.futures):
             pdir = os.path.join(d, part)
-            if not os.path.isdir(pdir):
-                continue
             try:
-                topic, _ = layout.parse_partition_dir(part)
-            except ValueError:
-                continue
-            if not any(n.endswith(layout.DELETED_SUFFIX) for n in os.listdir(pdir)):
-                continue
+                if not any(n.endswith(layout.DELETED_SUFFIX) for n in os.listdir(pdir)):
+                    continue
+            except FileNotFoundError:
+                continue    # deleted or moved since the listing
             delay = delay_ms_for(topic) if delay_ms_for else 60000
             lock = PartitionLock(lock_path(d, part))
             try:
                 with lock:
+                    if lock.read_state().status != LIVE or not os.path.isdir(pdir):
+                        continue    # deleted or moved since the listing: its -delete folder goes as a whole
                     r, w, f = _purge_partition(d, part, pdir, now_ms, delay, dry_run)
             finally:
                 lock.close()

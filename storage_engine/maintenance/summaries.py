@@ -36,6 +36,8 @@ class RetentionResult(TypedDict):
     future_segments: list[FutureSegment]
     nothing_to_do: bool
     skipped: NotRequired[str]
+    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
+    folder: NotRequired[str]
 
 
 class PurgeResult(TypedDict):
@@ -46,6 +48,9 @@ class PurgeResult(TypedDict):
     dry_run: bool
     now_ms: NotRequired[int]
     nothing_to_do: NotRequired[bool]
+    folders_removed: NotRequired[list[str]]   # -delete folders removed (paths)
+    folders_waiting: NotRequired[int]
+    offline_dirs: NotRequired[dict[str, str]]
 
 
 class FlushedPartition(TypedDict):
@@ -65,6 +70,7 @@ class CheckpointResult(TypedDict):
     flushed: list[FlushedPartition]
     checkpoints: dict[str, CheckpointsWritten]  # log dir -> what was written there
     partitions_flushed: int
+    offline_dirs: dict[str, str]                # log dir -> the error that took it offline (skipped)
 
 
 class FlushResult(TypedDict):
@@ -72,6 +78,7 @@ class FlushResult(TypedDict):
     flushed: list[FlushedPartition]
     not_due: int
     nothing_to_do: bool
+    offline_dirs: dict[str, str]
 
 
 class ProducerExpiry(TypedDict):
@@ -80,6 +87,8 @@ class ProducerExpiry(TypedDict):
     expired_producer_ids: list[int]
     producers: int              # producers the partition still tracks (all of them, with dry_run)
     open_transactions: int
+    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
+    folder: NotRequired[str]
 
 
 class ExpireProducersResult(TypedDict):
@@ -89,3 +98,4 @@ class ExpireProducersResult(TypedDict):
     partitions: list[ProducerExpiry]
     producers_expired: int
     nothing_to_do: bool
+    offline_dirs: dict[str, str]

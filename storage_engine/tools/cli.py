@@ -134,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--limit", type=_positive, default=None,
                     help="at most this many partitions (in topic, partition order); only those logs are opened")
     ds.add_argument("--offset", type=_non_negative, default=0, help="skip this many partitions first")
-    sub.add_parser("verify", help="read-only integrity audit of every log dir; exit 1 on damage")
+    vf = sub.add_parser("verify", help="read-only integrity audit of every log dir; exit 1 on damage")
+    vf.add_argument("--strict", action="store_true",
+                    help="also exit 1 for offline log dirs and stray or foreign folders")
     ck = sub.add_parser("checkpoint", help="write recovery-point and log-start-offset checkpoints")
     ck.add_argument("--flush", action="store_true", help="flush every log to its end first")
     fl = sub.add_parser("flush", help="fsync logs and advance their recovery points")
@@ -164,10 +166,36 @@ def build_parser() -> argparse.ArgumentParser:
     ep.add_argument("--topic", action="append", help="only these topics (repeatable)")
     ep.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
     ep.add_argument("--dry-run", action="store_true", help="list the producers that would expire")
-    pg = sub.add_parser("purge-deleted", help="remove .deleted files past file.delete.delay.ms")
+    pg = sub.add_parser("purge-deleted", help="remove .deleted files and -delete folders past file.delete.delay.ms")
     pg.add_argument("--now-ms", type=_non_negative, default=None)
     pg.add_argument("--dry-run", action="store_true")
+    _lifecycle_commands(sub)
     return p
+
+
+def _lifecycle_commands(sub) -> None:
+    dt = sub.add_parser("delete-topic", help="delete a topic's partitions (folders renamed -delete at once)")
+    dt.add_argument("--topic", required=True)
+    dt.add_argument("--partition", type=_non_negative, action="append", default=None,
+                    help="only this partition (repeatable); default: every partition of the topic")
+    dt.add_argument("--now-ms", type=_non_negative, default=None)
+    mv = sub.add_parser("move-partition", help="move a partition to another log dir while it keeps serving")
+    _tp(mv)
+    mv.add_argument("--to-dir", help="the target log dir (one of log.dirs)")
+    mv.add_argument("--cancel", action="store_true", help="give up the copy being made for a move instead")
+    mv.add_argument("--now-ms", type=_non_negative, default=None)
+    ld = sub.add_parser("log-dirs", help="usage of each log dir, and the moves that would balance them")
+    threshold = ld.add_mutually_exclusive_group()
+    threshold.add_argument("--max-used-percent", type=float, default=None,
+                           help="plan moves off dirs whose filesystem is used above this percentage")
+    threshold.add_argument("--max-dir-bytes", type=_non_negative, default=None,
+                           help="plan moves off dirs holding more than this many bytes of log data")
+    ld.add_argument("--max-moves", type=_positive, default=None)
+    ld.add_argument("--execute", action="store_true", help="carry out the planned moves, one after the other")
+    rf = sub.add_parser("remove-folder", help="remove a stray or foreign folder that describe/verify report")
+    rf.add_argument("--log-dir", required=True)
+    rf.add_argument("--name", required=True, help="the folder's name inside the log dir")
+    rf.add_argument("--dry-run", action="store_true")
 
 
 def _tp(p: argparse.ArgumentParser) -> None:
@@ -351,12 +379,20 @@ def cmd_consume(args, config) -> int:
     return 0
 
 
+def _listable_partition_dirs(log_dir: str) -> list:
+    try:
+        return layout.partition_dirs(log_dir)
+    except OSError:
+        return []
+
+
 def cmd_describe(args, config) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     import os
     # Folder names first (no log opened), then only the logs of the requested page: usable at 10,000 partitions.
-    names = sorted({tp for d in config.log_dirs for _n, tp in layout.partition_dirs(d)
+    # A dir that cannot be listed is left out here; the manager reports it offline.
+    names = sorted({tp for d in config.log_dirs for _n, tp in _listable_partition_dirs(d)
                     if (not args.topic or tp[0] in args.topic) and (args.partition is None or tp[1] == args.partition)})
     page = names[args.offset:None if args.limit is None else args.offset + args.limit]
     whole = not args.topic and args.partition is None and args.limit is None and not args.offset
@@ -364,6 +400,8 @@ def cmd_describe(args, config) -> int:
         out = mgr.describe()
     out.update(partitions_total=len(names), offset=args.offset, limit=args.limit)
     for d in out["log_dirs"]:
+        if d["status"] == "offline":
+            continue
         cleaner, err = OffsetCheckpointFile(os.path.join(d["path"], layout.CLEANER_OFFSET_CHECKPOINT)).read_or_empty()
         if err:
             d["cleaner_checkpoint_error"] = err
@@ -458,7 +496,47 @@ def cmd_verify(args, config) -> int:
     from storage_engine.tools.verify import verify_log_dirs
     report = verify_log_dirs(config)
     _out(report)
-    return EXIT_DAMAGE if report["damaged"] else 0
+    strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
+    return EXIT_DAMAGE if report["damaged"] or strict_fail else 0
+
+
+def cmd_delete_topic(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    _out(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
+    return 0
+
+
+def cmd_move_partition(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    if args.cancel == bool(args.to_dir):
+        raise InvalidRequestError("give either --to-dir (move) or --cancel (give up a move in progress)")
+    if args.cancel:
+        _out(lifecycle.cancel_move(config, args.topic, args.partition, args.now_ms))
+    else:
+        _out(lifecycle.move_partition(config, args.topic, args.partition, args.to_dir, args.now_ms))
+    return 0
+
+
+def cmd_log_dirs(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    if args.max_used_percent is None and args.max_dir_bytes is None:
+        if args.execute:
+            raise InvalidRequestError("--execute needs --max-used-percent or --max-dir-bytes")
+        _out({"log_dirs": lifecycle.log_dir_usage(config)})
+        return 0
+    plan = lifecycle.balance_plan(config, max_used_percent=args.max_used_percent, max_dir_bytes=args.max_dir_bytes,
+                                  max_moves=args.max_moves)
+    if args.execute:
+        plan["results"] = [lifecycle.move_partition(config, m["topic"], m["partition"], m["to_dir"])
+                           for m in plan["moves"]]
+    _out(plan)
+    return 0
+
+
+def cmd_remove_folder(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    _out(lifecycle.remove_folder(config, args.log_dir, args.name, dry_run=args.dry_run))
+    return 0
 
 
 def _print_line(line: str) -> None:
@@ -483,7 +561,9 @@ def cmd_dump_log(args, config) -> int:
 COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
             "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
             "dump-log": cmd_dump_log, "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
-            "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers}
+            "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
+            "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,
+            "remove-folder": cmd_remove_folder}
 NO_CONFIG = {"dump-log"}
 
 

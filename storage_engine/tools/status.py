@@ -3,7 +3,7 @@
 Nothing here takes a lock, opens a file for writing, creates a file or repairs anything, so it may run in any
 process (Airflow's api-server) while applications append and maintenance tasks run. Figures come from the
 files as they are: folder listings and ``stat`` for sizes, the checkpoint files and each partition's shared
-state (the 32 bytes of its lock file, read without taking the lock) for offsets, the segments' index and
+state (the first 32 bytes of its lock file, read without taking the lock) for offsets, the segments' index and
 time-index tails for log end offsets and timestamps.
 
 Cost is proportional to what is asked: :func:`list_partition_status` lists and stats every partition folder
@@ -29,6 +29,7 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.segment import LogSegment
 
 _STATE = struct.Struct(">qqqq")          # see storage_engine.log.locks: generation, log start, recovery point, flush
+                                         # (a status follows them; unread here)
 SORT_KEYS = ("name", "size", "segments", "deleted")
 
 
@@ -41,8 +42,12 @@ class LogDirStatus(TypedDict):
     partitions: int
     size_bytes: int                 # bytes of live segments (.log files)
     deleted_bytes: int              # bytes of .deleted files waiting for file.delete.delay.ms
-    damaged: list[str]              # folders that are not partitions, checkpoint files that do not parse
+    damaged: list[str]              # checkpoint files that do not parse
     uncleanable: int
+    moves_in_progress: list[dict]   # -future copies being made here: topic, partition, folder, bytes, source
+    deleting: int                   # -delete folders (deleted or moved-away partitions) awaiting removal
+    deleting_bytes: int
+    foreign: list[str]              # stray and foreign folders (never loaded, never deleted by maintenance)
 
 
 class SegmentStatus(TypedDict):
@@ -196,17 +201,33 @@ def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
     for d in config.log_dirs:
         status: LogDirStatus = {"path": d, "online": os.path.isdir(d), "error": None, "capacity_bytes": None,
                                 "free_bytes": None, "partitions": 0, "size_bytes": 0, "deleted_bytes": 0,
-                                "damaged": [], "uncleanable": 0}
+                                "damaged": [], "uncleanable": 0, "moves_in_progress": [], "deleting": 0,
+                                "deleting_bytes": 0, "foreign": []}
         if not status["online"]:
-            status["error"] = "log dir does not exist or is not a directory"
+            try:
+                os.stat(d)
+                status["error"] = "log dir is not a directory"
+            except OSError as exc:
+                status["error"] = ("log dir does not exist" if isinstance(exc, FileNotFoundError)
+                                   else f"{type(exc).__name__}: {exc}")
             out.append(status)
             continue
         try:
             fs = os.statvfs(d)
             status["capacity_bytes"] = fs.f_blocks * fs.f_frsize
             status["free_bytes"] = fs.f_bavail * fs.f_frsize
-            errors: list[str] = []
-            for name, (topic, partition) in layout.partition_dirs(d, errors):
+            listing = layout.scan_log_dir(d)
+            status["foreign"] = listing.strays + [f"{name} ({reason})" for name, reason in listing.foreign]
+            status["deleting"] = len(listing.deleting)
+            status["deleting_bytes"] = sum(_tree_size(os.path.join(d, name)) for name in listing.deleting)
+            for name, (topic, partition) in listing.futures:
+                source = next((other for other in config.log_dirs if other != d and os.path.isdir(
+                    os.path.join(other, layout.partition_dir_name(topic, partition)))), None)
+                status["moves_in_progress"].append({
+                    "topic": topic, "partition": partition, "folder": name, "size_bytes": _tree_size(os.path.join(d, name)),
+                    "source_dir": source, "source_size_bytes": _tree_size(os.path.join(
+                        source, layout.partition_dir_name(topic, partition))) if source else None})
+            for name, (topic, partition) in listing.partitions:
                 try:
                     row = _scan_partition(d, name, topic, partition, config)
                 except OSError as exc:
@@ -215,7 +236,7 @@ def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
                 status["partitions"] += 1
                 status["size_bytes"] += row["size_bytes"]
                 status["deleted_bytes"] += row["deleted_bytes"]
-            status["damaged"].extend(errors)
+
             for cp in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
                        layout.CLEANER_OFFSET_CHECKPOINT):
                 _entries, err = OffsetCheckpointFile(os.path.join(d, cp)).read_or_empty()
@@ -387,6 +408,24 @@ def partition_detail(config: StorageConfig, topic: str, partition: int,
     row["segment_list"] = segments
     row["deleted"] = deleted
     return row
+
+
+def _tree_size(path: str) -> int:
+    """Bytes of the segment ``.log`` files in a partition folder (live or awaiting deletion): its log data, as
+    ``size_bytes`` counts it (index files are preallocated sparse files)."""
+    total = 0
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                if layout.LOG_SUFFIX not in entry.name:
+                    continue
+                try:
+                    total += entry.stat().st_size
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return total
 
 
 def _size(path: str) -> int:

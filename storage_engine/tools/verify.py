@@ -20,7 +20,16 @@ pending action (``pending``). Checked, per log dir and partition:
 The partition is read as the next process would see it once the pending swap is resolved: the plan
 (:func:`storage_engine.log.swap.pending_plan`) is applied to the file names, not to the files. The listing, the
 plan and the active segment are read under the partition lock, so a change in flight is never mistaken for
-damage; sealed segments are read without it, and a partition that changes meanwhile is read again.
+damage; sealed segments are read without it, and a partition that changes meanwhile is read again. A partition
+deleted or moved while it is verified is reported as pending, not as damage.
+
+Per log dir it also reports: a dir that cannot be read (``offline_dirs``: what an opening process would take
+offline); the copies being made for moves (``-future`` folders, verified like partitions and marked
+``future``; the dir's checkpoint entries are the current log's, so they are not checked against a copy);
+deleted folders waiting for removal (``-delete``, pending); and folders that are no partition the engine knows
+(``foreign``: ``-stray`` folders, names that are not ``<topic>-<partition>``), which are never loaded and never
+deleted except by an explicit ``remove-folder``. Neither offline dirs nor foreign folders count as damage to
+stored data; ``verify`` exits 1 for them only with ``--strict``.
 """
 from __future__ import annotations
 
@@ -29,10 +38,11 @@ import time
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
-from storage_engine.errors import PartitionNotFoundError, StorageError
+from storage_engine.errors import PartitionNotFoundError, StorageError, StorageIOError
 from storage_engine.log import intent, swap
-from storage_engine.log.locks import UNKNOWN, CleaningClaim, PartitionLock, lock_path
-from storage_engine.maintenance.jobs import BatchResult, as_topic_partitions, partition_failure
+from storage_engine.log.failure import is_dir_failure, os_error_of
+from storage_engine.log.locks import LIVE, UNKNOWN, CleaningClaim, PartitionLock, lock_path, peek_state
+from storage_engine.maintenance.jobs import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -40,6 +50,7 @@ from storage_engine.segment.time_index import TimeIndex
 
 _CHECKPOINTS = (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
                 layout.CLEANER_OFFSET_CHECKPOINT)
+_NO_CHECKPOINTS: dict = {name: {} for name in _CHECKPOINTS}
 _ATTEMPTS = 3
 
 
@@ -47,78 +58,128 @@ class _Changed(Exception):
     """A file vanished while it was read: another process changed the partition; read it again."""
 
 
-def verify_log_dirs(config) -> dict:
+class _Gone(Exception):
+    """The partition was deleted or moved away while it was verified."""
+
+
+def verify_log_dirs(config, *, partitions: bool = True) -> dict:
+    """The whole audit (``partitions=False``: the log dirs' own files and folders only)."""
     problems: list[dict] = []
     pending: list[dict] = []
-    partitions = []
+    verified: list[dict] = []
+    foreign: list[dict] = []
+    check_partitions = partitions
+    offline: dict[str, str] = {}
     for d in config.log_dirs:
-        if not os.path.isdir(d):
-            pending.append({"file": d, "message": "log dir does not exist yet"})
+        try:
+            if not os.path.isdir(os.path.realpath(d)) and os.path.exists(d):
+                raise NotADirectoryError(20, "not a directory", d)
+            os.stat(d)
+            listing = layout.scan_log_dir(d)
+        except FileNotFoundError:
+            if not os.path.lexists(d):
+                pending.append({"file": d, "message": "log dir does not exist yet"})
+                continue
+            offline[d] = f"FileNotFoundError: {d} is a link to nothing"
+            continue
+        except OSError as exc:
+            offline[d] = f"{type(exc).__name__}: {exc}"
             continue
         checkpoints = _read_checkpoints(d, problems)
-        for name in sorted(os.listdir(d)):
+        for name in listing.deleting:
+            pending.append({"file": os.path.join(d, name), "message": "deleted partition; removed after "
+                                                                      "file.delete.delay.ms"})
+        for name in listing.strays:
+            foreign.append({"file": os.path.join(d, name), "kind": "stray",
+                            "message": "stray partition folder; kept until removed explicitly"})
+        for name, reason in listing.foreign:
+            foreign.append({"file": os.path.join(d, name), "kind": "foreign",
+                            "message": f"not a partition folder ({reason}); never loaded, and Kafka would refuse "
+                                       "to load this log dir while it is there"})
+        for name in listing.foreign_files:
+            foreign.append({"file": os.path.join(d, name), "kind": "foreign-file",
+                            "message": "a file that neither Kafka nor this engine keeps in a log dir"})
+        for name, (topic, partition) in (listing.partitions + listing.futures) if check_partitions else []:
             path = os.path.join(d, name)
-            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
-                continue
+            future = name != layout.partition_dir_name(topic, partition)
             try:
-                topic, partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except (ValueError, StorageError) as exc:
-                problems.append({"file": path, "message": f"not a partition folder: {exc}"})
+                summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
+                                                     _NO_CHECKPOINTS if future else checkpoints, problems,
+                                                     pending)
+            except _Gone as exc:
+                pending.append({"file": path, "message": str(exc)})
                 continue
-            summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
-                                                 checkpoints, problems, pending)
-            summary.update(topic=topic, partition=partition)
-            partitions.append(summary)
-    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": partitions}
+            except (OSError, StorageIOError) as exc:
+                if isinstance(os_error_of(exc), FileNotFoundError):
+                    pending.append({"file": path, "message": "files renamed while they were verified (a roll, "
+                                                             "retention, a deletion or a move)"})
+                    continue
+                if not is_dir_failure(exc):
+                    raise
+                offline.setdefault(d, f"{type(exc).__name__}: {exc}")
+                continue
+            summary.update(topic=topic, partition=partition, future=future)
+            verified.append(summary)
+    return {"damaged": bool(problems), "problems": problems, "pending": pending, "partitions": verified,
+            "foreign": foreign, "offline_dirs": offline}
 
 
 def verify_partition(config, topic: str, partition: int) -> dict:
     """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
     "segments", "batches", "records", "size_bytes", "log_start_offset", "log_end_offset"}``.
-    Raises ``PartitionNotFoundError``. (The log dir's own files are :func:`verify_dir_files`'s.)"""
+    Raises ``PartitionNotFoundError``, or ``LogDirOfflineError`` when a log dir that may hold it cannot be read.
+    (The log dir's own files are :func:`verify_dir_files`'s.)"""
+    from storage_engine.errors import LogDirOfflineError
     name = layout.partition_dir_name(topic, partition)
+    unreadable = None
     for d in config.log_dirs:
         path = os.path.join(d, name)
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if not is_dir_failure(exc):
+                raise
+            unreadable = unreadable or LogDirOfflineError(
+                f"partition {name} is unavailable: log dir {d} is offline ({type(exc).__name__}: {exc})", d)
+            continue
         if os.path.isdir(path):
             problems: list[dict] = []
             pending: list[dict] = []
-            summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
-                                                 _read_checkpoints(d, None), problems, pending)
+            try:
+                summary = _verify_partition_retrying(d, name, path, config.log_config(topic), (topic, partition),
+                                                     _read_checkpoints(d, None), problems, pending)
+            except _Gone:
+                continue    # deleted or moved meanwhile: look in the other dirs
+            except (OSError, StorageIOError) as exc:
+                if not is_dir_failure(exc):
+                    raise
+                raise LogDirOfflineError(f"partition {name} is unavailable: log dir {d} is offline "
+                                         f"({type(exc).__name__}: {exc})", d) from exc
             summary.update(topic=topic, partition=partition, log_dir=d, damaged=bool(problems),
                            problems=problems, pending=pending)
             return summary
+    if unreadable is not None:
+        raise unreadable
     raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
 
 
 def verify_dir_files(config) -> dict:
-    """The log-dir half of the audit: checkpoint files parse, every folder is a valid partition name."""
-    problems, pending = [], []
-    for d in config.log_dirs:
-        if not os.path.isdir(d):
-            pending.append({"file": d, "message": "log dir does not exist yet"})
-            continue
-        for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
-                     layout.CLEANER_OFFSET_CHECKPOINT):
-            try:
-                OffsetCheckpointFile(os.path.join(d, name)).read()
-            except StorageError as exc:
-                problems.append({"file": os.path.join(d, name), "message": str(exc)})
-        for name in sorted(os.listdir(d)):
-            path = os.path.join(d, name)
-            if not os.path.isdir(path) or name in layout.IGNORED_DIRS:
-                continue
-            try:
-                topic, _partition = layout.parse_partition_dir(name)
-                layout.validate_topic(topic)
-            except (ValueError, StorageError) as exc:
-                problems.append({"file": path, "message": f"not a partition folder: {exc}"})
-    return {"damaged": bool(problems), "problems": problems, "pending": pending}
+    """The log-dir half of the audit: checkpoint files parse; which dirs are offline; deleted, stray and
+    foreign folders (see the module docstring)."""
+    report = verify_log_dirs(config, partitions=False)
+    report["online_dirs"] = [d for d in config.log_dirs if d not in report["offline_dirs"]]
+    return report
 
 
 def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
     """Sealed segments are read without the lock: if that attempt found damage (or lost a file) while another
-    process changed the partition (its generation moved), what it saw may be two states mixed: read again."""
+    process changed the partition (its generation moved), what it saw may be two states mixed: read again.
+    Raises :class:`_Gone` for a partition deleted or moved meanwhile (its lock retired or removed)."""
+    before = peek_state(lock_path(log_dir, name))
+    if before is not None and before.status != LIVE:
+        raise _Gone(f"{name} is being deleted or moved; not verified")
     lock = PartitionLock(lock_path(log_dir, name))
     try:
         for attempt in range(_ATTEMPTS):
@@ -146,6 +207,8 @@ def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, proble
 def _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
     with lock:
         state = lock.read_state()
+        if state.status != LIVE or not os.path.isdir(path):
+            raise _Gone(f"{name} was deleted or moved while it was verified")
         files = _explain_leftovers(log_dir, name, path, cfg, problems, pending)
         logs = sorted(layout.offset_from_filename(f) for f in files
                       if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
@@ -413,12 +476,20 @@ def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pendin
 def verify_batch(config, partitions) -> BatchResult:
     """The audit of each partition of a batch (see :mod:`storage_engine.maintenance.jobs` for batches).
     A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
+    from storage_engine.errors import LogDirOfflineError
     t0 = time.monotonic()
-    results, failures = [], []
+    results: list[dict] = []
+    failures: list = []
+    skipped: list[SkippedPartition] = []
+    offline: dict[str, str] = {}
     for tp in as_topic_partitions(partitions):
         started = time.monotonic()
         try:
             report = verify_partition(config, *tp)
+        except LogDirOfflineError as exc:
+            skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
+            offline[exc.log_dir or "?"] = str(exc)
+            continue
         except Exception as exc:
             failures.append(partition_failure(tp, exc))
             continue
@@ -431,4 +502,4 @@ def verify_batch(config, partitions) -> BatchResult:
                                       f"{first['message']}", "permanent": True})
     return {"now_ms": clock_at(None).milliseconds(), "dry_run": True, "partitions": len(results) + len(
         [f for f in failures if f["error_type"] != "DamageFound"]), "results": results, "failures": failures,
-        "errors": [], "duration_s": round(time.monotonic() - t0, 3)}
+        "errors": [], "duration_s": round(time.monotonic() - t0, 3), "skipped": skipped, "offline_dirs": offline}

@@ -7,7 +7,8 @@ from .conftest import DAGS_FOLDER, parse_dag
 
 pytestmark = pytest.mark.airflow
 
-MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify")
+MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify",
+                    "log_dir_balance")
 BATCHED = {"log_checkpoint": "checkpoint", "log_flush": "flush", "log_retention": "retention", "log_verify": "verify"}
 
 
@@ -97,3 +98,4 @@ def test_schedules(storage):
     assert parse_dag("log_flush").timetable.expression == "*/5 * * * *"
     assert parse_dag("log_compaction").timetable.expression == "0 * * * *"
     assert parse_dag("log_verify").timetable.expression == "30 3 * * *"
+    assert parse_dag("log_dir_balance").timetable.expression == "17 * * * *"

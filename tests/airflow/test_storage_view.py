@@ -295,3 +295,38 @@ def test_clear_uncleanable_from_the_partition_page(server, sample, browser):
     page.reload()
     assert page.get_by_role("button", name="Clear (retry cleaning)").count() == 0
     shot(page, "09-uncleanable-cleared")
+
+
+def test_the_overview_shows_a_move_in_progress(server, sample, browser):
+    """A copy being made for a move (left by a move that stopped) is shown with its source, target and
+    progress; giving the move up removes it from the page."""
+    from storage_engine.log import mover
+
+    config = sample["config"]
+    with LogManager.open(config, clock=ManualClock(T_MS)) as mgr:
+        tp = max(mgr.logs, key=lambda t: mgr.logs[t].size_in_bytes())
+        log = mgr.logs[tp]
+        source, target = log.log_dir, next(d for d in config.log_dirs if d != log.log_dir)
+        with mover.FileLock(mover.create_lock_path(config.log_dirs)):
+            future = mover._prepare_future(log, target, config.log_dirs, config.log_config(tp[0]),
+                                           ManualClock(T_MS), mover.MoveProgress(*tp, source, target))
+        data = log.read(log.log_start_offset, 4096)
+        future.append_as_follower(data.data)          # a first chunk copied, then the move stopped
+        future.close(clean=False)
+    try:
+        page = browser.new_page()
+        page.goto(server.url + "/storage-maintenance/")
+        row = page.locator('#moves tr[data-partition="%s-%d"]' % tp)
+        assert row.count() == 1
+        text = row.inner_text()
+        assert source in text and target in text and "%" in text
+        shot(page, "07-move-in-progress")
+        body = server.get_json("/storage-maintenance/api/log-dirs", server.token())
+        (moving,) = [m for d in body["log_dirs"] for m in d["moves_in_progress"]]
+        assert (moving["topic"], moving["partition"], moving["source_dir"]) == (*tp, source)
+        assert 0 < moving["size_bytes"] < moving["source_size_bytes"]
+    finally:
+        with LogManager.open(config, clock=ManualClock(T_MS)) as mgr:
+            mgr.cancel_move(*tp)
+    page.goto(server.url + "/storage-maintenance/")
+    assert page.locator("#moves tr[data-partition]").count() == 0

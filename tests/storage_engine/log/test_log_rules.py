@@ -160,9 +160,9 @@ def test_describe(logs):
                        is_transactional=True)
     d = log.describe()
     segs = d.pop("segments")
-    assert d == {"topic": log.topic, "partition": log.partition, "dir": log.dir, "log_start_offset": 0,
-                 "log_end_offset": 3, "high_watermark": 3, "last_stable_offset": 2, "recovery_point": 2,
-                 "producers": 1, "open_transactions": 1, "size_bytes": log.size_in_bytes()}
+    assert d == {"topic": log.topic, "partition": log.partition, "dir": log.dir, "future": False,
+                 "log_start_offset": 0, "log_end_offset": 3, "high_watermark": 3, "last_stable_offset": 2,
+                 "recovery_point": 2, "producers": 1, "open_transactions": 1, "size_bytes": log.size_in_bytes()}
     assert [(s["base_offset"], s["size_bytes"], s["largest_timestamp"]) for s in segs] == [
         (0, 2 * size_of("a"), T0 + 2), (2, log.active_segment.size, T0 + 3)]
     assert [(s["index_entries"], s["time_index_entries"]) for s in segs] == [(1, 1), (0, 0)]

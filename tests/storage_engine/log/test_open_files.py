@@ -210,3 +210,44 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
     assert out["selected"] == 599
     assert out["retention"] == 599 and out["retention_failures"] == []
     assert out["dry_failed"] == [] and out["dry_cleaned"] == 600
+
+
+
+def test_a_parked_log_follows_a_move_and_fails_cleanly_after_a_deletion_by_another_process(tmp_path):
+    # Parking closes the lock file, and a move or a deletion by another process retires that file and removes
+    # its name: the parked log must not reopen (or create) a fresh file under the old name and carry on as if
+    # the partition were still there. It looks the partition up again: it follows a move, and a deleted
+    # partition fails with a clear error.
+    from storage_engine import layout
+    from storage_engine.errors import PartitionDeletedError, PartitionNotFoundError
+    from storage_engine.log.locks import lock_path
+    from tests.storage_engine.tools.test_cli import Cli
+    cli = Cli(tmp_path, dirs=("a", "b"))
+    first, second = cli.dirs
+    cfg = config_from_mapping({"broker": {"log.dirs": [first, second]}})
+    with LogManager.open(cfg, clock=ManualClock(T0), max_open_logs=1) as mgr:
+        logs = [mgr.get_or_create_log("t", i) for i in range(3)]
+        for i, log in enumerate(logs):
+            log.append_records([SimpleRecord(b"k", b"v%d" % i, T0)])
+        mgr.get_or_create_log("u", 0)   # the only log with open files: every t log is parked
+        assert all(log.parked for log in logs)
+        home = logs[0].log_dir
+        target = second if home == first else first
+        cli.json("move-partition", "--topic", "t", "--partition", 0, "--to-dir", target)
+        cli.json("delete-topic", "--topic", "t", "--partition", 1, "--now-ms", T0)
+        # the moved partition: found in its new dir, its record read, appends land there
+        assert [r.value for r in logs[0].read_records(0)] == [b"v0"]
+        assert logs[0].log_dir == target
+        assert logs[0].append_records([SimpleRecord(b"k", b"w", T0)]).first_offset == 1
+        assert os.path.exists(layout.segment_file(os.path.join(target, "t-0"), 0, layout.LOG_SUFFIX))
+        # the deleted one: a clear error, and no lock file of it brought back
+        gone = logs[1].log_dir
+        with pytest.raises((PartitionDeletedError, PartitionNotFoundError), match="t-1"):
+            list(logs[1].read_records(0))
+        with pytest.raises((PartitionDeletedError, PartitionNotFoundError), match="t-1"):
+            logs[1].append_records([SimpleRecord(b"k", b"x", T0)])
+        assert not os.path.exists(lock_path(gone, "t-1"))
+        assert not os.path.exists(os.path.join(gone, "t-1"))
+        # the untouched one reloads as before
+        assert [r.value for r in logs[2].read_records(0)] == [b"v2"]
+    assert [r["value"] for r in cli.consume("t", 0)] == ["v0", "w"]

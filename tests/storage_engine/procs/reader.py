@@ -8,6 +8,7 @@ prints one line per round::
 
     SNAP <first offset> <count> <sha256 over (offset, sha256 of value) of the whole prefix>
     BAD <reason>                      (a gap, a repeated offset, a damaged value, fewer records than before)
+    GONE <error type>: <message>      (the engine said the partition is gone: it was deleted; the reader stops)
 
 and ``DONE`` at the end: after ``--rounds`` rounds, once a round saw ``--until-count`` records, or at the
 deadline. The partition may not exist yet when it starts; it waits for it.
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from payloads import digest, payload_ok  # noqa: E402
 
 from storage_engine.config import load_config  # noqa: E402
+from storage_engine.errors import PartitionNotFoundError  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402
 
 
@@ -62,18 +64,22 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             if time.monotonic() > deadline:
                 break
-            log.refresh()
-            start = log.log_start_offset
-            pairs, bad = [], None
-            for rec in log.read_records(start):
-                expected = start + len(pairs)
-                if rec.offset != expected:
-                    bad = f"offset {rec.offset} where {expected} was expected"
-                    break
-                if not payload_ok(rec.value):
-                    bad = f"damaged value at offset {rec.offset}"
-                    break
-                pairs.append((rec.offset, digest(rec.value)))
+            try:
+                log.refresh()
+                start = log.log_start_offset
+                pairs, bad = [], None
+                for rec in log.read_records(start):
+                    expected = start + len(pairs)
+                    if rec.offset != expected:
+                        bad = f"offset {rec.offset} where {expected} was expected"
+                        break
+                    if not payload_ok(rec.value):
+                        bad = f"damaged value at offset {rec.offset}"
+                        break
+                    pairs.append((rec.offset, digest(rec.value)))
+            except PartitionNotFoundError as exc:     # PartitionDeletedError is one
+                out.write(f"GONE {type(exc).__name__}: {exc}\n")
+                break
             if bad is None and len(pairs) < seen:
                 bad = (f"saw {len(pairs)} records after {seen}: log end offset {log.log_end_offset}, segments "
                        f"{[(seg.base_offset, seg.size) for seg in log.segments]}")

@@ -1,0 +1,224 @@
+"""Topic and log-dir lifecycle as whole jobs (the CLI and the Airflow DAGs call these): deleting topics, purging
+deleted folders, moving partitions between log dirs and planning those moves, reporting what a log dir holds.
+
+Each opens the logs it needs, acts as of ``now_ms`` (default: the wall clock), closes and returns a JSON-able
+summary; each is safe while other processes use the same log dirs. Log dirs that are offline (an I/O error while
+opening them) are skipped and named in the summary under ``offline_dirs``.
+
+Balancing (:func:`balance_plan`): a log dir is *over* when its usage is above the threshold, and partitions move
+from it to the least-used dir, largest first, while that brings the source under the threshold without taking the
+target over it. Usage is measured one of two ways:
+
+* ``max_used_percent``: the filesystem's used space (``statvfs``) in percent. Dirs on one filesystem share it, so
+  moving between them changes nothing: such moves are never planned;
+* ``max_dir_bytes``: the bytes of log data the dir holds (its partitions' segment ``.log`` files).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from storage_engine import layout
+from storage_engine.clock import clock_at
+from storage_engine.config import StorageConfig
+from storage_engine.errors import InvalidRequestError, PartitionNotFoundError, StorageIOError
+from storage_engine.log import deletion
+from storage_engine.log.manager import LogManager
+
+
+def _offline(mgr: LogManager) -> dict[str, str]:
+    return mgr.offline_dirs()
+
+
+def delete_topic(config: StorageConfig, topic: str, partitions=None, now_ms: int | None = None) -> dict:
+    """Delete every partition of ``topic`` (or only ``partitions``): each folder becomes ``-delete`` at once and
+    leaves the checkpoints; the name is free for a new topic immediately. Unknown topic: PartitionNotFoundError."""
+    layout.validate_topic(topic)
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    listed = sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
+                     for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic})
+    wanted = listed if partitions is None else sorted(set(partitions))
+    if not wanted:
+        raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)}")
+    with LogManager.open(config, clock=clock, partitions=[(topic, p) for p in wanted]) as mgr:
+        deleted = [mgr.delete_log(topic, p) for p in wanted]
+        offline = _offline(mgr)
+    return {"topic": topic, "now_ms": now, "deleted": deleted, "partitions": [d["partition"] for d in deleted],
+            "offline_dirs": offline}
+
+
+def _partition_dirs_or_empty(log_dir: str):
+    try:
+        return layout.partition_dirs(log_dir)
+    except OSError:
+        return []
+
+
+def purge_delete_dirs(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> dict:
+    """Remove the ``-delete`` folders whose ``file.delete.delay.ms`` has passed (the folders of deleted
+    partitions and of partitions moved away). A dir that cannot be listed is reported, not fatal."""
+    now = clock_at(now_ms).milliseconds()
+    removed, waiting, freed, offline = [], [], 0, {}
+    for d in config.log_dirs:
+        try:
+            res = deletion.purge_delete_dirs([d], now, lambda t: config.log_config(t).file_delete_delay_ms,
+                                             dry_run=dry_run)
+        except (OSError, StorageIOError) as exc:
+            offline[d] = f"{type(exc).__name__}: {exc}"
+            continue
+        removed += res["removed"]
+        waiting += res["waiting"]
+        freed += res["bytes_freed"]
+    return {"now_ms": now, "dry_run": dry_run, "dirs_removed": len(removed), "removed": removed,
+            "waiting": waiting, "bytes_freed": freed, "nothing_to_do": not removed, "offline_dirs": offline}
+
+
+def move_partition(config: StorageConfig, topic: str, partition: int, target_dir: str,
+                   now_ms: int | None = None, **options) -> dict:
+    """Move one partition to ``target_dir`` while it keeps serving (see :mod:`storage_engine.log.mover`)."""
+    clock = clock_at(now_ms)
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
+        result = mgr.move_log(topic, partition, target_dir, **options)
+        result["offline_dirs"] = _offline(mgr)
+    result["now_ms"] = clock.milliseconds()
+    return result
+
+
+def cancel_move(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None) -> dict:
+    """Give up the copy being made of a partition for a move (the partition stays where it is)."""
+    with LogManager.open(config, clock=clock_at(now_ms), partitions=[(topic, partition)]) as mgr:
+        return mgr.cancel_move(topic, partition)
+
+
+# -- usage and balance ----------------------------------------------------------------------------------------
+
+def _tree_bytes(path: str, *, logs_only: bool = False) -> int:
+    """Bytes of the files under ``path``; ``logs_only``: of the segment ``.log`` files (the log data: index files
+    are preallocated sparse files whose length says little about the disk they take)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            if logs_only and not f.endswith(layout.LOG_SUFFIX):
+                continue
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def log_dir_usage(config: StorageConfig) -> list[dict]:
+    """Per log dir, read-only (names and sizes, no log opened): its partitions with their bytes, the copies
+    being made for moves, the filesystem's size and use. A dir that cannot be read is ``"offline"``."""
+    out = []
+    for d in config.log_dirs:
+        entry: dict = {"log_dir": d, "status": "online"}
+        try:
+            listing = layout.scan_log_dir(d)
+            fs = shutil.disk_usage(d) if os.path.isdir(d) else None
+            device = os.stat(d).st_dev if os.path.isdir(d) else None
+        except OSError as exc:
+            entry.update(status="offline", error=f"{type(exc).__name__}: {exc}")
+            out.append(entry)
+            continue
+        parts = [{"topic": tp[0], "partition": tp[1],
+                  "size_bytes": _tree_bytes(os.path.join(d, name), logs_only=True)} for name, tp in listing.partitions]
+        futures = [{"topic": tp[0], "partition": tp[1], "folder": name,
+                    "size_bytes": _tree_bytes(os.path.join(d, name), logs_only=True)} for name, tp in listing.futures]
+        entry.update(partitions=parts, moves_in=futures,
+                     data_bytes=sum(p["size_bytes"] for p in parts) + sum(f["size_bytes"] for f in futures),
+                     fs_total_bytes=fs.total if fs else 0, fs_used_bytes=fs.used if fs else 0,
+                     fs_used_percent=round(100.0 * fs.used / fs.total, 3) if fs and fs.total else 0.0,
+                     device=device)
+        out.append(entry)
+    return out
+
+
+def balance_plan(config: StorageConfig, *, max_used_percent: float | None = None, max_dir_bytes: int | None = None,
+                 max_moves: int | None = None, topics=None) -> dict:
+    """Which partitions to move so that no log dir stays above the threshold (see the module docstring).
+    Exactly one of ``max_used_percent`` and ``max_dir_bytes`` is given. Read-only."""
+    if (max_used_percent is None) == (max_dir_bytes is None):
+        raise InvalidRequestError("give exactly one of max_used_percent and max_dir_bytes")
+    if max_used_percent is not None and not (isinstance(max_used_percent, (int, float))
+                                             and not isinstance(max_used_percent, bool)
+                                             and 0 < max_used_percent <= 100):
+        raise InvalidRequestError(f"max_used_percent must be a number in (0, 100], got {max_used_percent!r}")
+    if max_dir_bytes is not None and (isinstance(max_dir_bytes, bool) or not isinstance(max_dir_bytes, int)
+                                      or max_dir_bytes < 0):
+        raise InvalidRequestError(f"max_dir_bytes must be an integer >= 0, got {max_dir_bytes!r}")
+    if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 1):
+        raise InvalidRequestError(f"max_moves must be an integer >= 1, got {max_moves!r}")
+    usage = log_dir_usage(config)
+    online = [u for u in usage if u["status"] == "online"]
+    by_percent = max_used_percent is not None
+
+    def load(u) -> float:
+        return u["fs_used_bytes"] if by_percent else u["data_bytes"]
+
+    def limit(u) -> float:
+        return max_used_percent / 100.0 * u["fs_total_bytes"] if by_percent else max_dir_bytes  # type: ignore
+
+    state = {u["log_dir"]: float(load(u)) for u in online}
+    moving = {(f["topic"], f["partition"]) for u in online for f in u["moves_in"]}
+    moves: list[dict] = []
+    over = [u for u in online if state[u["log_dir"]] > limit(u)]
+    for src in sorted(over, key=lambda u: state[u["log_dir"]] - limit(u), reverse=True):
+        candidates = sorted((p for p in src["partitions"] if (p["topic"], p["partition"]) not in moving
+                             and (not topics or p["topic"] in topics)),
+                            key=lambda p: (-p["size_bytes"], p["topic"], p["partition"]))
+        for part in candidates:
+            if state[src["log_dir"]] <= limit(src) or (max_moves is not None and len(moves) >= max_moves):
+                break
+            targets = [u for u in online if u["log_dir"] != src["log_dir"]
+                       and not (by_percent and u["device"] == src["device"])
+                       and state[u["log_dir"]] + part["size_bytes"] <= limit(u)]
+            if not targets:
+                continue
+            target = min(targets, key=lambda u: (state[u["log_dir"]] / max(limit(u), 1), u["log_dir"]))
+            moves.append({"topic": part["topic"], "partition": part["partition"], "from_dir": src["log_dir"],
+                          "to_dir": target["log_dir"], "size_bytes": part["size_bytes"]})
+            state[src["log_dir"]] -= part["size_bytes"]
+            state[target["log_dir"]] += part["size_bytes"]
+    dirs = [{"log_dir": u["log_dir"], "status": u["status"],
+             "usage": (u.get("fs_used_percent") if by_percent else u.get("data_bytes")),
+             "limit": (max_used_percent if by_percent else max_dir_bytes),
+             "over": u in over, "usage_after": (round(100.0 * state[u["log_dir"]] / u["fs_total_bytes"], 3)
+                                                if by_percent and u.get("fs_total_bytes") else
+                                                state.get(u["log_dir"])),
+             "moves_in_progress": len(u.get("moves_in", [])), "error": u.get("error")} for u in usage]
+    unresolved = [d["log_dir"] for d in dirs if d["status"] == "online" and d["over"]
+                  and (d["usage_after"] or 0) > (d["limit"] or 0)]
+    return {"measure": "fs_used_percent" if by_percent else "data_bytes", "dirs": dirs, "moves": moves,
+            "still_over": unresolved, "in_progress": sorted(f"{t}-{p}" for t, p in moving),
+            "offline_dirs": {u["log_dir"]: u["error"] for u in usage if u["status"] == "offline"},
+            "nothing_to_do": not moves}
+
+
+def remove_folder(config: StorageConfig, log_dir: str, name: str, *, dry_run: bool = False) -> dict:
+    """Remove a folder of a log dir that is no partition: a ``-stray`` folder, a folder whose name is not a
+    partition's, a ``-delete`` folder before its delay. The explicit command for what ``describe`` and ``verify``
+    report under ``strays``/``foreign``; refuses partitions and copies being made for moves."""
+    dirs = {os.path.abspath(d): d for d in config.log_dirs}
+    if os.path.abspath(log_dir) not in dirs:
+        raise InvalidRequestError(f"{log_dir!r} is not one of the log dirs {list(config.log_dirs)}")
+    log_dir = dirs[os.path.abspath(log_dir)]
+    if not isinstance(name, str) or not name or name in (".", "..") or os.sep in name or "\0" in name \
+            or (os.altsep and os.altsep in name):
+        raise InvalidRequestError(f"folder name must be one name inside the log dir, got {name!r}")
+    listing = layout.scan_log_dir(log_dir)
+    kinds = {**{n: "stray" for n in listing.strays}, **{n: "foreign" for n, _ in listing.foreign},
+             **{n: "deleted" for n in listing.deleting}}
+    if name not in kinds:
+        if any(n == name for n, _ in listing.partitions):
+            raise InvalidRequestError(f"{name} in {log_dir} is a partition: delete it with delete-topic")
+        if any(n == name for n, _ in listing.futures):
+            raise InvalidRequestError(f"{name} in {log_dir} is a copy being made for a move: give it up with "
+                                      "move-partition --cancel")
+        raise InvalidRequestError(f"{log_dir} has no stray or foreign folder named {name!r}")
+    path = os.path.join(log_dir, name)
+    size = _tree_bytes(path)
+    if not dry_run:
+        deletion.remove_tree(path)
+    return {"log_dir": log_dir, "name": name, "kind": kinds[name], "bytes_freed": size, "dry_run": dry_run}
