@@ -68,7 +68,8 @@ GROUPS: tuple[Group, ...] = (
              # recovery replays each batch into the producer state and rebuilds the .txnindex
              "log/test_transactions.py")),
     Group("log",
-          ("storage_engine/log/log.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
+          ("storage_engine/log/log.py", "storage_engine/log/appends.py", "storage_engine/log/reads.py",
+           "storage_engine/log/truncation.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
           # producer state, transactions and isolation levels go through the log and its validator
           _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py")),
     Group("loader",

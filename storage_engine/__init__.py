@@ -23,7 +23,8 @@ from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpo
                                    InvalidRecordForTopicError, InvalidRequestError, InvalidTopicError,
                                    LogDirOfflineError, LogLockedError, OffsetOutOfRangeError, PartitionDeletedError,
                                    PartitionNotFoundError, RecordTooLargeError, StorageError, StorageIOError)
-from storage_engine.log.log import AppendInfo, Log
+from storage_engine.log.appends import AppendInfo
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
                                                   move_partition, purge_delete_dirs, remove_folder)

@@ -1,5 +1,9 @@
 """One partition's log: ordered segments, appends, rolls, reads, flushes, truncation (Kafka's ``UnifiedLog``).
 
+The :class:`Log` holds the partition's state, its lock and view, rolls, flushes and closing; the work of its other
+operations lives beside it, each in a module of functions that take the log: :mod:`storage_engine.log.appends`,
+:mod:`storage_engine.log.reads` and :mod:`storage_engine.log.truncation`.
+
 Offsets: the log start offset (first readable offset, raised by delete-records and retention), the recovery
 point (everything below it is fsynced), the log end offset (LEO, the next offset to assign). This engine is a
 single node with no replicas, so the **high watermark is the log end offset**: every appended record is
@@ -42,17 +46,14 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
-from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
-                                   PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError,
-                                   StorageIOError)
-from storage_engine.log import producer_state as pstate
-from storage_engine.log import swap, validator, view
+from storage_engine.errors import PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError
+from storage_engine.log import appends, reads, swap, truncation, view
+from storage_engine.log.appends import AppendInfo
 from storage_engine.log.failure import LogDirFailureChannel
 from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.log.open_logs import OpenLogs
@@ -60,31 +61,14 @@ from storage_engine.log.producer_state import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.record import codecs
-from storage_engine.record.records import Record, RecordBatch, SimpleRecord, build_control_batch
-from storage_engine.segment.file_records import iter_batches
+from storage_engine.record.records import Record, SimpleRecord
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
-READ_ATTEMPTS = 5  # a read retried this often met that many changes by other processes in a row
-
-
-@dataclass
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    count: int
-    max_timestamp: int
-    bytes: int
-    rolled: bool = False
-    duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
-
 
 # The view generation of a parked log: never one the shared state holds (>= 0), so the next sync reloads.
 PARKED_GENERATION = -2
-READ_UNCOMMITTED = "read_uncommitted"
-READ_COMMITTED = "read_committed"
-ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
 def _guarded(method):
@@ -286,130 +270,35 @@ class Log:
     def size_in_bytes(self) -> int:
         return self.segment_list.size_in_bytes()
 
-    # -- appending --------------------------------------------------------------------------------------------
+    # -- appending (storage_engine.log.appends) -----------------------------------------------------------------
     @_guarded
     def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1,
                        producer_epoch: int = -1, base_sequence: int = -1,
                        is_transactional: bool = False) -> AppendInfo:
         """Build one batch from ``records`` at the log end offset and append it (the producer path). With a
         producer id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction)."""
-        if not records:
-            raise InvalidRecordError("cannot append an empty list of records")
-        now = self.clock.milliseconds()
-        recs = validator.normalize_records(records, now)
-        with self.locked():
-            data, max_ts = validator.records_batch(self.topic, self.config, recs, base_offset=self.log_end_offset,
-                                                   codec=codec, now_ms=now, producer_id=producer_id,
-                                                   producer_epoch=producer_epoch, base_sequence=base_sequence,
-                                                   is_transactional=is_transactional)
-            first = self.log_end_offset
-            last = first + len(recs) - 1
-            analysis = None
-            if producer_id >= 0:
-                analysis = pstate.analyze(self.producer_state, [RecordBatch(data)], pstate.CLIENT)
-                if analysis.duplicate is not None:
-                    return self._duplicate(analysis.duplicate, len(recs))
-            # The time index names the batch holding the max timestamp by its last offset ("shallow").
-            return self._append_validated(data, first, last, max_ts, last, len(recs), now, analysis)
+        return appends.append_records(self, records, codec=codec, producer_id=producer_id,
+                                      producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                      is_transactional=is_transactional)
 
     @_guarded
     def append_batches(self, data: bytes) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
         assign offsets from the log end offset, then write them as one append."""
-        now = self.clock.milliseconds()
-        buf, batches = validator.parse_client_batches(self.name, self.topic, self.config, data)
-        with self.locked():
-            first = self.log_end_offset
-            nxt, max_ts, max_ts_offset, count = validator.assign_offsets(self.name, self.topic, self.config, buf,
-                                                                         batches, first_offset=first, now_ms=now)
-            analysis = None
-            if any(b.producer_id >= 0 for b in batches):
-                analysis = pstate.analyze(self.producer_state, batches, pstate.CLIENT)
-                if analysis.duplicate is not None:
-                    return self._duplicate(analysis.duplicate, count)
-            return self._append_validated(bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
+        return appends.append_batches(self, data)
 
     def append_end_txn(self, producer_id: int, producer_epoch: int, *, commit: bool,
                        coordinator_epoch: int = 0) -> AppendInfo:
         """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id`` at the log end, as the
-        transaction coordinator does: the epoch must not be older than the producer's (``INVALID_PRODUCER_EPOCH``)
-        nor the coordinator epoch older than the last marker's (``TRANSACTION_COORDINATOR_FENCED``). Ending a
-        producer's open transaction moves the LSO; an ABORT also indexes it in the ``.txnindex``."""
-        validator.check_producer_arguments(producer_id, producer_epoch, 0)
-        validator.check_producer_fields(self.topic, producer_id, producer_epoch, 0, True)
-        if isinstance(coordinator_epoch, bool) or not isinstance(coordinator_epoch, int) or \
-                not 0 <= coordinator_epoch <= 2**31 - 1:
-            raise InvalidRecordError(f"coordinator epoch must be an integer in [0, 2147483647], got "
-                                     f"{coordinator_epoch!r}")
-        now = self.clock.milliseconds()
-        with self.locked():
-            first = self.log_end_offset
-            data = build_control_batch(pstate.COMMIT if commit else pstate.ABORT, base_offset=first, timestamp=now,
-                                       producer_id=producer_id, producer_epoch=producer_epoch,
-                                       coordinator_epoch=coordinator_epoch,
-                                       partition_leader_epoch=self.config.partition_leader_epoch)
-            analysis = pstate.analyze(self.producer_state, [RecordBatch(data)], pstate.COORDINATOR)
-            return self._append_validated(data, first, first, now, first, 1, now, analysis)
-
-    def _duplicate(self, meta, count: int) -> AppendInfo:
-        logger.info("%s: retried batch of sequences [%d, %d] already at offsets [%d, %d]", self.name,
-                    meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
-        return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
+        transaction coordinator does (:func:`storage_engine.log.appends.append_end_txn`)."""
+        return appends.append_end_txn(self, producer_id, producer_epoch, commit=commit,
+                                      coordinator_epoch=coordinator_epoch)
 
     @_guarded
     def append_as_follower(self, data: bytes) -> AppendInfo:
         """Append whole batches that already have their offsets (Kafka's ``appendAsFollower``: the copy of a
-        partition being moved). Each batch must pass its size and CRC checks and start at or after the log end
-        offset, offsets increasing; they are written byte for byte, rolling as the log would."""
-        now = self.clock.milliseconds()
-        batches = list(iter_batches(data, 0, len(data), self.name, strict=True))
-        for b in batches:
-            b.ensure_valid()
-        with self.locked():
-            first, expected, count, max_ts, pos = None, self.log_end_offset, 0, -1, 0
-            for b in batches:
-                base = b.base_offset
-                if base < expected or b.last_offset < base:
-                    raise InvalidRecordError(f"out of order offsets appending to {self.name}: batch "
-                                             f"{base}..{b.last_offset} at or after offset {expected} expected")
-                raw = data[pos:pos + b.size_in_bytes]
-                pos += b.size_in_bytes
-                active = self.active_segment
-                if active.should_roll(segment_bytes=self.config.segment_bytes, max_segment_ms=self._max_segment_ms(),
-                                      messages_size=len(raw), max_timestamp=b.max_timestamp,
-                                      max_offset=b.last_offset, now_ms=now) is not None:
-                    self._roll_locked(now, base=base if not active.can_convert_to_relative_offset(b.last_offset)
-                                      else None)
-                # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
-                # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
-                analysis = (pstate.analyze(self.producer_state, [b], pstate.REPLICATION)
-                            if b.magic >= 2 and b.producer_id >= 0 else None)
-                self.active_segment.append(b.last_offset, b.max_timestamp, b.last_offset, raw)
-                if analysis is not None:
-                    pstate.apply(self.producer_state, analysis, self.active_segment, b.last_offset)
-                else:
-                    self.producer_state.map_end_offset = b.last_offset + 1
-                self.log_end_offset = expected = b.last_offset + 1
-                first = base if first is None else first
-                count += b.records_count
-                max_ts = max(max_ts, b.max_timestamp)
-            self.view.known_active_size = self.active_segment.size
-            return AppendInfo(self.log_end_offset if first is None else first, self.log_end_offset - 1, count,
-                              max_ts, len(data))
-
-    def _append_validated(self, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
-                          count: int, now: int, analysis=None) -> AppendInfo:
-        rolled = self._maybe_roll(len(data), max_ts, last, now)
-        self.active_segment.append(last, max_ts, max_ts_offset, data)
-        self.log_end_offset = last + 1
-        self.view.known_active_size = self.active_segment.size
-        if analysis is not None:
-            pstate.apply(self.producer_state, analysis, self.active_segment, last)
-        else:
-            self.producer_state.map_end_offset = last + 1
-        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
-            self._flush_locked(self.log_end_offset, now)
-        return AppendInfo(first, last, count, max_ts, len(data), rolled)
+        partition being moved), byte for byte, rolling as the log would."""
+        return appends.append_as_follower(self, data)
 
     # -- rolling ----------------------------------------------------------------------------------------------
     def _max_segment_ms(self) -> int:
@@ -500,274 +389,54 @@ class Log:
         return (now_ms - self.last_flush_ms >= self.config.flush_ms
                 and self.recovery_point < self.log_end_offset)
 
-    # -- reading ----------------------------------------------------------------------------------------------
+    # -- reading (storage_engine.log.reads) ----------------------------------------------------------------------
     @_guarded
     def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
         """Whole, checked batches from the one holding ``start_offset``; None at the log end.
         OffsetOutOfRangeError outside [log start, log end]; CorruptRecordError for damage."""
-        self._unpark_for_read()
-        attempt = 0
-        while True:
-            try:
-                return self._read_once(start_offset, max_bytes, min_one_message)
-            except (StorageIOError, CorruptRecordError) as exc:
-                self._after_failed_read(exc, attempt)
-                attempt += 1
-
-    def _after_failed_read(self, exc: Exception, attempt: int) -> None:
-        """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed meanwhile (then the
-        caller retries: the failure was another process's change, not damage)."""
-        before = self.view.generation
-        if attempt + 1 < READ_ATTEMPTS:
-            self.refresh()
-            if self.view.generation != before:
-                return
-        raise exc
-
-    def _check_range(self, offset: int) -> None:
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.name}: log start offset "
-                f"{self.log_start_offset}, log end offset {self.log_end_offset}")
-
-    def _upper_bound(self, segments: list[LogSegment], i: int) -> int:
-        return segments[i + 1].base_offset if i + 1 < len(segments) else self.log_end_offset
-
-    def _read_once(self, start_offset: int, max_bytes: int, min_one_message: bool):
-        self._check_range(start_offset)
-        if start_offset == self.log_end_offset:
-            return None
-        segments = self.segment_list.from_offset(start_offset)
-        for i, seg in enumerate(segments):
-            data = seg.read(start_offset, max_bytes, min_one_message=min_one_message,
-                            upper_bound=self._upper_bound(segments, i))
-            if data is not None and data.data:
-                return data
-        return None
+        return reads.read(self, start_offset, max_bytes, min_one_message)
 
     def read_records(self, start_offset: int | None = None, max_records: int | None = None, *,
-                     isolation_level: str = READ_UNCOMMITTED) -> Iterator[Record]:
+                     isolation_level: str = reads.READ_UNCOMMITTED) -> Iterator[Record]:
         """Data records from ``start_offset`` (default: log start) in offset order, every batch checked, as a Kafka
         consumer sees them: control records (transaction markers) are never returned. ``read_committed`` stops at
         the last stable offset and skips the records of aborted transactions (found in the ``.txnindex`` files),
         exactly as Kafka's consumer filters a fetch."""
         guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
         with guard:
-            yield from self._read_records(start_offset, max_records, isolation_level)
-
-    def _read_records(self, start_offset: int | None, max_records: int | None,
-                      isolation_level: str) -> Iterator[Record]:
-        if isolation_level not in ISOLATION_LEVELS:
-            raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
-        self._unpark_for_read()
-        offset = self.log_start_offset if start_offset is None else start_offset
-        self._check_range(offset)
-        committed = isolation_level == READ_COMMITTED
-        produced, attempt = 0, 0
-        while True:
-            # Per attempt (a retry follows another process's change): every aborted transaction overlapping
-            # [offset, end) is listed again, including one begun before ``offset`` whose marker is still ahead.
-            end = self.last_stable_offset if committed else self.log_end_offset
-            aborted = (sorted(self.aborted_transactions(offset, end), key=lambda t: t.first_offset) if committed
-                       else [])
-            aborted_pids: set[int] = set()
-            try:
-                for batch in self._checked_batches(offset):
-                    if batch.base_offset >= end:
-                        return
-                    want = offset
-                    offset = max(offset, batch.next_offset)
-                    if committed and batch.magic >= 2 and batch.producer_id >= 0:
-                        # Kafka's consumer: transactions whose first offset is reached become aborted for their
-                        # producer until that producer's ABORT marker.
-                        while aborted and aborted[0].first_offset <= batch.last_offset:
-                            aborted_pids.add(aborted.pop(0).producer_id)
-                        if batch.is_control:
-                            recs = batch.records()
-                            if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
-                                aborted_pids.discard(batch.producer_id)
-                        elif batch.is_transactional and batch.producer_id in aborted_pids:
-                            continue
-                    if batch.is_control:
-                        continue
-                    for rec in batch.records():
-                        if rec.offset < want:
-                            continue
-                        if rec.offset >= end:
-                            return
-                        yield rec
-                        produced += 1
-                        if max_records is not None and produced >= max_records:
-                            return
-                return
-            except (StorageIOError, CorruptRecordError) as exc:
-                self._after_failed_read(exc, attempt)
-                attempt += 1
-                self._check_range(offset)
-
-    def _checked_batches(self, offset: int):
-        """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
-        segments = self.segment_list.from_offset(offset)
-        for i, seg in enumerate(segments):
-            yield from seg.checked_batches(max(offset, seg.base_offset) if i == 0 else seg.base_offset,
-                                           self._upper_bound(segments, i))
+            yield from reads.read_records(self, start_offset, max_records, isolation_level)
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
-        ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
-        out: list[AbortedTxn] = []
-        for seg in self.segment_list.from_offset(start_offset):
-            # No stop at the upper bound's segment: a transaction aborted below the bound is indexed where its
-            # marker went, which may be a later segment (the cleaner's dirty range ends at a segment base).
-            result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
-            out.extend(result.aborted)
-            if result.complete:
-                break
-        return out
+        """Aborted transactions overlapping [start, upper bound) (Kafka's ``collectAbortedTransactions``)."""
+        return reads.aborted_transactions(self, start_offset, upper_bound_offset)
 
     @_guarded
     def offset_for_timestamp(self, timestamp: int):
         """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
-        for seg in self.segment_list:
-            if seg.largest_timestamp() < timestamp and seg is not self.active_segment:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp, max(seg.base_offset, self.log_start_offset))
-            if found is not None:
-                return found
-        return None
+        return reads.offset_for_timestamp(self, timestamp)
 
-    # -- truncation and log start ------------------------------------------------------------------------------
+    # -- truncation and log start (storage_engine.log.truncation) ------------------------------------------------
     @_guarded
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"cannot truncate {self.name} to negative offset {offset}")
-        now = self.clock.milliseconds()
-        with self.locked():
-            if offset >= self.log_end_offset:
-                return False
-            if self.segment_list[0].base_offset > offset:
-                self._truncate_fully_locked(offset, now)
-                return True
-            self._publish(bump=True)  # visible before the first rename (every other process reloads)
-            # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
-            # log is cut cannot leave one that a later, longer log would be rebuilt from.
-            self.producer_state.delete_snapshots_outside(-1, offset)
-            for seg in [s for s in self.segment_list if s.base_offset > offset]:
-                self._delete_segment_files(seg, now)
-            self._ensure_active_writable(now)
-            self.active_segment.truncate_to(offset, now)
-            self.log_end_offset = self.active_segment.read_next_offset()
-            self.view.known_active_size = self.active_segment.size
-            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-            self.recovery_point = min(self.recovery_point, self.log_end_offset)
-            pstate.rebuild(self.producer_state, self.segments, self.log_start_offset, self.log_end_offset,
-                           exclusive=True)
-            self._publish(bump=True)
-            return True
-
-    def _ensure_active_writable(self, now: int) -> None:
-        """A view (a process that joined the log dir) opens sealed segments read-only; one that truncation
-        turns back into the active segment must take writes, so reopen it writable."""
-        active = self.active_segment
-        if active.log.writable and active.offset_index.writable and active.time_index.writable:
-            return
-        active.close(trim=False)
-        seg = LogSegment.open(self.dir, active.base_offset, self.config, now_ms=now, file_already_exists=True)
-        self.segment_list.add(seg)
+        return truncation.truncate_to(self, offset)
 
     @_guarded
     def truncate_fully_and_start_at(self, offset: int) -> None:
         now = self.clock.milliseconds()
         with self.locked():
-            self._truncate_fully_locked(offset, now)
+            truncation.truncate_fully_locked(self, offset, now)
 
-    def _truncate_fully_locked(self, offset: int, now: int) -> None:
-        self._publish(bump=True)  # visible before the first rename (every other process reloads)
-        self.producer_state.truncate_fully_and_start_at(offset)
-        old = self.segment_list.as_list()
-        seg = (LogSegment.open(self.dir, offset, self.config, now_ms=now)
-               if all(s.base_offset != offset for s in old) else None)
-        for s in old:
-            if seg is None and s.base_offset == offset:
-                continue
-            self._delete_segment_files(s, now)
-        if seg is None:
-            self._ensure_active_writable(now)
-            keep = self.segment_list[0]
-            keep.truncate_to(offset, now)
-        else:
-            self.segment_list.add(seg)
-        self.log_start_offset = offset
-        self.log_end_offset = offset
-        self.recovery_point = offset
-        self.view.known_active_size = self.active_segment.size
-        self._publish(bump=True)
-
-    def _delete_segment_files(self, seg: LogSegment, now: int, sync: bool = True, *,
-                              after_log: str | None = None, snapshot: bool = False) -> None:
-        """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms),
-        with ``snapshot`` also the producer snapshot named by its base offset, right after them."""
-        self.segment_list.remove(seg)
-        seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
-        seg.close(trim=False)
-        # The rename's mtime is the "scheduled at" time for the purge.
-        for p in seg.file_paths:
-            try:
-                os.utime(p, (now / 1000.0, now / 1000.0))
-            except FileNotFoundError:
-                pass
-        if snapshot:
-            self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
-        if sync:
-            fsync_dir(self.dir)
+    def _delete_segment_files(self, seg: LogSegment, now: int, sync: bool = True, *, after_log: str | None = None,
+                              snapshot: bool = False) -> None:
+        """Rename a segment's files ``.deleted`` (the cleaner's swap uses it too)."""
+        truncation.delete_segment_files(self, seg, now, sync, after_log=after_log, snapshot=snapshot)
 
     def delete_segments_locked(self, segments: list[LogSegment], now: int) -> list[LogSegment]:
-        """Delete a prefix of segments (retention; caller holds the lock with a fresh view).
-
-        Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains;
-        the log start offset moves to the base of the segment after the last one deleted; files are renamed
-        to ``.deleted`` and purged after ``file.delete.delay.ms``. Returns the segments actually deleted."""
-        if not segments:
-            return []
-        if len(segments) == len(self.segment_list):
-            if self.active_segment.size > 0 or self.log_end_offset != self.active_segment.base_offset:
-                self._roll_locked(now)
-            else:
-                segments = segments[:-1]
-            segments = [s for s in segments if s is not self.active_segment]
-        if not segments:
-            return []
-        # The new log start offset is published before the first rename: a process that meets the deletion half
-        # done (this one died) sees segments below the log start offset, which the next pass deletes.
-        before = self.log_start_offset
-        following = self.segment_list.base_after(segments[-1])
-        if following is not None and following > self.log_start_offset:
-            self.log_start_offset = following
-        self._publish(bump=True)
-        crashpoints.reached("retention.published")
-        done = 0
-        try:
-            for seg in segments:
-                self._delete_segment_files(seg, now, sync=False)
-                done += 1
-                # Kafka deletes the producer snapshot named by a deleted segment's base with it.
-                self.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
-                if done == 1:
-                    crashpoints.reached("retention.partial")
-        except BaseException:
-            # A rename failed (the process lives on): the start moves only past what really went, and the
-            # segment list is reloaded from the folder (the failed segment already left it).
-            kept_from = segments[done].base_offset if done < len(segments) else self.log_start_offset
-            self.log_start_offset = max(before, min(self.log_start_offset, kept_from))
-            self._publish(bump=True)
-            self.view.generation -= 1
-            view.sync(self, now)
-            raise
-        crashpoints.reached("retention.renamed")
-        fsync_dir(self.dir)
-        self._publish(bump=True)
-        return segments
+        """Delete a prefix of segments (retention; caller holds the lock with a fresh view), rolling first if
+        every segment would go (:func:`storage_engine.log.truncation.delete_segments_locked`). Returns the
+        segments actually deleted."""
+        return truncation.delete_segments_locked(self, segments, now)
 
     def replace_segments(self, new_segment: LogSegment | None, old_segments: list[LogSegment],
                          identity: list[tuple[int, int]], now_ms: int, *, delete_after: bool = False) -> bool:
@@ -784,16 +453,7 @@ class Log:
     def delete_records(self, offset: int) -> int:
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
         at the next retention pass. Returns the new log start offset."""
-        with self.locked():
-            target = self.high_watermark if offset == -1 else offset
-            if target < 0 or target > self.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot increment the log start offset of {self.name} to {offset}: it must be in "
-                    f"[0, high watermark {self.high_watermark}]")
-            if target > self.log_start_offset:
-                self.log_start_offset = target
-                self._publish(bump=True)
-            return self.log_start_offset
+        return truncation.delete_records(self, offset)
 
     def expire_producers(self, now_ms: int, expiration_ms: int, *, dry_run: bool = False) -> list[int]:
         """Forget the producers without an open transaction whose last write is ``expiration_ms`` old (Kafka's

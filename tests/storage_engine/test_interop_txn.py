@@ -15,7 +15,7 @@ from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
 from storage_engine import layout
 from storage_engine.config import CleanerConfig, LogConfig
-from storage_engine.log.log import READ_COMMITTED
+from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.maintenance.cleaner_manager import LogToClean
 from storage_engine.record.records import build_control_batch, set_base_offset

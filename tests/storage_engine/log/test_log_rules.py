@@ -197,7 +197,7 @@ def test_read_committed_as_kafkas_consumer_filters_a_fetch(logs):
     data is aborted from the first offset of an aborted transaction (``firstOffset <= batch.lastOffset``, a
     one-record transaction included) until its ABORT marker, after which the same producer's next transaction is
     read; producer id 0 is a producer id. read_uncommitted returns every data record; markers never."""
-    from storage_engine.log.log import READ_COMMITTED
+    from storage_engine.log.reads import READ_COMMITTED
     log = logs()
 
     def txn(pid, seq, *values):

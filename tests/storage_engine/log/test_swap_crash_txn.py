@@ -25,7 +25,7 @@ import pytest
 
 from storage_engine import crashpoints, layout
 from storage_engine.config import load_config
-from storage_engine.log.log import READ_COMMITTED
+from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.tools.verify import verify_log_dirs

@@ -9,7 +9,7 @@ import pytest
 from storage_engine import layout
 from storage_engine.errors import (InvalidProducerEpochError, InvalidRecordError, InvalidTxnStateError,
                                    OutOfOrderSequenceError, TransactionCoordinatorFencedError)
-from storage_engine.log.log import READ_COMMITTED
+from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.record.records import RecordBatch, SimpleRecord, build_batch
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.file_records import iter_batches

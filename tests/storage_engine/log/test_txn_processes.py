@@ -15,7 +15,7 @@ import pytest
 from storage_engine import layout
 from storage_engine.clock import ManualClock
 from storage_engine.config import config_from_mapping
-from storage_engine.log.log import READ_COMMITTED
+from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 

@@ -1,0 +1,161 @@
+"""Reading a log as Kafka's fetch and consumer do: whole checked batches, records in offset order, the
+``read_committed`` filter, aborted transactions, the offset for a timestamp.
+
+Reads take no lock. Every batch is checked (CRC and offset order, Kafka's consumer ``check.crcs``): damage is a
+:class:`CorruptRecordError` naming file and position. A read that fails because another process changed the
+partition under it (a segment renamed away, a torn tail cut) refreshes the view and retries, up to
+:data:`READ_ATTEMPTS` times: the change moved the generation before its first rename, so the refresh waits for
+the lock of the process making it and then reloads; a failure with no change behind it is damage, raised.
+
+:class:`storage_engine.log.log.Log` exposes these as its methods; the functions take the log.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from storage_engine.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageIOError
+from storage_engine.record.records import Record
+from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.txn_index import AbortedTxn
+
+if TYPE_CHECKING:
+    from storage_engine.log.log import Log
+
+READ_ATTEMPTS = 5  # a read retried this often met that many changes by other processes in a row
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+
+def read(log: Log, start_offset: int, max_bytes: int, min_one_message: bool):
+    """Whole, checked batches from the one holding ``start_offset``; None at the log end."""
+    log._unpark_for_read()
+    attempt = 0
+    while True:
+        try:
+            return _read_once(log, start_offset, max_bytes, min_one_message)
+        except (StorageIOError, CorruptRecordError) as exc:
+            _after_failed_read(log, exc, attempt)
+            attempt += 1
+
+
+def _after_failed_read(log: Log, exc: Exception, attempt: int) -> None:
+    """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed meanwhile (then the
+    caller retries: the failure was another process's change, not damage)."""
+    before = log.view.generation
+    if attempt + 1 < READ_ATTEMPTS:
+        log.refresh()
+        if log.view.generation != before:
+            return
+    raise exc
+
+
+def _check_range(log: Log, offset: int) -> None:
+    if offset < log.log_start_offset or offset > log.log_end_offset:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is out of range for {log.name}: log start offset "
+            f"{log.log_start_offset}, log end offset {log.log_end_offset}")
+
+
+def _upper_bound(log: Log, segments: list[LogSegment], i: int) -> int:
+    return segments[i + 1].base_offset if i + 1 < len(segments) else log.log_end_offset
+
+
+def _read_once(log: Log, start_offset: int, max_bytes: int, min_one_message: bool):
+    _check_range(log, start_offset)
+    if start_offset == log.log_end_offset:
+        return None
+    segments = log.segment_list.from_offset(start_offset)
+    for i, seg in enumerate(segments):
+        data = seg.read(start_offset, max_bytes, min_one_message=min_one_message,
+                        upper_bound=_upper_bound(log, segments, i))
+        if data is not None and data.data:
+            return data
+    return None
+
+
+def read_records(log: Log, start_offset: int | None, max_records: int | None,
+                 isolation_level: str) -> Iterator[Record]:
+    """Data records from ``start_offset`` (default: log start) in offset order, control records never returned;
+    ``read_committed`` stops at the last stable offset and skips the records of aborted transactions."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
+    log._unpark_for_read()
+    offset = log.log_start_offset if start_offset is None else start_offset
+    _check_range(log, offset)
+    committed = isolation_level == READ_COMMITTED
+    produced, attempt = 0, 0
+    while True:
+        # Per attempt (a retry follows another process's change): every aborted transaction overlapping
+        # [offset, end) is listed again, including one begun before ``offset`` whose marker is still ahead.
+        end = log.last_stable_offset if committed else log.log_end_offset
+        aborted = (sorted(aborted_transactions(log, offset, end), key=lambda t: t.first_offset) if committed
+                   else [])
+        aborted_pids: set[int] = set()
+        try:
+            for batch in _checked_batches(log, offset):
+                if batch.base_offset >= end:
+                    return
+                want = offset
+                offset = max(offset, batch.next_offset)
+                if committed and batch.magic >= 2 and batch.producer_id >= 0:
+                    # Kafka's consumer: transactions whose first offset is reached become aborted for their
+                    # producer until that producer's ABORT marker.
+                    while aborted and aborted[0].first_offset <= batch.last_offset:
+                        aborted_pids.add(aborted.pop(0).producer_id)
+                    if batch.is_control:
+                        recs = batch.records()
+                        if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
+                            aborted_pids.discard(batch.producer_id)
+                    elif batch.is_transactional and batch.producer_id in aborted_pids:
+                        continue
+                if batch.is_control:
+                    continue
+                for rec in batch.records():
+                    if rec.offset < want:
+                        continue
+                    if rec.offset >= end:
+                        return
+                    yield rec
+                    produced += 1
+                    if max_records is not None and produced >= max_records:
+                        return
+            return
+        except (StorageIOError, CorruptRecordError) as exc:
+            _after_failed_read(log, exc, attempt)
+            attempt += 1
+            _check_range(log, offset)
+
+
+def _checked_batches(log: Log, offset: int):
+    """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
+    segments = log.segment_list.from_offset(offset)
+    for i, seg in enumerate(segments):
+        yield from seg.checked_batches(max(offset, seg.base_offset) if i == 0 else seg.base_offset,
+                                       _upper_bound(log, segments, i))
+
+
+def aborted_transactions(log: Log, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+    """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
+    ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
+    out: list[AbortedTxn] = []
+    for seg in log.segment_list.from_offset(start_offset):
+        # No stop at the upper bound's segment: a transaction aborted below the bound is indexed where its
+        # marker went, which may be a later segment (the cleaner's dirty range ends at a segment base).
+        result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+        out.extend(result.aborted)
+        if result.complete:
+            break
+    return out
+
+
+def offset_for_timestamp(log: Log, timestamp: int):
+    """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
+    for seg in log.segment_list:
+        if seg.largest_timestamp() < timestamp and seg is not log.active_segment:
+            continue
+        found = seg.find_offset_by_timestamp(timestamp, max(seg.base_offset, log.log_start_offset))
+        if found is not None:
+            return found
+    return None

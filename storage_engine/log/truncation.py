@@ -1,0 +1,171 @@
+"""Shrinking a log from either end: truncation (Kafka's ``truncateTo``, ``truncateFullyAndStartAt``), deleting a
+prefix of segments (``deleteSegments``, retention's step), raising the log start offset (``DeleteRecords``), and
+the one way a segment leaves a log (:func:`delete_segment_files`: renamed ``.deleted``, purged after
+``file.delete.delay.ms``).
+
+Each runs under the partition lock and bumps the generation before its first rename, so a process that meets
+the change half done (this one died) reloads instead of trusting a segment list or a log start offset derived
+from it. A log start offset only moves forward here through retention or ``delete-records``; truncation may
+only lower it to the new log end.
+
+:class:`storage_engine.log.log.Log` exposes these as its methods; the functions take the log.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from storage_engine import crashpoints, layout
+from storage_engine.durable import fsync_dir
+from storage_engine.errors import OffsetOutOfRangeError
+from storage_engine.log import producer_state as pstate
+from storage_engine.log import view
+from storage_engine.segment.segment import LogSegment
+
+if TYPE_CHECKING:
+    from storage_engine.log.log import Log
+
+
+def truncate_to(log: Log, offset: int) -> bool:
+    """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
+    if offset < 0:
+        raise OffsetOutOfRangeError(f"cannot truncate {log.name} to negative offset {offset}")
+    now = log.clock.milliseconds()
+    with log.locked():
+        if offset >= log.log_end_offset:
+            return False
+        if log.segment_list[0].base_offset > offset:
+            truncate_fully_locked(log, offset, now)
+            return True
+        log._publish(bump=True)  # visible before the first rename (every other process reloads)
+        # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
+        # log is cut cannot leave one that a later, longer log would be rebuilt from.
+        log.producer_state.delete_snapshots_outside(-1, offset)
+        for seg in [s for s in log.segment_list if s.base_offset > offset]:
+            delete_segment_files(log, seg, now)
+        _ensure_active_writable(log, now)
+        log.active_segment.truncate_to(offset, now)
+        log.log_end_offset = log.active_segment.read_next_offset()
+        log.view.known_active_size = log.active_segment.size
+        log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
+        log.recovery_point = min(log.recovery_point, log.log_end_offset)
+        pstate.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
+                       exclusive=True)
+        log._publish(bump=True)
+        return True
+
+
+def _ensure_active_writable(log: Log, now: int) -> None:
+    """A view (a process that joined the log dir) opens sealed segments read-only; one that truncation turns back
+    into the active segment must take writes, so reopen it writable."""
+    active = log.active_segment
+    if active.log.writable and active.offset_index.writable and active.time_index.writable:
+        return
+    active.close(trim=False)
+    seg = LogSegment.open(log.dir, active.base_offset, log.config, now_ms=now, file_already_exists=True)
+    log.segment_list.add(seg)
+
+
+def truncate_fully_locked(log: Log, offset: int, now: int) -> None:
+    """Delete every segment and start the log empty at ``offset`` (the lock is held)."""
+    log._publish(bump=True)  # visible before the first rename (every other process reloads)
+    log.producer_state.truncate_fully_and_start_at(offset)
+    old = log.segment_list.as_list()
+    seg = (LogSegment.open(log.dir, offset, log.config, now_ms=now)
+           if all(s.base_offset != offset for s in old) else None)
+    for s in old:
+        if seg is None and s.base_offset == offset:
+            continue
+        delete_segment_files(log, s, now)
+    if seg is None:
+        _ensure_active_writable(log, now)
+        keep = log.segment_list[0]
+        keep.truncate_to(offset, now)
+    else:
+        log.segment_list.add(seg)
+    log.log_start_offset = offset
+    log.log_end_offset = offset
+    log.recovery_point = offset
+    log.view.known_active_size = log.active_segment.size
+    log._publish(bump=True)
+
+
+def delete_segment_files(log: Log, seg: LogSegment, now: int, sync: bool = True, *, after_log: str | None = None,
+                         snapshot: bool = False) -> None:
+    """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms), with
+    ``snapshot`` also the producer snapshot named by its base offset, right after them."""
+    log.segment_list.remove(seg)
+    seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
+    seg.close(trim=False)
+    # The rename's mtime is the "scheduled at" time for the purge.
+    for p in seg.file_paths:
+        try:
+            os.utime(p, (now / 1000.0, now / 1000.0))
+        except FileNotFoundError:
+            pass
+    if snapshot:
+        log.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
+    if sync:
+        fsync_dir(log.dir)
+
+
+def delete_segments_locked(log: Log, segments: list[LogSegment], now: int) -> list[LogSegment]:
+    """Delete a prefix of segments (retention; the caller holds the lock with a fresh view).
+
+    Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains; the
+    log start offset moves to the base of the segment after the last one deleted; files are renamed to
+    ``.deleted`` and purged after ``file.delete.delay.ms``. Returns the segments actually deleted."""
+    if not segments:
+        return []
+    if len(segments) == len(log.segment_list):
+        if log.active_segment.size > 0 or log.log_end_offset != log.active_segment.base_offset:
+            log._roll_locked(now)
+        else:
+            segments = segments[:-1]
+        segments = [s for s in segments if s is not log.active_segment]
+    if not segments:
+        return []
+    # The new log start offset is published before the first rename: a process that meets the deletion half
+    # done (this one died) sees segments below the log start offset, which the next pass deletes.
+    before = log.log_start_offset
+    following = log.segment_list.base_after(segments[-1])
+    if following is not None and following > log.log_start_offset:
+        log.log_start_offset = following
+    log._publish(bump=True)
+    crashpoints.reached("retention.published")
+    done = 0
+    try:
+        for seg in segments:
+            delete_segment_files(log, seg, now, sync=False)
+            done += 1
+            # Kafka deletes the producer snapshot named by a deleted segment's base with it.
+            log.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
+            if done == 1:
+                crashpoints.reached("retention.partial")
+    except BaseException:
+        # A rename failed (the process lives on): the start moves only past what really went, and the segment
+        # list is reloaded from the folder (the failed segment already left it).
+        kept_from = segments[done].base_offset if done < len(segments) else log.log_start_offset
+        log.log_start_offset = max(before, min(log.log_start_offset, kept_from))
+        log._publish(bump=True)
+        log.view.generation -= 1
+        view.sync(log, now)
+        raise
+    crashpoints.reached("retention.renamed")
+    fsync_dir(log.dir)
+    log._publish(bump=True)
+    return segments
+
+
+def delete_records(log: Log, offset: int) -> int:
+    """Raise the log start offset (DeleteRecords); ``-1`` means the high watermark. Returns the new one."""
+    with log.locked():
+        target = log.high_watermark if offset == -1 else offset
+        if target < 0 or target > log.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot increment the log start offset of {log.name} to {offset}: it must be in "
+                f"[0, high watermark {log.high_watermark}]")
+        if target > log.log_start_offset:
+            log.log_start_offset = target
+            log._publish(bump=True)
+        return log.log_start_offset
