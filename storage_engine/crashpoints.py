@@ -46,7 +46,7 @@ STEPS: dict[str, tuple[str, str]] = {
     # durable.atomic_write (checkpoint files, the clean-shutdown marker, intents)
     "atomic.tmp-written": ("checkpoint", "the temp file is written and fsynced, not yet renamed"),
     "atomic.renamed": ("checkpoint", "the temp file is renamed over the target, the dir not yet fsynced"),
-    # LogManager._checkpoint_dir
+    # dir_checkpoints.checkpoint_dir
     "checkpoint.between-files": ("checkpoint", "the recovery-point checkpoint is written, the log-start one not"),
     # retention.purge_deleted
     "purge.partial": ("purge", "the first expired .deleted file is removed"),

@@ -7,9 +7,11 @@
   clean-shutdown marker and, without it, starts a new crash epoch and recovers every log it loads from its
   recovery point; logs of a dir are loaded by ``num.recovery.threads.per.data.dir`` threads and dirs in
   parallel. A process joining a dir that others have open opens views, except of a partition not loaded since
-  the last unclean shutdown, which it loads and recovers (see :mod:`storage_engine.log.locks`).
+  the last unclean shutdown, which it loads and recovers (see :mod:`storage_engine.log.locks`); one dir's load
+  is :mod:`.dir_loading`.
 * Checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) are written
-  atomically from the partitions' shared state, merged with entries of partitions other processes own.
+  atomically from the partitions' shared state, merged with entries of partitions other processes own
+  (:mod:`.dir_checkpoints`).
 * Closing: the last process to leave a dir flushes and trims every log, writes the checkpoints and the
   clean-shutdown marker.
 * Lifecycle: :meth:`LogManager.delete_log` deletes a partition (:mod:`.deletion`), :meth:`LogManager.move_log`
@@ -24,52 +26,27 @@
 """
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import os
-from dataclasses import dataclass, field
 
 from storage_engine import layout
-from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.segment.clean_shutdown import consume_clean_shutdown, write_clean_shutdown
 from storage_engine.clock import SYSTEM_CLOCK, Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, StorageError, StorageIOError)
-from storage_engine.log import deletion, mover
+from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover
+from storage_engine.log.dir_loading import DirState
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
+from storage_engine.log.locks import DELETED, FileLock
 from storage_engine.log.log import Log
-from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, DirLock, FileLock, convert_legacy_engine_files
-from storage_engine import crashpoints
 from storage_engine.log.open_logs import OpenLogs
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.segment.clean_shutdown import write_clean_shutdown
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
-
-
-@dataclass
-class DirState:
-    path: str
-    lock: DirLock
-    exclusive_at_open: bool
-    had_clean_shutdown: bool
-    opens_at_open: int = 0
-    epoch: int | None = None
-    load_messages: list = field(default_factory=list)
-
-
-def _why_not_a_dir(path: str, exc: OSError) -> OSError:
-    """The error that says why ``path`` cannot be used as a folder (``makedirs`` reports only "File exists" for
-    a path that is there but unusable, such as a symbolic link loop or a file)."""
-    if not isinstance(exc, FileExistsError):
-        return exc
-    try:
-        os.stat(path)
-    except OSError as real:
-        return real
-    return NotADirectoryError(20, "not a directory", path)
 
 
 class LogManager:
@@ -111,154 +88,15 @@ class LogManager:
                 os.makedirs(d, exist_ok=True)
                 online.append(d)
             except OSError as exc:
-                cause = _why_not_a_dir(d, exc)
+                cause = dir_loading.why_not_a_dir(d, exc)
                 if not is_dir_failure(cause):
                     raise StorageIOError("cannot create log dir", d, exc) from exc
                 mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
-        futures: list = []
-        try:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(online))) as pool:
-                futures = [pool.submit(mgr._load_dir, d) for d in online]
-            results = [f.result() for f in futures]
-            seen: dict[TopicPartition, Log] = {}
-            moved: set[TopicPartition] = set()
-            for logs, future_logs, gone in results:
-                moved.update(gone)
-                mgr.future_logs.update(future_logs)
-                for tp, log in logs.items():
-                    other = seen.get(tp)
-                    if other is not None:
-                        # Loaded in two dirs: legitimate only while a move commits (one of them is retired).
-                        stale = mgr._retired_of(other, log)
-                        if stale is None:
-                            raise StorageError(
-                                f"duplicate log directories for {tp[0]}-{tp[1]} are found in both "
-                                f"{other.log_dir} and {log.log_dir}; a partition must live in exactly one log dir")
-                        stale.close(clean=False)
-                        log = other if stale is log else log
-                        moved.add(tp)
-                    seen[tp] = log
-            for tp, log in seen.items():
-                mgr.logs[tp] = log
-            for tp in sorted(moved):   # moved or half-moved while this manager loaded: find where it is now
-                if tp not in mgr.logs:
-                    mgr._adopt(*tp)
-        except BaseException:
-            mgr._abandon(futures)
-            raise
+        dir_loading.load_dirs(mgr, online)
         return mgr
-
-    @staticmethod
-    def _retired_of(a: Log, b: Log) -> Log | None:
-        """Of two logs of one partition loaded from two dirs, the one whose lock is no longer live, if any."""
-        for log in (a, b):
-            if log.lock.read_state().status != LIVE:
-                return log
-        return None
-
-    def _partition_dirs(self, log_dir: str) -> list[tuple[str, TopicPartition]]:
-        return layout.partition_dirs(log_dir, self.load_errors)
 
     def _wanted(self, items):
         return items if self.only is None else [item for item in items if item[1] in self.only]
-
-    def _load_dir(self, log_dir: str):
-        """Load one dir: ``(logs, future logs, partitions found moved or deleted)``. A dir failing with an I/O
-        error is marked offline and loads nothing."""
-        state: DirState | None = None
-        loaded: list[Log] = []
-        try:
-            lock = DirLock(log_dir)
-            exclusive = lock.try_exclusive()
-            if not exclusive:
-                lock.shared()  # waits while the first opener recovers the dir
-            state = DirState(log_dir, lock, exclusive, False, lock.count_open())
-            self.dirs[log_dir] = state
-            return self._load_dir_locked(state, loaded)
-        except (OSError, StorageError) as exc:
-            if not is_dir_failure(exc):
-                raise
-            self.failures.mark_offline(log_dir, f"{type(exc).__name__}: {exc}")
-            for log in loaded:
-                log.close(clean=False)
-            if state is not None:
-                state.load_messages.append(f"log dir is offline: {type(exc).__name__}: {exc}")
-            return {}, {}, set()
-
-    def _load_dir_locked(self, state: DirState, loaded: list):
-        log_dir, lock, exclusive = state.path, state.lock, state.exclusive_at_open
-        now_ms = self.clock.milliseconds()
-        state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
-        if exclusive:
-            state.load_messages.extend(convert_legacy_engine_files(log_dir))
-            epoch = lock.epoch()
-            state.epoch = epoch if clean and epoch != UNKNOWN else lock.new_epoch()
-        else:
-            epoch = lock.epoch()
-            state.epoch = epoch if epoch != UNKNOWN else None
-        listing = layout.scan_log_dir(log_dir)
-        self.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
-        if exclusive and listing.deleting:
-            # Kafka deletes -delete folders after file.delete.delay.ms: the first opener removes those due.
-            purged = deletion.purge_delete_dirs([log_dir], now_ms,
-                                                lambda t: self.config.log_config(t).file_delete_delay_ms)
-            state.load_messages.extend(f"removed {os.path.basename(p)} (deleted partition)"
-                                       for p in purged["removed"])
-        rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
-        lso_cp, lso_err = OffsetCheckpointFile(
-            os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
-        for err in (rp_err, lso_err):
-            if err:
-                state.load_messages.append(f"{err}; recovering affected logs from offset 0")
-        threads = self.config.num_recovery_threads_per_data_dir
-
-        def load_one(item, future: bool):
-            folder, (topic, partition) = item
-            try:
-                log, res = open_log(log_dir, topic, partition, self.config.log_config(topic), clock=self.clock,
-                                    exclusive=exclusive, had_clean_shutdown=clean,
-                                    recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
-                                    log_start_offset_checkpoint=lso_cp.get((topic, partition), 0),
-                                    folder=folder if future else None, dir_epoch=state.epoch)
-            except PartitionDeletedError:
-                if not future:
-                    deletion.finish_deletion(log_dir, topic, partition, now_ms)
-                return (topic, partition), None, None
-            except (PartitionMovedError, PartitionNotFoundError):
-                return (topic, partition), None, None    # moved (or renamed) since the listing
-            self._track(log)   # here, not after the load: the bound holds while 100,000 partitions load
-            return (topic, partition), log, res
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            jobs = [(pool.submit(load_one, item, False), False) for item in self._wanted(listing.partitions)]
-            jobs += [(pool.submit(load_one, item, True), True) for item in self._wanted(listing.futures)]
-        logs: dict[TopicPartition, Log] = {}
-        future_logs: dict[TopicPartition, Log] = {}
-        gone: set[TopicPartition] = set()
-        failure = None
-        for f, future in jobs:
-            if f.exception() is not None:
-                failure = failure or f.exception()
-                continue
-            tp, log, res = f.result()
-            if log is None:
-                if not future:
-                    gone.add(tp)
-                continue
-            self._attach(log)
-            loaded.append(log)
-            (future_logs if future else logs)[tp] = log
-            if res is not None:
-                for m in res.messages:
-                    state.load_messages.append(f"{log.folder}: {m}")
-        if failure is not None:
-            for log in loaded:
-                log.close(clean=False)
-            loaded.clear()
-            raise failure
-        if exclusive:
-            lock.shared()
-        return logs, future_logs, gone
 
     def _attach(self, log: Log) -> Log:
         """Give a log this manager's way of following its partition and its failure channel."""
@@ -520,46 +358,10 @@ class LogManager:
             if self.failures.is_offline(d):
                 continue
             try:
-                written[d] = self._checkpoint_dir(d)
+                written[d] = dir_checkpoints.checkpoint_dir(self, d)
             except (OSError, StorageIOError) as exc:
                 self._dir_failed(d, exc)
         return written
-
-    def _checkpoint_dir(self, log_dir: str) -> dict:
-        # Views are brought up to date before the checkpoint lock is taken: a deletion holds a partition lock
-        # while it edits the checkpoint files, so the lock order is partition lock -> checkpoint lock.
-        candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == log_dir]
-        candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == log_dir]
-        values: dict[TopicPartition, tuple[Log, int]] = {}
-        for tp, log in candidates:
-            try:
-                log.refresh()
-            except (PartitionDeletedError, PartitionNotFoundError):
-                continue
-            if log.log_dir == log_dir:   # (a log may have followed its partition into another dir)
-                values[tp] = (log, log.segments[0].base_offset)
-        rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
-        lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
-        with FileLock(os.path.join(log_dir, layout.CHECKPOINT_LOCK_FILE)):
-            listing = layout.scan_log_dir(log_dir)
-            present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
-            rp, _ = rp_file.read_or_empty()
-            lso, _ = lso_file.read_or_empty()
-            rp = {tp: v for tp, v in rp.items() if tp in present and tp not in values}
-            lso = {tp: v for tp, v in lso.items() if tp in present and tp not in values}
-            for tp, (log, first_base) in values.items():
-                state = log.lock.read_state()
-                if state.status != LIVE or tp not in present:
-                    continue
-                rp[tp] = state.recovery_point if state.recovery_point != UNKNOWN else log.recovery_point
-                start = state.log_start_offset if state.log_start_offset != UNKNOWN else log.log_start_offset
-                if start > first_base:
-                    lso[tp] = start
-            rp_file.write(rp)
-            crashpoints.reached("checkpoint.between-files")
-            lso_file.write(lso)
-        return {"recovery_points": {f"{t}-{p}": v for (t, p), v in sorted(rp.items())},
-                "log_start_offsets": {f"{t}-{p}": v for (t, p), v in sorted(lso.items())}}
 
     # -- flushing ---------------------------------------------------------------------------------------------
     def flush_all(self, topic_filter=None) -> list[dict]:
@@ -599,7 +401,7 @@ class LogManager:
                     log.close(clean=last)
                     self.open_logs.forget(log)
                 if last and not self.failures.is_offline(d):
-                    self._write_checkpoints_after_close(d, logs)
+                    dir_checkpoints.write_checkpoints_after_close(d, logs)
                     if self._may_vouch_for(state, logs):
                         write_clean_shutdown(d)
             except (OSError, StorageError) as exc:
@@ -627,27 +429,6 @@ class LogManager:
                     for log in logs}
             return present <= mine
         return state.exclusive_at_open and state.had_clean_shutdown and state.lock.opens() == state.opens_at_open
-
-    def _write_checkpoints_after_close(self, log_dir: str, logs: list[Log]) -> None:
-        listing = layout.scan_log_dir(log_dir)
-        present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
-        existing = {log.folder for log in logs if os.path.isdir(log.dir)}
-        rp_file = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
-        lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
-        rp, _ = rp_file.read_or_empty()
-        lso, _ = lso_file.read_or_empty()
-        rp = {tp: v for tp, v in rp.items() if tp in present}
-        lso = {tp: v for tp, v in lso.items() if tp in present}
-        for log in logs:
-            if log.folder not in existing:
-                continue     # deleted or moved away meanwhile
-            tp = (log.topic, log.partition)
-            rp[tp] = log.recovery_point
-            lso.pop(tp, None)
-            if log.log_start_offset > log.segments[0].base_offset:
-                lso[tp] = log.log_start_offset
-        rp_file.write(rp)
-        lso_file.write(lso)
 
     def __enter__(self):
         return self
