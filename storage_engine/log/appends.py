@@ -18,17 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from storage_engine.errors import InvalidRecordError
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import validator
+from storage_engine.log.handle import LogHandle
 from storage_engine.record import codecs
 from storage_engine.record.records import RecordBatch, SimpleRecord, build_control_batch
 from storage_engine.segment.file_records import iter_batches
-
-if TYPE_CHECKING:
-    from storage_engine.log.log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +41,9 @@ class AppendInfo:
     duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
 
 
-def append_records(log: Log, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1,
-                   producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False) -> AppendInfo:
+def append_records(log: LogHandle, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE,
+                   producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                   is_transactional: bool = False) -> AppendInfo:
     """Build one batch from ``records`` at the log end offset and append it (the producer path). With a producer
     id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction)."""
     if not records:
@@ -68,7 +66,7 @@ def append_records(log: Log, records: Sequence[SimpleRecord], *, codec: int = co
         return append_validated(log, data, first, last, max_ts, last, len(recs), now, analysis)
 
 
-def append_batches(log: Log, data: bytes) -> AppendInfo:
+def append_batches(log: LogHandle, data: bytes) -> AppendInfo:
     """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record, assign
     offsets from the log end offset, then write them as one append."""
     now = log.clock.milliseconds()
@@ -85,7 +83,7 @@ def append_batches(log: Log, data: bytes) -> AppendInfo:
         return append_validated(log, bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
 
 
-def append_end_txn(log: Log, producer_id: int, producer_epoch: int, *, commit: bool,
+def append_end_txn(log: LogHandle, producer_id: int, producer_epoch: int, *, commit: bool,
                    coordinator_epoch: int = 0) -> AppendInfo:
     """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id`` at the log end, as the
     transaction coordinator does: the epoch must not be older than the producer's (``INVALID_PRODUCER_EPOCH``)
@@ -108,13 +106,13 @@ def append_end_txn(log: Log, producer_id: int, producer_epoch: int, *, commit: b
         return append_validated(log, data, first, first, now, first, 1, now, analysis)
 
 
-def _duplicate(log: Log, meta, count: int) -> AppendInfo:
+def _duplicate(log: LogHandle, meta, count: int) -> AppendInfo:
     logger.info("%s: retried batch of sequences [%d, %d] already at offsets [%d, %d]", log.name,
                 meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
     return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
 
 
-def append_as_follower(log: Log, data: bytes) -> AppendInfo:
+def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
     """Append whole batches that already have their offsets (Kafka's ``appendAsFollower``: the copy of a
     partition being moved). Each batch must pass its size and CRC checks and start at or after the log end
     offset, offsets increasing; they are written byte for byte, rolling as the log would."""
@@ -155,8 +153,8 @@ def append_as_follower(log: Log, data: bytes) -> AppendInfo:
                           max_ts, len(data))
 
 
-def append_validated(log: Log, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int, count: int,
-                     now: int, analysis=None) -> AppendInfo:
+def append_validated(log: LogHandle, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
+                     count: int, now: int, analysis=None) -> AppendInfo:
     """Write validated batches at the log end (the lock is held): roll first if due, then append, update the
     producer state, and flush once ``flush.messages`` records are unflushed."""
     rolled = log._maybe_roll(len(data), max_ts, last, now)

@@ -10,7 +10,6 @@ the logs it has just flushed. A log start offset is written only when it is abov
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from storage_engine import crashpoints, layout
 from storage_engine.errors import PartitionDeletedError, PartitionNotFoundError
@@ -18,17 +17,14 @@ from storage_engine.log.locks import LIVE, UNKNOWN, FileLock
 from storage_engine.log.log import Log
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
-if TYPE_CHECKING:
-    from storage_engine.log.manager import LogManager
-
 TopicPartition = tuple[str, int]
 
 
-def checkpoint_dir(mgr: LogManager, log_dir: str) -> dict:
+def checkpoint_dir(log_dir: str, candidates: list[tuple[TopicPartition, Log]]) -> dict:
+    """Write both checkpoints of ``log_dir`` while it is in use: ``candidates`` are the process's logs in that dir
+    (-future copies first, so a partition's current log wins); returns the entries written."""
     # Views are brought up to date before the checkpoint lock is taken: a deletion holds a partition lock
     # while it edits the checkpoint files, so the lock order is partition lock -> checkpoint lock.
-    candidates = [(tp, log) for tp, log in mgr.future_logs.items() if log.log_dir == log_dir]
-    candidates += [(tp, log) for tp, log in mgr.logs.items() if log.log_dir == log_dir]
     values: dict[TopicPartition, tuple[Log, int]] = {}
     for tp, log in candidates:
         try:
@@ -62,6 +58,7 @@ def checkpoint_dir(mgr: LogManager, log_dir: str) -> dict:
 
 
 def write_checkpoints_after_close(log_dir: str, logs: list[Log]) -> None:
+    """Write both checkpoints of ``log_dir`` from ``logs``, just flushed by the last process to leave the dir."""
     listing = layout.scan_log_dir(log_dir)
     present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
     existing = {log.folder for log in logs if os.path.isdir(log.dir)}

@@ -12,26 +12,26 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from storage_engine import layout
+from storage_engine.clock import Clock
+from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError
 from storage_engine.log import deletion
-from storage_engine.log.failure import is_dir_failure
+from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
 from storage_engine.log.locks import LIVE, UNKNOWN, DirLock, convert_legacy_engine_files
 from storage_engine.log.log import Log
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import consume_clean_shutdown
 
-if TYPE_CHECKING:
-    from storage_engine.log.manager import LogManager
-
 TopicPartition = tuple[str, int]
 
 
 @dataclass
 class DirState:
+    """What a manager knows of a log dir it opened: its lock, how it found it, its crash epoch, load messages."""
     path: str
     lock: DirLock
     exclusive_at_open: bool
@@ -39,6 +39,27 @@ class DirState:
     opens_at_open: int = 0
     epoch: int | None = None
     load_messages: list = field(default_factory=list)
+
+
+class LoadingManager(Protocol):
+    """What loading takes from the :class:`~storage_engine.log.manager.LogManager` it loads into."""
+    config: StorageConfig
+    clock: Clock
+    dirs: dict[str, DirState]
+    failures: LogDirFailureChannel
+    load_errors: list[str]
+    logs: dict[TopicPartition, Log]
+    future_logs: dict[TopicPartition, Log]
+
+    def _wanted(self, items: list) -> list: ...
+
+    def _track(self, log: Log) -> None: ...
+
+    def _attach(self, log: Log) -> Log: ...
+
+    def _adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None: ...
+
+    def _abandon(self, dir_futures) -> None: ...
 
 
 def why_not_a_dir(path: str, exc: OSError) -> OSError:
@@ -53,7 +74,7 @@ def why_not_a_dir(path: str, exc: OSError) -> OSError:
     return NotADirectoryError(20, "not a directory", path)
 
 
-def load_dir(mgr: LogManager, log_dir: str):
+def load_dir(mgr: LoadingManager, log_dir: str):
     """Load one dir: ``(logs, future logs, partitions found moved or deleted)``. A dir failing with an I/O
     error is marked offline and loads nothing."""
     state: DirState | None = None
@@ -76,7 +97,7 @@ def load_dir(mgr: LogManager, log_dir: str):
             state.load_messages.append(f"log dir is offline: {type(exc).__name__}: {exc}")
         return {}, {}, set()
 
-def _load_dir_locked(mgr: LogManager, state: DirState, loaded: list):
+def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list):
     log_dir, lock, exclusive = state.path, state.lock, state.exclusive_at_open
     now_ms = mgr.clock.milliseconds()
     state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
@@ -152,7 +173,7 @@ def _load_dir_locked(mgr: LogManager, state: DirState, loaded: list):
     return logs, future_logs, gone
 
 
-def load_dirs(mgr: LogManager, online: list[str]) -> None:
+def load_dirs(mgr: LoadingManager, online: list[str]) -> None:
     """Load the online dirs in parallel into ``mgr``: a partition found in two dirs is legitimate only while a move
     commits (the retired copy is closed), and one moved or deleted meanwhile is looked up again. A failure closes
     what was loaded and releases every dir lock."""

@@ -358,7 +358,9 @@ class LogManager:
             if self.failures.is_offline(d):
                 continue
             try:
-                written[d] = dir_checkpoints.checkpoint_dir(self, d)
+                candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == d]
+                candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == d]
+                written[d] = dir_checkpoints.checkpoint_dir(d, candidates)
             except (OSError, StorageIOError) as exc:
                 self._dir_failed(d, exc)
         return written

@@ -13,20 +13,17 @@ only lower it to the new log end.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from storage_engine import crashpoints, layout
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import view
+from storage_engine.log.handle import LogHandle
 from storage_engine.segment.segment import LogSegment
 
-if TYPE_CHECKING:
-    from storage_engine.log.log import Log
 
-
-def truncate_to(log: Log, offset: int) -> bool:
+def truncate_to(log: LogHandle, offset: int) -> bool:
     """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
     if offset < 0:
         raise OffsetOutOfRangeError(f"cannot truncate {log.name} to negative offset {offset}")
@@ -55,7 +52,7 @@ def truncate_to(log: Log, offset: int) -> bool:
         return True
 
 
-def _ensure_active_writable(log: Log, now: int) -> None:
+def _ensure_active_writable(log: LogHandle, now: int) -> None:
     """A view (a process that joined the log dir) opens sealed segments read-only; one that truncation turns back
     into the active segment must take writes, so reopen it writable."""
     active = log.active_segment
@@ -66,7 +63,7 @@ def _ensure_active_writable(log: Log, now: int) -> None:
     log.segment_list.add(seg)
 
 
-def truncate_fully_locked(log: Log, offset: int, now: int) -> None:
+def truncate_fully_locked(log: LogHandle, offset: int, now: int) -> None:
     """Delete every segment and start the log empty at ``offset`` (the lock is held)."""
     log._publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
@@ -90,8 +87,8 @@ def truncate_fully_locked(log: Log, offset: int, now: int) -> None:
     log._publish(bump=True)
 
 
-def delete_segment_files(log: Log, seg: LogSegment, now: int, sync: bool = True, *, after_log: str | None = None,
-                         snapshot: bool = False) -> None:
+def delete_segment_files(log: LogHandle, seg: LogSegment, now: int, sync: bool = True, *,
+                         after_log: str | None = None, snapshot: bool = False) -> None:
     """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms), with
     ``snapshot`` also the producer snapshot named by its base offset, right after them."""
     log.segment_list.remove(seg)
@@ -109,7 +106,7 @@ def delete_segment_files(log: Log, seg: LogSegment, now: int, sync: bool = True,
         fsync_dir(log.dir)
 
 
-def delete_segments_locked(log: Log, segments: list[LogSegment], now: int) -> list[LogSegment]:
+def delete_segments_locked(log: LogHandle, segments: list[LogSegment], now: int) -> list[LogSegment]:
     """Delete a prefix of segments (retention; the caller holds the lock with a fresh view).
 
     Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains; the
@@ -157,7 +154,7 @@ def delete_segments_locked(log: Log, segments: list[LogSegment], now: int) -> li
     return segments
 
 
-def delete_records(log: Log, offset: int) -> int:
+def delete_records(log: LogHandle, offset: int) -> int:
     """Raise the log start offset (DeleteRecords); ``-1`` means the high watermark. Returns the new one."""
     with log.locked():
         target = log.high_watermark if offset == -1 else offset
