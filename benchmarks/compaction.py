@@ -41,7 +41,7 @@ import time
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, jobs as maintenance
 from storage_engine.maintenance.cleaner import Cleaner
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record import codecs
 from storage_engine.record.records import SimpleRecord, build_batch

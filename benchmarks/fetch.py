@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import build_batch

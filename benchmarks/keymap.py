@@ -47,7 +47,7 @@ import time
 
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
 from storage_engine.record.records import SimpleRecord, build_batch
@@ -248,7 +248,7 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
         # Filled from the benchmark's log (path = its config) by build_offset_map, as the cleaner fills it. The
         # log's mapped pages are file pages: anonymous RSS (RssAnon) is what the map itself holds; the map
         # allocates nothing but its buffer, so its peak is what it holds once filled.
-        from storage_engine.config import load_config
+        from storage_engine.config_file import load_config
         mgr = LogManager.open(load_config(path), clock=ManualClock(NOW_MS))
         log = mgr.get_log(TOPIC, 0)
         before = _status_kib("RssAnon")

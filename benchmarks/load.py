@@ -35,7 +35,7 @@ import time
 from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.clean_shutdown import clean_shutdown_path
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.log.locks import lock_path
 from storage_engine.record.records import build_batch

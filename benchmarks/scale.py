@@ -30,7 +30,8 @@ import shutil
 from pathlib import Path
 
 from storage_engine import layout
-from storage_engine.config import StorageConfig, config_from_mapping
+from storage_engine.config import StorageConfig
+from storage_engine.config_file import config_from_mapping
 from storage_engine.maintenance import jobs
 from storage_engine.tools import status
 

@@ -39,7 +39,8 @@ from include.sample_data import (DEFAULT_SEED, display_path, format_summary, gen
                                  reset_log_dirs, short_time, table)
 from storage_engine import StorageError, layout, verify_log_dirs
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.config import DEFAULT_CONFIG_PATH, StorageConfig, load_config
+from storage_engine.config import StorageConfig
+from storage_engine.config_file import DEFAULT_CONFIG_PATH, load_config
 from storage_engine.log.locks import UNKNOWN, PartitionLock, lock_path
 
 DAG_IDS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify", "log_dir_balance")

@@ -42,7 +42,7 @@ def _write_partitions(args: tuple) -> int:
     """Worker: create and fill the partitions [first, last) of topic ``t<i // 1000>``; returns records."""
     config_path, first, last, segments, now_ms = args
     from storage_engine.clock import ManualClock
-    from storage_engine.config import load_config
+    from storage_engine.config_file import load_config
     from storage_engine.log.loader import open_log
     from storage_engine.record.records import SimpleRecord
 
@@ -69,7 +69,7 @@ def _write_partitions(args: tuple) -> int:
 
 def generate(root: Path, partitions: int, segments: int, now_ms: int) -> dict:
     from storage_engine import layout
-    from storage_engine.config import load_config
+    from storage_engine.config_file import load_config
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     from storage_engine.segment.clean_shutdown import write_clean_shutdown
     from storage_engine.tools.status import LogSnapshot

@@ -11,13 +11,14 @@ The public API, importable from here::
             print(record.offset, record.key, record.value)
     storage_engine.retention_all(config, now_ms=1767225600000, dry_run=True)
 
-Layers (each imports only the ones listed before it): ``errors``, ``layout``, ``durable``, ``clock``, ``config``;
-``record/`` (batch formats and codecs); ``segment/`` (one segment's files, the log dir's small files);
-``log/`` (a partition's log, loading, the set of logs, locks); ``maintenance/`` (retention, compaction, whole
-jobs); ``tools/`` (CLI, dump, verify). The engine imports neither Airflow nor Spark.
+Layers (each imports only the ones listed before it): ``errors``, ``layout``, ``durable``, ``clock``,
+``config_keys``, ``config``, ``config_file``; ``record/`` (batch formats and codecs); ``segment/`` (one segment's
+files, the log dir's small files); ``log/`` (a partition's log, loading, the set of logs, locks); ``maintenance/``
+(retention, compaction, whole jobs); ``tools/`` (CLI, dump, verify). The engine imports neither Airflow nor Spark.
 """
 from storage_engine.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
-from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, config_from_mapping, load_config
+from storage_engine.config import CleanerConfig, LogConfig, StorageConfig
+from storage_engine.config_file import config_from_mapping, load_config
 from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpointError, CorruptIndexError,
                                    CorruptRecordError, InvalidOffsetError, InvalidRecordError,
                                    InvalidRecordForTopicError, InvalidRequestError, InvalidTopicError,

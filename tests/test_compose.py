@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from tests.paths import REPO
 
 pytestmark = pytest.mark.unit

@@ -28,7 +28,7 @@ import random
 import sys
 import time
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance import jobs

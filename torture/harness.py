@@ -43,7 +43,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from storage_engine import crashpoints
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.tools.verify import verify_log_dirs
 from torture.child import KEYED, PLAIN, RETAINED, TOPICS, digest, payload_ok

@@ -11,7 +11,7 @@ Config resolution, first match wins:
 2. the ``extra`` of the Airflow connection ``storage_engine_default`` (or the hook's ``storage_engine_conn_id``):
    ``{"config": "/path/storage.yaml"}``; a missing connection, or one without ``config``, is not an error;
 3. ``$STORAGE_ENGINE_CONFIG``;
-4. the engine's default, ``include/config/storage.yaml`` (``storage_engine.config.DEFAULT_CONFIG_PATH``).
+4. the engine's default, ``include/config/storage.yaml`` (``storage_engine.config_file.DEFAULT_CONFIG_PATH``).
 
 **What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, :func:`as_of`: its data
 interval end, or, for a run without a data interval (triggered through the REST API with
@@ -32,7 +32,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from storage_engine import layout
-from storage_engine.config import DEFAULT_CONFIG_PATH, ENV_VAR, StorageConfig, load_config
+from storage_engine.config import StorageConfig
+from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
 from storage_engine.maintenance import jobs as maintenance
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"

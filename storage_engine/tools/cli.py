@@ -16,7 +16,7 @@ import sys
 from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.clock import clock_at
-from storage_engine.config import ENV_VAR, load_config
+from storage_engine.config_file import ENV_VAR, load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    ProducerStateError,
                                    InvalidTopicError, PartitionNotFoundError, OffsetOutOfRangeError, RecordTooLargeError, StorageError)

@@ -12,7 +12,8 @@ import textwrap
 import yaml
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import StorageConfig, load_config
+from storage_engine.config import StorageConfig
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 
@@ -67,7 +68,7 @@ class StorageFixture:
         script = textwrap.dedent(f"""
             import os
             from storage_engine.clock import ManualClock
-            from storage_engine.config import load_config
+            from storage_engine.config_file import load_config
             from storage_engine.log.manager import LogManager
             from storage_engine.record.records import SimpleRecord
             mgr = LogManager.open(load_config({str(self.config_path)!r}), clock=ManualClock({T_MS}))
@@ -86,7 +87,7 @@ class StorageFixture:
         script = textwrap.dedent(f"""
             import sys
             from storage_engine.clock import ManualClock
-            from storage_engine.config import load_config
+            from storage_engine.config_file import load_config
             from storage_engine.log.manager import LogManager
             from storage_engine.record.records import SimpleRecord
             mgr = LogManager.open(load_config({str(self.config_path)!r}), clock=ManualClock({T_MS}))

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 
 from .api_server import ApiServer

@@ -18,7 +18,7 @@ from spark_jobs import build_key_map
 from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import jobs as maintenance
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.tools.inspect import partition_info
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord

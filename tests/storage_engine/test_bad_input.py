@@ -18,7 +18,7 @@ import pytest
 from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.tools import cli
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError,
                                    OffsetOutOfRangeError, RecordTooLargeError)
 from storage_engine.log.manager import LogManager

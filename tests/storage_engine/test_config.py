@@ -1,4 +1,5 @@
-"""storage_engine.config: Kafka's defaults, precedence and constraints, YAML loading and log-dir resolution."""
+"""storage_engine.config_keys, config and config_file: Kafka's defaults, precedence and constraints, YAML loading
+and log-dir resolution."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +10,9 @@ import re
 import pytest
 
 from tests.paths import REPO
-from storage_engine import config as cfg
-from storage_engine.config import (
-    CleanerConfig, LogConfig, StorageConfig, config_from_mapping, load_config,
-)
+from storage_engine import config_file, config_keys
+from storage_engine.config import CleanerConfig, LogConfig, StorageConfig
+from storage_engine.config_file import config_from_mapping, load_config
 from storage_engine.errors import ConfigError, InvalidTopicError
 
 pytestmark = pytest.mark.unit
@@ -79,15 +79,15 @@ def test_dataclass_defaults_are_kafkas():
 
 
 def test_key_tables_cover_the_config_objects():
-    assert {f.name for f in dataclasses.fields(LogConfig)} == {k.attr for k in cfg.TOPIC_KEYS.values()} | {
-        k.name.removeprefix("log.").replace(".", "_") for k in cfg.BROKER_KEYS.values() if k.feeds == "leader"}
+    assert {f.name for f in dataclasses.fields(LogConfig)} == {k.attr for k in config_keys.TOPIC_KEYS.values()} | {
+        k.name.removeprefix("log.").replace(".", "_") for k in config_keys.BROKER_KEYS.values() if k.feeds == "leader"}
     assert {f.name for f in dataclasses.fields(CleanerConfig)} == {
-        k.attr for k in cfg.BROKER_KEYS.values() if k.feeds == "cleaner"}
-    synonyms = {name for k in cfg.TOPIC_KEYS.values() for name, _ in k.chain()}
-    assert {k.name for k in cfg.BROKER_KEYS.values() if k.feeds == "log"} <= synonyms
-    assert synonyms <= set(cfg.BROKER_KEYS)
+        k.attr for k in config_keys.BROKER_KEYS.values() if k.feeds == "cleaner"}
+    synonyms = {name for k in config_keys.TOPIC_KEYS.values() for name, _ in k.chain()}
+    assert {k.name for k in config_keys.BROKER_KEYS.values() if k.feeds == "log"} <= synonyms
+    assert synonyms <= set(config_keys.BROKER_KEYS)
     storage_fields = {f.name for f in dataclasses.fields(StorageConfig) if f.init}
-    assert {k.attr for k in cfg.BROKER_KEYS.values() if k.feeds == "storage"} <= storage_fields
+    assert {k.attr for k in config_keys.BROKER_KEYS.values() if k.feeds == "storage"} <= storage_fields
 
 
 # ---------------------------------------------------------------------------------------------- precedence
@@ -490,19 +490,19 @@ def test_directory_as_config_is_rejected(tmp_path):
 def test_env_var_selects_the_file(tmp_path, monkeypatch):
     a = write_yaml(tmp_path / "a.yaml", "broker:\n  log.dirs: d\n  log.segment.bytes: 111\n")
     b = write_yaml(tmp_path / "b.yaml", "broker:\n  log.dirs: d\n  log.segment.bytes: 222\n")
-    monkeypatch.setenv(cfg.ENV_VAR, str(a))
+    monkeypatch.setenv(config_file.ENV_VAR, str(a))
     assert load_config().default_log.segment_bytes == 111
     assert load_config(str(b)).default_log.segment_bytes == 222     # an explicit path wins
-    monkeypatch.setenv(cfg.ENV_VAR, str(tmp_path / "gone.yaml"))
+    monkeypatch.setenv(config_file.ENV_VAR, str(tmp_path / "gone.yaml"))
     with pytest.raises(ConfigError, match=r"gone.yaml \(named by \$STORAGE_ENGINE_CONFIG\)"):
         load_config()
-    monkeypatch.delenv(cfg.ENV_VAR)
-    assert load_config().source == cfg.DEFAULT_CONFIG_PATH
+    monkeypatch.delenv(config_file.ENV_VAR)
+    assert load_config().source == config_file.DEFAULT_CONFIG_PATH
 
 
 def test_default_storage_yaml_loads():
-    assert cfg.DEFAULT_CONFIG_PATH == str(REPO / "include" / "config" / "storage.yaml")
-    c = load_config(cfg.DEFAULT_CONFIG_PATH)
+    assert config_file.DEFAULT_CONFIG_PATH == str(REPO / "include" / "config" / "storage.yaml")
+    c = load_config(config_file.DEFAULT_CONFIG_PATH)
     assert c.log_dirs == (str(REPO / "var" / "logs" / "dir-a"), str(REPO / "var" / "logs" / "dir-b"))
     assert c.default_log.segment_bytes == 1048576
     assert c.default_log.retention_ms == 168 * 3600000

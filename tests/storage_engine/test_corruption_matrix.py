@@ -19,7 +19,7 @@ import types
 import pytest
 
 from storage_engine import layout
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord, build_batch
 from storage_engine.segment.checkpoint import OffsetCheckpointFile

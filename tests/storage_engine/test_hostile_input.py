@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.errors import ConfigError
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord

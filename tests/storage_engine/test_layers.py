@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 ENGINE = REPO / "storage_engine"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS = [
-    {"errors", "layout", "durable", "clock", "config"},
+    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file"},
     {"record"},
     {"segment"},
     {"log"},

@@ -23,7 +23,7 @@ import pytest
 
 from tests.paths import REPO
 from storage_engine import layout
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord, build_batch

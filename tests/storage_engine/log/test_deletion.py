@@ -8,7 +8,7 @@ import pytest
 
 from storage_engine import layout
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import LogLockedError, PartitionDeletedError, PartitionNotFoundError
 from storage_engine.log import deletion
 from storage_engine.log.locks import DELETED, CleaningClaim, PartitionLock, lock_path, peek_state

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from storage_engine import layout
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.locks import LIVE, lock_path, peek_state
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord

@@ -10,7 +10,7 @@ import pytest
 
 from storage_engine import layout
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log import mover
 from storage_engine.log.loader import open_log
 from storage_engine.log.manager import LogManager

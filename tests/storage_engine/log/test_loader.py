@@ -18,7 +18,8 @@ from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import has_clean_shutdown
-from storage_engine.config import LogConfig, config_from_mapping
+from storage_engine.config import LogConfig
+from storage_engine.config_file import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
 from storage_engine.segment.segment import LogSegment

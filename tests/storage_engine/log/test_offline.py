@@ -13,7 +13,7 @@ import os
 import pytest
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import LogDirOfflineError, StorageIOError
 from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.manager import LogManager

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.log.open_logs import OpenLogs
 from storage_engine.record.records import SimpleRecord
@@ -35,7 +35,7 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 LIMIT = __LIMIT__ if hard == resource.RLIM_INFINITY else min(__LIMIT__, hard)   # never above the hard limit
 resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, hard))
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import StorageIOError
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -179,7 +179,7 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
     # isolates a damaged partition reported healthy ones as unreadable while the halves already loaded held the
     # descriptors. Each job must see every healthy partition and report only the damaged one.
     out = run_child("""
-        from storage_engine.config import config_from_mapping
+        from storage_engine.config_file import config_from_mapping
         from storage_engine.maintenance import jobs
         cfg = config_from_mapping({"broker": {"log.dirs": __DIRS__, "log.index.size.max.bytes": 4096,
                                               "log.cleanup.policy": "compact,delete", "log.retention.ms": 1000}})

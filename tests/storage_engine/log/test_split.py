@@ -17,7 +17,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from storage_engine import layout
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.tools.verify import verify_log_dirs

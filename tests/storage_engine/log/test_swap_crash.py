@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from storage_engine import crashpoints
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -177,7 +177,7 @@ def test_a_reader_retries_across_a_swap_in_progress(tmp_path):
 PAUSING_COMPACT = """
 import sys, time
 from storage_engine import crashpoints
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.maintenance import jobs
 original = crashpoints.reached
 def reached(step):

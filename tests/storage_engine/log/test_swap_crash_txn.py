@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from storage_engine import crashpoints, layout
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord

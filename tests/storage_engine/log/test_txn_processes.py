@@ -14,7 +14,7 @@ import pytest
 
 from storage_engine import layout
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -113,7 +113,7 @@ def test_two_processes_appending_for_one_producer_see_one_state(tmp_path, client
 def recovered_state(cfg_path: str) -> dict:
     """The state a fresh first opener recovers (no clean-shutdown marker: the killed process wrote none)."""
     from tests.storage_engine.procs.txn_client import state_of
-    from storage_engine.config import load_config
+    from storage_engine.config_file import load_config
     with LogManager.open(load_config(cfg_path)) as mgr:
         log = mgr.get_log("t", 0)
         return {"ok": True, **state_of(log),

@@ -1147,7 +1147,7 @@ def test_crash_states_named_in_the_protocol(tmp_path, monkeypatch):
 
 WRITER = r'''
 import sys, time
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 
@@ -1177,7 +1177,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
     import threading
 
     from storage_engine.maintenance import jobs as maintenance
-    from storage_engine.config import load_config
+    from storage_engine.config_file import load_config
     from storage_engine.log.manager import LogManager
 
     log_dir = tmp_path / "logs"

@@ -14,7 +14,8 @@ from storage_engine.maintenance import cleaner_manager, jobs as maintenance, ret
 from storage_engine import layout
 from storage_engine.maintenance.cleaner_manager import (cleanable_offsets, cleaning_claim, log_to_clean, read_cleaner_checkpoints,
                                             update_cleaner_checkpoint)
-from storage_engine.config import LogConfig, config_from_mapping
+from storage_engine.config import LogConfig
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import LogLockedError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from storage_engine.clock import ManualClock
-from storage_engine.config import config_from_mapping
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import InvalidRequestError
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance import lifecycle

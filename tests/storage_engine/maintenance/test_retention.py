@@ -9,7 +9,8 @@ from storage_engine.log import loader
 from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.maintenance import jobs as maintenance, retention
-from storage_engine.config import LogConfig, config_from_mapping
+from storage_engine.config import LogConfig
+from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from payloads import digest, make_payload  # noqa: E402
 
-from storage_engine.config import load_config  # noqa: E402
+from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402
 from storage_engine.record.records import SimpleRecord  # noqa: E402
 

@@ -34,7 +34,7 @@ from payloads import digest, make_payload  # noqa: E402
 from storage_engine.segment import _index_file  # noqa: E402
 from storage_engine.log import log as log_module  # noqa: E402
 from storage_engine.segment import segment  # noqa: E402
-from storage_engine.config import load_config  # noqa: E402
+from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402
 from storage_engine.record.records import SimpleRecord  # noqa: E402
 

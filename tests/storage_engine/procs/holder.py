@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 
 

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.maintenance import jobs
 from storage_engine.tools.verify import verify_log_dirs
 

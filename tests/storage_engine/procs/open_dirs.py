@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import steps  # noqa: E402
 
 from storage_engine.clock import ManualClock  # noqa: E402
-from storage_engine.config import load_config  # noqa: E402
+from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402
 
 T0 = 1_700_000_000_000

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from payloads import digest, payload_ok  # noqa: E402
 
-from storage_engine.config import load_config  # noqa: E402
+from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.errors import PartitionNotFoundError  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402
 

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.errors import ProducerStateError
 from storage_engine.log import producer_state
 from storage_engine.log.manager import LogManager

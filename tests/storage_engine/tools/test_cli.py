@@ -17,7 +17,7 @@ import pytest
 from tests.paths import REAL_KAFKA_FIXTURES, REPO
 from storage_engine import layout
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.config import load_config
+from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 
