@@ -23,7 +23,7 @@ import os
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
-from storage_engine.record.records import build_batch
+from storage_engine.record.record_batch import build_batch
 
 from .harness import (NOW_MS, Context, Row, Sample, Section, Target, chunks, generate_records, raw_write,
                       run_interleaved, scratch_dir, timed)

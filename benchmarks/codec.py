@@ -3,7 +3,7 @@
 For each value size (100 B, 1 KiB) the same generated records are cut into 1000-record batches and, for
 each codec (none, lz4):
 
-* engine encode       ``records.build_batch(records, base_offset=..., codec=...)`` per batch;
+* engine encode       ``record_batch.build_batch(records, base_offset=..., codec=...)`` per batch;
 * kafka-python encode ``DefaultRecordBatchBuilder.append`` per record, then ``build()`` per batch;
 * engine decode       ``file_records.iter_batches(buf)`` and ``batch.records()`` over one buffer holding
                       every engine-encoded batch (what a fetch or a segment looks like);
@@ -21,7 +21,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage_engine.record import codecs
 from storage_engine.segment.file_records import iter_batches
-from storage_engine.record.records import build_batch
+from storage_engine.record.record_batch import build_batch
 
 from .harness import Context, Row, Sample, Section, Target, chunks, generate_records, run_interleaved, timed
 

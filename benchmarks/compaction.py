@@ -44,7 +44,8 @@ from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record import codecs
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records,
                       raw_read_files, run_interleaved, scratch_dir, timed)

@@ -18,7 +18,7 @@ from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
-from storage_engine.record.records import build_batch
+from storage_engine.record.record_batch import build_batch
 
 from .harness import (MIB, NOW_MS, Context, Row, Sample, Section, chunks, generate_records, raw_read_files,
                       run_interleaved, scratch_dir, timed)

@@ -50,7 +50,8 @@ from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from .harness import (MB, MIB, NOW_MS, REPO, Context, Row, Sample, Section, scratch_dir, timed)
 

@@ -38,7 +38,7 @@ from storage_engine.segment.clean_shutdown import clean_shutdown_path
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.log.locks import lock_path
-from storage_engine.record.records import build_batch
+from storage_engine.record.record_batch import build_batch
 
 from .harness import (MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records, open_fd_count,
                       raw_read_files, run_interleaved, scratch_dir, timed)

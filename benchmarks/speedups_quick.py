@@ -5,7 +5,7 @@ a one-screen comparison of 1000-record batches of 100-byte values (16-byte keys,
 
 * decode: ``records.decode_records`` over one batch's records section (what ``RecordBatch.records()`` does
   after decompression), against kafka-python's ``list(DefaultRecordBatch(batch))``;
-* encode: ``records.encode_records`` (the records section alone) and ``records.build_batch`` (whole batch:
+* encode: ``records.encode_records`` (the records section alone) and ``record_batch.build_batch`` (whole batch:
   header, CRC-32C), against kafka-python's ``DefaultRecordBatchBuilder.append`` x 1000 + ``build()``;
 * append: ``build_batch`` plus ``os.write`` of every batch to a file (no fsync), the producer-side cost.
 
@@ -22,7 +22,7 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage_engine.record import records
+from storage_engine.record import record_batch, records
 
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100
@@ -52,8 +52,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     args = parser.parse_args()
     batch_records = [_records(b) for b in range(args.batches)]
-    batches = [records.build_batch(recs, base_offset=b * RECORDS_PER_BATCH) for b, recs in enumerate(batch_records)]
-    sections = [records.RecordBatch(batch).records_payload() for batch in batches]
+    batches = [record_batch.build_batch(recs, base_offset=b * RECORDS_PER_BATCH)
+               for b, recs in enumerate(batch_records)]
+    sections = [record_batch.RecordBatch(batch).records_payload() for batch in batches]
     n = args.batches * RECORDS_PER_BATCH
     impls = {"python": (records._py_decode_records, records._py_encode_records)}
     if records._c_decode_records is not None:
@@ -85,27 +86,27 @@ def main() -> None:
                     encode(recs, None, 0, BASE_TIMESTAMP_MS)
 
             def build_all(encode=encode):
-                records.encode_records = encode  # what build_batch calls
+                record_batch.encode_records = encode  # what build_batch calls
                 for b, recs in enumerate(batch_records):
-                    records.build_batch(recs, base_offset=b * RECORDS_PER_BATCH)
+                    record_batch.build_batch(recs, base_offset=b * RECORDS_PER_BATCH)
 
             def append_all(encode=encode, path=os.path.join(tmp, f"{name}.log")):
-                records.encode_records = encode
+                record_batch.encode_records = encode
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 try:
                     for b, recs in enumerate(batch_records):
-                        os.write(fd, records.build_batch(recs, base_offset=b * RECORDS_PER_BATCH))
+                        os.write(fd, record_batch.build_batch(recs, base_offset=b * RECORDS_PER_BATCH))
                 finally:
                     os.close(fd)
 
             cases.update({(name, "decode"): decode_all, (name, "encode (records section)"): encode_all,
                           (name, "encode (whole batch)"): build_all,
                           (name, "append (build_batch + os.write)"): append_all})
-        saved = records.encode_records
+        saved = record_batch.encode_records
         try:
             rates = _best_rates(cases, n)
         finally:
-            records.encode_records = saved
+            record_batch.encode_records = saved
     rows = [(impl, what, rate) for (impl, what), rate in rates.items()]
     kp = {what: rate for impl, what, rate in rows if impl == "kafka-python"}
     print(f"{args.batches} batches x {RECORDS_PER_BATCH} records, {VALUE_BYTES}-byte values "

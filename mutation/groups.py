@@ -55,7 +55,8 @@ GROUPS: tuple[Group, ...] = (
           ("storage_engine/maintenance/cleaner_manager.py",),
           _t("maintenance/test_cleaner_manager.py", "maintenance/test_cleaner_manager_rules.py")),
     Group("record",
-          ("storage_engine/record/records.py", "storage_engine/record/legacy_records.py"),
+          ("storage_engine/record/records.py", "storage_engine/record/record_batch.py",
+           "storage_engine/record/legacy_records.py"),
           _t("record/test_records.py", "record/test_legacy_records.py", "record/test_records_rules.py",
              # the malformed-section table of the differential tests: exact messages and positions
              "record/test_speedups.py::test_malformed_sections",

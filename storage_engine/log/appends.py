@@ -24,7 +24,8 @@ from storage_engine.log import producer_state as pstate
 from storage_engine.log import validator
 from storage_engine.log.handle import LogHandle
 from storage_engine.record import codecs
-from storage_engine.record.records import RecordBatch, SimpleRecord, build_control_batch
+from storage_engine.record.record_batch import RecordBatch, build_control_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.file_records import iter_batches
 
 logger = logging.getLogger(__name__)

@@ -57,7 +57,7 @@ from storage_engine.log.split import needs_split, split_overflowed_segment
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, SegmentOffsetOverflowError,
                                    StorageError, StorageIOError)
-from storage_engine.record.records import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
+from storage_engine.record.record_batch import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import INT32_MAX
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.segment import LogSegment, RecoveryResult

@@ -38,8 +38,8 @@ from storage_engine import layout
 from storage_engine.errors import (CorruptRecordError, CorruptSnapshotError, InvalidProducerEpochError,
                                    InvalidTxnStateError, OutOfOrderSequenceError, StorageError, StorageIOError,
                                    TransactionCoordinatorFencedError)
-from storage_engine.record.records import (INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP,
-                                           decrement_sequence)
+from storage_engine.record.record_batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, decrement_sequence
+from storage_engine.record.records import NO_TIMESTAMP
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.producer_snapshot import SnapshotEntry
 

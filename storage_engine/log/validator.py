@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, RecordTooLargeError
 from storage_engine.record import codecs
-from storage_engine.record.records import (BATCH_HEADER, CRC_OFFSET, LOG_APPEND_TIME, MAGIC_V2, TIMESTAMP_TYPE_MASK,
-                                           RecordBatch, SimpleRecord, build_batch, set_base_offset,
-                                           set_partition_leader_epoch)
+from storage_engine.record.record_batch import (BATCH_HEADER, CRC_OFFSET, LOG_APPEND_TIME, MAGIC_V2,
+                                                TIMESTAMP_TYPE_MASK, RecordBatch, build_batch, set_base_offset,
+                                                set_partition_leader_epoch)
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.file_records import iter_batches
 
 

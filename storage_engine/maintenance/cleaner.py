@@ -46,7 +46,7 @@ from storage_engine.errors import StorageError
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.maintenance.txn_cleaning import DELETE, RETAIN_EMPTY, CleanedTransactionMetadata, batch_retention
-from storage_engine.record.records import build_batch, build_empty_batch
+from storage_engine.record.record_batch import build_batch, build_empty_batch
 from storage_engine.segment.segment import LogSegment
 
 logger = logging.getLogger(__name__)

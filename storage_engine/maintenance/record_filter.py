@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.record import codecs, legacy_records, records
-from storage_engine.record.records import (BATCH_OVERHEAD, LOG_APPEND_TIME, LOG_OVERHEAD, SimpleRecord, _finish_batch,
-                                           build_batch, build_empty_batch)
+from storage_engine.record.record_batch import (BATCH_OVERHEAD, LOG_APPEND_TIME, LOG_OVERHEAD, _finish_batch,
+                                                build_batch, build_empty_batch)
+from storage_engine.record.records import SimpleRecord
 
 
 def records_section(batch) -> tuple[object, int, int]:

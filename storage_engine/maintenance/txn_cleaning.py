@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from typing import NamedTuple
 
-from storage_engine.record.records import NO_PRODUCER_ID
+from storage_engine.record.record_batch import NO_PRODUCER_ID
 from storage_engine.segment.txn_index import AbortedTxn
 
 RETAIN_EMPTY = "retain_empty"

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* -- record batch header (records.py's module docstring) ----------------------------------------------------- */
+/* -- record batch header (record_batch.py's module docstring) ------------------------------------------------ */
 #define SP_LOG_OVERHEAD 12
 #define SP_BATCH_OVERHEAD 61
 #define SP_CRC_OFFSET 17

@@ -28,8 +28,10 @@ from typing import Sequence
 
 from storage_engine.record import codecs
 from storage_engine.errors import CompressionError, CorruptRecordError
-from storage_engine.record.records import (CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-                      NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, NO_TIMESTAMP_TYPE, Record, SimpleRecord)
+from storage_engine.record.record_batch import (CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD,
+                                                NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+                                                NO_SEQUENCE, NO_TIMESTAMP_TYPE)
+from storage_engine.record.records import NO_TIMESTAMP, Record, SimpleRecord
 
 MAGIC_V0 = 0
 MAGIC_V1 = 1

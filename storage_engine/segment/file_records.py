@@ -34,7 +34,7 @@ from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, StorageIOError
 from storage_engine.record import records
 from storage_engine.record.legacy_records import LegacyBatch
-from storage_engine.record.records import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
+from storage_engine.record.record_batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
 
 _OFFSET_SIZE = struct.Struct(">qi")
 MAX_FILE_SIZE = 2**31 - 1

@@ -51,8 +51,9 @@ from storage_engine.errors import CorruptSnapshotError
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.txn_index import TransactionIndex
-from storage_engine.record.records import (CONTROL_TYPES, MAGIC_V2, NO_SEQUENCE, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES,
-                      decrement_sequence, increment_sequence)
+from storage_engine.record.record_batch import (CONTROL_TYPES, MAGIC_V2, NO_SEQUENCE, TIMESTAMP_TYPE_NAMES,
+                                                decrement_sequence, increment_sequence)
+from storage_engine.record.records import NO_TIMESTAMP
 from storage_engine.segment.time_index import TimeIndex
 
 RECORD_INDENT = "|"

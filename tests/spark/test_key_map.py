@@ -278,7 +278,7 @@ def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monke
     # its hash, offset and flags; compressed batches and a transaction marker included; compiled and Python.
     from storage_engine.maintenance.offset_map import key_hash
     from storage_engine.record import codecs
-    from storage_engine.record.records import build_batch
+    from storage_engine.record.record_batch import build_batch
     from spark_jobs.segment_source import key_batches
     from storage_engine.segment.file_records import FileRecords
     from tests.storage_engine.kernels import use

@@ -11,7 +11,8 @@ from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.log.loader import open_log as load_log
 from storage_engine.log.log import Log
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
 
 TOPIC = "topic"

@@ -21,7 +21,8 @@ import pytest
 from storage_engine import layout
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.tools import cli
 

@@ -18,7 +18,7 @@ from storage_engine.config import CleanerConfig, LogConfig
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.maintenance.cleaner_manager import LogToClean
-from storage_engine.record.records import build_control_batch, set_base_offset
+from storage_engine.record.record_batch import build_control_batch, set_base_offset
 from storage_engine.segment.txn_index import AbortedTxn
 
 from . import helpers

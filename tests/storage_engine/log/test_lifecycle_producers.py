@@ -17,7 +17,8 @@ from storage_engine.log.manager import LogManager
 from storage_engine.log.split import split_overflowed_segment
 from storage_engine.log.producer_state import ABORT, ProducerStateManager
 from storage_engine.maintenance import jobs
-from storage_engine.record.records import SimpleRecord, build_batch, build_control_batch
+from storage_engine.record.record_batch import build_batch, build_control_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 from storage_engine.tools.verify import verify_log_dirs
 

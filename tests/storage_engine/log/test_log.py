@@ -9,7 +9,8 @@ from storage_engine import layout
 from storage_engine.errors import (CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError,
                                    OffsetOutOfRangeError, RecordTooLargeError)
 from storage_engine.record.legacy_records import build_legacy_batch
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import INT32_MAX
 
 from ..helpers import (batch, config, files, open_log, partition_dir, read_all, recs, segment_path)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from storage_engine.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from ..helpers import batch, config, recs
 

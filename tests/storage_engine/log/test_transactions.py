@@ -10,7 +10,8 @@ from storage_engine import layout
 from storage_engine.errors import (InvalidProducerEpochError, InvalidRecordError, InvalidTxnStateError,
                                    OutOfOrderSequenceError, TransactionCoordinatorFencedError)
 from storage_engine.log.reads import READ_COMMITTED
-from storage_engine.record.records import RecordBatch, SimpleRecord, build_batch
+from storage_engine.record.record_batch import RecordBatch, build_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.segment.txn_index import AbortedTxn

@@ -29,8 +29,9 @@ from storage_engine.segment.file_records import iter_batches
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
-from storage_engine.record.records import (BATCH_OVERHEAD, CREATE_TIME, LOG_APPEND_TIME, SimpleRecord, build_batch,
-                                    build_control_batch)
+from storage_engine.record.record_batch import (BATCH_OVERHEAD, CREATE_TIME, LOG_APPEND_TIME, build_batch,
+                                                build_control_batch)
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from storage_engine.config import CleanerConfig
 from storage_engine.maintenance.cleaner import Cleaner
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from .test_cleaner import DAY, T0, all_batches, compact_cfg, ltc_for, make_log  # noqa: F401 (fixture)
 

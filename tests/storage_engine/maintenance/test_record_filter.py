@@ -23,7 +23,8 @@ from storage_engine.maintenance.cleaner import CleanerStats
 from storage_engine.maintenance.offset_map import (InProcessOffsetMap, SortedHashOffsetMap, _py_table_get,
                                                    _py_table_put, key_hash)
 from storage_engine.record import codecs, records
-from storage_engine.record.records import LOG_APPEND_TIME, RecordBatch, SimpleRecord, build_batch
+from storage_engine.record.record_batch import LOG_APPEND_TIME, RecordBatch, build_batch
+from storage_engine.record.records import SimpleRecord
 from tests.storage_engine.kernels import use
 from tests.storage_engine.record.test_speedups import mutate
 
@@ -250,7 +251,8 @@ PROBE = """
 import json, sys
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.maintenance import record_filter
-from storage_engine.record.records import RecordBatch, SimpleRecord, build_batch
+from storage_engine.record.record_batch import RecordBatch, build_batch
+from storage_engine.record.records import SimpleRecord
 def status(field):
     for line in open("/proc/self/status"):
         if line.startswith(field + ":"):

@@ -23,7 +23,7 @@ T0 = 1_700_000_000_000
 
 
 def _one_record_size() -> int:
-    from storage_engine.record.records import build_batch
+    from storage_engine.record.record_batch import build_batch
     return len(build_batch([SimpleRecord(b"key", b"v" * 20, T0)]))
 
 

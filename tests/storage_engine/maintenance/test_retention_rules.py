@@ -20,7 +20,8 @@ from storage_engine.log import loader
 from storage_engine.log.log import Log
 from storage_engine.maintenance import retention
 from storage_engine.maintenance.cleaner_manager import cleaning_claim
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from ..helpers import batch, partition_dir, segment_path
 

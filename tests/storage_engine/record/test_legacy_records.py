@@ -18,7 +18,8 @@ from storage_engine.record import codecs
 from storage_engine.errors import CompressionError, CorruptRecordError, StorageError
 from storage_engine.segment.file_records import FileRecords, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch, encode_message
-from storage_engine.record.records import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Record, SimpleRecord
+from storage_engine.record.record_batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
+from storage_engine.record.records import Record, SimpleRecord
 
 pytestmark = pytest.mark.unit
 

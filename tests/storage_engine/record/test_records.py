@@ -1,6 +1,7 @@
-"""Tests of storage_engine.record.records (magic-2 record batches): the spec's byte vectors, Kafka's
-DefaultRecordBatchTest/DefaultRecordTest/MemoryRecordsTest cases, agreement with kafka-python in both
-directions, property round trips, and malformed input (typed errors naming file and position only).
+"""Tests of storage_engine.record.record_batch and storage_engine.record.records (magic-2 record batches and the
+records in them): the spec's byte vectors, Kafka's DefaultRecordBatchTest/DefaultRecordTest/MemoryRecordsTest cases,
+agreement with kafka-python in both directions, property round trips, and malformed input (typed errors naming file
+and position only).
 
 Corrupt batches are written to a real ``.log`` file and read through ``FileRecords``, so every error is
 checked to carry the file's path and the batch's byte position in it.
@@ -22,24 +23,26 @@ from kafka.record.util import size_of_varint as kp_size_of_varint
 from storage_engine.record import codecs
 from storage_engine.errors import CompressionError, CorruptRecordError, StorageError
 from storage_engine.segment.file_records import FileRecords, iter_batches
-from storage_engine.record.records import (
+from storage_engine.record.record_batch import (
     BATCH_HEADER,
     BATCH_OVERHEAD,
     CREATE_TIME,
     INT32_MAX,
     LOG_APPEND_TIME,
-    Record,
     RecordBatch,
-    SimpleRecord,
     build_batch,
     build_control_batch,
     build_empty_batch,
-    decode_records,
     decrement_sequence,
     increment_sequence,
-    read_varint,
     set_base_offset,
     set_partition_leader_epoch,
+)
+from storage_engine.record.records import (
+    Record,
+    SimpleRecord,
+    decode_records,
+    read_varint,
     size_of_varint,
     write_varint,
 )

@@ -22,7 +22,8 @@ from kafka.record.util import encode_varint as kp_encode_varint
 
 from storage_engine.record import records
 from storage_engine.errors import CorruptRecordError
-from storage_engine.record.records import Record, RecordBatch, SimpleRecord, build_batch
+from storage_engine.record.record_batch import LOG_APPEND_TIME, RecordBatch, build_batch
+from storage_engine.record.records import Record, SimpleRecord
 
 pytestmark = pytest.mark.unit
 
@@ -386,7 +387,7 @@ def test_build_batch_uses_encode_records(impl, monkeypatch):
     batch.ensure_valid()
     assert batch.last_offset == 200
     assert batch.records() == expected_records(recs, [7 + 2 * i for i in range(50)], 7, 1000)
-    appended = RecordBatch(build_batch(recs, timestamp_type=records.LOG_APPEND_TIME, log_append_time_ms=99))
+    appended = RecordBatch(build_batch(recs, timestamp_type=LOG_APPEND_TIME, log_append_time_ms=99))
     assert {r.timestamp for r in appended.records()} == {99}
 
 

@@ -18,14 +18,14 @@ from storage_engine.record import codecs
 from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.segment.file_records import MAX_FILE_SIZE, FileRecords, batch_at, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch
-from storage_engine.record.records import (
+from storage_engine.record.record_batch import (
     LOG_APPEND_TIME,
     RecordBatch,
-    SimpleRecord,
     build_batch,
     build_control_batch,
     build_empty_batch,
 )
+from storage_engine.record.records import SimpleRecord
 pytestmark = pytest.mark.unit
 
 

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.unit
 SETUP = """
 import os, sys
 from storage_engine.config import LogConfig
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
 d = sys.argv[1]
 cfg = LogConfig(index_interval_bytes=1, segment_index_bytes=4096 * 8)

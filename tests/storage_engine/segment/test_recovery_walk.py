@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from storage_engine.record import records
 from storage_engine.record.legacy_records import build_legacy_batch
-from storage_engine.record.records import SimpleRecord, build_batch
+from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 from tests.storage_engine.helpers import open_segment
 from tests.storage_engine.kernels import use
 

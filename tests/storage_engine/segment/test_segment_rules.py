@@ -222,7 +222,7 @@ def test_append_indexes_only_when_bytes_since_last_entry_exceed_the_interval(tmp
 def test_rolling_timestamp_is_the_largest_timestamp_of_the_first_append(tmp_path):
     """The first append to an empty segment fixes the roll clock at that append's largest timestamp (several
     batches at once: the largest of them); later appends do not move it, also after a reopen."""
-    from storage_engine.record.records import build_batch
+    from storage_engine.record.record_batch import build_batch
     from ..helpers import recs
     seg = open_segment(tmp_path, 0)
     data = build_batch(recs("a", timestamp=1000), base_offset=0) + build_batch(recs("b", timestamp=9000),

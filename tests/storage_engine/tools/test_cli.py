@@ -432,7 +432,7 @@ def test_cli_bad_input_exits_2_without_a_traceback(cli):
 def test_dump_log_prints_legacy_compressed_and_control_batches_like_kafka(tmp_path, cli):
     from storage_engine.record import codecs
     from storage_engine.record.legacy_records import build_legacy_batch
-    from storage_engine.record.records import build_batch, build_control_batch
+    from storage_engine.record.record_batch import build_batch, build_control_batch
 
     recs = [SimpleRecord(b"k%d" % i, b"v%d" % i, 1_700_000_000_000 + i) for i in range(3)]
     data = (build_legacy_batch(recs[:1], magic=0, base_offset=0)
