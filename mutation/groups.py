@@ -62,7 +62,8 @@ GROUPS: tuple[Group, ...] = (
              "record/test_speedups.py::test_malformed_sections",
              "record/test_speedups.py::test_malformed_record_inside_a_batch_names_batch")),
     Group("segment",
-          ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
+          ("storage_engine/segment/segment.py", "storage_engine/segment/recovery.py",
+           "storage_engine/segment/checked_read.py", "storage_engine/segment/file_records.py"),
           # Kafka's LogTest roll rules and LogLoaderTest recovery/index-rebuild cases drive segments through the log
           _t("segment/test_segment.py", "segment/test_segment_rules.py", "segment/test_file_records.py",
              "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py",
@@ -99,14 +100,14 @@ SMOKE = Group("smoke",
 # differential tests compare them), since each run takes only one side of the "kernels loaded?" branch.
 KERNEL_GROUPS: tuple[Group, ...] = (
     Group("segment-kernels",
-          ("storage_engine/segment/segment.py", "storage_engine/segment/file_records.py"),
+          ("storage_engine/segment/recovery.py", "storage_engine/segment/file_records.py"),
           _t("segment/test_segment.py", "segment/test_segment_rules.py", "segment/test_file_records.py",
              "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py",
              # recovery replays each batch into the producer state and rebuilds the .txnindex
              "log/test_transactions.py"),
-          functions=("storage_engine/segment/segment.py:LogSegment.recover",
-                     "storage_engine/segment/segment.py:LogSegment._recover_compiled",
-                     "storage_engine/segment/segment.py:LogSegment._rewrite_index",
+          functions=("storage_engine/segment/recovery.py:recover_segment",
+                     "storage_engine/segment/recovery.py:_recover_compiled",
+                     "storage_engine/segment/recovery.py:_rewrite_index",
                      "storage_engine/segment/file_records.py:walk_valid_batches",
                      "storage_engine/segment/file_records.py:walk_batches"),
           pure_python=False),

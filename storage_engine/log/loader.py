@@ -60,7 +60,8 @@ from storage_engine.errors import (CorruptIndexError, CorruptRecordError, Invali
 from storage_engine.record.record_batch import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import INT32_MAX
 from storage_engine.segment.file_records import FileRecords
-from storage_engine.segment.segment import LogSegment, RecoveryResult
+from storage_engine.segment.recovery import RecoveryResult, recover_segment
+from storage_engine.segment.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +92,13 @@ MAX_SPLITS_PER_LOAD = 1000
 
 def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=None,
              log_start: int = 0) -> RecoveryResult:
-    """``seg.recover()`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at its
-    end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
+    """``recover_segment(seg)`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at
+    its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
     empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
     if psm is not None:
         pstate.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
-        result = seg.recover(psm)
+        result = recover_segment(seg, psm)
         if psm is not None:
             psm.take_snapshot(sync=False)
         return result

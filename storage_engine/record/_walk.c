@@ -8,9 +8,9 @@
  *                offset_index_last (-1: empty), offset_index_room, time_index_last_ts, time_index_last_offset,
  *                time_index_has_entries, time_index_room)
  *       -> (pos, batches, last_index_entry, max_ts, max_ts_offset, offset entries, time entries)
- *     segment.LogSegment.recover's loop: every batch is size-, magic- and CRC-checked, its last offset must fit
- *     the segment, and the sparse index entries recovery adds are returned packed exactly as the index files
- *     store them (big-endian), ready to be written; the walk stops before an entry the index would refuse.
+ *     segment.recovery.recover_segment's loop: every batch is size-, magic- and CRC-checked, its last offset
+ *     must fit the segment, and the sparse index entries recovery adds are returned packed exactly as the index
+ *     files store them (big-endian), ready to be written; the walk stops before an entry the index would refuse.
  *   key_columns(buf, pos, end, first, stop, hi, lo, offset, flags, row, rows) -> (pos, row, status)
  *     spark_jobs.segment_source's rows for the key map: for every record with first <= offset < stop, its key
  *     hash (0, 0 for a keyless record), offset and flags (1 keyless, 2 tombstone, 4 control batch) are written

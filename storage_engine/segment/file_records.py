@@ -90,7 +90,7 @@ def walk_valid_batches(buf, pos: int, end: int, base_offset: int, index_interval
                        last_index_entry: int, max_ts: int, max_ts_offset: int, offset_index, time_index):
     """Recovery's fast path, compiled: walk the plain magic-2 batches from ``pos`` that are whole, CRC-valid and
     whose last offset fits the segment, adding the sparse index entries recovery adds (see
-    ``LogSegment.recover``), and stop before the first batch that is anything else (the caller then handles that
+    ``recover_segment``), and stop before the first batch that is anything else (the caller then handles that
     one batch the Python way, which raises the exact error). Returns (position, batches walked, last index entry
     position, max timestamp, its offset), or None when the compiled kernels are not loaded."""
     kernels = records.KERNELS

@@ -10,79 +10,29 @@ index entry (last offset of this append -> position where this append starts) an
 segment's largest timestamp so far -> the offset of the batch holding it), then resets the count. The first
 append to a segment therefore never creates an entry. Recovery rebuilds the same kind of entries per batch.
 
-Recovery (:meth:`LogSegment.recover`) validates every batch (size, magic, CRC), rebuilds the indexes and
-truncates the file at the first invalid byte, returning how many bytes it removed. Given the producer state as of
-the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``.
-
-Reads are checked (Kafka's consumer-side ``check.crcs``, plus the offset order Kafka's fetcher relies on): every
-batch :meth:`LogSegment.read` returns or :meth:`LogSegment.checked_batches` yields passes its CRC, and every batch
-scanned has offsets at or above the segment's base offset, above the previous batch's and below the segment's
-upper bound (the next segment's base offset, or the log end). The base offset of a magic-2 batch lies outside its
-CRC, so the order check is what catches a flipped bit there. Damage raises :class:`CorruptRecordError` naming the
-file and the byte position; no damaged or misplaced record is ever returned.
+Recovery (validate every batch, rebuild the indexes, truncate at the first invalid byte) is
+:func:`storage_engine.segment.recovery.recover_segment`. Reads are checked (:mod:`storage_engine.segment.checked_read`):
+every batch :meth:`LogSegment.read` returns or :meth:`LogSegment.checked_batches` yields passes its CRC and the offset
+checks, so no damaged or misplaced record is ever returned.
 """
 from __future__ import annotations
 
 import logging
 import os
-import struct
-from dataclasses import dataclass
 
 from storage_engine import crashpoints, layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, IndexFullError, SegmentOffsetOverflowError,
                                    StorageIOError)
-from storage_engine.segment.file_records import FileRecords, batch_at, walk_batches, walk_valid_batches
+from storage_engine.segment.checked_read import FetchData, checked_from, read_from
+from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 
 INT32_MAX = 2**31 - 1
-_TIME_ENTRY = struct.Struct(">qi")
-_READ_NOT_MAP_BYTES = 1 << 20
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RecoveryResult:
-    bytes_truncated: int
-    valid_bytes: int
-    batches: int
-    error: str | None = None
-
-
-@dataclass
-class FetchData:
-    """Bytes of whole batches read from a segment, starting at ``position``."""
-    data: bytes
-    position: int
-    first_offset: int
-
-
-class OffsetOrder:
-    """The offset checks of a checked read, batch by batch (see the module docstring)."""
-
-    __slots__ = ("seg", "upper_bound", "next_offset")
-
-    def __init__(self, seg: "LogSegment", upper_bound: int | None):
-        self.seg = seg
-        self.upper_bound = upper_bound
-        self.next_offset = seg.base_offset
-
-    def check(self, batch) -> None:
-        last = batch.last_offset
-        first = batch.base_offset if batch.magic >= 2 else last  # a legacy wrapper carries its last offset
-        if first < self.next_offset or last < first:
-            what = (f"below the segment's base offset {self.seg.base_offset}" if first < self.seg.base_offset
-                    else f"not above the previous batch's last offset {self.next_offset - 1}")
-            raise CorruptRecordError(f"batch with offsets [{first}, {last}] is out of order: {what}",
-                                     self.seg.path, batch.file_position)
-        if self.upper_bound is not None and last >= self.upper_bound:
-            raise CorruptRecordError(f"batch with offsets [{first}, {last}] lies beyond the segment's end: "
-                                     f"offsets from {self.upper_bound} on belong to the next segment or to no "
-                                     f"one yet", self.seg.path, batch.file_position)
-        self.next_offset = last + 1
 
 
 class LogSegment:
@@ -275,59 +225,29 @@ class LogSegment:
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
              min_one_message: bool = True, *, upper_bound: int | None = None) -> FetchData | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes (at least one batch
-        when ``min_one_message``), each checked (see the module docstring; ``upper_bound`` is the first offset
-        past the segment). None if ``start_offset`` is beyond the segment. One ``pread`` in the usual case."""
+        when ``min_one_message``), each checked (see :mod:`~storage_engine.segment.checked_read`; ``upper_bound`` is
+        the first offset past the segment). None if ``start_offset`` is beyond the segment. One ``pread`` in the usual case."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a log read from segment {self.path}")
         _, pos = self.offset_index.lookup(start_offset)
         try:
-            return self._read_from(pos, start_offset, max_size, max_position, min_one_message, upper_bound)
+            return read_from(self, pos, start_offset, max_size, max_position, min_one_message, upper_bound)
         except CorruptRecordError as exc:
             if pos == 0:
                 raise
             logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
                            self.path, pos, exc)
-            return self._read_from(0, start_offset, max_size, max_position, min_one_message, upper_bound)
-
-    def _read_from(self, pos: int, start_offset: int, max_size: int, max_position: int | None,
-                   min_one_message: bool, upper_bound: int | None) -> FetchData | None:
-        limit = self.log.size if max_position is None else min(max_position, self.log.size)
-        order = OffsetOrder(self, upper_bound)
-        taken: list = []
-        start_pos = stop = None
-        window = max_size + max(self.index_interval_bytes, 4096)  # the scan to the first batch, then the fetch
-        for batch in self.log.read_batches(pos, window=window, strict=True):
-            order.check(batch)
-            if start_pos is None:
-                if batch.last_offset < start_offset:
-                    continue
-                start_pos = batch.file_position
-                stop = min(limit, start_pos + (max(max_size, batch.size_in_bytes) if min_one_message
-                                               else max_size))
-            if batch.file_position + batch.size_in_bytes > stop:
-                break
-            batch.ensure_valid()
-            taken.append(batch)
-        if start_pos is None:
-            return None
-        if not taken:
-            return FetchData(b"", start_pos, start_offset)
-        first, last = taken[0], taken[-1]
-        if first.buf is last.buf:  # one window holds them all (the usual case): one copy
-            data = bytes(first.buf[first.pos:last.pos + last.size_in_bytes])
-        else:
-            data = b"".join(b.raw() for b in taken)
-        return FetchData(data, start_pos, start_offset)
+            return read_from(self, 0, start_offset, max_size, max_position, min_one_message, upper_bound)
 
     def checked_batches(self, start_offset: int, upper_bound: int | None = None, end: int | None = None):
         """Batches from the one holding ``start_offset`` to ``end`` (default: the segment's size), each checked
-        (see the module docstring); ``upper_bound`` is the first offset past the segment. A scan that fails from
-        an index entry's position is repeated from the segment's start: a damaged index (derived data) must not
-        read as damaged records."""
+        (see :mod:`~storage_engine.segment.checked_read`); ``upper_bound`` is the first offset past the segment. A
+        scan that fails from an index entry's position is repeated from the segment's start: a damaged index
+        (derived data) must not read as damaged records."""
         _, pos = self.offset_index.lookup(start_offset)
         wanted = start_offset
         try:
-            for batch in self._checked_from(pos, wanted, upper_bound, end):
+            for batch in checked_from(self, pos, wanted, upper_bound, end):
                 wanted = batch.next_offset
                 yield batch
         except CorruptRecordError as exc:
@@ -335,23 +255,7 @@ class LogSegment:
                 raise
             logger.warning("%s: scanning from offset index position %d failed (%s); scanning from the start",
                            self.path, pos, exc)
-            yield from self._checked_from(0, wanted, upper_bound, end)
-
-    def _checked_from(self, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
-        # A batch is yielded only once the next one's offsets were checked against it: a base offset flipped
-        # upwards shows as the next batch going backwards, and its records must not be returned meanwhile.
-        order = OffsetOrder(self, upper_bound)
-        held = None
-        for batch in self.log.read_batches(pos, end, strict=True):
-            order.check(batch)
-            if held is not None:
-                yield held
-                held = None
-            if batch.last_offset >= start_offset:
-                batch.ensure_valid()
-                held = batch
-        if held is not None:
-            yield held
+            yield from checked_from(self, 0, wanted, upper_bound, end)
 
     def batches(self, start_position: int = 0, *, strict: bool = False):
         return self.log.batches(start_position, strict=strict)
@@ -407,118 +311,7 @@ class LogSegment:
             return "offset-overflow"
         return None
 
-    # -- recovery and truncation ------------------------------------------------------------------------------
-    def recover(self, producer_state=None) -> RecoveryResult:
-        """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
-        ``producer_state`` (a :class:`~storage_engine.log.producer_state.ProducerStateManager` as of the base
-        offset) replay each valid batch into it and rebuild the ``.txnindex``."""
-        result = self._recover_compiled()
-        if result is None:
-            result = self._recover_walk()
-        txn_index = self.txn_index
-        txn_index.reset()
-        if producer_state is not None:
-            for batch in self.log.batches(0):
-                if batch.file_position >= result.valid_bytes:
-                    break
-                if batch.magic >= 2:
-                    producer_state.replay_batch(batch, txn_index)
-        return result
-
-    def _recover_walk(self) -> RecoveryResult:
-        """:meth:`recover`'s indexes, batch by batch (compiled bulk steps where the kernels take them)."""
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.bytes_since_last_index_entry = 0
-        valid_bytes = 0
-        last_index_entry = 0
-        max_ts, max_ts_offset = -1, -1
-        count = 0
-        error = None
-        view = self.log.view()
-        size = min(len(view), self.log.size)  # less than known if the file is now shorter (FileRecords.view)
-        try:
-            while True:
-                fast = walk_valid_batches(view, valid_bytes, size, self.base_offset, self.index_interval_bytes,
-                                          last_index_entry, max_ts, max_ts_offset, self.offset_index,
-                                          self.time_index)
-                if fast is not None:
-                    valid_bytes, walked, last_index_entry, max_ts, max_ts_offset = fast
-                    count += walked
-                batch = batch_at(view, valid_bytes, size, self.path, strict=True)
-                if batch is None:
-                    break
-                batch.ensure_valid()
-                last = batch.last_offset
-                self._ensure_offset_in_range(last)
-                if batch.max_timestamp > max_ts:
-                    max_ts, max_ts_offset = batch.max_timestamp, last
-                if valid_bytes - last_index_entry > self.index_interval_bytes:
-                    self.offset_index.append(last, valid_bytes)
-                    self.time_index.maybe_append(max_ts, max_ts_offset)
-                    last_index_entry = valid_bytes
-                valid_bytes += batch.size_in_bytes
-                count += 1
-        except CorruptRecordError as exc:
-            error = str(exc)
-        self._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, self.base_offset)
-        del view
-        truncated = size - valid_bytes
-        if truncated > 0:
-            self.log.truncate_to(valid_bytes)
-        self.offset_index.trim_to_valid_size()
-        if max_ts >= 0:
-            self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
-        self.time_index.trim_to_valid_size()
-        self._rolling_based_timestamp = None
-        self.log.drop_view()
-        return RecoveryResult(truncated, valid_bytes, count, error)
-
-    def _recover_compiled(self) -> RecoveryResult | None:
-        """:meth:`recover` when the compiled walk takes every batch of the segment (the usual case): both index
-        files are written once, already trimmed, instead of reset, appended to and trimmed. None (nothing changed)
-        when the kernels are not loaded or the walk stops before the end; :meth:`recover` then does it all."""
-        # A small segment is read (one pread), a large one mapped (no copy; recovery holds the partition lock, and
-        # the map never covers more than the file has: see FileRecords.view). The size is taken from the buffer.
-        view = self.log.read(0, self.log.size) if self.log.size <= _READ_NOT_MAP_BYTES else self.log.view()
-        size = min(len(view), self.log.size)
-        walked = walk_batches(view, 0, size, self.base_offset, self.index_interval_bytes,
-                              self.max_index_size // OffsetIndex.ENTRY_SIZE,
-                              self.max_index_size // TimeIndex.ENTRY_SIZE - 1)
-        del view
-        self.log.drop_view()
-        if walked is None or walked[0] != size:
-            return None
-        _, count, max_ts, max_ts_offset, offset_entries, time_entries = walked
-        if max_ts >= 0:
-            last_ts = _TIME_ENTRY.unpack_from(time_entries, len(time_entries) - 12)[0] if time_entries else -1
-            if max_ts > last_ts:   # the entry recover() adds last (TimeIndex.maybe_append, skip_full_check)
-                time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - self.base_offset)
-        self.bytes_since_last_index_entry = 0
-        self._rewrite_index(layout.INDEX_SUFFIX, self._offset_index, offset_entries)
-        self._rewrite_index(layout.TIME_INDEX_SUFFIX, self._time_index, time_entries)
-        self._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, self.base_offset)
-        self._rolling_based_timestamp = None
-        return RecoveryResult(0, size, count, None)
-
-    def _rewrite_index(self, suffix: str, index, data: bytes) -> None:
-        """Make an index file exactly ``data`` (packed entries): through the open index, or, for an index not
-        opened yet, by writing the file directly (it is opened, and mapped, only when used)."""
-        if index is not None:
-            index.rewrite(data)
-            return
-        path = self._paths[suffix]
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                os.ftruncate(fd, len(data))
-                if data:
-                    os.pwrite(fd, data, 0)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StorageIOError("cannot rewrite index", path, exc) from exc
-
+    # -- truncation -------------------------------------------------------------------------------------------
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Remove every batch whose last offset >= ``offset`` (batch granular); returns bytes removed.
 

@@ -13,7 +13,7 @@ A flat sequence of fixed 34-byte entries, big-endian, no header, no checksum, no
 One entry per ABORT marker of a non-empty transaction, in marker order, so ``last_offset`` strictly increases
 (an append that breaks this is refused). The file is created by the first append (a segment without aborted
 transactions has none); reading takes whole entries while at least 34 bytes remain, so a torn tail is ignored.
-Recovery rebuilds the file from the segment's batches (:meth:`storage_engine.segment.segment.LogSegment.recover`),
+Recovery rebuilds the file from the segment's batches (:func:`storage_engine.segment.recovery.recover_segment`),
 so it is fsynced only with its segment.
 
 Searching (``collect_aborted_txns``): a read of [fetch offset, upper bound) needs the transactions with

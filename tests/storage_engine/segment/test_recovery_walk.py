@@ -16,6 +16,7 @@ from storage_engine.record import records
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
+from storage_engine.segment.recovery import recover_segment
 from tests.storage_engine.helpers import open_segment
 from tests.storage_engine.kernels import use
 
@@ -70,7 +71,7 @@ def recover(tmp_path, name: str, data: bytes, interval: int, index_bytes: int):
     seg = open_segment(d, BASE, index_interval_bytes=interval, max_index_size=index_bytes)
     seg.log.append(data)
     try:
-        result = seg.recover()
+        result = recover_segment(seg)
         outcome = ("ok", result, seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
     except Exception as exc:  # noqa: BLE001 - compared by type and message
         outcome = ("error", type(exc).__name__, str(exc))

@@ -9,6 +9,7 @@ import pytest
 from storage_engine import layout
 from storage_engine.errors import SegmentOffsetOverflowError
 from storage_engine.segment.file_records import iter_batches
+from storage_engine.segment.recovery import recover_segment
 from storage_engine.segment.segment import INT32_MAX, LogSegment
 
 from ..helpers import append_batch, batch, open_segment, segment_path
@@ -281,7 +282,7 @@ def test_recovery_fixes_corrupt_index(tmp_path):
         append_batch(seg, i, str(i))
     entries = seg.offset_index.entries
     write_nonsense(seg.offset_index.path, 5, seg.offset_index.length - 5)
-    res = seg.recover()
+    res = recover_segment(seg)
     assert res.bytes_truncated == 0 and res.batches == 100
     assert seg.offset_index.entries == entries
     seg.offset_index.sanity_check()
@@ -296,7 +297,7 @@ def test_recovery_fixes_corrupt_time_index(tmp_path):
     for i in range(100):
         append_batch(seg, i, str(i), timestamp=i * 10)
     write_nonsense(seg.time_index.path, 5, seg.time_index.length - 5)
-    seg.recover()
+    recover_segment(seg)
     seg.time_index.sanity_check()
     for i in range(100):
         assert seg.find_offset_by_timestamp(i * 10, 0)[1] == i
@@ -319,7 +320,7 @@ def test_recovery_truncates_at_flipped_byte(tmp_path):
         byte = f.read(1)
         f.seek(position + 70)
         f.write(bytes([byte[0] ^ 0xFF]))
-    res = seg.recover()
+    res = recover_segment(seg)
     assert res.bytes_truncated == size - position
     assert res.valid_bytes == position
     assert res.error is not None and "crc" in res.error
@@ -343,7 +344,7 @@ def test_recovery_with_corrupt_message(tmp_path):
         _, position, _ = seg.log.search_for_offset_with_size(corrupt_from, 0)
         position += rng.randrange(15)
         write_nonsense(seg.log.path, position, seg.size - position, seed=attempt)
-        seg.recover()
+        recover_segment(seg)
         assert last_offsets(seg) == list(range(corrupt_from))
         seg.close()
 
@@ -355,7 +356,7 @@ def test_recovery_rebuilds_sparse_index_like_appends(tmp_path):
         append_batch(seg, i, "v" * (i % 7 + 1), timestamp=1000 + i)
     expected = [seg.offset_index.entry(n) for n in range(seg.offset_index.entries)]
     expected_time = [seg.time_index.entry(n) for n in range(seg.time_index.entries)]
-    seg.recover()
+    recover_segment(seg)
     assert [seg.offset_index.entry(n) for n in range(seg.offset_index.entries)] == expected
     # recovery adds the final (max timestamp, offset) entry that roll/close would add
     assert [seg.time_index.entry(n) for n in range(seg.time_index.entries)][:len(expected_time)] == expected_time

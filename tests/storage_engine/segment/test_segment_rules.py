@@ -15,6 +15,7 @@ import pytest
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
+from storage_engine.segment.recovery import recover_segment
 from storage_engine.segment.segment import INT32_MAX, LogSegment
 
 from ..helpers import append_batch, open_segment, segment_path
@@ -101,7 +102,7 @@ def test_recovery_of_an_unopened_segment_writes_exactly_the_index_entries(tmp_pa
     lazy = LogSegment.open(str(tmp_path), 0, LogConfig(index_interval_bytes=1), now_ms=0,
                            file_already_exists=True, lazy=True)
     assert not lazy.is_open
-    result = lazy.recover()
+    result = recover_segment(lazy)
     assert (result.bytes_truncated, result.batches) == (0, 5)
     for suffix, data in expected.items():
         path = segment_path(tmp_path, 0, suffix)
@@ -122,7 +123,7 @@ def test_recovery_of_an_unopened_empty_segment_leaves_empty_indexes(tmp_path, ke
         with open(segment_path(tmp_path, 0, suffix), "wb") as f:
             f.write(b"\x01" * 24)
     lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
-    assert lazy.recover().batches == 0
+    assert recover_segment(lazy).batches == 0
     for suffix in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX):
         assert os.path.getsize(segment_path(tmp_path, 0, suffix)) == 0, suffix
     lazy.close()
@@ -154,7 +155,7 @@ def _recovered(tmp_path, base, interval, timestamps):
     seg.close()
     again = LogSegment.open(str(tmp_path), base, LogConfig(index_interval_bytes=interval), now_ms=0,
                             file_already_exists=True)
-    result = again.recover()
+    result = recover_segment(again)
     assert (result.bytes_truncated, result.batches) == (0, len(timestamps))
     return again, size
 
@@ -417,7 +418,7 @@ def test_rewriting_an_index_that_is_a_directory_names_it(tmp_path, kernels):
     os.mkdir(index)
     lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
     with pytest.raises(StorageIOError, match=f"^cannot rewrite index: {index}: \\[Errno 21\\] Is a directory") as err:
-        lazy.recover()
+        recover_segment(lazy)
     assert err.value.path == index
     lazy.close_quietly()
 
@@ -510,7 +511,7 @@ def test_appends_after_recovery_count_bytes_from_zero(tmp_path, kernels):
     append_batch(seg, 0, "v", timestamp=1)
     seg.close()
     again = reopen_active(tmp_path, 0, LogConfig(index_interval_bytes=0, segment_index_bytes=1000))
-    again.recover()
+    recover_segment(again)
     again.offset_index.resize(1000)
     again.time_index.resize(1000)
     assert again.offset_index.entries == 0

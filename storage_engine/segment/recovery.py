@@ -1,0 +1,152 @@
+"""Recovery of one log segment (Kafka's ``LogSegment.recover``): rebuilding its indexes from its ``.log``.
+
+Recovery (:func:`recover_segment`) validates every batch (size, magic, CRC), rebuilds the indexes and
+truncates the file at the first invalid byte, returning how many bytes it removed. Given the producer state as of
+the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``.
+
+The indexes come from one of two walks that build the same entries: the compiled walk over the whole file
+(:func:`_recover_compiled`, each index file written once), or, when the kernels are not loaded or that walk stops
+early, batch by batch with compiled bulk steps where the kernels take them (:func:`_recover_walk`).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from storage_engine import layout
+from storage_engine.errors import CorruptRecordError, StorageIOError
+from storage_engine.segment.file_records import batch_at, walk_batches, walk_valid_batches
+from storage_engine.segment.offset_index import OffsetIndex
+from storage_engine.segment.time_index import TimeIndex
+
+if TYPE_CHECKING:
+    from storage_engine.segment.segment import LogSegment
+
+_TIME_ENTRY = struct.Struct(">qi")
+_READ_NOT_MAP_BYTES = 1 << 20
+
+
+@dataclass
+class RecoveryResult:
+    bytes_truncated: int
+    valid_bytes: int
+    batches: int
+    error: str | None = None
+
+
+def recover_segment(seg: LogSegment, producer_state=None) -> RecoveryResult:
+    """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
+    ``producer_state`` (a :class:`~storage_engine.log.producer_state.ProducerStateManager` as of the base
+    offset) replay each valid batch into it and rebuild the ``.txnindex``."""
+    result = _recover_compiled(seg)
+    if result is None:
+        result = _recover_walk(seg)
+    txn_index = seg.txn_index
+    txn_index.reset()
+    if producer_state is not None:
+        for batch in seg.log.batches(0):
+            if batch.file_position >= result.valid_bytes:
+                break
+            if batch.magic >= 2:
+                producer_state.replay_batch(batch, txn_index)
+    return result
+
+
+def _recover_walk(seg: LogSegment) -> RecoveryResult:
+    """:func:`recover_segment`'s indexes, batch by batch (compiled bulk steps where the kernels take them)."""
+    seg.offset_index.reset()
+    seg.time_index.reset()
+    seg.bytes_since_last_index_entry = 0
+    valid_bytes = 0
+    last_index_entry = 0
+    max_ts, max_ts_offset = -1, -1
+    count = 0
+    error = None
+    view = seg.log.view()
+    size = min(len(view), seg.log.size)  # less than known if the file is now shorter (FileRecords.view)
+    try:
+        while True:
+            fast = walk_valid_batches(view, valid_bytes, size, seg.base_offset, seg.index_interval_bytes,
+                                      last_index_entry, max_ts, max_ts_offset, seg.offset_index,
+                                      seg.time_index)
+            if fast is not None:
+                valid_bytes, walked, last_index_entry, max_ts, max_ts_offset = fast
+                count += walked
+            batch = batch_at(view, valid_bytes, size, seg.path, strict=True)
+            if batch is None:
+                break
+            batch.ensure_valid()
+            last = batch.last_offset
+            seg._ensure_offset_in_range(last)
+            if batch.max_timestamp > max_ts:
+                max_ts, max_ts_offset = batch.max_timestamp, last
+            if valid_bytes - last_index_entry > seg.index_interval_bytes:
+                seg.offset_index.append(last, valid_bytes)
+                seg.time_index.maybe_append(max_ts, max_ts_offset)
+                last_index_entry = valid_bytes
+            valid_bytes += batch.size_in_bytes
+            count += 1
+    except CorruptRecordError as exc:
+        error = str(exc)
+    seg._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, seg.base_offset)
+    del view
+    truncated = size - valid_bytes
+    if truncated > 0:
+        seg.log.truncate_to(valid_bytes)
+    seg.offset_index.trim_to_valid_size()
+    if max_ts >= 0:
+        seg.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
+    seg.time_index.trim_to_valid_size()
+    seg._rolling_based_timestamp = None
+    seg.log.drop_view()
+    return RecoveryResult(truncated, valid_bytes, count, error)
+
+
+def _recover_compiled(seg: LogSegment) -> RecoveryResult | None:
+    """:func:`recover_segment` when the compiled walk takes every batch of the segment (the usual case): both index
+    files are written once, already trimmed, instead of reset, appended to and trimmed. None (nothing changed)
+    when the kernels are not loaded or the walk stops before the end; :func:`recover_segment` then does it all."""
+    # A small segment is read (one pread), a large one mapped (no copy; recovery holds the partition lock, and
+    # the map never covers more than the file has: see FileRecords.view). The size is taken from the buffer.
+    view = seg.log.read(0, seg.log.size) if seg.log.size <= _READ_NOT_MAP_BYTES else seg.log.view()
+    size = min(len(view), seg.log.size)
+    walked = walk_batches(view, 0, size, seg.base_offset, seg.index_interval_bytes,
+                          seg.max_index_size // OffsetIndex.ENTRY_SIZE,
+                          seg.max_index_size // TimeIndex.ENTRY_SIZE - 1)
+    del view
+    seg.log.drop_view()
+    if walked is None or walked[0] != size:
+        return None
+    _, count, max_ts, max_ts_offset, offset_entries, time_entries = walked
+    if max_ts >= 0:
+        last_ts = _TIME_ENTRY.unpack_from(time_entries, len(time_entries) - 12)[0] if time_entries else -1
+        if max_ts > last_ts:   # the entry recover_segment() adds last (TimeIndex.maybe_append, skip_full_check)
+            time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - seg.base_offset)
+    seg.bytes_since_last_index_entry = 0
+    _rewrite_index(seg, layout.INDEX_SUFFIX, seg._offset_index, offset_entries)
+    _rewrite_index(seg, layout.TIME_INDEX_SUFFIX, seg._time_index, time_entries)
+    seg._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, seg.base_offset)
+    seg._rolling_based_timestamp = None
+    return RecoveryResult(0, size, count, None)
+
+
+def _rewrite_index(seg: LogSegment, suffix: str, index, data: bytes) -> None:
+    """Make an index file exactly ``data`` (packed entries): through the open index, or, for an index not
+    opened yet, by writing the file directly (it is opened, and mapped, only when used)."""
+    if index is not None:
+        index.rewrite(data)
+        return
+    path = seg._paths[suffix]
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, len(data))
+            if data:
+                os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageIOError("cannot rewrite index", path, exc) from exc
+
