@@ -13,14 +13,16 @@ the driver) are left out, so a Spark-built key map equals the in-process one. ``
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
 
-``kafka_segment_keys`` (:class:`SegmentKeysDataSource`, what the key-map job reads) has only what a key map
-needs, filled straight from the compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per
-record, into the Arrow buffers, no Python object per record):
+``kafka_segment_keys`` (:class:`SegmentKeysDataSource`) has only what a key map needs, filled straight from the
+compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per record, into numpy arrays that
+become the Arrow buffers, no Python object per record):
 
     key_hash_hi long, key_hash_lo long, offset long, flags byte   (flags: 1 keyless, 2 tombstone, 4 control)
 
 (compressed batches are decompressed in Python and then decoded the same way; legacy batches and runs without
-the compiled kernels take the per-record Python path).
+the compiled kernels take the per-record Python path). The key-map job does not read it as a DataFrame: its
+tasks take the same segment groups (:meth:`SegmentKeysReader.partitions`) and the same columns as numpy arrays
+(:func:`segment_key_columns`), so no row enters the JVM.
 
 ``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.maintenance.offset_map.key_hash``), the join key of
 key maps. Files are opened read-only; a segment that disappears while a task reads it (retention, a swap)
