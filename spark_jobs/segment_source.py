@@ -13,14 +13,16 @@ the driver) are left out, so a Spark-built key map equals the in-process one. ``
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
 
-``kafka_segment_keys`` (:class:`SegmentKeysDataSource`, what the key-map job reads) has only what a key map
-needs, filled straight from the compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per
-record, into the Arrow buffers, no Python object per record):
+``kafka_segment_keys`` (:class:`SegmentKeysDataSource`) has only what a key map needs, filled straight from the
+compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per record, into numpy arrays that
+become the Arrow buffers, no Python object per record):
 
     key_hash_hi long, key_hash_lo long, offset long, flags byte   (flags: 1 keyless, 2 tombstone, 4 control)
 
 (compressed batches are decompressed in Python and then decoded the same way; legacy batches and runs without
-the compiled kernels take the per-record Python path).
+the compiled kernels take the per-record Python path). The key-map job does not read it as a DataFrame: its
+tasks take the same segment groups (:meth:`SegmentKeysReader.partitions`) and the same columns as numpy arrays
+(:func:`segment_key_columns`), so no row enters the JVM.
 
 ``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.maintenance.offset_map.key_hash``), the join key of
 key maps. Files are opened read-only; a segment that disappears while a task reads it (retention, a swap)
@@ -237,27 +239,35 @@ class SegmentKeysReader(SegmentReader):
         return groups
 
     def read(self, partition: SegmentGroup):
+        import pyarrow as pa
         for seg in partition.segments:
-            yield from self._read_segment(seg)
+            for cols in segment_key_columns(seg, self.start, self.end):
+                yield cols.to_arrow(pa)
 
-    def _read_segment(self, partition: SegmentPartition):
-        from storage_engine.segment.file_records import FileRecords
-        try:
-            fr = FileRecords(partition.path, writable=False)
-        except Exception as exc:
-            raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
-                                    f"compaction replaced it): {exc}") from None
-        start = self.start if self.start is not None else -1
-        end = self.end if self.end is not None else 2**63 - 1
-        aborted = _aborted_ranges(partition.aborted)
-        try:
-            yield from key_batches(fr.view(), fr.size, start, end, partition.path, aborted=aborted)
-        finally:
-            fr.close()
-        if not os.path.exists(partition.path):
-            raise FileNotFoundError(f"segment {partition.path} was deleted while the job read it")
-        if os.stat(partition.path).st_ino != partition.inode:
-            raise FileNotFoundError(f"segment {partition.path} was replaced while the job read it")
+
+def segment_key_columns(partition: SegmentPartition, start: int | None, end: int | None,
+                        rows: int = ROWS_PER_ARROW_BATCH):
+    """The key columns (:class:`_KeyColumns`: numpy hi, lo, offset, flags; ``n`` rows filled) of one segment's records
+    with start <= offset < end, aborted batches left out; fails with an error naming the file if the segment
+    disappears or is replaced while it is read. What both the ``kafka_segment_keys`` source and the key-map job's
+    tasks read."""
+    from storage_engine.segment.file_records import FileRecords
+    try:
+        fr = FileRecords(partition.path, writable=False)
+    except Exception as exc:
+        raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
+                                f"compaction replaced it): {exc}") from None
+    start = start if start is not None else -1
+    end = end if end is not None else 2**63 - 1
+    aborted = _aborted_ranges(partition.aborted)
+    try:
+        yield from key_columns(fr.view(), fr.size, start, end, partition.path, rows, aborted)
+    finally:
+        fr.close()
+    if not os.path.exists(partition.path):
+        raise FileNotFoundError(f"segment {partition.path} was deleted while the job read it")
+    if os.stat(partition.path).st_ino != partition.inode:
+        raise FileNotFoundError(f"segment {partition.path} was replaced while the job read it")
 
 
 def _aborted_ranges(aborted) -> dict[int, list[tuple[int, int]]]:
@@ -297,8 +307,16 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
                 aborted: dict[int, list[tuple[int, int]]] | None = None):
     """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` with start <= offset < end,
     leaving out the batches of the ``aborted`` transactions (producer id -> [(first offset, marker offset)])."""
-    import numpy as np
     import pyarrow as pa
+    for cols in key_columns(view, size, start, end, path, rows, aborted):
+        yield cols.to_arrow(pa)
+
+
+def key_columns(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
+                aborted: dict[int, list[tuple[int, int]]] | None = None):
+    """:func:`key_batches` as :class:`_KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
+    per record in compiled code, no Python object per record)."""
+    import numpy as np
 
     from storage_engine.record import records
     from storage_engine.segment.file_records import batch_at
@@ -310,7 +328,7 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
                 pos, cols.n, status = kernels.key_columns(view, pos, limit, start, end, cols.hi, cols.lo,
                                                           cols.off, cols.flags, cols.n, rows)
                 if status == 1:                     # the arrays are full
-                    yield cols.to_arrow(pa)
+                    yield cols
                     cols = _KeyColumns(np, rows)
                     continue
                 if status == 0:                     # done
@@ -323,11 +341,11 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
                 continue
             for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
                 if cols.n == rows:
-                    yield cols.to_arrow(pa)
+                    yield cols
                     cols = _KeyColumns(np, rows)
                 cols.add(hi, lo, offset, flags)
     if cols.n:
-        yield cols.to_arrow(pa)
+        yield cols
 
 
 def _batch_rows(batch, start: int, end: int, kernels):

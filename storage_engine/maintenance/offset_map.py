@@ -255,24 +255,32 @@ class SortedHashOffsetMap:
         if (expect_start is not None and start != expect_start) or (expect_end is not None and end != expect_end):
             raise StorageError(f"key map at {path} covers [{start}, {end}), expected [{expect_start}, {expect_end})")
         files = map_files(os.path.join(path, "data"))
-        # Size the three columns once, then copy each file's columns in: no per-file lists to concatenate, and
-        # Arrow's buffers go back to the OS after each file (Arrow's pool would otherwise keep them).
+        # Size the three columns once, then copy the files in one row group at a time, straight from the Arrow
+        # buffers: no per-file lists to concatenate, and Arrow's transient buffers stay a few MiB (its allocator
+        # keeps what it once held). Not pq.read_table or ChunkedArray.to_numpy: they import pyarrow.dataset,
+        # pyarrow.compute and pandas, about 45 MiB of RSS that stayed in the process.
         counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
         total = sum(counts)
-        hi = np.empty(total, dtype=np.int64)
-        lo = np.empty(total, dtype=np.int64)
-        off = np.empty(total, dtype=np.int64)
+        columns = ("key_hash_hi", "key_hash_lo", "offset")
+        arrays = [np.empty(total, dtype=np.int64) for _ in columns]
         pos = 0
         for part_file, n in zip(files, counts):
-            t = pq.read_table(part_file, columns=["key_hash_hi", "key_hash_lo", "offset"], memory_map=True)
-            if t.num_rows != n:
-                raise StorageError(f"key map file {part_file} holds {t.num_rows} rows, its footer says {n}")
-            hi[pos:pos + n] = t.column("key_hash_hi").to_numpy()
-            lo[pos:pos + n] = t.column("key_hash_lo").to_numpy()
-            off[pos:pos + n] = t.column("offset").to_numpy()
-            pos += n
-            del t
+            end_pos = pos + n
+            with pq.ParquetFile(part_file) as pf:
+                for group in range(pf.num_row_groups):
+                    t = pf.read_row_group(group, columns=list(columns), use_threads=False)
+                    if pos + t.num_rows > end_pos:
+                        raise StorageError(f"key map file {part_file} holds more rows than its footer says ({n})")
+                    for dest, name in zip(arrays, columns):
+                        at = pos
+                        for chunk in t.column(name).chunks:
+                            at += _copy_int64(chunk, dest, at, part_file, name, pa)
+                    pos += t.num_rows
+                    del t
+            if pos != end_pos:
+                raise StorageError(f"key map file {part_file} holds {n - (end_pos - pos)} rows, its footer says {n}")
             pa.default_memory_pool().release_unused()
+        hi, lo, off = arrays
         return cls(hi, lo, off, start, end, manifest)
 
     def get(self, key: bytes) -> int:
@@ -308,8 +316,25 @@ class SortedHashOffsetMap:
         self.latest_offset = offset
 
 
+def _copy_int64(chunk, dest, at: int, path: str, name: str, pa) -> int:
+    """Copy one Arrow array of int64 (no nulls; other integer types are cast) into ``dest[at:]``; returns its length."""
+    import numpy as np
+    if chunk.null_count:
+        raise StorageError(f"key map file {path}: column {name} has null values")
+    if chunk.type != pa.int64():
+        chunk = chunk.cast(pa.int64())
+    n = len(chunk)
+    dest[at:at + n] = np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=n, offset=chunk.offset * 8)
+    return n
+
+
 def _is_sorted(hi, lo, chunk: int = 1 << 22) -> bool:
-    """Whether (hi, lo) is strictly increasing, checked in chunks (a few MiB of temporaries at most)."""
+    """Whether (hi, lo) is strictly increasing: by the compiled kernels (no temporaries), or checked in chunks (a
+    few MiB of temporaries at most, which the C allocator may keep)."""
+    kernels = _records.KERNELS
+    if kernels is not None and len(hi) == len(lo) and all(
+            getattr(a, "dtype", None) == "int64" and a.flags.c_contiguous for a in (hi, lo)):
+        return kernels.sorted_check_and_index(hi, lo, 0) is not None
     n = len(hi)
     for s in range(0, max(n - 1, 0), chunk):
         e = min(n - 1, s + chunk)

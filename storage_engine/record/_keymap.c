@@ -22,6 +22,8 @@
  *       -> None (rejected: nothing changed) or (records done, entries, last offset put or -1, full)
  *   lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)
  *   sorted_check_and_index(hi, lo, bits) -> bytes of 2**bits + 1 native int64 starts, or None if not sorted
+ *   sort_latest(rows) -> distinct: rows (writable, n x 3 native int64: high, low, offset) sorted in place by
+ *       (high, low) in signed order, each hash's maximum offset kept, the `distinct` rows at the front
  * `spec` is (0, table, slots) or (1, hi, lo, offset, starts, bits).
  */
 #define XXH_INLINE_ALL
@@ -551,6 +553,117 @@ done:
     return out;
 }
 
+/* sort_latest: the key-map job's per-bucket merge (spark_jobs/key_map_tasks.py). An LSD radix sort of the rows by
+ * the high hash (8 passes of 8 bits over the sign-flipped value, a pass skipped when every row has the same byte
+ * there: the bucket's top bits), stable, into a scratch copy; then rows of equal high hash (the same key seen more
+ * than once, or a rare 64-bit collision) are insertion-sorted by (low, offset) and the last row of each (high,
+ * low) run - the maximum offset - is kept. */
+typedef struct {
+    int64_t hi, lo, off;
+} Row3;
+
+static inline int
+row_less(const Row3 *a, const Row3 *b)
+{
+    return a->lo < b->lo || (a->lo == b->lo && a->off < b->off);
+}
+
+static Py_ssize_t
+sort_latest_rows(Row3 *rows, Row3 *tmp, Py_ssize_t n)
+{
+    static const int passes = 8;
+    size_t (*counts)[256] = PyMem_RawCalloc(passes, sizeof(size_t[256]));
+    if (counts == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint64_t k = (uint64_t)rows[i].hi ^ 0x8000000000000000ULL;
+        for (int p = 0; p < passes; p++) {
+            counts[p][(k >> (8 * p)) & 0xFF]++;
+        }
+    }
+    Row3 *src = rows, *dst = tmp;
+    for (int p = 0; p < passes; p++) {
+        size_t *c = counts[p];
+        const uint64_t first = ((uint64_t)src[0].hi ^ 0x8000000000000000ULL) >> (8 * p) & 0xFF;
+        if (c[first] == (size_t)n) {
+            continue;   /* every row has this byte */
+        }
+        size_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            const size_t t = c[b];
+            c[b] = sum;
+            sum += t;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint64_t k = (uint64_t)src[i].hi ^ 0x8000000000000000ULL;
+            dst[c[(k >> (8 * p)) & 0xFF]++] = src[i];
+        }
+        Row3 *t = src;
+        src = dst;
+        dst = t;
+    }
+    PyMem_RawFree(counts);
+    if (src != rows) {
+        memcpy(rows, src, (size_t)n * sizeof(Row3));
+    }
+    Py_ssize_t out = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t j = i + 1;
+        while (j < n && rows[j].hi == rows[i].hi) {
+            j++;
+        }
+        for (Py_ssize_t a = i + 1; a < j; a++) {   /* runs of one high hash are short: insertion sort */
+            Row3 v = rows[a];
+            Py_ssize_t b = a;
+            while (b > i && row_less(&v, &rows[b - 1])) {
+                rows[b] = rows[b - 1];
+                b--;
+            }
+            rows[b] = v;
+        }
+        for (Py_ssize_t a = i; a < j; a++) {
+            if (a + 1 == j || rows[a + 1].lo != rows[a].lo) {
+                rows[out++] = rows[a];
+            }
+        }
+        i = j;
+    }
+    return out;
+}
+
+static PyObject *
+py_sort_latest(PyObject *Py_UNUSED(module), PyObject *rows_obj)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(rows_obj, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (v.len % (Py_ssize_t)sizeof(Row3) != 0) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "rows must be n x 3 int64");
+        return NULL;
+    }
+    const Py_ssize_t n = v.len / (Py_ssize_t)sizeof(Row3);
+    Py_ssize_t distinct = 0;
+    if (n > 0) {
+        Row3 *tmp = PyMem_RawMalloc((size_t)n * sizeof(Row3));
+        if (tmp == NULL) {
+            PyBuffer_Release(&v);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        distinct = sort_latest_rows((Row3 *)v.buf, tmp, n);
+        Py_END_ALLOW_THREADS
+        PyMem_RawFree(tmp);
+    }
+    PyBuffer_Release(&v);
+    if (distinct < 0) {
+        return PyErr_NoMemory();
+    }
+    return PyLong_FromSsize_t(distinct);
+}
+
 PyMethodDef sp_keymap_methods[] = {
     {"key_hash", (PyCFunction)py_key_hash, METH_O, "key_hash(key) -> (hi, lo): xxh3-128 as two signed int64"},
     {"table_put", (PyCFunction)(void (*)(void))py_table_put, METH_FASTCALL,
@@ -563,5 +676,7 @@ PyMethodDef sp_keymap_methods[] = {
      "lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)"},
     {"sorted_check_and_index", (PyCFunction)(void (*)(void))py_sorted_check_and_index, METH_FASTCALL,
      "sorted_check_and_index(hi, lo, bits) -> bucket starts (bytes) or None if not strictly sorted"},
+    {"sort_latest", (PyCFunction)py_sort_latest, METH_O,
+     "sort_latest(rows) -> distinct: n x 3 int64 rows sorted by hash in place, each hash's maximum offset first"},
     {NULL, NULL, 0, NULL},
 };

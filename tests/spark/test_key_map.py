@@ -332,3 +332,55 @@ def test_spark_map_is_written_sorted_in_hash_buckets(tmp_path, spark):
     assert _is_sorted(np.array(hi, dtype=np.int64), np.array(lo, dtype=np.int64))
     m = SortedHashOffsetMap.load(out)
     assert all(m.get(b"key-%d" % k) == 600 + k for k in range(300))
+
+
+rows_strategy = st.lists(st.tuples(st.integers(-3, 3), st.integers(-2, 2), st.integers(0, 10**6)), max_size=300)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows_strategy)
+def test_bucket_merge_keeps_each_hash_latest_offset_both_implementations(monkeypatch, triples):
+    # What a bucket task does with its rows (compiled radix sort, numpy twin): sorted by (high, low) in signed
+    # order, one row per hash holding its maximum offset. Small hash values make many equal high hashes.
+    import numpy as np
+
+    from spark_jobs.key_map_tasks import latest_per_key
+    from tests.storage_engine.kernels import use
+    big = [(h * (1 << 60) + (h & 1), lo * (1 << 61), o) for h, lo, o in triples]   # full 64-bit range too
+    for data in (triples, big):
+        expected: dict = {}
+        for hi, lo, off in data:
+            expected[(hi, lo)] = max(off, expected.get((hi, lo), -1))
+        want = [(hi, lo, off) for (hi, lo), off in sorted(expected.items())]
+        for impl in ("c", "python"):
+            use(monkeypatch, impl)
+            rows = np.array(data, dtype=np.int64).reshape(-1, 3)
+            assert latest_per_key(rows).tolist() == [list(r) for r in want], impl
+
+
+def test_loader_reads_row_groups_and_other_integer_columns(tmp_path):
+    # SortedHashOffsetMap.load copies row group by row group from the Arrow buffers: many row groups, a file whose
+    # offset column is int32 (another writer), an empty file; nulls are refused.
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage_engine.errors import StorageError
+    from storage_engine.maintenance.offset_map import SortedHashOffsetMap
+    hi = np.arange(-500, 500, dtype=np.int64) * (1 << 50)
+    lo = np.arange(1000, dtype=np.int64)
+    off = np.arange(1000, dtype=np.int64) * 3
+    for n, (a, b) in enumerate([(0, 0), (0, 600), (600, 1000)]):
+        (tmp_path / "km" / "data" / f"bucket={n}").mkdir(parents=True)
+        table = pa.table({"key_hash_hi": hi[a:b], "key_hash_lo": lo[a:b],
+                          "offset": pa.array(off[a:b], pa.int32() if n == 2 else pa.int64())})
+        pq.write_table(table, tmp_path / "km" / "data" / f"bucket={n}" / "part.parquet", row_group_size=64)
+    (tmp_path / "km" / "keymap.json").write_text(json.dumps({"start_offset": 0, "end_offset": 3000}))
+    m = SortedHashOffsetMap.load(str(tmp_path / "km"))
+    assert m.size == 1000 and m._hi.tolist() == hi.tolist() and m._lo.tolist() == lo.tolist()
+    assert m._off.tolist() == off.tolist()
+    pq.write_table(pa.table({"key_hash_hi": pa.array([5], pa.int64()), "key_hash_lo": pa.array([1], pa.int64()),
+                             "offset": pa.array([None], pa.int64())}),
+                   tmp_path / "km" / "data" / "bucket=2" / "part.parquet")
+    with pytest.raises(StorageError, match="null"):
+        SortedHashOffsetMap.load(str(tmp_path / "km"))

@@ -1,0 +1,120 @@
+"""The two kinds of task of the key-map job (``spark_jobs/build_key_map.py``); they run in Spark's Python workers,
+so this module must be importable there (the project installed in the Spark Python environment, or on
+PYTHONPATH).
+
+Phase 1, :func:`split_group`, one task per segment group (``SegmentKeysReader.partitions``: consecutive segments up
+to 512 MiB): decodes the group's segments with the compiled kernels (``segment_source.segment_key_columns``: one
+decode and one hash per record, aborted batches left out, as the in-process map reads the log), counts records,
+keyless records and tombstones, drops keyless and control-batch records, and appends the (hash high, hash low,
+offset) rows of each bucket (the top bits of the high hash, in signed order) to
+``<stage>/bucket=<n>/group=<g>.rows``: raw little-endian int64 triples, 24 bytes per row, in log order.
+
+Phase 2, :func:`merge_bucket`, one task per bucket: reads the bucket's rows from every group, keeps the maximum
+offset per 128-bit hash (``_keymap.c``'s ``sort_latest``: sorts the rows by (high, low) in signed order in place
+and keeps each key's latest offset) and writes ``<data>/bucket=<n>/part.parquet`` (``key_hash_hi``,
+``key_hash_lo``, ``offset``; int64, sorted, uncompressed: hashes do not compress; row groups of 131,072 rows, so
+the loader's transient Arrow buffers stay small), the layout ``SortedHashOffsetMap.load`` copies without sorting.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+ROWS_PER_CHUNK = 1 << 20     # rows decoded per chunk: 24 MiB of rows in flight per task
+ROWS_PER_ROW_GROUP = 1 << 17  # 3 MiB row groups: what SortedHashOffsetMap.load holds in Arrow buffers at a time
+_ROW = np.dtype("<i8")
+_SIGN = np.uint64(1 << 63)
+
+
+def bucket_of(hi, bits: int):
+    """Bucket numbers (uint16) of high hashes: their top ``bits`` bits in signed order (0 = most negative)."""
+    if bits == 0:
+        return np.zeros(len(hi), dtype=np.uint16)
+    return ((hi.view(np.uint64) ^ _SIGN) >> np.uint64(64 - bits)).astype(np.uint16)
+
+
+def stage_file(stage: str, bucket: int, group: int) -> str:
+    return os.path.join(stage, f"bucket={bucket}", f"group={group:06d}.rows")
+
+
+def split_group(group_index: int, group, start: int, end: int, bits: int, stage: str) -> tuple[int, int, int]:
+    """Phase 1 for one segment group (see the module docstring). Returns (records, keyless, tombstones)."""
+    from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, segment_key_columns
+    records = keyless = tombstones = 0
+    files: dict[int, object] = {}
+    try:
+        for seg in group.segments:
+            for cols in segment_key_columns(seg, start, end, ROWS_PER_CHUNK):
+                n = cols.n
+                flags = cols.flags[:n]
+                records += n
+                keyless += int(np.count_nonzero(flags & KEYLESS))
+                tombstones += int(np.count_nonzero(flags & TOMBSTONE))
+                keep = (flags & (KEYLESS | CONTROL)) == 0
+                hi, lo, off = cols.hi[:n][keep], cols.lo[:n][keep], cols.off[:n][keep]
+                if not len(hi):
+                    continue
+                buckets = bucket_of(hi, bits)
+                order = np.argsort(buckets, kind="stable")    # radix sort of 16-bit numbers; keeps log order
+                rows = np.empty((len(hi), 3), dtype=_ROW)
+                rows[:, 0] = hi[order]
+                rows[:, 1] = lo[order]
+                rows[:, 2] = off[order]
+                counts = np.bincount(buckets, minlength=1 << bits)
+                pos = 0
+                for b in np.flatnonzero(counts).tolist():
+                    f = files.get(b)
+                    if f is None:
+                        path = stage_file(stage, b, group_index)
+                        os.makedirs(os.path.dirname(path), exist_ok=True)
+                        f = files[b] = open(path, "wb")
+                    k = int(counts[b])
+                    f.write(rows[pos:pos + k].data)
+                    pos += k
+    finally:
+        for f in files.values():
+            f.close()
+    return records, keyless, tombstones
+
+
+def latest_per_key(rows):
+    """Sort (n, 3) int64 rows (hash high, hash low, offset) by hash in signed order and keep the maximum offset of
+    each hash: returns the first ``distinct`` rows of ``rows`` (sorted in place with the compiled kernels)."""
+    from storage_engine.record import records
+    kernels = records.KERNELS
+    if kernels is not None:
+        distinct = kernels.sort_latest(rows)
+        return rows[:distinct]
+    order = np.lexsort((rows[:, 2], rows[:, 1], rows[:, 0]))
+    rows = rows[order]
+    last = np.ones(len(rows), dtype=bool)
+    last[:-1] = (rows[1:, 0] != rows[:-1, 0]) | (rows[1:, 1] != rows[:-1, 1])
+    return rows[last]
+
+
+def merge_bucket(bucket: int, stage: str, data: str) -> int:
+    """Phase 2 for one bucket (see the module docstring). Returns the distinct keys written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    folder = os.path.join(stage, f"bucket={bucket}")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    sizes = [os.path.getsize(os.path.join(folder, n)) for n in names]
+    rows = np.empty((sum(sizes) // 24, 3), dtype=_ROW)
+    flat = rows.reshape(-1).view(np.uint8)
+    pos = 0
+    for name, size in zip(names, sizes):
+        with open(os.path.join(folder, name), "rb") as f:
+            if f.readinto(memoryview(flat[pos:pos + size])) != size:
+                raise OSError(f"short read of {os.path.join(folder, name)}")
+        pos += size
+    if not len(rows):
+        return 0
+    latest = latest_per_key(rows)
+    table = pa.table({"key_hash_hi": np.ascontiguousarray(latest[:, 0]),
+                      "key_hash_lo": np.ascontiguousarray(latest[:, 1]),
+                      "offset": np.ascontiguousarray(latest[:, 2])})
+    out = os.path.join(data, f"bucket={bucket}")
+    os.makedirs(out, exist_ok=True)
+    pq.write_table(table, os.path.join(out, "part.parquet"), compression="none", row_group_size=ROWS_PER_ROW_GROUP)
+    return len(latest)
