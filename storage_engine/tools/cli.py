@@ -470,15 +470,15 @@ def cmd_retention(args, config) -> int:
 
 
 def cmd_compact(args, config) -> int:
-    from storage_engine.maintenance import jobs as maintenance
+    from storage_engine.maintenance import compaction_jobs
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
     if args.clear_uncleanable:
-        _out(maintenance.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
+        _out(compaction_jobs.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
         return 0
-    result = maintenance.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
-                                 partition=args.partition, dry_run=args.dry_run,
-                                 upper_time_bound_ms=args.upper_time_bound_ms, max_partitions=args.max_partitions)
+    result = compaction_jobs.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                                     partition=args.partition, dry_run=args.dry_run,
+                                     upper_time_bound_ms=args.upper_time_bound_ms, max_partitions=args.max_partitions)
     for r in result["results"]:
         for line in r.get("log_lines", []):
             logging.getLogger("storage_engine.maintenance.cleaner").info(line)
