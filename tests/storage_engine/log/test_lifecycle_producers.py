@@ -15,7 +15,8 @@ from storage_engine.log import mover
 from storage_engine.log.loader import open_log
 from storage_engine.log.manager import LogManager
 from storage_engine.log.split import split_overflowed_segment
-from storage_engine.log.producer_state import ABORT, ProducerStateManager
+from storage_engine.log.producer_state import ABORT
+from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.maintenance import batch_jobs, jobs
 from storage_engine.record.records import SimpleRecord, build_batch, build_control_batch
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
