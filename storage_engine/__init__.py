@@ -29,9 +29,9 @@ from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
                                                   move_partition, purge_delete_dirs, remove_folder)
-from storage_engine.maintenance.jobs import (checkpoint, clear_uncleanable, compact, compact_partition,
-                                             compaction_plan, flush, list_partitions, purge, retention,
-                                             retention_all)
+from storage_engine.maintenance.compaction_jobs import (clear_uncleanable, compact, compact_partition,
+                                                        compaction_plan)
+from storage_engine.maintenance.jobs import checkpoint, flush, list_partitions, purge, retention, retention_all
 from storage_engine.record.records import Record, SimpleRecord
 from storage_engine.tools.verify import verify_log_dirs
 

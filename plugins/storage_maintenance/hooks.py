@@ -1,9 +1,10 @@
 """StorageEngineHook: which storage config, what "now" is, and every call into the engine and its connections.
 
 As in Airflow's Spark provider, the hook owns the mechanics and the operators only hold parameters: the
-engine's maintenance jobs (:mod:`storage_engine.maintenance.jobs`), its read-only status
-(:mod:`storage_engine.tools.status`, for the Storage view), the compaction plan and clean, the Spark
-connection check and the run-scoped key-map folders all go through here.
+engine's maintenance jobs (:mod:`storage_engine.maintenance.jobs`, :mod:`storage_engine.maintenance.batch_jobs`),
+its read-only status (:mod:`storage_engine.tools.status`, for the Storage view), the compaction plan and clean
+(:mod:`storage_engine.maintenance.compaction_jobs`), the Spark connection check and the run-scoped key-map
+folders all go through here.
 
 Config resolution, first match wins:
 
@@ -34,7 +35,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
-from storage_engine.maintenance import jobs as maintenance
+from storage_engine.maintenance import batch_jobs, compaction_jobs, jobs
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
@@ -139,7 +140,7 @@ class StorageEngineHook(BaseHook):
     # -- planning -----------------------------------------------------------------------------------------------
     def list_partitions(self, topics: list[str] | None = None) -> list[dict]:
         """Read-only listing (folder names only); unknown topics raise ``PartitionNotFoundError``."""
-        return maintenance.list_partitions(self.config, topics=topics or None)
+        return jobs.list_partitions(self.config, topics=topics or None)
 
     def plan_batches(self, topics: list[str] | None, batch_size: int, max_batches: int | None = None) -> list:
         """Batches of at most ``batch_size`` partitions per log dir; when that would give more than
@@ -147,17 +148,17 @@ class StorageEngineHook(BaseHook):
         if max_batches:
             total = len(self.list_partitions(topics))
             batch_size = max(batch_size, -(-total // max_batches))
-        return maintenance.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
+        return batch_jobs.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
     def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
-        return maintenance.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
+        return batch_jobs.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
     def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> dict:
-        return maintenance.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
+        return batch_jobs.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
     def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> dict:
-        return maintenance.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
+        return batch_jobs.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
     def verify_batch(self, partitions) -> dict:
         from storage_engine.tools.verify import verify_batch
@@ -168,16 +169,16 @@ class StorageEngineHook(BaseHook):
         return verify_dir_files(self.config)
 
     def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
-        return dict(maintenance.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
+        return dict(batch_jobs.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
     def purge(self, now_ms: int, dry_run: bool = False) -> dict:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""
-        return maintenance.purge(self.config, now_ms, dry_run=dry_run)
+        return jobs.purge(self.config, now_ms, dry_run=dry_run)
 
     # -- log dirs: health, offline alerts, balance --------------------------------------------------------------
     def log_dir_health(self) -> dict:
         """``{"online": [...], "offline": {dir: error}}``, read-only (no log opened)."""
-        return dict(maintenance.log_dir_health(self.config))
+        return dict(jobs.log_dir_health(self.config))
 
     def state_dir(self) -> str:
         """Where the maintenance DAGs keep their own state across runs (which offline dirs were alerted):
@@ -236,17 +237,18 @@ class StorageEngineHook(BaseHook):
     def compaction_plan(self, now_ms: int, topics: list[str] | None, max_partitions: int, strategy: str) -> dict:
         """The cleaner's selection bounded by ``now_ms`` (a run never cleans a segment holding a record at or
         after its interval end), with the key-map strategy of each selected partition."""
-        return maintenance.compaction_plan(self.config, now_ms, topics=topics or None, max_partitions=max_partitions,
-                                           strategy=strategy, upper_time_bound_ms=now_ms)
+        return compaction_jobs.compaction_plan(self.config, now_ms, topics=topics or None,
+                                               max_partitions=max_partitions, strategy=strategy,
+                                               upper_time_bound_ms=now_ms)
 
     def compact_partition(self, topic: str, partition: int, first_dirty_offset: int, first_uncleanable_offset: int,
                           now_ms: int, keymap_path: str | None = None, dry_run: bool = False) -> dict:
-        return maintenance.compact_partition(self.config, topic, partition, first_dirty_offset,
-                                             first_uncleanable_offset, now_ms, keymap_path=keymap_path,
-                                             dry_run=dry_run)
+        return compaction_jobs.compact_partition(self.config, topic, partition, first_dirty_offset,
+                                                 first_uncleanable_offset, now_ms, keymap_path=keymap_path,
+                                                 dry_run=dry_run)
 
     def clear_uncleanable(self, topic: str, partition: int) -> dict:
-        return maintenance.clear_uncleanable(self.config, topic, partition)
+        return compaction_jobs.clear_uncleanable(self.config, topic, partition)
 
     def keymap_root(self) -> str:
         """Where run-scoped key maps go: ``$STORAGE_ENGINE_KEYMAP_DIR``, else ``keymaps/`` beside the first log

@@ -51,7 +51,7 @@ from storage_engine.log import producer_state as pstate
 from storage_engine.log import swap, view
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
-from storage_engine.log.producer_state import ProducerStateManager
+from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.log.split import needs_split, split_overflowed_segment
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionDeletedError,

@@ -57,7 +57,7 @@ from storage_engine.log.appends import AppendInfo
 from storage_engine.log.failure import LogDirFailureChannel
 from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.log.open_logs import OpenLogs
-from storage_engine.log.producer_state import ProducerStateManager
+from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.record import codecs

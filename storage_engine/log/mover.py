@@ -52,7 +52,7 @@ from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningCla
                                       PartitionState, lock_path, peek_state)
 from storage_engine.log.log import Log
 from storage_engine.log.loader import open_log
-from storage_engine.log.producer_state import ProducerStateManager
+from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.segment.file_records import iter_batches
 
 logger = logging.getLogger(__name__)

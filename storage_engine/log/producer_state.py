@@ -1,4 +1,8 @@
-"""Producer state of one partition (Kafka's ``ProducerStateManager``, ``ProducerStateEntry``, ``ProducerAppendInfo``).
+"""Producer state of one partition: one producer's entry (Kafka's ``ProducerStateEntry``), the checks of an append
+(``ProducerAppendInfo``; :func:`analyze` and :func:`apply`, Kafka's ``analyzeAndValidateProducerState``) and the
+rebuild from snapshots and the log (:func:`rebuild`, Kafka's ``rebuildProducerState``). The map of a partition's
+producers and its ``.snapshot`` files are
+:class:`~storage_engine.log.producer_state_manager.ProducerStateManager`'s.
 
 Per producer id the state holds the producer epoch, the metadata of its last 5 data batches (last sequence,
 last offset, offset delta, max timestamp), the coordinator epoch of the last transaction marker, the time of
@@ -29,21 +33,17 @@ processes never disagree about which producers exist).
 """
 from __future__ import annotations
 
-import logging
-import os
 import struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from storage_engine import layout
-from storage_engine.errors import (CorruptRecordError, CorruptSnapshotError, InvalidProducerEpochError,
-                                   InvalidTxnStateError, OutOfOrderSequenceError, StorageError, StorageIOError,
-                                   TransactionCoordinatorFencedError)
+from storage_engine.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTxnStateError,
+                                   OutOfOrderSequenceError, TransactionCoordinatorFencedError)
 from storage_engine.record.record_batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, decrement_sequence
 from storage_engine.record.records import NO_TIMESTAMP
-from storage_engine.segment import producer_snapshot
 from storage_engine.segment.producer_snapshot import SnapshotEntry
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from storage_engine.log.producer_state_manager import ProducerStateManager
 
 NUM_BATCHES_TO_RETAIN = 5
 CLIENT, COORDINATOR, REPLICATION = "client", "coordinator", "replication"
@@ -181,7 +181,8 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 class ProducerAppendInfo:
     """The changes one append makes to one producer, checked as Kafka checks them; applied by
-    :meth:`ProducerStateManager.update` only once the append is written."""
+    :meth:`~storage_engine.log.producer_state_manager.ProducerStateManager.update` only once the append is
+    written."""
 
     def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry, origin: str):
         self.partition = partition
@@ -280,201 +281,6 @@ def parse_end_txn_marker(key: bytes | None, value: bytes | None, batch=None) -> 
         raise CorruptRecordError("end transaction marker value is shorter than 6 bytes", *where)
     _v, coordinator_epoch = struct.unpack_from(">hi", value, 0)
     return ctype, coordinator_epoch
-
-
-class ProducerStateManager:
-    """The producer state of one partition folder, and its ``.snapshot`` files."""
-
-    def __init__(self, dir_path: str, name: str):
-        self.dir = dir_path
-        self.name = name
-        self.producers: dict[int, ProducerStateEntry] = {}
-        self.ongoing_txns: dict[int, int] = {}     # first offset -> producer id
-        self.map_end_offset = 0
-        self.last_snap_offset = 0
-
-    # -- queries ----------------------------------------------------------------------------------------------
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self.producers.get(producer_id)
-
-    def first_unstable_offset(self) -> int | None:
-        return min(self.ongoing_txns) if self.ongoing_txns else None
-
-    def last_stable_offset(self, completed: CompletedTxn) -> int:
-        """The LSO once ``completed`` is done: the first offset of the earliest open transaction of another
-        producer, else the marker offset + 1."""
-        for first in sorted(self.ongoing_txns):
-            if self.ongoing_txns[first] != completed.producer_id:
-                return first
-        return completed.last_offset + 1
-
-    def last_records(self) -> dict[int, LastRecord]:
-        """Per active producer, its last data offset and epoch (what the cleaner must keep)."""
-        return {pid: LastRecord(e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
-                for pid, e in self.producers.items()}
-
-    def state_key(self, *, as_snapshot: bool = False):
-        """A comparable value of the whole state (tests compare processes and reloads with it); ``as_snapshot``:
-        as a snapshot keeps it (each producer's last batch only)."""
-        def key(e):
-            k = e._key()
-            return k[:-1] + (k[-1][-1:],) if as_snapshot else k
-        return (self.map_end_offset, sorted(self.ongoing_txns.items()),
-                sorted((pid, key(e)) for pid, e in self.producers.items()))
-
-    # -- changes ----------------------------------------------------------------------------------------------
-    def prepare_update(self, producer_id: int, origin: str) -> ProducerAppendInfo:
-        current = self.producers.get(producer_id) or ProducerStateEntry(producer_id)
-        return ProducerAppendInfo(self.name, producer_id, current, origin)
-
-    def update(self, info: ProducerAppendInfo) -> None:
-        entry = self.producers.get(info.producer_id)
-        if entry is not None:
-            entry.update_from(info.updated)
-        else:
-            self.producers[info.producer_id] = info.updated
-        for first in info.started_txn_offsets:
-            self.ongoing_txns[first] = info.producer_id
-
-    def complete_txn(self, completed: CompletedTxn) -> None:
-        if self.ongoing_txns.pop(completed.first_offset, None) is None:
-            raise StorageError(f"attempted to complete transaction {completed} on partition {self.name} which was "
-                               "not started")
-
-    def replay_batch(self, batch, txn_index=None) -> CompletedTxn | None:
-        """Apply a batch read from the log (no checks). With ``txn_index`` (the batch's segment), an aborted
-        transaction it completes is appended there unless the index already ends at or after it."""
-        completed = None
-        if batch.has_producer_id:
-            info = self.prepare_update(batch.producer_id, REPLICATION)
-            completed = info.append(batch)
-            self.update(info)
-            if completed is not None:
-                if completed.is_aborted and txn_index is not None:
-                    lso = self.last_stable_offset(completed)
-                    last = txn_index.last_offset_or_none()
-                    if last is None or last < completed.last_offset:
-                        from storage_engine.segment.txn_index import AbortedTxn
-                        txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                    completed.last_offset, lso))
-                self.complete_txn(completed)
-        self.map_end_offset = batch.last_offset + 1
-        return completed
-
-    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
-        """Drop producers without an open transaction whose last write is ``expiration_ms`` old."""
-        gone = [pid for pid, e in self.producers.items()
-                if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= expiration_ms]
-        for pid in gone:
-            del self.producers[pid]
-        return gone
-
-    def clear(self, map_end_offset: int) -> None:
-        self.producers.clear()
-        self.ongoing_txns.clear()
-        self.map_end_offset = map_end_offset
-
-    # -- snapshots --------------------------------------------------------------------------------------------
-    def snapshot_path(self, offset: int) -> str:
-        return layout.segment_file(self.dir, offset, layout.SNAPSHOT_SUFFIX)
-
-    def snapshot_offsets(self) -> list[int]:
-        """Offsets of the ``.snapshot`` files in the folder, ascending."""
-        try:
-            names = os.listdir(self.dir)
-        except OSError as exc:
-            raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
-        return sorted(layout.offset_from_filename(n) for n in names
-                      if n.endswith(layout.SNAPSHOT_SUFFIX) and layout.is_offset_named(n))
-
-    def take_snapshot(self, *, sync: bool = True, force: bool = False) -> str | None:
-        """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``).
-
-        A snapshot keeps only each producer's last batch (Kafka's format), so a process that rebuilds from it
-        remembers fewer batches for duplicate detection than the process that wrote it. To keep every process's
-        state equal, the writer then keeps only what it wrote too (as Kafka's broker does after a restart)."""
-        if self.map_end_offset <= self.last_snap_offset and not force:
-            return None
-        path = self.snapshot_path(self.map_end_offset)
-        producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
-                                         sync=sync)
-        for e in self.producers.values():
-            del e.batches[:-1]
-        self.last_snap_offset = self.map_end_offset
-        return path
-
-    def delete_snapshot(self, offset: int, *, deleted_at_ms: int | None = None) -> None:
-        """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
-        ``file.delete.delay.ms``, like the segment files deleted with it)."""
-        path = self.snapshot_path(offset)
-        try:
-            if deleted_at_ms is not None:
-                os.replace(path, path + layout.DELETED_SUFFIX)
-                os.utime(path + layout.DELETED_SUFFIX, (deleted_at_ms / 1000.0, deleted_at_ms / 1000.0))
-            else:
-                os.remove(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageIOError("cannot delete producer snapshot", path, exc) from exc
-
-    def load_from_snapshot(self, log_start_offset: int, upper_offset: int, *, delete_corrupt: bool) -> int | None:
-        """Reset the state to the newest valid snapshot at or below ``upper_offset`` (corrupt ones are skipped,
-        and deleted with ``delete_corrupt``). Returns its offset, or None (state empty at the log start)."""
-        self.producers.clear()
-        self.ongoing_txns.clear()
-        for offset in reversed(self.snapshot_offsets()):
-            if offset > upper_offset:
-                continue
-            try:
-                entries = producer_snapshot.read_snapshot(self.snapshot_path(offset))
-            except CorruptSnapshotError as exc:
-                logger.warning("failed to load producer snapshot of %s: %s", self.name, exc)
-                if delete_corrupt:
-                    self.delete_snapshot(offset)
-                continue
-            except StorageIOError:
-                continue  # deleted meanwhile by the process holding the lock before us: try an older one
-            for e in entries:
-                entry = ProducerStateEntry.from_snapshot_entry(e)
-                self.producers[entry.producer_id] = entry
-                if entry.current_txn_first_offset is not None:
-                    self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
-            self.map_end_offset = self.last_snap_offset = offset
-            return offset
-        self.map_end_offset = self.last_snap_offset = log_start_offset
-        return None
-
-    def remove_stray_snapshots(self, segment_bases: list[int]) -> list[int]:
-        """Kafka's ``removeStraySnapshots``: of the snapshots not at a segment base keep only the largest, and
-        that one only if it is not below the largest base. Returns the offsets removed."""
-        bases = set(segment_bases)
-        removed = []
-        stray = [o for o in self.snapshot_offsets() if o not in bases]
-        for o in stray[:-1]:
-            self.delete_snapshot(o)
-            removed.append(o)
-        if stray and segment_bases and stray[-1] < max(segment_bases):
-            self.delete_snapshot(stray[-1])
-            removed.append(stray[-1])
-        return removed
-
-    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int) -> list[int]:
-        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go.
-
-        Kafka also deletes a snapshot exactly at the log start (and so forgets, at its next restart, the producers
-        whose records retention deleted). This engine keeps it: opening a log never changes its files a second
-        time after retention, and every process keeps the same producers until they expire."""
-        gone = [o for o in self.snapshot_offsets() if o > log_end_offset or o < log_start_offset]
-        for o in gone:
-            self.delete_snapshot(o)
-        return gone
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        for o in self.snapshot_offsets():
-            self.delete_snapshot(o)
-        self.clear(offset)
-        self.last_snap_offset = 0
 
 
 def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_offset: int, *, exclusive: bool,

@@ -35,7 +35,7 @@ from storage_engine.errors import CorruptRecordError, PartitionDeletedError, Par
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import swap
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState
-from storage_engine.log.producer_state import ProducerStateManager
+from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.record.record_batch import HEADER_SIZE_UP_TO_MAGIC
 from storage_engine.segment.segment import LogSegment

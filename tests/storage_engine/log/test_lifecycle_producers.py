@@ -15,8 +15,9 @@ from storage_engine.log import mover
 from storage_engine.log.loader import open_log
 from storage_engine.log.manager import LogManager
 from storage_engine.log.split import split_overflowed_segment
-from storage_engine.log.producer_state import ABORT, ProducerStateManager
-from storage_engine.maintenance import jobs
+from storage_engine.log.producer_state import ABORT
+from storage_engine.log.producer_state_manager import ProducerStateManager
+from storage_engine.maintenance import batch_jobs, jobs
 from storage_engine.record.record_batch import build_batch, build_control_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
@@ -235,7 +236,7 @@ def test_producer_expiry_applies_to_the_copy_of_a_moving_partition(tmp_path):
         finally:
             future.close(clean=False)
     later = T0 + cfg.producer_id_expiration_ms + 1000
-    batch = jobs.expire_producers_batch(cfg, [["t", 0]], later)
+    batch = batch_jobs.expire_producers_batch(cfg, [["t", 0]], later)
     (result,) = batch["results"]
     # Producer 10's transaction is open: it stays; the others expire, in the partition and in its copy.
     assert result["expired_producer_ids"] == [7, 8, 9, 11]

@@ -16,7 +16,7 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import InvalidRequestError, LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log import mover
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import jobs, lifecycle
+from storage_engine.maintenance import compaction_jobs, jobs, lifecycle
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
@@ -66,7 +66,7 @@ def test_a_move_copies_the_same_batches_and_keeps_offsets_log_start_and_gaps(tmp
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("keyed", 0)
         _fill(log, 120, key=lambda i: b"k%d" % (i % 40) if i < 80 else b"j%d" % (i % 5))
-        jobs.compact(cfg, T0 + 1000)              # gaps: only the latest value per key below the dirty end
+        compaction_jobs.compact(cfg, T0 + 1000)              # gaps: only the latest value per key below the dirty end
         start = _records(log)[2][0]               # a log start offset inside a segment (delete-records)
         log.delete_records(start)
         source = mgr.dir_of(("keyed", 0))

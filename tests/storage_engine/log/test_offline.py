@@ -17,7 +17,7 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import LogDirOfflineError, StorageIOError
 from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import jobs
+from storage_engine.maintenance import compaction_jobs, jobs
 from storage_engine.tools.verify import verify_log_dirs
 
 from ..helpers import recs
@@ -111,7 +111,7 @@ def test_a_dir_that_fails_while_opening_is_offline_and_skipped(tmp_path):
         assert list(checkpoint["checkpoints"]) == [a] and list(checkpoint["offline_dirs"]) == [b]
         assert list(jobs.flush(cfg, T0, due_only=False)["offline_dirs"]) == [b]
         assert [r["topic"] for r in jobs.retention_all(cfg, T0)] == ["x"]
-        assert list(jobs.compact(cfg, T0)["offline_dirs"]) == [b]
+        assert list(compaction_jobs.compact(cfg, T0)["offline_dirs"]) == [b]
         purge = jobs.purge(cfg, T0)
         assert list(purge["offline_dirs"]) == [b]
     finally:

@@ -178,7 +178,7 @@ PAUSING_COMPACT = """
 import sys, time
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
-from storage_engine.maintenance import jobs
+from storage_engine.maintenance import compaction_jobs
 original = crashpoints.reached
 def reached(step):
     if step == "swap.old-deleted":
@@ -187,5 +187,5 @@ def reached(step):
     original(step)
 crashpoints.reached = reached
 import json
-print(json.dumps(jobs.compact(load_config(sys.argv[1]), topics=["keyed"])), flush=True)
+print(json.dumps(compaction_jobs.compact(load_config(sys.argv[1]), topics=["keyed"])), flush=True)
 """

@@ -23,7 +23,7 @@ import sys
 
 from storage_engine.config_file import load_config
 from storage_engine.errors import ProducerStateError
-from storage_engine.log import producer_state
+from storage_engine.log import producer_state_manager
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment import producer_snapshot, segment
@@ -44,12 +44,12 @@ def arm(point: str) -> None:
             die()
         producer_snapshot.atomic_write = half_written
     elif point == "after-snapshot":
-        original = producer_state.ProducerStateManager.take_snapshot
+        original = producer_state_manager.ProducerStateManager.take_snapshot
 
         def then_die(self, **kw):
             original(self, **kw)
             die()
-        producer_state.ProducerStateManager.take_snapshot = then_die
+        producer_state_manager.ProducerStateManager.take_snapshot = then_die
     elif point:
         raise SystemExit(f"unknown crash point {point}")
 

@@ -1,0 +1,215 @@
+"""Compaction as whole jobs (what a job guarantees: :mod:`storage_engine.maintenance.jobs`).
+
+:func:`compact` selects the dirtiest compacted logs and cleans them in one call (the CLI's ``compact``);
+:func:`compaction_plan` and :func:`compact_partition` are the same work as separate steps (the Airflow DAG:
+select -> Spark key map -> clean per partition); :func:`clear_uncleanable` forgets that cleaning a partition
+failed. The selection is :mod:`~storage_engine.maintenance.cleaner_manager`'s, the cleaning
+:mod:`~storage_engine.maintenance.cleaner`'s.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from storage_engine.clock import clock_at
+from storage_engine.config import StorageConfig
+from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
+from storage_engine.log.manager import LogManager
+from storage_engine.maintenance.batch_jobs import PartitionFailure, _open_isolating
+from storage_engine.maintenance.jobs import _check_topics, _future_partitions, list_partitions, log_dir_health
+
+
+def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, partition: int | None = None,
+            dry_run: bool = False, upper_time_bound_ms: int | None = None, max_partitions: int | None = None,
+            offset_maps=None) -> dict:
+    """Select the dirtiest compacted logs and clean them (one round each).
+
+    ``upper_time_bound_ms`` (a DAG run's data interval end) stops cleaning at the first segment holding a
+    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine.maintenance.cleaner import Cleaner
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
+        _check_topics(mgr, topics)
+        logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
+        if partition is not None and not logs:
+            raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
+        # Copies being made for moves are compacted like their partitions (Kafka cleans future logs too).
+        logs += [mgr.future_logs[tp] for tp in _future_partitions(mgr, topics)
+                 if partition is None or tp[1] == partition]
+        selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
+                                           write_resets=not dry_run)
+        eligible = selection["eligible"][:max_partitions] if max_partitions else selection["eligible"]
+        cleaner = Cleaner(config.cleaner)
+        results = []
+        for ltc in eligible:
+            log = ltc.log
+            entry = {"selection": ltc.as_dict(), "topic": log.topic, "partition": log.partition}
+            if log.is_future:
+                entry.update(future=True, folder=log.folder)
+            claim = cleaner_manager.cleaning_claim(log)
+            if not claim.try_acquire():
+                entry["skipped"] = "another run is cleaning this partition"
+                results.append(entry)
+                continue
+            try:
+                size_before = log.size_in_bytes()
+                given = (offset_maps or {}).get((log.topic, log.partition))
+                res = cleaner.clean(ltc, now, given, dry_run=dry_run)
+                entry.update(stats=res.stats.as_dict(), end_offset=res.end_offset, groups=res.groups,
+                             groups_abandoned=res.groups_abandoned, checkpoint_written=res.checkpoint_written,
+                             size_bytes_before=size_before,
+                             size_bytes_after=size_before if dry_run else log.size_in_bytes(),
+                             log_lines=res.stats.log_lines(log.name, ltc.first_dirty_offset, res.end_offset))
+            except Exception as exc:  # Kafka marks a partition uncleanable on any unexpected error
+                if not dry_run:
+                    cleaner_manager.mark_uncleanable(log.log_dir, log.name, f"{type(exc).__name__}: {exc}", now)
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                entry["marked_uncleanable"] = not dry_run
+            finally:
+                claim.release()
+            results.append(entry)
+        offline = mgr.offline_dirs()
+    return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms, "offline_dirs": offline,
+            "selected": [r["selection"] for r in results], "results": results,
+            "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
+            "nothing_to_do": not eligible,
+            "failed": [f"{r['topic']}-{r['partition']}" for r in results if "error" in r]}
+
+
+def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition: int | None = None) -> dict:
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine import layout
+    if (topic is None) != (partition is None):
+        raise InvalidRequestError("clear_uncleanable needs both a topic and a partition, or neither")
+    name = layout.partition_dir_name(topic, partition) if topic is not None and partition is not None else None
+    cleared = {}
+    for d in config.log_dirs:
+        if os.path.isdir(d):
+            cleared[d] = cleaner_manager.clear_uncleanable(d, name)
+    return {"cleared": cleared}
+
+
+# -- compaction as separate steps (the Airflow DAG: select -> Spark key map -> clean per partition) ----------
+
+MAP_STRATEGIES = ("spark", "local", "auto")
+PLAN_BATCH_SIZE = 500   # compacted partitions open at once while ranking (the batches of the maintenance DAGs)
+
+
+def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+                    max_partitions: int | None = None, strategy: str = "auto",
+                    upper_time_bound_ms: int | None = None) -> dict:
+    """Select the dirtiest compacted logs and decide, per partition, where its key map is built.
+
+    ``auto`` picks Spark when the dirty section holds more offsets than the in-process map can take
+    (so the in-process map could fill and force several rounds), else the in-process map."""
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine.maintenance.cleaner import Cleaner
+    if strategy not in MAP_STRATEGIES:
+        raise ValueError(f"map strategy must be one of {MAP_STRATEGIES}, got {strategy!r}")
+    # Only the compacted partitions are opened, a batch at a time (so a store of any size is ranked within the
+    # process's descriptors), each batch isolated: a partition that cannot be loaded is skipped and reported,
+    # the others are still considered. Each batch is ranked while open and closed before the next one opens.
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    health = log_dir_health(config)
+    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health)
+           if config.log_config(p["topic"]).compact]
+    unreadable: list[PartitionFailure] = []
+    capacity = Cleaner(config.cleaner).new_offset_map().max_entries
+    ranked: list[tuple[float, int, dict]] = []
+    skipped: list[dict] = []
+    not_dirty: list[dict] = []
+    for start in range(0, len(tps), PLAN_BATCH_SIZE):
+        groups = _open_isolating(config, clock, tps[start:start + PLAN_BATCH_SIZE], unreadable)
+        try:
+            logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
+            selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
+            for ltc in selection["eligible"]:
+                d = ltc.as_dict()
+                span = ltc.first_uncleanable_offset - ltc.first_dirty_offset
+                d["map_strategy"] = strategy if strategy != "auto" else ("spark" if span > capacity else "local")
+                d["in_process_map_capacity"] = capacity
+                d["size_bytes"] = ltc.log.size_in_bytes()
+                ranked.append((ltc.cleanable_ratio, len(ranked), d))
+            skipped.extend(selection["skipped"])
+            not_dirty.extend(ltc.as_dict() for ltc in selection["not_dirty"])
+        finally:
+            for mgr, _group in groups:
+                health["offline"].update(mgr.offline_dirs())
+                mgr.close()
+    health["online"] = [d for d in health["online"] if d not in health["offline"]]
+    ranked.sort(key=lambda r: (-r[0], r[1]))      # dirtiest first; ties in listing order (a stable sort)
+    selected = [d for _ratio, _n, d in ranked]
+    if max_partitions:
+        selected = selected[:max_partitions]
+    skipped += [{"topic": f["topic"], "partition": f["partition"],
+                 "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
+    return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
+            "skipped": skipped, "unreadable": unreadable, "offline_dirs": health["offline"],
+            "online_dirs": health["online"], "not_dirty": not_dirty, "nothing_to_do": not selected}
+
+
+def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,
+                      first_uncleanable_offset: int, now_ms: int | None = None, *, keymap_path: str | None = None,
+                      dry_run: bool = False) -> dict:
+    """Clean one partition over the range a plan selected, with a prebuilt (Spark) map or in process.
+
+    If the partition's cleaner checkpoint no longer equals ``first_dirty_offset`` (another run cleaned it,
+    or this interval was already done) nothing is changed and the report says so."""
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine.maintenance.cleaner import Cleaner
+    from storage_engine.maintenance.cleaner_manager import LogToClean, log_to_clean, read_cleaner_checkpoints
+    from storage_engine.maintenance.offset_map import SortedHashOffsetMap
+    t0 = time.monotonic()
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
+        log = mgr.get_log(topic, partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+        base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
+                "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
+                "map": "spark" if keymap_path else "local", "now_ms": now}
+        claim = cleaner_manager.cleaning_claim(log)
+        if not claim.try_acquire():
+            return dict(base, nothing_to_do=True, skipped="another run is cleaning this partition")
+        try:
+            log.refresh()
+            current = read_cleaner_checkpoints(log.log_dir).get((topic, partition))
+            fresh = log_to_clean(log, current, now)
+            if fresh.first_dirty_offset != first_dirty_offset or first_uncleanable_offset <= first_dirty_offset:
+                return dict(base, nothing_to_do=True,
+                            skipped=f"the cleaner checkpoint is at {fresh.first_dirty_offset}, not "
+                                    f"{first_dirty_offset}: already cleaned")
+            if first_uncleanable_offset > fresh.first_uncleanable_offset:
+                raise ValueError(f"cannot clean {topic}-{partition} up to {first_uncleanable_offset}: only offsets "
+                                 f"below {fresh.first_uncleanable_offset} are cleanable now (active segment, "
+                                 "min.compaction.lag.ms)")
+            ltc = LogToClean(log, first_dirty_offset, first_uncleanable_offset, fresh.clean_bytes,
+                             fresh.cleanable_bytes, fresh.need_compaction_now)
+            offset_map = None
+            if keymap_path:
+                offset_map = SortedHashOffsetMap.load(keymap_path, expect_start=first_dirty_offset,
+                                                      expect_end=first_uncleanable_offset,
+                                                      expect_partition=(topic, partition))
+            size_before = log.size_in_bytes()
+            try:
+                res = Cleaner(config.cleaner).clean(ltc, now, offset_map, dry_run=dry_run)
+            except Exception as exc:
+                if not dry_run:
+                    cleaner_manager.mark_uncleanable(log.log_dir, log.name, f"{type(exc).__name__}: {exc}", now)
+                raise
+            stats = res.stats.as_dict()
+            return dict(base, nothing_to_do=False, end_offset=res.end_offset, groups=res.groups,
+                        groups_abandoned=res.groups_abandoned, checkpoint_written=res.checkpoint_written,
+                        size_bytes_before=size_before,
+                        size_bytes_after=size_before if dry_run else log.size_in_bytes(),
+                        records_removed=stats["records_removed"], tombstones_purged=stats["tombstones_removed"],
+                        keyless_dropped=stats["invalid_messages_read"], stats=stats,
+                        map_keys=getattr(offset_map, "size", None) if offset_map is not None else None,
+                        duration_s=round(time.monotonic() - t0, 3),
+                        log_lines=res.stats.log_lines(log.name, first_dirty_offset, res.end_offset))
+        finally:
+            claim.release()

@@ -1,0 +1,203 @@
+"""The inspection, maintenance and lifecycle commands of the command line.
+
+Inspection: ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``, ``delete-records``,
+``retention``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of :mod:`storage_engine.maintenance`).
+Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
+(:mod:`storage_engine.maintenance.lifecycle`).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+from storage_engine import layout
+from storage_engine.clock import clock_at
+from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
+from storage_engine.tools.cli_args import EXIT_DAMAGE, _out
+
+
+def cmd_expire_producers(args, config) -> int:
+    from storage_engine.maintenance import jobs as maintenance
+    _out(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
+    return 0
+
+
+def _listable_partition_dirs(log_dir: str) -> list:
+    try:
+        return layout.partition_dirs(log_dir)
+    except OSError:
+        return []
+
+
+def cmd_describe(args, config) -> int:
+    from storage_engine.log.manager import LogManager
+    from storage_engine.segment.checkpoint import OffsetCheckpointFile
+    import os
+    # Folder names first (no log opened), then only the logs of the requested page: usable at 10,000 partitions.
+    # A dir that cannot be listed is left out here; the manager reports it offline.
+    names = sorted({tp for d in config.log_dirs for _n, tp in _listable_partition_dirs(d)
+                    if (not args.topic or tp[0] in args.topic) and (args.partition is None or tp[1] == args.partition)})
+    page = names[args.offset:None if args.limit is None else args.offset + args.limit]
+    whole = not args.topic and args.partition is None and args.limit is None and not args.offset
+    with LogManager.open(config, partitions=None if whole else page) as mgr:
+        out = mgr.describe()
+    out.update(partitions_total=len(names), offset=args.offset, limit=args.limit)
+    for d in out["log_dirs"]:
+        if d["status"] == "offline":
+            continue
+        cleaner, err = OffsetCheckpointFile(os.path.join(d["path"], layout.CLEANER_OFFSET_CHECKPOINT)).read_or_empty()
+        if err:
+            d["cleaner_checkpoint_error"] = err
+        parts = d["partitions"]
+        for p in parts:
+            p["cleaner_checkpoint"] = cleaner.get((p["topic"], p["partition"]))
+    _out(out)
+    return 0
+
+
+def cmd_checkpoint(args, config) -> int:
+    from storage_engine.log.manager import LogManager
+    with LogManager.open(config) as mgr:
+        flushed = mgr.flush_all() if args.flush else []
+        written = mgr.checkpoint()
+    _out({"flushed": flushed, "checkpoints": written})
+    return 0
+
+
+def cmd_flush(args, config) -> int:
+    from storage_engine.log.manager import LogManager
+    clock = clock_at(args.now_ms)
+    now = clock.milliseconds()
+    with LogManager.open(config, clock=clock) as mgr:
+        out = []
+        for tp in mgr.partitions(args.topic):
+            log = mgr.logs[tp]
+            log.refresh()
+            if args.due_only and not log.flush_due(now):
+                continue
+            before = log.recovery_point
+            after = log.flush()
+            out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
+                        "recovery_point": after})
+    _out({"flushed": out})
+    return 0
+
+
+def cmd_delete_records(args, config) -> int:
+    from storage_engine.log.manager import LogManager
+    with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
+        log = mgr.get_log(args.topic, args.partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist")
+        before = log.log_start_offset
+        after = log.delete_records(args.offset)
+        mgr.checkpoint([log.log_dir])
+    _out({"topic": args.topic, "partition": args.partition, "log_start_offset_before": before,
+          "log_start_offset": after})
+    return 0
+
+
+def cmd_retention(args, config) -> int:
+    from storage_engine.maintenance import jobs as maintenance
+    if args.partition is not None and not args.topic:
+        raise InvalidRequestError("--partition needs --topic")
+    if args.topic and args.partition is not None:
+        results = [maintenance.retention(config, args.topic, args.partition, args.now_ms, dry_run=args.dry_run)]
+    else:
+        results = maintenance.retention_all(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                                            dry_run=args.dry_run)
+    _out({"dry_run": args.dry_run, "partitions": results,
+          "segments_deleted": sum(r["segments_deleted"] for r in results),
+          "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results)})
+    return 0
+
+
+def cmd_compact(args, config) -> int:
+    from storage_engine.maintenance import compaction_jobs
+    if args.partition is not None and not args.topic:
+        raise InvalidRequestError("--partition needs --topic")
+    if args.clear_uncleanable:
+        _out(compaction_jobs.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
+        return 0
+    result = compaction_jobs.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                                     partition=args.partition, dry_run=args.dry_run,
+                                     upper_time_bound_ms=args.upper_time_bound_ms, max_partitions=args.max_partitions)
+    for r in result["results"]:
+        for line in r.get("log_lines", []):
+            logging.getLogger("storage_engine.maintenance.cleaner").info(line)
+    _out(result)
+    return EXIT_DAMAGE if result["failed"] else 0
+
+
+def cmd_purge_deleted(args, config) -> int:
+    from storage_engine.maintenance import jobs as maintenance
+    _out(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
+    return 0
+
+
+def cmd_verify(args, config) -> int:
+    from storage_engine.tools.verify import verify_log_dirs
+    report = verify_log_dirs(config)
+    _out(report)
+    strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
+    return EXIT_DAMAGE if report["damaged"] or strict_fail else 0
+
+
+def cmd_delete_topic(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    _out(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
+    return 0
+
+
+def cmd_move_partition(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    if args.cancel == bool(args.to_dir):
+        raise InvalidRequestError("give either --to-dir (move) or --cancel (give up a move in progress)")
+    if args.cancel:
+        _out(lifecycle.cancel_move(config, args.topic, args.partition, args.now_ms))
+    else:
+        _out(lifecycle.move_partition(config, args.topic, args.partition, args.to_dir, args.now_ms))
+    return 0
+
+
+def cmd_log_dirs(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    if args.max_used_percent is None and args.max_dir_bytes is None:
+        if args.execute:
+            raise InvalidRequestError("--execute needs --max-used-percent or --max-dir-bytes")
+        _out({"log_dirs": lifecycle.log_dir_usage(config)})
+        return 0
+    plan = lifecycle.balance_plan(config, max_used_percent=args.max_used_percent, max_dir_bytes=args.max_dir_bytes,
+                                  max_moves=args.max_moves)
+    if args.execute:
+        plan["results"] = [lifecycle.move_partition(config, m["topic"], m["partition"], m["to_dir"])
+                           for m in plan["moves"]]
+    _out(plan)
+    return 0
+
+
+def cmd_remove_folder(args, config) -> int:
+    from storage_engine.maintenance import lifecycle
+    _out(lifecycle.remove_folder(config, args.log_dir, args.name, dry_run=args.dry_run))
+    return 0
+
+
+def _print_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def cmd_dump_log(args, config) -> int:
+    from storage_engine.tools.dump import DumpOptions, dump_file
+    opts = DumpOptions(deep_iteration=args.deep_iteration or args.print_data_log,
+                       print_data_log=args.print_data_log, index_sanity_check=args.index_sanity_check,
+                       verify_index_only=args.verify_index_only, as_json=args.json, max_bytes=args.max_bytes)
+    import os
+    missing = [f for f in args.files if not os.path.isfile(f)]
+    if missing:
+        raise InvalidRequestError(f"no such file: {', '.join(missing)}")
+    errors = 0
+    for f in args.files:
+        errors += dump_file(f, opts, _print_line)
+    return EXIT_DAMAGE if errors else 0
+
+
