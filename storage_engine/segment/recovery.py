@@ -38,7 +38,7 @@ class RecoveryResult:
 
 def recover_segment(seg: LogSegment, producer_state=None) -> RecoveryResult:
     """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
-    ``producer_state`` (a :class:`~storage_engine.log.producer_state.ProducerStateManager` as of the base
+    ``producer_state`` (a :class:`~storage_engine.log.producer_state_manager.ProducerStateManager` as of the base
     offset) replay each valid batch into it and rebuild the ``.txnindex``."""
     result = _recover_compiled(seg)
     if result is None:
