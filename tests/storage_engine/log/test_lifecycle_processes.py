@@ -22,7 +22,8 @@ import pytest
 
 from storage_engine import layout
 from storage_engine.config_file import load_config
-from storage_engine.log.locks import LIVE, lock_path, peek_state
+from storage_engine.log import mover as mover_mod
+from storage_engine.log.locks import LIVE, MOVED, FileLock, lock_path, peek_state
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.tools.verify import verify_log_dirs
@@ -35,11 +36,21 @@ from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_pre
 pytestmark = pytest.mark.slow
 
 
-def _home(config, name=f"{TOPIC}-0") -> list[str]:
-    """The dirs whose plain partition folder is in service: its lock is not retired. (A folder whose lock was
-    retired as moved is being renamed away by whichever process completes the move.)"""
-    return [d for d in config.log_dirs if os.path.isdir(os.path.join(d, name))
-            and (peek_state(lock_path(d, name)) is None or peek_state(lock_path(d, name)).status == LIVE)]
+def _home(config, topic=TOPIC, partition=0) -> list[str]:
+    """The dirs the partition is in service in: the dir of a plain folder whose lock is not retired, and, for a
+    move stopped past its commit point (the source's lock retired as moved) before its copy was renamed to the
+    plain name, the dir of that copy: there the next process to use the partition completes the move.
+
+    Read under the creation lock, which every move's commit and every completion of a move hold: the folders and
+    locks read here are one state, not one taken half way through a completion by another process."""
+    name = layout.partition_dir_name(topic, partition)
+    with FileLock(mover_mod.create_lock_path(config.log_dirs)):
+        states = {d: peek_state(lock_path(d, name)) for d in config.log_dirs if os.path.isdir(os.path.join(d, name))}
+        live = [d for d, state in states.items() if state is None or state.status == LIVE]
+        moved_out = [d for d, state in states.items() if state is not None and state.status == MOVED]
+        copies = [d for d, _folder in mover_mod.future_folders(config.log_dirs, topic, partition)
+                  if moved_out and not live and d not in moved_out]
+        return live + copies
 
 
 def _acks_of(child) -> int:
@@ -123,7 +134,8 @@ def test_a_move_killed_at_every_step_with_a_live_writer_keeps_every_acknowledged
         mover = _mover(children, cfg, target, *extra, "--final-lag-bytes", "65536")
         rc = mover.finish()
         assert rc in (0, -signal.SIGKILL), mover.failure(f"failed at {extra}")
-        # Exactly one log in service, and the writer keeps appending to it.
+        # Exactly one log in service, and the writer keeps appending to it. (A kill past the commit point may leave
+        # the move for the writer to complete; until it takes the partition lock, the copy's dir is the home.)
         homes = _home(config)
         assert len(homes) == 1, (extra, homes)
         runs.append((extra, rc, home, homes[0]))
@@ -170,6 +182,40 @@ def test_a_move_killed_at_every_step_with_a_live_writer_keeps_every_acknowledged
     report = verify_log_dirs(config)
     assert not report["damaged"], report["problems"]
     assert all(not layout.scan_log_dir(d).futures for d in config.log_dirs), "a copy was left behind"
+
+
+def test_a_move_killed_right_after_its_commit_point_is_in_service_in_the_target_until_a_process_completes_it(
+        tmp_path, children):
+    """What a SIGKILL between the commit point and the rename of the copy leaves, when no other process meets it at
+    once: no plain folder has a live lock (the source's lock is retired as moved, the copy still has its
+    ``-future`` name), yet the partition is in service in the target, where the next process to use it completes
+    the move, with every record. (The kill-at-every-step test above observes this state whenever its writer is
+    slower than the test to take the partition lock after the mover died.)"""
+    cfg = write_config(tmp_path, dirs=["logs-a", "logs-b"],
+                       **{"log.segment.bytes": 16384, "log.index.interval.bytes": 1024})
+    config = load_config(cfg)
+    name = f"{TOPIC}-0"
+    writer = appender(children, cfg, "w", appends=300, records_per_append=2, payload_bytes=120)
+    assert writer.finish() == 0, writer.failure("failed")
+    (home,) = _home(config)
+    target = [d for d in config.log_dirs if d != home][0]
+    mover = _mover(children, cfg, target, "--stop-before", "durable_rename")
+    assert mover.finish() == -signal.SIGKILL, mover.failure("did not die before renaming the copy")
+    assert peek_state(lock_path(home, name)).status == MOVED, "the kill came before the commit point"
+    assert not os.path.isdir(os.path.join(target, name))
+    assert [d for d, _folder in mover_mod.future_folders(config.log_dirs, TOPIC, 0)] == [target]
+    assert _home(config) == [target]
+
+    with LogManager.open(config) as mgr:         # the next process to use the partition completes the move
+        log = mgr.get_log(TOPIC, 0)
+        assert log.log_dir == target
+        records = read_log(log)
+        assert sorted(records) == list(range(600))
+        assert_acks_present(writer.acks(), records)
+    assert _home(config) == [target]
+    assert os.path.isdir(os.path.join(target, name)) and not os.path.isdir(os.path.join(home, name))
+    assert mover_mod.future_folders(config.log_dirs, TOPIC, 0) == []
+    assert not verify_log_dirs(config)["damaged"]
 
 
 # -- one dir unreadable, the other keeps taking appends ----------------------------------------------------------

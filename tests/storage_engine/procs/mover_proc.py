@@ -1,9 +1,11 @@
 """Move a partition to another log dir, and die by SIGKILL at a chosen step of the move.
 
     python mover_proc.py --config CFG --topic T --partition P --to-dir D
-                         [--stop-at N | --die-after-bytes B] [--final-lag-bytes L]
+                         [--stop-at N | --stop-before STEP | --die-after-bytes B] [--final-lag-bytes L]
 
 ``--stop-at N``: die at step N of the commit (steps counted by :mod:`steps` from the start of the commit).
+``--stop-before STEP``: die instead of the first step of the commit named STEP (a name :mod:`steps` gives, e.g.
+``durable_rename``: the rename of the copy to the partition's name, right after the commit point).
 ``--die-after-bytes B``: die in the copy, once B bytes were appended to the copy (no commit step reached).
 Prints ``MOVED <json report>`` and exits 0 when the move completed before the chosen step.
 """
@@ -31,11 +33,12 @@ def main(argv=None) -> int:
     p.add_argument("--partition", type=int, default=0)
     p.add_argument("--to-dir", required=True)
     p.add_argument("--stop-at", type=int, default=None)
+    p.add_argument("--stop-before", default=None)
     p.add_argument("--die-after-bytes", type=int, default=None)
     p.add_argument("--final-lag-bytes", type=int, default=mover.FINAL_LAG_BYTES)
     args = p.parse_args(argv)
 
-    counter = steps.Steps(args.stop_at, steps.die)
+    counter = steps.Steps(args.stop_at, steps.die, stop_before=args.stop_before)
     steps.install(counter)
     original_commit = mover._commit
 

@@ -2,8 +2,9 @@
 
 Every call that changes what is on disk or what other processes see is a step: renames of files and folders,
 fsyncs of folders, retiring and unlinking locks and claims, checkpoint edits. :func:`install` wraps them; the
-wrapper counts calls once ``arm()`` was called and, at call number ``stop_at``, runs ``action`` *instead of* the
-step (``die``: SIGKILL of this process, so nothing after it runs, not even ``finally`` blocks).
+wrapper counts calls once ``arm()`` was called and, at call number ``stop_at`` (or at the first call of the step
+named ``stop_before``), runs ``action`` *instead of* the step (``die``: SIGKILL of this process, so nothing after it
+runs, not even ``finally`` blocks).
 """
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def stop() -> None:
 
 
 class Steps:
-    def __init__(self, stop_at: int | None, action=die, log=None):
+    def __init__(self, stop_at: int | None, action=die, log=None, stop_before: str | None = None):
         self.stop_at = stop_at
+        self.stop_before = stop_before
         self.action = action
         self.count = 0
         self.armed = False
@@ -49,7 +51,7 @@ class Steps:
                 self.names.append(name)
                 if self.log is not None:
                     self.log(f"STEP {self.count} {name}")
-                if self.stop_at is not None and self.count == self.stop_at:
+                if (self.stop_at is not None and self.count == self.stop_at) or name == self.stop_before:
                     self.action()
             return fn(*args, **kwargs)
         step.__wrapped_step__ = fn
