@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from storage_engine.errors import InvalidRecordError
 from storage_engine.log import producer_state as pstate
+from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import validator
 from storage_engine.log.handle import LogHandle
 from storage_engine.record import codecs
@@ -60,7 +61,7 @@ def append_records(log: LogHandle, records: Sequence[SimpleRecord], *, codec: in
         last = first + len(recs) - 1
         analysis = None
         if producer_id >= 0:
-            analysis = pstate.analyze(log.producer_state, [RecordBatch(data)], pstate.CLIENT)
+            analysis = producers.analyze(log.producer_state, [RecordBatch(data)], pstate.CLIENT)
             if analysis.duplicate is not None:
                 return _duplicate(log, analysis.duplicate, len(recs))
         # The time index names the batch holding the max timestamp by its last offset ("shallow").
@@ -78,7 +79,7 @@ def append_batches(log: LogHandle, data: bytes) -> AppendInfo:
                                                                      batches, first_offset=first, now_ms=now)
         analysis = None
         if any(b.producer_id >= 0 for b in batches):
-            analysis = pstate.analyze(log.producer_state, batches, pstate.CLIENT)
+            analysis = producers.analyze(log.producer_state, batches, pstate.CLIENT)
             if analysis.duplicate is not None:
                 return _duplicate(log, analysis.duplicate, count)
         return append_validated(log, bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
@@ -103,7 +104,7 @@ def append_end_txn(log: LogHandle, producer_id: int, producer_epoch: int, *, com
                                    producer_id=producer_id, producer_epoch=producer_epoch,
                                    coordinator_epoch=coordinator_epoch,
                                    partition_leader_epoch=log.config.partition_leader_epoch)
-        analysis = pstate.analyze(log.producer_state, [RecordBatch(data)], pstate.COORDINATOR)
+        analysis = producers.analyze(log.producer_state, [RecordBatch(data)], pstate.COORDINATOR)
         return append_validated(log, data, first, first, now, first, 1, now, analysis)
 
 
@@ -138,11 +139,11 @@ def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
                                  else None)
             # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
             # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
-            analysis = (pstate.analyze(log.producer_state, [b], pstate.REPLICATION)
+            analysis = (producers.analyze(log.producer_state, [b], pstate.REPLICATION)
                         if b.magic >= 2 and b.producer_id >= 0 else None)
             log.active_segment.append(b.last_offset, b.max_timestamp, b.last_offset, raw)
             if analysis is not None:
-                pstate.apply(log.producer_state, analysis, log.active_segment, b.last_offset)
+                producers.apply(log.producer_state, analysis, log.active_segment, b.last_offset)
             else:
                 log.producer_state.map_end_offset = b.last_offset + 1
             log.log_end_offset = expected = b.last_offset + 1
@@ -163,7 +164,7 @@ def append_validated(log: LogHandle, data: bytes, first: int, last: int, max_ts:
     log.log_end_offset = last + 1
     log.view.known_active_size = log.active_segment.size
     if analysis is not None:
-        pstate.apply(log.producer_state, analysis, log.active_segment, last)
+        producers.apply(log.producer_state, analysis, log.active_segment, last)
     else:
         log.producer_state.map_end_offset = last + 1
     if log.log_end_offset - log.recovery_point >= log.config.flush_messages:

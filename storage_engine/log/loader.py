@@ -47,7 +47,7 @@ from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
-from storage_engine.log import producer_state as pstate
+from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import swap, view
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
@@ -96,7 +96,7 @@ def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=
     its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
     empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
     if psm is not None:
-        pstate.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
+        producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
         result = recover_segment(seg, psm)
         if psm is not None:
@@ -329,7 +329,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         psm.clear(next_offset)
         psm.take_snapshot(sync=False)
     else:
-        pstate.rebuild(psm, segments, log_start, next_offset, exclusive=True, snapshot_offsets=bases[-2:])
+        producers.rebuild(psm, segments, log_start, next_offset, exclusive=True, snapshot_offsets=bases[-2:])
     result.producer_state = psm
     result.segments = segments
     result.log_start_offset = log_start

@@ -46,7 +46,7 @@ from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
 from storage_engine.log import deletion, intent
-from storage_engine.log import producer_state as pstate
+from storage_engine.log import producer_state_manager as producers
 from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningClaim, FileLock, PartitionLock,
                                       PartitionState, lock_path, peek_state)
@@ -400,7 +400,7 @@ def _seed_producer_state(current: Log, future: Log, start: int) -> None:
         segments = current.segments
         seed = ProducerStateManager(current.dir, current.name)
         first = segments[0].base_offset if segments else start
-        pstate.rebuild(seed, segments, min(first, start), start, exclusive=False)
+        producers.rebuild(seed, segments, min(first, start), start, exclusive=False)
         psm = future.producer_state
         psm.producers = seed.producers
         psm.ongoing_txns = seed.ongoing_txns

@@ -7,17 +7,18 @@ An append's changes come in as a checked :class:`~storage_engine.log.producer_st
 batch read from the log is replayed without checks (:meth:`ProducerStateManager.replay_batch`). A snapshot keeps
 each producer's last batch only (Kafka's format), and its writer then keeps only that too, so every process that
 rebuilds from it has the same state. Loading takes the newest valid snapshot at or below an offset; the replay of
-the log after it is :func:`storage_engine.log.producer_state.rebuild`.
+the log after it is :func:`rebuild`; an append is checked by :func:`analyze` and recorded by :func:`apply`.
 """
 from __future__ import annotations
 
 import logging
 import os
+from typing import NamedTuple
 
 from storage_engine import layout
 from storage_engine.errors import CorruptSnapshotError, StorageError, StorageIOError
-from storage_engine.log.producer_state import (REPLICATION, CompletedTxn, LastRecord, ProducerAppendInfo,
-                                               ProducerStateEntry)
+from storage_engine.log.producer_state import (CLIENT, REPLICATION, BatchMetadata, CompletedTxn, LastRecord,
+                                               ProducerAppendInfo, ProducerStateEntry)
 from storage_engine.segment import producer_snapshot
 
 logger = logging.getLogger(__name__)
@@ -216,3 +217,86 @@ class ProducerStateManager:
             self.delete_snapshot(o)
         self.clear(offset)
         self.last_snap_offset = 0
+
+
+def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_offset: int, *, exclusive: bool,
+            snapshot_offsets=()) -> None:
+    """Rebuild ``psm`` for the log end ``last_offset`` (Kafka's ``rebuildProducerState``).
+
+    Loads the newest valid snapshot at or below ``last_offset`` and replays the batches from there. With
+    ``exclusive`` (a load, or a truncation under the lock) snapshots outside [log start, last offset] and corrupt
+    ones are deleted first, snapshots are taken at ``snapshot_offsets`` passed while replaying, and one is taken at
+    ``last_offset``; without it (a process refreshing its view) nothing on disk changes."""
+    if exclusive:
+        psm.delete_snapshots_outside(log_start_offset, last_offset)
+    psm.load_from_snapshot(log_start_offset, last_offset, delete_corrupt=exclusive)
+    start = max(psm.map_end_offset, log_start_offset)
+    wanted = set(snapshot_offsets)
+    if start < last_offset:
+        for i, seg in enumerate(segments):
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= start:
+                continue
+            if seg.base_offset >= last_offset:
+                break
+            if exclusive and seg.base_offset in wanted and seg.base_offset > psm.map_end_offset:
+                psm.map_end_offset = seg.base_offset
+                psm.take_snapshot(sync=False)
+            was_open = seg.is_open
+            _replay_segment(psm, seg, start, last_offset)
+            if not was_open and i + 1 < len(segments):
+                seg.release()   # a sealed segment goes back to unopened (file descriptors: many segments)
+    psm.map_end_offset = last_offset
+    if exclusive:
+        psm.take_snapshot(sync=False)
+
+
+def _replay_segment(psm: ProducerStateManager, seg, start: int, last_offset: int) -> None:
+    for batch in seg.batches_from(start):
+        if batch.base_offset >= last_offset:
+            break
+        if batch.magic >= 2:
+            psm.replay_batch(batch)
+
+
+class AppendAnalysis(NamedTuple):
+    """What an append would do to the producer state (Kafka's ``analyzeAndValidateProducerState``)."""
+    updated: dict            # producer id -> ProducerAppendInfo
+    completed: list          # CompletedTxn, in marker order
+    duplicate: BatchMetadata | None
+
+
+def analyze(psm: ProducerStateManager, batches, origin: str) -> AppendAnalysis:
+    """Check ``batches`` (offsets assigned) against the state; raises a ProducerStateError naming Kafka's error.
+    A client batch equal to one of its producer's last 5 (epoch and sequence range) is a duplicate: the caller
+    returns its original offsets and writes nothing."""
+    updated: dict[int, ProducerAppendInfo] = {}
+    completed: list[CompletedTxn] = []
+    for batch in batches:
+        if batch.producer_id <= -1:
+            continue
+        pid = batch.producer_id
+        if origin == CLIENT:
+            entry = psm.producers.get(pid)
+            if entry is not None:
+                dup = entry.find_duplicate_batch(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+                if dup is not None:
+                    return AppendAnalysis(updated, completed, dup)
+        info = updated.get(pid)
+        if info is None:
+            info = updated[pid] = psm.prepare_update(pid, origin)
+        done = info.append(batch)
+        if done is not None:
+            completed.append(done)
+    return AppendAnalysis(updated, completed, None)
+
+
+def apply(psm: ProducerStateManager, analysis: AppendAnalysis, segment, last_offset: int) -> None:
+    """After the append is written to ``segment``: update the state, index the aborted transactions it
+    completed (with the LSO of that moment), and move the map end past it."""
+    for info in analysis.updated.values():
+        psm.update(info)
+    for done in analysis.completed:
+        segment.update_txn_index(done, psm.last_stable_offset(done))
+        psm.complete_txn(done)
+    psm.map_end_offset = last_offset + 1

@@ -17,7 +17,7 @@ import os
 from storage_engine import crashpoints, layout
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
-from storage_engine.log import producer_state as pstate
+from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import view
 from storage_engine.log.handle import LogHandle
 from storage_engine.segment.segment import LogSegment
@@ -46,7 +46,7 @@ def truncate_to(log: LogHandle, offset: int) -> bool:
         log.view.known_active_size = log.active_segment.size
         log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
         log.recovery_point = min(log.recovery_point, log.log_end_offset)
-        pstate.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
+        producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
                        exclusive=True)
         log._publish(bump=True)
         return True

@@ -22,7 +22,7 @@ load's checkpoint (within the log's range) move.
 The producer state travels the same way: the batches another process appended are replayed into this process's
 copy as they are validated (under the lock, an ABORT marker whose ``.txnindex`` entry its writer did not live to
 add gets it added), and a reload rebuilds the state from the producer snapshots
-(:func:`storage_engine.log.producer_state.rebuild`). So two processes appending for one producer see one state.
+(:func:`storage_engine.log.producer_state_manager.rebuild`). So two processes appending for one producer see one state.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from typing import Protocol
 from storage_engine import crashpoints
 from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, PartitionDeletedError, PartitionMovedError, StorageError
-from storage_engine.log import producer_state as pstate
+from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import swap
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState
 from storage_engine.log.producer_state_manager import ProducerStateManager
@@ -153,7 +153,7 @@ def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
                        log.log_start_offset, log.log_end_offset)
         log.log_start_offset = log.log_end_offset
         resolved = True
-    pstate.rebuild(log.producer_state, log.segment_list.as_list(), log.log_start_offset, log.log_end_offset,
+    producers.rebuild(log.producer_state, log.segment_list.as_list(), log.log_start_offset, log.log_end_offset,
                    exclusive=False)
     if resolved:
         publish(log, bump=True)  # every other process reloads what the resolution changed

@@ -11,12 +11,26 @@ file and the byte position; no damaged or misplaced record is ever returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from storage_engine.errors import CorruptRecordError
+from storage_engine.segment.file_records import FileRecords
 
-if TYPE_CHECKING:
-    from storage_engine.segment.segment import LogSegment
+
+class ScannedSegment(Protocol):
+    """What a checked read uses of a :class:`~storage_engine.segment.segment.LogSegment`."""
+
+    @property
+    def log(self) -> FileRecords: ...
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def index_interval_bytes(self) -> int: ...
 
 
 @dataclass
@@ -32,7 +46,7 @@ class OffsetOrder:
 
     __slots__ = ("seg", "upper_bound", "next_offset")
 
-    def __init__(self, seg: "LogSegment", upper_bound: int | None):
+    def __init__(self, seg: ScannedSegment, upper_bound: int | None):
         self.seg = seg
         self.upper_bound = upper_bound
         self.next_offset = seg.base_offset
@@ -52,7 +66,7 @@ class OffsetOrder:
         self.next_offset = last + 1
 
 
-def read_from(seg: LogSegment, pos: int, start_offset: int, max_size: int, max_position: int | None,
+def read_from(seg: ScannedSegment, pos: int, start_offset: int, max_size: int, max_position: int | None,
               min_one_message: bool, upper_bound: int | None) -> FetchData | None:
     """:meth:`LogSegment.read`'s scan from byte ``pos`` of ``seg``."""
     limit = seg.log.size if max_position is None else min(max_position, seg.log.size)
@@ -84,7 +98,7 @@ def read_from(seg: LogSegment, pos: int, start_offset: int, max_size: int, max_p
     return FetchData(data, start_pos, start_offset)
 
 
-def checked_from(seg: LogSegment, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
+def checked_from(seg: ScannedSegment, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
     """:meth:`LogSegment.checked_batches`' scan from byte ``pos`` of ``seg``."""
     # A batch is yielded only once the next one's offsets were checked against it: a base offset flipped
     # upwards shows as the next batch going backwards, and its records must not be returned meanwhile.

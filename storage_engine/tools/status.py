@@ -316,7 +316,7 @@ class LogSnapshot:
     def last_stable_offset(self) -> int:
         """The LSO, from the producer snapshots and a replay of the batches after the newest (read-only)."""
         if self._lso is None:
-            from storage_engine.log.producer_state import rebuild
+            from storage_engine.log.producer_state_manager import rebuild
             from storage_engine.log.producer_state_manager import ProducerStateManager
             psm = ProducerStateManager(self.dir, self.name)
             rebuild(psm, self.segments, self.log_start_offset, self.log_end_offset, exclusive=False)
