@@ -59,7 +59,6 @@ from storage_engine.errors import (CorruptIndexError, CorruptRecordError, Invali
                                    StorageError, StorageIOError)
 from storage_engine.record.record_batch import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import INT32_MAX
-from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.recovery import RecoveryResult, recover_segment
 from storage_engine.segment.segment import LogSegment
 

@@ -24,7 +24,6 @@ their markers; producer snapshots are at offsets, not per segment, and stay vali
 from __future__ import annotations
 
 import logging
-import os
 
 from storage_engine import layout
 from storage_engine.config import LogConfig

@@ -16,7 +16,8 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.batch_jobs import PartitionFailure, _open_isolating
-from storage_engine.maintenance.jobs import _check_topics, _future_partitions, list_partitions, log_dir_health
+from storage_engine.maintenance.jobs import (_check_topics, _future_partitions, list_partitions, log_dir_health,
+                                             open_partition)
 
 
 def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, partition: int | None = None,
@@ -165,10 +166,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     t0 = time.monotonic()
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
-        log = mgr.get_log(topic, partition)
-        if log is None:
-            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+    with open_partition(config, clock, topic, partition) as (_mgr, log):
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
                 "map": "spark" if keymap_path else "local", "now_ms": now}

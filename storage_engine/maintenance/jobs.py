@@ -12,15 +12,18 @@ isolated (the Airflow DAGs' tasks), in :mod:`storage_engine.maintenance.batch_jo
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TypedDict
 
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.maintenance.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition,
                                                   FlushResult, ProducerExpiry, PurgeResult, RetentionResult)
-from storage_engine.clock import clock_at
+from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 
 
@@ -116,15 +119,22 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_
             "offline_dirs": offline}
 
 
+@contextlib.contextmanager
+def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int) -> Iterator[tuple[LogManager, Log]]:
+    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none."""
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
+        log = mgr.get_log(topic, partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+        yield mgr, log
+
+
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
               dry_run: bool = False) -> RetentionResult:
     """Retention for one partition; advances and checkpoints the log start offset."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
-        log = mgr.get_log(topic, partition)
-        if log is None:
-            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+    with open_partition(config, clock, topic, partition) as (mgr, log):
         result = retention_mod.run(log, now, dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])

@@ -45,7 +45,6 @@ CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_LENGTH_AND_EPOCH = struct.Struct(">qii")
 _CRC = struct.Struct(">I")
 
 COMPRESSION_CODEC_MASK = 0x07
