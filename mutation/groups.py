@@ -69,18 +69,25 @@ GROUPS: tuple[Group, ...] = (
              "segment/test_recovery_walk.py", "log/test_log.py", "log/test_loader.py",
              # recovery replays each batch into the producer state and rebuilds the .txnindex
              "log/test_transactions.py")),
+    # The log's decisions: append validation (validator, appends), truncation, and when the active segment rolls.
+    # The rest of log.py hands off (locking, publishing, describe), reads.py filters fetches and segments.py is the
+    # segment map: not decision points of the list above, and not mutated.
     Group("log",
-          ("storage_engine/log/log.py", "storage_engine/log/appends.py", "storage_engine/log/reads.py",
-           "storage_engine/log/truncation.py", "storage_engine/log/validator.py", "storage_engine/log/segments.py"),
+          ("storage_engine/log/appends.py", "storage_engine/log/truncation.py", "storage_engine/log/validator.py",
+           "storage_engine/log/log.py"),
           # producer state, transactions and isolation levels go through the log and its validator
-          _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py")),
+          _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py"),
+          mutants=("storage_engine.log.appends.*", "storage_engine.log.truncation.*",
+                   "storage_engine.log.validator.*"),
+          functions=("storage_engine/log/log.py:Log._max_segment_ms", "storage_engine/log/log.py:Log._maybe_roll",
+                     "storage_engine/log/log.py:Log._roll_locked")),
     Group("loader",
           ("storage_engine/log/loader.py",),
           # Kafka's LogLoaderTest transaction-index and snapshot recovery cases live with the transaction tests
           _t("log/test_loader.py", "log/test_loader_rules.py", "log/test_transactions.py")),
     Group("cleaner",
-          ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/offset_map.py",
-           "storage_engine/maintenance/record_filter.py"),
+          ("storage_engine/maintenance/cleaner.py", "storage_engine/maintenance/txn_cleaning.py",
+           "storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
           _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_rules.py", "maintenance/test_cleaner_txn.py",
              "maintenance/test_record_filter.py",
              # Kafka's OffsetMapTest, kept with the cleaner manager's tests
