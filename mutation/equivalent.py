@@ -163,6 +163,12 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                'if ts > 0 and (earliest is None or ts < earliest):  # Kafka: firstBatchTimestamps.filter(_ > 0)',
                'if ts > 0 and (earliest is None or ts <= earliest):  # Kafka: firstBatchTimestamps.filter(_ > 0)',
                'Taking the later of two equal timestamps gives the same minimum.'),
+    Equivalent('storage_engine.maintenance.cleaner_manager', 'is_eligible',
+               'return ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or',
+               'return ltc.total_bytes >= 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or',
+               'With total bytes 0 (clean and cleanable bytes are sizes, never negative) both alternatives are false '
+               'already: no cleanable byte, and a ratio of 0, which is not above any min.cleanable.dirty.ratio '
+               '(validated to [0, 1]).'),
     Equivalent('storage_engine.record.legacy_records', 'LegacyBatch.records',
                'self._inner = [Record(self.offset, self.timestamp, key, value, ())]',
                'self._inner = [Record(self.offset, self.timestamp, key, value, )]',

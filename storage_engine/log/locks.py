@@ -59,7 +59,6 @@ from storage_engine import layout
 from storage_engine.durable import durable_rename
 from storage_engine.errors import LogLockedError, PartitionMovedError, StorageIOError
 
-_STATE = struct.Struct(">qqqqq")
 _STATE = struct.Struct(">qqqqqq")
 _STATE_V3 = struct.Struct(">qqqqq")  # files written before status existed
 _STATE_V2 = struct.Struct(">qqqq")   # files written before loaded_epoch existed

@@ -209,3 +209,21 @@ def test_an_error_while_selecting_is_reported_and_recorded_with_its_time(tmp_pat
     marked = read_uncleanable(cfg.log_dirs[0])["t-0"]
     assert skipped["reason"] == "uncleanable: " + marked["reason"]
     assert marked["since_ms"] == now
+
+
+@pytest.mark.parametrize("clean, cleanable, overdue, ratio, eligible", [
+    (0, 1, True, 0.5, True),        # one cleanable byte of an overdue log is enough (totalBytes > 0)
+    (1000, 1, True, 0.5, True),     # ... whatever the ratio
+    (1000, 0, True, 0.5, False),    # overdue with nothing cleanable: no (cleanableBytes > 0)
+    (1000, 1, False, 0.5, False),   # not overdue, ratio 1/1001 <= 0.5
+    (1, 1, False, 0.5, False),      # ratio exactly the minimum: not strictly above
+    (1, 2, False, 0.5, True),
+])
+def test_eligibility_is_an_overdue_log_with_cleanable_bytes_or_a_ratio_strictly_above_the_minimum(
+        make_log, clean, cleanable, overdue, ratio, eligible):
+    """``LogCleanerManager.grabFilthiestCompactedLog``: ``totalBytes > 0`` and
+    ``(needCompactionNow && cleanableBytes > 0) || cleanableRatio > minCleanableRatio``, byte for byte."""
+    log = make_log(compact_cfg(min_cleanable_dirty_ratio=ratio))
+    ltc = cleaner_manager.LogToClean(log, 0, 0, clean_bytes=clean, cleanable_bytes=cleanable,
+                                     need_compaction_now=overdue)
+    assert cleaner_manager.is_eligible(ltc) is eligible

@@ -11,12 +11,19 @@ other tests let through), plus the summaries operators read by key. Rules from t
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
+import storage_engine
+from storage_engine import crashpoints
+
 from storage_engine.clock import ManualClock
 from storage_engine.config import LogConfig
-from storage_engine.log import loader
+from storage_engine.log import intent, loader
 from storage_engine.log.log import Log
 from storage_engine.maintenance import retention
 from storage_engine.maintenance.cleaner_manager import cleaning_claim
@@ -271,3 +278,75 @@ def test_purge_passes_over_what_is_not_a_deleted_file_of_a_partition(tmp_path, m
     assert result["bytes_freed"] == 6 and result["files_waiting"] == 0
     assert sorted(p.name for p in pdir.iterdir()) == ["a.log", "b.log.deleted"]
     assert (log_dir / "not-a-partition" / "x.deleted").exists()
+
+
+@pytest.mark.parametrize("pending", ["swap file", "pending-change record"])
+def test_purge_keeps_every_deleted_file_while_a_swap_is_pending(tmp_path, pending):
+    """Kafka deletes the ``.deleted`` files of a swap only once the swap is complete (``LogLoader`` may still
+    roll it back with them): a ``.swap`` file, or the engine's pending-change record, each on its own, keeps every
+    ``.deleted`` file of the partition, counted as waiting, nothing freed."""
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    _deleted_file(pdir / "00000000000000000000.log.deleted", 10, 0)
+    _deleted_file(pdir / "00000000000000000000.index.deleted", 5, 0)
+    (pdir / "00000000000000000007.log").write_bytes(b"")
+    if pending == "swap file":
+        (pdir / "00000000000000000000.log.swap").write_bytes(b"")
+    else:
+        intent.write(str(tmp_path), "t-0", "swap", {})
+    before = sorted(p.name for p in pdir.iterdir())
+    result = retention.purge_deleted([str(tmp_path)], T0)
+    assert result == {"files_removed": 0, "bytes_freed": 0, "files_waiting": 2, "removed": [], "dry_run": False}
+    assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+def test_purge_counts_each_file_that_waits_for_its_delay(tmp_path):
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    for i in range(3):
+        _deleted_file(pdir / f"0000000000000000000{i}.log.deleted", 1, T0 - 59_999)
+    _deleted_file(pdir / "00000000000000000009.log.deleted", 4, T0 - 60_000)
+    result = retention.purge_deleted([str(tmp_path)], T0)
+    assert result["files_waiting"] == 3 and result["removed"] == ["t-0/00000000000000000009.log.deleted"]
+
+
+def test_purge_goes_on_past_partitions_deleted_or_moved_since_the_listing(tmp_path, monkeypatch):
+    """A partition folder removed by another process after the log dir was listed (before its files are listed,
+    or after, before its lock is taken) is passed over, and the partitions after it are still purged."""
+    for name in ("a-0", "b-0", "c-0"):
+        (tmp_path / name).mkdir()
+        _deleted_file(tmp_path / name / "00000000000000000000.log.deleted", 3, 0)
+    real_listdir = os.listdir
+
+    def listdir(path="."):
+        where = str(path)
+        if where.endswith(os.sep + "a-0") and os.path.isdir(where):
+            shutil.rmtree(where)                        # deleted before its files are listed
+        names = real_listdir(path)
+        if where.endswith(os.sep + "b-0"):
+            os.rename(where, where + ".gone")           # moved away before the lock is taken
+        return names
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    result = retention.purge_deleted([str(tmp_path)], T0)
+    assert result["removed"] == ["c-0/00000000000000000000.log.deleted"] and result["bytes_freed"] == 3
+    assert (tmp_path / "b-0.gone" / "00000000000000000000.log.deleted").exists()
+
+
+def test_purge_killed_after_its_first_removal_leaves_the_rest_for_the_next_run(tmp_path):
+    """The ``purge.partial`` crash point is reached right after the first file is removed: a purge killed there
+    (SIGKILL) has removed exactly one file, and the next purge removes the others."""
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    names = [f"0000000000000000000{i}.log.deleted" for i in range(3)]
+    for name in names:
+        _deleted_file(pdir / name, 2, 0)
+    env = dict(os.environ, **{crashpoints.ENV_VAR: "purge.partial"},
+               PYTHONPATH=os.path.dirname(os.path.dirname(storage_engine.__file__)))
+    code = ("import sys; from storage_engine.maintenance import retention; "
+            f"retention.purge_deleted([sys.argv[1]], {T0})")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert "CRASHPOINT purge.partial" in proc.stderr
+    assert sorted(p.name for p in pdir.iterdir() if "+" not in p.name) == names[1:]
+    assert retention.purge_deleted([str(tmp_path)], T0)["removed"] == [f"t-0/{n}" for n in names[1:]]

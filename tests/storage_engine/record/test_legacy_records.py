@@ -492,3 +492,47 @@ def test_round_trip_property(spec):
     assert ours(batches) == expected
     assert batches[-1].last_offset == kw["offsets"][-1]
     assert flatten(kp_read(data)) == expected
+
+
+# -- per-message checksums (what DumpLogSegments prints for each legacy record) ------------------------------
+
+def _stored_crc(entry: bytes) -> int:
+    return struct.unpack_from(">I", entry, 12)[0]
+
+
+def test_message_checksums_of_an_uncompressed_message_are_its_own():
+    """Kafka's DumpLogSegments prints ``crc`` and ``isValid`` per legacy record: for an uncompressed message that
+    is the message itself, valid while its CRC (magic to end) matches."""
+    data = message(3, 1, 0, 99, b"key", b"value")
+    assert LegacyBatch(data).message_checksums() == [(_stored_crc(data), True)]
+    flipped = bytearray(data)
+    flipped[-1] ^= 0x01
+    assert LegacyBatch(bytes(flipped)).message_checksums() == [(_stored_crc(data), False)]
+
+
+@pytest.mark.parametrize("codec", [codecs.GZIP, codecs.SNAPPY, codecs.LZ4])
+@pytest.mark.parametrize("magic", [0, 1])
+def test_message_checksums_of_a_wrapper_are_its_inner_messages(magic, codec):
+    """A compressed wrapper's records are its inner messages (``AbstractLegacyRecordBatch.iterator``): each
+    inner message's stored CRC and whether it matches; the wrapper's own CRC is not among them. An inner message
+    whose size field runs past the decompressed data, or is below the v0 overhead (14), is reported invalid; fewer
+    bytes than one header (12 + 14) left at the end are not a message."""
+    good = [message(i, magic, 0, 10 + i, b"k%d" % i, b"v" * i) for i in range(3)]
+    bad = bytearray(good[1])
+    bad[-1] ^= 0x01                                     # value changed, stored CRC kept: invalid
+    minimal = message(3, 0, 0, -1, None, None)         # exactly 12 + 14 bytes: the smallest message
+    assert len(minimal) == 26
+    small = bytearray(message(4, 0, 0, -1, None, None))
+    struct.pack_into(">i", small, 8, 13)                # size 13 < 14: invalid; it spans 12 + 13 bytes
+    overrun = bytearray(message(5, magic, 0, 1, b"x", b"y"))
+    struct.pack_into(">i", overrun, 8, len(overrun))    # runs past the end of the inner data
+    inner = good[0] + bytes(bad) + good[2] + minimal + bytes(small[:25]) + bytes(overrun)
+    checks = LegacyBatch(wrapper(9, magic, codec, inner)).message_checksums()
+    assert checks == [(_stored_crc(good[0]), True), (_stored_crc(good[1]), False), (_stored_crc(good[2]), True),
+                      (_stored_crc(minimal), True), (_stored_crc(small), False), (_stored_crc(overrun), False)]
+    # 25 bytes left after the last whole message: one byte short of a header, not counted
+    tail = LegacyBatch(wrapper(9, magic, codec, good[0] + bytes(25))).message_checksums()
+    assert tail == [(_stored_crc(good[0]), True)]
+    # exactly one header's worth left at the end: a message
+    last = LegacyBatch(wrapper(9, magic, codec, good[0] + minimal)).message_checksums()
+    assert last == [(_stored_crc(good[0]), True), (_stored_crc(minimal), True)]
