@@ -312,10 +312,13 @@ def test_purge_counts_each_file_that_waits_for_its_delay(tmp_path):
 
 def test_purge_goes_on_past_partitions_deleted_or_moved_since_the_listing(tmp_path, monkeypatch):
     """A partition folder removed by another process after the log dir was listed (before its files are listed,
-    or after, before its lock is taken) is passed over, and the partitions after it are still purged."""
-    for name in ("a-0", "b-0", "c-0"):
+    or after, before its lock is taken), or one without a ``.deleted`` file, is passed over, and the partitions
+    after it are still purged."""
+    for name in ("a-0", "b-0", "c-0", "d-0"):
         (tmp_path / name).mkdir()
         _deleted_file(tmp_path / name / "00000000000000000000.log.deleted", 3, 0)
+    os.remove(tmp_path / "c-0" / "00000000000000000000.log.deleted")    # nothing to purge there
+    (tmp_path / "c-0" / "00000000000000000000.log").write_bytes(b"")
     real_listdir = os.listdir
 
     def listdir(path="."):
@@ -329,7 +332,7 @@ def test_purge_goes_on_past_partitions_deleted_or_moved_since_the_listing(tmp_pa
 
     monkeypatch.setattr(os, "listdir", listdir)
     result = retention.purge_deleted([str(tmp_path)], T0)
-    assert result["removed"] == ["c-0/00000000000000000000.log.deleted"] and result["bytes_freed"] == 3
+    assert result["removed"] == ["d-0/00000000000000000000.log.deleted"] and result["bytes_freed"] == 3
     assert (tmp_path / "b-0.gone" / "00000000000000000000.log.deleted").exists()
 
 

@@ -536,3 +536,10 @@ def test_message_checksums_of_a_wrapper_are_its_inner_messages(magic, codec):
     # exactly one header's worth left at the end: a message
     last = LegacyBatch(wrapper(9, magic, codec, good[0] + minimal)).message_checksums()
     assert last == [(_stored_crc(good[0]), True), (_stored_crc(minimal), True)]
+
+
+def test_message_checksums_of_a_wrapper_without_a_value_say_the_payload_is_empty():
+    """A compressed wrapper must carry its inner messages in its value (Kafka: "Found invalid compressed record
+    set with null value"): a null value is decompressed as no bytes at all, and the error says so."""
+    with pytest.raises(CompressionError, match="gzip: empty payload"):
+        LegacyBatch(message(0, 1, codecs.GZIP, 1, None, None)).message_checksums()
