@@ -14,8 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import report
+from .equivalent import EQUIVALENT
 from .groups import BY_NAME, GROUPS, KERNELS_OF, SMOKE, Group
 from .run import REPO, SCRATCH_ROOT, GroupResult, ToolingError, run_group, snapshot
+from .survivors import KNOWN_SURVIVORS
 
 
 def _groups(values: list[str] | None) -> list[Group]:
@@ -70,9 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the per-group copies are made (default: %(default)s)")
     parser.add_argument("--list-equivalents", action="store_true",
                         help="print the listed equivalent mutants as Markdown (for MUTATION.md) and exit")
+    parser.add_argument("--list-survivors", action="store_true",
+                        help="print the known survivors and their causes as Markdown (for MUTATION.md) and exit")
     args = parser.parse_args(argv)
     if args.list_equivalents:
         print(report.equivalents_markdown())
+        return 0
+    if args.list_survivors:
+        print(report.equivalents_markdown(KNOWN_SURVIVORS))
         return 0
     if args.smoke and args.only:
         parser.error("--smoke and --only exclude each other")
@@ -111,15 +118,16 @@ def main(argv: list[str] | None = None) -> int:
           f"load average at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     missed = report.undetected(results)
     if missed:
-        print(f"\nnot detected ({len(missed)}):")
+        unexplained = sum(report.survivor_cause(m) is None for m in missed)
+        print(f"\nnot detected ({len(missed)}; {unexplained} without a known cause in mutation/survivors.py):")
         for m in missed:
             print("  " + report.describe(m))
-    stale = report.unused_equivalents(results)
-    if stale and not args.smoke:
-        print(f"\nlisted as equivalent but not seen among the survivors ({len(stale)}; remove them from "
-              "mutation/equivalent.py):")
-        for e in stale:
-            print(f"  {e.module}:{e.function}  {e.removed!r} -> {e.added!r}")
+    for listed, where in ((EQUIVALENT, "equivalent.py"), (KNOWN_SURVIVORS, "survivors.py")):
+        stale = report.unused_equivalents(results, listed)
+        if stale and not args.smoke:
+            print(f"\nlisted in mutation/{where} but not seen among the survivors ({len(stale)}; remove them):")
+            for e in stale:
+                print(f"  {e.module}:{e.function}  {e.removed!r} -> {e.added!r}")
 
     meta["seconds"] = round(elapsed, 1)
     meta["loadavg_at_end"] = list(os.getloadavg())
@@ -131,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         "groups": [{"name": r.group.name, "modules": list(r.group.modules), "tests": list(r.group.tests),
                     "functions": list(r.group.functions), "pure_python": r.group.pure_python,
                     "seconds": round(r.seconds, 1),
-                    "mutants": [dict(asdict(m), equivalent=report.equivalent_reason(m)) for m in r.mutants]}
+                    "mutants": [dict(asdict(m), equivalent=report.equivalent_reason(m),
+                                      known_cause=report.survivor_cause(m)) for m in r.mutants]}
                    for r in results],
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .equivalent import EQUIVALENT, Equivalent
 from .run import GroupResult, Mutant
+from .survivors import KNOWN_SURVIVORS
 
 COLUMNS = ("killed", "timeout", "survived", "suspicious", "no tests")
 
@@ -24,6 +25,13 @@ def equivalent_reason(m: Mutant) -> str | None:
     if m.status != "survived":
         return None
     return next((e.reason for e in EQUIVALENT if matches(e, m)), None)
+
+
+def survivor_cause(m: Mutant) -> str | None:
+    """Why no test here kills this mutant (``mutation/survivors.py``), or None: it still counts against the score."""
+    if m.status != "survived":
+        return None
+    return next((e.reason for e in KNOWN_SURVIVORS if matches(e, m)), None)
 
 
 @dataclass
@@ -98,23 +106,27 @@ def undetected(results: list[GroupResult]) -> list[Mutant]:
             if m.status not in DETECTED and equivalent_reason(m) is None]
 
 
-def unused_equivalents(results: list[GroupResult]) -> list[Equivalent]:
-    """Listed equivalents that matched no survivor of the modules this run covered (stale entries)."""
+def unused_equivalents(results: list[GroupResult], listed: tuple[Equivalent, ...] = EQUIVALENT) -> list[Equivalent]:
+    """Listed entries (equivalents, or with ``KNOWN_SURVIVORS`` the explained survivors) that matched no survivor
+    of the modules this run covered (stale entries)."""
     all_mutants = merged(results)
     survivors = [m for mine in all_mutants.values() for m in mine if m.status == "survived"]
-    return [e for e in EQUIVALENT if e.module in all_mutants and not any(matches(e, m) for m in survivors)]
+    return [e for e in listed if e.module in all_mutants and not any(matches(e, m) for m in survivors)]
 
 
 def describe(m: Mutant) -> str:
     change = " / ".join(m.removed) + "  ->  " + " / ".join(m.added)
-    return f"{m.status:<10} {m.module}:{m.function}  {change}  [{m.name.rpartition('.')[2]}]"
+    cause = survivor_cause(m)
+    why = f"\n             known: {cause}" if cause else ""
+    return f"{m.status:<10} {m.module}:{m.function}  {change}  [{m.name.rpartition('.')[2]}]{why}"
 
 
-def equivalents_markdown() -> str:
-    """The listed equivalent mutants, grouped by module, one bullet each: function, change, reason."""
+def equivalents_markdown(listed: tuple[Equivalent, ...] = EQUIVALENT) -> str:
+    """Listed mutants (the equivalents, or ``KNOWN_SURVIVORS``), grouped by module, one bullet each: function,
+    change, reason."""
     out: list[str] = []
     module = None
-    for e in sorted(EQUIVALENT, key=lambda e: e.module):
+    for e in sorted(listed, key=lambda e: e.module):
         if e.module != module:
             module = e.module
             out.append(f"\n**{module}**\n")
