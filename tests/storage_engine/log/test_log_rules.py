@@ -518,13 +518,16 @@ def test_a_roll_is_logged_with_its_reason(logs, caplog):
     (True, 1, 2),            # min(max.compaction.lag.ms, segment.ms) = 1: due once 1 ms has passed
     (True, 500, 501),
     (False, 1, 10**6 + 1),   # a delete topic: segment.ms alone
+    (True, 0, 10**6 + 1),    # no lag (0: only a LogConfig built without validation has it): segment.ms alone
 ])
 def test_max_compaction_lag_bounds_the_segment_age(logs, compact, lag, rolls_at):
     """UnifiedLog.maybeRoll: on a compacted topic with ``max.compaction.lag.ms > 0`` the active segment rolls at
     ``min(max.compaction.lag.ms, segment.ms)`` (so the cleaner can reach its records in time); other topics use
     segment.ms (``LogSegment.shouldRoll``: ``timeWaitedForRoll > maxSegmentMs - rollJitterMs``)."""
-    log = logs(config(cleanup_policy="compact" if compact else "delete", max_compaction_lag_ms=lag,
-                      segment_ms=10**6))
+    import dataclasses
+    cfg = config(cleanup_policy="compact" if compact else "delete", max_compaction_lag_ms=max(lag, 1),
+                 segment_ms=10**6)
+    log = logs(dataclasses.replace(cfg, max_compaction_lag_ms=lag))
     log.append_records(recs("a", keys=["k"], timestamp=T0))
     log.append_records(recs("b", keys=["k"], timestamp=T0 + rolls_at - 1))
     assert len(log.segments) == 1
@@ -663,7 +666,10 @@ def shared_generation(log) -> int:
 
 
 def mtime_ms(path: str) -> int:
-    return round(os.stat(path).st_mtime * 1000)
+    """The file's modification time (ms), checked equal to its access time: both are set to the deletion time."""
+    st = os.stat(path)
+    assert st.st_atime == st.st_mtime
+    return round(st.st_mtime * 1000)
 
 
 def test_delete_segments_moves_the_log_start_and_schedules_the_files(logs):
@@ -917,19 +923,22 @@ def test_a_roll_killed_at_each_step(logs, log_dir, step):
     log = logs(cfg)
     for _ in range(3):
         log.append_records(recs("a", timestamp=T0))
+    log.roll()
+    for _ in range(3):
+        log.append_records(recs("a", timestamp=T0))
     g = shared_generation(log)
-    seg0 = log.active_segment
-    full_index = os.path.getsize(seg0.offset_index.path)
+    seg = log.active_segment
+    full_index = os.path.getsize(seg.offset_index.path)
     assert killed_at(step, lambda: joiner_of(log_dir, cfg).roll())
     state = log.lock.read_state()
-    new = {f"{3:020d}.log", f"{3:020d}.index", f"{3:020d}.timeindex"}
+    new = {f"{6:020d}.log", f"{6:020d}.index", f"{6:020d}.timeindex"}
     assert state.generation == g + (2 if step == "roll.flushed" else 1)
-    assert (os.path.getsize(seg0.offset_index.path) < full_index) == (step != "roll.published")
+    assert (os.path.getsize(seg.offset_index.path) < full_index) == (step != "roll.published")
     assert new <= names(log) if step in ("roll.created", "roll.flushed") else not (new & names(log))
-    assert (f"{3:020d}.snapshot" in names(log)) == (step == "roll.flushed")
-    assert state.recovery_point == (3 if step == "roll.flushed" else 0)
+    assert (f"{6:020d}.snapshot" in names(log)) == (step == "roll.flushed")
+    assert state.recovery_point == (6 if step == "roll.flushed" else 3)
     log.refresh()
-    assert [r.offset for r in log.read_records()] == [0, 1, 2]
+    assert [r.offset for r in log.read_records()] == [0, 1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("step", ["retention.published", "retention.partial", "retention.renamed"])
@@ -937,8 +946,10 @@ def test_retention_killed_at_each_step(logs, log_dir, step):
     """deleteSegments' steps: the new log start offset is published before any rename (a process meeting the
     deletion half done reads from there and deletes what is left below it), then the segments are renamed
     ``.deleted`` one by one (first one, then all)."""
-    log = one_per_segment(logs, 4)
+    log = one_per_segment(logs, 5)
     cfg = log.config
+    with log.locked():
+        log.delete_segments_locked(log.segments[:1], T0)
     g = shared_generation(log)
 
     def delete():
@@ -948,13 +959,13 @@ def test_retention_killed_at_each_step(logs, log_dir, step):
 
     assert killed_at(step, delete)
     state = log.lock.read_state()
-    assert (state.generation, state.log_start_offset) == (g + 1, 6)
-    renamed = {base for base in (0, 2, 4) if f"{base:020d}.log.deleted" in names(log)}
-    assert renamed == {"retention.published": set(), "retention.partial": {0},
-                       "retention.renamed": {0, 2, 4}}[step]
+    assert (state.generation, state.log_start_offset) == (g + 1, 8)
+    renamed = {base for base in (2, 4, 6) if f"{base:020d}.log.deleted" in names(log)}
+    assert renamed == {"retention.published": set(), "retention.partial": {2},
+                       "retention.renamed": {2, 4, 6}}[step]
     log.refresh()
-    assert log.log_start_offset == 6
-    assert [r.offset for r in log.read_records()] == [6]
+    assert log.log_start_offset == 8
+    assert [r.offset for r in log.read_records()] == [8]
 
 
 def test_a_segment_deletion_can_name_the_step_after_its_log_file(logs, log_dir):
@@ -983,3 +994,106 @@ def test_a_segment_deletion_can_name_the_step_after_its_log_file(logs, log_dir):
         seg = log2.segments[0]
         truncation.delete_segment_files(log2, seg, T0 + 9, snapshot=True)
     assert mtime_ms(os.path.join(log2.dir, f"{4:020d}.snapshot.deleted")) == T0 + 9
+
+
+def test_a_marker_without_a_coordinator_epoch_has_epoch_0(logs):
+    """WriteTxnMarkers: a marker written without a coordinator epoch carries 0 in its control record
+    (``EndTransactionMarker``: version 0, coordinator epoch int32), as a marker of the first coordinator."""
+    from storage_engine.log import appends
+    log = logs()
+    log.append_records(recs("a", timestamp=T0), producer_id=3, producer_epoch=0, base_sequence=0,
+                       is_transactional=True)
+    info = appends.append_end_txn(log, 3, 0, commit=False)
+    assert (info.first_offset, info.count) == (1, 1)
+    assert marker_coordinator_epoch(log, 1) == 0
+
+
+def test_follower_replays_producer_state_as_a_replica(logs):
+    """ProducerAppendInfo with origin REPLICATION: a replica records what the leader wrote without the leader's
+    checks (an older producer epoch or an older coordinator epoch is logged, not refused); data from before magic 2
+    (no producer fields) only moves the map end."""
+    from storage_engine.record.legacy_records import build_legacy_batch
+    from storage_engine.record.record_batch import build_control_batch
+    copy = logs()
+    legacy = build_legacy_batch([SimpleRecord(b"k", b"old", T0)], magic=1, base_offset=0)
+    assert copy.append_as_follower(legacy).last_offset == 0
+    assert copy.producer_state.map_end_offset == 1 and copy.producer_state.producers == {}
+    data = (build_batch(recs("a", timestamp=T0), base_offset=1, producer_id=4, producer_epoch=1, base_sequence=0,
+                        is_transactional=True)
+            + build_control_batch(1, base_offset=2, timestamp=T0, producer_id=4, producer_epoch=1,
+                                  coordinator_epoch=5)
+            + build_batch(recs("b", timestamp=T0), base_offset=3, producer_id=4, producer_epoch=0, base_sequence=0,
+                          is_transactional=True)
+            + build_control_batch(0, base_offset=4, timestamp=T0, producer_id=4, producer_epoch=0,
+                                  coordinator_epoch=2))
+    info = copy.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, info.count) == (1, 4, 4)
+    assert copy.last_stable_offset == 5
+    assert [t.first_offset for s in copy.segments for t in s.txn_index.all_aborted_txns()] == [3]
+
+
+def test_follower_errors_name_the_partition_and_time_rolls_use_the_clock(logs):
+    """appendAsFollower: a corrupt batch is reported in the partition's name at its byte position; records without a
+    timestamp roll the copy by the wall clock like any append (``shouldRoll``: ``now - created``)."""
+    from storage_engine.errors import CorruptRecordError
+    copy = logs(config(segment_ms=1000))
+    good = batch(0, "a", timestamp=-1)
+    bad = bytearray(good)
+    bad[-2] ^= 0x01
+    with pytest.raises(CorruptRecordError) as err:
+        copy.append_as_follower(good + bytes(bad))
+    assert str(err.value).startswith("record batch is corrupt (stored crc = ")
+    assert str(err.value).endswith(f") (file topic-0, byte position {len(good)})")
+    copy.clock.set(T0 + 10)
+    copy.append_as_follower(good)
+    copy.clock.set(T0 + 1000)
+    copy.append_as_follower(batch(1, "b", timestamp=-1))
+    assert len(copy.segments) == 1
+    copy.clock.set(T0 + 1001)
+    copy.append_as_follower(batch(2, "c", timestamp=-1))
+    assert [s.base_offset for s in copy.segments] == [0, 2]
+
+
+def test_truncation_snapshots_the_rebuilt_producer_state_at_the_new_end(logs):
+    """UnifiedLog.truncateTo -> rebuildProducerState: the producer state is rebuilt for the new log end and written as
+    a snapshot there, so a later load starts from it."""
+    log = logs()
+    log.append_records(recs("a", "b", timestamp=T0), producer_id=2, producer_epoch=0, base_sequence=0)
+    log.append_records(recs("c", timestamp=T0))
+    log.append_records(recs("d", timestamp=T0), producer_id=2, producer_epoch=0, base_sequence=2)
+    assert log.truncate_to(3)
+    assert log.producer_state.producers[2].last_seq == 1
+    assert f"{3:020d}.snapshot" in os.listdir(log.dir)
+
+
+def test_a_deleted_segment_keeps_its_files_as_they_were(logs):
+    """A segment leaving the log is renamed ``.deleted`` and closed without trimming: another process may still map
+    its files (Kafka's delete renames and deletes later, it never writes to a deleted segment); its preallocated
+    index keeps its length."""
+    log = logs(config(index_interval_bytes=1))
+    for _ in range(3):
+        log.append_records(recs("a", timestamp=T0))
+    index_len = os.path.getsize(log.active_segment.offset_index.path)
+    time_len = os.path.getsize(log.active_segment.time_index.path)
+    assert index_len > 3 * 8
+    log.truncate_fully_and_start_at(10)
+    assert os.path.getsize(os.path.join(log.dir, f"{0:020d}.index.deleted")) == index_len
+    assert os.path.getsize(os.path.join(log.dir, f"{0:020d}.timeindex.deleted")) == time_len
+
+
+def test_a_view_truncating_fully_to_a_sealed_segment_reopens_it_writable(logs):
+    """truncateFullyAndStartAt at the base of a segment a joined process opened read-only: the segment is kept,
+    reopened writable with its roll clock starting now, and takes appends, records without a timestamp included."""
+    size = size_of("a")
+    cfg = config(segment_bytes=2 * size, segment_ms=1000)
+    owner = logs(cfg)
+    for _ in range(5):
+        owner.append_records(recs("a", timestamp=T0))
+    joiner = logs(cfg, exclusive=False)
+    joiner.clock.set(T0 + 70)
+    joiner.truncate_fully_and_start_at(2)
+    seg = joiner.active_segment
+    assert seg.base_offset == 2 and seg.log.writable and seg.created_ms == T0 + 70
+    joiner.append_batches(batch(0, "n", timestamp=-1))
+    joiner.append_batches(batch(0, "m", timestamp=-1))
+    assert [r.offset for r in joiner.read_records()] == [2, 3]
