@@ -713,10 +713,9 @@ def test_delete_every_segment_rolls_first(logs):
     assert log.active_segment.created_ms == now
     log.append_records(recs("b", timestamp=T0))
     log.roll()
-    log.roll()
-    for _ in range(3):
+    for _ in range(3):                       # two fill the segment at 6, the third rolls to 8
         log.append_records(recs("c", timestamp=T0))
-    log.roll()
+    log.roll()                               # an empty active segment at the log end, 9
     assert [s.base_offset for s in log.segments] == [5, 6, 8, 9]
     with log.locked():
         gone = log.delete_segments_locked(list(log.segments), now)
@@ -1097,3 +1096,21 @@ def test_a_view_truncating_fully_to_a_sealed_segment_reopens_it_writable(logs):
     joiner.append_batches(batch(0, "n", timestamp=-1))
     joiner.append_batches(batch(0, "m", timestamp=-1))
     assert [r.offset for r in joiner.read_records()] == [2, 3]
+
+
+def test_append_max_timestamp_starts_at_no_timestamp(logs):
+    """LogValidator.assignOffsetsNonCompressed: ``maxTimestamp`` starts at NO_TIMESTAMP (-1) and only a batch whose max
+    timestamp is larger replaces it: client batches without timestamps report -1, and a header max timestamp below
+    -1 does not lower it."""
+    import struct
+    from storage_engine.record.record_batch import BATCH_HEADER, CRC_OFFSET, RecordBatch
+    log = logs()
+    assert log.append_batches(batch(0, "a", timestamp=-1)).max_timestamp == -1
+    below = bytearray(batch(0, "b", timestamp=-1))
+    fields = list(BATCH_HEADER.unpack_from(below, 0))
+    fields[8] = -2                                        # max_timestamp
+    BATCH_HEADER.pack_into(below, 0, *fields)
+    struct.pack_into(">I", below, CRC_OFFSET, RecordBatch(below, 0).compute_crc())
+    assert RecordBatch(bytes(below), 0).max_timestamp == -2
+    info = log.append_batches(bytes(below))
+    assert (info.first_offset, info.max_timestamp) == (1, -1)
