@@ -135,8 +135,9 @@ def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
             if active.should_roll(segment_bytes=log.config.segment_bytes, max_segment_ms=log._max_segment_ms(),
                                   messages_size=len(raw), max_timestamp=b.max_timestamp,
                                   max_offset=b.last_offset, now_ms=now) is not None:
-                log._roll_locked(now, base=base if not active.can_convert_to_relative_offset(b.last_offset)
-                                 else None)
+                # Kafka's maybeRoll: the new segment starts at max(the append's first offset, LEO), so a copy
+                # of data with offset gaps (a compacted source) names its segments as the source's replica would.
+                log._roll_locked(now, base=base)
             # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
             # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
             analysis = (producers.analyze(log.producer_state, [b], pstate.REPLICATION)

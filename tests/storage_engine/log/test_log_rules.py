@@ -634,7 +634,7 @@ def test_follower_append_refuses_offsets_below_the_log_end(logs):
 def test_follower_rolls_at_the_batch_base_when_offsets_overflow(logs):
     """UnifiedLog.maybeRoll / LocalLog.roll for a follower: a batch whose last offset does not fit the active
     segment (``lastOffset - baseOffset > Int.MAX``) rolls first, and the new segment starts at
-    max(the batch's first offset, LEO); a size roll of contiguous data starts at the log end."""
+    max(the batch's first offset, LEO); a size roll of contiguous data starts at the log end (= its first offset)."""
     from storage_engine.segment.segment import INT32_MAX
     size = size_of("a")
     copy = logs(config(segment_bytes=2 * size))
@@ -647,6 +647,21 @@ def test_follower_rolls_at_the_batch_base_when_offsets_overflow(logs):
     assert copy.log_end_offset == far + 1
     assert [(r.offset, r.value) for r in copy.read_records(2)] == [(2, b"a"), (far, b"b")]
     assert info.count == 1
+
+
+def test_a_follower_size_roll_across_an_offset_gap_starts_at_the_batch_base(logs):
+    """UnifiedLog.maybeRoll rolls at ``appendInfo.firstOffset`` and LocalLog.roll takes max(it, LEO): a copy of
+    compacted data (offsets with gaps) that rolls for size starts the new segment at the batch's first offset,
+    not at the log end, as the source's replica names it."""
+    size = size_of("a")
+    copy = logs(config(segment_bytes=2 * size))
+    copy.append_as_follower(batch(0, "a", timestamp=T0) + batch(1, "a", timestamp=T0))
+    copy.append_as_follower(batch(10, "b", timestamp=T0))
+    assert [s.base_offset for s in copy.segments] == [0, 10]
+    assert [f for f in sorted(os.listdir(copy.dir)) if f.endswith(".log")] == [
+        "00000000000000000000.log", "00000000000000000010.log"]
+    assert copy.log_end_offset == 11
+    assert [(r.offset, r.value) for r in copy.read_records()] == [(0, b"a"), (1, b"a"), (10, b"b")]
 
 
 # ------------------------------------------------------------------ deleting segments (retention's step)
