@@ -74,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the listed equivalent mutants as Markdown (for MUTATION.md) and exit")
     parser.add_argument("--list-survivors", action="store_true",
                         help="print the known survivors and their causes as Markdown (for MUTATION.md) and exit")
+    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS",
+                        help="print the results JSON of a run as Markdown (MUTATION.md's last run) and exit")
     args = parser.parse_args(argv)
     if args.list_equivalents:
         print(report.equivalents_markdown())
+        return 0
+    if args.render is not None:
+        print(report.run_markdown(json.loads(args.render.read_text())), end="")
         return 0
     if args.list_survivors:
         print(report.equivalents_markdown(KNOWN_SURVIVORS))
