@@ -118,18 +118,11 @@ def _remove(path: str, result: LoadResult) -> None:
         raise StorageIOError("cannot delete file during log load", path, exc) from exc
 
 
-def _listing(dir_path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(dir_path))
-    except OSError as exc:
-        raise StorageIOError("cannot list partition folder", dir_path, exc) from exc
-
-
 def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> None:
     """Step 1 (caller holds the partition lock and no other process has the partition open)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
     result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True))
-    for name in _listing(dir_path):
+    for name in swap._listing(dir_path):
         path = os.path.join(dir_path, name)
         if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
             _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
