@@ -89,17 +89,14 @@ class _SplitNeeded(Exception):
 MAX_SPLITS_PER_LOAD = 1000
 
 
-def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=None,
-             log_start: int = 0) -> RecoveryResult:
+def _recover(seg: LogSegment, psm: ProducerStateManager, segments, log_start: int) -> RecoveryResult:
     """``recover_segment(seg)`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at
     its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
     empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
-    if psm is not None:
-        producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
+    producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
         result = recover_segment(seg, psm)
-        if psm is not None:
-            psm.take_snapshot(sync=False)
+        psm.take_snapshot(sync=False)
         return result
     except SegmentOffsetOverflowError:
         raise _SplitNeeded(seg.base_offset) from None

@@ -732,10 +732,17 @@ def test_sealed_segments_are_released_after_a_load(log_dir, clean):
     segments); sealed ones reopen on use. Also for segments whose indexes the load rebuilt."""
     cfg, d = _crashed(log_dir, 20)
     os.remove(segment_path(d, 5, layout.INDEX_SUFFIX))
-    with open(segment_path(d, 10, layout.INDEX_SUFFIX), "r+b") as f:
-        f.write(b"\xff" * 8)   # fails the sanity check: rebuilt
-    log, res = _unclean_reopen(log_dir, cfg, 20 if clean else 0, had_clean_shutdown=clean)
+    if clean:
+        with open(segment_path(d, 10, layout.INDEX_SUFFIX), "r+b") as f:
+            f.write(b"\xff" * 8)   # fails the sanity check: rebuilt
+    # unclean: recovery from 15 on, so segment 5 is opened only to rebuild its missing index
+    log, res = _unclean_reopen(log_dir, cfg, 20 if clean else 15, had_clean_shutdown=clean)
     assert [s.is_open for s in log.segments] == [False, False, False, True]
+    if clean:
+        assert res.messages[0] == f"rebuilt missing index of {layout.filename_prefix(5)}.log"
+        assert len(res.messages) == 2 and res.messages[1].startswith("rebuilt corrupt index: ")
+        assert len(res.messages[1]) > len("rebuilt corrupt index: ")
+        assert res.recovered_segments == 2
     assert read_all(log) == [(i, f"v{i:03d}".encode()) for i in range(20)]
     log.close(clean=False)
 
@@ -909,3 +916,134 @@ def test_a_segment_whose_offsets_overflow_its_base_is_split_and_the_load_starts_
         assert res.bytes_truncated == 2
     else:
         assert len(res.messages) == 1
+
+
+# ------------------------------------------------------------------ producer state and .txnindex in recovery
+#
+# Kafka's LogLoader.recoverSegment rebuilds a producer state as of the segment's base (rebuildProducerState:
+# the newest snapshot at or below it, then a replay of the segments before it from the log start), recovers the
+# segment with it (each ABORT marker completes its transaction into the .txnindex, from the transaction's first
+# offset), then snapshots it.
+
+def _txn_log(log_dir):
+    """Producer 9 opens a transaction in segment 0 (offsets 0-1), other records roll the log to segment 3, and
+    the transaction is aborted there. Returns (cfg, dir, aborted transactions as written, records)."""
+    from storage_engine.record.records import SimpleRecord
+    cfg = config(index_interval_bytes=1)
+    log, _ = open_log(log_dir, cfg, now_ms=T0)
+    log.append_records([SimpleRecord(None, b"t0"), SimpleRecord(None, b"t1")], producer_id=9, producer_epoch=0,
+                       base_sequence=0, is_transactional=True)
+    log.append_records(recs("p2", timestamp=T0))
+    log.roll()
+    log.append_records(recs("p3", timestamp=T0))
+    log.append_end_txn(9, 0, commit=False)
+    log.append_records(recs("p5", timestamp=T0))
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    aborted = [t for s in log.segments for t in s.txn_index.all_aborted_txns()]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(9, 0, 4)]
+    records = read_all(log)
+    log.close(clean=True)
+    d = partition_dir(log_dir)
+    for name in os.listdir(d):
+        if name.endswith(layout.SNAPSHOT_SUFFIX):
+            os.remove(os.path.join(d, name))   # no snapshot: the state as of 3 comes from replaying segment 0
+    return cfg, d, aborted, records
+
+
+@pytest.mark.parametrize("how", ["unflushed", "torn-tail", "corrupt-index", "missing-index"])
+def test_recovery_rebuilds_the_txn_index_from_the_producer_state_as_of_the_segment_base(log_dir, how):
+    """Whatever gets segment 3 recovered (unflushed after a crash, a torn tail or a corrupt or missing index
+    after a clean shutdown), its .txnindex names the aborted transaction from its first offset, 0, which only a
+    replay of segment 0 into the producer state can know."""
+    cfg, d, aborted, records = _txn_log(log_dir)
+    active = segment_path(d, 3)
+    clean = how != "unflushed"
+    if how == "torn-tail":
+        with open(active, "ab") as f:
+            f.write(b"\x00\x00\x00")
+    elif how == "corrupt-index":
+        with open(segment_path(d, 3, layout.INDEX_SUFFIX), "r+b") as f:
+            f.write(b"\xff" * 8)
+    elif how == "missing-index":
+        os.remove(segment_path(d, 3, layout.INDEX_SUFFIX))
+    os.remove(segment_path(d, 3, layout.TXN_INDEX_SUFFIX))   # what recovery writes there is rebuilt from the log
+    log, res = open_log(log_dir, cfg, now_ms=T0, create=False, had_clean_shutdown=clean,
+                        recovery_point_checkpoint=3)
+    assert res.recovered_segments == 1
+    assert [t for s in log.segments for t in s.txn_index.all_aborted_txns()] == aborted
+    assert read_all(log) == records
+    # the state as of the segment's end was snapshotted (Kafka: so later segments need not re-scan)
+    assert os.path.exists(os.path.join(d, layout.filename_prefix(6) + layout.SNAPSHOT_SUFFIX))
+    log.close(clean=True)
+
+
+def test_recovery_replays_producer_state_from_the_log_start_offset(log_dir):
+    """Kafka rebuildProducerState replays from max(segment base, map end, log start): batches below the log
+    start offset are not replayed. The transaction that began at offset 0, below a log start of 2, has no first
+    offset the recovered state knows, and Kafka's appendEndTxnMarker emits a completed transaction (a .txnindex
+    entry) only for a transaction with a first offset: its abort is not indexed."""
+    cfg, d, _, records = _txn_log(log_dir)
+    os.remove(segment_path(d, 3, layout.TXN_INDEX_SUFFIX))
+    log, res = open_log(log_dir, cfg, now_ms=T0, create=False, recovery_point_checkpoint=3,
+                        log_start_offset_checkpoint=2)
+    assert res.recovered_segments == 1 and log.log_start_offset == 2
+    assert [t for s in log.segments for t in s.txn_index.all_aborted_txns()] == []
+    assert read_all(log) == records[2:]
+    log.close(clean=True)
+
+
+def test_a_corrupt_snapshot_at_the_recovered_segment_base_is_replaced(log_dir):
+    """Kafka's loadFromSnapshot deletes a corrupt snapshot and falls back to an older one (or a replay from the
+    log start); recovery then snapshots the state at the segment base again, so the file left there is valid."""
+    from storage_engine.segment import producer_snapshot
+    cfg = config(index_interval_bytes=1)
+    log, _ = open_log(log_dir, cfg, now_ms=T0)
+    log.append_records(recs("a", "b", timestamp=T0), producer_id=4, producer_epoch=0, base_sequence=0)
+    log.roll()
+    log.append_records(recs("c", timestamp=T0), producer_id=4, producer_epoch=0, base_sequence=2)
+    log.close(clean=False)
+    d = partition_dir(log_dir)
+    snap = os.path.join(d, layout.filename_prefix(2) + layout.SNAPSHOT_SUFFIX)
+    assert os.path.exists(snap)
+    with open(snap, "r+b") as f:
+        f.write(b"\xff\xff\xff\xff")
+    log, res = open_log(log_dir, cfg, now_ms=T0, create=False, recovery_point_checkpoint=2)
+    entries = producer_snapshot.read_snapshot(snap)
+    assert [(e.producer_id, e.last_sequence) for e in entries] == [(4, 1)]
+    # the producer's next batch continues its sequence
+    assert log.append_records(recs("d", timestamp=T0), producer_id=4, producer_epoch=0,
+                              base_sequence=3).first_offset == 3
+    log.close(clean=True)
+
+
+def test_producer_errors_of_a_loaded_log_name_its_partition(log_dir):
+    """The producer state a load builds belongs to the partition: Kafka's OutOfOrderSequenceException names it."""
+    from storage_engine.errors import OutOfOrderSequenceError
+    log, _ = open_log(log_dir, now_ms=T0)
+    log.append_records(recs("a", timestamp=T0), producer_id=5, producer_epoch=0, base_sequence=0)
+    with pytest.raises(OutOfOrderSequenceError) as e:
+        log.append_records(recs("b", timestamp=T0), producer_id=5, producer_epoch=0, base_sequence=7)
+    assert str(e.value) == (f"Out of order sequence number for producer 5 at offset 1 in partition {TOPIC}-"
+                            f"{PARTITION}: 7 (incoming seq. number), 0 (current end sequence number)")
+    log.close(clean=True)
+
+
+def _snapshots(d) -> list[int]:
+    return sorted(layout.offset_from_filename(n) for n in os.listdir(d) if n.endswith(layout.SNAPSHOT_SUFFIX))
+
+
+def test_load_snapshots_at_the_last_two_segment_bases_while_replaying(log_dir):
+    """Kafka rebuildProducerState takes snapshots at its candidate offsets while replaying (the bases of the
+    second-to-last and last segments, once the map end reaches them) and at the log end; removeStraySnapshots
+    first drops snapshots not at a segment base but the largest. Legacy batches carry no producer state, so the
+    replay from the snapshot at 0 reaches the last two bases only as segment bases: snapshots 15, 20, 25."""
+    from storage_engine.segment import producer_snapshot
+    d = _legacy_folder(log_dir, {b: list(range(b, b + 5)) for b in (0, 5, 10, 15, 20)})
+    for o in (0, 7, 12):   # 7 and 12: strays, not at a segment base, not the largest
+        producer_snapshot.write_snapshot(os.path.join(d, layout.filename_prefix(o) + layout.SNAPSHOT_SUFFIX), [])
+    log, res = open_log(log_dir, config(), now_ms=T0, create=False, had_clean_shutdown=True,
+                        recovery_point_checkpoint=25)
+    assert res.messages == ["removed stray producer snapshots at [7, 12]"]
+    assert _snapshots(d) == [0, 15, 20, 25]
+    assert log.log_end_offset == 25
+    log.close(clean=True)
