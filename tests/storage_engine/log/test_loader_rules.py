@@ -726,8 +726,9 @@ def test_offsets_going_backwards_empty_the_segment_and_say_so(log_dir):
     log.close(clean=False)
 
 
-@pytest.mark.parametrize("clean", [False, True], ids=["unclean", "clean"])
-def test_sealed_segments_are_released_after_a_load(log_dir, clean):
+@pytest.mark.parametrize("clean,rp", [(False, 15), (False, 0), (True, 20)],
+                         ids=["unclean-from-15", "unclean-from-0", "clean"])
+def test_sealed_segments_are_released_after_a_load(log_dir, clean, rp):
     """Only the active segment keeps its files open after a load (file descriptors: a log may have many
     segments); sealed ones reopen on use. Also for segments whose indexes the load rebuilt."""
     cfg, d = _crashed(log_dir, 20)
@@ -735,8 +736,8 @@ def test_sealed_segments_are_released_after_a_load(log_dir, clean):
     if clean:
         with open(segment_path(d, 10, layout.INDEX_SUFFIX), "r+b") as f:
             f.write(b"\xff" * 8)   # fails the sanity check: rebuilt
-    # unclean: recovery from 15 on, so segment 5 is opened only to rebuild its missing index
-    log, res = _unclean_reopen(log_dir, cfg, 20 if clean else 15, had_clean_shutdown=clean)
+    # unclean from 15: segment 5 is opened only to rebuild its missing index
+    log, res = _unclean_reopen(log_dir, cfg, rp, had_clean_shutdown=clean)
     assert [s.is_open for s in log.segments] == [False, False, False, True]
     if clean:
         assert res.messages[0] == f"rebuilt missing index of {layout.filename_prefix(5)}.log"
@@ -794,10 +795,14 @@ def test_log_cut_below_the_log_start_restarts_there_without_producer_state(log_d
     cfg = config(segment_bytes=5 * SIZE, index_interval_bytes=1)
     log, _ = open_log(log_dir, cfg, now_ms=T0)
     for i in range(10):
+        if i == 8:   # a clean close at 8 leaves a producer snapshot at what becomes the log start
+            log.close(clean=True)
+            log, _ = open_log(log_dir, cfg, now_ms=T0, had_clean_shutdown=True, recovery_point_checkpoint=8)
         log.append_records(recs(f"p{i}", timestamp=T0), producer_id=7, producer_epoch=0, base_sequence=i)
     log.delete_records(8)
     log.close(clean=False)
     d = partition_dir(log_dir)
+    assert 8 in _snapshots(d)
     with open(segment_path(d, 5), "r+b") as f:
         f.write(b"garbage!" * 4)
     log, res = _unclean_reopen(log_dir, cfg, 0, log_start_offset_checkpoint=8)
@@ -1046,4 +1051,39 @@ def test_load_snapshots_at_the_last_two_segment_bases_while_replaying(log_dir):
     assert res.messages == ["removed stray producer snapshots at [7, 12]"]
     assert _snapshots(d) == [0, 15, 20, 25]
     assert log.log_end_offset == 25
+    log.close(clean=True)
+
+
+# ------------------------------------------------------------------ the load's crash steps
+#
+# The torture harness and the crash tests kill a process at named steps (storage_engine.crashpoints). A forked
+# copy of this process arms one and loads: it must die there (SIGKILL), and the next load must still succeed.
+
+def _killed_at(step: str, load) -> bool:
+    import signal
+    from storage_engine import crashpoints
+    pid = os.fork()
+    if pid == 0:   # the child never returns into the test
+        code = 0
+        try:
+            crashpoints.arm(step)
+            load()
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+@pytest.mark.parametrize("step", ["load.resolved", "load.recovered"])
+def test_a_load_dies_at_its_crash_steps_and_the_next_load_recovers(log_dir, step):
+    cfg, d = _crashed(log_dir, 10)
+    generation = _state(log_dir).generation
+    with open(segment_path(d, 5), "ab") as f:
+        f.write(b"\x00\x00")
+    assert _killed_at(step, lambda: _unclean_reopen(log_dir, cfg, 0))
+    assert _state(log_dir).generation == generation   # killed before the shared state was written
+    log, res = _unclean_reopen(log_dir, cfg, 0)
+    assert res.bytes_truncated == 2 and log.log_end_offset == 10
     log.close(clean=True)
