@@ -89,17 +89,14 @@ class _SplitNeeded(Exception):
 MAX_SPLITS_PER_LOAD = 1000
 
 
-def _recover(seg: LogSegment, psm: ProducerStateManager | None = None, segments=None,
-             log_start: int = 0) -> RecoveryResult:
+def _recover(seg: LogSegment, psm: ProducerStateManager, segments, log_start: int) -> RecoveryResult:
     """``recover_segment(seg)`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at
     its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
     empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
-    if psm is not None:
-        producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
+    producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
     try:
         result = recover_segment(seg, psm)
-        if psm is not None:
-            psm.take_snapshot(sync=False)
+        psm.take_snapshot(sync=False)
         return result
     except SegmentOffsetOverflowError:
         raise _SplitNeeded(seg.base_offset) from None
@@ -118,18 +115,11 @@ def _remove(path: str, result: LoadResult) -> None:
         raise StorageIOError("cannot delete file during log load", path, exc) from exc
 
 
-def _listing(dir_path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(dir_path))
-    except OSError as exc:
-        raise StorageIOError("cannot list partition folder", dir_path, exc) from exc
-
-
 def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> None:
     """Step 1 (caller holds the partition lock and no other process has the partition open)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
     result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True))
-    for name in _listing(dir_path):
+    for name in swap._listing(dir_path):
         path = os.path.join(dir_path, name)
         if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
             _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
