@@ -581,3 +581,145 @@ def consume_file(fr: FileRecords) -> None:
                     assert fr.path in str(exc)
     except StorageError as exc:
         assert fr.path in str(exc)
+
+
+# -- the .log's size limit, its crash points and its errors ---------------------------------------------------------
+
+def test_an_append_may_fill_the_file_to_int32_max_bytes_and_not_past_it(tmp_path):
+    """Kafka's FileRecords.append: ``if (records.sizeInBytes() > Integer.MAX_VALUE - size.get())`` it refuses the
+    append (a segment's positions are int32). The file here is sparse: only its last bytes are written."""
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "wb") as f:
+        f.truncate(MAX_FILE_SIZE - 10)
+    fr = FileRecords(str(path))
+    with pytest.raises(CorruptRecordError) as err:
+        fr.append(b"x" * 11)
+    assert (err.value.path, err.value.position) == (str(path), MAX_FILE_SIZE - 10)
+    assert str(err.value) == (f"appending 11 bytes would make the log file larger than {MAX_FILE_SIZE} bytes "
+                              f"(file {path}, byte position {MAX_FILE_SIZE - 10})")
+    assert fr.size == os.path.getsize(path) == MAX_FILE_SIZE - 10
+    assert fr.append(b"x" * 10) == 10
+    assert fr.size == os.path.getsize(path) == MAX_FILE_SIZE
+    fr.close()
+
+
+def _die_in_child(step: str, path: str, data: bytes) -> int:
+    """Append ``data`` to a new .log in a forked child that dies at ``step``; the child's exit status."""
+    from storage_engine import crashpoints
+    pid = os.fork()
+    if pid == 0:                                         # pragma: no cover - the child
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            crashpoints.arm(step)
+            from tests.storage_engine.helpers import open_segment
+            seg = open_segment(os.path.dirname(path), 0)
+            seg.append(0, -1, 0, data)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def test_the_torn_append_crash_point_leaves_the_first_half_of_the_batch(tmp_path):
+    """The crash tests' "append.torn" step: half of a batch is in the .log (max(1, n // 2) bytes), then SIGKILL."""
+    import signal
+    from tests.storage_engine.helpers import batch
+    data = batch(0, "a" * 41)
+    path = str(tmp_path / "00000000000000000000.log")
+    status = _die_in_child("append.torn", path, data)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert open(path, "rb").read() == data[:len(data) // 2]
+    os.remove(path)
+    status = _die_in_child("append.written", path, data)  # the batch is whole, its index entries not written
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert open(path, "rb").read() == data
+
+
+def test_an_fsync_failure_names_the_log_file(new_file, monkeypatch):
+    import errno
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(fd):
+        raise failure
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(StorageIOError) as err:
+        fr.flush()
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == fr.path
+    assert str(err.value) == f"cannot fsync log file: {fr.path}: {failure}"
+
+
+def test_a_short_write_is_completed_where_it_stopped(new_file, monkeypatch):
+    """pwrite may write fewer bytes than asked (POSIX); the append writes the rest after them."""
+    fr = new_file(b"", create=True)
+    real_pwrite = os.pwrite
+    calls = []
+
+    def short_pwrite(fd, data, offset):
+        calls.append((len(data), offset))
+        return real_pwrite(fd, bytes(data)[:max(1, len(data) // 3)], offset)
+    data = three_batches()
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    assert fr.append(data) == len(data)
+    monkeypatch.undo()
+    assert len(calls) > 2 and calls[0] == (len(data), 0)
+    assert open(fr.path, "rb").read() == data and fr.size == len(data)
+
+
+# -- reading in windows: a batch larger than the window is read whole, a torn tail still stops the scan ---------------
+
+@pytest.mark.parametrize("window", [1, 16, 17, 30, 61, 4096])
+def test_batches_read_in_small_windows_are_the_batches_of_the_file(new_file, window):
+    data = b"".join(mixed_segment())
+    entries = [b.raw() for b in iter_batches(data)]
+    positions = [b.file_position for b in iter_batches(data)]
+    assert len(entries) > 4
+    fr = new_file(data)
+    assert [b.raw() for b in fr.read_batches(0, window=window)] == entries
+    assert [b.file_position for b in fr.read_batches(positions[1], window=window)] == positions[1:]
+    # an end inside the file: only the batches that end by it
+    end = positions[3]
+    assert [b.raw() for b in fr.read_batches(0, end, window=window)] == entries[:3]
+    assert [b.raw() for b in fr.batches(0, end=end)] == entries[:3]
+    assert [b.raw() for b in fr.read_batches(0, end - 1, window=window)] == entries[:2]
+
+
+@pytest.mark.parametrize("window", [1, 17, 40, 4096])
+@pytest.mark.parametrize("cut", [1, 16, 17, 40])
+def test_a_torn_tail_read_in_small_windows_stops_silently_unless_strict(new_file, window, cut):
+    whole = three_batches()
+    last = build_batch([SimpleRecord(None, b"z" * 30, 5)], base_offset=3)
+    fr = new_file(whole + last[:cut])
+    assert [b.last_offset for b in fr.read_batches(0, window=window)] == [0, 1, 2]
+    with pytest.raises(CorruptRecordError) as err:
+        list(fr.read_batches(0, window=window, strict=True))
+    assert err.value.position == len(whole)
+
+
+def test_a_read_of_a_file_cut_meanwhile_ends_where_the_file_now_ends(new_file):
+    """Another process may cut a .log (a torn tail, a truncation); a window read past the new end is short."""
+    data = three_batches()
+    fr = new_file(data)
+    one = len(data) // 3
+    os.truncate(fr.path, one + 5)
+    assert [b.last_offset for b in fr.read_batches(0, window=one + 2)] == [0]
+    assert [b.last_offset for b in fr.read_batches(0)] == [0]
+
+
+def test_batch_at_reads_one_whole_entry_or_reports_a_short_header(new_file):
+    data = three_batches()
+    one = len(data) // 3
+    fr = new_file(data + b"\x00" * 5)
+    assert fr.batch_at(one).raw() == data[one:2 * one]
+    assert fr.batch_at(len(data)) is None                       # 5 bytes: fewer than an entry header
+    with pytest.raises(CorruptRecordError) as err:
+        fr.batch_at(len(data), strict=True)
+    assert "only 5 bytes left" in str(err.value) and err.value.position == len(data)
+    small = new_file(struct.pack(">qi", 7, 13) + b"\x00" * 20, name="00000000000000000007.log")
+    with pytest.raises(CorruptRecordError) as err:                # size 13 < 14: corrupt, whatever follows
+        small.batch_at(0)
+    assert str(err.value).startswith("record size 13 is smaller than the minimum record overhead (14)")
+    exact = new_file(struct.pack(">qi", 7, 14) + b"\x00" * 20, name="00000000000000000008.log")
+    assert exact.batch_at(0).size_in_bytes == 26                # size 14: an entry, read whole
