@@ -723,3 +723,57 @@ def test_batch_at_reads_one_whole_entry_or_reports_a_short_header(new_file):
     assert str(err.value).startswith("record size 13 is smaller than the minimum record overhead (14)")
     exact = new_file(struct.pack(">qi", 7, 14) + b"\x00" * 20, name="00000000000000000008.log")
     assert exact.batch_at(0).size_in_bytes == 26                # size 14: an entry, read whole
+
+
+def test_iter_batches_reads_positions_from_the_buffer_start_and_stops_at_a_torn_tail():
+    """FileLogInputStream's rules over a buffer: positions count from its start; a partial last entry ends the
+    iteration silently unless the reader is strict."""
+    data = three_batches()
+    one = len(data) // 3
+    assert [b.file_position for b in iter_batches(data)] == [0, one, 2 * one]
+    assert [b.last_offset for b in iter_batches(data + data[:one - 1])] == [0, 1, 2]
+    with pytest.raises(CorruptRecordError):
+        list(iter_batches(data + data[:one - 1], strict=True))
+
+
+def test_batch_at_with_a_size_field_below_the_minimum_is_corrupt_not_a_torn_tail(new_file):
+    fr = new_file(struct.pack(">qi", 7, 0) + b"\x02" * 30)
+    with pytest.raises(CorruptRecordError) as err:
+        fr.batch_at(0)
+    assert str(err.value).startswith("record size 0 is smaller than the minimum record overhead (14)")
+
+
+def test_the_recovery_view_covers_the_logical_size_read_only(new_file):
+    """FileRecords.view: a read-only map of the logical size, re-mapped as the file grows, following a file cut
+    shorter than known; an empty file is b""."""
+    empty = new_file(b"", name="00000000000000000009.log")
+    assert empty.view() == b""
+    data = three_batches()
+    fr = new_file(data[:len(data) // 3])
+    view = fr.view()
+    assert bytes(view) == data[:len(data) // 3]
+    with pytest.raises(TypeError):
+        view[0] = 1                                       # ACCESS_READ
+    del view
+    fr.append(data[len(data) // 3:])
+    assert bytes(fr.view()) == data                       # grown: mapped again to the new size
+    fr.drop_view()
+    os.truncate(fr.path, 30)
+    assert fr.view() is not None and fr.size == 30 and len(fr.view()) == 30
+
+
+def test_a_map_failure_names_the_log_file(new_file, monkeypatch):
+    import errno
+    import mmap
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    failure = OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(mmap, "mmap", fail)
+    with pytest.raises(StorageIOError) as err:
+        fr.view()
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure
+    assert str(err.value) == f"cannot map log file: {fr.path}: {failure}"
