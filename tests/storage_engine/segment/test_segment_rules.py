@@ -771,3 +771,98 @@ def test_a_read_spanning_several_read_windows_returns_the_batches_in_order(tmp_p
     assert offsets_in(got.data) == list(range(start, start + 40))
     assert got.data == b"".join(entries[start:start + 40]) and got.position == start * size
     seg.close()
+
+
+def test_an_append_at_exactly_the_interval_needs_no_index_room(tmp_path):
+    """bytesSinceLastIndexEntry > indexIntervalBytes (strict): at equality no entry is added, so full indexes do
+    not stop the append."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1, max_index_size=48)
+    for i in range(7):
+        append_batch(seg, i, "v")
+    assert seg.offset_index.is_full
+    seg.bytes_since_last_index_entry = seg.index_interval_bytes
+    append_batch(seg, 7, "v")
+    assert seg.offset_index.last_offset == 6 and seg.read(7, 10**6).first_offset == 7
+    seg.close()
+
+
+def test_close_and_recovery_add_the_final_time_entry_for_timestamp_zero(tmp_path, kernels):
+    """LogSegment.close / onBecomeInactiveSegment / recover: timeIndex.maybeAppend(maxTimestampSoFar, its offset,
+    skipFullCheck = true); timestamp 0 is a timestamp (only -1 means none), so it gets its entry."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "a", timestamp=0)
+    append_batch(seg, 1, "b", timestamp=0)
+    seg.close()
+    assert open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX), "rb").read() == struct.pack(">qi", 0, 0)
+    again, _ = _recovered(tmp_path, 10, 10**6, [0, 0])
+    assert _entries(again.time_index) == [(0, 10)]
+    again.close()
+
+
+def test_the_max_timestamp_of_an_unopened_segment_comes_from_its_trimmed_time_index(tmp_path):
+    """A sealed segment's largest timestamp is its last time-index entry (Kafka's maxTimestampSoFar after
+    load); it is read without opening the segment's files."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "a", timestamp=700)
+    append_batch(seg, 1, "b", timestamp=900)
+    seg.close()
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert (lazy.max_timestamp_so_far, lazy.offset_of_max_timestamp_so_far, lazy.largest_timestamp()) == (900, 1, 900)
+    assert not lazy.is_open
+    lazy.close()
+
+
+def test_reloaded_tail_state_keeps_the_first_offset_of_the_largest_timestamp(tmp_path):
+    """After a reload the largest timestamp is the larger of the last time-index entry and the batches after the
+    last indexed position; on a tie the earlier offset stays (LogSegment.append: only a larger timestamp moves
+    maxTimestampAndOffsetSoFar)."""
+    for name, stamps, expected in (("lower", [100, 1000, 500], (1000, 1)), ("tie", [100, 1000, 1000], (1000, 1)),
+                                   ("higher", [100, 1000, 2000], (2000, 2))):
+        os.makedirs(tmp_path / name)
+        seg = open_segment(tmp_path / name, 0, index_interval_bytes=1)
+        for i, ts in enumerate(stamps):
+            append_batch(seg, i, "v", timestamp=ts)
+        if name != "higher":                     # the entry of the last indexed batch still says 1000 at offset 1
+            assert seg.time_index.last_entry == (1000, 1)
+        seg.reload_tail_state()
+        assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == expected, name
+        seg.close()
+
+
+def test_a_segment_emptied_by_another_process_forgets_its_rolling_timestamp(tmp_path):
+    """reload_tail_state after the .log was cut to nothing: no first batch, so timeWaitedForRoll falls back to
+    now - created (LogSegment.truncateTo resets rollingBasedTimestamp when the segment empties)."""
+    seg = open_segment(tmp_path, 0, now_ms=100)
+    append_batch(seg, 0, "a", timestamp=1000)
+    assert seg.first_batch_timestamp() == 1000
+    seg.log.truncate_to(0)
+    seg.reload_tail_state()
+    assert seg.first_batch_timestamp() == -1
+    assert seg.time_waited_for_roll(600, 5000) == 500
+    seg.close()
+
+
+@pytest.mark.parametrize("tail", [b"\x00", b"\x00" * 16, b"\x00" * 40])
+def test_recovery_cuts_a_torn_tail_down_to_the_last_whole_batch_and_says_where(tmp_path, kernels, tail):
+    """LogSegment.recover: ``truncated = log.sizeInBytes - validBytes; if (truncated > 0) log.truncateTo(validBytes)``
+    -- even a single byte; the reason names the file and the position of the first invalid byte."""
+    seg = open_segment(tmp_path, 0)
+    valid = len(append_batch(seg, 0, "a", timestamp=5)) + len(append_batch(seg, 1, "b", timestamp=6))
+    seg.log.append(tail)
+    seg.close()
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    result = recover_segment(again)
+    assert (result.bytes_truncated, result.valid_bytes, result.batches) == (len(tail), valid, 2)
+    assert result.error is not None and result.error.endswith(f"(file {again.path}, byte position {valid})")
+    assert os.path.getsize(again.path) == again.size == valid
+    again.close()
+
+
+def test_recovery_of_an_undamaged_preallocated_segment_keeps_its_file(tmp_path, kernels):
+    """Nothing invalid, nothing truncated: a preallocated active segment keeps its preallocated length."""
+    seg = open_segment(tmp_path, 0, preallocate_bytes=4096)
+    size = len(append_batch(seg, 0, "a", timestamp=5))
+    result = recover_segment(seg)
+    assert (result.bytes_truncated, result.valid_bytes, result.error) == (0, size, None)
+    assert (seg.size, os.path.getsize(seg.path)) == (size, 4096)
+    seg.close(trim=False)
