@@ -866,3 +866,15 @@ def test_recovery_of_an_undamaged_preallocated_segment_keeps_its_file(tmp_path, 
     assert (result.bytes_truncated, result.valid_bytes, result.error) == (0, size, None)
     assert (seg.size, os.path.getsize(seg.path)) == (size, 4096)
     seg.close(trim=False)
+
+
+def test_an_offset_outside_the_segment_is_refused_with_its_range(tmp_path):
+    """LogSegment.ensureOffsetInRange: the relative offset must fit an int32 (LogSegmentOffsetOverflowException)."""
+    from storage_engine.errors import SegmentOffsetOverflowError
+    seg = open_segment(tmp_path, 10)
+    with pytest.raises(SegmentOffsetOverflowError) as err:
+        seg.append(9, -1, 9, batch(9, "a"))
+    assert str(err.value) == (f"offset 9 cannot be stored in the segment with base offset 10 ({seg.path}): the "
+                              f"relative offset must be in [0, {INT32_MAX}]")
+    assert seg.size == 0
+    seg.close()
