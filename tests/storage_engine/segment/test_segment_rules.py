@@ -878,3 +878,46 @@ def test_an_offset_outside_the_segment_is_refused_with_its_range(tmp_path):
                               f"relative offset must be in [0, {INT32_MAX}]")
     assert seg.size == 0
     seg.close()
+
+
+def test_a_new_segment_replaces_leftover_files_of_its_name_and_suffix(tmp_path):
+    """A new segment (Kafka's LogSegment.open without fileAlreadyExists) starts from empty files: leftovers with
+    its name and suffix (e.g. ``.cleaned`` from an interrupted clean) are removed, other suffixes are not."""
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
+        for extra in (".cleaned", ""):
+            with open(segment_path(tmp_path, 0, suffix, extra), "wb") as f:
+                f.write(b"\x07" * 40)
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(segment_index_bytes=120), now_ms=0, suffix=".cleaned")
+    assert seg.size == 0 and seg.offset_index.entries == 0 and seg.time_index.entries == 0
+    assert not os.path.exists(segment_path(tmp_path, 0, layout.TXN_INDEX_SUFFIX, ".cleaned"))
+    assert open(segment_path(tmp_path, 0, layout.INDEX_SUFFIX, ".cleaned"), "rb").read() == bytes(120)
+    assert open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX, ".cleaned"), "rb").read() == bytes(120)
+    assert os.path.getsize(segment_path(tmp_path, 0, layout.LOG_SUFFIX, ".cleaned")) == 0
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
+        assert open(segment_path(tmp_path, 0, suffix), "rb").read() == b"\x07" * 40, suffix
+    seg.close()
+
+
+def test_a_lazily_opened_segment_knows_its_size_from_stat_and_names_a_missing_log(tmp_path):
+    seg = open_segment(tmp_path, 0)
+    size = len(append_batch(seg, 0, "a"))
+    seg.close()
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert (lazy.size, lazy.is_open) == (size, False)
+    missing = segment_path(tmp_path, 5)
+    with pytest.raises(Exception) as err:
+        LogSegment.open(str(tmp_path), 5, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert isinstance(err.value.__cause__, FileNotFoundError)
+    assert str(err.value) == f"cannot stat log file: {missing}: {err.value.__cause__}"
+
+
+def test_a_read_only_segment_opens_its_files_read_only(tmp_path):
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    append_batch(seg, 0, "a")
+    append_batch(seg, 1, "b")
+    seg.close(trim=False)
+    reader = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, writable=False)
+    assert (reader.writable, reader.log.writable, reader.offset_index.writable, reader.time_index.writable) == (
+        False, False, False, False)
+    assert reader.offset_index.entries == 1
+    reader.close()
