@@ -921,3 +921,27 @@ def test_a_read_only_segment_opens_its_files_read_only(tmp_path):
         False, False, False, False)
     assert reader.offset_index.entries == 1
     reader.close()
+
+
+def test_a_crash_named_after_the_log_rename_leaves_the_indexes_under_their_old_suffix(tmp_path):
+    """change_file_suffixes renames the .log first; the crash step it is given is reached right after that rename,
+    before any index is renamed (the swap protocol's "swap.swap-partial")."""
+    import signal
+    from storage_engine import crashpoints
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, suffix=".cleaned")
+    append_batch(seg, 0, "a")
+    seg.close()
+    pid = os.fork()
+    if pid == 0:                                         # pragma: no cover - the child
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            crashpoints.arm("swap.swap-partial")
+            child = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True,
+                                    suffix=".cleaned")
+            child.change_file_suffixes(".cleaned", ".swap", after_log="swap.swap-partial")
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.cleaned", "00000000000000000000.log.swap",
+                                            "00000000000000000000.timeindex.cleaned"]
