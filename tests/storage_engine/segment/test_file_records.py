@@ -777,3 +777,64 @@ def test_a_map_failure_names_the_log_file(new_file, monkeypatch):
     monkeypatch.undo()
     assert err.value.__cause__ is failure
     assert str(err.value) == f"cannot map log file: {fr.path}: {failure}"
+
+
+def test_a_new_log_file_is_created_rw_r__r__and_a_missing_one_is_named(tmp_path):
+    from storage_engine.errors import StorageIOError
+    umask = os.umask(0)
+    os.umask(umask)
+    path = str(tmp_path / "00000000000000000000.log")
+    FileRecords(path, create=True).close()
+    assert os.stat(path).st_mode & 0o777 == 0o644 & ~umask
+    missing = str(tmp_path / "00000000000000000009.log")
+    with pytest.raises(StorageIOError) as err:
+        FileRecords(missing)
+    assert isinstance(err.value.__cause__, FileNotFoundError)
+    assert str(err.value) == f"cannot open log file: {missing}: {err.value.__cause__}"
+
+
+def test_a_log_file_may_be_int32_max_bytes_long_and_not_longer(tmp_path):
+    """Kafka's FileRecords: positions are int32, a file longer than Integer.MAX_VALUE is refused on open."""
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "wb") as f:
+        f.truncate(MAX_FILE_SIZE)
+    fr = FileRecords(str(path))
+    assert fr.size == MAX_FILE_SIZE
+    fr.close()
+    with open(path, "r+b") as f:
+        f.truncate(MAX_FILE_SIZE + 1)
+    with pytest.raises(CorruptRecordError) as err:
+        FileRecords(str(path))
+    assert (err.value.path, err.value.position) == (str(path), 0)
+    assert str(err.value) == f"log file is larger than {MAX_FILE_SIZE} bytes (file {path}, byte position 0)"
+
+
+@pytest.mark.parametrize("os_call, action, message", [
+    ("pwrite", lambda fr: fr.append(b"x" * 30), "cannot append to log file"),
+    ("pread", lambda fr: fr.read(0, 10), "cannot read log file"),
+])
+def test_os_errors_of_a_log_file_name_it(new_file, monkeypatch, os_call, action, message):
+    import errno
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    size = fr.size
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, os_call, fail)
+    with pytest.raises(StorageIOError) as err:
+        action(fr)
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == fr.path
+    assert str(err.value) == f"{message}: {fr.path}: {failure}"
+    assert fr.size == size
+
+
+def test_a_read_is_bounded_by_the_logical_size(new_file):
+    data = three_batches()
+    fr = new_file(data)
+    assert fr.read(len(data) - 5, 100) == data[-5:]
+    assert fr.read(len(data), 100) == b""
+    assert fr.read(len(data) + 10, 100) == b""
+    assert fr.read(3, 4) == data[3:7]
