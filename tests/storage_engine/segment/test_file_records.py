@@ -19,6 +19,7 @@ from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.segment.file_records import MAX_FILE_SIZE, FileRecords, batch_at, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch
 from storage_engine.record.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
     LOG_APPEND_TIME,
     RecordBatch,
     build_batch,
@@ -838,3 +839,25 @@ def test_a_read_is_bounded_by_the_logical_size(new_file):
     assert fr.read(len(data), 100) == b""
     assert fr.read(len(data) + 10, 100) == b""
     assert fr.read(3, 4) == data[3:7]
+
+
+def test_batch_at_positions_and_the_exact_truncation_messages():
+    """FileLogInputStream.nextBatch: fewer than 17 bytes (offset, size, magic) end the stream; an entry running past
+    the end is a partial trailing batch. Strict readers report both, with what was found."""
+    data = three_batches()
+    one = len(data) // 3
+    assert batch_at(data, 0, len(data)).file_position == 0
+    assert batch_at(data, one, len(data), file_offset=100).file_position == 100 + one
+    head = data[:HEADER_SIZE_UP_TO_MAGIC]                      # exactly the 17-byte header, no more
+    assert batch_at(head, 0, len(head)) is None
+    with pytest.raises(CorruptRecordError) as err:
+        batch_at(head, 0, len(head), "f.log", strict=True)
+    size = struct.unpack_from(">i", data, 8)[0]
+    assert str(err.value) == (f"truncated batch at offset 0: it declares {size} bytes but only "
+                              f"{HEADER_SIZE_UP_TO_MAGIC - 12} follow (file f.log, byte position 0)")
+    with pytest.raises(CorruptRecordError) as err:
+        batch_at(head[:16], 0, 16, "f.log", strict=True)
+    assert str(err.value) == ("truncated entry: only 16 bytes left, fewer than the 17-byte entry header "
+                              "(file f.log, byte position 0)")
+    legacy = build_legacy_batch([SimpleRecord(None, b"v", 5)], magic=1, base_offset=7)
+    assert batch_at(data + legacy, len(data), len(data) + len(legacy), file_offset=10).file_position == 10 + len(data)
