@@ -861,3 +861,28 @@ def test_batch_at_positions_and_the_exact_truncation_messages():
                               "(file f.log, byte position 0)")
     legacy = build_legacy_batch([SimpleRecord(None, b"v", 5)], magic=1, base_offset=7)
     assert batch_at(data + legacy, len(data), len(data) + len(legacy), file_offset=10).file_position == 10 + len(data)
+
+
+def test_a_log_file_holding_descriptor_zero_releases_it_and_closing_twice_closes_nothing_else(tmp_path):
+    # A process started with its standard input closed hands out descriptor 0 to the first file it opens.
+    path = str(tmp_path / "00000000000000000000.log")
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        fr = FileRecords(path, create=True)
+        os.fstat(0)                       # the .log holds it
+        fr.close()
+        with pytest.raises(OSError):
+            os.fstat(0)                   # closed with the file, not leaked
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    fr = FileRecords(path)
+    fr.close()
+    sentinel = os.open(os.devnull, os.O_RDONLY)   # likely takes the number the file just freed
+    try:
+        fr.close()
+        os.fstat(sentinel)
+        os.fstat(1)
+    finally:
+        os.close(sentinel)
