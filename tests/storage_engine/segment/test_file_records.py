@@ -625,15 +625,22 @@ def test_the_torn_append_crash_point_leaves_the_first_half_of_the_batch(tmp_path
     """The crash tests' "append.torn" step: half of a batch is in the .log (max(1, n // 2) bytes), then SIGKILL."""
     import signal
     from tests.storage_engine.helpers import batch
+    from tests.storage_engine.helpers import open_segment
     data = batch(0, "a" * 41)
+    os.mkdir(tmp_path / "whole")
+    whole = open_segment(tmp_path / "whole", 0)       # the same append, not interrupted
+    whole.append(0, -1, 0, data)
+    expected = open(whole.path, "rb").read()
+    whole.close()
+    assert expected == data
     path = str(tmp_path / "00000000000000000000.log")
     status = _die_in_child("append.torn", path, data)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    assert open(path, "rb").read() == data[:len(data) // 2]
+    assert open(path, "rb").read() == expected[:len(expected) // 2]
     os.remove(path)
     status = _die_in_child("append.written", path, data)  # the batch is whole, its index entries not written
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    assert open(path, "rb").read() == data
+    assert open(path, "rb").read() == expected
 
 
 def test_an_fsync_failure_names_the_log_file(new_file, monkeypatch):

@@ -945,3 +945,15 @@ def test_a_crash_named_after_the_log_rename_leaves_the_indexes_under_their_old_s
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.cleaned", "00000000000000000000.log.swap",
                                             "00000000000000000000.timeindex.cleaned"]
+    # not armed, the same call renames every file
+    os.mkdir(tmp_path / "plain")
+    seg = LogSegment.open(str(tmp_path / "plain"), 0, LogConfig(), now_ms=0, suffix=".cleaned")
+    append_batch(seg, 0, "a")
+    seg.close()
+    seg = LogSegment.open(str(tmp_path / "plain"), 0, LogConfig(), now_ms=0, file_already_exists=True,
+                          suffix=".cleaned")
+    seg.change_file_suffixes(".cleaned", ".swap", after_log="swap.swap-partial")
+    assert sorted(os.listdir(tmp_path / "plain")) == ["00000000000000000000.index.swap",
+                                                      "00000000000000000000.log.swap",
+                                                      "00000000000000000000.timeindex.swap"]
+    seg.close()
