@@ -394,6 +394,13 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
                'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 2 - time_index.entries)',
                'A smaller time-index room only makes the compiled walk stop before the end of the segment, and _recover_walk continues with the Python walk (the same entries, test_recovery_walk.py); only the speed differs.'),
+    Equivalent('storage_engine.segment.file_records', 'walk_valid_batches',
+               'time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)',
+               'time_ts, time_offset, 1 if (time_index.entries) and False else 0, time_index.max_entries - 1 - time_index.entries)',
+               "The flag only arms the kernel's stops for a time entry going backwards, which cannot fire first: the "
+               "max timestamp handed in never decreases, and an offset below the last time entry's is below the "
+               "last offset-index entry's too (time entries name offsets already indexed), which the offset-index "
+               "stop catches."),
     Equivalent('storage_engine.segment.file_records', 'FileRecords.trim',
                'if self.physical_size() > self.size:',
                'if self.physical_size() >= self.size:',

@@ -637,10 +637,16 @@ def test_a_read_from_a_damaged_index_position_is_repeated_from_the_start(tmp_pat
     assert record.getMessage().startswith(
         f"{seg.path}: scanning from offset index position {bad} failed (")
     assert record.getMessage().endswith("); scanning from the start")
+    from storage_engine.errors import CorruptRecordError
+    assert isinstance(record.args[2], CorruptRecordError)
+    # the repeated read keeps the caller's limits: at least one batch, and the maximum position
+    assert offsets_in(seg.read(3, 1).data) == [3]
+    assert offsets_in(seg.read(3, 10**6, max_position=sum(sizes[:4])).data) == [3]
     caplog.clear()
     assert [b.last_offset for b in seg.checked_batches(3, upper_bound=5)] == [3, 4]
     [record] = caplog.records
     assert record.getMessage().startswith(f"{seg.path}: scanning from offset index position {bad} failed (")
+    assert isinstance(record.args[2], CorruptRecordError)
     # the repeated scan keeps the caller's bounds: the upper bound and the end position
     with pytest.raises(Exception, match="lies beyond the segment's end"):
         seg.read(3, 10**6, upper_bound=4)
