@@ -189,9 +189,9 @@ class IndexFile:
         self.max_entries = length // self.ENTRY_SIZE
 
     def _read_entries(self, keep: int, count: int) -> None:
-        """Hold entries [0, count): keep the first ``keep`` held ones, read the rest from the file. A short
-        read (the owner shrank the file meanwhile) keeps what was read."""
-        keep = max(0, min(keep, count, self.entries))
+        """Hold entries [0, count): keep the first ``keep`` held ones (callers pass ``keep <= entries``), read the
+        rest from the file. A short read (the owner shrank the file meanwhile) keeps what was read."""
+        keep = max(0, min(keep, count))
         size = self.ENTRY_SIZE
         del self._buf[keep * size:]
         if count > keep:
@@ -331,7 +331,7 @@ class IndexFile:
         start, end = n * self.ENTRY_SIZE, self.entries * self.ENTRY_SIZE
         # Zero the dropped slots so a reader counting the non-zero prefix does not resurrect them.
         try:
-            os.pwrite(self._fd, bytes(max(0, min(end, self._length) - start)), start)
+            os.pwrite(self._fd, bytes(end - start), start)   # entries <= max_entries: the slots are in the file
         except OSError as exc:
             raise StorageIOError(f"cannot truncate {self.KIND}", self.path, exc) from exc
         del self._buf[start:]

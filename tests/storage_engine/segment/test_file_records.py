@@ -19,6 +19,7 @@ from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.segment.file_records import MAX_FILE_SIZE, FileRecords, batch_at, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch
 from storage_engine.record.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
     LOG_APPEND_TIME,
     RecordBatch,
     build_batch,
@@ -581,3 +582,314 @@ def consume_file(fr: FileRecords) -> None:
                     assert fr.path in str(exc)
     except StorageError as exc:
         assert fr.path in str(exc)
+
+
+# -- the .log's size limit, its crash points and its errors ---------------------------------------------------------
+
+def test_an_append_may_fill_the_file_to_int32_max_bytes_and_not_past_it(tmp_path):
+    """Kafka's FileRecords.append: ``if (records.sizeInBytes() > Integer.MAX_VALUE - size.get())`` it refuses the
+    append (a segment's positions are int32). The file here is sparse: only its last bytes are written."""
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "wb") as f:
+        f.truncate(MAX_FILE_SIZE - 10)
+    fr = FileRecords(str(path))
+    with pytest.raises(CorruptRecordError) as err:
+        fr.append(b"x" * 11)
+    assert (err.value.path, err.value.position) == (str(path), MAX_FILE_SIZE - 10)
+    assert str(err.value) == (f"appending 11 bytes would make the log file larger than {MAX_FILE_SIZE} bytes "
+                              f"(file {path}, byte position {MAX_FILE_SIZE - 10})")
+    assert fr.size == os.path.getsize(path) == MAX_FILE_SIZE - 10
+    assert fr.append(b"x" * 10) == 10
+    assert fr.size == os.path.getsize(path) == MAX_FILE_SIZE
+    fr.close()
+
+
+def _die_in_child(step: str, path: str, data: bytes) -> int:
+    """Append ``data`` to a new .log in a forked child that dies at ``step``; the child's exit status."""
+    from storage_engine import crashpoints
+    pid = os.fork()
+    if pid == 0:                                         # pragma: no cover - the child
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            crashpoints.arm(step)
+            from tests.storage_engine.helpers import open_segment
+            seg = open_segment(os.path.dirname(path), 0)
+            seg.append(0, -1, 0, data)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def test_the_torn_append_crash_point_leaves_the_first_half_of_the_batch(tmp_path):
+    """The crash tests' "append.torn" step: half of a batch is in the .log (max(1, n // 2) bytes), then SIGKILL."""
+    import signal
+    from tests.storage_engine.helpers import batch
+    from tests.storage_engine.helpers import open_segment
+    data = batch(0, "a" * 41)
+    os.mkdir(tmp_path / "whole")
+    whole = open_segment(tmp_path / "whole", 0)       # the same append, not interrupted
+    whole.append(0, -1, 0, data)
+    expected = open(whole.path, "rb").read()
+    whole.close()
+    assert expected == data
+    path = str(tmp_path / "00000000000000000000.log")
+    status = _die_in_child("append.torn", path, data)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert open(path, "rb").read() == expected[:len(expected) // 2]
+    os.remove(path)
+    status = _die_in_child("append.written", path, data)  # the batch is whole, its index entries not written
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert open(path, "rb").read() == expected
+
+
+def test_an_fsync_failure_names_the_log_file(new_file, monkeypatch):
+    import errno
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(fd):
+        raise failure
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(StorageIOError) as err:
+        fr.flush()
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == fr.path
+    assert str(err.value) == f"cannot fsync log file: {fr.path}: {failure}"
+
+
+def test_a_short_write_is_completed_where_it_stopped(new_file, monkeypatch):
+    """pwrite may write fewer bytes than asked (POSIX); the append writes the rest after them."""
+    fr = new_file(b"", create=True)
+    real_pwrite = os.pwrite
+    calls = []
+
+    def short_pwrite(fd, data, offset):
+        calls.append((len(data), offset))
+        return real_pwrite(fd, bytes(data)[:max(1, len(data) // 3)], offset)
+    data = three_batches()
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    assert fr.append(data) == len(data)
+    monkeypatch.undo()
+    assert len(calls) > 2 and calls[0] == (len(data), 0)
+    assert open(fr.path, "rb").read() == data and fr.size == len(data)
+
+
+# -- reading in windows: a batch larger than the window is read whole, a torn tail still stops the scan ---------------
+
+@pytest.mark.parametrize("window", [1, 16, 17, 30, 61, 4096])
+def test_batches_read_in_small_windows_are_the_batches_of_the_file(new_file, window):
+    data = b"".join(mixed_segment())
+    entries = [b.raw() for b in iter_batches(data)]
+    positions = [b.file_position for b in iter_batches(data)]
+    assert len(entries) > 4
+    fr = new_file(data)
+    assert [b.raw() for b in fr.read_batches(0, window=window)] == entries
+    assert [b.file_position for b in fr.read_batches(positions[1], window=window)] == positions[1:]
+    # an end inside the file: only the batches that end by it
+    end = positions[3]
+    assert [b.raw() for b in fr.read_batches(0, end, window=window)] == entries[:3]
+    assert [b.raw() for b in fr.batches(0, end=end)] == entries[:3]
+    assert [b.raw() for b in fr.read_batches(0, end - 1, window=window)] == entries[:2]
+
+
+@pytest.mark.parametrize("window", [1, 17, 40, 4096])
+@pytest.mark.parametrize("cut", [1, 16, 17, 40])
+def test_a_torn_tail_read_in_small_windows_stops_silently_unless_strict(new_file, window, cut):
+    whole = three_batches()
+    last = build_batch([SimpleRecord(None, b"z" * 30, 5)], base_offset=3)
+    fr = new_file(whole + last[:cut])
+    assert [b.last_offset for b in fr.read_batches(0, window=window)] == [0, 1, 2]
+    with pytest.raises(CorruptRecordError) as err:
+        list(fr.read_batches(0, window=window, strict=True))
+    assert err.value.position == len(whole)
+
+
+def test_a_read_of_a_file_cut_meanwhile_ends_where_the_file_now_ends(new_file):
+    """Another process may cut a .log (a torn tail, a truncation); a window read past the new end is short."""
+    data = three_batches()
+    fr = new_file(data)
+    one = len(data) // 3
+    os.truncate(fr.path, one + 5)
+    assert [b.last_offset for b in fr.read_batches(0, window=one + 2)] == [0]
+    assert [b.last_offset for b in fr.read_batches(0)] == [0]
+
+
+def test_batch_at_reads_one_whole_entry_or_reports_a_short_header(new_file):
+    data = three_batches()
+    one = len(data) // 3
+    fr = new_file(data + b"\x00" * 5)
+    assert fr.batch_at(one).raw() == data[one:2 * one]
+    assert fr.batch_at(len(data)) is None                       # 5 bytes: fewer than an entry header
+    with pytest.raises(CorruptRecordError) as err:
+        fr.batch_at(len(data), strict=True)
+    assert "only 5 bytes left" in str(err.value) and err.value.position == len(data)
+    small = new_file(struct.pack(">qi", 7, 13) + b"\x00" * 20, name="00000000000000000007.log")
+    with pytest.raises(CorruptRecordError) as err:                # size 13 < 14: corrupt, whatever follows
+        small.batch_at(0)
+    assert str(err.value).startswith("record size 13 is smaller than the minimum record overhead (14)")
+    exact = new_file(struct.pack(">qi", 7, 14) + b"\x00" * 20, name="00000000000000000008.log")
+    assert exact.batch_at(0).size_in_bytes == 26                # size 14: an entry, read whole
+
+
+def test_iter_batches_reads_positions_from_the_buffer_start_and_stops_at_a_torn_tail():
+    """FileLogInputStream's rules over a buffer: positions count from its start; a partial last entry ends the
+    iteration silently unless the reader is strict."""
+    data = three_batches()
+    one = len(data) // 3
+    assert [b.file_position for b in iter_batches(data)] == [0, one, 2 * one]
+    assert [b.last_offset for b in iter_batches(data + data[:one - 1])] == [0, 1, 2]
+    with pytest.raises(CorruptRecordError):
+        list(iter_batches(data + data[:one - 1], strict=True))
+
+
+def test_batch_at_with_a_size_field_below_the_minimum_is_corrupt_not_a_torn_tail(new_file):
+    fr = new_file(struct.pack(">qi", 7, 0) + b"\x02" * 30)
+    with pytest.raises(CorruptRecordError) as err:
+        fr.batch_at(0)
+    assert str(err.value).startswith("record size 0 is smaller than the minimum record overhead (14)")
+
+
+def test_the_recovery_view_covers_the_logical_size_read_only(new_file):
+    """FileRecords.view: a read-only map of the logical size, re-mapped as the file grows, following a file cut
+    shorter than known; an empty file is b""."""
+    empty = new_file(b"", name="00000000000000000009.log")
+    assert empty.view() == b""
+    data = three_batches()
+    fr = new_file(data[:len(data) // 3])
+    view = fr.view()
+    assert bytes(view) == data[:len(data) // 3]
+    with pytest.raises(TypeError):
+        view[0] = 1                                       # ACCESS_READ
+    del view
+    fr.append(data[len(data) // 3:])
+    assert bytes(fr.view()) == data                       # grown: mapped again to the new size
+    fr.drop_view()
+    os.truncate(fr.path, 30)
+    assert fr.view() is not None and fr.size == 30 and len(fr.view()) == 30
+
+
+def test_a_map_failure_names_the_log_file(new_file, monkeypatch):
+    import errno
+    import mmap
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    failure = OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(mmap, "mmap", fail)
+    with pytest.raises(StorageIOError) as err:
+        fr.view()
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure
+    assert str(err.value) == f"cannot map log file: {fr.path}: {failure}"
+
+
+def test_a_new_log_file_is_created_rw_r__r__and_a_missing_one_is_named(tmp_path):
+    from storage_engine.errors import StorageIOError
+    umask = os.umask(0)
+    os.umask(umask)
+    path = str(tmp_path / "00000000000000000000.log")
+    FileRecords(path, create=True).close()
+    assert os.stat(path).st_mode & 0o777 == 0o644 & ~umask
+    missing = str(tmp_path / "00000000000000000009.log")
+    with pytest.raises(StorageIOError) as err:
+        FileRecords(missing)
+    assert isinstance(err.value.__cause__, FileNotFoundError)
+    assert str(err.value) == f"cannot open log file: {missing}: {err.value.__cause__}"
+
+
+def test_a_log_file_may_be_int32_max_bytes_long_and_not_longer(tmp_path):
+    """Kafka's FileRecords: positions are int32, a file longer than Integer.MAX_VALUE is refused on open."""
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "wb") as f:
+        f.truncate(MAX_FILE_SIZE)
+    fr = FileRecords(str(path))
+    assert fr.size == MAX_FILE_SIZE
+    fr.close()
+    with open(path, "r+b") as f:
+        f.truncate(MAX_FILE_SIZE + 1)
+    with pytest.raises(CorruptRecordError) as err:
+        FileRecords(str(path))
+    assert (err.value.path, err.value.position) == (str(path), 0)
+    assert str(err.value) == f"log file is larger than {MAX_FILE_SIZE} bytes (file {path}, byte position 0)"
+
+
+@pytest.mark.parametrize("os_call, action, message", [
+    ("pwrite", lambda fr: fr.append(b"x" * 30), "cannot append to log file"),
+    ("pread", lambda fr: fr.read(0, 10), "cannot read log file"),
+])
+def test_os_errors_of_a_log_file_name_it(new_file, monkeypatch, os_call, action, message):
+    import errno
+    from storage_engine.errors import StorageIOError
+    fr = new_file(three_batches())
+    size = fr.size
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, os_call, fail)
+    with pytest.raises(StorageIOError) as err:
+        action(fr)
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == fr.path
+    assert str(err.value) == f"{message}: {fr.path}: {failure}"
+    assert fr.size == size
+
+
+def test_a_read_is_bounded_by_the_logical_size(new_file):
+    data = three_batches()
+    fr = new_file(data)
+    assert fr.read(len(data) - 5, 100) == data[-5:]
+    assert fr.read(len(data), 100) == b""
+    assert fr.read(len(data) + 10, 100) == b""
+    assert fr.read(3, 4) == data[3:7]
+
+
+def test_batch_at_positions_and_the_exact_truncation_messages():
+    """FileLogInputStream.nextBatch: fewer than 17 bytes (offset, size, magic) end the stream; an entry running past
+    the end is a partial trailing batch. Strict readers report both, with what was found."""
+    data = three_batches()
+    one = len(data) // 3
+    assert batch_at(data, 0, len(data)).file_position == 0
+    assert batch_at(data, one, len(data), file_offset=100).file_position == 100 + one
+    head = data[:HEADER_SIZE_UP_TO_MAGIC]                      # exactly the 17-byte header, no more
+    assert batch_at(head, 0, len(head)) is None
+    with pytest.raises(CorruptRecordError) as err:
+        batch_at(head, 0, len(head), "f.log", strict=True)
+    size = struct.unpack_from(">i", data, 8)[0]
+    assert str(err.value) == (f"truncated batch at offset 0: it declares {size} bytes but only "
+                              f"{HEADER_SIZE_UP_TO_MAGIC - 12} follow (file f.log, byte position 0)")
+    with pytest.raises(CorruptRecordError) as err:
+        batch_at(head[:16], 0, 16, "f.log", strict=True)
+    assert str(err.value) == ("truncated entry: only 16 bytes left, fewer than the 17-byte entry header "
+                              "(file f.log, byte position 0)")
+    legacy = build_legacy_batch([SimpleRecord(None, b"v", 5)], magic=1, base_offset=7)
+    assert batch_at(data + legacy, len(data), len(data) + len(legacy), file_offset=10).file_position == 10 + len(data)
+
+
+def test_a_log_file_holding_descriptor_zero_releases_it_and_closing_twice_closes_nothing_else(tmp_path):
+    # A process started with its standard input closed hands out descriptor 0 to the first file it opens.
+    path = str(tmp_path / "00000000000000000000.log")
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        fr = FileRecords(path, create=True)
+        os.fstat(0)                       # the .log holds it
+        fr.close()
+        with pytest.raises(OSError):
+            os.fstat(0)                   # closed with the file, not leaked
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    fr = FileRecords(path)
+    fr.close()
+    sentinel = os.open(os.devnull, os.O_RDONLY)   # likely takes the number the file just freed
+    try:
+        fr.close()
+        os.fstat(sentinel)
+        os.fstat(1)
+    finally:
+        os.close(sentinel)

@@ -318,3 +318,360 @@ def test_an_index_holding_descriptor_zero_releases_it(oi_path):
     finally:
         os.dup2(saved, 0)
         os.close(saved)
+
+
+# -- entries packed by recovery's compiled walk: append_packed and rewrite -------------------------------------------
+# Kafka's LogSegment.recover adds its index entries one by one (OffsetIndex.append, TimeIndex.maybeAppend); the
+# compiled walk packs the same entries and hands them over in one piece, so the same AbstractIndex rules apply: an
+# index takes at most maxEntries entries (isFull = entries >= maxEntries), lastOffset / lastEntry is the last entry
+# written, and a rebuilt index is trimmed to entries * entrySize bytes (trimToValidSize).
+
+def packed_oi(*entries) -> bytes:
+    return b"".join(struct.pack(">ii", rel, pos) for rel, pos in entries)
+
+
+def packed_ti(*entries) -> bytes:
+    return b"".join(struct.pack(">qi", ts, rel) for ts, rel in entries)
+
+
+def file_bytes(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_append_packed_writes_the_entries_after_the_last_one_in_the_file_format(oi_path):
+    with OffsetIndex(oi_path, BASE, 5 * 8) as idx:
+        idx.append(BASE + 1, 10)
+        idx.append_packed(packed_oi((2, 20), (4, 40)))
+        assert (idx.entries, idx.last_offset, idx.max_entries, idx.length) == (3, BASE + 4, 5, 40)
+        assert [idx.entry(n) for n in range(3)] == [(BASE + 1, 10), (BASE + 2, 20), (BASE + 4, 40)]
+        assert idx.lookup(BASE + 3) == (BASE + 2, 20) and idx.lookup(BASE + 9) == (BASE + 4, 40)
+        # exact bytes: the new entries follow the first at byte 8, the preallocated tail stays zero
+        assert file_bytes(oi_path) == packed_oi((1, 10), (2, 20), (4, 40)) + bytes(16)
+        idx.append(BASE + 5, 50)          # Kafka: append requires offset > lastOffset, the last packed entry's
+        with pytest.raises(InvalidOffsetError):
+            idx.append(BASE + 5, 60)
+    assert file_bytes(oi_path) == packed_oi((1, 10), (2, 20), (4, 40), (5, 50))   # trimmed on close
+    with OffsetIndex(oi_path, BASE, 5 * 8, writable=False) as reader:
+        assert (reader.entries, reader.last_offset) == (4, BASE + 5)
+
+
+def test_append_packed_counts_whole_entries_only(oi_path):
+    with OffsetIndex(oi_path, BASE, 4 * 8) as idx:
+        idx.append_packed(packed_oi((1, 10), (2, 20)) + b"\x7f\x7f\x7f")   # a partial third entry is not one
+        assert (idx.entries, idx.last_offset) == (2, BASE + 2)
+        assert file_bytes(oi_path) == packed_oi((1, 10), (2, 20)) + bytes(16)
+
+
+def test_append_packed_of_one_entry_counts_it(oi_path):
+    with OffsetIndex(oi_path, BASE, 4 * 8) as idx:
+        idx.append_packed(packed_oi((3, 30)))
+        assert (idx.entries, idx.last_offset, idx.lookup(BASE + 3)) == (1, BASE + 3, (BASE + 3, 30))
+        assert file_bytes(oi_path)[:8] == packed_oi((3, 30))
+
+
+def test_append_packed_of_nothing_is_a_no_op_even_on_a_full_or_read_only_index(oi_path):
+    with OffsetIndex(oi_path, BASE, 8) as idx:
+        idx.append(BASE + 1, 10)
+        assert idx.is_full
+        idx.append_packed(b"")
+        idx.append_packed(b"\x01\x02\x03")           # less than one entry: nothing to write
+        assert (idx.entries, idx.last_offset) == (1, BASE + 1)
+        with OffsetIndex(oi_path, BASE, 8, writable=False) as reader:
+            reader.append_packed(b"")
+            assert reader.entries == 1
+
+
+def test_append_packed_fills_an_index_to_max_entries_and_not_one_more(oi_path):
+    # AbstractIndex: isFull = entries >= maxEntries; an append to a full index fails
+    with OffsetIndex(oi_path, BASE, 3 * 8) as idx:
+        idx.append(BASE + 1, 10)
+        idx.append_packed(packed_oi((2, 20), (3, 30)))          # exactly the room left
+        assert (idx.entries, idx.is_full) == (3, True)
+    with OffsetIndex(oi_path, BASE, 3 * 8) as idx:
+        idx.resize(3 * 8)
+        with pytest.raises(IndexFullError) as err:
+            idx.append_packed(packed_oi((4, 40)))
+        assert str(err.value) == f"attempt to append to a full offset index (size = 3) ({oi_path})"
+        assert idx.entries == 3
+    with OffsetIndex(oi_path + "2", BASE, 3 * 8) as idx:
+        idx.append(BASE + 1, 10)
+        with pytest.raises(IndexFullError) as err:                 # one entry too many: nothing written
+            idx.append_packed(packed_oi((2, 20), (3, 30), (4, 40)))
+        assert str(err.value) == f"attempt to append to a full offset index (size = 1) ({oi_path}2)"
+        assert idx.entries == 1
+        assert file_bytes(oi_path + "2") == packed_oi((1, 10)) + bytes(16)
+
+
+def test_append_packed_refuses_a_read_only_index(oi_path):
+    OffsetIndex(oi_path, BASE, 4 * 8).close(trim=False)
+    with OffsetIndex(oi_path, BASE, 4 * 8, writable=False) as reader:
+        with pytest.raises(StorageIOError) as err:
+            reader.append_packed(packed_oi((1, 10)))
+        assert str(err.value) == f"cannot append: offset index was opened read-only: {oi_path}"
+        assert reader.entries == 0
+    assert file_bytes(oi_path) == bytes(32)
+
+
+def test_append_packed_to_a_time_index_moves_its_last_entry(ti_path):
+    # TimeIndex: lastEntry is the last (timestamp, offset) written; maybeAppend appends only a larger timestamp
+    with TimeIndex(ti_path, BASE, 5 * 12) as ti:
+        ti.append_packed(packed_ti((100, 1), (200, 3)))
+        assert (ti.entries, ti.last_entry) == (2, (200, BASE + 3))
+        assert ti.lookup(150) == (100, BASE + 1)
+        ti.maybe_append(200, BASE + 4)                # not above the last packed timestamp: no entry
+        assert ti.entries == 2
+        ti.maybe_append(300, BASE + 4)
+        assert file_bytes(ti_path) == packed_ti((100, 1), (200, 3), (300, 4)) + bytes(24)
+
+
+def test_append_packed_failing_to_write_names_the_index(oi_path, monkeypatch):
+    idx = OffsetIndex(oi_path, BASE, 4 * 8)
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, "pwrite", fail)
+    with pytest.raises(StorageIOError) as err:
+        idx.append_packed(packed_oi((1, 10)))
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure
+    assert str(err.value) == f"cannot append to offset index: {oi_path}: {failure}"
+    assert idx.entries == 0
+    idx.close()
+
+
+def test_rewrite_makes_the_file_exactly_the_entries_trimmed(oi_path):
+    with OffsetIndex(oi_path, BASE, 8 * 8) as idx:
+        for i in range(1, 6):
+            idx.append(BASE + i, 10 * i)
+        idx.rewrite(packed_oi((2, 15), (7, 70)) + b"\x01")         # a partial entry is dropped
+        # trimmed: length = entries * entrySize, so the rebuilt index is full until resized (Kafka's reopen rule)
+        assert (idx.entries, idx.length, idx.max_entries, idx.is_full) == (2, 16, 2, True)
+        assert file_bytes(oi_path) == packed_oi((2, 15), (7, 70))
+        assert idx.last_offset == BASE + 7
+        assert [idx.entry(n) for n in range(2)] == [(BASE + 2, 15), (BASE + 7, 70)]
+        assert idx.lookup(BASE + 6) == (BASE + 2, 15)
+        with pytest.raises(IndexFullError):
+            idx.append(BASE + 8, 80)
+        assert idx.resize(4 * 8) is True
+        idx.append(BASE + 8, 80)
+    with OffsetIndex(oi_path, BASE, 8 * 8, writable=False) as reader:
+        assert (reader.entries, reader.last_offset) == (3, BASE + 8)
+
+
+def test_rewrite_with_no_entries_empties_the_file(oi_path, ti_path):
+    with OffsetIndex(oi_path, BASE, 4 * 8) as idx:
+        idx.append(BASE + 1, 10)
+        idx.rewrite(b"")
+        assert (idx.entries, idx.length, idx.max_entries, idx.last_offset) == (0, 0, 0, BASE)
+        assert idx.lookup(BASE + 5) == (BASE, 0)
+        assert file_bytes(oi_path) == b""
+    with TimeIndex(ti_path, BASE, 4 * 12) as ti:
+        ti.maybe_append(100, BASE + 1)
+        ti.rewrite(b"")
+        assert (ti.entries, ti.last_entry, os.path.getsize(ti_path)) == (0, (-1, BASE), 0)
+
+
+def test_rewrite_of_a_time_index_sets_its_last_entry(ti_path):
+    with TimeIndex(ti_path, BASE, 4 * 12) as ti:
+        ti.maybe_append(50, BASE + 1)
+        ti.rewrite(packed_ti((100, 2), (300, 6)))
+        assert (ti.entries, ti.last_entry, ti.length) == (2, (300, BASE + 6), 24)
+        assert ti.lookup(299) == (100, BASE + 2)
+        assert file_bytes(ti_path) == packed_ti((100, 2), (300, 6))
+
+
+def test_rewrite_refuses_a_read_only_index(oi_path):
+    writer = OffsetIndex(oi_path, BASE, 4 * 8)
+    writer.append(BASE + 1, 10)
+    writer.close(trim=False)
+    with OffsetIndex(oi_path, BASE, 4 * 8, writable=False) as reader:
+        with pytest.raises(StorageIOError) as err:
+            reader.rewrite(packed_oi((2, 20)))
+        assert str(err.value) == f"cannot rewrite: offset index was opened read-only: {oi_path}"
+        assert (reader.entries, reader.last_offset) == (1, BASE + 1)
+    assert file_bytes(oi_path) == packed_oi((1, 10)) + bytes(24)
+
+
+@pytest.mark.parametrize("os_call", ["ftruncate", "pwrite"])
+def test_rewrite_failing_names_the_index(oi_path, monkeypatch, os_call):
+    idx = OffsetIndex(oi_path, BASE, 4 * 8)
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, os_call, fail)
+    with pytest.raises(StorageIOError) as err:
+        idx.rewrite(packed_oi((1, 10)))
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure
+    assert str(err.value) == f"cannot rewrite offset index: {oi_path}: {failure}"
+    idx.close()
+
+
+# -- opening, refreshing and truncating at the edges ------------------------------------------------------------------
+
+def test_an_index_created_by_another_process_between_two_opens_is_opened_as_it_is(oi_path, monkeypatch):
+    # AbstractIndex: an existing file is opened as it is, never recreated or truncated; here the file appears after
+    # the first open found none, so the exclusive create fails and the file is opened again.
+    real_open = os.open
+    calls = []
+
+    def racing_open(path, flags, *args):
+        calls.append(flags)
+        if len(calls) == 1:
+            with open(oi_path, "wb") as f:              # preallocated, one entry
+                f.write(packed_oi((1, 10)) + bytes(24))
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(os, "open", racing_open)
+    idx = OffsetIndex(oi_path, BASE, 80)
+    monkeypatch.undo()
+    assert len(calls) == 3 and calls[1] & os.O_EXCL and not calls[2] & os.O_CREAT
+    assert (idx.entries, idx.max_entries, idx.length, idx.last_offset) == (1, 4, 32, BASE + 1)
+    idx.append(BASE + 2, 20)
+    idx.close()
+    assert file_bytes(oi_path) == packed_oi((1, 10), (2, 20))
+
+
+def test_refresh_rereads_the_last_entry_a_reader_saw_half_written(ti_path):
+    # A time-index entry is written timestamp first: a reader may hold (timestamp, base offset) for the last entry.
+    with open(ti_path, "wb") as f:
+        f.write(packed_ti((100, 1), (200, 0)) + bytes(24))
+    with TimeIndex(ti_path, BASE, 4 * 12, writable=False) as reader:
+        assert (reader.entries, reader.last_entry) == (2, (200, BASE))
+        with open(ti_path, "r+b") as f:                 # the writer completes the entry and adds one more
+            f.seek(12 + 8)
+            f.write(struct.pack(">i", 3) + packed_ti((300, 5)))
+        reader.refresh()
+        assert (reader.entries, reader.last_entry) == (3, (300, BASE + 5))
+        assert [reader.entry(n) for n in range(3)] == [(100, BASE + 1), (200, BASE + 3), (300, BASE + 5)]
+        assert reader.lookup(250) == (200, BASE + 3)
+
+
+def test_refresh_after_the_owner_truncated_holds_only_the_entries_left(oi_path):
+    writer = OffsetIndex(oi_path, BASE, 4 * 8)
+    for i in range(1, 4):
+        writer.append(BASE + i, 10 * i)
+    reader = OffsetIndex(oi_path, BASE, 4 * 8, writable=False)
+    assert reader.entries == 3
+    writer.truncate_to(BASE + 2)                        # Kafka: the entry at the offset and every later one go
+    reader.refresh()
+    assert (reader.entries, reader.last_offset, reader.lookup(BASE + 9)) == (1, BASE + 1, (BASE + 1, 10))
+    reader.close()
+    writer.close()
+
+
+def test_an_index_shrunk_while_being_read_keeps_the_whole_entries_read(oi_path, monkeypatch):
+    # The owner may shrink the file between the entry count and the read: a short read keeps its whole entries.
+    write_raw(oi_path, [(1, 10), (2, 20), (3, 30)], ">ii")
+    real_pread = os.pread
+
+    def shrinking_pread(fd, n, offset):
+        if n > 8:                                       # the read of the entries, after the count
+            os.truncate(oi_path, 8 + 3)
+        return real_pread(fd, n, offset)
+    monkeypatch.setattr(os, "pread", shrinking_pread)
+    idx = OffsetIndex(oi_path, BASE, 80)
+    monkeypatch.undo()
+    assert (idx.entries, idx.last_offset) == (1, BASE + 1)
+    idx.resize(4 * 8)
+    idx.append(BASE + 4, 40)
+    assert [idx.entry(n) for n in range(2)] == [(BASE + 1, 10), (BASE + 4, 40)]
+    assert idx.lookup(BASE + 5) == (BASE + 4, 40)
+    idx.close()
+
+
+def test_an_index_whose_entries_cannot_be_read_names_it_and_holds_no_descriptor(oi_path, monkeypatch):
+    write_raw(oi_path, [(1, 10), (2, 20), (3, 30)], ">ii")
+    failure = OSError(errno.EIO, "Input/output error")
+    real_pread, real_close = os.pread, os.close
+    closed = []
+
+    def failing_pread(fd, n, offset):
+        if n > 8:                                       # the count reads one slot; reading the entries fails
+            raise failure
+        return real_pread(fd, n, offset)
+
+    def spy_close(fd):
+        closed.append(fd)
+        return real_close(fd)
+    monkeypatch.setattr(os, "pread", failing_pread)
+    monkeypatch.setattr(os, "close", spy_close)
+    with pytest.raises(StorageIOError) as err:
+        OffsetIndex(oi_path, BASE, 80, writable=False)
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == oi_path
+    assert str(err.value) == f"cannot read offset index: {oi_path}: {failure}"
+    assert len(closed) == 1
+
+
+def test_an_append_that_cannot_be_written_names_the_index_and_counts_nothing(oi_path, ti_path, monkeypatch):
+    idx = OffsetIndex(oi_path, BASE, 80)
+    ti = TimeIndex(ti_path, BASE, 120)
+    failure = OSError(errno.ENOSPC, "No space left on device")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, "pwrite", fail)
+    with pytest.raises(StorageIOError) as err:
+        idx.append(BASE + 1, 10)
+    with pytest.raises(StorageIOError) as terr:
+        ti.maybe_append(100, BASE + 1)
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and str(err.value) == f"cannot append to offset index: {oi_path}: {failure}"
+    assert terr.value.__cause__ is failure and str(terr.value) == f"cannot append to time index: {ti_path}: {failure}"
+    assert (idx.entries, ti.entries) == (0, 0)
+    idx.close()
+    ti.close()
+
+
+def test_a_truncation_that_cannot_be_written_names_the_index(oi_path, monkeypatch):
+    idx = OffsetIndex(oi_path, BASE, 80)
+    idx.append(BASE + 1, 10)
+    idx.append(BASE + 2, 20)
+    failure = OSError(errno.EIO, "Input/output error")
+
+    def fail(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(os, "pwrite", fail)
+    with pytest.raises(StorageIOError) as err:
+        idx.truncate_to(BASE + 2)
+    monkeypatch.undo()
+    assert err.value.__cause__ is failure and err.value.path == oi_path
+    assert str(err.value) == f"cannot truncate offset index: {oi_path}: {failure}"
+    assert idx.entries == 2
+    idx.close()
+
+
+def test_truncating_past_the_last_entry_is_a_no_op_even_read_only(oi_path):
+    # Kafka's truncateTo: truncating past the end is a no-op
+    writer = OffsetIndex(oi_path, BASE, 4 * 8)
+    writer.append(BASE + 1, 10)
+    writer.append(BASE + 2, 20)
+    with OffsetIndex(oi_path, BASE, 4 * 8, writable=False) as reader:
+        reader.truncate_to(BASE + 3)
+        reader.truncate_to(BASE + 100)
+        assert (reader.entries, reader.last_offset) == (2, BASE + 2)
+    writer.close()
+
+
+def test_truncation_zeroes_the_dropped_slots_and_keeps_the_file_length(oi_path, ti_path):
+    # Kafka's truncateTo moves the position and keeps the file; the dropped slots are zeroed here so a reader
+    # counting the non-zero prefix does not see them again.
+    with OffsetIndex(oi_path, BASE, 4 * 8) as idx:
+        for i in range(1, 5):
+            idx.append(BASE + i, 10 * i)
+        idx.truncate_to(BASE + 2)
+        assert (idx.entries, idx.length, os.path.getsize(oi_path)) == (1, 32, 32)
+        assert file_bytes(oi_path) == packed_oi((1, 10)) + bytes(24)
+        with OffsetIndex(oi_path, BASE, 4 * 8, writable=False) as reader:
+            assert reader.entries == 1
+    with TimeIndex(ti_path, BASE, 3 * 12) as ti:
+        ti.maybe_append(100, BASE + 1)
+        ti.maybe_append(200, BASE + 2)
+        ti.maybe_append(300, BASE + 3, skip_full_check=True)
+        ti.truncate_to(BASE + 3)
+        assert (ti.entries, ti.last_entry, os.path.getsize(ti_path)) == (2, (200, BASE + 2), 36)
+        assert file_bytes(ti_path) == packed_ti((100, 1), (200, 2)) + bytes(12)

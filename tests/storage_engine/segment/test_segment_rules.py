@@ -10,6 +10,7 @@ other tests let through). Rules quoted from Kafka's ``LogSegment``:
 from __future__ import annotations
 
 import os
+import struct
 
 import pytest
 
@@ -18,7 +19,7 @@ from storage_engine.config import LogConfig
 from storage_engine.segment.recovery import recover_segment
 from storage_engine.segment.segment import INT32_MAX, LogSegment
 
-from ..helpers import append_batch, open_segment, segment_path
+from ..helpers import append_batch, batch, open_segment, segment_path
 
 pytestmark = pytest.mark.unit
 
@@ -520,3 +521,445 @@ def test_appends_after_recovery_count_bytes_from_zero(tmp_path, kernels):
     append_batch(again, 2, "v", timestamp=3)
     assert again.offset_index.entries == 1
     again.close()
+
+
+# -- checked reads: the offset order every scanned batch must keep (checked_read.OffsetOrder) -------------------------
+# Kafka's fetcher relies on batches of a segment having offsets at or above the segment's base offset, each batch
+# above the previous one, and below the next segment's base offset; the base offset of a magic-2 batch lies outside
+# its CRC, so these checks are what catch a flipped bit there. Gaps are fine (compaction leaves them).
+
+def raw_segment(tmp_path, base, *entries):
+    """A segment whose .log holds exactly ``entries`` (bytes written as they are, no index)."""
+    os.makedirs(tmp_path, exist_ok=True)
+    seg = open_segment(tmp_path, base)
+    for data in entries:
+        seg.log.append(data)
+    return seg
+
+
+def checked_read_error(seg, start_offset, **kw):
+    from storage_engine.errors import CorruptRecordError
+    with pytest.raises(CorruptRecordError) as read_err:
+        seg.read(start_offset, 10**6, **kw)
+    with pytest.raises(CorruptRecordError) as scan_err:
+        list(seg.checked_batches(start_offset, **kw))
+    assert str(read_err.value) == str(scan_err.value)
+    assert read_err.value.path == seg.path
+    return read_err.value
+
+
+def test_a_checked_read_refuses_a_batch_below_the_segment_base_offset(tmp_path):
+    seg = raw_segment(tmp_path, 10, batch(5, "a"))
+    err = checked_read_error(seg, 10)
+    assert str(err) == (f"batch with offsets [5, 5] is out of order: below the segment's base offset 10 "
+                        f"(file {seg.path}, byte position 0)")
+    seg.close()
+    at_base = raw_segment(tmp_path / "b", 10, batch(10, "a"))       # at the base offset: fine
+    assert offsets_in(at_base.read(10, 10**6).data) == [10]
+    at_base.close()
+
+
+def test_a_checked_read_refuses_a_batch_not_above_the_previous_one(tmp_path):
+    first = batch(0, "a", "b", "c")                                     # offsets [0, 2]
+    seg = raw_segment(tmp_path, 0, first, batch(1, "x", "y", "z"))      # [1, 3] overlaps it
+    err = checked_read_error(seg, 0)
+    assert err.position == len(first)
+    assert str(err) == (f"batch with offsets [1, 3] is out of order: not above the previous batch's last offset 2 "
+                        f"(file {seg.path}, byte position {len(first)})")
+    seg.close()
+    again = raw_segment(tmp_path / "b", 0, first, batch(2, "x"))        # [2, 2]: the last offset again
+    assert "[2, 2] is out of order: not above the previous batch's last offset 2" in str(checked_read_error(again, 0))
+    again.close()
+    fine = raw_segment(tmp_path / "c", 0, first, batch(3, "x"), batch(9, "y"))   # contiguous, then a gap
+    assert offsets_in(fine.read(0, 10**6).data) == [0, 1, 2, 3, 9]
+    assert [b.last_offset for b in fine.checked_batches(0)] == [2, 3, 9]
+    fine.close()
+
+
+def test_a_checked_read_refuses_a_batch_whose_last_offset_is_below_its_first(tmp_path):
+    first = batch(0, "a")
+    bad = bytearray(batch(1, "b", "c"))
+    struct.pack_into(">i", bad, 23, -1)                   # lastOffsetDelta = -1: offsets [1, 0]
+    seg = raw_segment(tmp_path, 0, first, bytes(bad))
+    err = checked_read_error(seg, 0)
+    assert str(err) == (f"batch with offsets [1, 0] is out of order: not above the previous batch's last offset 0 "
+                        f"(file {seg.path}, byte position {len(first)})")
+    seg.close()
+
+
+def test_a_checked_read_refuses_a_batch_reaching_the_next_segment(tmp_path):
+    sizes = [len(b) for b in (batch(0, "a"), batch(1, "b"))]
+    seg = raw_segment(tmp_path, 0, batch(0, "a"), batch(1, "b"), batch(2, "c", "d"))   # the last batch: [2, 3]
+    assert offsets_in(seg.read(0, 10**6, upper_bound=4).data) == [0, 1, 2, 3]
+    assert [b.last_offset for b in seg.checked_batches(0, upper_bound=4)] == [0, 1, 3]
+    err = checked_read_error(seg, 0, upper_bound=3)
+    assert err.position == sum(sizes)
+    assert str(err) == (f"batch with offsets [2, 3] lies beyond the segment's end: offsets from 3 on belong to the "
+                        f"next segment or to no one yet (file {seg.path}, byte position {sum(sizes)})")
+    # A batch is handed out only once the next one passed the checks: the scan stops before yielding [1, 1].
+    seen = []
+    from storage_engine.errors import CorruptRecordError
+    with pytest.raises(CorruptRecordError):
+        for b in seg.checked_batches(0, upper_bound=3):
+            seen.append(b.last_offset)
+    assert seen == [0]
+    seg.close()
+
+
+# -- a read that fails from an index position is repeated from the segment's start ---------------------------------
+# The indexes are derived data (Kafka rebuilds them at recovery); a damaged entry must not make good records
+# unreadable, while damage in the records themselves is reported.
+
+def _segment_with_a_misplaced_index_entry(tmp_path):
+    """Batches 0..4 with index entries; the entry for offset 3 is moved one byte into its batch."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    sizes = [len(append_batch(seg, i, f"v{i}", timestamp=1000 + i)) for i in range(5)]
+    seg.close()
+    index_path = segment_path(tmp_path, 0, layout.INDEX_SUFFIX)
+    data = bytearray(open(index_path, "rb").read())
+    entries = [struct.unpack_from(">ii", data, i) for i in range(0, len(data), 8)]
+    slot = [rel for rel, _ in entries].index(3)
+    struct.pack_into(">ii", data, slot * 8, 3, sum(sizes[:3]) + 1)
+    with open(index_path, "wb") as f:
+        f.write(data)
+    return LogSegment.open(str(tmp_path), 0, LogConfig(index_interval_bytes=1), now_ms=0,
+                           file_already_exists=True), sizes
+
+
+def test_a_read_from_a_damaged_index_position_is_repeated_from_the_start(tmp_path, caplog):
+    seg, sizes = _segment_with_a_misplaced_index_entry(tmp_path)
+    bad = sum(sizes[:3]) + 1
+    assert seg.offset_index.lookup(3) == (3, bad)
+    caplog.set_level("WARNING", logger="storage_engine.segment.segment")
+    got = seg.read(3, sizes[3] + sizes[4], upper_bound=5)
+    assert (got.position, got.first_offset, offsets_in(got.data)) == (sum(sizes[:3]), 3, [3, 4])
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        f"{seg.path}: scanning from offset index position {bad} failed (")
+    assert record.getMessage().endswith("); scanning from the start")
+    from storage_engine.errors import CorruptRecordError
+    assert isinstance(record.args[2], CorruptRecordError)
+    # the repeated read keeps the caller's limits: at least one batch, and the maximum position
+    assert offsets_in(seg.read(3, 1).data) == [3]
+    assert offsets_in(seg.read(3, 10**6, max_position=sum(sizes[:4])).data) == [3]
+    caplog.clear()
+    assert [b.last_offset for b in seg.checked_batches(3, upper_bound=5)] == [3, 4]
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"{seg.path}: scanning from offset index position {bad} failed (")
+    assert isinstance(record.args[2], CorruptRecordError)
+    # the repeated scan keeps the caller's bounds: the upper bound and the end position
+    with pytest.raises(Exception, match="lies beyond the segment's end"):
+        seg.read(3, 10**6, upper_bound=4)
+    with pytest.raises(Exception, match="lies beyond the segment's end"):
+        list(seg.checked_batches(3, upper_bound=4))
+    assert [b.last_offset for b in seg.checked_batches(3, end=sum(sizes[:4]))] == [3]
+    assert [b.last_offset for b in seg.checked_batches(0, end=sum(sizes[:2]))] == [0, 1]
+    seg.close()
+
+
+def test_damage_found_scanning_from_the_start_is_reported_not_repeated(tmp_path, caplog):
+    from storage_engine.errors import CorruptRecordError
+    seg = raw_segment(tmp_path, 0, batch(0, "a"), batch(0, "b"))     # the second batch goes backwards
+    caplog.set_level("WARNING", logger="storage_engine.segment.segment")
+    with pytest.raises(CorruptRecordError):
+        seg.read(0, 10**6)
+    with pytest.raises(CorruptRecordError):
+        list(seg.checked_batches(0))
+    assert caplog.records == []
+    seg.close()
+
+
+# -- LogSegment.append refuses to write when its indexes cannot take the entry the append would add ----------------
+
+def test_an_indexed_append_into_full_indexes_is_refused_before_writing(tmp_path):
+    """OffsetIndex.append fails on a full index (entries >= maxEntries); the segment checks first, so the batch is
+    not written: here only the offset index is full (timestamps -1 add no time entry)."""
+    from storage_engine.errors import IndexFullError
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1, max_index_size=48)   # 6 offset, 4 time slots
+    for i in range(7):
+        append_batch(seg, i, "v")
+    assert (seg.offset_index.is_full, seg.time_index.is_full, seg.time_index.entries) == (True, False, 0)
+    size = seg.size
+    with pytest.raises(IndexFullError) as err:
+        append_batch(seg, 7, "v")
+    assert str(err.value) == f"the indexes of {seg.path} are full; the segment must roll first"
+    assert seg.size == size
+    seg.close()
+
+
+def test_an_indexed_append_behind_a_stale_offset_index_is_refused(tmp_path):
+    from storage_engine.errors import CorruptIndexError
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    sizes = [len(append_batch(seg, i, "v", timestamp=1000)) for i in range(4)]
+    assert seg.offset_index.entries == 3 and seg.offset_index.last_offset == 3
+    seg.log.truncate_to(sum(sizes[:3]))                  # the .log lost its last batch; the index still names it
+    size = seg.size
+    with pytest.raises(CorruptIndexError) as err:        # Kafka: OffsetIndex.append needs offset > lastOffset
+        seg.append(3, 1000, 3, batch(3, "w", timestamp=1000))
+    assert err.value.path == seg.offset_index.path and err.value.position == 16
+    assert str(err.value) == (f"the offset index's last entry (3, {sum(sizes[:3])}) is not below offset 3 at "
+                              f"position {size}: the index is stale (file {seg.offset_index.path}, byte position 16)")
+    assert seg.size == size
+    seg.close()
+
+
+def test_an_indexed_append_before_the_last_indexed_position_is_refused(tmp_path):
+    from storage_engine.errors import CorruptIndexError
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    sizes = [len(append_batch(seg, i, "v")) for i in range(3)]
+    seg.log.truncate_to(sizes[0] + sizes[1] - 1)        # shorter than where the last indexed batch starts
+    seg.bytes_since_last_index_entry = 100
+    size = seg.size
+    with pytest.raises(CorruptIndexError) as err:
+        seg.append(10, -1, 10, batch(10, "w"))
+    assert str(err.value).startswith(f"the offset index's last entry (2, {sizes[0] + sizes[1]}) is not below "
+                                     f"offset 10 at position {size}: the index is stale")
+    assert seg.size == size
+    seg.close()
+    os.makedirs(tmp_path / "at")
+    at = open_segment(tmp_path / "at", 0, index_interval_bytes=1)
+    sizes = [len(append_batch(at, i, "v")) for i in range(3)]
+    at.log.truncate_to(sizes[0] + sizes[1])            # exactly where the last indexed batch starts: fine
+    at.append(10, -1, 10, batch(10, "w"))
+    assert at.offset_index.lookup(10) == (10, sizes[0] + sizes[1])
+    at.close()
+
+
+def test_an_indexed_append_behind_a_stale_time_index_is_refused(tmp_path):
+    from storage_engine.errors import CorruptIndexError
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    append_batch(seg, 0, "v", timestamp=1000)
+    append_batch(seg, 1, "v", timestamp=1001)
+    seg.time_index.maybe_append(5000, 9)                 # an entry past what the .log holds
+    size = seg.size
+    with pytest.raises(CorruptIndexError) as err:
+        seg.append(8, 1002, 8, batch(8, "w", timestamp=1002))
+    assert err.value.path == seg.time_index.path
+    assert str(err.value) == (f"the time index's last entry (5000, 9) is past offset 8: the index is stale "
+                              f"(file {seg.time_index.path})")
+    assert seg.size == size
+    seg.append(9, 6000, 9, batch(9, "w", timestamp=6000))   # an entry at the appended offset itself is fine
+    assert seg.offset_index.last_offset == 9 and seg.time_index.last_entry == (6000, 9)
+    seg.close()
+
+
+def test_a_checked_read_reports_a_torn_tail_instead_of_ending_early(tmp_path):
+    from storage_engine.errors import CorruptRecordError
+    first = batch(0, "a")
+    seg = raw_segment(tmp_path, 0, first, batch(1, "b")[:20])
+    for scan in (lambda: seg.read(0, 10**6), lambda: list(seg.checked_batches(0))):
+        with pytest.raises(CorruptRecordError) as err:
+            scan()
+        assert err.value.position == len(first) and str(err.value).startswith("truncated batch at offset 1")
+    seg.close()
+
+
+def test_a_read_too_small_for_the_first_batch_returns_no_bytes_at_its_position_unless_min_one_message(tmp_path):
+    """LogSegment.read: with minOneMessage false and maxSize below the first batch's size, FetchDataInfo holds the
+    start offset's position and no records; with minOneMessage the first batch is returned whole."""
+    seg = open_segment(tmp_path, 0)
+    sizes = [len(append_batch(seg, i, "v" * 20)) for i in range(3)]
+    got = seg.read(1, sizes[1] - 1, min_one_message=False)
+    assert (got.data, got.position, got.first_offset) == (b"", sizes[0], 1)
+    got = seg.read(1, sizes[1] - 1)
+    assert (offsets_in(got.data), got.position, got.first_offset) == ([1], sizes[0], 1)
+    seg.close()
+
+
+def test_a_read_spanning_several_read_windows_returns_the_batches_in_order(tmp_path):
+    """A read scans from the index position to the first batch, then takes the fetch: batches taken from more than
+    one read window are joined in file order."""
+    entries = [batch(i, f"value-{i:04d}" * 4) for i in range(120)]
+    seg = raw_segment(tmp_path, 0, *entries)                       # no index entries: every read scans from 0
+    size = len(entries[0])
+    start = 4096 // size + 5                                       # beyond the first window of a small fetch
+    got = seg.read(start, 40 * size)
+    assert offsets_in(got.data) == list(range(start, start + 40))
+    assert got.data == b"".join(entries[start:start + 40]) and got.position == start * size
+    seg.close()
+
+
+def test_an_append_at_exactly_the_interval_needs_no_index_room(tmp_path):
+    """bytesSinceLastIndexEntry > indexIntervalBytes (strict): at equality no entry is added, so full indexes do
+    not stop the append."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1, max_index_size=48)
+    for i in range(7):
+        append_batch(seg, i, "v")
+    assert seg.offset_index.is_full
+    seg.bytes_since_last_index_entry = seg.index_interval_bytes
+    append_batch(seg, 7, "v")
+    assert seg.offset_index.last_offset == 6 and seg.read(7, 10**6).first_offset == 7
+    seg.close()
+
+
+def test_close_and_recovery_add_the_final_time_entry_for_timestamp_zero(tmp_path, kernels):
+    """LogSegment.close / onBecomeInactiveSegment / recover: timeIndex.maybeAppend(maxTimestampSoFar, its offset,
+    skipFullCheck = true); timestamp 0 is a timestamp (only -1 means none), so it gets its entry."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "a", timestamp=0)
+    append_batch(seg, 1, "b", timestamp=0)
+    seg.close()
+    assert open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX), "rb").read() == struct.pack(">qi", 0, 0)
+    again, _ = _recovered(tmp_path, 10, 10**6, [0, 0])
+    assert _entries(again.time_index) == [(0, 10)]
+    again.close()
+
+
+def test_the_max_timestamp_of_an_unopened_segment_comes_from_its_trimmed_time_index(tmp_path):
+    """A sealed segment's largest timestamp is its last time-index entry (Kafka's maxTimestampSoFar after
+    load); it is read without opening the segment's files."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=10**6)
+    append_batch(seg, 0, "a", timestamp=700)
+    append_batch(seg, 1, "b", timestamp=900)
+    seg.close()
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert (lazy.max_timestamp_so_far, lazy.offset_of_max_timestamp_so_far, lazy.largest_timestamp()) == (900, 1, 900)
+    assert not lazy.is_open
+    lazy.close()
+
+
+def test_reloaded_tail_state_keeps_the_first_offset_of_the_largest_timestamp(tmp_path):
+    """After a reload the largest timestamp is the larger of the last time-index entry and the batches after the
+    last indexed position; on a tie the earlier offset stays (LogSegment.append: only a larger timestamp moves
+    maxTimestampAndOffsetSoFar)."""
+    for name, stamps, expected in (("lower", [100, 1000, 500], (1000, 1)), ("tie", [100, 1000, 1000], (1000, 1)),
+                                   ("higher", [100, 1000, 2000], (2000, 2))):
+        os.makedirs(tmp_path / name)
+        seg = open_segment(tmp_path / name, 0, index_interval_bytes=1)
+        for i, ts in enumerate(stamps):
+            append_batch(seg, i, "v", timestamp=ts)
+        if name != "higher":                     # the entry of the last indexed batch still says 1000 at offset 1
+            assert seg.time_index.last_entry == (1000, 1)
+        seg.reload_tail_state()
+        assert (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far) == expected, name
+        seg.close()
+
+
+def test_a_segment_emptied_by_another_process_forgets_its_rolling_timestamp(tmp_path):
+    """reload_tail_state after the .log was cut to nothing: no first batch, so timeWaitedForRoll falls back to
+    now - created (LogSegment.truncateTo resets rollingBasedTimestamp when the segment empties)."""
+    seg = open_segment(tmp_path, 0, now_ms=100)
+    append_batch(seg, 0, "a", timestamp=1000)
+    assert seg.first_batch_timestamp() == 1000
+    seg.log.truncate_to(0)
+    seg.reload_tail_state()
+    assert seg.first_batch_timestamp() == -1
+    assert seg.time_waited_for_roll(600, 5000) == 500
+    seg.close()
+
+
+@pytest.mark.parametrize("tail", [b"\x00", b"\x00" * 16, b"\x00" * 40])
+def test_recovery_cuts_a_torn_tail_down_to_the_last_whole_batch_and_says_where(tmp_path, kernels, tail):
+    """LogSegment.recover: ``truncated = log.sizeInBytes - validBytes; if (truncated > 0) log.truncateTo(validBytes)``
+    -- even a single byte; the reason names the file and the position of the first invalid byte."""
+    seg = open_segment(tmp_path, 0)
+    valid = len(append_batch(seg, 0, "a", timestamp=5)) + len(append_batch(seg, 1, "b", timestamp=6))
+    seg.log.append(tail)
+    seg.close()
+    again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
+    result = recover_segment(again)
+    assert (result.bytes_truncated, result.valid_bytes, result.batches) == (len(tail), valid, 2)
+    assert result.error is not None and result.error.endswith(f"(file {again.path}, byte position {valid})")
+    assert os.path.getsize(again.path) == again.size == valid
+    again.close()
+
+
+def test_recovery_of_an_undamaged_preallocated_segment_keeps_its_file(tmp_path, kernels):
+    """Nothing invalid, nothing truncated: a preallocated active segment keeps its preallocated length."""
+    seg = open_segment(tmp_path, 0, preallocate_bytes=4096)
+    size = len(append_batch(seg, 0, "a", timestamp=5))
+    result = recover_segment(seg)
+    assert (result.bytes_truncated, result.valid_bytes, result.error) == (0, size, None)
+    assert (seg.size, os.path.getsize(seg.path)) == (size, 4096)
+    seg.close(trim=False)
+
+
+def test_an_offset_outside_the_segment_is_refused_with_its_range(tmp_path):
+    """LogSegment.ensureOffsetInRange: the relative offset must fit an int32 (LogSegmentOffsetOverflowException)."""
+    from storage_engine.errors import SegmentOffsetOverflowError
+    seg = open_segment(tmp_path, 10)
+    with pytest.raises(SegmentOffsetOverflowError) as err:
+        seg.append(9, -1, 9, batch(9, "a"))
+    assert str(err.value) == (f"offset 9 cannot be stored in the segment with base offset 10 ({seg.path}): the "
+                              f"relative offset must be in [0, {INT32_MAX}]")
+    assert seg.size == 0
+    seg.close()
+
+
+def test_a_new_segment_replaces_leftover_files_of_its_name_and_suffix(tmp_path):
+    """A new segment (Kafka's LogSegment.open without fileAlreadyExists) starts from empty files: leftovers with
+    its name and suffix (e.g. ``.cleaned`` from an interrupted clean) are removed, other suffixes are not."""
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
+        for extra in (".cleaned", ""):
+            with open(segment_path(tmp_path, 0, suffix, extra), "wb") as f:
+                f.write(b"\x07" * 40)
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(segment_index_bytes=120), now_ms=0, suffix=".cleaned")
+    assert seg.size == 0 and seg.offset_index.entries == 0 and seg.time_index.entries == 0
+    assert not os.path.exists(segment_path(tmp_path, 0, layout.TXN_INDEX_SUFFIX, ".cleaned"))
+    assert open(segment_path(tmp_path, 0, layout.INDEX_SUFFIX, ".cleaned"), "rb").read() == bytes(120)
+    assert open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX, ".cleaned"), "rb").read() == bytes(120)
+    assert os.path.getsize(segment_path(tmp_path, 0, layout.LOG_SUFFIX, ".cleaned")) == 0
+    for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
+        assert open(segment_path(tmp_path, 0, suffix), "rb").read() == b"\x07" * 40, suffix
+    seg.close()
+
+
+def test_a_lazily_opened_segment_knows_its_size_from_stat_and_names_a_missing_log(tmp_path):
+    seg = open_segment(tmp_path, 0)
+    size = len(append_batch(seg, 0, "a"))
+    seg.close()
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert (lazy.size, lazy.is_open) == (size, False)
+    missing = segment_path(tmp_path, 5)
+    with pytest.raises(Exception) as err:
+        LogSegment.open(str(tmp_path), 5, LogConfig(), now_ms=0, file_already_exists=True, lazy=True)
+    assert isinstance(err.value.__cause__, FileNotFoundError)
+    assert str(err.value) == f"cannot stat log file: {missing}: {err.value.__cause__}"
+
+
+def test_a_read_only_segment_opens_its_files_read_only(tmp_path):
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    append_batch(seg, 0, "a")
+    append_batch(seg, 1, "b")
+    seg.close(trim=False)
+    reader = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, writable=False)
+    assert (reader.writable, reader.log.writable, reader.offset_index.writable, reader.time_index.writable) == (
+        False, False, False, False)
+    assert reader.offset_index.entries == 1
+    reader.close()
+
+
+def test_a_crash_named_after_the_log_rename_leaves_the_indexes_under_their_old_suffix(tmp_path):
+    """change_file_suffixes renames the .log first; the crash step it is given is reached right after that rename,
+    before any index is renamed (the swap protocol's "swap.swap-partial")."""
+    import signal
+    from storage_engine import crashpoints
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, suffix=".cleaned")
+    append_batch(seg, 0, "a")
+    seg.close()
+    pid = os.fork()
+    if pid == 0:                                         # pragma: no cover - the child
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            crashpoints.arm("swap.swap-partial")
+            child = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True,
+                                    suffix=".cleaned")
+            child.change_file_suffixes(".cleaned", ".swap", after_log="swap.swap-partial")
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.cleaned", "00000000000000000000.log.swap",
+                                            "00000000000000000000.timeindex.cleaned"]
+    # not armed, the same call renames every file
+    os.mkdir(tmp_path / "plain")
+    seg = LogSegment.open(str(tmp_path / "plain"), 0, LogConfig(), now_ms=0, suffix=".cleaned")
+    append_batch(seg, 0, "a")
+    seg.close()
+    seg = LogSegment.open(str(tmp_path / "plain"), 0, LogConfig(), now_ms=0, file_already_exists=True,
+                          suffix=".cleaned")
+    seg.change_file_suffixes(".cleaned", ".swap", after_log="swap.swap-partial")
+    assert sorted(os.listdir(tmp_path / "plain")) == ["00000000000000000000.index.swap",
+                                                      "00000000000000000000.log.swap",
+                                                      "00000000000000000000.timeindex.swap"]
+    seg.close()
