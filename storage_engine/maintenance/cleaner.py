@@ -258,7 +258,7 @@ class Cleaner:
         for seg in group:
             retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
             policy.enter_segment(seg)
-            for batch in seg.batches(0, strict=True):
+            for batch in seg.batches(strict=True):
                 out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
                                          upper_bound, stats, policy)
                 if out is not None:
@@ -292,7 +292,7 @@ class Cleaner:
             for seg in group:
                 retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
                 policy.enter_segment(seg)
-                for batch in seg.batches(0, strict=True):
+                for batch in seg.batches(strict=True):
                     out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
                                              retain_legacy_deletes, upper_bound, stats, policy)
                     if seg is tail:

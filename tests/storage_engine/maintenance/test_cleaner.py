@@ -941,6 +941,77 @@ def test_dry_run_changes_nothing(make_log):
     assert checkpoint_of(log) is None
 
 
+def round_figures(stats: CleanerStats) -> dict:
+    d = stats.as_dict()
+    return {k: d[k] for k in ("bytes_read", "bytes_written", "messages_read", "messages_written",
+                              "invalid_messages_read", "tombstones_removed")}
+
+
+def dry_and_real(log_dir, cfg, first_dirty: int, upper: int, now: int):
+    """The figures of a dry run, then of the real round on the same files (the dry run must not change them)."""
+    log = open_existing(log_dir, cfg)
+    before = {n: open(os.path.join(log.dir, n), "rb").read() for n in segment_files(log.dir)}
+    dry = Cleaner(CleanerConfig()).clean(ltc_for(log, first_dirty, upper), now, dry_run=True)
+    assert {n: open(os.path.join(log.dir, n), "rb").read() for n in segment_files(log.dir)} == before
+    real = Cleaner(CleanerConfig()).clean(ltc_for(log, first_dirty, upper), now)
+    assert (dry.end_offset, dry.groups) == (real.end_offset, real.groups)
+    got = round_figures(dry.stats), round_figures(real.stats), contents(log)
+    log.close(clean=False)
+    return got
+
+
+def test_dry_run_counts_what_the_round_writes(log_dir):
+    # The dry run applies the round's rules (Kafka's Cleaner.cleanSegments without the swap): the same records
+    # read, kept and removed, the same bytes, including the round's last batch kept empty (KAFKA-17076)
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [build_batch([SimpleRecord(b"a", b"1", T0), SimpleRecord(b"b", b"1", T0)]),
+                               build_batch([SimpleRecord(b"c", None, T0)], base_offset=2),
+                               build_batch([SimpleRecord(None, b"keyless", T0)], base_offset=3)])
+    build_segment_files(d, 4, [build_batch([SimpleRecord(b"a", b"2", T0), SimpleRecord(b"d", b"1", T0)],
+                                           base_offset=4),
+                               build_batch([SimpleRecord(None, b"keyless", T0)], base_offset=6)])
+    build_segment_files(d, 7, [build_batch([SimpleRecord(b"b", b"3", T0)], base_offset=7)])
+    build_segment_files(d, 8, [])
+    # offset 6 is the round's last batch below the uncleanable offset 7: its record goes, its empty header
+    # (61 bytes) stays
+    dry, real, after = dry_and_real(log_dir, compact_cfg(delete_retention_ms=DAY), 0, 7, T0)
+    assert after == [(1, b"b", b"1"), (2, b"c", None), (4, b"a", b"2"), (5, b"d", b"1"), (7, b"b", b"3")]
+    assert dry == real
+    assert (dry["messages_read"], dry["messages_written"], dry["invalid_messages_read"]) == (7, 4, 2)
+
+
+def test_dry_run_follows_the_legacy_tombstone_mtime_rule(log_dir):
+    # v0/v1 tombstones are kept iff their segment's mtime > (mtime of the last segment below the dirty section -
+    # delete.retention.ms) (Kafka: Cleaner.cleanSegments, retainLegacyDeletesAndTxnMarkers); at the horizon they go
+    d = pdir(log_dir)
+    now_wall = (int(time.time()) - 100) * 1000        # whole seconds: mtimes compare exactly
+    # the horizon is S2's mtime - 1 day: S0 is exactly at it
+    build_segment_files(d, 0, [legacy(1, [("gone", None)], 0), legacy(1, [("x", "1")], 1)],
+                        mtime_ms=now_wall - DAY)
+    build_segment_files(d, 2, [legacy(1, [("kept", None)], 2)], mtime_ms=now_wall)
+    build_segment_files(d, 3, [legacy(1, [("x", "2")], 3)], mtime_ms=now_wall)
+    build_segment_files(d, 4, [])
+    dry, real, after = dry_and_real(log_dir, compact_cfg(delete_retention_ms=DAY), 3, 4, T0)
+    assert after == [(2, b"kept", None), (3, b"x", b"2")]
+    assert dry == real and dry["tombstones_removed"] == 1 and dry["messages_written"] == 2
+
+
+def test_dry_run_fails_on_a_truncated_batch_as_the_round_does(make_log):
+    # Kafka throws CorruptRecordException ("batch size > bytes left in segment"): a dry run reads as strictly
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    ltc = ltc_for(log, 0, log.active_segment.base_offset)
+    with pytest.raises(CorruptRecordError):
+        Cleaner(CleanerConfig()).clean(ltc, T0, FakeOffsetMap({}, log.active_segment.base_offset - 1), dry_run=True)
+
+
 # ------------------------------------------------------------------------------------------ crash safety
 
 class SimulatedCrash(BaseException):
