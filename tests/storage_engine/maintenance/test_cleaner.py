@@ -30,7 +30,7 @@ from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, CREATE_TIME, LOG_APPEND_TIME, build_batch,
-                                                build_control_batch)
+                                                build_control_batch, build_empty_batch)
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
 
@@ -681,6 +681,81 @@ def test_tombstone_last_batch_of_round_kept_empty(make_log):
     assert not last.has_delete_horizon
 
 
+def test_key_map_is_the_dedupe_buffer_per_thread_filled_to_the_load_factor():
+    # Kafka: new SkimpyOffsetMap(memory = min(dedupeBufferSize / numThreads, Int.MaxValue)), 24-byte slots, mapped
+    # up to slots * log.cleaner.io.buffer.load.factor entries
+    m = Cleaner(CleanerConfig(dedupe_buffer_size=24_000, threads=3, io_buffer_load_factor=0.5)).new_offset_map()
+    assert (m.slots, m.max_entries) == (333, 166)
+    m = Cleaner(CleanerConfig(dedupe_buffer_size=24_000, threads=1, io_buffer_load_factor=0.75)).new_offset_map()
+    assert (m.slots, m.max_entries) == (1000, 750)
+
+
+def idempotent(key: str, value: str, offset: int, seq: int) -> bytes:
+    return build_batch([SimpleRecord(b(key), b(value), T0 + offset)], base_offset=offset, producer_id=5,
+                       producer_epoch=2, base_sequence=seq, partition_leader_epoch=7)
+
+
+def test_a_group_reaches_into_its_last_segment_with_data_by_an_empty_batch(log_dir, make_log):
+    # The cleaned segment must reach into the group's last segment holding data (a loader completes an interrupted
+    # swap over [.swap base, .swap next offset) only): when none of its batches survives, its last batch stays as
+    # an empty batch, written as Kafka's DefaultRecordBatch.writeEmptyHeader (same offsets, producer id, epoch,
+    # base sequence, partition leader epoch and max timestamp). A trailing empty segment holds no data to reach.
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [build_batch([SimpleRecord(b"x", b"1", T0)], base_offset=0)])
+    build_segment_files(d, 1, [idempotent("a", "1", 1, 0)])
+    build_segment_files(d, 2, [])                                   # an empty segment (an older cleaner's)
+    build_segment_files(d, 3, [idempotent("a", "2", 3, 1)])
+    build_segment_files(d, 4, [build_batch([SimpleRecord(b"y", b"1", T0)], base_offset=4)])
+    build_segment_files(d, 5, [])
+    log = make_log(compact_cfg(segment_bytes=200), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 200, log.config.segment_index_bytes, 5)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 1, 2], [3, 4]]
+    template = batches_of(log.segments[1])[0]
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 5), T0)
+    assert (res.groups, res.groups_abandoned) == (2, 0)
+    assert contents(log) == [(0, b"x", b"1"), (3, b"a", b"2"), (4, b"y", b"1")]
+    first = batches_of(log.segments[0])
+    assert [s.base_offset for s in log.segments] == [0, 3, 5]
+    cover = first[-1]
+    assert cover.raw() == build_empty_batch(template)
+    assert (cover.base_offset, cover.last_offset, cover.records_count, cover.producer_id, cover.producer_epoch,
+            cover.base_sequence, cover.partition_leader_epoch, cover.max_timestamp) == (1, 1, 0, 5, 2, 0, 7, T0 + 1)
+
+
+def test_a_legacy_segment_is_reached_by_an_empty_v2_batch_spanning_its_last_message(log_dir, make_log):
+    # A legacy message has no empty form: the cover is a v2 batch without records over the wrapper's offsets
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [legacy(1, [("x", "1")], 0)])
+    build_segment_files(d, 1, [legacy(1, [("a", "1"), ("b", "1"), ("c", "1")], 1, codec=codecs.GZIP)])
+    build_segment_files(d, 4, [legacy(1, [("a", "2"), ("b", "2"), ("c", "2")], 4, codec=codecs.GZIP)])
+    build_segment_files(d, 7, [])
+    log = make_log(compact_cfg(segment_bytes=200), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 200, log.config.segment_index_bytes, 7)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 1], [4]]
+    Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 7), T0)
+    assert contents(log) == [(0, b"x", b"1"), (4, b"a", b"2"), (5, b"b", b"2"), (6, b"c", b"2")]
+    cover = batches_of(log.segments[0])[-1]
+    assert (cover.magic, cover.base_offset, cover.last_offset, cover.records_count) == (2, 1, 3, 0)
+    assert cover.raw() == build_batch([], base_offset=1, last_offset=3)
+
+
+def test_a_group_of_empty_segments_is_deleted(log_dir, make_log):
+    # An empty first segment too small to share a group with the next (larger than segment.bytes after a config
+    # change) forms a group alone: it holds nothing to swap in and is deleted (Kafka would keep it, KAFKA-9157)
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [])
+    build_segment_files(d, 1, [build_batch([SimpleRecord(b"k%d" % i, b"v" * 40, T0) for i in range(4)],
+                                           base_offset=1)])
+    build_segment_files(d, 5, [])
+    log = make_log(compact_cfg(segment_bytes=100), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 100, log.config.segment_index_bytes, 5)
+    assert [[s.base_offset for s in g] for g in groups] == [[0], [1]]
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 1, 5), T0)
+    assert (res.groups, res.groups_abandoned, res.checkpoint_written) == (2, 0, True)
+    assert [s.base_offset for s in log.segments] == [1, 5]
+    assert [o for o, _, _ in contents(log)] == [1, 2, 3, 4]
+
+
 # --------------------------------------------------------------------------------- batch formats
 
 def raw_batches(log: Log) -> dict[int, bytes]:
@@ -897,6 +972,37 @@ def test_segment_deleted_concurrently_abandons_its_group(log_dir, make_log):
     assert offsets == sorted(set(offsets)) and offsets[0] >= log2.log_start_offset
     assert not any(n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)) for n in segment_files(log2.dir))
     log2.close(clean=False)
+
+
+def test_a_later_group_whose_segment_went_is_abandoned_with_a_warning(log_dir, make_log, caplog):
+    # Another process truncates the log while the round copies its first group: the groups it reached are
+    # abandoned (the round works on the segments it started with only while they are the same files), the
+    # others are swapped, and the cleaner-offset checkpoint does not move (Kafka: a group whose segments changed
+    # is not swapped; the round is retried)
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(12):
+        put(log, f"k{i % 3}", f"v{i:02d}")
+        if i % 2 == 1:
+            log.roll()                       # six segments of two batches (about 150 bytes each)
+    end = log.active_segment.base_offset
+    small = compact_cfg(segment_bytes=600)   # the round groups the segments as [0, 2, 4, 6], [8, 10]
+    groups = group_segments_by_size(log.segments[:-1], 600, small.segment_index_bytes, end)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 2, 4, 6], [8, 10]]
+    other, _ = open_log(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
+
+    def truncate_the_tail():
+        other.truncate_to(9)                 # segment 10 goes, segment 8 keeps its file
+
+    log.config = small
+    m = HookMap(1 << 20, truncate_the_tail)
+    build_offset_map(log, 0, end, m, CleanerStats())
+    with caplog.at_level("WARNING", logger="storage_engine.maintenance.cleaner"):
+        res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, m)
+    assert (res.groups, res.groups_abandoned, res.checkpoint_written) == (2, 1, False)
+    assert checkpoint_of(log) is None
+    assert [r.getMessage() for r in caplog.records if r.name == "storage_engine.maintenance.cleaner"] == \
+        [f"abandoning the group at 8 of {log.name}: segment 10 changed since the round started"]
+    other.close(clean=False)
 
 
 def test_size_trimmed_for_preallocated_and_compacted_topic(make_log):

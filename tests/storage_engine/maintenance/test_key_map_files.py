@@ -221,3 +221,139 @@ def test_a_prebuilt_map_cannot_be_cleared(tmp_path):
         m.clear()
     assert str(err.value) == "a prebuilt key map cannot be rebuilt in place"
     assert m.get(b"a") == 11
+
+
+# -- footers that disagree with their row groups ---------------------------------------------------------------
+
+def _varint(v: int) -> bytes:
+    out = b""
+    while True:
+        byte, v = v & 0x7F, v >> 7
+        if not v:
+            return out + bytes([byte])
+        out += bytes([byte | 0x80])
+
+
+def footer_says(path: str, rows: int, says: int) -> None:
+    """Rewrite the file's footer row count (FileMetaData.num_rows, Thrift compact: field 3, i64 zigzag varint,
+    followed by field 4, the row-group list) without touching its row groups."""
+    data = open(path, "rb").read()
+    meta_len = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - meta_len
+    old, new = b"\x16" + _varint(2 * rows) + b"\x19", b"\x16" + _varint(2 * says) + b"\x19"
+    assert len(old) == len(new) and data[start:-8].count(old) == 1
+    open(path, "wb").write(data[:start] + data[start:-8].replace(old, new) + data[-8:])
+    pf = pq.ParquetFile(path)
+    assert (pf.metadata.num_rows, pf.metadata.row_group(0).num_rows) == (says, rows)
+
+
+@pytest.mark.parametrize("says, message", [
+    (99, "key map file {part} holds more rows than its footer says (99)"),
+    (101, "key map file {part} holds 100 rows, its footer says 101"),
+])
+def test_a_file_whose_footer_miscounts_its_rows_is_refused(tmp_path, says, message):
+    # the columns are sized from the footers: a file holding another count than its footer says is corrupt
+    out = str(tmp_path / "km")
+    part = os.path.join(out, "data", "bucket=1", "p.parquet")
+    write_part(os.path.join(out, "data", "bucket=0", "p.parquet"), [(-5, 0, 1), (-4, 0, 2)])
+    write_part(part, [(h, 0, h) for h in range(100)])
+    footer_says(part, 100, says)
+    write_manifest(out)
+    with pytest.raises(StorageError) as err:
+        SortedHashOffsetMap.load(out)
+    assert str(err.value) == message.format(part=part)
+
+
+# -- JSON encodings of the manifest ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_the_manifest_is_json_in_any_encoding_json_detects(tmp_path, encoding):
+    # keymap.json is parsed from its bytes (json.loads detects UTF-8 with or without a byte order mark, UTF-16,
+    # UTF-32), not decoded as text in the process's locale first
+    out = spark_layout(tmp_path, [(b"a", 11)])
+    text = json.dumps({"topic": "kv-é", "partition": 3, "start_offset": 10, "end_offset": 250})
+    with open(os.path.join(out, MANIFEST), "wb") as f:
+        f.write(text.encode(encoding))
+    m = SortedHashOffsetMap.load(out, expect_partition=("kv-é", 3))
+    assert (m.get(b"a"), m.latest_offset) == (11, 249)
+
+
+# -- the order the binary search relies on ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("hi, lo", [
+    ([1, 0], [0, 0]),                  # two rows, out of order
+    ([1, 0, 2], [0, 0, 0]),            # the first pair
+    ([0, 1, 3, 2], [0, 0, 0, 0]),      # the last pair
+    ([5, 5, 5], [1, 0, 2]),            # the low halves under one high half
+    ([5, 5], [2, 1]),
+    ([6, 5], [1, 2]),                  # a smaller high half with a larger low half
+])
+def test_rows_out_of_hash_order_are_sorted_by_high_then_low_half(hi, lo, kernels):
+    # the probe is a binary search over (high, low): any pair out of that order must be found and sorted
+    off = list(range(100, 100 + len(hi)))
+    m = SortedHashOffsetMap(np.array(hi, dtype=np.int64), np.array(lo, dtype=np.int64), np.array(off, dtype=np.int64),
+                            0, 1000)
+    want = sorted(zip(hi, lo, off))
+    assert list(zip(m._hi.tolist(), m._lo.tolist(), m._off.tolist())) == want
+
+
+def test_probe_among_keys_sharing_the_high_half(tmp_path, kernels):
+    # Entries with the probed key's high hash half but other low halves (any writer's rows, not only 128-bit
+    # hashes of real keys): the probe scans that run in low-half order and stops at the first larger one
+    hi, lo = key_hash(b"a")
+    below = [(hi - 1, 0, 1), (hi - 1, 1, 2)]
+    rows = below + [(hi, lo - 1, 3), (hi, lo, 4), (hi, lo + 1, 5)]
+    out = str(tmp_path / "km")
+    write_part(os.path.join(out, "data", "p.parquet"), rows)
+    write_manifest(out)
+    m = SortedHashOffsetMap.load(out)
+    assert m.get(b"a") == 4 and m.get_many([b"a"]) == [4]
+    out2 = str(tmp_path / "km2")
+    write_part(os.path.join(out2, "data", "p.parquet"), below + [(hi, lo - 2, 3), (hi, lo - 1, 4), (hi, lo + 1, 5)])
+    write_manifest(out2)
+    m2 = SortedHashOffsetMap.load(out2)
+    assert m2.get(b"a") == -1 and m2.get_many([b"a", b"b"]) == [-1, -1]
+
+
+class CountingMap(SortedHashOffsetMap):
+    """A map that answers get() itself (here: counting the probes): the compiled probe must not be used for it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.probes = 0
+
+    def get(self, key: bytes) -> int:
+        self.probes += 1
+        return super().get(key)
+
+
+def test_a_subclass_answering_get_itself_is_probed_in_python(tmp_path, kernels):
+    keys = {b"k%d" % i: i for i in range(50)}
+    out = spark_layout(tmp_path, keys.items())
+    loaded = SortedHashOffsetMap.load(out)
+    m = CountingMap(loaded._hi, loaded._lo, loaded._off, 10, 250)
+    assert m.kernel_spec is None
+    assert [m.get(k) for k in keys] == list(keys.values()) and m.probes == 50
+    assert m.get_many([b"k3", b"nope", b"k49"]) == [3, -1, 49]
+
+
+def test_order_check_in_windows_finds_every_pair_out_of_order(kernels):
+    # _is_sorted: strictly increasing by (high, low), checked window by window (``chunk`` pairs at a time) without
+    # the compiled kernels: a pair out of order or a repeated hash anywhere, including across window borders,
+    # means "not sorted"
+    from storage_engine.maintenance.offset_map import _is_sorted
+
+    def check(pairs, chunk):
+        hi = np.array([p[0] for p in pairs], dtype=np.int64)
+        lo = np.array([p[1] for p in pairs], dtype=np.int64)
+        return _is_sorted(hi, lo, chunk)
+
+    for n in range(0, 9):
+        base = [(h // 2, h % 2) for h in range(n)]             # strictly increasing, pairs of equal high halves
+        for chunk in (1, 2, 3, 8):
+            assert check(base, chunk) is True, (n, chunk)
+            for i in range(n - 1):
+                swapped = base[:i] + [base[i + 1], base[i]] + base[i + 2:]
+                assert check(swapped, chunk) is False, (n, chunk, i)
+                repeated = base[:i] + [base[i], base[i]] + base[i + 2:]
+                assert check(repeated, chunk) is False, (n, chunk, i)
