@@ -383,6 +383,62 @@ def test_build_partial_offset_map(make_log):
     assert [m.get(str(o).encode()) for o in range(0, 8)] == [-1, -1, 2, 3, 4, 5, -1, -1]
 
 
+def test_map_filled_at_a_segment_start_ends_at_the_previous_segment(make_log):
+    # KAFKA-8764: after each segment the map's latest offset moves to the next segment's base - 1; a map that fills
+    # at the first record of a segment ends the round there, at the previous segment's end (here the log's last
+    # sealed segment and the active one: the dirty section reaches into the active segment)
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for seg in range(3):
+        put_many(log, [(f"s{seg}a", "1"), (f"s{seg}b", "1")])
+        log.roll()
+    put_many(log, [("new", "1"), ("new2", "1")])
+    active = log.active_segment.base_offset
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6] and active == 6
+    m = InProcessOffsetMap(8 * 24, load_factor=0.75)        # 6 keys: the sealed segments' keys exactly
+    assert m.max_entries == 6
+    assert build_offset_map(log, 0, 8, m, CleanerStats()) is True
+    assert m.size == 6 and m.latest_offset == 5 and m.get(b"new") == -1
+
+
+def test_map_reads_only_the_batches_of_the_dirty_section(make_log):
+    # Kafka's buildOffsetMap reads the dirty section [start, end) only: the map's figures count its batches, a
+    # batch starting at the end offset is not read
+    log = make_log(compact_cfg(segment_bytes=1 << 20))
+    for i in range(6):
+        put_many(log, [(f"k{i}a", "v"), (f"k{i}b", "v")])            # batches at 0, 2, 4, 6, 8, 10
+    batches = all_batches(log)
+    stats = CleanerStats()
+    assert build_offset_map(log, 2, 8, InProcessOffsetMap(1 << 16), stats) is False
+    assert (stats.map_messages_read, stats.map_bytes_read) == (6, sum(bt.size_in_bytes for bt in batches[1:4]))
+
+
+def test_map_fails_on_a_truncated_batch(make_log):
+    # the key map reads sealed segments strictly (Kafka: CorruptRecordException "batch size > bytes left")
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    with pytest.raises(CorruptRecordError):
+        build_offset_map(log, 0, log.active_segment.base_offset, InProcessOffsetMap(1 << 16), CleanerStats())
+
+
+def test_map_of_a_range_inside_the_last_segment(make_log):
+    # A dirty range inside the log's last segment (any offsets, here above 125) is mapped from that segment
+    log = make_log(compact_cfg(segment_bytes=1 << 20))
+    for i in range(0, 200, 50):
+        put_many(log, [(f"k{j}", "v") for j in range(i, i + 50)])
+    assert len(log.segments) == 1
+    m = InProcessOffsetMap(1 << 16)
+    assert build_offset_map(log, 150, 200, m, CleanerStats()) is False
+    assert m.size == 50 and m.latest_offset == 199
+    assert (m.get(b"k150"), m.get(b"k199"), m.get(b"k149")) == (150, 199, -1)
+
+
 def test_cleaning_beyond_missing_offsets(log_dir, make_log):
     # LogCleanerTest.testCleaningBeyondMissingOffsets (KAFKA-8764): offset gaps between segments.
     d = pdir(log_dir)
@@ -714,6 +770,7 @@ def test_a_group_reaches_into_its_last_segment_with_data_by_an_empty_batch(log_d
     res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 5), T0)
     assert (res.groups, res.groups_abandoned) == (2, 0)
     assert contents(log) == [(0, b"x", b"1"), (3, b"a", b"2"), (4, b"y", b"1")]
+    assert res.stats.bytes_written == sum(s.size for s in log.segments[:-1])     # the cover batch included
     first = batches_of(log.segments[0])
     assert [s.base_offset for s in log.segments] == [0, 3, 5]
     cover = first[-1]
@@ -1116,6 +1173,27 @@ def test_dry_run_fails_on_a_truncated_batch_as_the_round_does(make_log):
     ltc = ltc_for(log, 0, log.active_segment.base_offset)
     with pytest.raises(CorruptRecordError):
         Cleaner(CleanerConfig()).clean(ltc, T0, FakeOffsetMap({}, log.active_segment.base_offset - 1), dry_run=True)
+
+
+def test_a_truncated_batch_fails_the_copy_with_a_map_built_elsewhere(make_log):
+    # The copy reads every segment of its groups strictly (with a key map built elsewhere nothing else reads them
+    # first): a sealed segment that ends inside a batch fails the round (Kafka: CorruptRecordException, "batch
+    # size > bytes left in segment"), nothing of it is swapped and no .cleaned file is left
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    before = contents_until_error(log)
+    end = log.active_segment.base_offset
+    with pytest.raises(CorruptRecordError):
+        Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, FakeOffsetMap({}, end - 1))   # a map built elsewhere
+    assert not any(n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)) for n in segment_files(log.dir))
+    assert contents_until_error(log) == before and checkpoint_of(log) is None
 
 
 # ------------------------------------------------------------------------------------------ crash safety
