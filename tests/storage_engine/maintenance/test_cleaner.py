@@ -934,6 +934,25 @@ def test_legacy_data_cleaned_in_its_own_format(log_dir, make_log):
     assert bts[2].records()[0].timestamp == T0 + 5
 
 
+def test_legacy_log_append_time_wrapper_rebuilt_with_its_one_kept_record(log_dir, make_log):
+    # A v1 compressed wrapper with LogAppendTime of which one record survives is rebuilt in its own format:
+    # magic 1, its codec, the LogAppendTime attribute and the append time as every timestamp (Kafka rebuilds a
+    # legacy batch with the same magic, codec and timestamp type), the kept record at its own offset
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [legacy(1, [("a", "1"), ("b", "1"), ("c", "1")], 0, codec=codecs.GZIP, ts=T0 + 7,
+                                      ts_type=LOG_APPEND_TIME),
+                               legacy(1, [("a", "2"), ("c", "2")], 3)])
+    build_segment_files(d, 5, [])
+    log = make_log(existing=True)
+    clean(log)
+    assert contents(log) == [(1, b"b", b"1"), (3, b"a", b"2"), (4, b"c", b"2")]
+    rebuilt = all_batches(log)[0]
+    assert (rebuilt.magic, rebuilt.compression, rebuilt.timestamp_type, rebuilt.base_offset, rebuilt.last_offset) == \
+        (1, codecs.GZIP, LOG_APPEND_TIME, 1, 1)
+    assert [r.timestamp for r in rebuilt.records()] == [T0 + 7] and rebuilt.max_timestamp == T0 + 7
+    rebuilt.ensure_valid()
+
+
 def test_legacy_tombstones_follow_the_segment_mtime_rule(log_dir, make_log):
     # v0/v1 tombstones have no horizon: kept iff their segment is newer than (mtime of the last clean
     # segment - delete.retention.ms).
