@@ -90,6 +90,10 @@ GROUPS: tuple[Group, ...] = (
            "storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
           _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_rules.py", "maintenance/test_cleaner_txn.py",
              "maintenance/test_record_filter.py",
+             # the key map read from the Spark job's Parquet layout, written here with pyarrow (no JVM)
+             "maintenance/test_key_map_files.py",
+             # CleanedTransactionMetadata and checkBatchRetention one batch at a time
+             "maintenance/test_txn_cleaning_rules.py",
              # Kafka's OffsetMapTest, kept with the cleaner manager's tests
              *(f"maintenance/test_cleaner_manager.py::test_offset_map_{name}" for name in
                ("basic_validation", "get_when_full", "clear_and_latest_offset", "utilization_and_capacity")))),

@@ -258,7 +258,7 @@ class Cleaner:
         for seg in group:
             retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
             policy.enter_segment(seg)
-            for batch in seg.batches(0, strict=True):
+            for batch in seg.batches(strict=True):
                 out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
                                          upper_bound, stats, policy)
                 if out is not None:
@@ -292,7 +292,7 @@ class Cleaner:
             for seg in group:
                 retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
                 policy.enter_segment(seg)
-                for batch in seg.batches(0, strict=True):
+                for batch in seg.batches(strict=True):
                     out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
                                              retain_legacy_deletes, upper_bound, stats, policy)
                     if seg is tail:
@@ -334,9 +334,11 @@ class Cleaner:
         if decision.retention == DELETE:
             stats.messages_read += batch.records_count
             return None
-        if decision.discard_records:  # an aborted batch that must stay (a producer's last): empty
+        if decision.discard_records:
+            # not DELETE, so RETAIN_EMPTY: an aborted batch or an expired marker that must stay (a producer's last,
+            # or the round's last) stays empty; only transactional and control batches (magic 2) get here
             stats.messages_read += batch.records_count
-            return (build_empty_batch(batch), batch.max_timestamp) if keep_empty and batch.magic >= 2 else None
+            return build_empty_batch(batch), batch.max_timestamp
         if batch.is_control:
             recs = batch.records()
             if not recs:  # an empty control batch left by an earlier round

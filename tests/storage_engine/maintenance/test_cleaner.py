@@ -30,7 +30,7 @@ from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.log.log import Log
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, CREATE_TIME, LOG_APPEND_TIME, build_batch,
-                                                build_control_batch)
+                                                build_control_batch, build_empty_batch)
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
 
@@ -383,6 +383,62 @@ def test_build_partial_offset_map(make_log):
     assert [m.get(str(o).encode()) for o in range(0, 8)] == [-1, -1, 2, 3, 4, 5, -1, -1]
 
 
+def test_map_filled_at_a_segment_start_ends_at_the_previous_segment(make_log):
+    # KAFKA-8764: after each segment the map's latest offset moves to the next segment's base - 1; a map that fills
+    # at the first record of a segment ends the round there, at the previous segment's end (here the log's last
+    # sealed segment and the active one: the dirty section reaches into the active segment)
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for seg in range(3):
+        put_many(log, [(f"s{seg}a", "1"), (f"s{seg}b", "1")])
+        log.roll()
+    put_many(log, [("new", "1"), ("new2", "1")])
+    active = log.active_segment.base_offset
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6] and active == 6
+    m = InProcessOffsetMap(8 * 24, load_factor=0.75)        # 6 keys: the sealed segments' keys exactly
+    assert m.max_entries == 6
+    assert build_offset_map(log, 0, 8, m, CleanerStats()) is True
+    assert m.size == 6 and m.latest_offset == 5 and m.get(b"new") == -1
+
+
+def test_map_reads_only_the_batches_of_the_dirty_section(make_log):
+    # Kafka's buildOffsetMap reads the dirty section [start, end) only: the map's figures count its batches, a
+    # batch starting at the end offset is not read
+    log = make_log(compact_cfg(segment_bytes=1 << 20))
+    for i in range(6):
+        put_many(log, [(f"k{i}a", "v"), (f"k{i}b", "v")])            # batches at 0, 2, 4, 6, 8, 10
+    batches = all_batches(log)
+    stats = CleanerStats()
+    assert build_offset_map(log, 2, 8, InProcessOffsetMap(1 << 16), stats) is False
+    assert (stats.map_messages_read, stats.map_bytes_read) == (6, sum(bt.size_in_bytes for bt in batches[1:4]))
+
+
+def test_map_fails_on_a_truncated_batch(make_log):
+    # the key map reads sealed segments strictly (Kafka: CorruptRecordException "batch size > bytes left")
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    with pytest.raises(CorruptRecordError):
+        build_offset_map(log, 0, log.active_segment.base_offset, InProcessOffsetMap(1 << 16), CleanerStats())
+
+
+def test_map_of_a_range_inside_the_last_segment(make_log):
+    # A dirty range inside the log's last segment (any offsets, here above 125) is mapped from that segment
+    log = make_log(compact_cfg(segment_bytes=1 << 20))
+    for i in range(0, 200, 50):
+        put_many(log, [(f"k{j}", "v") for j in range(i, i + 50)])
+    assert len(log.segments) == 1
+    m = InProcessOffsetMap(1 << 16)
+    assert build_offset_map(log, 150, 200, m, CleanerStats()) is False
+    assert m.size == 50 and m.latest_offset == 199
+    assert (m.get(b"k150"), m.get(b"k199"), m.get(b"k149")) == (150, 199, -1)
+
+
 def test_cleaning_beyond_missing_offsets(log_dir, make_log):
     # LogCleanerTest.testCleaningBeyondMissingOffsets (KAFKA-8764): offset gaps between segments.
     d = pdir(log_dir)
@@ -681,6 +737,82 @@ def test_tombstone_last_batch_of_round_kept_empty(make_log):
     assert not last.has_delete_horizon
 
 
+def test_key_map_is_the_dedupe_buffer_per_thread_filled_to_the_load_factor():
+    # Kafka: new SkimpyOffsetMap(memory = min(dedupeBufferSize / numThreads, Int.MaxValue)), 24-byte slots, mapped
+    # up to slots * log.cleaner.io.buffer.load.factor entries
+    m = Cleaner(CleanerConfig(dedupe_buffer_size=24_000, threads=3, io_buffer_load_factor=0.5)).new_offset_map()
+    assert (m.slots, m.max_entries) == (333, 166)
+    m = Cleaner(CleanerConfig(dedupe_buffer_size=24_000, threads=1, io_buffer_load_factor=0.75)).new_offset_map()
+    assert (m.slots, m.max_entries) == (1000, 750)
+
+
+def idempotent(key: str, value: str, offset: int, seq: int) -> bytes:
+    return build_batch([SimpleRecord(b(key), b(value), T0 + offset)], base_offset=offset, producer_id=5,
+                       producer_epoch=2, base_sequence=seq, partition_leader_epoch=7)
+
+
+def test_a_group_reaches_into_its_last_segment_with_data_by_an_empty_batch(log_dir, make_log):
+    # The cleaned segment must reach into the group's last segment holding data (a loader completes an interrupted
+    # swap over [.swap base, .swap next offset) only): when none of its batches survives, its last batch stays as
+    # an empty batch, written as Kafka's DefaultRecordBatch.writeEmptyHeader (same offsets, producer id, epoch,
+    # base sequence, partition leader epoch and max timestamp). A trailing empty segment holds no data to reach.
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [build_batch([SimpleRecord(b"x", b"1", T0)], base_offset=0)])
+    build_segment_files(d, 1, [idempotent("a", "1", 1, 0)])
+    build_segment_files(d, 2, [])                                   # an empty segment (an older cleaner's)
+    build_segment_files(d, 3, [idempotent("a", "2", 3, 1)])
+    build_segment_files(d, 4, [build_batch([SimpleRecord(b"y", b"1", T0)], base_offset=4)])
+    build_segment_files(d, 5, [])
+    log = make_log(compact_cfg(segment_bytes=200), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 200, log.config.segment_index_bytes, 5)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 1, 2], [3, 4]]
+    template = batches_of(log.segments[1])[0]
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 5), T0)
+    assert (res.groups, res.groups_abandoned) == (2, 0)
+    assert contents(log) == [(0, b"x", b"1"), (3, b"a", b"2"), (4, b"y", b"1")]
+    assert res.stats.bytes_written == sum(s.size for s in log.segments[:-1])     # the cover batch included
+    first = batches_of(log.segments[0])
+    assert [s.base_offset for s in log.segments] == [0, 3, 5]
+    cover = first[-1]
+    assert cover.raw() == build_empty_batch(template)
+    assert (cover.base_offset, cover.last_offset, cover.records_count, cover.producer_id, cover.producer_epoch,
+            cover.base_sequence, cover.partition_leader_epoch, cover.max_timestamp) == (1, 1, 0, 5, 2, 0, 7, T0 + 1)
+
+
+def test_a_legacy_segment_is_reached_by_an_empty_v2_batch_spanning_its_last_message(log_dir, make_log):
+    # A legacy message has no empty form: the cover is a v2 batch without records over the wrapper's offsets
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [legacy(1, [("x", "1")], 0)])
+    build_segment_files(d, 1, [legacy(1, [("a", "1"), ("b", "1"), ("c", "1")], 1, codec=codecs.GZIP)])
+    build_segment_files(d, 4, [legacy(1, [("a", "2"), ("b", "2"), ("c", "2")], 4, codec=codecs.GZIP)])
+    build_segment_files(d, 7, [])
+    log = make_log(compact_cfg(segment_bytes=200), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 200, log.config.segment_index_bytes, 7)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 1], [4]]
+    Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 7), T0)
+    assert contents(log) == [(0, b"x", b"1"), (4, b"a", b"2"), (5, b"b", b"2"), (6, b"c", b"2")]
+    cover = batches_of(log.segments[0])[-1]
+    assert (cover.magic, cover.base_offset, cover.last_offset, cover.records_count) == (2, 1, 3, 0)
+    assert cover.raw() == build_batch([], base_offset=1, last_offset=3)
+
+
+def test_a_group_of_empty_segments_is_deleted(log_dir, make_log):
+    # An empty first segment too small to share a group with the next (larger than segment.bytes after a config
+    # change) forms a group alone: it holds nothing to swap in and is deleted (Kafka would keep it, KAFKA-9157)
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [])
+    build_segment_files(d, 1, [build_batch([SimpleRecord(b"k%d" % i, b"v" * 40, T0) for i in range(4)],
+                                           base_offset=1)])
+    build_segment_files(d, 5, [])
+    log = make_log(compact_cfg(segment_bytes=100), existing=True)
+    groups = group_segments_by_size(log.segments[:-1], 100, log.config.segment_index_bytes, 5)
+    assert [[s.base_offset for s in g] for g in groups] == [[0], [1]]
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 1, 5), T0)
+    assert (res.groups, res.groups_abandoned, res.checkpoint_written) == (2, 0, True)
+    assert [s.base_offset for s in log.segments] == [1, 5]
+    assert [o for o, _, _ in contents(log)] == [1, 2, 3, 4]
+
+
 # --------------------------------------------------------------------------------- batch formats
 
 def raw_batches(log: Log) -> dict[int, bytes]:
@@ -802,6 +934,25 @@ def test_legacy_data_cleaned_in_its_own_format(log_dir, make_log):
     assert bts[2].records()[0].timestamp == T0 + 5
 
 
+def test_legacy_log_append_time_wrapper_rebuilt_with_its_one_kept_record(log_dir, make_log):
+    # A v1 compressed wrapper with LogAppendTime of which one record survives is rebuilt in its own format:
+    # magic 1, its codec, the LogAppendTime attribute and the append time as every timestamp (Kafka rebuilds a
+    # legacy batch with the same magic, codec and timestamp type), the kept record at its own offset
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [legacy(1, [("a", "1"), ("b", "1"), ("c", "1")], 0, codec=codecs.GZIP, ts=T0 + 7,
+                                      ts_type=LOG_APPEND_TIME),
+                               legacy(1, [("a", "2"), ("c", "2")], 3)])
+    build_segment_files(d, 5, [])
+    log = make_log(existing=True)
+    clean(log)
+    assert contents(log) == [(1, b"b", b"1"), (3, b"a", b"2"), (4, b"c", b"2")]
+    rebuilt = all_batches(log)[0]
+    assert (rebuilt.magic, rebuilt.compression, rebuilt.timestamp_type, rebuilt.base_offset, rebuilt.last_offset) == \
+        (1, codecs.GZIP, LOG_APPEND_TIME, 1, 1)
+    assert [r.timestamp for r in rebuilt.records()] == [T0 + 7] and rebuilt.max_timestamp == T0 + 7
+    rebuilt.ensure_valid()
+
+
 def test_legacy_tombstones_follow_the_segment_mtime_rule(log_dir, make_log):
     # v0/v1 tombstones have no horizon: kept iff their segment is newer than (mtime of the last clean
     # segment - delete.retention.ms).
@@ -899,6 +1050,37 @@ def test_segment_deleted_concurrently_abandons_its_group(log_dir, make_log):
     log2.close(clean=False)
 
 
+def test_a_later_group_whose_segment_went_is_abandoned_with_a_warning(log_dir, make_log, caplog):
+    # Another process truncates the log while the round copies its first group: the groups it reached are
+    # abandoned (the round works on the segments it started with only while they are the same files), the
+    # others are swapped, and the cleaner-offset checkpoint does not move (Kafka: a group whose segments changed
+    # is not swapped; the round is retried)
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(12):
+        put(log, f"k{i % 3}", f"v{i:02d}")
+        if i % 2 == 1:
+            log.roll()                       # six segments of two batches (about 150 bytes each)
+    end = log.active_segment.base_offset
+    small = compact_cfg(segment_bytes=600)   # the round groups the segments as [0, 2, 4, 6], [8, 10]
+    groups = group_segments_by_size(log.segments[:-1], 600, small.segment_index_bytes, end)
+    assert [[s.base_offset for s in g] for g in groups] == [[0, 2, 4, 6], [8, 10]]
+    other, _ = open_log(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
+
+    def truncate_the_tail():
+        other.truncate_to(9)                 # segment 10 goes, segment 8 keeps its file
+
+    log.config = small
+    m = HookMap(1 << 20, truncate_the_tail)
+    build_offset_map(log, 0, end, m, CleanerStats())
+    with caplog.at_level("WARNING", logger="storage_engine.maintenance.cleaner"):
+        res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, m)
+    assert (res.groups, res.groups_abandoned, res.checkpoint_written) == (2, 1, False)
+    assert checkpoint_of(log) is None
+    assert [r.getMessage() for r in caplog.records if r.name == "storage_engine.maintenance.cleaner"] == \
+        [f"abandoning the group at 8 of {log.name}: segment 10 changed since the round started"]
+    other.close(clean=False)
+
+
 def test_size_trimmed_for_preallocated_and_compacted_topic(make_log):
     # LogCleanerTest.testSizeTrimmedForPreallocatedAndCompactedTopic
     log = make_log(compact_cfg(segment_bytes=4096, preallocate=True))
@@ -939,6 +1121,98 @@ def test_dry_run_changes_nothing(make_log):
     assert res.stats.messages_read == 40 and res.stats.messages_written == 4 and not res.checkpoint_written
     assert {n: open(os.path.join(log.dir, n), "rb").read() for n in segment_files(log.dir)} == before
     assert checkpoint_of(log) is None
+
+
+def round_figures(stats: CleanerStats) -> dict:
+    d = stats.as_dict()
+    return {k: d[k] for k in ("bytes_read", "bytes_written", "messages_read", "messages_written",
+                              "invalid_messages_read", "tombstones_removed")}
+
+
+def dry_and_real(log_dir, cfg, first_dirty: int, upper: int, now: int):
+    """The figures of a dry run, then of the real round on the same files (the dry run must not change them)."""
+    log = open_existing(log_dir, cfg)
+    before = {n: open(os.path.join(log.dir, n), "rb").read() for n in segment_files(log.dir)}
+    dry = Cleaner(CleanerConfig()).clean(ltc_for(log, first_dirty, upper), now, dry_run=True)
+    assert {n: open(os.path.join(log.dir, n), "rb").read() for n in segment_files(log.dir)} == before
+    real = Cleaner(CleanerConfig()).clean(ltc_for(log, first_dirty, upper), now)
+    assert (dry.end_offset, dry.groups) == (real.end_offset, real.groups)
+    got = round_figures(dry.stats), round_figures(real.stats), contents(log)
+    log.close(clean=False)
+    return got
+
+
+def test_dry_run_counts_what_the_round_writes(log_dir):
+    # The dry run applies the round's rules (Kafka's Cleaner.cleanSegments without the swap): the same records
+    # read, kept and removed, the same bytes, including the round's last batch kept empty (KAFKA-17076)
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [build_batch([SimpleRecord(b"a", b"1", T0), SimpleRecord(b"b", b"1", T0)]),
+                               build_batch([SimpleRecord(b"c", None, T0)], base_offset=2),
+                               build_batch([SimpleRecord(None, b"keyless", T0)], base_offset=3)])
+    build_segment_files(d, 4, [build_batch([SimpleRecord(b"a", b"2", T0), SimpleRecord(b"d", b"1", T0)],
+                                           base_offset=4),
+                               build_batch([SimpleRecord(None, b"keyless", T0)], base_offset=6)])
+    build_segment_files(d, 7, [build_batch([SimpleRecord(b"b", b"3", T0)], base_offset=7)])
+    build_segment_files(d, 8, [])
+    # offset 6 is the round's last batch below the uncleanable offset 7: its record goes, its empty header
+    # (61 bytes) stays
+    dry, real, after = dry_and_real(log_dir, compact_cfg(delete_retention_ms=DAY), 0, 7, T0)
+    assert after == [(1, b"b", b"1"), (2, b"c", None), (4, b"a", b"2"), (5, b"d", b"1"), (7, b"b", b"3")]
+    assert dry == real
+    assert (dry["messages_read"], dry["messages_written"], dry["invalid_messages_read"]) == (7, 4, 2)
+
+
+def test_dry_run_follows_the_legacy_tombstone_mtime_rule(log_dir):
+    # v0/v1 tombstones are kept iff their segment's mtime > (mtime of the last segment below the dirty section -
+    # delete.retention.ms) (Kafka: Cleaner.cleanSegments, retainLegacyDeletesAndTxnMarkers); at the horizon they go
+    d = pdir(log_dir)
+    now_wall = (int(time.time()) - 100) * 1000        # whole seconds: mtimes compare exactly
+    # the horizon is S2's mtime - 1 day: S0 is exactly at it
+    build_segment_files(d, 0, [legacy(1, [("gone", None)], 0), legacy(1, [("x", "1")], 1)],
+                        mtime_ms=now_wall - DAY)
+    build_segment_files(d, 2, [legacy(1, [("kept", None)], 2)], mtime_ms=now_wall)
+    build_segment_files(d, 3, [legacy(1, [("x", "2")], 3)], mtime_ms=now_wall)
+    build_segment_files(d, 4, [])
+    dry, real, after = dry_and_real(log_dir, compact_cfg(delete_retention_ms=DAY), 3, 4, T0)
+    assert after == [(2, b"kept", None), (3, b"x", b"2")]
+    assert dry == real and dry["tombstones_removed"] == 1 and dry["messages_written"] == 2
+
+
+def test_dry_run_fails_on_a_truncated_batch_as_the_round_does(make_log):
+    # Kafka throws CorruptRecordException ("batch size > bytes left in segment"): a dry run reads as strictly
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    ltc = ltc_for(log, 0, log.active_segment.base_offset)
+    with pytest.raises(CorruptRecordError):
+        Cleaner(CleanerConfig()).clean(ltc, T0, FakeOffsetMap({}, log.active_segment.base_offset - 1), dry_run=True)
+
+
+def test_a_truncated_batch_fails_the_copy_with_a_map_built_elsewhere(make_log):
+    # The copy reads every segment of its groups strictly (with a key map built elsewhere nothing else reads them
+    # first): a sealed segment that ends inside a batch fails the round (Kafka: CorruptRecordException, "batch
+    # size > bytes left in segment"), nothing of it is swapped and no .cleaned file is left
+    log = make_log(compact_cfg(segment_bytes=1024))
+    for i in range(6):
+        put(log, f"k{i % 2}", f"v{i}")
+    log.roll()
+    put(log, "k0", "active")
+    seg = log.segments[0]
+    with open(seg.path, "r+b") as f:
+        f.truncate(seg.size - 5)
+    log = reopen_clean_shutdown(log)
+    before = contents_until_error(log)
+    end = log.active_segment.base_offset
+    with pytest.raises(CorruptRecordError):
+        Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, FakeOffsetMap({}, end - 1))   # a map built elsewhere
+    assert not any(n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)) for n in segment_files(log.dir))
+    assert contents_until_error(log) == before and checkpoint_of(log) is None
 
 
 # ------------------------------------------------------------------------------------------ crash safety

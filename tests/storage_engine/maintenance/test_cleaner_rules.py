@@ -65,3 +65,12 @@ def test_empty_round_reports_zeros():
     lines = CleanerStats(start_s=5.0, map_complete_s=5.0, end_s=5.0).log_lines("t-0", 0, 0)
     assert lines[1] == "0.0 MB of log processed in 0.0 seconds (0.0 MB/sec)."
     assert lines[7] == "0.0% size reduction (0.0% fewer messages)"
+
+
+def test_sub_second_round_divides_by_its_real_durations():
+    """Rates and shares of a round shorter than a second: the 1e-9 floor only guards against a zero duration, it
+    does not round a short phase up to a second (Kafka divides by the measured elapsed time)."""
+    lines = stats(start_s=100.0, map_complete_s=100.125, end_s=100.5).log_lines("t-0", 0, 1)
+    assert lines[1] == "3.5 MB of log processed in 0.5 seconds (7.1 MB/sec)."     # 3.532 MB / 0.5 s
+    assert lines[2] == "Indexed 2.0 MB in 0.1 seconds (16.1 Mb/sec, 25.0% of total time)"   # 2.012 MB / 0.125 s
+    assert lines[4] == "Cleaned 3.5 MB in 0.4 seconds (9.4 Mb/sec, 75.0% of total time)"   # 3.532 MB / 0.375 s

@@ -320,3 +320,50 @@ def test_a_transaction_aborted_by_a_marker_past_the_cleaned_range_does_not_shado
     assert len(log.aborted_transactions(0, log.active_segment.base_offset)) == 2
     do_clean(log, 0, T0)
     assert {r.key: r.value for r in log.read_records(isolation_level="read_committed")} == {b"1": b"1", b"2": b"2"}
+
+
+def test_round_counts_aborted_records_and_markers_as_read(make_log):
+    # The round's figures (Kafka's CleanerStats.readMessages / recopyMessages): aborted records count as read
+    # whether their batch goes or stays empty (a producer's last), markers kept count as read and written
+    log = make_log(compact_cfg(segment_bytes=4096))
+    log.clock.set(T0)
+    log.append_records([SimpleRecord(b"9", b"9", T0)])      # 0
+    p1, p2 = appender(log, 1), appender(log, 2)
+    p1([1, 2])                                              # 1-2 aborted, not p1's last: deleted
+    abort(log, 1)                                           # 3 kept: its data was read this round
+    p2([7, 8])                                              # 4-5 aborted, p2's last data: kept empty
+    abort(log, 2)                                           # 6 kept
+    p1([4])                                                 # 7
+    commit(log, 1)                                          # 8 kept: its data was read this round
+    log.roll()
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 9), LARGE_TIMESTAMP)
+    assert keys_in_log(log) == [9, 4]
+    assert [(bt.base_offset, bt.last_offset, bt.records_count) for bt in all_batches(log)] == \
+        [(0, 0, 1), (3, 3, 1), (4, 5, 0), (6, 6, 1), (7, 7, 1), (8, 8, 1)]
+    assert (res.stats.messages_read, res.stats.messages_written) == (9, 5)
+
+
+def test_an_empty_marker_goes_unless_it_is_the_last_batch_of_the_round(log_dir, make_log):
+    # A marker an earlier round emptied (onControlBatchRead: no record => may go) has no delete horizon, so
+    # checkBatchRetention says DELETE_EMPTY: with no record to keep it goes, unless it must stay as an empty batch
+    # (KAFKA-17076: the round's last batch; here also its producer's last marker)
+    from .test_cleaner import build_segment_files, pdir
+    from storage_engine.record.record_batch import RecordBatch, build_control_batch, build_empty_batch
+
+    def empty_marker(offset, pid):
+        marker = build_control_batch(1, base_offset=offset, timestamp=T0, producer_id=pid, producer_epoch=0)
+        return build_empty_batch(RecordBatch(marker, 0))
+
+    def idempotent(key, offset, pid, seq):
+        return build_batch([SimpleRecord(key, key, T0)], base_offset=offset, producer_id=pid, producer_epoch=0,
+                           base_sequence=seq)
+
+    d = pdir(log_dir)
+    build_segment_files(d, 0, [build_batch([SimpleRecord(b"1", b"1", T0)]), empty_marker(1, 9),
+                               idempotent(b"2", 2, 9, 0)])
+    build_segment_files(d, 3, [empty_marker(3, 10)])
+    build_segment_files(d, 4, [build_batch([SimpleRecord(b"3", b"3", T0)], base_offset=4)])
+    log = make_log(compact_cfg(), existing=True)
+    Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 4), LARGE_TIMESTAMP)
+    got = [(bt.base_offset, bt.is_control, bt.records_count) for bt in all_batches(log)]
+    assert got == [(0, False, 1), (2, False, 1), (3, True, 0), (4, False, 1)]

@@ -269,6 +269,7 @@ print(json.dumps({"entries": m.entries, "max_entries": m.max_entries, "grew": st
 """
 
 
+@pytest.mark.slow     # a second process filling 1.4 million keys: a memory bound, not a compaction rule
 @pytest.mark.parametrize("impl", ["c", "python"])
 def test_in_process_map_resident_size_stays_within_the_dedupe_buffer(impl):
     # RSS, not a count: a fresh interpreter fills a 32 MiB map to its load factor, peak RSS growth is measured.
