@@ -74,14 +74,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the listed equivalent mutants as Markdown (for MUTATION.md) and exit")
     parser.add_argument("--list-survivors", action="store_true",
                         help="print the known survivors and their causes as Markdown (for MUTATION.md) and exit")
-    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS",
-                        help="print the results JSON of a run as Markdown (MUTATION.md's last run) and exit")
+    parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="RESULTS",
+                        help="print the results JSON of one or more runs as Markdown (MUTATION.md's measurement), "
+                             "judged against today's lists, and exit")
     args = parser.parse_args(argv)
     if args.list_equivalents:
         print(report.equivalents_markdown())
         return 0
     if args.render is not None:
-        print(report.run_markdown(json.loads(args.render.read_text())), end="")
+        print(report.run_markdown([json.loads(p.read_text()) for p in args.render]), end="")
         return 0
     if args.list_survivors:
         print(report.equivalents_markdown(KNOWN_SURVIVORS))

@@ -135,38 +135,47 @@ def equivalents_markdown(listed: tuple[Equivalent, ...] = EQUIVALENT) -> str:
     return "\n".join(out).strip() + "\n"
 
 
-def run_markdown(doc: dict) -> str:
-    """The results JSON of a run (``--out``) as MUTATION.md's "Last run" section: what ran where, each group's
-    time, the table, and every mutant not detected with its known cause, if any."""
+
+def results_from_json(doc: dict) -> list[GroupResult]:
+    """The groups of a results JSON (``--out``) as a run returns them, to be judged against today's lists."""
+    from .groups import Group
+    return [GroupResult(Group(g["name"], tuple(g["modules"]), tuple(g["tests"]), functions=tuple(g["functions"]),
+                              pure_python=g["pure_python"]), g["seconds"],
+                        [Mutant(m["name"], m["module"], m["function"], m["status"], list(m["removed"]),
+                                list(m["added"])) for m in g["mutants"]])
+            for g in doc["groups"]]
+
+
+def _run_header(doc: dict) -> list[str]:
     meta = doc["meta"]
     load = ", ".join(f"{x:.2f}" for x in meta["loadavg_at_start"])
     load_end = ", ".join(f"{x:.2f}" for x in meta.get("loadavg_at_end", []))
     dirty = " (with uncommitted changes to storage_engine/ or tests/)" if meta["uncommitted_engine_or_test_changes"] else ""
-    out = [f"Command: `python -m mutation {' '.join(meta['argv'])}`".replace("mutation ` ", "mutation`"),
-           f"at commit `{meta['commit'][:12]}` ({meta['commit_subject']}){dirty}; mutmut {meta['mutmut']}, "
-           f"Python {meta['python']}, {meta['nproc']} CPUs, {meta['max_children']} mutants at once; load average "
-           f"{load} at the start and {load_end} at the end; **{meta['seconds'] / 60:.1f} minutes** in all.", "",
-           "| group | mode | mutants | seconds |", "|---|---|--:|--:|"]
+    out = [f"- `python -m mutation {' '.join(meta['argv'])}` at commit `{meta['commit'][:12]}`{dirty}: "
+           f"mutmut {meta['mutmut']}, Python {meta['python']}, {meta['nproc']} CPUs, {meta['max_children']} mutants "
+           f"at once, load average {load} at the start and {load_end} at the end, "
+           f"{meta['seconds'] / 60:.1f} minutes:"]
     for g in doc["groups"]:
         mode = "pure Python" if g["pure_python"] else "compiled kernels"
-        out.append(f"| {g['name']} | {mode} | {len(g['mutants'])} | {g['seconds']:.0f} |")
-    out += ["", "| module | mutants | killed | timeout | survived | suspicious | no tests | other | equivalent | score |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for r in doc["modules"]:
-        score = "-" if r["score"] is None else f"{r['score']:.1f}%"
-        out.append(f"| {r['module']} | {r['mutants']} | " + " | ".join(str(r[c]) for c in COLUMNS)
-                   + f" | {r['other']} | {r['equivalent']} | {score} |")
-    seen: dict[str, dict] = {}
-    for g in doc["groups"]:
-        for m in g["mutants"]:
-            if m["status"] in DETECTED:
-                seen[m["name"]] = m
-            elif not m.get("equivalent"):
-                seen.setdefault(m["name"], m)
-    missed = [m for m in seen.values() if m["status"] not in DETECTED]
-    out += ["", f"### Not detected and not equivalent ({len(missed)})", ""]
+        out.append(f"  - group `{g['name']}` ({mode}): {len(g['mutants'])} mutants in {g['seconds']:.0f} s")
+    return out
+
+
+def run_markdown(docs: list[dict]) -> str:
+    """Results JSONs of one or more runs (``--out``) as MUTATION.md's measurement section: which runs, each
+    group's time, the table, and every mutant not detected with its known cause, judged against today's lists of
+    equivalents and known survivors."""
+    results = [r for doc in docs for r in results_from_json(doc)]
+    out = ["Runs:", ""]
+    for doc in docs:
+        out += _run_header(doc)
+    out += ["", f"Groups' time in all: **{sum(r.seconds for r in results) / 60:.1f} minutes**.", "",
+            table(scores(results)), ""]
+    missed = undetected(results)
+    out += [f"### Not detected and not equivalent ({len(missed)}; "
+            f"{sum(survivor_cause(m) is None for m in missed)} without a known cause)", ""]
     for m in missed:
-        change = " / ".join(m["removed"]) + "` -> `" + " / ".join(m["added"])
-        cause = m.get("known_cause") or "**no known cause**"
-        out.append(f"- {m['status']}: `{m['module']}:{m['function']}`: `{change}`: {cause}")
+        change = " / ".join(m.removed) + "` -> `" + " / ".join(m.added)
+        out.append(f"- {m.status}: `{m.module}:{m.function}`: `{change}`: "
+                   f"{survivor_cause(m) or '**no known cause**'}")
     return "\n".join(out) + "\n"

@@ -38,26 +38,28 @@ def test_known_survivors_count_against_the_score_and_equivalents_do_not(monkeypa
     assert "- `f`: `b = 1` -> `b = 2`: only a power loss shows it" in report.equivalents_markdown((known,))
 
 
-def test_a_run_renders_as_markdown_with_every_mutant_not_detected():
-    mutant = {"name": f"{MODULE}.x_f__mutmut_1", "module": MODULE, "function": "f", "removed": ["a = 1"],
-              "added": ["a = 2"]}
-    doc = {"meta": {"argv": ["--fail-under", "90"], "commit": "0123456789abcdef", "commit_subject": "s",
-                    "uncommitted_engine_or_test_changes": False, "mutmut": "3.8.1", "python": "3.11.7", "nproc": 2,
-                    "max_children": 2, "loadavg_at_start": [0.5, 0.5, 0.5], "loadavg_at_end": [1, 1, 1],
-                    "seconds": 600.0},
-           "modules": [{"module": MODULE, "mutants": 3, "killed": 1, "timeout": 0, "survived": 2, "suspicious": 0,
-                        "no tests": 0, "other": 0, "equivalent": 1, "score": 50.0}],
-           "groups": [{"name": "g", "pure_python": True, "seconds": 12.3, "mutants": [
-               dict(mutant, status="survived", equivalent=None, known_cause="power loss only"),
-               dict(mutant, name=mutant["name"] + "0", status="survived", equivalent="same program",
-                    known_cause=None),
-               dict(mutant, name=mutant["name"] + "1", status="killed", equivalent=None, known_cause=None)]},
-               {"name": "g-kernels", "pure_python": False, "seconds": 1.0, "mutants": [
-                   dict(mutant, name=mutant["name"] + "1", status="survived", equivalent=None, known_cause=None)]}]}
-    text = report.run_markdown(doc)
-    assert text.startswith("Command: `python -m mutation --fail-under 90`\nat commit `0123456789ab`")
-    assert "**10.0 minutes**" in text and "| g | pure Python | 3 | 12 |" in text
-    assert f"| {MODULE} | 3 | 1 | 0 | 2 | 0 | 0 | 0 | 1 | 50.0% |" in text
-    # the equivalent is left out, and a mutant the other pass killed is not listed
-    assert text.endswith("### Not detected and not equivalent (1)\n\n"
+
+def test_runs_render_as_markdown_judged_against_todays_lists(monkeypatch):
+    monkeypatch.setattr(report, "EQUIVALENT", (Equivalent(MODULE, "f", "a = 1", "a = 3", "same program"),))
+    monkeypatch.setattr(report, "KNOWN_SURVIVORS", (Equivalent(MODULE, "f", "a = 1", "a = 2", "power loss only"),))
+    mutant = {"module": MODULE, "function": "f", "removed": ["a = 1"]}
+    meta = {"argv": ["--fail-under", "90"], "commit": "0123456789abcdef", "commit_subject": "s",
+            "uncommitted_engine_or_test_changes": False, "mutmut": "3.8.1", "python": "3.11.7", "nproc": 2,
+            "max_children": 2, "loadavg_at_start": [0.5, 0.5, 0.5], "loadavg_at_end": [1, 1, 1], "seconds": 600.0}
+    group = {"name": "g", "modules": ["storage_engine/segment/checkpoint.py"], "tests": [], "functions": [],
+             "pure_python": True, "seconds": 540.0}
+    doc = {"meta": meta, "groups": [
+        dict(group, mutants=[dict(mutant, name=f"{MODULE}.x_f__mutmut_1", added=["a = 2"], status="survived"),
+                             dict(mutant, name=f"{MODULE}.x_f__mutmut_2", added=["a = 3"], status="survived"),
+                             dict(mutant, name=f"{MODULE}.x_f__mutmut_3", added=["a = 4"], status="survived"),
+                             dict(mutant, name=f"{MODULE}.x_f__mutmut_4", added=["a = 5"], status="killed")]),
+        dict(group, name="g-kernels", pure_python=False, seconds=60.0,
+             mutants=[dict(mutant, name=f"{MODULE}.x_f__mutmut_3", added=["a = 4"], status="killed")])]}
+    text = report.run_markdown([doc])
+    assert text.startswith("Runs:\n\n- `python -m mutation --fail-under 90` at commit `0123456789ab`: ")
+    assert "  - group `g` (pure Python): 4 mutants in 540 s" in text and "**10.0 minutes**" in text
+    # mutant 3 is detected by the kernel pass; mutant 2 is equivalent: 2 detected of 3 judged
+    [row] = [line for line in text.splitlines() if line.startswith(f"| {MODULE} ")]
+    assert [c.strip() for c in row.strip("|").split("|")][1:] == ["4", "2", "0", "2", "0", "0", "0", "1", "66.7%"]
+    assert text.endswith("### Not detected and not equivalent (1; 0 without a known cause)\n\n"
                          f"- survived: `{MODULE}:f`: `a = 1` -> `a = 2`: power loss only\n")
