@@ -28,8 +28,9 @@ def equivalent_reason(m: Mutant) -> str | None:
 
 
 def survivor_cause(m: Mutant) -> str | None:
-    """Why no test here kills this mutant (``mutation/survivors.py``), or None: it still counts against the score."""
-    if m.status != "survived":
+    """Why no test here kills this mutant (``mutation/survivors.py``), or None: it still counts against the score.
+    Only a mutant that survived, or that no test of its group runs, can have one."""
+    if m.status not in ("survived", "no tests"):
         return None
     return next((e.reason for e in KNOWN_SURVIVORS if matches(e, m)), None)
 
@@ -110,7 +111,8 @@ def unused_equivalents(results: list[GroupResult], listed: tuple[Equivalent, ...
     """Listed entries (equivalents, or with ``KNOWN_SURVIVORS`` the explained survivors) that matched no survivor
     of the modules this run covered (stale entries)."""
     all_mutants = merged(results)
-    survivors = [m for mine in all_mutants.values() for m in mine if m.status == "survived"]
+    statuses = ("survived",) if listed is EQUIVALENT else ("survived", "no tests")
+    survivors = [m for mine in all_mutants.values() for m in mine if m.status in statuses]
     return [e for e in listed if e.module in all_mutants and not any(matches(e, m) for m in survivors)]
 
 

@@ -31,7 +31,8 @@ def test_known_survivors_count_against_the_score_and_equivalents_do_not(monkeypa
     assert row.score == pytest.approx(50.0)
     assert [m.name[-1] for m in report.undetected(results)] == ["4", "5"]
     assert report.survivor_cause(mutants[3]) == "only a power loss shows it"
-    assert report.survivor_cause(mutants[4]) is None          # only a survivor can have a known cause
+    assert report.survivor_cause(mutants[4]) == "only a power loss shows it"    # no test of the group runs it
+    assert report.survivor_cause(_mutant(6, "killed", "b = 1", "b = 2")) is None
     assert "known: only a power loss shows it" in report.describe(mutants[3])
     stale = Equivalent(MODULE, "f", "c = 1", "c = 2", "gone")
     assert report.unused_equivalents(results, (known, stale)) == [stale]
