@@ -179,8 +179,10 @@ MANIFEST = "keymap.json"
 
 class SortedHashOffsetMap:
     """A key map loaded from Parquet files (columns ``key_hash_hi``, ``key_hash_lo``, ``offset``: int64), held
-    as three numpy arrays sorted by (high, low) hash: 24 bytes per distinct key and no Python object per key, so
-    100 million keys take about 2.4 GB. The Spark job writes the files already sorted, one hash range per
+    as three numpy arrays sorted by (high, low) hash: the two int64 halves of the hash and the offsets, stored as
+    uint32 relative to a base offset when they span less than 2**32 (always, for a map of fewer than 2**32
+    offsets): 20 bytes per distinct key (24 with int64 offsets) and no Python object per key, so 100 million
+    keys take about 2 GB. The Spark job writes the files already sorted, one hash range per
     directory ``data/bucket=<n>`` in ascending ``n`` (:func:`map_files` gives their order), so loading is a copy
     plus one pass that checks the order; files from any other writer are sorted here instead.
 
@@ -191,7 +193,10 @@ class SortedHashOffsetMap:
     The directory also holds ``keymap.json`` (written by the Spark job): the offset range it covers. The map
     covers all of it, so :attr:`latest_offset` = end offset - 1 (no partial rounds)."""
 
-    def __init__(self, hi, lo, offsets, start_offset: int, end_offset: int, manifest: dict | None = None):
+    def __init__(self, hi, lo, offsets, start_offset: int, end_offset: int, manifest: dict | None = None, *,
+                 offset_base: int | None = None):
+        """``offsets``: each key's absolute offset (int64), or, with ``offset_base``, uint32 offsets relative to it
+        (what :meth:`load` builds)."""
         if not _is_sorted(hi, lo):
             import numpy as np
             # Reorder one column at a time so that at most one extra column exists besides the sort order:
@@ -201,7 +206,9 @@ class SortedHashOffsetMap:
             lo = lo[order]
             offsets = offsets[order]
             del order
-        self._hi, self._lo, self._off = hi, lo, offsets
+        if offset_base is None:
+            offsets, offset_base = _narrow(offsets)
+        self._hi, self._lo, self._off, self._base = hi, lo, offsets, offset_base
         self._index: tuple | None = None
         self.start_offset = start_offset
         self.end_offset = end_offset
@@ -218,10 +225,16 @@ class SortedHashOffsetMap:
     def nbytes(self) -> int:
         return self._hi.nbytes + self._lo.nbytes + self._off.nbytes
 
+    def offsets(self):
+        """Each key's offset (int64), in the order of the hashes."""
+        import numpy as np
+        return self._off.astype(np.int64) + self._base
+
     @property
     def kernel_spec(self) -> tuple | None:
-        """What the compiled cleaner probes: (1, hi, lo, offsets, bucket starts, bits); None without the kernels
-        or when a subclass answers get() itself."""
+        """What the compiled cleaner probes: (1, hi, lo, offsets, bucket starts, bits), or with uint32 offsets
+        (2, hi, lo, offsets, bucket starts, bits, base); None without the kernels or when a subclass answers get()
+        itself."""
         kernels = _records.KERNELS
         if kernels is None or type(self).get is not SortedHashOffsetMap.get:
             return None
@@ -230,7 +243,10 @@ class SortedHashOffsetMap:
             starts = kernels.sorted_check_and_index(self._hi, self._lo, bits)
             if starts is None:
                 raise StorageError("key map arrays are not strictly sorted by hash (a duplicate key hash?)")
-            self._index = (1, self._hi, self._lo, self._off, starts, bits)
+            if self._off.dtype == "uint32":
+                self._index = (2, self._hi, self._lo, self._off, starts, bits, self._base)
+            else:
+                self._index = (1, self._hi, self._lo, self._off, starts, bits)
         return self._index
 
     @classmethod
@@ -262,7 +278,11 @@ class SortedHashOffsetMap:
         counts = [pq.ParquetFile(f).metadata.num_rows for f in files]
         total = sum(counts)
         columns = ("key_hash_hi", "key_hash_lo", "offset")
-        arrays = [np.empty(total, dtype=np.int64) for _ in columns]
+        # Every offset lies in [start, end) (checked per chunk), so when the range spans less than 2**32 the offsets
+        # are held in 32 bits, relative to start.
+        narrow = end - start <= _U32_SPAN
+        arrays = [np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64),
+                  np.empty(total, dtype=np.uint32 if narrow else np.int64)]
         pos = 0
         for part_file, n in zip(files, counts):
             end_pos = pos + n
@@ -274,14 +294,20 @@ class SortedHashOffsetMap:
                     for dest, name in zip(arrays, columns):
                         at = pos
                         for chunk in t.column(name).chunks:
-                            at += _copy_int64(chunk, dest, at, part_file, name, pa)
+                            values = _int64_values(chunk, part_file, name, pa)
+                            if name == "offset":
+                                _check_offsets(values, start, end, part_file)
+                                if narrow:
+                                    values = values - start
+                            dest[at:at + len(values)] = values
+                            at += len(values)
                     pos += t.num_rows
                     del t
             if pos != end_pos:
                 raise StorageError(f"key map file {part_file} holds {n - (end_pos - pos)} rows, its footer says {n}")
             pa.default_memory_pool().release_unused()
         hi, lo, off = arrays
-        return cls(hi, lo, off, start, end, manifest)
+        return cls(hi, lo, off, start, end, manifest, offset_base=start if narrow else 0)
 
     def get(self, key: bytes) -> int:
         kernels, spec = _records.KERNELS, self.kernel_spec
@@ -295,7 +321,7 @@ class SortedHashOffsetMap:
         n = len(self._hi)
         while i < n and self._hi[i] == hi:
             if self._lo[i] == lo:
-                return int(self._off[i])
+                return int(self._off[i]) + self._base
             if self._lo[i] > lo:
                 break
             i += 1
@@ -316,16 +342,41 @@ class SortedHashOffsetMap:
         self.latest_offset = offset
 
 
-def _copy_int64(chunk, dest, at: int, path: str, name: str, pa) -> int:
-    """Copy one Arrow array of int64 (no nulls; other integer types are cast) into ``dest[at:]``; returns its length."""
+_U32_SPAN = 1 << 32
+
+
+def _int64_values(chunk, path: str, name: str, pa):
+    """One Arrow array of int64 (no nulls; other integer types are cast) as a numpy view of its buffer."""
     import numpy as np
     if chunk.null_count:
         raise StorageError(f"key map file {path}: column {name} has null values")
     if chunk.type != pa.int64():
         chunk = chunk.cast(pa.int64())
-    n = len(chunk)
-    dest[at:at + n] = np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=n, offset=chunk.offset * 8)
-    return n
+    return np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
+
+
+def _check_offsets(values, start: int, end: int, path: str) -> None:
+    """Every offset of a key map lies in the range its manifest says it covers, [start, end)."""
+    if len(values):
+        low, high = int(values.min()), int(values.max())
+        if low < start or high >= end:
+            bad = low if low < start else high
+            raise StorageError(f"key map file {path}: offset {bad} is outside the map's range [{start}, {end})")
+
+
+def _narrow(offsets) -> tuple:
+    """Absolute int64 offsets as (uint32 offsets relative to their minimum, that minimum) when they span less than
+    2**32, else unchanged with base 0."""
+    import numpy as np
+    if len(offsets) == 0:
+        return np.empty(0, dtype=np.uint32), 0
+    base = int(offsets.min())
+    if int(offsets.max()) - base >= _U32_SPAN:
+        return offsets, 0
+    out = np.empty(len(offsets), dtype=np.uint32)
+    for s in range(0, len(offsets), 1 << 20):      # a few MiB of temporaries at a time
+        out[s:s + (1 << 20)] = offsets[s:s + (1 << 20)] - base
+    return out, base
 
 
 def _is_sorted(hi, lo, chunk: int = 1 << 22) -> bool:

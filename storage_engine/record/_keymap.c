@@ -10,9 +10,11 @@
  * factor. offset_map.py holds the same algorithm in Python (_py_table_put/_py_table_get); the differential
  * tests require both to leave identical bytes in the buffer.
  *
- * The sorted map (SortedHashOffsetMap: the Spark-built map) is three int64 arrays sorted by (high, low) plus a
- * bucket index: starts[b] is the first entry whose high hash falls into bucket b (the top `bits` bits of the
- * high hash, in signed order), so a probe is a short binary search inside one bucket.
+ * The sorted map (SortedHashOffsetMap: the Spark-built map) is two int64 hash arrays sorted by (high, low) and
+ * the offsets, plus a bucket index: starts[b] is the first entry whose high hash falls into bucket b (the top
+ * `bits` bits of the high hash, in signed order), so a probe is a short binary search inside one bucket. The
+ * offsets are int64 (kind 1), or uint32 relative to a base offset (kind 2: 20 bytes per key instead of 24, for
+ * maps whose offsets span less than 2**32).
  *
  * Functions (all take and return plain ints and buffers):
  *   key_hash(key) -> (hi, lo)
@@ -24,7 +26,7 @@
  *   sorted_check_and_index(hi, lo, bits) -> bytes of 2**bits + 1 native int64 starts, or None if not sorted
  *   sort_latest(rows) -> distinct: rows (writable, n x 3 native int64: high, low, offset) sorted in place by
  *       (high, low) in signed order, each hash's maximum offset kept, the `distinct` rows at the front
- * `spec` is (0, table, slots) or (1, hi, lo, offset, starts, bits).
+ * `spec` is (0, table, slots), (1, hi, lo, offset, starts, bits) or (2, hi, lo, offset32, starts, bits, base).
  */
 #define XXH_INLINE_ALL
 #include "vendor/xxhash.h"
@@ -152,7 +154,7 @@ sorted_get(const SpMap *m, int64_t hi, int64_t lo)
         }
     }
     if (left < m->n && m->hi[left] == hi && m->lo[left] == lo) {
-        return m->off[left];
+        return m->kind == 2 ? m->base + (int64_t)m->off32[left] : m->off[left];
     }
     return -1;
 }
@@ -162,6 +164,8 @@ sp_map_get(const SpMap *m, int64_t hi, int64_t lo)
 {
     return m->kind == 0 ? table_get_entry(m->table, m->slots, hi, lo) : sorted_get(m, hi, lo);
 }
+
+static int get_i64(PyObject *obj, int64_t *out);
 
 static int
 acquire(SpMap *m, PyObject *obj, int flags, Py_ssize_t min_len)
@@ -208,7 +212,7 @@ sp_map_acquire(SpMap *m, PyObject *spec)
         m->table = (int64_t *)m->views[0].buf;
         return 0;
     }
-    if (kind == 1 && PyTuple_GET_SIZE(spec) == 6) {
+    if ((kind == 1 && PyTuple_GET_SIZE(spec) == 6) || (kind == 2 && PyTuple_GET_SIZE(spec) == 7)) {
         long bits = PyLong_AsLong(PyTuple_GET_ITEM(spec, 5));
         if (bits == -1 && PyErr_Occurred()) {
             return -1;
@@ -218,14 +222,19 @@ sp_map_acquire(SpMap *m, PyObject *spec)
             return -1;
         }
         m->bits = (int)bits;
+        m->base = 0;
+        if (kind == 2 && get_i64(PyTuple_GET_ITEM(spec, 6), &m->base) < 0) {
+            return -1;
+        }
         for (int i = 1; i <= 4; i++) {
             if (acquire(m, PyTuple_GET_ITEM(spec, i), PyBUF_SIMPLE, 0) < 0) {
                 sp_map_release(m);
                 return -1;
             }
         }
+        const Py_ssize_t off_width = kind == 2 ? 4 : 8;
         m->n = (uint64_t)(m->views[0].len / 8);
-        if (m->views[1].len / 8 != (Py_ssize_t)m->n || m->views[2].len / 8 != (Py_ssize_t)m->n ||
+        if (m->views[1].len / 8 != (Py_ssize_t)m->n || m->views[2].len / off_width != (Py_ssize_t)m->n ||
             m->views[3].len / 8 != ((Py_ssize_t)1 << bits) + 1) {
             sp_map_release(m);
             PyErr_SetString(PyExc_ValueError, "sorted key map columns differ in length");
@@ -233,11 +242,14 @@ sp_map_acquire(SpMap *m, PyObject *spec)
         }
         m->hi = (const int64_t *)m->views[0].buf;
         m->lo = (const int64_t *)m->views[1].buf;
-        m->off = (const int64_t *)m->views[2].buf;
+        m->off = kind == 1 ? (const int64_t *)m->views[2].buf : NULL;
+        m->off32 = kind == 2 ? (const uint32_t *)m->views[2].buf : NULL;
         m->starts = (const int64_t *)m->views[3].buf;
         return 0;
     }
-    PyErr_SetString(PyExc_ValueError, "key map spec must be (0, table, slots) or (1, hi, lo, offset, starts, bits)");
+    PyErr_SetString(PyExc_ValueError,
+                    "key map spec must be (0, table, slots), (1, hi, lo, offset, starts, bits) or "
+                    "(2, hi, lo, offset32, starts, bits, base)");
     return -1;
 }
 

@@ -253,12 +253,14 @@ uint32_t sp_crc32c(const uint8_t *buf, size_t len);
 
 /* A key map to probe: the in-process open-addressing table, or a sorted map (three arrays + bucket starts). */
 typedef struct {
-    int kind;                 /* 0 table, 1 sorted */
+    int kind;                 /* 0 table, 1 sorted, 2 sorted with 32-bit offsets relative to `base` */
     Py_buffer views[4];
     int held;                 /* buffers acquired */
     int64_t *table;
     uint64_t slots;
     const int64_t *hi, *lo, *off, *starts;
+    const uint32_t *off32;    /* kind 2: offset = base + off32[i] */
+    int64_t base;
     uint64_t n;
     int bits;
 } SpMap;

@@ -378,7 +378,7 @@ def test_loader_reads_row_groups_and_other_integer_columns(tmp_path):
     (tmp_path / "km" / "keymap.json").write_text(json.dumps({"start_offset": 0, "end_offset": 3000}))
     m = SortedHashOffsetMap.load(str(tmp_path / "km"))
     assert m.size == 1000 and m._hi.tolist() == hi.tolist() and m._lo.tolist() == lo.tolist()
-    assert m._off.tolist() == off.tolist()
+    assert m.offsets().tolist() == off.tolist()
     pq.write_table(pa.table({"key_hash_hi": pa.array([5], pa.int64()), "key_hash_lo": pa.array([1], pa.int64()),
                              "offset": pa.array([None], pa.int64())}),
                    tmp_path / "km" / "data" / "bucket=2" / "part.parquet")

@@ -105,12 +105,12 @@ def test_loaded_map_answers_the_latest_offset_of_each_key(tmp_path):
     assert m.size == m.max_entries == 60
     assert (m.start_offset, m.end_offset, m.latest_offset) == (10, 250, 249)   # the whole range: no partial round
     assert m.manifest == {"topic": "kv", "partition": 3, "start_offset": 10, "end_offset": 250}
-    assert m.utilization == 1.0 and m.nbytes == 60 * 24
+    assert m.utilization == 1.0 and m.nbytes == 60 * 20          # two int64 hash halves, a uint32 offset
     assert [m.get(k) for k in keys] == list(keys.values())
     assert m.get(b"absent") == -1 and m.get_many([b"k0", b"absent", b"k59"]) == [10, -1, 187]
     rows = key_rows(keys.items())
     assert m._hi.tolist() == [r[0] for r in rows] and m._lo.tolist() == [r[1] for r in rows]
-    assert m._off.tolist() == [r[2] for r in rows]
+    assert m.offsets().tolist() == [r[2] for r in rows]
 
 
 def test_rows_of_another_writer_are_sorted_on_load(tmp_path):
@@ -121,12 +121,12 @@ def test_rows_of_another_writer_are_sorted_on_load(tmp_path):
     write_part(os.path.join(out, "data", "part-1.parquet"), rows[25:], offset_type=pa.int32())
     write_manifest(out, start_offset=0, end_offset=40)
     m = SortedHashOffsetMap.load(out)
-    assert m._hi.tolist() == [r[0] for r in rows[::-1]] and m._off.tolist() == [r[2] for r in rows[::-1]]
+    assert m._hi.tolist() == [r[0] for r in rows[::-1]] and m.offsets().tolist() == [r[2] for r in rows[::-1]]
     assert [m.get(k) for k, _ in keys] == [o for _, o in keys]
 
 
 def test_many_row_groups_and_an_empty_bucket(tmp_path):
-    rows = [(h, h * 7, h * 2) for h in range(-300, 300)]
+    rows = [(h, h * 7, h * 2 + 600) for h in range(-300, 300)]
     out = str(tmp_path / "km")
     write_part(os.path.join(out, "data", "bucket=0", "p.parquet"), rows[:250], row_group_size=16)
     write_part(os.path.join(out, "data", "bucket=1", "p.parquet"), [])
@@ -134,7 +134,7 @@ def test_many_row_groups_and_an_empty_bucket(tmp_path):
     write_manifest(out, start_offset=0, end_offset=1200)
     m = SortedHashOffsetMap.load(out)
     assert m.size == 600
-    assert list(zip(m._hi.tolist(), m._lo.tolist(), m._off.tolist())) == rows
+    assert list(zip(m._hi.tolist(), m._lo.tolist(), m.offsets().tolist())) == rows
 
 
 def test_an_empty_map(tmp_path):
@@ -204,13 +204,62 @@ def test_a_map_of_the_expected_range_loads(tmp_path, start, end):
 
 def test_duplicate_hashes_are_refused_by_the_compiled_probe(tmp_path, kernels):
     out = str(tmp_path / "km")
-    write_part(os.path.join(out, "data", "p.parquet"), [(1, 1, 1), (1, 1, 2), (2, 0, 3)])
+    write_part(os.path.join(out, "data", "p.parquet"), [(1, 1, 11), (1, 1, 12), (2, 0, 13)])
     write_manifest(out)
     m = SortedHashOffsetMap.load(out)
     if kernels == "c":
         with pytest.raises(StorageError) as err:
             m.get(b"a")
         assert str(err.value) == "key map arrays are not strictly sorted by hash (a duplicate key hash?)"
+
+
+# -- the offsets' width -----------------------------------------------------------------------------------------
+# Kafka's SkimpyOffsetMap holds 24 bytes per entry (a 16-byte MD5 and an 8-byte offset). Every offset of a key map
+# lies in the range it covers, so a map spanning fewer than 2**32 offsets holds them in 32 bits relative to its
+# start: 20 bytes per key. Wider ranges keep 64-bit offsets.
+
+@pytest.mark.parametrize("start, end, width", [
+    (10**12, 10**12 + 500, 4),                 # offsets far above 2**32, a narrow range
+    (7, 7 + 2**32, 4),                         # the widest range 32 bits hold: the last delta is 2**32 - 1
+    (7, 8 + 2**32, 8),                         # one offset more
+])
+def test_offsets_are_held_relative_to_the_start_when_the_range_allows(tmp_path, start, end, width, kernels):
+    keys = {b"first": start, b"mid": start + 3, b"last": end - 1}
+    out = str(tmp_path / "km")
+    write_part(os.path.join(out, "data", "p.parquet"), key_rows(keys.items()))
+    write_manifest(out, start_offset=start, end_offset=end)
+    m = SortedHashOffsetMap.load(out)
+    assert m._off.dtype.itemsize == width and m.nbytes == 3 * (16 + width)
+    if kernels == "c":          # the compiled probe reads the 32-bit layout itself
+        assert m.kernel_spec[0] == (2 if width == 4 else 1)
+    assert [m.get(k) for k in keys] == list(keys.values())
+    assert m.get_many([b"last", b"absent", b"first"]) == [end - 1, -1, start]
+    assert sorted(m.offsets().tolist()) == sorted(keys.values())
+
+
+@pytest.mark.parametrize("offset", [9, 250, -1])
+def test_an_offset_outside_the_range_the_map_covers_is_refused(tmp_path, offset):
+    # the manifest says the map covers [10, 250): a row outside it is not a record of that range
+    out = str(tmp_path / "km")
+    part = os.path.join(out, "data", "bucket=0", "p.parquet")
+    write_part(part, [(1, 0, 10), (2, 0, offset), (3, 0, 249)])
+    write_manifest(out)
+    with pytest.raises(StorageError) as err:
+        SortedHashOffsetMap.load(out)
+    assert str(err.value) == f"key map file {part}: offset {offset} is outside the map's range [10, 250)"
+
+
+@pytest.mark.parametrize("offsets, width, base", [
+    ([2**40 + 5, 2**40, 2**40 + 2**32 - 1], 4, 2**40),   # 32 bits relative to the smallest offset
+    ([0, 2**32, 1], 8, 0),                                # a span of 2**32 does not fit
+    ([], 4, 0),
+])
+def test_a_map_built_from_absolute_offsets_narrows_them_when_it_can(offsets, width, base):
+    n = len(offsets)
+    m = SortedHashOffsetMap(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                            np.array(offsets, dtype=np.int64), 0, 2**41)
+    assert (m._off.dtype.itemsize, m._base) == (width, base)
+    assert m.offsets().tolist() == offsets and m.nbytes == n * (16 + width)
 
 
 def test_a_prebuilt_map_cannot_be_cleared(tmp_path):
@@ -255,8 +304,8 @@ def test_a_file_whose_footer_miscounts_its_rows_is_refused(tmp_path, says, messa
     # the columns are sized from the footers: a file holding another count than its footer says is corrupt
     out = str(tmp_path / "km")
     part = os.path.join(out, "data", "bucket=1", "p.parquet")
-    write_part(os.path.join(out, "data", "bucket=0", "p.parquet"), [(-5, 0, 1), (-4, 0, 2)])
-    write_part(part, [(h, 0, h) for h in range(100)])
+    write_part(os.path.join(out, "data", "bucket=0", "p.parquet"), [(-5, 0, 11), (-4, 0, 12)])
+    write_part(part, [(h, 0, h + 20) for h in range(100)])
     footer_says(part, 100, says)
     write_manifest(out)
     with pytest.raises(StorageError) as err:
@@ -294,22 +343,22 @@ def test_rows_out_of_hash_order_are_sorted_by_high_then_low_half(hi, lo, kernels
     m = SortedHashOffsetMap(np.array(hi, dtype=np.int64), np.array(lo, dtype=np.int64), np.array(off, dtype=np.int64),
                             0, 1000)
     want = sorted(zip(hi, lo, off))
-    assert list(zip(m._hi.tolist(), m._lo.tolist(), m._off.tolist())) == want
+    assert list(zip(m._hi.tolist(), m._lo.tolist(), m.offsets().tolist())) == want
 
 
 def test_probe_among_keys_sharing_the_high_half(tmp_path, kernels):
     # Entries with the probed key's high hash half but other low halves (any writer's rows, not only 128-bit
     # hashes of real keys): the probe scans that run in low-half order and stops at the first larger one
     hi, lo = key_hash(b"a")
-    below = [(hi - 1, 0, 1), (hi - 1, 1, 2)]
-    rows = below + [(hi, lo - 1, 3), (hi, lo, 4), (hi, lo + 1, 5)]
+    below = [(hi - 1, 0, 11), (hi - 1, 1, 12)]
+    rows = below + [(hi, lo - 1, 13), (hi, lo, 14), (hi, lo + 1, 15)]
     out = str(tmp_path / "km")
     write_part(os.path.join(out, "data", "p.parquet"), rows)
     write_manifest(out)
     m = SortedHashOffsetMap.load(out)
-    assert m.get(b"a") == 4 and m.get_many([b"a"]) == [4]
+    assert m.get(b"a") == 14 and m.get_many([b"a"]) == [14]
     out2 = str(tmp_path / "km2")
-    write_part(os.path.join(out2, "data", "p.parquet"), below + [(hi, lo - 2, 3), (hi, lo - 1, 4), (hi, lo + 1, 5)])
+    write_part(os.path.join(out2, "data", "p.parquet"), below + [(hi, lo - 2, 13), (hi, lo - 1, 14), (hi, lo + 1, 15)])
     write_manifest(out2)
     m2 = SortedHashOffsetMap.load(out2)
     assert m2.get(b"a") == -1 and m2.get_many([b"a", b"b"]) == [-1, -1]
@@ -328,13 +377,13 @@ class CountingMap(SortedHashOffsetMap):
 
 
 def test_a_subclass_answering_get_itself_is_probed_in_python(tmp_path, kernels):
-    keys = {b"k%d" % i: i for i in range(50)}
+    keys = {b"k%d" % i: 10 + i for i in range(50)}
     out = spark_layout(tmp_path, keys.items())
     loaded = SortedHashOffsetMap.load(out)
-    m = CountingMap(loaded._hi, loaded._lo, loaded._off, 10, 250)
+    m = CountingMap(loaded._hi, loaded._lo, loaded.offsets(), 10, 250)
     assert m.kernel_spec is None
     assert [m.get(k) for k in keys] == list(keys.values()) and m.probes == 50
-    assert m.get_many([b"k3", b"nope", b"k49"]) == [3, -1, 49]
+    assert m.get_many([b"k3", b"nope", b"k49"]) == [13, -1, 59]
 
 
 def test_order_check_in_windows_finds_every_pair_out_of_order(kernels):
