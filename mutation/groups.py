@@ -90,6 +90,8 @@ GROUPS: tuple[Group, ...] = (
            "storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
           _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_rules.py", "maintenance/test_cleaner_txn.py",
              "maintenance/test_record_filter.py",
+             # the key map's limits and Robin Hood layout, the record filter's edges, under both implementations
+             "maintenance/test_offset_map_rules.py", "maintenance/test_record_filter_rules.py",
              # the key map read from the Spark job's Parquet layout, written here with pyarrow (no JVM)
              "maintenance/test_key_map_files.py",
              # CleanedTransactionMetadata and checkBatchRetention one batch at a time
@@ -124,7 +126,8 @@ KERNEL_GROUPS: tuple[Group, ...] = (
           pure_python=False),
     Group("cleaner-kernels",
           ("storage_engine/maintenance/offset_map.py", "storage_engine/maintenance/record_filter.py"),
-          _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_txn.py", "maintenance/test_record_filter.py"),
+          _t("maintenance/test_cleaner.py", "maintenance/test_cleaner_txn.py", "maintenance/test_record_filter.py",
+             "maintenance/test_offset_map_rules.py", "maintenance/test_record_filter_rules.py"),
           functions=("storage_engine/maintenance/record_filter.py:map_batch",
                      "storage_engine/maintenance/record_filter.py:filter_batch",
                      "storage_engine/maintenance/record_filter.py:_compiled_result",
