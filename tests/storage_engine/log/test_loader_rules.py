@@ -1087,3 +1087,42 @@ def test_a_load_dies_at_its_crash_steps_and_the_next_load_recovers(log_dir, step
     log, res = _unclean_reopen(log_dir, cfg, 0)
     assert res.bytes_truncated == 2 and log.log_end_offset == 10
     log.close(clean=True)
+
+
+def test_a_recorded_swap_completed_at_load_stamps_the_deleted_files_with_the_load_time(log_dir):
+    """A cleaner that died after its new segment became ``.swap`` (``swap.swap-ready``) left a pending-change record;
+    the next load completes the swap as Kafka's LogLoader does with ``.swap`` files (the old segments are renamed
+    ``.deleted``, the ``.swap`` gets its final name). Each ``.deleted`` file's mtime is the load's time: its
+    file.delete.delay.ms counts from then, so it is not removed by this load."""
+    from storage_engine.log import intent
+    size = len(batch(0, "a", timestamp=T0))
+    log, _ = open_log(log_dir, config(segment_bytes=2 * size), now_ms=T0)
+    for i in range(5):
+        log.append_batches(batch(i, "a", timestamp=T0))
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+    log.close(clean=True)
+    pdir = partition_dir(log_dir)
+    ino = lambda base, suffix: os.stat(segment_path(pdir, base, suffix)).st_ino  # noqa: E731
+    # the cleaned segment: the records of segments 0 and 2 in one .log at base 0, already named .swap
+    merged = b"".join(open(segment_path(pdir, base), "rb").read() for base in (0, 2))
+    swap_log = segment_path(pdir, 0, layout.LOG_SUFFIX, layout.SWAP_SUFFIX)
+    with open(swap_log, "wb") as f:
+        f.write(merged)
+    old = [[0, {s: ino(0, s) for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}],
+           [2, {s: ino(2, s) for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX,
+                                        layout.SNAPSHOT_SUFFIX)}]]
+    intent.write(str(log_dir), os.path.basename(pdir), "swap",
+                 {"new_base": 0, "new": {layout.LOG_SUFFIX: os.stat(swap_log).st_ino}, "old": old, "range_end": 4,
+                  "new_last_offset": 3, "new_size": len(merged), "delete_after": False})
+    now = T0 + 123_456
+    log, res = open_log(log_dir, config(segment_bytes=2 * size), now_ms=now)
+    assert [s.base_offset for s in log.segments] == [0, 4]
+    assert [o for o, _ in read_all(log)] == [0, 1, 2, 3, 4]
+    assert any(m.startswith("completed the swap of segments [0, 2] into a cleaned segment at 0") for m in res.messages)
+    deleted = sorted(n for n in os.listdir(pdir) if n.endswith(layout.DELETED_SUFFIX))
+    assert deleted == sorted(os.path.basename(segment_path(pdir, b, s, layout.DELETED_SUFFIX)) for b, inodes in old
+                             for s in inodes)
+    for name in deleted:
+        assert round(os.stat(os.path.join(pdir, name)).st_mtime * 1000) == now, name
+    assert not intent.exists(str(log_dir), os.path.basename(pdir))
+    log.close(clean=True)

@@ -1129,3 +1129,19 @@ def test_append_max_timestamp_starts_at_no_timestamp(logs):
     assert RecordBatch(bytes(below), 0).max_timestamp == -2
     info = log.append_batches(bytes(below))
     assert (info.first_offset, info.max_timestamp) == (1, -1)
+
+
+def test_truncation_deletes_only_the_producer_snapshots_above_the_new_end(logs):
+    """UnifiedLog.truncateTo -> ProducerStateManager.truncateAndReload: snapshots above the new log end go; the
+    truncation does not move the log start, so no snapshot below the end goes, one at offset 0 included (an empty
+    log's, as a clean close of a new log writes)."""
+    log = logs(config(segment_bytes=2 * size_of("a")))
+    assert log.producer_state.take_snapshot(force=True) is not None      # 00000000000000000000.snapshot
+    for _ in range(5):
+        log.append_records(recs("a", timestamp=T0))                       # rolls at 2 and 4 snapshot there
+    assert log.producer_state.snapshot_offsets() == [0, 2, 4]
+    assert log.truncate_to(3) is True
+    assert log.log_end_offset == 3
+    # 4 is gone; the producer state rebuilt at the new end is snapshotted there (3)
+    assert sorted(n for n in os.listdir(log.dir) if n.endswith(".snapshot")) == [
+        "00000000000000000000.snapshot", "00000000000000000002.snapshot", "00000000000000000003.snapshot"]

@@ -604,13 +604,14 @@ def test_an_append_may_fill_the_file_to_int32_max_bytes_and_not_past_it(tmp_path
     fr.close()
 
 
-def _die_in_child(step: str, path: str, data: bytes) -> int:
-    """Append ``data`` to a new .log in a forked child that dies at ``step``; the child's exit status."""
+def _die_in_child(step: str, path: str, data: bytes, stderr_path: str = os.devnull) -> int:
+    """Append ``data`` to a new .log in a forked child that dies at ``step``; the child's exit status (its stderr
+    goes to ``stderr_path``)."""
     from storage_engine import crashpoints
     pid = os.fork()
     if pid == 0:                                         # pragma: no cover - the child
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
             crashpoints.arm(step)
             from tests.storage_engine.helpers import open_segment
             seg = open_segment(os.path.dirname(path), 0)
@@ -634,9 +635,12 @@ def test_the_torn_append_crash_point_leaves_the_first_half_of_the_batch(tmp_path
     whole.close()
     assert expected == data
     path = str(tmp_path / "00000000000000000000.log")
-    status = _die_in_child("append.torn", path, data)
+    stderr_path = str(tmp_path / "stderr")
+    status = _die_in_child("append.torn", path, data, stderr_path)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert open(path, "rb").read() == expected[:len(expected) // 2]
+    # the dying process names its step on stderr, as every crash point does (the crash tests match on it)
+    assert open(stderr_path, "rb").read() == b"CRASHPOINT append.torn\n"
     os.remove(path)
     status = _die_in_child("append.written", path, data)  # the batch is whole, its index entries not written
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
@@ -846,6 +850,98 @@ def test_a_read_is_bounded_by_the_logical_size(new_file):
     assert fr.read(len(data), 100) == b""
     assert fr.read(len(data) + 10, 100) == b""
     assert fr.read(3, 4) == data[3:7]
+    assert fr.read(3, 0) == b""
+
+
+def test_a_read_of_a_preallocated_file_stops_at_the_logical_size(new_file):
+    """FileRecords.slice/readInto never go past ``sizeInBytes`` (the logical size): the zeroes of a preallocated tail
+    are not records, whatever the physical size of the file."""
+    data = three_batches()
+    fr = new_file(data, create=True, preallocate_bytes=4096)
+    assert (fr.size, fr.physical_size()) == (len(data), 4096)
+    assert fr.read(len(data) - 5, 100) == data[-5:]
+    assert fr.read(len(data), 100) == b""
+    assert fr.read(len(data) - 1, 1) == data[-1:]
+    assert [b.last_offset for b in fr.read_batches(0)] == [0, 1, 2]
+
+
+def test_a_read_between_two_positions_inside_the_file_stops_at_the_end_position(new_file):
+    """read_batches(start, end): the window read from ``start`` never covers bytes past ``end`` (Kafka's
+    FileRecords.slice(position, size) view), however large the window."""
+    data = b"".join(mixed_segment())
+    entries = [b.raw() for b in iter_batches(data)]
+    positions = [b.file_position for b in iter_batches(data)]
+    fr = new_file(data)
+    for window in (17, 4096, 10**6):
+        got = [b.raw() for b in fr.read_batches(positions[1], positions[3], window=window)]
+        assert got == entries[1:3], window
+        assert [b.file_position for b in fr.read_batches(positions[2], positions[4], window=window)] == positions[2:4]
+
+
+def _pread_log(monkeypatch) -> list[tuple[int, int]]:
+    """Record (size, position) of every os.pread from now on (the real call is made)."""
+    calls = []
+    real = os.pread
+
+    def logged(fd, size, position):
+        calls.append((size, position))
+        return real(fd, size, position)
+    monkeypatch.setattr(os, "pread", logged)
+    return calls
+
+
+def test_a_windowed_read_issues_one_pread_per_window_and_none_past_the_end(new_file, monkeypatch):
+    """FileLogInputStream reads an entry's 17-byte header (offset, size, magic) before the rest, and refuses a size
+    field below 14 from that header alone; a file read in windows takes one pread per window and none once its
+    end is reached."""
+    data = three_batches()
+    fr = new_file(data)
+    calls = _pread_log(monkeypatch)
+    assert [b.last_offset for b in fr.read_batches(0)] == [0, 1, 2]
+    assert calls == [(len(data), 0)]
+    one = len(data) // 3
+    calls.clear()
+    assert [b.last_offset for b in fr.read_batches(0, window=one)] == [0, 1, 2]
+    assert calls == [(one, 0), (one, one), (one, 2 * one)]
+    calls.clear()
+    assert list(fr.read_batches(len(data))) == [] and list(fr.read_batches(one, one)) == []
+    assert calls == []   # an empty range: the file is not read at all
+    # a size field of 13 at a window's end: refused from the header read, nothing more is read
+    bad = bytearray(data)
+    struct.pack_into(">i", bad, 8, 13)
+    bad_file = new_file(bytes(bad), name="00000000000000000100.log")
+    calls.clear()
+    with pytest.raises(CorruptRecordError) as err:
+        list(bad_file.read_batches(0, window=HEADER_SIZE_UP_TO_MAGIC))
+    assert_located(err.value, bad_file.path, 0)
+    assert calls == [(HEADER_SIZE_UP_TO_MAGIC, 0)]
+
+
+@pytest.mark.parametrize("window", [17, 20, 25, 4096])
+def test_a_v0_message_of_the_minimum_size_read_across_a_window_boundary(new_file, window):
+    """A v0 message with a null key and a null value is 14 bytes past its offset and size (LegacyRecord's
+    RECORD_OVERHEAD_V0): the smallest legal size field, so a window ending inside it reads on, it is no torn tail."""
+    smallest = build_legacy_batch([SimpleRecord(None, None, -1)], magic=0, base_offset=0)
+    assert struct.unpack_from(">i", smallest, 8)[0] == 14 and len(smallest) == 26
+    data = b"".join(build_legacy_batch([SimpleRecord(None, None, -1)], magic=0, base_offset=i) for i in range(4))
+    fr = new_file(data)
+    got = list(fr.read_batches(0, window=window))
+    assert [(b.last_offset, b.file_position, b.size_in_bytes) for b in got] == [(i, 26 * i, 26) for i in range(4)]
+
+
+def test_a_strict_read_names_the_bytes_that_follow_a_torn_header(new_file):
+    """A torn last entry whose size field runs past the end of the file: the strict reader says how many of the
+    declared bytes follow its 12-byte offset and size, counted from the entry's own position."""
+    whole = three_batches()
+    torn = bytearray(build_batch([SimpleRecord(None, b"z" * 30, 5)], base_offset=3))
+    struct.pack_into(">i", torn, 8, 10_000)
+    fr = new_file(whole + bytes(torn[:40]))
+    for window in (17, 40, 4096, 10**6):
+        assert [b.last_offset for b in fr.read_batches(0, window=window)] == [0, 1, 2]
+        with pytest.raises(CorruptRecordError) as err:
+            list(fr.read_batches(0, window=window, strict=True))
+        assert str(err.value) == (f"truncated batch at offset 3: it declares 10000 bytes but only 28 follow "
+                                  f"(file {fr.path}, byte position {len(whole)})"), window
 
 
 def test_batch_at_positions_and_the_exact_truncation_messages():

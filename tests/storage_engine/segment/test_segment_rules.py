@@ -963,3 +963,156 @@ def test_a_crash_named_after_the_log_rename_leaves_the_indexes_under_their_old_s
                                                       "00000000000000000000.log.swap",
                                                       "00000000000000000000.timeindex.swap"]
     seg.close()
+
+
+# -- closing without trimming: Kafka's closeHandlers (another process may still append through its own mapping) ----
+
+def _file_sizes(tmp_path, base):
+    return {s: os.path.getsize(segment_path(tmp_path, base, s))
+            for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+
+
+def _preallocated_segment(tmp_path):
+    """A segment with a preallocated .log and indexes holding three batches, the last two indexed."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1, preallocate_bytes=4096)
+    append_batch(seg, 0, "a", timestamp=1000)
+    append_batch(seg, 1, "b", timestamp=1001)     # indexed: (1001, 1)
+    append_batch(seg, 2, "c", timestamp=1005)     # indexed: (1005, 2)
+    assert _entries(seg.time_index) == [(1001, 1), (1005, 2)]
+    return seg
+
+
+def test_close_without_trim_leaves_every_file_at_its_preallocated_length(tmp_path):
+    """LogSegment.closeHandlers: the indexes and the .log are closed as they are; only close() (Kafka's close) adds
+    the final time-index entry and cuts the preallocated tails."""
+    seg = _preallocated_segment(tmp_path)
+    seg.close(trim=False)
+    assert _file_sizes(tmp_path, 0) == {layout.LOG_SUFFIX: 4096, layout.INDEX_SUFFIX: 1000,
+                                        layout.TIME_INDEX_SUFFIX: 996}
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(index_interval_bytes=1), now_ms=0, file_already_exists=True)
+    seg.close()
+    assert seg.size == 4096   # the zeroes of the preallocated tail were left in the file
+
+
+def test_release_closes_without_trimming(tmp_path):
+    """release() goes back to the lazy state through closeHandlers: no file is cut or written, whatever it holds."""
+    seg = _preallocated_segment(tmp_path)
+    time_before = open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX), "rb").read()
+    seg.release()
+    assert not seg.is_open
+    assert _file_sizes(tmp_path, 0) == {layout.LOG_SUFFIX: 4096, layout.INDEX_SUFFIX: 1000,
+                                        layout.TIME_INDEX_SUFFIX: 996}
+    assert open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX), "rb").read() == time_before
+    assert seg.size == 4096
+
+
+# -- a checked read repeated from the start goes on from the batch after the last one it handed out ----------------
+
+def test_a_checked_scan_failing_after_it_yielded_resumes_after_the_last_yielded_batch(tmp_path, caplog):
+    """A scan from an index position that fails after handing out batches is repeated from the segment's start for
+    the offsets not yet handed out: no batch twice, and damage found again is reported as such."""
+    from storage_engine.errors import CorruptRecordError
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    sizes = [len(append_batch(seg, i, f"v{i}", timestamp=1000 + i)) for i in range(5)]
+    torn = batch(5, "w", timestamp=1005)
+    seg.log.append(torn[:len(torn) // 2])          # a torn tail after offset 4
+    assert seg.offset_index.lookup(3) == (3, sum(sizes[:3]))
+    caplog.set_level("WARNING", logger="storage_engine.segment.segment")
+    seen = []
+    with pytest.raises(CorruptRecordError) as err:
+        for b in seg.checked_batches(3):
+            seen.append(b.last_offset)
+    assert seen == [3]                              # 4 is held until the next entry is checked: the torn one
+    assert err.value.position == sum(sizes)
+    assert str(err.value).startswith("truncated batch at offset 5:")
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"{seg.path}: scanning from offset index position {sum(sizes[:3])} failed")
+    seg.close()
+
+
+# -- shouldRoll's time rule applies to any non-empty segment ---------------------------------------------------------
+
+def test_roll_for_time_applies_to_a_segment_of_one_byte(tmp_path):
+    """shouldRoll: ``size > 0 && reachedRollMs``; a .log holding a single (torn) byte is not empty, and with no
+    first-batch timestamp to read, the time waited is ``now - created``."""
+    seg = raw_segment(tmp_path, 0, b"\x00")
+    assert seg.size == 1 and seg.first_batch_timestamp() == -1
+    assert roll(seg, max_segment_ms=500, now_ms=501) == "segment-ms"
+    assert roll(seg, max_segment_ms=500, now_ms=500) is None
+    seg.close()
+
+
+# -- change_file_suffixes reaches its crash step once per call, after the .log ---------------------------------------
+
+def test_a_suffix_change_reaches_its_crash_step_once(tmp_path):
+    """The step named ``after_log`` is reached once per call (after the .log's rename): a process armed for its second
+    hit renames every file of one segment and lives on."""
+    from storage_engine import crashpoints
+    seg = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, suffix=".cleaned")
+    append_batch(seg, 0, "a")
+    seg.close()
+    pid = os.fork()
+    if pid == 0:                                         # pragma: no cover - the child
+        code = 3
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            crashpoints.arm("swap.swap-partial", 2)
+            child = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True,
+                                    suffix=".cleaned")
+            child.change_file_suffixes(".cleaned", ".swap", after_log="swap.swap-partial")
+            child.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.swap", "00000000000000000000.log.swap",
+                                            "00000000000000000000.timeindex.swap"]
+
+
+# -- checked reads of legacy data ------------------------------------------------------------------------------------
+
+def test_a_checked_read_takes_a_legacy_wrapper_at_its_own_last_offset(tmp_path):
+    """A v0/v1 compressed wrapper carries the offset of its last inner message, and Kafka rolls a segment for it at
+    that offset (LogAppendInfo.firstOrLastOffsetOfFirstBatch: the last offset when the magic is below 2): a segment
+    based at 10 may begin with a wrapper whose inner messages are 8, 9, 10. The checked read takes the wrapper at
+    its offset, as Kafka's fetch does, and returns it whole."""
+    from storage_engine.record import codecs
+    from storage_engine.record.legacy_records import build_legacy_batch
+    from storage_engine.record.records import SimpleRecord
+    wrapper = build_legacy_batch([SimpleRecord(None, b"v%d" % i, 1000 + i) for i in range(3)], magic=1,
+                                 codec=codecs.GZIP, base_offset=8)
+    seg = raw_segment(tmp_path, 10, wrapper, batch(11, "x"))
+    assert offsets_in(seg.read(10, 10**6).data) == [8, 9, 10, 11]
+    assert [b.last_offset for b in seg.checked_batches(10)] == [10, 11]
+    seg.close()
+
+
+def test_a_batch_at_the_base_offset_going_backwards_is_named_as_out_of_order(tmp_path):
+    """A batch starting at the segment's base offset is not below it: after [0, 2], a batch [0, 0] is refused for not
+    being above the previous batch's last offset."""
+    first = batch(0, "a", "b", "c")
+    seg = raw_segment(tmp_path, 0, first, batch(0, "x"))
+    err = checked_read_error(seg, 0)
+    assert str(err) == (f"batch with offsets [0, 0] is out of order: not above the previous batch's last offset 2 "
+                        f"(file {seg.path}, byte position {len(first)})")
+    seg.close()
+
+
+# -- recovery writes the segment's max timestamp into the time index's reserved last slot ----------------------------
+
+def test_recovery_adds_the_final_time_entry_to_a_full_time_index(tmp_path, kernels):
+    """LogSegment.recover ends with ``timeIndex.maybeAppend(maxTimestampSoFar, shallowOffsetOfMaxTimestampSoFar,
+    true)``: skipFullCheck, so a time index filled during the walk (isFull: one slot left) still takes it."""
+    size = len(batch(0, "v", timestamp=1000))           # every batch below is this long
+    cfg = LogConfig(index_interval_bytes=size, segment_index_bytes=24)   # time index: 2 slots, full at 1 entry
+    seg = LogSegment.open(str(tmp_path), 0, cfg, now_ms=0)
+    for i in range(4):
+        seg.log.append(batch(i, "v", timestamp=1000 + i))
+    seg.log.append(batch(4, "w")[:20])                   # a torn tail: recovery walks batch by batch
+    result = recover_segment(seg)
+    assert (result.bytes_truncated, result.batches, result.valid_bytes) == (20, 4, 4 * size)
+    assert _entries(seg.offset_index) == [(2, 2 * size)]
+    assert _entries(seg.time_index) == [(1002, 2), (1003, 3)]
+    assert seg.time_index.entries == seg.time_index.max_entries
+    seg.close()
