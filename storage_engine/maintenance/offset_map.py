@@ -374,8 +374,9 @@ def _narrow(offsets) -> tuple:
     if int(offsets.max()) - base >= _U32_SPAN:
         return offsets, 0
     out = np.empty(len(offsets), dtype=np.uint32)
-    for s in range(0, len(offsets), 1 << 20):      # a few MiB of temporaries at a time
-        out[s:s + (1 << 20)] = offsets[s:s + (1 << 20)] - base
+    step = 1 << 20                      # a few MiB of temporaries at a time
+    for s in range(0, len(offsets), step):
+        out[s:s + step] = offsets[s:s + step] - base
     return out, base
 
 
