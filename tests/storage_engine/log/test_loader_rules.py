@@ -173,46 +173,26 @@ def test_unknown_values_in_the_state_fall_back_to_the_checkpoints(log_dir):
     log.close(clean=True)
 
 
-@pytest.mark.parametrize("state_lso", [UNKNOWN, 0], ids=["never-loaded", "state-at-zero"])
-def test_log_start_checkpoint_past_the_log_end_is_ignored(log_dir, state_lso):
+@pytest.mark.parametrize("state, starts_at", [
+    (PartitionState(generation=0), 0),
+    (PartitionState(generation=1, log_start_offset=0), 0),
+    # delete-records by another process since the checkpoint: the lock file's value, the lower of the two
+    (PartitionState(generation=2, log_start_offset=7), 7),
+    # a fallback that is itself past the log end is no better
+    (PartitionState(generation=2, log_start_offset=11), 0),
+], ids=["never-loaded", "state-at-zero", "state-kept-by-other-processes", "state-past-the-end-too"])
+def test_log_start_checkpoint_past_the_log_end_is_ignored(log_dir, state, starts_at):
     """A log start offset checkpoint past the log end (no operation puts it there; nothing was lost) is
-    reported and ignored: the log starts at its first segment's base (Kafka: max(checkpoint, first base))."""
+    reported and ignored: the log starts at the lock file's log start when that is not past the log end either,
+    else at its first segment's base (Kafka: max(checkpoint, first base))."""
     cfg = _segments_of_five(log_dir, 10)
-    if state_lso != UNKNOWN:
-        _leave_state(log_dir, PartitionState(generation=1, log_start_offset=state_lso))
-    else:
-        _leave_state(log_dir, PartitionState(generation=0))
+    _leave_state(log_dir, state)
     log, res = open_log(log_dir, cfg, now_ms=T0, log_start_offset_checkpoint=50, recovery_point_checkpoint=10,
                         had_clean_shutdown=True)
-    assert log.log_start_offset == 0
+    assert log.log_start_offset == starts_at
     assert res.messages == ["the log start offset checkpoint 50 is past the log end 10, which no operation can do, "
-                            "and recovery lost nothing: ignored (the log starts at 0)"]
-    assert read_all(log)[0] == (0, b"v000")
-    log.close(clean=True)
-
-
-def test_log_start_checkpoint_past_the_end_falls_back_to_the_state_kept_by_other_processes(log_dir):
-    """When the checkpoint's log start is past the log end but the lock file's is not, the lock file's value
-    (the lower of the two) is the log start: delete-records by another process since the checkpoint."""
-    cfg = _segments_of_five(log_dir, 10)
-    _leave_state(log_dir, PartitionState(generation=2, log_start_offset=7))
-    log, res = open_log(log_dir, cfg, now_ms=T0, log_start_offset_checkpoint=50, recovery_point_checkpoint=10,
-                        had_clean_shutdown=True)
-    assert log.log_start_offset == 7
-    assert res.messages == ["the log start offset checkpoint 50 is past the log end 10, which no operation can do, "
-                            "and recovery lost nothing: ignored (the log starts at 7)"]
-    assert read_all(log)[0] == (7, b"v007")
-    log.close(clean=True)
-
-
-def test_fallback_past_the_log_end_is_not_used_either(log_dir):
-    """A fallback log start that is itself past the log end is no better: the log starts at its first base."""
-    cfg = _segments_of_five(log_dir, 10)
-    _leave_state(log_dir, PartitionState(generation=2, log_start_offset=11))
-    log, res = open_log(log_dir, cfg, now_ms=T0, log_start_offset_checkpoint=50, recovery_point_checkpoint=10,
-                        had_clean_shutdown=True)
-    assert log.log_start_offset == 0
-    assert res.messages[-1].endswith("ignored (the log starts at 0)")
+                            f"and recovery lost nothing: ignored (the log starts at {starts_at})"]
+    assert read_all(log)[0] == (starts_at, b"v%03d" % starts_at)
     log.close(clean=True)
 
 

@@ -882,17 +882,23 @@ def test_truncate_fully_at_an_existing_base_keeps_that_segment_only(logs):
     assert [(r.offset, r.value) for r in log.read_records()] == [(2, b"x")]
 
 
-def test_a_view_truncating_into_a_sealed_segment_reopens_it_writable(logs):
-    """A process that joined the log dir opens sealed segments read-only; when truncation makes one the active
-    segment it is reopened writable (its roll clock starting then) and takes appends, records without a timestamp
-    included."""
-    size = size_of("a")
-    cfg = config(segment_bytes=2 * size, segment_ms=1000)
+def _joined_view_of_five_records(logs, now: int):
+    """Five records in segments of two (bases 0, 2, 4), written by one process; another process joins the log
+    dir (it opens the sealed segments read-only) with its clock at ``now``."""
+    cfg = config(segment_bytes=2 * size_of("a"), segment_ms=1000)
     owner = logs(cfg)
     for _ in range(5):
         owner.append_records(recs("a", timestamp=T0))
     joiner = logs(cfg, exclusive=False)
-    joiner.clock.set(T0 + 50)
+    joiner.clock.set(now)
+    return joiner
+
+
+def test_a_view_truncating_into_a_sealed_segment_reopens_it_writable(logs):
+    """A process that joined the log dir opens sealed segments read-only; when truncation makes one the active
+    segment it is reopened writable (its roll clock starting then) and takes appends, records without a timestamp
+    included."""
+    joiner = _joined_view_of_five_records(logs, T0 + 50)
     joiner.truncate_to(3)
     seg = joiner.active_segment
     assert seg.base_offset == 2 and seg.log.writable and seg.offset_index.writable and seg.time_index.writable
@@ -1098,13 +1104,7 @@ def test_a_deleted_segment_keeps_its_files_as_they_were(logs):
 def test_a_view_truncating_fully_to_a_sealed_segment_reopens_it_writable(logs):
     """truncateFullyAndStartAt at the base of a segment a joined process opened read-only: the segment is kept,
     reopened writable with its roll clock starting now, and takes appends, records without a timestamp included."""
-    size = size_of("a")
-    cfg = config(segment_bytes=2 * size, segment_ms=1000)
-    owner = logs(cfg)
-    for _ in range(5):
-        owner.append_records(recs("a", timestamp=T0))
-    joiner = logs(cfg, exclusive=False)
-    joiner.clock.set(T0 + 70)
+    joiner = _joined_view_of_five_records(logs, T0 + 70)
     joiner.truncate_fully_and_start_at(2)
     seg = joiner.active_segment
     assert seg.base_offset == 2 and seg.log.writable and seg.created_ms == T0 + 70

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.paths import REAL_KAFKA_FIXTURES
+from tests.storage_engine.os_failures import storage_error_when_failing
 from storage_engine.record import codecs
 from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.segment.file_records import MAX_FILE_SIZE, FileRecords, batch_at, iter_batches
@@ -826,20 +827,10 @@ def test_a_log_file_may_be_int32_max_bytes_long_and_not_longer(tmp_path):
     ("pread", lambda fr: fr.read(0, 10), "cannot read log file"),
 ])
 def test_os_errors_of_a_log_file_name_it(new_file, monkeypatch, os_call, action, message):
-    import errno
-    from storage_engine.errors import StorageIOError
     fr = new_file(three_batches())
     size = fr.size
-    failure = OSError(errno.EIO, "Input/output error")
-
-    def fail(*args, **kwargs):
-        raise failure
-    monkeypatch.setattr(os, os_call, fail)
-    with pytest.raises(StorageIOError) as err:
-        action(fr)
-    monkeypatch.undo()
-    assert err.value.__cause__ is failure and err.value.path == fr.path
-    assert str(err.value) == f"{message}: {fr.path}: {failure}"
+    err, failure = storage_error_when_failing(monkeypatch, os_call, action, fr)
+    assert err.path == fr.path and str(err) == f"{message}: {fr.path}: {failure}"
     assert fr.size == size
 
 

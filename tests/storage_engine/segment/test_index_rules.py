@@ -20,6 +20,7 @@ from storage_engine.errors import (ConfigError, CorruptIndexError, IndexFullErro
                                    InvalidOffsetError, StorageIOError)
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex, peek_last_entry
+from tests.storage_engine.os_failures import storage_error_when_failing
 
 pytestmark = pytest.mark.unit
 
@@ -131,17 +132,8 @@ def test_using_a_closed_or_read_only_index_says_so(oi_path):
 def test_os_errors_become_storage_errors_naming_the_index(oi_path, monkeypatch, os_call, action, message):
     idx = OffsetIndex(oi_path, BASE, 80)
     idx.append(BASE + 1, 0)
-    failure = OSError(errno.EIO, "Input/output error")
-
-    def fail(*args, **kwargs):
-        raise failure
-    monkeypatch.setattr(os, os_call, fail)
-    with pytest.raises(StorageIOError) as err:
-        action(idx)
-    monkeypatch.undo()
-    assert err.value.__cause__ is failure
-    assert err.value.path == oi_path
-    assert str(err.value) == f"{message}: {oi_path}: {failure}"
+    err, failure = storage_error_when_failing(monkeypatch, os_call, action, idx)
+    assert err.path == oi_path and str(err) == f"{message}: {oi_path}: {failure}"
     idx.close()
 
 
