@@ -383,9 +383,5 @@ def _inode(seg: LogSegment) -> int:
         return -1
 
 
-def describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 __all__ = ["Cleaner", "CleanerStats", "CleanResult", "build_offset_map", "group_segments_by_size",
            "StorageError"]
