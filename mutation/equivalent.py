@@ -1023,4 +1023,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                'self._seq += 1',
                'self._seq += 2',
                'The sequence only orders heap entries with equal first offsets, by insertion: stepping it by 2 instead of 1 keeps it increasing, so the heap pops the same entries in the same order.'),
+    Equivalent('storage_engine.log.loader', 'load',
+               'bases = split_overflowed_segment(dir_path, split.base_offset, cfg, now_ms)',
+               'bases = split_overflowed_segment(dir_path, split.base_offset, cfg, None)',
+               'split_overflowed_segment passes now_ms only to LogSegment.open of the new segments, where it becomes their created_ms; the split only appends to them, flushes and closes them (nothing reads created_ms: no roll check), and the load then starts over and reopens them with its own now_ms.'),
 )

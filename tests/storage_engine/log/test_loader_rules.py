@@ -903,6 +903,44 @@ def test_a_segment_whose_offsets_overflow_its_base_is_split_and_the_load_starts_
         assert len(res.messages) == 1
 
 
+def test_a_load_still_splitting_after_its_limit_stops_and_names_the_folder(log_dir, monkeypatch):
+    """The load retries after each split (Kafka's retryOnOffsetOverflow); a folder still needing a split after the
+    limit stops the load with an error naming it, and the split already made is kept: the records are all there."""
+    from storage_engine.errors import StorageError
+    from storage_engine.log import loader
+    segments = {0: [0, 1], I31: [I31, I31 + 1, 2 * I31 + 10]}
+    d = _legacy_folder(log_dir, segments)
+    monkeypatch.setattr(loader, "MAX_SPLITS_PER_LOAD", 1)
+    with pytest.raises(StorageError) as err:
+        _load_folder(d, clean=True)
+    assert str(err.value) == f"{d}: still splitting overflowed segments after 1 splits"
+    monkeypatch.undo()
+    _res, bases, offsets = _load_folder(d, clean=True)
+    assert bases == [0, I31, 2 * I31 + 10] and offsets == [0, 1, I31, I31 + 1, 2 * I31 + 10]
+
+
+@pytest.mark.parametrize("records", [3, 0])
+def test_the_segments_a_load_opens_start_their_roll_clock_at_the_load_time(log_dir, records):
+    """Kafka's LogSegment takes ``created = time.milliseconds`` when it is opened, and ``timeWaitedForRoll`` counts
+    from it for a segment without timestamps: every segment a load opens, or creates in an empty folder, is
+    created at the load's time."""
+    from storage_engine.log.loader import load
+    size = len(batch(0, "a", timestamp=T0))
+    cfg = config(segment_bytes=2 * size)
+    if records:
+        log, _ = open_log(log_dir, cfg, now_ms=T0)
+        for i in range(records):
+            log.append_batches(batch(i, "a", timestamp=T0))
+        log.close(clean=True)
+    else:
+        os.makedirs(partition_dir(log_dir))
+    res = load(partition_dir(log_dir), cfg, recovery_point_checkpoint=records, log_start_offset_checkpoint=0,
+               had_clean_shutdown=True, now_ms=T0 + 777)
+    assert [(s.base_offset, s.created_ms) for s in res.segments] == [(b, T0 + 777) for b in ((0, 2) if records else (0,))]
+    for seg in res.segments:
+        seg.close(trim=False)
+
+
 # ------------------------------------------------------------------ producer state and .txnindex in recovery
 #
 # Kafka's LogLoader.recoverSegment rebuilds a producer state as of the segment's base (rebuildProducerState:
