@@ -268,6 +268,18 @@ def test_a_joiner_without_a_crash_epoch_gets_a_view(log_dir):
     owner.close(clean=True)
 
 
+def test_a_view_opens_the_segments_at_its_own_time(log_dir):
+    """A process that joins a loaded partition opens its segments itself: each is created when that process opens
+    it (Kafka's LogSegment ``created``, from which ``timeWaitedForRoll`` counts), not when the owner did."""
+    cfg = _segments_of_five(log_dir, 5)
+    owner, _ = open_log(log_dir, cfg, now_ms=T0)
+    joiner, res = open_log(log_dir, cfg, now_ms=T0 + 42, exclusive=False, create=False)
+    assert res is None
+    assert {s.created_ms for s in joiner.segments} == {T0 + 42} and len(joiner.segments) == len(owner.segments)
+    joiner.close(clean=False)
+    owner.close(clean=True)
+
+
 def test_a_partition_not_loaded_since_the_last_unclean_shutdown_is_loaded_by_a_joiner(log_dir):
     """A joiner whose dir crash epoch differs from the partition's loaded epoch knows no process has it open
     (whoever opened it would have loaded it in this epoch): it loads and recovers it fully."""
