@@ -24,7 +24,7 @@ from storage_engine import crashpoints, layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, IndexFullError, SegmentOffsetOverflowError,
-                                   StorageIOError)
+                                   StorageError, StorageIOError)
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -367,7 +367,12 @@ class LogSegment:
             if trim and self._log is not None and self.writable and self._log.writable:
                 max_ts, off = self._max_ts()
                 if max_ts >= 0:
-                    self.time_index.maybe_append(max_ts, off, skip_full_check=True)
+                    try:
+                        self.time_index.maybe_append(max_ts, off, skip_full_check=True)
+                    except StorageError as exc:
+                        # Kafka's close swallows this (Utils.swallow, at WARN) and closes the other files: a segment
+                        # whose recovery stopped at an offset going backwards still closes.
+                        logger.warning("%s: final time index entry not written: %s", self._log.path, exc)
                 self.offset_index.close()
                 self.time_index.close()
                 self._log.trim()

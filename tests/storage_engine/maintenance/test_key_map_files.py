@@ -259,7 +259,7 @@ def test_a_map_built_from_absolute_offsets_narrows_them_when_it_can(offsets, wid
     m = SortedHashOffsetMap(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                             np.array(offsets, dtype=np.int64), 0, 2**41)
     assert (m._off.dtype.itemsize, m._base) == (width, base)
-    assert m.offsets().tolist() == offsets and m.nbytes == n * (16 + width)
+    assert m.offsets().dtype == np.int64 and m.offsets().tolist() == offsets and m.nbytes == n * (16 + width)
 
 
 def test_a_prebuilt_map_cannot_be_cleared(tmp_path):

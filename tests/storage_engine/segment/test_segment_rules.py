@@ -1068,6 +1068,42 @@ def test_a_suffix_change_reaches_its_crash_step_once(tmp_path):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.swap", "00000000000000000000.log.swap",
                                             "00000000000000000000.timeindex.swap"]
+    # the same call in this process (nothing armed) renames every file back
+    back = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True, suffix=".swap")
+    back.change_file_suffixes(".swap", ".cleaned", after_log="swap.swap-partial")
+    back.close()
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.index.cleaned", "00000000000000000000.log.cleaned",
+                                            "00000000000000000000.timeindex.cleaned"]
+
+
+def test_close_after_a_recovery_stopped_by_an_offset_going_backwards_closes_every_file(tmp_path, caplog):
+    """Kafka's LogSegment.close swallows a failure of the final ``timeIndex.maybeAppend`` (``Utils.swallow``, at
+    WARN) and closes the other files. A legacy message whose offset field (outside its checksum) had a bit flipped
+    jumps 2**24 ahead; the next message goes backwards, so recovery stops with InvalidOffsetError (the loader then
+    truncates the segment, as Kafka's recoverLog does), and the in-memory largest timestamp belongs to an offset
+    below the time index's last entry: close logs that and still trims and closes both indexes."""
+    import logging
+
+    from storage_engine.errors import InvalidOffsetError
+    from storage_engine.record.legacy_records import build_legacy_batch
+    from storage_engine.record.records import SimpleRecord
+    # 100 bytes between index entries: the jumped message is indexed (both indexes), the one after it is not, so
+    # only the time index's final entry (largest timestamp 2, at offset 103) goes backwards
+    data = b"".join(build_legacy_batch([SimpleRecord(b"k", b"v" * size, ts)], magic=1, base_offset=offset)
+                    for offset, ts, size in ((100, 0, 60), (101, 0, 1), (100 + 2**24 + 2, 1, 1), (103, 2, 1)))
+    seg = open_segment(tmp_path, 100, index_interval_bytes=100)
+    seg.log.append(data)
+    with pytest.raises(InvalidOffsetError):
+        recover_segment(seg)
+    time_entries = seg.time_index.entries
+    with caplog.at_level(logging.WARNING, logger="storage_engine.segment.segment"):
+        seg.close()
+    path = segment_path(tmp_path, 100)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: final time index entry not written: attempt to append an offset (103) to slot {time_entries} no "
+        f"larger than the last offset appended ({100 + 2**24 + 2}) to {segment_path(tmp_path, 100, layout.TIME_INDEX_SUFFIX)}"]
+    assert os.path.getsize(segment_path(tmp_path, 100, layout.TIME_INDEX_SUFFIX)) == 12 * time_entries
+    assert os.path.getsize(segment_path(tmp_path, 100, layout.INDEX_SUFFIX)) == 8 * seg.offset_index.entries
 
 
 # -- checked reads of legacy data ------------------------------------------------------------------------------------
