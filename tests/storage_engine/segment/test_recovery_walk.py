@@ -94,6 +94,24 @@ def test_recovery_identical(tmp_path, monkeypatch, data, draw, interval, index_b
     assert fast == slow
 
 
+def test_recovery_identical_when_the_offset_index_fills_after_a_batch_taken_the_python_way(tmp_path, monkeypatch):
+    """Kafka's LogSegment.recover adds an offset index entry every index.interval.bytes and fails on a full index.
+    The compiled walk resumes after a legacy batch, which the Python way indexed, with only the room the index has
+    left: it stops where the Python walk stops, with the same error and the same files."""
+    v2 = [build_batch([SimpleRecord(b"k", b"v", 5)], base_offset=100 + i) for i in range(2)]
+    legacy = build_legacy_batch([SimpleRecord(b"k", b"v", 5)], magic=1, base_offset=102)
+    more = [build_batch([SimpleRecord(b"k", b"v", 5)], base_offset=103 + i) for i in range(160)]
+    data = b"".join(v2 + [legacy] + more)
+    # 1200-byte indexes: 150 offset entries; one timestamp, so the time index holds one entry and never fills
+    use(monkeypatch, "c")
+    fast = recover(tmp_path, "seg", data, 1, 1200)
+    use(monkeypatch, "python")
+    slow = recover(tmp_path, "seg", data, 1, 1200)
+    assert fast == slow
+    assert fast[0][:2] == ("error", "IndexFullError") and "full offset index" in fast[0][2]
+    assert len(fast[1]["00000000000000000100.index"]) == 1200
+
+
 @given(st.binary(max_size=300))
 def test_crc32c_matches(data):
     assert records._speedups.crc32c(data) == crc32c(data)

@@ -1076,6 +1076,23 @@ def test_a_suffix_change_reaches_its_crash_step_once(tmp_path):
                                             "00000000000000000000.timeindex.cleaned"]
 
 
+def test_close_writes_the_final_time_index_entry_into_the_slot_kept_for_it(tmp_path, caplog):
+    """Kafka's TimeIndex counts as full one entry early (``isFull``: entries >= maxEntries - 1) and keeps the last
+    slot for the entry LogSegment.close appends with ``skipFullCheck = true``: a time index that appends see as
+    full still takes the final entry, and close logs nothing."""
+    import logging
+    seg = open_segment(tmp_path, 0, index_interval_bytes=100, max_index_size=24)     # a time index of 2 slots
+    append_batch(seg, 0, "a" * 150, timestamp=10)
+    append_batch(seg, 1, "b", timestamp=20)       # more than 100 bytes since the last entry: entry (20, 1)
+    append_batch(seg, 2, "c", timestamp=30)       # less: no entry
+    assert seg.time_index.entries == 1 and seg.time_index.is_full
+    with caplog.at_level(logging.WARNING, logger="storage_engine.segment.segment"):
+        seg.close()
+    assert caplog.records == []
+    with open(segment_path(tmp_path, 0, layout.TIME_INDEX_SUFFIX), "rb") as f:
+        assert f.read() == struct.pack(">qi", 20, 1) + struct.pack(">qi", 30, 2)
+
+
 def test_close_after_a_recovery_stopped_by_an_offset_going_backwards_closes_every_file(tmp_path, caplog):
     """Kafka's LogSegment.close swallows a failure of the final ``timeIndex.maybeAppend`` (``Utils.swallow``, at
     WARN) and closes the other files. A legacy message whose offset field (outside its checksum) had a bit flipped
