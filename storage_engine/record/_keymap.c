@@ -565,14 +565,27 @@ done:
     return out;
 }
 
-/* sort_latest: the key-map job's per-bucket merge (spark_jobs/key_map_tasks.py). An LSD radix sort of the rows by
- * the high hash (8 passes of 8 bits over the sign-flipped value, a pass skipped when every row has the same byte
- * there: the bucket's top bits), stable, into a scratch copy; then rows of equal high hash (the same key seen more
- * than once, or a rare 64-bit collision) are insertion-sorted by (low, offset) and the last row of each (high,
- * low) run - the maximum offset - is kept. */
+/* sort_latest: the key-map job's per-bucket merge (spark_jobs/key_map_tasks.py). Rows are ordered by the high hash
+ * (sign-flipped, so unsigned order is signed order) in two steps: one counting scatter by the 16 bits below the
+ * rows' common prefix (a bucket's rows share its top bits) into a scratch copy, which leaves bins of a few dozen
+ * rows for uniformly spread hashes; then each bin is sorted by (high, low, offset) with an insertion sort, or, if
+ * it holds more than SMALL_BIN rows (one key seen many times, or a skewed input), by an LSD radix sort of the high
+ * hash (8 passes of 8 bits, a pass skipped when every row has the same byte there), stable. Rows of equal high hash
+ * (the same key seen more than once, or a rare 64-bit collision) are then insertion-sorted by (low, offset) and the
+ * last row of each (high, low) run - the maximum offset - is kept. */
 typedef struct {
     int64_t hi, lo, off;
 } Row3;
+
+#define SIGN64 0x8000000000000000ULL
+#define SMALL_BIN 32
+#define MSD_BITS 11
+
+static inline uint64_t
+row_key(const Row3 *r)
+{
+    return (uint64_t)r->hi ^ SIGN64;
+}
 
 static inline int
 row_less(const Row3 *a, const Row3 *b)
@@ -580,45 +593,90 @@ row_less(const Row3 *a, const Row3 *b)
     return a->lo < b->lo || (a->lo == b->lo && a->off < b->off);
 }
 
+static inline int
+row_less_full(const Row3 *a, const Row3 *b)
+{
+    return a->hi < b->hi || (a->hi == b->hi && row_less(a, b));
+}
+
+static void
+insertion_sort_full(Row3 *rows, size_t n)
+{
+    for (size_t a = 1; a < n; a++) {
+        Row3 v = rows[a];
+        size_t b = a;
+        while (b > 0 && row_less_full(&v, &rows[b - 1])) {
+            rows[b] = rows[b - 1];
+            b--;
+        }
+        rows[b] = v;
+    }
+}
+
+/* MSD radix sort of cur[0:n] by bits [0, shift) of the key (the bits above are equal in every row), stable, the
+ * result written to out (which is cur or other: the two buffers have the same layout). Each level scatters by the
+ * next MSD_BITS bits into the other buffer and recurses into each bin; a bin of SMALL_BIN rows or fewer is
+ * insertion-sorted in place, and a level where every row falls into one bin scatters nothing. Depth <= 64 /
+ * MSD_BITS + 1; bins of rows with one high hash end when no bits are left, in input order. */
+static void
+msd_sort(Row3 *cur, Row3 *other, Row3 *out, size_t n, int shift)
+{
+    while (n > SMALL_BIN && shift > 0) {
+        const int bits = shift < MSD_BITS ? shift : MSD_BITS;
+        shift -= bits;
+        const size_t mask = ((size_t)1 << bits) - 1;
+        size_t start[(1 << MSD_BITS) + 1];
+        memset(start, 0, sizeof(size_t) * (mask + 2));
+        for (size_t i = 0; i < n; i++) {
+            start[((row_key(&cur[i]) >> shift) & mask) + 1]++;
+        }
+        if (start[((row_key(&cur[0]) >> shift) & mask) + 1] == n) {
+            continue;   /* every row in one bin: nothing to move at this level */
+        }
+        for (size_t b = 0; b <= mask; b++) {
+            start[b + 1] += start[b];
+        }
+        size_t fill[1 << MSD_BITS];
+        memcpy(fill, start, sizeof(size_t) * (mask + 1));
+        for (size_t i = 0; i < n; i++) {
+            other[fill[(row_key(&cur[i]) >> shift) & mask]++] = cur[i];
+        }
+        for (size_t b = 0; b <= mask; b++) {
+            const size_t a = start[b], len = start[b + 1] - a;
+            if (len) {
+                msd_sort(other + a, cur + a, out == cur ? cur + a : other + a, len, shift);
+            }
+        }
+        return;
+    }
+    if (n <= SMALL_BIN) {
+        insertion_sort_full(cur, n);
+    }
+    if (cur != out) {
+        memcpy(out, cur, n * sizeof(Row3));
+    }
+}
+
+/* Orders rows[0:n] by the high hash (tmp: n rows of scratch). */
+static void
+sort_by_hi(Row3 *rows, Row3 *tmp, size_t n)
+{
+    uint64_t lo_key = UINT64_MAX, hi_key = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t k = row_key(&rows[i]);
+        lo_key = k < lo_key ? k : lo_key;
+        hi_key = k > hi_key ? k : hi_key;
+    }
+    const uint64_t diff = lo_key ^ hi_key;
+    if (diff != 0) {   /* else one high hash: the run pass orders it */
+        msd_sort(rows, tmp, rows, n, 64 - __builtin_clzll(diff));
+    }
+}
+
 static Py_ssize_t
 sort_latest_rows(Row3 *rows, Row3 *tmp, Py_ssize_t n)
 {
-    static const int passes = 8;
-    size_t (*counts)[256] = PyMem_RawCalloc(passes, sizeof(size_t[256]));
-    if (counts == NULL) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint64_t k = (uint64_t)rows[i].hi ^ 0x8000000000000000ULL;
-        for (int p = 0; p < passes; p++) {
-            counts[p][(k >> (8 * p)) & 0xFF]++;
-        }
-    }
-    Row3 *src = rows, *dst = tmp;
-    for (int p = 0; p < passes; p++) {
-        size_t *c = counts[p];
-        const uint64_t first = ((uint64_t)src[0].hi ^ 0x8000000000000000ULL) >> (8 * p) & 0xFF;
-        if (c[first] == (size_t)n) {
-            continue;   /* every row has this byte */
-        }
-        size_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            const size_t t = c[b];
-            c[b] = sum;
-            sum += t;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const uint64_t k = (uint64_t)src[i].hi ^ 0x8000000000000000ULL;
-            dst[c[(k >> (8 * p)) & 0xFF]++] = src[i];
-        }
-        Row3 *t = src;
-        src = dst;
-        dst = t;
-    }
-    PyMem_RawFree(counts);
-    if (src != rows) {
-        memcpy(rows, src, (size_t)n * sizeof(Row3));
-    }
+    sort_by_hi(rows, tmp, (size_t)n);
     Py_ssize_t out = 0;
     for (Py_ssize_t i = 0; i < n;) {
         Py_ssize_t j = i + 1;

@@ -358,6 +358,37 @@ def test_bucket_merge_keeps_each_hash_latest_offset_both_implementations(monkeyp
             assert latest_per_key(rows).tolist() == [list(r) for r in want], impl
 
 
+@pytest.mark.parametrize("spread", [64, 40, 20])
+def test_bucket_merge_of_many_rows_matches_numpy(monkeypatch, spread):
+    # Enough rows for every path of the compiled sort: scatters at several levels, bins small enough for an
+    # insertion sort and bins of one key seen many times (a hot key: 5,000 rows), keys sharing a 64-bit high hash
+    # with different low hashes, and high hashes spread over the top `spread` bits only (a bucket's common prefix).
+    import numpy as np
+
+    from spark_jobs.key_map_tasks import latest_per_key
+    from tests.storage_engine.kernels import use
+    rng = np.random.default_rng(spread)
+    n = 60_000
+    hi = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) if spread == 64 else \
+        rng.integers(0, 1 << spread, n, dtype=np.int64) + (5 << 58)
+    lo = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    hi[:20_000] = hi[20_000:40_000]              # a third of the rows repeat a key ...
+    lo[:20_000] = lo[20_000:40_000]
+    lo[40_000:41_000] = lo[41_000:42_000] + 1    # ... 1,000 share a high hash with another key, not the low one
+    hi[40_000:41_000] = hi[41_000:42_000]
+    hi[50_000:55_000], lo[50_000:55_000] = hi[7], lo[7]
+    off = rng.permutation(n).astype(np.int64)
+    data = np.stack([hi, lo, off], axis=1)
+    expected = None
+    for impl in ("python", "c"):
+        use(monkeypatch, impl)
+        got = latest_per_key(data.copy())
+        if expected is None:
+            expected = got
+            assert len({(h, l) for h, l in zip(hi.tolist(), lo.tolist())}) == len(got)
+        assert np.array_equal(got, expected), impl
+
+
 def test_loader_reads_row_groups_and_other_integer_columns(tmp_path):
     # SortedHashOffsetMap.load copies row group by row group from the Arrow buffers: many row groups, a file whose
     # offset column is int32 (another writer), an empty file; nulls are refused.
