@@ -1,8 +1,8 @@
 """keymap: building the compaction key map in process vs with Spark ``local[2]``, and what each map costs in RSS.
 
-Setup per key count (not timed): one partition holding one record per key (keys ``user-NNNNNNNNN``, 14 B,
-in order; 16-byte values; 1000-record batches; 8 MiB segments, grouped by the data source into tasks of up to 512 MiB so both
-cores have work), rolled, so the whole log is the dirty section [0, keys).
+Setup per key count (not timed): one partition holding one record per key (keys ``user-NNNNNNNNN``, 14 B, in order;
+16-byte values; 1000-record batches; 8 MiB segments, grouped by the data source into tasks of equal bytes, up to
+512 MiB, an even number so both cores have work), rolled, so the whole log is the dirty section [0, keys).
 
 Measured, interleaved round by round:
 
@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 
+from spark_jobs.build_key_map import SUBMIT_CONF
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
 from storage_engine.config_file import config_from_mapping
@@ -151,7 +152,8 @@ def spark_env() -> dict:
 
 
 def spark_command(config_path: str, keys: int, out: str) -> list[str]:
-    return ["spark-submit", "--master", SPARK_MASTER, "--conf", "spark.ui.enabled=false", str(JOB),
+    conf = [arg for key, value in SUBMIT_CONF.items() for arg in ("--conf", f"{key}={value}")]
+    return ["spark-submit", "--master", SPARK_MASTER, *conf, str(JOB),
             "--config", config_path, "--topic", TOPIC, "--partition", "0", "--start-offset", "0",
             "--end-offset", str(keys), "--output", out]
 
@@ -375,8 +377,8 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
                      "spark_s": min(s.wall_s for s in spark), "spark_cpu_s": min(s.cpu_s for s in spark),
                      "job_s": min(s.wall_s for s in job)}
     notes = section.notes
-    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (read by Spark tasks of up to "
-                 f"512 MiB of them), written in "
+    notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (read by {manifests[-1].get('groups', '?')} "
+                 f"Spark tasks), written in "
                  f"{build_s:.1f} s; Spark wrote {manifests[-1]['distinct_keys']:,} distinct keys; Spark start-up, "
                  f"shutdown and everything outside build() = wall - elapsed_s = "
                  f"{min(s.wall_s for s in spark) - min(s.wall_s for s in job):,.1f} s (best of each)")

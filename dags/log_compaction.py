@@ -78,7 +78,6 @@ with DAG(
         task_id="build_key_map",
         conn_id="spark_default",
         name="build-key-map",
-        conf={"spark.ui.enabled": "false"},
         env_vars={
             # spark-submit is the pip package's; workers run this project's interpreter.
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),

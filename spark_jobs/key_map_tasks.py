@@ -2,11 +2,12 @@
 so this module must be importable there (the project installed in the Spark Python environment, or on
 PYTHONPATH).
 
-Phase 1, :func:`split_group`, one task per segment group (``SegmentKeysReader.partitions``: consecutive segments up
-to 512 MiB): decodes the group's segments with the compiled kernels (``segment_source.segment_key_columns``: one
-decode and one hash per record, aborted batches left out, as the in-process map reads the log), counts records,
-keyless records and tombstones, drops keyless and control-batch records, and appends the (hash high, hash low,
-offset) rows of each bucket (the top bits of the high hash, in signed order) to
+Phase 1, :func:`split_group`, one task per segment group (``SegmentKeysReader.partitions``: consecutive segments of
+about equal bytes, up to 512 MiB each): decodes the group's segments with the compiled kernels
+(``segment_source.segment_key_columns``: one decode and one hash per record, aborted batches left out, as the
+in-process map reads the log), counts records, keyless records and tombstones, drops keyless and control-batch
+records, and appends the (hash high, hash low, offset) rows of each bucket (the top bits of the high hash, in signed
+order) to
 ``<stage>/bucket=<n>/group=<g>.rows``: raw little-endian int64 triples, 24 bytes per row, in log order.
 
 Phase 2, :func:`merge_bucket`, one task per bucket: reads the bucket's rows from every group, keeps the maximum
@@ -43,6 +44,8 @@ def split_group(group_index: int, group, start: int, end: int, bits: int, stage:
     from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, segment_key_columns
     records = keyless = tombstones = 0
     files: dict[int, object] = {}
+    rows = np.empty((ROWS_PER_CHUNK, 3), dtype=_ROW)
+    counts = np.empty(1 << bits, dtype=np.int64)
     try:
         for seg in group.segments:
             for cols in segment_key_columns(seg, start, end, ROWS_PER_CHUNK):
@@ -51,17 +54,9 @@ def split_group(group_index: int, group, start: int, end: int, bits: int, stage:
                 records += n
                 keyless += int(np.count_nonzero(flags & KEYLESS))
                 tombstones += int(np.count_nonzero(flags & TOMBSTONE))
-                keep = (flags & (KEYLESS | CONTROL)) == 0
-                hi, lo, off = cols.hi[:n][keep], cols.lo[:n][keep], cols.off[:n][keep]
-                if not len(hi):
-                    continue
-                buckets = bucket_of(hi, bits)
-                order = np.argsort(buckets, kind="stable")    # radix sort of 16-bit numbers; keeps log order
-                rows = np.empty((len(hi), 3), dtype=_ROW)
-                rows[:, 0] = hi[order]
-                rows[:, 1] = lo[order]
-                rows[:, 2] = off[order]
-                counts = np.bincount(buckets, minlength=1 << bits)
+                if len(rows) < n:
+                    rows = np.empty((n, 3), dtype=_ROW)
+                split_by_bucket(cols, n, KEYLESS | CONTROL, bits, rows, counts)
                 pos = 0
                 for b in np.flatnonzero(counts).tolist():
                     f = files.get(b)
@@ -76,6 +71,26 @@ def split_group(group_index: int, group, start: int, end: int, bits: int, stage:
         for f in files.values():
             f.close()
     return records, keyless, tombstones
+
+
+def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:
+    """Rows [0, n) of decoded key columns without ``drop`` flags, as (high, low, offset) rows into ``rows`` grouped
+    by bucket (:func:`bucket_of`), in log order within a bucket; ``counts[b]`` = rows of bucket b. Returns the rows
+    kept (compiled ``split_rows``, or numpy)."""
+    from storage_engine.record import records
+    kernels = records.KERNELS
+    if kernels is not None:
+        return kernels.split_rows(cols.hi, cols.lo, cols.off, cols.flags, n, drop, bits, rows, counts)
+    keep = (cols.flags[:n] & drop) == 0
+    hi, lo, off = cols.hi[:n][keep], cols.lo[:n][keep], cols.off[:n][keep]
+    buckets = bucket_of(hi, bits)
+    order = np.argsort(buckets, kind="stable")    # radix sort of 16-bit numbers; keeps log order
+    kept = len(hi)
+    rows[:kept, 0] = hi[order]
+    rows[:kept, 1] = lo[order]
+    rows[:kept, 2] = off[order]
+    counts[:] = np.bincount(buckets, minlength=1 << bits)
+    return kept
 
 
 def latest_per_key(rows):

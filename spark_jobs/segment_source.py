@@ -216,27 +216,31 @@ class SegmentGroup(InputPartition):
 
 
 class SegmentKeysReader(SegmentReader):
-    """Option ``maxPartitionBytes`` (default 512 MiB, at least 2 partitions when there are 2 segments or more):
-    consecutive segments are grouped into one Spark partition up to that many bytes."""
+    """Consecutive segments grouped into Spark partitions of about equal bytes: as few as keep each group under
+    option ``maxPartitionBytes`` (default 512 MiB), rounded up to a multiple of option ``tasks`` (default 2: the
+    tasks that run at once, ``local[2]``'s cores) so that no core idles while the last group is read, and never
+    more groups than segments."""
 
     def __init__(self, options):
         super().__init__(options)
         self.max_partition_bytes = _opt_int(options, "maxPartitionBytes") or MAX_PARTITION_BYTES
+        self.tasks = _opt_int(options, "tasks") or 2
 
     def partitions(self):
         segments = super().partitions()
+        if not segments:
+            return []
         sizes = [os.stat(p.path).st_size for p in segments]
-        limit = min(self.max_partition_bytes, max(1, sum(sizes) // 2)) if len(segments) > 1 else 1
-        groups, current, current_bytes = [], [], 0
+        total = max(1, sum(sizes))
+        n = -(-total // self.max_partition_bytes)
+        n = min(len(segments), -(-n // self.tasks) * self.tasks)
+        groups: list[list[SegmentPartition]] = [[] for _ in range(n)]
+        before = 0
         for seg, size in zip(segments, sizes):
-            if current and current_bytes + size > limit:
-                groups.append(SegmentGroup(current))
-                current, current_bytes = [], 0
-            current.append(seg)
-            current_bytes += size
-        if current:
-            groups.append(SegmentGroup(current))
-        return groups
+            # the group whose share of the bytes holds the segment's middle byte: consecutive, balanced
+            groups[min(n - 1, (2 * before + size) * n // (2 * total))].append(seg)
+            before += size
+        return [SegmentGroup(g) for g in groups if g]
 
     def read(self, partition: SegmentGroup):
         import pyarrow as pa

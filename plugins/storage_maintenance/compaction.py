@@ -28,6 +28,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from spark_jobs.build_key_map import SUBMIT_CONF
+
 from .assets import COMPACTED_ALIAS, partition_asset
 from .hooks import iso_ms
 from .operators import StorageMaintenanceOperator, human_bytes
@@ -124,10 +126,12 @@ class BuildKeyMapOperator(SparkSubmitOperator):
 
     :param topic, partition: the partition whose key map is built (mapped)
     :param application_args: the job's arguments (mapped; the selection wrote them)
+    :param conf: Spark settings over the job's own (``spark_jobs.build_key_map.SUBMIT_CONF``)
     """
 
-    def __init__(self, *, topic: str, partition: int, application: str = SPARK_JOB, **kwargs: Any) -> None:
-        super().__init__(application=application, **kwargs)
+    def __init__(self, *, topic: str, partition: int, application: str = SPARK_JOB,
+                 conf: dict | None = None, **kwargs: Any) -> None:
+        super().__init__(application=application, conf={**SUBMIT_CONF, **(conf or {})}, **kwargs)
         self.topic = topic
         self.partition = partition
 

@@ -24,6 +24,8 @@
  *       -> None (rejected: nothing changed) or (records done, entries, last offset put or -1, full)
  *   lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)
  *   sorted_check_and_index(hi, lo, bits) -> bytes of 2**bits + 1 native int64 starts, or None if not sorted
+ *   split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts) -> kept: rows without `drop` flags as n x 3
+ *       int64 (high, low, offset) grouped by bucket (top `bits` bits of high, signed order), counts per bucket
  *   sort_latest(rows) -> distinct: rows (writable, n x 3 native int64: high, low, offset) sorted in place by
  *       (high, low) in signed order, each hash's maximum offset kept, the `distinct` rows at the front
  * `spec` is (0, table, slots), (1, hi, lo, offset, starts, bits) or (2, hi, lo, offset32, starts, bits, base).
@@ -734,6 +736,82 @@ py_sort_latest(PyObject *Py_UNUSED(module), PyObject *rows_obj)
     return PyLong_FromSsize_t(distinct);
 }
 
+/* split_rows: the key-map job's first stage (spark_jobs/key_map_tasks.py, split_group). Of rows [0, n) of the
+ * decoded columns, drops those whose flags share a bit with `drop` (keyless records, control batches) and writes the
+ * others as (high, low, offset) rows into `rows`, grouped by bucket (the top `bits` bits of the high hash, in signed
+ * order) and in their input order within a bucket: a stable counting sort. counts[b] = the rows of bucket b. */
+static PyObject *
+py_split_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts)");
+        return NULL;
+    }
+    const Py_ssize_t n = PyLong_AsSsize_t(args[4]);
+    const long drop = PyLong_AsLong(args[5]);
+    const long bits = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0 || bits < 0 || bits > 16) {
+        PyErr_SetString(PyExc_ValueError, "split_rows: n must be >= 0 and bits in [0, 16]");
+        return NULL;
+    }
+    Py_buffer v[6];
+    int got = 0;
+    PyObject *out = NULL;
+    for (; got < 6; got++) {
+        const int idx = got < 4 ? got : got + 3;
+        if (PyObject_GetBuffer(args[idx], &v[got], got < 4 ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
+            goto done;
+        }
+    }
+    const size_t buckets = (size_t)1 << bits;
+    if (v[0].len / 8 < n || v[1].len / 8 < n || v[2].len / 8 < n || v[3].len < n ||
+            v[4].len / (Py_ssize_t)sizeof(Row3) < n || (size_t)(v[5].len / 8) != buckets) {
+        PyErr_SetString(PyExc_ValueError, "split_rows: a column holds fewer than n rows, or counts is not 2**bits");
+        goto done;
+    }
+    const int64_t *hi = v[0].buf, *lo = v[1].buf, *off = v[2].buf;
+    const uint8_t *flags = v[3].buf;
+    Row3 *rows = v[4].buf;
+    int64_t *counts = v[5].buf;
+    const int shift = 64 - (int)bits;
+    size_t *fill = PyMem_RawCalloc(buckets, sizeof(size_t));
+    if (fill == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t kept = 0;
+    Py_BEGIN_ALLOW_THREADS
+    memset(counts, 0, buckets * 8);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!(flags[i] & drop)) {
+            counts[bits ? ((uint64_t)hi[i] ^ SIGN64) >> shift : 0]++;
+        }
+    }
+    for (size_t b = 1; b < buckets; b++) {
+        fill[b] = fill[b - 1] + (size_t)counts[b - 1];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!(flags[i] & drop)) {
+            Row3 *r = &rows[fill[bits ? ((uint64_t)hi[i] ^ SIGN64) >> shift : 0]++];
+            r->hi = hi[i];
+            r->lo = lo[i];
+            r->off = off[i];
+            kept++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(fill);
+    out = PyLong_FromSize_t(kept);
+done:
+    for (int i = 0; i < got; i++) {
+        PyBuffer_Release(&v[i]);
+    }
+    return out;
+}
+
 PyMethodDef sp_keymap_methods[] = {
     {"key_hash", (PyCFunction)py_key_hash, METH_O, "key_hash(key) -> (hi, lo): xxh3-128 as two signed int64"},
     {"table_put", (PyCFunction)(void (*)(void))py_table_put, METH_FASTCALL,
@@ -746,6 +824,8 @@ PyMethodDef sp_keymap_methods[] = {
      "lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)"},
     {"sorted_check_and_index", (PyCFunction)(void (*)(void))py_sorted_check_and_index, METH_FASTCALL,
      "sorted_check_and_index(hi, lo, bits) -> bucket starts (bytes) or None if not strictly sorted"},
+    {"split_rows", (PyCFunction)(void (*)(void))py_split_rows, METH_FASTCALL,
+     "split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts) -> rows kept, grouped by bucket"},
     {"sort_latest", (PyCFunction)py_sort_latest, METH_O,
      "sort_latest(rows) -> distinct: n x 3 int64 rows sorted by hash in place, each hash's maximum offset first"},
     {NULL, NULL, 0, NULL},

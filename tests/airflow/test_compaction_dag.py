@@ -159,6 +159,25 @@ def test_spark_strategy_submits_the_key_map_job_and_cleans_with_its_map(keyed, m
     assert by_key == {k: v for k, (_i, v, _ts) in latest.items()}
 
 
+def test_key_map_submissions_carry_the_jobs_spark_settings(monkeypatch):
+    # The spark-submit command the provider's hook builds for a key-map task: the job's own settings (no web UI,
+    # a C1-only driver JVM), which a DAG's conf can override one by one.
+    from spark_jobs.build_key_map import SUBMIT_CONF
+    from storage_maintenance.compaction import BuildKeyMapOperator
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    commands = []
+    for conf in (None, {"spark.ui.enabled": "true"}):
+        op = BuildKeyMapOperator(task_id="build_key_map", topic="ue", partition=0, conn_id="spark_default",
+                                 conf=conf, application_args=["--topic", "ue"])
+        commands.append(" ".join(op._get_hook()._build_spark_submit_command(op.application)))
+    assert SUBMIT_CONF["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    for command in commands:
+        assert "--master local[2]" in command
+        assert "--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1" in command
+    assert "--conf spark.ui.enabled=false" in commands[0] and "spark.ui.enabled=true" not in commands[0]
+    assert "--conf spark.ui.enabled=true" in commands[1] and "spark.ui.enabled=false" not in commands[1]
+
+
 def test_missing_spark_connection_fails_the_selection_instead_of_submitting_to_yarn(keyed, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
     run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "spark"})

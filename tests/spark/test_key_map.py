@@ -164,7 +164,7 @@ def _clean_both_ways(tmp_path, spark, records, now_ms, filler=None):
         if strategy == "spark":
             info = partition_info(cfg, "kv", 0)
             keymap = str(root / "km")
-            build_key_map.build(spark, info, sel["first_dirty_offset"], sel["first_uncleanable_offset"], keymap)
+            build_key_map.build(spark.sparkContext, info, sel["first_dirty_offset"], sel["first_uncleanable_offset"], keymap)
         compaction_jobs.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
                                           now_ms, keymap_path=keymap)
         segs = {k: v for k, v in digest_dir(root / "logs" / "kv-0").items() if not k.endswith(".deleted")}
@@ -261,6 +261,44 @@ def test_bad_input_fails_before_spark_and_leaves_the_log_untouched(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
+@pytest.fixture(scope="module")
+def many_segments(tmp_path_factory):
+    """A log of 35 segments of unequal sizes."""
+    tmp_path = tmp_path_factory.mktemp("segments")
+    _p, cfg = make_config(tmp_path)
+    fill(cfg, [(b"k%d" % i, b"v" * (50 + 40 * (i % 3))) for i in range(400)])
+    return str(tmp_path / "logs" / "kv-0")
+
+
+@pytest.mark.parametrize("max_bytes, tasks, expected_groups", [
+    (None, None, 2),          # defaults: all under 512 MiB, two tasks at once -> two groups
+    (10_000, 2, 8),           # 7 groups would do; rounded up to a multiple of 2
+    (10_000, 3, 9),
+    (10**12, 1, 1),
+    (1, 2, None),             # a group per segment asked for: never more groups than segments
+])
+def test_key_map_tasks_get_consecutive_segments_of_about_equal_bytes(many_segments, max_bytes, tasks,
+                                                                     expected_groups):
+    # The key-map job's first stage: one task per group, so equal groups keep both cores busy to the end.
+    from spark_jobs.segment_source import SegmentKeysReader
+    options = {"path": many_segments}
+    if max_bytes is not None:
+        options.update(maxPartitionBytes=str(max_bytes), tasks=str(tasks))
+    segments = SegmentReader({"path": many_segments}).partitions()
+    groups = SegmentKeysReader(options).partitions()
+    assert [s.path for g in groups for s in g.segments] == [s.path for s in segments]   # all, in log order
+    if expected_groups is None:
+        assert len(segments) - 3 <= len(groups) <= len(segments)
+    else:
+        assert len(groups) == expected_groups
+    # Each group holds the segments whose middle byte falls in its share: off its share by half a segment at most
+    # at either end.
+    sizes = [sum(os.path.getsize(s.path) for s in g.segments) for g in groups]
+    biggest_segment = max(os.path.getsize(s.path) for s in segments)
+    assert max(sizes) - min(sizes) <= 2 * biggest_segment
+    assert len(segments) == 35
+
+
 def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
     _p, cfg = make_config(tmp_path)
     fill(cfg, [(b"k%d" % i, b"v" * 50) for i in range(200)])
@@ -321,7 +359,7 @@ def test_spark_map_is_written_sorted_in_hash_buckets(tmp_path, spark):
     fill(cfg, [(b"key-%d" % (i % 300), b"v%d" % i) for i in range(900)])
     info = partition_info(cfg, "kv", 0)
     out = str(tmp_path / "km")
-    manifest = build_key_map.build(spark, info, 0, 900, out, rows_per_bucket=100)
+    manifest = build_key_map.build(spark.sparkContext, info, 0, 900, out, rows_per_bucket=100)
     assert manifest["sorted"] and manifest["bucket_bits"] == 4 and manifest["distinct_keys"] == 300
     files = map_files(os.path.join(out, "data"))
     assert len({os.path.dirname(f) for f in files}) > 8      # several buckets, read in hash order
@@ -387,6 +425,44 @@ def test_bucket_merge_of_many_rows_matches_numpy(monkeypatch, spread):
             expected = got
             assert len({(h, l) for h, l in zip(hi.tolist(), lo.tolist())}) == len(got)
         assert np.array_equal(got, expected), impl
+
+
+@pytest.mark.parametrize("bits", [0, 1, 6, 16])
+def test_split_by_bucket_both_implementations(monkeypatch, bits):
+    # What a segment-group task writes: the rows without dropped flags, grouped by the top bits of the high hash in
+    # signed order, log order kept inside each bucket; compiled and numpy alike.
+    import numpy as np
+
+    from spark_jobs.key_map_tasks import bucket_of, split_by_bucket
+    from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, _KeyColumns
+    from tests.storage_engine.kernels import use
+    rng = np.random.default_rng(bits)
+    n = 5_000
+    cols = _KeyColumns(np, n + 7)                     # longer than n: the rows past n must be ignored
+    cols.hi[:] = rng.integers(-2**63, 2**63 - 1, n + 7, dtype=np.int64)
+    cols.hi[:4] = [-2**63, 2**63 - 1, 0, -1]
+    cols.lo[:] = rng.integers(-2**63, 2**63 - 1, n + 7, dtype=np.int64)
+    cols.off[:] = np.arange(n + 7) + 10**12
+    cols.flags[:] = rng.choice([0, 0, 0, KEYLESS, TOMBSTONE, CONTROL, CONTROL | TOMBSTONE], n + 7)
+    cols.n = n
+    keep = (cols.flags[:n] & (KEYLESS | CONTROL)) == 0
+    results = []
+    for impl in ("c", "python"):
+        use(monkeypatch, impl)
+        rows = np.full((n + 3, 3), -7, dtype=np.int64)
+        counts = np.full(1 << bits, -7, dtype=np.int64)
+        kept = split_by_bucket(cols, n, KEYLESS | CONTROL, bits, rows, counts)
+        assert kept == int(keep.sum()) == counts.sum()
+        assert (rows[kept:] == -7).all()
+        pos = 0
+        for b, k in enumerate(counts.tolist()):
+            part = rows[pos:pos + k]
+            assert (bucket_of(part[:, 0].copy(), bits) == b).all()
+            assert (np.diff(part[:, 2]) > 0).all()        # log order inside a bucket
+            pos += k
+        results.append((rows[:kept].tolist(), counts.tolist()))
+    assert results[0] == results[1]
+    assert sorted(r[2] for r in results[0][0]) == (cols.off[:n][keep]).tolist()
 
 
 def test_loader_reads_row_groups_and_other_integer_columns(tmp_path):
