@@ -214,6 +214,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result))
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
+    psm.hold_listing()   # the caller holds the partition lock: only this load changes the snapshots until it returns
     start_guess = max(log_start_offset_checkpoint, segments[0].base_offset) if segments else 0
     had_snapshots = bool(psm.snapshot_offsets())
     opened.extend(segments)
@@ -319,6 +320,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         psm.take_snapshot(sync=False)
     else:
         producers.rebuild(psm, segments, log_start, next_offset, exclusive=True, snapshot_offsets=bases[-2:])
+    psm.release_listing()   # the log's other processes change the snapshots from now on
     result.producer_state = psm
     result.segments = segments
     result.log_start_offset = log_start

@@ -11,6 +11,7 @@ the log after it is :func:`rebuild`; an append is checked by :func:`analyze` and
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 from typing import NamedTuple
@@ -34,6 +35,7 @@ class ProducerStateManager:
         self.ongoing_txns: dict[int, int] = {}     # first offset -> producer id
         self.map_end_offset = 0
         self.last_snap_offset = 0
+        self._held: list[int] | None = None       # the snapshot offsets while the listing is held
 
     # -- queries ----------------------------------------------------------------------------------------------
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
@@ -121,13 +123,26 @@ class ProducerStateManager:
         return layout.segment_file(self.dir, offset, layout.SNAPSHOT_SUFFIX)
 
     def snapshot_offsets(self) -> list[int]:
-        """Offsets of the ``.snapshot`` files in the folder, ascending."""
+        """Offsets of the ``.snapshot`` files in the folder, ascending (listed, or kept while the listing is held)."""
+        if self._held is not None:
+            return list(self._held)
         try:
             names = os.listdir(self.dir)
         except OSError as exc:
             raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
         return sorted(layout.offset_from_filename(n) for n in names
                       if n.endswith(layout.SNAPSHOT_SUFFIX) and layout.is_offset_named(n))
+
+    def hold_listing(self) -> None:
+        """List the snapshots once and from then on keep the list up to date with this manager's own writes and
+        deletes, until :meth:`release_listing`. Only for a caller holding the partition lock, under which no other
+        process changes the snapshots: a load recovering thousands of segments lists them twice per segment, and
+        a listing of a folder of thousands of files per segment made recovery quadratic in the segments."""
+        self._held = None
+        self._held = self.snapshot_offsets()
+
+    def release_listing(self) -> None:
+        self._held = None
 
     def take_snapshot(self, *, sync: bool = True, force: bool = False) -> str | None:
         """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``).
@@ -140,6 +155,8 @@ class ProducerStateManager:
         path = self.snapshot_path(self.map_end_offset)
         producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
                                          sync=sync)
+        if self._held is not None and self.map_end_offset not in self._held:
+            bisect.insort(self._held, self.map_end_offset)
         for e in self.producers.values():
             del e.batches[:-1]
         self.last_snap_offset = self.map_end_offset
@@ -149,6 +166,8 @@ class ProducerStateManager:
         """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
         ``file.delete.delay.ms``, like the segment files deleted with it)."""
         path = self.snapshot_path(offset)
+        if self._held is not None and offset in self._held:
+            self._held.remove(offset)
         try:
             if deleted_at_ms is not None:
                 os.replace(path, path + layout.DELETED_SUFFIX)

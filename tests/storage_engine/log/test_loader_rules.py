@@ -1084,6 +1084,45 @@ def test_load_snapshots_at_the_last_two_segment_bases_while_replaying(log_dir):
     log.close(clean=True)
 
 
+def test_recovering_many_segments_lists_the_folder_a_fixed_number_of_times(log_dir, monkeypatch):
+    """Kafka's recoverSegment rebuilds the producer state at each recovered segment's base and snapshots it after:
+    a snapshot per segment, each found again by the next rebuild. Under the partition lock the load lists the
+    folder once and keeps that list itself (it listed twice per segment, quadratic in the segments: 10,000 of them
+    took minutes). The snapshots left are Kafka's: one at every recovered segment's end, the log end's last."""
+    cfg = _segments_of_five(log_dir, n=100)
+    d = partition_dir(log_dir)
+    listed = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(os.fspath(path)) or real_listdir(path))
+    log, res = open_log(log_dir, cfg, now_ms=T0, create=False, recovery_point_checkpoint=0)
+    assert res.recovered_segments == 20
+    assert listed.count(d) <= 4
+    assert _snapshots(d) == list(range(5, 101, 5))
+    # The load's list is let go: a snapshot another process writes afterwards is seen.
+    from storage_engine.segment import producer_snapshot
+    producer_snapshot.write_snapshot(os.path.join(d, layout.filename_prefix(103) + layout.SNAPSHOT_SUFFIX), [])
+    assert log.producer_state.snapshot_offsets()[-2:] == [100, 103]
+    log.close(clean=True)
+
+
+def test_a_held_listing_follows_the_managers_own_writes_and_deletes(log_dir):
+    from storage_engine.log.producer_state_manager import ProducerStateManager
+    d = str(log_dir)
+    psm = ProducerStateManager(d, "t-0")
+    psm.map_end_offset = 4
+    psm.take_snapshot(sync=False)
+    psm.hold_listing()
+    for end in (9, 12):
+        psm.map_end_offset = end
+        psm.take_snapshot(sync=False)
+    psm.delete_snapshot(4)
+    psm.delete_snapshot(9, deleted_at_ms=T0)        # renamed .deleted: no longer a snapshot
+    psm.delete_snapshot(77)                         # absent: nothing to forget
+    assert psm.snapshot_offsets() == [12] == _snapshots(d)
+    psm.release_listing()
+    assert psm.snapshot_offsets() == [12]
+
+
 # ------------------------------------------------------------------ the load's crash steps
 #
 # The torture harness and the crash tests kill a process at named steps (storage_engine.crashpoints). A forked
