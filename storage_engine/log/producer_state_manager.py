@@ -124,8 +124,13 @@ class ProducerStateManager:
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the ``.snapshot`` files in the folder, ascending (listed, or kept while the listing is held)."""
-        if self._held is not None:
-            return list(self._held)
+        return list(self._held) if self._held is not None else self._list()
+
+    def _offsets(self) -> list[int]:
+        """:meth:`snapshot_offsets` without a copy of the held list (which this manager's deletes change)."""
+        return self._held if self._held is not None else self._list()
+
+    def _list(self) -> list[int]:
         try:
             names = os.listdir(self.dir)
         except OSError as exc:
@@ -139,7 +144,7 @@ class ProducerStateManager:
         process changes the snapshots: a load recovering thousands of segments lists them twice per segment, and
         a listing of a folder of thousands of files per segment made recovery quadratic in the segments."""
         self._held = None
-        self._held = self.snapshot_offsets()
+        self._held = self._list()
 
     def release_listing(self) -> None:
         self._held = None
@@ -155,8 +160,10 @@ class ProducerStateManager:
         path = self.snapshot_path(self.map_end_offset)
         producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
                                          sync=sync)
-        if self._held is not None and self.map_end_offset not in self._held:
-            bisect.insort(self._held, self.map_end_offset)
+        if self._held is not None:
+            i = bisect.bisect_left(self._held, self.map_end_offset)
+            if i == len(self._held) or self._held[i] != self.map_end_offset:
+                self._held.insert(i, self.map_end_offset)
         for e in self.producers.values():
             del e.batches[:-1]
         self.last_snap_offset = self.map_end_offset
@@ -166,8 +173,10 @@ class ProducerStateManager:
         """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
         ``file.delete.delay.ms``, like the segment files deleted with it)."""
         path = self.snapshot_path(offset)
-        if self._held is not None and offset in self._held:
-            self._held.remove(offset)
+        if self._held is not None:
+            i = bisect.bisect_left(self._held, offset)
+            if i < len(self._held) and self._held[i] == offset:
+                del self._held[i]
         try:
             if deleted_at_ms is not None:
                 os.replace(path, path + layout.DELETED_SUFFIX)
@@ -184,9 +193,10 @@ class ProducerStateManager:
         and deleted with ``delete_corrupt``). Returns its offset, or None (state empty at the log start)."""
         self.producers.clear()
         self.ongoing_txns.clear()
-        for offset in reversed(self.snapshot_offsets()):
-            if offset > upper_offset:
-                continue
+        offsets = self._offsets()
+        # Newest first, by index: deleting a corrupt one (from the held list too) only moves the ones above it.
+        for i in range(bisect.bisect_right(offsets, upper_offset) - 1, -1, -1):
+            offset = offsets[i]
             try:
                 entries = producer_snapshot.read_snapshot(self.snapshot_path(offset))
             except CorruptSnapshotError as exc:
@@ -226,7 +236,10 @@ class ProducerStateManager:
         Kafka also deletes a snapshot exactly at the log start (and so forgets, at its next restart, the producers
         whose records retention deleted). This engine keeps it: opening a log never changes its files a second
         time after retention, and every process keeps the same producers until they expire."""
-        gone = [o for o in self.snapshot_offsets() if o > log_end_offset or o < log_start_offset]
+        offsets = self._offsets()
+        below = bisect.bisect_left(offsets, log_start_offset)
+        above = bisect.bisect_right(offsets, log_end_offset)
+        gone = offsets[:below] + offsets[above:]
         for o in gone:
             self.delete_snapshot(o)
         return gone
