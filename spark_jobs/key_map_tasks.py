@@ -7,8 +7,7 @@ about equal bytes, up to 512 MiB each): decodes the group's segments with the co
 (``segment_source.segment_key_columns``: one decode and one hash per record, aborted batches left out, as the
 in-process map reads the log), counts records, keyless records and tombstones, drops keyless and control-batch
 records, and appends the (hash high, hash low, offset) rows of each bucket (the top bits of the high hash, in signed
-order) to
-``<stage>/bucket=<n>/group=<g>.rows``: raw little-endian int64 triples, 24 bytes per row, in log order.
+order) to ``<stage>/bucket=<n>/group=<g>.rows``: raw little-endian int64 triples, 24 bytes per row, in log order.
 
 Phase 2, :func:`merge_bucket`, one task per bucket: reads the bucket's rows from every group, keeps the maximum
 offset per 128-bit hash (``_keymap.c``'s ``sort_latest``: sorts the rows by (high, low) in signed order in place

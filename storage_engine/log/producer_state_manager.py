@@ -143,7 +143,6 @@ class ProducerStateManager:
         deletes, until :meth:`release_listing`. Only for a caller holding the partition lock, under which no other
         process changes the snapshots: a load recovering thousands of segments lists them twice per segment, and
         a listing of a folder of thousands of files per segment made recovery quadratic in the segments."""
-        self._held = None
         self._held = self._list()
 
     def release_listing(self) -> None:
