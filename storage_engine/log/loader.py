@@ -22,7 +22,9 @@
    only the largest survives, and only if not below the last base), then the state is rebuilt from the newest
    valid snapshot plus a replay of the batches after it, and a snapshot is written at the log end. Recovery in
    step 4 replays each recovered segment into the producer state as of its base, which rebuilds its
-   ``.txnindex``, and snapshots the state at its end. As in Kafka, a log that had a clean shutdown but has no
+   ``.txnindex``, and snapshots the state at its end. Kafka deletes the snapshots above each recovered base
+   first; here those at the bases still to recover stay until their segment is recovered, and one is written
+   only if its bytes changed (the files end the same; a recovery of 10,000 segments creates none of them anew). As in Kafka, a log that had a clean shutdown but has no
    snapshot at all (written before producer state was kept) is not scanned: its state starts empty.
 
 A legacy segment whose offsets overflow its base (met while recovering it, or seen from a segment whose last
@@ -89,11 +91,13 @@ class _SplitNeeded(Exception):
 MAX_SPLITS_PER_LOAD = 1000
 
 
-def _recover(seg: LogSegment, psm: ProducerStateManager, segments, log_start: int) -> RecoveryResult:
+def _recover(seg: LogSegment, psm: ProducerStateManager, segments, log_start: int, *,
+             pruned: bool = False) -> RecoveryResult:
     """``recover_segment(seg)`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at
     its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
-    empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split."""
-    producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True)
+    empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split. ``pruned``: the
+    snapshots above the base were already dealt with (see the recovery loop in :func:`_load`)."""
+    producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True, pruned=pruned)
     try:
         result = recover_segment(seg, psm)
         psm.take_snapshot(sync=False)
@@ -115,17 +119,23 @@ def _remove(path: str, result: LoadResult) -> None:
         raise StorageIOError("cannot delete file during log load", path, exc) from exc
 
 
-def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> None:
-    """Step 1 (caller holds the partition lock and no other process has the partition open)."""
+def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: int, result: LoadResult) -> list[str]:
+    """Step 1 (caller holds the partition lock and no other process has the partition open). Returns the folder's
+    sorted names afterwards (listed once: a folder of 10,000 segments holds 40,000 names)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
-    result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True))
-    for name in swap._listing(dir_path):
-        path = os.path.join(dir_path, name)
+    listing = swap._listing(dir_path)
+    result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True, listing=listing))
+    gone = set()
+    for name in listing:
         if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
-            _remove(path, result)  # a producer snapshot whose writer died before renaming it into place
+            _remove(os.path.join(dir_path, name), result)  # a snapshot whose writer died before renaming it
+            gone.add(name)
             continue
-        if not name.endswith(layout.DELETED_SUFFIX) or not os.path.isfile(path):
+        if not name.endswith(layout.DELETED_SUFFIX):
             continue   # most names: no stat needed
+        path = os.path.join(dir_path, name)
+        if not os.path.isfile(path):
+            continue
         # Kafka deletes every .deleted file at broker start. Here processes open and close log dirs all the time,
         # so only files whose file.delete.delay.ms has passed go (the rename stamped the mtime); the others wait
         # for the purge, as a reader of another process may still be using them.
@@ -135,6 +145,8 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
             continue
         if now_ms - scheduled_ms >= cfg.file_delete_delay_ms:
             _remove(path, result)
+            gone.add(name)
+    return [n for n in listing if n not in gone] if gone else listing
 
 
 def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
@@ -209,12 +221,13 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
           log_start_offset_checkpoint: int, had_clean_shutdown: bool, now_ms: int,
           log_start_offset_fallback: int) -> LoadResult:
     result = LoadResult([], 0, 0, 0)
-    remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
+    listing = remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     crashpoints.reached("load.resolved")
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
-                                             remove=lambda path: _remove(path, result))
+                                             remove=lambda path: _remove(path, result), listing=listing)
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
-    psm.hold_listing()   # the caller holds the partition lock: only this load changes the snapshots until it returns
+    # The caller holds the partition lock: only this load changes the snapshots until it returns.
+    psm.hold_listing(listing)
     start_guess = max(log_start_offset_checkpoint, segments[0].base_offset) if segments else 0
     had_snapshots = bool(psm.snapshot_offsets())
     opened.extend(segments)
@@ -234,11 +247,19 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
             if b <= recovery_point:
                 start_idx = i
         unflushed = segments[start_idx:]
+        # Kafka deletes every snapshot above each recovered segment's base, then writes one at its end: the files
+        # end the same if those at the bases still to be recovered stay until their segment is recovered, which
+        # writes them only if they changed (a crash meanwhile leaves them to the next load, which recovers the same
+        # segments again). Not when a segment was recovered above, from snapshots not yet checked.
+        recovered = {id(s) for s in needs_recovery}
+        later = frozenset() if any(id(s) in recovered for s in unflushed) else \
+            frozenset(s.base_offset for s in unflushed[1:])
+        psm.delete_snapshots_outside(start_guess, unflushed[0].base_offset, keep=later)
         for i, seg in enumerate(unflushed):
-            if seg in needs_recovery:
+            if id(seg) in recovered:
                 rec_truncated = 0
             else:
-                rec = _recover(seg, psm, segments, start_guess)
+                rec = _recover(seg, psm, segments, start_guess, pruned=True)
                 crashpoints.reached("load.recovered")
                 rec_truncated = rec.bytes_truncated
                 result.recovered_segments += 1

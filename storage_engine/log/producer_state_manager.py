@@ -36,6 +36,10 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self._held: list[int] | None = None       # the snapshot offsets while the listing is held
+        # While the listing is held: (offset, entries) of the last snapshot this manager wrote or found equal on
+        # disk, so that loading it again (a recovery loads each segment's snapshot right after writing it) reads
+        # no file. Nobody else changes the snapshots meanwhile.
+        self._last_written: tuple[int, list] | None = None
 
     # -- queries ----------------------------------------------------------------------------------------------
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
@@ -130,48 +134,63 @@ class ProducerStateManager:
         """:meth:`snapshot_offsets` without a copy of the held list (which this manager's deletes change)."""
         return self._held if self._held is not None else self._list()
 
-    def _list(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except OSError as exc:
-            raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
+    def _list(self, names: list[str] | None = None) -> list[int]:
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except OSError as exc:
+                raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
         return sorted(layout.offset_from_filename(n) for n in names
                       if n.endswith(layout.SNAPSHOT_SUFFIX) and layout.is_offset_named(n))
 
-    def hold_listing(self) -> None:
-        """List the snapshots once and from then on keep the list up to date with this manager's own writes and
-        deletes, until :meth:`release_listing`. Only for a caller holding the partition lock, under which no other
-        process changes the snapshots: a load recovering thousands of segments lists them twice per segment, and
-        a listing of a folder of thousands of files per segment made recovery quadratic in the segments."""
-        self._held = self._list()
+    def hold_listing(self, names: list[str] | None = None) -> None:
+        """List the snapshots once (or take them from ``names``, the folder's listing) and from then on keep the
+        list up to date with this manager's own writes and deletes, until :meth:`release_listing`. Only for a
+        caller holding the partition lock, under which no other process changes the snapshots: a load recovering
+        thousands of segments lists them twice per segment, and a listing of a folder of thousands of files per
+        segment made recovery quadratic in the segments."""
+        self._held = self._list(names)
 
     def release_listing(self) -> None:
         self._held = None
+        self._last_written = None
 
     def take_snapshot(self, *, sync: bool = True, force: bool = False) -> str | None:
         """Write ``<map end offset>.snapshot`` if the map end moved since the last one (or ``force``).
 
         A snapshot keeps only each producer's last batch (Kafka's format), so a process that rebuilds from it
         remembers fewer batches for duplicate detection than the process that wrote it. To keep every process's
-        state equal, the writer then keeps only what it wrote too (as Kafka's broker does after a restart)."""
+        state equal, the writer then keeps only what it wrote too (as Kafka's broker does after a restart).
+
+        While the listing is held (a load, under the partition lock), an unsynced snapshot whose file already
+        holds exactly these bytes is not written again: a recovery rewrites one snapshot per segment, and most
+        are unchanged since the crash. The files end as Kafka's delete-then-write leaves them."""
         if self.map_end_offset <= self.last_snap_offset and not force:
             return None
-        path = self.snapshot_path(self.map_end_offset)
-        producer_snapshot.write_snapshot(path, [e.to_snapshot_entry() for e in self.producers.values()],
-                                         sync=sync)
-        if self._held is not None:
-            i = bisect.bisect_left(self._held, self.map_end_offset)
-            if i == len(self._held) or self._held[i] != self.map_end_offset:
-                self._held.insert(i, self.map_end_offset)
+        offset = self.map_end_offset
+        path = self.snapshot_path(offset)
+        entries = [e.to_snapshot_entry() for e in self.producers.values()]
+        held = self._held
+        if held is not None:
+            i = bisect.bisect_left(held, offset)
+            exists = i < len(held) and held[i] == offset
+            producer_snapshot.write_snapshot(path, entries, sync=sync, unless_equal=exists and not sync)
+            if not exists:
+                held.insert(i, offset)
+            self._last_written = (offset, sorted(entries, key=lambda e: e.producer_id))   # the file's order
+        else:
+            producer_snapshot.write_snapshot(path, entries, sync=sync)
         for e in self.producers.values():
             del e.batches[:-1]
-        self.last_snap_offset = self.map_end_offset
+        self.last_snap_offset = offset
         return path
 
     def delete_snapshot(self, offset: int, *, deleted_at_ms: int | None = None) -> None:
         """Delete a snapshot, or with ``deleted_at_ms`` rename it ``.deleted`` stamped with that time (purged after
         ``file.delete.delay.ms``, like the segment files deleted with it)."""
         path = self.snapshot_path(offset)
+        if self._last_written is not None and self._last_written[0] == offset:
+            self._last_written = None
         if self._held is not None:
             i = bisect.bisect_left(self._held, offset)
             if i < len(self._held) and self._held[i] == offset:
@@ -197,7 +216,10 @@ class ProducerStateManager:
         for i in range(bisect.bisect_right(offsets, upper_offset) - 1, -1, -1):
             offset = offsets[i]
             try:
-                entries = producer_snapshot.read_snapshot(self.snapshot_path(offset))
+                if self._last_written is not None and self._last_written[0] == offset:
+                    entries = self._last_written[1]   # the file holds these (held listing: nobody else writes)
+                else:
+                    entries = producer_snapshot.read_snapshot(self.snapshot_path(offset))
             except CorruptSnapshotError as exc:
                 logger.warning("failed to load producer snapshot of %s: %s", self.name, exc)
                 if delete_corrupt:
@@ -229,8 +251,10 @@ class ProducerStateManager:
             removed.append(stray[-1])
         return removed
 
-    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int) -> list[int]:
-        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go.
+    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int, *, keep=frozenset()) -> list[int]:
+        """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go, but for
+        those at offsets in ``keep`` above the log end (a recovery that rewrites them, or finds them unchanged,
+        before anything can load them).
 
         Kafka also deletes a snapshot exactly at the log start (and so forgets, at its next restart, the producers
         whose records retention deleted). This engine keeps it: opening a log never changes its files a second
@@ -238,7 +262,7 @@ class ProducerStateManager:
         offsets = self._offsets()
         below = bisect.bisect_left(offsets, log_start_offset)
         above = bisect.bisect_right(offsets, log_end_offset)
-        gone = offsets[:below] + offsets[above:]
+        gone = offsets[:below] + [o for o in offsets[above:] if o not in keep]
         for o in gone:
             self.delete_snapshot(o)
         return gone
@@ -251,14 +275,15 @@ class ProducerStateManager:
 
 
 def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_offset: int, *, exclusive: bool,
-            snapshot_offsets=()) -> None:
+            snapshot_offsets=(), pruned: bool = False) -> None:
     """Rebuild ``psm`` for the log end ``last_offset`` (Kafka's ``rebuildProducerState``).
 
     Loads the newest valid snapshot at or below ``last_offset`` and replays the batches from there. With
     ``exclusive`` (a load, or a truncation under the lock) snapshots outside [log start, last offset] and corrupt
     ones are deleted first, snapshots are taken at ``snapshot_offsets`` passed while replaying, and one is taken at
-    ``last_offset``; without it (a process refreshing its view) nothing on disk changes."""
-    if exclusive:
+    ``last_offset``; without it (a process refreshing its view) nothing on disk changes. ``pruned``: the caller
+    already deleted what is outside (a recovery, once for all its segments)."""
+    if exclusive and not pruned:
         psm.delete_snapshots_outside(log_start_offset, last_offset)
     psm.load_from_snapshot(log_start_offset, last_offset, delete_corrupt=exclusive)
     start = max(psm.map_end_offset, log_start_offset)

@@ -96,11 +96,12 @@ def _listing(dir_path: str) -> list[str]:
         raise StorageIOError("cannot list partition folder", dir_path, exc) from exc
 
 
-def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
-                  remove=None) -> tuple[list[LogSegment], list[LogSegment]]:
-    """(segments, segments needing recovery) of a partition folder. ``remove(path)`` deletes a file during a
-    repairing load (index files without a ``.log``); without ``repair`` nothing on disk is deleted."""
-    names = _listing(dir_path)
+def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool, remove=None,
+                  listing: list[str] | None = None) -> tuple[list[LogSegment], list[LogSegment]]:
+    """(segments, segments needing recovery) of a partition folder (whose names are ``listing``, if the caller
+    just listed it). ``remove(path)`` deletes a file during a repairing load (index files without a ``.log``);
+    without ``repair`` nothing on disk is deleted."""
+    names = _listing(dir_path) if listing is None else listing
     logs = set()
     for name in names:
         if name.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(name):
@@ -108,14 +109,15 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
     segments, needs_recovery = [], []
     if repair and remove is not None:
         for name in names:
-            if layout.is_offset_named(name) and name.endswith(layout.INDEX_SUFFIXES):
+            if name.endswith(layout.INDEX_SUFFIXES) and layout.is_offset_named(name):
                 if layout.offset_from_filename(name) not in logs:
                     remove(os.path.join(dir_path, name))
     active_base = max(logs) if logs else None
     present = set(names)   # the listing answers "is the index there?" (no stat per file)
     for base in sorted(logs):
-        index_missing = layout.filename_prefix(base) + layout.INDEX_SUFFIX not in present
-        tindex_missing = layout.filename_prefix(base) + layout.TIME_INDEX_SUFFIX not in present
+        prefix = layout.filename_prefix(base)
+        index_missing = prefix + layout.INDEX_SUFFIX not in present
+        tindex_missing = prefix + layout.TIME_INDEX_SUFFIX not in present
         # A view opens sealed segments read-only; a missing index file has to be created either way.
         writable = repair or base == active_base or index_missing or tindex_missing
         # Sealed segments with both indexes stay unopened until used (file descriptors: 10,000 segments).

@@ -255,7 +255,7 @@ def plan_orphans(dir_path: str, names: list[str] | None = None) -> Plan:
             plan.remove(os.path.join(dir_path, n))
             plan.messages.append(f"removed {n}, left by a cleaner that died before its swap")
     finals = sorted(layout.offset_from_filename(n) for n in names
-                    if n.endswith(LOG) and layout.is_offset_named(n))
+                    if n.endswith(LOG) and layout.is_offset_named(n)) if swaps else []
     valid = []
     for n in sorted(n for n in swaps if n.endswith(LOG + SWAP)):
         base = layout.offset_from_filename(n)
@@ -335,20 +335,26 @@ def pending_plan(log_dir: str, partition_dir: str, dir_path: str) -> tuple[Plan 
     return plan, list(plan.messages), True
 
 
-def resolve(log_dir: str, partition_dir: str, dir_path: str, now_ms: int, *, orphans: bool) -> list[str]:
+def resolve(log_dir: str, partition_dir: str, dir_path: str, now_ms: int, *, orphans: bool,
+            listing: list[str] | None = None) -> list[str]:
     """Complete or roll back a swap whose cleaner died (caller holds the partition lock); with ``orphans`` (a
-    load) also handle ``.swap``/``.cleaned`` files without a record. Returns what was done."""
+    load) also handle ``.swap``/``.cleaned`` files without a record. Returns what was done. ``listing``: the
+    folder's sorted names, if the caller has them; updated in place to what the folder holds afterwards."""
     messages: list[str] = []
     if intent.exists(log_dir, partition_dir):
         plan, messages, clear = pending_plan(log_dir, partition_dir, dir_path)
         if plan is not None:
             plan.apply(dir_path, now_ms)
+            if listing is not None and plan.actions:
+                listing[:] = _listing(dir_path)
         if clear:
             intent.clear(log_dir, partition_dir)
     if orphans:
-        plan = plan_orphans(dir_path)
+        plan = plan_orphans(dir_path, listing)
         plan.apply(dir_path, now_ms)
         messages += plan.messages
+        if listing is not None and plan.actions:
+            listing[:] = sorted(plan.effective_names(listing))
     for m in messages:
         logger.warning("%s: %s", partition_dir, m)
     return messages

@@ -26,6 +26,7 @@ ascending producer id order (Kafka's order is its hash map's; readers do not dep
 """
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
@@ -93,5 +94,19 @@ def read_snapshot(path: str) -> list[SnapshotEntry]:
     return decode_snapshot(data, path)
 
 
-def write_snapshot(path: str, entries: list[SnapshotEntry], *, sync: bool = True) -> None:
-    atomic_write(path, encode_snapshot(entries), sync=sync)
+def write_snapshot(path: str, entries: list[SnapshotEntry], *, sync: bool = True, unless_equal: bool = False) -> bool:
+    """Write the snapshot atomically; with ``unless_equal``, not when the file already holds exactly its bytes.
+    Returns whether it was written."""
+    data = encode_snapshot(entries)
+    if unless_equal:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if os.read(fd, len(data) + 1) == data:
+                    return False
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # missing or unreadable: written below
+    atomic_write(path, data, sync=sync)
+    return True

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from storage_engine import layout
 from storage_engine.errors import CorruptRecordError, StorageIOError
+from storage_engine.record.record_batch import LOG_OVERHEAD, NO_PRODUCER_ID
 from storage_engine.segment.file_records import batch_at, walk_batches, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
     from storage_engine.segment.segment import LogSegment
 
 _TIME_ENTRY = struct.Struct(">qi")
+# v2 batch header fields the replay reads (Kafka's DefaultRecordBatch layout).
+_ENTRY_HEAD = struct.Struct(">qi")      # base offset, length
+_MAGIC_AT = 16
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_AT = 23
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_AT = 43
 _READ_NOT_MAP_BYTES = 1 << 20
 
 
@@ -40,18 +48,36 @@ def recover_segment(seg: LogSegment, producer_state=None) -> RecoveryResult:
     """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
     ``producer_state`` (a :class:`~storage_engine.log.producer_state_manager.ProducerStateManager` as of the base
     offset) replay each valid batch into it and rebuild the ``.txnindex``."""
-    result = _recover_compiled(seg)
-    if result is None:
-        result = _recover_walk(seg)
+    compiled = _recover_compiled(seg)
+    result, data = compiled if compiled is not None else (_recover_walk(seg), None)
     txn_index = seg.txn_index
     txn_index.reset()
     if producer_state is not None:
-        for batch in seg.log.batches(0):
-            if batch.file_position >= result.valid_bytes:
-                break
-            if batch.magic >= 2:
-                producer_state.replay_batch(batch, txn_index)
+        if data is not None:
+            _replay_read(seg, data, result.valid_bytes, producer_state, txn_index)
+        else:
+            for batch in seg.log.batches(0):
+                if batch.file_position >= result.valid_bytes:
+                    break
+                if batch.magic >= 2:
+                    producer_state.replay_batch(batch, txn_index)
     return result
+
+
+def _replay_read(seg: LogSegment, data: bytes, valid_bytes: int, producer_state, txn_index) -> None:
+    """The replay of :func:`recover_segment` over the segment's bytes already read (all valid up to
+    ``valid_bytes``): a v2 batch without a producer id only moves the map end (all ``replay_batch`` does with
+    it), so only batches with one are parsed."""
+    pos = 0
+    while pos < valid_bytes:
+        base, length = _ENTRY_HEAD.unpack_from(data, pos)
+        if data[pos + _MAGIC_AT] >= 2:
+            if _PRODUCER_ID.unpack_from(data, pos + _PRODUCER_ID_AT)[0] > NO_PRODUCER_ID:
+                producer_state.replay_batch(batch_at(data, pos, valid_bytes, seg.path, file_offset=0),
+                                            txn_index)
+            else:
+                producer_state.map_end_offset = base + _LAST_DELTA.unpack_from(data, pos + _LAST_DELTA_AT)[0] + 1
+        pos += LOG_OVERHEAD + length
 
 
 def _recover_walk(seg: LogSegment) -> RecoveryResult:
@@ -104,10 +130,11 @@ def _recover_walk(seg: LogSegment) -> RecoveryResult:
     return RecoveryResult(truncated, valid_bytes, count, error)
 
 
-def _recover_compiled(seg: LogSegment) -> RecoveryResult | None:
+def _recover_compiled(seg: LogSegment) -> tuple[RecoveryResult, bytes | None] | None:
     """:func:`recover_segment` when the compiled walk takes every batch of the segment (the usual case): both index
     files are written once, already trimmed, instead of reset, appended to and trimmed. None (nothing changed)
-    when the kernels are not loaded or the walk stops before the end; :func:`recover_segment` then does it all."""
+    when the kernels are not loaded or the walk stops before the end; :func:`recover_segment` then does it all.
+    With the result come the segment's bytes if they were read (a small segment), else None."""
     # A small segment is read (one pread), a large one mapped (no copy; recovery holds the partition lock, and
     # the map never covers more than the file has: see FileRecords.view). The size is taken from the buffer.
     view = seg.log.read(0, seg.log.size) if seg.log.size <= _READ_NOT_MAP_BYTES else seg.log.view()
@@ -115,6 +142,7 @@ def _recover_compiled(seg: LogSegment) -> RecoveryResult | None:
     walked = walk_batches(view, 0, size, seg.base_offset, seg.index_interval_bytes,
                           seg.max_index_size // OffsetIndex.ENTRY_SIZE,
                           seg.max_index_size // TimeIndex.ENTRY_SIZE - 1)
+    data = view if isinstance(view, bytes) else None   # read, not mapped: kept for the replay
     del view
     seg.log.drop_view()
     if walked is None or walked[0] != size:
@@ -129,12 +157,13 @@ def _recover_compiled(seg: LogSegment) -> RecoveryResult | None:
     _rewrite_index(seg, layout.TIME_INDEX_SUFFIX, seg._time_index, time_entries)
     seg._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, seg.base_offset)
     seg._rolling_based_timestamp = None
-    return RecoveryResult(0, size, count, None)
+    return RecoveryResult(0, size, count, None), data
 
 
 def _rewrite_index(seg: LogSegment, suffix: str, index, data: bytes) -> None:
     """Make an index file exactly ``data`` (packed entries): through the open index, or, for an index not
-    opened yet, by writing the file directly (it is opened, and mapped, only when used)."""
+    opened yet, by writing the file directly (it is opened, and mapped, only when used) unless it holds exactly
+    that already."""
     if index is not None:
         index.rewrite(data)
         return
@@ -142,9 +171,10 @@ def _rewrite_index(seg: LogSegment, suffix: str, index, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.ftruncate(fd, len(data))
-            if data:
-                os.pwrite(fd, data, 0)
+            if os.pread(fd, len(data) + 1, 0) != data:   # a recovery after a crash mostly finds them right
+                os.ftruncate(fd, len(data))
+                if data:
+                    os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -35,6 +35,9 @@ INT32_MAX = 2**31 - 1
 logger = logging.getLogger(__name__)
 
 
+_SUFFIXES = (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX)
+
+
 class LogSegment:
     """One segment. Its three files are opened lazily (Kafka's ``LazyIndex``, applied to the ``.log`` too): a
     log with 10,000 sealed segments holds file descriptors only for those actually read, and ``size``,
@@ -49,9 +52,8 @@ class LogSegment:
         self._log = log
         self._offset_index = offset_index
         self._time_index = time_index
-        self._paths = {s: layout.segment_file(dir_path, base_offset, s, suffix)
-                       for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX,
-                                 layout.TXN_INDEX_SUFFIX)}
+        stem = layout.segment_file(dir_path, base_offset, "")
+        self._paths = {s: stem + s + suffix for s in _SUFFIXES}
         self.max_index_size = max_index_size
         self.writable = writable
         self._stat_size: int | None = None

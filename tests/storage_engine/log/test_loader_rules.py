@@ -1094,15 +1094,138 @@ def test_recovering_many_segments_lists_the_folder_a_fixed_number_of_times(log_d
     listed = []
     real_listdir = os.listdir
     monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(os.fspath(path)) or real_listdir(path))
+    from storage_engine.segment import producer_snapshot
+    reads, real_read = [], producer_snapshot.read_snapshot
+    monkeypatch.setattr(producer_snapshot, "read_snapshot", lambda path: reads.append(path) or real_read(path))
     log, res = open_log(log_dir, cfg, now_ms=T0, create=False, recovery_point_checkpoint=0)
     assert res.recovered_segments == 20
     assert listed.count(d) <= 4
     assert _snapshots(d) == list(range(5, 101, 5))
+    # each snapshot the recovery wrote was read back from memory, not from its file
+    assert reads == []
     # The load's list is let go: a snapshot another process writes afterwards is seen.
     from storage_engine.segment import producer_snapshot
     producer_snapshot.write_snapshot(os.path.join(d, layout.filename_prefix(103) + layout.SNAPSHOT_SUFFIX), [])
     assert log.producer_state.snapshot_offsets()[-2:] == [100, 103]
     log.close(clean=True)
+
+
+def _idempotent_crashed(log_dir, n=20):
+    """Two idempotent producers (7 and 8) taking turns, one record a batch, 5 batches a segment (bases 0, 5, 10,
+    15), closed as a crash leaves it: the rolls left snapshots at 5, 10 and 15. Returns (cfg, dir)."""
+    cfg = config(segment_bytes=5 * SIZE, index_interval_bytes=1)
+    log, _ = open_log(log_dir, cfg, now_ms=T0)
+    for i in range(n):
+        log.append_records(recs(f"v{i:03d}", timestamp=T0 + i), producer_id=7 + i % 2, producer_epoch=0,
+                           base_sequence=i // 2)
+    assert [s.base_offset for s in log.segments] == list(range(0, n, 5))
+    log.close(clean=False)
+    d = partition_dir(log_dir)
+    assert _snapshots(d) == [5, 10, 15]
+    return cfg, d
+
+
+def _snapshot_bytes(d) -> dict[int, bytes]:
+    return {o: open(_snap(d, o), "rb").read() for o in _snapshots(d)}
+
+
+def _snap(d, offset: int) -> str:
+    return os.path.join(d, layout.filename_prefix(offset) + layout.SNAPSHOT_SUFFIX)
+
+
+def _recovered_without_snapshots(log_dir, tmp_path, cfg):
+    """Kafka's result: a copy of the log dir without any snapshot, recovered from offset 0 (each recovered
+    segment's snapshot written afresh). Returns (snapshot files, producer state, log end)."""
+    ref = tmp_path / "reference"
+    shutil.copytree(log_dir, ref)
+    d = partition_dir(ref)
+    for o in _snapshots(d):
+        os.remove(_snap(d, o))
+    log, _ = _unclean_reopen(ref, cfg, 0)
+    found = (_snapshot_bytes(d), log.producer_state.state_key(), log.log_end_offset)
+    log.close(clean=False)
+    return found
+
+
+def test_recovery_leaves_kafkas_snapshots_and_writes_only_those_that_changed(log_dir, tmp_path):
+    """Kafka deletes every snapshot above a recovered segment's base and writes one at its end. The load keeps the
+    snapshots at the bases still to recover, writes each one only if its bytes changed, and deletes the others
+    (a stray inside the active segment): the files end as Kafka leaves them, and one that was right is not
+    written again."""
+    from storage_engine.segment import producer_snapshot
+    cfg, d = _idempotent_crashed(log_dir)
+    producer_snapshot.write_snapshot(_snap(d, 10), [])   # valid, but forgets both producers
+    producer_snapshot.write_snapshot(_snap(d, 17), [])   # a stray above the last base, below the log end
+    expected, state, end = _recovered_without_snapshots(log_dir, tmp_path, cfg)
+    assert sorted(expected) == [5, 10, 15, 20] and end == 20
+    old = T0 / 1000 - 86_400
+    for o in _snapshots(d):
+        os.utime(_snap(d, o), (old, old))
+    log, res = _unclean_reopen(log_dir, cfg, 0)
+    assert res.recovered_segments == 4
+    assert _snapshot_bytes(d) == expected
+    assert log.producer_state.state_key() == state
+    assert [os.stat(_snap(d, o)).st_mtime == old for o in (5, 10, 15)] == [True, False, True]
+    # the producers continue their sequences
+    assert log.append_records(recs("w", timestamp=T0), producer_id=7, producer_epoch=0,
+                              base_sequence=10).first_offset == 20
+    log.close(clean=True)
+
+
+def test_recovery_that_cuts_the_log_deletes_the_snapshots_it_kept_above_the_cut(log_dir, tmp_path):
+    """The snapshots kept for the segments still to recover go when recovery truncates below them: a damaged
+    second batch of segment 5 ends the log at 6, and only Kafka's snapshots (5, and 6 at the cut) remain."""
+    cfg, d = _idempotent_crashed(log_dir)
+    _flip(segment_path(d, 5), SIZE + 65)
+    expected, state, end = _recovered_without_snapshots(log_dir, tmp_path, cfg)
+    assert (sorted(expected), end) == ([5, 6], 6)
+    log, res = _unclean_reopen(log_dir, cfg, 0)
+    assert log.log_end_offset == 6 and res.bytes_truncated > 0
+    assert _snapshot_bytes(d) == expected
+    assert log.producer_state.state_key() == state
+    log.close(clean=True)
+
+
+def test_recovery_never_loads_a_snapshot_above_the_first_recovered_base(log_dir):
+    """Kafka's first rebuild of a recovery deletes every snapshot above the first recovered base. One left in a
+    gap between two segments (offsets 5-9, removed by compaction) would otherwise be loaded by the rebuild at
+    the next base, with producers that no record of the log ever had."""
+    from storage_engine.segment.producer_snapshot import SnapshotEntry, write_snapshot
+    d = _legacy_folder(log_dir, {0: list(range(5)), 10: list(range(10, 15))})
+    write_snapshot(_snap(d, 7), [SnapshotEntry(42, 0, 3, 6, 0, T0, -1, -1)])
+    res, bases, offsets = _load_folder(d, clean=False)
+    assert (bases, offsets) == ([0, 10], list(range(5)) + list(range(10, 15)))
+    assert res.producer_state.producers == {}
+    assert 7 not in _snapshots(d)
+
+
+@pytest.mark.parametrize("read", ["read", "mapped"])
+def test_recovery_replays_the_bytes_it_read_as_it_replays_the_file(log_dir, tmp_path, monkeypatch, read):
+    """A small segment's bytes, read once for the index walk, are replayed from memory (only batches with a
+    producer id are parsed); a mapped one batch by batch from the file. Both give the producer state, the
+    .txnindex and the snapshots that the recovery of a copy of the folder gets the other way."""
+    from storage_engine.segment import recovery
+    cfg, d, aborted, records = _txn_log(log_dir)
+    log, _ = open_log(log_dir, cfg, now_ms=T0, create=False)
+    log.append_records(recs("plain", timestamp=T0))
+    log.append_records(recs("i0", "i1", timestamp=T0), producer_id=3, producer_epoch=2, base_sequence=0)
+    log.close(clean=False)
+    other = tmp_path / "other"
+    shutil.copytree(log_dir, other)
+
+    def recovered(where, bytes_read_below):
+        monkeypatch.setattr(recovery, "_READ_NOT_MAP_BYTES", bytes_read_below)
+        log, res = _unclean_reopen(where, cfg, 0)
+        found = (res.recovered_segments, log.producer_state.state_key(),
+                 [t for s in log.segments for t in s.txn_index.all_aborted_txns()],
+                 _snapshot_bytes(partition_dir(where)), read_all(log))
+        log.close(clean=True)
+        return found
+
+    this, that = (1 << 20, 0) if read == "read" else (0, 1 << 20)
+    got, want = recovered(log_dir, this), recovered(other, that)
+    assert got == want
+    assert got[0] == 2 and got[2] == aborted and len(got[1][2]) == 2   # producers 3 and 9
 
 
 def test_a_held_listing_follows_the_managers_own_writes_and_deletes(log_dir):

@@ -130,6 +130,31 @@ def test_recovery_of_an_unopened_empty_segment_leaves_empty_indexes(tmp_path, ke
     lazy.close()
 
 
+def test_recovery_of_an_unopened_segment_rewrites_only_the_index_files_that_differ(tmp_path, kernels):
+    """After a crash most index files are right. The compiled walk, which writes each file whole, leaves one that
+    already holds exactly its entries as it is (its mtime) and rewrites one whose bytes differ at the same length;
+    the Python walk rebuilds both. Either way both end holding the rebuilt entries."""
+    seg = open_segment(tmp_path, 0, index_interval_bytes=1)
+    for i in range(5):
+        append_batch(seg, i, f"v{i}", timestamp=1000 + i)
+    seg.close()
+    paths = {s: segment_path(tmp_path, 0, s) for s in (layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}
+    expected = {s: open(p, "rb").read() for s, p in paths.items()}
+    with open(paths[layout.INDEX_SUFFIX], "r+b") as f:
+        f.seek(8)
+        f.write(b"\x00\x00\x00\x07")   # the second entry's relative offset: 1 -> 7, same length
+    old = 1_000_000_000
+    for p in paths.values():
+        os.utime(p, (old, old))
+    lazy = LogSegment.open(str(tmp_path), 0, LogConfig(index_interval_bytes=1), now_ms=0,
+                           file_already_exists=True, lazy=True)
+    assert recover_segment(lazy).batches == 5
+    assert {s: open(p, "rb").read() for s, p in paths.items()} == expected
+    rewritten = {s: os.stat(p).st_mtime != old for s, p in paths.items()}
+    assert rewritten == {layout.INDEX_SUFFIX: True, layout.TIME_INDEX_SUFFIX: kernels == "python"}
+    lazy.close()
+
+
 def _entries(index) -> list[tuple[int, int]]:
     return [index.entry(n) for n in range(index.entries)]
 
