@@ -111,6 +111,13 @@ def offset_from_filename(name: str) -> int:
     return int(head)
 
 
+def named_offset(name: str) -> int | None:
+    """The offset a file name (no directory) starts with, if it starts with 20 digits and a ``.``
+    (``offset_from_filename`` of an ``is_offset_named`` name), else None: one call per name of a listing."""
+    head = name.split(".", 1)[0]
+    return int(head) if len(head) == OFFSET_DIGITS and head.isdigit() else None
+
+
 def is_offset_named(name: str) -> bool:
     name = os.fspath(name)
     head = name[name.rfind("/") + 1:].split(".", 1)[0]

@@ -102,15 +102,14 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool, r
     just listed it). ``remove(path)`` deletes a file during a repairing load (index files without a ``.log``);
     without ``repair`` nothing on disk is deleted."""
     names = _listing(dir_path) if listing is None else listing
-    logs = set()
-    for name in names:
-        if name.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(name):
-            logs.add(layout.offset_from_filename(name))
+    logs = {layout.named_offset(n) for n in names if n.endswith(layout.LOG_SUFFIX)}
+    logs.discard(None)
     segments, needs_recovery = [], []
     if repair and remove is not None:
         for name in names:
-            if name.endswith(layout.INDEX_SUFFIXES) and layout.is_offset_named(name):
-                if layout.offset_from_filename(name) not in logs:
+            if name.endswith(layout.INDEX_SUFFIXES):
+                offset = layout.named_offset(name)
+                if offset is not None and offset not in logs:
                     remove(os.path.join(dir_path, name))
     active_base = max(logs) if logs else None
     present = set(names)   # the listing answers "is the index there?" (no stat per file)

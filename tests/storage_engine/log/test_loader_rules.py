@@ -1251,14 +1251,14 @@ def test_a_held_listing_follows_the_managers_own_writes_and_deletes(log_dir):
 # The torture harness and the crash tests kill a process at named steps (storage_engine.crashpoints). A forked
 # copy of this process arms one and loads: it must die there (SIGKILL), and the next load must still succeed.
 
-def _killed_at(step: str, load) -> bool:
+def _killed_at(step: str, load, nth: int = 1) -> bool:
     import signal
     from storage_engine import crashpoints
     pid = os.fork()
     if pid == 0:   # the child never returns into the test
         code = 0
         try:
-            crashpoints.arm(step)
+            crashpoints.arm(step, nth)
             load()
         except BaseException:
             code = 1
@@ -1278,6 +1278,24 @@ def test_a_load_dies_at_its_crash_steps_and_the_next_load_recovers(log_dir, step
     assert _state(log_dir).generation == generation   # killed before the shared state was written
     log, res = _unclean_reopen(log_dir, cfg, 0)
     assert res.bytes_truncated == 2 and log.log_end_offset == 10
+    log.close(clean=True)
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_a_recovery_killed_between_segments_leaves_the_next_load_kafkas_snapshots(log_dir, tmp_path, nth):
+    """Killed after its ``nth`` recovered segment, a recovery leaves the snapshots at the bases it had not reached
+    as they were, the wrong one at 10 included; the next load recovers the same segments again and ends with
+    Kafka's files and producer state."""
+    from storage_engine.segment import producer_snapshot
+    cfg, d = _idempotent_crashed(log_dir)
+    producer_snapshot.write_snapshot(_snap(d, 10), [])
+    expected, state, _ = _recovered_without_snapshots(log_dir, tmp_path, cfg)
+    assert _killed_at("load.recovered", lambda: _unclean_reopen(log_dir, cfg, 0), nth)
+    assert (_snapshot_bytes(d)[10] == expected[10]) == (nth >= 2)   # segment 5's recovery rewrote it
+    log, res = _unclean_reopen(log_dir, cfg, 0)
+    assert res.recovered_segments == 4
+    assert _snapshot_bytes(d) == expected
+    assert log.producer_state.state_key() == state
     log.close(clean=True)
 
 
