@@ -24,8 +24,9 @@
    step 4 replays each recovered segment into the producer state as of its base, which rebuilds its
    ``.txnindex``, and snapshots the state at its end. Kafka deletes the snapshots above each recovered base
    first; here those at the bases still to recover stay until their segment is recovered, and one is written
-   only if its bytes changed (the files end the same; a recovery of 10,000 segments creates none of them anew). As in Kafka, a log that had a clean shutdown but has no
-   snapshot at all (written before producer state was kept) is not scanned: its state starts empty.
+   only if its bytes changed (the files end the same, and the unchanged ones are not created anew). As in
+   Kafka, a log that had a clean shutdown but has no snapshot at all (written before producer state was kept) is
+   not scanned: its state starts empty.
 
 A legacy segment whose offsets overflow its base (met while recovering it, or seen from a segment whose last
 offset lies more than 2^31 - 1 above its base) is split into segments whose offsets fit and the load starts over
