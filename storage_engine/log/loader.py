@@ -253,9 +253,9 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         # writes them only if they changed (a crash meanwhile leaves them to the next load, which recovers the same
         # segments again). Not when a segment was recovered above, from snapshots not yet checked.
         recovered = {id(s) for s in needs_recovery}
-        later = frozenset() if any(id(s) in recovered for s in unflushed) else \
+        kept: frozenset[int] = frozenset() if any(id(s) in recovered for s in unflushed) else \
             frozenset(s.base_offset for s in unflushed[1:])
-        psm.delete_snapshots_outside(start_guess, unflushed[0].base_offset, keep=later)
+        psm.delete_snapshots_outside(start_guess, unflushed[0].base_offset, keep=kept)
         for i, seg in enumerate(unflushed):
             if id(seg) in recovered:
                 rec_truncated = 0

@@ -140,9 +140,8 @@ class ProducerStateManager:
                 names = os.listdir(self.dir)
             except OSError as exc:
                 raise StorageIOError("cannot list partition folder", self.dir, exc) from exc
-        offsets = {layout.named_offset(n) for n in names if n.endswith(layout.SNAPSHOT_SUFFIX)}
-        offsets.discard(None)
-        return sorted(offsets)
+        return sorted({o for n in names
+                       if n.endswith(layout.SNAPSHOT_SUFFIX) and (o := layout.named_offset(n)) is not None})
 
     def hold_listing(self, names: list[str] | None = None) -> None:
         """List the snapshots once (or take them from ``names``, the folder's listing) and from then on keep the

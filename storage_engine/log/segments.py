@@ -102,8 +102,7 @@ def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool, r
     just listed it). ``remove(path)`` deletes a file during a repairing load (index files without a ``.log``);
     without ``repair`` nothing on disk is deleted."""
     names = _listing(dir_path) if listing is None else listing
-    logs = {layout.named_offset(n) for n in names if n.endswith(layout.LOG_SUFFIX)}
-    logs.discard(None)
+    logs = {o for n in names if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None}
     segments, needs_recovery = [], []
     if repair and remove is not None:
         for name in names:
