@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from storage_engine import layout
 from storage_engine.errors import CorruptRecordError, StorageIOError
-from storage_engine.record.record_batch import LOG_OVERHEAD, NO_PRODUCER_ID
-from storage_engine.segment.file_records import batch_at, walk_batches, walk_valid_batches
+from storage_engine.record.record_batch import BATCH_HEADER, LOG_OVERHEAD, NO_PRODUCER_ID
+from storage_engine.segment.file_records import batch_at, read_entry_header, walk_batches, walk_valid_batches
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
 
@@ -26,13 +26,8 @@ if TYPE_CHECKING:
     from storage_engine.segment.segment import LogSegment
 
 _TIME_ENTRY = struct.Struct(">qi")
-# v2 batch header fields the replay reads (Kafka's DefaultRecordBatch layout).
-_ENTRY_HEAD = struct.Struct(">qi")      # base offset, length
-_MAGIC_AT = 16
-_LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23
-_PRODUCER_ID = struct.Struct(">q")
-_PRODUCER_ID_AT = 43
+# Fields of record_batch.BATCH_HEADER the replay reads.
+_LAST_OFFSET_DELTA, _PRODUCER_ID = 6, 9
 _READ_NOT_MAP_BYTES = 1 << 20
 
 
@@ -70,13 +65,13 @@ def _replay_read(seg: LogSegment, data: bytes, valid_bytes: int, producer_state,
     it), so only batches with one are parsed."""
     pos = 0
     while pos < valid_bytes:
-        base, length = _ENTRY_HEAD.unpack_from(data, pos)
-        if data[pos + _MAGIC_AT] >= 2:
-            if _PRODUCER_ID.unpack_from(data, pos + _PRODUCER_ID_AT)[0] > NO_PRODUCER_ID:
-                producer_state.replay_batch(batch_at(data, pos, valid_bytes, seg.path, file_offset=0),
-                                            txn_index)
+        base, length, magic = read_entry_header(data, pos)
+        if magic >= 2:
+            header = BATCH_HEADER.unpack_from(data, pos)
+            if header[_PRODUCER_ID] > NO_PRODUCER_ID:
+                producer_state.replay_batch(batch_at(data, pos, valid_bytes, seg.path), txn_index)
             else:
-                producer_state.map_end_offset = base + _LAST_DELTA.unpack_from(data, pos + _LAST_DELTA_AT)[0] + 1
+                producer_state.map_end_offset = base + header[_LAST_OFFSET_DELTA] + 1
         pos += LOG_OVERHEAD + length
 
 
