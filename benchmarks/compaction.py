@@ -4,7 +4,7 @@ Setup, per value size (100 B and 1 KiB; not timed, done once and reused):
 
 1. every one of ``keys`` keys (``user-NNNNNNN``, 1,000,000; 50,000 with ``--quick``) is written once, in a
    shuffled order, in 1000-record batches (``append_batches``), then the log is rolled;
-2. the first compaction (``compaction_jobs.compact``) runs over it: the whole log becomes the clean section
+2. the first compaction (``compaction.compact``) runs over it: the whole log becomes the clean section
    (nothing is removed: every key is there once) and the ``.deleted`` files it leaves are purged;
 3. half the keys (a random sample) are rewritten twice each, in two shuffled passes, and the log is rolled
    again: the dirty section holds as many records as the clean one, so about half the bytes are dirty
@@ -39,7 +39,8 @@ import sys
 import time
 
 from storage_engine.clock import ManualClock
-from storage_engine.maintenance import cleaner_manager, compaction_jobs, jobs
+from storage_engine.maintenance import cleaner_manager
+from storage_engine.jobs import compaction, housekeeping
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
@@ -108,12 +109,12 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
         log.roll()
     first_write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    first = compaction_jobs.compact(config, NOW_MS, topics=[TOPIC])
+    first = compaction.compact(config, NOW_MS, topics=[TOPIC])
     first_compaction_s = time.perf_counter() - t0
     stats = first["results"][0]["stats"]
     if first["failed"] or stats["messages_read"] != keys or stats["messages_written"] != keys:
         raise RuntimeError(f"first compaction (setup) did not keep all {keys} keys: {first}")
-    jobs.purge(config, NOW_MS + 86_400_000)
+    housekeeping.purge(config, NOW_MS + 86_400_000)
     rewritten = rng.sample(range(keys), keys // 2)
     second = list(rewritten)
     rng.shuffle(second)

@@ -32,8 +32,8 @@ from pathlib import Path
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
-from storage_engine.maintenance import batch_jobs, compaction_jobs
-from storage_engine.tools import status
+from storage_engine.jobs import batches, compaction
+from storage_engine.inspection import status
 
 from .harness import Context, Row, Sample, Section, run_interleaved, scratch_dir, timed
 
@@ -125,8 +125,8 @@ def raw_delete(deletions: list[tuple[str, list[int]]]) -> int:
 def engine_retention(config: StorageConfig, *, dry_run: bool) -> tuple[int, int]:
     """(segments deleted, partitions failed) of ``retention_batch`` over every batch of ``plan_batches``."""
     deleted = failed = 0
-    for batch in batch_jobs.plan_batches(config):
-        result = batch_jobs.retention_batch(config, batch["partitions"], NOW_MS, dry_run=dry_run)
+    for batch in batches.plan_batches(config):
+        result = batches.retention_batch(config, batch["partitions"], NOW_MS, dry_run=dry_run)
         deleted += sum(r["segments_deleted"] for r in result["results"])
         failed += len(result["failures"]) + len(result["errors"])
     return deleted, failed
@@ -134,8 +134,8 @@ def engine_retention(config: StorageConfig, *, dry_run: bool) -> tuple[int, int]
 
 def _planned_deletions(config: StorageConfig) -> list[tuple[str, list[int]]]:
     out = []
-    for batch in batch_jobs.plan_batches(config):
-        result = batch_jobs.retention_batch(config, batch["partitions"], NOW_MS, dry_run=True)
+    for batch in batches.plan_batches(config):
+        result = batches.retention_batch(config, batch["partitions"], NOW_MS, dry_run=True)
         for r in result["results"]:
             pdir = os.path.join(r["log_dir"], layout.partition_dir_name(r["topic"], r["partition"]))
             out.append((pdir, [s["base_offset"] for s in r["segments"]]))
@@ -185,7 +185,7 @@ def run(ctx: Context) -> Section:
         read_only = {
             "list raw": case("list raw", lambda: raw_list(config),
                              lambda n: None if n == partitions else f"listed {n}"),
-            "list engine": case("plan_batches", lambda: batch_jobs.plan_batches(config),
+            "list engine": case("plan_batches", lambda: batches.plan_batches(config),
                                 lambda b: None if sum(len(x["partitions"]) for x in b) == partitions
                                 else "wrong partition count"),
             "plan raw": case("retention reads", lambda: raw_retention_reads(config),
@@ -195,7 +195,7 @@ def run(ctx: Context) -> Section:
             "select raw": case("compaction reads", lambda: raw_compaction_reads(config),
                                lambda n: None if n > 0 else "read nothing"),
             "select engine": case("compaction_plan",
-                                  lambda: compaction_jobs.compaction_plan(config, NOW_MS, strategy="local"),
+                                  lambda: compaction.compaction_plan(config, NOW_MS, strategy="local"),
                                   selection_ok),
         }
         runs = run_interleaved(read_only, ctx.repeats)

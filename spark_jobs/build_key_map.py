@@ -60,7 +60,7 @@ def parse_args(argv=None):
 def validate(args):
     """Engine-side checks, before any JVM starts. Returns (config, partition info, absolute output)."""
     from storage_engine.config_file import load_config
-    from storage_engine.tools.inspect import check_offset_range, partition_info
+    from storage_engine.inspection.partitions import check_offset_range, partition_info
     config = load_config(args.config)
     info = partition_info(config, args.topic, args.partition)
     check_offset_range(info, args.start_offset, args.end_offset)

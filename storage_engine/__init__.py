@@ -14,7 +14,9 @@ The public API, importable from here::
 Layers (each imports only the ones listed before it): ``errors``, ``layout``, ``durable``, ``clock``,
 ``config_keys``, ``config``, ``config_file``; ``record/`` (batch formats and codecs); ``segment/`` (one segment's
 files, the log dir's small files); ``log/`` (a partition's log, loading, the set of logs, locks); ``maintenance/``
-(retention, compaction, whole jobs); ``tools/`` (CLI, dump, verify). The engine imports neither Airflow nor Spark.
+(the mechanisms: retention, the cleaner, key maps); ``jobs/`` (the whole jobs the CLI and Airflow run);
+``inspection/`` (read-only status, verify, dump); ``cli/`` (the command line). The engine imports neither Airflow nor
+Spark.
 """
 from storage_engine.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
 from storage_engine.config import CleanerConfig, LogConfig, StorageConfig
@@ -27,13 +29,13 @@ from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpo
 from storage_engine.log.appends import AppendInfo
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
-                                                  move_partition, purge_delete_dirs, remove_folder)
-from storage_engine.maintenance.compaction_jobs import (clear_uncleanable, compact, compact_partition,
-                                                        compaction_plan)
-from storage_engine.maintenance.jobs import checkpoint, flush, list_partitions, purge, retention, retention_all
+from storage_engine.jobs.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
+                                           move_partition, purge_delete_dirs, remove_folder)
+from storage_engine.jobs.compaction import (clear_uncleanable, compact, compact_partition,
+                                            compaction_plan)
+from storage_engine.jobs.housekeeping import checkpoint, flush, list_partitions, purge, retention, retention_all
 from storage_engine.record.records import Record, SimpleRecord
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 import sys
 
-from storage_engine.tools.cli import main
+from storage_engine.cli.main import main
 
 sys.exit(main())

@@ -16,7 +16,7 @@ import yaml
 
 from include import sample_data
 from storage_engine.clock import ManualClock
-from storage_engine.maintenance import jobs as maintenance
+from storage_engine.jobs import housekeeping as maintenance
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 

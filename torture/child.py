@@ -8,7 +8,7 @@ step with ``STORAGE_ENGINE_CRASH_AT``):
 
       ACK <topic> <offset> <key or -> <sha256 of the value>
 
-* ``cleaner``: compacts the keyed topic in a loop (``compaction_jobs.compact``, as the Airflow task does: each run opens
+* ``cleaner``: compacts the keyed topic in a loop (``compaction.compact``, as the Airflow task does: each run opens
   its own manager);
 * ``maintenance``: retention, checkpoint with flush, time-based flush and purge of ``.deleted`` files in a
   random order, in a loop (each a whole job, as the DAG tasks are);
@@ -31,7 +31,7 @@ import time
 from storage_engine.config_file import load_config
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import compaction_jobs, jobs
+from storage_engine.jobs import compaction, housekeeping
 from storage_engine.record.records import SimpleRecord
 
 PLAIN, KEYED, RETAINED = "plain", "keyed", "retained"
@@ -87,16 +87,16 @@ def writer(config, stop: Stop, args) -> None:
 
 def cleaner(config, stop: Stop, args) -> None:
     while not stop():
-        compaction_jobs.compact(config, topics=[KEYED])
+        compaction.compact(config, topics=[KEYED])
         time.sleep(args.pause_s)
 
 
 def maintenance(config, stop: Stop, args) -> None:
     rng = random.Random(args.seed)
-    ops = [lambda: jobs.retention_all(config),
-           lambda: jobs.checkpoint(config, flush=True),
-           lambda: jobs.flush(config, due_only=False),
-           lambda: jobs.purge(config)]
+    ops = [lambda: housekeeping.retention_all(config),
+           lambda: housekeeping.checkpoint(config, flush=True),
+           lambda: housekeeping.flush(config, due_only=False),
+           lambda: housekeeping.purge(config)]
     while not stop():
         rng.choice(ops)()
         time.sleep(args.pause_s)

@@ -45,7 +45,7 @@ from pathlib import Path
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 from torture.child import KEYED, PLAIN, RETAINED, TOPICS, digest, payload_ok
 
 REPO = Path(__file__).resolve().parent.parent

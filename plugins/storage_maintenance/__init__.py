@@ -6,7 +6,7 @@ the manager imports every other ``.py`` file it finds as a top-level module name
 would break this package's relative imports and shadow names such as ``hooks``.
 
 Layers, as in Airflow's Spark provider: :mod:`.hooks` owns the mechanics (which config, the clock, calling
-the jobs of ``storage_engine.maintenance``); :mod:`.operators` hold templated parameters and hand off to the hook;
+the jobs of ``storage_engine.jobs``); :mod:`.operators` hold templated parameters and hand off to the hook;
 :mod:`.params` builds the trigger-form schema; :mod:`.notifiers` sends the failure alerts. Nothing here is
 imported by the engine.
 """

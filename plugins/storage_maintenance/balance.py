@@ -2,7 +2,7 @@
 
 1. :class:`PlanMovesOperator` measures each log dir (read-only: names and sizes) and plans which partitions to
    move from every dir above the threshold to the least-used one (the engine's
-   :func:`storage_engine.maintenance.lifecycle.balance_plan`). Its return value is the whole plan (usage before
+   :func:`storage_engine.jobs.lifecycle.balance_plan`). Its return value is the whole plan (usage before
    and after, for the UI and the run summary); with ``dry_run`` nothing more happens. The plan's ``move_kwargs``
    list goes through a :class:`~storage_maintenance.compaction.PlanPartOperator` to the mapped move tasks.
 2. :class:`MovePartitionOperator` (mapped, one per move: each copies a whole partition) moves one partition while

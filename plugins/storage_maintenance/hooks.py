@@ -1,9 +1,9 @@
 """StorageEngineHook: which storage config, what "now" is, and every call into the engine and its connections.
 
 As in Airflow's Spark provider, the hook owns the mechanics and the operators only hold parameters: the
-engine's maintenance jobs (:mod:`storage_engine.maintenance.jobs`, :mod:`storage_engine.maintenance.batch_jobs`),
-its read-only status (:mod:`storage_engine.tools.status`, for the Storage view), the compaction plan and clean
-(:mod:`storage_engine.maintenance.compaction_jobs`), the Spark connection check and the run-scoped key-map
+engine's maintenance jobs (:mod:`storage_engine.jobs.housekeeping`, :mod:`storage_engine.jobs.batches`),
+its read-only status (:mod:`storage_engine.inspection.status`, for the Storage view), the compaction plan and clean
+(:mod:`storage_engine.jobs.compaction`), the Spark connection check and the run-scoped key-map
 folders all go through here.
 
 Config resolution, first match wins:
@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
-from storage_engine.maintenance import batch_jobs, compaction_jobs, jobs
+from storage_engine.jobs import batches, compaction, housekeeping
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
@@ -140,7 +140,7 @@ class StorageEngineHook(BaseHook):
     # -- planning -----------------------------------------------------------------------------------------------
     def list_partitions(self, topics: list[str] | None = None) -> list[dict]:
         """Read-only listing (folder names only); unknown topics raise ``PartitionNotFoundError``."""
-        return jobs.list_partitions(self.config, topics=topics or None)
+        return housekeeping.list_partitions(self.config, topics=topics or None)
 
     def plan_batches(self, topics: list[str] | None, batch_size: int, max_batches: int | None = None) -> list:
         """Batches of at most ``batch_size`` partitions per log dir; when that would give more than
@@ -148,37 +148,37 @@ class StorageEngineHook(BaseHook):
         if max_batches:
             total = len(self.list_partitions(topics))
             batch_size = max(batch_size, -(-total // max_batches))
-        return batch_jobs.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
+        return batches.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
     def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
-        return batch_jobs.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
+        return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
     def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> dict:
-        return batch_jobs.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
+        return batches.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
     def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> dict:
-        return batch_jobs.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
+        return batches.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
     def verify_batch(self, partitions) -> dict:
-        from storage_engine.tools.verify import verify_batch
+        from storage_engine.inspection.verify import verify_batch
         return verify_batch(self.config, partitions)
 
     def verify_log_dirs(self) -> dict:
-        from storage_engine.tools.verify import verify_dir_files
+        from storage_engine.inspection.verify import verify_dir_files
         return verify_dir_files(self.config)
 
     def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
-        return dict(batch_jobs.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
+        return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
     def purge(self, now_ms: int, dry_run: bool = False) -> dict:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""
-        return jobs.purge(self.config, now_ms, dry_run=dry_run)
+        return housekeeping.purge(self.config, now_ms, dry_run=dry_run)
 
     # -- log dirs: health, offline alerts, balance --------------------------------------------------------------
     def log_dir_health(self) -> dict:
         """``{"online": [...], "offline": {dir: error}}``, read-only (no log opened)."""
-        return dict(jobs.log_dir_health(self.config))
+        return dict(housekeeping.log_dir_health(self.config))
 
     def state_dir(self) -> str:
         """Where the maintenance DAGs keep their own state across runs (which offline dirs were alerted):
@@ -225,30 +225,30 @@ class StorageEngineHook(BaseHook):
 
     def balance_plan(self, *, max_used_percent: float | None, max_dir_bytes: int | None, max_moves: int | None,
                      topics: list[str] | None) -> dict:
-        from storage_engine.maintenance import lifecycle
+        from storage_engine.jobs import lifecycle
         return lifecycle.balance_plan(self.config, max_used_percent=max_used_percent, max_dir_bytes=max_dir_bytes,
                                       max_moves=max_moves, topics=topics or None)
 
     def move_partition(self, topic: str, partition: int, to_dir: str, now_ms: int) -> dict:
-        from storage_engine.maintenance import lifecycle
+        from storage_engine.jobs import lifecycle
         return lifecycle.move_partition(self.config, topic, partition, to_dir, now_ms)
 
     # -- compaction ---------------------------------------------------------------------------------------------
     def compaction_plan(self, now_ms: int, topics: list[str] | None, max_partitions: int, strategy: str) -> dict:
         """The cleaner's selection bounded by ``now_ms`` (a run never cleans a segment holding a record at or
         after its interval end), with the key-map strategy of each selected partition."""
-        return compaction_jobs.compaction_plan(self.config, now_ms, topics=topics or None,
+        return compaction.compaction_plan(self.config, now_ms, topics=topics or None,
                                                max_partitions=max_partitions, strategy=strategy,
                                                upper_time_bound_ms=now_ms)
 
     def compact_partition(self, topic: str, partition: int, first_dirty_offset: int, first_uncleanable_offset: int,
                           now_ms: int, keymap_path: str | None = None, dry_run: bool = False) -> dict:
-        return compaction_jobs.compact_partition(self.config, topic, partition, first_dirty_offset,
+        return compaction.compact_partition(self.config, topic, partition, first_dirty_offset,
                                                  first_uncleanable_offset, now_ms, keymap_path=keymap_path,
                                                  dry_run=dry_run)
 
     def clear_uncleanable(self, topic: str, partition: int) -> dict:
-        return compaction_jobs.clear_uncleanable(self.config, topic, partition)
+        return compaction.clear_uncleanable(self.config, topic, partition)
 
     def keymap_root(self) -> str:
         """Where run-scoped key maps go: ``$STORAGE_ENGINE_KEYMAP_DIR``, else ``keymaps/`` beside the first log
@@ -290,17 +290,17 @@ class StorageEngineHook(BaseHook):
 
     # -- read-only status (the Storage view) ---------------------------------------------------------------------
     def log_dir_status(self) -> list:
-        from storage_engine.tools import status
+        from storage_engine.inspection import status
         return status.log_dir_status(self.config)
 
     def partition_page(self, **kwargs) -> dict:
-        from storage_engine.tools import status
+        from storage_engine.inspection import status
         return status.list_partition_status(self.config, **kwargs)
 
     def partition_detail(self, topic: str, partition: int, now_ms: int | None = None) -> dict:
-        from storage_engine.tools import status
+        from storage_engine.inspection import status
         return status.partition_detail(self.config, topic, partition, now_ms)
 
     def plan(self, now_ms: int, topics=None, offset: int = 0, limit: int = 100) -> dict:
-        from storage_engine.tools import status
+        from storage_engine.inspection import status
         return status.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)

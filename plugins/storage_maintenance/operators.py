@@ -24,7 +24,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from storage_engine.errors import StorageError
-from storage_engine.maintenance.batch_jobs import is_permanent
+from storage_engine.jobs.batches import is_permanent
 
 from .hooks import StorageEngineHook, as_of
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics

@@ -17,7 +17,7 @@ read-only except two deliberate actions, each checked against Airflow's own perm
 JSON body (so a cross-site form cannot post them): clearing a partition's uncleanable mark (edit permission
 on ``log_compaction``) and triggering a dry-run DAG run (permission to create runs of that DAG).
 
-Storage figures come from :mod:`storage_engine.tools.status` through the hook (no lock, no write); the
+Storage figures come from :mod:`storage_engine.inspection.status` through the hook (no lock, no write); the
 maintenance history from the metadata DB (:mod:`.history`).
 """
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""Housekeeping over logs: retention, compaction (cleaner, cleaner manager, key maps) and the whole jobs the CLI and Airflow run."""
+"""Housekeeping mechanisms over one log: retention (:mod:`.retention`), compaction (the cleaner manager selects,
+the cleaner cleans, the record filter does the per-record work, the transaction rules, key maps). The whole jobs that
+drive them are in :mod:`storage_engine.jobs`.
+"""

@@ -26,13 +26,58 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 
 from storage_engine import crashpoints, layout
 from storage_engine.log import intent
 from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.log import Log
-from storage_engine.maintenance.summaries import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
 from storage_engine.segment.segment import LogSegment
+
+
+class SegmentDeletion(TypedDict):
+    base_offset: int
+    size_bytes: int
+    largest_timestamp: int
+    reason: str  # "log-start-offset" | "retention-bytes" | "retention-ms"
+
+
+class FutureSegment(TypedDict):
+    """A segment whose largest timestamp is after "now": time-based retention cannot expire it yet."""
+    base_offset: int
+    largest_timestamp: int
+    ahead_ms: int
+
+
+class RetentionResult(TypedDict):
+    topic: str
+    partition: int
+    dry_run: bool
+    now_ms: int
+    cleanup_policy: str
+    segments_deleted: int
+    bytes_reclaimed: int
+    segments: list[SegmentDeletion]
+    log_start_offset_before: int
+    log_start_offset: int
+    future_segments: list[FutureSegment]
+    nothing_to_do: bool
+    skipped: NotRequired[str]
+    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
+    folder: NotRequired[str]
+
+
+class PurgeResult(TypedDict):
+    files_removed: int
+    bytes_freed: int
+    files_waiting: int
+    removed: list[str]  # "<partition folder>/<file name>"
+    dry_run: bool
+    now_ms: NotRequired[int]
+    nothing_to_do: NotRequired[bool]
+    folders_removed: NotRequired[list[str]]   # -delete folders removed (paths)
+    folders_waiting: NotRequired[int]
+    offline_dirs: NotRequired[dict[str, str]]
 
 
 @dataclass

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from spark_jobs import build_key_map
 from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
 from storage_engine.clock import ManualClock
-from storage_engine.maintenance import compaction_jobs
+from storage_engine.jobs import compaction
 from storage_engine.config_file import config_from_mapping
-from storage_engine.tools.inspect import partition_info
+from storage_engine.inspection.partitions import partition_info
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from tests.spark.conftest import spark_env
@@ -71,7 +71,7 @@ def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
     cfg_path, cfg = make_config(tmp_path)
     records = [(b"k%d" % (i % 50), b"v%d" % i) for i in range(400)]
     fill(cfg, records)
-    plan = compaction_jobs.compaction_plan(cfg, T0 + 10_000, strategy="spark")
+    plan = compaction.compaction_plan(cfg, T0 + 10_000, strategy="spark")
     sel = plan["selected"][0]
     assert sel["map_strategy"] == "spark"
     out = tmp_path / "keymaps" / "kv-0"
@@ -80,7 +80,7 @@ def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
     manifest = json.loads(proc.stdout.strip().splitlines()[-1])
     assert manifest["spark_master"] == "local[2]"
     assert manifest["distinct_keys"] == 50 and manifest["records"] == 400
-    report = compaction_jobs.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
+    report = compaction.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
                                                T0 + 10_000, keymap_path=str(out))
     assert report["map"] == "spark" and report["checkpoint_written"]
     assert report["map_keys"] == 50
@@ -111,7 +111,7 @@ def _wait_port(port, timeout=90) -> bool:
 def test_spark_submit_to_a_real_standalone_cluster(tmp_path):
     cfg_path, cfg = make_config(tmp_path)
     fill(cfg, [(b"k%d" % (i % 20), b"v%d" % i) for i in range(200)])
-    sel = compaction_jobs.compaction_plan(cfg, T0 + 10_000, strategy="spark")["selected"][0]
+    sel = compaction.compaction_plan(cfg, T0 + 10_000, strategy="spark")["selected"][0]
     port, ui, wport, wui = _free_port(), _free_port(), _free_port(), _free_port()
     env = spark_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "spark-logs"),
                     SPARK_WORKER_DIR=str(tmp_path / "spark-work"))
@@ -155,7 +155,7 @@ def _clean_both_ways(tmp_path, spark, records, now_ms, filler=None):
         _gen_path, gen_cfg = make_config(root, policy="delete", name="gen.yaml")   # accepts keyless records
         (filler or fill)(gen_cfg, records)
         cfg_path, cfg = make_config(root, topic={"delete.retention.ms": 0})
-        plan = compaction_jobs.compaction_plan(cfg, now_ms, strategy="local")
+        plan = compaction.compaction_plan(cfg, now_ms, strategy="local")
         if not plan["selected"]:
             results.append(digest_dir(root / "logs"))
             continue
@@ -165,7 +165,7 @@ def _clean_both_ways(tmp_path, spark, records, now_ms, filler=None):
             info = partition_info(cfg, "kv", 0)
             keymap = str(root / "km")
             build_key_map.build(spark.sparkContext, info, sel["first_dirty_offset"], sel["first_uncleanable_offset"], keymap)
-        compaction_jobs.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
+        compaction.compact_partition(cfg, "kv", 0, sel["first_dirty_offset"], sel["first_uncleanable_offset"],
                                           now_ms, keymap_path=keymap)
         segs = {k: v for k, v in digest_dir(root / "logs" / "kv-0").items() if not k.endswith(".deleted")}
         results.append(segs)

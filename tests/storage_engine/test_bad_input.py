@@ -1,6 +1,6 @@
 """Bad input gets a clear error naming what was wrong, and loses nothing already stored (DESIGN.md section 8).
 
-Through the API a typed exception; through the CLI (``cli.main`` in this process) exit code 2, a message on
+Through the API a typed exception; through the CLI (``main.main`` in this process) exit code 2, a message on
 stderr and no traceback. After every rejection the records stored before are all still readable, nothing was
 appended and no folder appeared.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
-from storage_engine.tools import cli
+from storage_engine.cli import main
 from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, InvalidTopicError,
                                    OffsetOutOfRangeError, RecordTooLargeError)
@@ -68,7 +68,7 @@ def assert_nothing_lost(env) -> None:
 def run_cli(capsys, monkeypatch, argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
     try:
-        rc = cli.main([str(a) for a in argv])
+        rc = main.main([str(a) for a in argv])
     except SystemExit as exc:        # argparse usage errors
         rc = exc.code
     out, err = capsys.readouterr()

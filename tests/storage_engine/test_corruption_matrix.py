@@ -24,7 +24,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.tools import cli
+from storage_engine.cli import main
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +52,7 @@ def store(tmp_path):
 
 def run(capsys, monkeypatch, *argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
-    rc = cli.main([str(a) for a in argv])
+    rc = main.main([str(a) for a in argv])
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     return rc, out, err

@@ -18,7 +18,7 @@ from storage_engine.config_file import load_config
 from storage_engine.errors import ConfigError
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
-from storage_engine.tools import cli
+from storage_engine.cli import main
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ KAFKA_DEFAULT = "/tmp/kafka-logs"
 def run(capsys, monkeypatch, argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
     try:
-        rc = cli.main([str(a) for a in argv])
+        rc = main.main([str(a) for a in argv])
     except SystemExit as exc:
         rc = exc.code
     out, err = capsys.readouterr()

@@ -22,7 +22,9 @@ LAYERS = [
     {"segment"},
     {"log"},
     {"maintenance"},
-    {"tools"},
+    {"jobs"},
+    {"inspection"},
+    {"cli"},
 ]
 
 

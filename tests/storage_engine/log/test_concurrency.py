@@ -28,7 +28,7 @@ from storage_engine.segment.file_records import FileRecords
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok, payload_tag
 from tests.storage_engine.procs.reader import prefix_digest
 

@@ -13,9 +13,9 @@ from storage_engine.errors import LogLockedError, PartitionDeletedError, Partiti
 from storage_engine.log import deletion
 from storage_engine.log.locks import DELETED, CleaningClaim, PartitionLock, lock_path, peek_state
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import jobs, lifecycle
+from storage_engine.jobs import housekeeping, lifecycle
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 
 from ..helpers import recs
 
@@ -98,18 +98,18 @@ def test_delete_folders_are_never_loaded_and_go_after_the_delay(tmp_path):
     assert {"file": path, "message": "deleted partition; removed after file.delete.delay.ms"} in report["pending"]
     assert report["partitions"] == []
     # Not due: neither the purge nor the first opener removes it; nothing loads it.
-    assert jobs.purge(cfg, T0 + DELAY - 1)["folders_removed"] == []
+    assert housekeeping.purge(cfg, T0 + DELAY - 1)["folders_removed"] == []
     with LogManager.open(cfg, clock=ManualClock(T0 + DELAY - 1)) as mgr:
         assert mgr.logs == {}
         described = {d["path"]: d for d in mgr.describe()["log_dirs"]}
         assert described[home]["deleting"] == [{"folder": deleted, "deleted_ms": T0, "due_ms": T0 + DELAY}]
     assert os.path.isdir(path)
-    dry = jobs.purge(cfg, T0 + DELAY, dry_run=True)
+    dry = housekeeping.purge(cfg, T0 + DELAY, dry_run=True)
     assert dry["folders_removed"] == [path] and os.path.isdir(path)
-    done = jobs.purge(cfg, T0 + DELAY)
+    done = housekeeping.purge(cfg, T0 + DELAY)
     assert done["folders_removed"] == [path] and done["bytes_freed"] > 0 and not done["nothing_to_do"]
     assert not os.path.exists(path)
-    assert jobs.purge(cfg, T0 + DELAY)["nothing_to_do"]
+    assert housekeeping.purge(cfg, T0 + DELAY)["nothing_to_do"]
 
 
 def test_the_first_opener_removes_delete_folders_that_are_due(tmp_path):

@@ -17,11 +17,11 @@ from storage_engine.log.manager import LogManager
 from storage_engine.log.split import split_overflowed_segment
 from storage_engine.log.producer_state import ABORT
 from storage_engine.log.producer_state_manager import ProducerStateManager
-from storage_engine.maintenance import batch_jobs, jobs
+from storage_engine.jobs import batches, housekeeping
 from storage_engine.record.record_batch import build_batch, build_control_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 
 from .test_split import INT_MAX, legacy_messages
 
@@ -90,7 +90,7 @@ def test_a_moved_partition_keeps_its_producers_aborted_transactions_lso_and_dupl
         # Retention past producer 11's batches: it is known only from the snapshot at the new log start.
         first_seg_end = log.segments[1].base_offset
         log.delete_records(first_seg_end)
-        jobs.retention_all(cfg, T0)
+        housekeeping.retention_all(cfg, T0)
         log.refresh()
         assert log.segments[0].base_offset == first_seg_end and 11 in log.producer_state.producers
         before = _observed(log)
@@ -236,7 +236,7 @@ def test_producer_expiry_applies_to_the_copy_of_a_moving_partition(tmp_path):
         finally:
             future.close(clean=False)
     later = T0 + cfg.producer_id_expiration_ms + 1000
-    batch = batch_jobs.expire_producers_batch(cfg, [["t", 0]], later)
+    batch = batches.expire_producers_batch(cfg, [["t", 0]], later)
     (result,) = batch["results"]
     # Producer 10's transaction is open: it stays; the others expire, in the partition and in its copy.
     assert result["expired_producer_ids"] == [7, 8, 9, 11]
@@ -246,6 +246,6 @@ def test_producer_expiry_applies_to_the_copy_of_a_moving_partition(tmp_path):
     psm = ProducerStateManager(folder, "t-0")
     assert psm.load_from_snapshot(0, 1 << 62, delete_corrupt=False) == psm.snapshot_offsets()[-1]
     assert sorted(psm.producers) == [10]
-    whole = jobs.expire_producers(cfg, later)
+    whole = housekeeping.expire_producers(cfg, later)
     assert whole["producers_expired"] == 0 and len(whole["partitions"]) == 2
     assert [p.get("future", False) for p in whole["partitions"]] == [False, True]

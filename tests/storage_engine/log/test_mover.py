@@ -16,11 +16,11 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import InvalidRequestError, LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log import mover
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import compaction_jobs, jobs, lifecycle
+from storage_engine.jobs import compaction, housekeeping, lifecycle
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 
 from ..helpers import recs
 from ..procs import steps as step_mod
@@ -66,7 +66,7 @@ def test_a_move_copies_the_same_batches_and_keeps_offsets_log_start_and_gaps(tmp
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("keyed", 0)
         _fill(log, 120, key=lambda i: b"k%d" % (i % 40) if i < 80 else b"j%d" % (i % 5))
-        compaction_jobs.compact(cfg, T0 + 1000)              # gaps: only the latest value per key below the dirty end
+        compaction.compact(cfg, T0 + 1000)              # gaps: only the latest value per key below the dirty end
         start = _records(log)[2][0]               # a log start offset inside a segment (delete-records)
         log.delete_records(start)
         source = mgr.dir_of(("keyed", 0))
@@ -164,7 +164,7 @@ def test_retention_and_compaction_keep_the_copy_and_describe_shows_the_move(tmp_
         (move,) = entry["moves_in_progress"]
         assert move["folder"] == progress.future_folder and move["log_end_offset"] == 60
         assert move["source_dir"] == source and move["source_log_end_offset"] == 60
-    results = jobs.retention_all(cfg, T0 + 60 + 1001)
+    results = housekeeping.retention_all(cfg, T0 + 60 + 1001)
     by_kind = {r.get("future", False): r for r in results}
     assert by_kind[False]["segments_deleted"] > 0
     assert by_kind[True]["segments_deleted"] == by_kind[False]["segments_deleted"]

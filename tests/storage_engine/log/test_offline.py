@@ -17,8 +17,8 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import LogDirOfflineError, StorageIOError
 from storage_engine.log.failure import is_dir_failure
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import compaction_jobs, jobs
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.jobs import compaction, housekeeping
+from storage_engine.inspection.verify import verify_log_dirs
 
 from ..helpers import recs
 
@@ -107,12 +107,12 @@ def test_a_dir_that_fails_while_opening_is_offline_and_skipped(tmp_path):
         report = verify_log_dirs(cfg)
         assert not report["damaged"] and list(report["offline_dirs"]) == [b]
         assert [p["topic"] for p in report["partitions"]] == ["x"]
-        checkpoint = jobs.checkpoint(cfg, T0)
+        checkpoint = housekeeping.checkpoint(cfg, T0)
         assert list(checkpoint["checkpoints"]) == [a] and list(checkpoint["offline_dirs"]) == [b]
-        assert list(jobs.flush(cfg, T0, due_only=False)["offline_dirs"]) == [b]
-        assert [r["topic"] for r in jobs.retention_all(cfg, T0)] == ["x"]
-        assert list(compaction_jobs.compact(cfg, T0)["offline_dirs"]) == [b]
-        purge = jobs.purge(cfg, T0)
+        assert list(housekeeping.flush(cfg, T0, due_only=False)["offline_dirs"]) == [b]
+        assert [r["topic"] for r in housekeeping.retention_all(cfg, T0)] == ["x"]
+        assert list(compaction.compact(cfg, T0)["offline_dirs"]) == [b]
+        purge = housekeeping.purge(cfg, T0)
         assert list(purge["offline_dirs"]) == [b]
     finally:
         repair_dir(b, aside)

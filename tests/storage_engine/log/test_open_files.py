@@ -180,7 +180,7 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
     # descriptors. Each job must see every healthy partition and report only the damaged one.
     out = run_child("""
         from storage_engine.config_file import config_from_mapping
-        from storage_engine.maintenance import batch_jobs, compaction_jobs
+        from storage_engine.jobs import batches, compaction
         cfg = config_from_mapping({"broker": {"log.dirs": __DIRS__, "log.index.size.max.bytes": 4096,
                                               "log.cleanup.policy": "compact,delete", "log.retention.ms": 1000}})
         with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
@@ -189,15 +189,15 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
                 for r in range(4):   # 4 sealed segments each: a scan of one log opens 4 more segments' files
                     log.append_records([SimpleRecord(b"k", b"a%d" % r, T0)])
                     log.roll()
-        dry = compaction_jobs.compact(cfg, T0 + 10_000, dry_run=True)   # reads every segment of every selected log
+        dry = compaction.compact(cfg, T0 + 10_000, dry_run=True)   # reads every segment of every selected log
         # one damaged partition: a directory where its active segment's .log should be (its load fails)
         bad = os.path.join(__DIRS__[0], "t0-300")
         active = max(n for n in os.listdir(bad) if n.endswith(".log"))
         os.remove(os.path.join(bad, active))
         os.mkdir(os.path.join(bad, active))
-        plan = compaction_jobs.compaction_plan(cfg, T0 + 10_000, strategy="local")
+        plan = compaction.compaction_plan(cfg, T0 + 10_000, strategy="local")
         flat = [[t, p] for t, p in (tp(i) for i in range(__N__)) if (t, p) != ("t0", 300)]
-        retention = batch_jobs.retention_batch(cfg, flat, T0 + 10_000, dry_run=True)
+        retention = batches.retention_batch(cfg, flat, T0 + 10_000, dry_run=True)
         print(json.dumps({"selected": len(plan["selected"]),
                           "unreadable": [(f["topic"], f["partition"]) for f in plan["unreadable"]],
                           "skipped": plan["skipped"][:3], "retention": len(retention["results"]),

@@ -25,7 +25,7 @@ from storage_engine.config_file import load_config
 from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -178,7 +178,7 @@ PAUSING_COMPACT = """
 import sys, time
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
-from storage_engine.maintenance import compaction_jobs
+from storage_engine.jobs import compaction
 original = crashpoints.reached
 def reached(step):
     if step == "swap.old-deleted":
@@ -187,5 +187,5 @@ def reached(step):
     original(step)
 crashpoints.reached = reached
 import json
-print(json.dumps(compaction_jobs.compact(load_config(sys.argv[1]), topics=["keyed"])), flush=True)
+print(json.dumps(compaction.compact(load_config(sys.argv[1]), topics=["keyed"])), flush=True)
 """

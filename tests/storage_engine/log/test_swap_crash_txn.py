@@ -28,7 +28,7 @@ from storage_engine.config_file import load_config
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow

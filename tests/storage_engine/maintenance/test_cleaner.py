@@ -1451,7 +1451,7 @@ out.flush()
 def test_writer_process_loses_nothing_during_compaction(tmp_path):
     import threading
 
-    from storage_engine.maintenance import compaction_jobs
+    from storage_engine.jobs import compaction
     from storage_engine.config_file import load_config
     from storage_engine.log.manager import LogManager
 
@@ -1486,7 +1486,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
         rounds, cleaned_while_writing, removed = 0, 0, 0
         deadline = time.monotonic() + 90
         while proc.poll() is None and rounds < 400 and time.monotonic() < deadline:
-            res = compaction_jobs.compact(cfg, now_ms=int(time.time() * 1000), topics=["t"])
+            res = compaction.compact(cfg, now_ms=int(time.time() * 1000), topics=["t"])
             assert not res["failed"], res["results"]
             rounds += 1
             for r in res["results"]:
@@ -1502,7 +1502,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
     err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert lines[-1] == "DONE", err
-    res = compaction_jobs.compact(cfg, now_ms=int(time.time() * 1000), topics=["t"])
+    res = compaction.compact(cfg, now_ms=int(time.time() * 1000), topics=["t"])
     assert not res["failed"]
     acks = {}
     for line in lines:

@@ -10,7 +10,8 @@ import pytest
 
 from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
-from storage_engine.maintenance import cleaner_manager, compaction_jobs, retention
+from storage_engine.maintenance import cleaner_manager, retention
+from storage_engine.jobs import compaction
 from storage_engine import layout
 from storage_engine.maintenance.cleaner_manager import (cleanable_offsets, cleaning_claim, log_to_clean, read_cleaner_checkpoints,
                                             update_cleaner_checkpoint)
@@ -423,11 +424,11 @@ def segment_bytes_of(cfg, topic: str, partition: int = 0) -> dict:
 def test_compact_job_cleans_and_is_idempotent(tmp_path):
     cfg = storage_config(tmp_path, {"t": {"cleanup.policy": "compact", "segment.bytes": 1024}})
     write(cfg, "t", 0, [(f"k{i % 5}", f"v{i}", T0) for i in range(60)])
-    dry = compaction_jobs.compact(cfg, T0, dry_run=True)
+    dry = compaction.compact(cfg, T0, dry_run=True)
     assert dry["results"][0]["stats"]["messages_written"] == 5
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {}
     assert len(read(cfg, "t")) == 60
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     r = res["results"][0]
     assert not res["failed"] and r["checkpoint_written"] and r["end_offset"] == 60
     assert r["size_bytes_after"] < r["size_bytes_before"]
@@ -437,7 +438,7 @@ def test_compact_job_cleans_and_is_idempotent(tmp_path):
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {("t", 0): 60}
     with open(os.path.join(cfg.log_dirs[0], layout.CLEANER_OFFSET_CHECKPOINT), "rb") as f:
         assert f.read() == b"0\n1\nt 0 60\n"
-    again = compaction_jobs.compact(cfg, T0)
+    again = compaction.compact(cfg, T0)
     assert again["nothing_to_do"] and again["results"] == []
     assert again["not_dirty"][0]["first_dirty_offset"] == 60
 
@@ -449,10 +450,10 @@ def test_compact_job_picks_dirtiest_first(tmp_path):
         write(cfg, "t", p, [("1", "0" * 25, T0) for _ in range(5)])
     for p in range(3):
         update_cleaner_checkpoint(cfg.log_dirs[0], ("t", p), [1, 3, 2][p])
-    res = compaction_jobs.compact(cfg, T0, max_partitions=1)
+    res = compaction.compact(cfg, T0, max_partitions=1)
     assert [(r["topic"], r["partition"]) for r in res["results"]] == [("t", 0)]
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {("t", 0): 5, ("t", 1): 3, ("t", 2): 2}
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     assert [r["partition"] for r in res["results"]] == [2, 1]
 
 
@@ -467,7 +468,7 @@ def test_min_compaction_lag_leaves_recent_segments(tmp_path):
         segs = mgr.get_log("t", 0).segments
         first_recent = next(s.base_offset for s in segs if s.largest_timestamp() >= T0 + lag)
     before = segment_bytes_of(cfg, "t")
-    res = compaction_jobs.compact(cfg, T0 + lag + 10)
+    res = compaction.compact(cfg, T0 + lag + 10)
     assert res["results"][0]["end_offset"] == first_recent
     after = segment_bytes_of(cfg, "t")
     assert {b: d for b, d in after.items() if b >= first_recent} == \
@@ -482,7 +483,7 @@ def test_min_compaction_lag_leaves_recent_segments(tmp_path):
     assert [(o, k.decode(), v.decode()) for o, k, v in got if o >= first_recent] == \
            [(o, k, v) for o, (k, v, _) in enumerate(written) if o >= first_recent]
     # once the lag has passed for the rest, everything but the active segment gets cleaned
-    res = compaction_jobs.compact(cfg, T0 + 3 * lag)
+    res = compaction.compact(cfg, T0 + 3 * lag)
     assert {k: v for _, k, v in read(cfg, "t")} == {b"k0": b"new9", b"k1": b"new10", b"k2": b"new11"}
     assert len(read(cfg, "t")) == 3
 
@@ -493,8 +494,8 @@ def test_max_compaction_lag_job(tmp_path):
                                           "min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": max_lag}})
     write(cfg, "t", 0, [("1", "0" * 25, T0) for _ in range(5)], now=T0)
     update_cleaner_checkpoint(cfg.log_dirs[0], ("t", 0), 2)
-    assert compaction_jobs.compact(cfg, T0 + max_lag)["nothing_to_do"]
-    res = compaction_jobs.compact(cfg, T0 + max_lag + 1)
+    assert compaction.compact(cfg, T0 + max_lag)["nothing_to_do"]
+    res = compaction.compact(cfg, T0 + max_lag + 1)
     r = res["results"][0]
     assert r["selection"]["need_compaction_now"] and r["selection"]["dirty_ratio"] < 0.99
     assert r["checkpoint_written"] and r["end_offset"] == 5
@@ -520,7 +521,7 @@ def test_cleaning_failure_marks_partition_uncleanable(tmp_path):
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     write(cfg, "t", 1, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     path, pos, original = corrupt_magic(cfg, "t", 0)    # the log dir was closed cleanly: no recovery on open
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     assert res["failed"] == ["t-0"]
     bad = next(r for r in res["results"] if r["partition"] == 0)
     assert bad["marked_uncleanable"] and "CorruptRecordError" in bad["error"]
@@ -534,7 +535,7 @@ def test_cleaning_failure_marks_partition_uncleanable(tmp_path):
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {("t", 1): 30}
     # the next run skips it and says why
     write(cfg, "t", 1, [("k9", "x", T0)] * 40)
-    res = compaction_jobs.compact(cfg, T0 + 1)
+    res = compaction.compact(cfg, T0 + 1)
     assert res["failed"] == []
     assert [(s["topic"], s["partition"]) for s in res["skipped"]] == [("t", 0)]
     assert res["skipped"][0]["reason"].startswith("uncleanable: CorruptRecordError")
@@ -543,10 +544,10 @@ def test_cleaning_failure_marks_partition_uncleanable(tmp_path):
     with open(path, "r+b") as f:
         f.seek(pos)
         f.write(original)
-    cleared = compaction_jobs.clear_uncleanable(cfg, "t", 0)
+    cleared = compaction.clear_uncleanable(cfg, "t", 0)
     assert cleared == {"cleared": {cfg.log_dirs[0]: ["t-0"]}}
     assert cleaner_manager.read_uncleanable(cfg.log_dirs[0]) == {}
-    res = compaction_jobs.compact(cfg, T0 + 2)
+    res = compaction.compact(cfg, T0 + 2)
     assert res["failed"] == [] and res["skipped"] == []
     assert [r["partition"] for r in res["results"]] == [0]
     assert {k for _, k, _ in read(cfg, "t", 0)} == {b"k0", b"k1", b"k2"}
@@ -562,7 +563,7 @@ def test_truncated_sealed_segment_marks_partition_uncleanable(tmp_path):
     with open(path, "r+b") as f:
         f.truncate(size - 3)
     before = segment_bytes_of(cfg, "t")
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     # Kafka: CorruptRecordException ("batch size > bytes left in segment"); the tail is not silently dropped
     assert res["failed"] == ["t-0"] and "CorruptRecordError" in res["results"][0]["error"]
     assert "t-0" in cleaner_manager.read_uncleanable(cfg.log_dirs[0])
@@ -582,7 +583,7 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
             assert not other.try_acquire()
             with pytest.raises(LogLockedError):
                 other.acquire_or_raise()
-            res = compaction_jobs.compact(cfg, T0)
+            res = compaction.compact(cfg, T0)
             assert res["results"] == [] and res["failed"] == []
             assert res["skipped"] == [{"topic": "t", "partition": 0,
                                        "reason": "another run is cleaning this partition"}]
@@ -593,7 +594,7 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
             claim.release()
     assert segment_bytes_of(cfg, "t") == before
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {}
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     assert [r["partition"] for r in res["results"]] == [0] and res["results"][0]["checkpoint_written"]
 
 
@@ -602,20 +603,20 @@ def test_uncleanable_file_unreadable_blocks_the_dir(tmp_path):
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     with open(os.path.join(cfg.log_dirs[0], layout.UNCLEANABLE_FILE), "w") as f:
         f.write("{not json")
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     assert res["results"] == [] and "not valid JSON" in res["skipped"][0]["reason"]
-    compaction_jobs.clear_uncleanable(cfg)
-    assert compaction_jobs.compact(cfg, T0)["results"][0]["checkpoint_written"]
+    compaction.clear_uncleanable(cfg)
+    assert compaction.compact(cfg, T0)["results"][0]["checkpoint_written"]
 
 
 def test_checkpoint_reset_is_written_by_the_job(tmp_path):
     cfg = storage_config(tmp_path, {"t": {"cleanup.policy": "compact", "segment.bytes": 1024}})
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     update_cleaner_checkpoint(cfg.log_dirs[0], ("t", 0), 500)
-    dry = compaction_jobs.compact(cfg, T0, dry_run=True)
+    dry = compaction.compact(cfg, T0, dry_run=True)
     assert dry["selected"][0]["checkpoint_reset"]
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {("t", 0): 500}    # a dry run writes nothing
-    res = compaction_jobs.compact(cfg, T0)
+    res = compaction.compact(cfg, T0)
     assert res["selected"][0]["checkpoint_reset"] and res["selected"][0]["first_dirty_offset"] == 0
     assert read_cleaner_checkpoints(cfg.log_dirs[0]) == {("t", 0): 30}
 
@@ -628,12 +629,12 @@ def test_failure_while_selecting_marks_only_that_partition(tmp_path):
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     write(cfg, "t", 1, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     corrupt_magic(cfg, "t", 0, batch_no=0)
-    dry = compaction_jobs.compact(cfg, T0 + 2 * HOUR, dry_run=True)
+    dry = compaction.compact(cfg, T0 + 2 * HOUR, dry_run=True)
     assert [s["partition"] for s in dry["skipped"]] == [0]
     assert cleaner_manager.read_uncleanable(cfg.log_dirs[0]) == {}       # a dry run marks nothing
-    res = compaction_jobs.compact(cfg, T0 + 2 * HOUR)
+    res = compaction.compact(cfg, T0 + 2 * HOUR)
     assert [r["partition"] for r in res["results"]] == [1] and res["results"][0]["checkpoint_written"]
     assert res["skipped"][0]["partition"] == 0
     assert res["skipped"][0]["reason"].startswith("uncleanable: CorruptRecordError")
     assert "CorruptRecordError" in cleaner_manager.read_uncleanable(cfg.log_dirs[0])["t-0"]["reason"]
-    assert compaction_jobs.compact(cfg, T0 + 3 * HOUR)["skipped"][0]["reason"].startswith("uncleanable:")
+    assert compaction.compact(cfg, T0 + 3 * HOUR)["skipped"][0]["reason"].startswith("uncleanable:")

@@ -8,7 +8,8 @@ import pytest
 from storage_engine.log import loader
 from storage_engine.clock import ManualClock
 from storage_engine import layout
-from storage_engine.maintenance import jobs as maintenance, retention
+from storage_engine.maintenance import retention
+from storage_engine.jobs import housekeeping as maintenance
 from storage_engine.config import LogConfig
 from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import PartitionNotFoundError

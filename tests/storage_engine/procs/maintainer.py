@@ -15,8 +15,8 @@ import sys
 import time
 
 from storage_engine.config_file import load_config
-from storage_engine.maintenance import jobs
-from storage_engine.tools.verify import verify_log_dirs
+from storage_engine.jobs import housekeeping
+from storage_engine.inspection.verify import verify_log_dirs
 
 
 def main(argv=None) -> int:
@@ -30,10 +30,10 @@ def main(argv=None) -> int:
     n = 0
     while time.monotonic() < deadline and not (args.stop_file and os.path.exists(args.stop_file)):
         n += 1
-        checkpointed = jobs.checkpoint(config)
-        jobs.flush(config, due_only=False)
-        jobs.retention_all(config)
-        jobs.purge(config)
+        checkpointed = housekeeping.checkpoint(config)
+        housekeeping.flush(config, due_only=False)
+        housekeeping.retention_all(config)
+        housekeeping.purge(config)
         report = verify_log_dirs(config)
         if report["damaged"]:
             sys.stdout.write(f"BAD {report['problems'][:3]}\n")

@@ -42,7 +42,7 @@ from storage_engine.errors import PartitionNotFoundError, StorageError, StorageI
 from storage_engine.log import intent, swap
 from storage_engine.log.failure import is_dir_failure, os_error_of
 from storage_engine.log.locks import LIVE, UNKNOWN, CleaningClaim, PartitionLock, lock_path, peek_state
-from storage_engine.maintenance.batch_jobs import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
+from storage_engine.jobs.batches import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -474,7 +474,7 @@ def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pendin
 
 
 def verify_batch(config, partitions) -> BatchResult:
-    """The audit of each partition of a batch (see :mod:`storage_engine.maintenance.batch_jobs` for batches).
+    """The audit of each partition of a batch (see :mod:`storage_engine.jobs.batches` for batches).
     A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
     from storage_engine.errors import LogDirOfflineError
     t0 = time.monotonic()

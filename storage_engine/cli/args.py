@@ -1,6 +1,6 @@
 """The command line's arguments and what every command shares: the exit codes and the JSON output.
 
-:func:`build_parser` declares every command of ``python -m storage_engine`` (:mod:`storage_engine.tools.cli`)
+:func:`build_parser` declares every command of ``python -m storage_engine`` (:mod:`storage_engine.cli.main`)
 and checks argument values (ranges of offsets, epochs and sequences) before a command runs, so a bad value is a
 usage error (exit 2) naming it. A command prints one JSON object per line on stdout (:func:`_out`).
 """

@@ -16,7 +16,7 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.record.records import MAX_RECORD_OVERHEAD, SimpleRecord
-from storage_engine.tools.cli_args import _out
+from storage_engine.cli.args import _out
 
 
 def _decode_field(value, encoding: str, what: str, line_no: int) -> bytes | None:

@@ -1,56 +1,12 @@
 """The summaries maintenance jobs return, as typed dicts: JSON-able as they are (the CLI prints them, Airflow
 keeps them as XComs) and checked by the type checker where the operators and the CLI read them by key.
 
+The summaries of retention and purge are the mechanism's own (:mod:`storage_engine.maintenance.retention`).
 Every summary of a job acting "as of" an instant carries that instant as ``now_ms`` (epoch milliseconds).
 """
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
-
-
-class SegmentDeletion(TypedDict):
-    base_offset: int
-    size_bytes: int
-    largest_timestamp: int
-    reason: str  # "log-start-offset" | "retention-bytes" | "retention-ms"
-
-
-class FutureSegment(TypedDict):
-    """A segment whose largest timestamp is after "now": time-based retention cannot expire it yet."""
-    base_offset: int
-    largest_timestamp: int
-    ahead_ms: int
-
-
-class RetentionResult(TypedDict):
-    topic: str
-    partition: int
-    dry_run: bool
-    now_ms: int
-    cleanup_policy: str
-    segments_deleted: int
-    bytes_reclaimed: int
-    segments: list[SegmentDeletion]
-    log_start_offset_before: int
-    log_start_offset: int
-    future_segments: list[FutureSegment]
-    nothing_to_do: bool
-    skipped: NotRequired[str]
-    future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
-    folder: NotRequired[str]
-
-
-class PurgeResult(TypedDict):
-    files_removed: int
-    bytes_freed: int
-    files_waiting: int
-    removed: list[str]  # "<partition folder>/<file name>"
-    dry_run: bool
-    now_ms: NotRequired[int]
-    nothing_to_do: NotRequired[bool]
-    folders_removed: NotRequired[list[str]]   # -delete folders removed (paths)
-    folders_waiting: NotRequired[int]
-    offline_dirs: NotRequired[dict[str, str]]
 
 
 class FlushedPartition(TypedDict):

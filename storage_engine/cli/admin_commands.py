@@ -3,7 +3,7 @@
 Inspection: ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``, ``delete-records``,
 ``retention``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of :mod:`storage_engine.maintenance`).
 Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
-(:mod:`storage_engine.maintenance.lifecycle`).
+(:mod:`storage_engine.jobs.lifecycle`).
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import sys
 from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
-from storage_engine.tools.cli_args import EXIT_DAMAGE, _out
+from storage_engine.cli.args import EXIT_DAMAGE, _out
 
 
 def cmd_expire_producers(args, config) -> int:
-    from storage_engine.maintenance import jobs as maintenance
+    from storage_engine.jobs import housekeeping as maintenance
     _out(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
     return 0
 
@@ -98,7 +98,7 @@ def cmd_delete_records(args, config) -> int:
 
 
 def cmd_retention(args, config) -> int:
-    from storage_engine.maintenance import jobs as maintenance
+    from storage_engine.jobs import housekeeping as maintenance
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
     if args.topic and args.partition is not None:
@@ -113,13 +113,13 @@ def cmd_retention(args, config) -> int:
 
 
 def cmd_compact(args, config) -> int:
-    from storage_engine.maintenance import compaction_jobs
+    from storage_engine.jobs import compaction
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
     if args.clear_uncleanable:
-        _out(compaction_jobs.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
+        _out(compaction.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
         return 0
-    result = compaction_jobs.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
+    result = compaction.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
                                      partition=args.partition, dry_run=args.dry_run,
                                      upper_time_bound_ms=args.upper_time_bound_ms, max_partitions=args.max_partitions)
     for r in result["results"]:
@@ -130,13 +130,13 @@ def cmd_compact(args, config) -> int:
 
 
 def cmd_purge_deleted(args, config) -> int:
-    from storage_engine.maintenance import jobs as maintenance
+    from storage_engine.jobs import housekeeping as maintenance
     _out(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
     return 0
 
 
 def cmd_verify(args, config) -> int:
-    from storage_engine.tools.verify import verify_log_dirs
+    from storage_engine.inspection.verify import verify_log_dirs
     report = verify_log_dirs(config)
     _out(report)
     strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
@@ -144,13 +144,13 @@ def cmd_verify(args, config) -> int:
 
 
 def cmd_delete_topic(args, config) -> int:
-    from storage_engine.maintenance import lifecycle
+    from storage_engine.jobs import lifecycle
     _out(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
     return 0
 
 
 def cmd_move_partition(args, config) -> int:
-    from storage_engine.maintenance import lifecycle
+    from storage_engine.jobs import lifecycle
     if args.cancel == bool(args.to_dir):
         raise InvalidRequestError("give either --to-dir (move) or --cancel (give up a move in progress)")
     if args.cancel:
@@ -161,7 +161,7 @@ def cmd_move_partition(args, config) -> int:
 
 
 def cmd_log_dirs(args, config) -> int:
-    from storage_engine.maintenance import lifecycle
+    from storage_engine.jobs import lifecycle
     if args.max_used_percent is None and args.max_dir_bytes is None:
         if args.execute:
             raise InvalidRequestError("--execute needs --max-used-percent or --max-dir-bytes")
@@ -177,7 +177,7 @@ def cmd_log_dirs(args, config) -> int:
 
 
 def cmd_remove_folder(args, config) -> int:
-    from storage_engine.maintenance import lifecycle
+    from storage_engine.jobs import lifecycle
     _out(lifecycle.remove_folder(config, args.log_dir, args.name, dry_run=args.dry_run))
     return 0
 
@@ -187,7 +187,7 @@ def _print_line(line: str) -> None:
 
 
 def cmd_dump_log(args, config) -> int:
-    from storage_engine.tools.dump import DumpOptions, dump_file
+    from storage_engine.inspection.dump import DumpOptions, dump_file
     opts = DumpOptions(deep_iteration=args.deep_iteration or args.print_data_log,
                        print_data_log=args.print_data_log, index_sanity_check=args.index_sanity_check,
                        verify_index_only=args.verify_index_only, as_json=args.json, max_bytes=args.max_bytes)

@@ -1,4 +1,4 @@
-"""Compaction as whole jobs (what a job guarantees: :mod:`storage_engine.maintenance.jobs`).
+"""Compaction as whole jobs (what a job guarantees: :mod:`storage_engine.jobs.housekeeping`).
 
 :func:`compact` selects the dirtiest compacted logs and cleans them in one call (the CLI's ``compact``);
 :func:`compaction_plan` and :func:`compact_partition` are the same work as separate steps (the Airflow DAG:
@@ -15,9 +15,9 @@ from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance.batch_jobs import PartitionFailure, _open_isolating
-from storage_engine.maintenance.jobs import (_check_topics, _future_partitions, list_partitions, log_dir_health,
-                                             open_partition)
+from storage_engine.jobs.batches import PartitionFailure, _open_isolating
+from storage_engine.jobs.housekeeping import (_check_topics, _future_partitions, list_partitions, log_dir_health,
+                                              open_partition)
 
 
 def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, partition: int | None = None,

@@ -4,8 +4,8 @@ Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage er
 configuration, topic names, malformed JSON lines, records the topic refuses, offsets out of range, missing files,
 appends or markers the producer state refuses: printed with Kafka's error name, e.g. ``INVALID_PRODUCER_EPOCH``).
 
-:func:`main` is the entry point: it parses the arguments (:mod:`storage_engine.tools.cli_args`), loads the
-config, runs the command (:mod:`storage_engine.tools.data_commands`, :mod:`storage_engine.tools.admin_commands`)
+:func:`main` is the entry point: it parses the arguments (:mod:`storage_engine.cli.args`), loads the
+config, runs the command (:mod:`storage_engine.cli.data_commands`, :mod:`storage_engine.cli.admin_commands`)
 and turns the errors it raises into these exit codes.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    InvalidTopicError, OffsetOutOfRangeError, ProducerStateError, RecordTooLargeError,
                                    StorageError)
-from storage_engine.tools.admin_commands import (cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
-                                                 cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
-                                                 cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
-                                                 cmd_remove_folder, cmd_retention, cmd_verify)
-from storage_engine.tools.cli_args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser
-from storage_engine.tools.data_commands import cmd_consume, cmd_end_txn, cmd_produce
+from storage_engine.cli.admin_commands import (cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
+                                               cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
+                                               cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
+                                               cmd_remove_folder, cmd_retention, cmd_verify)
+from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser
+from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
 
 COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,

@@ -7,8 +7,8 @@ the logs are opened as of (so a backfilled run never purges ``.deleted`` files s
 
 This module holds the read-only listing of log dirs and partitions and the jobs over the whole store:
 checkpoint, flush, retention, producer-id expiry and purge. Compaction's jobs are in
-:mod:`storage_engine.maintenance.compaction_jobs`; the jobs over one batch of partitions, each partition
-isolated (the Airflow DAGs' tasks), in :mod:`storage_engine.maintenance.batch_jobs`.
+:mod:`storage_engine.jobs.compaction`; the jobs over one batch of partitions, each partition
+isolated (the Airflow DAGs' tasks), in :mod:`storage_engine.jobs.batches`.
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import os
 from collections.abc import Iterator
 from typing import TypedDict
 
+from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
+                                           ProducerExpiry)
 from storage_engine.maintenance import retention as retention_mod
-from storage_engine.maintenance.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition,
-                                                  FlushResult, ProducerExpiry, PurgeResult, RetentionResult)
+from storage_engine.maintenance.retention import PurgeResult, RetentionResult
 from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError
@@ -201,7 +202,7 @@ def _future_result(result, log):
 
 def purge(config: StorageConfig, now_ms: int | None = None, *, dry_run: bool = False) -> PurgeResult:
     """Remove ``.deleted`` files and ``-delete`` folders older than their topic's ``file.delete.delay.ms``."""
-    from storage_engine.maintenance.lifecycle import purge_delete_dirs
+    from storage_engine.jobs.lifecycle import purge_delete_dirs
     now = clock_at(now_ms).milliseconds()
     folders = purge_delete_dirs(config, now, dry_run=dry_run)
     online = [d for d in config.log_dirs if d not in folders["offline_dirs"]]

@@ -7,7 +7,7 @@ from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import InvalidRequestError
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance import lifecycle
+from storage_engine.jobs import lifecycle
 from storage_engine.record.records import SimpleRecord
 
 pytestmark = pytest.mark.unit

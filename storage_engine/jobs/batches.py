@@ -2,7 +2,7 @@
 
 :func:`plan_batches` cuts the store's partitions into batches; :func:`retention_batch`,
 :func:`expire_producers_batch`, :func:`flush_batch` and :func:`checkpoint_batch` are jobs of
-:mod:`storage_engine.maintenance.jobs` for one batch, each returning a :class:`BatchResult`. Under them the
+:mod:`storage_engine.jobs.housekeeping` for one batch, each returning a :class:`BatchResult`. Under them the
 isolation (:func:`_open_isolating`, :func:`_run_batch`) and :func:`is_permanent`, which tells the failures no
 retry can fix.
 
@@ -27,7 +27,7 @@ from storage_engine.errors import (LogDirOfflineError, LogLockedError, Partition
                                    StorageIOError)
 from storage_engine.log.manager import LogManager
 from storage_engine.log.open_logs import OpenLogs
-from storage_engine.maintenance.jobs import list_partitions
+from storage_engine.jobs.housekeeping import list_partitions
 
 
 TopicPartition = tuple[str, int]

@@ -1,1 +1,0 @@
-"""Operator tools over log dirs: the command line, ``dump-log``, ``verify`` and read-only inspection."""
