@@ -8,7 +8,8 @@ fallback (``var/bench/results-python.json``, ``STORAGE_ENGINE_PURE_PYTHON=1``) a
 ``BENCHMARKS.md``) one table: metric, baseline (measured in the same run), target, measured with the compiled
 code, ratio to the baseline, measured with the pure-Python fallback, and the commit, date and load average of
 the run each figure came from. A metric whose run is missing, or whose section was not run, shows "-".
-``make bench`` runs both implementations and then this.
+``make bench`` runs both implementations and then this. ``--write`` replaces only the text between the markers;
+the runs' printed output is kept by hand in ``benchmarks/HISTORY.md``, newest first.
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-survivors", action="store_true",
                         help="print the known survivors and their causes as Markdown (for MUTATION.md) and exit")
     parser.add_argument("--render", type=Path, nargs="+", default=None, metavar="RESULTS",
-                        help="print the results JSON of one or more runs as Markdown (MUTATION.md's measurement), "
+                        help="print the results JSON of one or more runs as Markdown (a run's record in mutation/HISTORY.md), "
                              "judged against today's lists, and exit")
     args = parser.parse_args(argv)
     if args.list_equivalents:

@@ -164,9 +164,9 @@ def _run_header(doc: dict) -> list[str]:
 
 
 def run_markdown(docs: list[dict]) -> str:
-    """Results JSONs of one or more runs (``--out``) as MUTATION.md's measurement section: which runs, each
-    group's time, the table, and every mutant not detected with its known cause, judged against today's lists of
-    equivalents and known survivors."""
+    """Results JSONs of one or more runs (``--out``) as a run's record in ``mutation/HISTORY.md`` (newest first;
+    ``MUTATION.md`` opens with the latest table): which runs, each group's time, the table, and every mutant not
+    detected with its known cause, judged against today's lists of equivalents and known survivors."""
     results = [r for doc in docs for r in results_from_json(doc)]
     out = ["Runs:", ""]
     for doc in docs:

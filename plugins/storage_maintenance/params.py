@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 TOPIC_NAME_SCHEMA = {"type": "string", "pattern": r"^(?!\.{1,2}$)[a-zA-Z0-9._-]+$",
                      "minLength": 1, "maxLength": MAX_TOPIC_LENGTH}
 MAP_STRATEGIES = ("auto", "spark", "local")
-# Partitions per batch task, measured under `make airflow` (BENCHMARKS.md, "Scheduled maintenance"): per-task
+# Partitions per batch task, measured under `make airflow` (benchmarks/HISTORY.md, "Scheduled maintenance under make airflow"): per-task
 # launch cost is a few seconds, retention costs a few ms per partition.
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_BATCHES = 40

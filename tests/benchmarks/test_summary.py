@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks import summary
-from benchmarks.harness import Row, Sample, Section
+from benchmarks.harness import REPO, Row, Sample, Section
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +53,17 @@ def test_write_replaces_only_the_summary(tmp_path):
     second = path.read_text()
     assert second.count(summary.BEGIN) == 1 and "4,000,000 records/s" in second and second.endswith("verbatim tables\n")
     json.dumps(runs)  # the documents the generator reads are plain JSON
+
+
+def test_write_on_the_real_page_changes_only_its_table(tmp_path):
+    page = (REPO / "BENCHMARKS.md").read_text()
+    assert page.count(summary.BEGIN) == 1 and page.count(summary.END) == 1
+    head, _, rest = page.partition(summary.BEGIN)
+    tail = rest.partition(summary.END)[2]
+    path = tmp_path / "BENCHMARKS.md"
+    path.write_text(page)
+    runs = {"c": results("c", [Sample(1.0, 1.0)]), "python": None, "large": None, "large-python": None}
+    summary.write(path, summary.render(runs))
+    new = path.read_text()
+    assert new.startswith(head + summary.BEGIN) and new.endswith(summary.END + tail)
+    assert "2,000,000 records/s" in new.partition(summary.END)[0]
