@@ -45,7 +45,7 @@ GROUPS: tuple[Group, ...] = (
           ("storage_engine/segment/checkpoint.py",),
           _t("segment/test_checkpoint.py", "segment/test_checkpoint_rules.py")),
     Group("index",
-          ("storage_engine/segment/_index_file.py", "storage_engine/segment/offset_index.py",
+          ("storage_engine/segment/index_file.py", "storage_engine/segment/offset_index.py",
            "storage_engine/segment/time_index.py"),
           _t("segment/test_offset_index.py", "segment/test_time_index.py", "segment/test_index_rules.py")),
     Group("retention",
@@ -74,13 +74,15 @@ GROUPS: tuple[Group, ...] = (
     # segment map: not decision points of the list above, and not mutated.
     Group("log",
           ("storage_engine/log/appends.py", "storage_engine/log/truncation.py", "storage_engine/log/validator.py",
-           "storage_engine/log/log.py"),
+           "storage_engine/log/local_log.py"),
           # producer state, transactions and isolation levels go through the log and its validator
           _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py"),
           mutants=("storage_engine.log.appends.*", "storage_engine.log.truncation.*",
                    "storage_engine.log.validator.*"),
-          functions=("storage_engine/log/log.py:Log._max_segment_ms", "storage_engine/log/log.py:Log._maybe_roll",
-                     "storage_engine/log/log.py:Log._roll_locked")),
+          functions=("storage_engine/log/local_log.py:LocalLog.max_segment_ms",
+                     "storage_engine/log/local_log.py:LocalLog.maybe_roll",
+                     "storage_engine/log/local_log.py:LocalLog.roll_locked",
+                     "storage_engine/log/local_log.py:LocalLog.delete_segment_files")),
     Group("loader",
           ("storage_engine/log/loader.py",),
           # Kafka's LogLoaderTest transaction-index and snapshot recovery cases live with the transaction tests

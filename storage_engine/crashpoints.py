@@ -17,7 +17,7 @@ ENV_VAR = "STORAGE_ENGINE_CRASH_AT"
 
 # step -> (the protocol it belongs to, what has happened when it is reached)
 STEPS: dict[str, tuple[str, str]] = {
-    # Log._roll_locked
+    # LocalLog.roll_locked
     "roll.published": ("roll", "the generation is bumped, the old segment not yet sealed"),
     "roll.sealed": ("roll", "the old segment is sealed (trimmed), the new one not yet created"),
     "roll.created": ("roll", "the new segment's files exist, nothing flushed"),
@@ -25,9 +25,9 @@ STEPS: dict[str, tuple[str, str]] = {
     # FileRecords.append, LogSegment.append
     "append.torn": ("append", "half of a batch is in the .log (a write cut short)"),
     "append.written": ("append", "a batch is in the .log, its index entries not yet written"),
-    # Log._flush_locked
+    # LocalLog.flush_locked
     "flush.synced": ("flush", "segments are fsynced, the new recovery point not yet published"),
-    # swap.replace_segments (the cleaner's swap)
+    # replace.replace_segments (the cleaner's swap)
     "swap.intent": ("swap", "the swap intent is durable, nothing renamed"),
     "swap.swap-partial": ("swap", "the new .log is .swap, its indexes still .cleaned"),
     "swap.swap-ready": ("swap", "every file of the new segment is .swap"),

@@ -23,7 +23,7 @@ from storage_engine.errors import InvalidRecordError
 from storage_engine.log import producer_state as pstate
 from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import validator
-from storage_engine.log.handle import LogHandle
+from storage_engine.log.local_log import LocalLog
 from storage_engine.record import codecs
 from storage_engine.record.record_batch import RecordBatch, build_control_batch
 from storage_engine.record.records import SimpleRecord
@@ -43,7 +43,7 @@ class AppendInfo:
     duplicate: bool = False     # a retried batch: the offsets it got the first time, nothing written
 
 
-def append_records(log: LogHandle, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE,
+def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE,
                    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                    is_transactional: bool = False) -> AppendInfo:
     """Build one batch from ``records`` at the log end offset and append it (the producer path). With a producer
@@ -68,7 +68,7 @@ def append_records(log: LogHandle, records: Sequence[SimpleRecord], *, codec: in
         return append_validated(log, data, first, last, max_ts, last, len(recs), now, analysis)
 
 
-def append_batches(log: LogHandle, data: bytes) -> AppendInfo:
+def append_batches(log: LocalLog, data: bytes) -> AppendInfo:
     """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record, assign
     offsets from the log end offset, then write them as one append."""
     now = log.clock.milliseconds()
@@ -85,7 +85,7 @@ def append_batches(log: LogHandle, data: bytes) -> AppendInfo:
         return append_validated(log, bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
 
 
-def append_end_txn(log: LogHandle, producer_id: int, producer_epoch: int, *, commit: bool,
+def append_end_txn(log: LocalLog, producer_id: int, producer_epoch: int, *, commit: bool,
                    coordinator_epoch: int = 0) -> AppendInfo:
     """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id`` at the log end, as the
     transaction coordinator does: the epoch must not be older than the producer's (``INVALID_PRODUCER_EPOCH``)
@@ -108,13 +108,13 @@ def append_end_txn(log: LogHandle, producer_id: int, producer_epoch: int, *, com
         return append_validated(log, data, first, first, now, first, 1, now, analysis)
 
 
-def _duplicate(log: LogHandle, meta, count: int) -> AppendInfo:
+def _duplicate(log: LocalLog, meta, count: int) -> AppendInfo:
     logger.info("%s: retried batch of sequences [%d, %d] already at offsets [%d, %d]", log.name,
                 meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
     return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
 
 
-def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
+def append_as_follower(log: LocalLog, data: bytes) -> AppendInfo:
     """Append whole batches that already have their offsets (Kafka's ``appendAsFollower``: the copy of a
     partition being moved). Each batch must pass its size and CRC checks and start at or after the log end
     offset, offsets increasing; they are written byte for byte, rolling as the log would."""
@@ -132,12 +132,12 @@ def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
             raw = data[pos:pos + b.size_in_bytes]
             pos += b.size_in_bytes
             active = log.active_segment
-            if active.should_roll(segment_bytes=log.config.segment_bytes, max_segment_ms=log._max_segment_ms(),
+            if active.should_roll(segment_bytes=log.config.segment_bytes, max_segment_ms=log.max_segment_ms(),
                                   messages_size=len(raw), max_timestamp=b.max_timestamp,
                                   max_offset=b.last_offset, now_ms=now) is not None:
                 # Kafka's maybeRoll: the new segment starts at max(the append's first offset, LEO), so a copy
                 # of data with offset gaps (a compacted source) names its segments as the source's replica would.
-                log._roll_locked(now, base=base)
+                log.roll_locked(now, base=base)
             # Producer state as a replica keeps it (Kafka's REPLICATION origin: no client checks), so the copy
             # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
             analysis = (producers.analyze(log.producer_state, [b], pstate.REPLICATION)
@@ -156,11 +156,11 @@ def append_as_follower(log: LogHandle, data: bytes) -> AppendInfo:
                           max_ts, len(data))
 
 
-def append_validated(log: LogHandle, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
+def append_validated(log: LocalLog, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
                      count: int, now: int, analysis=None) -> AppendInfo:
     """Write validated batches at the log end (the lock is held): roll first if due, then append, update the
     producer state, and flush once ``flush.messages`` records are unflushed."""
-    rolled = log._maybe_roll(len(data), max_ts, last, now)
+    rolled = log.maybe_roll(len(data), max_ts, last, now)
     log.active_segment.append(last, max_ts, max_ts_offset, data)
     log.log_end_offset = last + 1
     log.view.known_active_size = log.active_segment.size
@@ -169,5 +169,5 @@ def append_validated(log: LogHandle, data: bytes, first: int, last: int, max_ts:
     else:
         log.producer_state.map_end_offset = last + 1
     if log.log_end_offset - log.recovery_point >= log.config.flush_messages:
-        log._flush_locked(log.log_end_offset, now)
+        log.flush_locked(log.log_end_offset, now)
     return AppendInfo(first, last, count, max_ts, len(data), rolled)

@@ -51,15 +51,15 @@ class LoadingManager(Protocol):
     logs: dict[TopicPartition, Log]
     future_logs: dict[TopicPartition, Log]
 
-    def _wanted(self, items: list) -> list: ...
+    def wanted(self, items: list) -> list: ...
 
-    def _track(self, log: Log) -> None: ...
+    def track(self, log: Log) -> None: ...
 
-    def _attach(self, log: Log) -> Log: ...
+    def attach(self, log: Log) -> Log: ...
 
-    def _adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None: ...
+    def adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None: ...
 
-    def _abandon(self, dir_futures) -> None: ...
+    def abandon(self, dir_futures) -> None: ...
 
 
 def why_not_a_dir(path: str, exc: OSError) -> OSError:
@@ -138,12 +138,12 @@ def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list):
             return (topic, partition), None, None
         except (PartitionMovedError, PartitionNotFoundError):
             return (topic, partition), None, None    # moved (or renamed) since the listing
-        mgr._track(log)   # here, not after the load: the bound holds while 100,000 partitions load
+        mgr.track(log)   # here, not after the load: the bound holds while 100,000 partitions load
         return (topic, partition), log, res
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        jobs = [(pool.submit(load_one, item, False), False) for item in mgr._wanted(listing.partitions)]
-        jobs += [(pool.submit(load_one, item, True), True) for item in mgr._wanted(listing.futures)]
+        jobs = [(pool.submit(load_one, item, False), False) for item in mgr.wanted(listing.partitions)]
+        jobs += [(pool.submit(load_one, item, True), True) for item in mgr.wanted(listing.futures)]
     logs: dict[TopicPartition, Log] = {}
     future_logs: dict[TopicPartition, Log] = {}
     gone: set[TopicPartition] = set()
@@ -157,7 +157,7 @@ def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list):
             if not future:
                 gone.add(tp)
             continue
-        mgr._attach(log)
+        mgr.attach(log)
         loaded.append(log)
         (future_logs if future else logs)[tp] = log
         if res is not None:
@@ -204,9 +204,9 @@ def load_dirs(mgr: LoadingManager, online: list[str]) -> None:
             mgr.logs[tp] = log
         for tp in sorted(moved):   # moved or half-moved while this manager loaded: find where it is now
             if tp not in mgr.logs:
-                mgr._adopt(*tp)
+                mgr.adopt(*tp)
     except BaseException:
-        mgr._abandon(futures)
+        mgr.abandon(futures)
         raise
 
 

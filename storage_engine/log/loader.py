@@ -124,7 +124,7 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     """Step 1 (caller holds the partition lock and no other process has the partition open). Returns the folder's
     sorted names afterwards (listed once: a folder of 10,000 segments holds 40,000 names)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
-    listing = swap._listing(dir_path)
+    listing = swap.list_folder(dir_path)
     result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True, listing=listing))
     gone = set()
     for name in listing:

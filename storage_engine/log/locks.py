@@ -115,6 +115,11 @@ class PartitionLock:
         return self._depth > 0
 
     @property
+    def depth(self) -> int:
+        """How many times the holder has taken the lock without releasing it (0: not held)."""
+        return self._depth
+
+    @property
     def is_open(self) -> bool:
         return self._fd >= 0 or self._parked
 
@@ -208,6 +213,13 @@ class PartitionLock:
             raise RuntimeError("partition state written without holding the lock")
         os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
                                         state.last_flush_ms, state.loaded_epoch, state.status), 0)
+
+    def sync_state(self) -> None:
+        """fsync the state written to the lock file (caller holds the lock): a move's commit point must survive a
+        crash of the machine."""
+        if not self._depth:
+            raise RuntimeError("partition state synced without holding the lock")
+        os.fsync(self._fd)
 
     def retire(self, status: int) -> None:
         """Mark the partition this lock guards as deleted or moved, durably (caller holds the lock): every

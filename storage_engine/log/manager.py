@@ -95,10 +95,11 @@ class LogManager:
         dir_loading.load_dirs(mgr, online)
         return mgr
 
-    def _wanted(self, items):
+    def wanted(self, items: list) -> list:
+        """The ``(dir, (topic, partition), ...)`` listing items this manager loads (all, or a subset open's)."""
         return items if self.only is None else [item for item in items if item[1] in self.only]
 
-    def _attach(self, log: Log) -> Log:
+    def attach(self, log: Log) -> Log:
         """Give a log this manager's way of following its partition and its failure channel."""
         topic, partition = log.topic, log.partition
         log.relocate = lambda: self._relocate(topic, partition)
@@ -123,7 +124,7 @@ class LogManager:
         """Log dirs offline in this manager, with the error that took each offline."""
         return self.failures.offline_dirs()
 
-    def _abandon(self, dir_futures) -> None:
+    def abandon(self, dir_futures) -> None:
         """Undo a failed open: close the logs loaded so far (without flushing) and release every dir lock, so
         a failure leaves no lock behind in this process."""
         self._closed = True
@@ -156,7 +157,7 @@ class LogManager:
         if log is not None:
             self.failures.check(log.log_dir, f"partition {name}")
             return log
-        log = self._adopt(topic, partition)
+        log = self.adopt(topic, partition)
         if log is None:
             self._check_not_offline(name)
         return log
@@ -177,7 +178,7 @@ class LogManager:
         state = self.dirs.get(log_dir)
         return state.epoch if state is not None else None
 
-    def _adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None:
+    def adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None:
         """A partition created or moved by another process after this manager opened (or not loaded by a subset
         open)."""
         tp = (topic, partition)
@@ -198,8 +199,8 @@ class LogManager:
             old = self.logs.get(tp)
             if old is not None and old is not log and old.lock.is_open:
                 old.close(clean=False)
-            self._track(log)
-            self.logs[tp] = self._attach(log)
+            self.track(log)
+            self.logs[tp] = self.attach(log)
             return log
         raise StorageError(f"partition {topic}-{partition} kept changing while this process opened it")
 
@@ -217,7 +218,7 @@ class LogManager:
             return log
         name = layout.partition_dir_name(topic, partition)
         with self._create_lock():
-            log = self._adopt(topic, partition, create_lock_held=True)
+            log = self.adopt(topic, partition, create_lock_held=True)
             if log is not None:
                 return log
             self._check_not_offline(name)
@@ -227,8 +228,8 @@ class LogManager:
             fsync_dir(target)
             if self._dir_counts is not None and target in self._dir_counts:
                 self._dir_counts[target] += 1
-        self._track(log)
-        self.logs[(topic, partition)] = self._attach(log)
+        self.track(log)
+        self.logs[(topic, partition)] = self.attach(log)
         return log
 
     def _least_loaded_dir(self, name: str) -> str:
@@ -258,7 +259,8 @@ class LogManager:
         order = self.config.log_dirs.index
         return min(dirs, key=lambda d: (self._dir_counts[d], order(d)))   # type: ignore[index]
 
-    def _track(self, log: Log) -> None:
+    def track(self, log: Log) -> None:
+        """Count ``log`` against the bound on logs with open files (:mod:`storage_engine.log.open_logs`)."""
         log.files = self.open_logs
         self.open_logs.used(log)
 

@@ -474,7 +474,7 @@ def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, 
                     try:
                         lb.write_state(PartitionState(1, lso, end, now,
                                                       UNKNOWN if dir_epoch is None else dir_epoch, status=LIVE))
-                        os.fsync(lb._fd)
+                        lb.sync_state()
                         current.lock.retire(MOVED)          # (c) the commit point
                         future.lock.retire(MOVED)
                         durable_rename(future.dir, os.path.join(target_dir, name))                    # (d)

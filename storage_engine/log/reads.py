@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageIOError
-from storage_engine.log.handle import LogHandle
+from storage_engine.log.local_log import LocalLog
 from storage_engine.record.records import Record
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
@@ -25,9 +25,9 @@ READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
-def read(log: LogHandle, start_offset: int, max_bytes: int, min_one_message: bool):
+def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool):
     """Whole, checked batches from the one holding ``start_offset``; None at the log end."""
-    log._unpark_for_read()
+    log.unpark_for_read()
     attempt = 0
     while True:
         try:
@@ -37,7 +37,7 @@ def read(log: LogHandle, start_offset: int, max_bytes: int, min_one_message: boo
             attempt += 1
 
 
-def _after_failed_read(log: LogHandle, exc: Exception, attempt: int) -> None:
+def _after_failed_read(log: LocalLog, exc: Exception, attempt: int) -> None:
     """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed meanwhile (then the
     caller retries: the failure was another process's change, not damage)."""
     before = log.view.generation
@@ -48,18 +48,18 @@ def _after_failed_read(log: LogHandle, exc: Exception, attempt: int) -> None:
     raise exc
 
 
-def _check_range(log: LogHandle, offset: int) -> None:
+def _check_range(log: LocalLog, offset: int) -> None:
     if offset < log.log_start_offset or offset > log.log_end_offset:
         raise OffsetOutOfRangeError(
             f"offset {offset} is out of range for {log.name}: log start offset "
             f"{log.log_start_offset}, log end offset {log.log_end_offset}")
 
 
-def _upper_bound(log: LogHandle, segments: list[LogSegment], i: int) -> int:
+def _upper_bound(log: LocalLog, segments: list[LogSegment], i: int) -> int:
     return segments[i + 1].base_offset if i + 1 < len(segments) else log.log_end_offset
 
 
-def _read_once(log: LogHandle, start_offset: int, max_bytes: int, min_one_message: bool):
+def _read_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool):
     _check_range(log, start_offset)
     if start_offset == log.log_end_offset:
         return None
@@ -72,13 +72,13 @@ def _read_once(log: LogHandle, start_offset: int, max_bytes: int, min_one_messag
     return None
 
 
-def read_records(log: LogHandle, start_offset: int | None, max_records: int | None,
+def read_records(log: LocalLog, start_offset: int | None, max_records: int | None,
                  isolation_level: str) -> Iterator[Record]:
     """Data records from ``start_offset`` (default: log start) in offset order, control records never returned;
     ``read_committed`` stops at the last stable offset and skips the records of aborted transactions."""
     if isolation_level not in ISOLATION_LEVELS:
         raise InvalidRecordError(f"isolation level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
-    log._unpark_for_read()
+    log.unpark_for_read()
     offset = log.log_start_offset if start_offset is None else start_offset
     _check_range(log, offset)
     committed = isolation_level == READ_COMMITTED
@@ -125,7 +125,7 @@ def read_records(log: LogHandle, start_offset: int | None, max_records: int | No
             _check_range(log, offset)
 
 
-def _checked_batches(log: LogHandle, offset: int):
+def _checked_batches(log: LocalLog, offset: int):
     """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
     segments = log.segment_list.from_offset(offset)
     for i, seg in enumerate(segments):
@@ -133,7 +133,7 @@ def _checked_batches(log: LogHandle, offset: int):
                                        _upper_bound(log, segments, i))
 
 
-def aborted_transactions(log: LogHandle, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+def aborted_transactions(log: LocalLog, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
     """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
     ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
     out: list[AbortedTxn] = []
@@ -147,7 +147,7 @@ def aborted_transactions(log: LogHandle, start_offset: int, upper_bound_offset: 
     return out
 
 
-def offset_for_timestamp(log: LogHandle, timestamp: int):
+def offset_for_timestamp(log: LocalLog, timestamp: int):
     """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
     for seg in log.segment_list:
         if seg.largest_timestamp() < timestamp and seg is not log.active_segment:

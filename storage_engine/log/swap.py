@@ -1,7 +1,7 @@
 """The cleaner's swap of segments, crash-safe and visible to every process (Kafka's ``replaceSegments`` with a
 pending-change record), and how a half-done swap is resolved.
 
-Swap (:func:`replace_segments`; the cleaner holds the partition lock from step 0 to step 5):
+Swap (:func:`storage_engine.log.replace.replace_segments`; the cleaner holds the partition lock from step 0 to step 5):
 
 0. record the intent (:mod:`storage_engine.log.intent`), op ``swap``: ``new_base`` (the cleaned segment's base,
    the first old segment's), ``new`` (the inode of each of its files; null for a missing index), ``old``
@@ -119,7 +119,7 @@ def _stamp(path: str, now_ms: int) -> None:
         pass
 
 
-def _inode(path: str) -> int | None:
+def inode_of(path: str) -> int | None:
     try:
         return os.stat(path).st_ino
     except FileNotFoundError:
@@ -159,7 +159,7 @@ def _locate(dir_path: str, base: int, suffix: str, inode: int | None) -> str | N
     if inode is None:
         return None
     for extra in _EXTRAS:
-        if _inode(layout.segment_file(dir_path, base, suffix, extra)) == inode:
+        if inode_of(layout.segment_file(dir_path, base, suffix, extra)) == inode:
             return extra
     return None
 
@@ -230,7 +230,7 @@ def plan_intent(dir_path: str, rec: dict) -> Plan | None:
 
 # -- swaps without a record (Kafka's load rules, validated) -------------------------------------------------------
 
-def _listing(dir_path: str) -> list[str]:
+def list_folder(dir_path: str) -> list[str]:
     try:
         return sorted(os.listdir(dir_path))
     except OSError as exc:
@@ -239,7 +239,7 @@ def _listing(dir_path: str) -> list[str]:
 
 def plan_orphans(dir_path: str, names: list[str] | None = None) -> Plan:
     """Kafka's ``.cleaned``/``.swap`` handling at load, each ``.swap`` validated first (module docstring)."""
-    names = _listing(dir_path) if names is None else names
+    names = list_folder(dir_path) if names is None else names
     plan = Plan("nothing to do")
     path = lambda base, suffix, extra="": layout.segment_file(dir_path, base, suffix, extra)  # noqa: E731
     cleaned = [n for n in names if n.endswith(CLEANED) and layout.is_offset_named(n)]
@@ -346,7 +346,7 @@ def resolve(log_dir: str, partition_dir: str, dir_path: str, now_ms: int, *, orp
         if plan is not None:
             plan.apply(dir_path, now_ms)
             if listing is not None and plan.actions:
-                listing[:] = _listing(dir_path)
+                listing[:] = list_folder(dir_path)
         if clear:
             intent.clear(log_dir, partition_dir)
     if orphans:
@@ -358,74 +358,3 @@ def resolve(log_dir: str, partition_dir: str, dir_path: str, now_ms: int, *, orp
     for m in messages:
         logger.warning("%s: %s", partition_dir, m)
     return messages
-
-
-# -- the swap itself ---------------------------------------------------------------------------------------------
-
-def replace_segments(log, new_segment, old_segments: list, identity: list[tuple[int, int]], now_ms: int, *,
-                     delete_after: bool = False) -> bool:
-    """The swap (module docstring) for ``Log.replace_segments``: ``new_segment`` (named ``.cleaned``, complete and
-    flushed) replaces ``old_segments``; ``identity`` ((base, inode of the .log) of each old segment when cleaning
-    began) must still match, else another process changed them and the swap is abandoned (False). ``new_segment``
-    None (old segments without data) only deletes the old segments."""
-    with log.locked():
-        current = {s.base_offset: s for s in log.segment_list}
-        still_there = []
-        for base, inode in identity:
-            seg = current.get(base)
-            if seg is None or _inode(seg.path) != inode or seg is log.active_segment:
-                if new_segment is not None:
-                    new_segment.delete_files()
-                logger.warning("abandoning cleaned segment for %s at %d: segment %d changed meanwhile",
-                               log.name, identity[0][0], base)
-                return False
-            still_there.append(seg)
-        if new_segment is None:
-            log._publish(bump=True)
-            for seg in still_there:
-                log._delete_segment_files(seg, now_ms, sync=False, snapshot=True)
-            fsync_dir(log.dir)
-            log._publish(bump=True)
-            return True
-        group_end = log.segment_list.base_after(still_there[-1])
-        new_base = new_segment.base_offset
-        last_batch = None
-        for last_batch in new_segment.log.read_batches(new_segment.last_index_position()):
-            pass
-        record = {
-            "new_base": new_segment.base_offset,
-            "new": {s: _inode(layout.segment_file(log.dir, new_segment.base_offset, s, CLEANED)) for s in SUFFIXES},
-            "old": [[s.base_offset, {x: _inode(layout.segment_file(log.dir, s.base_offset, x))
-                                     for x in SUFFIXES + ((SNAPSHOT,) if s.base_offset != new_base else ())}]
-                    for s in still_there],
-            "range_end": group_end,
-            "new_last_offset": last_batch.last_offset if last_batch is not None else new_segment.base_offset - 1,
-            "new_size": new_segment.size,
-            "delete_after": delete_after,
-        }
-        intent.write(log.log_dir, log.folder, OP, record)
-        log._publish(bump=True)
-        crashpoints.reached("swap.intent")
-        new_segment.change_file_suffixes(CLEANED, SWAP, after_log="swap.swap-partial")
-        fsync_dir(log.dir)
-        crashpoints.reached("swap.swap-ready")
-        for i, seg in enumerate(still_there):
-            log._delete_segment_files(seg, now_ms, sync=False, snapshot=seg.base_offset != new_base)
-            if i == 0:
-                crashpoints.reached("swap.old-partial")
-        crashpoints.reached("swap.old-deleted")
-        base = new_segment.base_offset
-        for suffix in INDEXES:
-            durable_rename(layout.segment_file(log.dir, base, suffix, SWAP), layout.segment_file(log.dir, base, suffix),
-                           sync=False, missing_ok=True)
-        crashpoints.reached("swap.index-final")
-        new_segment.change_file_suffixes(SWAP, "")
-        log.segment_list.add(new_segment)
-        crashpoints.reached("swap.log-final")
-        fsync_dir(log.dir)
-        if delete_after:
-            log._delete_segment_files(new_segment, now_ms, after_log="swap.delete-after")
-        crashpoints.reached("swap.done")
-        intent.clear(log.log_dir, log.folder)
-        log._publish(bump=True)
-        return True

@@ -1,29 +1,29 @@
 """Shrinking a log from either end: truncation (Kafka's ``truncateTo``, ``truncateFullyAndStartAt``), deleting a
-prefix of segments (``deleteSegments``, retention's step), raising the log start offset (``DeleteRecords``), and
-the one way a segment leaves a log (:func:`delete_segment_files`: renamed ``.deleted``, purged after
-``file.delete.delay.ms``).
+prefix of segments (``deleteSegments``, retention's step) and raising the log start offset (``DeleteRecords``). A
+segment leaves a log one way only: :meth:`~storage_engine.log.local_log.LocalLog.delete_segment_files` (renamed
+``.deleted``, purged after ``file.delete.delay.ms``).
 
 Each runs under the partition lock and bumps the generation before its first rename, so a process that meets
 the change half done (this one died) reloads instead of trusting a segment list or a log start offset derived
 from it. A log start offset only moves forward here through retention or ``delete-records``; truncation may
 only lower it to the new log end.
 
-:class:`storage_engine.log.log.Log` exposes these as its methods; the functions take the log.
+:class:`storage_engine.log.log.Log` exposes these as its methods; the functions take its
+:class:`~storage_engine.log.local_log.LocalLog` and use only its public steps.
 """
 from __future__ import annotations
 
-import os
 
-from storage_engine import crashpoints, layout
+from storage_engine import crashpoints
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state_manager as producers
 from storage_engine.log import view
-from storage_engine.log.handle import LogHandle
+from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.segment import LogSegment
 
 
-def truncate_to(log: LogHandle, offset: int) -> bool:
+def truncate_to(log: LocalLog, offset: int) -> bool:
     """Remove everything at or after ``offset`` (batch granular). Returns False if nothing changed."""
     if offset < 0:
         raise OffsetOutOfRangeError(f"cannot truncate {log.name} to negative offset {offset}")
@@ -34,12 +34,12 @@ def truncate_to(log: LogHandle, offset: int) -> bool:
         if log.segment_list[0].base_offset > offset:
             truncate_fully_locked(log, offset, now)
             return True
-        log._publish(bump=True)  # visible before the first rename (every other process reloads)
+        log.publish(bump=True)  # visible before the first rename (every other process reloads)
         # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
         # log is cut cannot leave one that a later, longer log would be rebuilt from.
         log.producer_state.delete_snapshots_outside(-1, offset)
         for seg in [s for s in log.segment_list if s.base_offset > offset]:
-            delete_segment_files(log, seg, now)
+            log.delete_segment_files(seg, now)
         _ensure_active_writable(log, now)
         log.active_segment.truncate_to(offset, now)
         log.log_end_offset = log.active_segment.read_next_offset()
@@ -48,11 +48,11 @@ def truncate_to(log: LogHandle, offset: int) -> bool:
         log.recovery_point = min(log.recovery_point, log.log_end_offset)
         producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
                        exclusive=True)
-        log._publish(bump=True)
+        log.publish(bump=True)
         return True
 
 
-def _ensure_active_writable(log: LogHandle, now: int) -> None:
+def _ensure_active_writable(log: LocalLog, now: int) -> None:
     """A view (a process that joined the log dir) opens sealed segments read-only; one that truncation turns back
     into the active segment must take writes, so reopen it writable."""
     active = log.active_segment
@@ -63,9 +63,9 @@ def _ensure_active_writable(log: LogHandle, now: int) -> None:
     log.segment_list.add(seg)
 
 
-def truncate_fully_locked(log: LogHandle, offset: int, now: int) -> None:
+def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
     """Delete every segment and start the log empty at ``offset`` (the lock is held)."""
-    log._publish(bump=True)  # visible before the first rename (every other process reloads)
+    log.publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()
     seg = (LogSegment.open(log.dir, offset, log.config, now_ms=now)
@@ -73,7 +73,7 @@ def truncate_fully_locked(log: LogHandle, offset: int, now: int) -> None:
     for s in old:
         if seg is None and s.base_offset == offset:
             continue
-        delete_segment_files(log, s, now)
+        log.delete_segment_files(s, now)
     if seg is None:
         _ensure_active_writable(log, now)
         keep = log.segment_list[0]
@@ -84,29 +84,10 @@ def truncate_fully_locked(log: LogHandle, offset: int, now: int) -> None:
     log.log_end_offset = offset
     log.recovery_point = offset
     log.view.known_active_size = log.active_segment.size
-    log._publish(bump=True)
+    log.publish(bump=True)
 
 
-def delete_segment_files(log: LogHandle, seg: LogSegment, now: int, sync: bool = True, *,
-                         after_log: str | None = None, snapshot: bool = False) -> None:
-    """Remove a segment from the log: rename its files to ``.deleted`` (purged after file.delete.delay.ms), with
-    ``snapshot`` also the producer snapshot named by its base offset, right after them."""
-    log.segment_list.remove(seg)
-    seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
-    seg.close(trim=False)
-    # The rename's mtime is the "scheduled at" time for the purge.
-    for p in seg.file_paths:
-        try:
-            os.utime(p, (now / 1000.0, now / 1000.0))
-        except FileNotFoundError:
-            pass
-    if snapshot:
-        log.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
-    if sync:
-        fsync_dir(log.dir)
-
-
-def delete_segments_locked(log: LogHandle, segments: list[LogSegment], now: int) -> list[LogSegment]:
+def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) -> list[LogSegment]:
     """Delete a prefix of segments (retention; the caller holds the lock with a fresh view).
 
     Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains; the
@@ -116,7 +97,7 @@ def delete_segments_locked(log: LogHandle, segments: list[LogSegment], now: int)
         return []
     if len(segments) == len(log.segment_list):
         if log.active_segment.size > 0 or log.log_end_offset != log.active_segment.base_offset:
-            log._roll_locked(now)
+            log.roll_locked(now)
         else:
             segments = segments[:-1]
         segments = [s for s in segments if s is not log.active_segment]
@@ -128,12 +109,12 @@ def delete_segments_locked(log: LogHandle, segments: list[LogSegment], now: int)
     following = log.segment_list.base_after(segments[-1])
     if following is not None and following > log.log_start_offset:
         log.log_start_offset = following
-    log._publish(bump=True)
+    log.publish(bump=True)
     crashpoints.reached("retention.published")
     done = 0
     try:
         for seg in segments:
-            delete_segment_files(log, seg, now, sync=False)
+            log.delete_segment_files(seg, now, sync=False)
             done += 1
             # Kafka deletes the producer snapshot named by a deleted segment's base with it.
             log.producer_state.delete_snapshot(seg.base_offset, deleted_at_ms=now)
@@ -144,17 +125,17 @@ def delete_segments_locked(log: LogHandle, segments: list[LogSegment], now: int)
         # list is reloaded from the folder (the failed segment already left it).
         kept_from = segments[done].base_offset if done < len(segments) else log.log_start_offset
         log.log_start_offset = max(before, min(log.log_start_offset, kept_from))
-        log._publish(bump=True)
+        log.publish(bump=True)
         log.view.generation -= 1
         view.sync(log, now)
         raise
     crashpoints.reached("retention.renamed")
     fsync_dir(log.dir)
-    log._publish(bump=True)
+    log.publish(bump=True)
     return segments
 
 
-def delete_records(log: LogHandle, offset: int) -> int:
+def delete_records(log: LocalLog, offset: int) -> int:
     """Raise the log start offset (DeleteRecords); ``-1`` means the high watermark. Returns the new one."""
     with log.locked():
         target = log.high_watermark if offset == -1 else offset
@@ -164,5 +145,5 @@ def delete_records(log: LogHandle, offset: int) -> int:
                 f"[0, high watermark {log.high_watermark}]")
         if target > log.log_start_offset:
             log.log_start_offset = target
-            log._publish(bump=True)
+            log.publish(bump=True)
         return log.log_start_offset

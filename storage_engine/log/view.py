@@ -245,7 +245,7 @@ def at_zero_tail(seg: LogSegment, position: int) -> bool:
 def _drop_torn_time_index_entry(seg: LogSegment) -> None:
     """Repair what a writer killed inside a time-index append leaves (caller holds the lock).
 
-    An entry is stored timestamp first (see :mod:`storage_engine.segment._index_file`), so a kill between the
+    An entry is stored timestamp first (see :mod:`storage_engine.segment.index_file`), so a kill between the
     two stores leaves (timestamp, base offset) as the last entry, which names no batch unless the first batch
     ends at the base offset. Entries never go back in offset, so every entry is then at the base offset: drop
     them all (the index is sparse; lookups scan from the start of the segment instead)."""

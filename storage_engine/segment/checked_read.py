@@ -10,10 +10,13 @@ file and the byte position; no damaged or misplaced record is ever returned.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from storage_engine.errors import CorruptRecordError
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment.file_records import FileRecords
 
 
@@ -51,7 +54,7 @@ class OffsetOrder:
         self.upper_bound = upper_bound
         self.next_offset = seg.base_offset
 
-    def check(self, batch) -> None:
+    def check(self, batch: RecordBatch | LegacyBatch) -> None:
         last = batch.last_offset
         first = batch.base_offset if batch.magic >= 2 else last  # a legacy wrapper carries its last offset
         if first < self.next_offset or last < first:
@@ -98,7 +101,8 @@ def read_from(seg: ScannedSegment, pos: int, start_offset: int, max_size: int, m
     return FetchData(data, start_pos, start_offset)
 
 
-def checked_from(seg: ScannedSegment, pos: int, start_offset: int, upper_bound: int | None, end: int | None):
+def checked_from(seg: ScannedSegment, pos: int, start_offset: int, upper_bound: int | None,
+                 end: int | None) -> Iterator[RecordBatch | LegacyBatch]:
     """:meth:`LogSegment.checked_batches`' scan from byte ``pos`` of ``seg``."""
     # A batch is yielded only once the next one's offsets were checked against it: a base offset flipped
     # upwards shows as the next batch going backwards, and its records must not be returned meanwhile.

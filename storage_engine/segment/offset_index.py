@@ -21,7 +21,7 @@ this module's. :meth:`OffsetIndex.lookup` returns the largest entry with offset 
 Because the first append of a segment is never indexed, a real entry has relative offset >= 1 and
 position > 0, so it is never all zero; an all-zero slot is the preallocated tail (see below).
 
-File life cycle (shared with ``.timeindex``, see :mod:`storage_engine.segment._index_file`)
+File life cycle (shared with ``.timeindex``, see :mod:`storage_engine.segment.index_file`)
 -----------------------------------------------------------------------------------
 * A new file is preallocated with zeros to ``floor(max_index_size / 8) * 8`` bytes
   (``segment.index.bytes``, default 10 MiB = 1,310,720 entries); entries are written with ``pwrite``.
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 
-from storage_engine.segment._index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
+from storage_engine.segment.index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, Column, IndexFile
 from storage_engine.errors import CorruptIndexError, InvalidOffsetError
 
 _ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -61,7 +61,7 @@ class OffsetIndex(IndexFile):
         self._last_relative = (
             _INT32.unpack_from(self._buf, (self.entries - 1) * _ENTRY.size)[0] if self.entries else 0)
 
-    def _offset_column(self):
+    def _offset_column(self) -> Column:
         return _INT32.unpack_from, _OFFSET_FIELD
 
     @property

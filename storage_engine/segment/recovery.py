@@ -100,7 +100,7 @@ def _recover_walk(seg: LogSegment) -> RecoveryResult:
                 break
             batch.ensure_valid()
             last = batch.last_offset
-            seg._ensure_offset_in_range(last)
+            seg.ensure_offset_in_range(last)
             if batch.max_timestamp > max_ts:
                 max_ts, max_ts_offset = batch.max_timestamp, last
             if valid_bytes - last_index_entry > seg.index_interval_bytes:
@@ -111,7 +111,7 @@ def _recover_walk(seg: LogSegment) -> RecoveryResult:
             count += 1
     except CorruptRecordError as exc:
         error = str(exc)
-    seg._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, seg.base_offset)
+    seg.set_recovered(max_ts, max_ts_offset)
     del view
     truncated = size - valid_bytes
     if truncated > 0:
@@ -120,7 +120,6 @@ def _recover_walk(seg: LogSegment) -> RecoveryResult:
     if max_ts >= 0:
         seg.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
     seg.time_index.trim_to_valid_size()
-    seg._rolling_based_timestamp = None
     seg.log.drop_view()
     return RecoveryResult(truncated, valid_bytes, count, error)
 
@@ -148,21 +147,21 @@ def _recover_compiled(seg: LogSegment) -> tuple[RecoveryResult, bytes | None] | 
         if max_ts > last_ts:   # the entry recover_segment() adds last (TimeIndex.maybe_append, skip_full_check)
             time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - seg.base_offset)
     seg.bytes_since_last_index_entry = 0
-    _rewrite_index(seg, layout.INDEX_SUFFIX, seg._offset_index, offset_entries)
-    _rewrite_index(seg, layout.TIME_INDEX_SUFFIX, seg._time_index, time_entries)
-    seg._max_ts_and_offset = (max_ts, max_ts_offset) if max_ts >= 0 else (-1, seg.base_offset)
-    seg._rolling_based_timestamp = None
+    _rewrite_index(seg, layout.INDEX_SUFFIX, offset_entries)
+    _rewrite_index(seg, layout.TIME_INDEX_SUFFIX, time_entries)
+    seg.set_recovered(max_ts, max_ts_offset)
     return RecoveryResult(0, size, count, None), data
 
 
-def _rewrite_index(seg: LogSegment, suffix: str, index, data: bytes) -> None:
+def _rewrite_index(seg: LogSegment, suffix: str, data: bytes) -> None:
     """Make an index file exactly ``data`` (packed entries): through the open index, or, for an index not
     opened yet, by writing the file directly (it is opened, and mapped, only when used) unless it holds exactly
     that already."""
+    index = seg.open_index(suffix)
     if index is not None:
         index.rewrite(data)
         return
-    path = seg._paths[suffix]
+    path = seg.file_path(suffix)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

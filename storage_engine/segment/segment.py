@@ -156,11 +156,27 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
-    def _ensure_offset_in_range(self, offset: int) -> None:
+    def ensure_offset_in_range(self, offset: int) -> None:
         if not self.can_convert_to_relative_offset(offset):
             raise SegmentOffsetOverflowError(
                 f"offset {offset} cannot be stored in the segment with base offset {self.base_offset} "
                 f"({self.path}): the relative offset must be in [0, {INT32_MAX}]")
+
+    # -- what recovery (storage_engine.segment.recovery) sets ---------------------------------------------------
+    def file_path(self, suffix: str) -> str:
+        """The path of this segment's file with ``suffix`` (``.log``, ``.index``, ``.timeindex``, ``.txnindex``)."""
+        return self._paths[suffix]
+
+    def open_index(self, suffix: str) -> OffsetIndex | TimeIndex | None:
+        """The offset (``.index``) or time (``.timeindex``) index if it is open, else None (not opened yet)."""
+        return self._offset_index if suffix == layout.INDEX_SUFFIX else self._time_index
+
+    def set_recovered(self, max_timestamp: int, offset_of_max_timestamp: int) -> None:
+        """What a recovery found: the largest timestamp and its offset (``-1`` when the segment has none), and no
+        rolling timestamp (Kafka's ``recover`` resets ``rollingBasedTimestamp``)."""
+        self._max_ts_and_offset = ((max_timestamp, offset_of_max_timestamp) if max_timestamp >= 0
+                                   else (-1, self.base_offset))
+        self._rolling_based_timestamp = None
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -189,7 +205,7 @@ class LogSegment:
         if not data:
             return
         position = self.log.size
-        self._ensure_offset_in_range(largest_offset)
+        self.ensure_offset_in_range(largest_offset)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             # Checked before the write: a stale index must never turn a written batch into a failed append.
             self._check_index_room(largest_offset, position)

@@ -22,7 +22,7 @@ is reserved for the roll/close entry (``is_full`` = ``entries >= max_entries - 1
 :meth:`TimeIndex.lookup` returns the entry with the largest timestamp <= target, or
 ``(-1, base_offset)``.
 
-File life cycle (shared with ``.index``, see :mod:`storage_engine.segment._index_file`)
+File life cycle (shared with ``.index``, see :mod:`storage_engine.segment.index_file`)
 -------------------------------------------------------------------------------
 * A new file is preallocated with zeros to ``floor(max_index_size / 12) * 12`` bytes (default
   10,485,756 bytes = 873,813 entries), written with ``pwrite``, and trimmed to ``entries * 12`` on roll
@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import struct
 
-from storage_engine.segment._index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
+from storage_engine.segment.index_file import DEFAULT_MAX_INDEX_SIZE, Column, IndexFile
 from storage_engine.errors import CorruptIndexError, InvalidOffsetError
 
 # RecordBatch.NO_TIMESTAMP: the timestamp of message format v0 and of an empty index's last entry.
@@ -71,7 +71,7 @@ class TimeIndex(IndexFile):
         else:
             self._last_entry = (NO_TIMESTAMP, self.base_offset)
 
-    def _offset_column(self):
+    def _offset_column(self) -> Column:
         return _INT32.unpack_from, _OFFSET_FIELD
 
     @property

@@ -156,7 +156,7 @@ def test_retryable_failure_is_retried_then_alerted_once(three_partitions, alerti
     mailbox, webhook = alerting
     # events-1's active index is briefly unreadable as "too many open files" would leave it: EMFILE is raised
     # by the engine's open of that file in the task's process.
-    import storage_engine.segment._index_file as index_file
+    from storage_engine.segment import index_file
 
     real_open = os.open
     target = str(storage.partition_dir("events", 1))

@@ -507,10 +507,10 @@ def test_a_roll_is_logged_with_its_reason(logs, caplog):
     import logging
     size = size_of("a")
     log = logs(config(segment_bytes=2 * size))
-    with caplog.at_level(logging.INFO, logger="storage_engine.log.log"):
+    with caplog.at_level(logging.INFO, logger="storage_engine.log.local_log"):
         for _ in range(3):
             log.append_records(recs("a", timestamp=T0))
-    assert [r.getMessage() for r in caplog.records if r.name == "storage_engine.log.log"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "storage_engine.log.local_log"] == [
         "rolling topic-0 at offset 2 (segment-bytes)"]
 
 
@@ -992,27 +992,26 @@ def test_a_segment_deletion_can_name_the_step_after_its_log_file(logs, log_dir):
     """Deleting a segment's files renames the ``.log`` first; ``after_log`` names the crash step reached right then
     (the cleaner's swap uses it), with the indexes not yet renamed; a plain deletion keeps the producer snapshot
     named by the segment unless asked to delete it too."""
-    from storage_engine.log import truncation
     log = one_per_segment(logs, 3)
     cfg = log.config
 
     def delete():
         j = joiner_of(log_dir, cfg)
         with j.locked():
-            truncation.delete_segment_files(j, j.segments[1], T0, after_log="swap.delete-after")
+            j.delete_segment_files(j.segments[1], T0, after_log="swap.delete-after")
 
     assert killed_at("swap.delete-after", delete)
     assert {f"{2:020d}.log.deleted", f"{2:020d}.index", f"{2:020d}.timeindex"} <= names(log)
     log2 = one_per_segment(lambda cfg: logs(cfg, partition=1), 3)
     with log2.locked():
-        truncation.delete_segment_files(log2, log2.segments[1], T0 + 9)
+        log2.delete_segment_files(log2.segments[1], T0 + 9)
     assert f"{2:020d}.snapshot" in names(log2)
     with log2.locked():
-        truncation.delete_segment_files(log2, log2.segments[0], T0 + 9, snapshot=True)
+        log2.delete_segment_files(log2.segments[0], T0 + 9, snapshot=True)
     assert f"{2:020d}.snapshot" in names(log2)
     with log2.locked():
         seg = log2.segments[0]
-        truncation.delete_segment_files(log2, seg, T0 + 9, snapshot=True)
+        log2.delete_segment_files(seg, T0 + 9, snapshot=True)
     assert mtime_ms(os.path.join(log2.dir, f"{4:020d}.snapshot.deleted")) == T0 + 9
 
 

@@ -221,7 +221,7 @@ def test_a_parked_log_follows_a_move_and_fails_cleanly_after_a_deletion_by_anoth
     from storage_engine import layout
     from storage_engine.errors import PartitionDeletedError, PartitionNotFoundError
     from storage_engine.log.locks import lock_path
-    from tests.storage_engine.tools.test_cli import Cli
+    from tests.storage_engine.cli.test_cli import Cli
     cli = Cli(tmp_path, dirs=("a", "b"))
     first, second = cli.dirs
     cfg = config_from_mapping({"broker": {"log.dirs": [first, second]}})

@@ -2,7 +2,7 @@
 
     python crash_at.py --config CFG --topic T --partition P --at STEP [--pause-s S --appends-after N]
 
-Steps of a roll, in the order ``Log._roll_locked`` takes them:
+Steps of a roll, in the order ``LocalLog.roll_locked`` takes them:
 
     seal         in the old segment's final time-index entry and trim (the generation is already bumped)
     new-log      creating the new segment's .log (the old one is sealed)
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from payloads import digest, make_payload  # noqa: E402
 
-from storage_engine.segment import _index_file  # noqa: E402
+from storage_engine.segment import index_file  # noqa: E402
 from storage_engine.log import log as log_module  # noqa: E402
 from storage_engine.segment import segment  # noqa: E402
 from storage_engine.config_file import load_config  # noqa: E402
@@ -85,13 +85,13 @@ def main(argv=None) -> int:
         log = mgr.get_or_create_log(args.topic, args.partition)
         append(log, 0)
         if args.at == "tindex-entry":
-            _index_file.IndexFile._append_entry = torn_time_index_entry(_index_file.IndexFile._append_entry)
+            index_file.IndexFile._append_entry = torn_time_index_entry(index_file.IndexFile._append_entry)
             for n in range(1, 20):        # until an append adds index entries
                 append(log, n)
             return 3
         owner, name = {"seal": (segment.LogSegment, "on_become_inactive_segment"), "new-log": (segment, "FileRecords"),
                        "new-index": (segment, "OffsetIndex"), "new-tindex": (segment, "TimeIndex"),
-                       "flush": (log_module.Log, "_flush_locked")}[args.at]
+                       "flush": (log_module.Log, "flush_locked")}[args.at]
         original = getattr(owner, name)
         setattr(owner, name, die if args.pause_s is None else pausing(original, args.pause_s))
         log.roll()

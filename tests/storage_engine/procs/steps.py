@@ -14,7 +14,7 @@ import sys
 
 from storage_engine import durable
 from storage_engine.log import deletion, locks, mover, split
-from storage_engine.segment import file_records, segment, _index_file
+from storage_engine.segment import file_records, index_file, segment
 
 
 class Stop(BaseException):
@@ -60,7 +60,7 @@ class Steps:
 
 def install(steps: Steps) -> None:
     """Wrap every step function where the lifecycle modules look them up."""
-    for module in (durable, mover, deletion, split, segment, file_records, _index_file):
+    for module in (durable, mover, deletion, split, segment, file_records, index_file):
         for name in ("durable_rename", "fsync_dir"):
             if hasattr(module, name):
                 setattr(module, name, steps.wrap(f"{name}", getattr(module, name)))
@@ -75,7 +75,7 @@ def install(steps: Steps) -> None:
 
 
 def uninstall() -> None:
-    for module in (durable, mover, deletion, split, segment, file_records, _index_file):
+    for module in (durable, mover, deletion, split, segment, file_records, index_file):
         for name in ("durable_rename", "fsync_dir", "edit_checkpoint"):
             fn = getattr(module, name, None)
             if fn is not None and hasattr(fn, "__wrapped_step__"):

@@ -1,5 +1,5 @@
 """The ``.index`` / ``.timeindex`` files at their exact boundaries, and every error naming what failed where
-(MUTATION.md: what the mutants of _index_file.py, offset_index.py and time_index.py showed the other tests let
+(MUTATION.md: what the mutants of index_file.py, offset_index.py and time_index.py showed the other tests let
 through). Kafka's rules from the reference, sections 2.5 and 2.6:
 
 * ``sanityCheck``: corrupt if entries > 0 and ``lastOffset < baseOffset`` (equal is fine,

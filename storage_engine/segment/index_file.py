@@ -61,7 +61,7 @@ escape, whatever the file holds.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Self
 
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (
@@ -145,10 +145,10 @@ class IndexFile:
         return (f"{type(self).__name__}(path={self.path!r}, base_offset={self.base_offset}, "
                 f"entries={self.entries}, max_entries={self.max_entries})")
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- opening
@@ -451,7 +451,7 @@ class IndexFile:
             raise InvalidOffsetError(
                 f"attempt to fetch entry {n} from {self.KIND} {self.path} which has size {self.entries}")
 
-    def _floor_slot(self, unpack, field: int, target: int) -> int:
+    def _floor_slot(self, unpack: Callable[..., tuple], field: int, target: int) -> int:
         """Largest slot whose column value is <= ``target``, or -1. Column values must not decrease."""
         mm, size = self._buf, self.ENTRY_SIZE
         lo, hi = 0, self.entries
@@ -463,7 +463,7 @@ class IndexFile:
                 hi = mid
         return lo - 1
 
-    def _lower_bound(self, unpack, field: int, target: int) -> int:
+    def _lower_bound(self, unpack: Callable[..., tuple], field: int, target: int) -> int:
         """Smallest slot whose column value is >= ``target``, or ``entries`` if there is none."""
         mm, size = self._buf, self.ENTRY_SIZE
         lo, hi = 0, self.entries
