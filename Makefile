@@ -27,8 +27,9 @@ test: $(STAMP) browser
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Every test but the slow ones, those that need Spark or Airflow, and those whose processes die by a signal.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e"
+	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e and not kills"
 
 # Sample logs -> Airflow on SQLite -> one run of each maintenance DAG -> what changed on disk (var/ is reset).
 demo: $(STAMP)

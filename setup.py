@@ -1,7 +1,7 @@
 """Build of the optional C speedups; all project metadata lives in pyproject.toml.
 
 ``optional=True``: without a compiler the build of the extension is skipped with a warning and the engine falls
-back to its pure-Python loops (``storage_engine.record.records.IMPLEMENTATION == "python"``).
+back to its pure-Python loops (``storage_engine.record.kernels.IMPLEMENTATION == "python"``).
 """
 from setuptools import Extension, setup
 

@@ -246,19 +246,19 @@ def _git(*args: str) -> str | None:
 
 
 def implementation() -> dict:
-    """Which record codec implementation the engine runs, as far as it says."""
+    """Which kernels (compiled or pure Python) the engine runs, as far as it says."""
     import importlib.util
 
-    from storage_engine.record import records
+    from storage_engine.record import kernels
     speedups = importlib.util.find_spec("storage_engine.record._speedups") is not None
-    declared = getattr(records, "IMPLEMENTATION", None)
+    declared = getattr(kernels, "IMPLEMENTATION", None)
     if declared is not None:
         summary = str(declared)
     elif speedups:
-        summary = "unknown (storage_engine.record._speedups present, records.IMPLEMENTATION not defined)"
+        summary = "unknown (storage_engine.record._speedups present, kernels.IMPLEMENTATION not defined)"
     else:
-        summary = "python (storage_engine.record._speedups absent, records.IMPLEMENTATION not defined)"
-    return {"records.IMPLEMENTATION": declared, "speedups_module_present": speedups, "summary": summary,
+        summary = "python (storage_engine.record._speedups absent, kernels.IMPLEMENTATION not defined)"
+    return {"kernels.IMPLEMENTATION": declared, "speedups_module_present": speedups, "summary": summary,
             "STORAGE_ENGINE_PURE_PYTHON": os.environ.get("STORAGE_ENGINE_PURE_PYTHON")}
 
 

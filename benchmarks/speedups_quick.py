@@ -22,7 +22,7 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from storage_engine.record import record_batch, records
+from storage_engine.record import kernels, record_batch, records
 
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100
@@ -110,7 +110,7 @@ def main() -> None:
     rows = [(impl, what, rate) for (impl, what), rate in rates.items()]
     kp = {what: rate for impl, what, rate in rows if impl == "kafka-python"}
     print(f"{args.batches} batches x {RECORDS_PER_BATCH} records, {VALUE_BYTES}-byte values "
-          f"(records.IMPLEMENTATION = {records.IMPLEMENTATION!r})")
+          f"(kernels.IMPLEMENTATION = {kernels.IMPLEMENTATION!r})")
     for impl, what, rate in rows:
         base = kp.get(what) or (kp["encode (whole batch)"] if what.startswith(("encode", "append")) else None)
         ratio = f"{rate / base:6.2f}x kafka-python" if base and impl != "kafka-python" else ""

@@ -5,9 +5,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import LogCheckpointOperator, PlanBatchesOperator
+from storage_maintenance.operators import LogCheckpointOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
 ### Log checkpoint
@@ -40,19 +40,6 @@ with DAG(
     tags=["storage", "maintenance", "checkpoint"],
     doc_md=DOC_MD,
 ) as dag:
-    plan = PlanBatchesOperator(
-        task_id="plan_batches",
-        topics="{{ params.topics }}",
-        batch_size="{{ params.batch_size }}",
-        max_batches="{{ params.max_batches }}",
-    )
-    checkpoint = LogCheckpointOperator.partial(
-        task_id="checkpoint",
-        dry_run="{{ params.dry_run }}",
-        map_index_template="{{ task.batch_label }}",
-    ).expand_kwargs(plan.output)
-    report, run_failed = run_outcome_tasks("log_checkpoint", ["plan_batches", "checkpoint"],
-                                           label_task="plan_batches")
-
-    checkpoint >> report
-    [plan, checkpoint] >> run_failed
+    plan = plan_batches()
+    checkpoint = for_each(LogCheckpointOperator, "checkpoint", plan)
+    end_of_run("log_checkpoint", plan, checkpoint, label_task=plan)

@@ -16,7 +16,7 @@ from storage_maintenance.compaction import (
     SelectDirtiestLogsOperator,
 )
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import end_of_run, for_each
 
 DOC_MD = """
 ### Log compaction
@@ -74,8 +74,9 @@ with DAG(
     plan = "{{ ti.xcom_pull(task_ids='select_dirtiest_logs') }}"
     spark_submissions = PlanPartOperator(task_id="spark_submissions", plan=plan, part="spark_submissions")
     clean_kwargs = PlanPartOperator(task_id="partitions_to_clean", plan=plan, part="clean_kwargs")
-    build_key_map = BuildKeyMapOperator.partial(
-        task_id="build_key_map",
+    partition_label = "{{ task.topic }}-{{ task.partition }}"
+    build_key_map = for_each(
+        BuildKeyMapOperator, "build_key_map", spark_submissions, label=partition_label, dry_run=False,
         conn_id="spark_default",
         name="build-key-map",
         env_vars={
@@ -83,19 +84,11 @@ with DAG(
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         },
-        map_index_template="{{ task.topic }}-{{ task.partition }}",
-    ).expand_kwargs(spark_submissions.output)
-    clean = CompactPartitionOperator.partial(
-        task_id="clean",
-        dry_run="{{ params.dry_run }}",
-        trigger_rule="none_failed",
-        map_index_template="{{ task.topic }}-{{ task.partition }}",
-        outlets=[COMPACTED_ALIAS],
-    ).expand_kwargs(clean_kwargs.output)
-    report, run_failed = run_outcome_tasks(
-        "log_compaction", ["select_dirtiest_logs", "spark_submissions", "partitions_to_clean", "build_key_map",
-                           "clean"], label_task="partitions_to_clean")
+    )
+    clean = for_each(CompactPartitionOperator, "clean", clean_kwargs, label=partition_label,
+                     trigger_rule="none_failed", outlets=[COMPACTED_ALIAS])
 
     select >> [spark_submissions, clean_kwargs]
-    build_key_map >> clean >> report
-    [select, spark_submissions, clean_kwargs, build_key_map, clean] >> run_failed
+    build_key_map >> clean
+    end_of_run("log_compaction", select, spark_submissions, clean_kwargs, build_key_map, clean,
+               label_task=clean_kwargs)

@@ -8,7 +8,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from storage_maintenance.balance import MovePartitionOperator, PlanMovesOperator
 from storage_maintenance.compaction import PlanPartOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import end_of_run, for_each
 
 DOC_MD = """
 ### Log dir balance
@@ -65,14 +65,8 @@ with DAG(
     )
     moves = PlanPartOperator(task_id="moves", plan="{{ ti.xcom_pull(task_ids='plan_moves') }}",
                              part="move_kwargs")
-    move = MovePartitionOperator.partial(
-        task_id="move_partition",
-        map_index_template="{{ task.move_label }}",
-        max_active_tis_per_dagrun=2,
-    ).expand_kwargs(moves.output)
-    report, run_failed = run_outcome_tasks("log_dir_balance", ["plan_moves", "moves", "move_partition"],
-                                           label_task="moves")
+    move = for_each(MovePartitionOperator, "move_partition", moves, label="{{ task.move_label }}", dry_run=False,
+                    max_active_tis_per_dagrun=2)
 
     plan >> moves
-    move >> report
-    [plan, moves, move] >> run_failed
+    end_of_run("log_dir_balance", plan, moves, move, label_task=moves)

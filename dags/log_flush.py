@@ -5,9 +5,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import LogFlushOperator, PlanBatchesOperator
+from storage_maintenance.operators import LogFlushOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
 ### Log flush
@@ -38,18 +38,6 @@ with DAG(
     tags=["storage", "maintenance", "flush"],
     doc_md=DOC_MD,
 ) as dag:
-    plan = PlanBatchesOperator(
-        task_id="plan_batches",
-        topics="{{ params.topics }}",
-        batch_size="{{ params.batch_size }}",
-        max_batches="{{ params.max_batches }}",
-    )
-    flush = LogFlushOperator.partial(
-        task_id="flush",
-        dry_run="{{ params.dry_run }}",
-        map_index_template="{{ task.batch_label }}",
-    ).expand_kwargs(plan.output)
-    report, run_failed = run_outcome_tasks("log_flush", ["plan_batches", "flush"], label_task="plan_batches")
-
-    flush >> report
-    [plan, flush] >> run_failed
+    plan = plan_batches()
+    flush = for_each(LogFlushOperator, "flush", plan)
+    end_of_run("log_flush", plan, flush, label_task=plan)

@@ -6,10 +6,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import (ExpireProducersOperator, LogRetentionOperator, PlanBatchesOperator,
-                                           PurgeDeletedOperator)
+from storage_maintenance.operators import ExpireProducersOperator, LogRetentionOperator, PurgeDeletedOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import DRY_RUN, end_of_run, for_each, plan_batches
 
 DOC_MD = """
 ### Log retention
@@ -53,30 +52,10 @@ with DAG(
     tags=["storage", "maintenance", "retention"],
     doc_md=DOC_MD,
 ) as dag:
-    plan = PlanBatchesOperator(
-        task_id="plan_batches",
-        topics="{{ params.topics }}",
-        batch_size="{{ params.batch_size }}",
-        max_batches="{{ params.max_batches }}",
-    )
-    retention = LogRetentionOperator.partial(
-        task_id="retention",
-        dry_run="{{ params.dry_run }}",
-        map_index_template="{{ task.batch_label }}",
-    ).expand_kwargs(plan.output)
-    purge = PurgeDeletedOperator(
-        task_id="purge_deleted",
-        dry_run="{{ params.dry_run }}",
-        trigger_rule="all_done",
-    )
-    expire = ExpireProducersOperator.partial(
-        task_id="expire_producers",
-        dry_run="{{ params.dry_run }}",
-        map_index_template="{{ task.batch_label }}",
-    ).expand_kwargs(plan.output)
-    report, run_failed = run_outcome_tasks("log_retention", ["plan_batches", "retention", "purge_deleted",
-                                                             "expire_producers"], label_task="plan_batches")
+    plan = plan_batches()
+    retention = for_each(LogRetentionOperator, "retention", plan)
+    purge = PurgeDeletedOperator(task_id="purge_deleted", dry_run=DRY_RUN, trigger_rule="all_done")
+    expire = for_each(ExpireProducersOperator, "expire_producers", plan)
 
-    retention >> purge >> report
-    expire >> report
-    [plan, retention, purge, expire] >> run_failed
+    retention >> purge
+    end_of_run("log_retention", plan, retention, purge, expire, label_task=plan)

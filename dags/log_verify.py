@@ -5,9 +5,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import PlanBatchesOperator, VerifyLogDirsOperator, VerifyPartitionsOperator
+from storage_maintenance.operators import VerifyLogDirsOperator, VerifyPartitionsOperator
 from storage_maintenance.params import maintenance_default_args, maintenance_params
-from storage_maintenance.report import run_outcome_tasks
+from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
 ### Log verify
@@ -44,18 +44,6 @@ with DAG(
     doc_md=DOC_MD,
 ) as dag:
     log_dirs = VerifyLogDirsOperator(task_id="verify_log_dirs")
-    plan = PlanBatchesOperator(
-        task_id="plan_batches",
-        topics="{{ params.topics }}",
-        batch_size="{{ params.batch_size }}",
-        max_batches="{{ params.max_batches }}",
-    )
-    verify = VerifyPartitionsOperator.partial(
-        task_id="verify",
-        map_index_template="{{ task.batch_label }}",
-    ).expand_kwargs(plan.output)
-    report, run_failed = run_outcome_tasks("log_verify", ["verify_log_dirs", "plan_batches", "verify"],
-                                           label_task="plan_batches")
-
-    [log_dirs, verify] >> report
-    [log_dirs, plan, verify] >> run_failed
+    plan = plan_batches()
+    verify = for_each(VerifyPartitionsOperator, "verify", plan, dry_run=False)   # the audit never writes
+    end_of_run("log_verify", log_dirs, plan, verify, label_task=plan)

@@ -34,16 +34,23 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from include.airflow_standalone import AIRFLOW_HOME, DAGS_FOLDER, REPO, airflow_env, airflow_executable
-from include.sample_data import (DEFAULT_SEED, display_path, format_summary, generate, human_bytes,
-                                 reset_log_dirs, short_time, table)
+from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
+                                        airflow_executable)
+from include.sample_data import (DEFAULT_SEED, display_path, format_summary, generate, reset_log_dirs,
+                                 short_time, table)
 from storage_engine import StorageError, layout, verify_log_dirs
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, load_config
 from storage_engine.log.locks import UNKNOWN, PartitionLock, lock_path
+from storage_engine.units import human_bytes
 
-DAG_IDS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify", "log_dir_balance")
+# The plugin's list of the maintenance DAGs (a module that imports nothing), from the plugins folder as Airflow
+# puts it on sys.path.
+if str(PLUGINS_FOLDER) not in sys.path:
+    sys.path.append(str(PLUGINS_FOLDER))
+from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS  # noqa: E402
+
 # Trigger-form values per DAG: the demo builds its compaction key maps on (local) Spark, the mission's path.
 DAG_CONF = {"log_compaction": {"map_strategy": "spark"}}
 RUN_LOGS = AIRFLOW_HOME / "demo"
@@ -377,8 +384,8 @@ def main(argv=None) -> int:
     p.add_argument("--dag-timeout", type=float, default=600, help="seconds allowed per DAG run (default 600)")
     p.add_argument("--keep-going", action="store_true", help="run the remaining DAGs after a failed one")
     p.add_argument("--dags", type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
-                   default=list(DAG_IDS),
-                   help=f"comma-separated DAG ids to run, in order (default: {','.join(DAG_IDS)}; "
+                   default=list(MAINTENANCE_DAGS),
+                   help=f"comma-separated DAG ids to run, in order (default: {','.join(MAINTENANCE_DAGS)}; "
                         "log_compaction builds its key maps with spark-submit)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the generator's per-partition stats")
     args = p.parse_args(argv)

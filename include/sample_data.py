@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 
 from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
 from storage_engine.log.locks import DirLock
+from storage_engine.units import human_bytes
 
 __all__ = ["TOPICS", "DEFAULT_SEED", "generate", "existing_partitions", "reset_log_dirs", "murmur2",
            "format_summary", "main"]
@@ -405,14 +406,6 @@ def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | N
 
 # ---------------------------------------------------------------------------------------------------------
 # Output
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
 
 def short_time(ts_ms: int | None) -> str:
     if ts_ms is None:

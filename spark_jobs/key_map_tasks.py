@@ -18,6 +18,7 @@ the loader's transient Arrow buffers stay small), the layout ``SortedHashOffsetM
 from __future__ import annotations
 
 import os
+from typing import BinaryIO
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def split_group(group_index: int, group, start: int, end: int, bits: int, stage:
     """Phase 1 for one segment group (see the module docstring). Returns (records, keyless, tombstones)."""
     from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, segment_key_columns
     records = keyless = tombstones = 0
-    files: dict[int, object] = {}
+    files: dict[int, BinaryIO] = {}
     rows = np.empty((ROWS_PER_CHUNK, 3), dtype=_ROW)
     counts = np.empty(1 << bits, dtype=np.int64)
     try:
@@ -76,10 +77,10 @@ def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:
     """Rows [0, n) of decoded key columns without ``drop`` flags, as (high, low, offset) rows into ``rows`` grouped
     by bucket (:func:`bucket_of`), in log order within a bucket; ``counts[b]`` = rows of bucket b. Returns the rows
     kept (compiled ``split_rows``, or numpy)."""
-    from storage_engine.record import records
-    kernels = records.KERNELS
+    from storage_engine.record import kernels as _kernels
+    kernels = _kernels.KERNELS
     if kernels is not None:
-        return kernels.split_rows(cols.hi, cols.lo, cols.off, cols.flags, n, drop, bits, rows, counts)
+        return kernels.split_rows(cols.columns(), n, drop, bits, rows, counts)
     keep = (cols.flags[:n] & drop) == 0
     hi, lo, off = cols.hi[:n][keep], cols.lo[:n][keep], cols.off[:n][keep]
     buckets = bucket_of(hi, bits)
@@ -95,8 +96,8 @@ def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:
 def latest_per_key(rows):
     """Sort (n, 3) int64 rows (hash high, hash low, offset) by hash in signed order and keep the maximum offset of
     each hash: returns the first ``distinct`` rows of ``rows`` (sorted in place with the compiled kernels)."""
-    from storage_engine.record import records
-    kernels = records.KERNELS
+    from storage_engine.record import kernels as _kernels
+    kernels = _kernels.KERNELS
     if kernels is not None:
         distinct = kernels.sort_latest(rows)
         return rows[:distinct]
@@ -119,7 +120,7 @@ def merge_bucket(bucket: int, stage: str, data: str) -> int:
     pos = 0
     for name, size in zip(names, sizes):
         with open(os.path.join(folder, name), "rb") as f:
-            if f.readinto(memoryview(flat[pos:pos + size])) != size:
+            if f.readinto(flat[pos:pos + size].data) != size:
                 raise OSError(f"short read of {os.path.join(folder, name)}")
         pos += size
     if not len(rows):

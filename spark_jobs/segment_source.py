@@ -6,15 +6,17 @@
 
 One Spark partition per ``.log`` segment overlapping [startOffset, endOffset) (both optional). Each yields
 Arrow record batches with one row per record. Both sources read the log as the cleaner's key map does (Kafka's
-``buildOffsetMap``): the batches of aborted transactions (known from the folder's ``.txnindex`` files, read once on
-the driver) are left out, so a Spark-built key map equals the in-process one. ``kafka_segments``
-(:class:`SegmentDataSource`) also leaves out control batches (transaction markers) and has every field:
+``buildOffsetMap``, by the same rule: ``CleanedTransactionMetadata.is_aborted_data`` of
+:mod:`storage_engine.maintenance.txn_cleaning`): the batches of aborted transactions (known from the folder's
+``.txnindex`` files, read once on the driver) are left out, so a Spark-built key map equals the in-process one.
+``kafka_segments`` (:class:`SegmentDataSource`) also leaves out control batches (transaction markers) and has every
+field:
 
     offset long, timestamp long, key binary, key_hash_hi long, key_hash_lo long, value_size int,
     is_tombstone boolean, batch_base_offset long, batch_last_offset long, segment long
 
 ``kafka_segment_keys`` (:class:`SegmentKeysDataSource`) has only what a key map needs, filled straight from the
-compiled decoder (``records.KERNELS.key_columns``: one decode and one hash per record, into numpy arrays that
+compiled decoder (``kernels.KERNELS.key_columns``: one decode and one hash per record, into numpy arrays that
 become the Arrow buffers, no Python object per record):
 
     key_hash_hi long, key_hash_lo long, offset long, flags byte   (flags: 1 keyless, 2 tombstone, 4 control)
@@ -32,8 +34,14 @@ is installed in the Spark Python environment, or shipped with ``--py-files``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+if TYPE_CHECKING:
+    from storage_engine.maintenance.txn_cleaning import CleanedTransactionMetadata
+    from storage_engine.segment.txn_index import AbortedTxn
 
 NAME = "kafka_segments"
 KEYS_NAME = "kafka_segment_keys"
@@ -47,13 +55,13 @@ ROWS_PER_ARROW_BATCH = 65536
 
 class SegmentPartition(InputPartition):
     def __init__(self, path: str, base_offset: int, next_base: int | None, inode: int,
-                 aborted: tuple[tuple[int, int, int], ...] = ()):
+                 aborted: tuple[AbortedTxn, ...] = ()):
         super().__init__(path)
         self.path = path
         self.base_offset = base_offset
         self.next_base = next_base
         self.inode = inode
-        self.aborted = aborted   # (producer id, first offset, marker offset) of aborted transactions
+        self.aborted = aborted   # the aborted transactions not ended before base_offset, by first offset
 
 
 class SegmentDataSource(DataSource):
@@ -91,20 +99,20 @@ class SegmentReader(DataSourceReader):
         self.start = _opt_int(options, "startOffset")
         self.end = _opt_int(options, "endOffset")
 
-    def _aborted(self) -> tuple[tuple[int, int, int], ...]:
-        """Aborted transactions overlapping [start, end) from every ``.txnindex`` of the folder."""
+    def _aborted(self) -> tuple[AbortedTxn, ...]:
+        """Aborted transactions overlapping [start, end) from every ``.txnindex`` of the folder, by first offset."""
         from storage_engine import layout
         from storage_engine.segment.txn_index import TransactionIndex
         start = self.start if self.start is not None else -1
         end = self.end if self.end is not None else 2**63 - 1
-        out = set()
+        out: set[AbortedTxn] = set()
         for n in os.listdir(self.path):
             if n.endswith(layout.TXN_INDEX_SUFFIX) and layout.is_offset_named(n):
                 index = TransactionIndex(os.path.join(self.path, n), layout.offset_from_filename(n), writable=False)
                 for t in index.all_aborted_txns():
                     if t.last_offset >= start and t.first_offset < end:
-                        out.add((t.producer_id, t.first_offset, t.last_offset))
-        return tuple(sorted(out))
+                        out.add(t)
+        return tuple(sorted(out, key=lambda t: (t.first_offset, t.producer_id, t.last_offset)))
 
     def partitions(self):
         from storage_engine import layout
@@ -119,12 +127,16 @@ class SegmentReader(DataSourceReader):
             if self.start is not None and nxt is not None and nxt <= self.start:
                 continue
             path = layout.segment_file(self.path, base, layout.LOG_SUFFIX)
-            parts.append(SegmentPartition(path, base, nxt, os.stat(path).st_ino, aborted))
+            # A segment is read from its first batch: the transactions aborted before it are over.
+            parts.append(SegmentPartition(path, base, nxt, os.stat(path).st_ino,
+                                          tuple(t for t in aborted if t.last_offset >= base)))
         return parts
 
-    def read(self, partition: SegmentPartition):
+    def read(self, partition: InputPartition):
         import pyarrow as pa
 
+        if not isinstance(partition, SegmentPartition):
+            raise TypeError(f"{NAME} reads a SegmentPartition, not {type(partition).__name__}")
         from storage_engine.segment.file_records import FileRecords
         from storage_engine.maintenance.offset_map import key_hash
         try:
@@ -135,16 +147,12 @@ class SegmentReader(DataSourceReader):
         start = self.start if self.start is not None else -1
         end = self.end if self.end is not None else 2**63 - 1
         cols = _Columns()
-        aborted = _aborted_ranges(partition.aborted)
+        txn = _transactions(partition.aborted)
         try:
             for batch in fr.batches(0, strict=False):
-                if batch.last_offset < start:
-                    continue
                 if batch.base_offset >= end:
                     break
-                if batch.is_control:
-                    continue
-                if _is_aborted(batch, aborted):
+                if txn.is_aborted_data(batch) or batch.is_control or batch.last_offset < start:
                     continue
                 for rec in batch.records():
                     if rec.offset < start or rec.offset >= end:
@@ -242,8 +250,10 @@ class SegmentKeysReader(SegmentReader):
             before += size
         return [SegmentGroup(g) for g in groups if g]
 
-    def read(self, partition: SegmentGroup):
+    def read(self, partition: InputPartition):
         import pyarrow as pa
+        if not isinstance(partition, SegmentGroup):
+            raise TypeError(f"{KEYS_NAME} reads a SegmentGroup, not {type(partition).__name__}")
         for seg in partition.segments:
             for cols in segment_key_columns(seg, self.start, self.end):
                 yield cols.to_arrow(pa)
@@ -263,9 +273,8 @@ def segment_key_columns(partition: SegmentPartition, start: int | None, end: int
                                 f"compaction replaced it): {exc}") from None
     start = start if start is not None else -1
     end = end if end is not None else 2**63 - 1
-    aborted = _aborted_ranges(partition.aborted)
     try:
-        yield from key_columns(fr.view(), fr.size, start, end, partition.path, rows, aborted)
+        yield from key_columns(fr.view(), fr.size, start, end, partition.path, rows, partition.aborted)
     finally:
         fr.close()
     if not os.path.exists(partition.path):
@@ -274,31 +283,28 @@ def segment_key_columns(partition: SegmentPartition, start: int | None, end: int
         raise FileNotFoundError(f"segment {partition.path} was replaced while the job read it")
 
 
-def _aborted_ranges(aborted) -> dict[int, list[tuple[int, int]]]:
-    """producer id -> [(first offset, marker offset)] of its aborted transactions."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    for pid, first, last in aborted:
-        out.setdefault(pid, []).append((first, last))
-    return out
+def _transactions(aborted: Sequence[AbortedTxn]) -> CleanedTransactionMetadata:
+    """The cleaner's transaction state for a read from a segment's first batch (see :class:`SegmentPartition`)."""
+    from storage_engine.maintenance.txn_cleaning import CleanedTransactionMetadata
+    txn = CleanedTransactionMetadata()
+    txn.add_aborted_transactions(aborted)
+    return txn
 
 
-def _is_aborted(batch, aborted: dict[int, list[tuple[int, int]]]) -> bool:
-    return batch.is_transactional and not batch.is_control and any(
-        first <= batch.base_offset < last for first, last in aborted.get(batch.producer_id, ()))
-
-
-def _readable_runs(view, size: int, path: str, aborted: dict[int, list[tuple[int, int]]]):
-    """Byte ranges of ``view[0:size]`` without the batches of aborted transactions (headers only are read)."""
+def _readable_runs(view, size: int, path: str, aborted: Sequence[AbortedTxn]):
+    """Byte ranges of ``view[0:size]`` (a segment, from its first batch) without the batches of the ``aborted``
+    transactions (headers only are read, and the records of transaction markers)."""
     from storage_engine.segment.file_records import batch_at
     if not aborted:
         yield 0, size
         return
+    txn = _transactions(aborted)
     pos = run = 0
     while pos < size:
         batch = batch_at(view, pos, size, path)
         if batch is None:
             break
-        if _is_aborted(batch, aborted):
+        if txn.is_aborted_data(batch):
             if pos > run:
                 yield run, pos
             run = pos + batch.size_in_bytes
@@ -308,29 +314,30 @@ def _readable_runs(view, size: int, path: str, aborted: dict[int, list[tuple[int
 
 
 def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
-                aborted: dict[int, list[tuple[int, int]]] | None = None):
-    """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` with start <= offset < end,
-    leaving out the batches of the ``aborted`` transactions (producer id -> [(first offset, marker offset)])."""
+                aborted: Sequence[AbortedTxn] = ()):
+    """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` (a segment, from its first batch)
+    with start <= offset < end, leaving out the batches of the ``aborted`` transactions (those not ended before
+    the segment's base offset)."""
     import pyarrow as pa
     for cols in key_columns(view, size, start, end, path, rows, aborted):
         yield cols.to_arrow(pa)
 
 
 def key_columns(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
-                aborted: dict[int, list[tuple[int, int]]] | None = None):
+                aborted: Sequence[AbortedTxn] = ()):
     """:func:`key_batches` as :class:`_KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
     per record in compiled code, no Python object per record)."""
     import numpy as np
 
-    from storage_engine.record import records
+    from storage_engine.record import kernels as _kernels
     from storage_engine.segment.file_records import batch_at
-    kernels = records.KERNELS
+    kernels = _kernels.KERNELS
     cols = _KeyColumns(np, rows)
-    for pos, limit in _readable_runs(view, size, path, aborted or {}):
+    for pos, limit in _readable_runs(view, size, path, aborted):
         while True:
             if kernels is not None:
-                pos, cols.n, status = kernels.key_columns(view, pos, limit, start, end, cols.hi, cols.lo,
-                                                          cols.off, cols.flags, cols.n, rows)
+                pos, cols.n, status = kernels.key_columns(view, pos, limit, start, end, cols.columns(), cols.n,
+                                                          rows)
                 if status == 1:                     # the arrays are full
                     yield cols
                     cols = _KeyColumns(np, rows)
@@ -364,8 +371,7 @@ def _batch_rows(batch, start: int, end: int, kernels):
         plain += payload
         n = max(batch.records_count, 1)
         cols = _KeyColumns(np, n)
-        pos, got, status = kernels.key_columns(plain, 0, len(plain), start, end, cols.hi, cols.lo, cols.off,
-                                               cols.flags, 0, n)
+        pos, got, status = kernels.key_columns(plain, 0, len(plain), start, end, cols.columns(), 0, n)
         if status == 0 and pos == len(plain):
             return list(zip(cols.hi[:got].tolist(), cols.lo[:got].tolist(), cols.off[:got].tolist(),
                             cols.flags[:got].tolist()))
@@ -389,6 +395,10 @@ class _KeyColumns:
         self.lo = np.empty(rows, dtype=np.int64)
         self.off = np.empty(rows, dtype=np.int64)
         self.flags = np.empty(rows, dtype=np.int8)
+
+    def columns(self) -> tuple:
+        """The four arrays as the compiled kernels take them (``key_columns``, ``split_rows``)."""
+        return self.hi, self.lo, self.off, self.flags
 
     def add(self, hi: int, lo: int, offset: int, flags: int) -> None:
         n = self.n

@@ -12,9 +12,9 @@ The public API, importable from here::
     storage_engine.retention_all(config, now_ms=1767225600000, dry_run=True)
 
 Layers (each imports only the ones listed before it): ``errors``, ``layout``, ``durable``, ``clock``,
-``config_keys``, ``config``, ``config_file``; ``record/`` (batch formats and codecs); ``segment/`` (one segment's
-files, the log dir's small files); ``log/`` (a partition's log, loading, the set of logs, locks); ``maintenance/``
-(the mechanisms: retention, the cleaner, key maps); ``jobs/`` (the whole jobs the CLI and Airflow run);
+``config_keys``, ``config``, ``config_file``, ``units``; ``record/`` (batch formats and codecs); ``segment/`` (one
+segment's files, the log dir's small files); ``log/`` (a partition's log, loading, the set of logs, locks);
+``maintenance/`` (the mechanisms: retention, the cleaner, key maps); ``jobs/`` (the whole jobs the CLI and Airflow run);
 ``inspection/`` (read-only status, verify, dump); ``cli/`` (the command line). The engine imports neither Airflow nor
 Spark.
 """

@@ -6,8 +6,9 @@ Their keys, Kafka's defaults and the checks of every value are in :mod:`storage_
 from the YAML file is :mod:`storage_engine.config_file`.
 
 Log dirs are resolved when a config is built: ``$VARS`` and ``~`` expanded, relative paths made absolute. Stricter
-than Kafka: the same dir named twice, a log dir nested in another, and an entry naming an existing file or device (or
-a path through one) are rejected, naming the entry.
+than Kafka: the same dir named twice, a log dir nested in another, and an entry naming a device (or a path through
+one) are rejected, naming the entry. An entry naming a regular file (or a path through one), or a dir that cannot be
+read, is valid configuration: as in Kafka, the process that opens it takes that dir offline and the others serve.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from storage_engine.config_keys import (LIST, _BROKER_DEFAULTS, _CLEANER_DEFAULTS, _LOG_DEFAULTS,
-                                        _check_compaction_lags, _non_empty, _parse, _show, _topic_key)
+from storage_engine.config_keys import (LIST, BROKER_DEFAULTS, CLEANER_DEFAULTS, LOG_DEFAULTS,
+                                        check_compaction_lags, non_empty, parse_value, show_value, topic_key)
 from storage_engine.errors import ConfigError, InvalidTopicError
 from storage_engine.layout import validate_topic
 
@@ -40,26 +41,26 @@ class LogConfig:
     :meth:`with_overrides` and :func:`~storage_engine.config_file.config_from_mapping` validate.
     """
 
-    segment_bytes: int = _LOG_DEFAULTS["segment_bytes"]
-    segment_ms: int = _LOG_DEFAULTS["segment_ms"]
-    segment_jitter_ms: int = _LOG_DEFAULTS["segment_jitter_ms"]
-    segment_index_bytes: int = _LOG_DEFAULTS["segment_index_bytes"]
-    index_interval_bytes: int = _LOG_DEFAULTS["index_interval_bytes"]
-    flush_messages: int = _LOG_DEFAULTS["flush_messages"]
-    flush_ms: int = _LOG_DEFAULTS["flush_ms"]
-    retention_bytes: int = _LOG_DEFAULTS["retention_bytes"]
-    retention_ms: int = _LOG_DEFAULTS["retention_ms"]
-    delete_retention_ms: int = _LOG_DEFAULTS["delete_retention_ms"]
-    min_compaction_lag_ms: int = _LOG_DEFAULTS["min_compaction_lag_ms"]
-    max_compaction_lag_ms: int = _LOG_DEFAULTS["max_compaction_lag_ms"]
-    min_cleanable_dirty_ratio: float = _LOG_DEFAULTS["min_cleanable_dirty_ratio"]
-    file_delete_delay_ms: int = _LOG_DEFAULTS["file_delete_delay_ms"]
-    cleanup_policy: tuple[str, ...] = _LOG_DEFAULTS["cleanup_policy"]   # subset of ("compact", "delete"), in that order
-    max_message_bytes: int = _LOG_DEFAULTS["max_message_bytes"]
-    preallocate: bool = _LOG_DEFAULTS["preallocate"]
-    compression_type: str = _LOG_DEFAULTS["compression_type"]
-    message_timestamp_type: str = _LOG_DEFAULTS["message_timestamp_type"]   # "CreateTime" | "LogAppendTime"
-    partition_leader_epoch: int = _BROKER_DEFAULTS["log.partition.leader.epoch"]   # broker key only
+    segment_bytes: int = LOG_DEFAULTS["segment_bytes"]
+    segment_ms: int = LOG_DEFAULTS["segment_ms"]
+    segment_jitter_ms: int = LOG_DEFAULTS["segment_jitter_ms"]
+    segment_index_bytes: int = LOG_DEFAULTS["segment_index_bytes"]
+    index_interval_bytes: int = LOG_DEFAULTS["index_interval_bytes"]
+    flush_messages: int = LOG_DEFAULTS["flush_messages"]
+    flush_ms: int = LOG_DEFAULTS["flush_ms"]
+    retention_bytes: int = LOG_DEFAULTS["retention_bytes"]
+    retention_ms: int = LOG_DEFAULTS["retention_ms"]
+    delete_retention_ms: int = LOG_DEFAULTS["delete_retention_ms"]
+    min_compaction_lag_ms: int = LOG_DEFAULTS["min_compaction_lag_ms"]
+    max_compaction_lag_ms: int = LOG_DEFAULTS["max_compaction_lag_ms"]
+    min_cleanable_dirty_ratio: float = LOG_DEFAULTS["min_cleanable_dirty_ratio"]
+    file_delete_delay_ms: int = LOG_DEFAULTS["file_delete_delay_ms"]
+    cleanup_policy: tuple[str, ...] = LOG_DEFAULTS["cleanup_policy"]   # subset of ("compact", "delete"), in that order
+    max_message_bytes: int = LOG_DEFAULTS["max_message_bytes"]
+    preallocate: bool = LOG_DEFAULTS["preallocate"]
+    compression_type: str = LOG_DEFAULTS["compression_type"]
+    message_timestamp_type: str = LOG_DEFAULTS["message_timestamp_type"]   # "CreateTime" | "LogAppendTime"
+    partition_leader_epoch: int = BROKER_DEFAULTS["log.partition.leader.epoch"]   # broker key only
 
     @property
     def compact(self) -> bool:
@@ -91,10 +92,10 @@ class LogConfig:
             raise ConfigError(f"topic overrides must be a mapping of topic keys, got {type(overrides).__name__}")
         changes = {}
         for key, raw in overrides.items():
-            spec = _topic_key(key)
+            spec = topic_key(key)
             changes[spec.attr] = spec.parse(raw)
         result = dataclasses.replace(self, **changes)
-        _check_compaction_lags(result.min_compaction_lag_ms, result.max_compaction_lag_ms,
+        check_compaction_lags(result.min_compaction_lag_ms, result.max_compaction_lag_ms,
                                "min.compaction.lag.ms", "max.compaction.lag.ms")
         return result
 
@@ -103,13 +104,13 @@ class LogConfig:
 class CleanerConfig:
     """The ``log.cleaner.*`` broker keys that configure compaction itself (Kafka's ``CleanerConfig``)."""
 
-    enable: bool = _CLEANER_DEFAULTS["enable"]
-    threads: int = _CLEANER_DEFAULTS["threads"]
-    dedupe_buffer_size: int = _CLEANER_DEFAULTS["dedupe_buffer_size"]
-    io_buffer_size: int = _CLEANER_DEFAULTS["io_buffer_size"]
-    io_buffer_load_factor: float = _CLEANER_DEFAULTS["io_buffer_load_factor"]   # the dedupe map's load factor
-    io_max_bytes_per_second: float = _CLEANER_DEFAULTS["io_max_bytes_per_second"]
-    backoff_ms: int = _CLEANER_DEFAULTS["backoff_ms"]
+    enable: bool = CLEANER_DEFAULTS["enable"]
+    threads: int = CLEANER_DEFAULTS["threads"]
+    dedupe_buffer_size: int = CLEANER_DEFAULTS["dedupe_buffer_size"]
+    io_buffer_size: int = CLEANER_DEFAULTS["io_buffer_size"]
+    io_buffer_load_factor: float = CLEANER_DEFAULTS["io_buffer_load_factor"]   # the dedupe map's load factor
+    io_max_bytes_per_second: float = CLEANER_DEFAULTS["io_max_bytes_per_second"]
+    backoff_ms: int = CLEANER_DEFAULTS["backoff_ms"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class StorageConfig:
                 raise ConfigError(f"topic {topic!r}: overrides must be a mapping of topic keys, "
                                   f"got {type(raw).__name__}")
             try:
-                parsed = {key: _topic_key(key).parse(value) for key, value in (raw or {}).items()}
+                parsed = {key: topic_key(key).parse(value) for key, value in (raw or {}).items()}
                 logs[topic] = self.default_log.with_overrides(parsed)
             except ConfigError as exc:
                 raise ConfigError(f"topic {topic!r}: {exc}") from None
@@ -159,10 +160,10 @@ class StorageConfig:
         """The effective LogConfig of ``topic``: its overrides on top of the broker-level defaults."""
         return self._topic_logs.get(validate_topic(topic), self.default_log)
 
-    def replace_log_dirs(self, log_dirs) -> "StorageConfig":
+    def replace_log_dirs(self, log_dirs: object) -> "StorageConfig":
         """A copy using ``log_dirs`` (a list, or a comma-separated string); relative paths resolve against the cwd."""
-        entries = _parse("log.dirs", LIST, _non_empty, log_dirs)
-        return dataclasses.replace(self, log_dirs=_resolve_log_dirs(entries, os.getcwd(), "log.dirs"))
+        entries = parse_value("log.dirs", LIST, non_empty, log_dirs)
+        return dataclasses.replace(self, log_dirs=resolve_log_dirs(entries, os.getcwd(), "log.dirs"))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -172,8 +173,10 @@ _ENV_REFERENCE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 
 
 def _check_dir_path(entry: str, path: str, key: str) -> None:
-    """``path`` must be a directory or not exist yet, and the nearest existing ancestor must be a directory. A path
-    that cannot be inspected is left to the process that opens it (see :mod:`storage_engine.log.failure`)."""
+    """``path`` must not be a device nor lie under one: naming ``/dev/sdb`` for its mount point is a mistake in the
+    configuration. Anything else that is no directory (a regular file, a file on the path) or cannot be inspected is
+    a dir failure, not a mistake in the configuration: the process that opens it takes that dir offline and the
+    others serve, as Kafka starts with its healthy dirs (see :mod:`storage_engine.log.failure`)."""
     probe = path
     while True:
         try:
@@ -188,17 +191,15 @@ def _check_dir_path(entry: str, path: str, key: str) -> None:
             # Unreadable (a permission, a link loop, a failing disk): not a mistake in the configuration but a dir
             # failure, which takes that dir offline in the process that opens it while the others keep working.
             return
-        if stat.S_ISDIR(mode):
+        if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
             return
-        kind = ("a regular file" if stat.S_ISREG(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "not a directory")
         where = "it" if probe == path else f"{probe}, on its path,"
-        raise ConfigError(f"{key} entry {entry!r} ({path}): {where} is {kind}; a log dir must be a directory")
+        raise ConfigError(f"{key} entry {entry!r} ({path}): {where} is a device; a log dir must be a directory")
 
 
-def _resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tuple[str, ...]:
+def resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tuple[str, ...]:
     """Expand ``$VARS`` and ``~``, make relative paths absolute against ``base_dir``; reject duplicates, dirs nested
-    in one another, and entries naming a file or a device."""
+    in one another, and entries naming a device (an entry naming a regular file is a dir that goes offline)."""
     resolved: list[str] = []
     seen: dict[str, str] = {}
     for entry in entries:
@@ -210,14 +211,14 @@ def _resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tupl
         path = os.path.normpath(os.path.join(os.path.abspath(base_dir), path))
         real = os.path.realpath(path)
         if real in seen:
-            raise ConfigError(f"{key} = {_show(list(entries))}: {entry!r} and {seen[real]!r} "
+            raise ConfigError(f"{key} = {show_value(list(entries))}: {entry!r} and {seen[real]!r} "
                               f"are the same directory ({path})")
         _check_dir_path(entry, path, key)
         for other_real, other in seen.items():
             inner, outer = (real, other_real) if len(real) > len(other_real) else (other_real, real)
             if inner.startswith(outer.rstrip(os.sep) + os.sep):
                 first, second = (entry, other) if inner == real else (other, entry)
-                raise ConfigError(f"{key} = {_show(list(entries))}: {first!r} lies inside {second!r}; log dirs "
+                raise ConfigError(f"{key} = {show_value(list(entries))}: {first!r} lies inside {second!r}; log dirs "
                                   "must not be nested (the inner one would be taken for a partition folder)")
         seen[real] = entry
         resolved.append(path)

@@ -27,10 +27,11 @@ from typing import Any
 
 import yaml
 
-from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, _resolve_log_dirs
-from storage_engine.config_keys import (BROKER_KEYS, MIB, _BROKER_DEFAULTS, _broker_key, _check_compaction_lags,
-                                        _log_values, _unknown_key)
-from storage_engine.errors import ConfigError
+from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, resolve_log_dirs
+from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broker_key, check_compaction_lags,
+                                        log_values, unknown_key)
+from storage_engine.durable import read_regular_file
+from storage_engine.errors import ConfigError, UnsafeFileError
 
 __all__ = ["DEFAULT_CONFIG_PATH", "ENV_VAR", "load_config", "config_from_mapping"]
 
@@ -39,6 +40,9 @@ DEFAULT_CONFIG_PATH = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include", "config", "storage.yaml")
 
 _SECTIONS = ("broker", "topics")
+# A config is a regular file of at most this many bytes (thousands of topic overrides fit): ``--config /dev/zero``
+# or a FIFO is refused at once instead of being read for ever.
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def _section(data: Mapping, name: str) -> Mapping:
@@ -58,14 +62,14 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     for key in data:
         if key not in _SECTIONS:
             hint = "broker keys go under 'broker:'" if key in BROKER_KEYS else None
-            raise _unknown_key(key, _SECTIONS, "top-level", hint)
+            raise unknown_key(key, _SECTIONS, "top-level", hint)
 
-    values = dict(_BROKER_DEFAULTS)
+    values = dict(BROKER_DEFAULTS)
     broker = _section(data, "broker")
     for key, raw in broker.items():
-        values[key] = _broker_key(key).parse(raw)
+        values[key] = broker_key(key).parse(raw)
 
-    _check_compaction_lags(values["log.cleaner.min.compaction.lag.ms"], values["log.cleaner.max.compaction.lag.ms"],
+    check_compaction_lags(values["log.cleaner.min.compaction.lag.ms"], values["log.cleaner.max.compaction.lag.ms"],
                            "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms")
     dedupe, threads = values["log.cleaner.dedupe.buffer.size"], values["log.cleaner.threads"]
     if dedupe // threads <= MIB:    # KafkaConfig: the dedupe map needs more than 1 MiB per cleaner thread
@@ -79,8 +83,8 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     configured = "log.dirs" in broker or "log.dir" in broker
     built = StorageConfig(
         source=source,
-        log_dirs=_resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else (),
-        default_log=LogConfig(**_log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
+        log_dirs=resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else (),
+        default_log=LogConfig(**log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
         topic_overrides=_section(data, "topics"),
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         **storage,
@@ -110,7 +114,7 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys (PyYAML would silently keep the last one)."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen = set()
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -147,8 +151,8 @@ def _load_yaml(text: str, path: str) -> Any:
 def load_config(path: str | os.PathLike | None = None) -> StorageConfig:
     """Load the YAML config at ``path``, else at ``$STORAGE_ENGINE_CONFIG``, else :data:`DEFAULT_CONFIG_PATH`.
 
-    Raises :class:`ConfigError` for a missing or unreadable file, invalid YAML (naming the line) or any
-    invalid key or value.
+    Raises :class:`ConfigError` for a missing or unreadable file, one that is not a regular file or is larger than
+    :data:`MAX_CONFIG_BYTES`, invalid YAML (naming the line) or any invalid key or value.
     """
     origin = ""
     if path is None or os.fspath(path) == "":
@@ -156,12 +160,13 @@ def load_config(path: str | os.PathLike | None = None) -> StorageConfig:
         origin = f" (named by ${ENV_VAR})" if os.environ.get(ENV_VAR) else " (the default config)"
     full = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
-        with open(full, "rb") as f:
-            raw = f.read()
+        raw = read_regular_file(full, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {full}{origin}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {full}{origin}: {exc.strerror or exc}") from None
+    except UnsafeFileError as exc:
+        raise ConfigError(f"cannot read config file {full}{origin}: {exc.reason}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

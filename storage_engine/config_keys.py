@@ -32,7 +32,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from storage_engine.errors import ConfigError
 
@@ -130,7 +130,7 @@ class _Kind:
     lo: int | None = None
     hi: int | None = None
 
-    def bound(self, value):
+    def bound(self, value: Any) -> Any:
         if self.lo is not None and value < self.lo:
             raise _Invalid(f"must be >= {self.lo} (Kafka type {self.name})")
         if self.hi is not None and value > self.hi:
@@ -146,13 +146,16 @@ STRING = _Kind("STRING", _parse_string)
 LIST = _Kind("LIST", _parse_list)
 
 
+_Number = TypeVar("_Number", int, float)
+
+
 @dataclass(frozen=True)
 class _Range:
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
 
-    def __call__(self, value):
+    def __call__(self, value: _Number) -> _Number:
         too_low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
         if too_low or (self.hi is not None and value > self.hi):
             raise _Invalid(f"must be {self}")
@@ -205,17 +208,17 @@ def _unlimited_or_positive(value: int) -> int:
     return value
 
 
-def _non_empty(items: tuple[str, ...]) -> tuple[str, ...]:
+def non_empty(items: tuple[str, ...]) -> tuple[str, ...]:
     if not items:
         raise _Invalid("must name at least one directory")
     return items
 
 
-def _show(raw: object) -> str:
+def show_value(raw: object) -> str:
     return repr(raw) if isinstance(raw, str) else str(raw)
 
 
-def _parse(key: str, kind: _Kind, check, raw: object):
+def parse_value(key: str, kind: _Kind, check: Callable[[Any], Any] | None, raw: object) -> Any:
     """Parse ``raw`` as ``kind``, apply ``check``; ConfigError "key = raw: reason" on failure."""
     try:
         value = kind.parse(raw)
@@ -223,7 +226,7 @@ def _parse(key: str, kind: _Kind, check, raw: object):
             value = check(value)
         return kind.bound(value)
     except _Invalid as exc:
-        raise ConfigError(f"{key} = {_show(raw)}: {exc}") from None
+        raise ConfigError(f"{key} = {show_value(raw)}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -243,10 +246,10 @@ class _BrokerKey:
         name = self.name.removeprefix("log.cleaner.") if self.feeds == "cleaner" else self.name
         return name.replace(".", "_")
 
-    def parse(self, raw: object):
+    def parse(self, raw: object) -> Any:
         if raw is None and self.default is None:
             return None
-        return _parse(self.name, self.kind, self.check, raw)
+        return parse_value(self.name, self.kind, self.check, raw)
 
 
 @dataclass(frozen=True)
@@ -264,8 +267,8 @@ class _TopicKey:
     def chain(self) -> tuple[tuple[str, int], ...]:
         return tuple((s, 1) if isinstance(s, str) else s for s in self.synonyms)
 
-    def parse(self, raw: object):
-        return _parse(self.name, self.kind, self.check, raw)
+    def parse(self, raw: object) -> Any:
+        return parse_value(self.name, self.kind, self.check, raw)
 
 
 def _hours(name: str) -> tuple[str, int]:
@@ -276,15 +279,18 @@ def _minutes(name: str) -> tuple[str, int]:
     return (name, MINUTE_MS)
 
 
-def _by_name(*keys):
+_Key = TypeVar("_Key", "_BrokerKey", "_TopicKey")
+
+
+def _by_name(*keys: _Key) -> Mapping[str, _Key]:
     return types.MappingProxyType({k.name: k for k in keys})
 
 
 _B = _BrokerKey
 BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     # Kafka broker key                              type     Kafka's default      constraint               feeds
-    _B("log.dirs",                                  LIST,    None,                _non_empty,              "dirs"),
-    _B("log.dir",                                   LIST,    "/tmp/kafka-logs",   _non_empty,              "dirs"),
+    _B("log.dirs",                                  LIST,    None,                non_empty,              "dirs"),
+    _B("log.dir",                                   LIST,    "/tmp/kafka-logs",   non_empty,              "dirs"),
     _B("log.segment.bytes",                         INT,     GIB,                 at_least(14),            "log"),
     _B("log.roll.ms",                               LONG,    None,                at_least(1),             "log"),
     _B("log.roll.hours",                            INT,     168,                 at_least(1),             "log"),
@@ -356,7 +362,7 @@ TOPIC_KEYS: Mapping[str, _TopicKey] = _by_name(
 _TOPIC_KEY_OF: Mapping[str, str] = {b: t.name for t in TOPIC_KEYS.values() for b, _ in t.chain()}
 
 
-def _unknown_key(key: object, known: Iterable[str], where: str, hint: str | None = None) -> ConfigError:
+def unknown_key(key: object, known: Iterable[str], where: str, hint: str | None = None) -> ConfigError:
     if not isinstance(key, str):
         return ConfigError(f"{where} key {key!r} is not a string")
     text = f"unknown {where} key {key!r}"
@@ -369,17 +375,17 @@ def _unknown_key(key: object, known: Iterable[str], where: str, hint: str | None
     return ConfigError(text)
 
 
-def _broker_key(key: object) -> _BrokerKey:
+def broker_key(key: object) -> _BrokerKey:
     spec = BROKER_KEYS.get(key) if isinstance(key, str) else None
     if spec is not None:
         return spec
     hint = None
     if isinstance(key, str) and key in TOPIC_KEYS:
         hint = f"{key} is a topic key, its broker key is {TOPIC_KEYS[key].chain()[0][0]}"
-    raise _unknown_key(key, BROKER_KEYS, "broker", hint)
+    raise unknown_key(key, BROKER_KEYS, "broker", hint)
 
 
-def _topic_key(key: object) -> _TopicKey:
+def topic_key(key: object) -> _TopicKey:
     spec = TOPIC_KEYS.get(key) if isinstance(key, str) else None
     if spec is not None:
         return spec
@@ -388,10 +394,10 @@ def _topic_key(key: object) -> _TopicKey:
         hint = f"{key} is a broker key, its topic key is {_TOPIC_KEY_OF[key]}"
     elif key in BROKER_KEYS:
         hint = f"{key} is a broker key and cannot be set per topic"
-    raise _unknown_key(key, TOPIC_KEYS, "topic", hint)
+    raise unknown_key(key, TOPIC_KEYS, "topic", hint)
 
 
-def _log_values(broker: Mapping[str, Any]) -> dict[str, Any]:
+def log_values(broker: Mapping[str, Any]) -> dict[str, Any]:
     """LogConfig attributes from complete broker values, following each topic key's synonym chain."""
     out: dict[str, Any] = {}
     for key in TOPIC_KEYS.values():
@@ -406,12 +412,12 @@ def _log_values(broker: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_BROKER_DEFAULTS: Mapping[str, Any] = {k.name: k.parse(k.default) for k in BROKER_KEYS.values()}
-_LOG_DEFAULTS = _log_values(_BROKER_DEFAULTS)
-_CLEANER_DEFAULTS = {k.attr: _BROKER_DEFAULTS[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}
+BROKER_DEFAULTS: Mapping[str, Any] = {k.name: k.parse(k.default) for k in BROKER_KEYS.values()}
+LOG_DEFAULTS = log_values(BROKER_DEFAULTS)
+CLEANER_DEFAULTS = {k.attr: BROKER_DEFAULTS[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}
 
 
-def _check_compaction_lags(min_lag: int, max_lag: int, min_key: str, max_key: str) -> None:
+def check_compaction_lags(min_lag: int, max_lag: int, min_key: str, max_key: str) -> None:
     # LogConfig.validateValues: min.compaction.lag.ms may not exceed max.compaction.lag.ms.
     if min_lag > max_lag:
         raise ConfigError(f"{min_key} = {min_lag}: must be <= {max_key} = {max_lag}")

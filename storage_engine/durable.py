@@ -7,13 +7,17 @@ deletion all go through these helpers, so "durable" means the same thing everywh
   and after it returns the new content survives a power cut.
 * :func:`durable_rename` - a rename that survives a power cut (the directory entry is fsynced).
 * :func:`fsync_dir` - persist directory entries (creations, renames, deletions).
+
+Files read whole (configs, checkpoints, state records) go through :func:`read_regular_file`: a regular file
+only, read with a byte limit.
 """
 from __future__ import annotations
 
 import os
+import stat
 
 from storage_engine import crashpoints
-from storage_engine.errors import StorageIOError
+from storage_engine.errors import StorageIOError, UnsafeFileError
 from storage_engine.layout import TMP_SUFFIX
 
 
@@ -38,6 +42,44 @@ def fsync_file(path: str) -> None:
         raise StorageIOError("cannot open file to fsync", path, exc) from exc
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words ("a directory", "a character device", ...)."""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The whole content of the regular file at ``path``, read with a bound of ``limit`` bytes.
+
+    For every file the engine reads whole (a config, a checkpoint, a state record): opened without blocking (a
+    FIFO cannot stall the open), checked with ``fstat`` after the open (a name swapped after a ``stat`` cannot
+    slip a device in), and read at most ``limit + 1`` bytes (``/dev/zero`` or a file still growing cannot exhaust
+    memory). Raises :class:`UnsafeFileError` ("not a regular file (a FIFO)", "too large (N bytes, limit M)");
+    errors opening or reading the file are raised as the ``OSError`` they are."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(path, f"not a regular file ({file_kind(st.st_mode)})")
+        if st.st_size > limit:
+            raise UnsafeFileError(path, f"too large ({st.st_size} bytes, limit {limit})")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise UnsafeFileError(path, f"too large (more than {limit} bytes, limit {limit})")
     finally:
         os.close(fd)
 

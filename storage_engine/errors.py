@@ -4,12 +4,25 @@ Every failure the engine reports is a :class:`StorageError`. Corrupt input never
 ``struct.error``, ``IndexError`` or ``AssertionError``: the parsers catch those at their boundary and
 raise one of the errors below, naming the file and the byte position where the damage was found.
 ``OSError`` is wrapped in :class:`StorageIOError` at the few places that touch the filesystem.
+
+Each error says whether a retry may help (``retriable``, Kafka's ``RetriableException`` hierarchy), and
+:func:`is_retriable` answers for any exception: what the Airflow tasks and the batch jobs ask before retrying.
 """
 from __future__ import annotations
 
+import errno
+
 
 class StorageError(Exception):
-    """Base class of every error the engine raises on purpose."""
+    """Base class of every error the engine raises on purpose.
+
+    ``retriable``: whether the same operation may succeed when tried again. False unless a subclass says
+    otherwise: a missing partition, an invalid config or name, corrupt bytes (Kafka retries a
+    ``CorruptRecordException``, which another replica may serve clean; here a retry reads the same file) fail
+    the same way every time. Lock contention (:class:`LogLockedError`) and I/O that may pass
+    (:class:`StorageIOError` by its errno) are retriable."""
+
+    retriable: bool = False
 
 
 class _Located(StorageError):
@@ -154,14 +167,35 @@ class CorruptCheckpointError(_Located):
     """A checkpoint file that does not follow Kafka's text format."""
 
 
+class UnsafeFileError(StorageError):
+    """A file the engine reads whole (a config, a checkpoint, a state record) that is no regular file, or larger
+    than the bound for its kind: reading it could block for ever (a FIFO) or never end (``/dev/zero``).
+    ``reason``: ``not a regular file (a character device)`` or ``too large (N bytes, limit M)``."""
+
+    def __init__(self, path: object, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
 class LogLockedError(StorageError):
     """Another process holds a lock this operation needed and the caller asked not to wait."""
 
+    retriable = True
+
+
+# errno values of an OSError that a retry cannot change (the path is wrong, not busy or full).
+_PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY,
+                               errno.EEXIST, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
+
 
 class StorageIOError(StorageError):
-    """An operating-system error while touching log files, wrapped with the path involved."""
+    """An operating-system error while touching log files, wrapped with the path involved (raised ``from`` the
+    ``cause``). Retriable unless the cause's errno says the path is wrong (missing, not a directory, not
+    permitted, read-only): a full disk, too many open files or ``EIO`` may pass."""
 
     def __init__(self, message: str, path: object = None, cause: BaseException | None = None):
+        self.retriable = not (isinstance(cause, OSError) and cause.errno in _PERMANENT_ERRNOS)
         self.path = None if path is None else str(path)
         text = message if self.path is None else f"{message}: {self.path}"
         if cause is not None:
@@ -172,9 +206,14 @@ class StorageIOError(StorageError):
         super().__init__(text)
 
 
+def is_retriable(exc: BaseException) -> bool:
+    """Whether retrying the operation that raised ``exc`` may succeed: a :class:`StorageError` by its
+    ``retriable``; anything else (not raised on purpose, so not known to be permanent) is retriable."""
+    return exc.retriable if isinstance(exc, StorageError) else True
+
+
 def descriptor_limit_hint(cause: BaseException | None) -> str | None:
     """What to do when the process (EMFILE) or the system (ENFILE) ran out of file descriptors."""
-    import errno
     if not isinstance(cause, OSError) or cause.errno not in (errno.EMFILE, errno.ENFILE):
         return None
     if cause.errno == errno.ENFILE:

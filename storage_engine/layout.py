@@ -11,7 +11,10 @@ Kafka's layout (``LogFileUtils``/``LocalLog``):
   ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot``;
 * crash-protocol suffixes are appended after the normal one: ``.cleaned`` (being written), ``.swap``
   (ready to replace), ``.deleted`` (scheduled for removal), e.g. ``00000000000000000000.log.swap``;
-* log-dir files: the three offset checkpoints and the clean-shutdown marker.
+* log-dir files: the three offset checkpoints and the clean-shutdown marker;
+* per-partition files beside the segments: ``leader-epoch-checkpoint`` (kept by
+  :mod:`storage_engine.segment.leader_epoch`) and ``partition.metadata`` (Kafka's topic id; the engine reads
+  neither it nor writes it, and keeps it where it finds it), each with its transient ``<name>.tmp``.
 
 The engine's own files in a log dir are named here too (see "Engine files" below): Kafka's LogManager loads every
 sub-folder of a log dir as a partition and refuses a name that is not ``topic-partition``, but skips files, so the
@@ -28,6 +31,7 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from storage_engine.errors import InvalidTopicError
@@ -54,6 +58,10 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+# Per-partition files (inside the partition folder) that are not named by an offset.
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA})
 
 # -- Engine files (the engine's own, in the log dir root) ----------------------------------------------------
 DIR_LOCK_FILE = ".lock"  # Kafka's name for the same purpose: every process using the dir holds an flock on it
@@ -122,6 +130,12 @@ def is_offset_named(name: str) -> bool:
     name = os.fspath(name)
     head = name[name.rfind("/") + 1:].split(".", 1)[0]
     return len(head) == OFFSET_DIGITS and head.isdigit()
+
+
+def is_partition_file(name: str) -> bool:
+    """Whether a name in a partition folder is one of Kafka's per-partition files that no offset names
+    (``leader-epoch-checkpoint``, ``partition.metadata``) or the temp file of one being replaced."""
+    return (name[:-len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name) in PARTITION_FILES
 
 
 def validate_topic(topic: object) -> str:
@@ -305,7 +319,7 @@ def intent_file(log_dir: str, partition_dir: str) -> str:
     return _engine_file(log_dir, INTENT_PREFIX, partition_dir)
 
 
-def keymap_root(log_dirs) -> str:
+def keymap_root(log_dirs: Sequence[str]) -> str:
     """Where run-scoped key maps go by default: ``keymaps/`` beside the first log dir."""
     return os.path.join(os.path.dirname(os.path.abspath(log_dirs[0])), KEYMAP_DIR)
 

@@ -1,7 +1,46 @@
-"""Suite-wide fixtures. Airflow-specific set-up lives in tests/airflow/conftest.py."""
+"""Suite-wide fixtures and rules. Airflow-specific set-up lives in tests/airflow/conftest.py.
+
+Every test carries at least one of the markers that say what it needs and how long it takes (``unit``, ``slow``,
+``spark``, ``airflow``, ``e2e``; see ``[tool.pytest.ini_options]`` in pyproject.toml): a test without one fails
+the collection of its module, so ``make test-fast`` and the other selections by marker never run it by accident.
+"""
 from __future__ import annotations
 
 import pytest
+
+# The markers that classify a test; ``kills`` (a test whose processes die by a signal) is said on top of one.
+CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e")
+
+
+def unmarked(nodes: list, *, into_classes: bool = False) -> list[str]:
+    """The node ids of the test items among ``nodes`` (and, ``into_classes``, in the classes among them) that
+    carry none of :data:`CATEGORY_MARKERS`."""
+    out = []
+    for node in nodes:
+        if isinstance(node, pytest.Item):
+            if not any(mark.name in CATEGORY_MARKERS for mark in node.iter_markers()):
+                out.append(node.nodeid)
+        elif into_classes and isinstance(node, pytest.Class):
+            out += unmarked(node.collect(), into_classes=True)
+    return out
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A module (or class) holding a test without a category marker fails to collect, naming each such test
+    (those of the module's classes too: a module that fails to collect is not looked into further)."""
+    report = yield
+    if report.passed and isinstance(collector, (pytest.Module, pytest.Class)):
+        missing = unmarked(report.result or [])
+        if missing:
+            missing += unmarked([n for n in report.result if isinstance(n, pytest.Class)], into_classes=True)
+            report.outcome = "failed"
+            report.longrepr = "\n".join(
+                [f"{len(missing)} test(s) without a marker saying what they need: each test must carry one of "
+                 f"{', '.join(CATEGORY_MARKERS)} (module level: pytestmark = pytest.mark.unit; see the markers in "
+                 "pyproject.toml)"] + [f"  unmarked: {nodeid}" for nodeid in missing])
+            report.result = []
+    return report
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from .operators import StorageMaintenanceOperator, human_bytes
+from storage_engine.units import human_bytes
+
+from .operators import StorageMaintenanceOperator
 from .params import as_dry_run, as_partition, as_positive_int, as_topic, as_topics
 
 

@@ -28,15 +28,17 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from spark_jobs import build_key_map
 from spark_jobs.build_key_map import SUBMIT_CONF
+from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
 from .hooks import iso_ms
-from .operators import StorageMaintenanceOperator, human_bytes
+from .operators import StorageMaintenanceOperator
 from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
 
-SPARK_JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                         "spark_jobs", "build_key_map.py")
+# The job's file where the project is installed (the Spark workers import the project from there too).
+SPARK_JOB = os.path.abspath(build_key_map.__file__)
 
 
 class SelectDirtiestLogsOperator(StorageMaintenanceOperator):

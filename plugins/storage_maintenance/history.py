@@ -12,9 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .assets import PARTITION_URI_PREFIX, partition_uri
-
-MAINTENANCE_DAGS = ("log_retention", "log_compaction", "log_flush", "log_checkpoint", "log_verify",
-                    "log_dir_balance")
+from .maintenance_dags import MAINTENANCE_DAGS
 
 
 def _xcom(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int | None = -1,

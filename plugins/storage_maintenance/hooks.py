@@ -35,7 +35,10 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
+from storage_engine.inspection.status import PartitionDetail, PartitionPage
 from storage_engine.jobs import batches, compaction, housekeeping
+from storage_engine.jobs.batches import BatchResult
+from storage_engine.jobs.summaries import PurgeResult
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
@@ -151,16 +154,16 @@ class StorageEngineHook(BaseHook):
         return batches.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
-    def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
+    def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> BatchResult:
         return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
-    def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> dict:
+    def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> BatchResult:
         return batches.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
-    def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> dict:
+    def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> BatchResult:
         return batches.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
-    def verify_batch(self, partitions) -> dict:
+    def verify_batch(self, partitions) -> BatchResult:
         from storage_engine.inspection.verify import verify_batch
         return verify_batch(self.config, partitions)
 
@@ -171,7 +174,7 @@ class StorageEngineHook(BaseHook):
     def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
         return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
-    def purge(self, now_ms: int, dry_run: bool = False) -> dict:
+    def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""
         return housekeeping.purge(self.config, now_ms, dry_run=dry_run)
 
@@ -293,11 +296,11 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection import status
         return status.log_dir_status(self.config)
 
-    def partition_page(self, **kwargs) -> dict:
+    def partition_page(self, **kwargs) -> PartitionPage:
         from storage_engine.inspection import status
         return status.list_partition_status(self.config, **kwargs)
 
-    def partition_detail(self, topic: str, partition: int, now_ms: int | None = None) -> dict:
+    def partition_detail(self, topic: str, partition: int, now_ms: int | None = None) -> PartitionDetail:
         from storage_engine.inspection import status
         return status.partition_detail(self.config, topic, partition, now_ms)
 

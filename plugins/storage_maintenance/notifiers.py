@@ -52,7 +52,8 @@ def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str
          log=None) -> dict:
     """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` or raises
     :class:`AlertNotDelivered` after trying both."""
-    failures, outcome = [], {"emailed": [], "webhook_status": None}
+    failures: list[str] = []
+    outcome: dict[str, Any] = {"emailed": [], "webhook_status": None}
     rcpt = recipients(to)
     if rcpt:
         try:
@@ -161,16 +162,18 @@ def task_alert(context: Any) -> dict:
         log_url = ti.log_url if ti is not None else None
     except Exception:   # a log URL is a convenience; never lose the alert over it
         log_url = None
+    as_of_iso: str | None
     try:
         when = as_of(context)
+        as_of_iso, as_of_source = when["iso"], when["source"]
     except Exception:
-        when = {"iso": None, "source": "unknown"}
+        as_of_iso, as_of_source = None, "unknown"
     iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
     return {
         "event": "storage_maintenance_task_failed",
         "dag_id": getattr(ti, "dag_id", None), "task_id": getattr(ti, "task_id", None),
         "map_index": getattr(ti, "map_index", -1), "run_id": getattr(ti, "run_id", None) or context.get("run_id"),
-        "as_of": when["iso"], "as_of_source": when["source"],
+        "as_of": as_of_iso, "as_of_source": as_of_source,
         "data_interval_start": iso(context.get("data_interval_start")),
         "data_interval_end": iso(context.get("data_interval_end")),
         "try_number": getattr(ti, "try_number", None), "exception": exception, "log_url": log_url,

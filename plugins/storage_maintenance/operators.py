@@ -23,21 +23,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from storage_engine.errors import StorageError
-from storage_engine.jobs.batches import is_permanent
+from storage_engine import errors
+from storage_engine.units import human_bytes
 
 from .hooks import StorageEngineHook, as_of
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> "1.5 KiB"; exact bytes below 1 KiB."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def record_error(context, exc: BaseException) -> None:
@@ -82,6 +72,10 @@ class StorageMaintenanceOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("config_path",)
     ui_color = "#e8f0f7"
+    # The templated ``dry_run`` param of the operators that have one (the name the trigger form, the DAG files and
+    # the rendered templates use). It stands where BaseOperator has a ``dry_run()`` method (log the rendered
+    # templates), which Airflow 3 never calls.
+    dry_run: bool | str  # type: ignore[assignment]
 
     def __init__(self, *, storage_engine_conn_id: str = StorageEngineHook.default_conn_name,
                  config_path: str | None = None, **kwargs: Any) -> None:
@@ -100,8 +94,8 @@ class StorageMaintenanceOperator(BaseOperator):
         try:
             try:
                 result = self.run(when["now_ms"], context)
-            except StorageError as exc:
-                if is_permanent(exc):
+            except errors.StorageError as exc:
+                if not errors.is_retriable(exc):
                     raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
                 raise
         except Exception as exc:
@@ -238,7 +232,7 @@ class LogRetentionOperator(PartitionBatchOperator):
     verb = "retention"
 
     def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
-        result = self.hook.retention_batch(partitions, now_ms, dry_run=dry_run)
+        result: dict[str, Any] = dict(self.hook.retention_batch(partitions, now_ms, dry_run=dry_run))
         result["results"] = [compact_retention(r) for r in result["results"]]
         return result
 
@@ -270,7 +264,8 @@ class LogFlushOperator(PartitionBatchOperator):
         self.due_only = due_only
 
     def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
-        result = self.hook.flush_batch(partitions, now_ms, due_only=self.due_only, dry_run=dry_run)
+        result: dict[str, Any] = dict(self.hook.flush_batch(partitions, now_ms, due_only=self.due_only,
+                                                            dry_run=dry_run))
         for r in result["results"]:
             r["nothing_to_do"] = not r["flushed"]
         result["partitions_flushed"] = sum(1 for r in result["results"] if r["flushed"])
@@ -300,7 +295,8 @@ class LogCheckpointOperator(PartitionBatchOperator):
         self.flush = flush
 
     def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
-        result = self.hook.checkpoint_batch(partitions, now_ms, flush=self.flush, dry_run=dry_run)
+        result: dict[str, Any] = dict(self.hook.checkpoint_batch(partitions, now_ms, flush=self.flush,
+                                                                 dry_run=dry_run))
         for r in result["results"]:
             r["nothing_to_do"] = not r["flushed"]
         result["partitions_flushed"] = sum(1 for r in result["results"] if r["flushed"])
@@ -319,7 +315,7 @@ class VerifyPartitionsOperator(PartitionBatchOperator):
     verb = "verify"
 
     def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
-        result = self.hook.verify_batch(partitions)
+        result: dict[str, Any] = dict(self.hook.verify_batch(partitions))
         result["now_ms"] = now_ms
         for r in result["results"]:
             r["nothing_to_do"] = not r["damaged"]
@@ -369,7 +365,7 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
         self.dry_run = dry_run
 
     def run(self, now_ms: int, context) -> dict:
-        return self.hook.purge(now_ms, dry_run=as_dry_run(self.dry_run))
+        return dict(self.hook.purge(now_ms, dry_run=as_dry_run(self.dry_run)))
 
     def summary(self, result: dict, when) -> str:
         verb = "would remove" if result["dry_run"] else "removed"

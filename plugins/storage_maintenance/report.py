@@ -169,7 +169,8 @@ class RunReportOperator(BaseOperator):
             if isinstance(plan, list):
                 labels = [b.get("batch_label") or (f"{b['topic']}-{b['partition']}" if "topic" in b else None)
                           if isinstance(b, dict) else None for b in plan]
-        rows, failed_tasks, not_run, states = [], [], [], {}
+        rows, failed_tasks, not_run = [], [], []
+        states: dict[str, int] = {}    # task instances per state
         for task_id, map_index, state in self._task_instances(context):
             states[state] = states.get(state, 0) + 1
             pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}

@@ -33,8 +33,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 
+from storage_engine.units import human_bytes
+
 from . import history
 from .hooks import StorageEngineHook, epoch_ms, iso_ms
+from .maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
 
 PREFIX = "/storage-maintenance"
 PAGE_SIZE = 100
@@ -64,17 +67,6 @@ def render(name: str, **values) -> HTMLResponse:
     if _ENV is None:
         _ENV = _env()
     return HTMLResponse(_ENV.get_template(name).render(**values))
-
-
-def human_bytes(n) -> str:
-    if n is None:
-        return ""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)
 
 
 def hook() -> StorageEngineHook:
@@ -160,7 +152,7 @@ def run_data(session, dag_id: str, run_id: str) -> dict:
     if state is None:
         raise HTTPException(404, f"no run {run_id!r} of DAG {dag_id!r}")
     report = history.run_report(session, dag_id, run_id)
-    return {"run": state, "report": report, "maintenance": dag_id in history.MAINTENANCE_DAGS}
+    return {"run": state, "report": report, "maintenance": dag_id in MAINTENANCE_DAGS}
 
 
 def history_chart(events: list[dict], size_now: int, width: int = 720, height: int = 220) -> dict:
@@ -282,7 +274,7 @@ def _trigger_access(request: Request, body: Annotated[dict, Body()]):
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
     dag_id = body.get("dag_id") if isinstance(body, dict) else None
-    if dag_id not in ("log_retention", "log_compaction", "log_flush", "log_checkpoint"):
+    if dag_id not in DRY_RUN_DAGS:
         raise HTTPException(422, f"dag_id must be a maintenance DAG that has a dry run, got {dag_id!r}")
     return requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)
 

@@ -7,29 +7,31 @@ Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
+from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
-from storage_engine.cli.args import EXIT_DAMAGE, _out
+from storage_engine.cli.args import EXIT_DAMAGE, print_json
 
 
-def cmd_expire_producers(args, config) -> int:
+def cmd_expire_producers(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
-    _out(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
+    print_json(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
     return 0
 
 
-def _listable_partition_dirs(log_dir: str) -> list:
+def _listable_partition_dirs(log_dir: str) -> list[tuple[str, tuple[str, int]]]:
     try:
         return layout.partition_dirs(log_dir)
     except OSError:
         return []
 
 
-def cmd_describe(args, config) -> int:
+def cmd_describe(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     import os
@@ -51,20 +53,20 @@ def cmd_describe(args, config) -> int:
         parts = d["partitions"]
         for p in parts:
             p["cleaner_checkpoint"] = cleaner.get((p["topic"], p["partition"]))
-    _out(out)
+    print_json(out)
     return 0
 
 
-def cmd_checkpoint(args, config) -> int:
+def cmd_checkpoint(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     with LogManager.open(config) as mgr:
         flushed = mgr.flush_all() if args.flush else []
         written = mgr.checkpoint()
-    _out({"flushed": flushed, "checkpoints": written})
+    print_json({"flushed": flushed, "checkpoints": written})
     return 0
 
 
-def cmd_flush(args, config) -> int:
+def cmd_flush(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     clock = clock_at(args.now_ms)
     now = clock.milliseconds()
@@ -79,11 +81,11 @@ def cmd_flush(args, config) -> int:
             after = log.flush()
             out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
                         "recovery_point": after})
-    _out({"flushed": out})
+    print_json({"flushed": out})
     return 0
 
 
-def cmd_delete_records(args, config) -> int:
+def cmd_delete_records(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
         log = mgr.get_log(args.topic, args.partition)
@@ -92,12 +94,12 @@ def cmd_delete_records(args, config) -> int:
         before = log.log_start_offset
         after = log.delete_records(args.offset)
         mgr.checkpoint([log.log_dir])
-    _out({"topic": args.topic, "partition": args.partition, "log_start_offset_before": before,
+    print_json({"topic": args.topic, "partition": args.partition, "log_start_offset_before": before,
           "log_start_offset": after})
     return 0
 
 
-def cmd_retention(args, config) -> int:
+def cmd_retention(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
@@ -106,18 +108,18 @@ def cmd_retention(args, config) -> int:
     else:
         results = maintenance.retention_all(config, args.now_ms, topics=[args.topic] if args.topic else None,
                                             dry_run=args.dry_run)
-    _out({"dry_run": args.dry_run, "partitions": results,
+    print_json({"dry_run": args.dry_run, "partitions": results,
           "segments_deleted": sum(r["segments_deleted"] for r in results),
           "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results)})
     return 0
 
 
-def cmd_compact(args, config) -> int:
+def cmd_compact(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import compaction
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
     if args.clear_uncleanable:
-        _out(compaction.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
+        print_json(compaction.clear_uncleanable(config, args.topic, args.partition if args.topic else None))
         return 0
     result = compaction.compact(config, args.now_ms, topics=[args.topic] if args.topic else None,
                                      partition=args.partition, dry_run=args.dry_run,
@@ -125,60 +127,60 @@ def cmd_compact(args, config) -> int:
     for r in result["results"]:
         for line in r.get("log_lines", []):
             logging.getLogger("storage_engine.maintenance.cleaner").info(line)
-    _out(result)
+    print_json(result)
     return EXIT_DAMAGE if result["failed"] else 0
 
 
-def cmd_purge_deleted(args, config) -> int:
+def cmd_purge_deleted(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
-    _out(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
+    print_json(maintenance.purge(config, args.now_ms, dry_run=args.dry_run))
     return 0
 
 
-def cmd_verify(args, config) -> int:
+def cmd_verify(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.inspection.verify import verify_log_dirs
     report = verify_log_dirs(config)
-    _out(report)
+    print_json(report)
     strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
     return EXIT_DAMAGE if report["damaged"] or strict_fail else 0
 
 
-def cmd_delete_topic(args, config) -> int:
+def cmd_delete_topic(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import lifecycle
-    _out(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
+    print_json(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
     return 0
 
 
-def cmd_move_partition(args, config) -> int:
+def cmd_move_partition(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import lifecycle
     if args.cancel == bool(args.to_dir):
         raise InvalidRequestError("give either --to-dir (move) or --cancel (give up a move in progress)")
     if args.cancel:
-        _out(lifecycle.cancel_move(config, args.topic, args.partition, args.now_ms))
+        print_json(lifecycle.cancel_move(config, args.topic, args.partition, args.now_ms))
     else:
-        _out(lifecycle.move_partition(config, args.topic, args.partition, args.to_dir, args.now_ms))
+        print_json(lifecycle.move_partition(config, args.topic, args.partition, args.to_dir, args.now_ms))
     return 0
 
 
-def cmd_log_dirs(args, config) -> int:
+def cmd_log_dirs(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import lifecycle
     if args.max_used_percent is None and args.max_dir_bytes is None:
         if args.execute:
             raise InvalidRequestError("--execute needs --max-used-percent or --max-dir-bytes")
-        _out({"log_dirs": lifecycle.log_dir_usage(config)})
+        print_json({"log_dirs": lifecycle.log_dir_usage(config)})
         return 0
     plan = lifecycle.balance_plan(config, max_used_percent=args.max_used_percent, max_dir_bytes=args.max_dir_bytes,
                                   max_moves=args.max_moves)
     if args.execute:
         plan["results"] = [lifecycle.move_partition(config, m["topic"], m["partition"], m["to_dir"])
                            for m in plan["moves"]]
-    _out(plan)
+    print_json(plan)
     return 0
 
 
-def cmd_remove_folder(args, config) -> int:
+def cmd_remove_folder(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import lifecycle
-    _out(lifecycle.remove_folder(config, args.log_dir, args.name, dry_run=args.dry_run))
+    print_json(lifecycle.remove_folder(config, args.log_dir, args.name, dry_run=args.dry_run))
     return 0
 
 
@@ -186,7 +188,7 @@ def _print_line(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def cmd_dump_log(args, config) -> int:
+def cmd_dump_log(args: argparse.Namespace) -> int:
     from storage_engine.inspection.dump import DumpOptions, dump_file
     opts = DumpOptions(deep_iteration=args.deep_iteration or args.print_data_log,
                        print_data_log=args.print_data_log, index_sanity_check=args.index_sanity_check,

@@ -2,13 +2,14 @@
 
 :func:`build_parser` declares every command of ``python -m storage_engine`` (:mod:`storage_engine.cli.main`)
 and checks argument values (ranges of offsets, epochs and sequences) before a command runs, so a bad value is a
-usage error (exit 2) naming it. A command prints one JSON object per line on stdout (:func:`_out`).
+usage error (exit 2) naming it. A command prints one JSON object per line on stdout (:func:`print_json`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import NoReturn
 
 from storage_engine.config_file import ENV_VAR
 from storage_engine.record import codecs
@@ -17,7 +18,7 @@ EXIT_DAMAGE = 1
 EXIT_BAD_INPUT = 2
 
 
-def _out(obj) -> None:
+def print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
 
 
@@ -70,9 +71,23 @@ def _coordinator_epoch(text: str) -> int:
     return _ranged(text, "coordinator epoch", 0, 2**31 - 1)
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line on stderr, exit 2: ``storage-engine: error: argument --partition:
+    expected an integer, got 'x' (see python -m storage_engine produce --help)``. The usage block stays for
+    ``--help``. Subcommand parsers are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"storage-engine: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: object) -> str:
+    """``text`` on one line: every run of line breaks (and the whitespace around them) becomes one space."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m storage_engine",
-                                description="Kafka-compatible log storage: produce, consume, inspect, maintain.")
+    p = OneLineErrorParser(prog="python -m storage_engine",
+                           description="Kafka-compatible log storage: produce, consume, inspect, maintain.")
     p.add_argument("--config", help=f"YAML config (default: ${ENV_VAR} or include/config/storage.yaml)")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine activity to stderr")
     sub = p.add_subparsers(dest="command", required=True, metavar="<command>")
@@ -164,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lifecycle_commands(sub) -> None:
+def _lifecycle_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dt = sub.add_parser("delete-topic", help="delete a topic's partitions (folders renamed -delete at once)")
     dt.add_argument("--topic", required=True)
     dt.add_argument("--partition", type=_non_negative, action="append", default=None,

@@ -6,20 +6,23 @@ is created, and appends the batches under one hold of the partition lock.
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import json
 import sys
+from collections.abc import Iterable, Iterator
 
 from storage_engine.record import codecs
 from storage_engine import layout
 from storage_engine.clock import clock_at
+from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.record.records import MAX_RECORD_OVERHEAD, SimpleRecord
-from storage_engine.cli.args import _out
+from storage_engine.cli.args import print_json
 
 
-def _decode_field(value, encoding: str, what: str, line_no: int) -> bytes | None:
+def _decode_field(value: object, encoding: str, what: str, line_no: int) -> bytes | None:
     if value is None:
         return None
     if not isinstance(value, str):
@@ -36,7 +39,7 @@ def _decode_field(value, encoding: str, what: str, line_no: int) -> bytes | None
                        f"{exc.start}); use --encoding base64 for binary data") from None
 
 
-def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
+def parse_produce_lines(lines: Iterable[str | bytes], encoding: str) -> list[SimpleRecord]:
     """Validate every JSON line before anything is written, so a bad line stores nothing."""
     records = []
     for n, line in enumerate(lines, 1):
@@ -81,7 +84,7 @@ def parse_produce_lines(lines, encoding: str) -> list[SimpleRecord]:
     return records
 
 
-def _batches_of(records: list[SimpleRecord], limit_bytes: int):
+def _batches_of(records: list[SimpleRecord], limit_bytes: int) -> Iterator[list[SimpleRecord]]:
     batch: list[SimpleRecord] = []
     size = 61
     for r in records:
@@ -96,7 +99,7 @@ def _batches_of(records: list[SimpleRecord], limit_bytes: int):
         yield batch
 
 
-def cmd_produce(args, config) -> int:
+def cmd_produce(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.log.validator import check_records
     if args.producer_id is None and (args.epoch is not None or args.base_sequence is not None or args.transactional):
@@ -137,11 +140,11 @@ def cmd_produce(args, config) -> int:
     if producer:
         out.update(producer_id=args.producer_id, epoch=args.epoch or 0, base_sequence=args.base_sequence or 0,
                    duplicate_batches=duplicates)
-    _out(out)
+    print_json(out)
     return 0
 
 
-def cmd_end_txn(args, config) -> int:
+def cmd_end_txn(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     layout.partition_dir_name(args.topic, args.partition)
     with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
@@ -152,12 +155,12 @@ def cmd_end_txn(args, config) -> int:
         info = log.append_end_txn(args.producer_id, args.epoch, commit=args.commit,
                                   coordinator_epoch=args.coordinator_epoch)
         lso = log.last_stable_offset
-    _out({"topic": args.topic, "partition": args.partition, "producer_id": args.producer_id, "epoch": args.epoch,
+    print_json({"topic": args.topic, "partition": args.partition, "producer_id": args.producer_id, "epoch": args.epoch,
           "marker": "COMMIT" if args.commit else "ABORT", "offset": info.first_offset, "last_stable_offset": lso})
     return 0
 
 
-def _encode_field(value: bytes | None, encoding: str):
+def _encode_field(value: bytes | None, encoding: str) -> str | None:
     if value is None:
         return None
     if encoding == "base64":
@@ -173,7 +176,7 @@ def _is_utf8(b: bytes) -> bool:
         return False
 
 
-def cmd_consume(args, config) -> int:
+def cmd_consume(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     with LogManager.open(config, partitions=[(args.topic, args.partition)]) as mgr:
         log = mgr.get_log(args.topic, args.partition)
@@ -181,7 +184,7 @@ def cmd_consume(args, config) -> int:
             raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "
                                          f"{list(config.log_dirs)}")
         for rec in log.read_records(args.from_offset, args.max_records, isolation_level=args.isolation_level):
-            _out({"offset": rec.offset, "timestamp": rec.timestamp,
+            print_json({"offset": rec.offset, "timestamp": rec.timestamp,
                   "key": _encode_field(rec.key, args.encoding), "value": _encode_field(rec.value, args.encoding),
                   "headers": {k: _encode_field(v, args.encoding) for k, v in rec.headers}})
     return 0

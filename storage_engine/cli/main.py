@@ -1,8 +1,10 @@
 """``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines, errors on stderr.
 
 Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
-configuration, topic names, malformed JSON lines, records the topic refuses, offsets out of range, missing files,
-appends or markers the producer state refuses: printed with Kafka's error name, e.g. ``INVALID_PRODUCER_EPOCH``).
+configuration, no usable log dir, topic names, malformed JSON lines, records the topic refuses, offsets out of range,
+missing files, appends or markers the producer state refuses: printed with Kafka's error name, e.g.
+``INVALID_PRODUCER_EPOCH``). Every error is one line on stderr, ``storage-engine: error: <what>`` (a usage error
+adds where to find the usage); the usage itself is printed by ``--help`` only.
 
 :func:`main` is the entry point: it parses the arguments (:mod:`storage_engine.cli.args`), loads the
 config, runs the command (:mod:`storage_engine.cli.data_commands`, :mod:`storage_engine.cli.admin_commands`)
@@ -10,9 +12,12 @@ and turns the errors it raises into these exit codes.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from collections.abc import Callable, Sequence
 
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    InvalidTopicError, OffsetOutOfRangeError, ProducerStateError, RecordTooLargeError,
@@ -21,36 +26,58 @@ from storage_engine.cli.admin_commands import (cmd_checkpoint, cmd_compact, cmd_
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_verify)
-from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser
+from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, one_line
 from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
 
-COMMANDS = {"produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
-            "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
-            "dump-log": cmd_dump_log, "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
-            "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
-            "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,
-            "remove-folder": cmd_remove_folder}
-NO_CONFIG = {"dump-log"}
+COMMANDS: dict[str, Callable[[argparse.Namespace, StorageConfig], int]] = {
+    "produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
+    "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
+    "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
+    "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
+    "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,
+    "remove-folder": cmd_remove_folder}
+# The commands that read files named on the command line and load no config.
+NO_CONFIG: dict[str, Callable[[argparse.Namespace], int]] = {"dump-log": cmd_dump_log}
 
 
-def main(argv=None) -> int:
+def _error(message: str, code: int) -> int:
+    """Every error of a command is one line on stderr: ``storage-engine: error: <what>``."""
+    sys.stderr.write(f"storage-engine: error: {one_line(message)}\n")
+    return code
+
+
+def require_a_usable_log_dir(config: StorageConfig) -> None:
+    """Raise :class:`ConfigError` when no log dir of ``config`` can be used (each is no folder, or cannot be read):
+    a command then has nothing to work on. Kafka starts with the healthy dirs, and stops only when none is left;
+    one usable dir is enough here too (the others are offline, and reported)."""
+    from storage_engine.jobs.housekeeping import log_dir_health
+    health = log_dir_health(config)
+    if config.log_dirs and not health["online"]:
+        offline = "; ".join(f"{d} ({reason})" for d, reason in health["offline"].items())
+        raise ConfigError(f"no usable log dir in {config.source or 'the config'}: every entry of log.dirs is "
+                          f"offline: {offline}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        config = None if args.command in NO_CONFIG else load_config(args.config)
+        if args.command in NO_CONFIG:
+            return NO_CONFIG[args.command](args)
+        config = load_config(args.config)
+        require_a_usable_log_dir(config)
         return COMMANDS[args.command](args, config)
     except ProducerStateError as exc:   # refused by the producer state: named as Kafka names it
-        sys.stderr.write(f"error: {exc.kafka_name}: {exc}\n")
-        return EXIT_BAD_INPUT
+        return _error(f"{exc.kafka_name}: {exc}", EXIT_BAD_INPUT)
     except (InvalidRequestError, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
             InvalidRecordError, InvalidRecordForTopicError, ValueError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return EXIT_BAD_INPUT
+        return _error(str(exc), EXIT_BAD_INPUT)
     except StorageError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return EXIT_DAMAGE
+        return _error(str(exc), EXIT_DAMAGE)
     except BrokenPipeError:
         return 0
+    except OSError as exc:      # not wrapped by the engine (stdin, stdout): still one line, a storage error
+        return _error(f"{type(exc).__name__}: {exc}", EXIT_DAMAGE)

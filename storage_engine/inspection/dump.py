@@ -40,8 +40,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from storage_engine.record import codecs
 from storage_engine import layout
@@ -51,9 +52,10 @@ from storage_engine.errors import CorruptSnapshotError
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.txn_index import TransactionIndex
-from storage_engine.record.record_batch import (CONTROL_TYPES, MAGIC_V2, NO_SEQUENCE, TIMESTAMP_TYPE_NAMES,
+from storage_engine.record.record_batch import (CONTROL_TYPES, MAGIC_V2, NO_SEQUENCE, TIMESTAMP_TYPE_NAMES, RecordBatch,
                                                 decrement_sequence, increment_sequence)
-from storage_engine.record.records import NO_TIMESTAMP
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.records import NO_TIMESTAMP, Record
 from storage_engine.segment.time_index import TimeIndex
 
 RECORD_INDENT = "|"
@@ -185,12 +187,12 @@ def _dump_log(path: str, opts: DumpOptions, out: _Output) -> None:
         fr.close()
 
 
-def _batches(fr: FileRecords, end: int, *, strict: bool):
+def _batches(fr: FileRecords, end: int, *, strict: bool) -> Iterator[RecordBatch | LegacyBatch]:
     # pread windows, not a memory map: another process may shrink an active segment while it is dumped.
     return fr.read_batches(0, end, strict=strict)
 
 
-def _print_batch(path: str, batch, position: int, out: _Output) -> None:
+def _print_batch(path: str, batch: RecordBatch | LegacyBatch, position: int, out: _Output) -> None:
     ts_type = TIMESTAMP_TYPE_NAMES.get(batch.timestamp_type, "NoTimestampType")
     valid = batch.is_valid()
     codec = codecs.CODEC_NAMES.get(batch.compression, f"unknown({batch.compression})")
@@ -222,7 +224,8 @@ def _print_batch(path: str, batch, position: int, out: _Output) -> None:
                         f"crc {batch.compute_crc()}", position)
 
 
-def _print_records(path: str, batch, opts: DumpOptions, out: _Output, last_offset, gaps):
+def _print_records(path: str, batch: RecordBatch | LegacyBatch, opts: DumpOptions, out: _Output,
+                   last_offset: int | None, gaps: list[tuple[int, int]]) -> int | None:
     try:
         records = batch.records()
     except StorageError as exc:
@@ -230,7 +233,7 @@ def _print_records(path: str, batch, opts: DumpOptions, out: _Output, last_offse
                   batch.file_position)
         return last_offset
     ts_type = TIMESTAMP_TYPE_NAMES.get(batch.timestamp_type, "NoTimestampType")
-    checksums = batch.message_checksums() if batch.magic < MAGIC_V2 else None
+    checksums = cast(LegacyBatch, batch).message_checksums() if batch.magic < MAGIC_V2 else None
     for n, rec in enumerate(records):
         if last_offset is not None:
             if rec.offset <= last_offset:
@@ -270,7 +273,7 @@ def _print_records(path: str, batch, opts: DumpOptions, out: _Output, last_offse
     return last_offset
 
 
-def _control(rec) -> tuple[str, dict]:
+def _control(rec: Record) -> tuple[str, dict]:
     """Kafka's rendering of a control record: the end-transaction marker, or the control type."""
     key = rec.key or b""
     if len(key) < 4:

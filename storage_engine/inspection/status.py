@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import TypedDict
+from collections.abc import Collection
+from typing import Self, TypedDict
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
@@ -150,7 +151,8 @@ def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config:
             "pending_files": list(pending)}
 
 
-def _matching(config: StorageConfig, topics=None, log_dir: str | None = None, search: str | None = None):
+def _matching(config: StorageConfig, topics: Collection[str] | None = None, log_dir: str | None = None,
+              search: str | None = None) -> list[tuple[str, str, str, int]]:
     """[(log_dir, folder name, topic, partition)] of the matching partitions, in dir then name order."""
     out = []
     wanted = set(topics) if topics else None
@@ -166,7 +168,7 @@ def _matching(config: StorageConfig, topics=None, log_dir: str | None = None, se
     return out
 
 
-def list_partition_status(config: StorageConfig, *, topics=None, log_dir: str | None = None,
+def list_partition_status(config: StorageConfig, *, topics: Collection[str] | None = None, log_dir: str | None = None,
                           search: str | None = None, sort: str = "name", descending: bool = False,
                           offset: int = 0, limit: int = 100, now_ms: int | None = None) -> PartitionPage:
     """One page of partitions with their figures. ``sort``: name, size, segments or deleted (bytes awaiting
@@ -328,10 +330,10 @@ class LogSnapshot:
         for s in self.segments:
             s.close(trim=False)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -438,7 +440,8 @@ def _size(path: str) -> int:
 
 # -- plans --------------------------------------------------------------------------------------------------
 
-def plan(config: StorageConfig, now_ms: int, *, topics=None, offset: int = 0, limit: int = 100) -> dict:
+def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None = None, offset: int = 0,
+         limit: int = 100) -> dict:
     """What retention and compaction would do as of ``now_ms``, read-only.
 
     ``retention``: for one page of partitions (name order, ``offset``/``limit``), the segments

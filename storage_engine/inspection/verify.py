@@ -19,8 +19,8 @@ pending action (``pending``). Checked, per log dir and partition:
 
 The partition is read as the next process would see it once the pending swap is resolved: the plan
 (:func:`storage_engine.log.swap.pending_plan`) is applied to the file names, not to the files. The listing, the
-plan and the active segment are read under the partition lock, so a change in flight is never mistaken for
-damage; sealed segments are read without it, and a partition that changes meanwhile is read again. A partition
+plan and the active segment are read under the partition lock (its file opened read-only, never created: the
+audit creates and writes no file, lock files included), so a change in flight is never mistaken for damage; sealed segments are read without it, and a partition that changes meanwhile is read again. A partition
 deleted or moved while it is verified is reported as pending, not as damage.
 
 Per log dir it also reports: a dir that cannot be read (``offline_dirs``: what an opening process would take
@@ -33,15 +33,19 @@ stored data; ``verify`` exits 1 for them only with ``--strict``.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
-from storage_engine.errors import PartitionNotFoundError, StorageError, StorageIOError
+from storage_engine.config import LogConfig, StorageConfig
+from storage_engine.errors import CorruptCheckpointError, PartitionNotFoundError, StorageError, StorageIOError
 from storage_engine.log import intent, swap
 from storage_engine.log.failure import is_dir_failure, os_error_of
-from storage_engine.log.locks import LIVE, UNKNOWN, CleaningClaim, PartitionLock, lock_path, peek_state
+from storage_engine.log.locks import LIVE, MOVED, UNKNOWN, PartitionState, lock_path, peek_state
 from storage_engine.jobs.batches import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.file_records import FileRecords
@@ -53,6 +57,10 @@ _CHECKPOINTS = (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKP
 _NO_CHECKPOINTS: dict = {name: {} for name in _CHECKPOINTS}
 _ATTEMPTS = 3
 
+TopicPartition = tuple[str, int]
+# The dir's offset checkpoints: {checkpoint file name: {(topic, partition): offset}}.
+Checkpoints = dict[str, dict[TopicPartition, int]]
+
 
 class _Changed(Exception):
     """A file vanished while it was read: another process changed the partition; read it again."""
@@ -62,7 +70,7 @@ class _Gone(Exception):
     """The partition was deleted or moved away while it was verified."""
 
 
-def verify_log_dirs(config, *, partitions: bool = True) -> dict:
+def verify_log_dirs(config: StorageConfig, *, partitions: bool = True) -> dict:
     """The whole audit (``partitions=False``: the log dirs' own files and folders only)."""
     problems: list[dict] = []
     pending: list[dict] = []
@@ -85,7 +93,7 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
         except OSError as exc:
             offline[d] = f"{type(exc).__name__}: {exc}"
             continue
-        checkpoints = _read_checkpoints(d, problems)
+        checkpoints = _read_checkpoints(d, problems, pending)
         for name in listing.deleting:
             pending.append({"file": os.path.join(d, name), "message": "deleted partition; removed after "
                                                                       "file.delete.delay.ms"})
@@ -124,7 +132,7 @@ def verify_log_dirs(config, *, partitions: bool = True) -> dict:
             "foreign": foreign, "offline_dirs": offline}
 
 
-def verify_partition(config, topic: str, partition: int) -> dict:
+def verify_partition(config: StorageConfig, topic: str, partition: int) -> dict:
     """The audit of one partition: ``{"topic", "partition", "log_dir", "damaged", "problems", "pending",
     "segments", "batches", "records", "size_bytes", "log_start_offset", "log_end_offset"}``.
     Raises ``PartitionNotFoundError``, or ``LogDirOfflineError`` when a log dir that may hold it cannot be read.
@@ -165,7 +173,7 @@ def verify_partition(config, topic: str, partition: int) -> dict:
     raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
 
 
-def verify_dir_files(config) -> dict:
+def verify_dir_files(config: StorageConfig) -> dict:
     """The log-dir half of the audit: checkpoint files parse; which dirs are offline; deleted, stray and
     foreign folders (see the module docstring)."""
     report = verify_log_dirs(config, partitions=False)
@@ -173,14 +181,15 @@ def verify_dir_files(config) -> dict:
     return report
 
 
-def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
+def _verify_partition_retrying(log_dir: str, name: str, path: str, cfg: LogConfig, tp: TopicPartition,
+                               checkpoints: Checkpoints, problems: list[dict], pending: list[dict]) -> dict:
     """Sealed segments are read without the lock: if that attempt found damage (or lost a file) while another
     process changed the partition (its generation moved), what it saw may be two states mixed: read again.
     Raises :class:`_Gone` for a partition deleted or moved meanwhile (its lock retired or removed)."""
     before = peek_state(lock_path(log_dir, name))
     if before is not None and before.status != LIVE:
         raise _Gone(f"{name} is being deleted or moved; not verified")
-    lock = PartitionLock(lock_path(log_dir, name))
+    lock = _ReadOnlyLock(lock_path(log_dir, name))
     try:
         for attempt in range(_ATTEMPTS):
             p: list[dict] = []
@@ -204,7 +213,70 @@ def _verify_partition_retrying(log_dir, name, path, cfg, tp, checkpoints, proble
         lock.close()
 
 
-def _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, problems, pending) -> dict:
+class _ReadOnlyLock:
+    """The partition lock as the audit takes it, creating and writing nothing: the lock file is opened read-only
+    (``flock`` needs no write access), and a partition without one (no engine process has opened it: a folder
+    Kafka wrote) is read without a lock. The state is read from the file at the path; once that is no longer the
+    file this lock opened (retired and removed by a move or a deletion), the state says *moved*."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._fd = -1
+        except OSError as exc:
+            raise StorageIOError("cannot open partition lock file", path, exc) from exc
+
+    def __enter__(self) -> "_ReadOnlyLock":
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def read_state(self) -> PartitionState:
+        if self._fd >= 0:
+            try:
+                now = os.stat(self.path)
+            except FileNotFoundError:
+                return PartitionState(status=MOVED)
+            except OSError as exc:
+                raise StorageIOError("cannot open partition lock file", self.path, exc) from exc
+            mine = os.fstat(self._fd)
+            if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                return PartitionState(status=MOVED)
+        return peek_state(self.path) or PartitionState()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _cleaning_in_progress(log_dir: str, name: str) -> bool:
+    """Whether a cleaner holds the partition's claim, probed without creating the claim file (without one, no
+    cleaner has claimed the partition, so none is cleaning it)."""
+    path = layout.cleaning_claim_file(log_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StorageIOError("cannot open cleaning claim", path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)      # releases the probe's shared lock
+    return False
+
+
+def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, cfg: LogConfig, tp: TopicPartition,
+                      checkpoints: Checkpoints, problems: list[dict], pending: list[dict]) -> dict:
     with lock:
         state = lock.read_state()
         if state.status != LIVE or not os.path.isdir(path):
@@ -224,22 +296,37 @@ def _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, problems,
     return _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pending)
 
 
-def _read_checkpoints(log_dir: str, problems: list | None) -> dict:
-    """The dir's three offset checkpoints (an unreadable one is a problem, and counts as empty)."""
-    checkpoints = {}
+def _read_checkpoints(log_dir: str, problems: list | None, pending: list | None = None) -> Checkpoints:
+    """The dir's three offset checkpoints; an unreadable one counts as empty and is a problem, except a corrupt
+    cleaner checkpoint, which is pending: derived state (where the last cleaning ended) that Kafka's cleaner
+    ignores and the engine's too (compacted partitions are cleaned from their log start), replaced by the next
+    update of the file, so no stored data depends on it."""
+    checkpoints: Checkpoints = {}
     for name in _CHECKPOINTS:
+        path = os.path.join(log_dir, name)
         try:
-            checkpoints[name] = OffsetCheckpointFile(os.path.join(log_dir, name)).read()
+            checkpoints[name] = OffsetCheckpointFile(path).read()
+        except CorruptCheckpointError as exc:
+            if name == layout.CLEANER_OFFSET_CHECKPOINT:
+                if pending is not None:
+                    pending.append({"file": path, "message": f"{exc}; ignored, as Kafka's cleaner ignores it (the "
+                                                             "dir's compacted partitions are cleaned from their log "
+                                                             "start), until a compaction run in this dir replaces "
+                                                             "it; no stored data depends on it"})
+            elif problems is not None:
+                problems.append({"file": path, "message": str(exc)})
+            checkpoints[name] = {}
         except StorageError as exc:
             if problems is not None:
-                problems.append({"file": os.path.join(log_dir, name), "message": str(exc)})
+                problems.append({"file": path, "message": str(exc)})
             checkpoints[name] = {}
     return checkpoints
 
 
 # -- leftovers ---------------------------------------------------------------------------------------------------
 
-def _explain_leftovers(log_dir, name, path, cfg, problems, pending) -> dict[str, str]:
+def _explain_leftovers(log_dir: str, name: str, path: str, cfg: LogConfig, problems: list[dict],
+                       pending: list[dict]) -> dict[str, str]:
     """Report what is not plain segments; return {name after pending changes: name now}."""
     names = sorted(os.listdir(path))
     plan, messages, _ = swap.pending_plan(log_dir, name, path)
@@ -248,9 +335,7 @@ def _explain_leftovers(log_dir, name, path, cfg, problems, pending) -> dict[str,
         (problems if damaged else pending).append(
             {"file": intent.path_of(log_dir, name), "message": f"{m} (by the next process to use the partition)"})
     files = plan.effective_names(names) if plan is not None else {n: n for n in names}
-    claim = CleaningClaim(log_dir, name)
-    cleaning = not claim.try_acquire()
-    claim.release()
+    cleaning = _cleaning_in_progress(log_dir, name)
     visible = [n for n in files if not (cleaning and n.endswith(layout.CLEANED_SUFFIX))]
     orphans = swap.plan_orphans(path, visible)
     for m in orphans.messages:
@@ -315,11 +400,12 @@ class _Segment:
         self.gaps: list[tuple[int, int, int]] = []  # (position, expected offset, found offset) between batches
 
 
-def _verify_segment(path, files, base, upper, problems, pending) -> _Segment:
+def _verify_segment(path: str, files: dict[str, str], base: int, upper: int | None, problems: list[dict],
+                    pending: list[dict]) -> _Segment:
     name = layout.filename_prefix(base) + layout.LOG_SUFFIX
     log_path = os.path.join(path, files[name])
     out = _Segment()
-    positions = {}
+    positions: dict[int, int] = {}
     try:
         fr = FileRecords(log_path, writable=False)
     except StorageError as exc:
@@ -360,7 +446,8 @@ def _verify_segment(path, files, base, upper, problems, pending) -> _Segment:
     return out
 
 
-def _verify_indexes(path, files, base, positions, problems, pending):
+def _verify_indexes(path: str, files: dict[str, str], base: int, positions: dict[int, int], problems: list[dict],
+                    pending: list[dict]) -> None:
     prefix = layout.filename_prefix(base)
     ipath = os.path.join(path, files.get(prefix + layout.INDEX_SUFFIX, prefix + layout.INDEX_SUFFIX))
     tpath = os.path.join(path, files.get(prefix + layout.TIME_INDEX_SUFFIX, prefix + layout.TIME_INDEX_SUFFIX))
@@ -400,7 +487,10 @@ def _verify_indexes(path, files, base, positions, problems, pending):
             problems.append({"file": tpath, "message": str(exc)})
 
 
-def _open_index(cls, path, base, entry_size):
+_Index = TypeVar("_Index", OffsetIndex, TimeIndex)
+
+
+def _open_index(cls: type[_Index], path: str, base: int, entry_size: int) -> _Index:
     try:
         return cls(path, base, max(os.path.getsize(path), entry_size), writable=False)
     except (FileNotFoundError, StorageError):
@@ -421,7 +511,7 @@ class _Walk:
         self.first_offset: int | None = None
         self.records = self.batches = self.size = 0
 
-    def add(self, base: int, seg: _Segment, problems) -> None:
+    def add(self, base: int, seg: _Segment, problems: list[dict]) -> None:
         self.first_base = base if self.first_base is None else self.first_base
         if self.first_offset is None:
             self.first_offset = seg.first
@@ -442,9 +532,11 @@ class _Walk:
             self.next = base
 
 
-def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pending) -> dict:
+def _check_state(path: str, tp: TopicPartition, cfg: LogConfig, state: PartitionState, logs: list[int], walk: _Walk,
+                 checkpoints: Checkpoints, problems: list[dict], pending: list[dict]) -> dict:
     leo = walk.next
     first = walk.first_base
+    assert leo is not None and first is not None, "the walk has seen a segment (logs is not empty)"
     in_use = state.generation != 0
     lso_cp = checkpoints[layout.LOG_START_OFFSET_CHECKPOINT].get(tp)
     rp_cp = checkpoints[layout.RECOVERY_POINT_CHECKPOINT].get(tp)
@@ -473,7 +565,7 @@ def _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pendin
             "log_start_offset": lso, "log_end_offset": leo}
 
 
-def verify_batch(config, partitions) -> BatchResult:
+def verify_batch(config: StorageConfig, partitions: Iterable[Sequence[Any] | Mapping[str, Any]]) -> BatchResult:
     """The audit of each partition of a batch (see :mod:`storage_engine.jobs.batches` for batches).
     A damaged partition is a failure (permanent: a retry reads the same bytes) carrying its problems."""
     from storage_engine.errors import LogDirOfflineError

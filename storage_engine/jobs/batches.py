@@ -3,8 +3,8 @@
 :func:`plan_batches` cuts the store's partitions into batches; :func:`retention_batch`,
 :func:`expire_producers_batch`, :func:`flush_batch` and :func:`checkpoint_batch` are jobs of
 :mod:`storage_engine.jobs.housekeeping` for one batch, each returning a :class:`BatchResult`. Under them the
-isolation (:func:`_open_isolating`, :func:`_run_batch`) and :func:`is_permanent`, which tells the failures no
-retry can fix.
+isolation (:func:`open_isolating`, :func:`_run_batch`); each failure says whether a retry may fix it
+(:func:`storage_engine.errors.is_retriable`).
 
 A batch opens only its own partitions (``LogManager.open(..., partitions=...)``). If one of them cannot be
 loaded, the batch is split in halves until the damaged partitions stand alone: they are reported as
@@ -14,23 +14,26 @@ naming every failed partition).
 """
 from __future__ import annotations
 
-import errno
 import os
 import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.maintenance import retention as retention_mod
-from storage_engine.clock import clock_at
+from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import (LogDirOfflineError, LogLockedError, PartitionNotFoundError, StorageError,
-                                   StorageIOError)
+from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError, is_retriable
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.log.open_logs import OpenLogs
 from storage_engine.jobs.housekeeping import list_partitions
 
 
 TopicPartition = tuple[str, int]
+# The partitions a job is given: ``[topic, partition]`` pairs or ``{"topic", "partition"}`` dicts (a Batch's
+# ``partitions``, as Airflow hands them over), checked by :func:`as_topic_partitions`.
+BatchPartitions = Iterable[Sequence[object] | Mapping[str, object]]
 
 
 class PartitionFailure(TypedDict):
@@ -38,7 +41,7 @@ class PartitionFailure(TypedDict):
     partition: int
     error_type: str
     error: str
-    permanent: bool     # no retry can fix it (see :func:`is_permanent`)
+    permanent: bool     # no retry can fix it (not :func:`storage_engine.errors.is_retriable`)
 
 
 class SkippedPartition(TypedDict):
@@ -66,29 +69,12 @@ class Batch(TypedDict):
     label: str                  # short name for the UI (Airflow's map index is at most 250 characters)
 
 
-# errno values of a StorageIOError that a retry cannot change (the path is wrong, not busy or full).
-_PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY,
-                               errno.EEXIST, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
-
-
-def is_permanent(exc: BaseException) -> bool:
-    """True when retrying the same operation cannot succeed: a missing partition, invalid config or name,
-    corrupt bytes, a path in the way. Lock contention and I/O that may pass (full disk, too many open files,
-    EIO) are not permanent, nor is anything that is not a :class:`StorageError`."""
-    if isinstance(exc, LogLockedError):
-        return False
-    if isinstance(exc, StorageIOError):
-        cause = exc.__cause__
-        return isinstance(cause, OSError) and cause.errno in _PERMANENT_ERRNOS
-    return isinstance(exc, StorageError)
-
-
 def partition_failure(tp: TopicPartition, exc: BaseException) -> PartitionFailure:
     return {"topic": tp[0], "partition": tp[1], "error_type": type(exc).__name__, "error": str(exc),
-            "permanent": is_permanent(exc)}
+            "permanent": not is_retriable(exc)}
 
 
-def as_topic_partitions(partitions) -> list[TopicPartition]:
+def as_topic_partitions(partitions: BatchPartitions) -> list[TopicPartition]:
     """``[(topic, partition)]`` from pairs or ``{"topic", "partition"}`` dicts; InvalidTopicError for a bad name
     or number (a name that could escape a log dir never reaches the filesystem)."""
     out = []
@@ -101,7 +87,7 @@ def as_topic_partitions(partitions) -> list[TopicPartition]:
     return out
 
 
-def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition], failures: list[PartitionFailure],
+def open_isolating(config: StorageConfig, clock: Clock, tps: list[TopicPartition], failures: list[PartitionFailure],
                     files: OpenLogs | None = None) -> list[tuple[LogManager, list[TopicPartition]]]:
     """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported. The managers
     share one bound on open files (``files``), so the halves opened so far cannot exhaust the descriptors and
@@ -114,12 +100,13 @@ def _open_isolating(config: StorageConfig, clock, tps: list[TopicPartition], fai
             failures.append(partition_failure(tps[0], exc))
             return []
     mid = len(tps) // 2
-    return (_open_isolating(config, clock, tps[:mid], failures, files)
-            + _open_isolating(config, clock, tps[mid:], failures, files))
+    return (open_isolating(config, clock, tps[:mid], failures, files)
+            + open_isolating(config, clock, tps[mid:], failures, files))
 
 
-def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dry_run: bool = False,
-               after=None) -> BatchResult:
+def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None,
+               act: Callable[[LogManager, Log, int], dict], *, dry_run: bool = False,
+               after: Callable[[LogManager, list[dict]], list[str]] | None = None) -> BatchResult:
     """``act(mgr, log, now) -> dict`` per partition, then ``after(mgr, results) -> list[str]`` per manager."""
     t0 = time.monotonic()
     clock = clock_at(now_ms)
@@ -130,7 +117,7 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
     errors: list[str] = []
     skipped: list[SkippedPartition] = []
     offline: dict[str, str] = {}
-    for mgr, group in _open_isolating(config, clock, tps, failures) if tps else []:
+    for mgr, group in open_isolating(config, clock, tps, failures) if tps else []:
         with mgr:
             done = []
             for tp in group:
@@ -171,7 +158,8 @@ def _run_batch(config: StorageConfig, partitions, now_ms: int | None, act, *, dr
             "offline_dirs": offline}
 
 
-def plan_batches(config: StorageConfig, *, topics=None, batch_size: int = 500) -> list[Batch]:
+def plan_batches(config: StorageConfig, *, topics: Collection[str] | None = None,
+                 batch_size: int = 500) -> list[Batch]:
     """The partitions of the log dirs (read-only listing, folder names only) cut into batches: per log dir,
     in name order, at most ``batch_size`` each. Unknown topics raise :class:`PartitionNotFoundError`."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -193,11 +181,11 @@ def _short(name: str, keep: int = 80) -> str:
     return name if len(name) <= keep else name[:keep // 2] + "~" + name[-(keep // 2):]
 
 
-def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
+def retention_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
                     dry_run: bool = False) -> BatchResult:
     """Retention of each partition of a batch (see :func:`retention`); the log start offsets of the dirs
     where segments went are checkpointed once at the end."""
-    def act(mgr, log, now):
+    def act(mgr: LogManager, log: Log, now: int) -> dict:
         result: dict = dict(retention_mod.run(log, now, dry_run=dry_run))
         result["size_bytes_after"] = log.size_in_bytes() - (result["bytes_reclaimed"] if dry_run else 0)
         result["segments_after"] = len(log.segments) - (result["segments_deleted"] if dry_run else 0)
@@ -219,7 +207,7 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
                 result.setdefault("checkpoint_dirs", []).append(future.log_dir)
         return result
 
-    def after(mgr, done):
+    def after(mgr: LogManager, done: list[dict]) -> list[str]:
         dirs = sorted({r["log_dir"] for r in done if r["segments_deleted"]}
                       | {d for r in done for d in r.pop("checkpoint_dirs", [])})
         if not dry_run and dirs:
@@ -228,12 +216,12 @@ def retention_batch(config: StorageConfig, partitions, now_ms: int | None = None
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
 
 
-def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
+def expire_producers_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
                            dry_run: bool = False) -> BatchResult:
     """Producer-id expiry (see :func:`expire_producers`) of each partition of a batch, each isolated."""
     expiration_ms = config.producer_id_expiration_ms
 
-    def act(mgr, log, now):
+    def act(mgr: LogManager, log: Log, now: int) -> dict:
         expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
         result = {"topic": log.topic, "partition": log.partition, "expired_producer_ids": expired,
                   "producers": len(log.producer_state.producers),
@@ -249,10 +237,10 @@ def expire_producers_batch(config: StorageConfig, partitions, now_ms: int | None
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 
-def flush_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, due_only: bool = True,
-                dry_run: bool = False) -> BatchResult:
+def flush_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
+                due_only: bool = True, dry_run: bool = False) -> BatchResult:
     """Time-based flush (``flush.ms``) of each partition of a batch; ``dry_run`` only says which are due."""
-    def act(mgr, log, now):
+    def act(mgr: LogManager, log: Log, now: int) -> dict:
         log.refresh()
         due = log.flush_due(now)
         before = log.recovery_point
@@ -263,19 +251,19 @@ def flush_batch(config: StorageConfig, partitions, now_ms: int | None = None, *,
     return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 
-def checkpoint_batch(config: StorageConfig, partitions, now_ms: int | None = None, *, flush: bool = True,
-                     dry_run: bool = False) -> BatchResult:
+def checkpoint_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
+                     flush: bool = True, dry_run: bool = False) -> BatchResult:
     """Kafka's checkpoint tasks for a batch: flush each log to its end, then write the recovery-point and
     log-start-offset checkpoint files of the batch's log dirs (entries of partitions outside the batch are
     kept as they are in the files)."""
-    def act(mgr, log, now):
+    def act(mgr: LogManager, log: Log, now: int) -> dict:
         before = log.recovery_point
         after = log.flush() if flush and not dry_run else before
         return {"topic": log.topic, "partition": log.partition, "recovery_point_before": before,
                 "recovery_point": after, "flushed": after > before, "log_dir": log.log_dir,
                 "log_end_offset": log.log_end_offset, "dry_run": dry_run}
 
-    def after(mgr, done):
+    def after(mgr: LogManager, done: list[dict]) -> list[str]:
         dirs = sorted({r["log_dir"] for r in done})
         if not dry_run and dirs:
             mgr.checkpoint(dirs)

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.log.manager import LogManager
-from storage_engine.jobs.batches import PartitionFailure, _open_isolating
-from storage_engine.jobs.housekeeping import (_check_topics, _future_partitions, list_partitions, log_dir_health,
+from storage_engine.jobs.batches import PartitionFailure, open_isolating
+from storage_engine.jobs.housekeeping import (check_topics, future_partitions, list_partitions, log_dir_health,
                                               open_partition)
 
+if TYPE_CHECKING:
+    from storage_engine.maintenance.cleaner import OffsetMap
 
-def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, partition: int | None = None,
-            dry_run: bool = False, upper_time_bound_ms: int | None = None, max_partitions: int | None = None,
-            offset_maps=None) -> dict:
+
+def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
+            partition: int | None = None, dry_run: bool = False, upper_time_bound_ms: int | None = None,
+            max_partitions: int | None = None, offset_maps: Mapping[tuple[str, int], OffsetMap] | None = None) -> dict:
     """Select the dirtiest compacted logs and clean them (one round each).
 
     ``upper_time_bound_ms`` (a DAG run's data interval end) stops cleaning at the first segment holding a
@@ -32,12 +37,12 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics=None, pa
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
+        check_topics(mgr, topics)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
             raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
         # Copies being made for moves are compacted like their partitions (Kafka cleans future logs too).
-        logs += [mgr.future_logs[tp] for tp in _future_partitions(mgr, topics)
+        logs += [mgr.future_logs[tp] for tp in future_partitions(mgr, topics)
                  if partition is None or tp[1] == partition]
         selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms,
                                            write_resets=not dry_run)
@@ -92,13 +97,39 @@ def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition
     return {"cleared": cleared}
 
 
+def mark_uncleanable(config: StorageConfig, topic: str, partition: int, reason: str,
+                     now_ms: int | None = None) -> dict:
+    """Record that cleaning a partition failed (what :func:`compact` and :func:`compact_partition` do on any
+    error; the Spark key-map job does it when its source finds damage): the selection skips it, the Storage view
+    shows ``reason``, and :func:`clear_uncleanable` (``compact --clear-uncleanable``) forgets it."""
+    from storage_engine.inspection.partitions import find_partition_dir
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine import layout
+    log_dir, _folder = find_partition_dir(config, topic, partition)
+    now = clock_at(now_ms).milliseconds()
+    cleaner_manager.mark_uncleanable(log_dir, layout.partition_dir_name(topic, partition), reason, now)
+    return {"log_dir": log_dir, "topic": topic, "partition": partition, "reason": reason, "since_ms": now}
+
+
+def uncleanable_reason(config: StorageConfig, topic: str, partition: int) -> str | None:
+    """Why cleaning the partition failed, if it is marked uncleanable (None if it is not)."""
+    from storage_engine.maintenance import cleaner_manager
+    from storage_engine import layout
+    name = layout.partition_dir_name(topic, partition)
+    for d in config.log_dirs:
+        if os.path.isdir(os.path.join(d, name)):
+            bad = cleaner_manager.read_uncleanable(d).get(name)
+            return str(bad.get("reason")) if isinstance(bad, dict) else None
+    return None
+
+
 # -- compaction as separate steps (the Airflow DAG: select -> Spark key map -> clean per partition) ----------
 
 MAP_STRATEGIES = ("spark", "local", "auto")
 PLAN_BATCH_SIZE = 500   # compacted partitions open at once while ranking (the batches of the maintenance DAGs)
 
 
-def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
                     max_partitions: int | None = None, strategy: str = "auto",
                     upper_time_bound_ms: int | None = None) -> dict:
     """Select the dirtiest compacted logs and decide, per partition, where its key map is built.
@@ -123,7 +154,7 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics=
     skipped: list[dict] = []
     not_dirty: list[dict] = []
     for start in range(0, len(tps), PLAN_BATCH_SIZE):
-        groups = _open_isolating(config, clock, tps[start:start + PLAN_BATCH_SIZE], unreadable)
+        groups = open_isolating(config, clock, tps[start:start + PLAN_BATCH_SIZE], unreadable)
         try:
             logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
             selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from typing import TypedDict
+from collections.abc import Collection, Iterator
+from typing import TypedDict, TypeVar
 
 from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
                                            ProducerExpiry)
@@ -28,7 +28,7 @@ from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 
 
-def _check_topics(mgr: LogManager, topics) -> None:
+def check_topics(mgr: LogManager, topics: Collection[str] | None) -> None:
     if not topics:
         return
     known = {t for t, _ in mgr.logs}
@@ -64,7 +64,8 @@ def log_dir_health(config: StorageConfig) -> LogDirHealth:
     return {"online": online, "offline": offline}
 
 
-def list_partitions(config: StorageConfig, topics=None, *, health: LogDirHealth | None = None) -> list[dict]:
+def list_partitions(config: StorageConfig, topics: Collection[str] | None = None, *,
+                    health: LogDirHealth | None = None) -> list[dict]:
     """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
     (so listing as part of a backfilled run cannot purge or recover anything). Offline dirs are skipped
     (:func:`log_dir_health`)."""
@@ -81,13 +82,13 @@ def list_partitions(config: StorageConfig, topics=None, *, health: LogDirHealth 
             for t, p, d in sorted(found)]
 
 
-def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
                flush: bool = True) -> CheckpointResult:
     """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
+        check_topics(mgr, topics)
         flushed = mgr.flush_all(topics) if flush else []
         written = mgr.checkpoint()
         offline = mgr.offline_dirs()
@@ -96,12 +97,13 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics=None,
             "offline_dirs": offline}
 
 
-def flush(config: StorageConfig, now_ms: int | None = None, *, topics=None, due_only: bool = True) -> FlushResult:
+def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
+          due_only: bool = True) -> FlushResult:
     """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
+        check_topics(mgr, topics)
         out: list[FlushedPartition] = []
         skipped = 0
         for tp in mgr.partitions(topics):
@@ -142,23 +144,23 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     return result
 
 
-def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
                   dry_run: bool = False) -> list[RetentionResult]:
     """Retention for every partition, and for the copies being made of partitions moving between log dirs
     (Kafka applies retention to future logs too; their results say ``"future": true``)."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
+        check_topics(mgr, topics)
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
         results += [_future_result(retention_mod.run(mgr.future_logs[tp], now, dry_run=dry_run), mgr.future_logs[tp])
-                    for tp in _future_partitions(mgr, topics)]
+                    for tp in future_partitions(mgr, topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()
     return results
 
 
-def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics=None,
+def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
                      dry_run: bool = False) -> ExpireProducersResult:
     """Kafka's producer-id expiration check (every ``producer.id.expiration.check.interval.ms``): forget, in every
     partition, the producers with no open transaction whose last write is ``producer.id.expiration.ms`` old as of
@@ -167,7 +169,7 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
     now = clock.milliseconds()
     expiration_ms = config.producer_id_expiration_ms
     with LogManager.open(config, clock=clock) as mgr:
-        _check_topics(mgr, topics)
+        check_topics(mgr, topics)
         out: list[ProducerExpiry] = []
         for tp in mgr.partitions(topics):
             log = mgr.logs[tp]
@@ -176,25 +178,29 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
                         "producers": len(log.producer_state.producers),
                         "open_transactions": len(log.producer_state.ongoing_txns)})
         # A copy being made for a move forgets the same producers, or they would come back when it takes over.
-        for tp in _future_partitions(mgr, topics):
+        for tp in future_partitions(mgr, topics):
             log = mgr.future_logs[tp]
             expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
-            out.append(_future_result({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
-                                       "producers": len(log.producer_state.producers),
-                                       "open_transactions": len(log.producer_state.ongoing_txns)}, log))
+            entry: ProducerExpiry = {"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
+                                     "producers": len(log.producer_state.producers),
+                                     "open_transactions": len(log.producer_state.ongoing_txns)}
+            out.append(_future_result(entry, log))
         offline = mgr.offline_dirs()
     total = sum(len(p["expired_producer_ids"]) for p in out if not p.get("future"))
     return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
             "producers_expired": total, "nothing_to_do": total == 0, "offline_dirs": offline}
 
 
-def _future_partitions(mgr: LogManager, topics) -> list:
+def future_partitions(mgr: LogManager, topics: Collection[str] | None) -> list[tuple[str, int]]:
     offline = mgr.offline_dirs()
     return sorted(tp for tp, log in mgr.future_logs.items()
                   if log.log_dir not in offline and (not topics or tp[0] in topics) and log.lock.is_open)
 
 
-def _future_result(result, log):
+_Summary = TypeVar("_Summary", RetentionResult, ProducerExpiry)
+
+
+def _future_result(result: _Summary, log: Log) -> _Summary:
     result["future"] = True
     result["folder"] = log.folder
     return result

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection, Iterable
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
@@ -30,7 +31,8 @@ def _offline(mgr: LogManager) -> dict[str, str]:
     return mgr.offline_dirs()
 
 
-def delete_topic(config: StorageConfig, topic: str, partitions=None, now_ms: int | None = None) -> dict:
+def delete_topic(config: StorageConfig, topic: str, partitions: Iterable[int] | None = None,
+                 now_ms: int | None = None) -> dict:
     """Delete every partition of ``topic`` (or only ``partitions``): each folder becomes ``-delete`` at once and
     leaves the checkpoints; the name is free for a new topic immediately. Unknown topic: PartitionNotFoundError."""
     layout.validate_topic(topic)
@@ -48,7 +50,7 @@ def delete_topic(config: StorageConfig, topic: str, partitions=None, now_ms: int
             "offline_dirs": offline}
 
 
-def _partition_dirs_or_empty(log_dir: str):
+def _partition_dirs_or_empty(log_dir: str) -> list[tuple[str, tuple[str, int]]]:
     try:
         return layout.partition_dirs(log_dir)
     except OSError:
@@ -75,7 +77,7 @@ def purge_delete_dirs(config: StorageConfig, now_ms: int | None = None, *, dry_r
 
 
 def move_partition(config: StorageConfig, topic: str, partition: int, target_dir: str,
-                   now_ms: int | None = None, **options) -> dict:
+                   now_ms: int | None = None, **options: float) -> dict:
     """Move one partition to ``target_dir`` while it keeps serving (see :mod:`storage_engine.log.mover`)."""
     clock = clock_at(now_ms)
     with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
@@ -136,7 +138,7 @@ def log_dir_usage(config: StorageConfig) -> list[dict]:
 
 
 def balance_plan(config: StorageConfig, *, max_used_percent: float | None = None, max_dir_bytes: int | None = None,
-                 max_moves: int | None = None, topics=None) -> dict:
+                 max_moves: int | None = None, topics: Collection[str] | None = None) -> dict:
     """Which partitions to move so that no log dir stays above the threshold (see the module docstring).
     Exactly one of ``max_used_percent`` and ``max_dir_bytes`` is given. Read-only."""
     if (max_used_percent is None) == (max_dir_bytes is None):
@@ -154,10 +156,10 @@ def balance_plan(config: StorageConfig, *, max_used_percent: float | None = None
     online = [u for u in usage if u["status"] == "online"]
     by_percent = max_used_percent is not None
 
-    def load(u) -> float:
+    def load(u: dict) -> float:
         return u["fs_used_bytes"] if by_percent else u["data_bytes"]
 
-    def limit(u) -> float:
+    def limit(u: dict) -> float:
         return max_used_percent / 100.0 * u["fs_total_bytes"] if by_percent else max_dir_bytes  # type: ignore
 
     state = {u["log_dir"]: float(load(u)) for u in online}

@@ -1,12 +1,18 @@
 """The summaries maintenance jobs return, as typed dicts: JSON-able as they are (the CLI prints them, Airflow
 keeps them as XComs) and checked by the type checker where the operators and the CLI read them by key.
 
-The summaries of retention and purge are the mechanism's own (:mod:`storage_engine.maintenance.retention`).
+The summaries of retention and purge are the mechanism's own (:mod:`storage_engine.maintenance.retention`) and are
+named here too, so that the command line and Airflow read every summary from this module.
 Every summary of a job acting "as of" an instant carries that instant as ``now_ms`` (epoch milliseconds).
 """
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
+
+from storage_engine.maintenance.retention import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
+
+__all__ = ["SegmentDeletion", "FutureSegment", "RetentionResult", "PurgeResult", "FlushedPartition",
+           "CheckpointsWritten", "CheckpointResult", "FlushResult", "ProducerExpiry", "ExpireProducersResult"]
 
 
 class FlushedPartition(TypedDict):

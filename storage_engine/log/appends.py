@@ -8,7 +8,8 @@ Three ways in, one way to the segment:
 
 each decided by :mod:`storage_engine.log.validator` before any byte is written, checked against the producer
 state (a retried batch returns its first offsets and writes nothing), then written by :func:`append_validated`
-(roll if due, append, producer state, flush every ``flush.messages``). :func:`append_as_follower` writes batches
+(roll if due, a new leader epoch into the ``leader-epoch-checkpoint``, append, producer state, flush every
+``flush.messages``). :func:`append_as_follower` writes batches
 that already have their offsets (the copy of a partition being moved) byte for byte.
 
 :class:`storage_engine.log.log.Log` exposes these as its methods; the functions take the log.
@@ -108,7 +109,7 @@ def append_end_txn(log: LocalLog, producer_id: int, producer_epoch: int, *, comm
         return append_validated(log, data, first, first, now, first, 1, now, analysis)
 
 
-def _duplicate(log: LocalLog, meta, count: int) -> AppendInfo:
+def _duplicate(log: LocalLog, meta: pstate.BatchMetadata, count: int) -> AppendInfo:
     logger.info("%s: retried batch of sequences [%d, %d] already at offsets [%d, %d]", log.name,
                 meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset)
     return AppendInfo(meta.first_offset, meta.last_offset, count, meta.timestamp, 0, duplicate=True)
@@ -142,6 +143,8 @@ def append_as_follower(log: LocalLog, data: bytes) -> AppendInfo:
             # gets its own .txnindex entries and, at its rolls, snapshots of the same state.
             analysis = (producers.analyze(log.producer_state, [b], pstate.REPLICATION)
                         if b.magic >= 2 and b.producer_id >= 0 else None)
+            if b.magic >= 2:   # Kafka: the epoch is assigned before the batch is written
+                log.leader_epochs.maybe_assign_at(b.partition_leader_epoch, base, log.view.generation)
             log.active_segment.append(b.last_offset, b.max_timestamp, b.last_offset, raw)
             if analysis is not None:
                 producers.apply(log.producer_state, analysis, log.active_segment, b.last_offset)
@@ -157,10 +160,13 @@ def append_as_follower(log: LocalLog, data: bytes) -> AppendInfo:
 
 
 def append_validated(log: LocalLog, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
-                     count: int, now: int, analysis=None) -> AppendInfo:
-    """Write validated batches at the log end (the lock is held): roll first if due, then append, update the
-    producer state, and flush once ``flush.messages`` records are unflushed."""
+                     count: int, now: int, analysis: producers.AppendAnalysis | None = None) -> AppendInfo:
+    """Write validated batches at the log end (the lock is held): roll first if due, assign a new leader epoch,
+    then append, update the producer state, and flush once ``flush.messages`` records are unflushed."""
     rolled = log.maybe_roll(len(data), max_ts, last, now)
+    # Every batch of the append carries the configured partition leader epoch: a newer one starts at ``first``
+    # in the leader-epoch-checkpoint, written before the data (Kafka's order). No I/O for a known epoch.
+    log.leader_epochs.maybe_assign_at(log.config.partition_leader_epoch, first, log.view.generation)
     log.active_segment.append(last, max_ts, max_ts_offset, data)
     log.log_end_offset = last + 1
     log.view.known_active_size = log.active_segment.size

@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import TracebackType
 
 from storage_engine import layout
 from storage_engine.durable import durable_rename, fsync_dir
@@ -142,7 +143,7 @@ def delete_dir_scheduled_ms(path: str) -> int:
     return int(os.stat(path).st_mtime * 1000)
 
 
-def purge_delete_dirs(log_dirs, now_ms: int, delay_ms_for: Callable[[str], int], *,
+def purge_delete_dirs(log_dirs: Iterable[str], now_ms: int, delay_ms_for: Callable[[str], int], *,
                       dry_run: bool = False) -> dict:
     """Remove the ``-delete`` folders whose ``file.delete.delay.ms`` (of the topic their name starts with) has
     passed since their deletion. A folder removed halfway (a crash) is still ``-delete`` and goes next time.
@@ -179,7 +180,8 @@ def purge_delete_dirs(log_dirs, now_ms: int, delay_ms_for: Callable[[str], int],
 
 def remove_tree(path: str) -> None:
     """Remove a folder and everything in it (a missing one is fine)."""
-    def onerror(_func, p, exc_info):
+    def onerror(_func: Callable[..., object], p: str,
+                exc_info: tuple[type[BaseException], BaseException, TracebackType]) -> None:
         exc = exc_info[1]
         if isinstance(exc, FileNotFoundError):
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,13 +21,15 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError
 from storage_engine.log import deletion
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
-from storage_engine.log.loader import open_log
+from storage_engine.log.loader import LoadResult, open_log
 from storage_engine.log.locks import LIVE, UNKNOWN, DirLock, convert_legacy_engine_files
 from storage_engine.log.log import Log
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import consume_clean_shutdown
 
 TopicPartition = tuple[str, int]
+# What loading one dir gives: (logs, future logs, partitions found moved or deleted).
+DirLoad = tuple[dict[TopicPartition, Log], dict[TopicPartition, Log], set[TopicPartition]]
 
 
 @dataclass
@@ -59,7 +62,7 @@ class LoadingManager(Protocol):
 
     def adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None: ...
 
-    def abandon(self, dir_futures) -> None: ...
+    def abandon(self, dir_futures: Iterable[concurrent.futures.Future[DirLoad]]) -> None: ...
 
 
 def why_not_a_dir(path: str, exc: OSError) -> OSError:
@@ -74,7 +77,7 @@ def why_not_a_dir(path: str, exc: OSError) -> OSError:
     return NotADirectoryError(20, "not a directory", path)
 
 
-def load_dir(mgr: LoadingManager, log_dir: str):
+def load_dir(mgr: LoadingManager, log_dir: str) -> DirLoad:
     """Load one dir: ``(logs, future logs, partitions found moved or deleted)``. A dir failing with an I/O
     error is marked offline and loads nothing."""
     state: DirState | None = None
@@ -97,7 +100,7 @@ def load_dir(mgr: LoadingManager, log_dir: str):
             state.load_messages.append(f"log dir is offline: {type(exc).__name__}: {exc}")
         return {}, {}, set()
 
-def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list):
+def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list[Log]) -> DirLoad:
     log_dir, lock, exclusive = state.path, state.lock, state.exclusive_at_open
     now_ms = mgr.clock.milliseconds()
     state.had_clean_shutdown = clean = consume_clean_shutdown(log_dir) if exclusive else False
@@ -124,7 +127,8 @@ def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list):
             state.load_messages.append(f"{err}; recovering affected logs from offset 0")
     threads = mgr.config.num_recovery_threads_per_data_dir
 
-    def load_one(item, future: bool):
+    def load_one(item: tuple[str, TopicPartition],
+                 future: bool) -> tuple[TopicPartition, Log | None, LoadResult | None]:
         folder, (topic, partition) = item
         try:
             log, res = open_log(log_dir, topic, partition, mgr.config.log_config(topic), clock=mgr.clock,

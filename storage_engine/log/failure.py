@@ -19,6 +19,8 @@ import contextlib
 import errno
 import logging
 import threading
+from collections.abc import Iterator
+from typing import Protocol
 
 from storage_engine.errors import LogDirOfflineError, StorageIOError
 
@@ -46,6 +48,12 @@ def is_dir_failure(exc: BaseException) -> bool:
         return False
     err = os_error_of(exc)
     return err is not None and err.errno in DIR_FAILURE_ERRNOS
+
+
+class GuardedLog(Protocol):
+    """What :meth:`LogDirFailureChannel.guard` reads of a log."""
+    log_dir: str
+    name: str
 
 
 class LogDirFailureChannel:
@@ -76,7 +84,7 @@ class LogDirFailureChannel:
             raise LogDirOfflineError(f"log dir {log_dir} is offline ({reason}); {what} is unavailable", log_dir)
 
     @contextlib.contextmanager
-    def guard(self, log):
+    def guard(self, log: GuardedLog) -> Iterator[None]:
         """Around an operation on ``log`` (anything with ``log_dir`` and ``name``): refuse it while the dir is
         offline; take the dir offline when the operation fails with a dir failure, and re-raise that error."""
         self.check(log.log_dir, f"partition {log.name}")

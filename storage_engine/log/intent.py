@@ -29,10 +29,13 @@ import json
 import os
 
 from storage_engine import layout
-from storage_engine.durable import atomic_write, fsync_dir
-from storage_engine.errors import StorageIOError
+from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
+from storage_engine.errors import StorageIOError, UnsafeFileError
 
 VERSION = 1
+# A record names the files of one change (some hundred bytes per segment): a larger file, or one that is no regular
+# file, is no record of this engine.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def path_of(log_dir: str, partition_dir: str) -> str:
@@ -49,12 +52,13 @@ def read(log_dir: str, partition_dir: str) -> tuple[dict | None, str | None]:
     """(record, None), (None, None) without a record, or (None, why) for a record that does not parse."""
     path = path_of(log_dir, partition_dir)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_regular_file(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
         raise StorageIOError("cannot read the pending-change record", path, exc) from exc
+    except UnsafeFileError as exc:
+        return None, f"{path}: unreadable pending-change record ({exc.reason}); ignored"
     try:
         record = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storage_engine import crashpoints, layout
@@ -60,12 +61,15 @@ from storage_engine.log.split import needs_split, split_overflowed_segment
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, SegmentOffsetOverflowError,
                                    StorageError, StorageIOError)
-from storage_engine.record.record_batch import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
+from storage_engine.record.record_batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD
 from storage_engine.segment.segment import INT32_MAX
 from storage_engine.segment.recovery import RecoveryResult, recover_segment
+from storage_engine.segment.leader_epoch import NOT_READ, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from storage_engine.segment.segment import LogSegment
 
 log = logging.getLogger(__name__)
+# The start of an entry up to its magic: base offset, size, partition leader epoch (v2), magic.
+_EPOCH_HEADER = struct.Struct(">qiib")
 
 
 @dataclass
@@ -79,6 +83,7 @@ class LoadResult:
     deleted_files: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     producer_state: ProducerStateManager | None = None
+    leader_epochs: LeaderEpochFileCache | None = None
 
 
 class _SplitNeeded(Exception):
@@ -92,15 +97,16 @@ class _SplitNeeded(Exception):
 MAX_SPLITS_PER_LOAD = 1000
 
 
-def _recover(seg: LogSegment, psm: ProducerStateManager, segments, log_start: int, *,
-             pruned: bool = False) -> RecoveryResult:
+def _recover(seg: LogSegment, psm: ProducerStateManager, segments: list[LogSegment], log_start: int, *,
+             pruned: bool = False, epochs: LeaderEpochFileCache | None = None) -> RecoveryResult:
     """``recover_segment(seg)`` with the producer state as of its base (rebuilt from ``segments``), then a snapshot at
     its end; an offset that cannot be indexed (offsets going backwards: the base offset field is outside the CRC)
     empties the segment, as Kafka's ``recoverLog`` does. An offset overflow asks for a split. ``pruned``: the
-    snapshots above the base were already dealt with (see the recovery loop in :func:`_load`)."""
+    snapshots above the base were already dealt with (see the recovery loop in :func:`_load`). ``epochs``: the
+    leader epoch cache, given the epochs of the recovered batches (Kafka's recovery does)."""
     producers.rebuild(psm, segments, log_start, seg.base_offset, exclusive=True, pruned=pruned)
     try:
-        result = recover_segment(seg, psm)
+        result = recover_segment(seg, psm, epochs)
         psm.take_snapshot(sync=False)
         return result
     except SegmentOffsetOverflowError:
@@ -150,7 +156,36 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     return [n for n in listing if n not in gone] if gone else listing
 
 
-def _check_active_tail(seg: LogSegment, result: LoadResult, recover) -> bool:
+def _read_leader_epochs(dir_path: str, segments: list[LogSegment], result: LoadResult) -> LeaderEpochFileCache:
+    """The partition's leader epoch cache from its ``leader-epoch-checkpoint``. A file that is missing (a log
+    written before the engine kept it) or damaged is rebuilt from the batch headers of every segment, as Kafka
+    would hold it had it written the log: each v2 batch's epoch at its base offset if newer than the latest (the
+    load then truncates it to the log, and writes it)."""
+    epochs = LeaderEpochFileCache(os.path.join(dir_path, layout.LEADER_EPOCH_CHECKPOINT))
+    epochs.reload(NOT_READ)
+    if not epochs.dirty and os.path.exists(epochs.path):
+        return epochs
+    reason = "damaged" if epochs.dirty else "missing"
+    for seg in segments:
+        log_file, pos = seg.log, 0
+        while True:
+            head = log_file.read(pos, HEADER_SIZE_UP_TO_MAGIC)
+            if len(head) < HEADER_SIZE_UP_TO_MAGIC:
+                break
+            base, size, epoch, magic = _EPOCH_HEADER.unpack(head)
+            if size < MIN_ENTRY_SIZE_FIELD:
+                break
+            if magic >= 2:
+                epochs.maybe_assign(epoch, base, write=False)
+            pos += LOG_OVERHEAD + size
+        if seg is not segments[-1]:
+            seg.release()
+    result.messages.append(f"{layout.LEADER_EPOCH_CHECKPOINT} was {reason}: rebuilt from the segments' batches "
+                           f"({len(epochs.entries)} epochs)")
+    return epochs
+
+
+def _check_active_tail(seg: LogSegment, result: LoadResult, recover: Callable[[LogSegment], RecoveryResult]) -> bool:
     """After a clean shutdown: validate the active segment from its last index entry (the marker vouches for
     nothing written since). A torn or garbage tail, or an index past the data, gets the segment recovered
     (``recover(seg)``: with the producer state, so its ``.txnindex`` is rebuilt too, and an append never lands
@@ -232,8 +267,9 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     start_guess = max(log_start_offset_checkpoint, segments[0].base_offset) if segments else 0
     had_snapshots = bool(psm.snapshot_offsets())
     opened.extend(segments)
+    epochs = _read_leader_epochs(dir_path, segments, result)
     for seg in needs_recovery:
-        rec = _recover(seg, psm, segments, start_guess)
+        rec = _recover(seg, psm, segments, start_guess, epochs=epochs)
         result.bytes_truncated += rec.bytes_truncated
         result.recovered_segments += 1
         result.messages.append(f"rebuilt missing index of {os.path.basename(seg.path)}")
@@ -260,7 +296,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
             if id(seg) in recovered:
                 rec_truncated = 0
             else:
-                rec = _recover(seg, psm, segments, start_guess, pruned=True)
+                rec = _recover(seg, psm, segments, start_guess, pruned=True, epochs=epochs)
                 crashpoints.reached("load.recovered")
                 rec_truncated = rec.bytes_truncated
                 result.recovered_segments += 1
@@ -293,12 +329,12 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                 seg.txn_index.sanity_check()
             except CorruptIndexError as exc:
                 result.messages.append(f"rebuilt corrupt index: {exc}")
-                _recover(seg, psm, segments, start_guess)
+                _recover(seg, psm, segments, start_guess, epochs=epochs)
                 result.recovered_segments += 1
             if seg is not segments[-1]:
                 seg.release()
         if segments and _check_active_tail(segments[-1], result,
-                                           lambda seg: _recover(seg, psm, segments, start_guess)):
+                                           lambda seg: _recover(seg, psm, segments, start_guess, epochs=epochs)):
             recovery_point = segments[-1].base_offset  # recovered: the marker's claim is void for it
             had_clean_shutdown = False
     next_offset = segments[-1].read_next_offset() if segments else log_start_offset_checkpoint
@@ -313,6 +349,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                                    f"{log_start_offset_checkpoint} after recovery cut the log: restarted the log "
                                    "there")
             segments = []
+            epochs.clear(write=False)
         else:
             # No operation puts the start past the end (delete-records stops at the high watermark), and nothing
             # was lost here: the value is wrong. Acting on it would hide, then delete, every record.
@@ -329,6 +366,11 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     active.offset_index.resize(cfg.segment_index_bytes)
     active.time_index.resize(cfg.segment_index_bytes)
     log_start = max(log_start_offset_checkpoint, segments[0].base_offset)
+    # Kafka's load: the epoch cache loses the entries past the log end and below the log start.
+    epochs.truncate_from_end(next_offset, write=False)
+    epochs.truncate_from_start(log_start, write=False)
+    if not epochs.flush() and not os.path.exists(epochs.path):
+        epochs.checkpoint.create_empty()   # found missing and nothing to write: as Kafka, an empty file
     if had_clean_shutdown:
         recovery_point = next_offset
     else:
@@ -344,6 +386,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         producers.rebuild(psm, segments, log_start, next_offset, exclusive=True, snapshot_offsets=bases[-2:])
     psm.release_listing()   # the log's other processes change the snapshots from now on
     result.producer_state = psm
+    result.leader_epochs = epochs
     result.segments = segments
     result.log_start_offset = log_start
     result.recovery_point = recovery_point
@@ -406,6 +449,7 @@ def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, par
             raise PartitionNotFoundError(f"partition {folder} does not exist in {log_dir}")
         try:
             os.makedirs(dir_path)
+            LeaderEpochCheckpointFile(os.path.join(dir_path, layout.LEADER_EPOCH_CHECKPOINT)).create_empty()  # Kafka
             fsync_dir(log_dir)
         except OSError as exc:
             raise StorageIOError("cannot create partition folder", dir_path, exc) from exc
@@ -437,6 +481,9 @@ def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, par
               log_start_offset=res.log_start_offset, recovery_point=res.recovery_point,
               next_offset=res.next_offset, generation=new_state.generation, clock=clock,
               last_flush_ms=last_flush, folder=folder, producer_state=res.producer_state)
+    if res.leader_epochs is not None:
+        res.leader_epochs.generation = new_state.generation   # as the file is at this generation
+        log.leader_epochs = res.leader_epochs
     # Kafka restarts the bytes-since-last-index-entry count at 0 on load (it lives in memory only); count
     # from the last entry instead, or a log appended by one short-lived process per batch (the CLI) would
     # never get an index entry.

@@ -30,6 +30,7 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -45,6 +46,7 @@ from storage_engine.log.open_logs import OpenLogs
 from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
+from storage_engine.segment.leader_epoch import LeaderEpochFileCache
 from storage_engine.segment.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -100,7 +102,14 @@ class LocalLog:
         self.producer_state = producer_state if producer_state is not None else ProducerStateManager(self.dir,
                                                                                                       self.name)
         self.files: OpenLogs | None = None   # the manager's bound on logs with open files (None: unbounded)
+        # Kafka's leader epoch cache over the partition's leader-epoch-checkpoint (read when first needed).
+        self.leader_epochs = LeaderEpochFileCache(os.path.join(self.dir, layout.LEADER_EPOCH_CHECKPOINT))
         self._parked = False
+        # The threads of this process: one lock per log (Kafka's UnifiedLog lock), taken before the partition
+        # lock by every change and around every step of a read; pins keep removed segments' files open.
+        self.mutex = threading.RLock()
+        self._pins = 0
+        self._retired: list[LogSegment] = []
 
     # -- open files -------------------------------------------------------------------------------------------
     @property
@@ -110,30 +119,59 @@ class LocalLog:
     def park(self) -> bool:
         """Close every file of this idle log (segments, lock file); False if its lock is held. The next use
         reopens them through a reload of the segment list, as after another process changed it, so nothing a
-        parked log missed meanwhile is lost (see :mod:`storage_engine.log.open_logs`)."""
-        if self.lock.held:
+        parked log missed meanwhile is lost (see :mod:`storage_engine.log.open_logs`). False too while another
+        thread is using the log (reading, changing or cleaning it)."""
+        if not self.mutex.acquire(blocking=False):
             return False
-        for seg in self.segment_list:
-            try:
-                seg.release()   # lazy again: an attribute read before the reload reopens what it needs
-            except OSError:     # the segment went meanwhile (another process): the reload finds out
-                seg.close_quietly()
-        self.lock.park()
-        self.view.generation = PARKED_GENERATION   # never a real generation: the next sync reloads
-        self._parked = True
-        return True
+        try:
+            if self.lock.busy or self._pins:
+                return False
+            for seg in self.segment_list:
+                try:
+                    seg.release()   # lazy again: an attribute read before the reload reopens what it needs
+                except OSError:     # the segment went meanwhile (another process): the reload finds out
+                    seg.close_quietly()
+            self.lock.park()
+            self.view.generation = PARKED_GENERATION   # never a real generation: the next sync reloads
+            self._parked = True
+            return True
+        finally:
+            self.mutex.release()
 
     def release_sealed(self) -> None:
         """Close the files of the sealed segments a read or a cleaning round opened (they reopen on their next
-        use); not while the lock is held (a change to the segments may be using them)."""
-        if self.lock.held:
+        use); not while the lock is held (a change to the segments may be using them), nor while another thread
+        reads or cleans the log."""
+        if not self.mutex.acquire(blocking=False):
             return
-        for seg in self.segment_list.as_list()[:-1]:
-            if seg.is_open:
-                try:
-                    seg.release()
-                except OSError:    # the segment went meanwhile (another process): the next reload finds out
-                    seg.close_quietly()
+        try:
+            if self.lock.busy or self._pins:
+                return
+            for seg in self.segment_list.as_list()[:-1]:
+                if seg.is_open:
+                    try:
+                        seg.release()
+                    except OSError:    # the segment went meanwhile (another process): the next reload finds out
+                        seg.close_quietly()
+        finally:
+            self.mutex.release()
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[LocalLog]:
+        """Keep the files of every segment of this log open while the block runs, as another process keeps a file
+        it has open after a rename: a segment another thread removes meanwhile (retention, a swap, truncation) is
+        renamed ``.deleted`` at once but closed only when the last pin ends. A reader iterating over segments and
+        the cleaner copying sealed ones pin the log; neither holds its lock meanwhile."""
+        with self.mutex:
+            self._pins += 1
+        try:
+            yield self
+        finally:
+            with self.mutex:
+                self._pins -= 1
+                retired, self._retired = (self._retired, []) if not self._pins else ([], self._retired)
+            for seg in retired:
+                seg.close_quietly()
 
     def _used(self) -> None:
         if self.files is not None:
@@ -141,9 +179,10 @@ class LocalLog:
 
     def unpark_for_read(self) -> None:
         """Before a read without the lock: count this log as used, and reopen a parked log's files."""
-        self._used()
-        if self._parked:
-            self.refresh()
+        with self.mutex:
+            self._used()
+            if self._parked:
+                self.refresh()
 
     @property
     def is_future(self) -> bool:
@@ -152,9 +191,10 @@ class LocalLog:
     @contextlib.contextmanager
     def locked(self) -> Iterator[LocalLog]:
         """Hold the partition lock with an up-to-date view (following the partition if it moved). Re-entrant: an
-        inner ``locked()`` of the same log neither waits nor syncs again."""
+        inner ``locked()`` of the same log neither waits nor syncs again. Other threads wait on the log's
+        :attr:`mutex`, other processes on the partition lock's ``flock``."""
         guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
-        with guard:
+        with guard, self.mutex:
             self._acquire_synced()
             try:
                 yield self
@@ -208,6 +248,7 @@ class LocalLog:
         self.dir = os.path.join(log_dir, folder)
         # The state is rebuilt from the new folder's snapshots by the reload the next sync does.
         self.producer_state = ProducerStateManager(self.dir, self.name)
+        self.leader_epochs = LeaderEpochFileCache(os.path.join(self.dir, layout.LEADER_EPOCH_CHECKPOINT))
         self.view.generation = -1  # never a real generation: the next sync reloads from the new folder
 
     def publish(self, *, bump: bool) -> None:
@@ -219,15 +260,16 @@ class LocalLog:
     def refresh(self) -> None:
         """Bring a reader's view up to date: without the lock while only the active segment grew, under it when
         another process changed the set of segments (see :mod:`storage_engine.log.view`)."""
-        self._check_open()
-        self._used()
-        if not self._parked and view.refresh_unlocked(self):
-            return
-        if self.lock.held:
-            view.sync(self, self.clock.milliseconds())
-        else:
-            with self.locked():
-                pass
+        with self.mutex:
+            self._check_open()
+            self._used()
+            if not self._parked and view.refresh_unlocked(self):
+                return
+            if self.lock.held:
+                view.sync(self, self.clock.milliseconds())
+            else:
+                with self.locked():
+                    pass
 
     # -- segment access ---------------------------------------------------------------------------------------
     @property
@@ -339,7 +381,10 @@ class LocalLog:
         producer snapshot named by its base offset, right after them."""
         self.segment_list.remove(seg)
         seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
-        seg.close(trim=False)
+        if self._pins:
+            self._retired.append(seg)   # a pinned reader or cleaner may be reading it: closed when unpinned
+        else:
+            seg.close(trim=False)
         for p in seg.file_paths:
             try:
                 os.utime(p, (now / 1000.0, now / 1000.0))

@@ -101,22 +101,32 @@ class PartitionState:
 
 
 class PartitionLock:
-    """An exclusive, re-entrant (within one object) lock over one partition, plus its shared state."""
+    """An exclusive lock over one partition, plus its shared state: between processes an ``flock`` on the lock
+    file, between the threads of one process a re-entrant thread lock taken first. Re-entrant for the thread that
+    holds it (``depth`` counts its nested acquisitions); :attr:`held` is true only in that thread."""
 
     def __init__(self, path: str):
         self.path = path
         self._fd: int = _open_lock_file(path, "partition lock file")
         self._depth = 0
+        self._owner: int | None = None    # the thread holding the lock (threading.get_ident), None when free
+        self._mutex = threading.RLock()
         self._parked = False
         self._identity = (0, 0)
 
     @property
     def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._depth > 0 and self._owner == threading.get_ident()
+
+    @property
+    def busy(self) -> bool:
+        """Whether any thread of this process holds the lock."""
         return self._depth > 0
 
     @property
     def depth(self) -> int:
-        """How many times the holder has taken the lock without releasing it (0: not held)."""
+        """How many times the holding thread has taken the lock without releasing it (0: not held)."""
         return self._depth
 
     @property
@@ -128,14 +138,20 @@ class PartitionLock:
         return self._parked
 
     def park(self) -> bool:
-        """Close the descriptor of an idle lock (not held); the next use opens the file again. False if held."""
-        if self._depth or self._fd < 0:
+        """Close the descriptor of an idle lock (held by no thread); the next use opens the file again. False if
+        held, or if another thread is taking it right now."""
+        if not self._mutex.acquire(blocking=False):
             return False
-        self._identity = _identity(self._fd)
-        os.close(self._fd)
-        self._fd = -1
-        self._parked = True
-        return True
+        try:
+            if self._depth or self._fd < 0:
+                return False
+            self._identity = _identity(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            self._parked = True
+            return True
+        finally:
+            self._mutex.release()
 
     def _unpark(self) -> None:
         if not self._parked:
@@ -155,36 +171,51 @@ class PartitionLock:
         self._parked = False
 
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
-        if self._depth:
-            self._depth += 1
-            return
-        self._unpark()
-        if blocking and timeout_s is None:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        else:
-            deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not blocking or (deadline is not None and time.monotonic() >= deadline):
-                        raise LogLockedError(f"partition is locked by another process: {self.path}") from None
-                    time.sleep(0.005)
-        self._depth = 1
+        """Take the lock: first from the other threads of this process, then (unless this thread holds it
+        already) from other processes. ``blocking=False`` or ``timeout_s`` raise :class:`LogLockedError` when it
+        cannot be had (now, or in time)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if not (self._mutex.acquire() if blocking and deadline is None
+                else self._mutex.acquire(blocking=blocking, timeout=-1 if not blocking else max(0.0, timeout_s or 0))):
+            raise LogLockedError(f"partition is locked by another thread of this process: {self.path}")
+        try:
+            if self._depth:          # this thread holds it (the thread lock is ours)
+                self._depth += 1
+                return
+            self._unpark()
+            if blocking and deadline is None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            else:
+                while True:
+                    try:
+                        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                            raise LogLockedError(f"partition is locked by another process: {self.path}") from None
+                        time.sleep(0.005)
+            self._depth = 1
+            self._owner = threading.get_ident()
+        except BaseException:
+            self._mutex.release()
+            raise
 
     def release(self) -> None:
-        if self._depth == 0:
-            raise RuntimeError("release of a partition lock that is not held")
+        if not self.held:
+            raise RuntimeError("release of a partition lock that this thread does not hold")
         self._depth -= 1
-        if self._depth == 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        try:
+            if self._depth == 0:
+                self._owner = None
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._mutex.release()
 
     def __enter__(self) -> "PartitionLock":
         self.acquire()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def read_state(self) -> PartitionState:
@@ -209,7 +240,7 @@ class PartitionLock:
         return _unpack_state(data)
 
     def write_state(self, state: PartitionState) -> None:
-        if not self._depth:
+        if not self.held:
             raise RuntimeError("partition state written without holding the lock")
         os.pwrite(self._fd, _STATE.pack(state.generation, state.log_start_offset, state.recovery_point,
                                         state.last_flush_ms, state.loaded_epoch, state.status), 0)
@@ -217,7 +248,7 @@ class PartitionLock:
     def sync_state(self) -> None:
         """fsync the state written to the lock file (caller holds the lock): a move's commit point must survive a
         crash of the machine."""
-        if not self._depth:
+        if not self.held:
             raise RuntimeError("partition state synced without holding the lock")
         os.fsync(self._fd)
 
@@ -258,13 +289,19 @@ class PartitionLock:
             raise StorageIOError("cannot remove partition lock file", self.path, exc) from exc
 
     def close(self) -> None:
-        self._parked = False
-        if self._fd >= 0:
-            if self._depth:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                self._depth = 0
-            os.close(self._fd)
-            self._fd = -1
+        """Close the lock file; waits for another thread holding the lock. A hold of the calling thread ends."""
+        with self._mutex:
+            self._parked = False
+            if self._fd >= 0:
+                held = self._depth if self._owner == threading.get_ident() else 0
+                if self._depth:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    self._depth = 0
+                    self._owner = None
+                os.close(self._fd)
+                self._fd = -1
+                for _ in range(held):    # the acquisitions this thread never released
+                    self._mutex.release()
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -371,7 +408,7 @@ class FileLock:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -426,7 +463,7 @@ class CleaningClaim:
     def __enter__(self) -> "CleaningClaim":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -53,6 +53,7 @@ from storage_engine.log.appends import AppendInfo
 from storage_engine.log.local_log import LocalLog, guarded
 from storage_engine.record import codecs
 from storage_engine.record.records import Record, SimpleRecord
+from storage_engine.segment.checked_read import FetchData
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
 
@@ -112,29 +113,39 @@ class Log(LocalLog):
 
     # -- reading (storage_engine.log.reads) ----------------------------------------------------------------------
     @guarded
-    def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True):
+    def read(self, start_offset: int, max_bytes: int = 1048576, *, min_one_message: bool = True) -> FetchData | None:
         """Whole, checked batches from the one holding ``start_offset``; None at the log end.
         OffsetOutOfRangeError outside [log start, log end]; CorruptRecordError for damage."""
-        return reads.read(self, start_offset, max_bytes, min_one_message)
+        with self.mutex:
+            return reads.read(self, start_offset, max_bytes, min_one_message)
 
     def read_records(self, start_offset: int | None = None, max_records: int | None = None, *,
                      isolation_level: str = reads.READ_UNCOMMITTED) -> Iterator[Record]:
         """Data records from ``start_offset`` (default: log start) in offset order, every batch checked, as a Kafka
         consumer sees them: control records (transaction markers) are never returned. ``read_committed`` stops at
         the last stable offset and skips the records of aborted transactions (found in the ``.txnindex`` files),
-        exactly as Kafka's consumer filters a fetch."""
+        exactly as Kafka's consumer filters a fetch. Each step runs under the log's mutex, and the log stays pinned
+        until the iteration ends, so other threads may append, roll, retain and clean meanwhile."""
         guard = self.failures.guard(self) if self.failures is not None else contextlib.nullcontext()
-        with guard:
-            yield from reads.read_records(self, start_offset, max_records, isolation_level)
+        with guard, self.pinned():
+            records = reads.read_records(self, start_offset, max_records, isolation_level)
+            while True:
+                with self.mutex:
+                    record = next(records, None)
+                if record is None:
+                    return
+                yield record
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound) (Kafka's ``collectAbortedTransactions``)."""
-        return reads.aborted_transactions(self, start_offset, upper_bound_offset)
+        with self.mutex:
+            return reads.aborted_transactions(self, start_offset, upper_bound_offset)
 
     @guarded
-    def offset_for_timestamp(self, timestamp: int):
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
-        return reads.offset_for_timestamp(self, timestamp)
+        with self.mutex:
+            return reads.offset_for_timestamp(self, timestamp)
 
     # -- truncation and log start (storage_engine.log.truncation) ------------------------------------------------
     @guarded
@@ -191,32 +202,39 @@ class Log(LocalLog):
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, *, clean: bool) -> None:
         """Release files. ``clean`` (the last user of the log dir) flushes and trims like Kafka's close; a log
-        that was deleted meanwhile, or whose dir went offline, is closed without."""
-        files, self.files = self.files, None
-        if files is not None:
-            files.forget(self)
-        if clean:
-            try:
-                with self.locked():
-                    self.producer_state.map_end_offset = self.log_end_offset
-                    self.producer_state.take_snapshot()  # Kafka's snapshot at close: the next load replays nothing
-                    self.flush_locked(self.log_end_offset, self.clock.milliseconds())
-                    for seg in self.segment_list:
-                        seg.close(trim=True)
-            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError) as exc:
-                logger.info("closing %s without flushing: %s", self.name, exc)
-                clean = False
-            except StorageError as exc:
-                if self.failures is None or not self.failures.is_offline(self.log_dir):
-                    raise
-                logger.warning("closing %s without flushing: %s", self.name, exc)
-                clean = False
-        if not clean:
-            for seg in self.segment_list:
-                seg.close(trim=False)
-        self.lock.close()
+        that was deleted meanwhile, or whose dir went offline, is closed without. Waits for the
+        other threads using the log."""
+        with self.mutex:
+            files, self.files = self.files, None
+            if files is not None:
+                files.forget(self)
+            if clean:
+                try:
+                    with self.locked():
+                        self.producer_state.map_end_offset = self.log_end_offset
+                        # Kafka's snapshot at close: the next load replays nothing
+                        self.producer_state.take_snapshot()
+                        self.flush_locked(self.log_end_offset, self.clock.milliseconds())
+                        for seg in self.segment_list:
+                            seg.close(trim=True)
+                except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError) as exc:
+                    logger.info("closing %s without flushing: %s", self.name, exc)
+                    clean = False
+                except StorageError as exc:
+                    if self.failures is None or not self.failures.is_offline(self.log_dir):
+                        raise
+                    logger.warning("closing %s without flushing: %s", self.name, exc)
+                    clean = False
+            if not clean:
+                for seg in self.segment_list:
+                    seg.close(trim=False)
+            self.lock.close()
 
     def describe(self) -> dict:
+        with self.mutex:
+            return self._describe()
+
+    def _describe(self) -> dict:
         return {
             "topic": self.topic, "partition": self.partition, "dir": self.dir, "future": self.is_future,
             "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,

@@ -26,8 +26,13 @@
 """
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import os
+import threading
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypedDict, TypeVar
 
 from storage_engine import layout
 from storage_engine.clock import SYSTEM_CLOCK, Clock
@@ -36,7 +41,7 @@ from storage_engine.durable import fsync_dir
 from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, StorageError, StorageIOError)
 from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover
-from storage_engine.log.dir_loading import DirState
+from storage_engine.log.dir_loading import DirLoad, DirState
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
 from storage_engine.log.locks import DELETED, FileLock
@@ -49,8 +54,33 @@ logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+class FlushedLog(TypedDict):
+    """A log :meth:`LogManager.flush_all` flushed (the jobs' ``FlushedPartition`` has the same keys)."""
+    topic: str
+    partition: int
+    recovery_point_before: int
+    recovery_point: int
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _synchronized(method: F) -> F:
+    """Run a method under the manager's lock: its maps of logs change in one thread at a time."""
+    @functools.wraps(method)
+    def run(self: LogManager, *args: Any, **kwargs: Any) -> Any:
+        with self.mutex:
+            return method(self, *args, **kwargs)
+    return run  # type: ignore[return-value]
+
+
 class LogManager:
-    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK, partitions=None,
+    """The logs of a set of log dirs (Kafka's ``LogManager``). Any number of threads may share one manager and its
+    logs: the maps of logs change under the manager's :attr:`mutex` (never held while a log's lock is awaited by
+    a thread that holds it), and each log takes its own lock (:mod:`storage_engine.log.local_log`)."""
+
+    def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK,
+                 partitions: Iterable[TopicPartition] | None = None,
                  max_open_logs: int | OpenLogs | None = None):
         self.config = config
         self.open_logs = max_open_logs if isinstance(max_open_logs, OpenLogs) else OpenLogs(max_open_logs)
@@ -65,10 +95,12 @@ class LogManager:
         self.load_errors: list[str] = []
         self.failures = LogDirFailureChannel()
         self._closed = False
+        self.mutex = threading.RLock()
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK, partitions=None,
+    def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK,
+             partitions: Iterable[TopicPartition] | None = None,
              max_open_logs: int | OpenLogs | None = None) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
@@ -124,7 +156,7 @@ class LogManager:
         """Log dirs offline in this manager, with the error that took each offline."""
         return self.failures.offline_dirs()
 
-    def abandon(self, dir_futures) -> None:
+    def abandon(self, dir_futures: Iterable[concurrent.futures.Future[DirLoad]]) -> None:
         """Undo a failed open: close the logs loaded so far (without flushing) and release every dir lock, so
         a failure leaves no lock behind in this process."""
         self._closed = True
@@ -142,6 +174,7 @@ class LogManager:
             state.lock.close()
 
     # -- partitions -------------------------------------------------------------------------------------------
+    @_synchronized
     def get_log(self, topic: str, partition: int) -> Log | None:
         """The partition's log (adopting one another process created or moved since this manager opened), or
         None. Raises :class:`LogDirOfflineError` when its log dir is offline (or, for a partition not found,
@@ -167,7 +200,7 @@ class LogManager:
         for d, reason in self.failures.offline_dirs().items():
             try:
                 os.stat(os.path.join(d, name))
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):   # absent, or the dir is a file: it holds nothing
                 continue
             except OSError:
                 pass
@@ -178,6 +211,7 @@ class LogManager:
         state = self.dirs.get(log_dir)
         return state.epoch if state is not None else None
 
+    @_synchronized
     def adopt(self, topic: str, partition: int, *, create_lock_held: bool = False) -> Log | None:
         """A partition created or moved by another process after this manager opened (or not loaded by a subset
         open)."""
@@ -212,6 +246,7 @@ class LogManager:
                                      f"holds the creation lock, is offline ({reason})", self.config.log_dirs[0])
         return FileLock(path)
 
+    @_synchronized
     def get_or_create_log(self, topic: str, partition: int) -> Log:
         log = self.get_log(topic, partition)
         if log is not None:
@@ -270,10 +305,11 @@ class LogManager:
             raise exc
         self.failures.mark_offline(log_dir, f"{type(exc).__name__}: {exc}")
 
-    def partitions(self, topic_filter=None) -> list[TopicPartition]:
+    def partitions(self, topic_filter: Collection[str] | None = None) -> list[TopicPartition]:
         """The partitions this manager has, sorted, without those of offline log dirs."""
         offline = self.failures.offline_dirs()
-        tps = sorted(tp for tp, log in self.logs.items() if log.log_dir not in offline)
+        with self.mutex:
+            tps = sorted(tp for tp, log in self.logs.items() if log.log_dir not in offline)
         if topic_filter:
             tps = [tp for tp in tps if tp[0] in topic_filter]
         return tps
@@ -282,6 +318,7 @@ class LogManager:
         return self.logs[tp].log_dir
 
     # -- lifecycle --------------------------------------------------------------------------------------------
+    @_synchronized
     def delete_log(self, topic: str, partition: int) -> dict:
         """Delete a partition (Kafka's ``asyncDelete``, see :mod:`.deletion`): its folder becomes ``-delete`` at
         once, so a partition of the same name can be created right away; a copy being made for a move goes too.
@@ -311,7 +348,8 @@ class LogManager:
         return {"topic": topic, "partition": partition, "log_dir": d, "deleted_folder": renamed,
                 "discarded_copies": discarded, "now_ms": now}
 
-    def move_log(self, topic: str, partition: int, target_dir: str, **options) -> dict:
+    @_synchronized
+    def move_log(self, topic: str, partition: int, target_dir: str, **options: Any) -> dict:
         """Move a partition to ``target_dir`` while it keeps serving (Kafka's alter-log-dirs, see :mod:`.mover`).
         ``options``: ``final_lag_bytes``, ``max_rounds``, ``claim_timeout_s``. Returns the move's report."""
         name = layout.partition_dir_name(topic, partition)
@@ -337,6 +375,7 @@ class LogManager:
                 return d
         raise InvalidRequestError(f"{path!r} is not one of the log dirs {list(self.config.log_dirs)}")
 
+    @_synchronized
     def cancel_move(self, topic: str, partition: int) -> dict:
         """Give up the copies being made of a partition for a move (their folders become ``-delete``)."""
         layout.partition_dir_name(topic, partition)
@@ -352,7 +391,7 @@ class LogManager:
         return {"topic": topic, "partition": partition, "discarded": discarded}
 
     # -- checkpoints ------------------------------------------------------------------------------------------
-    def checkpoint(self, log_dirs=None) -> dict:
+    def checkpoint(self, log_dirs: Iterable[str] | None = None) -> dict:
         """Write recovery-point and log-start-offset checkpoints of every online log dir; returns what was
         written, per dir (a dir offline, or failing now, is left out)."""
         written = {}
@@ -360,20 +399,22 @@ class LogManager:
             if self.failures.is_offline(d):
                 continue
             try:
-                candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == d]
-                candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == d]
+                with self.mutex:
+                    candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == d]
+                    candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == d]
                 written[d] = dir_checkpoints.checkpoint_dir(d, candidates)
             except (OSError, StorageIOError) as exc:
                 self._dir_failed(d, exc)
         return written
 
     # -- flushing ---------------------------------------------------------------------------------------------
-    def flush_all(self, topic_filter=None) -> list[dict]:
+    def flush_all(self, topic_filter: Collection[str] | None = None) -> list[FlushedLog]:
         """Flush every log of the online dirs to its end (a dir failing now is taken offline and skipped)."""
-        out = []
+        out: list[FlushedLog] = []
         for tp in self.partitions(topic_filter):
-            log = self.logs[tp]
-            if self.failures.is_offline(log.log_dir):
+            with self.mutex:
+                log = self.logs.get(tp)
+            if log is None or self.failures.is_offline(log.log_dir):
                 continue
             before = log.recovery_point
             try:
@@ -388,6 +429,7 @@ class LogManager:
         return out
 
     # -- closing ----------------------------------------------------------------------------------------------
+    @_synchronized
     def close(self) -> None:
         if self._closed:
             return
@@ -434,12 +476,13 @@ class LogManager:
             return present <= mine
         return state.exclusive_at_open and state.had_clean_shutdown and state.lock.opens() == state.opens_at_open
 
-    def __enter__(self):
+    def __enter__(self) -> LogManager:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_synchronized
     def describe(self) -> dict:
         """Per log dir: its partitions, the moves into it in progress, deleted folders waiting for removal,
         stray and foreign folders, whether it is offline; plus the load messages."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from storage_engine import layout
@@ -47,7 +47,7 @@ from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, P
                                    StorageIOError)
 from storage_engine.log import deletion, intent
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log.failure import is_dir_failure
+from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningClaim, FileLock, PartitionLock,
                                       PartitionState, lock_path, peek_state)
 from storage_engine.log.log import Log
@@ -63,7 +63,7 @@ MAX_ROUNDS = 50
 CLAIM_TIMEOUT_S = 600.0
 
 
-def create_lock_path(log_dirs) -> str:
+def create_lock_path(log_dirs: Sequence[str]) -> str:
     """The creation lock (first log dir): serialises partition creation, move commits and their completion."""
     return os.path.join(log_dirs[0], layout.CREATE_LOCK_FILE)
 
@@ -73,7 +73,8 @@ def _status(log_dir: str, folder: str) -> int:
     return LIVE if state is None else state.status
 
 
-def future_folders(log_dirs, topic: str, partition: int, skip=()) -> list[tuple[str, str]]:
+def future_folders(log_dirs: Iterable[str], topic: str, partition: int,
+                   skip: Container[str] = ()) -> list[tuple[str, str]]:
     """``(log dir, folder)`` of every ``-future`` folder of the partition."""
     out = []
     for d in log_dirs:
@@ -87,8 +88,8 @@ def future_folders(log_dirs, topic: str, partition: int, skip=()) -> list[tuple[
 
 # -- where a partition lives ---------------------------------------------------------------------------------
 
-def locate(log_dirs, topic: str, partition: int, now_ms: int, *, create_lock_held: bool = False,
-           skip=()) -> str | None:
+def locate(log_dirs: Sequence[str], topic: str, partition: int, now_ms: int, *, create_lock_held: bool = False,
+           skip: Container[str] = ()) -> str | None:
     """The log dir whose ``<topic>-<partition>`` folder is the partition's home (None: no dir has it). A move or
     a deletion some process left half done is completed first; ``skip``: dirs not to look in (offline)."""
     name = layout.partition_dir_name(topic, partition)
@@ -113,7 +114,8 @@ def locate(log_dirs, topic: str, partition: int, now_ms: int, *, create_lock_hel
         lock.__exit__(None, None, None)
 
 
-def _locate_locked(log_dirs, topic: str, partition: int, now_ms: int, skip) -> str | None:
+def _locate_locked(log_dirs: Sequence[str], topic: str, partition: int, now_ms: int,
+                   skip: Container[str]) -> str | None:
     name = layout.partition_dir_name(topic, partition)
     complete_moves(log_dirs, topic, partition, now_ms, skip=skip)
     live = []
@@ -131,7 +133,8 @@ def _locate_locked(log_dirs, topic: str, partition: int, now_ms: int, skip) -> s
     return live[0] if live else None
 
 
-def complete_moves(log_dirs, topic: str, partition: int, now_ms: int, *, skip=()) -> list[str]:
+def complete_moves(log_dirs: Sequence[str], topic: str, partition: int, now_ms: int, *,
+                   skip: Container[str] = ()) -> list[str]:
     """Complete every move of the partition past its commit point (a retired *moved* lock in the source dir);
     the caller holds the creation lock. Returns what was done."""
     name = layout.partition_dir_name(topic, partition)
@@ -145,7 +148,8 @@ def complete_moves(log_dirs, topic: str, partition: int, now_ms: int, *, skip=()
     return done
 
 
-def _complete_move(log_dirs, src: str, topic: str, partition: int, now_ms: int, skip) -> list[str]:
+def _complete_move(log_dirs: Sequence[str], src: str, topic: str, partition: int, now_ms: int,
+                   skip: Container[str]) -> list[str]:
     name = layout.partition_dir_name(topic, partition)
     done: list[str] = []
     la = PartitionLock(lock_path(src, name))
@@ -257,9 +261,9 @@ class MoveProgress:
         return dict(self.__dict__)
 
 
-def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Clock, *,
+def move(current: Log, target_dir: str, log_dirs: Sequence[str], config: LogConfig, clock: Clock, *,
          final_lag_bytes: int = FINAL_LAG_BYTES, max_rounds: int = MAX_ROUNDS,
-         claim_timeout_s: float = CLAIM_TIMEOUT_S, failures=None,
+         claim_timeout_s: float = CLAIM_TIMEOUT_S, failures: LogDirFailureChannel | None = None,
          epoch_of: Callable[[str], int | None] = lambda log_dir: None) -> MoveProgress:
     """Move ``current``'s partition to ``target_dir`` (steps 1-3 of the module docstring) and return what was
     done. ``current`` keeps working for its caller: it follows the partition into the target dir. ``epoch_of``
@@ -291,7 +295,7 @@ def move(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Cloc
     return progress
 
 
-def _prepare_future(current: Log, target_dir: str, log_dirs, config: LogConfig, clock: Clock,
+def _prepare_future(current: Log, target_dir: str, log_dirs: Sequence[str], config: LogConfig, clock: Clock,
                     progress: MoveProgress, dir_epoch: int | None = None) -> Log:
     topic, partition, name = current.topic, current.partition, current.name
     now = clock.milliseconds()
@@ -440,7 +444,7 @@ def _copy_round(current: Log, future: Log) -> int:
     return copied
 
 
-def _commit(current: Log, future: Log, target_dir: str, log_dirs, clock: Clock, claim_timeout_s: float,
+def _commit(current: Log, future: Log, target_dir: str, log_dirs: Sequence[str], clock: Clock, claim_timeout_s: float,
             progress: MoveProgress, dir_epoch: int | None = None) -> None:
     name, source = current.name, current.log_dir
     tp = (current.topic, current.partition)

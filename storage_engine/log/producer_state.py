@@ -38,7 +38,9 @@ from typing import NamedTuple
 
 from storage_engine.errors import (CorruptRecordError, InvalidProducerEpochError, InvalidTxnStateError,
                                    OutOfOrderSequenceError, TransactionCoordinatorFencedError)
-from storage_engine.record.record_batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, decrement_sequence
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import (INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch,
+                                                decrement_sequence)
 from storage_engine.record.records import NO_TIMESTAMP
 from storage_engine.segment.producer_snapshot import SnapshotEntry
 
@@ -73,6 +75,11 @@ class LastRecord(NamedTuple):
     """What the cleaner keeps of an active producer: its last data offset (None if it has none) and epoch."""
     last_data_offset: int | None
     producer_epoch: int
+
+
+# What ProducerStateEntry._key compares: producer id and epoch, coordinator epoch, last timestamp, txn first
+# offset, batches.
+EntryKey = tuple[int, int, int, int, int | None, tuple[BatchMetadata, ...]]
 
 
 class ProducerStateEntry:
@@ -159,10 +166,10 @@ class ProducerStateEntry:
         return cls(e.producer_id, e.epoch, e.coordinator_epoch, e.timestamp,
                    e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None, batches)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ProducerStateEntry) and self._key() == other._key()
 
-    def _key(self):
+    def _key(self) -> EntryKey:
         return (self.producer_id, self.producer_epoch, self.coordinator_epoch, self.last_timestamp,
                 self.current_txn_first_offset, tuple(self.batches))
 
@@ -247,7 +254,7 @@ class ProducerAppendInfo:
         self.updated.last_timestamp = timestamp
         return completed
 
-    def append(self, batch) -> CompletedTxn | None:
+    def append(self, batch: RecordBatch | LegacyBatch) -> CompletedTxn | None:
         """Apply one batch read from the log (any origin)."""
         if batch.is_control:
             records = batch.records()
@@ -264,7 +271,8 @@ class ProducerAppendInfo:
         return None
 
 
-def parse_end_txn_marker(key: bytes | None, value: bytes | None, batch=None) -> tuple[int, int]:
+def parse_end_txn_marker(key: bytes | None, value: bytes | None,
+                         batch: RecordBatch | LegacyBatch | None = None) -> tuple[int, int]:
     """(control type, coordinator epoch) of a control record (epoch -1 when it is not a COMMIT/ABORT marker)."""
     where = (batch.path, batch.file_position) if batch is not None else (None, None)
     if key is None or len(key) < 4:

@@ -14,13 +14,18 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from storage_engine import layout
 from storage_engine.errors import CorruptSnapshotError, StorageError, StorageIOError
-from storage_engine.log.producer_state import (CLIENT, REPLICATION, BatchMetadata, CompletedTxn, LastRecord,
+from storage_engine.log.producer_state import (CLIENT, REPLICATION, BatchMetadata, CompletedTxn, EntryKey, LastRecord,
                                                ProducerAppendInfo, ProducerStateEntry)
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment import producer_snapshot
+from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +66,10 @@ class ProducerStateManager:
         return {pid: LastRecord(e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
                 for pid, e in self.producers.items()}
 
-    def state_key(self, *, as_snapshot: bool = False):
+    def state_key(self, *, as_snapshot: bool = False) -> tuple[int, list[tuple[int, int]], list[tuple[int, EntryKey]]]:
         """A comparable value of the whole state (tests compare processes and reloads with it); ``as_snapshot``:
         as a snapshot keeps it (each producer's last batch only)."""
-        def key(e):
+        def key(e: ProducerStateEntry) -> EntryKey:
             k = e._key()
             return k[:-1] + (k[-1][-1:],) if as_snapshot else k
         return (self.map_end_offset, sorted(self.ongoing_txns.items()),
@@ -89,7 +94,8 @@ class ProducerStateManager:
             raise StorageError(f"attempted to complete transaction {completed} on partition {self.name} which was "
                                "not started")
 
-    def replay_batch(self, batch, txn_index=None) -> CompletedTxn | None:
+    def replay_batch(self, batch: RecordBatch | LegacyBatch,
+                     txn_index: TransactionIndex | None = None) -> CompletedTxn | None:
         """Apply a batch read from the log (no checks). With ``txn_index`` (the batch's segment), an aborted
         transaction it completes is appended there unless the index already ends at or after it."""
         completed = None
@@ -251,7 +257,8 @@ class ProducerStateManager:
             removed.append(stray[-1])
         return removed
 
-    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int, *, keep=frozenset()) -> list[int]:
+    def delete_snapshots_outside(self, log_start_offset: int, log_end_offset: int, *,
+                                 keep: frozenset[int] = frozenset()) -> list[int]:
         """Kafka's ``truncateAndReload`` clean-up: snapshots above the log end or below the log start go, but for
         those at offsets in ``keep`` above the log end (a recovery that rewrites them, or finds them unchanged,
         before anything can load them).
@@ -274,8 +281,8 @@ class ProducerStateManager:
         self.last_snap_offset = 0
 
 
-def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_offset: int, *, exclusive: bool,
-            snapshot_offsets=(), pruned: bool = False) -> None:
+def rebuild(psm: ProducerStateManager, segments: Sequence[LogSegment], log_start_offset: int, last_offset: int, *,
+            exclusive: bool, snapshot_offsets: Iterable[int] = (), pruned: bool = False) -> None:
     """Rebuild ``psm`` for the log end ``last_offset`` (Kafka's ``rebuildProducerState``).
 
     Loads the newest valid snapshot at or below ``last_offset`` and replays the batches from there. With
@@ -307,7 +314,7 @@ def rebuild(psm: ProducerStateManager, segments, log_start_offset: int, last_off
         psm.take_snapshot(sync=False)
 
 
-def _replay_segment(psm: ProducerStateManager, seg, start: int, last_offset: int) -> None:
+def _replay_segment(psm: ProducerStateManager, seg: LogSegment, start: int, last_offset: int) -> None:
     for batch in seg.batches_from(start):
         if batch.base_offset >= last_offset:
             break
@@ -322,7 +329,7 @@ class AppendAnalysis(NamedTuple):
     duplicate: BatchMetadata | None
 
 
-def analyze(psm: ProducerStateManager, batches, origin: str) -> AppendAnalysis:
+def analyze(psm: ProducerStateManager, batches: Iterable[RecordBatch | LegacyBatch], origin: str) -> AppendAnalysis:
     """Check ``batches`` (offsets assigned) against the state; raises a ProducerStateError naming Kafka's error.
     A client batch equal to one of its producer's last 5 (epoch and sequence range) is a duplicate: the caller
     returns its original offsets and writes nothing."""
@@ -347,7 +354,7 @@ def analyze(psm: ProducerStateManager, batches, origin: str) -> AppendAnalysis:
     return AppendAnalysis(updated, completed, None)
 
 
-def apply(psm: ProducerStateManager, analysis: AppendAnalysis, segment, last_offset: int) -> None:
+def apply(psm: ProducerStateManager, analysis: AppendAnalysis, segment: LogSegment, last_offset: int) -> None:
     """After the append is written to ``segment``: update the state, index the aborted transactions it
     completed (with the LSO of that moment), and move the map end past it."""
     for info in analysis.updated.values():

@@ -15,7 +15,10 @@ from collections.abc import Iterator
 
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageIOError
 from storage_engine.log.local_log import LocalLog
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import RecordBatch
 from storage_engine.record.records import Record
+from storage_engine.segment.checked_read import FetchData
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
 
@@ -25,7 +28,7 @@ READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
-def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool):
+def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool) -> FetchData | None:
     """Whole, checked batches from the one holding ``start_offset``; None at the log end."""
     log.unpark_for_read()
     attempt = 0
@@ -59,7 +62,7 @@ def _upper_bound(log: LocalLog, segments: list[LogSegment], i: int) -> int:
     return segments[i + 1].base_offset if i + 1 < len(segments) else log.log_end_offset
 
 
-def _read_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool):
+def _read_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool) -> FetchData | None:
     _check_range(log, start_offset)
     if start_offset == log.log_end_offset:
         return None
@@ -125,7 +128,7 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
             _check_range(log, offset)
 
 
-def _checked_batches(log: LocalLog, offset: int):
+def _checked_batches(log: LocalLog, offset: int) -> Iterator[RecordBatch | LegacyBatch]:
     """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
     segments = log.segment_list.from_offset(offset)
     for i, seg in enumerate(segments):
@@ -147,7 +150,7 @@ def aborted_transactions(log: LocalLog, start_offset: int, upper_bound_offset: i
     return out
 
 
-def offset_for_timestamp(log: LocalLog, timestamp: int):
+def offset_for_timestamp(log: LocalLog, timestamp: int) -> tuple[int, int] | None:
     """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
     for seg in log.segment_list:
         if seg.largest_timestamp() < timestamp and seg is not log.active_segment:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
@@ -96,7 +96,8 @@ def _listing(dir_path: str) -> list[str]:
         raise StorageIOError("cannot list partition folder", dir_path, exc) from exc
 
 
-def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool, remove=None,
+def open_segments(dir_path: str, cfg: LogConfig, now_ms: int, *, repair: bool,
+                  remove: Callable[[str], None] | None = None,
                   listing: list[str] | None = None) -> tuple[list[LogSegment], list[LogSegment]]:
     """(segments, segments needing recovery) of a partition folder (whose names are ``listing``, if the caller
     just listed it). ``remove(path)`` deletes a file during a repairing load (index files without a ``.log``);

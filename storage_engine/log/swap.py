@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from storage_engine import crashpoints, layout
@@ -100,7 +101,7 @@ class Plan:
         if self.actions:
             fsync_dir(dir_path)
 
-    def effective_names(self, names) -> dict[str, str]:
+    def effective_names(self, names: Iterable[str]) -> dict[str, str]:
         """{name after the plan: name now} for a folder holding ``names`` (what ``verify`` inspects)."""
         out = {n: n for n in names}
         for action in self.actions:

@@ -6,7 +6,9 @@ segment leaves a log one way only: :meth:`~storage_engine.log.local_log.LocalLog
 Each runs under the partition lock and bumps the generation before its first rename, so a process that meets
 the change half done (this one died) reloads instead of trusting a segment list or a log start offset derived
 from it. A log start offset only moves forward here through retention or ``delete-records``; truncation may
-only lower it to the new log end.
+only lower it to the new log end. The partition's leader epoch cache (``leader-epoch-checkpoint``) follows, after
+the log as in Kafka: its end is truncated with the log end, its start with the log start offset, and a full
+truncation clears it.
 
 :class:`storage_engine.log.log.Log` exposes these as its methods; the functions take its
 :class:`~storage_engine.log.local_log.LocalLog` and use only its public steps.
@@ -30,6 +32,9 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
     now = log.clock.milliseconds()
     with log.locked():
         if offset >= log.log_end_offset:
+            # Kafka truncates the epoch cache's end even so: an epoch assigned at the log end whose batch was
+            # never written (its writer died) goes.
+            log.leader_epochs.sync(log.view.generation).truncate_from_end(log.log_end_offset)
             return False
         if log.segment_list[0].base_offset > offset:
             truncate_fully_locked(log, offset, now)
@@ -46,6 +51,8 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         log.view.known_active_size = log.active_segment.size
         log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
         log.recovery_point = min(log.recovery_point, log.log_end_offset)
+        # After the log (Kafka's order): a crash in between leaves entries past the end, which a load drops.
+        log.leader_epochs.sync(log.view.generation).truncate_from_end(log.log_end_offset)
         producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
                        exclusive=True)
         log.publish(bump=True)
@@ -83,6 +90,7 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
     log.log_start_offset = offset
     log.log_end_offset = offset
     log.recovery_point = offset
+    log.leader_epochs.clear()   # Kafka's clearAndFlush: 0\n0\n
     log.view.known_active_size = log.active_segment.size
     log.publish(bump=True)
 
@@ -131,6 +139,8 @@ def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) 
         raise
     crashpoints.reached("retention.renamed")
     fsync_dir(log.dir)
+    if log.log_start_offset > before:   # Kafka's maybeIncrementLogStartOffset: the epoch cache follows the start
+        log.leader_epochs.sync(log.view.generation).truncate_from_start(log.log_start_offset)
     log.publish(bump=True)
     return segments
 
@@ -146,4 +156,5 @@ def delete_records(log: LocalLog, offset: int) -> int:
         if target > log.log_start_offset:
             log.log_start_offset = target
             log.publish(bump=True)
+            log.leader_epochs.sync(log.view.generation).truncate_from_start(target)
         return log.log_start_offset

@@ -18,7 +18,8 @@ a file or takes a lock; the producer-state checks come after, under the lock
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from storage_engine.config import LogConfig
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, RecordTooLargeError
@@ -26,7 +27,7 @@ from storage_engine.record import codecs
 from storage_engine.record.record_batch import (BATCH_HEADER, CRC_OFFSET, LOG_APPEND_TIME, MAGIC_V2,
                                                 TIMESTAMP_TYPE_MASK, RecordBatch, build_batch, set_base_offset,
                                                 set_partition_leader_epoch)
-from storage_engine.record.records import SimpleRecord
+from storage_engine.record.records import Record, SimpleRecord
 from storage_engine.segment.file_records import iter_batches
 
 
@@ -43,7 +44,7 @@ def check_records(topic: str, config: LogConfig, records: Sequence[SimpleRecord]
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-def normalize_records(records, now_ms: int) -> list[SimpleRecord]:
+def normalize_records(records: Iterable[SimpleRecord | tuple[Any, ...]], now_ms: int) -> list[SimpleRecord]:
     """``SimpleRecord``s with a timestamp (``now_ms`` where it is -1); a field of the wrong type is an
     InvalidRecordError naming the record and the field, never a TypeError from deep in the encoder."""
     recs = []
@@ -86,7 +87,7 @@ def effective_codec(config: LogConfig, requested: int) -> int:
     return codecs.CODEC_IDS[ctype]
 
 
-def check_keys(topic: str, config: LogConfig, recs) -> None:
+def check_keys(topic: str, config: LogConfig, recs: Iterable[SimpleRecord | Record]) -> None:
     if config.compact:
         for i, r in enumerate(recs):
             if r.key is None:

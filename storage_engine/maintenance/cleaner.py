@@ -25,6 +25,13 @@
    abandoned.
 5. Only when every swap is durable, the cleaner-offset checkpoint moves to the end offset.
 
+Every read is a checked read (:func:`_checked`, the engine's :meth:`LogSegment.checked_batches`): steps 1 and 3
+verify each batch's framing, offset order and CRC (once per phase, over the bytes already read) before its records
+are mapped, filtered or copied, the compiled kernels and the copy-whole-batch paths included. Damage fails the
+round with a :class:`CorruptRecordError` naming the partition, the phase, the file, the byte position and the
+batch's offsets: the group's ``.cleaned`` file is removed, nothing of the damaged group is swapped or deleted and
+the checkpoint does not move (the jobs then mark the partition uncleanable with that reason).
+
 Transactions (:mod:`storage_engine.maintenance.txn_cleaning`, Kafka's rules): the key map skips aborted data and
 control batches; the copy removes aborted records at once, keeps a transaction's marker until no data of it
 remains and then until its delete horizon, rewrites each cleaned segment's ``.txnindex`` with the aborted
@@ -36,22 +43,26 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from storage_engine.maintenance import cleaner_manager, record_filter
 from storage_engine import layout
 from storage_engine.maintenance.cleaner_manager import LogToClean
 from storage_engine.config import CleanerConfig
-from storage_engine.errors import StorageError
+from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.log.log import Log
-from storage_engine.maintenance.offset_map import InProcessOffsetMap
+from storage_engine.maintenance.offset_map import InProcessOffsetMap, SortedHashOffsetMap
 from storage_engine.maintenance.txn_cleaning import DELETE, RETAIN_EMPTY, CleanedTransactionMetadata, batch_retention
-from storage_engine.record.record_batch import build_batch, build_empty_batch
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import RecordBatch, build_batch, build_empty_batch
 from storage_engine.segment.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 MB = 1024 * 1024
+# A key map the filter reads: built in process by a round, or loaded from a prebuilt file (Spark).
+OffsetMap = InProcessOffsetMap | SortedHashOffsetMap
 
 
 @dataclass
@@ -129,39 +140,62 @@ def _overlapping(segments: list[LogSegment], start: int, end: int) -> list[tuple
     return out
 
 
-def build_offset_map(log: Log, start: int, end: int, offset_map, stats: CleanerStats) -> bool:
+def build_offset_map(log: Log, start: int, end: int, offset_map: InProcessOffsetMap, stats: CleanerStats) -> bool:
     """Fill ``offset_map`` with the latest offset per key in [start, end), skipping aborted transactions and
-    control batches. Returns True if it filled up."""
+    control batches. Returns True if it filled up. Every batch read is checked first (:func:`_checked`); damage
+    raises a :class:`CorruptRecordError` naming the partition, file, byte position and offsets."""
     offset_map.clear()
     txn = CleanedTransactionMetadata()
     txn.add_aborted_transactions(log.aborted_transactions(start, end))
     for seg, nxt in _overlapping(log.segments, start, end):
-        if _map_segment(seg, offset_map, start, end, stats, txn):
+        if _map_segment(log, seg, nxt, offset_map, start, end, stats, txn):
             return True
         offset_map.update_latest_offset(min(nxt, end) - 1)  # skip offset gaps (KAFKA-8764)
     return False
 
 
-def _batches_from(seg: LogSegment, offset: int):
-    """Batches of a sealed segment from the one holding ``offset``, read strictly: a segment that ends inside a
-    batch is corrupt (Kafka: "batch size > bytes left in segment"), not a torn tail to skip silently."""
-    _, pos = seg.offset_index.lookup(offset)
-    for batch in seg.batches(pos, strict=True):
-        if batch.last_offset >= offset:
-            yield batch
+def _checked(log: Log, seg: LogSegment, start: int, upper_bound: int | None,
+             phase: str) -> Iterator[RecordBatch | LegacyBatch]:
+    """The batches of ``seg`` from the one holding offset ``start``, each checked before it is handed out: the
+    engine's checked read (:meth:`LogSegment.checked_batches`: framing read strictly, so a segment that ends
+    inside a batch is corrupt, not a torn tail; offsets rising within the segment and below ``upper_bound``, the
+    next segment's base; the CRC of each batch over the bytes already read, CRC-32C for magic 2, CRC-32 for
+    legacy). Damage raises the same error class, its message naming the partition, the phase, the segment and
+    the damaged batch's declared offsets, with the file and byte position of the original."""
+    try:
+        yield from seg.checked_batches(start, upper_bound)
+    except CorruptRecordError as exc:
+        offsets = _declared_offsets(seg, exc.position)
+        raise type(exc)(f"cannot clean {log.name} ({phase}): damaged batch in segment {seg.base_offset}"
+                        f"{offsets}: {exc.reason}; nothing of the partition was changed past it",
+                        exc.path, exc.position) from exc
 
 
-def _map_segment(seg: LogSegment, offset_map, start: int, end: int, stats: CleanerStats,
-                 txn: CleanedTransactionMetadata) -> bool:
-    for batch in _batches_from(seg, start):
+def _declared_offsets(seg: LogSegment, position: int | None) -> str:
+    """", declaring offsets [first, last]" of the entry at ``position`` (its header only; "" if unreadable)."""
+    if position is None:
+        return ""
+    try:
+        batch = seg.log.batch_at(position)
+        if batch is None:
+            return ""
+        first = batch.base_offset if batch.magic >= 2 else batch.last_offset
+        return f", declaring offsets [{first}, {batch.last_offset}]"
+    except (StorageError, ValueError):
+        return ""
+
+
+def _map_segment(log: Log, seg: LogSegment, nxt: int, offset_map: InProcessOffsetMap, start: int, end: int,
+                 stats: CleanerStats, txn: CleanedTransactionMetadata) -> bool:
+    upper = nxt if nxt < 2**63 - 1 else None
+    for batch in _checked(log, seg, start, upper, "key-map phase"):
         if batch.base_offset >= end:
             break
         stats.map_bytes_read += batch.size_in_bytes
-        if batch.is_control:
-            txn.on_control_batch_read(batch)
-            stats.map_messages_read += 1
-        elif txn.on_batch_read(batch):
+        if txn.is_aborted_data(batch):
             stats.map_messages_read += batch.records_count   # aborted: not mapped
+        elif batch.is_control:
+            stats.map_messages_read += 1
         else:
             read, full = record_filter.map_batch(batch, offset_map, start, end)
             stats.map_messages_read += read
@@ -211,9 +245,16 @@ class Cleaner:
         memory = min(self.config.dedupe_buffer_size // max(1, self.config.threads), INT32_MAX)
         return InProcessOffsetMap(memory, self.config.io_buffer_load_factor)
 
-    def clean(self, ltc: LogToClean, now_ms: int, offset_map=None, *, dry_run: bool = False) -> CleanResult:
+    def clean(self, ltc: LogToClean[Log], now_ms: int, offset_map: OffsetMap | None = None, *,
+              dry_run: bool = False) -> CleanResult:
         """One round. ``offset_map`` (already built, e.g. by Spark) replaces the in-process map. ``dry_run``
-        computes the same statistics (what would be removed) without writing anything."""
+        computes the same statistics (what would be removed) without writing anything. The log stays pinned
+        for the round: a segment another thread removes meanwhile stays readable (it is closed afterwards)."""
+        with ltc.log.pinned():
+            return self._clean_pinned(ltc, now_ms, offset_map, dry_run=dry_run)
+
+    def _clean_pinned(self, ltc: LogToClean[Log], now_ms: int, offset_map: OffsetMap | None, *,
+                      dry_run: bool) -> CleanResult:
         log = ltc.log
         stats = CleanerStats()
         # Resolve a swap a dead cleaner left (the view reloads under the lock) before writing any .cleaned file.
@@ -253,18 +294,19 @@ class Cleaner:
             wrote = True
         return CleanResult(end_offset, stats, len(groups), abandoned, wrote)
 
-    def _filter_group(self, group, offset_map, now_ms, legacy_horizon, delete_retention_ms, upper_bound,
-                      stats, policy) -> None:
+    def _filter_group(self, group: list[LogSegment], offset_map: OffsetMap, now_ms: int, legacy_horizon: int,
+                      delete_retention_ms: int, upper_bound: int, stats: CleanerStats, policy: _TxnPolicy) -> None:
         for seg in group:
             retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
             policy.enter_segment(seg)
-            for batch in seg.batches(strict=True):
+            for batch in _checked(policy.log, seg, seg.base_offset, policy.log.segment_list.base_after(seg),
+                                  "clean phase"):
                 out = self._filter_batch(batch, offset_map, now_ms, delete_retention_ms, retain_legacy_deletes,
                                          upper_bound, stats, policy)
                 if out is not None:
                     stats.bytes_written += len(out[0])
 
-    def _clean_group(self, log: Log, group: list[LogSegment], identities: dict, offset_map, now_ms: int,
+    def _clean_group(self, log: Log, group: list[LogSegment], identities: dict, offset_map: OffsetMap, now_ms: int,
                      legacy_horizon: int, upper_bound: int, stats: CleanerStats, policy: "_TxnPolicy") -> bool:
         # The previous group's swap may have reloaded the view (another process rolled or deleted a segment
         # meanwhile), closing the segment objects this round started with: work on the current ones, and
@@ -292,7 +334,9 @@ class Cleaner:
             for seg in group:
                 retain_legacy_deletes = seg.mtime_ms() > legacy_horizon
                 policy.enter_segment(seg)
-                for batch in seg.batches(strict=True):
+                # Checked before anything of it is copied: damage fails the round here, the .cleaned file is
+                # removed below and nothing is swapped, deleted or checkpointed.
+                for batch in _checked(log, seg, seg.base_offset, log.segment_list.base_after(seg), "clean phase"):
                     out = self._filter_batch(batch, offset_map, now_ms, cfg.delete_retention_ms,
                                              retain_legacy_deletes, upper_bound, stats, policy)
                     if seg is tail:
@@ -323,8 +367,8 @@ class Cleaner:
         # is then deleted: no empty segment is left behind (unlike Kafka, KAFKA-9157).
         return log.replace_segments(cleaned, group, identity, now_ms, delete_after=all_removed)
 
-    def _filter_batch(self, batch, offset_map, now_ms: int, delete_retention_ms: int,
-                      retain_legacy_deletes: bool, upper_bound: int, stats: CleanerStats,
+    def _filter_batch(self, batch: RecordBatch | LegacyBatch, offset_map: OffsetMap, now_ms: int,
+                      delete_retention_ms: int, retain_legacy_deletes: bool, upper_bound: int, stats: CleanerStats,
                       policy: "_TxnPolicy") -> tuple[bytes | memoryview, int] | None:
         """What of ``batch`` survives: (bytes, max timestamp) or None. The batch-level decision comes first
         (transactions, the producers' last batches, the round's last batch); then its records are filtered."""
@@ -338,7 +382,7 @@ class Cleaner:
             # not DELETE, so RETAIN_EMPTY: an aborted batch or an expired marker that must stay (a producer's last,
             # or the round's last) stays empty; only transactional and control batches (magic 2) get here
             stats.messages_read += batch.records_count
-            return build_empty_batch(batch), batch.max_timestamp
+            return build_empty_batch(batch), batch.max_timestamp   # type: ignore[arg-type]  # magic 2
         if batch.is_control:
             recs = batch.records()
             if not recs:  # an empty control batch left by an earlier round
@@ -369,10 +413,10 @@ class _TxnPolicy:
         self.txn.add_aborted_transactions(self.log.aborted_transactions(seg.base_offset, upper))
 
 
-def _empty_batch_like(batch) -> bytes:
+def _empty_batch_like(batch: RecordBatch | LegacyBatch) -> bytes:
     """A batch without records spanning ``batch``'s offsets (a legacy message has no empty form: v2 header)."""
     if batch.magic >= 2:
-        return build_empty_batch(batch)
+        return build_empty_batch(batch)   # type: ignore[arg-type]  # magic 2: a RecordBatch
     return build_batch([], base_offset=batch.base_offset, last_offset=batch.last_offset)
 
 

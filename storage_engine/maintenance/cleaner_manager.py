@@ -3,7 +3,9 @@
 State kept per log dir, in Kafka's files where Kafka has one:
 
 * ``cleaner-offset-checkpoint`` (Kafka's text format): the first dirty offset of each compacted partition,
-  i.e. where the last cleaning ended. An entry outside [log start, log end] is reset to the log start.
+  i.e. where the last cleaning ended. An entry outside [log start, log end] is reset to the log start. A file
+  that does not parse is ignored as Kafka ignores it (warned about once; every partition of the dir is cleaned
+  from its log start) and replaced by the next update of the file or the next selection that may write.
 * ``.engine+cleaning+<topic>-<partition>`` (flock, :class:`storage_engine.log.locks.CleaningClaim`): the
   cross-process "in progress" claim. Whoever holds it cleans (or runs retention on) the partition; a second run
   skips it and says so.
@@ -20,31 +22,67 @@ cleanable bytes / (clean + cleanable bytes); a log is eligible if the ratio is s
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from storage_engine import layout
+from storage_engine.config import LogConfig
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.durable import atomic_write
+from storage_engine.durable import atomic_write, read_regular_file
+from storage_engine.errors import CorruptCheckpointError, UnsafeFileError
 from storage_engine.log.locks import CleaningClaim, FileLock
 from storage_engine.log.log import Log
+from storage_engine.segment.segment import LogSegment
 
 _LONG_MAX = 2**63 - 1   # Long.MAX_VALUE: max.compaction.lag.ms "never", and the end of the last segment
+_MAX_UNCLEANABLE_BYTES = 16 * 1024 * 1024   # a reason per partition; larger (or no regular file) is not ours
+logger = logging.getLogger(__name__)
 
 
 # -- cleaner checkpoint ----------------------------------------------------------------------------------------
 
-def read_cleaner_checkpoints(log_dir: str) -> dict:
-    entries, _err = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT)).read_or_empty()
+# (file, reason) of the corrupt cleaner checkpoints this process has warned about: each is reported once.
+_WARNED_CORRUPT: set[tuple[str, str]] = set()
+
+
+def _read_checkpoint_file(f: OffsetCheckpointFile) -> tuple[dict, str | None]:
+    """``(entries, None)``, or ``({}, reason)`` for a corrupt file. Kafka's ``LogCleanerManager`` logs a
+    cleaner checkpoint it cannot read and cleans as if it were empty (``allCleanerCheckpoints``); the cleaner
+    checkpoint is derived state (where the last cleaning ended: without it a partition is cleaned again from its
+    log start), so a corrupt one loses nothing stored. Warned about once per file and reason in a process."""
+    try:
+        return f.read(), None
+    except CorruptCheckpointError as exc:
+        key = (f.path, str(exc))
+        if key not in _WARNED_CORRUPT:
+            _WARNED_CORRUPT.add(key)
+            logger.warning("Ignoring corrupt cleaner checkpoint %s: cleaning as if it were empty until the next "
+                           "update replaces it: %s", f.path, exc)
+        return {}, str(exc)
+
+
+def read_cleaner_checkpoints(log_dir: str, *, replace_corrupt: bool = False) -> dict:
+    """The dir's cleaner checkpoint entries ({} for a missing or corrupt file). ``replace_corrupt``: a corrupt file
+    is replaced at once (by one without entries; Kafka's selection force-writes a checkpoint it finds invalid)."""
+    f = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT))
+    entries, err = _read_checkpoint_file(f)
+    if err is not None and replace_corrupt:
+        with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
+            entries, err = _read_checkpoint_file(f)     # another process may have replaced it meanwhile
+            if err is not None:
+                f.write({})
+                logger.warning("Replaced corrupt cleaner checkpoint %s by one without entries", f.path)
     return entries
 
 
 def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | None) -> None:
     """Set (or with None remove) one partition's entry, keeping the others; entries of partitions whose
-    folder is gone are dropped, as Kafka does on every update."""
+    folder is gone are dropped, as Kafka does on every update. A corrupt file counts as empty and is replaced."""
     with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         f = OffsetCheckpointFile(os.path.join(log_dir, layout.CLEANER_OFFSET_CHECKPOINT))
-        entries, _err = f.read_or_empty()
+        entries, _err = _read_checkpoint_file(f)
         listing = layout.scan_log_dir(log_dir)      # partitions and the copies being made for moves
         present = {tp for _n, tp in listing.partitions} | {tp for _n, tp in listing.futures}
         entries = {k: v for k, v in entries.items() if k in present}
@@ -75,10 +113,11 @@ def is_claimed(log: Log) -> bool:
 def read_uncleanable(log_dir: str) -> dict:
     path = os.path.join(log_dir, layout.UNCLEANABLE_FILE)
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read() or b"{}")
+        data = json.loads(read_regular_file(path, _MAX_UNCLEANABLE_BYTES) or b"{}")
     except FileNotFoundError:
         return {}
+    except UnsafeFileError as exc:
+        return {"<unreadable>": {"reason": f"{path} is {exc.reason}; fix or delete it"}}
     except (ValueError, OSError):
         data = None
     if not isinstance(data, dict):
@@ -110,9 +149,38 @@ def clear_uncleanable(log_dir: str, name: str | None = None) -> list[str]:
 
 # -- what is cleanable -----------------------------------------------------------------------------------------
 
+class CleanableView(Protocol):
+    """What the cleanable-section rules read of a log: a :class:`Log`, or a read-only snapshot of its files
+    (:class:`storage_engine.inspection.status.LogSnapshot`)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def config(self) -> LogConfig: ...
+
+    @property
+    def segments(self) -> list[LogSegment]: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+
+_View = TypeVar("_View", bound=CleanableView)
+
+
 @dataclass
-class LogToClean:
-    log: Log
+class LogToClean(Generic[_View]):
+    log: _View
     first_dirty_offset: int
     first_uncleanable_offset: int
     clean_bytes: int
@@ -140,7 +208,7 @@ class LogToClean:
                 "checkpoint_reset": self.checkpoint_reset}
 
 
-def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
+def cleanable_offsets(log: CleanableView, checkpoint: int | None, now_ms: int,
                       upper_time_bound_ms: int | None = None) -> tuple[int, int, bool, bool, int]:
     """(first dirty, first uncleanable, need compaction now, checkpoint reset, max delay) - Kafka's rules."""
     cfg = log.config
@@ -177,12 +245,13 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int,
     return first_dirty, first_uncleanable, need_now, reset, max(0, max_delay)
 
 
-def _next_base(segments, seg) -> int:
+def _next_base(segments: list[LogSegment], seg: LogSegment) -> int:
     i = segments.index(seg)
     return segments[i + 1].base_offset if i + 1 < len(segments) else _LONG_MAX
 
 
-def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound_ms: int | None = None) -> LogToClean:
+def log_to_clean(log: _View, checkpoint: int | None, now_ms: int,
+                 upper_time_bound_ms: int | None = None) -> LogToClean[_View]:
     first_dirty, first_uncleanable, need_now, reset, delay = cleanable_offsets(log, checkpoint, now_ms,
                                                                                upper_time_bound_ms)
     segments = log.segments
@@ -202,7 +271,7 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int, upper_time_bound
                       delay)
 
 
-def is_eligible(ltc: LogToClean) -> bool:
+def is_eligible(ltc: LogToClean[_View]) -> bool:
     """Kafka's rule: dirty ratio strictly above ``min.cleanable.dirty.ratio``, or forced by
     ``max.compaction.lag.ms`` with something to clean."""
     return ltc.total_bytes > 0 and ((ltc.need_compaction_now and ltc.cleanable_bytes > 0) or
@@ -220,7 +289,7 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
         if not log.config.compact:
             continue
         if log.log_dir not in checkpoints:
-            checkpoints[log.log_dir] = read_cleaner_checkpoints(log.log_dir)
+            checkpoints[log.log_dir] = read_cleaner_checkpoints(log.log_dir, replace_corrupt=write_resets)
             uncleanable[log.log_dir] = read_uncleanable(log.log_dir)
         bad = uncleanable[log.log_dir].get(log.name) or uncleanable[log.log_dir].get("<unreadable>")
         if bad:

@@ -22,11 +22,22 @@ from __future__ import annotations
 
 import mmap
 import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from xxhash import xxh3_128_intdigest
 
 from storage_engine.errors import StorageError
-from storage_engine.record import records as _records
+from storage_engine.record import kernels as _kernels
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow
+
+    # The offsets column of a sorted map: absolute int64, or uint32 relative to a base offset.
+    OffsetColumn = npt.NDArray[np.int64] | npt.NDArray[np.uint32]
 
 BYTES_PER_ENTRY = 24
 _MASK64 = (1 << 64) - 1
@@ -38,7 +49,7 @@ def _check_offset(offset: int) -> None:
         raise ValueError(f"offset {offset} cannot be stored in a key map")
 
 
-def _py_table_put(table, slots: int, entries: int, hi: int, lo: int, offset: int) -> int:
+def _py_table_put(table: memoryview, slots: int, entries: int, hi: int, lo: int, offset: int) -> int:
     """Put (hash, offset) into ``table`` (a native int64 view of the slots): 1 new, 0 updated, -1 full."""
     _check_offset(offset)
     i = ((hi & _MASK64) * slots) >> 64
@@ -77,7 +88,7 @@ def _py_table_put(table, slots: int, entries: int, hi: int, lo: int, offset: int
         dist += 1
 
 
-def _py_table_get(table, slots: int, hi: int, lo: int) -> int:
+def _py_table_get(table: memoryview, slots: int, hi: int, lo: int) -> int:
     """The offset stored for (hi, lo), or -1."""
     i = ((hi & _MASK64) * slots) >> 64
     dist = 0
@@ -146,7 +157,7 @@ class InProcessOffsetMap:
         self.put_hash(*key_hash(key), offset)
 
     def put_hash(self, hi: int, lo: int, offset: int) -> None:
-        kernels = _records.KERNELS
+        kernels = _kernels.KERNELS
         put = kernels.table_put if kernels is not None else _py_table_put
         added = put(self.table, self.slots, self.entries, hi, lo, offset)
         if added < 0:
@@ -158,7 +169,7 @@ class InProcessOffsetMap:
         return self.get_hash(*key_hash(key))
 
     def get_hash(self, hi: int, lo: int) -> int:
-        kernels = _records.KERNELS
+        kernels = _kernels.KERNELS
         get = kernels.table_get if kernels is not None else _py_table_get
         return get(self.table, self.slots, hi, lo)
 
@@ -193,8 +204,9 @@ class SortedHashOffsetMap:
     The directory also holds ``keymap.json`` (written by the Spark job): the offset range it covers. The map
     covers all of it, so :attr:`latest_offset` = end offset - 1 (no partial rounds)."""
 
-    def __init__(self, hi, lo, offsets, start_offset: int, end_offset: int, manifest: dict | None = None, *,
-                 offset_base: int | None = None):
+    def __init__(self, hi: npt.NDArray[np.int64], lo: npt.NDArray[np.int64], offsets: OffsetColumn,
+                 start_offset: int, end_offset: int, manifest: dict | None = None, *,
+                 offset_base: int | None = None) -> None:
         """``offsets``: each key's absolute offset (int64), or, with ``offset_base``, uint32 offsets relative to it
         (what :meth:`load` builds)."""
         if not _is_sorted(hi, lo):
@@ -225,7 +237,7 @@ class SortedHashOffsetMap:
     def nbytes(self) -> int:
         return self._hi.nbytes + self._lo.nbytes + self._off.nbytes
 
-    def offsets(self):
+    def offsets(self) -> npt.NDArray[np.int64]:
         """Each key's offset (int64), in the order of the hashes."""
         import numpy as np
         return self._off.astype(np.int64) + self._base
@@ -235,7 +247,7 @@ class SortedHashOffsetMap:
         """What the compiled cleaner probes: (1, hi, lo, offsets, bucket starts, bits), or with uint32 offsets
         (2, hi, lo, offsets, bucket starts, bits, base); None without the kernels or when a subclass answers get()
         itself."""
-        kernels = _records.KERNELS
+        kernels = _kernels.KERNELS
         if kernels is None or type(self).get is not SortedHashOffsetMap.get:
             return None
         if self._index is None:
@@ -310,7 +322,7 @@ class SortedHashOffsetMap:
         return cls(hi, lo, off, start, end, manifest, offset_base=start if narrow else 0)
 
     def get(self, key: bytes) -> int:
-        kernels, spec = _records.KERNELS, self.kernel_spec
+        kernels, spec = _kernels.KERNELS, self.kernel_spec
         if kernels is None or spec is None:
             return self._get_python(key)
         return int.from_bytes(kernels.lookup_keys(spec, (key,)), sys.byteorder, signed=True)
@@ -327,9 +339,9 @@ class SortedHashOffsetMap:
             i += 1
         return -1
 
-    def get_many(self, keys) -> list[int]:
+    def get_many(self, keys: Sequence[bytes]) -> list[int]:
         """``[get(k) for k in keys]``, probed in one call when the compiled kernels are loaded."""
-        kernels, spec = _records.KERNELS, self.kernel_spec
+        kernels, spec = _kernels.KERNELS, self.kernel_spec
         if kernels is None or spec is None:
             return [self._get_python(k) for k in keys]
         import numpy as np
@@ -345,7 +357,7 @@ class SortedHashOffsetMap:
 _U32_SPAN = 1 << 32
 
 
-def _int64_values(chunk, path: str, name: str, pa):
+def _int64_values(chunk: pyarrow.Array, path: str, name: str, pa: ModuleType) -> npt.NDArray[np.int64]:
     """One Arrow array of int64 (no nulls; other integer types are cast) as a numpy view of its buffer."""
     import numpy as np
     if chunk.null_count:
@@ -355,7 +367,7 @@ def _int64_values(chunk, path: str, name: str, pa):
     return np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
 
 
-def _check_offsets(values, start: int, end: int, path: str) -> None:
+def _check_offsets(values: npt.NDArray[np.int64], start: int, end: int, path: str) -> None:
     """Every offset of a key map lies in the range its manifest says it covers, [start, end)."""
     if len(values):
         low, high = int(values.min()), int(values.max())
@@ -364,7 +376,7 @@ def _check_offsets(values, start: int, end: int, path: str) -> None:
             raise StorageError(f"key map file {path}: offset {bad} is outside the map's range [{start}, {end})")
 
 
-def _narrow(offsets) -> tuple:
+def _narrow(offsets: OffsetColumn) -> tuple[OffsetColumn, int]:
     """Absolute int64 offsets as (uint32 offsets relative to their minimum, that minimum) when they span less than
     2**32, else unchanged with base 0."""
     import numpy as np
@@ -380,10 +392,10 @@ def _narrow(offsets) -> tuple:
     return out, base
 
 
-def _is_sorted(hi, lo, chunk: int = 1 << 22) -> bool:
+def _is_sorted(hi: npt.NDArray[np.int64], lo: npt.NDArray[np.int64], chunk: int = 1 << 22) -> bool:
     """Whether (hi, lo) is strictly increasing: by the compiled kernels (no temporaries), or checked in chunks (a
     few MiB of temporaries at most, which the C allocator may keep)."""
-    kernels = _records.KERNELS
+    kernels = _kernels.KERNELS
     if kernels is not None and len(hi) == len(lo) and all(
             getattr(a, "dtype", None) == "int64" and a.flags.c_contiguous for a in (hi, lo)):
         return kernels.sorted_check_and_index(hi, lo, 0) is not None

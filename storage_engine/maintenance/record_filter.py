@@ -5,10 +5,11 @@ which records of a batch survive (Kafka's ``Cleaner.buildOffsetMapForSegment`` i
 Which batches get here at all, and whether one left without records stays as an empty batch, is the cleaner's
 batch-level decision (:func:`.txn_cleaning.batch_retention`); this module only looks at records. Each function has two implementations:
 
-* the compiled kernels (``records.KERNELS``: ``map_batch`` and ``filter_batch`` of
+* the compiled kernels (:data:`storage_engine.record.kernels.KERNELS`: ``map_batch`` and ``filter_batch`` of
   ``storage_engine/record/_keymap.c`` and ``_clean.c``), used for magic-2 batches when the map exposes a
   ``kernel_spec`` (the in-process map and the Spark-built sorted map; not a subclass that answers ``get``
-  itself): decode, hash, probe or fill the map, decide and re-encode the retained records in C, a batch per call;
+  itself): read the batch header, decode, hash, probe or fill the map, decide and re-encode the retained records
+  in C, a batch per call (handed over as :func:`kernel_batch`);
 * the Python twin below, used for everything else (legacy batches, other maps, ``STORAGE_ENGINE_PURE_PYTHON=1``)
   and for any batch the kernels hand back (a records section the decoder rejects, a rebuild ``build_batch``
   would refuse): it decodes with ``RecordBatch.records()`` and raises the exact error the engine always raised.
@@ -18,19 +19,25 @@ under both (``tests/storage_engine/maintenance/conftest.py``) and ``test_record_
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence, cast
+
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
-from storage_engine.record import codecs, legacy_records, records
-from storage_engine.record.record_batch import (BATCH_OVERHEAD, LOG_APPEND_TIME, LOG_OVERHEAD, _finish_batch,
-                                                build_batch, build_empty_batch)
-from storage_engine.record.records import SimpleRecord
+from storage_engine.record import codecs, legacy_records
+from storage_engine.record import kernels as _kernels
+from storage_engine.record.record_batch import (COMPRESSION_CODEC_MASK, LOG_APPEND_TIME, BatchBuffer, RecordBatch,
+                                                build_batch, build_empty_batch, finish_batch)
+from storage_engine.record.records import Record, SimpleRecord
+
+if TYPE_CHECKING:
+    from storage_engine.maintenance.cleaner import CleanerStats, OffsetMap
+    from storage_engine.record.legacy_records import LegacyBatch
 
 
-def records_section(batch) -> tuple[object, int, int]:
-    """(buffer, start, end) of a magic-2 batch's records, decompressed if need be."""
-    if batch.compression == codecs.NONE:
-        return batch.buf, batch.pos + BATCH_OVERHEAD, batch.pos + LOG_OVERHEAD + batch.length
-    payload = batch.records_payload()
-    return payload, 0, len(payload)
+def kernel_batch(batch: RecordBatch) -> tuple[BatchBuffer, int, bytes | None]:
+    """A magic-2 batch as the compiled kernels take it: (buffer, position of its header, records). The kernels read
+    the header themselves; ``records`` is None when the records section lies in place after the header
+    (uncompressed), else the decompressed section."""
+    return batch.buf, batch.pos, batch.records_payload() if batch.attributes & COMPRESSION_CODEC_MASK else None
 
 
 def new_delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
@@ -41,14 +48,14 @@ def new_delete_horizon(now_ms: int, delete_retention_ms: int) -> int:
 
 # -- filling the map -------------------------------------------------------------------------------------------
 
-def map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
+def map_batch(batch: RecordBatch | LegacyBatch, offset_map: InProcessOffsetMap, start: int,
+              end: int) -> tuple[int, bool]:
     """Put every keyed record of a (non-control) batch with ``start <= offset < end`` into ``offset_map``, in order,
     until it holds ``max_entries`` keys. Returns (records read, whether the map filled up)."""
-    kernels = records.KERNELS
+    kernels = _kernels.KERNELS
     if kernels is not None and batch.magic >= 2 and type(offset_map).put is InProcessOffsetMap.put:
-        buf, lo, hi = records_section(batch)
-        done = kernels.map_batch(offset_map.table, offset_map.slots, offset_map.entries, offset_map.max_entries, buf,
-                                 lo, hi, batch.records_count, batch.base_offset, start, end)
+        done = kernels.map_batch(offset_map.table, offset_map.slots, offset_map.entries, offset_map.max_entries,
+                                 kernel_batch(cast(RecordBatch, batch)), start, end)
         if done is not None:
             read, offset_map.entries, latest, full = done
             if latest >= 0:
@@ -57,7 +64,8 @@ def map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
     return _py_map_batch(batch, offset_map, start, end)
 
 
-def _py_map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
+def _py_map_batch(batch: RecordBatch | LegacyBatch, offset_map: InProcessOffsetMap, start: int,
+                  end: int) -> tuple[int, bool]:
     recs = batch.records()
     max_entries = offset_map.max_entries
     put = offset_map.put
@@ -71,8 +79,9 @@ def _py_map_batch(batch, offset_map, start: int, end: int) -> tuple[int, bool]:
 
 # -- filtering -------------------------------------------------------------------------------------------------
 
-def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retain_legacy_deletes: bool,
-                 keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
+def filter_batch(batch: RecordBatch | LegacyBatch, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
+                 retain_legacy_deletes: bool, keep_empty: bool,
+                 stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
     """What of a data batch survives: (bytes, max timestamp), or None when nothing does. A record survives if it
     is beyond the mapped range, or its offset is the latest for its key and it is not a tombstone past its delete
     horizon; keyless records go (counted as invalid). A batch whose records all survive (and that needs no new
@@ -83,24 +92,21 @@ def filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, retai
     v2 = batch.magic >= 2
     horizon = batch.delete_horizon_ms if v2 and batch.has_delete_horizon else None
     tombstones_kept = (horizon is None or now_ms < horizon) if v2 else retain_legacy_deletes
-    kernels = records.KERNELS
+    kernels = _kernels.KERNELS
     if v2 and kernels is not None:
         spec = getattr(offset_map, "kernel_spec", None)
         if spec is not None:
-            buf, lo, hi = records_section(batch)
-            out = kernels.filter_batch(spec, buf, lo, hi, batch.records_count, batch.base_offset,
-                                       batch.base_timestamp, batch.attributes, batch.max_timestamp,
-                                       offset_map.latest_offset, tombstones_kept, horizon,
-                                       new_delete_horizon(now_ms, delete_retention_ms), batch.last_offset,
-                                       batch.producer_id,
-                                       batch.partition_leader_epoch, batch.producer_epoch, batch.base_sequence)
+            # The batch's header fields (and its delete horizon, ``horizon``) are read by the kernel itself.
+            out = kernels.filter_batch(spec, kernel_batch(cast(RecordBatch, batch)), offset_map.latest_offset,
+                                       tombstones_kept, new_delete_horizon(now_ms, delete_retention_ms))
             if out is not None:
-                return _compiled_result(batch, out, keep_empty, stats)
+                return _compiled_result(cast(RecordBatch, batch), out, keep_empty, stats)
     return _py_filter_batch(batch, offset_map, now_ms, delete_retention_ms, tombstones_kept, horizon, keep_empty,
                             stats)
 
 
-def _compiled_result(batch, out: tuple, keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
+def _compiled_result(batch: RecordBatch, out: tuple, keep_empty: bool,
+                     stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
     kind, read, invalid, tombstones_removed = out[:4]
     stats.messages_read += read
     stats.invalid_messages_read += invalid
@@ -119,13 +125,14 @@ def _compiled_result(batch, out: tuple, keep_empty: bool, stats) -> tuple[bytes 
     codec = batch.compression
     if codec != codecs.NONE:
         payload = codecs.compress(codec, payload, magic=2, level=None)
-    return _finish_batch(payload, batch.base_offset, batch.last_offset_delta, batch.partition_leader_epoch,
-                         attributes, base_ts, max_ts, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                         kept), max_ts
+    return finish_batch(payload, batch.base_offset, batch.last_offset_delta, batch.partition_leader_epoch,
+                        attributes, base_ts, max_ts, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                        kept), max_ts
 
 
-def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, tombstones_kept: bool,
-                     horizon: int | None, keep_empty: bool, stats) -> tuple[bytes | memoryview, int] | None:
+def _py_filter_batch(batch: RecordBatch | LegacyBatch, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
+                     tombstones_kept: bool, horizon: int | None, keep_empty: bool,
+                     stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
     recs = batch.records()
     stats.messages_read += len(recs)
     latest = offset_map.latest_offset
@@ -158,7 +165,7 @@ def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, t
         return batch.raw(), batch.max_timestamp
     if not kept:
         if v2 and keep_empty:
-            return build_empty_batch(batch), batch.max_timestamp
+            return build_empty_batch(cast(RecordBatch, batch)), batch.max_timestamp
         return None
     new_horizon = new_delete_horizon(now_ms, delete_retention_ms) if needs_horizon else horizon
     if batch.timestamp_type == LOG_APPEND_TIME:
@@ -168,7 +175,7 @@ def _py_filter_batch(batch, offset_map, now_ms: int, delete_retention_ms: int, t
     return rebuild(batch, kept, new_horizon), max_ts
 
 
-def rebuild(batch, kept, horizon: int | None) -> bytes:
+def rebuild(batch: RecordBatch | LegacyBatch, kept: Sequence[Record], horizon: int | None) -> bytes:
     """``batch`` with only the ``kept`` records (``Record``s), in its own format."""
     simple = [SimpleRecord(r.key, r.value, r.timestamp, r.headers) for r in kept]
     offsets = [r.offset for r in kept]

@@ -25,14 +25,36 @@ as of its interval, and re-running the same interval finds nothing more to do.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 from storage_engine import crashpoints, layout
+from storage_engine.config import LogConfig
 from storage_engine.log import intent
 from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.log import Log
 from storage_engine.segment.segment import LogSegment
+
+
+class RetentionView(Protocol):
+    """What :func:`plan` reads of a log: a :class:`Log`, or a read-only snapshot of its files
+    (:class:`storage_engine.inspection.status.LogSnapshot`)."""
+
+    @property
+    def config(self) -> LogConfig: ...
+
+    @property
+    def segments(self) -> list[LogSegment]: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
 
 
 class SegmentDeletion(TypedDict):
@@ -91,7 +113,8 @@ class Deletion:
                 "reason": self.reason}
 
 
-def _deletable(log: Log, segments: list[LogSegment], predicate) -> list[LogSegment]:
+def _deletable(log: RetentionView, segments: list[LogSegment],
+               predicate: Callable[[LogSegment, LogSegment | None], bool]) -> list[LogSegment]:
     out = []
     hw = log.high_watermark
     for i, seg in enumerate(segments):
@@ -105,13 +128,13 @@ def _deletable(log: Log, segments: list[LogSegment], predicate) -> list[LogSegme
     return out
 
 
-def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
+def plan(log: RetentionView, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
     """Which segments retention would delete at ``now_ms`` and why, plus future-timestamp warnings."""
     cfg = log.config
     remaining = log.segments
     deletions: list[Deletion] = []
 
-    def take(segs, reason):
+    def take(segs: list[LogSegment], reason: str) -> None:
         nonlocal remaining
         deletions.extend(Deletion(s, reason) for s in segs)
         gone = {id(s) for s in segs}
@@ -124,7 +147,7 @@ def plan(log: Log, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
         if cfg.retention_bytes >= 0 and size >= cfg.retention_bytes:  # Kafka: skip if size < retention.bytes
             diff = size - cfg.retention_bytes
 
-            def by_size(seg, _n):
+            def by_size(seg: LogSegment, _n: LogSegment | None) -> bool:
                 nonlocal diff
                 if diff - seg.size >= 0:
                     diff -= seg.size
@@ -183,7 +206,8 @@ def _run(log: Log, now_ms: int, dry_run: bool) -> RetentionResult:
         }
 
 
-def purge_deleted(log_dirs, now_ms: int, delay_ms_for=None, *, dry_run: bool = False) -> PurgeResult:
+def purge_deleted(log_dirs: Iterable[str], now_ms: int, delay_ms_for: Callable[[str], int] | None = None, *,
+                  dry_run: bool = False) -> PurgeResult:
     """Remove ``*.deleted`` files whose deletion was scheduled at least ``file.delete.delay.ms`` ago.
 
     The schedule time is the file's mtime, set when it was renamed. ``delay_ms_for(topic)`` gives the delay.

@@ -12,6 +12,10 @@ with the aborted transactions of the ``.txnindex`` files:
 * a marker that may go first gets a delete horizon (now + ``delete.retention.ms``, KIP-534) and is removed by a
   later round once the horizon has passed: markers, like tombstones, take two rounds.
 
+:meth:`CleanedTransactionMetadata.is_aborted_data` is the rule every key map reads the log by: the cleaner's map
+(:func:`storage_engine.maintenance.cleaner.build_offset_map`) and the Spark sources (``spark_jobs/segment_source.py``),
+so a Spark-built map equals the in-process one.
+
 :func:`batch_retention` is the batch-level decision the copy makes for each batch before looking at records:
 
 * the last batch of an active producer (its last data batch, or, for a producer whose last write was a marker,
@@ -24,10 +28,17 @@ with the aborted transactions of the ``.txnindex`` files:
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 from storage_engine.record.record_batch import NO_PRODUCER_ID
 from storage_engine.segment.txn_index import AbortedTxn
+
+if TYPE_CHECKING:
+    from storage_engine.log.producer_state import LastRecord
+    from storage_engine.record.legacy_records import LegacyBatch
+    from storage_engine.record.record_batch import RecordBatch
+    from storage_engine.segment.txn_index import TransactionIndex
 
 RETAIN_EMPTY = "retain_empty"
 DELETE = "delete"
@@ -44,7 +55,7 @@ class _AbortedMetadata:
         self.last_observed_batch_offset: int | None = None
 
 
-def _control_type(batch) -> int | None:
+def _control_type(batch: RecordBatch | LegacyBatch) -> int | None:
     """The control record type of a control batch, or None when it holds no record (cleaned empty)."""
     recs = batch.records()
     if not recs:
@@ -58,14 +69,14 @@ def _control_type(batch) -> int | None:
 class CleanedTransactionMetadata:
     """Transaction state carried through one cleaning round (map or copy), batch by batch in offset order."""
 
-    def __init__(self, cleaned_index=None):
+    def __init__(self, cleaned_index: TransactionIndex | None = None) -> None:
         self._ongoing_committed: set[int] = set()
         self._ongoing_aborted: dict[int, _AbortedMetadata] = {}
         self._aborted: list[tuple[int, int, AbortedTxn]] = []   # heap by first offset
         self._seq = 0
         self.cleaned_index = cleaned_index                       # the cleaned segment's TransactionIndex
 
-    def add_aborted_transactions(self, txns) -> None:
+    def add_aborted_transactions(self, txns: Iterable[AbortedTxn]) -> None:
         for t in txns:
             heapq.heappush(self._aborted, (t.first_offset, self._seq, t))
             self._seq += 1
@@ -75,7 +86,7 @@ class CleanedTransactionMetadata:
             txn = heapq.heappop(self._aborted)[2]
             self._ongoing_aborted.setdefault(txn.producer_id, _AbortedMetadata(txn))
 
-    def on_control_batch_read(self, batch) -> bool:
+    def on_control_batch_read(self, batch: RecordBatch | LegacyBatch) -> bool:
         """Whether the control batch may be discarded."""
         self._consume_aborted_up_to(batch.last_offset)
         ctype = _control_type(batch)
@@ -96,7 +107,7 @@ class CleanedTransactionMetadata:
             return True
         return False
 
-    def on_batch_read(self, batch) -> bool:
+    def on_batch_read(self, batch: RecordBatch | LegacyBatch) -> bool:
         """Whether the data batch belongs to an aborted transaction (may be discarded)."""
         self._consume_aborted_up_to(batch.last_offset)
         if batch.is_transactional:
@@ -107,6 +118,17 @@ class CleanedTransactionMetadata:
             self._ongoing_committed.add(batch.producer_id)
         return False
 
+    def is_aborted_data(self, batch: RecordBatch | LegacyBatch) -> bool:
+        """Kafka's ``buildOffsetMap`` rule for the next batch read in offset order, data or control: whether it is a
+        data batch of an aborted transaction, which a key map leaves out. Every batch must be passed, markers
+        included (an ABORT marker ends its transaction), from a read start whose aborted transactions were added
+        (those overlapping [start, end), as ``Log.aborted_transactions`` or ``.txnindex`` entries with last offset
+        >= start)."""
+        if batch.is_control:
+            self.on_control_batch_read(batch)
+            return False
+        return self.on_batch_read(batch)
+
 
 class BatchDecision(NamedTuple):
     retention: str                  # RETAIN_EMPTY | DELETE | DELETE_EMPTY
@@ -114,8 +136,8 @@ class BatchDecision(NamedTuple):
     marker_for_empty_txn: bool      # a discardable control batch: it needs a delete horizon
 
 
-def batch_retention(batch, txn: CleanedTransactionMetadata, last_records: dict, upper_bound_offset: int,
-                    now_ms: int) -> BatchDecision:
+def batch_retention(batch: RecordBatch | LegacyBatch, txn: CleanedTransactionMetadata,
+                    last_records: dict[int, LastRecord], upper_bound_offset: int, now_ms: int) -> BatchDecision:
     """Kafka's ``checkBatchRetention`` for one batch read by the copy (updates ``txn``)."""
     if batch.is_control:
         can_discard = txn.on_control_batch_read(batch)

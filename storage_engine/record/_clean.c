@@ -1,15 +1,17 @@
 /* The cleaner's record filter for one magic-2 data batch (storage_engine.record._speedups; see _speedups.h).
  *
- * filter_batch(spec, payload, start, end, count, base_offset, base_timestamp, attributes, max_timestamp,
- *              latest_offset, tombstones_kept, horizon, new_horizon, last_offset, producer_id,
- *              partition_leader_epoch, producer_epoch, base_sequence)
+ * filter_batch(spec, batch, latest_offset, tombstones_kept, new_horizon)
  *
- * is the per-record half of cleaner.Cleaner._filter_batch, which holds the batch-level policy (which batches
- * reach this filter at all: control batches and legacy formats do not) and the Python twin of this function
- * (the generic path used for every other map and when the extension is not loaded). A record survives if its
- * offset is beyond `latest_offset` (the end of the mapped range), or it has a key, its offset is the latest for
- * that key in the map (`spec`, see _keymap.c) and it is not a tombstone the batch may drop (`tombstones_kept`
- * false). Keyless records at or below `latest_offset` are dropped and counted as invalid. Returns
+ * `batch` is (buf, pos, records): the batch's header at buf[pos:pos + 61], read here with _speedups.h's header
+ * reader (base offset, timestamps, attributes, producer fields, leader epoch, last offset, record count, and the
+ * delete horizon when the batch has one), and its records section (None: in place after the header; else the
+ * decompressed section). It is the per-record half of cleaner.Cleaner._filter_batch, which holds the
+ * batch-level policy (which batches reach this filter at all: control batches and legacy formats do not) and
+ * the Python twin of this function (the generic path used for every other map and when the extension is not
+ * loaded). A record survives if its offset is beyond `latest_offset` (the end of the mapped range), or it has a
+ * key, its offset is the latest for that key in the map (`spec`, see _keymap.c) and it is not a tombstone the
+ * batch may drop (`tombstones_kept` false). Keyless records at or below `latest_offset` are dropped and counted
+ * as invalid. Returns
  *
  *   None                                   the Python path must handle this batch: the records section is one
  *                                          the Python decoder rejects, or the rebuild would raise in build_batch
@@ -21,8 +23,8 @@
  *                                          rebuild of a compressed batch: `records` is the new records section,
  *                                          uncompressed, exactly as records.build_batch encodes the kept records
  *                                          (attributes byte 0, minimal varints, timestamp deltas against the new
- *                                          base timestamp: the delete horizon when there is one - `horizon`, or
- *                                          `new_horizon` if a kept tombstone needs one - else the first kept
+ *                                          base timestamp: the delete horizon when there is one - the batch's
+ *                                          own, or `new_horizon` if a kept tombstone needs one - else the first kept
  *                                          timestamp); the caller compresses it and adds the header
  *   (3, read, invalid, tombstones_removed, kept, batch, max_timestamp)
  *                                          rebuild of an uncompressed batch: the whole new batch, header and
@@ -35,67 +37,36 @@
 static int64_t
 encode_headers(const uint8_t *b, int64_t p, int64_t body_end, uint8_t *w)
 {
-    int64_t size = 0;
     int32_t count = 0;
     if (b[p] != 0) {
-        sp_varint(b, body_end, &p, &count);
+        sp_read_varint(b, body_end, &p, &count);
     }
     else {
         p += 1;
     }
     const uint64_t zc = sp_zigzag(count);
-    size += sp_varint_size(zc);
+    int64_t size = sp_varint_size(zc);
     if (w) {
         w = sp_put_varint(w, zc);
     }
     for (int32_t i = 0; i < count; i++) {
         int32_t key_len = 0, value_len = -1;
-        sp_varint(b, body_end, &p, &key_len);
-        const uint64_t zk = sp_zigzag(key_len);
-        size += sp_varint_size(zk) + key_len;
+        sp_read_varint(b, body_end, &p, &key_len);
+        size += sp_bytes_field_size(key_len);
         if (w) {
-            w = sp_put_varint(w, zk);
-            memcpy(w, b + p, (size_t)key_len);
-            w += key_len;
+            w = sp_put_bytes_field(w, b + p, key_len);
         }
         p += key_len;
-        sp_varint(b, body_end, &p, &value_len);
-        if (value_len < 0) {
-            size += 1;
-            if (w) {
-                *w++ = 1;
-            }
+        sp_read_varint(b, body_end, &p, &value_len);
+        size += sp_bytes_field_size(value_len);
+        if (w) {
+            w = sp_put_bytes_field(w, b + p, value_len);
         }
-        else {
-            const uint64_t zv = sp_zigzag(value_len);
-            size += sp_varint_size(zv) + value_len;
-            if (w) {
-                w = sp_put_varint(w, zv);
-                memcpy(w, b + p, (size_t)value_len);
-                w += value_len;
-            }
+        if (value_len > 0) {
             p += value_len;
         }
     }
     return size;
-}
-
-static inline int64_t
-field_size(int32_t len)
-{
-    return len < 0 ? 1 : sp_varint_size(sp_zigzag(len)) + len;
-}
-
-static inline uint8_t *
-put_field(uint8_t *w, const uint8_t *data, int32_t len)
-{
-    if (len < 0) {
-        *w++ = 1;
-        return w;
-    }
-    w = sp_put_varint(w, sp_zigzag(len));
-    memcpy(w, data, (size_t)len);
-    return w + len;
 }
 
 typedef struct {
@@ -106,66 +77,55 @@ typedef struct {
     int keep;
 } Item;
 
-static int
-get_i64(PyObject *obj, int64_t *out)
-{
-    long long v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 static PyObject *
 py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 18) {
-        PyErr_SetString(PyExc_TypeError, "filter_batch() takes 18 arguments");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "filter_batch(spec, batch, latest_offset, tombstones_kept, new_horizon)");
         return NULL;
     }
-    int64_t start, end, count, base_offset, base_timestamp, attributes, max_timestamp, latest, horizon = 0,
-        new_horizon, last_offset, producer_id, leader_epoch, producer_epoch, base_sequence;
-    if (get_i64(args[2], &start) < 0 || get_i64(args[3], &end) < 0 || get_i64(args[4], &count) < 0 ||
-        get_i64(args[5], &base_offset) < 0 || get_i64(args[6], &base_timestamp) < 0 ||
-        get_i64(args[7], &attributes) < 0 || get_i64(args[8], &max_timestamp) < 0 ||
-        get_i64(args[9], &latest) < 0 || get_i64(args[12], &new_horizon) < 0 ||
-        get_i64(args[13], &last_offset) < 0 || get_i64(args[14], &producer_id) < 0 ||
-        get_i64(args[15], &leader_epoch) < 0 || get_i64(args[16], &producer_epoch) < 0 ||
-        get_i64(args[17], &base_sequence) < 0) {
+    SpBatch batch;
+    if (sp_batch_acquire(&batch, args[1]) < 0) {
         return NULL;
     }
-    const int tombstones_kept = PyObject_IsTrue(args[10]);
-    if (tombstones_kept < 0) {
-        return NULL;
-    }
-    const int has_horizon = args[11] != Py_None;
-    if (has_horizon && get_i64(args[11], &horizon) < 0) {
-        return NULL;
-    }
-    if (count < 0) {
-        Py_RETURN_NONE;
-    }
-    if (count == 0) {
-        return Py_BuildValue("(iiii)", 0, 0, 0, 0);
-    }
-    SpMap map;
-    if (sp_map_acquire(&map, args[0]) < 0) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) {
-        sp_map_release(&map);
-        return NULL;
-    }
+    const SpBatchHeader *h = &batch.h;
     PyObject *result = NULL;
     Item *items = NULL;
-    if (start < 0 || end > view.len || start > end) {
-        PyErr_SetString(PyExc_ValueError, "records section outside the buffer");
+    int map_held = 0;
+    SpMap map;
+    int64_t latest, new_horizon, last_offset;
+    if (sp_as_i64(args[2], &latest) < 0 || sp_as_i64(args[4], &new_horizon) < 0) {
         goto done;
     }
-    const uint8_t *b = (const uint8_t *)view.buf + start;
-    const int64_t len = end - start;
+    if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &last_offset)) {
+        PyErr_SetString(PyExc_OverflowError, "int too big to convert");  /* as PyLong_AsLongLong(batch.last_offset) */
+        goto done;
+    }
+    const int tombstones_kept = PyObject_IsTrue(args[3]);
+    if (tombstones_kept < 0) {
+        goto done;
+    }
+    const int64_t count = h->records_count, base_offset = h->base_offset, attributes = h->attributes & 0xFF,
+        max_timestamp = h->max_timestamp;
+    const int has_horizon = (attributes & SP_ATTR_DELETE_HORIZON) != 0;
+    const int64_t horizon = h->base_timestamp;  /* the delete horizon, when has_horizon */
+    if (count < 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (count == 0) {
+        result = Py_BuildValue("(iiii)", 0, 0, 0, 0);
+        goto done;
+    }
+    if (sp_map_acquire(&map, args[0]) < 0) {
+        goto done;
+    }
+    map_held = 1;
+    if (sp_batch_records(&batch) < 0) {
+        goto done;
+    }
+    const uint8_t *b = batch.records;
+    const int64_t len = batch.records_len;
     if (count > len / 7 + 1) {
         result = Py_NewRef(Py_None);
         goto done;
@@ -175,7 +135,7 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         PyErr_NoMemory();
         goto done;
     }
-    const int log_append = (attributes & SP_LOG_APPEND_TIME) != 0;
+    const int log_append = (attributes & SP_ATTR_LOG_APPEND_TIME) != 0;
     int64_t pos = 0;
     for (int64_t i = 0; i < count; i++) {
         Item *it = &items[i];
@@ -187,7 +147,7 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         if (log_append) {
             it->timestamp = max_timestamp;
         }
-        else if (__builtin_add_overflow(base_timestamp, it->r.ts_delta, &it->timestamp)) {
+        else if (__builtin_add_overflow(h->base_timestamp, it->r.ts_delta, &it->timestamp)) {
             result = Py_NewRef(Py_None);
             goto done;
         }
@@ -236,7 +196,7 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         goto done;
     }
     /* Rebuild. Anything build_batch would refuse goes back to Python, which raises build_batch's error. */
-    if ((attributes & SP_TRANSACTIONAL) && producer_id == -1) {
+    if ((attributes & SP_ATTR_TRANSACTIONAL) && h->producer_id == -1) {
         result = Py_NewRef(Py_None);
         goto done;
     }
@@ -272,14 +232,14 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         max_ts = max_timestamp;
     }
     /* An uncompressed batch is written whole (header first); a compressed one only as its records section. */
-    const int whole = (attributes & SP_CODEC_MASK) == 0;
+    const int whole = (attributes & SP_ATTR_CODEC_MASK) == 0;
     const int64_t header = whole ? SP_BATCH_OVERHEAD : 0;
     PyObject *records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(out_bound + header));
     if (records == NULL) {
         goto done;
     }
-    uint8_t *const batch = (uint8_t *)PyBytes_AS_STRING(records);
-    uint8_t *const out = batch + header;
+    uint8_t *const batch_out = (uint8_t *)PyBytes_AS_STRING(records);
+    uint8_t *const out = batch_out + header;
     uint8_t *w = out;
     for (int64_t i = 0; i < count; i++) {
         const Item *it = &items[i];
@@ -293,36 +253,42 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
             goto done;
         }
         const uint64_t zt = sp_zigzag(ts_delta), zo = sp_zigzag(it->r.offset_delta);
-        const int64_t body = 1 + sp_varint_size(zt) + sp_varint_size(zo) + field_size(it->r.key_len) +
-                             field_size(it->r.value_len) + encode_headers(b, it->r.headers_pos, it->r.body_end, NULL);
+        const int64_t body = 1 + sp_varint_size(zt) + sp_varint_size(zo) + sp_bytes_field_size(it->r.key_len) +
+                             sp_bytes_field_size(it->r.value_len) +
+                             encode_headers(b, it->r.headers_pos, it->r.body_end, NULL);
         w = sp_put_varint(w, sp_zigzag(body));
         *w++ = 0;
         w = sp_put_varint(w, zt);
         w = sp_put_varint(w, zo);
-        w = put_field(w, it->r.key, it->r.key_len);
-        w = put_field(w, it->r.value, it->r.value_len);
+        w = sp_put_bytes_field(w, it->r.key, it->r.key_len);
+        w = sp_put_bytes_field(w, it->r.value, it->r.value_len);
         w += encode_headers(b, it->r.headers_pos, it->r.body_end, w);
     }
-    const int64_t new_attributes = (attributes & (SP_CODEC_MASK | SP_LOG_APPEND_TIME | SP_TRANSACTIONAL |
-                                                  SP_CONTROL)) | (has_new_horizon ? SP_DELETE_HORIZON : 0);
+    const int64_t new_attributes = (attributes & (SP_ATTR_CODEC_MASK | SP_ATTR_LOG_APPEND_TIME |
+                                                  SP_ATTR_TRANSACTIONAL | SP_ATTR_CONTROL)) |
+                                   (has_new_horizon ? SP_ATTR_DELETE_HORIZON : 0);
     if (whole) {
-        /* records._finish_batch: BATCH_HEADER (">qiibIhiqqqhii") then the CRC-32C of [attributes, end). */
-        const int64_t size = (int64_t)(w - batch);
-        sp_put_be64(batch, base_offset);
-        sp_put_be32(batch + 8, (uint32_t)(size - SP_LOG_OVERHEAD));
-        sp_put_be32(batch + 12, (uint32_t)leader_epoch);
-        batch[16] = 2;
-        batch[21] = (uint8_t)(new_attributes >> 8);
-        batch[22] = (uint8_t)new_attributes;
-        sp_put_be32(batch + 23, (uint32_t)(last_offset - base_offset));
-        sp_put_be64(batch + 27, new_base_ts);
-        sp_put_be64(batch + 35, max_ts);
-        sp_put_be64(batch + 43, producer_id);
-        batch[51] = (uint8_t)(producer_epoch >> 8);
-        batch[52] = (uint8_t)producer_epoch;
-        sp_put_be32(batch + 53, (uint32_t)base_sequence);
-        sp_put_be32(batch + 57, (uint32_t)kept);
-        sp_put_be32(batch + SP_CRC_OFFSET, sp_crc32c(batch + SP_ATTRIBUTES_OFFSET, (size_t)(size - SP_ATTRIBUTES_OFFSET)));
+        /* record_batch.finish_batch: the header (the batch's own producer fields, leader epoch and last offset)
+         * then the CRC-32C of [attributes, end). */
+        const int64_t size = (int64_t)(w - batch_out);
+        const SpBatchHeader out_header = {
+            .base_offset = base_offset,
+            .length = (int32_t)(size - SP_LOG_OVERHEAD),
+            .partition_leader_epoch = h->partition_leader_epoch,
+            .magic = SP_MAGIC_V2,
+            .crc = 0,
+            .attributes = (int16_t)new_attributes,
+            .last_offset_delta = (int32_t)(last_offset - base_offset),
+            .base_timestamp = new_base_ts,
+            .max_timestamp = max_ts,
+            .producer_id = h->producer_id,
+            .producer_epoch = h->producer_epoch,
+            .base_sequence = h->base_sequence,
+            .records_count = (int32_t)kept,
+        };
+        sp_write_batch_header(batch_out, &out_header);
+        sp_put_u32(batch_out + SP_HDR_CRC,
+                   sp_crc32c(batch_out + SP_HDR_ATTRIBUTES, (size_t)(size - SP_HDR_ATTRIBUTES)));
         if (_PyBytes_Resize(&records, (Py_ssize_t)size) < 0) {
             goto done;
         }
@@ -338,14 +304,16 @@ py_filter_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
                            (long long)max_ts);
 done:
     PyMem_Free(items);
-    PyBuffer_Release(&view);
-    sp_map_release(&map);
+    if (map_held) {
+        sp_map_release(&map);
+    }
+    sp_batch_release(&batch);
     return result;
 }
 
 PyMethodDef sp_clean_methods[] = {
     {"filter_batch", (PyCFunction)(void (*)(void))py_filter_batch, METH_FASTCALL,
-     "filter_batch(spec, payload, start, end, count, base_offset, base_timestamp, attributes, max_timestamp, "
-     "latest_offset, tombstones_kept, horizon, new_horizon, last_offset, producer_id): see _clean.c"},
+     "filter_batch(spec, batch, latest_offset, tombstones_kept, new_horizon), batch = (buf, pos, records): "
+     "see _clean.c"},
     {NULL, NULL, 0, NULL},
 };

@@ -16,16 +16,18 @@
  * offsets are int64 (kind 1), or uint32 relative to a base offset (kind 2: 20 bytes per key instead of 24, for
  * maps whose offsets span less than 2**32).
  *
- * Functions (all take and return plain ints and buffers):
+ * Functions (all take and return plain ints, buffers and tuples of them):
  *   key_hash(key) -> (hi, lo)
  *   table_put(table, slots, entries, hi, lo, offset) -> 1 new, 0 updated, -1 full (nothing changed)
  *   table_get(table, slots, hi, lo) -> offset or -1
- *   map_batch(table, slots, entries, max_entries, payload, start, end, count, base_offset, first, stop)
- *       -> None (rejected: nothing changed) or (records done, entries, last offset put or -1, full)
+ *   map_batch(table, slots, entries, max_entries, batch, first, stop)
+ *       -> None (rejected: nothing changed) or (records done, entries, last offset put or -1, full); batch is
+ *       (buf, pos, records), see SpBatch in _speedups.h
  *   lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)
  *   sorted_check_and_index(hi, lo, bits) -> bytes of 2**bits + 1 native int64 starts, or None if not sorted
- *   split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts) -> kept: rows without `drop` flags as n x 3
- *       int64 (high, low, offset) grouped by bucket (top `bits` bits of high, signed order), counts per bucket
+ *   split_rows(columns, n, drop, bits, rows, counts) -> kept: of the key columns (hi, lo, offset, flags), the
+ *       rows without `drop` flags as n x 3 int64 (high, low, offset) grouped by bucket (top `bits` bits of high,
+ *       signed order), counts per bucket
  *   sort_latest(rows) -> distinct: rows (writable, n x 3 native int64: high, low, offset) sorted in place by
  *       (high, low) in signed order, each hash's maximum offset kept, the `distinct` rows at the front
  * `spec` is (0, table, slots), (1, hi, lo, offset, starts, bits) or (2, hi, lo, offset32, starts, bits, base).
@@ -167,8 +169,6 @@ sp_map_get(const SpMap *m, int64_t hi, int64_t lo)
     return m->kind == 0 ? table_get_entry(m->table, m->slots, hi, lo) : sorted_get(m, hi, lo);
 }
 
-static int get_i64(PyObject *obj, int64_t *out);
-
 static int
 acquire(SpMap *m, PyObject *obj, int flags, Py_ssize_t min_len)
 {
@@ -225,7 +225,7 @@ sp_map_acquire(SpMap *m, PyObject *spec)
         }
         m->bits = (int)bits;
         m->base = 0;
-        if (kind == 2 && get_i64(PyTuple_GET_ITEM(spec, 6), &m->base) < 0) {
+        if (kind == 2 && sp_as_i64(PyTuple_GET_ITEM(spec, 6), &m->base) < 0) {
             return -1;
         }
         for (int i = 1; i <= 4; i++) {
@@ -265,17 +265,6 @@ sp_map_release(SpMap *m)
 }
 
 /* -- Python functions ------------------------------------------------------------------------------------------ */
-
-static int
-get_i64(PyObject *obj, int64_t *out)
-{
-    long long v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
 
 static int
 writable_table(PyObject *obj, PyObject *slots_obj, Py_buffer *view, uint64_t *slots)
@@ -321,8 +310,8 @@ py_table_put(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     int64_t entries, hi, lo, offset;
-    if (get_i64(args[2], &entries) < 0 || get_i64(args[3], &hi) < 0 || get_i64(args[4], &lo) < 0 ||
-        get_i64(args[5], &offset) < 0) {
+    if (sp_as_i64(args[2], &entries) < 0 || sp_as_i64(args[3], &hi) < 0 || sp_as_i64(args[4], &lo) < 0 ||
+        sp_as_i64(args[5], &offset) < 0) {
         return NULL;
     }
     if (offset < 0 || offset == INT64_MAX) {
@@ -347,7 +336,7 @@ py_table_get(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     int64_t hi, lo;
-    if (get_i64(args[2], &hi) < 0 || get_i64(args[3], &lo) < 0) {
+    if (sp_as_i64(args[2], &hi) < 0 || sp_as_i64(args[3], &lo) < 0) {
         return NULL;
     }
     Py_buffer view;
@@ -373,36 +362,38 @@ typedef struct {
 static PyObject *
 py_map_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "map_batch(table, slots, entries, max_entries, payload, start, end, count, "
-                                         "base_offset, first, stop)");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "map_batch(table, slots, entries, max_entries, batch, first, stop)");
         return NULL;
     }
-    int64_t entries, max_entries, start, end, count, base_offset, first, stop;
-    if (get_i64(args[2], &entries) < 0 || get_i64(args[3], &max_entries) < 0 || get_i64(args[5], &start) < 0 ||
-        get_i64(args[6], &end) < 0 || get_i64(args[7], &count) < 0 || get_i64(args[8], &base_offset) < 0 ||
-        get_i64(args[9], &first) < 0 || get_i64(args[10], &stop) < 0) {
+    int64_t entries, max_entries, first, stop;
+    if (sp_as_i64(args[2], &entries) < 0 || sp_as_i64(args[3], &max_entries) < 0 ||
+        sp_as_i64(args[5], &first) < 0 || sp_as_i64(args[6], &stop) < 0) {
         return NULL;
     }
-    if (count < 0) {
-        Py_RETURN_NONE;
-    }
-    Py_buffer table, payload;
-    uint64_t slots;
-    if (writable_table(args[0], args[1], &table, &slots) < 0) {
+    SpBatch batch;
+    if (sp_batch_acquire(&batch, args[4]) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[4], &payload, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&table);
-        return NULL;
-    }
+    const int64_t count = batch.h.records_count, base_offset = batch.h.base_offset;
     PyObject *result = NULL;
     MapItem *items = NULL;
-    if (start < 0 || end > payload.len || start > end) {
-        PyErr_SetString(PyExc_ValueError, "records section outside the buffer");
+    int table_held = 0;
+    Py_buffer table;
+    uint64_t slots;
+    if (count < 0) {
+        result = Py_NewRef(Py_None);
         goto done;
     }
-    if (count > (end - start) / 7 + 1) {
+    if (writable_table(args[0], args[1], &table, &slots) < 0) {
+        goto done;
+    }
+    table_held = 1;
+    if (sp_batch_records(&batch) < 0) {
+        goto done;
+    }
+    const int64_t len = batch.records_len;
+    if (count > len / 7 + 1) {
         result = Py_NewRef(Py_None);  /* more records than bytes can hold: the decoder rejects it */
         goto done;
     }
@@ -411,8 +402,7 @@ py_map_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_NoMemory();
         goto done;
     }
-    const uint8_t *b = (const uint8_t *)payload.buf + start;
-    const int64_t len = end - start;
+    const uint8_t *b = batch.records;
     int64_t pos = 0;
     for (int64_t i = 0; i < count; i++) {
         SpRecord r;
@@ -460,8 +450,10 @@ py_map_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
                            full ? Py_True : Py_False);
 done:
     PyMem_Free(items);
-    PyBuffer_Release(&payload);
-    PyBuffer_Release(&table);
+    if (table_held) {
+        PyBuffer_Release(&table);
+    }
+    sp_batch_release(&batch);
     return result;
 }
 
@@ -743,13 +735,18 @@ py_sort_latest(PyObject *Py_UNUSED(module), PyObject *rows_obj)
 static PyObject *
 py_split_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "split_rows(columns, n, drop, bits, rows, counts)");
         return NULL;
     }
-    const Py_ssize_t n = PyLong_AsSsize_t(args[4]);
-    const long drop = PyLong_AsLong(args[5]);
-    const long bits = PyLong_AsLong(args[6]);
+    PyObject *columns = args[0];
+    if (!PyTuple_Check(columns) || PyTuple_GET_SIZE(columns) != 4) {
+        PyErr_SetString(PyExc_TypeError, "key columns must be the tuple (hi, lo, offset, flags)");
+        return NULL;
+    }
+    const Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    const long drop = PyLong_AsLong(args[2]);
+    const long bits = PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) {
         return NULL;
     }
@@ -761,8 +758,8 @@ py_split_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     int got = 0;
     PyObject *out = NULL;
     for (; got < 6; got++) {
-        const int idx = got < 4 ? got : got + 3;
-        if (PyObject_GetBuffer(args[idx], &v[got], got < 4 ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
+        PyObject *obj = got < 4 ? PyTuple_GET_ITEM(columns, got) : args[got];  /* the columns, then rows, counts */
+        if (PyObject_GetBuffer(obj, &v[got], got < 4 ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
             goto done;
         }
     }
@@ -819,13 +816,14 @@ PyMethodDef sp_keymap_methods[] = {
     {"table_get", (PyCFunction)(void (*)(void))py_table_get, METH_FASTCALL,
      "table_get(table, slots, hi, lo) -> offset or -1"},
     {"map_batch", (PyCFunction)(void (*)(void))py_map_batch, METH_FASTCALL,
-     "map_batch(table, slots, entries, max_entries, payload, start, end, count, base_offset, first, stop)"},
+     "map_batch(table, slots, entries, max_entries, batch, first, stop), batch = (buf, pos, records)"},
     {"lookup_keys", (PyCFunction)(void (*)(void))py_lookup_keys, METH_FASTCALL,
      "lookup_keys(spec, keys) -> bytes of native int64 offsets (-1 absent)"},
     {"sorted_check_and_index", (PyCFunction)(void (*)(void))py_sorted_check_and_index, METH_FASTCALL,
      "sorted_check_and_index(hi, lo, bits) -> bucket starts (bytes) or None if not strictly sorted"},
     {"split_rows", (PyCFunction)(void (*)(void))py_split_rows, METH_FASTCALL,
-     "split_rows(hi, lo, offset, flags, n, drop, bits, rows, counts) -> rows kept, grouped by bucket"},
+     "split_rows(columns, n, drop, bits, rows, counts) -> rows kept, grouped by bucket; columns = (hi, lo, offset, "
+     "flags)"},
     {"sort_latest", (PyCFunction)py_sort_latest, METH_O,
      "sort_latest(rows) -> distinct: n x 3 int64 rows sorted by hash in place, each hash's maximum offset first"},
     {NULL, NULL, 0, NULL},

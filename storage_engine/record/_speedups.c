@@ -14,8 +14,9 @@
  *
  * Only the documented C API is used; nothing here depends on CPython internals.
  *
- * The module also carries the compaction, recovery and key-map kernels of _keymap.c, _clean.c and _walk.c (see
- * _speedups.h for what each holds); PyInit__speedups adds their functions.
+ * The varint decoder and writers are _speedups.h's (shared with every kernel); this file adds the Python error
+ * each rejection raises. The module also carries the compaction, recovery and key-map kernels of _keymap.c,
+ * _clean.c and _walk.c (see _speedups.h for what each holds); PyInit__speedups adds their functions.
  */
 #include "_speedups.h"
 #include <stdarg.h>
@@ -51,47 +52,34 @@ raise_invalid(const Reader *r, int64_t position, const char *format, ...)
     return -1;
 }
 
-/* records.read_varint(buf, pos, 5): zig-zag LEB128, at most 5 bytes. Bits past 32 are dropped, as Java's int
- * accumulator drops them. */
-static int
-read_varint(const Reader *r, int64_t *pos, int32_t *out)
+/* records.read_varint(buf, pos, 5) and (buf, pos, 10): the shared decoder (sp_read_varint, sp_read_varlong of
+ * _speedups.h) bounded by the payload, its rejection raised as the Python decoder raises it. */
+static void
+raise_varint_error(const Reader *r, int64_t position, int rc, const char *too_long)
 {
-    const int64_t start = *pos;
-    uint32_t acc = 0;
-    for (int i = 0; i < 5; i++) {
-        if (start + i >= r->end) {
-            return raise_invalid(r, start, "premature end of buffer inside a varint");
-        }
-        const uint8_t b = r->buf[start + i];
-        acc |= (uint32_t)(b & 0x7F) << (7 * i);
-        if (b < 0x80) {
-            *out = (int32_t)(acc >> 1) ^ -(int32_t)(acc & 1);
-            *pos = start + i + 1;
-            return 0;
-        }
-    }
-    return raise_invalid(r, start, "varint is too long");
+    raise_invalid(r, position, rc == SP_VARINT_TRUNCATED ? "premature end of buffer inside a varint" : too_long);
 }
 
-/* records.read_varint(buf, pos, 10): a varlong, at most 10 bytes, bits past 64 dropped. */
-static int
+static inline int
+read_varint(const Reader *r, int64_t *pos, int32_t *out)
+{
+    const int rc = sp_read_varint(r->buf, r->end, pos, out);
+    if (rc != SP_VARINT_OK) {
+        raise_varint_error(r, *pos, rc, "varint is too long");
+        return -1;
+    }
+    return 0;
+}
+
+static inline int
 read_varlong(const Reader *r, int64_t *pos, int64_t *out)
 {
-    const int64_t start = *pos;
-    uint64_t acc = 0;
-    for (int i = 0; i < 10; i++) {
-        if (start + i >= r->end) {
-            return raise_invalid(r, start, "premature end of buffer inside a varint");
-        }
-        const uint8_t b = r->buf[start + i];
-        acc |= (uint64_t)(b & 0x7F) << (7 * i);
-        if (b < 0x80) {
-            *out = (int64_t)(acc >> 1) ^ -(int64_t)(acc & 1);
-            *pos = start + i + 1;
-            return 0;
-        }
+    const int rc = sp_read_varlong(r->buf, r->end, pos, out);
+    if (rc != SP_VARINT_OK) {
+        raise_varint_error(r, *pos, rc, "varlong is too long");
+        return -1;
     }
-    return raise_invalid(r, start, "varlong is too long");
+    return 0;
 }
 
 /* The Python loop's one-byte fast path: `b = payload[pos]` raises IndexError (reported as premature EOF) before
@@ -105,7 +93,7 @@ read_varint_fast(const Reader *r, int64_t *pos, int32_t *out)
     }
     const uint8_t b = r->buf[p];
     if (b < 0x80) {
-        *out = (int32_t)(b >> 1) ^ -(int32_t)(b & 1);
+        *out = sp_unzigzag32(b);
         *pos = p + 1;
         return 0;
     }
@@ -458,7 +446,7 @@ error:
 /* encoding */
 
 typedef struct {
-    char *buf;
+    uint8_t *buf;
     Py_ssize_t len;
     Py_ssize_t cap;
 } Output;
@@ -478,7 +466,7 @@ output_reserve(Output *o, size_t extra)
     while (cap < need) {
         cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
     }
-    char *grown = PyMem_Realloc(o->buf, (size_t)cap);
+    uint8_t *grown = PyMem_Realloc(o->buf, (size_t)cap);
     if (grown == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -486,34 +474,6 @@ output_reserve(Output *o, size_t extra)
     o->buf = grown;
     o->cap = cap;
     return 0;
-}
-
-static inline uint64_t
-zigzag(int64_t v)
-{
-    return ((uint64_t)v << 1) ^ (v < 0 ? UINT64_MAX : 0);
-}
-
-static inline size_t
-varint_size(uint64_t zz)
-{
-    size_t n = 1;
-    while (zz >= 0x80) {
-        zz >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline char *
-put_varint(char *p, uint64_t zz)
-{
-    while (zz >= 0x80) {
-        *p++ = (char)((zz & 0x7F) | 0x80);
-        zz >>= 7;
-    }
-    *p++ = (char)zz;
-    return p;
 }
 
 /* write_varint's arithmetic on an arbitrary int d: ((d << 1) ^ (d >> 63)) & (2**64 - 1). Only reached when d
@@ -559,7 +519,7 @@ zigzag_of_difference(PyObject *a, PyObject *b, uint64_t *out)
         return -1;
     }
     if (a_fits && b_fits && !((y < 0 && x > INT64_MAX + y) || (y > 0 && x < INT64_MIN + y))) {
-        *out = zigzag(x - y);
+        *out = sp_zigzag(x - y);
         return 0;
     }
     PyObject *d = PyNumber_Subtract(a, b);
@@ -668,26 +628,6 @@ piece_from_header_key(Piece *p, PyObject *key)
     return 0;
 }
 
-static inline size_t
-piece_encoded_size(const Piece *p)
-{
-    return p->len < 0 ? 1 : varint_size(zigzag(p->len)) + (size_t)p->len;
-}
-
-static inline char *
-put_piece(char *w, const Piece *p)
-{
-    if (p->len < 0) {
-        *w++ = 1;  /* varint -1 */
-        return w;
-    }
-    w = put_varint(w, zigzag(p->len));
-    if (p->len > 0) {
-        memcpy(w, p->ptr, (size_t)p->len);
-    }
-    return w + p->len;
-}
-
 /* `a, b, ... = obj` for `n` names: a tuple (new reference) of exactly n items, or NULL with Python's error. */
 static PyObject *
 unpack(PyObject *obj, Py_ssize_t n)
@@ -751,21 +691,21 @@ encode_one(Output *o, HeaderScratch *scratch, uint64_t offset_zz, PyObject *reco
     if (zigzag_of_difference(PyTuple_GET_ITEM(fields, 2), base_timestamp, &timestamp_zz) < 0) {
         goto done;
     }
-    size_t body = 1 + varint_size(timestamp_zz) + varint_size(offset_zz);
+    size_t body = 1 + sp_varint_size(timestamp_zz) + sp_varint_size(offset_zz);
     if (piece_from_value(&key, PyTuple_GET_ITEM(fields, 0)) < 0) {
         goto done;
     }
     if (piece_from_value(&value, PyTuple_GET_ITEM(fields, 1)) < 0) {
         goto done;
     }
-    body += piece_encoded_size(&key) + piece_encoded_size(&value);
+    body += (size_t)(sp_bytes_field_size(key.len) + sp_bytes_field_size(value.len));
 
     PyObject *headers_obj = PyTuple_GET_ITEM(fields, 3);
     Py_ssize_t header_count = PyObject_Size(headers_obj);  /* len(headers) is what gets written */
     if (header_count < 0) {
         goto done;
     }
-    body += varint_size(zigzag(header_count));
+    body += sp_varint_size(sp_zigzag(header_count));
     Py_ssize_t n = 0;
     if (header_count > 0 || !PyTuple_Check(headers_obj)) {
         headers = PySequence_Tuple(headers_obj);
@@ -795,27 +735,28 @@ encode_one(Output *o, HeaderScratch *scratch, uint64_t offset_zz, PyObject *reco
         if (failed) {
             goto done;
         }
-        body += piece_encoded_size(hk) + piece_encoded_size(hv);
+        body += (size_t)(sp_bytes_field_size(hk->len) + sp_bytes_field_size(hv->len));
     }
     if ((int64_t)body < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    const uint64_t body_zz = zigzag((int64_t)body);
-    if (output_reserve(o, varint_size(body_zz) + body) < 0) {
+    const uint64_t body_zz = sp_zigzag((int64_t)body);
+    if (output_reserve(o, sp_varint_size(body_zz) + body) < 0) {
         goto done;
     }
-    char *w = o->buf + o->len;
-    w = put_varint(w, body_zz);
+    uint8_t *w = o->buf + o->len;
+    w = sp_put_varint(w, body_zz);
     *w++ = 0;  /* attributes */
-    w = put_varint(w, timestamp_zz);
-    w = put_varint(w, offset_zz);
-    w = put_piece(w, &key);
-    w = put_piece(w, &value);
-    w = put_varint(w, zigzag(header_count));
+    w = sp_put_varint(w, timestamp_zz);
+    w = sp_put_varint(w, offset_zz);
+    w = sp_put_bytes_field(w, key.ptr, key.len);
+    w = sp_put_bytes_field(w, value.ptr, value.len);
+    w = sp_put_varint(w, sp_zigzag(header_count));
     for (Py_ssize_t i = 0; i < n; i++) {
-        w = put_piece(w, &scratch->pieces[2 * i]);
-        w = put_piece(w, &scratch->pieces[2 * i + 1]);
+        const Piece *hk = &scratch->pieces[2 * i], *hv = &scratch->pieces[2 * i + 1];
+        w = sp_put_bytes_field(w, hk->ptr, hk->len);
+        w = sp_put_bytes_field(w, hv->ptr, hv->len);
     }
     o->len = w - o->buf;
     result = 0;
@@ -882,7 +823,7 @@ speedups_encode_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(records); i++) {
         uint64_t offset_zz;
         if (offsets == NULL) {
-            offset_zz = zigzag((int64_t)i);  /* offset - base_offset for offset in range(base_offset, ...) */
+            offset_zz = sp_zigzag((int64_t)i);  /* offset - base_offset for offset in range(base_offset, ...) */
         }
         else {
             PyObject *offset = PyTuple_GET_ITEM(offsets, i);
@@ -908,7 +849,7 @@ speedups_encode_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
             goto done;
         }
     }
-    result = PyBytes_FromStringAndSize(o.buf, o.len);
+    result = PyBytes_FromStringAndSize((const char *)o.buf, o.len);
 done:
     PyMem_Free(o.buf);
     PyMem_Free(scratch.pieces);

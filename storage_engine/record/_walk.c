@@ -4,19 +4,24 @@
  * called them handles that one batch (and raises the exact error if there is one), then calls them again.
  *
  *   crc32c(data) -> int
- *   walk_batches(buf, pos, end, base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset,
- *                offset_index_last (-1: empty), offset_index_room, time_index_last_ts, time_index_last_offset,
- *                time_index_has_entries, time_index_room)
+ *   walk_batches(buf, pos, end, walk, offset_index, time_index)
+ *       walk         (base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset): the segment and
+ *                    the walk's state so far
+ *       offset_index (last offset (-1: empty), room)
+ *       time_index   (last timestamp, last offset, has entries (0 or 1), room)
  *       -> (pos, batches, last_index_entry, max_ts, max_ts_offset, offset entries, time entries)
  *     segment.recovery.recover_segment's loop: every batch is size-, magic- and CRC-checked, its last offset
  *     must fit the segment, and the sparse index entries recovery adds are returned packed exactly as the index
  *     files store them (big-endian), ready to be written; the walk stops before an entry the index would refuse.
- *   key_columns(buf, pos, end, first, stop, hi, lo, offset, flags, row, rows) -> (pos, row, status)
+ *   key_columns(buf, pos, end, first, stop, columns, row, rows) -> (pos, row, status)
  *     spark_jobs.segment_source's rows for the key map: for every record with first <= offset < stop, its key
  *     hash (0, 0 for a keyless record), offset and flags (1 keyless, 2 tombstone, 4 control batch) are written
- *     at index `row` of four native arrays of `rows` entries (int64, int64, int64, int8). A batch is written whole
- *     or not at all. status 0: done (end of buffer or a batch starting at or after `stop`), 1: the arrays are
- *     full, 2: the batch at `pos` needs Python (compressed, legacy, torn or corrupt).
+ *     at index `row` of the four native arrays columns = (hi, lo, offset, flags) of `rows` entries (int64, int64,
+ *     int64, int8). A batch is written whole or not at all. status 0: done (end of buffer or a batch starting at
+ *     or after `stop`), 1: the arrays are full, 2: the batch at `pos` needs Python (compressed, legacy, torn or
+ *     corrupt).
+ *
+ * It also holds SpBatch (_speedups.h): a batch handed to the cleaner's kernels as (buf, pos, records).
  */
 #include "_speedups.h"
 
@@ -107,17 +112,6 @@ sp_crc32c(const uint8_t *buf, size_t len)
     return ~crc_software(0xFFFFFFFFu, buf, len);
 }
 
-static int
-get_i64(PyObject *obj, int64_t *out)
-{
-    long long v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 static PyObject *
 py_crc32c(PyObject *Py_UNUSED(module), PyObject *data)
 {
@@ -133,43 +127,111 @@ py_crc32c(PyObject *Py_UNUSED(module), PyObject *data)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* -- a batch handed to a kernel ------------------------------------------------------------------------------- */
+
+int
+sp_batch_acquire(SpBatch *b, PyObject *spec)
+{
+    b->held = 0;
+    b->records = NULL;
+    b->records_len = 0;
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a batch must be the tuple (buf, pos, records)");
+        return -1;
+    }
+    int64_t pos;
+    if (sp_as_i64(PyTuple_GET_ITEM(spec, 1), &pos) < 0) {
+        return -1;
+    }
+    b->records_obj = PyTuple_GET_ITEM(spec, 2);
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(spec, 0), &b->views[0], PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    b->held = 1;
+    if (pos < 0 || pos > b->views[0].len - SP_BATCH_OVERHEAD) {
+        PyErr_SetString(PyExc_ValueError, "batch header outside the buffer");
+        sp_batch_release(b);
+        return -1;
+    }
+    const uint8_t *p = (const uint8_t *)b->views[0].buf + pos;
+    sp_read_batch_header(p, &b->h);
+    b->records = p + SP_BATCH_OVERHEAD;
+    b->records_len = (int64_t)b->h.length + SP_LOG_OVERHEAD - SP_BATCH_OVERHEAD;
+    return 0;
+}
+
+int
+sp_batch_records(SpBatch *b)
+{
+    if (b->records_obj == Py_None) {
+        const int64_t start = b->records - (const uint8_t *)b->views[0].buf, end = start + b->records_len;
+        if (end > b->views[0].len || start > end) {
+            PyErr_SetString(PyExc_ValueError, "records section outside the buffer");
+            return -1;
+        }
+        return 0;
+    }
+    if (b->held == 1) {
+        if (PyObject_GetBuffer(b->records_obj, &b->views[1], PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        b->held = 2;
+    }
+    b->records = (const uint8_t *)b->views[1].buf;
+    b->records_len = b->views[1].len;
+    return 0;
+}
+
+void
+sp_batch_release(SpBatch *b)
+{
+    for (int i = 0; i < b->held; i++) {
+        PyBuffer_Release(&b->views[i]);
+    }
+    b->held = 0;
+}
+
+/* -- the recovery walk ------------------------------------------------------------------------------------------ */
+
+/* Index entries as the index files store them (segment/offset_index.py, segment/time_index.py), big-endian:
+ * offset index (offset - base int32, position int32), time index (timestamp int64, offset - base int32). */
+#define OFFSET_ENTRY_SIZE 8
+#define TIME_ENTRY_SIZE 12
+
 /* The batch at `pos` if it is a whole magic-2 batch with a matching CRC: its size; 0 otherwise. */
 static inline int64_t
 valid_v2_batch(const uint8_t *b, int64_t pos, int64_t end)
 {
-    const int64_t remaining = end - pos;
-    if (remaining < 17) {
+    const uint8_t *p = b + pos;
+    const int64_t size = sp_v2_batch_size(p, end - pos);
+    if (size == 0 ||
+        sp_crc32c(p + SP_HDR_ATTRIBUTES, (size_t)(size - SP_HDR_ATTRIBUTES)) != sp_get_u32(p + SP_HDR_CRC)) {
         return 0;
     }
-    const int32_t length = sp_be32(b + pos + 8);
-    if (length < 14 || SP_LOG_OVERHEAD + (int64_t)length > remaining || b[pos + 16] != 2 ||
-        SP_LOG_OVERHEAD + (int64_t)length < SP_BATCH_OVERHEAD) {
-        return 0;
-    }
-    const uint32_t stored = (uint32_t)sp_be32(b + pos + SP_CRC_OFFSET);
-    if (sp_crc32c(b + pos + SP_ATTRIBUTES_OFFSET, (size_t)(SP_LOG_OVERHEAD + length - SP_ATTRIBUTES_OFFSET)) != stored) {
-        return 0;
-    }
-    return SP_LOG_OVERHEAD + length;
+    return size;
 }
 
 static PyObject *
 py_walk_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 14) {
-        PyErr_SetString(PyExc_TypeError, "walk_batches() takes 14 arguments");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "walk_batches(buf, pos, end, walk, offset_index, time_index)");
         return NULL;
     }
-    int64_t pos, end, base, interval, last_entry, max_ts, max_ts_offset, off_last, off_room, time_last_ts,
-        time_last_offset, time_has, time_room;
-    if (get_i64(args[1], &pos) < 0 || get_i64(args[2], &end) < 0 || get_i64(args[3], &base) < 0 ||
-        get_i64(args[4], &interval) < 0 || get_i64(args[5], &last_entry) < 0 || get_i64(args[6], &max_ts) < 0 ||
-        get_i64(args[7], &max_ts_offset) < 0 || get_i64(args[8], &off_last) < 0 ||
-        get_i64(args[9], &off_room) < 0 || get_i64(args[10], &time_last_ts) < 0 ||
-        get_i64(args[11], &time_last_offset) < 0 || get_i64(args[12], &time_has) < 0 ||
-        get_i64(args[13], &time_room) < 0) {
+    int64_t pos, end, walk[5], off_index[2], time_index[4];
+    if (sp_as_i64(args[1], &pos) < 0 || sp_as_i64(args[2], &end) < 0 ||
+        sp_i64_tuple(args[3], 5, "walk (base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset)",
+                     walk) < 0 ||
+        sp_i64_tuple(args[4], 2, "offset_index (last offset, room)", off_index) < 0 ||
+        sp_i64_tuple(args[5], 4, "time_index (last timestamp, last offset, has entries, room)", time_index) < 0) {
         return NULL;
     }
+    const int64_t base = walk[0], interval = walk[1];
+    int64_t last_entry = walk[2], max_ts = walk[3], max_ts_offset = walk[4];
+    int64_t off_last = off_index[0];
+    const int64_t off_room = off_index[1];
+    int64_t time_last_ts = time_index[0], time_last_offset = time_index[1], time_has = time_index[2];
+    const int64_t time_room = time_index[3];
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
@@ -182,8 +244,8 @@ py_walk_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     const uint8_t *b = (const uint8_t *)view.buf;
     /* Entries are collected in growing buffers; at most one per interval bytes, so size by that. */
     const int64_t max_entries = (end - pos) / (interval > 0 ? interval : 1) + 2;
-    uint8_t *off_entries = PyMem_Malloc((size_t)max_entries * 8 + 1);
-    uint8_t *time_entries = PyMem_Malloc((size_t)max_entries * 12 + 1);
+    uint8_t *off_entries = PyMem_Malloc((size_t)max_entries * OFFSET_ENTRY_SIZE + 1);
+    uint8_t *time_entries = PyMem_Malloc((size_t)max_entries * TIME_ENTRY_SIZE + 1);
     if (off_entries == NULL || time_entries == NULL) {
         PyMem_Free(off_entries);
         PyMem_Free(time_entries);
@@ -197,12 +259,14 @@ py_walk_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         if (size == 0) {
             break;
         }
+        SpBatchHeader h;
+        sp_read_batch_header(b + pos, &h);
         int64_t last;
-        if (__builtin_add_overflow(sp_be64(b + pos), (int64_t)sp_be32(b + pos + 23), &last) || last < base ||
+        if (__builtin_add_overflow(h.base_offset, (int64_t)h.last_offset_delta, &last) || last < base ||
             last - base > INT32_MAX) {
             break;
         }
-        const int64_t batch_max_ts = sp_be64(b + pos + 35);
+        const int64_t batch_max_ts = h.max_timestamp;
         int64_t new_max_ts = max_ts, new_max_ts_offset = max_ts_offset;
         if (batch_max_ts > new_max_ts) {
             new_max_ts = batch_max_ts;
@@ -219,15 +283,17 @@ py_walk_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
                 if (new_max_ts_offset < base || new_max_ts_offset - base > INT32_MAX) {
                     break;
                 }
-                sp_put_be64(time_entries + 12 * n_time, new_max_ts);
-                sp_put_be32(time_entries + 12 * n_time + 8, (uint32_t)(new_max_ts_offset - base));
+                uint8_t *entry = time_entries + TIME_ENTRY_SIZE * n_time;
+                sp_put_i64(entry, new_max_ts);
+                sp_put_u32(entry + 8, (uint32_t)(new_max_ts_offset - base));
                 n_time++;
                 time_last_ts = new_max_ts;
                 time_last_offset = new_max_ts_offset;
                 time_has = 1;
             }
-            sp_put_be32(off_entries + 8 * n_off, (uint32_t)(last - base));
-            sp_put_be32(off_entries + 8 * n_off + 4, (uint32_t)pos);
+            uint8_t *entry = off_entries + OFFSET_ENTRY_SIZE * n_off;
+            sp_put_u32(entry, (uint32_t)(last - base));
+            sp_put_u32(entry + 4, (uint32_t)pos);
             n_off++;
             off_last = last;
             last_entry = pos;
@@ -241,7 +307,8 @@ py_walk_batches(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     PyBuffer_Release(&view);
     PyObject *result = Py_BuildValue("(LLLLLy#y#)", (long long)pos, (long long)batches, (long long)last_entry,
                                      (long long)max_ts, (long long)max_ts_offset, (const char *)off_entries,
-                                     (Py_ssize_t)(n_off * 8), (const char *)time_entries, (Py_ssize_t)(n_time * 12));
+                                     (Py_ssize_t)(n_off * OFFSET_ENTRY_SIZE), (const char *)time_entries,
+                                     (Py_ssize_t)(n_time * TIME_ENTRY_SIZE));
     PyMem_Free(off_entries);
     PyMem_Free(time_entries);
     return result;
@@ -264,13 +331,18 @@ writable(PyObject *obj, Py_buffer *view, int64_t rows, int64_t itemsize)
 static PyObject *
 py_key_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "key_columns(buf, pos, end, first, stop, hi, lo, offset, flags, row, rows)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "key_columns(buf, pos, end, first, stop, columns, row, rows)");
         return NULL;
     }
     int64_t pos, end, first, stop, row, rows;
-    if (get_i64(args[1], &pos) < 0 || get_i64(args[2], &end) < 0 || get_i64(args[3], &first) < 0 ||
-        get_i64(args[4], &stop) < 0 || get_i64(args[9], &row) < 0 || get_i64(args[10], &rows) < 0) {
+    if (sp_as_i64(args[1], &pos) < 0 || sp_as_i64(args[2], &end) < 0 || sp_as_i64(args[3], &first) < 0 ||
+        sp_as_i64(args[4], &stop) < 0 || sp_as_i64(args[6], &row) < 0 || sp_as_i64(args[7], &rows) < 0) {
+        return NULL;
+    }
+    PyObject *columns = args[5];
+    if (!PyTuple_Check(columns) || PyTuple_GET_SIZE(columns) != 4) {
+        PyErr_SetString(PyExc_TypeError, "key columns must be the tuple (hi, lo, offset, flags)");
         return NULL;
     }
     Py_buffer view, cols[4];
@@ -280,7 +352,7 @@ py_key_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     for (; held < 4; held++) {
-        if (writable(args[5 + held], &cols[held], rows, held == 3 ? 1 : 8) < 0) {
+        if (writable(PyTuple_GET_ITEM(columns, held), &cols[held], rows, held == 3 ? 1 : 8) < 0) {
             goto done;
         }
     }
@@ -293,22 +365,21 @@ py_key_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     int8_t *flags = cols[3].buf;
     int status = 0;
     for (;;) {
-        if (end - pos < SP_BATCH_OVERHEAD) {
-            status = end == pos ? 0 : 2;
+        if (pos == end) {
+            status = 0;
             break;
         }
-        const int32_t length = sp_be32(b + pos + 8);
-        if (length < 14 || SP_LOG_OVERHEAD + (int64_t)length > end - pos || b[pos + 16] != 2 ||
-            SP_LOG_OVERHEAD + (int64_t)length < SP_BATCH_OVERHEAD) {
+        const int64_t size = sp_v2_batch_size(b + pos, end - pos);
+        if (size == 0) {
             status = 2;
             break;
         }
-        const int64_t size = SP_LOG_OVERHEAD + length;
-        const int64_t base = sp_be64(b + pos);
-        const int attributes = b[pos + 22];
-        const int32_t count = sp_be32(b + pos + 57);
+        SpBatchHeader h;
+        sp_read_batch_header(b + pos, &h);
+        const int64_t base = h.base_offset;
+        const int32_t count = h.records_count;
         int64_t last;
-        if (__builtin_add_overflow(base, (int64_t)sp_be32(b + pos + 23), &last)) {
+        if (__builtin_add_overflow(base, (int64_t)h.last_offset_delta, &last)) {
             status = 2;
             break;
         }
@@ -320,7 +391,7 @@ py_key_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
             status = 0;
             break;
         }
-        if ((attributes & SP_CODEC_MASK) != 0 || count < 0) {
+        if ((h.attributes & SP_ATTR_CODEC_MASK) != 0 || count < 0) {
             status = 2;
             break;
         }
@@ -328,10 +399,10 @@ py_key_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
             status = row == 0 ? 2 : 1;
             break;
         }
-        const int control = (attributes & SP_CONTROL) != 0;
+        const int control = (h.attributes & SP_ATTR_CONTROL) != 0;
         /* Parse the whole batch before writing any row of it. */
-        const uint8_t *p = b + pos + SP_BATCH_OVERHEAD;
-        const int64_t len = size - SP_BATCH_OVERHEAD;
+        const uint8_t *p = b + pos + SP_HDR_RECORDS;
+        const int64_t len = size - SP_HDR_RECORDS;
         int64_t q = 0, w = row;
         int bad = 0;
         for (int32_t i = 0; i < count; i++) {

@@ -302,7 +302,7 @@ def _snappy_decompress(view: memoryview, max_output_bytes: int | None) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_block(block: memoryview, position: int, max_output_bytes: int | None):
+def _snappy_block(block: memoryview, position: int, max_output_bytes: int | None) -> cramjam.Buffer:
     """One raw snappy block (varint uncompressed length, then elements); returns a bytes-like object."""
     try:
         length = cramjam.snappy.decompress_raw_len(block)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from storage_engine.record import codecs
 from storage_engine.errors import CompressionError, CorruptRecordError
-from storage_engine.record.record_batch import (CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD,
+from storage_engine.record.record_batch import (CREATE_TIME, LOG_APPEND_TIME, LOG_OVERHEAD, BatchBuffer,
                                                 NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
                                                 NO_SEQUENCE, NO_TIMESTAMP_TYPE)
 from storage_engine.record.records import NO_TIMESTAMP, Record, SimpleRecord
@@ -62,7 +62,8 @@ class LegacyBatch:
     last_sequence = NO_SEQUENCE
     has_producer_id = False
 
-    def __init__(self, buf, pos: int = 0, path: object = None, file_position: int | None = None):
+    def __init__(self, buf: BatchBuffer, pos: int = 0, path: object = None,
+                 file_position: int | None = None) -> None:
         self.buf = buf
         self.pos = pos
         self.path = path
@@ -221,17 +222,18 @@ class LegacyBatch:
             pos = end
         return out
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
-    def control_type(self):
+    def control_type(self) -> str | None:
         return None
 
     def __repr__(self) -> str:
         return f"LegacyBatch(magic={self.magic}, offset={self.offset}, size={self.size_in_bytes})"
 
 
-def _key_value(buf, pos: int, size: int, magic: int, path, file_position):
+def _key_value(buf: BatchBuffer, pos: int, size: int, magic: int, path: object,
+               file_position: int) -> tuple[bytes | None, bytes | None]:
     p = pos + LOG_OVERHEAD + 6 + (8 if magic == MAGIC_V1 else 0)
     end = pos + LOG_OVERHEAD + size
     try:
@@ -264,7 +266,8 @@ def _key_value(buf, pos: int, size: int, magic: int, path, file_position):
 # ---------------------------------------------------------------------------------------------------------------
 # writing
 
-def encode_message(offset: int, magic: int, attributes: int, timestamp: int, key, value) -> bytes:
+def encode_message(offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None,
+                   value: bytes | None) -> bytes:
     """One log entry (offset + size + message) with its CRC-32."""
     body = bytearray()
     body += struct.pack(">bb", magic, attributes)

@@ -27,8 +27,9 @@ last_offset_delta can exceed records_count - 1 and offset deltas can skip values
 """
 from __future__ import annotations
 
+import mmap
 import struct
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence, TypeAlias
 
 from crc32c import crc32c
 
@@ -64,6 +65,10 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 INT32_MAX = 2**31 - 1
 
+# What batches are parsed from: bytes (a pread window, an append), a bytearray (a batch being validated), a memory
+# map of a segment (recovery, the Spark sources) or a view of one of these.
+BatchBuffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
@@ -96,7 +101,8 @@ class RecordBatch:
                  "magic", "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
                  "producer_id", "producer_epoch", "base_sequence", "records_count")
 
-    def __init__(self, buf, pos: int = 0, path: object = None, file_position: int | None = None):
+    def __init__(self, buf: BatchBuffer, pos: int = 0, path: object = None,
+                 file_position: int | None = None) -> None:
         if len(buf) - pos < BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"record batch is corrupt: {len(buf) - pos} bytes are smaller than the minimum allowed "
@@ -211,7 +217,7 @@ class RecordBatch:
             raise CorruptRecordError(f"batch at offset {self.base_offset}: {exc.reason}", self.path,
                                      self.file_position) from None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
     def control_type(self) -> str | None:
@@ -298,12 +304,16 @@ def build_batch(records: Sequence[SimpleRecord] | Iterable[tuple], *, base_offse
         attributes |= CONTROL_FLAG_MASK
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_FLAG_MASK
-    return _finish_batch(payload, base_offset, last_offset - base_offset, partition_leader_epoch, attributes,
-                         base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(recs))
+    return finish_batch(payload, base_offset, last_offset - base_offset, partition_leader_epoch, attributes,
+                        base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(recs))
 
 
-def _finish_batch(payload, base_offset, last_offset_delta, leader_epoch, attributes, base_ts, max_ts,
-                  producer_id, producer_epoch, base_sequence, count) -> bytes:
+def finish_batch(payload: bytes, base_offset: int, last_offset_delta: int, leader_epoch: int, attributes: int,
+                 base_ts: int, max_ts: int, producer_id: int, producer_epoch: int, base_sequence: int,
+                 count: int) -> bytes:
+    """The whole batch around an encoded (and compressed, if the attributes' codec says so) records section
+    ``payload``: the header with these fields, written as given (no checks: :func:`build_batch` makes them), and
+    its CRC-32C. The cleaner uses it to wrap a records section its compiled filter re-encoded."""
     out = bytearray(BATCH_OVERHEAD + len(payload))
     BATCH_HEADER.pack_into(out, 0, base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(payload), leader_epoch,
                            MAGIC_V2, 0, attributes, last_offset_delta, base_ts, max_ts, producer_id,
@@ -317,9 +327,9 @@ def build_empty_batch(template: RecordBatch) -> bytes:
     """Kafka's ``writeEmptyHeader``: a 61-byte batch with no records that keeps a batch's offsets and producer
     state (used by the cleaner). Compression none, base timestamp -1, delete-horizon bit cleared."""
     attributes = template.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
-    return _finish_batch(b"", template.base_offset, template.last_offset_delta, template.partition_leader_epoch,
-                         attributes, NO_TIMESTAMP, template.max_timestamp, template.producer_id,
-                         template.producer_epoch, template.base_sequence, 0)
+    return finish_batch(b"", template.base_offset, template.last_offset_delta, template.partition_leader_epoch,
+                        attributes, NO_TIMESTAMP, template.max_timestamp, template.producer_id,
+                        template.producer_epoch, template.base_sequence, 0)
 
 
 def build_control_batch(control_type: int, *, base_offset: int, timestamp: int, producer_id: int,

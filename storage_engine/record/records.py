@@ -8,15 +8,15 @@ Record (inside the records section), varints are protobuf zig-zag LEB128::
     key_length varint (-1 = null) | key | value_length varint (-1 = null: a tombstone) | value |
     header_count varint | per header: key_length varint (>= 0, UTF-8) | key | value_length varint (-1 = null) | value
 
-The two per-record loops (:func:`decode_records`, :func:`encode_records`) have compiled twins, chosen at the end
-of this module; ``KERNELS`` there gives the same extension's batch-level kernels.
+The two per-record loops (:func:`decode_records`, :func:`encode_records`) have compiled twins, bound at the end of
+this module as :mod:`storage_engine.record.kernels` chooses (which also gives the extension's batch-level kernels).
 """
 from __future__ import annotations
 
-import os
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from storage_engine.errors import CorruptRecordError
+from storage_engine.record import kernels
 
 MAX_RECORD_OVERHEAD = 21
 NO_TIMESTAMP = -1
@@ -61,7 +61,7 @@ def size_of_varint(value: int) -> int:
     return n
 
 
-def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int, max_bytes: int = 5) -> tuple[int, int]:
     """Decode one zig-zag varint (``max_bytes`` 5) or varlong (10) at ``pos``: (value, next position).
 
     Raises CorruptRecordError when the encoding is too long or runs past the buffer.
@@ -85,7 +85,7 @@ def read_varint(buf, pos: int, max_bytes: int = 5) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------------------
 # reading
 
-def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: int,
+def _py_decode_records(payload: bytes, count: int, base_offset: int, base_timestamp: int,
                        log_append_time: int | None) -> list[Record]:
     """Decode ``count`` records from an uncompressed records section; it must be consumed exactly.
 
@@ -144,7 +144,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
                 raise CorruptRecordError(f"invalid negative value size {vlen}", position=pos)
             b = payload[pos]
             if b == 0:
-                headers = ()
+                headers: tuple[tuple[str, bytes | None], ...] = ()
                 pos += 1
             else:
                 headers, pos = _decode_headers(payload, pos, body_end)
@@ -162,7 +162,7 @@ def _py_decode_records(payload, count: int, base_offset: int, base_timestamp: in
     return out
 
 
-def _decode_headers(payload, pos: int, body_end: int):
+def _decode_headers(payload: bytes, pos: int, body_end: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     count, pos = read_varint(payload, pos)
     if count < 0:
         raise CorruptRecordError(f"found invalid number of record headers {count}", position=pos)
@@ -194,7 +194,8 @@ def _decode_headers(payload, pos: int, body_end: int):
 # ---------------------------------------------------------------------------------------------------------------
 # writing
 
-def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, value, headers) -> None:
+def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str | bytes, bytes | None]]) -> None:
     """Append one record (length-prefixed) to ``out``."""
     body = bytearray(b"\x00")
     write_varint(timestamp_delta, body)
@@ -223,7 +224,8 @@ def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, 
     out += body
 
 
-def _py_encode_records(records, offsets, base_offset: int, base_timestamp: int) -> bytes:
+def _py_encode_records(records: Sequence[tuple[bytes | None, bytes | None, int, tuple]], offsets: Sequence[int] | None,
+                       base_offset: int, base_timestamp: int) -> bytes:
     """The records section for ``records`` (``(key, value, timestamp, headers)`` each, e.g. SimpleRecord).
 
     ``offsets`` gives each record's absolute offset (increasing, >= ``base_offset``) or is None for
@@ -246,32 +248,22 @@ def _py_encode_records(records, offsets, base_offset: int, base_timestamp: int) 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# compiled speedups: storage_engine/record/_speedups.c (built by setup.py when a compiler is present) replaces the two
-# per-record loops; STORAGE_ENGINE_PURE_PYTHON=1 forces the Python ones. tests/storage_engine/record/test_speedups.py runs
-# the same checks against both and compares them on random and mutated input.
+# compiled twins: storage_engine/record/_speedups.c replaces the two per-record loops when kernels.IMPLEMENTATION is
+# "c" (the extension is built and STORAGE_ENGINE_PURE_PYTHON is not set). tests/storage_engine/record/test_speedups.py
+# runs the same checks against both and compares them on random and mutated input.
 
-try:
-    from storage_engine.record import _speedups  # type: ignore[attr-defined]
-except ImportError:  # built without a compiler: pure Python only
-    _speedups = None
+if kernels.COMPILED is not None:
+    _c_encode_records = kernels.COMPILED.encode_records
+    _compiled_decode_records = kernels.COMPILED.decode_records
 
-if _speedups is not None:
-    _c_encode_records = _speedups.encode_records
-
-    def _c_decode_records(payload, count: int, base_offset: int, base_timestamp: int,
+    def _c_decode_records(payload: bytes, count: int, base_offset: int, base_timestamp: int,
                           log_append_time: int | None) -> list[Record]:
-        return _speedups.decode_records(payload, count, base_offset, base_timestamp, log_append_time,
-                                        Record, CorruptRecordError)
+        return _compiled_decode_records(payload, count, base_offset, base_timestamp, log_append_time, Record,
+                                        CorruptRecordError)
 else:
     _c_decode_records = _c_encode_records = None  # type: ignore[assignment]
 
-if _speedups is not None and os.environ.get("STORAGE_ENGINE_PURE_PYTHON", "") in ("", "0"):
-    IMPLEMENTATION = "c"
+if kernels.IMPLEMENTATION == "c":
     decode_records, encode_records = _c_decode_records, _c_encode_records
 else:
-    IMPLEMENTATION = "python"
     decode_records, encode_records = _py_decode_records, _py_encode_records
-
-# The same extension's batch-level kernels (compaction record filter and key map, recovery walk, key columns of the
-# Spark source; see _speedups.h): callers read ``records.KERNELS`` at call time, None meaning "pure Python".
-KERNELS = _speedups if IMPLEMENTATION == "c" else None

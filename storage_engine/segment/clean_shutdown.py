@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 
-from storage_engine.durable import atomic_write, fsync_dir
-from storage_engine.errors import StorageIOError
+from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
+from storage_engine.errors import StorageIOError, UnsafeFileError
 from storage_engine.layout import CLEAN_SHUTDOWN_FILE
 
 VERSION = 0
+MAX_MARKER_BYTES = 64 * 1024    # the marker is some 30 bytes; anything larger (or no regular file) is not one
 
 
 def clean_shutdown_path(log_dir: str | os.PathLike) -> str:
@@ -57,9 +58,8 @@ def consume_clean_shutdown(log_dir: str | os.PathLike) -> bool:
 def read_broker_epoch(log_dir: str | os.PathLike) -> int | None:
     """The marker's brokerEpoch; None if the marker is missing, unreadable or has no integer brokerEpoch."""
     try:
-        with open(clean_shutdown_path(log_dir), "rb") as f:
-            content = json.loads(f.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        content = json.loads(read_regular_file(clean_shutdown_path(log_dir), MAX_MARKER_BYTES).decode("utf-8"))
+    except (OSError, UnsafeFileError, UnicodeDecodeError, ValueError):
         return None
     epoch = content.get("brokerEpoch") if isinstance(content, dict) else None
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None

@@ -27,28 +27,33 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from storage_engine import crashpoints
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptRecordError, StorageIOError
-from storage_engine.record import records
+from storage_engine.record import kernels as _kernels
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
+
+if TYPE_CHECKING:
+    from storage_engine.record.record_batch import BatchBuffer
+    from storage_engine.segment.offset_index import OffsetIndex
+    from storage_engine.segment.time_index import TimeIndex
 
 _OFFSET_SIZE = struct.Struct(">qi")
 MAX_FILE_SIZE = 2**31 - 1
 READ_WINDOW_BYTES = 1024 * 1024
 
 
-def read_entry_header(buf, pos: int) -> tuple[int, int, int]:
+def read_entry_header(buf: BatchBuffer, pos: int) -> tuple[int, int, int]:
     """(offset, size field, magic) of the entry at ``pos``; the caller checks 17 bytes are present."""
     offset, size = _OFFSET_SIZE.unpack_from(buf, pos)
     return offset, size, buf[pos + 16]
 
 
-def batch_at(buf, pos: int, end: int, path: object = None, *, strict: bool = False,
-             file_offset: int = 0):
+def batch_at(buf: BatchBuffer, pos: int, end: int, path: object = None, *, strict: bool = False,
+             file_offset: int = 0) -> RecordBatch | LegacyBatch | None:
     """Parse the entry starting at ``pos``; None when the buffer ends before a whole entry (non-strict)."""
     remaining = end - pos
     where = pos + file_offset
@@ -73,8 +78,8 @@ def batch_at(buf, pos: int, end: int, path: object = None, *, strict: bool = Fal
     raise CorruptRecordError(f"unknown magic {magic} in entry at offset {offset}", path, where)
 
 
-def iter_batches(buf, start: int = 0, end: int | None = None, path: object = None, *, strict: bool = False,
-                 file_offset: int = 0) -> Iterator:
+def iter_batches(buf: BatchBuffer, start: int = 0, end: int | None = None, path: object = None, *,
+                 strict: bool = False, file_offset: int = 0) -> Iterator[RecordBatch | LegacyBatch]:
     """Yield the batches in ``buf[start:end]`` in order (see the module docstring for the stop rules)."""
     end = len(buf) if end is None else end
     pos = start
@@ -86,37 +91,38 @@ def iter_batches(buf, start: int = 0, end: int | None = None, path: object = Non
         pos += batch.size_in_bytes
 
 
-def walk_valid_batches(buf, pos: int, end: int, base_offset: int, index_interval_bytes: int,
-                       last_index_entry: int, max_ts: int, max_ts_offset: int, offset_index, time_index):
+def walk_valid_batches(buf: BatchBuffer, pos: int, end: int, base_offset: int, index_interval_bytes: int,
+                       last_index_entry: int, max_ts: int, max_ts_offset: int, offset_index: OffsetIndex,
+                       time_index: TimeIndex) -> tuple[int, int, int, int, int] | None:
     """Recovery's fast path, compiled: walk the plain magic-2 batches from ``pos`` that are whole, CRC-valid and
     whose last offset fits the segment, adding the sparse index entries recovery adds (see
     ``recover_segment``), and stop before the first batch that is anything else (the caller then handles that
     one batch the Python way, which raises the exact error). Returns (position, batches walked, last index entry
     position, max timestamp, its offset), or None when the compiled kernels are not loaded."""
-    kernels = records.KERNELS
+    kernels = _kernels.KERNELS
     if kernels is None:
         return None
     time_ts, time_offset = time_index.last_entry
     (pos, batches, last_index_entry, max_ts, max_ts_offset, offset_entries, time_entries) = kernels.walk_batches(
-        buf, pos, end, base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset,
-        offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries,
-        time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries)
+        buf, pos, end, (base_offset, index_interval_bytes, last_index_entry, max_ts, max_ts_offset),
+        (offset_index.last_offset if offset_index.entries else -1, offset_index.max_entries - offset_index.entries),
+        (time_ts, time_offset, 1 if time_index.entries else 0, time_index.max_entries - 1 - time_index.entries))
     offset_index.append_packed(offset_entries)
     time_index.append_packed(time_entries)
     return pos, batches, last_index_entry, max_ts, max_ts_offset
 
 
-def walk_batches(buf, pos: int, end: int, base_offset: int, index_interval_bytes: int, offset_index_room: int,
-                 time_index_room: int):
+def walk_batches(buf: BatchBuffer, pos: int, end: int, base_offset: int, index_interval_bytes: int,
+                 offset_index_room: int, time_index_room: int) -> tuple[int, int, int, int, bytes, bytes] | None:
     """:func:`walk_valid_batches` of a whole segment into empty indexes, without touching them: (position
     reached, batches, max timestamp, its offset, packed offset-index entries, packed time-index entries), or None
     without the compiled kernels."""
-    kernels = records.KERNELS
+    kernels = _kernels.KERNELS
     if kernels is None:
         return None
     pos, batches, _last_entry, max_ts, max_ts_offset, offset_entries, time_entries = kernels.walk_batches(
-        buf, pos, end, base_offset, index_interval_bytes, 0, -1, -1, -1, offset_index_room, -1, base_offset, 0,
-        time_index_room)
+        buf, pos, end, (base_offset, index_interval_bytes, 0, -1, -1), (-1, offset_index_room),
+        (-1, base_offset, 0, time_index_room))
     return pos, batches, max_ts, max_ts_offset, offset_entries, time_entries
 
 
@@ -154,7 +160,7 @@ class FileRecords:
         return self.size
 
     # -- writing ----------------------------------------------------------------------------------------------
-    def append(self, data) -> int:
+    def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the logical end; returns the number of bytes written."""
         n = len(data)
         if self.size + n > MAX_FILE_SIZE:
@@ -237,7 +243,7 @@ class FileRecords:
                 p += batch.size_in_bytes
             pos += p
 
-    def view(self):
+    def view(self) -> mmap.mmap | bytes:
         """A read-only mmap (or bytes for an empty file) covering the logical size; re-mapped as the file grows.
         For recovery only, under the partition lock (see the module docstring); dropped by :meth:`drop_view`."""
         physical = self.physical_size()
@@ -263,7 +269,7 @@ class FileRecords:
     def batches(self, start: int = 0, *, strict: bool = False, end: int | None = None) -> Iterator:
         return self.read_batches(start, end, strict=strict)
 
-    def batch_at(self, position: int, *, strict: bool = False):
+    def batch_at(self, position: int, *, strict: bool = False) -> RecordBatch | LegacyBatch | None:
         """The entry at ``position`` (None past the end, or at a torn tail unless ``strict``)."""
         head = self.read(position, LOG_OVERHEAD)
         size = _OFFSET_SIZE.unpack_from(head)[1] if len(head) == LOG_OVERHEAD else 0
@@ -271,14 +277,15 @@ class FileRecords:
         buf = self.read(position, want)
         return batch_at(buf, 0, len(buf), self.path, strict=strict, file_offset=position)
 
-    def search_for_offset_with_size(self, target_offset: int, start_position: int):
+    def search_for_offset_with_size(self, target_offset: int, start_position: int) -> tuple[int, int, int] | None:
         """First batch at/after ``start_position`` whose last offset >= target: (last offset, position, size)."""
         for batch in self.batches(start_position):
             if batch.last_offset >= target_offset:
                 return batch.last_offset, batch.file_position, batch.size_in_bytes
         return None
 
-    def search_for_timestamp(self, target_ts: int, start_position: int, starting_offset: int):
+    def search_for_timestamp(self, target_ts: int, start_position: int,
+                             starting_offset: int) -> tuple[int, int] | None:
         """First record with timestamp >= target and offset >= starting_offset: (timestamp, offset) or None."""
         for batch in self.batches(start_position):
             if batch.max_timestamp >= target_ts:

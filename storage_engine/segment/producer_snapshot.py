@@ -32,8 +32,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from storage_engine.durable import atomic_write
-from storage_engine.errors import CorruptSnapshotError, StorageIOError
+from storage_engine.durable import atomic_write, read_regular_file
+from storage_engine.errors import CorruptSnapshotError, StorageIOError, UnsafeFileError
 
 VERSION = 1
 HEADER = struct.Struct(">hIi")
@@ -85,12 +85,17 @@ def decode_snapshot(data: bytes, path: object = None) -> list[SnapshotEntry]:
     return [SnapshotEntry(*ENTRY.unpack_from(data, HEADER.size + i * ENTRY_SIZE)) for i in range(count)]
 
 
+# Millions of producers' entries; a larger file, or one that is no regular file, is corrupt (deleted at the load).
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
+
+
 def read_snapshot(path: str) -> list[SnapshotEntry]:
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular_file(path, MAX_SNAPSHOT_BYTES)
     except OSError as exc:
         raise StorageIOError("cannot read producer snapshot", path, exc) from exc
+    except UnsafeFileError as exc:
+        raise CorruptSnapshotError(f"snapshot is {exc.reason}", path, 0) from None
     return decode_snapshot(data, path)
 
 

@@ -2,7 +2,8 @@
 
 Recovery (:func:`recover_segment`) validates every batch (size, magic, CRC), rebuilds the indexes and
 truncates the file at the first invalid byte, returning how many bytes it removed. Given the producer state as of
-the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``.
+the segment's base offset it also replays the segment into it and rebuilds the ``.txnindex``; given the partition's
+leader epoch cache it assigns the epochs of the valid v2 batches to it, as Kafka's ``LogSegment.recover`` does.
 
 The indexes come from one of two walks that build the same entries: the compiled walk over the whole file
 (:func:`_recover_compiled`, each index file written once), or, when the kernels are not loaded or that walk stops
@@ -13,21 +14,25 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from storage_engine import layout
 from storage_engine.errors import CorruptRecordError, StorageIOError
-from storage_engine.record.record_batch import BATCH_HEADER, LOG_OVERHEAD, NO_PRODUCER_ID
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import BATCH_HEADER, LOG_OVERHEAD, NO_PRODUCER_ID, RecordBatch
 from storage_engine.segment.file_records import batch_at, read_entry_header, walk_batches, walk_valid_batches
+from storage_engine.segment.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
+from storage_engine.segment.txn_index import TransactionIndex
 
 if TYPE_CHECKING:
     from storage_engine.segment.segment import LogSegment
 
 _TIME_ENTRY = struct.Struct(">qi")
 # Fields of record_batch.BATCH_HEADER the replay reads.
-_LAST_OFFSET_DELTA, _PRODUCER_ID = 6, 9
+_LEADER_EPOCH, _LAST_OFFSET_DELTA, _PRODUCER_ID = 2, 6, 9
+_NO_EPOCH_CHECK = 2**31   # above every epoch: no leader epoch cache to assign to
 _READ_NOT_MAP_BYTES = 1 << 20
 
 
@@ -39,36 +44,58 @@ class RecoveryResult:
     error: str | None = None
 
 
-def recover_segment(seg: LogSegment, producer_state=None) -> RecoveryResult:
+class ReplayTarget(Protocol):
+    """What :func:`recover_segment` replays the batches into (the log layer's ``ProducerStateManager``, which this
+    layer does not import)."""
+    map_end_offset: int
+
+    def replay_batch(self, batch: RecordBatch | LegacyBatch, txn_index: TransactionIndex | None = None) -> object: ...
+
+
+def recover_segment(seg: LogSegment, producer_state: ReplayTarget | None = None,
+                    leader_epochs: LeaderEpochFileCache | None = None) -> RecoveryResult:
     """Validate every batch, rebuild the indexes, truncate at the first invalid byte. With
     ``producer_state`` (a :class:`~storage_engine.log.producer_state_manager.ProducerStateManager` as of the base
-    offset) replay each valid batch into it and rebuild the ``.txnindex``."""
+    offset) replay each valid batch into it and rebuild the ``.txnindex``. With ``leader_epochs``, each valid v2
+    batch assigns its partition leader epoch at its base offset if newer than the latest (Kafka's
+    ``LogSegment.recover``), unwritten: the caller flushes the cache."""
     compiled = _recover_compiled(seg)
     result, data = compiled if compiled is not None else (_recover_walk(seg), None)
     txn_index = seg.txn_index
     txn_index.reset()
-    if producer_state is not None:
+    if producer_state is not None or leader_epochs is not None:
         if data is not None:
-            _replay_read(seg, data, result.valid_bytes, producer_state, txn_index)
+            _replay_read(seg, data, result.valid_bytes, producer_state, txn_index, leader_epochs)
         else:
             for batch in seg.log.batches(0):
                 if batch.file_position >= result.valid_bytes:
                     break
                 if batch.magic >= 2:
-                    producer_state.replay_batch(batch, txn_index)
+                    if leader_epochs is not None:
+                        leader_epochs.maybe_assign(batch.partition_leader_epoch, batch.base_offset, write=False)
+                    if producer_state is not None:
+                        producer_state.replay_batch(batch, txn_index)
     return result
 
 
-def _replay_read(seg: LogSegment, data: bytes, valid_bytes: int, producer_state, txn_index) -> None:
+def _replay_read(seg: LogSegment, data: bytes, valid_bytes: int, producer_state: ReplayTarget | None,
+                 txn_index: TransactionIndex, leader_epochs: LeaderEpochFileCache | None = None) -> None:
     """The replay of :func:`recover_segment` over the segment's bytes already read (all valid up to
     ``valid_bytes``): a v2 batch without a producer id only moves the map end (all ``replay_batch`` does with
-    it), so only batches with one are parsed."""
+    it), so only batches with one are parsed; an epoch newer than the cache's latest is assigned."""
+    latest = _NO_EPOCH_CHECK if leader_epochs is None else leader_epochs.latest_epoch
+    latest = UNDEFINED_EPOCH if latest is None else latest
     pos = 0
     while pos < valid_bytes:
         base, length, magic = read_entry_header(data, pos)
         if magic >= 2:
             header = BATCH_HEADER.unpack_from(data, pos)
-            if header[_PRODUCER_ID] > NO_PRODUCER_ID:
+            if header[_LEADER_EPOCH] > latest and leader_epochs is not None:
+                leader_epochs.maybe_assign(header[_LEADER_EPOCH], base, write=False)
+                latest = header[_LEADER_EPOCH]
+            if producer_state is None:
+                pass
+            elif header[_PRODUCER_ID] > NO_PRODUCER_ID:
                 producer_state.replay_batch(batch_at(data, pos, valid_bytes, seg.path), txn_index)
             else:
                 producer_state.map_end_offset = base + header[_LAST_OFFSET_DELTA] + 1

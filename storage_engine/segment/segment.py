@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from typing import Protocol
 
 from storage_engine import crashpoints, layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, IndexFullError, SegmentOffsetOverflowError,
                                    StorageError, StorageIOError)
+from storage_engine.record.legacy_records import LegacyBatch
+from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.offset_index import OffsetIndex
@@ -36,6 +40,22 @@ logger = logging.getLogger(__name__)
 
 
 _SUFFIXES = (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX)
+
+
+class CompletedTxnLike(Protocol):
+    """What :meth:`LogSegment.update_txn_index` reads of a completed transaction (the log layer's
+    ``CompletedTxn``, which this layer does not import)."""
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def is_aborted(self) -> bool: ...
 
 
 class LogSegment:
@@ -122,7 +142,7 @@ class LogSegment:
         append)."""
         return TransactionIndex(self._paths[layout.TXN_INDEX_SUFFIX], self.base_offset, writable=self.writable)
 
-    def update_txn_index(self, completed, last_stable_offset: int) -> None:
+    def update_txn_index(self, completed: CompletedTxnLike, last_stable_offset: int) -> None:
         """Kafka's ``updateTxnIndex``: an aborted transaction completed by a marker in this segment is indexed."""
         if completed.is_aborted:
             self.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
@@ -235,7 +255,7 @@ class LogSegment:
                                     f"{offset}: the index is stale", self.time_index.path)
 
     # -- reading ----------------------------------------------------------------------------------------------
-    def translate_offset(self, offset: int, starting_position: int = 0):
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int, int] | None:
         """(last offset, position, size) of the first batch whose last offset >= ``offset``, or None."""
         _, pos = self.offset_index.lookup(offset)
         return self.log.search_for_offset_with_size(offset, max(pos, starting_position))
@@ -257,7 +277,8 @@ class LogSegment:
                            self.path, pos, exc)
             return read_from(self, 0, start_offset, max_size, max_position, min_one_message, upper_bound)
 
-    def checked_batches(self, start_offset: int, upper_bound: int | None = None, end: int | None = None):
+    def checked_batches(self, start_offset: int, upper_bound: int | None = None,
+                        end: int | None = None) -> Iterator[RecordBatch | LegacyBatch]:
         """Batches from the one holding ``start_offset`` to ``end`` (default: the segment's size), each checked
         (see :mod:`~storage_engine.segment.checked_read`); ``upper_bound`` is the first offset past the segment. A
         scan that fails from an index entry's position is repeated from the segment's start: a damaged index
@@ -275,10 +296,10 @@ class LogSegment:
                            self.path, pos, exc)
             yield from checked_from(self, 0, wanted, upper_bound, end)
 
-    def batches(self, start_position: int = 0, *, strict: bool = False):
+    def batches(self, start_position: int = 0, *, strict: bool = False) -> Iterator[RecordBatch | LegacyBatch]:
         return self.log.batches(start_position, strict=strict)
 
-    def batches_from(self, offset: int):
+    def batches_from(self, offset: int) -> Iterator[RecordBatch | LegacyBatch]:
         """Batches from the one holding ``offset`` to the end of the segment."""
         _, pos = self.offset_index.lookup(offset)
         for batch in self.log.batches(pos):
@@ -293,7 +314,7 @@ class LogSegment:
             nxt = batch.next_offset
         return nxt
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None):
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= ``timestamp``, or None."""
         starting_offset = self.base_offset if starting_offset is None else starting_offset
         _, ts_offset = self.time_index.lookup(timestamp)

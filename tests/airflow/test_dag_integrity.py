@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS
+
 from .conftest import DAGS_FOLDER, parse_dag
 
 pytestmark = pytest.mark.airflow
 
-MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify",
-                    "log_dir_balance")
 BATCHED = {"log_checkpoint": "checkpoint", "log_flush": "flush", "log_retention": "retention", "log_verify": "verify"}
 
 

@@ -25,8 +25,7 @@ from storage_engine.record.records import SimpleRecord
 from tests.spark.conftest import spark_env
 
 pytestmark = pytest.mark.spark
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JOB = os.path.join(REPO, "spark_jobs", "build_key_map.py")
+JOB = os.path.abspath(build_key_map.__file__)
 T0 = 1_700_000_000_000
 
 

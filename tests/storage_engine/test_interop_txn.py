@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import struct
 
+import pytest
 from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
 from aiokafka.record.default_records import calc_crc32c as aio_crc32c
@@ -22,6 +23,8 @@ from storage_engine.record.record_batch import build_control_batch, set_base_off
 from storage_engine.segment.txn_index import AbortedTxn
 
 from . import helpers
+
+pytestmark = pytest.mark.unit
 
 T0 = 1_700_000_000_000
 NO_CODEC = 0

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 ENGINE = REPO / "storage_engine"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS = [
-    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file"},
+    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units"},
     {"record"},
     {"segment"},
     {"log"},
@@ -123,3 +123,72 @@ def test_the_readme_layout_table_names_every_engine_module():
             missing.append(path.relative_to(REPO).as_posix())
     assert rows, "README.md has no layout rows for storage_engine/"
     assert not missing, "engine files the README's layout table does not name: " + ", ".join(missing)
+
+
+# The compiled extension is private to the record layer: one module chooses between it and the pure kernels.
+PRIVATE_IMPORT_ALLOWED = {("storage_engine/record/kernels.py", "storage_engine.record._speedups")}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(path: pathlib.Path):
+    """Every import in ``path`` of a name or module spelled with a leading underscore: (line, dotted name)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if any(_is_private(part) for part in dotted.split(".")):
+                    yield node.lineno, dotted
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if any(_is_private(part) for part in alias.name.split(".")):
+                    yield node.lineno, alias.name
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A leading underscore means "this module's own": the engine, the Airflow plugins and the Spark jobs import
+    only public names of each other, so a reader can tell what each module offers from its names."""
+    found = []
+    for top in ("storage_engine", "plugins", "spark_jobs", "dags"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for line, dotted in _private_imports(path):
+                if (rel, dotted) not in PRIVATE_IMPORT_ALLOWED:
+                    found.append(f"{rel}:{line} imports {dotted}")
+    assert not found, "private names imported across modules:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_sees_every_spelling(tmp_path):
+    """The scan above catches a private name, a private module and a private package, and lets public ones pass."""
+    source = tmp_path / "m.py"
+    source.write_text("from a.b import _c\nfrom a._b import c\nimport a._b.c\nfrom a import b, __version__\n")
+    assert [d for _, d in _private_imports(source)] == ["a.b._c", "a._b.c", "a._b.c"]
+
+
+# What the programs above the engine may reach into. Airflow's plugins drive whole jobs and read inspection, over
+# the base modules; they never touch a log, a segment or a mechanism directly. The Spark job reads segment files
+# and the record layer, and shares with the cleaner the key map's format (maintenance.offset_map) and the rule
+# for aborted transactions (maintenance.txn_cleaning); it never takes part in the log's locking (log/), and runs no
+# job or command.
+BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units"}
+CLIENT_ALLOWED = {
+    "plugins": BASE | {"jobs", "inspection"},
+    "dags": BASE | {"jobs", "inspection"},
+    "spark_jobs": BASE | {"record", "segment", "inspection", "maintenance.offset_map", "maintenance.txn_cleaning"},
+}
+
+
+@pytest.mark.parametrize("top", sorted(CLIENT_ALLOWED))
+def test_airflow_and_spark_reach_only_their_layers_of_the_engine(top):
+    allowed = CLIENT_ALLOWED[top]
+    found = []
+    for path in sorted((REPO / top).rglob("*.py")):
+        for imported, line in _imports(path):
+            parts = imported.split(".")
+            if parts[0] != "storage_engine" or len(parts) < 2:
+                continue
+            if parts[1] not in allowed and ".".join(parts[1:3]) not in allowed:
+                found.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
+    assert not found, f"{top} reaches past {sorted(allowed)}:\n" + "\n".join(found)

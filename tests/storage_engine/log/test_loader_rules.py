@@ -1268,6 +1268,7 @@ def _killed_at(step: str, load, nth: int = 1) -> bool:
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize("step", ["load.resolved", "load.recovered"])
 def test_a_load_dies_at_its_crash_steps_and_the_next_load_recovers(log_dir, step):
     cfg, d = _crashed(log_dir, 10)
@@ -1281,6 +1282,7 @@ def test_a_load_dies_at_its_crash_steps_and_the_next_load_recovers(log_dir, step
     log.close(clean=True)
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize("nth", [1, 2, 3])
 def test_a_recovery_killed_between_segments_leaves_the_next_load_kafkas_snapshots(log_dir, tmp_path, nth):
     """Killed after its ``nth`` recovered segment, a recovery leaves the snapshots at the bases it had not reached

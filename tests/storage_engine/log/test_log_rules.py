@@ -932,6 +932,7 @@ def names(log) -> set[str]:
     return set(os.listdir(log.dir))
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize("step", ["roll.published", "roll.sealed", "roll.created", "roll.flushed"])
 def test_a_roll_killed_at_each_step(logs, log_dir, step):
     """LocalLog.roll's steps, each a point a kill -9 can stop at: the generation is published first (before any file
@@ -961,6 +962,7 @@ def test_a_roll_killed_at_each_step(logs, log_dir, step):
     assert [r.offset for r in log.read_records()] == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize("step", ["retention.published", "retention.partial", "retention.renamed"])
 def test_retention_killed_at_each_step(logs, log_dir, step):
     """deleteSegments' steps: the new log start offset is published before any rename (a process meeting the
@@ -988,6 +990,7 @@ def test_retention_killed_at_each_step(logs, log_dir, step):
     assert [r.offset for r in log.read_records()] == [8]
 
 
+@pytest.mark.kills
 def test_a_segment_deletion_can_name_the_step_after_its_log_file(logs, log_dir):
     """Deleting a segment's files renames the ``.log`` first; ``after_log`` names the crash step reached right then
     (the cleaner's swap uses it), with the indexes not yet renamed; a plain deletion keeps the producer snapshot

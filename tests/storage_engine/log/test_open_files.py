@@ -110,6 +110,7 @@ def test_a_store_larger_than_the_limit_closes_cleanly_reopens_and_takes_appends_
     assert max(out["peaks"]) < out["limit"], out["peaks"]
 
 
+@pytest.mark.slow   # a child process
 def test_running_out_of_descriptors_names_the_limit_and_loses_nothing(tmp_path):
     out = run_child("""
         created, error = 0, None
@@ -133,6 +134,7 @@ def test_running_out_of_descriptors_names_the_limit_and_loses_nothing(tmp_path):
     assert out["wrong"] == []
 
 
+@pytest.mark.unit
 def test_the_least_recently_used_idle_logs_are_parked_and_reload_what_they_missed(tmp_path):
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path)]}})
     with LogManager.open(cfg, clock=ManualClock(T0), max_open_logs=2) as mgr, \
@@ -155,6 +157,7 @@ def test_the_least_recently_used_idle_logs_are_parked_and_reload_what_they_misse
         assert parked.log_end_offset == 0 and parked.lock.parked
 
 
+@pytest.mark.unit
 def test_a_held_lock_is_never_parked(tmp_path):
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path)]}})
     with LogManager.open(cfg, clock=ManualClock(T0), max_open_logs=1) as mgr:
@@ -167,6 +170,7 @@ def test_a_held_lock_is_never_parked(tmp_path):
         assert first.parked and second.parked
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10"])
 def test_a_bad_bound_is_refused_with_its_name(bad):
     with pytest.raises(ValueError, match="max_open_logs must be an integer >= 1"):
@@ -213,6 +217,7 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
 
 
 
+@pytest.mark.e2e    # the move and the deletion are CLI runs
 def test_a_parked_log_follows_a_move_and_fails_cleanly_after_a_deletion_by_another_process(tmp_path):
     # Parking closes the lock file, and a move or a deletion by another process retires that file and removes
     # its name: the parked log must not reopen (or create) a fresh file under the old name and carry on as if

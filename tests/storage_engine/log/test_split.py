@@ -134,6 +134,7 @@ def _split_in_child(cfg_path: str, stop_at: int) -> int:
     return proc.returncode
 
 
+@pytest.mark.kills
 def test_a_crash_at_every_step_of_a_split_loads_to_the_same_records(tmp_path):
     """testRecoveryAfterCrashDuringSplitPhase1..5, with a real process killed at each rename and fsync."""
     step = 0

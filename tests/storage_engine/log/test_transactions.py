@@ -19,6 +19,8 @@ from storage_engine.segment.txn_index import AbortedTxn
 from .. import helpers
 from ..conftest import T0
 
+pytestmark = pytest.mark.unit
+
 EPOCH = 0
 
 

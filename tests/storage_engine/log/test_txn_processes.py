@@ -15,9 +15,11 @@ import pytest
 from storage_engine import layout
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
+from storage_engine.errors import CorruptSnapshotError
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from storage_engine.segment import producer_snapshot
 
 from ..maintenance.test_cleaner import RenameCrasher, SimulatedCrash, compact_cfg, open_existing
 
@@ -76,6 +78,7 @@ def clients():
             c.proc.wait()
 
 
+@pytest.mark.slow
 def test_two_processes_appending_for_one_producer_see_one_state(tmp_path, clients):
     cfg = write_config(tmp_path)
     a = clients(cfg)
@@ -121,6 +124,10 @@ def recovered_state(cfg_path: str) -> dict:
                 "all": [(r.offset, r.value.decode()) for r in log.read_records()]}
 
 
+def temp_files(pdir: pathlib.Path) -> list[str]:
+    return sorted(n for n in os.listdir(pdir) if n.endswith(layout.TMP_SUFFIX))
+
+
 SCRIPT = [dict(op="append", pid=1, epoch=0, seq=0, values=["p1-0", "p1-1"], txn=True),
           dict(op="append", pid=2, epoch=0, seq=0, values=["p2-0"], txn=True),
           dict(op="append", pid=3, epoch=0, seq=0, values=["i-0"]),
@@ -128,6 +135,7 @@ SCRIPT = [dict(op="append", pid=1, epoch=0, seq=0, values=["p1-0", "p1-1"], txn=
           dict(op="append", pid=2, epoch=0, seq=1, values=["p2-1"], txn=True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point,last_op", [
     ("txnindex", dict(op="end", pid=2, epoch=0, commit=False)),      # the marker written, its index entry not
     ("snapshot-tmp", dict(op="roll")),                               # a roll's snapshot half written
@@ -152,16 +160,23 @@ def test_a_process_killed_at_each_step_recovers_the_same_state(tmp_path, clients
     watcher = clients(cfg) if point == "txnindex" else None   # a second, live process holding the dir
     child.send(op="arm", point=point)
     assert child.send(**last_op) is None and child.killed()
+    pdir = tmp_path / "crash" / "logs" / "t-0"
+    # The kill left the temp file of the step it interrupted, and only that: the producer snapshot at the log end,
+    # half written (it does not parse). The other steps leave none.
+    torn = layout.filename_prefix(expected["leo"]) + layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX
+    assert temp_files(pdir) == ([torn] if point == "snapshot-tmp" else [])
+    if point == "snapshot-tmp":
+        with pytest.raises(CorruptSnapshotError):
+            producer_snapshot.read_snapshot(str(pdir / torn))
     if watcher is not None:
         # the next lock holder replays the marker and adds the .txnindex entry its writer did not live to add
         assert watcher.send(op="state") == expected
-        pdir = tmp_path / "crash" / "logs" / "t-0"
         assert os.path.getsize(pdir / "00000000000000000000.txnindex") == 34
         watcher.proc.kill()
         watcher.proc.wait()
     got = recovered_state(cfg)
     assert got == expected_read
-    assert not any(n.endswith(".tmp") for n in os.listdir(tmp_path / "crash" / "logs" / "t-0"))
+    assert temp_files(pdir) == [], "the recovery leaves no temp file behind"
     # and producing goes on: a retry is recognised, the next sequence accepted
     after = clients(cfg)
     assert after.append(3, 0, ["i-0"])["duplicate"]
@@ -206,6 +221,7 @@ def clean_round(log, now):
     return Cleaner(CleanerConfig()).clean(ltc, now)
 
 
+@pytest.mark.unit   # in process: the crashes are simulated renames
 def test_a_crash_at_every_rename_of_a_transactional_cleaning_recovers(tmp_path, monkeypatch, logs):
     cfg = compact_cfg(segment_bytes=100_000)
     pristine = tmp_path / "pristine"

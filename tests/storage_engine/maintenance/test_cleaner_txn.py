@@ -2,12 +2,16 @@
 same appends and the same expected keys, offsets and batch boundaries."""
 from __future__ import annotations
 
+import pytest
+
 from storage_engine.config import CleanerConfig
 from storage_engine.maintenance.cleaner import Cleaner
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
 from .test_cleaner import DAY, T0, all_batches, compact_cfg, ltc_for, make_log  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.unit
 
 LARGE_TIMESTAMP = T0 + 10 * DAY   # Kafka's tests clean at a "largeTimestamp"
 

@@ -22,18 +22,20 @@ from storage_engine.maintenance import record_filter
 from storage_engine.maintenance.cleaner import CleanerStats
 from storage_engine.maintenance.offset_map import (InProcessOffsetMap, SortedHashOffsetMap, _py_table_get,
                                                    _py_table_put, key_hash)
-from storage_engine.record import codecs, records
+from storage_engine.record import codecs
+from storage_engine.record import kernels as record_kernels
 from storage_engine.record.record_batch import LOG_APPEND_TIME, RecordBatch, build_batch
 from storage_engine.record.records import SimpleRecord
+from tests.paths import REPO
 from tests.storage_engine.kernels import use
 from tests.storage_engine.record.test_speedups import mutate
 
-pytestmark = [pytest.mark.unit, pytest.mark.skipif(records._speedups is None, reason="C speedups not built")]
-K = records._speedups
+pytestmark = [pytest.mark.unit,
+              pytest.mark.skipif(record_kernels.COMPILED is None, reason="C speedups not built")]
+K = record_kernels.COMPILED
 PROPERTY = settings(deadline=None, max_examples=250,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 KEYS = [b"a", b"b", b"c", b"key-4", b"", b"\x00\x01"]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture(params=["c"])
@@ -275,7 +277,7 @@ def test_in_process_map_resident_size_stays_within_the_dedupe_buffer(impl):
     # RSS, not a count: a fresh interpreter fills a 32 MiB map to its load factor, peak RSS growth is measured.
     buffer = 32 << 20
     keys = 1_400_000 if impl == "c" else 60_000
-    env = dict(os.environ, PYTHONPATH=REPO)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     if impl == "python":
         env["STORAGE_ENGINE_PURE_PYTHON"] = "1"
     proc = subprocess.run([sys.executable, "-c", PROBE, str(buffer), str(keys)], capture_output=True, text=True,

@@ -336,6 +336,7 @@ def test_purge_goes_on_past_partitions_deleted_or_moved_since_the_listing(tmp_pa
     assert (tmp_path / "b-0.gone" / "00000000000000000000.log.deleted").exists()
 
 
+@pytest.mark.kills
 def test_purge_killed_after_its_first_removal_leaves_the_rest_for_the_next_run(tmp_path):
     """The ``purge.partial`` crash point is reached right after the first file is removed: a purge killed there
     (SIGKILL) has removed exactly one file, and the next purge removes the others."""

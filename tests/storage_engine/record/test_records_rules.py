@@ -34,7 +34,7 @@ def frame_records(*bodies: bytes) -> bytes:
 
 def v2_batch_with_section(section: bytes, count: int, base_offset: int = 0) -> bytes:
     """A valid batch header (count, CRC) around a hand-made records section."""
-    return record_batch._finish_batch(section, base_offset, count - 1, -1, 0, 0, 0, -1, -1, -1, count)
+    return record_batch.finish_batch(section, base_offset, count - 1, -1, 0, 0, 0, -1, -1, -1, count)
 
 
 # -- v2 batch header ------------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def test_decompression_errors_are_located_in_the_file():
     # gzip garbage fails at its first byte (inner position 0); a cut lz4 frame fails 11 bytes in.
     for codec, payload, inner_position in ((codecs.GZIP, b"\x1f\x8b\x08\x00garbagegarbage", 0),
                                            (codecs.LZ4, b"\x04\x22\x4d\x18\x60\x40\x82\xff\xff\x00\x00", 11)):
-        batch = record_batch._finish_batch(payload, 7, 0, -1, codec, 0, 0, -1, -1, -1, 1)
+        batch = record_batch.finish_batch(payload, 7, 0, -1, codec, 0, 0, -1, -1, -1, 1)
         with pytest.raises(CompressionError) as err:
             RecordBatch(batch, 0, "f", 1000).records()
         assert err.value.position == 1000 + 61 + inner_position

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.util import encode_varint as kp_encode_varint
 
-from storage_engine.record import records
+from storage_engine.record import kernels, records
 from storage_engine.errors import CorruptRecordError
 from storage_engine.record.record_batch import LOG_APPEND_TIME, RecordBatch, build_batch
 from storage_engine.record.records import Record, SimpleRecord
@@ -39,7 +39,7 @@ class Impl(NamedTuple):
 
 PYTHON = Impl("python", records._py_decode_records, records._py_encode_records)
 C = Impl("c", records._c_decode_records, records._c_encode_records)
-needs_c = pytest.mark.skipif(records._speedups is None, reason=NOT_BUILT)
+needs_c = pytest.mark.skipif(kernels.COMPILED is None, reason=NOT_BUILT)
 
 
 @pytest.fixture(params=[pytest.param(PYTHON, id="python"), pytest.param(C, id="c", marks=needs_c)])
@@ -184,19 +184,21 @@ def mutate(data: bytes, draw) -> bytes:
 # -- dispatch ---------------------------------------------------------------------------------------------
 
 def test_public_names_follow_implementation():
-    if records.IMPLEMENTATION == "c":
+    if kernels.IMPLEMENTATION == "c":
+        assert kernels.KERNELS is kernels.COMPILED is not None
         assert records.decode_records is records._c_decode_records
         assert records.encode_records is records._c_encode_records
     else:
-        assert records.IMPLEMENTATION == "python"
+        assert kernels.IMPLEMENTATION == "python"
+        assert kernels.KERNELS is None
         assert records.decode_records is records._py_decode_records
         assert records.encode_records is records._py_encode_records
 
 
 def test_pure_python_env_var_forces_python():
-    code = ("from storage_engine.record import records as r; "
+    code = ("from storage_engine.record import kernels as k, records as r; "
             "assert r.decode_records is r._py_decode_records and r.encode_records is r._py_encode_records; "
-            "print(r.IMPLEMENTATION)")
+            "assert k.KERNELS is None; print(k.IMPLEMENTATION)")
     env = dict(os.environ, STORAGE_ENGINE_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "python"
@@ -205,7 +207,7 @@ def test_pure_python_env_var_forces_python():
 @needs_c
 def test_c_is_the_default_when_built():
     env = {k: v for k, v in os.environ.items() if k != "STORAGE_ENGINE_PURE_PYTHON"}
-    code = "from storage_engine.record import records as r; print(r.IMPLEMENTATION)"
+    code = "from storage_engine.record import kernels as k; print(k.IMPLEMENTATION)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "c"
 
@@ -400,9 +402,9 @@ def test_record_class_other_than_a_namedtuple():
             return self.fields == other.fields
 
     section = PYTHON.encode([SimpleRecord(b"k", b"v", 3)], None, 0, 3)
-    if records._speedups is None:
+    if kernels.COMPILED is None:
         pytest.skip(NOT_BUILT)
-    [rec] = records._speedups.decode_records(section, 1, 0, 3, None, Plain, CorruptRecordError)
+    [rec] = kernels.COMPILED.decode_records(section, 1, 0, 3, None, Plain, CorruptRecordError)
     assert rec == Plain(0, 3, b"k", b"v", ())
 
 

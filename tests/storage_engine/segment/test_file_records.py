@@ -623,6 +623,7 @@ def _die_in_child(step: str, path: str, data: bytes, stderr_path: str = os.devnu
     return status
 
 
+@pytest.mark.kills
 def test_the_torn_append_crash_point_leaves_the_first_half_of_the_batch(tmp_path):
     """The crash tests' "append.torn" step: half of a batch is in the .log (max(1, n // 2) bytes), then SIGKILL."""
     import signal

@@ -66,6 +66,7 @@ def run(code: str, tmp_path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.kills
 def test_the_control_a_mapped_page_past_the_end_is_sigbus(tmp_path):
     assert run(CONTROL, tmp_path).returncode == -signal.SIGBUS
 

@@ -338,9 +338,19 @@ def test_truncate_zeroes_dropped_slots(index, index_path):
 
 
 def test_sanity_last_offset_equal_to_base_offset(tmp_path):
+    """Kafka's testSanityLastOffsetEqualToBaseOffset: an index whose last entry is at the base offset (relative
+    offset 0) holds that entry and is sane; only a last offset below the base offset is corrupt."""
     base = 20
     with OffsetIndex(str(tmp_path / "20.index"), base, 10 * 8) as idx:
         idx.append(base, 0)
+        assert idx.entries == 1 and idx.entry(0) == (base, 0)
+        assert idx.last_offset == base
+        idx.sanity_check()
+        assert idx.lookup(base + 3) == (base, 0)
+        with pytest.raises(InvalidOffsetError, match="no larger than the last offset appended"):
+            idx.append(base, 8)          # the entry is there: the base offset again is refused
+        idx.append(base + 1, 8)
+        assert idx.entries == 2 and idx.last_offset == base + 1
         idx.sanity_check()
 
 

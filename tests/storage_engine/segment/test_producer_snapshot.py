@@ -10,6 +10,8 @@ from storage_engine.errors import CorruptSnapshotError
 from storage_engine.segment.producer_snapshot import (ENTRY_SIZE, SnapshotEntry, decode_snapshot, encode_snapshot,
                                                       read_snapshot, write_snapshot)
 
+pytestmark = pytest.mark.unit
+
 E1 = SnapshotEntry(producer_id=1, epoch=0, last_sequence=4, last_offset=14, offset_delta=4, timestamp=1000,
                    coordinator_epoch=-1, current_txn_first_offset=-1)
 E2 = SnapshotEntry(2, 5, 0, 20, 0, 2000, 3, 18)

@@ -12,7 +12,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage_engine.record import records
+from storage_engine.record import kernels as record_kernels
 from storage_engine.record.legacy_records import build_legacy_batch
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
@@ -20,7 +20,8 @@ from storage_engine.segment.recovery import recover_segment
 from tests.storage_engine.helpers import open_segment
 from tests.storage_engine.kernels import use
 
-pytestmark = [pytest.mark.unit, pytest.mark.skipif(records._speedups is None, reason="C speedups not built")]
+pytestmark = [pytest.mark.unit,
+              pytest.mark.skipif(record_kernels.COMPILED is None, reason="C speedups not built")]
 PROPERTY = settings(deadline=None, max_examples=300,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 BASE = 100
@@ -114,4 +115,4 @@ def test_recovery_identical_when_the_offset_index_fills_after_a_batch_taken_the_
 
 @given(st.binary(max_size=300))
 def test_crc32c_matches(data):
-    assert records._speedups.crc32c(data) == crc32c(data)
+    assert record_kernels.COMPILED.crc32c(data) == crc32c(data)

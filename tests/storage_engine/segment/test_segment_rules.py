@@ -954,6 +954,7 @@ def test_a_read_only_segment_opens_its_files_read_only(tmp_path):
     reader.close()
 
 
+@pytest.mark.kills
 def test_a_crash_named_after_the_log_rename_leaves_the_indexes_under_their_old_suffix(tmp_path):
     """change_file_suffixes renames the .log first; the crash step it is given is reached right after that rename,
     before any index is renamed (the swap protocol's "swap.swap-partial")."""
@@ -1069,6 +1070,7 @@ def test_roll_for_time_applies_to_a_segment_of_one_byte(tmp_path):
 
 # -- change_file_suffixes reaches its crash step once per call, after the .log ---------------------------------------
 
+@pytest.mark.kills
 def test_a_suffix_change_reaches_its_crash_step_once(tmp_path):
     """The step named ``after_log`` is reached once per call (after the .log's rename): a process armed for its second
     hit renames every file of one segment and lives on."""

@@ -9,6 +9,8 @@ import pytest
 from storage_engine.errors import CorruptIndexError, InvalidOffsetError
 from storage_engine.segment.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex, decode_entries
 
+pytestmark = pytest.mark.unit
+
 TXNS = [AbortedTxn(0, 0, 10, 11), AbortedTxn(1, 5, 15, 13), AbortedTxn(2, 18, 35, 25), AbortedTxn(3, 32, 50, 40)]
 
 

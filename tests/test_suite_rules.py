@@ -1,0 +1,84 @@
+"""Rules of the test suite itself: every test carries a marker (tests/conftest.py refuses to collect one without),
+and ``make test-fast`` runs no test whose processes die by a signal (tests/kill_audit.py finds them)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import CATEGORY_MARKERS
+from tests.paths import REPO
+
+
+def run_pytest(*args: str, cwd: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+                          env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.unit
+def test_a_test_without_a_marker_fails_collection_naming_it(tmp_path):
+    """The suite's own conftest, loaded as a plugin, on a scratch folder: a module holding an unmarked test is a
+    collection error that names the test; the same module with every test marked collects."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n"
+                                         + "".join(f"    {name}\n" for name in CATEGORY_MARKERS))
+    (tmp_path / "test_scratch.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        @pytest.mark.unit
+        def test_marked():
+            pass
+
+        def test_forgot_its_marker():
+            pass
+
+        class TestGroup:
+            @pytest.mark.parametrize("n", [1, 2])
+            def test_unmarked_method(self, n):
+                pass
+        """))
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    args = ("--collect-only", "-q", "-p", "tests.conftest", "--rootdir", str(tmp_path), "test_scratch.py")
+    proc = run_pytest(*args, cwd=str(tmp_path), env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "ERROR collecting test_scratch.py" in out, out
+    assert "unmarked: test_scratch.py::test_forgot_its_marker" in out, out
+    assert "unmarked: test_scratch.py::TestGroup::test_unmarked_method[1]" in out, out
+    assert "unmarked: test_scratch.py::test_marked" not in out, out
+
+    (tmp_path / "test_scratch.py").write_text("import pytest\n\npytestmark = pytest.mark.slow\n\n\n"
+                                              "def test_marked_by_its_module():\n    pass\n")
+    proc = run_pytest(*args, cwd=str(tmp_path), env=env)
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout + proc.stderr
+    assert "test_scratch.py::test_marked_by_its_module" in proc.stdout
+
+
+def fast_selection() -> str:
+    """The ``-m`` expression of ``make test-fast``."""
+    with open(REPO / "Makefile") as f:
+        found = re.search(r'^test-fast:.*\n\t.*pytest.* -m "([^"]+)"', f.read(), re.M)
+    assert found, "make test-fast selects its tests with -m"
+    return found.group(1)
+
+
+@pytest.mark.slow   # collects the whole suite in a second process (about 10 s)
+def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(tmp_path):
+    """Collect what ``make test-fast`` would run and look into each test, its fixtures and the suite's helpers and
+    scripts they name for a kill, a signal or an armed crash point: there must be none. Such a test is marked
+    ``kills`` (or ``slow``). The tests left out must include some that kill, or the look finds nothing anywhere."""
+    out = tmp_path / "audit.json"
+    proc = run_pytest("--collect-only", "-q", "-p", "tests.kill_audit", "-m", fast_selection(), cwd=str(REPO),
+                      env={"KILL_AUDIT_OUT": str(out)})
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    audit = json.loads(out.read_text())
+    offenders = [f"{nodeid}: {'; '.join(evidence[:2])}" for nodeid, evidence in sorted(audit["selected"].items())]
+    assert not offenders, ("make test-fast would run tests whose processes die by a signal; mark them "
+                           "@pytest.mark.kills:\n" + "\n".join(offenders))
+    left_out = {nodeid.split("::")[0] for nodeid in audit["deselected"]}
+    assert {"tests/storage_engine/log/test_log_rules.py", "tests/storage_engine/log/test_txn_processes.py",
+            "tests/torture/test_torture.py"} <= left_out, sorted(left_out)
