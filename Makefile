@@ -61,10 +61,11 @@ bench-large: $(STAMP)
 
 # kill -9 torture (RELIABILITY.md): real processes on one log dir killed at random and at every protocol step,
 # then reopen, verify and check every acknowledged record. TRIALS=N make torture; SOAK=600 make torture runs
-# one 10-minute soak instead. A failing trial's log dir is kept under var/torture/failures.
+# one 10-minute soak instead; THREADS=3 make torture runs the writer process as 3 writer threads with reader,
+# cleaner and maintenance threads on one manager. A failing trial's log dir is kept under var/torture/failures.
 TRIALS ?= 1000
 torture: $(STAMP)
-	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK))
+	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS))
 
 # Mutation testing of the engine's decision modules (MUTATION.md): every group of modules against the tests that
 # pin it, 2 mutants at a time; prints killed / survived / timeout per module and fails if one scores below 90%.

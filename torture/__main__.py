@@ -20,6 +20,9 @@ def main(argv=None) -> int:
     p.add_argument("--soak", type=float, default=None, metavar="SECONDS",
                    help="one long trial instead: a live writer and the maintenance loops for SECONDS, random kills "
                         "of any role every 5-25 s, then the same checks")
+    p.add_argument("--threads", type=int, default=0, metavar="N",
+                   help="threads mode: the writer process runs N writer threads, two reader threads, a cleaner "
+                        "and a maintenance thread on one LogManager, beside the other processes")
     p.add_argument("--seed", type=int, default=20261123)
     p.add_argument("--keep", type=Path, default=harness.REPO / "var" / "torture" / "failures",
                    help="where a failing trial's log dir and outputs are kept (default: %(default)s)")
@@ -29,10 +32,12 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=harness.REPO, capture_output=True,
                             text=True).stdout.strip() or "unknown"
     what = f"soak of {args.soak:.0f} s" if args.soak else f"{args.trials} trials"
+    if args.threads:
+        what += f", threads mode ({args.threads} writer threads)"
     print(f"torture: {what}, seed {args.seed}, commit {commit}", flush=True)
     args.keep.mkdir(parents=True, exist_ok=True)
     totals = harness.run(args.trials, args.seed, args.keep, out=lambda s: print(s, flush=True),
-                         soak_seconds=args.soak)
+                         soak_seconds=args.soak, threads=args.threads)
     print(f"trials: {totals['trials']}")
     print(f"acknowledged records checked: {totals['acknowledged']}")
     print("kills per process type: " + ", ".join(f"{k} {v}" for k, v in sorted(totals["kills"].items())))

@@ -14,7 +14,10 @@ step with ``STORAGE_ENGINE_CRASH_AT``):
   random order, in a loop (each a whole job, as the DAG tasks are);
 * ``reader``: one long-lived manager reading every topic from its log start offset over and over, checking
   what it reads on its own (offsets rise, values are intact self-checking payloads); prints ``BAD <reason>``;
-* ``opener``: opens the log dirs once and closes them (the first opener after a crash: a full load).
+* ``opener``: opens the log dirs once and closes them (the first opener after a crash: a full load);
+* ``writer --threads N`` (``make torture THREADS=1``): one process, one ``LogManager`` shared by N writer threads
+  (each its own tag, the same ACK lines), two reader threads (the same checks, ``BAD`` lines), a compaction
+  thread and a maintenance thread (whole jobs, as the roles above run them, in this process).
 
 Every role runs until its deadline or until the stop file exists, then closes cleanly and prints ``DONE``; an
 unexpected exception is printed on stderr and exits 1 (the harness counts it as a violation).
@@ -83,6 +86,70 @@ def writer(config, stop: Stop, args) -> None:
             n += 1
             if args.pause_s:
                 time.sleep(rng.random() * args.pause_s)
+
+
+def threaded_writer(config, stop: Stop, args) -> None:
+    """Writers, readers, a cleaner and maintenance as threads of one process sharing one manager."""
+    import threading
+    out = sys.stdout
+    out_lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def write(lines: str) -> None:
+        with out_lock:
+            out.write(lines)
+            out.flush()
+
+    def guard(fn, *a) -> None:
+        try:
+            fn(*a)
+        except BaseException as exc:  # noqa: BLE001 - reported on stderr, the process then fails
+            import traceback
+            traceback.print_exc()
+            failures.append(exc)
+
+    with LogManager.open(config) as mgr:
+        for t in TOPICS:
+            mgr.get_or_create_log(t, 0)
+
+        def append_loop(w: int) -> None:
+            rng = random.Random(args.seed * 31 + w)
+            n = 0
+            while not stop() and not failures:
+                topic = TOPICS[(n + w) % len(TOPICS)]
+                count = rng.randint(1, 4)
+                keys = [f"k{rng.randrange(args.keys)}" if topic == KEYED else f"{args.tag}t{w}-{n}-{j}"
+                        for j in range(count)]
+                values = [payload(f"{args.tag}t{w}", n * 10 + j, rng, rng.randint(20, 200)) for j in range(count)]
+                info = mgr.get_or_create_log(topic, 0).append_records(
+                    [SimpleRecord(k.encode(), v) for k, v in zip(keys, values)])
+                write("".join(f"ACK {topic} {info.first_offset + j} {k if topic == KEYED else '-'} {digest(v)}\n"
+                              for j, (k, v) in enumerate(zip(keys, values))))
+                n += 1
+                if args.pause_s:
+                    time.sleep(rng.random() * args.pause_s)
+
+        def read_loop() -> None:
+            while not stop() and not failures:
+                for topic in TOPICS:
+                    log = mgr.get_log(topic, 0)
+                    if log is not None:
+                        bad = _read_round(log, topic)
+                        if bad:
+                            write(f"BAD {topic}: {bad}\n")
+                time.sleep(0.02)
+
+        workers = ([threading.Thread(target=guard, args=(append_loop, w)) for w in range(args.threads)]
+                   + [threading.Thread(target=guard, args=(read_loop,)) for _ in range(2)]
+                   + [threading.Thread(target=guard, args=(cleaner, config, stop, args)),
+                      threading.Thread(target=guard, args=(maintenance, config, stop, args))])
+        write("READY\n")
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    if failures:
+        raise failures[0]
 
 
 def cleaner(config, stop: Stop, args) -> None:
@@ -154,8 +221,11 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="w")
     p.add_argument("--keys", type=int, default=300)
     p.add_argument("--pause-s", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=0, help="writer: this many writer threads, with reader, "
+                                                         "cleaner and maintenance threads beside them")
     args = p.parse_args(argv)
-    ROLES[args.role](load_config(args.config), Stop(args.stop_file, args.seconds), args)
+    role = threaded_writer if args.role == "writer" and args.threads else ROLES[args.role]
+    role(load_config(args.config), Stop(args.stop_file, args.seconds), args)
     sys.stdout.write("DONE\n")
     sys.stdout.flush()
     return 0

@@ -155,7 +155,7 @@ def pick_step(rng: random.Random) -> str | None:
 
 
 def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float | None = None,
-              step: str | None = "random", soak: bool = False) -> TrialResult:
+              step: str | None = "random", soak: bool = False, threads: int = 0) -> TrialResult:
     rng = random.Random(seed)
     if step == "random":
         step = pick_step(rng)
@@ -201,6 +201,8 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
         args = ["--config", str(cfg_path), "--stop-file", str(stop_file), "--seconds", str(duration + 30),
                 "--seed", str(rng.randrange(2**31)), "--tag", f"{role[0]}{serial}", "--keys", str(KEYS),
                 "--pause-s", "0.002" if role == "writer" else "0.02"]
+        if role == "writer" and threads:
+            args += ["--threads", str(threads)]
         child = Child(role, work, args, env_for(role, first), serial)
         children.append(child)
         return child
@@ -405,8 +407,10 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
     return out
 
 
-def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_seconds: float | None = None) -> dict:
-    """Run ``trials`` trials (or one soak of ``soak_seconds``); returns the totals."""
+def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_seconds: float | None = None,
+        threads: int = 0) -> dict:
+    """Run ``trials`` trials (or one soak of ``soak_seconds``); returns the totals. ``threads``: the writer
+    process runs that many writer threads, with reader, cleaner and maintenance threads, on one manager."""
     started = time.monotonic()
     totals = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(), "steps_forced": Counter(),
               "steps_reached": Counter(), "acknowledged": 0}
@@ -415,9 +419,10 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_secon
     for trial in range(count):
         trial_seed = rng.randrange(2**31)
         if soak_seconds:
-            res = run_trial(trial, trial_seed, keep_root, seconds=soak_seconds, step=None, soak=True)
+            res = run_trial(trial, trial_seed, keep_root, seconds=soak_seconds, step=None, soak=True,
+                            threads=threads)
         else:
-            res = run_trial(trial, trial_seed, keep_root)
+            res = run_trial(trial, trial_seed, keep_root, threads=threads)
         totals["trials"] += 1
         totals["kills"].update(res.kills)
         totals["acknowledged"] += res.acked

@@ -21,8 +21,15 @@ Locking rule (Kafka's ``UnifiedLog`` lock, plus a file lock for other processes)
   before its first rename, so every other process reloads instead of trusting a list half changed;
 * reads take no lock: :meth:`LocalLog.unpark_for_read` and :meth:`LocalLog.refresh` bring the view up to date,
   reloading under the lock only when another process changed the set of segments;
-* the lock is re-entrant within one ``Log`` object. One ``Log`` object is not meant for concurrent use by several
-  threads; several processes, each with its own ``Log``, are safe together.
+* threads: any number of threads may share one ``Log`` (and the ``LogManager`` that holds it). Every change takes
+  the log's :attr:`LocalLog.mutex` (Kafka's ``UnifiedLog`` lock) before the partition lock, which is re-entrant
+  for the thread that holds it; every step of a read (locating a segment, reading its bytes) runs under the same
+  mutex, and a read that spans steps (``read_records``) or a cleaning round pins the log
+  (:meth:`LocalLog.pinned`): a segment another thread removes meanwhile is renamed at once but closed only when
+  the last pin ends, as another process would keep reading a file it has open. Parking a log's files
+  (:mod:`storage_engine.log.open_logs`) skips a log another thread is using. A read that fails because another
+  thread or process changed the segments since it began is retried on the fresh view;
+* several processes, each with its own ``Log``, are safe together through the partition lock's ``flock``.
 """
 from __future__ import annotations
 
@@ -156,6 +163,15 @@ class LocalLog:
         finally:
             self.mutex.release()
 
+    def retire_segments(self, segments: list[LogSegment]) -> None:
+        """Close segments this log no longer lists (deleted, swapped out, or replaced by a reload); while the log
+        is pinned, only once the last pin ends (a pinned reader or cleaner may still be reading them)."""
+        if self._pins:
+            self._retired.extend(segments)
+        else:
+            for seg in segments:
+                seg.close(trim=False)
+
     @contextlib.contextmanager
     def pinned(self) -> Iterator[LocalLog]:
         """Keep the files of every segment of this log open while the block runs, as another process keeps a file
@@ -241,7 +257,7 @@ class LocalLog:
         log_dir, folder = self.relocate()
         logger.info("%s moved from %s to %s", self.name, self.dir, os.path.join(log_dir, folder))
         new_lock = PartitionLock(lock_path(log_dir, folder))
-        self.segment_list.close(trim=False)
+        self.retire_segments(self.segment_list.as_list())
         self.lock.close()
         self.lock = new_lock
         self.log_dir, self.folder = log_dir, folder
@@ -381,10 +397,7 @@ class LocalLog:
         producer snapshot named by its base offset, right after them."""
         self.segment_list.remove(seg)
         seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)
-        if self._pins:
-            self._retired.append(seg)   # a pinned reader or cleaner may be reading it: closed when unpinned
-        else:
-            seg.close(trim=False)
+        self.retire_segments([seg])
         for p in seg.file_paths:
             try:
                 os.utime(p, (now / 1000.0, now / 1000.0))

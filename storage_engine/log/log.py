@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 class Log(LocalLog):
     """One partition's log in ``<log_dir>/<topic>-<partition>``. Safe to use from several processes at once (each
-    with its own ``Log``); one ``Log`` object is not meant for concurrent use by several threads."""
+    with its own ``Log``) and from any number of threads sharing one ``Log`` (the locking rule:
+    :mod:`storage_engine.log.local_log`)."""
 
     # -- appending (storage_engine.log.appends) -----------------------------------------------------------------
     @guarded

@@ -45,7 +45,8 @@ def default_max_open_logs() -> int:
 
 class OpenLogs:
     """The logs of one manager that hold open files, least recently used first. Thread-safe (logs are loaded by
-    several threads); parking a log that another thread is using is avoided by skipping held locks."""
+    several threads); a log that another thread is using (its lock held, a read or a cleaning round under way) is
+    not parked: :meth:`~storage_engine.log.local_log.LocalLog.park` refuses."""
 
     def __init__(self, max_open: int | None = None):
         if max_open is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from storage_engine.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageIOError
+from storage_engine.log import losses
 from storage_engine.log.local_log import LocalLog
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import RecordBatch
@@ -33,20 +34,21 @@ def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool
     log.unpark_for_read()
     attempt = 0
     while True:
+        generation = log.view.generation
         try:
             return _read_once(log, start_offset, max_bytes, min_one_message)
         except (StorageIOError, CorruptRecordError) as exc:
-            _after_failed_read(log, exc, attempt)
+            _after_failed_read(log, exc, attempt, generation)
             attempt += 1
 
 
-def _after_failed_read(log: LocalLog, exc: Exception, attempt: int) -> None:
-    """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed meanwhile (then the
-    caller retries: the failure was another process's change, not damage)."""
-    before = log.view.generation
+def _after_failed_read(log: LocalLog, exc: Exception, attempt: int, read_generation: int) -> None:
+    """Refresh the view after a failed read; re-raise ``exc`` unless the partition changed since the read began
+    (``read_generation``; then the caller retries: the failure was another process's or another thread's change,
+    not damage)."""
     if attempt + 1 < READ_ATTEMPTS:
         log.refresh()
-        if log.view.generation != before:
+        if log.view.generation != read_generation:
             return
     raise exc
 
@@ -56,6 +58,7 @@ def _check_range(log: LocalLog, offset: int) -> None:
         raise OffsetOutOfRangeError(
             f"offset {offset} is out of range for {log.name}: log start offset "
             f"{log.log_start_offset}, log end offset {log.log_end_offset}")
+    losses.check_read(log, offset)   # offsets the log lost are an error, never skipped
 
 
 def _upper_bound(log: LocalLog, segments: list[LogSegment], i: int) -> int:
@@ -67,7 +70,10 @@ def _read_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message
     if start_offset == log.log_end_offset:
         return None
     segments = log.segment_list.from_offset(start_offset)
+    ahead = losses.next_loss(log, start_offset)
     for i, seg in enumerate(segments):
+        if ahead is not None and i > 0 and seg.base_offset >= ahead["start"]:
+            raise losses.loss_error(log, ahead)    # the next data lies past offsets the log lost
         data = seg.read(start_offset, max_bytes, min_one_message=min_one_message,
                         upper_bound=_upper_bound(log, segments, i))
         if data is not None and data.data:
@@ -93,6 +99,7 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
         aborted = (sorted(aborted_transactions(log, offset, end), key=lambda t: t.first_offset) if committed
                    else [])
         aborted_pids: set[int] = set()
+        generation = log.view.generation
         try:
             for batch in _checked_batches(log, offset):
                 if batch.base_offset >= end:
@@ -123,7 +130,7 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
                         return
             return
         except (StorageIOError, CorruptRecordError) as exc:
-            _after_failed_read(log, exc, attempt)
+            _after_failed_read(log, exc, attempt, generation)
             attempt += 1
             _check_range(log, offset)
 
@@ -131,7 +138,10 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
 def _checked_batches(log: LocalLog, offset: int) -> Iterator[RecordBatch | LegacyBatch]:
     """Every checked batch from the one holding ``offset`` to the log end, segment after segment."""
     segments = log.segment_list.from_offset(offset)
+    ahead = losses.next_loss(log, offset)
     for i, seg in enumerate(segments):
+        if ahead is not None and i > 0 and seg.base_offset >= ahead["start"]:
+            raise losses.loss_error(log, ahead)    # the next data lies past offsets the log lost
         yield from seg.checked_batches(max(offset, seg.base_offset) if i == 0 else seg.base_offset,
                                        _upper_bound(log, segments, i))
 

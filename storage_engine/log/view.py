@@ -73,6 +73,8 @@ class ViewedLog(Protocol):
     last_flush_ms: int
     producer_state: ProducerStateManager
 
+    def retire_segments(self, segments: list[LogSegment]) -> None: ...
+
 
 def check_live(log: ViewedLog, state: PartitionState) -> None:
     """Raise if the partition was deleted or moved away from the folder ``log`` was opened from."""
@@ -131,7 +133,7 @@ def _adopt_offsets(log: ViewedLog, state: PartitionState) -> None:
 
 
 def _reload(log: ViewedLog, state: PartitionState, now_ms: int) -> None:
-    log.segment_list.close(trim=False)
+    log.retire_segments(log.segment_list.as_list())
     resolved = bool(swap.resolve(log.log_dir, log.folder, log.dir, now_ms, orphans=False))
     segments, _ = open_segments(log.dir, log.config, now_ms, repair=False)
     if not segments:

@@ -143,7 +143,7 @@ def test_no_topic_can_collide_with_an_engine_file(tmp_path):
         for (topic, p), log in mgr.logs.items():
             assert [r.value for r in log.read_records()] == [topic.encode()]
             inside = os.listdir(log.dir)
-            assert all(layout.is_offset_named(n) for n in inside), inside
+            assert all(layout.is_offset_named(n) or layout.is_partition_file(n) for n in inside), inside
     assert not mgr.load_errors
     for name in os.listdir(tmp_path):
         if os.path.isfile(tmp_path / name):
@@ -182,3 +182,50 @@ def test_engine_files_of_earlier_versions_are_converted_once(tmp_path):
     assert (d / layout.UNCLEANABLE_FILE).read_text().startswith('{"t-0"')
     assert (d / ".lock.x-0").is_dir(), "a partition folder of a topic named .lock.x is not an engine file"
     assert convert_legacy_engine_files(str(d)) == []
+
+
+def test_a_partition_lock_excludes_the_other_threads_and_is_reentrant_for_its_holder(tmp_path):
+    """Kafka's one lock per log, between threads: a second thread waits (or fails without blocking) while the first
+    holds the lock at any depth; only the holder sees it held and may release it; an idle lock can be parked, a
+    held one cannot, even from another thread."""
+    import threading
+    lock = PartitionLock(str(tmp_path / "p.lock"))
+    lock.acquire()
+    lock.acquire()
+    assert lock.held and lock.depth == 2
+    seen: dict[str, object] = {}
+
+    def other() -> None:
+        seen["held"] = lock.held
+        seen["busy"] = lock.busy
+        seen["park"] = lock.park()
+        try:
+            lock.acquire(blocking=False)
+        except LogLockedError as exc:
+            seen["refused"] = str(exc)
+        try:
+            lock.release()
+        except RuntimeError as exc:
+            seen["release"] = str(exc)
+        lock.acquire()              # waits for the holder's last release
+        seen["got"] = lock.depth
+        lock.release()
+
+    t = threading.Thread(target=other)
+    t.start()
+    for _ in range(1000):          # until the other thread reaches its blocking acquire
+        if "release" in seen:
+            break
+        t.join(0.01)
+    t.join(0.2)
+    assert t.is_alive(), "the other thread took a lock this thread holds"
+    assert seen == {"held": False, "busy": True, "park": False,
+                    "refused": f"partition is locked by another thread of this process: {lock.path}",
+                    "release": "release of a partition lock that this thread does not hold"}
+    lock.release()
+    assert t.is_alive() and lock.depth == 1
+    lock.release()
+    t.join(5)
+    assert not t.is_alive() and seen["got"] == 1
+    assert not lock.busy and lock.park()
+    lock.close()
