@@ -25,6 +25,11 @@ on one machine or a shared file system).
 
 Bad input fails before Spark starts, with a message and exit code 2: a partition that does not exist, an
 offset range outside the log, an output path inside a log dir. Nothing here writes to the log dirs.
+
+Damage: the segment source checks every batch (framing, offset order, CRC) before decoding it. A damaged batch
+fails the job with exit code 3 and one ``error:`` line naming the partition, the file, the byte position and the
+batch's offsets; no map is written, and the same error goes to ``<output>.damage.json``, which the Airflow task
+reads to mark the partition uncleanable (the job itself never writes to a log dir).
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ import sys
 import time
 
 EXIT_BAD_INPUT = 2
+EXIT_DAMAGED = 3            # the source found a damaged batch: no map; see damage_report_path(output)
+DAMAGE_REPORT_SUFFIX = ".damage.json"
 
 # What the job is submitted with (the log_compaction DAG's BuildKeyMapOperator and the benchmark use these): no web
 # UI, and a driver JVM that compiles with C1 only. The driver only schedules tasks and collects three numbers from
@@ -101,12 +108,19 @@ def build(sc, info, start: int, end: int, out: str, shuffle_partitions: int | No
     groups = SegmentKeysReader({"path": info.dir, "startOffset": str(start), "endOffset": str(end),
                                 "tasks": str(sc.defaultParallelism)}).partitions()
     counts = [0, 0, 0]
+    damage = []
     if groups:
         # Phase 1: one task per segment group decodes it and splits its keyed rows by bucket into stage files.
         split = key_map_tasks.split_group
         jobs = sc.parallelize(list(enumerate(groups)), len(groups))
         for got in jobs.map(lambda g: split(g[0], g[1], start, end, bits, stage)).collect():
-            counts = [c + g for c, g in zip(counts, got)]
+            counts = [c + g for c, g in zip(counts, got[:3])]
+            if got[3] is not None:
+                damage.append(got[3])
+    if damage:
+        # No map from damaged bytes: the job fails with the first damage in log order, and nothing is written.
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise damage_error(damage)
     # Phase 2: one task per bucket keeps each hash's latest offset and writes the bucket's sorted Parquet file.
     buckets = 1 << bits
     merge = key_map_tasks.merge_bucket
@@ -129,6 +143,32 @@ def build(sc, info, start: int, end: int, out: str, shuffle_partitions: int | No
     return manifest
 
 
+def damage_error(damage: list[dict]) -> Exception:
+    """The job's error for the damage its tasks found (``key_map_tasks.split_group``): a ``CorruptRecordError``
+    naming the partition, the file, the byte position and the batch's offsets (the first damage in file order)."""
+    from storage_engine.errors import CompressionError, CorruptRecordError
+    first = min(damage, key=lambda d: (d["path"] or "", d["position"] or 0))
+    cls = CompressionError if first["error_type"] == CompressionError.__name__ else CorruptRecordError
+    return cls(f"the Spark key map was not built: {first['reason']}", first["path"], first["position"])
+
+
+def damage_report_path(output: str) -> str:
+    """Where a failed job leaves the damage it found, beside its output (never in a log dir): read by the Airflow
+    task, which marks the partition uncleanable with it."""
+    return os.path.abspath(output) + DAMAGE_REPORT_SUFFIX
+
+
+def write_damage_report(info, output: str, exc: Exception) -> str:
+    path = damage_report_path(output)
+    report = {"topic": info.topic, "partition": info.partition, "error_type": type(exc).__name__,
+              "error": str(exc), "path": getattr(exc, "path", None), "position": getattr(exc, "position", None)}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
+    return path
+
+
 def _rows_written(data_dir: str) -> int:
     """Rows of the written map, from the Parquet footers (no data read)."""
     import pyarrow.parquet as pq
@@ -139,7 +179,7 @@ def _rows_written(data_dir: str) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from storage_engine.errors import StorageError
+    from storage_engine.errors import CorruptRecordError, StorageError
     try:
         _config, info, out = validate(args)
     except (StorageError, ValueError) as exc:
@@ -147,9 +187,17 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     # A bare SparkContext: the job uses no SQL, and a SparkSession costs about 3 s more to start.
     from pyspark import SparkConf, SparkContext
+    try:
+        os.remove(damage_report_path(out))       # a previous attempt's
+    except FileNotFoundError:
+        pass
     sc = SparkContext(conf=SparkConf().setAppName(f"build-key-map {args.topic}-{args.partition}"))
     try:
         manifest = build(sc, info, args.start_offset, args.end_offset, out, args.shuffle_partitions)
+    except CorruptRecordError as exc:
+        report = write_damage_report(info, out, exc)
+        sys.stderr.write(f"error: {exc} (damage report: {report})\n")
+        return EXIT_DAMAGED
     finally:
         sc.stop()
     sys.stdout.write(json.dumps(manifest) + "\n")

@@ -8,6 +8,8 @@ about equal bytes, up to 512 MiB each): decodes the group's segments with the co
 in-process map reads the log), counts records, keyless records and tombstones, drops keyless and control-batch
 records, and appends the (hash high, hash low, offset) rows of each bucket (the top bits of the high hash, in signed
 order) to ``<stage>/bucket=<n>/group=<g>.rows``: raw little-endian int64 triples, 24 bytes per row, in log order.
+Every batch is checked before it is decoded (``segment_source``'s checked reads); a damaged one stops the task, which
+returns the damage to the driver instead of rows from it.
 
 Phase 2, :func:`merge_bucket`, one task per bucket: reads the bucket's rows from every group, keeps the maximum
 offset per 128-bit hash (``_keymap.c``'s ``sort_latest``: sorts the rows by (high, low) in signed order in place
@@ -39,13 +41,19 @@ def stage_file(stage: str, bucket: int, group: int) -> str:
     return os.path.join(stage, f"bucket={bucket}", f"group={group:06d}.rows")
 
 
-def split_group(group_index: int, group, start: int, end: int, bits: int, stage: str) -> tuple[int, int, int]:
-    """Phase 1 for one segment group (see the module docstring). Returns (records, keyless, tombstones)."""
+def split_group(group_index: int, group, start: int, end: int, bits: int,
+                stage: str) -> tuple[int, int, int, dict | None]:
+    """Phase 1 for one segment group (see the module docstring). Returns (records, keyless, tombstones, damage):
+    ``damage`` is None, or, when the source found a damaged batch (``CorruptRecordError``: it stops there, no
+    row of that batch or after it is written), ``{"error_type", "message", "reason", "path", "position"}`` for the
+    driver, which fails the job with it (:func:`damage_of`): damage is no task failure for Spark to retry."""
     from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, segment_key_columns
+    from storage_engine.errors import CorruptRecordError
     records = keyless = tombstones = 0
     files: dict[int, BinaryIO] = {}
     rows = np.empty((ROWS_PER_CHUNK, 3), dtype=_ROW)
     counts = np.empty(1 << bits, dtype=np.int64)
+    damage = None
     try:
         for seg in group.segments:
             for cols in segment_key_columns(seg, start, end, ROWS_PER_CHUNK):
@@ -67,10 +75,18 @@ def split_group(group_index: int, group, start: int, end: int, bits: int, stage:
                     k = int(counts[b])
                     f.write(rows[pos:pos + k].data)
                     pos += k
+    except CorruptRecordError as exc:
+        damage = damage_of(exc)
     finally:
         for f in files.values():
             f.close()
-    return records, keyless, tombstones
+    return records, keyless, tombstones, damage
+
+
+def damage_of(exc: BaseException) -> dict:
+    """A located engine error (``CorruptRecordError``) as the JSON-able dict :func:`split_group` returns."""
+    return {"error_type": type(exc).__name__, "message": str(exc), "reason": getattr(exc, "reason", str(exc)),
+            "path": getattr(exc, "path", None), "position": getattr(exc, "position", None)}
 
 
 def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:

@@ -28,14 +28,17 @@ tasks take the same segment groups (:meth:`SegmentKeysReader.partitions`) and th
 
 ``key_hash_hi/lo`` are the engine's 128-bit key hash (``storage_engine.maintenance.offset_map.key_hash``), the join key of
 key maps. Files are opened read-only; a segment that disappears while a task reads it (retention, a swap)
-fails the task with an error naming the file. This module must be importable on the executors (the project
+fails the task with an error naming the file. Both sources read as the cleaner does, with the engine's checked
+read (``storage_engine.segment.checked_read``): every batch's framing, offset order and CRC is verified, a piece
+at a time just before its records are decoded, so no damaged batch reaches a key map; damage raises
+``CorruptRecordError`` naming the partition, the file, the byte position and the batch's offsets. This module must be importable on the executors (the project
 is installed in the Spark Python environment, or shipped with ``--py-files``).
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -147,21 +150,23 @@ class SegmentReader(DataSourceReader):
         start = self.start if self.start is not None else -1
         end = self.end if self.end is not None else 2**63 - 1
         cols = _Columns()
-        txn = _transactions(partition.aborted)
+        from storage_engine.segment.file_records import iter_batches
         try:
-            for batch in fr.batches(0, strict=False):
-                if batch.base_offset >= end:
-                    break
-                if txn.is_aborted_data(batch) or batch.is_control or batch.last_offset < start:
-                    continue
-                for rec in batch.records():
-                    if rec.offset < start or rec.offset >= end:
+            view = fr.view()
+            # Only byte ranges whose batches all passed the checked read, aborted transactions left out.
+            for pos, limit in _checked_runs(view, fr.size, partition.path, partition.aborted,
+                                            partition.base_offset, partition.next_base, end):
+                for batch in iter_batches(view, pos, limit, partition.path):
+                    if batch.is_control or batch.last_offset < start:
                         continue
-                    hi, lo = key_hash(rec.key) if rec.key is not None else (None, None)
-                    cols.add(rec, hi, lo, batch, partition.base_offset)
-                if cols.n >= ROWS_PER_ARROW_BATCH:
-                    yield cols.to_arrow(pa)
-                    cols = _Columns()
+                    for rec in batch.records():
+                        if rec.offset < start or rec.offset >= end:
+                            continue
+                        hi, lo = key_hash(rec.key) if rec.key is not None else (None, None)
+                        cols.add(rec, hi, lo, batch, partition.base_offset)
+                    if cols.n >= ROWS_PER_ARROW_BATCH:
+                        yield cols.to_arrow(pa)
+                        cols = _Columns()
         finally:
             fr.close()
         if os.path.exists(partition.path) and os.stat(partition.path).st_ino != partition.inode:
@@ -274,7 +279,8 @@ def segment_key_columns(partition: SegmentPartition, start: int | None, end: int
     start = start if start is not None else -1
     end = end if end is not None else 2**63 - 1
     try:
-        yield from key_columns(fr.view(), fr.size, start, end, partition.path, rows, partition.aborted)
+        yield from key_columns(fr.view(), fr.size, start, end, partition.path, rows, partition.aborted,
+                               base_offset=partition.base_offset, next_base=partition.next_base)
     finally:
         fr.close()
     if not os.path.exists(partition.path):
@@ -291,26 +297,80 @@ def _transactions(aborted: Sequence[AbortedTxn]) -> CleanedTransactionMetadata:
     return txn
 
 
-def _readable_runs(view, size: int, path: str, aborted: Sequence[AbortedTxn]):
-    """Byte ranges of ``view[0:size]`` (a segment, from its first batch) without the batches of the ``aborted``
-    transactions (headers only are read, and the records of transaction markers)."""
+CHECK_CHUNK_BYTES = 1 << 20   # bytes checked ahead of the decode: still in the CPU cache when decoded
+
+
+class _MappedSegment:
+    """One segment file as the engine's checked read takes it (``checked_read.ScannedSegment``), its batches
+    parsed from the mapped ``view``: the bytes checked are the bytes then decoded, read once. A sealed segment
+    (one with a next segment) is read strictly; the last one may end in a torn tail, not read, as the engine's
+    own active segment may."""
+
+    def __init__(self, view, size: int, path: str, base_offset: int, sealed: bool):
+        self.view, self.size, self.path, self.base_offset, self.sealed = view, size, path, base_offset, sealed
+        self.index_interval_bytes = 4096
+        self.log: Any = self   # FileRecords' read_batches, below
+
+    def read_batches(self, start: int = 0, end: int | None = None, *, strict: bool = False,
+                     window: int = 0) -> Iterator:
+        from storage_engine.segment.file_records import iter_batches
+        return iter_batches(self.view, start, self.size if end is None else min(end, self.size), self.path,
+                            strict=self.sealed)
+
+
+def _checked_runs(view, size: int, path: str, aborted: Sequence[AbortedTxn], base_offset: int,
+                  next_base: int | None, stop: int):
+    """Byte ranges of ``view[0:size]`` (a segment, from its first batch) whose batches passed the engine's checked
+    read (``checked_read.checked_from``: framing, offsets rising within the segment and below ``next_base``,
+    each batch's CRC), up to the first batch at or after offset ``stop``, without the batches of the ``aborted``
+    transactions, in pieces of about ``CHECK_CHUNK_BYTES``. A piece is handed out only once all its batches are
+    checked, so no damaged batch reaches the decoder: damage raises :class:`CorruptRecordError` naming the
+    partition, the file, the byte position and the batch's offsets."""
+    from storage_engine.errors import CorruptRecordError
+    from storage_engine.segment.checked_read import checked_from
+    seg = _MappedSegment(view, size, path, base_offset, sealed=next_base is not None)
+    txn = _transactions(aborted) if aborted else None
+    run_start = run_end = -1
+    try:
+        for batch in checked_from(seg, 0, -1, next_base, size):
+            if batch.base_offset >= stop:
+                break
+            if txn is not None and txn.is_aborted_data(batch):
+                if run_end > run_start:
+                    yield run_start, run_end
+                run_start = run_end = -1
+                continue
+            if run_start < 0:
+                run_start = batch.file_position
+            run_end = batch.file_position + batch.size_in_bytes
+            if run_end - run_start >= CHECK_CHUNK_BYTES:
+                yield run_start, run_end
+                run_start = run_end = -1
+    except CorruptRecordError as exc:
+        raise type(exc)(f"damaged batch in {_partition_name(path)}, segment {base_offset}"
+                        f"{_declared_offsets(view, size, exc.position)}: {exc.reason}", exc.path, exc.position) from exc
+    if run_end > run_start >= 0:
+        yield run_start, run_end
+
+
+def _partition_name(path: str) -> str:
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+
+
+def _declared_offsets(view, size: int, position: int | None) -> str:
+    """", declaring offsets [first, last]" of the entry at ``position`` (its header only; "" if unreadable)."""
+    from storage_engine.errors import StorageError
     from storage_engine.segment.file_records import batch_at
-    if not aborted:
-        yield 0, size
-        return
-    txn = _transactions(aborted)
-    pos = run = 0
-    while pos < size:
-        batch = batch_at(view, pos, size, path)
-        if batch is None:
-            break
-        if txn.is_aborted_data(batch):
-            if pos > run:
-                yield run, pos
-            run = pos + batch.size_in_bytes
-        pos += batch.size_in_bytes
-    if size > run:
-        yield run, size
+    if position is None:
+        return ""
+    try:
+        batch = batch_at(view, position, size)
+    except (StorageError, ValueError):
+        return ""
+    if batch is None:
+        return ""
+    first = batch.base_offset if batch.magic >= 2 else batch.last_offset
+    return f", declaring offsets [{first}, {batch.last_offset}]"
 
 
 def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
@@ -324,17 +384,23 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
 
 
 def key_columns(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
-                aborted: Sequence[AbortedTxn] = ()):
+                aborted: Sequence[AbortedTxn] = (), *, base_offset: int | None = None,
+                next_base: int | None = None):
     """:func:`key_batches` as :class:`_KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
-    per record in compiled code, no Python object per record)."""
+    per record in compiled code, no Python object per record). Only checked bytes are decoded
+    (:func:`_checked_runs`; ``base_offset`` is the segment's, by default from the file name, ``next_base`` the
+    next segment's, None for the last one)."""
     import numpy as np
 
+    from storage_engine import layout
     from storage_engine.record import kernels as _kernels
     from storage_engine.segment.file_records import batch_at
     kernels = _kernels.KERNELS
     cols = _KeyColumns(np, rows)
-    for pos, limit in _readable_runs(view, size, path, aborted):
-        while True:
+    if base_offset is None:
+        base_offset = layout.offset_from_filename(os.path.basename(path))
+    for pos, limit in _checked_runs(view, size, path, aborted, base_offset, next_base, end):
+        while pos < limit:
             if kernels is not None:
                 pos, cols.n, status = kernels.key_columns(view, pos, limit, start, end, cols.columns(), cols.n,
                                                           rows)

@@ -25,11 +25,12 @@ from storage_engine.errors import (CompressionError, ConfigError, CorruptCheckpo
                                    CorruptRecordError, InvalidOffsetError, InvalidRecordError,
                                    InvalidRecordForTopicError, InvalidRequestError, InvalidTopicError,
                                    LogDirOfflineError, LogLockedError, OffsetOutOfRangeError, PartitionDeletedError,
-                                   PartitionNotFoundError, RecordTooLargeError, StorageError, StorageIOError)
+                                   PartitionNotFoundError, RecordTooLargeError, StorageError, StorageIOError,
+                                   DataLossError, PartitionUnreadableError)
 from storage_engine.log.appends import AppendInfo
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.jobs.lifecycle import (balance_plan, cancel_move, delete_topic, log_dir_usage,
+from storage_engine.jobs.lifecycle import (accept_loss, balance_plan, cancel_move, delete_topic, log_dir_usage,
                                            move_partition, purge_delete_dirs, remove_folder)
 from storage_engine.jobs.compaction import (clear_uncleanable, compact, compact_partition,
                                             compaction_plan)
@@ -50,10 +51,11 @@ __all__ = [
     "compact_partition", "clear_uncleanable", "list_partitions", "verify_log_dirs",
     # topic and log-dir lifecycle
     "delete_topic", "purge_delete_dirs", "move_partition", "cancel_move", "log_dir_usage", "balance_plan",
-    "remove_folder",
+    "remove_folder", "accept_loss",
     # errors
     "StorageError", "StorageIOError", "ConfigError", "InvalidRequestError", "PartitionNotFoundError",
     "InvalidTopicError", "CorruptRecordError", "InvalidRecordError", "InvalidRecordForTopicError",
     "CompressionError", "CorruptIndexError", "CorruptCheckpointError", "InvalidOffsetError",
     "OffsetOutOfRangeError", "RecordTooLargeError", "LogLockedError", "PartitionDeletedError", "LogDirOfflineError",
+    "DataLossError", "PartitionUnreadableError",
 ]

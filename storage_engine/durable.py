@@ -13,6 +13,7 @@ only, read with a byte limit.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -63,15 +64,19 @@ def read_regular_file(path: str, limit: int) -> bytes:
     FIFO cannot stall the open), checked with ``fstat`` after the open (a name swapped after a ``stat`` cannot
     slip a device in), and read at most ``limit + 1`` bytes (``/dev/zero`` or a file still growing cannot exhaust
     memory). Raises :class:`UnsafeFileError` ("not a regular file (a FIFO)", "too large (N bytes, limit M)");
-    errors opening or reading the file are raised as the ``OSError`` they are."""
+    errors opening or reading the file are raised as the ``OSError`` they are, and a directory as the
+    ``IsADirectoryError`` ``open()`` would raise."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):     # as open() for reading says it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFileError(path, f"not a regular file ({file_kind(st.st_mode)})")
         if st.st_size > limit:
             raise UnsafeFileError(path, f"too large ({st.st_size} bytes, limit {limit})")
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             if not chunk:

@@ -84,6 +84,17 @@ class OffsetOutOfRangeError(StorageError):
     """A read or delete-records request names an offset outside [log start, log end]."""
 
 
+class DataLossError(StorageError):
+    """A read of offsets the log once held and lost (a segment deleted or emptied outside the engine), recorded
+    at load (:mod:`storage_engine.log.losses`): the read fails instead of skipping them, until an operator
+    accepts the loss (``accept-loss``)."""
+
+
+class PartitionUnreadableError(StorageError):
+    """A partition maintenance cannot read: its folder became a file or vanished while the log dir's checkpoint
+    files still list it, or one of its segment files is not a regular file. Permanent: an operator must act."""
+
+
 class RecordTooLargeError(StorageError):
     """A batch is larger than ``max.message.bytes`` or ``segment.bytes`` allows."""
 

@@ -73,6 +73,7 @@ CREATE_LOCK_FILE = ENGINE_PREFIX + "create.lock"       # serialises partition cr
 CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "checkpoint.lock"
 CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
 UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner skips, with the reason
+LOSS_RECORD_PREFIX = ENGINE_PREFIX + "loss+"          # + <topic>-<partition>: offsets lost, until accepted
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"
 # State the maintenance DAGs keep across runs (offline dirs already alerted) goes here, beside the first log dir.
@@ -317,6 +318,13 @@ def intent_file(log_dir: str, partition_dir: str) -> str:
     """The partition's pending-change record (``.engine+intent+<topic>-<partition>``, SHA-1 likewise): written
     durably before the first rename of a multi-step change, removed when the change is done."""
     return _engine_file(log_dir, INTENT_PREFIX, partition_dir)
+
+
+def loss_record_file(log_dir: str, partition_dir: str) -> str:
+    """The partition's record of offsets it lost (``.engine+loss+<topic>-<partition>``, SHA-1 likewise): written
+    when a load finds data gone (a first segment missing, a sealed segment emptied), kept until an operator
+    accepts the loss (:mod:`storage_engine.log.losses`)."""
+    return _engine_file(log_dir, LOSS_RECORD_PREFIX, partition_dir)
 
 
 def keymap_root(log_dirs: Sequence[str]) -> str:

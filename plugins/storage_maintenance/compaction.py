@@ -14,12 +14,19 @@ Flow of one run (acting as of T, its data interval end or trigger time):
    records removed, tombstones purged and the duration, and emits the asset event
    ``kafka-log://<topic>/<partition>`` (kind ``compaction``) carrying that report.
 
+Damage: the cleaner and the Spark source check every batch they read. A damaged batch fails that partition's
+task at once (no retry: it reads the same bytes), with the partition, file, byte position and offsets in the
+error; the partition is marked uncleanable with that reason (by the engine for a clean, by
+:class:`BuildKeyMapOperator` from the job's damage report for a Spark map) and the run report's one digest
+alert names it. ``compact --clear-uncleanable`` or the Storage view's "Clear" button lets it be cleaned again.
+
 Every engine and connection call goes through :class:`~storage_maintenance.hooks.StorageEngineHook`.
 Re-running an interval that is done finds the cleaner checkpoint already past it: "nothing to do", no byte
 changes.
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -30,11 +37,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from spark_jobs import build_key_map
 from spark_jobs.build_key_map import SUBMIT_CONF
+from storage_engine import errors
 from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
-from .hooks import iso_ms
-from .operators import StorageMaintenanceOperator
+from .hooks import StorageEngineHook, as_of, iso_ms
+from .operators import StorageMaintenanceOperator, record_error
 from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
 
 # The job's file where the project is installed (the Spark workers import the project from there too).
@@ -140,7 +148,51 @@ class BuildKeyMapOperator(SparkSubmitOperator):
     def execute(self, context) -> None:
         # A DAG rendering templates as native objects turns "--partition", "0" into 0; spark-submit takes strings.
         self.application_args = [str(a) for a in (self.application_args or [])]
-        return super().execute(context)
+        try:
+            return super().execute(context)
+        except Exception as exc:
+            damage = self._damage_report()
+            if damage is None:
+                record_error(context, exc)
+                raise
+        # The job's source found a damaged batch: no retry can fix that. The partition is marked uncleanable with
+        # the damage (the selection skips it until an operator clears it), and the task fails at once naming it.
+        name = f"{self.topic}-{self.partition}"
+        reason = str(damage.get("error") or "damaged batch")
+        hook = StorageEngineHook(config_path=self._arg("--config"))
+        hook.mark_uncleanable(self.topic, int(self.partition), reason, as_of(context)["now_ms"])
+        error = AirflowFailException(f"{name} is damaged and now marked uncleanable: {reason}")
+        fail_partition(context, self.topic, int(self.partition), damage.get("error_type") or "CorruptRecordError",
+                       reason)
+        record_error(context, error)
+        raise error
+
+    def _arg(self, name: str) -> str | None:
+        args = list(self.application_args or [])
+        return args[args.index(name) + 1] if name in args[:-1] else None
+
+    def _damage_report(self) -> dict | None:
+        """The damage the failed job reported beside its output (``build_key_map.damage_report_path``), if any."""
+        output = self._arg("--output")
+        if not output:
+            return None
+        path = build_key_map.damage_report_path(output)
+        try:
+            with open(path) as f:
+                report = json.load(f)
+        except (OSError, ValueError):
+            return None
+        os.remove(path)
+        return report if isinstance(report, dict) else None
+
+
+def fail_partition(context, topic: str, partition: int, error_type: str, error: str, permanent: bool = True) -> None:
+    """Leave a single-partition task's failure where the run report reads a batch's (XCom ``return_value`` with
+    ``failures``), so the run's one digest alert names the partition and the error."""
+    context["ti"].xcom_push(key="return_value", value={
+        "topic": topic, "partition": partition, "label": f"{topic}-{partition}", "results": [], "partitions": 1,
+        "failures": [{"topic": topic, "partition": partition, "error_type": error_type, "error": error,
+                      "permanent": permanent}]})
 
 
 class CompactPartitionOperator(StorageMaintenanceOperator):
@@ -172,9 +224,16 @@ class CompactPartitionOperator(StorageMaintenanceOperator):
         if self.keymap_path and not os.path.isdir(self.keymap_path):
             raise AirflowFailException(f"the key map {self.keymap_path} for {topic}-{partition} is missing: did "
                                        "build_key_map run?")
-        result = self.hook.compact_partition(topic, partition, int(self.first_dirty_offset),
-                                             int(self.first_uncleanable_offset), now_ms,
-                                             keymap_path=self.keymap_path, dry_run=dry_run)
+        try:
+            result = self.hook.compact_partition(topic, partition, int(self.first_dirty_offset),
+                                                 int(self.first_uncleanable_offset), now_ms,
+                                                 keymap_path=self.keymap_path, dry_run=dry_run)
+        except errors.StorageError as exc:
+            # Damage (and any error of the engine) fails this partition: the engine marked it uncleanable with
+            # the reason; the report's alert names it. The base class decides whether a retry may help.
+            fail_partition(context, topic, partition, type(exc).__name__, str(exc),
+                           permanent=not errors.is_retriable(exc))
+            raise
         if self.keymap_path and not dry_run:
             self.hook.remove_keymap(self.keymap_path)       # run-scoped; the swap is durable by now
         if not result.get("nothing_to_do") and not dry_run and COMPACTED_ALIAS in (self.outlets or []):

@@ -204,13 +204,14 @@ class StorageEngineHook(BaseHook):
         path = os.path.join(self.state_dir(), OFFLINE_STATE_FILE)
         with open(path + ".lock", "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            from storage_engine.durable import read_regular_file
+            from storage_engine.errors import UnsafeFileError
             try:
-                with open(path, "rb") as f:
-                    state = json.loads(f.read() or b"{}")
+                state = json.loads(read_regular_file(path, 16 * 1024 * 1024) or b"{}")
             except FileNotFoundError:
                 state = {}
-            except ValueError:     # unreadable record: start over (at worst an offline dir is alerted again)
-                state = {}
+            except (ValueError, UnsafeFileError):   # unreadable record (or no regular file): start over (at
+                state = {}                          # worst an offline dir is alerted again)
             new = sorted(d for d in offline if d not in state)
             back = sorted(d for d in online if d in state and d not in offline)
             for d in new:
@@ -252,6 +253,11 @@ class StorageEngineHook(BaseHook):
 
     def clear_uncleanable(self, topic: str, partition: int) -> dict:
         return compaction.clear_uncleanable(self.config, topic, partition)
+
+    def mark_uncleanable(self, topic: str, partition: int, reason: str, now_ms: int) -> dict:
+        """Record that cleaning the partition failed (the Spark key-map job found damage): skipped by the
+        selection, shown in the Storage view, cleared with :meth:`clear_uncleanable`."""
+        return compaction.mark_uncleanable(self.config, topic, partition, reason, now_ms)
 
     def keymap_root(self) -> str:
         """Where run-scoped key maps go: ``$STORAGE_ENGINE_KEYMAP_DIR``, else ``keymaps/`` beside the first log

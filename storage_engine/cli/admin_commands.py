@@ -20,8 +20,9 @@ from storage_engine.cli.args import EXIT_DAMAGE, print_json
 
 def cmd_expire_producers(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
-    print_json(maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run))
-    return 0
+    result = maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run)
+    print_json(result)
+    return EXIT_DAMAGE if result["failures"] else 0
 
 
 def _listable_partition_dirs(log_dir: str) -> list[tuple[str, tuple[str, int]]]:
@@ -59,11 +60,13 @@ def cmd_describe(args: argparse.Namespace, config: StorageConfig) -> int:
 
 def cmd_checkpoint(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
+    from storage_engine.jobs.housekeeping import unreadable
     with LogManager.open(config) as mgr:
+        failures = unreadable(mgr, None)    # partitions whose folder vanished or became a file, unreadable segments
         flushed = mgr.flush_all() if args.flush else []
         written = mgr.checkpoint()
-    print_json({"flushed": flushed, "checkpoints": written})
-    return 0
+    print_json({"flushed": flushed, "checkpoints": written, "failures": failures})
+    return EXIT_DAMAGE if failures else 0
 
 
 def cmd_flush(args: argparse.Namespace, config: StorageConfig) -> int:
@@ -103,15 +106,16 @@ def cmd_retention(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
+    failures: list = []
     if args.topic and args.partition is not None:
         results = [maintenance.retention(config, args.topic, args.partition, args.now_ms, dry_run=args.dry_run)]
     else:
         results = maintenance.retention_all(config, args.now_ms, topics=[args.topic] if args.topic else None,
-                                            dry_run=args.dry_run)
+                                            dry_run=args.dry_run, failures=failures)
     print_json({"dry_run": args.dry_run, "partitions": results,
           "segments_deleted": sum(r["segments_deleted"] for r in results),
-          "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results)})
-    return 0
+          "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results), "failures": failures})
+    return EXIT_DAMAGE if failures else 0
 
 
 def cmd_compact(args: argparse.Namespace, config: StorageConfig) -> int:
@@ -148,6 +152,12 @@ def cmd_verify(args: argparse.Namespace, config: StorageConfig) -> int:
 def cmd_delete_topic(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import lifecycle
     print_json(lifecycle.delete_topic(config, args.topic, args.partition, args.now_ms))
+    return 0
+
+
+def cmd_accept_loss(args: argparse.Namespace, config: StorageConfig) -> int:
+    from storage_engine.jobs import lifecycle
+    print_json(lifecycle.accept_loss(config, args.topic, args.partition, args.now_ms))
     return 0
 
 

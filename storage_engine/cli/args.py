@@ -179,12 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lifecycle_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _lifecycle_commands(sub: argparse._SubParsersAction[OneLineErrorParser]) -> None:
     dt = sub.add_parser("delete-topic", help="delete a topic's partitions (folders renamed -delete at once)")
     dt.add_argument("--topic", required=True)
     dt.add_argument("--partition", type=_non_negative, action="append", default=None,
                     help="only this partition (repeatable); default: every partition of the topic")
     dt.add_argument("--now-ms", type=_non_negative, default=None)
+    al = sub.add_parser("accept-loss", help="accept the offsets a partition lost (verify reports them): its log "
+                                            "start offset moves past them and the report is cleared")
+    _tp(al)
+    al.add_argument("--now-ms", type=_non_negative, default=None)
     mv = sub.add_parser("move-partition", help="move a partition to another log dir while it keeps serving")
     _tp(mv)
     mv.add_argument("--to-dir", help="the target log dir (one of log.dirs)")

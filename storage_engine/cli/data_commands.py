@@ -12,6 +12,7 @@ import binascii
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from storage_engine.record import codecs
 from storage_engine import layout
@@ -99,12 +100,28 @@ def _batches_of(records: list[SimpleRecord], limit_bytes: int) -> Iterator[list[
         yield batch
 
 
+def bounded_lines(stream: BinaryIO, max_line_bytes: int, topic: str) -> Iterator[bytes]:
+    """The lines of ``stream``, each read with a bound: a line longer than ``max_line_bytes`` (``produce <
+    /dev/zero`` is one endless line) is refused there instead of filling memory."""
+    number = 0
+    while True:
+        line = stream.readline(max_line_bytes + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > max_line_bytes and not line.endswith(b"\n"):
+            raise InvalidRequestError(f"line {number}: longer than {max_line_bytes} bytes, more than any record of "
+                                      f"topic {topic} can take (8 x its max.message.bytes, plus 64 KiB)")
+        yield line
+
+
 def cmd_produce(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
     from storage_engine.log.validator import check_records
     if args.producer_id is None and (args.epoch is not None or args.base_sequence is not None or args.transactional):
         raise InvalidRequestError("--epoch, --base-sequence and --transactional need --producer-id")
-    records = parse_produce_lines(sys.stdin.buffer, args.encoding)
+    max_line = 8 * config.log_config(args.topic).max_message_bytes + 65536   # a record's JSON, escapes and all
+    records = parse_produce_lines(bounded_lines(sys.stdin.buffer, max_line, args.topic), args.encoding)
     if not records:
         raise InvalidRequestError("no records on standard input (expected JSON lines)")
     layout.partition_dir_name(args.topic, args.partition)

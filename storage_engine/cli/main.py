@@ -22,7 +22,7 @@ from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    InvalidTopicError, OffsetOutOfRangeError, ProducerStateError, RecordTooLargeError,
                                    StorageError)
-from storage_engine.cli.admin_commands import (cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
+from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_verify)
@@ -36,7 +36,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, StorageConfig], int]] = {
     "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
     "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
     "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,
-    "remove-folder": cmd_remove_folder}
+    "remove-folder": cmd_remove_folder, "accept-loss": cmd_accept_loss}
 # The commands that read files named on the command line and load no config.
 NO_CONFIG: dict[str, Callable[[argparse.Namespace], int]] = {"dump-log": cmd_dump_log}
 

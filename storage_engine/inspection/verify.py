@@ -4,7 +4,8 @@
 It never repairs: what a process or a load would repair is reported as damage (``problems``, exit 1) or as a
 pending action (``pending``). Checked, per log dir and partition:
 
-* files: checkpoint files parse; partition folder names are valid; every batch of every segment passes Kafka's
+* files: checkpoint files parse (the log dir's, and each partition's ``leader-epoch-checkpoint``); partition
+  folder names are valid; every batch of every segment passes Kafka's
   size/magic/CRC checks and its records decode; offsets rise within and across segments and fit their segment;
   offset/time index entries point at real batches;
 * the log's state: the log start offset (the partition's shared state, else its checkpoint entry) and the
@@ -12,6 +13,9 @@ pending action (``pending``). Checked, per log dir and partition:
   log-start or recovery-point entry past the end is damage; the next load clamps it); a delete-policy topic has
   no offset gap, from its log start offset through every segment (compaction is the only thing that removes
   offsets, so a gap there means a segment or a batch went missing);
+* offsets the partition lost (:mod:`storage_engine.log.losses`): recorded by a load, until ``accept-loss``, or
+  found now (a first segment gone, a sealed segment emptied), with the lost range; and per log dir the partitions
+  its checkpoint files list whose folder vanished or became a file (:mod:`storage_engine.log.health`);
 * leftovers, each explained: a swap left half done by a cleaner that died (what the next process to use the
   partition will do: complete it, or roll it back and why); ``.swap`` files without a record (validated as the
   next load would: completed, or discarded as damage); ``.cleaned`` files (a running cleaner's, or a dead one's);
@@ -43,12 +47,13 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import LogConfig, StorageConfig
 from storage_engine.errors import CorruptCheckpointError, PartitionNotFoundError, StorageError, StorageIOError
-from storage_engine.log import intent, swap
+from storage_engine.log import health, intent, losses, swap
 from storage_engine.log.failure import is_dir_failure, os_error_of
 from storage_engine.log.locks import LIVE, MOVED, UNKNOWN, PartitionState, lock_path, peek_state
 from storage_engine.jobs.batches import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.file_records import FileRecords
+from storage_engine.segment.leader_epoch import LeaderEpochCheckpointFile
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
 
@@ -94,6 +99,8 @@ def verify_log_dirs(config: StorageConfig, *, partitions: bool = True) -> dict:
             offline[d] = f"{type(exc).__name__}: {exc}"
             continue
         checkpoints = _read_checkpoints(d, problems, pending)
+        for m in health.missing_partitions(d):     # a partition folder that vanished or became a file
+            problems.append({"file": m["path"], "message": m["reason"]})
         for name in listing.deleting:
             pending.append({"file": os.path.join(d, name), "message": "deleted partition; removed after "
                                                                       "file.delete.delay.ms"})
@@ -170,7 +177,9 @@ def verify_partition(config: StorageConfig, topic: str, partition: int) -> dict:
             return summary
     if unreadable is not None:
         raise unreadable
-    raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
+    # its folder vanished or became a file: say so
+    raise health.why_missing(config.log_dirs, (topic, partition)) or PartitionNotFoundError(
+        f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
 
 
 def verify_dir_files(config: StorageConfig) -> dict:
@@ -286,14 +295,35 @@ def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, c
                       if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
         active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else _Segment()
     walk = _Walk(cfg.delete and not cfg.compact)
+    sizes: list[tuple[int, int]] = []
     for i, base in enumerate(logs):
         upper = logs[i + 1] if i + 1 < len(logs) else None
         seg = active if upper is None else _verify_segment(path, files, base, upper, problems, pending)
         walk.add(base, seg, problems)
+        sizes.append((base, seg.size))
+    _report_losses(log_dir, name, tp, cfg, list(files), sizes, state, problems)
     if not logs:
         pending.append({"file": path, "message": "partition has no segment; one is created at the next load"})
         return {"segments": 0, "batches": 0, "records": 0, "size_bytes": 0, "log_end_offset": None}
     return _check_state(path, tp, cfg, state, logs, walk, checkpoints, problems, pending)
+
+
+def _report_losses(log_dir: str, name: str, tp: TopicPartition, cfg: LogConfig, names: list[str],
+                   sizes: list[tuple[int, int]], state: PartitionState, problems: list[dict]) -> None:
+    """Offsets the partition lost (:mod:`storage_engine.log.losses`): those a load recorded, until an operator
+    accepts them, and those the next load will record (a first segment gone, a sealed segment emptied)."""
+    recorded_start = state.log_start_offset if state.generation != 0 and state.log_start_offset != UNKNOWN else None
+    kept, found, err = losses.audit(log_dir, name, cfg, names, sizes, recorded_start, clock_at(None).milliseconds())
+    accept = f"accept-loss --topic {tp[0]} --partition {tp[1]}"
+    where = losses.path_of(log_dir, name)
+    if err:
+        problems.append({"file": where, "message": f"{err}: the offsets it names cannot be told"})
+    for r in kept:
+        problems.append({"file": where, "message": f"{losses.describe(r)}; reads of them fail until an operator "
+                                                   f"accepts the loss ({accept})"})
+    for r in found:
+        problems.append({"file": os.path.join(log_dir, name), "message": f"{losses.describe(r)}; the next load "
+                         f"records it and reads of them fail until an operator accepts the loss ({accept})"})
 
 
 def _read_checkpoints(log_dir: str, problems: list | None, pending: list | None = None) -> Checkpoints:
@@ -361,6 +391,8 @@ def _explain_leftovers(log_dir: str, name: str, path: str, cfg: LogConfig, probl
                                                      f"(file.delete.delay.ms {cfg.file_delete_delay_ms})"})
         elif f.endswith(layout.SWAP_SUFFIX):
             pending.append({"file": full, "message": "part of a swap that will be completed"})
+        elif layout.is_partition_file(f):
+            _verify_partition_file(full, problems, pending)
         elif not layout.is_offset_named(f) or not f.endswith(layout.SEGMENT_SUFFIXES + (layout.SNAPSHOT_SUFFIX,)):
             pending.append({"file": full, "message": "not a file of Kafka's partition layout; ignored"})
         elif f.endswith(layout.INDEX_SUFFIXES) and layout.offset_from_filename(f) not in logs:
@@ -368,6 +400,21 @@ def _explain_leftovers(log_dir: str, name: str, path: str, cfg: LogConfig, probl
         elif f.endswith((layout.SNAPSHOT_SUFFIX, layout.TXN_INDEX_SUFFIX)):
             _verify_producer_file(full, pending)
     return files
+
+
+def _verify_partition_file(full: str, problems: list, pending: list) -> None:
+    """Kafka's per-partition files: a ``leader-epoch-checkpoint`` must parse (a damaged one is rebuilt from the
+    segments by the next load); a temp file is what a writer that died before its rename left."""
+    if full.endswith(layout.TMP_SUFFIX):
+        pending.append({"file": full, "message": "left by a writer that died before renaming it; replaced at the "
+                                                 "next write"})
+        return
+    if os.path.basename(full) != layout.LEADER_EPOCH_CHECKPOINT:
+        return
+    try:
+        LeaderEpochCheckpointFile(full).read()
+    except StorageError as exc:
+        problems.append({"file": full, "message": f"{exc}; the next load rebuilds it from the segments"})
 
 
 def _verify_producer_file(full: str, pending: list) -> None:

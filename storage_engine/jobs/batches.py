@@ -23,25 +23,19 @@ from storage_engine import layout
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError, is_retriable
+from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.log.open_logs import OpenLogs
 from storage_engine.jobs.housekeeping import list_partitions
+from storage_engine.jobs.summaries import PartitionFailure, partition_failure
+from storage_engine.log import health
 
 
 TopicPartition = tuple[str, int]
 # The partitions a job is given: ``[topic, partition]`` pairs or ``{"topic", "partition"}`` dicts (a Batch's
 # ``partitions``, as Airflow hands them over), checked by :func:`as_topic_partitions`.
 BatchPartitions = Iterable[Sequence[object] | Mapping[str, object]]
-
-
-class PartitionFailure(TypedDict):
-    topic: str
-    partition: int
-    error_type: str
-    error: str
-    permanent: bool     # no retry can fix it (not :func:`storage_engine.errors.is_retriable`)
 
 
 class SkippedPartition(TypedDict):
@@ -67,11 +61,6 @@ class Batch(TypedDict):
     index: int                  # 0-based, over all batches of the plan
     partitions: list[list]      # [[topic, partition], ...], sorted
     label: str                  # short name for the UI (Airflow's map index is at most 250 characters)
-
-
-def partition_failure(tp: TopicPartition, exc: BaseException) -> PartitionFailure:
-    return {"topic": tp[0], "partition": tp[1], "error_type": type(exc).__name__, "error": str(exc),
-            "permanent": not is_retriable(exc)}
 
 
 def as_topic_partitions(partitions: BatchPartitions) -> list[TopicPartition]:
@@ -127,12 +116,14 @@ def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
                 except LogDirOfflineError as exc:
                     skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
                     continue
-                if log is None:
-                    failures.append(partition_failure(tp, PartitionNotFoundError(
-                        f"partition {tp[0]}-{tp[1]} does not exist in {list(config.log_dirs)}")))
+                if log is None:     # never there, or its folder vanished or became a file (health.py)
+                    failures.append(partition_failure(tp, health.why_missing(mgr.online_dirs(), tp) or
+                                                      PartitionNotFoundError(f"partition {tp[0]}-{tp[1]} does not "
+                                                                             f"exist in {list(config.log_dirs)}")))
                     continue
                 started = time.monotonic()
                 try:
+                    health.check_partition(log)     # a segment file that is no file: failed, not maintained
                     result = act(mgr, log, now)
                 except Exception as exc:
                     if mgr.failures.is_offline(log.log_dir):     # its dir failed meanwhile: offline, skipped
@@ -164,7 +155,7 @@ def plan_batches(config: StorageConfig, *, topics: Collection[str] | None = None
     in name order, at most ``batch_size`` each. Unknown topics raise :class:`PartitionNotFoundError`."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    listed = list_partitions(config, topics=topics)
+    listed = list_partitions(config, topics=topics, include_missing=True)
     batches: list[Batch] = []
     for d in config.log_dirs:
         here = [[p["topic"], p["partition"]] for p in listed if p["log_dir"] == d]

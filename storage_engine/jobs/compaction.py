@@ -3,8 +3,13 @@
 :func:`compact` selects the dirtiest compacted logs and cleans them in one call (the CLI's ``compact``);
 :func:`compaction_plan` and :func:`compact_partition` are the same work as separate steps (the Airflow DAG:
 select -> Spark key map -> clean per partition); :func:`clear_uncleanable` forgets that cleaning a partition
-failed. The selection is :mod:`~storage_engine.maintenance.cleaner_manager`'s, the cleaning
-:mod:`~storage_engine.maintenance.cleaner`'s.
+failed (:func:`mark_uncleanable` records it). The selection is :mod:`~storage_engine.maintenance.cleaner_manager`'s,
+the cleaning :mod:`~storage_engine.maintenance.cleaner`'s.
+
+Damage: the cleaner checks every batch it reads (both phases). A damaged batch fails that partition's round
+with a ``CorruptRecordError`` naming the partition, the file, the byte position and the offsets; nothing of the
+damaged group is swapped or deleted, the cleaner checkpoint does not move, and the partition is marked
+uncleanable with that reason (skipped until an operator clears it: ``compact --clear-uncleanable``).
 """
 from __future__ import annotations
 
@@ -100,27 +105,23 @@ def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition
 def mark_uncleanable(config: StorageConfig, topic: str, partition: int, reason: str,
                      now_ms: int | None = None) -> dict:
     """Record that cleaning a partition failed (what :func:`compact` and :func:`compact_partition` do on any
-    error; the Spark key-map job does it when its source finds damage): the selection skips it, the Storage view
-    shows ``reason``, and :func:`clear_uncleanable` (``compact --clear-uncleanable``) forgets it."""
-    from storage_engine.inspection.partitions import find_partition_dir
+    error; the Airflow task of a Spark key map does it with the damage the job reports): the selection skips it,
+    the Storage view shows ``reason``, and :func:`clear_uncleanable` (``compact --clear-uncleanable``) forgets it."""
     from storage_engine.maintenance import cleaner_manager
-    from storage_engine import layout
-    log_dir, _folder = find_partition_dir(config, topic, partition)
+    log_dir, name = _partition_log_dir(config, topic, partition)
     now = clock_at(now_ms).milliseconds()
-    cleaner_manager.mark_uncleanable(log_dir, layout.partition_dir_name(topic, partition), reason, now)
+    cleaner_manager.mark_uncleanable(log_dir, name, reason, now)
     return {"log_dir": log_dir, "topic": topic, "partition": partition, "reason": reason, "since_ms": now}
 
 
-def uncleanable_reason(config: StorageConfig, topic: str, partition: int) -> str | None:
-    """Why cleaning the partition failed, if it is marked uncleanable (None if it is not)."""
-    from storage_engine.maintenance import cleaner_manager
+def _partition_log_dir(config: StorageConfig, topic: str, partition: int) -> tuple[str, str]:
+    """(log dir, folder name) of an existing partition."""
     from storage_engine import layout
     name = layout.partition_dir_name(topic, partition)
     for d in config.log_dirs:
         if os.path.isdir(os.path.join(d, name)):
-            bad = cleaner_manager.read_uncleanable(d).get(name)
-            return str(bad.get("reason")) if isinstance(bad, dict) else None
-    return None
+            return d, name
+    raise PartitionNotFoundError(f"partition {name} does not exist in any log dir {list(config.log_dirs)}")
 
 
 # -- compaction as separate steps (the Airflow DAG: select -> Spark key map -> clean per partition) ----------

@@ -18,12 +18,14 @@ from collections.abc import Collection, Iterator
 from typing import TypedDict, TypeVar
 
 from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
-                                           ProducerExpiry)
+                                           PartitionFailure, ProducerExpiry, partition_failure)
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.maintenance.retention import PurgeResult, RetentionResult
 from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import PartitionNotFoundError
+from storage_engine.errors import PartitionNotFoundError, PartitionUnreadableError
+from storage_engine.log import health as log_health
+from storage_engine.log.health import MissingPartition
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 
@@ -64,22 +66,68 @@ def log_dir_health(config: StorageConfig) -> LogDirHealth:
     return {"online": online, "offline": offline}
 
 
+def missing_partitions(config: StorageConfig, *, health: LogDirHealth | None = None) -> list[MissingPartition]:
+    """The partitions of the online log dirs whose folder vanished or became a file while the dir's checkpoint
+    files (or the engine's partition lock) still list them (:mod:`storage_engine.log.health`), read-only."""
+    health = health or log_dir_health(config)
+    out: list[MissingPartition] = []
+    for d in health["online"]:
+        try:
+            out += log_health.missing_partitions(d)
+        except OSError:
+            continue
+    return out
+
+
 def list_partitions(config: StorageConfig, topics: Collection[str] | None = None, *,
-                    health: LogDirHealth | None = None) -> list[dict]:
+                    health: LogDirHealth | None = None, include_missing: bool = False) -> list[dict]:
     """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
     (so listing as part of a backfilled run cannot purge or recover anything). Offline dirs are skipped
-    (:func:`log_dir_health`)."""
+    (:func:`log_dir_health`). ``include_missing``: also the partitions whose folder vanished or became a file
+    (:func:`missing_partitions`; their entry says why under ``"missing"``), so that maintaining them fails."""
     from storage_engine import layout
     health = health or log_dir_health(config)
     found = [(t, p, d) for d in health["online"] for _name, (t, p) in layout.partition_dirs(d)]
+    why: dict[tuple[str, int], str] = {}
+    if include_missing:
+        present = {(t, p) for t, p, _d in found}
+        for m in missing_partitions(config, health=health):
+            if (m["topic"], m["partition"]) not in present and (m["topic"], m["partition"]) not in why:
+                why[(m["topic"], m["partition"])] = m["reason"]
+                found.append((m["topic"], m["partition"], m["log_dir"]))
     if topics:
         known = {t for t, _p, _d in found}
         missing = sorted(set(topics) - known)
         if missing:
             raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
         found = [x for x in found if x[0] in topics]
-    return [{"topic": t, "partition": p, "log_dir": d, "cleanup_policy": ",".join(config.log_config(t).cleanup_policy)}
+    return [{"topic": t, "partition": p, "log_dir": d, "cleanup_policy": ",".join(config.log_config(t).cleanup_policy),
+             **({"missing": why[(t, p)]} if (t, p) in why else {})}
             for t, p, d in sorted(found)]
+
+
+def unreadable(mgr: LogManager, topics: Collection[str] | None) -> list[PartitionFailure]:
+    """The partitions a whole-store job cannot maintain, as its failures: those whose folder vanished or became a
+    file, and the loaded ones with a segment file that is no file (:mod:`storage_engine.log.health`)."""
+    failures: list[PartitionFailure] = []
+    for d in mgr.online_dirs():
+        try:
+            missing = log_health.missing_partitions(d)
+        except OSError:
+            continue
+        failures += [partition_failure((m["topic"], m["partition"]), PartitionUnreadableError(m["reason"]))
+                     for m in missing if (not topics or m["topic"] in topics)
+                     and (m["topic"], m["partition"]) not in mgr.logs]
+    for tp in mgr.partitions(topics):
+        try:
+            log_health.check_partition(mgr.logs[tp])
+        except PartitionUnreadableError as exc:
+            failures.append(partition_failure(tp, exc))
+    return sorted(failures, key=lambda f: (f["topic"], f["partition"]))
+
+
+def _skip(failures: list[PartitionFailure]) -> set[tuple[str, int]]:
+    return {(f["topic"], f["partition"]) for f in failures}
 
 
 def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
@@ -89,12 +137,14 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics: Coll
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
         check_topics(mgr, topics)
-        flushed = mgr.flush_all(topics) if flush else []
+        failures = unreadable(mgr, topics)
+        skip = _skip(failures)
+        flushed = [f for f in mgr.flush_all(topics) if (f["topic"], f["partition"]) not in skip] if flush else []
         written = mgr.checkpoint()
         offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": flushed, "checkpoints": written,
             "partitions_flushed": sum(1 for f in flushed if f["recovery_point"] > f["recovery_point_before"]),
-            "offline_dirs": offline}
+            "offline_dirs": offline, "failures": failures}
 
 
 def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
@@ -106,7 +156,10 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collectio
         check_topics(mgr, topics)
         out: list[FlushedPartition] = []
         skipped = 0
+        failures = unreadable(mgr, topics)
         for tp in mgr.partitions(topics):
+            if tp in _skip(failures):
+                continue
             log = mgr.logs[tp]
             log.refresh()
             if due_only and not log.flush_due(now):
@@ -119,7 +172,7 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collectio
         offline = mgr.offline_dirs()
     return {"now_ms": now, "flushed": out, "not_due": skipped,
             "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out),
-            "offline_dirs": offline}
+            "offline_dirs": offline, "failures": failures}
 
 
 @contextlib.contextmanager
@@ -128,7 +181,8 @@ def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: i
     with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
-            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
+            raise log_health.why_missing(mgr.online_dirs(), (topic, partition)) or PartitionNotFoundError(
+                f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
         yield mgr, log
 
 
@@ -138,6 +192,7 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with open_partition(config, clock, topic, partition) as (mgr, log):
+        log_health.check_partition(log)
         result = retention_mod.run(log, now, dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])
@@ -145,14 +200,19 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
 
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
-                  dry_run: bool = False) -> list[RetentionResult]:
+                  dry_run: bool = False, failures: list[PartitionFailure] | None = None) -> list[RetentionResult]:
     """Retention for every partition, and for the copies being made of partitions moving between log dirs
-    (Kafka applies retention to future logs too; their results say ``"future": true``)."""
+    (Kafka applies retention to future logs too; their results say ``"future": true``). The partitions that
+    cannot be read (:func:`unreadable`) are left alone and added to ``failures``."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with LogManager.open(config, clock=clock) as mgr:
         check_topics(mgr, topics)
-        results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)]
+        bad = unreadable(mgr, topics)
+        if failures is not None:
+            failures += bad
+        results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)
+                   if tp not in _skip(bad)]
         results += [_future_result(retention_mod.run(mgr.future_logs[tp], now, dry_run=dry_run), mgr.future_logs[tp])
                     for tp in future_partitions(mgr, topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
@@ -171,7 +231,10 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
     with LogManager.open(config, clock=clock) as mgr:
         check_topics(mgr, topics)
         out: list[ProducerExpiry] = []
+        failures = unreadable(mgr, topics)
         for tp in mgr.partitions(topics):
+            if tp in _skip(failures):
+                continue
             log = mgr.logs[tp]
             expired = log.expire_producers(now, expiration_ms, dry_run=dry_run)
             out.append({"topic": tp[0], "partition": tp[1], "expired_producer_ids": expired,
@@ -188,7 +251,7 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
         offline = mgr.offline_dirs()
     total = sum(len(p["expired_producer_ids"]) for p in out if not p.get("future"))
     return {"now_ms": now, "dry_run": dry_run, "producer_id_expiration_ms": expiration_ms, "partitions": out,
-            "producers_expired": total, "nothing_to_do": total == 0, "offline_dirs": offline}
+            "producers_expired": total, "nothing_to_do": total == 0, "offline_dirs": offline, "failures": failures}
 
 
 def future_partitions(mgr: LogManager, topics: Collection[str] | None) -> list[tuple[str, int]]:

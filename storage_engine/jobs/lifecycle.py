@@ -23,7 +23,8 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError, StorageIOError
-from storage_engine.log import deletion
+from storage_engine.log import deletion, health
+from storage_engine.log.health import MissingPartition
 from storage_engine.log.manager import LogManager
 
 
@@ -39,7 +40,8 @@ def delete_topic(config: StorageConfig, topic: str, partitions: Iterable[int] | 
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     listed = sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
-                     for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic})
+                     for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic}
+                    | {m["partition"] for m in _missing(config) if m["topic"] == topic})
     wanted = listed if partitions is None else sorted(set(partitions))
     if not wanted:
         raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)}")
@@ -48,6 +50,32 @@ def delete_topic(config: StorageConfig, topic: str, partitions: Iterable[int] | 
         offline = _offline(mgr)
     return {"topic": topic, "now_ms": now, "deleted": deleted, "partitions": [d["partition"] for d in deleted],
             "offline_dirs": offline}
+
+
+def accept_loss(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None) -> dict:
+    """An operator's acceptance of the offsets a partition lost (:mod:`storage_engine.log.losses`): its log start
+    offset moves past the recorded lost ranges (segments wholly below it go, as retention would remove them), the
+    dir's checkpoints are written and the record is cleared, so ``verify`` stops reporting the loss."""
+    from storage_engine.jobs.housekeeping import open_partition
+    from storage_engine.log import losses
+    clock = clock_at(now_ms)
+    now = clock.milliseconds()
+    with open_partition(config, clock, topic, partition) as (mgr, log):
+        done = losses.accept(log, now)
+        mgr.checkpoint([log.log_dir])
+        log_dir = log.log_dir
+    return {"topic": topic, "partition": partition, "log_dir": log_dir, "now_ms": now, **done}
+
+
+def _missing(config: StorageConfig) -> list[MissingPartition]:
+    """The partitions whose folder vanished or became a file (:mod:`storage_engine.log.health`), of every dir."""
+    out: list[MissingPartition] = []
+    for d in config.log_dirs:
+        try:
+            out += health.missing_partitions(d)
+        except OSError:
+            continue
+    return out
 
 
 def _partition_dirs_or_empty(log_dir: str) -> list[tuple[str, tuple[str, int]]]:

@@ -9,10 +9,26 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from storage_engine.errors import is_retriable
 from storage_engine.maintenance.retention import FutureSegment, PurgeResult, RetentionResult, SegmentDeletion
 
 __all__ = ["SegmentDeletion", "FutureSegment", "RetentionResult", "PurgeResult", "FlushedPartition",
-           "CheckpointsWritten", "CheckpointResult", "FlushResult", "ProducerExpiry", "ExpireProducersResult"]
+           "CheckpointsWritten", "CheckpointResult", "FlushResult", "ProducerExpiry", "ExpireProducersResult",
+           "PartitionFailure", "partition_failure"]
+
+
+class PartitionFailure(TypedDict):
+    """A partition a job could not maintain (a batch's ``failures``; the whole-store jobs' too)."""
+    topic: str
+    partition: int
+    error_type: str
+    error: str
+    permanent: bool     # no retry can fix it (not :func:`storage_engine.errors.is_retriable`)
+
+
+def partition_failure(tp: tuple[str, int], exc: BaseException) -> PartitionFailure:
+    return {"topic": tp[0], "partition": tp[1], "error_type": type(exc).__name__, "error": str(exc),
+            "permanent": not is_retriable(exc)}
 
 
 class FlushedPartition(TypedDict):
@@ -33,6 +49,7 @@ class CheckpointResult(TypedDict):
     checkpoints: dict[str, CheckpointsWritten]  # log dir -> what was written there
     partitions_flushed: int
     offline_dirs: dict[str, str]                # log dir -> the error that took it offline (skipped)
+    failures: list[PartitionFailure]            # partitions that could not be read (not flushed)
 
 
 class FlushResult(TypedDict):
@@ -41,6 +58,7 @@ class FlushResult(TypedDict):
     not_due: int
     nothing_to_do: bool
     offline_dirs: dict[str, str]
+    failures: list[PartitionFailure]
 
 
 class ProducerExpiry(TypedDict):
@@ -61,3 +79,4 @@ class ExpireProducersResult(TypedDict):
     producers_expired: int
     nothing_to_do: bool
     offline_dirs: dict[str, str]
+    failures: list[PartitionFailure]

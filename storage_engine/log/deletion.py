@@ -29,7 +29,7 @@ from types import TracebackType
 from storage_engine import layout
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import PartitionMovedError, PartitionNotFoundError, StorageIOError
-from storage_engine.log import intent
+from storage_engine.log import intent, losses
 from storage_engine.log.locks import DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, lock_path
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
@@ -89,6 +89,37 @@ def delete_partition(log_dir: str, topic: str, partition: int, now_ms: int, *,
         claim.release()
 
 
+def forget_vanished(log_dirs: Iterable[str], topic: str, partition: int, now_ms: int) -> str | None:
+    """Delete a partition whose folder vanished or became a file (:mod:`storage_engine.log.health`): its lock is
+    retired, its checkpoint entries and engine files go, as for any deletion (a file standing where the folder was
+    is left alone). Returns the log dir it was in, None when no dir has such a partition."""
+    from storage_engine.log import health
+    name = layout.partition_dir_name(topic, partition)
+    for d in log_dirs:
+        try:
+            missing = {(m["topic"], m["partition"]) for m in health.missing_partitions(d)}
+        except OSError:
+            continue
+        if (topic, partition) not in missing:
+            continue
+        claim = CleaningClaim(d, name)
+        claim.acquire(CLAIM_TIMEOUT_S)
+        try:
+            lock = PartitionLock(lock_path(d, name))
+            try:
+                with lock:
+                    if lock.read_state().status == LIVE and not os.path.isdir(os.path.join(d, name)):
+                        lock.retire(DELETED)
+                        logger.warning("forgetting %s in %s, whose folder is gone", name, d)
+                        _finish(d, topic, partition, lock, claim, now_ms)
+                        return d
+            finally:
+                lock.close()
+        finally:
+            claim.release()
+    return None
+
+
 def finish_deletion(log_dir: str, topic: str, partition: int, now_ms: int) -> str | None:
     """Complete a deletion a process left half done (the lock says deleted, the folder may still have its name);
     returns the ``-delete`` folder's name if the folder was renamed now. Nothing happens if the lock is live."""
@@ -124,8 +155,10 @@ def _finish(log_dir: str, topic: str, partition: int, lock: PartitionLock, claim
         durable_rename(src, dst, sync=False)
         _stamp(dst, now_ms)
         fsync_dir(log_dir)
-    # A swap record a dead cleaner left concerns files now in the -delete folder: it goes with the lock.
+    # A swap record a dead cleaner left concerns files now in the -delete folder: it goes with the lock, as does
+    # the record of offsets the partition lost.
     intent.clear(log_dir, name)
+    losses.clear(log_dir, name)
     lock.unlink()
     claim.unlink()
     return renamed

@@ -4,7 +4,8 @@ and ``checkpointLogStartOffsets``).
 
 While the dir is in use (:func:`checkpoint_dir`) the values come from each partition's shared state, merged under
 the dir's checkpoint lock with the entries of partitions other processes own; entries of partitions no longer in
-the dir are dropped. The last process to leave a dir (:func:`write_checkpoints_after_close`) writes the values of
+the dir are dropped, except those of a partition whose folder vanished or became a file while the engine keeps it
+live there (:mod:`.health`: the evidence stays until an operator acts). The last process to leave a dir (:func:`write_checkpoints_after_close`) writes the values of
 the logs it has just flushed. A log start offset is written only when it is above the first segment's base.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 
 from storage_engine import crashpoints, layout
 from storage_engine.errors import PartitionDeletedError, PartitionNotFoundError
+from storage_engine.log import health
 from storage_engine.log.locks import LIVE, UNKNOWN, FileLock
 from storage_engine.log.log import Log
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
@@ -40,8 +42,10 @@ def checkpoint_dir(log_dir: str, candidates: list[tuple[TopicPartition, Log]]) -
         present = {tp for _, tp in listing.partitions} | {tp for _, tp in listing.futures}
         rp, _ = rp_file.read_or_empty()
         lso, _ = lso_file.read_or_empty()
-        rp = {tp: v for tp, v in rp.items() if tp in present and tp not in values}
-        lso = {tp: v for tp, v in lso.items() if tp in present and tp not in values}
+        # A partition whose folder vanished or became a file keeps its entries: the evidence (health.py).
+        kept = {tp for tp in set(rp) | set(lso) if tp not in present and health.keeps_entries(log_dir, tp)}
+        rp = {tp: v for tp, v in rp.items() if (tp in present and tp not in values) or tp in kept}
+        lso = {tp: v for tp, v in lso.items() if (tp in present and tp not in values) or tp in kept}
         for tp, (log, first_base) in values.items():
             state = log.lock.read_state()
             if state.status != LIVE or tp not in present:
@@ -66,8 +70,9 @@ def write_checkpoints_after_close(log_dir: str, logs: list[Log]) -> None:
     lso_file = OffsetCheckpointFile(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
     rp, _ = rp_file.read_or_empty()
     lso, _ = lso_file.read_or_empty()
-    rp = {tp: v for tp, v in rp.items() if tp in present}
-    lso = {tp: v for tp, v in lso.items() if tp in present}
+    kept = {tp for tp in set(rp) | set(lso) if tp not in present and health.keeps_entries(log_dir, tp)}
+    rp = {tp: v for tp, v in rp.items() if tp in present or tp in kept}
+    lso = {tp: v for tp, v in lso.items() if tp in present or tp in kept}
     for log in logs:
         if log.folder not in existing:
             continue     # deleted or moved away meanwhile

@@ -12,7 +12,9 @@
    later segment deleted. After a clean shutdown the active segment's tail is validated anyway (from its last
    index entry: cheap), since the marker vouches for nothing written after it: a torn or garbage tail, or an
    index pointing past the data, gets the segment recovered and is reported.
-4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka). A checkpoint past the
+4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka), except over data found
+   lost: a first segment gone or a sealed segment emptied is recorded before anything repairs the evidence, and the
+   log start offset stays where it was recorded (:mod:`storage_engine.log.losses`). A checkpoint past the
    log end is reported and ignored when the load lost no data (no operation can put the start there: the value
    is wrong, and acting on it would hide, then delete, every record); when recovery cut the log below it, the
    log is emptied and restarted there as Kafka does (the records in between were lost, the ones below were
@@ -52,7 +54,7 @@ from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import swap, view
+from storage_engine.log import losses, swap, view
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
 from storage_engine.log.producer_state_manager import ProducerStateManager
@@ -180,8 +182,12 @@ def _read_leader_epochs(dir_path: str, segments: list[LogSegment], result: LoadR
             pos += LOG_OVERHEAD + size
         if seg is not segments[-1]:
             seg.release()
-    result.messages.append(f"{layout.LEADER_EPOCH_CHECKPOINT} was {reason}: rebuilt from the segments' batches "
-                           f"({len(epochs.entries)} epochs)")
+    note = (f"{layout.LEADER_EPOCH_CHECKPOINT} was {reason}: rebuilt from the segments' batches "
+            f"({len(epochs.entries)} epochs)")
+    if reason == "damaged":
+        result.messages.append(note)
+    else:   # a log the engine wrote before it kept the file: nothing is wrong
+        log.info("%s: %s", dir_path, note)
     return epochs
 
 
@@ -230,9 +236,12 @@ def _check_active_tail(seg: LogSegment, result: LoadResult, recover: Callable[[L
 
 
 def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_start_offset_checkpoint: int,
-         had_clean_shutdown: bool, now_ms: int, log_start_offset_fallback: int = 0) -> LoadResult:
+         had_clean_shutdown: bool, now_ms: int, log_start_offset_fallback: int = 0,
+         recorded_log_start: int | None = None) -> LoadResult:
     """Full Kafka load of one partition folder (steps 1-4). Caller holds the partition lock.
-    ``log_start_offset_fallback``: the next best log start offset, if the checkpoint's is ignored."""
+    ``log_start_offset_fallback``: the next best log start offset, if the checkpoint's is ignored;
+    ``recorded_log_start``: the log start offset the partition's shared state recorded (None: nothing is known),
+    which data found missing below the first segment keeps (:mod:`storage_engine.log.losses`)."""
     messages: list[str] = []
     for _ in range(MAX_SPLITS_PER_LOAD):
         opened: list[LogSegment] = []
@@ -240,7 +249,7 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
             result = _load(dir_path, cfg, opened, recovery_point_checkpoint=recovery_point_checkpoint,
                            log_start_offset_checkpoint=log_start_offset_checkpoint,
                            had_clean_shutdown=had_clean_shutdown, now_ms=now_ms,
-                           log_start_offset_fallback=log_start_offset_fallback)
+                           log_start_offset_fallback=log_start_offset_fallback, recorded_log_start=recorded_log_start)
         except _SplitNeeded as split:
             for seg in opened:
                 seg.close(trim=False)
@@ -255,12 +264,20 @@ def load(dir_path: str, cfg: LogConfig, *, recovery_point_checkpoint: int, log_s
 
 def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpoint: int,
           log_start_offset_checkpoint: int, had_clean_shutdown: bool, now_ms: int,
-          log_start_offset_fallback: int) -> LoadResult:
+          log_start_offset_fallback: int, recorded_log_start: int | None = None) -> LoadResult:
     result = LoadResult([], 0, 0, 0)
     listing = remove_temp_files_and_complete_swaps(dir_path, cfg, now_ms, result)
     crashpoints.reached("load.resolved")
+    # Data found gone is recorded before anything that would erase the evidence (orphan indexes, recovery).
+    losses.note(dir_path, losses.orphan_index_losses(dir_path, listing, result.deleted_files, recorded_log_start,
+                                                     now_ms), result.messages)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result), listing=listing)
+    if segments:
+        losses.note(dir_path, losses.emptied_segment_losses(dir_path, [(s.base_offset, s.size) for s in segments],
+                                                            cfg, now_ms)
+                    + losses.start_losses(dir_path, cfg, listing + result.deleted_files, segments[0].base_offset,
+                                          recorded_log_start, now_ms), result.messages)
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
     # The caller holds the partition lock: only this load changes the snapshots until it returns.
     psm.hold_listing(listing)
@@ -365,7 +382,9 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     active = segments[-1]
     active.offset_index.resize(cfg.segment_index_bytes)
     active.time_index.resize(cfg.segment_index_bytes)
-    log_start = max(log_start_offset_checkpoint, segments[0].base_offset)
+    # Kafka's rule (the checkpoint raised to the first segment), unless data found lost lies in between.
+    log_start = losses.kept_log_start(max(log_start_offset_checkpoint, segments[0].base_offset),
+                                      log_start_offset_checkpoint, losses.recorded(dir_path))
     # Kafka's load: the epoch cache loses the entries past the log end and below the log start.
     epochs.truncate_from_end(next_offset, write=False)
     epochs.truncate_from_start(log_start, write=False)
@@ -470,8 +489,11 @@ def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, par
         if state.recovery_point != UNKNOWN:
             # Lowered by truncation or raised by a flush since the checkpoint: trust the lower.
             rp_cp = min(rp_cp, state.recovery_point)
+    # Only the engine's own record (a Kafka broker's checkpoint may lag behind the retention it did before a crash).
+    known = state.generation != 0 and state.log_start_offset != UNKNOWN
     res = load(dir_path, config, recovery_point_checkpoint=rp_cp, log_start_offset_checkpoint=lso_cp,
-               had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback)
+               had_clean_shutdown=had_clean_shutdown, now_ms=now_ms, log_start_offset_fallback=lso_fallback,
+               recorded_log_start=lso_cp if known else None)
     # flush.ms counts from the last flush by any process; Kafka (one process) starts at load time.
     last_flush = state.last_flush_ms if state.last_flush_ms != UNKNOWN else now_ms
     new_state = PartitionState(state.generation + 1, res.log_start_offset, res.recovery_point, last_flush,

@@ -331,6 +331,10 @@ class LogManager:
             d = mover.locate(self.config.log_dirs, topic, partition, now, skip=set(self.failures.offline_dirs()))
             if d is None:
                 self._check_not_offline(name)
+                gone = deletion.forget_vanished(self.online_dirs(), topic, partition, now)   # its folder vanished
+                if gone is not None:
+                    return {"topic": topic, "partition": partition, "log_dir": gone, "deleted_folder": None,
+                            "discarded_copies": [], "now_ms": now, "folder_was_missing": True}
                 raise PartitionNotFoundError(f"partition {name} does not exist in {self.online_dirs()}")
             self.failures.check(d, f"partition {name}")
             try:

@@ -45,7 +45,7 @@ from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
-from storage_engine.log import deletion, intent
+from storage_engine.log import deletion, intent, losses
 from storage_engine.log import producer_state_manager as producers
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningClaim, FileLock, PartitionLock,
@@ -211,8 +211,13 @@ def _retire_folder(log_dir: str, topic: str, partition: int, now_ms: int) -> str
 def _move_checkpoints(src: str, target: str, tp: tuple[str, int], *, log_start_offset: int | None = None,
                       recovery_point: int | None = None) -> None:
     """Step (g): the partition's checkpoint entries leave ``src`` and are written in ``target`` (values from the
-    target lock's state when not given)."""
+    target lock's state when not given); so does the record of offsets it lost (:mod:`.losses`)."""
     moved: dict[str, int] = {}
+    name = layout.partition_dir_name(*tp)
+    lost, _err = losses.read(src, name)
+    if lost:
+        losses.record(target, name, lost)
+    losses.clear(src, name)
 
     def take(entries: dict) -> None:
         if tp in entries:

@@ -96,7 +96,9 @@ def _replay_read(seg: LogSegment, data: bytes, valid_bytes: int, producer_state:
             if producer_state is None:
                 pass
             elif header[_PRODUCER_ID] > NO_PRODUCER_ID:
-                producer_state.replay_batch(batch_at(data, pos, valid_bytes, seg.path), txn_index)
+                batch = batch_at(data, pos, valid_bytes, seg.path)
+                if batch is not None:   # always: every batch below valid_bytes is whole
+                    producer_state.replay_batch(batch, txn_index)
             else:
                 producer_state.map_end_offset = base + header[_LAST_OFFSET_DELTA] + 1
         pos += LOG_OVERHEAD + length

@@ -148,6 +148,50 @@ def test_partition_that_cannot_be_loaded_is_isolated_inside_its_batch(three_part
         assert task["try_number"] == 1
 
 
+def test_partition_folder_that_became_a_file_fails_the_retention_run_with_one_alert_naming_it(three_partitions,
+                                                                                             alerting, tmp_path):
+    """Issue 27 item 3: a partition folder replaced by a file is not silently left out of the listing (7 of 8
+    partitions maintained, a green run): the dir's checkpoint files still list it, so it fails its batch in every
+    task that maintains it, and the run alerts once, naming it."""
+    from storage_engine.segment.checkpoint import OffsetCheckpointFile
+
+    storage = three_partitions
+    mailbox, webhook = alerting
+    pdir = storage.partition_dir("events", 0)
+    dir_a = pdir.parent
+    listed = OffsetCheckpointFile(str(dir_a / "recovery-point-offset-checkpoint")).read()
+    assert ("events", 0) in listed
+    shutil.move(str(pdir), str(tmp_path / "events-0.saved"))
+    pdir.write_text("not a folder")
+
+    dag_run = parse_dag("log_retention").test(logical_date=T)
+
+    assert dag_run.state == "failed"
+    tis = task_instances(dag_run)
+    batches = {ti.rendered_map_index: ti for (task, _), ti in tis.items() if task == "retention"}
+    failed = batches["audit-0..events-0 (2 in dir-a)"]
+    assert failed.state == "failed" and failed.try_number == 1           # permanent: no retry
+    assert batches["events-1 (1 in dir-b)"].state == "success"
+    done = partition_results(run_results(dag_run), "retention")
+    assert set(done) == {("audit", 0), ("events", 1)} and done[("events", 1)]["segments_deleted"] > 0
+    # One alert, naming the partition and why, in each task that maintains it (retention, producer-id expiry).
+    assert len(mailbox.messages) == 1 and len(webhook.received) == 1
+    alert = webhook.received[0]["body"]
+    assert alert["failed_partitions"] == ["events-0"]
+    assert sorted(t["task_id"] for t in alert["failed_tasks"]) == ["expire_producers", "retention"]
+    for task in alert["failed_tasks"]:
+        (part,) = task["partitions"]
+        assert (part["topic"], part["partition"], part["error_type"], part["permanent"]) == (
+            "events", 0, "PartitionUnreadableError", True)
+        assert f"{pdir} is a regular file, not a folder" in part["error"]
+    assert "events-0" in mailbox.messages[0]["Subject"] and "is a regular file, not a folder" in mail_text(
+        mailbox.messages[0])
+    report = run_results(dag_run)[("run_report", -1)]
+    assert report["totals"]["failed"] >= 1 and report["alert"]["failed_partitions"] == ["events-0"]
+    # The evidence stays: the dir's checkpoint still lists the partition (the next run reports it again).
+    assert ("events", 0) in OffsetCheckpointFile(str(dir_a / "recovery-point-offset-checkpoint")).read()
+
+
 def test_retryable_failure_is_retried_then_alerted_once(three_partitions, alerting, monkeypatch):
     """An error that may pass (too many open files here) is retried; the run alerts once, after the last try."""
     from .conftest import without_retry_delay

@@ -210,3 +210,96 @@ def test_selection_skips_and_reports_a_partition_it_cannot_read(tmp_path, monkey
     assert skipped["reason"].startswith("cannot be read: StorageIOError: cannot open time index")
     (clean,) = [r for (task, _), r in results.items() if task == "clean"]
     assert (clean["topic"], clean["partition"]) == ("ue", 0) and clean["records_removed"] > 0
+
+
+# -- damage under compaction (issue 27, item 2) -------------------------------------------------------------------
+
+def damage_a_dirty_batch(fixture) -> tuple[str, int]:
+    """Flip one bit inside the records of the second batch of the second sealed segment of ue-0 (a CRC mismatch
+    only: the records still decode). Returns (file, byte position of the batch)."""
+    import struct
+    logs = sorted(fixture.partition_dir("ue", 0).glob("*.log"))
+    path = str(logs[1])
+    with open(path, "r+b") as f:
+        data = f.read()
+        position = 12 + struct.unpack_from(">i", data, 8)[0]
+        assert struct.unpack_from(">i", data, position + 8)[0] > 60
+        f.seek(position + 64)
+        f.write(bytes([data[position + 64] ^ 0x01]))
+    return path, position
+
+
+@pytest.fixture
+def alerting(monkeypatch, smtp_server, webhook_server):
+    monkeypatch.setenv("STORAGE_MAINTENANCE_ALERT_EMAILS", "ops@example.com")
+    monkeypatch.setenv("STORAGE_MAINTENANCE_ALERT_WEBHOOK", webhook_server.url)
+    return smtp_server, webhook_server
+
+
+def assert_failed_once_naming_the_partition(fixture, run, alerting, task_id: str, path: str, position: int,
+                                            before: dict) -> str:
+    """The task failed at once naming ue-0 and the damage; ue-0 is marked uncleanable with it (shown by the
+    Storage view's data); not a byte of the log changed, the checkpoint did not move; one alert names ue-0."""
+    from storage_engine.inspection.status import partition_detail
+    mailbox, webhook = alerting
+    assert run.state == "failed"
+    tis = task_instances(run)
+    (failed,) = [ti for (task, _), ti in tis.items() if task == task_id]
+    assert failed.state == "failed" and failed.try_number == 1          # no retry: it reads the same bytes
+    reason = partition_detail(fixture.config(), "ue", 0)["uncleanable"]
+    assert reason and path in reason and f"byte position {position}" in reason and "offsets [" in reason
+    assert snapshot(fixture) == before and checkpoint(fixture) is None
+    assert not [p for p in before if p.endswith(".deleted")]
+    assert len(mailbox.messages) == 1 and len(webhook.received) == 1
+    assert mailbox.messages[0]["Subject"].endswith(": 1 task(s), 1 partition(s): ue-0")
+    alert = webhook.received[0]["body"]
+    assert alert["failed_partitions"] == ["ue-0"]
+    (task,) = alert["failed_tasks"]
+    assert task["task_id"] == task_id and task["label"] == "ue-0"
+    assert "ue-0" in task["error"] and path in task["error"] and f"byte position {position}" in task["error"]
+    (part,) = task["partitions"]
+    assert (part["topic"], part["partition"], part["permanent"]) == ("ue", 0, True) and path in part["error"]
+    report = run_results(run)[("run_report", -1)]
+    assert (task_id, "ue-0", "failed") in {(r["task"], r["partition"], r["status"]) for r in report["rows"]}
+    return reason
+
+
+def test_damage_fails_the_clean_task_marks_the_partition_uncleanable_and_alerts_once(keyed, alerting):
+    fixture, _latest = keyed
+    path, position = damage_a_dirty_batch(fixture)
+    before = snapshot(fixture)
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
+    reason = assert_failed_once_naming_the_partition(fixture, run, alerting, "clean", path, position, before)
+    assert "key-map phase" in reason
+    # The next run skips it and says why; once an operator clears it, cleaning is tried (and fails) again.
+    mailbox, _webhook = alerting
+    rerun = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
+    assert rerun.state == "success" and len(mailbox.messages) == 1
+    (skipped,) = run_results(rerun)[("select_dirtiest_logs", -1)]["skipped"]
+    assert skipped["reason"] == f"uncleanable: {reason}"
+    from storage_engine.jobs import compaction
+    compaction.clear_uncleanable(fixture.config(), "ue", 0)
+    assert parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"}).state == "failed"
+    assert len(mailbox.messages) == 2 and snapshot(fixture) == before
+
+
+@pytest.mark.spark
+def test_damage_under_the_spark_key_map_fails_that_task_marks_the_partition_and_alerts_once(keyed, alerting,
+                                                                                           monkeypatch):
+    fixture, _latest = keyed
+    venv_bin = os.path.dirname(sys.executable)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", venv_bin + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("STORAGE_ENGINE_KEYMAP_DIR", str(fixture.root / "keymaps"))
+    path, position = damage_a_dirty_batch(fixture)
+    before = snapshot(fixture)
+    run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "spark"})
+    reason = assert_failed_once_naming_the_partition(fixture, run, alerting, "build_key_map", path, position,
+                                                     before)
+    assert "key map was not built: damaged batch in ue-0" in reason
+    assert {ti.state for (task, _), ti in task_instances(run).items() if task == "clean"} == {"upstream_failed"}
+    # No map and no damage report are left behind.
+    left = [os.path.join(root, f) for root, _dirs, files in os.walk(fixture.root / "keymaps") for f in files]
+    assert left == []

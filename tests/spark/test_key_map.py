@@ -298,6 +298,39 @@ def test_key_map_tasks_get_consecutive_segments_of_about_equal_bytes(many_segmen
     assert len(segments) == 35
 
 
+def test_a_damaged_batch_fails_the_job_naming_partition_file_position_and_offsets(tmp_path):
+    # The segment source checks each batch before decoding it: a CRC mismatch inside a sealed segment of the dirty
+    # section fails the job (exit 3, one error line), no map is written, and the damage report the Airflow task
+    # marks the partition uncleanable with lies beside the output. The log is not touched.
+    import struct
+    cfg_path, cfg = make_config(tmp_path)
+    fill(cfg, [(b"k%d" % (i % 50), b"v%d" % i) for i in range(400)])
+    sel = compaction.compaction_plan(cfg, T0 + 10_000, strategy="spark")["selected"][0]
+    pdir = tmp_path / "logs" / "kv-0"
+    path = str(sorted(pdir.glob("*.log"))[2])
+    with open(path, "r+b") as f:
+        data = f.read()
+        position = 12 + struct.unpack_from(">i", data, 8)[0]          # the second batch
+        first = struct.unpack_from(">q", data, position)[0]
+        f.seek(position + 64)
+        f.write(bytes([data[position + 64] ^ 0x01]))                    # a bit of its record: the CRC tells
+    before = digest_dir(pdir)
+    out = tmp_path / "keymaps" / "kv-0"
+    proc = submit(cfg_path, out, "local[2]", sel["first_dirty_offset"], sel["first_uncleanable_offset"])
+    assert proc.returncode == build_key_map.EXIT_DAMAGED == 3, proc.stderr[-3000:]
+    # (spark-submit passes the driver's stderr on to its stdout)
+    (line,) = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error: ")]
+    for expected in ("key map was not built", "damaged batch in kv-0", path, f"byte position {position}",
+                     f"declaring offsets [{first}, {first}]", "crc"):
+        assert expected in line, (expected, line)
+    assert not out.exists() and not os.path.exists(str(out) + ".tmp")
+    with open(build_key_map.damage_report_path(str(out))) as f:
+        report = json.load(f)
+    assert (report["topic"], report["partition"], report["path"], report["position"]) == ("kv", 0, path, position)
+    assert report["error"] in line
+    assert digest_dir(pdir) == before
+
+
 def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
     _p, cfg = make_config(tmp_path)
     fill(cfg, [(b"k%d" % i, b"v" * 50) for i in range(200)])
