@@ -66,6 +66,9 @@ def missing_partitions(log_dir: str) -> list[MissingPartition]:
     dir that cannot be listed raises ``OSError``."""
     listing = layout.scan_log_dir(log_dir)
     present = {tp for _n, tp in listing.partitions}
+    # A move into this dir writes the partition's lock (live) before its -future folder takes the final name: a
+    # partition with a -future folder here is being moved in (or the move is finished by the next load), not lost.
+    moving_in = {tp for _n, tp in listing.futures}
     listed: dict[TopicPartition, list[str]] = {}
     for name in _LISTING_CHECKPOINTS:
         try:
@@ -84,7 +87,7 @@ def missing_partitions(log_dir: str) -> list[MissingPartition]:
             listed.setdefault(tp, [])
     out: list[MissingPartition] = []
     for tp, files in sorted(listed.items()):
-        if tp in present:
+        if tp in present or tp in moving_in:
             continue
         name = layout.partition_dir_name(*tp)
         path = os.path.join(log_dir, name)
