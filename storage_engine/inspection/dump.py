@@ -312,17 +312,22 @@ def _index_base(path: str, out: _Output) -> int:
     return base
 
 
+def _sanity_check(index: OffsetIndex | TimeIndex, path: str, out: _Output) -> None:
+    """``--index-sanity-check``: Kafka's verdict on one index file."""
+    try:
+        index.sanity_check()
+    except StorageError as exc:
+        out.error(path, f"{path} failed sanity check: {exc}", getattr(exc, "position", None))
+        return
+    out.line(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "passed": True})
+
+
 def _dump_index(path: str, opts: DumpOptions, out: _Output) -> None:
     base = _index_base(path, out)
     index = OffsetIndex(path, base, max(os.path.getsize(path), 8), writable=False)
     try:
         if opts.index_sanity_check:
-            try:
-                index.sanity_check()
-            except StorageError as exc:
-                out.error(path, f"{path} failed sanity check: {exc}", getattr(exc, "position", None))
-                return
-            out.line(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "passed": True})
+            _sanity_check(index, path, out)
             return
         if index.entries == 0:
             out.line(f"{path} is empty.", {"type": "empty", "file": path})
@@ -366,12 +371,7 @@ def _dump_time_index(path: str, opts: DumpOptions, out: _Output) -> None:
     index = TimeIndex(path, base, max(os.path.getsize(path), 12), writable=False)
     try:
         if opts.index_sanity_check:
-            try:
-                index.sanity_check()
-            except StorageError as exc:
-                out.error(path, f"{path} failed sanity check: {exc}", getattr(exc, "position", None))
-                return
-            out.line(f"{path} passed sanity check.", {"type": "sanity_check", "file": path, "passed": True})
+            _sanity_check(index, path, out)
             return
         fr, log_path = _open_log_beside(path, out)
         prev_ts = NO_TIMESTAMP
