@@ -19,6 +19,7 @@ import re
 import stat
 import types
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
 from storage_engine.config_keys import (LIST, BROKER_DEFAULTS, CLEANER_DEFAULTS, LOG_DEFAULTS,
@@ -133,6 +134,11 @@ class StorageConfig:
     log_flush_offset_checkpoint_interval_ms: int
     log_flush_start_offset_checkpoint_interval_ms: int
     producer_id_expiration_ms: int
+    # The Kafka-protocol listener's keys (``listeners``, ``node.id``, ...; see BROKER_KEYS, feeds "server").
+    server: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    # Topic configs set over the wire (:mod:`storage_engine.topic_store`), already merged into topic_overrides:
+    # kept apart so a describe can name each value's source.
+    dynamic_topics: Mapping[str, Mapping[str, object]] = field(default_factory=dict, hash=False, compare=False)
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from storage_engine import topic_store
 from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, resolve_log_dirs
 from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broker_key, check_compaction_lags,
                                         log_values, unknown_key)
@@ -81,12 +82,17 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     dirs_key = "log.dirs" if values["log.dirs"] is not None else "log.dir"   # Kafka: log.dirs wins
     storage = {k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "storage"}
     configured = "log.dirs" in broker or "log.dir" in broker
+    log_dirs = resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else ()
+    file_topics = _section(data, "topics")
+    stored = topic_store.read(log_dirs[0]) if log_dirs and os.path.isdir(log_dirs[0]) else {}
     built = StorageConfig(
         source=source,
-        log_dirs=resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else (),
+        log_dirs=log_dirs,
         default_log=LogConfig(**log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
-        topic_overrides=_section(data, "topics"),
+        topic_overrides=topic_store.merged(file_topics, stored) if stored else file_topics,
+        dynamic_topics=stored,
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
+        server={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "server"},
         **storage,
     )
     if not configured:  # last, so any other mistake in the file is reported first

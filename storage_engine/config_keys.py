@@ -238,7 +238,7 @@ class _BrokerKey:
     kind: _Kind
     default: object          # None: unset, a lower-precedence synonym applies
     check: Callable | None
-    feeds: str               # "log": a topic key's synonym (see TOPIC_KEYS); "cleaner"; "storage"; "dirs";
+    feeds: str               # "log": a topic key's synonym (see TOPIC_KEYS); "cleaner"; "storage"; "dirs"; "server";
                              # "leader": the partition leader epoch stamped on appends (LogConfig, no topic key)
 
     @property
@@ -330,6 +330,26 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     # Not a Kafka key: the partition leader epoch a broker stamps on every batch it appends. A single broker
     # that is the only leader ever stamps 0; -1 ("unknown") is what a batch carries before a broker sees it.
     _B("log.partition.leader.epoch",                INT,     0,                   at_least(-1),            "leader"),
+    # The Kafka-protocol listener (``serve``): Kafka's keys; the default listener is loopback only (Kafka's binds
+    # every interface), and TLS takes PEM files (Kafka's ``ssl.keystore.type=PEM``).
+    _B("listeners",                                 STRING,  "PLAINTEXT://127.0.0.1:9092", None,          "server"),
+    _B("advertised.listeners",                      STRING,  None,                None,                    "server"),
+    _B("node.id",                                   INT,     1,                   at_least(0),             "server"),
+    _B("auto.create.topics.enable",                 BOOLEAN, True,                None,                    "server"),
+    _B("delete.topic.enable",                       BOOLEAN, True,                None,                    "server"),
+    _B("num.partitions",                            INT,     1,                   at_least(1),             "server"),
+    _B("socket.request.max.bytes",                  INT,     100 * MIB,           at_least(1),             "server"),
+    _B("max.connections",                           INT,     INT_MAX,             at_least(0),             "server"),
+    _B("max.connections.per.ip",                    INT,     INT_MAX,             at_least(0),             "server"),
+    _B("sasl.enabled.mechanisms",                   LIST,    "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+       _NonEmptySubsetOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),                                   "server"),
+    # Not a Kafka key (Kafka takes JAAS config and SCRAM credentials from its controller): a YAML file of users.
+    _B("sasl.credentials.file",                     STRING,  None,                None,                    "server"),
+    _B("ssl.keystore.location",                     STRING,  None,                None,                    "server"),
+    _B("ssl.key.password",                          STRING,  None,                None,                    "server"),
+    _B("ssl.truststore.location",                   STRING,  None,                None,                    "server"),
+    _B("ssl.client.auth",                           STRING,  "none",              _OneOf(("none", "requested", "required")),
+       "server"),
 )
 
 _T = _TopicKey

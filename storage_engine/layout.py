@@ -73,6 +73,8 @@ CREATE_LOCK_FILE = ENGINE_PREFIX + "create.lock"       # serialises partition cr
 CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "checkpoint.lock"
 CLEANER_CHECKPOINT_LOCK_FILE = ENGINE_PREFIX + "cleaner-checkpoint.lock"
 UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner skips, with the reason
+TOPIC_CONFIGS_FILE = ENGINE_PREFIX + "topic-configs.json"  # topic configs set over the wire (first log dir)
+PRODUCER_IDS_FILE = ENGINE_PREFIX + "producer-ids"      # the next block of producer ids (first log dir)
 LOSS_RECORD_PREFIX = ENGINE_PREFIX + "loss+"          # + <topic>-<partition>: offsets lost, until accepted
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"

@@ -206,6 +206,9 @@ def _lifecycle_commands(sub: argparse._SubParsersAction[OneLineErrorParser]) -> 
     rf.add_argument("--log-dir", required=True)
     rf.add_argument("--name", required=True, help="the folder's name inside the log dir")
     rf.add_argument("--dry-run", action="store_true")
+    sv = sub.add_parser("serve", help="serve the store to Kafka clients (the wire protocol) until SIGTERM/Ctrl-C")
+    sv.add_argument("--listeners", default=None,
+                    help="override the config's listeners, e.g. PLAINTEXT://127.0.0.1:9092 (port 0: any free port)")
 
 
 def _tp(p: argparse.ArgumentParser) -> None:

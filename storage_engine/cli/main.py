@@ -30,13 +30,19 @@ from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, o
 from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
 
+def cmd_serve(args: argparse.Namespace, config: StorageConfig) -> int:
+    from storage_engine.server.server import serve
+    logging.getLogger().setLevel(logging.INFO)
+    return serve(config, listeners=args.listeners)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, StorageConfig], int]] = {
     "produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
     "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
     "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
     "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
     "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,
-    "remove-folder": cmd_remove_folder, "accept-loss": cmd_accept_loss}
+    "remove-folder": cmd_remove_folder, "accept-loss": cmd_accept_loss, "serve": cmd_serve}
 # The commands that read files named on the command line and load no config.
 NO_CONFIG: dict[str, Callable[[argparse.Namespace], int]] = {"dump-log": cmd_dump_log}
 

@@ -1,0 +1,166 @@
+"""The broker's state shared by every connection: the log manager, who this node is, the topics on disk, the
+producer ids, the fetches waiting for appends and the figures the Storage view shows.
+
+Engine calls block (files, fsync, flock), so connections run them in a small thread pool (:meth:`Broker.call`);
+the log manager and its logs are safe to share between threads (``DESIGN.md`` section 4). Topics are what the log
+dirs hold: the catalog is rebuilt from the folders at most once a second, so topics that the maintenance DAGs or
+the CLI create or delete from other processes appear and vanish without a restart.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from storage_engine import layout
+from storage_engine.config import StorageConfig
+from storage_engine.durable import atomic_write
+from storage_engine.log.manager import LogManager
+from storage_engine.server import identity
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CATALOG_TTL_S = 1.0
+STATUS_FILE = "broker-status.json"      # in the first log dir's .engine+ namespace (see status_path)
+STATUS_INTERVAL_S = 5.0
+
+
+@dataclass
+class Stats:
+    """Counters for the listener's status (the Storage view reads them from the status file)."""
+
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    connections: int = 0
+    connections_total: int = 0
+    produce_requests: int = 0
+    produce_records: int = 0
+    produce_bytes: int = 0
+    fetch_requests: int = 0
+    fetch_bytes: int = 0
+    errors: int = 0
+    malformed: int = 0
+
+
+class Broker:
+    def __init__(self, config: StorageConfig, manager: LogManager, *, threads: int = 8):
+        self.config = config
+        self.manager = manager
+        self.node_id: int = config.server["node.id"]
+        self.cluster_id = identity.load_meta_properties(manager.online_dirs(), self.node_id)
+        self.producer_ids = identity.ProducerIds(config.log_dirs[0])
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="engine")
+        self.stats = Stats()
+        self.listeners: list[tuple[str, str, int]] = []   # (security protocol, advertised host, port)
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._catalog: dict[str, list[int]] = {}
+        self._catalog_at = 0.0
+        self._catalog_mutex = threading.Lock()
+        self._waiters: set[asyncio.Future[None]] = set()
+        self.config_mutex = threading.Lock()
+
+    # -- running engine calls ---------------------------------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    # -- appends wake waiting fetches -------------------------------------------------------------------------
+    def notify_append(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_append(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for an append through this broker; True if one came."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._waiters.discard(fut)
+
+    # -- topics -----------------------------------------------------------------------------------------------
+    def topics(self, *, fresh: bool = False) -> dict[str, list[int]]:
+        """{topic: sorted partitions} held by the online log dirs (blocking: call through :meth:`call`)."""
+        with self._catalog_mutex:
+            if fresh or time.monotonic() - self._catalog_at > CATALOG_TTL_S:
+                found: dict[str, set[int]] = {}
+                for d in self.manager.online_dirs():
+                    try:
+                        for _, (topic, partition) in layout.partition_dirs(d):
+                            found.setdefault(topic, set()).add(partition)
+                    except OSError as exc:
+                        logger.warning("cannot list log dir %s: %s", d, exc)
+                for topic, partition in self.manager.partitions():
+                    found.setdefault(topic, set()).add(partition)
+                self._catalog = {t: sorted(p) for t, p in found.items()}
+                self._catalog_at = time.monotonic()
+                for gone in set(self._topic_ids) - set(self._catalog):
+                    del self._topic_ids[gone]
+            return dict(self._catalog)
+
+    def forget_catalog(self) -> None:
+        with self._catalog_mutex:
+            self._catalog_at = 0.0
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The topic's id from its partitions' ``partition.metadata``; a new one is written into every
+        partition folder that lacks it (blocking)."""
+        known = self._topic_ids.get(topic)
+        if known is not None:
+            return known
+        folders = []
+        for d in self.manager.online_dirs():
+            for p in self._catalog.get(topic, []):
+                path = os.path.join(d, layout.partition_dir_name(topic, p))
+                if os.path.isdir(path):
+                    folders.append(path)
+        ids = [i for i in (identity.read_topic_id(f) for f in folders) if i is not None]
+        topic_id = ids[0] if ids else identity.random_uuid()
+        for folder in folders:
+            if identity.read_topic_id(folder) != topic_id:
+                try:
+                    identity.write_topic_id(folder, topic_id)
+                except Exception as exc:   # noqa: BLE001 - a folder deleted meanwhile; the id still serves
+                    logger.info("cannot write the topic id into %s: %s", folder, exc)
+        self._topic_ids[topic] = topic_id
+        return topic_id
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> str | None:
+        for topic, known in self._topic_ids.items():
+            if known == topic_id:
+                return topic
+        for topic in self.topics():
+            if self.topic_id(topic) == topic_id:
+                return topic
+        return None
+
+    # -- status for the Storage view ----------------------------------------------------------------------------
+    def status_path(self) -> str:
+        return os.path.join(self.config.log_dirs[0], layout.ENGINE_PREFIX + STATUS_FILE)
+
+    def write_status(self, *, running: bool) -> None:
+        s = self.stats
+        data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
+                "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
+                "updated_ms": int(time.time() * 1000), **s.__dict__}
+        try:
+            atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
+        except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on
+            logger.warning("cannot write the listener status: %s", exc)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)

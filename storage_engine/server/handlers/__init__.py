@@ -1,0 +1,62 @@
+"""The APIs this broker serves, each with the version range it implements (within kio's), and ApiVersions,
+which advertises exactly these. Every other key or version closes the connection (Kafka's rule)."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage_engine.server.handlers import admin, configs, fetch, metadata, produce
+from storage_engine.server.handlers.context import Ctx
+
+Handler = Callable[[Ctx, Any], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler | None       # None: handled by the connection itself (SASL)
+
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+
+
+async def api_versions(ctx: Ctx, body: Any) -> dict[str, Any]:
+    if body is None:     # a version above ours: v0 format, UNSUPPORTED_VERSION, only our ApiVersions range
+        api = APIS[API_VERSIONS]
+        return {"error_code": 35, "api_keys": ({"api_key": API_VERSIONS, "min_version": api.min_version,
+                                                 "max_version": api.max_version},), "throttle_time": 0}
+    name = getattr(body, "client_software_name", None)
+    version = getattr(body, "client_software_version", None)
+    import re
+    valid = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+    if name is not None and not (valid.fullmatch(name) and valid.fullmatch(version or "")):
+        return {"error_code": 42, "api_keys": (), "throttle_time": 0}
+    return {"error_code": 0, "throttle_time": 0,
+            "api_keys": tuple({"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+                              for a in sorted(APIS.values(), key=lambda a: a.key))}
+
+
+APIS: dict[int, Api] = {a.key: a for a in (
+    Api(0, "Produce", 3, 11, produce.produce),
+    Api(1, "Fetch", 4, 16, fetch.fetch),
+    Api(2, "ListOffsets", 1, 9, fetch.list_offsets),
+    Api(3, "Metadata", 0, 12, metadata.metadata),
+    Api(SASL_HANDSHAKE, "SaslHandshake", 1, 1, None),
+    Api(API_VERSIONS, "ApiVersions", 0, 4, api_versions),
+    Api(19, "CreateTopics", 2, 7, admin.create_topics),
+    Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
+    Api(21, "DeleteRecords", 0, 2, admin.delete_records),
+    Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
+    Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
+    Api(34, "AlterReplicaLogDirs", 1, 2, configs.alter_replica_log_dirs),
+    Api(35, "DescribeLogDirs", 1, 4, configs.describe_log_dirs),
+    Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, None),
+    Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
+    Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+)}
+
+SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS.values()}

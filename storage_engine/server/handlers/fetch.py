@@ -1,0 +1,189 @@
+"""Fetch and ListOffsets.
+
+Fetch (``ReplicaManager.fetchMessages`` / ``DelayedFetch``): each partition is read from its fetch offset as
+whole, CRC-checked batches, up to the high watermark (``read_uncommitted``) or the last stable offset
+(``read_committed``, with the aborted transactions overlapping the range); the first batch of the first partition
+with data is sent even above the byte limits (KIP-74). The answer waits up to ``max_wait_ms`` until ``min_bytes``
+are there, woken by every append through this broker and re-checking the logs every
+:data:`POLL_S` for appends by other processes. No fetch sessions: every reply has session id 0, which clients
+accept as "full fetches only" (KIP-227).
+"""
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from typing import Any
+
+from storage_engine.errors import PartitionNotFoundError
+from storage_engine.log.log import Log
+from storage_engine.server.errors import error_code, message
+from storage_engine.server.handlers.context import Ctx, has
+
+POLL_S = 0.1
+_ENTRY = struct.Struct(">qi")
+READ_COMMITTED = 1
+
+
+def _cut_at(data: bytes, bound: int) -> bytes:
+    """The whole batches of ``data`` that start below offset ``bound``."""
+    pos = 0
+    while pos + 12 <= len(data):
+        base, length = _ENTRY.unpack_from(data, pos)
+        if base >= bound:
+            break
+        pos += 12 + length
+    return data[:min(pos, len(data))]
+
+
+def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
+                    refresh: bool) -> tuple[dict[str, Any], int]:
+    p = int(part.partition)
+    base = {"partition_index": p, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+            "aborted_transactions": None, "records": b""}
+    try:
+        log = ctx.broker.manager.get_log(topic, p)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {topic}-{p} does not exist")
+        if refresh:
+            log.refresh()
+        hw, lso, start = log.high_watermark, log.last_stable_offset, log.log_start_offset
+        base.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+        offset = int(part.fetch_offset)
+        bound = lso if isolation == READ_COMMITTED else hw
+        limit = max(0, min(int(part.partition_max_bytes), budget))
+        data = b""
+        if offset < bound or offset < start or offset > hw:
+            fetched = log.read(offset, max(limit, 1), min_one_message=first)
+            data = _cut_at(fetched.data, bound) if fetched is not None else b""
+            if not first and len(data) > limit:
+                data = b""
+        base["records"] = data
+        if isolation == READ_COMMITTED:
+            base["aborted_transactions"] = _aborted(log, offset, data)
+        base["error_code"] = 0
+        return base, len(data)
+    except Exception as exc:   # noqa: BLE001 - the partition's error code
+        base["error_code"] = error_code(exc)
+        if base["error_code"] not in (1, 3):
+            ctx.broker.stats.errors += 1
+        base["error_message"] = message(exc)
+        return base, 0
+
+
+def _aborted(log: Log, offset: int, data: bytes) -> tuple[dict[str, int], ...]:
+    """The aborted transactions overlapping the offsets in ``data`` (Kafka's ``collectAbortedTransactions``)."""
+    if not data:
+        return ()
+    upper = offset
+    pos = 0
+    while pos + 12 <= len(data):
+        base, length = _ENTRY.unpack_from(data, pos)
+        last = base
+        if pos + 27 <= len(data) and data[pos + 16] == 2:     # magic 2: base offset + last offset delta
+            last = base + struct.unpack_from(">i", data, pos + 23)[0]
+        upper = max(upper, last + 1)
+        pos += 12 + length
+    return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset}
+                 for a in log.aborted_transactions(offset, upper))
+
+
+async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
+    out = []
+    for t in topics:
+        if has(t, "topic_id"):
+            name = await ctx.broker.call(ctx.broker.topic_by_id, t.topic_id)
+            out.append((name, t.topic_id, t))
+        else:
+            out.append((t.topic, None, t))
+    return out
+
+
+async def fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    broker.stats.fetch_requests += 1
+    deadline = time.monotonic() + max(0, int(body.max_wait.total_seconds() * 1000)) / 1000
+    min_bytes = int(body.min_bytes)
+    isolation = int(getattr(body, "isolation_level", 0))
+    topics = await _names(ctx, body.topics)
+    refresh = False
+    while True:
+        responses, total, errors = await broker.call(_read_all, ctx, topics, isolation, int(body.max_bytes), refresh)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or remaining <= 0 or not topics:
+            break
+        woken = await broker.wait_append(min(remaining, POLL_S))
+        refresh = not woken
+    broker.stats.fetch_bytes += total
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": tuple(responses)}
+
+
+def _read_all(ctx: Ctx, topics: list, isolation: int, max_bytes: int, refresh: bool) -> tuple[list, int, bool]:
+    responses, total, errors = [], 0, False
+    for name, topic_id, t in topics:
+        parts = []
+        for part in t.partitions:
+            if name is None:
+                parts.append({"partition_index": int(part.partition), "error_code": 100, "high_watermark": -1,
+                              "records": b"", "aborted_transactions": None})
+                errors = True
+                continue
+            entry, size = _read_partition(ctx, name, part, isolation, max_bytes - total, total == 0, refresh)
+            errors = errors or entry["error_code"] != 0
+            total += size
+            parts.append(entry)
+        responses.append({"topic": name or "", "topic_id": topic_id or uuid.UUID(int=0), "partitions": tuple(parts)})
+    return responses, total, errors
+
+
+# -- ListOffsets --------------------------------------------------------------------------------------------------
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"partition_index": p, "timestamp": -1, "offset": -1, "leader_epoch": -1,
+                             "old_style_offsets": ()}
+    try:
+        log = ctx.broker.manager.get_log(topic, p)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {topic}-{p} does not exist")
+        log.refresh()
+        if timestamp in (LATEST, LATEST_TIERED):
+            entry["offset"] = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+        elif timestamp in (EARLIEST, EARLIEST_LOCAL):
+            entry["offset"] = log.log_start_offset
+        elif timestamp == MAX_TIMESTAMP:
+            found = _max_timestamp(log)
+            if found is not None:
+                entry["timestamp"], entry["offset"] = found
+        else:
+            found = log.offset_for_timestamp(timestamp)
+            if found is not None:
+                entry["timestamp"], entry["offset"] = found
+        if entry["offset"] >= 0:
+            entry["leader_epoch"] = 0
+        entry["error_code"] = 0
+    except Exception as exc:   # noqa: BLE001 - the partition's error code
+        entry["error_code"] = error_code(exc)
+    return entry
+
+
+def _max_timestamp(log: Log) -> tuple[int, int] | None:
+    """(max timestamp, its offset) from the segments' time records (Kafka's MAX_TIMESTAMP lookup)."""
+    best = max(log.segments, key=lambda seg: seg.max_timestamp_so_far, default=None)
+    if best is None or best.max_timestamp_so_far < 0:
+        return None
+    return best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+
+
+async def list_offsets(ctx: Ctx, body: Any) -> dict[str, Any]:
+    isolation = int(getattr(body, "isolation_level", 0))
+    topics = []
+    for t in body.topics:
+        parts = []
+        for part in t.partitions:
+            parts.append(await ctx.broker.call(_offset_for, ctx, t.name, int(part.partition_index),
+                                               int(part.timestamp), isolation))
+        topics.append({"name": t.name, "partitions": tuple(parts)})
+    return {"throttle_time": 0, "topics": tuple(topics)}
+

@@ -1,0 +1,111 @@
+"""Creating topics (CreateTopics, Metadata's auto-creation, CreatePartitions) and changing topic configs, as every
+handler that does so shares it: names checked, configs checked against Kafka's topic keys and stored where the
+maintenance jobs read them (:mod:`storage_engine.topic_store`), partitions created, the topic id written."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from storage_engine import topic_store
+from storage_engine.config_file import load_config
+from storage_engine.config_keys import topic_key
+from storage_engine.errors import ConfigError
+from storage_engine.layout import validate_topic
+from storage_engine.server import identity
+from storage_engine.server.broker import Broker
+
+MAX_PARTITIONS = 10_000
+
+
+class TopicError(Exception):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Raw values checked against Kafka's topic keys; INVALID_CONFIG names the first bad one."""
+    out = {}
+    for key, value in configs.items():
+        if value is None:
+            raise TopicError("invalid_config", f"config {key!r} has a null value")
+        try:
+            topic_key(key).parse(value)
+        except ConfigError as exc:
+            raise TopicError("invalid_config", str(exc)) from None
+        out[key] = value
+    return out
+
+
+def store_configs(broker: Broker, topic: str, configs: Mapping[str, str]) -> None:
+    """Replace ``topic``'s wire-set configs with ``configs`` and make every open log use the result (blocking)."""
+    with broker.config_mutex:
+        log_dir = broker.config.log_dirs[0]
+        stored = topic_store.read(log_dir)
+        before = stored.get(topic)
+        if configs:
+            stored[topic] = dict(configs)
+        else:
+            stored.pop(topic, None)
+        if before != stored.get(topic):
+            topic_store.write(log_dir, stored)
+        reload_config(broker)
+
+
+def reload_config(broker: Broker) -> None:
+    old = broker.config
+    if old.source:
+        new = load_config(old.source)
+        new = dataclasses.replace(new, log_dirs=old.log_dirs)   # the dirs this broker serves (--log-dirs)
+    else:
+        stored = topic_store.read(old.log_dirs[0])
+        base = {t: {k: v for k, v in c.items() if k not in old.dynamic_topics.get(t, {})}
+                for t, c in old.topic_overrides.items()}
+        new = dataclasses.replace(old, topic_overrides=topic_store.merged(base, stored), dynamic_topics=stored)
+    broker.config = new
+    broker.manager.config = new
+    for (topic, _), log in list(broker.manager.logs.items()):
+        log.config = new.log_config(topic)
+
+
+def create_topic(broker: Broker, topic: str, partitions: int, configs: Mapping[str, str], *,
+                 validate_only: bool = False) -> None:
+    """Create ``topic`` with ``partitions`` partitions (blocking). TOPIC_ALREADY_EXISTS if any partition exists."""
+    try:
+        validate_topic(topic)
+    except Exception as exc:   # noqa: BLE001 - InvalidTopicError or a type error: both mean a bad name
+        raise TopicError("invalid_topic_exception", str(exc)) from None
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise TopicError("invalid_partitions", f"number of partitions must be in [1, {MAX_PARTITIONS}], "
+                                               f"got {partitions}")
+    checked = check_configs(configs)
+    if topic in broker.topics(fresh=True):
+        raise TopicError("topic_already_exists", f"topic {topic!r} already exists")
+    if validate_only:
+        return
+    if checked:
+        store_configs(broker, topic, checked)
+    for p in range(partitions):
+        broker.manager.get_or_create_log(topic, p)
+    broker.forget_catalog()
+    broker.topics(fresh=True)
+    broker.topic_id(topic)
+
+
+def add_partitions(broker: Broker, topic: str, count: int, *, validate_only: bool = False) -> None:
+    existing = broker.topics(fresh=True).get(topic)
+    if not existing:
+        raise TopicError("unknown_topic_or_partition", f"topic {topic!r} does not exist")
+    current = max(existing) + 1
+    if count <= current:
+        raise TopicError("invalid_partitions", f"topic {topic!r} has {current} partitions; the new count "
+                                               f"{count} must be larger")
+    if count > MAX_PARTITIONS:
+        raise TopicError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions, got {count}")
+    if validate_only:
+        return
+    topic_id = broker.topic_id(topic)
+    for p in range(current, count):
+        log = broker.manager.get_or_create_log(topic, p)
+        identity.write_topic_id(log.dir, topic_id)
+    broker.forget_catalog()

@@ -1,0 +1,134 @@
+"""Who this broker is, kept as KRaft keeps it: ``meta.properties`` in every log dir (``version=1``, ``node.id``,
+``cluster.id``, ``directory.id``), a topic id per topic in each partition folder's ``partition.metadata``, and
+producer ids handed out in blocks whose next start is kept in the first log dir, so no id is handed out twice
+across restarts.
+
+Ids are Kafka's ``Uuid``: 16 random bytes shown as URL-safe base64 without padding (22 characters), never the
+reserved zero or one ids, never starting with ``-``.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import threading
+import time
+import uuid
+
+from storage_engine import layout
+from storage_engine.durable import atomic_write, read_regular_file
+from storage_engine.errors import ConfigError, StorageError
+
+PRODUCER_ID_BLOCK = 1000
+_MAX_BYTES = 64 * 1024
+
+
+def random_uuid() -> uuid.UUID:
+    while True:
+        raw = secrets.token_bytes(16)
+        value = uuid.UUID(bytes=raw)
+        if value.int > 1 and not uuid_text(value).startswith("-"):
+            return value
+
+
+def uuid_text(value: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
+def parse_uuid(text: str) -> uuid.UUID:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"{text!r} is not a 16-byte id")
+    return uuid.UUID(bytes=raw)
+
+
+def _properties(path: str) -> dict[str, str] | None:
+    try:
+        text = read_regular_file(path, _MAX_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def load_meta_properties(log_dirs: list[str], node_id: int) -> str:
+    """The cluster id of the store: read from the log dirs' ``meta.properties`` (they must agree with each other
+    and with ``node.id``), written into every dir that has none (a new cluster id when no dir has one)."""
+    found: dict[str, dict[str, str]] = {}
+    for d in log_dirs:
+        props = _properties(os.path.join(d, layout.META_PROPERTIES))
+        if props is not None:
+            found[d] = props
+    clusters = {p.get("cluster.id") for p in found.values()} - {None}
+    if len(clusters) > 1:
+        raise ConfigError(f"log dirs belong to different clusters: "
+                          + ", ".join(f"{d}: cluster.id={p.get('cluster.id')}" for d, p in found.items()))
+    for d, p in found.items():
+        stored = p.get("node.id", p.get("broker.id"))
+        if stored is not None and stored != str(node_id):
+            raise ConfigError(f"{os.path.join(d, layout.META_PROPERTIES)} has node.id={stored}, "
+                              f"but node.id is {node_id} in the config")
+    cluster_id = clusters.pop() if clusters else uuid_text(random_uuid())
+    for d in log_dirs:
+        if d in found:
+            continue
+        stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+        text = (f"#\n#{stamp}\nnode.id={node_id}\ndirectory.id={uuid_text(random_uuid())}\nversion=1\n"
+                f"cluster.id={cluster_id}\n")
+        atomic_write(os.path.join(d, layout.META_PROPERTIES), text.encode("utf-8"))
+    return cluster_id
+
+
+def read_topic_id(partition_dir: str) -> uuid.UUID | None:
+    """The topic id in ``<partition_dir>/partition.metadata`` (``version: 0`` / ``topic_id: <id>``), or None."""
+    try:
+        props = read_regular_file(os.path.join(partition_dir, layout.PARTITION_METADATA), _MAX_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, StorageError):
+        return None
+    for line in props.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            try:
+                return parse_uuid(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
+    atomic_write(os.path.join(partition_dir, layout.PARTITION_METADATA),
+                 f"version: 0\ntopic_id: {uuid_text(topic_id)}\n".encode("ascii"))
+
+
+class ProducerIds:
+    """Producer ids from blocks reserved in ``<first log dir>/.engine+producer-ids`` (Kafka's controller hands
+    brokers blocks of 1000 likewise): the file is advanced before any id of a block is used."""
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, layout.PRODUCER_IDS_FILE)
+        self.mutex = threading.Lock()
+        self.next_id = 0
+        self.block_end = 0
+
+    def allocate(self) -> int:
+        with self.mutex:
+            if self.next_id >= self.block_end:
+                start = 0
+                try:
+                    start = int(read_regular_file(self.path, 64).decode("ascii").strip() or 0)
+                except FileNotFoundError:
+                    pass
+                except (OSError, ValueError, StorageError) as exc:
+                    raise StorageError(f"cannot read the producer id block {self.path}: {exc}") from None
+                atomic_write(self.path, f"{start + PRODUCER_ID_BLOCK}\n".encode("ascii"))
+                self.next_id, self.block_end = start, start + PRODUCER_ID_BLOCK
+            pid = self.next_id
+            self.next_id += 1
+            return pid

@@ -1,0 +1,162 @@
+"""``serve``: the Kafka-protocol listener over the store, until SIGTERM or Ctrl-C.
+
+Each configured listener is an asyncio server; a connection past ``max.connections`` or
+``max.connections.per.ip`` is closed at once with one log line. On SIGTERM/SIGINT the listeners stop
+accepting, idle connections are closed, requests in flight are answered (up to :data:`DRAIN_S`), and the log
+manager is closed clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections import Counter
+
+from storage_engine.config import StorageConfig
+from storage_engine.log.manager import LogManager
+from storage_engine.server.broker import STATUS_INTERVAL_S, Broker
+from storage_engine.server.connection import Connection
+from storage_engine.server.sasl import Users, load_users
+from storage_engine.server.settings import Listener, parse_listeners, tls_context
+
+logger = logging.getLogger(__name__)
+DRAIN_S = 10.0
+
+
+class Server:
+    def __init__(self, broker: Broker, listeners: list[Listener], advertised: list[Listener] | None):
+        self.broker = broker
+        self.listeners = listeners
+        self.advertised = advertised
+        server = broker.config.server
+        self.users: Users | None = None
+        if any(lst.sasl for lst in listeners):
+            path = server.get("sasl.credentials.file")
+            if not path:
+                from storage_engine.errors import ConfigError
+                raise ConfigError("a SASL listener needs sasl.credentials.file (the users and their credentials)")
+            self.users = load_users(path)
+        self.tls = tls_context(server) if any(lst.tls for lst in listeners) else None
+        self.connections: set[Connection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.per_ip: Counter[str] = Counter()
+        self.servers: list[asyncio.base_events.Server] = []
+        self.bound: list[Listener] = []
+        self.stopping = asyncio.Event()
+
+    def _advertised_for(self, bound: Listener) -> tuple[str, int]:
+        for adv in self.advertised or ():
+            if adv.protocol == bound.protocol:
+                return adv.host, adv.port or bound.port
+        host = bound.host if bound.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return host, bound.port
+
+    async def start(self) -> None:
+        for lst in self.listeners:
+            srv = await asyncio.start_server(
+                lambda r, w, lst=lst: self._accept(lst, r, w), host=lst.host or None, port=lst.port,
+                ssl=self.tls if lst.tls else None, reuse_address=True, limit=2 ** 16)
+            port = srv.sockets[0].getsockname()[1]
+            bound = Listener(lst.protocol, lst.host, port)
+            self.servers.append(srv)
+            self.bound.append(bound)
+            host, adv_port = self._advertised_for(bound)
+            self.broker.listeners.append((bound.protocol, host, adv_port))
+            logger.info("listening on %s (advertised as %s:%d)", bound, host, adv_port)
+
+    async def _accept(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        bound = next(b for b in self.bound if b.protocol == listener.protocol) if self.bound else listener
+        conn = Connection(self.broker, listener, self._advertised_for(bound), reader, writer, self.users)
+        server = self.broker.config.server
+        if self.stopping.is_set():
+            writer.close()
+            return
+        if len(self.connections) >= server["max.connections"] or \
+                self.per_ip[conn.ip] >= server["max.connections.per.ip"]:
+            logger.warning("refusing connection from %s on %s: %d connections open (max.connections %d, "
+                           "max.connections.per.ip %d)", conn.peer, listener, self.per_ip[conn.ip],
+                           server["max.connections"], server["max.connections.per.ip"])
+            writer.close()
+            return
+        stats = self.broker.stats
+        stats.connections += 1
+        stats.connections_total += 1
+        self.connections.add(conn)
+        self.per_ip[conn.ip] += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            stats.connections -= 1
+            self.connections.discard(conn)
+            self.per_ip[conn.ip] -= 1
+            if self.per_ip[conn.ip] <= 0:
+                del self.per_ip[conn.ip]
+            if task is not None:
+                self.tasks.discard(task)
+
+    async def status_loop(self) -> None:
+        while not self.stopping.is_set():
+            await self.broker.call(self.broker.write_status, running=True)
+            try:
+                await asyncio.wait_for(self.stopping.wait(), STATUS_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what is in flight, close the rest."""
+        self.stopping.set()
+        for srv in self.servers:
+            srv.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DRAIN_S
+        while any(c.busy for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for srv in self.servers:
+            await srv.wait_closed()
+
+
+async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    status = asyncio.create_task(server.status_loop())
+    print("serving " + ", ".join(f"{p}://{h}:{port}" for p, h, port in server.broker.listeners), flush=True)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    logger.info("stopping: answering requests in flight, then closing the logs clean")
+    await server.stop()
+    await status
+
+
+def serve(config: StorageConfig, *, listeners: str | None = None) -> int:
+    """Run the listener until SIGTERM or SIGINT; 0 after a clean stop."""
+    parsed = parse_listeners(listeners or config.server["listeners"],
+                             "--listeners" if listeners else "listeners")
+    adv_text = config.server.get("advertised.listeners")
+    advertised = parse_listeners(adv_text, "advertised.listeners") if adv_text else None
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    manager = LogManager.open(config)
+    broker = None
+    try:
+        broker = Broker(config, manager)
+        server = Server(broker, parsed, advertised)
+        asyncio.run(_run(server))
+    finally:
+        if broker is not None:
+            broker.close()
+            broker.write_status(running=False)
+        manager.close()
+    logger.info("stopped; logs closed clean")
+    return 0

@@ -1,0 +1,66 @@
+"""Topic configs set over the wire (CreateTopics, IncrementalAlterConfigs), kept where every process reads them.
+
+Kafka keeps dynamic topic configs in its metadata log; here they are one JSON file in the first log dir
+(``.engine+topic-configs.json``, :data:`~storage_engine.layout.TOPIC_CONFIGS_FILE`), written atomically. Loading
+a config (:func:`storage_engine.config_file.load_config`) merges it over the config file's ``topics:``, so the
+maintenance jobs retain and compact a topic created with ``retention.ms`` or ``cleanup.policy=compact`` over the
+wire exactly as one configured in the file. Values are kept as the client sent them (strings) and are checked
+against :data:`~storage_engine.config_keys.TOPIC_KEYS` both when written and when loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from storage_engine.durable import atomic_write, read_regular_file
+from storage_engine.errors import ConfigError, UnsafeFileError
+from storage_engine.layout import TOPIC_CONFIGS_FILE
+
+MAX_BYTES = 16 * 1024 * 1024
+VERSION = 1
+
+
+def path_in(log_dir: str) -> str:
+    return os.path.join(log_dir, TOPIC_CONFIGS_FILE)
+
+
+def read(log_dir: str) -> dict[str, dict[str, str]]:
+    """{topic: {key: value}} stored in ``log_dir``; empty when there is no file. A damaged file is a
+    :class:`ConfigError` naming it (configs are never guessed)."""
+    path = path_in(log_dir)
+    try:
+        raw = read_regular_file(path, MAX_BYTES)
+    except FileNotFoundError:
+        return {}
+    except UnsafeFileError as exc:
+        raise ConfigError(f"topic configs {path}: {exc.reason}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read topic configs {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"topic configs {path}: not valid JSON ({exc})") from None
+    topics = data.get("topics") if isinstance(data, dict) and data.get("version") == VERSION else None
+    if not isinstance(topics, dict) or not all(
+            isinstance(t, str) and isinstance(c, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                              for k, v in c.items())
+            for t, c in topics.items()):
+        raise ConfigError(f"topic configs {path}: expected {{\"version\": {VERSION}, \"topics\": "
+                          "{topic: {key: string}}}")
+    return {t: dict(c) for t, c in topics.items()}
+
+
+def write(log_dir: str, topics: Mapping[str, Mapping[str, str]]) -> None:
+    """Replace the stored configs with ``topics`` (topics without any config are left out)."""
+    data = {"version": VERSION, "topics": {t: dict(sorted(c.items())) for t, c in sorted(topics.items()) if c}}
+    atomic_write(path_in(log_dir), json.dumps(data, indent=1).encode("utf-8"))
+
+
+def merged(file_topics: Mapping[str, object], stored: Mapping[str, Mapping[str, str]]) -> dict[str, object]:
+    """The config file's ``topics:`` with the stored (wire-set) values on top, key by key."""
+    out: dict[str, object] = {t: dict(c) if isinstance(c, Mapping) else c for t, c in file_topics.items()}
+    for topic, conf in stored.items():
+        base = out.get(topic)
+        out[topic] = {**(dict(base) if isinstance(base, Mapping) else {}), **conf}
+    return out
