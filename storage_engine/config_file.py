@@ -89,7 +89,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
         source=source,
         log_dirs=log_dirs,
         default_log=LogConfig(**log_values(values), partition_leader_epoch=values["log.partition.leader.epoch"]),
-        topic_overrides=topic_store.merged(file_topics, stored) if stored else file_topics,
+        topic_overrides=topic_store.merged(file_topics, stored) if stored else file_topics,  # type: ignore[arg-type]
         dynamic_topics=stored,
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         server={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "server"},

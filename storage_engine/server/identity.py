@@ -73,7 +73,7 @@ def load_meta_properties(log_dirs: list[str], node_id: int) -> str:
         if stored is not None and stored != str(node_id):
             raise ConfigError(f"{os.path.join(d, layout.META_PROPERTIES)} has node.id={stored}, "
                               f"but node.id is {node_id} in the config")
-    cluster_id = clusters.pop() if clusters else uuid_text(random_uuid())
+    cluster_id = str(clusters.pop()) if clusters else uuid_text(random_uuid())
     for d in log_dirs:
         if d in found:
             continue

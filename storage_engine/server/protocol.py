@@ -56,14 +56,22 @@ def peek_key_version(frame: bytes | memoryview) -> tuple[int, int]:
     return int(key), int(version)
 
 
-@functools.cache
-def _reader(cls: type) -> Any:
-    return entity_reader(cls)
+_READERS: dict[Any, Any] = {}
+_WRITERS: dict[Any, Any] = {}
 
 
-@functools.cache
-def _writer(cls: type) -> Any:
-    return entity_writer(cls)
+def _reader(cls: Any) -> Any:
+    found = _READERS.get(cls)
+    if found is None:
+        found = _READERS[cls] = entity_reader(cls)
+    return found
+
+
+def _writer(cls: Any) -> Any:
+    found = _WRITERS.get(cls)
+    if found is None:
+        found = _WRITERS[cls] = entity_writer(cls)
+    return found
 
 
 def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:

@@ -8,6 +8,7 @@ manager is closed clean (producer snapshots, flush, clean-shutdown marker), so t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -55,7 +56,7 @@ class Server:
     async def start(self) -> None:
         for lst in self.listeners:
             srv = await asyncio.start_server(
-                lambda r, w, lst=lst: self._accept(lst, r, w), host=lst.host or None, port=lst.port,
+                functools.partial(self._accept, lst), host=lst.host or None, port=lst.port,
                 ssl=self.tls if lst.tls else None, reuse_address=True, limit=2 ** 16)
             port = srv.sockets[0].getsockname()[1]
             bound = Listener(lst.protocol, lst.host, port)

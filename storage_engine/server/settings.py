@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from storage_engine.errors import ConfigError
 
@@ -57,7 +59,7 @@ def parse_listeners(text: str, key: str = "listeners") -> list[Listener]:
     return out
 
 
-def tls_context(server: dict) -> ssl.SSLContext:
+def tls_context(server: Mapping[str, Any]) -> ssl.SSLContext:
     """A server TLS context from ``ssl.keystore.location`` (a PEM file with the certificate chain and the private
     key), ``ssl.key.password``, ``ssl.truststore.location`` (PEM CA certificates) and ``ssl.client.auth``."""
     keystore = server.get("ssl.keystore.location")

@@ -99,7 +99,7 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
     broker = ctx.broker
     if topic not in broker.topics(fresh=True):
         raise TopicError("unknown_topic_or_partition", f"topic {topic!r} does not exist")
-    current = dict(broker.config.dynamic_topics.get(topic, {}))
+    current: dict[str, str | None] = {k: str(v) for k, v in broker.config.dynamic_topics.get(topic, {}).items()}
     for op in ops:
         name, kind, value = op.name, int(op.config_operation), op.value
         if name not in TOPIC_KEYS:

@@ -39,7 +39,7 @@ def _cut_at(data: bytes, bound: int) -> bytes:
 def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
                     refresh: bool) -> tuple[dict[str, Any], int]:
     p = int(part.partition)
-    base = {"partition_index": p, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+    base: dict[str, Any] = {"partition_index": p, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
             "aborted_transactions": None, "records": b""}
     try:
         log = ctx.broker.manager.get_log(topic, p)

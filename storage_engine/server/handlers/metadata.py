@@ -25,6 +25,7 @@ async def metadata(ctx: Ctx, body: Any) -> dict[str, Any]:
     catalog = await broker.call(broker.topics)
     requested = body.topics
     allow_auto = getattr(body, "allow_auto_topic_creation", True) and broker.config.server["auto.create.topics.enable"]
+    names: list[Any]
     if requested is None:
         names = sorted(catalog)
     else:

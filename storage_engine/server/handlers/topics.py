@@ -61,7 +61,8 @@ def reload_config(broker: Broker) -> None:
         stored = topic_store.read(old.log_dirs[0])
         base = {t: {k: v for k, v in c.items() if k not in old.dynamic_topics.get(t, {})}
                 for t, c in old.topic_overrides.items()}
-        new = dataclasses.replace(old, topic_overrides=topic_store.merged(base, stored), dynamic_topics=stored)
+        new = dataclasses.replace(old, topic_overrides=topic_store.merged(base, stored),  # type: ignore[arg-type]
+                                  dynamic_topics=stored)
     broker.config = new
     broker.manager.config = new
     for (topic, _), log in list(broker.manager.logs.items()):
