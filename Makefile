@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser test test-fast typecheck demo bench bench-large mutation airflow torture clean
+.PHONY: venv browser clients test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,20 @@ browser:
 	  echo "installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser
+# The Kafka clients the wire-protocol tests drive besides the Python ones: Debian's kcat and kafkajs from npm
+# (pinned in tests/server/js/package.json, installed into var/node).
+KAFKAJS := var/node/node_modules/kafkajs/package.json
+$(KAFKAJS): tests/server/js/package.json
+	mkdir -p var/node && cp tests/server/js/package.json var/node/package.json
+	cd var/node && npm install --no-audit --no-fund --silent
+	touch $(KAFKAJS)
+
+clients: $(KAFKAJS)
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing Debian's kcat for the client tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+test: $(STAMP) browser clients
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
@@ -34,6 +47,11 @@ test-fast: $(STAMP)
 # Sample logs -> Airflow on SQLite -> one run of each maintenance DAG -> what changed on disk (var/ is reset).
 demo: $(STAMP)
 	$(BIN)/python -m include.demo
+
+# The Kafka-protocol listener on the store (include/config/storage.yaml's listeners, PLAINTEXT://127.0.0.1:9092
+# unless changed); LISTENERS=PLAINTEXT://127.0.0.1:9093 make broker for another address. Ctrl-C stops it clean.
+broker: $(STAMP)
+	exec $(BIN)/python -m storage_engine serve $(if $(LISTENERS),--listeners $(LISTENERS))
 
 # airflow standalone on var/airflow with the project's dags/ and plugins/; prints the URL and the admin login.
 # AIRFLOW_PORT=8090 make airflow for another port; ARGS=--check starts it, checks health and login, stops it.
