@@ -17,13 +17,14 @@ pytestmark = pytest.mark.unit
 ENGINE = REPO / "storage_engine"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS = [
-    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units"},
+    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store"},
     {"record"},
     {"segment"},
     {"log"},
     {"maintenance"},
     {"jobs"},
     {"inspection"},
+    {"server"},
     {"cli"},
 ]
 
@@ -172,7 +173,7 @@ def test_the_private_import_check_sees_every_spelling(tmp_path):
 # and the record layer, and shares with the cleaner the key map's format (maintenance.offset_map) and the rule
 # for aborted transactions (maintenance.txn_cleaning); it never takes part in the log's locking (log/), and runs no
 # job or command.
-BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units"}
+BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store"}
 CLIENT_ALLOWED = {
     "plugins": BASE | {"jobs", "inspection"},
     "dags": BASE | {"jobs", "inspection"},
