@@ -18,6 +18,12 @@
    written, ``.deleted`` files waiting for their purge; and checks the logs with the engine's read-only
    ``verify``.
 
+Between 2 and 3 the store is served over Kafka's protocol (``serve`` on a free loopback port,
+:mod:`include.demo_broker`) and a real Kafka client (librdkafka) creates a compacted topic over the wire and writes
+to it and to a sample topic; the broker keeps serving while the DAGs maintain the same partitions from their own
+processes, and after them the same client reads everything back before the broker stops clean. The week of
+history is written through the engine's API because it is backdated (a client cannot set the broker's clock).
+
 Each Airflow command's full output is kept in ``var/airflow/demo/<name>.log``. Afterwards ``make airflow``
 shows the same runs in the UI (same AIRFLOW_HOME).
 """
@@ -36,6 +42,7 @@ from pathlib import Path
 
 from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
                                         airflow_executable)
+from include import demo_broker
 from include.sample_data import (DEFAULT_SEED, display_path, format_summary, generate, reset_log_dirs,
                                  short_time, table)
 from storage_engine import StorageError, layout, verify_log_dirs
@@ -304,11 +311,31 @@ def run(args) -> int:
     if args.verbose:
         say(format_summary(generated))
 
-    step(3, "The logs before maintenance")
+    step(3, "Serve the store over Kafka's protocol; write live data with a Kafka client (librdkafka)")
+    broker = demo_broker.start(config_path, RUN_LOGS / "broker.log", REPO)
+    try:
+        return _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker)
+    finally:
+        if broker.proc.poll() is None:
+            demo_broker.stop(broker)
+
+
+def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker) -> int:
+    live = demo_broker.produce_live(broker, "access-log")
+    if live["errors"]:
+        raise DemoFailed(f"the Kafka client's writes failed: {live['errors'][:3]} (broker log: "
+                         f"{display_path(str(broker.log_path))})")
+    say(f"broker on {broker.bootstrap} (log: {display_path(str(broker.log_path))}); created topic "
+        f"{demo_broker.LIVE_TOPIC} over the wire (cleanup.policy=compact) and delivered {live['delivered']:,} "
+        f"records to it and to access-log with idempotent producers in {', '.join(demo_broker.CODECS)} "
+        f"in {live['seconds']} s")
+    config = load_config(config_path)    # the topic configs set over the wire are part of it now
+
+    step(4, "The logs before maintenance")
     before = snapshot(config)
     say(before_table(before, generated))
 
-    step(4, "Initialise Airflow (SQLite metadata DB)")
+    step(5, "Initialise Airflow (SQLite metadata DB)")
     airflow = airflow_executable()
     code, secs, log_path = _run_logged("db-migrate", [airflow, "db", "migrate"], env, 600)
     if code != 0:
@@ -322,7 +349,7 @@ def run(args) -> int:
         raise DemoFailed(f"dags/ has import errors:\n{errors}")
     say(f"DAGs in dags/: {', '.join(found['dag_ids']) or 'none'}")
 
-    step(5, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
+    step(6, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
     results = []
     for dag_id in args.dags:
         if dag_id not in found["dag_ids"]:
@@ -356,7 +383,7 @@ def run(args) -> int:
             say(f"  note: {dag_id} acted as of {end}, not {logical:%Y-%m-%d %H:%M:%S} (its timetable aligned the "
                 "interval); records after that instant count as 'in the future' for it")
 
-    step(6, "What changed on disk")
+    step(7, "What changed on disk")
     after = snapshot(config)
     report, _ = changes_report(config, before, after)
     say(report)
@@ -364,6 +391,23 @@ def run(args) -> int:
         problems = "\n".join(f"  {p.get('file')}: {p.get('message')}" for p in after["problems"])
         raise DemoFailed(f"verify found damage after maintenance:\n{problems}")
     say("verify (read-only audit of every batch, index and checkpoint): no damage found")
+
+    step(8, "Read back with the Kafka client while the broker serves, then stop it")
+    back = demo_broker.read_back(broker, [demo_broker.LIVE_TOPIC, "access-log", "user-emails"])
+    for topic, r in back.items():
+        say(f"{topic:18} {r['records']:>7,} records read from the log start ({r['partitions']} partitions, "
+            f"{r['keys']:,} distinct keys)")
+    latest = back[demo_broker.LIVE_TOPIC]["latest"]
+    last_round = f"{100 + demo_broker.LIVE_ROUNDS - 1}."
+    stale = [k for k, v in latest.items() if not (v or b"").decode().startswith(last_round)]
+    if len(latest) != demo_broker.LIVE_KEYS or stale:
+        raise DemoFailed(f"{demo_broker.LIVE_TOPIC}: expected the latest value of {demo_broker.LIVE_KEYS} keys, got "
+                         f"{len(latest)} keys, {len(stale)} with an older value")
+    say(f"{demo_broker.LIVE_TOPIC}: every key's latest value is the last one written")
+    code = demo_broker.stop(broker)
+    if code != 0:
+        raise DemoFailed(f"the broker exited with code {code} on SIGTERM; see {display_path(str(broker.log_path))}")
+    say("broker stopped clean (SIGTERM: requests in flight answered, logs closed clean)")
 
     failed = [d for d, s, _ in results if s == "failed"]
     skipped = [d for d, s, _ in results if s == "skipped"]
