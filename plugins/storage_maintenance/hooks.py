@@ -298,6 +298,11 @@ class StorageEngineHook(BaseHook):
         return host
 
     # -- read-only status (the Storage view) ---------------------------------------------------------------------
+    def listener_status(self) -> dict | None:
+        """The Kafka-protocol listener's last status (see :func:`storage_engine.inspection.status.listener_status`)."""
+        from storage_engine.inspection import status
+        return status.listener_status(self.config)
+
     def log_dir_status(self) -> list:
         from storage_engine.inspection import status
         return status.log_dir_status(self.config)

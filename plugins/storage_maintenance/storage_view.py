@@ -108,7 +108,7 @@ def _engine_errors(call, *args, **kwargs):
 
 def overview_data(session) -> dict:
     h = hook()
-    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status),
+    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status), "listener": h.listener_status(),
             "runs": history.recent_runs(session, limit=5)}
 
 

@@ -197,6 +197,35 @@ def list_partition_status(config: StorageConfig, *, topics: Collection[str] | No
     return {"total": len(rows), "offset": offset, "limit": limit, "sort": sort, "partitions": page}
 
 
+BROKER_STATUS_FILE = layout.ENGINE_PREFIX + "broker-status.json"   # written by ``serve`` every few seconds
+
+
+def listener_status(config: StorageConfig, now_ms: int | None = None) -> dict | None:
+    """What the Kafka-protocol listener (``serve``) last wrote about itself: listeners, connections, request and
+    record counts and rates; ``state`` is ``running``, ``stopped`` (a clean stop) or ``not responding`` (no update
+    for three intervals: killed or hung). None when no listener ever ran on these log dirs."""
+    import json
+    import time
+    from storage_engine.durable import read_regular_file
+    if not config.log_dirs:
+        return None
+    try:
+        data = json.loads(read_regular_file(os.path.join(config.log_dirs[0], BROKER_STATUS_FILE), 1 << 20))
+    except (OSError, StorageError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    age_ms = now - int(data.get("updated_ms", 0))
+    if not data.get("running"):
+        state = "stopped"
+    elif age_ms > 3 * 1000 * float(data.get("interval_s", 5)):
+        state = "not responding"
+    else:
+        state = "running"
+    return {**data, "state": state, "age_ms": age_ms}
+
+
 def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
     """Capacity, use and health of each log dir (every partition folder is listed and stat'ed)."""
     out = []

@@ -67,6 +67,7 @@ class Broker:
         self._catalog_mutex = threading.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
+        self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
 
     # -- running engine calls ---------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -154,9 +155,17 @@ class Broker:
 
     def write_status(self, *, running: bool) -> None:
         s = self.stats
+        now = time.monotonic()
+        figures = (s.produce_requests, s.produce_records, s.produce_bytes, s.fetch_requests, s.fetch_bytes)
+        last_at, last = self._last_sample
+        span = max(now - last_at, 1e-3)
+        rates = {f"{name}_per_s": round((cur - prev) / span, 1) for name, cur, prev in
+                 zip(("produce_requests", "produce_records", "produce_bytes", "fetch_requests", "fetch_bytes"),
+                     figures, last)}
+        self._last_sample = (now, figures)
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
-                "updated_ms": int(time.time() * 1000), **s.__dict__}
+                "updated_ms": int(time.time() * 1000), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on
