@@ -164,7 +164,7 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
             if log is None:
                 continue
             per_dir.setdefault(log.log_dir, {}).setdefault(topic, []).append(
-                {"partition_index": p, "partition_size": log.size_in_bytes, "offset_lag": 0,
+                {"partition_index": p, "partition_size": log.size_in_bytes(), "offset_lag": 0,
                  "is_future_key": False})
     results = []
     for d, topics in per_dir.items():
