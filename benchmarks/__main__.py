@@ -1,5 +1,5 @@
-"""``python -m benchmarks [--quick] [--only NAME ...] [--large [KEYS]] [--out PATH]``: run, print tables, write
-results.json."""
+"""``python -m benchmarks [--quick] [--only NAME ...] [--large [KEYS]] [--out PATH] [--profile-broker DIR]``: run,
+print tables, write results.json."""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import append, codec, compaction, fetch, harness, keymap, load, scale
+from . import append, codec, compaction, fetch, harness, keymap, load, scale, wire
 
-BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap, scale)}
+BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap, scale, wire)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
 
@@ -36,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
                                              "the standard sizes; `make bench-large`")
     parser.add_argument("--out", type=Path, default=harness.DEFAULT_RESULTS_PATH,
                         help="where to write the JSON results (default: %(default)s)")
+    parser.add_argument("--profile-broker", type=Path, default=None, metavar="DIR",
+                        help="wire: run the broker processes under cProfile (every thread) and write their stats "
+                             "into DIR (wire-produce.pstats, wire-fetch.pstats); the figures are then slower")
     args = parser.parse_args(argv)
+    wire.PROFILE_DIR = args.profile_broker
     names = _names(args.only)
     repeats = REPEATS_QUICK if args.quick else REPEATS_FULL
     ctx = harness.Context(quick=args.quick, repeats=repeats, tmp_root=harness.TMP_ROOT, large_keys=args.large)

@@ -1,10 +1,13 @@
 """The summary table at the top of ``BENCHMARKS.md``: one row per tracked metric, from the JSON results of runs.
 
-    python -m benchmarks.summary [--c PATH] [--python PATH] [--large PATH] [--large-python PATH] [--write FILE]
+    python -m benchmarks.summary [--c PATH] [--python PATH] [--large PATH] [--large-python PATH] [--wire PATH]
+                                 [--write FILE]
 
 Reads the results of a run of the compiled implementation (``var/bench/results.json``), of the pure-Python
-fallback (``var/bench/results-python.json``, ``STORAGE_ENGINE_PURE_PYTHON=1``) and of the large key-map run
-(``var/bench/results-large.json``, ``make bench-large``), and prints (or writes between the markers of
+fallback (``var/bench/results-python.json``, ``STORAGE_ENGINE_PURE_PYTHON=1``), of the large key-map run
+(``var/bench/results-large.json``, ``make bench-large``) and of a wire-protocol run on its own
+(``var/bench/results-wire.json``, ``python -m benchmarks --only wire --out var/bench/results-wire.json``; the
+wire rows come from whichever of it and the compiled run is newer and holds the ``wire`` section), and prints (or writes between the markers of
 ``BENCHMARKS.md``) one table: metric, baseline (measured in the same run), target, measured with the compiled
 code, ratio to the baseline, measured with the pure-Python fallback, and the commit, date and load average of
 the run each figure came from. A metric whose run is missing, or whose section was not run, shows "-".
@@ -30,7 +33,7 @@ END = "<!-- end of summary -->"
 class Metric:
     name: str
     target: str
-    source: str                              # "run" or "large"
+    source: str                              # "run", "large" or "wire"
     measure: Callable[[dict], tuple | None]  # results doc -> (measured text, baseline text, ratio text, met) or None
 
 
@@ -121,6 +124,41 @@ def _spark_wall(keys: int, limit_s: float):
     return measure
 
 
+def _wire_produce(group: str, minimum_ratio: float):
+    def measure(doc):
+        row = _row(doc, "wire", group, "librdkafka produce -> broker")
+        if row is None:
+            return None
+        base = _row(doc, "wire", group, row["baseline"])
+        ratio = row["ratio_vs_baseline"]
+        baseline = "-" if base is None else \
+            f"in-process append_batches: {base['records_per_s']:,.0f} records/s ({base['mb_per_s']:,.1f} MB/s)"
+        return (f"{row['records_per_s']:,.0f} records/s ({row['mb_per_s']:,.1f} MB/s)", baseline, f"{ratio:.3f}x",
+                ratio >= minimum_ratio)
+    return measure
+
+
+def _wire_fetch(name: str, minimum_ratio: float):
+    def measure(doc):
+        rows = doc.get("benchmarks", {}).get("wire", {}).get("rows", [])
+        row = next((r for r in rows if r["name"] == name), None)
+        if row is None:
+            return None
+        base = _row(doc, "wire", row["group"], row["baseline"])
+        ratio = row["ratio_vs_baseline"]
+        baseline = "-" if base is None else f"sendfile: {base['mb_per_s']:,.1f} MB/s"
+        return (f"{row['mb_per_s']:,.1f} MB/s ({row['bytes'] / 1e6:,.0f} MB)", baseline, f"{ratio:.3f}x",
+                ratio >= minimum_ratio)
+    return measure
+
+
+def _latency(v):
+    each = " / ".join(f"{r['p99_ms']:,.1f}" for r in v["rounds"])
+    return (f"p99 {v['best_p99_ms']:,.1f} ms, p50 {v['p50_ms_of_best']:,.1f} ms (p99 of each round: {each} ms)",
+            f"paced at {v['rate_records_per_s']:,.0f} records/s, half the peak {v['peak_records_per_s']:,.0f}",
+            "-", None)
+
+
 def _rss(kind: str, which: str, limit: float):
     def fmt(v):
         got = v[which]
@@ -164,6 +202,20 @@ METRICS = [
            _segments_rate("LogManager.open, clean shutdown", 10_000)),
     Metric("Open of many small segments, unclean", ">= 10,000 segments/s", "run",
            _segments_rate("LogManager.open, unclean (recover from 0)", 10_000)),
+    Metric("Produce over the wire, 100 B values, acks=1 (librdkafka)", ">= 0.5x in-process append", "wire",
+           _wire_produce("100 B values, acks=1", 0.5)),
+    Metric("Produce over the wire, 100 B values, acks=all (librdkafka)", ">= 0.5x in-process append", "wire",
+           _wire_produce("100 B values, acks=all", 0.5)),
+    Metric("Produce over the wire, 1 KiB values, acks=1 (librdkafka)", ">= 0.5x in-process append", "wire",
+           _wire_produce("1024 B values, acks=1", 0.5)),
+    Metric("Produce over the wire, 1 KiB values, acks=all (librdkafka)", ">= 0.5x in-process append", "wire",
+           _wire_produce("1024 B values, acks=all", 0.5)),
+    Metric("Fetch over the wire, 1 KiB values, librdkafka default fetch sizes", ">= 0.7x sendfile", "wire",
+           _wire_fetch("librdkafka consumer, default fetch sizes", 0.7)),
+    Metric("Fetch over the wire, 1 KiB values, 64 MiB fetches", ">= 0.7x sendfile", "wire",
+           _wire_fetch("librdkafka consumer, 64 MiB fetches", 0.7)),
+    Metric("Produce latency at half the peak rate, 1 KiB values, acks=all", "- (no target)", "wire",
+           _fact("wire", "latency", _latency)),
 ]
 
 
@@ -182,13 +234,27 @@ def _run_label(doc: dict) -> tuple[str, str, str]:
         meta["date_utc"], busy
 
 
+def _newest_with(section: str, *docs: dict | None) -> dict | None:
+    """The newest of ``docs`` that ran ``section`` (by the run's start date)."""
+    held = [d for d in docs if d and section in d.get("benchmarks", {})]
+    return max(held, key=lambda d: d["meta"]["date_utc"], default=None)
+
+
+def _docs(m: Metric, runs: dict[str, dict | None]) -> tuple[dict | None, dict | None]:
+    """(compiled, pure-Python) results doc a metric reads."""
+    if m.source == "large":
+        return runs.get("large"), runs.get("large-python")
+    if m.source == "wire":
+        return _newest_with("wire", runs.get("wire"), runs.get("c")), _newest_with("wire", runs.get("python"))
+    return runs.get("c"), runs.get("python")
+
+
 def table(runs: dict[str, dict | None]) -> str:
     lines = ["| metric | baseline (same run) | target | measured (c) | ratio | met | measured (python) | "
              "commit | date (UTC) | load avg start -> end |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for m in METRICS:
-        c_doc = runs.get("large" if m.source == "large" else "c")
-        py_doc = runs.get("large-python" if m.source == "large" else "python")
+        c_doc, py_doc = _docs(m, runs)
         c = m.measure(c_doc) if c_doc else None
         py = m.measure(py_doc) if py_doc else None
         measured, baseline, ratio, met = c if c else ("-", "-", "-", None)
@@ -230,11 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", type=Path, default=BENCH_DIR / "results-python.json")
     p.add_argument("--large", type=Path, default=BENCH_DIR / "results-large.json")
     p.add_argument("--large-python", type=Path, default=None)
+    p.add_argument("--wire", type=Path, default=BENCH_DIR / "results-wire.json")
     p.add_argument("--write", type=Path, nargs="?", const=REPO / "BENCHMARKS.md", default=None,
                    help="replace the summary in this file (default BENCHMARKS.md) instead of printing it")
     args = p.parse_args(argv)
     runs = {"c": _load(args.c), "python": _load(args.python), "large": _load(args.large),
-            "large-python": _load(args.large_python)}
+            "large-python": _load(args.large_python), "wire": _load(args.wire)}
     text = render(runs)
     if args.write:
         write(args.write, text)

@@ -1,0 +1,678 @@
+"""wire: the Kafka wire protocol, librdkafka against the broker process over loopback, each figure set against
+the engine's (or the kernel's) own work on the same bytes in the same run.
+
+The broker is ``python -m storage_engine --config CFG serve --listeners PLAINTEXT://127.0.0.1:0`` in a process of
+its own (one log dir under ``var/bench/tmp``, default configuration); the client is confluent-kafka (librdkafka)
+in this process. Two broker processes run one after the other: one for the produce rows and the latency run, one
+for the fetch rows (its log dir holds the pre-written topic when it starts).
+
+* produce: ``Producer.produce`` of N records (100 B and 1 KiB values, 12-byte keys) to a fresh one-partition
+  topic with ``acks=1`` and ``acks=all`` (``linger.ms=5``, default ``batch.size``, no compression, a local queue
+  large enough that ``produce`` never waits), from the first ``produce`` to the return of ``flush()``, i.e. the
+  last delivery report; one record produced and delivered before the clock starts (connection, metadata and
+  leader known; it is not counted). Baseline: ``Log.append_batches`` into a fresh log in this process of the very
+  batches librdkafka sent, one call per batch (read back from the broker's segment after the first round: the
+  same record counts per batch, the same bytes). Records/s and MB/s count the records and batch bytes in the log.
+* fetch: a consumer (``assign`` from offset 0, ``fetch.min.bytes`` default) reading every record of a topic of
+  ~200 MB of 1 KiB values (500-record batches written in process before the broker starts), from ``assign`` to
+  the last record returned by ``consume``; two rows: librdkafka's default sizes (``fetch.max.bytes`` 50 MiB,
+  ``max.partition.fetch.bytes`` 1 MiB: ~1 MiB per fetch of the one partition) and 64 MiB fetches (both set to
+  64 MiB). Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that a reader thread
+  drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last byte).
+* latency: ``acks=all``, 1 KiB values, produced paced at half the peak records/s measured by the produce rows (the
+  best round of ``1024 B values, acks=all``) for a few seconds; per record, the time its delivery callback ran
+  minus the time its ``produce`` call was made (records matched by offset), p50 / p99 / p99.9 / max, and
+  librdkafka's own ``Message.latency()``.
+
+``cpu s`` of a wire row is the CPU of this process (the client, all librdkafka threads) plus the broker process's
+(``/proc/<pid>/stat``) over the round; of a baseline row, this process's alone.
+
+``python -m benchmarks --only wire --profile-broker DIR`` runs each broker under cProfile (every thread: the
+event loop and the engine's thread pool) and writes ``DIR/wire-produce.pstats`` and ``DIR/wire-fetch.pstats``;
+the top functions go to stderr. Figures taken so are slower than unprofiled ones.
+"""
+from __future__ import annotations
+
+import gc
+import glob
+import os
+import pstats
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from storage_engine import layout
+from storage_engine.config_file import config_from_mapping
+from storage_engine.log.manager import LogManager
+from storage_engine.record.record_batch import build_batch
+from storage_engine.segment.file_records import iter_batches
+
+from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, chunks, generate_records,
+                      run_interleaved, scratch_dir, timed)
+
+NAME = "wire"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    produce_records: dict[int, int]     # value bytes -> records per produce round
+    fetch_bytes: int                    # size of the pre-written topic the consumer reads
+    latency_s: float                    # length of one paced latency run
+
+
+FULL = Sizes({100: 1_500_000, 1024: 400_000}, 200 * MB, 5.0)
+QUICK = Sizes({100: 20_000, 1024: 5_000}, 8 * MB, 1.0)
+MAX_ROUNDS = 3                          # each round is seconds long and writes hundreds of MB
+VALUE_SIZES = (100, 1024)
+ACKS = ("1", "all")
+LINGER_MS = 5
+DISTINCT_RECORDS = 5_000                # produced records repeat from a pool; their content does not change the work
+FETCH_VALUE_BYTES = 1024
+FETCH_RECORDS_PER_BATCH = 500
+FETCH_MAX_BYTES = 64 * MIB
+# The consumer rows: librdkafka's defaults (fetch.max.bytes 50 MiB, but max.partition.fetch.bytes 1 MiB: with one
+# partition a fetch returns at most ~1 MiB), and big fetches of up to 64 MiB.
+CONSUMERS = {
+    "librdkafka consumer, default fetch sizes": {},
+    "librdkafka consumer, 64 MiB fetches": {"fetch.max.bytes": FETCH_MAX_BYTES,
+                                            "max.partition.fetch.bytes": FETCH_MAX_BYTES,
+                                            "receive.message.max.bytes": FETCH_MAX_BYTES + MIB},
+}
+CONSUME_BATCH = 10_000
+LATENCY_VALUE_BYTES = 1024
+LATENCY_ACKS = "all"
+LISTENERS = "PLAINTEXT://127.0.0.1:0"
+PRODUCE_TARGET = Target("ratio", 0.5, ">= 0.5x in-process append")
+FETCH_TARGET = Target("ratio", 0.7, ">= 0.7x sendfile")
+START_TIMEOUT_S = 60.0
+IDLE_TIMEOUT_S = 60.0                   # a round that sees no progress for this long fails
+PROFILE_DIR: Path | None = None         # ``--profile-broker DIR``: run the brokers under cProfile, stats into DIR
+PROFILE_TOP = 25
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Runs ``python -m storage_engine ARGS`` with every thread profiled (cProfile profiles only the thread that enables
+# it: each new thread enables its own profiler on its first profile event), then writes all of them as one stats
+# file. argv: [-c, OUT, ARGS...].
+_PROFILE_BOOTSTRAP = """\
+import cProfile, pstats, runpy, sys, threading
+out = sys.argv[1]
+sys.argv = ["storage_engine"] + sys.argv[2:]
+profiles = []
+def start_thread_profile(frame, event, arg):
+    profile = cProfile.Profile()
+    profiles.append(profile)
+    profile.enable()
+threading.setprofile(start_thread_profile)
+main = cProfile.Profile()
+profiles.append(main)
+main.enable()
+try:
+    runpy.run_module("storage_engine", run_name="__main__", alter_sys=True)
+finally:
+    main.disable()
+    threading.setprofile(None)
+    stats = pstats.Stats(main)
+    for profile in profiles[1:]:
+        try:
+            stats.add(profile)
+        except Exception:
+            pass
+    stats.dump_stats(out)
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the broker process
+
+class BrokerProcess:
+    """``python -m storage_engine serve`` on a free loopback port over ``log_dir``; ``cpu_s()`` is its CPU so far."""
+
+    def __init__(self, work_dir: str, log_dir: str, *, profile_to: Path | None = None):
+        self.work_dir = work_dir
+        self.log_dir = log_dir
+        self.profile_to = profile_to
+        self.config_path = os.path.join(work_dir, "storage.yaml")
+        self.log_path = os.path.join(work_dir, "broker.log")
+        self.proc: subprocess.Popen[str] | None = None
+        self.bootstrap = ""
+
+    def __enter__(self) -> "BrokerProcess":
+        with open(self.config_path, "w") as f:
+            yaml.safe_dump({"broker": {"log.dirs": [self.log_dir], "listeners": LISTENERS}}, f)
+        args = ["--config", self.config_path, "serve", "--listeners", LISTENERS]
+        if self.profile_to is None:
+            cmd = [sys.executable, "-m", "storage_engine", *args]
+        else:
+            self.profile_to.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, "-c", _PROFILE_BOOTSTRAP, str(self.profile_to), *args]
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.proc.stdout is not None
+        timer = threading.Timer(START_TIMEOUT_S, self.proc.kill)
+        timer.start()
+        try:
+            line = self.proc.stdout.readline()
+        finally:
+            timer.cancel()
+        if not line.startswith("serving "):
+            self._kill()
+            raise RuntimeError(f"the broker did not start: {line!r}\n{self.log_tail()}")
+        self.bootstrap = line.split()[1].split(",")[0].split("://", 1)[1]
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self._kill()
+            return
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM: the broker answers what is in flight and closes its logs clean (exit 0)."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            raise RuntimeError(f"the broker did not stop on SIGTERM\n{self.log_tail()}") from None
+        self.proc = None
+        if rc != 0:
+            raise RuntimeError(f"the broker exited {rc}\n{self.log_tail()}")
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.proc = None
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the broker process so far (every thread)."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            text = f.read()
+        fields = text[text.rindex(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def partition_batches(self, topic: str) -> list[bytes]:
+        """The batches of ``topic``-0 as the broker wrote them (read from its segment files)."""
+        folder = os.path.join(self.log_dir, layout.partition_dir_name(topic, 0))
+        out = []
+        for path in sorted(glob.glob(os.path.join(folder, "*.log"))):
+            with open(path, "rb") as f:
+                data = f.read()
+            out += [bytes(data[b.pos:b.pos + b.size_in_bytes]) for b in iter_batches(data)]
+        return out
+
+
+def _progress(text: str) -> None:
+    print(f"[wire] {text}", file=sys.stderr, flush=True)
+
+
+def _client_config(broker: BrokerProcess, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": broker.bootstrap, "client.id": "bench-wire", "log_level": 3, **extra}
+
+
+def _create_topic(admin: Any, topic: str) -> None:
+    from confluent_kafka.admin import NewTopic
+    for future in admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30).values():
+        future.result(timeout=60)
+
+
+def _delete_topic(admin: Any, topic: str) -> None:
+    """Free the disk a round used; a failure only leaves the files until the scratch dir goes."""
+    try:
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            future.result(timeout=60)
+    except Exception as exc:   # noqa: BLE001 - the measurement is done; the scratch dir is removed anyway
+        _progress(f"could not delete {topic}: {exc}")
+
+
+def _count(batches: list[bytes]) -> int:
+    return sum(b.records_count for data in batches for b in iter_batches(data))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# produce
+
+@dataclass
+class ProduceRun:
+    sample: Sample
+    batches: list[bytes]    # what librdkafka sent, warm-up batch excluded
+    broker_cpu_s: float
+
+
+def _producer(broker: BrokerProcess, acks: str, **extra: Any) -> Any:
+    from confluent_kafka import Producer
+    return Producer(_client_config(broker, **{
+        "acks": acks, "linger.ms": LINGER_MS, "compression.type": "none",
+        "queue.buffering.max.messages": 10_000_000, "queue.buffering.max.kbytes": 4 * 1024 * 1024, **extra}))
+
+
+def _warm_up(producer: Any, topic: str) -> None:
+    """One record to ``topic``, delivered: the connection to the partition's leader is up and metadata known."""
+    producer.produce(topic, b"warm-up")
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"the warm-up record to {topic} was not delivered")
+
+
+def _produce_all(producer: Any, topic: str, items: list[tuple[Any, Any]]) -> int:
+    produce = producer.produce
+    for key, value in items:
+        try:
+            produce(topic, value, key)
+        except BufferError:     # the local queue is full: serve the client until there is room
+            producer.poll(0.01)
+            produce(topic, value, key)
+    return producer.flush(IDLE_TIMEOUT_S)
+
+
+def _produce_round(broker: BrokerProcess, admin: Any, topic: str, acks: str, items: list[tuple[Any, Any]]) -> ProduceRun:
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    _create_topic(admin, topic)
+    producer = _producer(broker, acks, **{"delivery.report.only.error": True, "on_delivery": report})
+    _warm_up(producer, topic)
+    gc.collect()
+    cpu_before = broker.cpu_s()
+    sample, left = timed(_produce_all, producer, topic, items)
+    broker_cpu = broker.cpu_s() - cpu_before
+    if left or errors:
+        raise RuntimeError(f"{topic}: {left} records not delivered, {len(errors)} failed: {errors[:3]}")
+    batches = broker.partition_batches(topic)
+    if not batches or _count(batches[:1]) != 1 or _count(batches[1:]) != len(items):
+        raise RuntimeError(f"{topic}: the log holds {_count(batches)} records, expected the warm-up one and "
+                           f"{len(items)}")
+    _delete_topic(admin, topic)
+    assert sample.cpu_s is not None
+    return ProduceRun(Sample(sample.wall_s, sample.cpu_s + broker_cpu), batches[1:], broker_cpu)
+
+
+def _append_round(ctx: Context, batches: list[bytes], records: int, size: int) -> Sample:
+    """``Log.append_batches`` of ``batches``, one call each, into a fresh log in this process (default config: no
+    roll and no fsync while timing)."""
+    with scratch_dir(ctx, "wire-append") as log_dir:
+        mgr = LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}))
+        try:
+            log = mgr.get_or_create_log("bench-wire", 0)
+
+            def append_all() -> None:
+                append = log.append_batches
+                for batch in batches:
+                    append(batch)
+
+            sample, _ = timed(append_all)
+            if log.log_end_offset != records or log.size_in_bytes() != size:
+                raise RuntimeError(f"in-process append holds {log.log_end_offset} records in {log.size_in_bytes()} "
+                                   f"bytes, expected {records} in {size}")
+        finally:
+            mgr.close()
+    return sample
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# latency at a paced rate
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))]
+
+
+def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tuple[Any, Any]], rate: float,
+                 seconds: float) -> tuple[Sample, dict[str, Any], int]:
+    """Produce ``rate * seconds`` records at ``rate`` per second; (sample, latency figures, batch bytes)."""
+    count = max(1, int(rate * seconds))
+    produced_at = [0.0] * count
+    delivered: list[tuple[float, int, float]] = []
+    errors: list[Any] = []
+    clock = time.perf_counter
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered.append((clock(), msg.offset(), msg.latency()))
+
+    _create_topic(admin, topic)
+    producer = _producer(broker, LATENCY_ACKS, on_delivery=report)
+    _warm_up(producer, topic)
+    delivered.clear()
+    gc.collect()
+    produce, poll = producer.produce, producer.poll
+    pool = len(items)
+    cpu_before, broker_before = time.process_time(), broker.cpu_s()
+    start = clock()
+    i = 0
+    while i < count:
+        due = min(count, int((clock() - start) * rate) + 1)
+        while i < due:
+            key, value = items[i % pool]
+            produced_at[i] = clock()
+            produce(topic, value, key)
+            i += 1
+        poll(0)
+        if i < count:
+            wait = start + i / rate - clock()
+            if wait > 0:
+                poll(min(wait, 0.001))
+    last_produce = clock()
+    left = producer.flush(IDLE_TIMEOUT_S)
+    wall = clock() - start
+    broker_cpu = broker.cpu_s() - broker_before
+    sample = Sample(wall, time.process_time() - cpu_before + broker_cpu)
+    if left or errors or len(delivered) != count:
+        raise RuntimeError(f"{topic}: {len(delivered)} of {count} delivered, {left} left, errors {errors[:3]}")
+    batches = broker.partition_batches(topic)
+    if _count(batches[1:]) != count:
+        raise RuntimeError(f"{topic}: the log holds {_count(batches)} records, expected {count + 1}")
+    _delete_topic(admin, topic)
+    # offset 0 is the warm-up record; record i (in produce order) is at offset i + 1
+    callback_ms = sorted((t - produced_at[offset - 1]) * 1000 for t, offset, _ in delivered)
+    client_ms = sorted(lat * 1000 for _, _, lat in delivered)
+    figures = {
+        "records": count, "target_records_per_s": rate, "achieved_records_per_s": count / (last_produce - start),
+        "p50_ms": _percentile(callback_ms, 0.50), "p99_ms": _percentile(callback_ms, 0.99),
+        "p999_ms": _percentile(callback_ms, 0.999), "max_ms": callback_ms[-1],
+        "librdkafka_p50_ms": _percentile(client_ms, 0.50), "librdkafka_p99_ms": _percentile(client_ms, 0.99),
+        "batches": len(batches) - 1, "broker_cpu_s": broker_cpu,
+    }
+    return sample, figures, sum(len(b) for b in batches[1:])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fetch
+
+def _write_fetch_topic(log_dir: str, topic: str, target_bytes: int) -> tuple[int, int, list[str]]:
+    """Write ~``target_bytes`` of 1 KiB-value batches into ``topic``-0; (records, bytes, .log paths)."""
+    pool = [build_batch(records) for records in
+            chunks(generate_records(10 * FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, seed=31), FETCH_RECORDS_PER_BATCH)]
+    mgr = LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}))
+    try:
+        log = mgr.get_or_create_log(topic, 0)
+        i = 0
+        while log.size_in_bytes() < target_bytes:
+            log.append_batches(pool[i % len(pool)])
+            i += 1
+        log.flush()
+        return log.log_end_offset, log.size_in_bytes(), [seg.path for seg in log.segments]
+    finally:
+        mgr.close()
+
+
+def _consume_round(broker: BrokerProcess, topic: str, records: int, settings: dict[str, Any]) -> tuple[Sample, float]:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer(_client_config(broker, **{
+        "group.id": "bench-wire", "enable.auto.commit": False, "enable.auto.offset.store": False, **settings}))
+    try:
+        consumer.list_topics(topic, timeout=30)     # connected, metadata known, before the clock
+        gc.collect()
+
+        def consume_all() -> tuple[int, int]:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            count, last, idle_since = 0, -1, time.monotonic()
+            consume = consumer.consume
+            while count < records:
+                msgs = consume(min(CONSUME_BATCH, records - count), 1.0)   # never wait for more than are left
+                if not msgs:
+                    if time.monotonic() - idle_since > IDLE_TIMEOUT_S:
+                        raise RuntimeError(f"no record for {IDLE_TIMEOUT_S} s after {count} of {records}")
+                    continue
+                for m in msgs:
+                    if m.error() is not None:
+                        raise RuntimeError(f"consume error: {m.error()}")
+                count += len(msgs)
+                offset = msgs[-1].offset()
+                last = -1 if offset is None else offset
+                idle_since = time.monotonic()
+            return count, last
+
+        cpu_before = broker.cpu_s()
+        sample, result = timed(consume_all)
+        count, last = cast(tuple[int, int], result)
+        broker_cpu = broker.cpu_s() - cpu_before
+    finally:
+        consumer.close()
+    if count != records or last != records - 1:
+        raise RuntimeError(f"consumed {count} records up to offset {last}, the topic holds {records}")
+    assert sample.cpu_s is not None
+    return Sample(sample.wall_s, sample.cpu_s + broker_cpu), broker_cpu
+
+
+def _sendfile_round(paths: list[str], size: int) -> Sample:
+    """``os.sendfile`` of every file to a loopback TCP connection drained by a reader thread that discards."""
+    server = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(server.getsockname())
+    receiver, _ = server.accept()
+    server.close()
+    received = [0]
+
+    def drain() -> None:
+        buf = memoryview(bytearray(MIB))
+        total = 0
+        recv_into = receiver.recv_into
+        while total < size:
+            got = recv_into(buf)
+            if not got:
+                break
+            total += got
+        received[0] = total
+
+    reader = threading.Thread(target=drain, name="sendfile-reader")
+    reader.start()
+    out = sender.fileno()
+
+    def send_all() -> None:
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                length, offset = os.fstat(fd).st_size, 0
+                while offset < length:
+                    offset += os.sendfile(out, fd, offset, length - offset)
+            finally:
+                os.close(fd)
+        reader.join()
+
+    try:
+        sample, _ = timed(send_all)
+    finally:
+        sender.close()
+        reader.join()
+        receiver.close()
+    if received[0] != size:
+        raise RuntimeError(f"the reader got {received[0]} bytes, the segments hold {size}")
+    return sample
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def _profile_path(name: str) -> Path | None:
+    return None if PROFILE_DIR is None else Path(PROFILE_DIR).resolve() / f"wire-{name}.pstats"
+
+
+def _report_profile(path: Path | None, section: Section) -> None:
+    if path is None or not path.exists():
+        return
+    _progress(f"broker profile {path} (top {PROFILE_TOP} by own time):")
+    stats = pstats.Stats(str(path), stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(PROFILE_TOP)
+    section.notes.append(f"PROFILED: the broker ran under cProfile (all threads), so its rows are slower than "
+                         f"unprofiled ones; stats in {path} (python -m pstats)")
+
+
+def _group(value_bytes: int, acks: str) -> str:
+    return f"{value_bytes} B values, acks={acks}"
+
+
+def run(ctx: Context) -> Section:
+    from confluent_kafka import libversion
+    from confluent_kafka.admin import AdminClient
+
+    sizes = QUICK if ctx.quick else FULL
+    rounds = min(ctx.repeats, MAX_ROUNDS)
+    section = Section(NAME, "Kafka wire protocol: librdkafka over loopback vs the engine in process / sendfile",
+                      {"client": f"librdkafka {libversion()[0]}",
+                       "produce_records": ", ".join(f"{n:,} x {v} B" for v, n in sizes.produce_records.items()),
+                       "linger_ms": LINGER_MS, "compression": "none",
+                       "fetch_topic_mb": round(sizes.fetch_bytes / MB),
+                       "latency_s": sizes.latency_s, "rounds": rounds})
+    cases = [(v, acks) for v in VALUE_SIZES for acks in ACKS]
+    pools = {v: [(r.key, r.value) for r in generate_records(DISTINCT_RECORDS, v, seed=30 + v)] for v in VALUE_SIZES}
+    items = {v: [pools[v][i % DISTINCT_RECORDS] for i in range(n)] for v, n in sizes.produce_records.items()}
+    broker_cpu: dict[str, list[float]] = {}
+
+    with scratch_dir(ctx, "wire") as work:
+        # -- produce, and the latency runs on the same broker ---------------------------------------------------
+        produce_dir = os.path.join(work, "produce")
+        os.makedirs(produce_dir)
+        profile = _profile_path("produce")
+        with BrokerProcess(work, produce_dir, profile_to=profile) as broker:
+            _progress(f"broker on {broker.bootstrap}: produce rows, {rounds} rounds")
+            admin: Any = AdminClient(_client_config(broker))
+            captured: dict[tuple[int, str], list[bytes]] = {}      # the batches of each case's first round
+            all_runs: dict[tuple[int, str], list[tuple[int, int, float, float]]] = {c: [] for c in cases}
+            counter = iter(range(1_000_000))
+
+            def wire_case(value_bytes: int, acks: str):
+                def case() -> Sample:
+                    topic = f"wire-produce-{value_bytes}b-acks-{acks}-{next(counter)}"
+                    run_ = _produce_round(broker, admin, topic, acks, items[value_bytes])
+                    captured.setdefault((value_bytes, acks), run_.batches)
+                    # (batches, their bytes, broker CPU, client CPU) of every round; the batches themselves go
+                    all_runs[(value_bytes, acks)].append((len(run_.batches), sum(len(b) for b in run_.batches),
+                                                          run_.broker_cpu_s,
+                                                          (run_.sample.cpu_s or 0.0) - run_.broker_cpu_s))
+                    broker_cpu.setdefault(_group(value_bytes, acks), []).append(run_.broker_cpu_s)
+                    return run_.sample
+                return case
+
+            def append_case(value_bytes: int, acks: str):
+                def case() -> Sample:
+                    batches = captured[(value_bytes, acks)]
+                    return _append_round(ctx, batches, len(items[value_bytes]), sum(len(b) for b in batches))
+                return case
+
+            plan = {}
+            for v, acks in cases:
+                plan[f"wire {v} {acks}"] = wire_case(v, acks)
+                plan[f"append {v} {acks}"] = append_case(v, acks)
+            runs = run_interleaved(plan, rounds)
+
+            for v, acks in cases:
+                group = _group(v, acks)
+                first = captured[(v, acks)]
+                size = sum(len(b) for b in first)
+                records = len(items[v])
+                section.add(Row(group, "in-process Log.append_batches", records, size, runs[f"append {v} {acks}"]))
+                section.add(Row(group, "librdkafka produce -> broker", records, size, runs[f"wire {v} {acks}"],
+                                baseline="in-process Log.append_batches", target=PRODUCE_TARGET))
+                per_round = [r[0] for r in all_runs[(v, acks)]]
+                section.facts.setdefault("produce_batches", {})[group] = {
+                    "batches_per_round": per_round, "batch_bytes_per_round": [r[1] for r in all_runs[(v, acks)]],
+                    "broker_cpu_s_per_round": [r[2] for r in all_runs[(v, acks)]],
+                    "client_cpu_s_per_round": [r[3] for r in all_runs[(v, acks)]], "baseline_batches": len(first)}
+                section.notes.append(
+                    f"{group}: librdkafka sent {'/'.join(f'{n:,}' for n in per_round)} batches (produce requests) "
+                    f"per round ({records / len(first):,.0f} records, {size / len(first) / 1000:,.1f} kB each in the "
+                    f"round the baseline appends); broker CPU per round "
+                    f"{'/'.join(f'{r[2]:.2f} s ({r[2] / r[0] * 1000:.2f} ms/request)' for r in all_runs[(v, acks)])}, "
+                    f"client CPU {'/'.join(f'{r[3]:.2f}' for r in all_runs[(v, acks)])} s")
+
+            # -- latency at half the peak rate of 1 KiB acks=all --------------------------------------------
+            peak_row = section.find(_group(LATENCY_VALUE_BYTES, LATENCY_ACKS), "librdkafka produce -> broker")
+            peak = peak_row.records_per_s
+            rate = peak / 2
+            _progress(f"latency: {rate:,.0f} records/s (half of the peak {peak:,.0f}) for {sizes.latency_s} s, "
+                      f"{rounds} rounds")
+            latency_rounds, samples, byte_counts = [], [], []
+            for r in range(rounds):
+                gc.collect()
+                sample, figures, size = _paced_round(broker, admin, f"wire-latency-{r}", items[LATENCY_VALUE_BYTES],
+                                                     rate, sizes.latency_s)
+                latency_rounds.append(figures)
+                samples.append(sample)
+                byte_counts.append(size)
+            section.add(Row(f"{LATENCY_VALUE_BYTES} B values, acks={LATENCY_ACKS}, paced at half the peak",
+                            "paced produce (latency run)", latency_rounds[0]["records"], min(byte_counts), samples))
+            best = min(latency_rounds, key=lambda f: f["p99_ms"])
+            section.facts["latency"] = {"peak_records_per_s": peak, "rate_records_per_s": rate,
+                                        "value_bytes": LATENCY_VALUE_BYTES, "acks": LATENCY_ACKS,
+                                        "seconds": sizes.latency_s, "rounds": latency_rounds,
+                                        "best_p99_ms": best["p99_ms"], "p50_ms_of_best": best["p50_ms"]}
+            for f in latency_rounds:
+                section.notes.append(
+                    f"latency at {f['target_records_per_s']:,.0f} records/s (half the peak {peak:,.0f}; achieved "
+                    f"{f['achieved_records_per_s']:,.0f}, {f['batches']:,} batches): produce -> delivery callback "
+                    f"p50 {f['p50_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms, p99.9 {f['p999_ms']:.2f} ms, max "
+                    f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
+                    f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
+                    f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
+            del captured, all_runs, plan
+            admin = None        # its client handle goes before the broker does
+            gc.collect()
+        _report_profile(profile, section)
+
+        # -- fetch ------------------------------------------------------------------------------------------
+        fetch_dir = os.path.join(work, "fetch")
+        os.makedirs(fetch_dir)
+        topic = "wire-fetch"
+        records, size, paths = _write_fetch_topic(fetch_dir, topic, sizes.fetch_bytes)
+        profile = _profile_path("fetch")
+        fetch_work = os.path.join(work, "fetch-broker")
+        os.makedirs(fetch_work)
+        with BrokerProcess(fetch_work, fetch_dir, profile_to=profile) as broker:
+            _progress(f"broker on {broker.bootstrap}: fetch rows ({size / MB:,.0f} MB), {rounds} rounds")
+            consume_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
+            client_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
+
+            def consume_case(name: str):
+                def case() -> Sample:
+                    sample, cpu = _consume_round(broker, topic, records, CONSUMERS[name])
+                    consume_cpu[name].append(cpu)
+                    client_cpu[name].append((sample.cpu_s or 0.0) - cpu)
+                    return sample
+                return case
+
+            for path in paths:      # the page cache holds the segment for every row alike
+                with open(path, "rb") as segment:
+                    while segment.read(MIB):
+                        pass
+            fetch_plan = {"sendfile": lambda: _sendfile_round(paths, size)}
+            fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
+            fetch_runs = run_interleaved(fetch_plan, rounds)
+        _report_profile(profile, section)
+        group = f"{FETCH_VALUE_BYTES} B values, {size / MB:,.0f} MB"
+        section.add(Row(group, "os.sendfile -> loopback reader", records, size, fetch_runs["sendfile"]))
+        for name in CONSUMERS:
+            section.add(Row(group, name, records, size, fetch_runs[name], baseline="os.sendfile -> loopback reader",
+                            target=FETCH_TARGET))
+            broker_cpu[f"{group}, {name}"] = consume_cpu[name]
+            section.notes.append(f"{name}: broker CPU per round {'/'.join(f'{c:.2f}' for c in consume_cpu[name])} s, "
+                                 f"client CPU {'/'.join(f'{c:.2f}' for c in client_cpu[name])} s")
+        section.notes.append(f"{group}: {FETCH_RECORDS_PER_BATCH}-record batches of "
+                             f"{size / (records / FETCH_RECORDS_PER_BATCH) / 1000:,.0f} kB")
+    section.facts["broker_cpu_s"] = broker_cpu
+    section.notes.append("cpu s of a librdkafka row = this process (client) + the broker process over the round; "
+                         "the machine's other load shares the same cores")
+    return section

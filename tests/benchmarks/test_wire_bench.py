@@ -1,0 +1,87 @@
+"""The wire benchmark at a tiny size: it starts the broker process, produces and consumes with librdkafka, measures
+its baselines in the same run and writes its rows into the results JSON. Nothing here judges a time."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from benchmarks import __main__ as bench_main
+from benchmarks import harness, wire
+
+TINY = wire.Sizes({100: 2_000, 1024: 500}, 2 * harness.MB, 0.3)
+
+
+@pytest.mark.slow   # two broker processes and a few thousand records over loopback (~15 s)
+def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(wire, "QUICK", TINY)
+    monkeypatch.setattr(harness, "TMP_ROOT", tmp_path / "scratch")
+    profiles = tmp_path / "profiles"
+    out = tmp_path / "results.json"
+    try:
+        assert bench_main.main(["--only", "wire", "--quick", "--profile-broker", str(profiles), "--out", str(out)]) == 0
+    finally:
+        wire.PROFILE_DIR = None
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["benchmarks"] == ["wire"]
+    section = doc["benchmarks"]["wire"]
+    rows = {(r["group"], r["name"]): r for r in section["rows"]}
+
+    for value_bytes in (100, 1024):
+        for acks in ("1", "all"):
+            group = f"{value_bytes} B values, acks={acks}"
+            wire_row = rows[(group, "librdkafka produce -> broker")]
+            base = rows[(group, "in-process Log.append_batches")]
+            assert wire_row["records"] == base["records"] == TINY.produce_records[value_bytes]
+            assert wire_row["bytes"] == base["bytes"] > wire_row["records"] * value_bytes
+            assert wire_row["baseline"] == "in-process Log.append_batches"
+            assert wire_row["ratio_vs_baseline"] > 0 and wire_row["target"]["minimum"] == 0.5
+            assert len(wire_row["runs"]) == len(base["runs"]) == 2   # --quick: 2 interleaved rounds
+
+    fetch = [r for r in section["rows"] if r["group"].startswith("1024 B values, ") and r["group"].endswith(" MB")]
+    names = {r["name"] for r in fetch}
+    assert names == {"os.sendfile -> loopback reader", *wire.CONSUMERS}
+    assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
+    assert all(r["target"]["minimum"] == 0.7 for r in fetch if r["baseline"])
+
+    latency = section["facts"]["latency"]
+    assert len(latency["rounds"]) == 2
+    peak = rows[("1024 B values, acks=all", "librdkafka produce -> broker")]["records_per_s"]
+    assert latency["peak_records_per_s"] == pytest.approx(peak)
+    for figures in latency["rounds"]:
+        assert figures["records"] >= 1
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"] <= figures["max_ms"]
+
+    # --profile-broker: one cProfile stats file per broker, with the engine's append in it
+    import pstats
+    produce_stats = pstats.Stats(str(profiles / "wire-produce.pstats"))
+    assert any(func[2] == "append_batches" for func in produce_stats.stats)
+    assert (profiles / "wire-fetch.pstats").exists()
+    scratch = tmp_path / "scratch"
+    assert not scratch.exists() or not os.listdir(scratch)    # every broker dir and scratch log removed
+
+
+@pytest.mark.unit
+def test_summary_shows_the_wire_rows_from_the_newest_run():
+    from benchmarks import summary
+    from benchmarks.harness import Row, Sample, Section
+
+    def doc(date: str, rate_s: float) -> dict:
+        section = Section("wire", "t", {})
+        group = "1024 B values, acks=all"
+        section.add(Row(group, "in-process Log.append_batches", 1000, 1_000_000, [Sample(0.01, 0.01)]))
+        section.add(Row(group, "librdkafka produce -> broker", 1000, 1_000_000, [Sample(rate_s, rate_s)],
+                        baseline="in-process Log.append_batches"))
+        meta = {"date_utc": date, "git_head": "abcdef0123", "engine_files_modified": [],
+                "implementation": {"summary": "c", "STORAGE_ENGINE_PURE_PYTHON": None},
+                "loadavg_at_start": [1.0], "loadavg_at_end": [2.0], "argv": ["--only", "wire"]}
+        return {"meta": meta, "benchmarks": {"wire": section.to_json()}}
+
+    runs = {"c": doc("2026-01-01T00:00:00Z", 0.04), "python": None, "large": None, "large-python": None,
+            "wire": doc("2026-02-01T00:00:00Z", 0.02)}
+    line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
+    assert "50,000 records/s" in line and "0.500x" in line and "| yes |" in line and "2026-02-01" in line
+    runs["wire"] = None
+    line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
+    assert "25,000 records/s" in line and "0.250x" in line and "**no**" in line and "2026-01-01" in line
