@@ -169,11 +169,18 @@ def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) ->
 
 
 def _max_timestamp(log: Log) -> tuple[int, int] | None:
-    """(max timestamp, its offset) from the segments' time records (Kafka's MAX_TIMESTAMP lookup)."""
+    """(max timestamp, offset of the first record carrying it), as Kafka 3.8+ answers MAX_TIMESTAMP: the segment
+    with the largest timestamp, the batch holding it (named by its last offset), then that batch's records."""
     best = max(log.segments, key=lambda seg: seg.max_timestamp_so_far, default=None)
     if best is None or best.max_timestamp_so_far < 0:
         return None
-    return best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+    ts, shallow = best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far
+    for batch in best.checked_batches(max(shallow, log.log_start_offset)):
+        for record in batch.records():
+            if record.timestamp == ts and record.offset >= log.log_start_offset:
+                return ts, record.offset
+        break
+    return ts, shallow
 
 
 async def list_offsets(ctx: Ctx, body: Any) -> dict[str, Any]:
