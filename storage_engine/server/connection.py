@@ -1,11 +1,18 @@
 """One client connection: frames read one at a time and answered in order (Kafka mutes a connection while a
 request is in flight), SASL before anything else on a SASL listener, and a malformed or oversized frame, an
-unserved API or version, or a request before authentication closing that connection with one log line: nothing
-from it is answered or stored."""
+unserved API or version, a request before authentication or a failed authentication closing that connection with
+one log line: nothing from it is answered (but the failed SaslAuthenticate) or stored. Before authentication a
+frame may not exceed :data:`MAX_UNAUTHENTICATED_BYTES` (Kafka's ``sasl.server.max.receive.size``), so a client
+without credentials cannot make the broker buffer ``socket.request.max.bytes``. After a SaslHandshake v0 the SASL
+tokens come as raw size-prefixed frames without Kafka headers (Kafka's ``handleSaslToken``); v1 wraps them in
+SaslAuthenticate. A handler that fails on a request closes only that connection, with one line naming the request
+and where it failed."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import traceback
 from typing import Any
 
 from storage_engine.server import protocol
@@ -16,6 +23,7 @@ from storage_engine.server.sasl import AuthenticationFailed, Authenticator, User
 from storage_engine.server.settings import Listener
 
 logger = logging.getLogger(__name__)
+MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
 
 
 class Closing(Exception):
@@ -38,14 +46,22 @@ class Connection:
         self.auth: Authenticator | None = None
         self.busy = False
         self.max_bytes: int = broker.config.server["socket.request.max.bytes"]
+        self.current = "reading a request"     # what the connection is doing, for the log line of a failure
+        self.raw_tokens = False                # after SaslHandshake v0: raw SASL tokens, no Kafka headers
 
     async def run(self) -> None:
         try:
             while True:
                 prefix = await self.reader.readexactly(4)
                 size = protocol.frame_size(prefix)
+                if self.raw_tokens:
+                    await self._raw_token(size)
+                    continue
                 if size < 8 or size > self.max_bytes:
                     raise Closing(f"request size {size} is outside [8, socket.request.max.bytes={self.max_bytes}]")
+                if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
+                    raise Closing(f"request size {size} before SASL authentication is above "
+                                  f"{MAX_UNAUTHENTICATED_BYTES} (sasl.server.max.receive.size)")
                 frame = await self.reader.readexactly(size)
                 self.busy = True
                 try:
@@ -57,22 +73,29 @@ class Connection:
                     self.busy = False
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
-        except protocol.MalformedRequest as exc:
+        except (protocol.MalformedRequest, Closing) as exc:
             self.broker.stats.malformed += 1
-            logger.warning("closing connection from %s on %s: %s", self.peer, self.listener, exc)
-        except Closing as exc:
-            self.broker.stats.malformed += 1
-            logger.warning("closing connection from %s on %s: %s", self.peer, self.listener, exc)
+            logger.warning("closing connection from %s on %s: %s", self.peer, self.listener, _line(exc))
+        except OSError as exc:     # a TLS record that does not decrypt, a socket error
+            logger.warning("closing connection from %s on %s: %s", self.peer, self.listener, _line(exc))
+        except Exception as exc:   # noqa: BLE001 - a handler's bug: this connection closes, the others go on
+            self.broker.stats.errors += 1
+            logger.error("closing connection from %s on %s: %s failed: %s: %s (at %s)", self.peer, self.listener,
+                         self.current, type(exc).__name__, _line(exc), _where(exc))
         finally:
             self.writer.close()
 
     async def handle(self, frame: bytes) -> bytes | None:
+        self.current = "decoding a request"
         request = protocol.decode_request(frame, SUPPORTED)
         key = request.api_key
+        self.current = f"{APIS[key].name} v{request.api_version} (correlation id {request.correlation_id})"
         if not self.authenticated and key not in (API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE):
             raise Closing(f"{APIS[key].name} before SASL authentication")
         if key == SASL_HANDSHAKE:
-            return self._encode(request, self._handshake(request.body))
+            answer = self._handshake(request.body)
+            self.raw_tokens = answer["error_code"] == 0 and request.api_version == 0
+            return self._encode(request, answer)
         if key == SASL_AUTHENTICATE:
             return self._authenticate(request)
         api = APIS[key]
@@ -99,19 +122,53 @@ class Connection:
         self.auth = Authenticator(body.mechanism, self.users)
         return {"error_code": 0, "mechanisms": enabled}
 
+    async def _raw_token(self, size: int) -> None:
+        """One SASL token of a SaslHandshake v0 exchange (Kafka's ``handleSaslToken`` without Kafka headers):
+        size-prefixed token in, size-prefixed token out; a failure closes the connection without an answer."""
+        assert self.auth is not None
+        if not 0 <= size <= MAX_UNAUTHENTICATED_BYTES:
+            raise Closing(f"SASL token size {size} is outside [0, {MAX_UNAUTHENTICATED_BYTES}]")
+        token = await self.reader.readexactly(size)
+        self.current = f"a {self.auth.mechanism} token after SaslHandshake v0"
+        try:
+            answer = self.auth.step(token)
+        except AuthenticationFailed as exc:
+            raise Closing(f"{self.auth.mechanism} authentication failed (SaslHandshake v0)"
+                          f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None
+        if self.auth.done:
+            self.authenticated, self.raw_tokens = True, False
+            logger.info("%s authenticated as %s with %s on %s", self.peer, self.auth.user, self.auth.mechanism,
+                        self.listener)
+        self.writer.write(len(answer).to_bytes(4, "big") + answer)
+        await self.writer.drain()
+
     def _authenticate(self, request: protocol.Request) -> bytes:
         if self.auth is None or self.authenticated:
             raise Closing("SaslAuthenticate without a SaslHandshake first")
         try:
             token = self.auth.step(bytes(request.body.auth_bytes))
         except AuthenticationFailed as exc:
-            logger.warning("authentication of %s on %s failed: %s", self.peer, self.listener, exc)
             self.writer.write(self._encode(request, {"error_code": 58, "error_message": str(exc),
                                                      "auth_bytes": b"", "session_lifetime": 0}))
-            raise Closing("SASL authentication failed") from None
+            raise Closing(f"{self.auth.mechanism} authentication failed"
+                          f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None
         if self.auth.done:
             self.authenticated = True
             logger.info("%s authenticated as %s with %s on %s", self.peer, self.auth.user, self.auth.mechanism,
                         self.listener)
         return self._encode(request, {"error_code": 0, "error_message": None, "auth_bytes": token,
                                       "session_lifetime": 0})
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``exc``'s traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+
+
+def _line(exc: BaseException) -> str:
+    """``exc`` as one line of at most 500 characters (client bytes in a message cannot break the log line)."""
+    return " ".join(str(exc).split())[:500] or type(exc).__name__

@@ -7,6 +7,11 @@ any version, every other unsupported key or version closes the connection, as Ka
 :func:`build`, which turns plain dicts into the response dataclasses of whatever version was asked for (fields the
 version lacks are dropped, missing ones take their schema defaults). Handlers therefore speak one shape for every
 version of an API.
+
+Before kio reads a request, :func:`check_lengths` walks it by the same schema and checks every array count,
+string, bytes and tagged-field length against the bytes left in the frame: kio's native reader reserves memory for
+an array from its count before reading an element, so one frame claiming 2**35 elements made the process abort on
+a failed allocation of hundreds of gigabytes.
 """
 from __future__ import annotations
 
@@ -74,10 +79,166 @@ def _writer(cls: Any) -> Any:
     return found
 
 
+# -- the length check before kio --------------------------------------------------------------------------------
+
+_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
+          "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
+
+
+class _Bad(Exception):
+    """The frame's shape is wrong at some position (becomes a MalformedRequest)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    name: str
+    kind: str                 # a kafka_type, or "struct"
+    nullable: bool
+    array: bool
+    struct: Any               # the element class for "struct"
+    tag: int | None
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[_Field, ...], dict[int, _Field]]:
+    """``cls``'s fields in wire order, and its tagged fields by tag."""
+    hints = typing.get_type_hints(cls)
+    regular: list[_Field] = []
+    tagged: dict[int, _Field] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if nullable else hint
+        array = typing.get_origin(base) is tuple
+        elem = typing.get_args(base)[0] if array else base
+        if dataclasses.is_dataclass(elem):
+            kind, struct = "struct", elem
+        else:
+            kind, struct = f.metadata.get("kafka_type", ""), None
+            if kind not in _FIXED and kind not in ("string", "bytes", "records"):
+                raise TypeError(f"{cls.__name__}.{f.name}: no length rule for kafka_type {kind!r}")
+        field = _Field(f.name, kind, nullable, array, struct, f.metadata.get("tag"))
+        if field.tag is None:
+            regular.append(field)
+        else:
+            tagged[field.tag] = field
+    return tuple(regular), tagged
+
+
+def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(5):
+        if pos + i >= end:
+            raise _Bad(f"an unsigned varint at byte {pos} runs past the end")
+        byte = buf[pos + i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos + i + 1
+        shift += 7
+    raise _Bad(f"an unsigned varint at byte {pos} is longer than 5 bytes")
+
+
+def _length(buf: memoryview, pos: int, end: int, flexible: bool, width: int) -> tuple[int, int]:
+    """A length or count (-1: null) and the position after it: a compact uvarint (n + 1) or a big-endian int of
+    ``width`` bytes; a count larger than the bytes left cannot be right."""
+    if flexible:
+        raw, pos = _uvarint(buf, pos, end)
+        n = raw - 1
+    else:
+        if pos + width > end:
+            raise _Bad(f"a length at byte {pos} runs past the end")
+        n = int.from_bytes(buf[pos:pos + width], "big", signed=True)
+        pos += width
+    if n < -1:
+        raise _Bad(f"length {n} at byte {pos}")
+    if n > end - pos:
+        raise _Bad(f"length {n} at byte {pos} but {end - pos} bytes left")
+    return n, pos
+
+
+def _walk_value(field: _Field, flexible: bool, buf: memoryview, pos: int, end: int) -> int:
+    kind = field.kind
+    size = _FIXED.get(kind)
+    if size is not None:
+        if pos + size > end:
+            raise _Bad(f"{field.name} at byte {pos} runs past the end")
+        return pos + size
+    if kind == "struct":
+        if field.nullable and not field.array:
+            if pos >= end:
+                raise _Bad(f"{field.name} at byte {pos} runs past the end")
+            if int.from_bytes(buf[pos:pos + 1], "big", signed=True) < 0:
+                return pos + 1
+            pos += 1
+        return _walk(field.struct, buf, pos, end)
+    n, pos = _length(buf, pos, end, flexible, 2 if kind == "string" else 4)
+    return pos + max(n, 0)
+
+
+def _walk(cls: Any, buf: memoryview, pos: int, end: int) -> int:
+    regular, tagged = _plan(cls)
+    flexible = bool(cls.__flexible__)
+    for field in regular:
+        if field.array:
+            count, pos = _length(buf, pos, end, flexible, 4)
+            for _ in range(count):
+                pos = _walk_value(field, flexible, buf, pos, end)
+        else:
+            pos = _walk_value(field, flexible, buf, pos, end)
+    if flexible:
+        pos = _walk_tags(tagged, buf, pos, end)
+    return pos
+
+
+def _walk_tags(tagged: Mapping[int, _Field], buf: memoryview, pos: int, end: int) -> int:
+    count, pos = _uvarint(buf, pos, end)
+    if count > end - pos:
+        raise _Bad(f"{count} tagged fields at byte {pos} but {end - pos} bytes left")
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size > end - pos:
+            raise _Bad(f"tagged field {tag} of {size} bytes at byte {pos} but {end - pos} bytes left")
+        field = tagged.get(tag)
+        if field is None:
+            pos += size           # an unknown tag is skipped by its size
+        elif field.array:         # a known one is read in place, as Kafka's generated readers do (size unused)
+            n, pos = _length(buf, pos, end, True, 4)
+            for _ in range(n):
+                pos = _walk_value(field, True, buf, pos, end)
+        else:
+            pos = _walk_value(field, True, buf, pos, end)
+    return pos
+
+
+def check_lengths(cls: Any, frame: bytes | memoryview) -> None:
+    """Walk the request header and body of ``cls`` over ``frame``: every count and length must fit in the bytes
+    left (raises :class:`MalformedRequest` naming the first that does not). Only lengths are checked; kio reads
+    the values."""
+    buf = memoryview(frame)
+    end = len(buf)
+    try:
+        if end < 10:
+            raise _Bad("shorter than a request header")
+        client_id = int.from_bytes(buf[8:10], "big", signed=True)     # a legacy int16 string in every version
+        if client_id < -1 or client_id > end - 10:
+            raise _Bad(f"client id length {client_id} but {end - 10} bytes left")
+        pos = 10 + max(client_id, 0)
+        if cls.__header_schema__.__flexible__:
+            pos = _walk_tags({}, buf, pos, end)
+        _walk(cls, buf, pos, end)
+    except _Bad as exc:
+        key, version = cls.__api_key__, cls.__version__
+        raise MalformedRequest(f"API key {key} version {version}: body does not parse ({exc})") from None
+
+
 def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:
     """Decode one request frame (without its size prefix). ``supported`` maps each served API key to its
     (min, max) version. Raises :class:`MalformedRequest` for an unserved key or version (except ApiVersions,
-    which answers any version), trailing bytes, or a body that does not parse."""
+    which answers any version) or a body that does not parse. Bytes after a parsed body are ignored, as Kafka's
+    ``AbstractRequest.parseRequest`` ignores them: librdkafka's Metadata v9+ for all topics leaves three bytes of
+    its int32 array-count placeholder behind the compact null (``rd_kafka_MetadataRequest0``)."""
     key, version = peek_key_version(frame)
     rng = supported.get(key)
     if key == API_VERSIONS_KEY and rng is not None and version > rng[1]:
@@ -87,15 +248,16 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Re
     if rng is None or not rng[0] <= version <= rng[1]:
         raise MalformedRequest(f"unsupported API key {key} version {version}")
     cls = load_request_schema(key, version)
+    check_lengths(cls, frame)
     view = memoryview(frame)
     try:
         header, offset = _reader(cls.__header_schema__)(view, 0)
         body, used = _reader(cls)(view, offset)
-    except Exception as exc:   # kio raises many kinds for bad bytes: all mean "not a request"
+    except BaseException as exc:   # kio raises many kinds for bad bytes: all mean "not a request"
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":   # a Rust panic in kio
+            raise
         raise MalformedRequest(f"API key {key} version {version}: body does not parse "
                                f"({type(exc).__name__}: {exc})") from None
-    if offset + used != len(frame):
-        raise MalformedRequest(f"API key {key} version {version}: {len(frame) - offset - used} bytes after the body")
     client_id = getattr(header, "client_id", None) or ""
     return Request(key, version, int(header.correlation_id), client_id, body, len(frame))
 

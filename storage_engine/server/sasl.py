@@ -60,7 +60,8 @@ def load_users(path: str) -> Users:
     except FileNotFoundError:
         raise ConfigError(f"sasl.credentials.file = {path!r}: no such file") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"sasl.credentials.file = {path!r}: cannot read: {exc}") from None
+        reason = " ".join(str(exc).split())       # YAML errors span lines: the CLI's error is one line
+        raise ConfigError(f"sasl.credentials.file = {path!r}: cannot read: {reason}") from None
     users = data.get("users") if isinstance(data, dict) else None
     if not isinstance(users, dict) or not users:
         raise ConfigError(f"sasl.credentials.file = {path!r}: expected 'users:' mapping user names to credentials")
@@ -68,9 +69,11 @@ def load_users(path: str) -> Users:
     scram: dict[tuple[str, str], ScramCredential] = {}
     for name, entry in users.items():
         where = f"sasl.credentials.file {path!r}, user {name!r}"
-        if not isinstance(name, str) or not name or not isinstance(entry, dict):
+        if not isinstance(name, str) or not name or not isinstance(entry, dict) or not entry:
             raise ConfigError(f"{where}: a user is a name mapped to {{password: ...}} or SCRAM credentials")
         for key, value in entry.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{where}: unknown key {key!r} (password, scram-sha-256, scram-sha-512)")
             if key == "password":
                 if not isinstance(value, str) or not value:
                     raise ConfigError(f"{where}: password must be a non-empty string")
@@ -79,12 +82,18 @@ def load_users(path: str) -> Users:
                     scram.setdefault((name, mech), scram_credential(value, mech))
             elif key.upper() in _HASHES:
                 try:
-                    cred = ScramCredential(base64.b64decode(value["salt"]), int(value["iterations"]),
-                                           base64.b64decode(value["stored_key"]), base64.b64decode(value["server_key"]))
+                    cred = ScramCredential(base64.b64decode(value["salt"], validate=True), int(value["iterations"]),
+                                           base64.b64decode(value["stored_key"], validate=True),
+                                           base64.b64decode(value["server_key"], validate=True))
                 except (TypeError, KeyError, ValueError) as exc:
-                    raise ConfigError(f"{where}: {key} needs salt, iterations, stored_key, server_key ({exc})") from None
+                    raise ConfigError(f"{where}: {key} needs salt, iterations, stored_key, server_key in base64 "
+                                      f"({type(exc).__name__}: {exc})") from None
                 if cred.iterations < MIN_ITERATIONS:
                     raise ConfigError(f"{where}: {key} iterations {cred.iterations} < {MIN_ITERATIONS}")
+                size = hashlib.new(_HASHES[key.upper()]).digest_size
+                if not cred.salt or len(cred.stored_key) != size or len(cred.server_key) != size:
+                    raise ConfigError(f"{where}: {key} needs a non-empty salt and a stored_key and server_key of "
+                                      f"{size} bytes each")
                 scram[(name, key.upper())] = cred
             else:
                 raise ConfigError(f"{where}: unknown key {key!r} (password, scram-sha-256, scram-sha-512)")
@@ -104,6 +113,8 @@ class Authenticator:
         self._nonce = ""
         self._auth_first = ""
         self._server_first = ""
+        self._gs2_header = ""
+        self._cred: ScramCredential | None = None
 
     def step(self, token: bytes) -> bytes:
         if self.done:
@@ -116,7 +127,10 @@ class Authenticator:
         parts = token.split(b"\0")
         if len(parts) != 3:
             raise AuthenticationFailed("PLAIN token must be authzid NUL user NUL password")
-        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+        try:
+            authzid, user, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("PLAIN token must be UTF-8") from None
         if authzid and authzid != user:
             raise AuthenticationFailed("authorization id must be empty or equal to the user")
         expected = self.users.passwords.get(user)
@@ -126,33 +140,53 @@ class Authenticator:
         return b""
 
     def _scram(self, token: bytes) -> bytes:
-        text = token.decode("utf-8", "replace")
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("SCRAM messages must be UTF-8") from None
         algo = _HASHES[self.mechanism]
         if self._state == "first":
-            if not text.startswith("n,"):
-                raise AuthenticationFailed("SCRAM client-first must start with the GS2 header 'n,'")
-            bare = text.split(",", 2)[2] if text.count(",") >= 2 else ""
-            attrs = dict(a.split("=", 1) for a in bare.split(",") if "=" in a)
-            user = attrs.get("n", "").replace("=2C", ",").replace("=3D", "=")
+            # gs2-header "n," [ "a=" authzid ] "," then client-first-message-bare "n=user,r=nonce[,extensions]"
+            parts = text.split(",", 2)
+            if len(parts) != 3 or parts[0] != "n" or (parts[1] and not parts[1].startswith("a=")):
+                raise AuthenticationFailed("SCRAM client-first must start with the GS2 header 'n,,' or 'n,a=<user>,'")
+            bare = parts[2]
+            fields = bare.split(",")
+            if len(fields) < 2 or not fields[0].startswith("n=") or not fields[1].startswith("r=") \
+                    or len(fields[1]) < 3:
+                raise AuthenticationFailed("SCRAM client-first-message-bare must be 'n=<user>,r=<nonce>'")
+            user = _saslname(fields[0][2:])
+            authzid = _saslname(parts[1][2:]) if parts[1] else None
+            if user is None or (parts[1] and authzid != user):
+                raise AuthenticationFailed("Authentication failed: the authorization id must be empty or the user")
             cred = self.users.scram.get((user, self.mechanism))
-            if cred is None or "r" not in attrs:
+            if cred is None:
                 raise AuthenticationFailed("Authentication failed: Invalid user credentials")
             self.user, self._cred = user, cred
-            self._nonce = attrs["r"] + base64.b64encode(secrets.token_bytes(18)).decode()
+            self._gs2_header = f"{parts[0]},{parts[1]},"
+            self._nonce = fields[1][2:] + base64.b64encode(secrets.token_bytes(18)).decode()
             self._auth_first = bare
             self._server_first = (f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},"
                                   f"i={cred.iterations}")
             self._state = "final"
             return self._server_first.encode()
-        attrs = dict(a.split("=", 1) for a in text.split(",") if "=" in a)
-        if attrs.get("r") != self._nonce or "p" not in attrs:
-            raise AuthenticationFailed("Authentication failed: Invalid client nonce or proof")
-        without_proof = text[:text.rindex(",p=")]
+        # client-final-message: "c=<b64 gs2 header>,r=<nonce>[,extensions],p=<b64 proof>" (the proof last)
+        without_proof, sep, proof_text = text.rpartition(",p=")
+        fields = without_proof.split(",")
+        if not sep or len(fields) < 2 or not fields[0].startswith("c=") or not fields[1].startswith("r="):
+            raise AuthenticationFailed("SCRAM client-final must be 'c=<channel binding>,r=<nonce>,p=<proof>'")
+        # Kafka's ScramSaslServer accepts a nonce that ends with the server's: older librdkafka (2.0.2, which kcat here
+        # links) sends its own nonce again before the combined one (the proof covers the message as sent)
+        if not fields[1][2:].endswith(self._nonce):
+            raise AuthenticationFailed("Authentication failed: Invalid client nonce")
+        if fields[0][2:] != base64.b64encode(self._gs2_header.encode()).decode():
+            raise AuthenticationFailed("Authentication failed: channel binding does not match the GS2 header")
         auth_message = f"{self._auth_first},{self._server_first},{without_proof}".encode()
         cred = self._cred
+        assert cred is not None
         signature = hmac.new(cred.stored_key, auth_message, algo).digest()
         try:
-            proof = base64.b64decode(attrs["p"])
+            proof = base64.b64decode(proof_text, validate=True)
         except ValueError:
             raise AuthenticationFailed("Authentication failed: Invalid client proof") from None
         client_key = bytes(a ^ b for a, b in zip(proof, signature)) if len(proof) == len(signature) else b""
@@ -163,3 +197,17 @@ class Authenticator:
         return f"v={base64.b64encode(server_signature).decode()}".encode()
 
 
+def _saslname(text: str) -> str | None:
+    """A SCRAM saslname decoded (``=2C`` is ',', ``=3D`` is '='); None if another '=' escape is in it."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "=":
+            escape = text[i:i + 3]
+            if escape not in ("=2C", "=3D"):
+                return None
+            out.append("," if escape == "=2C" else "=")
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

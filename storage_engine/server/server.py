@@ -90,6 +90,14 @@ class Server:
             self.tasks.add(task)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # stop() cancels idle connections: the task ends quietly (a cancelled client_connected_cb task makes
+            # asyncio log a traceback)
+            pass
+        except Exception as exc:   # noqa: BLE001 - Connection.run logs its own failures; this is a last guard
+            logger.error("closing connection from %s on %s: %s: %s", conn.peer, listener, type(exc).__name__,
+                         " ".join(str(exc).split())[:500])
+            writer.close()
         finally:
             stats.connections -= 1
             self.connections.discard(conn)

@@ -45,7 +45,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(1, "Fetch", 4, 16, fetch.fetch),
     Api(2, "ListOffsets", 1, 9, fetch.list_offsets),
     Api(3, "Metadata", 0, 12, metadata.metadata),
-    Api(SASL_HANDSHAKE, "SaslHandshake", 1, 1, None),
+    Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, None),
     Api(API_VERSIONS, "ApiVersions", 0, 4, api_versions),
     Api(19, "CreateTopics", 2, 7, admin.create_topics),
     Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
