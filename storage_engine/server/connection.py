@@ -23,6 +23,8 @@ from storage_engine.server.sasl import AuthenticationFailed, Authenticator, User
 from storage_engine.server.settings import Listener
 
 logger = logging.getLogger(__name__)
+Buffer = bytes | bytearray | memoryview
+READ_AHEAD = 2                         # requests received ahead of the one being handled
 MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
 
 
@@ -49,25 +51,50 @@ class Connection:
         self.current = "reading a request"     # what the connection is doing, for the log line of a failure
         self.raw_tokens = False                # after SaslHandshake v0: raw SASL tokens, no Kafka headers
 
+    async def _read_frame(self) -> bytes:
+        prefix = await self.reader.readexactly(4)
+        size = protocol.frame_size(prefix)
+        if size < 8 or size > self.max_bytes:
+            raise Closing(f"request size {size} is outside [8, socket.request.max.bytes={self.max_bytes}]")
+        if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
+            raise Closing(f"request size {size} before SASL authentication is above "
+                          f"{MAX_UNAUTHENTICATED_BYTES} (sasl.server.max.receive.size)")
+        return await self.reader.readexactly(size)
+
+    async def _read_ahead(self, queue: asyncio.Queue[bytes | BaseException]) -> None:
+        """Once authenticated: receive the next requests while the current one is handled (at most
+        :data:`READ_AHEAD` waiting); they are still handled and answered one at a time, in order."""
+        while True:
+            try:
+                frame = await self._read_frame()
+            except Exception as exc:   # noqa: BLE001 - handed to the handling loop, which closes the connection
+                await queue.put(exc)
+                return
+            await queue.put(frame)
+
     async def run(self) -> None:
+        queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(READ_AHEAD)
+        ahead: asyncio.Task[None] | None = None
         try:
             while True:
-                prefix = await self.reader.readexactly(4)
-                size = protocol.frame_size(prefix)
-                if self.raw_tokens:
-                    await self._raw_token(size)
+                if ahead is None and self.authenticated and not self.raw_tokens:
+                    ahead = asyncio.create_task(self._read_ahead(queue))
+                if ahead is not None:
+                    item = await queue.get()
+                    if isinstance(item, BaseException):
+                        raise item
+                    frame = item
+                elif self.raw_tokens:
+                    await self._raw_token(protocol.frame_size(await self.reader.readexactly(4)))
                     continue
-                if size < 8 or size > self.max_bytes:
-                    raise Closing(f"request size {size} is outside [8, socket.request.max.bytes={self.max_bytes}]")
-                if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
-                    raise Closing(f"request size {size} before SASL authentication is above "
-                                  f"{MAX_UNAUTHENTICATED_BYTES} (sasl.server.max.receive.size)")
-                frame = await self.reader.readexactly(size)
+                else:
+                    frame = await self._read_frame()
                 self.busy = True
                 try:
                     out = await self.handle(frame)
                     if out is not None:
-                        self.writer.write(out)
+                        for part in out:
+                            self.writer.write(part)
                         await self.writer.drain()
                 finally:
                     self.busy = False
@@ -83,9 +110,11 @@ class Connection:
             logger.error("closing connection from %s on %s: %s failed: %s: %s (at %s)", self.peer, self.listener,
                          self.current, type(exc).__name__, _line(exc), _where(exc))
         finally:
+            if ahead is not None:
+                ahead.cancel()
             self.writer.close()
 
-    async def handle(self, frame: bytes) -> bytes | None:
+    async def handle(self, frame: bytes) -> list[Buffer] | None:
         self.current = "decoding a request"
         request = protocol.decode_request(frame, SUPPORTED)
         key = request.api_key
@@ -107,9 +136,9 @@ class Connection:
         version = 0 if request.body is None else request.api_version
         return self._encode(request, result, version)
 
-    def _encode(self, request: protocol.Request, result: dict[str, Any], version: int | None = None) -> bytes:
+    def _encode(self, request: protocol.Request, result: dict[str, Any], version: int | None = None) -> list[Buffer]:
         cls = protocol.response_class(request.api_key, request.api_version if version is None else version)
-        return protocol.encode_response(request, protocol.build(cls, result))
+        return protocol.encode_response_parts(request, protocol.build(cls, result))
 
     def _handshake(self, body: Any) -> dict[str, Any]:
         enabled = tuple(self.broker.config.server["sasl.enabled.mechanisms"])
@@ -142,13 +171,13 @@ class Connection:
         self.writer.write(len(answer).to_bytes(4, "big") + answer)
         await self.writer.drain()
 
-    def _authenticate(self, request: protocol.Request) -> bytes:
+    def _authenticate(self, request: protocol.Request) -> list[Buffer]:
         if self.auth is None or self.authenticated:
             raise Closing("SaslAuthenticate without a SaslHandshake first")
         try:
             token = self.auth.step(bytes(request.body.auth_bytes))
         except AuthenticationFailed as exc:
-            self.writer.write(self._encode(request, {"error_code": 58, "error_message": str(exc),
+            self.writer.writelines(self._encode(request, {"error_code": 58, "error_message": str(exc),
                                                      "auth_bytes": b"", "session_lifetime": 0}))
             raise Closing(f"{self.auth.mechanism} authentication failed"
                           f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None

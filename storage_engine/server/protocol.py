@@ -262,18 +262,46 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Re
     return Request(key, version, int(header.correlation_id), client_id, body, len(frame))
 
 
-def encode_response(request: Request, response: Any, *, version: int | None = None) -> bytes:
-    """The whole frame (size prefix included) answering ``request`` with ``response`` (a kio response
-    dataclass); the header version is the one the response class names (v0 for every ApiVersions)."""
+class _Parts:
+    """What kio writes a response into: small fields gathered into one buffer, every large bytes value (records)
+    kept as the object it is, so a fetched batch is never copied on its way to the socket."""
+
+    LARGE = 32 * 1024
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | bytearray | memoryview] = [bytearray(4)]   # the size prefix, filled in last
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        n = len(data)
+        if n >= self.LARGE:
+            self.parts.append(data)
+            self.parts.append(bytearray())
+        else:
+            tail = self.parts[-1]
+            assert isinstance(tail, bytearray)
+            tail += data
+        self.size += n
+        return n
+
+
+def encode_response_parts(request: Request, response: Any) -> list[bytes | bytearray | memoryview]:
+    """The frame answering ``request`` with ``response`` (a kio response dataclass), size prefix included, as
+    buffers to write in order; the header version is the one the response class names (v0 for ApiVersions)."""
     cls = type(response)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
+    out = _Parts()
     header_cls = cls.__header_schema__
     _writer(header_cls)(out, header_cls(correlation_id=request.correlation_id))
     _writer(cls)(out, response)
-    data = out.getbuffer()
-    _SIZE.pack_into(data, 0, len(data) - 4)
-    return bytes(data)
+    first = out.parts[0]
+    assert isinstance(first, bytearray)
+    _SIZE.pack_into(first, 0, out.size)
+    return [p for p in out.parts if len(p)]
+
+
+def encode_response(request: Request, response: Any) -> bytes:
+    """:func:`encode_response_parts` as one ``bytes``."""
+    return b"".join(encode_response_parts(request, response))
 
 
 def response_class(api_key: int, version: int) -> type:
