@@ -55,6 +55,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.segment.file_records import iter_batches
 
+from . import wire_fetch
 from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, chunks, generate_records,
                       run_interleaved, scratch_dir, timed)
 
@@ -78,6 +79,9 @@ DISTINCT_RECORDS = 5_000                # produced records repeat from a pool; t
 FETCH_VALUE_BYTES = 1024
 FETCH_RECORDS_PER_BATCH = 500
 FETCH_MAX_BYTES = 64 * MIB
+# The bare fetch client's rows (benchmarks/wire_fetch.py: the broker's fetch path without a client library's
+# per-record work), by partition_max_bytes: librdkafka's default 1 MiB, and 16 MiB.
+RAW_FETCHES = {"Fetch v12 client (kio), 1 MiB per fetch": MIB, "Fetch v12 client (kio), 16 MiB per fetch": 16 * MIB}
 # The consumer rows: librdkafka's defaults (fetch.max.bytes 50 MiB, but max.partition.fetch.bytes 1 MiB: with one
 # partition a fetch returns at most ~1 MiB), and big fetches of up to 64 MiB.
 CONSUMERS = {
@@ -658,12 +662,32 @@ def run(ctx: Context) -> Section:
                 with open(path, "rb") as segment:
                     while segment.read(MIB):
                         pass
+            raw_cpu: dict[str, list[float]] = {name: [] for name in RAW_FETCHES}
+
+            def raw_case(name: str):
+                def case() -> Sample:
+                    cpu_before = broker.cpu_s()
+                    sample, result = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records,
+                                                                        RAW_FETCHES[name]))
+                    _, got = cast(tuple[int, int], result)
+                    if got != size:
+                        raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
+                    raw_cpu[name].append(broker.cpu_s() - cpu_before)
+                    return Sample(sample.wall_s, (sample.cpu_s or 0.0) + raw_cpu[name][-1])
+                return case
+
             fetch_plan = {"sendfile": lambda: _sendfile_round(paths, size)}
+            fetch_plan.update({name: raw_case(name) for name in RAW_FETCHES})
             fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
             fetch_runs = run_interleaved(fetch_plan, rounds)
         _report_profile(profile, section)
         group = f"{FETCH_VALUE_BYTES} B values, {size / MB:,.0f} MB"
         section.add(Row(group, "os.sendfile -> loopback reader", records, size, fetch_runs["sendfile"]))
+        for name in RAW_FETCHES:
+            section.add(Row(group, name, records, size, fetch_runs[name], baseline="os.sendfile -> loopback reader",
+                            target=FETCH_TARGET))
+            broker_cpu[f"{group}, {name}"] = raw_cpu[name]
+            section.notes.append(f"{name}: broker CPU per round {'/'.join(f'{c:.2f}' for c in raw_cpu[name])} s")
         for name in CONSUMERS:
             section.add(Row(group, name, records, size, fetch_runs[name], baseline="os.sendfile -> loopback reader",
                             target=FETCH_TARGET))
