@@ -41,7 +41,7 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
 
     fetch = [r for r in section["rows"] if r["group"].startswith("1024 B values, ") and r["group"].endswith(" MB")]
     names = {r["name"] for r in fetch}
-    assert names == {"os.sendfile -> loopback reader", *wire.CONSUMERS}
+    assert names == {"os.sendfile -> loopback reader", *wire.RAW_FETCHES, *wire.CONSUMERS}
     assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
     assert all(r["target"]["minimum"] == 0.7 for r in fetch if r["baseline"])
 
