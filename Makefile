@@ -81,9 +81,11 @@ bench-large: $(STAMP)
 # then reopen, verify and check every acknowledged record. TRIALS=N make torture; SOAK=600 make torture runs
 # one 10-minute soak instead; THREADS=3 make torture runs the writer process as 3 writer threads with reader,
 # cleaner and maintenance threads on one manager. A failing trial's log dir is kept under var/torture/failures.
+# SERVER=1 TRIALS=100 make torture runs the broker trials instead: idempotent librdkafka producers while the broker is
+# killed and restarted (torture/server.py).
 TRIALS ?= 1000
 torture: $(STAMP)
-	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS))
+	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS)) $(if $(SERVER),--server)
 
 # Mutation testing of the engine's decision modules (MUTATION.md): every group of modules against the tests that
 # pin it, 2 mutants at a time; prints killed / survived / timeout per module and fails if one scores below 90%.

@@ -1,4 +1,5 @@
 """``python -m torture [--trials N] [--soak SECONDS] [--seed S] [--keep DIR]``: kill -9 torture (``make torture``).
+``python -m torture --server [--trials N]``: the broker killed under idempotent producers (:mod:`torture.server`).
 
 Prints each failing trial's violations as they happen, and at the end the totals: trials, kills per process type,
 forced steps and the steps actually reached, acknowledged records checked, violations, duration. Exits 1 if any
@@ -23,10 +24,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="threads mode: the writer process runs N writer threads, two reader threads, a cleaner "
                         "and a maintenance thread on one LogManager, beside the other processes")
+    p.add_argument("--server", action="store_true",
+                   help="server trials instead: idempotent Kafka producers while the broker is killed with SIGKILL "
+                        "and restarted; then every acknowledged record once, in order (torture/server.py)")
     p.add_argument("--seed", type=int, default=20261123)
     p.add_argument("--keep", type=Path, default=harness.REPO / "var" / "torture" / "failures",
                    help="where a failing trial's log dir and outputs are kept (default: %(default)s)")
     args = p.parse_args(argv)
+    if args.server:
+        from torture import server
+        print(f"torture: {args.trials} server trials, seed {args.seed}", flush=True)
+        return server.main(args.trials, args.seed, args.keep)
     # The checks reopen crashed log dirs: the engine's repair warnings are expected there, not news.
     logging.getLogger("storage_engine").setLevel(logging.ERROR)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=harness.REPO, capture_output=True,

@@ -1,0 +1,25 @@
+"""A short run of the broker's kill -9 torture (``python -m torture --server``; RELIABILITY.md records 100 trials).
+
+3 trials of idempotent librdkafka producers in their own processes while the broker dies by SIGKILL, at random
+moments and at named steps of the engine (see :mod:`torture.server`), and restarts on the same port; after each,
+every acknowledged record must be in the log exactly once at its acknowledged offset, in its producer's order,
+and ``verify`` must pass after a clean stop. A failing trial's dir is kept under the test's temporary directory.
+"""
+from __future__ import annotations
+
+import pytest
+
+from torture import server
+
+pytestmark = [pytest.mark.slow, pytest.mark.kills]
+
+TRIALS = 3
+
+
+def test_three_server_trials_lose_and_duplicate_no_acknowledged_record(tmp_path):
+    lines: list[str] = []
+    totals = server.run(TRIALS, seed=12, keep_root=tmp_path, out=lines.append)
+    assert totals["trials"] == TRIALS
+    assert totals["violations"] == 0, "\n".join(lines)
+    assert totals["acknowledged"] == totals["produced"] >= TRIALS * 2 * 3000, "every record was delivered"
+    assert totals["kills"] + sum(totals["steps_reached"].values()) >= TRIALS, server.summary(totals)
