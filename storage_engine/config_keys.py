@@ -348,6 +348,14 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("ssl.keystore.location",                     STRING,  None,                None,                    "server"),
     _B("ssl.key.password",                          STRING,  None,                None,                    "server"),
     _B("ssl.truststore.location",                   STRING,  None,                None,                    "server"),
+    # The group coordinator (Kafka's group.* and offsets.* keys and defaults).
+    _B("offsets.topic.num.partitions",              INT,     50,                  at_least(1),             "server"),
+    _B("offsets.topic.segment.bytes",               INT,     100 * MIB,           at_least(14),            "server"),
+    _B("offsets.retention.minutes",                 INT,     10080,               at_least(1),             "server"),
+    _B("offset.metadata.max.bytes",                 INT,     4096,                at_least(0),             "server"),
+    _B("group.initial.rebalance.delay.ms",          INT,     3000,                at_least(0),             "server"),
+    _B("group.min.session.timeout.ms",              INT,     6000,                at_least(0),             "server"),
+    _B("group.max.session.timeout.ms",              INT,     1_800_000,           at_least(0),             "server"),
     _B("ssl.client.auth",                           STRING,  "none",              _OneOf(("none", "requested", "required")),
        "server"),
 )

@@ -26,6 +26,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.durable import atomic_write
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
+from storage_engine.server.groups.coordinator import GroupCoordinator
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,6 +68,7 @@ class Broker:
         self._catalog_mutex = threading.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
+        self.groups = GroupCoordinator(self)
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
 
     # -- running engine calls ---------------------------------------------------------------------------------

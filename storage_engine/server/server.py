@@ -136,6 +136,8 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    await server.broker.call(server.broker.groups.load)
+    server.broker.groups.start()
     await server.start()
     status = asyncio.create_task(server.status_loop())
     print("serving " + ", ".join(f"{p}://{h}:{port}" for p, h, port in server.broker.listeners), flush=True)
@@ -144,6 +146,7 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     await stop.wait()
     logger.info("stopping: answering requests in flight, then closing the logs clean")
     await server.stop()
+    await server.broker.groups.stop()
     await status
 
 

@@ -270,8 +270,14 @@ def produce_known_good(bootstrap: str) -> list[tuple[int, bytes, bytes]]:
     return sent
 
 
+# Valid group requests (OffsetCommit, JoinGroup...) keep their state in this internal topic: a write like any
+# valid request's, not data from a malformed frame; the user topics are what must not change.
+GROUP_STATE_TOPIC = "__consumer_offsets"
+
+
 def partition_folders(log_dirs: list[str]) -> list[str]:
-    return sorted(f"{Path(d).name}/{e.name}" for d in log_dirs for e in os.scandir(d) if e.is_dir())
+    return sorted(f"{Path(d).name}/{e.name}" for d in log_dirs for e in os.scandir(d)
+                  if e.is_dir() and not e.name.startswith(GROUP_STATE_TOPIC + "-"))
 
 
 def segment_digests(log_dirs: list[str]) -> dict[str, str]:
@@ -304,7 +310,8 @@ def all_topics(address: str) -> tuple[dict[str, list[int]], dict[str, uuid.UUID]
         response = conn.request(wire.metadata_request(12, None), 3)
     finally:
         conn.close()
-    topics = {t.name: sorted(int(p.partition_index) for p in t.partitions) for t in response.topics}
+    topics = {t.name: sorted(int(p.partition_index) for p in t.partitions) for t in response.topics
+              if t.name != GROUP_STATE_TOPIC}
     return topics, {t.name: t.topic_id for t in response.topics}
 
 
@@ -606,7 +613,8 @@ def test_fuzz_listener(broker_factory, tmp_path):
                                 "describe"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert described.returncode == 0, described.stderr
     parts = sorted((p["topic"], p["partition"], p["log_start_offset"], p["log_end_offset"])
-                   for d in json.loads(described.stdout)["log_dirs"] for p in d["partitions"])
+                   for d in json.loads(described.stdout)["log_dirs"] for p in d["partitions"]
+                   if p["topic"] != GROUP_STATE_TOPIC)
     assert parts == [(REAL, 0, 0, 20), (REAL, 1, 0, 20)], note
 
     log = server.log_text()

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storage_engine.server.handlers import admin, configs, fetch, metadata, produce
+from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce
 from storage_engine.server.handlers.context import Ctx
 
 Handler = Callable[[Ctx, Any], Awaitable[dict[str, Any] | None]]
@@ -45,6 +45,15 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(1, "Fetch", 4, 16, fetch.fetch),
     Api(2, "ListOffsets", 1, 9, fetch.list_offsets),
     Api(3, "Metadata", 0, 12, metadata.metadata),
+    Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
+    Api(9, "OffsetFetch", 1, 9, groups.offset_fetch),
+    Api(10, "FindCoordinator", 0, 6, groups.find_coordinator),
+    Api(11, "JoinGroup", 0, 9, groups.join_group),
+    Api(12, "Heartbeat", 0, 4, groups.heartbeat),
+    Api(13, "LeaveGroup", 0, 5, groups.leave_group),
+    Api(14, "SyncGroup", 0, 5, groups.sync_group),
+    Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
+    Api(16, "ListGroups", 0, 5, groups.list_groups),
     Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, None),
     Api(API_VERSIONS, "ApiVersions", 0, 4, api_versions),
     Api(19, "CreateTopics", 2, 7, admin.create_topics),
@@ -56,6 +65,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(35, "DescribeLogDirs", 1, 4, configs.describe_log_dirs),
     Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, None),
     Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
+    Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
 )}
 

@@ -1,0 +1,497 @@
+"""The classic group protocol's coordinator (Kafka's ``GroupCoordinator`` / ``ClassicGroup``), for every group:
+this node is the coordinator of all of them.
+
+States: **Empty** (no members; committed offsets may exist) -> a JoinGroup -> **PreparingRebalance** (known
+members have up to the largest rebalance timeout to rejoin; a group's first rebalance waits
+``group.initial.rebalance.delay.ms`` for more members) -> **CompletingRebalance** (JoinGroup answered: the leader
+gets the members and their metadata; the group waits for the leader's SyncGroup) -> **Stable** (assignments handed
+out; heartbeats keep members alive). A join, a leave or a member whose session expired sends the group back to
+PreparingRebalance; **Dead** is a deleted group. The generation grows with each completed join.
+
+Committed offsets and the group's metadata are appended to ``__consumer_offsets`` (:mod:`.records`, Kafka's
+schemas) before a commit or a completed rebalance is answered, and the coordinator's state is rebuilt from that
+topic when the broker starts (the last record of a key wins; a null value deletes). Appends go through the
+engine, so the topic is a compacted topic like any other, cleaned by the ``log_compaction`` DAG.
+
+Everything here runs on the event loop; only appends and the load run in the broker's thread pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_engine.record.records import SimpleRecord
+from storage_engine.server.groups import records as rec
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+EXPIRY_CHECK_S = 0.5
+
+# Kafka's error codes used here
+NONE, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL = 0, 25, 22, 23
+REBALANCE_IN_PROGRESS, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID = 27, 26, 79, 82
+OFFSET_METADATA_TOO_LARGE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, INVALID_GROUP_ID = 12, 68, 69, 24
+COORDINATOR_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION = 15, 3
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_waiter: asyncio.Future[dict[str, Any]] | None = None
+    sync_waiter: asyncio.Future[dict[str, Any]] | None = None
+    deadline: float = 0.0
+
+    def touch(self) -> None:
+        self.deadline = time.monotonic() + self.session_timeout_ms / 1000
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    protocol_type: str | None = None
+    protocol: str | None = None
+    generation: int = 0
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)           # member ids handed out with MEMBER_ID_REQUIRED
+    offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
+    state_ms: int = field(default_factory=now_ms)
+    rebalance: asyncio.Task[None] | None = None
+    not_before: float = 0.0                                   # the initial rebalance delay's end (monotonic)
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self.state_ms = now_ms()
+
+    def describe(self) -> dict[str, Any]:
+        return {"group_id": self.group_id, "state": self.state, "protocol_type": self.protocol_type or "",
+                "protocol": self.protocol or "", "generation": self.generation, "leader": self.leader,
+                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                             "client_host": m.client_host, "assignment": m.assignment}
+                            for m in self.members.values()],
+                "offsets": {f"{t}-{p}": v.offset for (t, p), v in sorted(self.offsets.items())}}
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Any):
+        self.broker = broker
+        s = broker.config.server
+        self.partitions: int = s["offsets.topic.num.partitions"]
+        self.initial_delay_ms: int = s["group.initial.rebalance.delay.ms"]
+        self.min_session_ms: int = s["group.min.session.timeout.ms"]
+        self.max_session_ms: int = s["group.max.session.timeout.ms"]
+        self.max_metadata: int = s["offset.metadata.max.bytes"]
+        self.groups: dict[str, Group] = {}
+        self._expiry: asyncio.Task[None] | None = None
+        self._topic_ready = False
+
+    # -- the offsets topic ------------------------------------------------------------------------------------
+    def load(self) -> int:
+        """Rebuild groups and offsets from ``__consumer_offsets`` (blocking; at start). Returns records read."""
+        catalog = self.broker.topics(fresh=True)
+        parts = catalog.get(OFFSETS_TOPIC)
+        if not parts:
+            return 0
+        self._topic_ready = True
+        self.partitions = max(parts) + 1
+        count = 0
+        for p in parts:
+            log = self.broker.manager.get_log(OFFSETS_TOPIC, p)
+            if log is None:
+                continue
+            for r in log.read_records():
+                count += 1
+                if r.key is not None:
+                    self._replay(r.key, r.value)
+        for g in self.groups.values():
+            g.members.clear()           # members rejoin after a restart; the generation and offsets stay
+            g.set_state(EMPTY)
+        logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OFFSETS_TOPIC)
+        return count
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        try:
+            parsed = rec.parse_key(key)
+            if isinstance(parsed, rec.OffsetKey):
+                g = self.groups.setdefault(parsed.group, Group(parsed.group))
+                if value is None:
+                    g.offsets.pop((parsed.topic, parsed.partition), None)
+                else:
+                    g.offsets[(parsed.topic, parsed.partition)] = rec.parse_offset_value(value)
+            elif isinstance(parsed, rec.GroupKey):
+                if value is None:
+                    gone = self.groups.get(parsed.group)
+                    if gone is not None and not gone.offsets:
+                        del self.groups[parsed.group]
+                    return
+                meta = rec.parse_group_value(value)
+                g = self.groups.setdefault(parsed.group, Group(parsed.group))
+                g.protocol_type, g.protocol, g.generation = meta.protocol_type, meta.protocol, meta.generation
+        except (rec.RecordFormatError, UnicodeDecodeError) as exc:
+            logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
+
+    def _ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
+        from storage_engine.server.handlers.topics import TopicError, create_topic
+        s = self.broker.config.server
+        try:
+            create_topic(self.broker, OFFSETS_TOPIC, self.partitions,
+                         {"cleanup.policy": "compact", "segment.bytes": str(s["offsets.topic.segment.bytes"])})
+        except TopicError as exc:
+            if exc.code != "topic_already_exists":
+                raise
+            self.partitions = max(self.broker.topics(fresh=True)[OFFSETS_TOPIC]) + 1
+        self._topic_ready = True
+
+    def _append(self, group_id: str, records: list[SimpleRecord]) -> None:
+        self._ensure_topic()
+        p = rec.partition_for(group_id, self.partitions)
+        log = self.broker.manager.get_or_create_log(OFFSETS_TOPIC, p)
+        log.append_records(records)
+
+    async def persist(self, group_id: str, records: list[SimpleRecord]) -> None:
+        await self.broker.call(self._append, group_id, records)
+        self.broker.notify_append()
+
+    def group_record(self, g: Group) -> SimpleRecord:
+        if g.state == DEAD:
+            return SimpleRecord(rec.group_key(g.group_id), None)
+        members = [rec.MemberRecord(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                                    m.session_timeout_ms, m.metadata(g.protocol), m.assignment)
+                   for m in g.members.values()]
+        value = rec.group_value(rec.GroupRecord(g.protocol_type or "", g.generation, g.protocol, g.leader,
+                                                g.state_ms, members))
+        return SimpleRecord(rec.group_key(g.group_id), value)
+
+    # -- session expiry ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
+        for g in self.groups.values():
+            if g.rebalance is not None:
+                g.rebalance.cancel()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            now = time.monotonic()
+            for g in list(self.groups.values()):
+                expired = [m for m in g.members.values()
+                           if m.deadline < now and m.join_waiter is None and m.sync_waiter is None]
+                for m in expired:
+                    logger.info("group %s: member %s left (no heartbeat within %d ms)", g.group_id, m.member_id,
+                                m.session_timeout_ms)
+                    self._remove(g, m.member_id)
+                if expired:
+                    self._after_members_left(g)
+
+    # -- membership --------------------------------------------------------------------------------------------
+    def _remove(self, g: Group, member_id: str) -> None:
+        m = g.members.pop(member_id, None)
+        if m is None:
+            return
+        for waiter in (m.join_waiter, m.sync_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result({"error_code": UNKNOWN_MEMBER_ID})
+        if g.leader == member_id:
+            g.leader = next(iter(g.members), None)
+
+    def _after_members_left(self, g: Group) -> None:
+        if g.state == PREPARING:
+            self._maybe_complete_join(g)
+        elif g.state in (STABLE, COMPLETING):
+            if g.members:
+                self._prepare_rebalance(g)
+            else:
+                g.generation += 1
+                g.protocol = None
+                g.set_state(EMPTY)
+                asyncio.get_running_loop().create_task(self._persist_quietly(g))
+
+    async def _persist_quietly(self, g: Group) -> None:
+        try:
+            await self.persist(g.group_id, [self.group_record(g)])
+        except Exception as exc:   # noqa: BLE001 - the in-memory state stands; the next change writes again
+            logger.warning("group %s: cannot write its metadata: %s", g.group_id, exc)
+
+    def _prepare_rebalance(self, g: Group) -> None:
+        for m in g.members.values():     # a pending SyncGroup learns the group moved on
+            if m.sync_waiter is not None and not m.sync_waiter.done():
+                m.sync_waiter.set_result({"error_code": REBALANCE_IN_PROGRESS})
+            m.sync_waiter = None
+        first = g.state == EMPTY
+        g.set_state(PREPARING)
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
+        g.not_before = time.monotonic() + (self.initial_delay_ms / 1000 if first else 0)
+        if g.rebalance is not None:
+            g.rebalance.cancel()
+        g.rebalance = asyncio.get_running_loop().create_task(self._rebalance_timer(g, max(timeout, 0.0)))
+
+    async def _rebalance_timer(self, g: Group, timeout: float) -> None:
+        loop_start = time.monotonic()
+        while g.state == PREPARING:
+            now = time.monotonic()
+            if now >= loop_start + timeout and now >= g.not_before:
+                for m in [m for m in g.members.values() if m.join_waiter is None]:
+                    logger.info("group %s: member %s did not rejoin within the rebalance timeout", g.group_id,
+                                m.member_id)
+                    self._remove(g, m.member_id)
+                self._complete_join(g)
+                return
+            if now >= g.not_before and self._all_joined(g):
+                self._complete_join(g)
+                return
+            await asyncio.sleep(min(0.05, max(0.0, g.not_before - now) or 0.05))
+
+    def _all_joined(self, g: Group) -> bool:
+        return bool(g.members) and all(m.join_waiter is not None for m in g.members.values())
+
+    def _maybe_complete_join(self, g: Group) -> None:
+        if g.state == PREPARING and time.monotonic() >= g.not_before and self._all_joined(g):
+            self._complete_join(g)
+        elif g.state == PREPARING and not g.members:
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        if g.rebalance is not None and g.rebalance is not asyncio.current_task():
+            g.rebalance.cancel()
+        g.rebalance = None
+        g.generation += 1
+        if not g.members:
+            g.protocol, g.leader = None, None
+            g.set_state(EMPTY)
+            asyncio.get_running_loop().create_task(self._persist_quietly(g))
+            return
+        g.protocol = self._select_protocol(g)
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        g.set_state(COMPLETING)
+        everyone = tuple({"member_id": m.member_id, "group_instance_id": m.instance_id,
+                          "metadata": m.metadata(g.protocol)} for m in g.members.values())
+        for m in g.members.values():
+            m.touch()
+            waiter, m.join_waiter = m.join_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result({"error_code": NONE, "generation_id": g.generation, "protocol_type": g.protocol_type,
+                                   "protocol_name": g.protocol, "leader": g.leader, "member_id": m.member_id,
+                                   "members": everyone if m.member_id == g.leader else ()})
+        logger.info("group %s: generation %d with %d member(s), protocol %s, leader %s", g.group_id, g.generation,
+                    len(g.members), g.protocol, g.leader)
+
+    @staticmethod
+    def _select_protocol(g: Group) -> str | None:
+        """Kafka's vote: the protocols every member supports, each member voting for its first such one."""
+        common = None
+        for m in g.members.values():
+            names = {name for name, _ in m.protocols}
+            common = names if common is None else common & names
+        if not common:
+            return None
+        votes: dict[str, int] = {}
+        for m in g.members.values():
+            choice = next(name for name, _ in m.protocols if name in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda n: votes[n])
+
+    # -- the APIs ----------------------------------------------------------------------------------------------
+    def group(self, group_id: str) -> Group | None:
+        g = self.groups.get(group_id)
+        return None if g is None or g.state == DEAD else g
+
+    async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+                   session_ms: int, rebalance_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+                   require_known_member: bool) -> dict[str, Any]:
+        if not group_id:
+            return {"error_code": INVALID_GROUP_ID}
+        if not self.min_session_ms <= session_ms <= self.max_session_ms:
+            return {"error_code": INVALID_SESSION_TIMEOUT}
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            g = self.groups[group_id] = Group(group_id)
+        if g.members and (protocol_type != g.protocol_type or
+                          not any({n for n, _ in protocols} & {n for n, _ in m.protocols} for m in g.members.values())):
+            return {"error_code": INCONSISTENT_GROUP_PROTOCOL}
+        if not member_id:
+            if instance_id is not None:
+                old = next((m for m in g.members.values() if m.instance_id == instance_id), None)
+                if old is not None:      # a static member's restart takes over its place
+                    self._remove(g, old.member_id)
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member and instance_id is None:
+                g.pending.add(member_id)
+                return {"error_code": MEMBER_ID_REQUIRED, "member_id": member_id}
+        elif member_id not in g.members and member_id not in g.pending:
+            return {"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id}
+        g.pending.discard(member_id)
+        m = g.members.get(member_id)
+        if m is None:
+            m = Member(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
+                       protocols)
+            g.members[member_id] = m
+        else:
+            m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_ms, rebalance_ms
+            if m.join_waiter is not None and not m.join_waiter.done():
+                m.join_waiter.set_result({"error_code": UNKNOWN_MEMBER_ID})    # superseded by this join
+        g.protocol_type = protocol_type
+        m.touch()
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        m.join_waiter = waiter
+        if g.state != PREPARING:
+            self._prepare_rebalance(g)
+        else:
+            self._maybe_complete_join(g)
+        return await waiter
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   assignments: dict[str, bytes]) -> dict[str, Any]:
+        g = self.group(group_id)
+        if g is None or member_id not in g.members:
+            return {"error_code": UNKNOWN_MEMBER_ID}
+        if generation != g.generation:
+            return {"error_code": ILLEGAL_GENERATION}
+        m = g.members[member_id]
+        m.touch()
+        if g.state == PREPARING:
+            return {"error_code": REBALANCE_IN_PROGRESS}
+        if g.state == STABLE:
+            return {"error_code": NONE, "protocol_type": g.protocol_type, "protocol_name": g.protocol,
+                    "assignment": m.assignment}
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        m.sync_waiter = waiter
+        if member_id == g.leader:
+            for other in g.members.values():
+                other.assignment = assignments.get(other.member_id, b"")
+            gen = g.generation
+            try:
+                await self.persist(group_id, [self.group_record(g)])
+            except Exception as exc:   # noqa: BLE001 - the group cannot be made stable without its record
+                logger.warning("group %s: cannot write its metadata: %s", group_id, exc)
+                for other in g.members.values():
+                    if other.sync_waiter is not None and not other.sync_waiter.done():
+                        other.sync_waiter.set_result({"error_code": COORDINATOR_NOT_AVAILABLE})
+                return await waiter
+            if g.state == COMPLETING and g.generation == gen:
+                g.set_state(STABLE)
+                for other in g.members.values():
+                    if other.sync_waiter is not None and not other.sync_waiter.done():
+                        other.sync_waiter.set_result({"error_code": NONE, "protocol_type": g.protocol_type,
+                                                      "protocol_name": g.protocol, "assignment": other.assignment})
+                    other.sync_waiter = None
+        return await waiter
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+        g = self.group(group_id)
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        if generation != g.generation:
+            return ILLEGAL_GENERATION
+        g.members[member_id].touch()
+        return REBALANCE_IN_PROGRESS if g.state == PREPARING else NONE
+
+    def leave(self, group_id: str, member_id: str, instance_id: str | None) -> int:
+        g = self.group(group_id)
+        if g is None:
+            return UNKNOWN_MEMBER_ID
+        if not member_id and instance_id is not None:
+            member_id = next((m.member_id for m in g.members.values() if m.instance_id == instance_id), "")
+        if member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        logger.info("group %s: member %s left", group_id, member_id)
+        self._remove(g, member_id)
+        self._after_members_left(g)
+        return NONE
+
+    async def commit(self, group_id: str, generation: int, member_id: str,
+                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) entries; one error code per entry."""
+        g = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            if g is not None and g.members:
+                return [UNKNOWN_MEMBER_ID] * len(offsets)    # a standalone commit needs an empty group
+        else:
+            if g is None or member_id not in g.members:
+                return [UNKNOWN_MEMBER_ID] * len(offsets)
+            if generation != g.generation:
+                return [ILLEGAL_GENERATION] * len(offsets)
+            if g.state == COMPLETING:
+                return [REBALANCE_IN_PROGRESS] * len(offsets)
+            g.members[member_id].touch()
+        if g is None or g.state == DEAD:
+            g = self.groups[group_id] = Group(group_id)
+        stamp = now_ms()
+        codes, records, values = [], [], []
+        for topic, p, offset, epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > self.max_metadata:
+                codes.append(OFFSET_METADATA_TOO_LARGE)
+                continue
+            value = rec.OffsetValue(offset, epoch, meta, stamp)
+            records.append(SimpleRecord(rec.offset_key(group_id, topic, p),
+                                        rec.offset_value(offset, epoch, meta, stamp)))
+            values.append(((topic, p), value))
+            codes.append(NONE)
+        if records:
+            try:
+                await self.persist(group_id, records)
+            except Exception as exc:   # noqa: BLE001 - nothing committed: the client retries
+                logger.warning("group %s: cannot write committed offsets: %s", group_id, exc)
+                return [COORDINATOR_NOT_AVAILABLE if c == NONE else c for c in codes]
+            for key, value in values:
+                g.offsets[key] = value
+        return codes
+
+    def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+                      ) -> list[tuple[str, list[tuple[int, rec.OffsetValue | None]]]]:
+        g = self.groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if wanted is None:
+            by_topic: dict[str, list[int]] = {}
+            for (t, p) in sorted(offsets):
+                by_topic.setdefault(t, []).append(p)
+            wanted = list(by_topic.items())
+        return [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in wanted]
+
+    async def delete(self, group_id: str) -> int:
+        g = self.group(group_id)
+        if g is None:
+            return GROUP_ID_NOT_FOUND
+        if g.members:
+            return NON_EMPTY_GROUP
+        tombstones = [SimpleRecord(rec.offset_key(group_id, t, p), None) for (t, p) in sorted(g.offsets)]
+        g.set_state(DEAD)
+        tombstones.append(self.group_record(g))
+        try:
+            await self.persist(group_id, tombstones)
+        except Exception as exc:   # noqa: BLE001 - not deleted: the client retries
+            g.set_state(EMPTY)
+            logger.warning("group %s: cannot write its tombstones: %s", group_id, exc)
+            return COORDINATOR_NOT_AVAILABLE
+        del self.groups[group_id]
+        return NONE

@@ -1,0 +1,134 @@
+"""FindCoordinator and the classic group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, answered by the broker's
+:class:`~storage_engine.server.groups.coordinator.GroupCoordinator` (this node coordinates every group)."""
+from __future__ import annotations
+
+from typing import Any
+
+from storage_engine.server.groups.coordinator import GROUP_ID_NOT_FOUND, NONE, GroupCoordinator
+from storage_engine.server.handlers.context import Ctx, has
+
+GROUP, TRANSACTION = 0, 1
+ALL_TOPICS = None
+
+
+def _coordinator(ctx: Ctx) -> GroupCoordinator:
+    return ctx.broker.groups
+
+
+async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
+    node = {"node_id": ctx.broker.node_id, "host": ctx.host, "port": ctx.port}
+    key_type = int(getattr(body, "key_type", GROUP))
+    error = NONE if key_type == GROUP else 15      # no transaction coordinator yet: COORDINATOR_NOT_AVAILABLE
+    message = None if error == NONE else "this broker runs no transaction coordinator yet"
+    if has(body, "coordinator_keys"):
+        return {"throttle_time": 0, "coordinators": tuple(
+            {"key": key, **node, "error_code": error, "error_message": message} for key in body.coordinator_keys)}
+    return {"throttle_time": 0, "error_code": error, "error_message": message, **node}
+
+
+async def join_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+    rebalance_ms = int(body.rebalance_timeout.total_seconds() * 1000) if has(body, "rebalance_timeout") \
+        else int(body.session_timeout.total_seconds() * 1000)
+    result = await _coordinator(ctx).join(
+        body.group_id, body.member_id, getattr(body, "group_instance_id", None), ctx.request.client_id,
+        ctx.peer.rsplit(":", 1)[0], int(body.session_timeout.total_seconds() * 1000), rebalance_ms,
+        body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
+        require_known_member=ctx.version >= 4)
+    return {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
+            "skip_assignment": False, "member_id": body.member_id, "members": (),
+            **{k: v for k, v in result.items() if v is not None or k in ("protocol_type", "protocol_name")},
+            **({"protocol_name": result.get("protocol_name") or ""} if ctx.version < 7 else {})}
+
+
+async def sync_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+    assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+    result = await _coordinator(ctx).sync(body.group_id, int(body.generation_id), body.member_id, assignments)
+    return {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b"", **result}
+
+
+async def heartbeat(ctx: Ctx, body: Any) -> dict[str, Any]:
+    code = _coordinator(ctx).heartbeat(body.group_id, int(body.generation_id), body.member_id)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def leave_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+    coordinator = _coordinator(ctx)
+    if has(body, "members"):
+        results = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                    "error_code": coordinator.leave(body.group_id, m.member_id, m.group_instance_id)}
+                   for m in body.members]
+        return {"throttle_time": 0, "error_code": NONE, "members": tuple(results)}
+    return {"throttle_time": 0, "error_code": coordinator.leave(body.group_id, body.member_id, None)}
+
+
+async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
+    entries, shape = [], []
+    for t in body.topics:
+        for p in t.partitions:
+            entries.append((t.name, int(p.partition_index), int(p.committed_offset),
+                            int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+            shape.append((t.name, int(p.partition_index)))
+    codes = await _coordinator(ctx).commit(body.group_id, int(body.generation_id_or_member_epoch), body.member_id,
+                                           entries)
+    topics: dict[str, list[dict[str, int]]] = {}
+    for (topic, p), code in zip(shape, codes):
+        topics.setdefault(topic, []).append({"partition_index": p, "error_code": code})
+    return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
+
+
+def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any) -> tuple[dict[str, Any], ...]:
+    wanted = None if topics is None else [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
+    out = []
+    for topic, parts in coordinator.fetch_offsets(group_id, wanted):
+        out.append({"name": topic, "partitions": tuple(
+            {"partition_index": p, "committed_offset": v.offset if v else -1,
+             "committed_leader_epoch": v.leader_epoch if v else -1, "metadata": v.metadata if v else "",
+             "error_code": NONE} for p, v in parts)})
+    return tuple(out)
+
+
+async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
+    coordinator = _coordinator(ctx)
+    if has(body, "groups"):
+        return {"throttle_time": 0, "groups": tuple(
+            {"group_id": g.group_id, "topics": _fetched(coordinator, g.group_id, g.topics), "error_code": NONE}
+            for g in body.groups)}
+    return {"throttle_time": 0, "error_code": NONE, "topics": _fetched(coordinator, body.group_id, body.topics)}
+
+
+async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+    states = {s.lower() for s in (getattr(body, "states_filter", ()) or ())}
+    groups = [g for g in _coordinator(ctx).groups.values() if g.state != "Dead"
+              and (not states or g.state.lower() in states)]
+    return {"throttle_time": 0, "error_code": NONE, "groups": tuple(
+        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
+         "group_type": "classic"} for g in groups)}
+
+
+async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+    coordinator = _coordinator(ctx)
+    out = []
+    for group_id in body.groups:
+        g = coordinator.group(group_id)
+        if g is None:
+            out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": "Dead",
+                        "protocol_type": "", "protocol_data": "", "members": (),
+                        "authorized_operations": -2147483648})
+            continue
+        out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": g.state,
+                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
+                    "authorized_operations": -2147483648, "members": tuple(
+                        {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                         "client_host": m.client_host, "member_metadata": m.metadata(g.protocol),
+                         "member_assignment": m.assignment} for m in g.members.values())})
+    return {"throttle_time": 0, "groups": tuple(out)}
+
+
+async def delete_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+    coordinator = _coordinator(ctx)
+    results = []
+    for group_id in body.groups_names:
+        code = await coordinator.delete(group_id) if group_id in coordinator.groups else GROUP_ID_NOT_FOUND
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time": 0, "results": tuple(results)}
