@@ -298,6 +298,15 @@ class StorageEngineHook(BaseHook):
         return host
 
     # -- read-only status (the Storage view) ---------------------------------------------------------------------
+    def consumer_groups(self, listener: dict | None) -> list[dict]:
+        """The groups the listener reported, with their lag per partition."""
+        from storage_engine.inspection import status
+        return status.consumer_groups(self.config, listener)
+
+    def groups_losing_unread(self, groups: list[dict], retention_rows: list[dict]) -> list[dict]:
+        from storage_engine.inspection import status
+        return status.groups_losing_unread(groups, retention_rows)
+
     def listener_status(self) -> dict | None:
         """The Kafka-protocol listener's last status (see :func:`storage_engine.inspection.status.listener_status`)."""
         from storage_engine.inspection import status

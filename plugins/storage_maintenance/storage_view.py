@@ -108,7 +108,9 @@ def _engine_errors(call, *args, **kwargs):
 
 def overview_data(session) -> dict:
     h = hook()
-    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status), "listener": h.listener_status(),
+    listener = h.listener_status()
+    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status), "listener": listener,
+            "groups": _engine_errors(h.consumer_groups, listener),
             "runs": history.recent_runs(session, limit=5)}
 
 
@@ -141,7 +143,10 @@ def partition_data(session, topic: str, partition: int) -> dict:
 
 def plan_data(as_of: str | None, topic: list[str] | None, page: int, limit: int) -> dict:
     now_ms = _parse_as_of(as_of)
-    data = _engine_errors(hook().plan, now_ms, topics=topic or None, offset=(page - 1) * limit, limit=limit)
+    h = hook()
+    data = _engine_errors(h.plan, now_ms, topics=topic or None, offset=(page - 1) * limit, limit=limit)
+    groups = _engine_errors(h.consumer_groups, h.listener_status())
+    data["groups_at_risk"] = h.groups_losing_unread(groups, data["retention"]["partitions"])
     data.update(as_of=iso_ms(now_ms), page=page, topics=topic or [],
                 pages=max(1, math.ceil(data["retention"]["total"] / limit)))
     return data

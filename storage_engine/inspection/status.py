@@ -226,6 +226,42 @@ def listener_status(config: StorageConfig, now_ms: int | None = None) -> dict | 
     return {**data, "state": state, "age_ms": age_ms}
 
 
+def consumer_groups(config: StorageConfig, listener: dict | None) -> list[dict]:
+    """The consumer groups the listener last reported (state, members and their assignments, committed offsets),
+    each committed partition with its lag: the log end offset as the files show it minus the committed offset."""
+    groups = (listener or {}).get("groups") or []
+    topics = {t for g in groups for t in g.get("offsets", {})}
+    ends: dict[tuple[str, int], int] = {}
+    if topics:
+        page = list_partition_status(config, topics=topics, limit=1_000_000)
+        ends = {(r["topic"], r["partition"]): r["log_end_offset"] for r in page["partitions"] if "log_end_offset" in r}
+    out = []
+    for g in groups:
+        parts = []
+        for topic, by_partition in sorted(g.get("offsets", {}).items()):
+            for p, committed in sorted(by_partition.items(), key=lambda kv: int(kv[0])):
+                end = ends.get((topic, int(p)))
+                parts.append({"topic": topic, "partition": int(p), "committed": committed, "log_end_offset": end,
+                              "lag": None if end is None else max(0, end - committed)})
+        out.append({**g, "partitions": parts, "lag": sum(x["lag"] or 0 for x in parts)})
+    return out
+
+
+def groups_losing_unread(groups: list[dict], retention_rows: list[dict]) -> list[dict]:
+    """For a retention plan: the groups whose committed offset on a partition lies below the log start offset the
+    plan would leave, i.e. records they have not read yet would be deleted."""
+    after = {(r["topic"], r["partition"]): r.get("log_start_after", r["log_start_offset"]) for r in retention_rows}
+    out = []
+    for g in groups:
+        for x in g.get("partitions", []):
+            start = after.get((x["topic"], x["partition"]))
+            if start is not None and x["committed"] < start:
+                out.append({"group_id": g["group_id"], "topic": x["topic"], "partition": x["partition"],
+                            "committed": x["committed"], "log_start_after": start,
+                            "unread_records_lost": start - x["committed"]})
+    return out
+
+
 def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
     """Capacity, use and health of each log dir (every partition folder is listed and stat'ed)."""
     out = []
@@ -487,7 +523,13 @@ def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None =
         try:
             with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
                 deletions, future = retention.plan(snap, now_ms)
+                start_after = snap.log_start_offset
+                if deletions:
+                    last = deletions[-1].segment.base_offset
+                    later = [seg.base_offset for seg in snap.segments if seg.base_offset > last]
+                    start_after = max(start_after, min(later) if later else snap.log_end_offset)
                 retention_rows.append({
+                    "log_start_after": start_after,
                     "topic": topic, "partition": partition, "log_dir": d,
                     "segments": [x.as_dict() for x in deletions],
                     "segments_deleted": len(deletions), "bytes_reclaimed": sum(x.segment.size for x in deletions),

@@ -69,6 +69,7 @@ class Broker:
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
         self.groups = GroupCoordinator(self)
+        self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
 
     # -- running engine calls ---------------------------------------------------------------------------------
@@ -167,7 +168,8 @@ class Broker:
         self._last_sample = (now, figures)
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
-                "updated_ms": int(time.time() * 1000), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates}
+                "updated_ms": int(time.time() * 1000), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
+                "groups": self.groups_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on

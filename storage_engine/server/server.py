@@ -109,6 +109,7 @@ class Server:
 
     async def status_loop(self) -> None:
         while not self.stopping.is_set():
+            self.broker.groups_summary = self.broker.groups.summary()
             await self.broker.call(self.broker.write_status, running=True)
             try:
                 await asyncio.wait_for(self.stopping.wait(), STATUS_INTERVAL_S)

@@ -330,3 +330,52 @@ def test_the_overview_shows_a_move_in_progress(server, sample, browser):
             mgr.cancel_move(*tp)
     page.goto(server.url + "/storage-maintenance/")
     assert page.locator("#moves tr[data-partition]").count() == 0
+
+
+def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_take(server, sample, browser):
+    """A broker serving the sample's log dirs; a group commits offset 5 on access-log-0: the overview lists the
+    group with its lag (log end offset minus 5), and the retention plan as of far ahead names the group as losing
+    the unread records the deletion would take. (Last in the module: the broker leaves __consumer_offsets.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    proc = subprocess.Popen([sys.executable, "-m", "storage_engine", "--config", str(sample["config_path"]), "serve",
+                             "--listeners", "PLAINTEXT://127.0.0.1:0"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        bootstrap = proc.stdout.readline().strip().split("://", 1)[1]
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "view-group", "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("access-log", 0, 5)], asynchronous=False)
+        consumer.close()
+        token = server.token()
+        deadline = time.monotonic() + 60
+        groups = []
+        while time.monotonic() < deadline:       # the broker reports its groups every few seconds
+            groups = server.get_json("/storage-maintenance/api/log-dirs", token)["groups"]
+            if any(g["group_id"] == "view-group" for g in groups):
+                break
+            time.sleep(0.5)
+        (group,) = [g for g in groups if g["group_id"] == "view-group"]
+        end = describe(sample["config"])[("access-log", 0)]["log_end_offset"]
+        assert group["partitions"] == [{"topic": "access-log", "partition": 0, "committed": 5, "log_end_offset": end,
+                                        "lag": end - 5}]
+        page = browser.new_page()
+        page.goto(server.url + "/storage-maintenance/")
+        row = page.locator('#groups tr[data-group="view-group"]')
+        assert row.count() == 1 and cell(row, "lag") == str(end - 5)
+        shot(page, "08-consumer-groups")
+
+        plan = server.get_json("/storage-maintenance/api/plan?as_of=2099-01-01T00:00:00Z", token)
+        (risk,) = [g for g in plan["groups_at_risk"] if g["group_id"] == "view-group"]
+        row0 = next(r for r in plan["retention"]["partitions"] if (r["topic"], r["partition"]) == ("access-log", 0))
+        assert risk["log_start_after"] == row0["log_start_after"] > 5
+        assert risk["unread_records_lost"] == row0["log_start_after"] - 5
+        page.goto(server.url + "/storage-maintenance/plan?as_of=2099-01-01T00:00:00Z")
+        assert page.locator('#groups-at-risk tr[data-group="view-group"]').count() == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

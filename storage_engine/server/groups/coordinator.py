@@ -320,6 +320,25 @@ class GroupCoordinator:
             votes[choice] = votes.get(choice, 0) + 1
         return max(votes, key=lambda n: votes[n])
 
+    def summary(self) -> list[dict[str, Any]]:
+        """Every group for the listener's status (the Storage view): state, members and what each is assigned,
+        committed offsets."""
+        out = []
+        for g in sorted(self.groups.values(), key=lambda g: g.group_id):
+            if g.state == DEAD:
+                continue
+            offsets: dict[str, dict[str, int]] = {}
+            for (topic, p), v in sorted(g.offsets.items()):
+                offsets.setdefault(topic, {})[str(p)] = v.offset
+            out.append({"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type or "",
+                        "protocol": g.protocol or "", "generation": g.generation,
+                        "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                                     "group_instance_id": m.instance_id,
+                                     "assignment": rec.assigned_partitions(m.assignment)}
+                                    for m in g.members.values()],
+                        "offsets": offsets})
+        return out
+
     # -- the APIs ----------------------------------------------------------------------------------------------
     def group(self, group_id: str) -> Group | None:
         g = self.groups.get(group_id)

@@ -231,3 +231,23 @@ def parse_group_value(data: bytes) -> GroupRecord:
         members.append(MemberRecord(member_id, instance, client_id, host, rebalance, session,
                                     r.bytes_() or b"", r.bytes_() or b""))
     return GroupRecord(protocol_type, generation, protocol, leader, ts, members)
+
+
+def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
+    """The partitions in a consumer's assignment (``ConsumerProtocolAssignment``, decoded with kio's schema of its
+    version, newer versions with the newest known one, as Kafka's ``ConsumerProtocol`` reads them); empty when
+    the bytes are not a consumer assignment (another protocol type)."""
+    import importlib
+
+    from kio.serial import entity_reader
+    if len(assignment) < 2:
+        return {}
+    version = min(int(_I16.unpack_from(assignment, 0)[0]), 3)
+    if version < 0:
+        return {}
+    module = importlib.import_module(f"kio.schema.consumer_protocol_assignment.v{version}.data")
+    try:
+        decoded, _ = entity_reader(module.ConsumerProtocolAssignment)(memoryview(assignment[2:]), 0)
+    except Exception:   # noqa: BLE001 - not a consumer assignment: nothing to show
+        return {}
+    return {str(tp.topic): sorted(int(p) for p in tp.partitions) for tp in decoded.assigned_partitions}
