@@ -352,6 +352,7 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("offsets.topic.num.partitions",              INT,     50,                  at_least(1),             "server"),
     _B("offsets.topic.segment.bytes",               INT,     100 * MIB,           at_least(14),            "server"),
     _B("offsets.retention.minutes",                 INT,     10080,               at_least(1),             "server"),
+    _B("offsets.retention.check.interval.ms",       LONG,    600_000,             at_least(1),             "server"),
     _B("offset.metadata.max.bytes",                 INT,     4096,                at_least(0),             "server"),
     _B("group.initial.rebalance.delay.ms",          INT,     3000,                at_least(0),             "server"),
     _B("group.min.session.timeout.ms",              INT,     6000,                at_least(0),             "server"),

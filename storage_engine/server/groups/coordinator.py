@@ -103,8 +103,11 @@ class GroupCoordinator:
         self.min_session_ms: int = s["group.min.session.timeout.ms"]
         self.max_session_ms: int = s["group.max.session.timeout.ms"]
         self.max_metadata: int = s["offset.metadata.max.bytes"]
+        self.retention_ms: int = s["offsets.retention.minutes"] * 60_000
+        self.retention_check_s: float = s["offsets.retention.check.interval.ms"] / 1000
         self.groups: dict[str, Group] = {}
         self._expiry: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
         self._topic_ready = False
 
     # -- the offsets topic ------------------------------------------------------------------------------------
@@ -127,7 +130,8 @@ class GroupCoordinator:
                     self._replay(r.key, r.value)
         for g in self.groups.values():
             g.members.clear()           # members rejoin after a restart; the generation and offsets stay
-            g.set_state(EMPTY)
+            g.state = EMPTY             # empty since its last recorded change or commit (offsets expire from then)
+            g.state_ms = max([g.state_ms] + [v.commit_ms for v in g.offsets.values()])
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OFFSETS_TOPIC)
         return count
 
@@ -149,6 +153,7 @@ class GroupCoordinator:
                 meta = rec.parse_group_value(value)
                 g = self.groups.setdefault(parsed.group, Group(parsed.group))
                 g.protocol_type, g.protocol, g.generation = meta.protocol_type, meta.protocol, meta.generation
+                g.state_ms = meta.state_timestamp_ms if meta.state_timestamp_ms >= 0 else 0
         except (rec.RecordFormatError, UnicodeDecodeError) as exc:
             logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
 
@@ -188,12 +193,15 @@ class GroupCoordinator:
 
     # -- session expiry ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.create_task(self._expire_loop())
+        self._retention = loop.create_task(self._retention_loop())
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            await asyncio.gather(self._expiry, return_exceptions=True)
+        for task in (self._expiry, self._retention):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for g in self.groups.values():
             if g.rebalance is not None:
                 g.rebalance.cancel()
@@ -211,6 +219,35 @@ class GroupCoordinator:
                     self._remove(g, m.member_id)
                 if expired:
                     self._after_members_left(g)
+
+    # -- offsets retention (Kafka's offsets.retention.minutes, KIP-211) ------------------------------------------
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_s)
+            await self.expire_offsets(now_ms())
+
+    async def expire_offsets(self, at_ms: int) -> list[str]:
+        """Delete the offsets of every group that has been empty for ``offsets.retention.minutes`` (since it
+        became empty, or since its last commit for a group that never had members): tombstones for each offset
+        and for the group are appended, so compaction removes them from ``__consumer_offsets``. Returns the
+        groups expired."""
+        expired = []
+        for g in list(self.groups.values()):
+            if g.state != EMPTY or g.members or at_ms - g.state_ms < self.retention_ms:
+                continue
+            tombstones = [SimpleRecord(rec.offset_key(g.group_id, t, p), None) for (t, p) in sorted(g.offsets)]
+            tombstones.append(SimpleRecord(rec.group_key(g.group_id), None))
+            try:
+                await self.persist(g.group_id, tombstones)
+            except Exception as exc:   # noqa: BLE001 - tried again at the next check
+                logger.warning("group %s: cannot write the tombstones of its expired offsets: %s", g.group_id, exc)
+                continue
+            if self.groups.get(g.group_id) is g and g.state == EMPTY and not g.members:
+                del self.groups[g.group_id]
+            expired.append(g.group_id)
+            logger.info("group %s: %d offset(s) expired (empty for %d min, offsets.retention.minutes)", g.group_id,
+                        len(tombstones) - 1, self.retention_ms // 60_000)
+        return expired
 
     # -- membership --------------------------------------------------------------------------------------------
     def _remove(self, g: Group, member_id: str) -> None:
@@ -484,6 +521,8 @@ class GroupCoordinator:
                 return [COORDINATOR_NOT_AVAILABLE if c == NONE else c for c in codes]
             for key, value in values:
                 g.offsets[key] = value
+            if g.state == EMPTY:
+                g.state_ms = stamp          # an empty group's offsets expire counting from its last commit
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
