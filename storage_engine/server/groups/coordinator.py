@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage_engine.record.records import SimpleRecord
+from storage_engine.server.catalog import TopicError, create_topic
 from storage_engine.server.groups import records as rec
 
 logger = logging.getLogger(__name__)
@@ -160,7 +161,6 @@ class GroupCoordinator:
     def _ensure_topic(self) -> None:
         if self._topic_ready:
             return
-        from storage_engine.server.handlers.topics import TopicError, create_topic
         s = self.broker.config.server
         try:
             create_topic(self.broker, OFFSETS_TOPIC, self.partitions,

@@ -8,7 +8,7 @@ from typing import Any
 from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
 from storage_engine.server.errors import error_code, message
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.handlers.topics import TopicError, add_partitions, create_topic, store_configs
+from storage_engine.server.catalog import TopicError, add_partitions, create_topic, store_configs
 
 logger = logging.getLogger(__name__)
 

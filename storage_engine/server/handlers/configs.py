@@ -14,7 +14,7 @@ from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.errors import error_code, message
 from storage_engine.server.handlers.context import Ctx
-from storage_engine.server.handlers.topics import TopicError, check_configs, store_configs
+from storage_engine.server.catalog import TopicError, check_configs, store_configs
 
 logger = logging.getLogger(__name__)
 TOPIC, BROKER = 2, 4

@@ -8,7 +8,7 @@ from typing import Any
 from storage_engine.errors import InvalidTopicError
 from storage_engine.layout import validate_topic
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.handlers.topics import TopicError, create_topic
+from storage_engine.server.catalog import TopicError, create_topic
 
 logger = logging.getLogger(__name__)
 LEADER_EPOCH = 0

@@ -1,20 +1,38 @@
-"""Creating topics (CreateTopics, Metadata's auto-creation, CreatePartitions) and changing topic configs, as every
-handler that does so shares it: names checked, configs checked against Kafka's topic keys and stored where the
+"""Creating topics (CreateTopics, Metadata's auto-creation, CreatePartitions, the coordinators' internal topics)
+and changing topic configs, as every handler and coordinator that does so shares it: names checked, configs checked against Kafka's topic keys and stored where the
 maintenance jobs read them (:mod:`storage_engine.topic_store`), partitions created, the topic id written."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import uuid
 from collections.abc import Mapping
+from typing import Protocol
 
 from storage_engine import topic_store
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.config_keys import topic_key
 from storage_engine.errors import ConfigError
 from storage_engine.layout import validate_topic
+from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
-from storage_engine.server.broker import Broker
 
 MAX_PARTITIONS = 10_000
+
+
+class Broker(Protocol):
+    """What topic creation needs of the broker (:class:`storage_engine.server.broker.Broker`)."""
+
+    config: StorageConfig
+    manager: LogManager
+    config_mutex: threading.Lock
+
+    def topics(self, *, fresh: bool = False) -> dict[str, list[int]]: ...
+
+    def forget_catalog(self) -> None: ...
+
+    def topic_id(self, topic: str) -> uuid.UUID: ...
 
 
 class TopicError(Exception):
