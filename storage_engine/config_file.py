@@ -84,7 +84,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     configured = "log.dirs" in broker or "log.dir" in broker
     log_dirs = resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else ()
     file_topics = _section(data, "topics")
-    stored = topic_store.read(log_dirs[0]) if log_dirs and os.path.isdir(log_dirs[0]) else {}
+    stored = topic_store.load(log_dirs)
     built = StorageConfig(
         source=source,
         log_dirs=log_dirs,

@@ -58,7 +58,7 @@ class Broker:
         self.manager = manager
         self.node_id: int = config.server["node.id"]
         self.cluster_id = identity.load_meta_properties(manager.online_dirs(), self.node_id)
-        self.producer_ids = identity.ProducerIds(config.log_dirs[0])
+        self.producer_ids = identity.ProducerIds(list(config.log_dirs))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="engine")
         self.stats = Stats()
         self.listeners: list[tuple[str, str, int]] = []   # (security protocol, advertised host, port)

@@ -58,15 +58,15 @@ def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
 def store_configs(broker: Broker, topic: str, configs: Mapping[str, str]) -> None:
     """Replace ``topic``'s wire-set configs with ``configs`` and make every open log use the result (blocking)."""
     with broker.config_mutex:
-        log_dir = broker.config.log_dirs[0]
-        stored = topic_store.read(log_dir)
+        online = broker.manager.online_dirs()
+        stored = topic_store.load(online)
         before = stored.get(topic)
         if configs:
             stored[topic] = dict(configs)
         else:
             stored.pop(topic, None)
         if before != stored.get(topic):
-            topic_store.write(log_dir, stored)
+            topic_store.save(online, stored)
         reload_config(broker)
 
 
@@ -76,7 +76,7 @@ def reload_config(broker: Broker) -> None:
         new = load_config(old.source)
         new = dataclasses.replace(new, log_dirs=old.log_dirs)   # the dirs this broker serves (--log-dirs)
     else:
-        stored = topic_store.read(old.log_dirs[0])
+        stored = topic_store.load(broker.manager.online_dirs())
         base = {t: {k: v for k, v in c.items() if k not in old.dynamic_topics.get(t, {})}
                 for t, c in old.topic_overrides.items()}
         new = dataclasses.replace(old, topic_overrides=topic_store.merged(base, stored),  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ reserved zero or one ids, never starting with ``-``.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import secrets
 import threading
@@ -108,26 +109,45 @@ def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
 
 
 class ProducerIds:
-    """Producer ids from blocks reserved in ``<first log dir>/.engine+producer-ids`` (Kafka's controller hands
-    brokers blocks of 1000 likewise): the file is advanced before any id of a block is used."""
+    """Producer ids from blocks reserved in ``.engine+producer-ids`` (Kafka's controller hands brokers blocks of
+    1000 likewise): the next block's start is written into every log dir that can take it before any id of the
+    block is used, and read as the largest among the dirs that can be read, so an offline dir loses nothing."""
 
-    def __init__(self, log_dir: str):
-        self.path = os.path.join(log_dir, layout.PRODUCER_IDS_FILE)
+    def __init__(self, log_dirs: str | list[str]):
+        dirs = [log_dirs] if isinstance(log_dirs, str) else list(log_dirs)
+        self.paths = [os.path.join(d, layout.PRODUCER_IDS_FILE) for d in dirs]
         self.mutex = threading.Lock()
         self.next_id = 0
         self.block_end = 0
 
+    def _stored(self) -> int:
+        start, errors = 0, []
+        for path in self.paths:
+            try:
+                start = max(start, int(read_regular_file(path, 64).decode("ascii").strip() or 0))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except ValueError as exc:
+                raise StorageError(f"the producer id block {path} is damaged: {exc}") from None
+            except (OSError, StorageError) as exc:
+                errors.append(f"{path}: {exc}")
+        if errors and len(errors) == len(self.paths):
+            raise StorageError("cannot read the producer id block in any log dir: " + "; ".join(errors))
+        return start
+
     def allocate(self) -> int:
         with self.mutex:
             if self.next_id >= self.block_end:
-                start = 0
-                try:
-                    start = int(read_regular_file(self.path, 64).decode("ascii").strip() or 0)
-                except FileNotFoundError:
-                    pass
-                except (OSError, ValueError, StorageError) as exc:
-                    raise StorageError(f"cannot read the producer id block {self.path}: {exc}") from None
-                atomic_write(self.path, f"{start + PRODUCER_ID_BLOCK}\n".encode("ascii"))
+                start = max(self._stored(), self.block_end)
+                written = 0
+                for path in self.paths:
+                    try:
+                        atomic_write(path, f"{start + PRODUCER_ID_BLOCK}\n".encode("ascii"))
+                        written += 1
+                    except (OSError, StorageError) as exc:
+                        logging.getLogger(__name__).warning("cannot reserve producer ids in %s: %s", path, exc)
+                if not written:
+                    raise StorageError("cannot reserve a block of producer ids in any log dir")
                 self.next_id, self.block_end = start, start + PRODUCER_ID_BLOCK
             pid = self.next_id
             self.next_id += 1

@@ -3,6 +3,8 @@ store and its merge into every process's config, the node's identity files and p
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import struct
 
 import pytest
@@ -144,3 +146,30 @@ def test_producer_ids_never_repeat_across_restarts(tmp_path):
     b = second.allocate()
     assert a == [0, 1, 2] and b == identity.PRODUCER_ID_BLOCK
     assert [first.allocate() for _ in range(identity.PRODUCER_ID_BLOCK)][-1] == 2 * identity.PRODUCER_ID_BLOCK + 2
+
+
+def test_topic_configs_are_kept_in_every_log_dir_and_the_newest_copy_wins(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for d in dirs:
+        os.makedirs(d)
+    topic_store.save(dirs, {"t": {"retention.ms": "1000"}})
+    topic_store.write(dirs[1], {"t": {"retention.ms": "2000"}}, serial=5)     # a newer change only b took
+    assert topic_store.load(dirs) == {"t": {"retention.ms": "2000"}}
+    topic_store.save(dirs, {"t": {"retention.ms": "3000"}})
+    assert [topic_store.read(d) for d in dirs] == [{"t": {"retention.ms": "3000"}}] * 2
+    # a log dir that is gone (here: a file where the dir was) neither fails a load nor takes the configs with it
+    shutil.rmtree(dirs[0])
+    with open(dirs[0], "w") as f:
+        f.write("not a dir")
+    assert topic_store.load(dirs) == {"t": {"retention.ms": "3000"}}
+    topic_store.save(dirs, {"t": {"retention.ms": "4000"}})
+    assert topic_store.load(dirs) == {"t": {"retention.ms": "4000"}}
+
+
+def test_producer_id_blocks_survive_a_lost_log_dir(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for d in dirs:
+        os.makedirs(d)
+    assert identity.ProducerIds(dirs).allocate() == 0
+    shutil.rmtree(dirs[0])
+    assert identity.ProducerIds(dirs).allocate() == identity.PRODUCER_ID_BLOCK   # b still knows the block is used

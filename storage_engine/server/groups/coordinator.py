@@ -110,6 +110,7 @@ class GroupCoordinator:
         self._expiry: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
         self._topic_ready = False
+        self._append_locks: dict[int, asyncio.Lock] = {}     # per partition of the offsets topic
 
     # -- the offsets topic ------------------------------------------------------------------------------------
     def load(self) -> int:
@@ -178,7 +179,12 @@ class GroupCoordinator:
         log.append_records(records)
 
     async def persist(self, group_id: str, records: list[SimpleRecord]) -> None:
-        await self.broker.call(self._append, group_id, records)
+        """Append in the order of the calls: appends run in a thread pool, where a later one could otherwise land
+        first (a later commit overwritten by an earlier one, a group's record after its tombstone). A caller
+        that updates its state right after this returns does so before the next append of the partition."""
+        lock = self._append_locks.setdefault(rec.partition_for(group_id, self.partitions), asyncio.Lock())
+        async with lock:
+            await self.broker.call(self._append, group_id, records)
         self.broker.notify_append()
 
     def group_record(self, g: Group) -> SimpleRecord:
@@ -250,13 +256,13 @@ class GroupCoordinator:
         return expired
 
     # -- membership --------------------------------------------------------------------------------------------
-    def _remove(self, g: Group, member_id: str) -> None:
+    def _remove(self, g: Group, member_id: str, error: int = UNKNOWN_MEMBER_ID) -> None:
         m = g.members.pop(member_id, None)
         if m is None:
             return
         for waiter in (m.join_waiter, m.sync_waiter):
             if waiter is not None and not waiter.done():
-                waiter.set_result({"error_code": UNKNOWN_MEMBER_ID})
+                waiter.set_result({"error_code": error})
         if g.leader == member_id:
             g.leader = next(iter(g.members), None)
 
@@ -377,6 +383,16 @@ class GroupCoordinator:
         return out
 
     # -- the APIs ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _fenced(g: Group | None, member_id: str, instance_id: str | None) -> bool:
+        """Kafka's ``isStaticMemberFenced``: the request names a static instance that another member id holds now
+        (a later start of the same instance took its place). FENCED_INSTANCE_ID stops the older process; an
+        UNKNOWN_MEMBER_ID would make it rejoin and take the place back, and the two would alternate for ever."""
+        if g is None or instance_id is None:
+            return False
+        holder = next((m.member_id for m in g.members.values() if m.instance_id == instance_id), None)
+        return holder is not None and holder != member_id
+
     def group(self, group_id: str) -> Group | None:
         g = self.groups.get(group_id)
         return None if g is None or g.state == DEAD else g
@@ -398,11 +414,13 @@ class GroupCoordinator:
             if instance_id is not None:
                 old = next((m for m in g.members.values() if m.instance_id == instance_id), None)
                 if old is not None:      # a static member's restart takes over its place
-                    self._remove(g, old.member_id)
+                    self._remove(g, old.member_id, FENCED_INSTANCE_ID)
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member and instance_id is None:
                 g.pending.add(member_id)
                 return {"error_code": MEMBER_ID_REQUIRED, "member_id": member_id}
+        elif self._fenced(g, member_id, instance_id):
+            return {"error_code": FENCED_INSTANCE_ID, "member_id": member_id}
         elif member_id not in g.members and member_id not in g.pending:
             return {"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id}
         g.pending.discard(member_id)
@@ -426,8 +444,10 @@ class GroupCoordinator:
         return await waiter
 
     async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes]) -> dict[str, Any]:
+                   assignments: dict[str, bytes], instance_id: str | None = None) -> dict[str, Any]:
         g = self.group(group_id)
+        if self._fenced(g, member_id, instance_id):
+            return {"error_code": FENCED_INSTANCE_ID}
         if g is None or member_id not in g.members:
             return {"error_code": UNKNOWN_MEMBER_ID}
         if generation != g.generation:
@@ -462,8 +482,10 @@ class GroupCoordinator:
                     other.sync_waiter = None
         return await waiter
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None = None) -> int:
         g = self.group(group_id)
+        if self._fenced(g, member_id, instance_id):
+            return FENCED_INSTANCE_ID
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
         if generation != g.generation:
@@ -477,6 +499,8 @@ class GroupCoordinator:
             return UNKNOWN_MEMBER_ID
         if not member_id and instance_id is not None:
             member_id = next((m.member_id for m in g.members.values() if m.instance_id == instance_id), "")
+        if self._fenced(g, member_id, instance_id):
+            return FENCED_INSTANCE_ID
         if member_id not in g.members:
             return UNKNOWN_MEMBER_ID
         logger.info("group %s: member %s left", group_id, member_id)
@@ -485,9 +509,11 @@ class GroupCoordinator:
         return NONE
 
     async def commit(self, group_id: str, generation: int, member_id: str,
-                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+                     offsets: list[tuple[str, int, int, int, str | None]], instance_id: str | None = None) -> list[int]:
         """Commit (topic, partition, offset, leader epoch, metadata) entries; one error code per entry."""
         g = self.groups.get(group_id)
+        if member_id and self._fenced(g, member_id, instance_id):
+            return [FENCED_INSTANCE_ID] * len(offsets)
         if generation < 0 and not member_id:
             if g is not None and g.members:
                 return [UNKNOWN_MEMBER_ID] * len(offsets)    # a standalone commit needs an empty group
@@ -551,5 +577,6 @@ class GroupCoordinator:
             g.set_state(EMPTY)
             logger.warning("group %s: cannot write its tombstones: %s", group_id, exc)
             return COORDINATOR_NOT_AVAILABLE
-        del self.groups[group_id]
+        if self.groups.get(group_id) is g:     # not a group of the same name begun while the tombstones were written
+            del self.groups[group_id]
         return NONE

@@ -43,12 +43,14 @@ async def join_group(ctx: Ctx, body: Any) -> dict[str, Any]:
 
 async def sync_group(ctx: Ctx, body: Any) -> dict[str, Any]:
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-    result = await _coordinator(ctx).sync(body.group_id, int(body.generation_id), body.member_id, assignments)
+    result = await _coordinator(ctx).sync(body.group_id, int(body.generation_id), body.member_id, assignments,
+                                          getattr(body, "group_instance_id", None))
     return {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b"", **result}
 
 
 async def heartbeat(ctx: Ctx, body: Any) -> dict[str, Any]:
-    code = _coordinator(ctx).heartbeat(body.group_id, int(body.generation_id), body.member_id)
+    code = _coordinator(ctx).heartbeat(body.group_id, int(body.generation_id), body.member_id,
+                                       getattr(body, "group_instance_id", None))
     return {"throttle_time": 0, "error_code": code}
 
 
@@ -70,7 +72,7 @@ async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
                             int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
             shape.append((t.name, int(p.partition_index)))
     codes = await _coordinator(ctx).commit(body.group_id, int(body.generation_id_or_member_epoch), body.member_id,
-                                           entries)
+                                           entries, getattr(body, "group_instance_id", None))
     topics: dict[str, list[dict[str, int]]] = {}
     for (topic, p), code in zip(shape, codes):
         topics.setdefault(topic, []).append({"partition_index": p, "error_code": code})
@@ -99,8 +101,9 @@ async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
 
 async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     states = {s.lower() for s in (getattr(body, "states_filter", ()) or ())}
+    types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}     # v5+: every group here is classic
     groups = [g for g in _coordinator(ctx).groups.values() if g.state != "Dead"
-              and (not states or g.state.lower() in states)]
+              and (not states or g.state.lower() in states) and (not types or "classic" in types)]
     return {"throttle_time": 0, "error_code": NONE, "groups": tuple(
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
          "group_type": "classic"} for g in groups)}
