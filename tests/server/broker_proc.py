@@ -89,3 +89,14 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait(30)
         self.proc = None
+
+
+def wait_until(what: str, check, timeout: float = 60.0):
+    """``check()``'s first truthy result, polled every 0.1 s; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

@@ -2,7 +2,7 @@
 producers, consuming from earliest, latest and a timestamp, read_committed over transactions the engine's CLI
 writes, the admin APIs, Metadata with and without auto-creation, and MESSAGE_TOO_LARGE.
 
-Consumers use ``assign()`` with a group.id but no commits: consumer groups are not served yet, and librdkafka
+Consumers use ``assign()`` with a group.id but no commits (groups have their own tests, test_groups_*.py); librdkafka
 only looks for a coordinator when it has offsets to fetch or commit. What the clients see is checked against
 what the engine stored, read by ``python -m storage_engine`` in another process.
 """

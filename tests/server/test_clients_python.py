@@ -3,7 +3,7 @@ and acks level, idempotent producers, consuming from earliest, latest and a time
 transactions the engine's CLI writes while the broker is stopped, the admin APIs kafka-python has (topics,
 configs, partitions, DescribeLogDirs, AlterReplicaLogDirs, DeleteRecords, ListOffsets) and MESSAGE_TOO_LARGE.
 
-Consumers have ``group_id=None`` and ``assign()``: consumer groups are not served yet. What the clients see is
+Consumers have ``group_id=None`` and ``assign()`` (groups have their own tests, test_groups_*.py). What the clients see is
 checked against what the engine stored, read by ``python -m storage_engine`` in another process.
 """
 from __future__ import annotations

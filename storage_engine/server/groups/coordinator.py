@@ -241,14 +241,22 @@ class GroupCoordinator:
         for g in list(self.groups.values()):
             if g.state != EMPTY or g.members or at_ms - g.state_ms < self.retention_ms:
                 continue
-            tombstones = [SimpleRecord(rec.offset_key(g.group_id, t, p), None) for (t, p) in sorted(g.offsets)]
+            before = dict(g.offsets)
+            tombstones = [SimpleRecord(rec.offset_key(g.group_id, t, p), None) for (t, p) in sorted(before)]
             tombstones.append(SimpleRecord(rec.group_key(g.group_id), None))
             try:
                 await self.persist(g.group_id, tombstones)
             except Exception as exc:   # noqa: BLE001 - tried again at the next check
                 logger.warning("group %s: cannot write the tombstones of its expired offsets: %s", g.group_id, exc)
                 continue
-            if self.groups.get(g.group_id) is g and g.state == EMPTY and not g.members:
+            if g.offsets != before or g.members or g.state != EMPTY:
+                # a commit or a join came in while the tombstones were written (its records follow them on
+                # disk): the group lives on with what came after, only the expired offsets go
+                for key, value in before.items():
+                    if g.offsets.get(key) is value:
+                        del g.offsets[key]
+                continue
+            if self.groups.get(g.group_id) is g:
                 del self.groups[g.group_id]
             expired.append(g.group_id)
             logger.info("group %s: %d offset(s) expired (empty for %d min, offsets.retention.minutes)", g.group_id,
