@@ -376,6 +376,12 @@ def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_ta
         assert risk["unread_records_lost"] == row0["log_start_after"] - 5
         page.goto(server.url + "/storage-maintenance/plan?as_of=2099-01-01T00:00:00Z")
         assert page.locator('#groups-at-risk tr[data-group="view-group"]').count() == 1
+        # the group's state topic is listed with the others, marked internal, compacted
+        page.goto(server.url + "/storage-maintenance/partitions?q=__consumer_offsets")
+        internal = page.locator('tr[data-partition^="__consumer_offsets-"]')
+        assert internal.count() >= 1
+        assert internal.first.locator('[data-field="internal"]').inner_text().strip() == "internal"
+        assert "compact" in internal.first.inner_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
