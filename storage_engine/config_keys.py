@@ -357,6 +357,12 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("group.initial.rebalance.delay.ms",          INT,     3000,                at_least(0),             "server"),
     _B("group.min.session.timeout.ms",              INT,     6000,                at_least(0),             "server"),
     _B("group.max.session.timeout.ms",              INT,     1_800_000,           at_least(0),             "server"),
+    # The transaction coordinator (Kafka's transaction.* keys and defaults).
+    _B("transaction.state.log.num.partitions",      INT,     50,                  at_least(1),             "server"),
+    _B("transaction.state.log.segment.bytes",       INT,     100 * MIB,           at_least(14),            "server"),
+    _B("transaction.max.timeout.ms",                INT,     900_000,             at_least(1),             "server"),
+    _B("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10_000, at_least(1),           "server"),
+    _B("transactional.id.expiration.ms",            INT,     604_800_000,         at_least(1),             "server"),
     _B("ssl.client.auth",                           STRING,  "none",              _OneOf(("none", "requested", "required")),
        "server"),
 )

@@ -46,9 +46,11 @@ class AppendInfo:
 
 def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE,
                    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                   is_transactional: bool = False) -> AppendInfo:
+                   is_transactional: bool = False, coordinator: bool = False) -> AppendInfo:
     """Build one batch from ``records`` at the log end offset and append it (the producer path). With a producer
-    id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction)."""
+    id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction). A
+    ``coordinator`` append (the group coordinator's transactional offset commits, as Kafka's) has its producer's
+    epoch checked but not its sequence, and is never taken for a retried batch."""
     if not records:
         raise InvalidRecordError("cannot append an empty list of records")
     now = log.clock.milliseconds()
@@ -62,7 +64,8 @@ def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int
         last = first + len(recs) - 1
         analysis = None
         if producer_id >= 0:
-            analysis = producers.analyze(log.producer_state, [RecordBatch(data)], pstate.CLIENT)
+            analysis = producers.analyze(log.producer_state, [RecordBatch(data)],
+                                         pstate.COORDINATOR if coordinator else pstate.CLIENT)
             if analysis.duplicate is not None:
                 return _duplicate(log, analysis.duplicate, len(recs))
         # The time index names the batch holding the max timestamp by its last offset ("shallow").

@@ -69,12 +69,13 @@ class Log(LocalLog):
     @guarded
     def append_records(self, records: Sequence[SimpleRecord], *, codec: int = codecs.NONE, producer_id: int = -1,
                        producer_epoch: int = -1, base_sequence: int = -1,
-                       is_transactional: bool = False) -> AppendInfo:
+                       is_transactional: bool = False, coordinator: bool = False) -> AppendInfo:
         """Build one batch from ``records`` at the log end offset and append it (the producer path). With a
-        producer id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction)."""
+        producer id the batch is idempotent (and ``is_transactional``, part of the producer's open transaction);
+        ``coordinator``: written by a coordinator, its sequence unchecked (see :mod:`storage_engine.log.appends`)."""
         return appends.append_records(self, records, codec=codec, producer_id=producer_id,
                                       producer_epoch=producer_epoch, base_sequence=base_sequence,
-                                      is_transactional=is_transactional)
+                                      is_transactional=is_transactional, coordinator=coordinator)
 
     @guarded
     def append_batches(self, data: bytes) -> AppendInfo:

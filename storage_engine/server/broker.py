@@ -27,6 +27,7 @@ from storage_engine.durable import atomic_write
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
 from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.transactions.coordinator import TxnCoordinator
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,7 +70,9 @@ class Broker:
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
         self.groups = GroupCoordinator(self)
+        self.transactions = TxnCoordinator(self, self.groups)
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
+        self.txns_summary: list[dict[str, Any]] = []
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
 
     # -- running engine calls ---------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ class Broker:
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
                 "updated_ms": int(time.time() * 1000), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
-                "groups": self.groups_summary}
+                "groups": self.groups_summary, "transactions": self.txns_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on

@@ -110,6 +110,7 @@ class Server:
     async def status_loop(self) -> None:
         while not self.stopping.is_set():
             self.broker.groups_summary = self.broker.groups.summary()
+            self.broker.txns_summary = self.broker.transactions.summary()
             await self.broker.call(self.broker.write_status, running=True)
             try:
                 await asyncio.wait_for(self.stopping.wait(), STATUS_INTERVAL_S)
@@ -137,8 +138,12 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.broker.call(server.broker.groups.load)
-    server.broker.groups.start()
+    broker = server.broker
+    await broker.call(broker.groups.load)
+    await broker.call(broker.transactions.load)
+    await broker.transactions.recover()         # transactions a stop left in Prepare* are completed before serving
+    broker.groups.start()
+    broker.transactions.start()
     await server.start()
     status = asyncio.create_task(server.status_loop())
     print("serving " + ", ".join(f"{p}://{h}:{port}" for p, h, port in server.broker.listeners), flush=True)
@@ -147,6 +152,7 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     await stop.wait()
     logger.info("stopping: answering requests in flight, then closing the logs clean")
     await server.stop()
+    await server.broker.transactions.stop()
     await server.broker.groups.stop()
     await status
 

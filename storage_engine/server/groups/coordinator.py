@@ -26,7 +26,9 @@ from typing import Any
 
 from storage_engine.record.records import SimpleRecord
 from storage_engine.server.catalog import TopicError, create_topic
+from storage_engine.server.errors import error_code
 from storage_engine.server.groups import records as rec
+from storage_engine.server.groups.replay import replay
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +113,14 @@ class GroupCoordinator:
         self._retention: asyncio.Task[None] | None = None
         self._topic_ready = False
         self._append_locks: dict[int, asyncio.Lock] = {}     # per partition of the offsets topic
+        # TxnOffsetCommit offsets waiting for their transaction's marker: producer id -> group -> offsets
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
 
     # -- the offsets topic ------------------------------------------------------------------------------------
     def load(self) -> int:
-        """Rebuild groups and offsets from ``__consumer_offsets`` (blocking; at start). Returns records read."""
+        """Rebuild groups and offsets from ``__consumer_offsets`` (blocking; at start). Returns records read.
+        Transactional offset commits count once their COMMIT marker is read; those of a transaction still open
+        stay pending until its marker is written."""
         catalog = self.broker.topics(fresh=True)
         parts = catalog.get(OFFSETS_TOPIC)
         if not parts:
@@ -126,16 +132,26 @@ class GroupCoordinator:
             log = self.broker.manager.get_log(OFFSETS_TOPIC, p)
             if log is None:
                 continue
-            for r in log.read_records():
-                count += 1
-                if r.key is not None:
-                    self._replay(r.key, r.value)
+            read, open_txns = replay(log, self._replay)
+            count += read
+            for producer_id, held in open_txns.items():
+                for k, v in held:
+                    self._replay_pending(producer_id, k, v)
         for g in self.groups.values():
             g.members.clear()           # members rejoin after a restart; the generation and offsets stay
             g.state = EMPTY             # empty since its last recorded change or commit (offsets expire from then)
             g.state_ms = max([g.state_ms] + [v.commit_ms for v in g.offsets.values()])
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OFFSETS_TOPIC)
         return count
+
+    def _replay_pending(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+        try:
+            parsed = rec.parse_key(key)
+            if isinstance(parsed, rec.OffsetKey) and value is not None:
+                self.txn_offsets.setdefault(producer_id, {}).setdefault(parsed.group, {})[
+                    (parsed.topic, parsed.partition)] = rec.parse_offset_value(value)
+        except (rec.RecordFormatError, UnicodeDecodeError) as exc:
+            logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         try:
@@ -159,7 +175,7 @@ class GroupCoordinator:
         except (rec.RecordFormatError, UnicodeDecodeError) as exc:
             logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
 
-    def _ensure_topic(self) -> None:
+    def ensure_topic(self) -> None:
         if self._topic_ready:
             return
         s = self.broker.config.server
@@ -172,20 +188,54 @@ class GroupCoordinator:
             self.partitions = max(self.broker.topics(fresh=True)[OFFSETS_TOPIC]) + 1
         self._topic_ready = True
 
-    def _append(self, group_id: str, records: list[SimpleRecord]) -> None:
-        self._ensure_topic()
+    def _append(self, group_id: str, records: list[SimpleRecord], producer: tuple[int, int] | None) -> None:
+        self.ensure_topic()
         p = rec.partition_for(group_id, self.partitions)
         log = self.broker.manager.get_or_create_log(OFFSETS_TOPIC, p)
-        log.append_records(records)
+        if producer is None:
+            log.append_records(records)
+        else:        # a transactional offset commit: the producer's batch, its epoch checked (Kafka's rule)
+            log.append_records(records, producer_id=producer[0], producer_epoch=producer[1], base_sequence=0,
+                               is_transactional=True, coordinator=True)
 
-    async def persist(self, group_id: str, records: list[SimpleRecord]) -> None:
+    def partition_of(self, group_id: str) -> int:
+        return rec.partition_for(group_id, self.partitions)
+
+    async def persist(self, group_id: str, records: list[SimpleRecord],
+                      producer: tuple[int, int] | None = None) -> None:
         """Append in the order of the calls: appends run in a thread pool, where a later one could otherwise land
         first (a later commit overwritten by an earlier one, a group's record after its tombstone). A caller
         that updates its state right after this returns does so before the next append of the partition."""
-        lock = self._append_locks.setdefault(rec.partition_for(group_id, self.partitions), asyncio.Lock())
+        lock = self._append_locks.setdefault(self.partition_of(group_id), asyncio.Lock())
         async with lock:
-            await self.broker.call(self._append, group_id, records)
+            await self.broker.call(self._append, group_id, records, producer)
         self.broker.notify_append()
+
+    async def write_marker(self, partition: int, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The transaction coordinator's marker on an offsets partition, in order with that partition's
+        appends; then the producer's pending offsets for the groups of this partition count (commit) or are
+        dropped (abort)."""
+        def append() -> None:
+            log = self.broker.manager.get_log(OFFSETS_TOPIC, partition)
+            if log is not None:
+                log.append_end_txn(producer_id, producer_epoch, commit=commit)
+        async with self._append_locks.setdefault(partition, asyncio.Lock()):
+            await self.broker.call(append)
+            pending = self.txn_offsets.get(producer_id, {})
+            for group_id in [g for g in pending if self.partition_of(g) == partition]:
+                offsets = pending.pop(group_id)
+                if commit:
+                    g = self.groups.get(group_id)
+                    if g is None or g.state == DEAD:
+                        g = self.groups[group_id] = Group(group_id)
+                    g.offsets.update(offsets)
+            if not pending:
+                self.txn_offsets.pop(producer_id, None)
+        self.broker.notify_append()
+
+    def pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset commit for it (OffsetFetch's UNSTABLE_OFFSET_COMMIT)."""
+        return any((topic, partition) in groups.get(group_id, {}) for groups in self.txn_offsets.values())
 
     def group_record(self, g: Group) -> SimpleRecord:
         if g.state == DEAD:
@@ -557,6 +607,40 @@ class GroupCoordinator:
                 g.offsets[key] = value
             if g.state == EMPTY:
                 g.state_ms = stamp          # an empty group's offsets expire counting from its last commit
+        return codes
+
+    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                         member_id: str, instance_id: str | None,
+                         offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """TxnOffsetCommit: the offsets are written as the producer's transactional batch and count once the
+        transaction commits. A consumer's group metadata, when sent (v3+), must be current (KIP-447 fencing)."""
+        g = self.groups.get(group_id)
+        if member_id:
+            if self._fenced(g, member_id, instance_id):
+                return [FENCED_INSTANCE_ID] * len(offsets)
+            if g is None or member_id not in g.members:
+                return [UNKNOWN_MEMBER_ID] * len(offsets)
+            if generation != g.generation:
+                return [ILLEGAL_GENERATION] * len(offsets)
+        stamp = now_ms()
+        codes, records, values = [], [], []
+        for topic, p, offset, epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > self.max_metadata:
+                codes.append(OFFSET_METADATA_TOO_LARGE)
+                continue
+            records.append(SimpleRecord(rec.offset_key(group_id, topic, p),
+                                        rec.offset_value(offset, epoch, meta, stamp)))
+            values.append(((topic, p), rec.OffsetValue(offset, epoch, meta, stamp)))
+            codes.append(NONE)
+        if records:
+            try:
+                await self.persist(group_id, records, (producer_id, producer_epoch))
+            except Exception as exc:   # noqa: BLE001 - the producer's error (fenced epoch) or a storage failure
+                code = int(error_code(exc))
+                logger.warning("group %s: cannot write transactional offsets: %s", group_id, exc)
+                return [(code if code != -1 else COORDINATOR_NOT_AVAILABLE) if c == NONE else c for c in codes]
+            self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None

@@ -48,7 +48,7 @@ def partition_for(key: str, partitions: int) -> int:
 
 # -- writing ----------------------------------------------------------------------------------------------------
 
-def _string(out: bytearray, text: str | None) -> None:
+def put_string(out: bytearray, text: str | None) -> None:
     if text is None:
         out += _I16.pack(-1)
         return
@@ -56,7 +56,7 @@ def _string(out: bytearray, text: str | None) -> None:
     out += _I16.pack(len(raw)) + raw
 
 
-def _bytes(out: bytearray, data: bytes | None) -> None:
+def put_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
         out += _I32.pack(-1)
         return
@@ -65,8 +65,8 @@ def _bytes(out: bytearray, data: bytes | None) -> None:
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
     out = bytearray(_I16.pack(OFFSET_KEY_VERSION))
-    _string(out, group)
-    _string(out, topic)
+    put_string(out, group)
+    put_string(out, topic)
     out += _I32.pack(partition)
     return bytes(out)
 
@@ -74,14 +74,14 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 def offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int) -> bytes:
     out = bytearray(_I16.pack(OFFSET_VALUE_VERSION))
     out += _I64.pack(offset) + _I32.pack(leader_epoch)
-    _string(out, metadata)
+    put_string(out, metadata)
     out += _I64.pack(commit_ms)
     return bytes(out)
 
 
 def group_key(group: str) -> bytes:
     out = bytearray(_I16.pack(GROUP_KEY_VERSION))
-    _string(out, group)
+    put_string(out, group)
     return bytes(out)
 
 
@@ -109,26 +109,26 @@ class GroupRecord:
 
 def group_value(g: GroupRecord) -> bytes:
     out = bytearray(_I16.pack(GROUP_VALUE_VERSION))
-    _string(out, g.protocol_type)
+    put_string(out, g.protocol_type)
     out += _I32.pack(g.generation)
-    _string(out, g.protocol)
-    _string(out, g.leader)
+    put_string(out, g.protocol)
+    put_string(out, g.leader)
     out += _I64.pack(g.state_timestamp_ms)
     out += _I32.pack(len(g.members))
     for m in g.members:
-        _string(out, m.member_id)
-        _string(out, m.group_instance_id)
-        _string(out, m.client_id)
-        _string(out, m.client_host)
+        put_string(out, m.member_id)
+        put_string(out, m.group_instance_id)
+        put_string(out, m.client_id)
+        put_string(out, m.client_host)
         out += _I32.pack(m.rebalance_timeout_ms) + _I32.pack(m.session_timeout_ms)
-        _bytes(out, m.subscription)
-        _bytes(out, m.assignment)
+        put_bytes(out, m.subscription)
+        put_bytes(out, m.assignment)
     return bytes(out)
 
 
 # -- reading ----------------------------------------------------------------------------------------------------
 
-class _Reader:
+class Reader:
     def __init__(self, data: bytes):
         self.data = data
         self.pos = 0
@@ -139,6 +139,9 @@ class _Reader:
         chunk = self.data[self.pos:self.pos + n]
         self.pos += n
         return chunk
+
+    def i8(self) -> int:
+        return int(self._take(1)[0])
 
     def i16(self) -> int:
         return int(_I16.unpack(self._take(2))[0])
@@ -183,7 +186,7 @@ class OffsetValue:
 def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for kinds this coordinator does not keep (KIP-848
     consumer-group and share-group records, versions >= 3)."""
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if version in (0, 1):
         group, topic = r.string(), r.string()
@@ -199,7 +202,7 @@ def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def parse_offset_value(data: bytes) -> OffsetValue:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if not 0 <= version <= 3:
         raise RecordFormatError(f"offset commit value version {version} (0-3 are read)")
@@ -213,7 +216,7 @@ def parse_offset_value(data: bytes) -> OffsetValue:
 
 
 def parse_group_value(data: bytes) -> GroupRecord:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if not 0 <= version <= 3:
         raise RecordFormatError(f"group metadata value version {version} (0-3 are read)")

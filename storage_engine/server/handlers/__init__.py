@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce
+from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
 from storage_engine.server.handlers.context import Ctx
 
 Handler = Callable[[Ctx, Any], Awaitable[dict[str, Any] | None]]
@@ -60,6 +60,10 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
     Api(21, "DeleteRecords", 0, 2, admin.delete_records),
     Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
+    Api(24, "AddPartitionsToTxn", 0, 3, transactions.add_partitions_to_txn),
+    Api(25, "AddOffsetsToTxn", 0, 4, transactions.add_offsets_to_txn),
+    Api(26, "EndTxn", 0, 4, transactions.end_txn),
+    Api(28, "TxnOffsetCommit", 0, 4, transactions.txn_offset_commit),
     Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
     Api(34, "AlterReplicaLogDirs", 1, 2, configs.alter_replica_log_dirs),
     Api(35, "DescribeLogDirs", 1, 4, configs.describe_log_dirs),

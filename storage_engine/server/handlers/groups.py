@@ -10,6 +10,7 @@ from storage_engine.server.handlers.context import Ctx, has
 
 GROUP, TRANSACTION = 0, 1
 ALL_TOPICS = None
+UNSTABLE_OFFSET_COMMIT, INVALID_REQUEST = 88, 42
 
 
 def _coordinator(ctx: Ctx) -> GroupCoordinator:
@@ -18,9 +19,9 @@ def _coordinator(ctx: Ctx) -> GroupCoordinator:
 
 async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
     node = {"node_id": ctx.broker.node_id, "host": ctx.host, "port": ctx.port}
-    key_type = int(getattr(body, "key_type", GROUP))
-    error = NONE if key_type == GROUP else 15      # no transaction coordinator yet: COORDINATOR_NOT_AVAILABLE
-    message = None if error == NONE else "this broker runs no transaction coordinator yet"
+    key_type = int(getattr(body, "key_type", GROUP))      # this node coordinates every group and transactional id
+    error = NONE if key_type in (GROUP, TRANSACTION) else INVALID_REQUEST
+    message = None if error == NONE else f"unknown coordinator key type {key_type}"
     if has(body, "coordinator_keys"):
         return {"throttle_time": 0, "coordinators": tuple(
             {"key": key, **node, "error_code": error, "error_message": message} for key in body.coordinator_keys)}
@@ -79,24 +80,29 @@ async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
 
 
-def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any) -> tuple[dict[str, Any], ...]:
+def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: bool) -> tuple[dict[str, Any], ...]:
+    """``stable`` (require_stable, v7+): a partition with an offset commit in an open transaction answers
+    UNSTABLE_OFFSET_COMMIT, and the client asks again (KIP-447)."""
     wanted = None if topics is None else [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
     out = []
     for topic, parts in coordinator.fetch_offsets(group_id, wanted):
         out.append({"name": topic, "partitions": tuple(
             {"partition_index": p, "committed_offset": v.offset if v else -1,
              "committed_leader_epoch": v.leader_epoch if v else -1, "metadata": v.metadata if v else "",
-             "error_code": NONE} for p, v in parts)})
+             "error_code": UNSTABLE_OFFSET_COMMIT if stable and coordinator.pending_offset(group_id, topic, p)
+             else NONE} for p, v in parts)})
     return tuple(out)
 
 
 async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
+    stable = bool(getattr(body, "require_stable", False))
     if has(body, "groups"):
         return {"throttle_time": 0, "groups": tuple(
-            {"group_id": g.group_id, "topics": _fetched(coordinator, g.group_id, g.topics), "error_code": NONE}
-            for g in body.groups)}
-    return {"throttle_time": 0, "error_code": NONE, "topics": _fetched(coordinator, body.group_id, body.topics)}
+            {"group_id": g.group_id, "topics": _fetched(coordinator, g.group_id, g.topics, stable),
+             "error_code": NONE} for g in body.groups)}
+    return {"throttle_time": 0, "error_code": NONE,
+            "topics": _fetched(coordinator, body.group_id, body.topics, stable)}
 
 
 async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:

@@ -5,16 +5,28 @@ with the append)."""
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import Any
 
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.errors import error_code, message
+from storage_engine.server.handlers import transactions
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.transactions.coordinator import NONE
 
 logger = logging.getLogger(__name__)
-TXN_UNSUPPORTED = ("transactions need a transaction coordinator, which this broker does not run yet; "
-                   "produce without transactional.id")
+_PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a magic-2 batch header
+TRANSACTIONAL = 0x10                     # the attributes bit
+
+
+def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
+    """(producer id, epoch, transactional) of the first batch; None when it is too short to tell (the engine's
+    validation then names what is wrong)."""
+    if len(records) < 61 or records[16] != 2:
+        return None
+    pid, epoch = _PRODUCER.unpack_from(records, 43)
+    return pid, epoch, bool(struct.unpack_from(">h", records, 21)[0] & TRANSACTIONAL)
 
 
 def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, Any]:
@@ -41,6 +53,31 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
             "log_start_offset": log.log_start_offset}
 
 
+async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition: int,
+                             records: bytes) -> dict[str, Any]:
+    """Append one partition's batches. Transactional batches need the request's transactional id, and its
+    transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
+    producer = _producer_of(records)
+    if txn_id is None:
+        if producer is not None and producer[2]:
+            return {"index": partition, "error_code": 87, "base_offset": -1,
+                    "error_message": "transactional records need the producer's transactional.id"}
+        return await ctx.broker.call(_append, ctx, topic, partition, records)
+    if producer is None:
+        return await ctx.broker.call(_append, ctx, topic, partition, records)
+    txns = ctx.broker.transactions
+    code = txns.begin_append(txn_id, producer[0], producer[1], topic, partition)
+    if code != NONE:
+        ctx.broker.stats.errors += 1
+        return {"index": partition, "error_code": code, "base_offset": -1,
+                "error_message": f"transactional id {txn_id!r} has no open transaction with {topic}-{partition} "
+                                 f"for producer {producer[0]} epoch {producer[1]}"}
+    try:
+        return await ctx.broker.call(_append, ctx, topic, partition, records)
+    finally:
+        txns.end_append(txn_id)
+
+
 async def produce(ctx: Ctx, body: Any) -> dict[str, Any] | None:
     broker = ctx.broker
     broker.stats.produce_requests += 1
@@ -50,16 +87,15 @@ async def produce(ctx: Ctx, body: Any) -> dict[str, Any] | None:
     for topic_data in body.topic_data:
         parts = []
         for pd in topic_data.partition_data:
-            if body.transactional_id is not None:
-                parts.append({"index": pd.index, "error_code": 53, "base_offset": -1, "error_message": TXN_UNSUPPORTED})
-            elif acks not in (-1, 0, 1):
+            if acks not in (-1, 0, 1):
                 parts.append({"index": pd.index, "error_code": 21, "base_offset": -1,
                               "error_message": f"acks must be -1, 0 or 1, got {acks}"})
             elif not pd.records:
                 parts.append({"index": pd.index, "error_code": 87, "base_offset": -1,
                               "error_message": "no records in the request"})
             else:
-                result = await broker.call(_append, ctx, topic_data.name, int(pd.index), bytes(pd.records))
+                result = await _produce_partition(ctx, body.transactional_id, topic_data.name, int(pd.index),
+                                                  bytes(pd.records))
                 appended = appended or result["error_code"] == 0
                 parts.append(result)
         responses.append({"name": topic_data.name, "partition_responses": tuple(parts)})
@@ -74,10 +110,10 @@ MAX_EPOCH = 32767
 
 
 async def init_producer_id(ctx: Ctx, body: Any) -> dict[str, Any]:
-    """A new producer id with epoch 0; a known (id, epoch) gets the next epoch (KIP-360), a new id once the epoch
-    would overflow."""
+    """Without a transactional id: a new producer id with epoch 0; a known (id, epoch) gets the next epoch
+    (KIP-360), a new id once the epoch would overflow. With one: the transaction coordinator answers."""
     if body.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": 53, "producer_id": -1, "producer_epoch": -1}
+        return await transactions.init_transactional(ctx, body)
     pid = int(getattr(body, "producer_id", -1))
     epoch = int(getattr(body, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:

@@ -1,0 +1,71 @@
+"""The transactional APIs: InitProducerId with a ``transactional.id``, AddPartitionsToTxn (v0-3, the clients'
+versions; v4+ is the brokers' verification form), AddOffsetsToTxn, EndTxn, answered by the broker's
+:class:`~storage_engine.server.transactions.coordinator.TxnCoordinator`, and TxnOffsetCommit, which the group
+coordinator writes as the producer's transactional batch once the transaction admits it."""
+from __future__ import annotations
+
+from typing import Any
+
+from storage_engine.server.groups.coordinator import OFFSETS_TOPIC
+from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.transactions.coordinator import NONE, fenced
+
+
+async def init_transactional(ctx: Ctx, body: Any) -> dict[str, Any]:
+    code, pid, epoch = await ctx.broker.transactions.init_producer_id(
+        body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
+        int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)), ctx.version)
+    return {"throttle_time": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch}
+
+
+async def add_partitions_to_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+    wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+    codes = await ctx.broker.transactions.add_partitions(
+        body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
+        int(body.v3_and_below_producer_epoch), wanted, ctx.version)
+    topics: dict[str, list[dict[str, int]]] = {}
+    for (topic, p), code in codes.items():
+        topics.setdefault(topic, []).append({"partition_index": p, "partition_error_code": code})
+    return {"throttle_time": 0, "error_code": NONE, "results_by_topic_v3_and_below": tuple(
+        {"name": t, "results_by_partition": tuple(ps)} for t, ps in topics.items())}
+
+
+async def add_offsets_to_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+    code = await ctx.broker.transactions.add_offsets(body.transactional_id, int(body.producer_id),
+                                                     int(body.producer_epoch), body.group_id, ctx.version)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def end_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+    code = await ctx.broker.transactions.end_txn(body.transactional_id, int(body.producer_id),
+                                                 int(body.producer_epoch), bool(body.committed), ctx.version)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    txns, groups = broker.transactions, broker.groups
+    entries, shape = [], []
+    for t in body.topics:
+        for p in t.partitions:
+            entries.append((t.name, int(p.partition_index), int(p.committed_offset),
+                            int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+            shape.append((t.name, int(p.partition_index)))
+    pid, epoch = int(body.producer_id), int(body.producer_epoch)
+    code = txns.begin_append(body.transactional_id, pid, epoch, OFFSETS_TOPIC, groups.partition_of(body.group_id))
+    if code == NONE:
+        try:
+            codes = await groups.txn_commit(body.group_id, pid, epoch, int(getattr(body, "generation_id", -1)),
+                                            getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
+                                            entries)
+        finally:
+            txns.end_append(body.transactional_id)
+    else:
+        if code == 47:
+            code = fenced("TxnOffsetCommit", ctx.version)
+        codes = [code] * len(entries)
+    topics: dict[str, list[dict[str, int]]] = {}
+    for (topic, p), c in zip(shape, codes):
+        topics.setdefault(topic, []).append({"partition_index": p, "error_code": c})
+    return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
+

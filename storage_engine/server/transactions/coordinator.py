@@ -1,0 +1,406 @@
+"""The transaction coordinator (Kafka's ``TransactionCoordinator``), for every transactional id: this node is the
+coordinator of all of them.
+
+A transactional id has one producer id and epoch at a time. **InitProducerId** gives it a producer id (epoch 0),
+or bumps the epoch, which fences the previous producer of the id; an Ongoing transaction is aborted first (with
+an epoch bumped once more, as Kafka does). **AddPartitionsToTxn** and **AddOffsetsToTxn** (the group's
+``__consumer_offsets`` partition) make the transaction Ongoing; produces and TxnOffsetCommits are accepted only
+for partitions added, from the current producer id and epoch. **EndTxn** records PrepareCommit or PrepareAbort,
+waits for the transaction's appends in flight, writes a COMMIT or ABORT marker through the engine's end-txn path
+into every partition of the transaction (so the ``.txnindex``, the last stable offset and ``read_committed``
+follow as the engine keeps them), and records CompleteCommit or CompleteAbort.
+
+Every state change is appended to ``__transaction_state`` (:mod:`.records`, Kafka's schemas; compacted, cleaned by
+the ``log_compaction`` DAG like any topic) before it is answered. At start the coordinator reads it back: a
+transaction found in PrepareCommit/PrepareAbort is completed (its markers written again: a second marker for a
+transaction already ended changes nothing), an Ongoing one stays open for its producer to end, or is aborted when
+its timeout passes. Transactions older than their timeout are aborted with the producer's epoch bumped
+(``transaction.abort.timed.out.transaction.cleanup.interval.ms``); transactional ids idle for
+``transactional.id.expiration.ms`` are deleted (a tombstone).
+
+Everything runs on the event loop; a lock per transactional id orders its requests, and engine calls run in the
+broker's thread pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_engine.errors import PartitionNotFoundError
+from storage_engine.record.records import SimpleRecord
+from storage_engine.server.catalog import TopicError, create_topic
+from storage_engine.server.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from storage_engine.server.groups.records import RecordFormatError, partition_for
+from storage_engine.server.groups.replay import replay
+from storage_engine.server.transactions import records as rec
+from storage_engine.server.transactions.records import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
+                                                        PREPARE_ABORT, PREPARE_COMMIT)
+
+logger = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+MAX_EPOCH = 32767        # Short.MaxValue: an id whose epoch would reach it gets a new producer id
+
+# Kafka's error codes used here
+NONE, UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST = 0, 3, 15, 42
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 47, 48, 49
+INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 50, 51, 55, 90
+
+# The first version of each API that knows PRODUCER_FENCED; older ones get INVALID_PRODUCER_EPOCH (Kafka's rule).
+FENCED_SINCE = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2, "EndTxn": 2,
+                "TxnOffsetCommit": 3}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def fenced(api: str, version: int) -> int:
+    return PRODUCER_FENCED if version >= FENCED_SINCE[api] else INVALID_PRODUCER_EPOCH
+
+
+@dataclass
+class Txn:
+    txn_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: int = EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    start_ms: int = -1
+    update_ms: int = -1
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    last_epoch: int = -1                       # the epoch before the last bump (kept in memory only, as Kafka's v0)
+    in_flight: int = 0                         # produces and offset commits of this transaction being appended
+    drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def record(self) -> rec.TxnRecord:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(self.partitions):
+            by_topic.setdefault(topic, []).append(p)
+        return rec.TxnRecord(self.producer_id, self.epoch, self.timeout_ms, self.state, by_topic,
+                             self.update_ms, self.start_ms)
+
+    def describe(self) -> dict[str, Any]:
+        return {"transactional_id": self.txn_id, "producer_id": self.producer_id, "producer_epoch": self.epoch,
+                "state": rec.STATE_NAMES[self.state], "timeout_ms": self.timeout_ms, "start_ms": self.start_ms,
+                "partitions": [f"{t}-{p}" for t, p in sorted(self.partitions)]}
+
+
+class TxnCoordinator:
+    def __init__(self, broker: Any, groups: GroupCoordinator):
+        self.broker = broker
+        self.groups = groups
+        s = broker.config.server
+        self.partitions: int = s["transaction.state.log.num.partitions"]
+        self.segment_bytes: int = s["transaction.state.log.segment.bytes"]
+        self.max_timeout_ms: int = s["transaction.max.timeout.ms"]
+        self.abort_check_s: float = s["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        self.id_expiration_ms: int = s["transactional.id.expiration.ms"]
+        self.txns: dict[str, Txn] = {}
+        self._topic_ready = False
+        self._locks: dict[int, asyncio.Lock] = {}           # appends per partition of the state topic, in order
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # -- the state topic ----------------------------------------------------------------------------------------
+    def load(self) -> int:
+        """Rebuild the transactional ids from ``__transaction_state`` (blocking; at start). Returns records read."""
+        parts = self.broker.topics(fresh=True).get(TXN_TOPIC)
+        if not parts:
+            return 0
+        self._topic_ready = True
+        self.partitions = max(parts) + 1
+        count = 0
+        for p in parts:
+            log = self.broker.manager.get_log(TXN_TOPIC, p)
+            if log is not None:
+                count += replay(log, self._replay)[0]
+        states: dict[str, int] = {}
+        for t in self.txns.values():
+            states[rec.STATE_NAMES[t.state]] = states.get(rec.STATE_NAMES[t.state], 0) + 1
+        logger.info("loaded %d transactional ids (%s; %d records) from %s", len(self.txns), states, count, TXN_TOPIC)
+        return count
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        try:
+            txn_id = rec.parse_key(key)
+            if value is None:
+                self.txns.pop(txn_id, None)
+                return
+            r = rec.parse_value(value)
+        except (RecordFormatError, UnicodeDecodeError) as exc:
+            logger.warning("skipping an unreadable %s record: %s", TXN_TOPIC, exc)
+            return
+        if r.state == DEAD:
+            self.txns.pop(txn_id, None)
+            return
+        self.txns[txn_id] = Txn(txn_id, r.producer_id, r.producer_epoch, r.timeout_ms, r.state,
+                                {(t, p) for t, ps in r.partitions.items() for p in ps}, r.start_ms, r.last_update_ms)
+
+    def _ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
+        try:
+            create_topic(self.broker, TXN_TOPIC, self.partitions,
+                         {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
+        except TopicError as exc:
+            if exc.code != "topic_already_exists":
+                raise
+            self.partitions = max(self.broker.topics(fresh=True)[TXN_TOPIC]) + 1
+        self._topic_ready = True
+
+    def _append(self, txn_id: str, value: bytes | None) -> None:
+        self._ensure_topic()
+        log = self.broker.manager.get_or_create_log(TXN_TOPIC, partition_for(txn_id, self.partitions))
+        log.append_records([SimpleRecord(rec.key(txn_id), value)])
+
+    async def _persist(self, t: Txn, *, tombstone: bool = False) -> None:
+        t.update_ms = now_ms()
+        value = None if tombstone else rec.value(t.record())
+        async with self._locks.setdefault(partition_for(t.txn_id, self.partitions), asyncio.Lock()):
+            await self.broker.call(self._append, t.txn_id, value)
+
+    async def _change(self, t: Txn, state: int, **changes: Any) -> bool:
+        """Record a new state (and fields) of ``t``; on failure ``t`` is left as it was and False returned."""
+        before = {k: getattr(t, k) for k in ("state", "epoch", "producer_id", "timeout_ms", "partitions",
+                                             "start_ms", "update_ms")}
+        t.state = state
+        for k, v in changes.items():
+            setattr(t, k, v)
+        try:
+            await self._persist(t)
+            return True
+        except Exception as exc:   # noqa: BLE001 - nothing changed: the client retries
+            logger.warning("transactional id %s: cannot record %s: %s", t.txn_id, rec.STATE_NAMES[state], exc)
+            for k, v in before.items():
+                setattr(t, k, v)
+            return False
+
+    # -- running --------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(self._housekeeping())
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+
+    async def recover(self) -> None:
+        """At start: complete the transactions found in Prepare* (and whatever else is due)."""
+        try:
+            await self.sweep(now_ms())
+        except Exception:   # noqa: BLE001 - housekeeping tries again
+            logger.exception("completing the transactions found at start failed")
+
+    async def _housekeeping(self) -> None:
+        """Complete what a failed marker left in Prepare*, abort timed-out transactions, expire idle
+        transactional ids; every cleanup interval."""
+        while True:
+            await asyncio.sleep(self.abort_check_s)
+            try:
+                await self.sweep(now_ms())
+            except Exception:   # noqa: BLE001 - the next round tries again
+                logger.exception("transaction housekeeping failed")
+
+    async def sweep(self, at_ms: int) -> None:
+        for t in list(self.txns.values()):
+            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                async with t.lock:
+                    if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                        await self._complete(t)
+            elif t.state == ONGOING and t.start_ms + t.timeout_ms < at_ms:
+                async with t.lock:
+                    if t.state == ONGOING and t.start_ms + t.timeout_ms < at_ms:
+                        logger.info("transactional id %s: aborting its transaction, open since %d, past its "
+                                    "timeout of %d ms", t.txn_id, t.start_ms, t.timeout_ms)
+                        await self._abort_fencing(t)
+            elif t.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and t.update_ms + self.id_expiration_ms < at_ms:
+                async with t.lock:
+                    if self.txns.get(t.txn_id) is t and t.update_ms + self.id_expiration_ms < at_ms:
+                        try:
+                            await self._persist(t, tombstone=True)
+                        except Exception as exc:   # noqa: BLE001 - expires on a later round
+                            logger.warning("transactional id %s: cannot expire it: %s", t.txn_id, exc)
+                            continue
+                        del self.txns[t.txn_id]
+                        logger.info("transactional id %s expired", t.txn_id)
+
+    # -- ending transactions ------------------------------------------------------------------------------------------
+    async def _drain(self, t: Txn) -> None:
+        while t.in_flight:
+            t.drained.clear()
+            await t.drained.wait()
+
+    async def _end(self, t: Txn, commit: bool) -> bool:
+        """Ongoing -> Prepare* (recorded) -> markers -> Complete*. False if Prepare* could not be recorded."""
+        prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
+        t.state = prepare                     # new appends of this transaction are refused from here
+        await self._drain(t)
+        t.state = ONGOING
+        if not await self._change(t, prepare):
+            return False
+        await self._complete(t)
+        return True
+
+    async def _complete(self, t: Txn) -> None:
+        """Write the markers of a Prepare* transaction, then record Complete*. A partition whose marker cannot be
+        written keeps the transaction in Prepare* (housekeeping retries); a deleted one needs no marker."""
+        commit = t.state == PREPARE_COMMIT
+        failed = []
+        for topic, p in sorted(t.partitions):
+            try:
+                if topic == OFFSETS_TOPIC:
+                    await self.groups.write_marker(p, t.producer_id, t.epoch, commit)
+                else:
+                    await self.broker.call(self._write_marker, topic, p, t.producer_id, t.epoch, commit)
+            except PartitionNotFoundError:
+                continue
+            except Exception as exc:   # noqa: BLE001 - retried by housekeeping
+                logger.warning("transactional id %s: cannot write the %s marker to %s-%d: %s", t.txn_id,
+                               "COMMIT" if commit else "ABORT", topic, p, exc)
+                failed.append((topic, p))
+        self.broker.notify_append()
+        if failed:
+            return
+        await self._change(t, COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(), start_ms=-1)
+
+    def _write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> None:
+        log = self.broker.manager.get_log(topic, partition)
+        if log is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
+        log.append_end_txn(producer_id, epoch, commit=commit)
+
+    async def _abort_fencing(self, t: Txn) -> bool:
+        """Abort the Ongoing transaction of ``t`` with the epoch bumped, so its producer is fenced."""
+        if t.epoch < MAX_EPOCH - 1:
+            t.last_epoch, t.epoch = t.epoch, t.epoch + 1
+        return await self._end(t, commit=False)
+
+    # -- the APIs -----------------------------------------------------------------------------------------------
+    def _check(self, txn_id: str, producer_id: int, epoch: int, api: str, version: int) -> Txn | int:
+        t = self.txns.get(txn_id)
+        if t is None or t.producer_id != producer_id:
+            return INVALID_PRODUCER_ID_MAPPING
+        if t.epoch != epoch:
+            return fenced(api, version)
+        return t
+
+    async def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int, epoch: int,
+                               version: int) -> tuple[int, int, int]:
+        """(error code, producer id, epoch)."""
+        if not txn_id:
+            return INVALID_REQUEST, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return INVALID_TRANSACTION_TIMEOUT, -1, -1
+        t = self.txns.get(txn_id)
+        if t is None:
+            new_id = await self.broker.call(self.broker.producer_ids.allocate)
+            if txn_id not in self.txns:
+                t = self.txns[txn_id] = Txn(txn_id, new_id, 0, timeout_ms)
+                async with t.lock:         # taken at once: nothing awaited since the id was added
+                    if await self._change(t, EMPTY):
+                        return NONE, t.producer_id, t.epoch
+                    del self.txns[txn_id]
+                    return COORDINATOR_NOT_AVAILABLE, -1, -1
+            t = self.txns[txn_id]
+        async with t.lock:
+            if self.txns.get(txn_id) is not t:
+                return CONCURRENT_TRANSACTIONS, -1, -1                  # expired meanwhile: the client retries
+            if producer_id >= 0:                                        # KIP-360: the producer's own bump
+                if producer_id == t.producer_id and epoch == t.last_epoch and t.state != ONGOING:
+                    return NONE, t.producer_id, t.epoch                 # a retry, or after a timeout's fencing
+                if producer_id != t.producer_id or epoch != t.epoch:
+                    return fenced("InitProducerId", version), -1, -1
+            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return CONCURRENT_TRANSACTIONS, -1, -1                  # markers still being written
+            if t.state == ONGOING and not await self._abort_fencing(t):
+                return CONCURRENT_TRANSACTIONS, -1, -1
+            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return CONCURRENT_TRANSACTIONS, -1, -1
+            new_pid, new_epoch = t.producer_id, t.epoch + 1
+            if new_epoch >= MAX_EPOCH:
+                new_pid, new_epoch = await self.broker.call(self.broker.producer_ids.allocate), 0
+            last = t.epoch
+            if not await self._change(t, EMPTY, producer_id=new_pid, epoch=new_epoch, timeout_ms=timeout_ms,
+                                      partitions=set(), start_ms=-1):
+                return COORDINATOR_NOT_AVAILABLE, -1, -1
+            t.last_epoch = last if new_pid == t.producer_id else -1
+            return NONE, t.producer_id, t.epoch
+
+    async def add_partitions(self, txn_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
+                             version: int, api: str = "AddPartitionsToTxn") -> dict[tuple[str, int], int]:
+        def every(code: int) -> dict[tuple[str, int], int]:
+            return {tp: code for tp in partitions}
+        checked = self._check(txn_id, producer_id, epoch, api, version)
+        if isinstance(checked, int):
+            return every(checked)
+        t = checked
+        async with t.lock:
+            if t.producer_id != producer_id or t.epoch != epoch:
+                return every(fenced(api, version))
+            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return every(CONCURRENT_TRANSACTIONS)
+            new = set(partitions) - t.partitions
+            if not new and t.state == ONGOING:
+                return every(NONE)
+            catalog = await self.broker.call(self.broker.topics)
+            missing = {(tp, p) for tp, p in new if p not in catalog.get(tp, ()) and tp != OFFSETS_TOPIC}
+            if missing:
+                return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in missing else OPERATION_NOT_ATTEMPTED
+                        for tp in partitions}
+            start = t.start_ms if t.state == ONGOING else now_ms()
+            if not await self._change(t, ONGOING, partitions=t.partitions | new, start_ms=start):
+                return every(COORDINATOR_NOT_AVAILABLE)
+            return every(NONE)
+
+    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str, version: int) -> int:
+        await self.broker.call(self.groups.ensure_topic)
+        tp = (OFFSETS_TOPIC, self.groups.partition_of(group_id))
+        return (await self.add_partitions(txn_id, producer_id, epoch, [tp], version, "AddOffsetsToTxn"))[tp]
+
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool, version: int) -> int:
+        checked = self._check(txn_id, producer_id, epoch, "EndTxn", version)
+        if isinstance(checked, int):
+            return checked
+        t = checked
+        async with t.lock:
+            if t.producer_id != producer_id or t.epoch != epoch:
+                return fenced("EndTxn", version)
+            if t.state == ONGOING:
+                return NONE if await self._end(t, commit) else COORDINATOR_NOT_AVAILABLE
+            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                return CONCURRENT_TRANSACTIONS if (t.state == PREPARE_COMMIT) == commit else INVALID_TXN_STATE
+            if t.state in (COMPLETE_COMMIT, COMPLETE_ABORT) and (t.state == COMPLETE_COMMIT) == commit:
+                return NONE                      # a retried EndTxn that already took effect
+            return INVALID_TXN_STATE
+
+    # -- appends of a transaction -----------------------------------------------------------------------------------
+    def begin_append(self, txn_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
+        """Admit one transactional append (a produce, or an offset commit on the group's partition): the
+        transaction must be Ongoing with the partition added, from its current producer id and epoch. Pair with
+        :meth:`end_append`, which EndTxn waits for before writing markers."""
+        t = self.txns.get(txn_id)
+        if t is None or t.producer_id != producer_id:
+            return INVALID_PRODUCER_ID_MAPPING
+        if t.epoch != epoch:
+            return INVALID_PRODUCER_EPOCH
+        if t.state != ONGOING or (topic, partition) not in t.partitions:
+            return INVALID_TXN_STATE
+        t.in_flight += 1
+        return NONE
+
+    def end_append(self, txn_id: str) -> None:
+        t = self.txns.get(txn_id)
+        if t is not None and t.in_flight > 0:
+            t.in_flight -= 1
+            if not t.in_flight:
+                t.drained.set()
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [t.describe() for t in sorted(self.txns.values(), key=lambda t: t.txn_id)]
