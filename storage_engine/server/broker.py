@@ -72,7 +72,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TxnCoordinator(self, self.groups)
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
-        self.txns_summary: list[dict[str, Any]] = []
+        self.txns_summary: dict[str, Any] = {}
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
 
     # -- running engine calls ---------------------------------------------------------------------------------

@@ -335,13 +335,14 @@ def test_the_overview_shows_a_move_in_progress(server, sample, browser):
 def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_take(server, sample, browser):
     """A broker serving the sample's log dirs; a group commits offset 5 on access-log-0: the overview lists the
     group with its lag (log end offset minus 5), and the retention plan as of far ahead names the group as losing
-    the unread records the deletion would take. (Last in the module: the broker leaves __consumer_offsets.)"""
+    the unread records the deletion would take; an open transaction is listed until it is aborted. (Last in the
+    module: the broker leaves __consumer_offsets and __transaction_state, and an aborted batch in access-log-0.)"""
     import signal
     import subprocess
     import sys
     import time
 
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     proc = subprocess.Popen([sys.executable, "-m", "storage_engine", "--config", str(sample["config_path"]), "serve",
                              "--listeners", "PLAINTEXT://127.0.0.1:0"], cwd=REPO, stdout=subprocess.PIPE,
@@ -382,6 +383,31 @@ def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_ta
         assert internal.count() >= 1
         assert internal.first.locator('[data-field="internal"]').inner_text().strip() == "internal"
         assert "compact" in internal.first.inner_text()
+
+        # an open transaction is listed with its partitions until it ends
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "view-txn"})
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce("access-log", value=b"in a transaction", partition=0)
+        assert producer.flush(60) == 0
+        page.goto(server.url + "/storage-maintenance/")
+        txn_row = page.locator('#transactions tr[data-txn="view-txn"]')
+        deadline = time.monotonic() + 60
+        while txn_row.count() == 0 and time.monotonic() < deadline:   # the status is written every 5 s
+            time.sleep(0.5)
+            page.reload()
+        assert txn_row.count() == 1
+        assert cell(txn_row, "txn-state") == "Ongoing"
+        assert "access-log-0" in txn_row.inner_text()
+        shot(page, "09-open-transaction")
+        producer.abort_transaction(60)
+        deadline = time.monotonic() + 60
+        while txn_row.count() == 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            page.reload()
+        assert txn_row.count() == 0
+        assert "CompleteAbort 1" in page.locator("#txn-summary").inner_text()
+        del producer            # its connections close before the broker stops
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0

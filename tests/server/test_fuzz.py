@@ -270,14 +270,15 @@ def produce_known_good(bootstrap: str) -> list[tuple[int, bytes, bytes]]:
     return sent
 
 
-# Valid group requests (OffsetCommit, JoinGroup...) keep their state in this internal topic: a write like any
-# valid request's, not data from a malformed frame; the user topics are what must not change.
-GROUP_STATE_TOPIC = "__consumer_offsets"
+# Valid group and transaction requests (OffsetCommit, JoinGroup, InitProducerId...) keep their state in these
+# internal topics: a write like any valid request's, not data from a malformed frame; the user topics are what
+# must not change.
+STATE_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 def partition_folders(log_dirs: list[str]) -> list[str]:
     return sorted(f"{Path(d).name}/{e.name}" for d in log_dirs for e in os.scandir(d)
-                  if e.is_dir() and not e.name.startswith(GROUP_STATE_TOPIC + "-"))
+                  if e.is_dir() and not e.name.startswith(tuple(t + "-" for t in STATE_TOPICS)))
 
 
 def segment_digests(log_dirs: list[str]) -> dict[str, str]:
@@ -311,7 +312,7 @@ def all_topics(address: str) -> tuple[dict[str, list[int]], dict[str, uuid.UUID]
     finally:
         conn.close()
     topics = {t.name: sorted(int(p.partition_index) for p in t.partitions) for t in response.topics
-              if t.name != GROUP_STATE_TOPIC}
+              if t.name not in STATE_TOPICS}
     return topics, {t.name: t.topic_id for t in response.topics}
 
 
@@ -614,7 +615,7 @@ def test_fuzz_listener(broker_factory, tmp_path):
     assert described.returncode == 0, described.stderr
     parts = sorted((p["topic"], p["partition"], p["log_start_offset"], p["log_end_offset"])
                    for d in json.loads(described.stdout)["log_dirs"] for p in d["partitions"]
-                   if p["topic"] != GROUP_STATE_TOPIC)
+                   if p["topic"] not in STATE_TOPICS)
     assert parts == [(REAL, 0, 0, 20), (REAL, 1, 0, 20)], note
 
     log = server.log_text()

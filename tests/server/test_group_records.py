@@ -305,11 +305,11 @@ def test_commits_of_a_group_are_appended_in_the_order_they_were_asked_for(tmp_pa
         append = c._append
         calls = []
 
-        def append_in_turn(group_id, records):
+        def append_in_turn(group_id, records, producer=None):
             calls.append(records)
             if len(calls) == 1:
                 second_appended.wait(0.5)
-            append(group_id, records)
+            append(group_id, records, producer)
             if len(calls) == 2:
                 second_appended.set()
 

@@ -402,5 +402,13 @@ class TxnCoordinator:
             if not t.in_flight:
                 t.drained.set()
 
-    def summary(self) -> list[dict[str, Any]]:
-        return [t.describe() for t in sorted(self.txns.values(), key=lambda t: t.txn_id)]
+    def summary(self, limit: int = 100) -> dict[str, Any]:
+        """For the status file: how many transactional ids there are, per state, and the open transactions (not
+        Empty or Complete*), oldest first, at most ``limit``."""
+        states: dict[str, int] = {}
+        for t in self.txns.values():
+            states[rec.STATE_NAMES[t.state]] = states.get(rec.STATE_NAMES[t.state], 0) + 1
+        open_txns = sorted((t for t in self.txns.values() if t.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)),
+                           key=lambda t: (t.start_ms, t.txn_id))
+        return {"ids": len(self.txns), "states": states, "open": [t.describe() for t in open_txns[:limit]],
+                "open_total": len(open_txns)}
