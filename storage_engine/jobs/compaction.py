@@ -23,8 +23,8 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
 from storage_engine.log.manager import LogManager
 from storage_engine.jobs.batches import PartitionFailure, open_isolating
-from storage_engine.jobs.housekeeping import (check_topics, future_partitions, list_partitions, log_dir_health,
-                                              open_partition)
+from storage_engine.jobs.housekeeping import check_topics, future_partitions, list_partitions, log_dir_health
+from storage_engine.jobs.partition import open_partition
 
 if TYPE_CHECKING:
     from storage_engine.maintenance.cleaner import OffsetMap

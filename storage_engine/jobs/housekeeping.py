@@ -12,21 +12,21 @@ isolated (the Airflow DAGs' tasks), in :mod:`storage_engine.jobs.batches`.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import TypedDict, TypeVar
 
 from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
                                            PartitionFailure, ProducerExpiry, partition_failure)
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.maintenance.retention import PurgeResult, RetentionResult
-from storage_engine.clock import Clock, clock_at
+from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, PartitionUnreadableError
 from storage_engine.log import health as log_health
 from storage_engine.log.health import MissingPartition
 from storage_engine.log.log import Log
+from storage_engine.jobs.partition import open_partition
 from storage_engine.log.manager import LogManager
 
 
@@ -173,17 +173,6 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collectio
     return {"now_ms": now, "flushed": out, "not_due": skipped,
             "nothing_to_do": not any(f["recovery_point"] > f["recovery_point_before"] for f in out),
             "offline_dirs": offline, "failures": failures}
-
-
-@contextlib.contextmanager
-def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int) -> Iterator[tuple[LogManager, Log]]:
-    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none."""
-    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
-        log = mgr.get_log(topic, partition)
-        if log is None:
-            raise log_health.why_missing(mgr.online_dirs(), (topic, partition)) or PartitionNotFoundError(
-                f"partition {topic}-{partition} does not exist in {list(config.log_dirs)}")
-        yield mgr, log
 
 
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,

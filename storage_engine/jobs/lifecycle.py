@@ -25,6 +25,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError, StorageIOError
 from storage_engine.log import deletion, health
 from storage_engine.log.health import MissingPartition
+from storage_engine.jobs.partition import open_partition
 from storage_engine.log.manager import LogManager
 
 
@@ -56,7 +57,6 @@ def accept_loss(config: StorageConfig, topic: str, partition: int, now_ms: int |
     """An operator's acceptance of the offsets a partition lost (:mod:`storage_engine.log.losses`): its log start
     offset moves past the recorded lost ranges (segments wholly below it go, as retention would remove them), the
     dir's checkpoints are written and the record is cleared, so ``verify`` stops reporting the loss."""
-    from storage_engine.jobs.housekeeping import open_partition
     from storage_engine.log import losses
     clock = clock_at(now_ms)
     now = clock.milliseconds()

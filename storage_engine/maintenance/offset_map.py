@@ -426,3 +426,7 @@ def map_files(data_dir: str) -> list[str]:
     for _n, full in sorted(buckets):
         out.extend(os.path.join(full, f) for f in sorted(os.listdir(full)) if f.endswith(".parquet"))
     return out
+
+
+# A key map the filter reads: built in process by a round, or loaded from a prebuilt file (Spark).
+OffsetMap = InProcessOffsetMap | SortedHashOffsetMap

@@ -29,7 +29,8 @@ from storage_engine.record.record_batch import (COMPRESSION_CODEC_MASK, LOG_APPE
 from storage_engine.record.records import Record, SimpleRecord
 
 if TYPE_CHECKING:
-    from storage_engine.maintenance.cleaner import CleanerStats, OffsetMap
+    from storage_engine.maintenance.cleaner_stats import CleanerStats
+    from storage_engine.maintenance.offset_map import OffsetMap
     from storage_engine.record.legacy_records import LegacyBatch
 
 
