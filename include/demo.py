@@ -393,6 +393,13 @@ def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated,
     say("verify (read-only audit of every batch, index and checkpoint): no damage found")
 
     step(8, "Read back with the Kafka client while the broker serves, then stop it")
+    txn = demo_broker.transactions(broker)
+    committed, uncommitted = txn["committed"], txn["uncommitted"]
+    if len(committed) != 10 or any(b"cancelled" in v for v in committed) or len(uncommitted) != 15:
+        raise DemoFailed(f"{demo_broker.TXN_TOPIC}: read_committed should see the 10 committed orders and "
+                         f"read_uncommitted all 15 records, got {len(committed)} and {len(uncommitted)}")
+    say(f"{demo_broker.TXN_TOPIC}: a transactional producer committed 10 orders and aborted 5 cancellations; "
+        f"read_committed reads {len(committed)}, read_uncommitted {len(uncommitted)}")
     back = demo_broker.read_back(broker, [demo_broker.LIVE_TOPIC, "access-log", "user-emails"])
     for topic, r in back.items():
         say(f"{topic:18} {r['records']:>7,} records read from the log start ({r['partitions']} partitions, "
