@@ -309,9 +309,10 @@ def test_commits_of_a_group_are_appended_in_the_order_they_were_asked_for(tmp_pa
             calls.append(records)
             if len(calls) == 1:
                 second_appended.wait(0.5)
-            append(group_id, records, producer)
+            first = append(group_id, records, producer)
             if len(calls) == 2:
                 second_appended.set()
+            return first
 
         c._append = append_in_turn
         first = asyncio.create_task(c.commit("ordered", -1, "", [("t", 0, 5, -1, "first")]))

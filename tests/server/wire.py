@@ -370,3 +370,45 @@ def _build(rng: random.Random, cls: type, key: int, targets: Targets, path: str,
             value = ""
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+# -- transactions ---------------------------------------------------------------------------------------------------
+
+def build_request(key: int, version: int, **fields: Any) -> Any:
+    """Like :func:`req`, with nested fields given as dicts (or lists of dicts) built into the version's nested
+    classes, and lists of plain values as tuples. A field the version lacks is an error (nothing is dropped)."""
+    return _made(load_request_schema(key, version), fields)
+
+
+def _made(cls: type, values: dict[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in cls.__dataclass_fields__:   # type: ignore[attr-defined]
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        if isinstance(value, dict):
+            kwargs[name] = _made(nested(cls, name), value)
+        elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+            elem = nested(cls, name)
+            kwargs[name] = tuple(_made(elem, v) for v in value)
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def producer_batch(values: list[bytes], producer_id: int, producer_epoch: int, base_sequence: int, *,
+                   transactional: bool = True, keys: list[bytes | None] | None = None,
+                   timestamp_ms: int | None = None) -> bytes:
+    """One uncompressed magic-2 batch of an idempotent producer (``transactional``: of a transactional one)."""
+    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    keys = keys if keys is not None else [None] * len(values)
+    return build_batch([(k, v, now, ()) for k, v in zip(keys, values)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=base_sequence, is_transactional=transactional)
+
+
+def txn_produce_request(version: int, transactional_id: str | None, topic: str, partition: int, records: bytes,
+                        acks: int = -1) -> Any:
+    """:func:`produce_request` carrying a ``transactional_id`` (Produce v3+)."""
+    return dataclasses.replace(produce_request(version, topic, partition, records, acks),
+                               transactional_id=transactional_id)

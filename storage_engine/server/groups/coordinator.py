@@ -80,6 +80,9 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending: set[str] = field(default_factory=set)           # member ids handed out with MEMBER_ID_REQUIRED
     offsets: dict[tuple[str, int], rec.OffsetValue] = field(default_factory=dict)
+    # the __consumer_offsets offset of the record each committed offset came from: a transaction's offset commit
+    # counts at its COMMIT marker only if no later plain commit of the partition came first (Kafka's rule)
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
     state_ms: int = field(default_factory=now_ms)
     rebalance: asyncio.Task[None] | None = None
     not_before: float = 0.0                                   # the initial rebalance delay's end (monotonic)
@@ -113,8 +116,9 @@ class GroupCoordinator:
         self._retention: asyncio.Task[None] | None = None
         self._topic_ready = False
         self._append_locks: dict[int, asyncio.Lock] = {}     # per partition of the offsets topic
-        # TxnOffsetCommit offsets waiting for their transaction's marker: producer id -> group -> offsets
-        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], rec.OffsetValue]]] = {}
+        # TxnOffsetCommit offsets waiting for their transaction's marker, with the offset of their record:
+        # producer id -> group -> (topic, partition) -> (value, position)
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
 
     # -- the offsets topic ------------------------------------------------------------------------------------
     def load(self) -> int:
@@ -135,8 +139,8 @@ class GroupCoordinator:
             read, open_txns = replay(log, self._replay)
             count += read
             for producer_id, held in open_txns.items():
-                for k, v in held:
-                    self._replay_pending(producer_id, k, v)
+                for k, v, at in held:
+                    self._replay_pending(producer_id, k, v, at)
         for g in self.groups.values():
             g.members.clear()           # members rejoin after a restart; the generation and offsets stay
             g.state = EMPTY             # empty since its last recorded change or commit (offsets expire from then)
@@ -144,24 +148,27 @@ class GroupCoordinator:
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OFFSETS_TOPIC)
         return count
 
-    def _replay_pending(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+    def _replay_pending(self, producer_id: int, key: bytes, value: bytes | None, offset: int) -> None:
         try:
             parsed = rec.parse_key(key)
             if isinstance(parsed, rec.OffsetKey) and value is not None:
                 self.txn_offsets.setdefault(producer_id, {}).setdefault(parsed.group, {})[
-                    (parsed.topic, parsed.partition)] = rec.parse_offset_value(value)
+                    (parsed.topic, parsed.partition)] = (rec.parse_offset_value(value), offset)
         except (rec.RecordFormatError, UnicodeDecodeError) as exc:
             logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
 
-    def _replay(self, key: bytes, value: bytes | None) -> None:
+    def _replay(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
         try:
             parsed = rec.parse_key(key)
             if isinstance(parsed, rec.OffsetKey):
                 g = self.groups.setdefault(parsed.group, Group(parsed.group))
+                tp = (parsed.topic, parsed.partition)
                 if value is None:
-                    g.offsets.pop((parsed.topic, parsed.partition), None)
-                else:
-                    g.offsets[(parsed.topic, parsed.partition)] = rec.parse_offset_value(value)
+                    g.offsets.pop(tp, None)
+                    g.positions.pop(tp, None)
+                elif offset >= g.positions.get(tp, -1):       # a committed transaction's older offset loses
+                    g.offsets[tp] = rec.parse_offset_value(value)
+                    g.positions[tp] = offset
             elif isinstance(parsed, rec.GroupKey):
                 if value is None:
                     gone = self.groups.get(parsed.group)
@@ -188,28 +195,31 @@ class GroupCoordinator:
             self.partitions = max(self.broker.topics(fresh=True)[OFFSETS_TOPIC]) + 1
         self._topic_ready = True
 
-    def _append(self, group_id: str, records: list[SimpleRecord], producer: tuple[int, int] | None) -> None:
+    def _append(self, group_id: str, records: list[SimpleRecord], producer: tuple[int, int] | None) -> int:
+        """Append ``records`` as one batch; returns the offset of the first."""
         self.ensure_topic()
         p = rec.partition_for(group_id, self.partitions)
         log = self.broker.manager.get_or_create_log(OFFSETS_TOPIC, p)
         if producer is None:
-            log.append_records(records)
-        else:        # a transactional offset commit: the producer's batch, its epoch checked (Kafka's rule)
-            log.append_records(records, producer_id=producer[0], producer_epoch=producer[1], base_sequence=0,
-                               is_transactional=True, coordinator=True)
+            return log.append_records(records).first_offset
+        # a transactional offset commit: the producer's batch, its epoch checked (Kafka's rule)
+        return log.append_records(records, producer_id=producer[0], producer_epoch=producer[1], base_sequence=0,
+                                  is_transactional=True, coordinator=True).first_offset
 
     def partition_of(self, group_id: str) -> int:
         return rec.partition_for(group_id, self.partitions)
 
     async def persist(self, group_id: str, records: list[SimpleRecord],
-                      producer: tuple[int, int] | None = None) -> None:
+                      producer: tuple[int, int] | None = None) -> int:
         """Append in the order of the calls: appends run in a thread pool, where a later one could otherwise land
         first (a later commit overwritten by an earlier one, a group's record after its tombstone). A caller
-        that updates its state right after this returns does so before the next append of the partition."""
+        that updates its state right after this returns does so before the next append of the partition.
+        Returns the offset of the first record."""
         lock = self._append_locks.setdefault(self.partition_of(group_id), asyncio.Lock())
         async with lock:
-            await self.broker.call(self._append, group_id, records, producer)
+            first = await self.broker.call(self._append, group_id, records, producer)
         self.broker.notify_append()
+        return first
 
     async def write_marker(self, partition: int, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The transaction coordinator's marker on an offsets partition, in order with that partition's
@@ -228,7 +238,9 @@ class GroupCoordinator:
                     g = self.groups.get(group_id)
                     if g is None or g.state == DEAD:
                         g = self.groups[group_id] = Group(group_id)
-                    g.offsets.update(offsets)
+                    for tp, (value, position) in offsets.items():
+                        if position > g.positions.get(tp, -1):    # not overtaken by a later plain commit
+                            g.offsets[tp], g.positions[tp] = value, position
             if not pending:
                 self.txn_offsets.pop(producer_id, None)
         self.broker.notify_append()
@@ -305,6 +317,7 @@ class GroupCoordinator:
                 for key, value in before.items():
                     if g.offsets.get(key) is value:
                         del g.offsets[key]
+                        g.positions.pop(key, None)
                 continue
             if self.groups.get(g.group_id) is g:
                 del self.groups[g.group_id]
@@ -599,12 +612,12 @@ class GroupCoordinator:
             codes.append(NONE)
         if records:
             try:
-                await self.persist(group_id, records)
+                first = await self.persist(group_id, records)
             except Exception as exc:   # noqa: BLE001 - nothing committed: the client retries
                 logger.warning("group %s: cannot write committed offsets: %s", group_id, exc)
                 return [COORDINATOR_NOT_AVAILABLE if c == NONE else c for c in codes]
-            for key, value in values:
-                g.offsets[key] = value
+            for i, (key, value) in enumerate(values):
+                g.offsets[key], g.positions[key] = value, first + i
             if g.state == EMPTY:
                 g.state_ms = stamp          # an empty group's offsets expire counting from its last commit
         return codes
@@ -635,12 +648,14 @@ class GroupCoordinator:
             codes.append(NONE)
         if records:
             try:
-                await self.persist(group_id, records, (producer_id, producer_epoch))
+                first = await self.persist(group_id, records, (producer_id, producer_epoch))
             except Exception as exc:   # noqa: BLE001 - the producer's error (fenced epoch) or a storage failure
                 code = int(error_code(exc))
                 logger.warning("group %s: cannot write transactional offsets: %s", group_id, exc)
                 return [(code if code != -1 else COORDINATOR_NOT_AVAILABLE) if c == NONE else c for c in codes]
-            self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+            pending = self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+            for i, (key, value) in enumerate(values):
+                pending[key] = (value, first + i)
         return codes
 
     def fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None

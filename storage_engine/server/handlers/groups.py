@@ -3,12 +3,14 @@ OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, answered by the broker's
 :class:`~storage_engine.server.groups.coordinator.GroupCoordinator` (this node coordinates every group)."""
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from storage_engine.server.groups.coordinator import GROUP_ID_NOT_FOUND, NONE, GroupCoordinator
 from storage_engine.server.handlers.context import Ctx, has
 
 GROUP, TRANSACTION = 0, 1
+MS = datetime.timedelta(milliseconds=1)
 ALL_TOPICS = None
 UNSTABLE_OFFSET_COMMIT, INVALID_REQUEST = 88, 42
 
@@ -29,11 +31,11 @@ async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
 
 
 async def join_group(ctx: Ctx, body: Any) -> dict[str, Any]:
-    rebalance_ms = int(body.rebalance_timeout.total_seconds() * 1000) if has(body, "rebalance_timeout") \
-        else int(body.session_timeout.total_seconds() * 1000)
+    rebalance_ms = body.rebalance_timeout // MS if has(body, "rebalance_timeout") \
+        else body.session_timeout // MS
     result = await _coordinator(ctx).join(
         body.group_id, body.member_id, getattr(body, "group_instance_id", None), ctx.request.client_id,
-        ctx.peer.rsplit(":", 1)[0], int(body.session_timeout.total_seconds() * 1000), rebalance_ms,
+        ctx.peer.rsplit(":", 1)[0], body.session_timeout // MS, rebalance_ms,
         body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
         require_known_member=ctx.version >= 4)
     return {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",

@@ -20,6 +20,15 @@ _PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a
 TRANSACTIONAL = 0x10                     # the attributes bit
 
 
+def _batch_count(records: bytes) -> int:
+    """How many batches ``records`` holds, by their length fields (a torn last one counts)."""
+    pos, count = 0, 0
+    while pos + 12 <= len(records):
+        pos += 12 + struct.unpack_from(">i", records, pos + 8)[0]
+        count += 1
+    return count
+
+
 def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
     """(producer id, epoch, transactional) of the first batch; None when it is too short to tell (the engine's
     validation then names what is wrong)."""
@@ -57,13 +66,16 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
                              records: bytes) -> dict[str, Any]:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
+    if _batch_count(records) > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
+        return {"index": partition, "error_code": 87, "base_offset": -1,
+                "error_message": "Produce v3 and above takes exactly one record batch per partition"}
     producer = _producer_of(records)
     if txn_id is None:
         if producer is not None and producer[2]:
             return {"index": partition, "error_code": 87, "base_offset": -1,
                     "error_message": "transactional records need the producer's transactional.id"}
         return await ctx.broker.call(_append, ctx, topic, partition, records)
-    if producer is None:
+    if producer is None or producer[0] < 0:    # no producer id: not part of the transaction, appended as Kafka does
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     txns = ctx.broker.transactions
     code = txns.begin_append(txn_id, producer[0], producer[1], topic, partition)

@@ -4,6 +4,7 @@ versions; v4+ is the brokers' verification form), AddOffsetsToTxn, EndTxn, answe
 coordinator writes as the producer's transactional batch once the transaction admits it."""
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC
@@ -13,7 +14,7 @@ from storage_engine.server.transactions.coordinator import NONE, fenced
 
 async def init_transactional(ctx: Ctx, body: Any) -> dict[str, Any]:
     code, pid, epoch = await ctx.broker.transactions.init_producer_id(
-        body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
+        body.transactional_id, body.transaction_timeout // datetime.timedelta(milliseconds=1),
         int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)), ctx.version)
     return {"throttle_time": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch}
 

@@ -124,7 +124,7 @@ class TxnCoordinator:
         logger.info("loaded %d transactional ids (%s; %d records) from %s", len(self.txns), states, count, TXN_TOPIC)
         return count
 
-    def _replay(self, key: bytes, value: bytes | None) -> None:
+    def _replay(self, key: bytes, value: bytes | None, _offset: int = -1) -> None:
         try:
             txn_id = rec.parse_key(key)
             if value is None:
@@ -278,9 +278,13 @@ class TxnCoordinator:
 
     async def _abort_fencing(self, t: Txn) -> bool:
         """Abort the Ongoing transaction of ``t`` with the epoch bumped, so its producer is fenced."""
+        before = (t.last_epoch, t.epoch)
         if t.epoch < MAX_EPOCH - 1:
             t.last_epoch, t.epoch = t.epoch, t.epoch + 1
-        return await self._end(t, commit=False)
+        if await self._end(t, commit=False):
+            return True
+        t.last_epoch, t.epoch = before        # nothing recorded: the producer is not fenced after all
+        return False
 
     # -- the APIs -----------------------------------------------------------------------------------------------
     def _check(self, txn_id: str, producer_id: int, epoch: int, api: str, version: int) -> Txn | int:
@@ -342,6 +346,8 @@ class TxnCoordinator:
             return every(checked)
         t = checked
         async with t.lock:
+            if self.txns.get(txn_id) is not t:
+                return every(INVALID_PRODUCER_ID_MAPPING)                  # expired meanwhile
             if t.producer_id != producer_id or t.epoch != epoch:
                 return every(fenced(api, version))
             if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
@@ -370,6 +376,8 @@ class TxnCoordinator:
             return checked
         t = checked
         async with t.lock:
+            if self.txns.get(txn_id) is not t:
+                return INVALID_PRODUCER_ID_MAPPING                         # expired meanwhile
             if t.producer_id != producer_id or t.epoch != epoch:
                 return fenced("EndTxn", version)
             if t.state == ONGOING:
