@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
-from storage_engine.inspection.status import PartitionDetail, PartitionPage
+from storage_engine.inspection.status import Overview, PartitionDetail, PartitionPage
 from storage_engine.jobs import batches, compaction, housekeeping
 from storage_engine.jobs.batches import BatchResult
 from storage_engine.jobs.summaries import PurgeResult
@@ -315,6 +315,12 @@ class StorageEngineHook(BaseHook):
     def log_dir_status(self) -> list:
         from storage_engine.inspection import status
         return status.log_dir_status(self.config)
+
+    def overview(self, now_ms: int | None = None, top: int = 10, extra=None) -> Overview:
+        """The first page's facts (:func:`storage_engine.inspection.status.overview`); ``extra``: what the
+        metadata DB adds per partition (damage found by runs), counted with what the files show."""
+        from storage_engine.inspection import status
+        return status.overview(self.config, now_ms=now_ms, top=top, extra=extra)
 
     def partition_page(self, **kwargs) -> PartitionPage:
         from storage_engine.inspection import status

@@ -3,7 +3,9 @@
 :class:`RunReportOperator` runs last (``trigger_rule="all_done"``, so also after failures), reads the state
 and XCom of every maintenance task of its run, and
 
-1. returns the **run summary** as its XCom: totals (partitions checked, changed, failed; segments, bytes and
+1. returns the **run summary** of the run's latest try as its XCom (a re-run counts only what it did: the
+   XComs of mapped instances it no longer expands to, ``removed``, and of tasks it did not reach are left out):
+   totals (partitions checked, changed, failed; segments, bytes and
    records reclaimed) and one row per partition that changed or failed (bytes and segments reclaimed, records
    removed, duration), as a table in ``markdown`` too; it logs the table. The Storage view shows it as the
    "Run summary" tab of every run of a maintenance DAG;
@@ -27,11 +29,14 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseOperator
 
+from storage_engine.units import human_bytes
+
 from .assets import run_asset
 from .hooks import StorageEngineHook, as_of
 from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
 
 MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
+RAN_STATES = ("success", "failed")   # a task instance in these states ran in the run's latest try
 MAX_MARKDOWN_ROWS = 200
 
 
@@ -113,12 +118,13 @@ def _row(task_id: str, r: dict) -> dict:
 
 def markdown_table(rows: list[dict], totals: dict) -> str:
     lines = [f"**{totals['partitions']} partition(s)**: {totals['changed']} changed, {totals['failed']} failed, "
-             f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), {totals['bytes']} bytes, "
-             f"{totals['records']} record(s) reclaimed.", "",
+             f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), "
+             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed.", "",
              "| task | partition | status | segments | bytes | records | duration (s) | detail |",
              "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows[:MAX_MARKDOWN_ROWS]:
-        lines.append(f"| {r['task']} | {r['partition']} | {r['status']} | {r['segments']} | {r['bytes']} | "
+        lines.append(f"| {r['task']} | {r['partition']} | {r['status']} | {r['segments']} | "
+                     f"{human_bytes(r['bytes'])} | "
                      f"{r['records']} | {'' if r['duration_s'] is None else r['duration_s']} | "
                      f"{str(r['detail']).replace('|', '/')} |")
     if len(rows) > MAX_MARKDOWN_ROWS:
@@ -147,11 +153,14 @@ class RunReportOperator(BaseOperator):
         self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
 
     def _task_instances(self, context) -> list[tuple[str, int, str]]:
-        """[(task_id, map_index, state)] of the reported tasks in this run."""
+        """[(task_id, map_index, state)] of the reported tasks in this run's latest try: the mapped instances a
+        re-run expanded to fewer items (``removed``) are no part of it."""
         ti = context["ti"]
         states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id], task_ids=self.report_tasks)
         out = []
         for key, state in (states.get(ti.run_id) or {}).items():
+            if state == "removed":
+                continue
             for task_id in self.report_tasks:
                 if key == task_id:
                     out.append((task_id, -1, state))
@@ -171,10 +180,15 @@ class RunReportOperator(BaseOperator):
                           if isinstance(b, dict) else None for b in plan]
         rows, failed_tasks, not_run = [], [], []
         states: dict[str, int] = {}    # task instances per state
+        ran = []                       # (task_id, map_index) of the instances that ran in this try
         for task_id, map_index, state in self._task_instances(context):
             states[state] = states.get(state, 0) + 1
             pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
-            result = ti.xcom_pull(**pull)
+            # Only an instance that ran in this try has this try's XCom: one that did not run (upstream failed,
+            # skipped) still holds the one of the try before, if the run was cleared.
+            result = ti.xcom_pull(**pull) if state in RAN_STATES else None
+            if state in RAN_STATES:
+                ran.append(pull)
             rows.extend(partition_rows(task_id, result))
             if state == "upstream_failed":
                 not_run.append(task_id if map_index < 0 else f"{task_id}[{map_index}]")
@@ -188,7 +202,7 @@ class RunReportOperator(BaseOperator):
                     "try_number": error.get("try_number"),
                     "error": error.get("error") or "no error recorded; see the task log",
                     "partitions": parts, "log_url": task_url(ti.dag_id, ti.run_id, task_id, map_index)})
-        offline, online = self._log_dirs(ti)
+        offline, online = self._log_dirs(ti, ran)
         per_partition = [r for r in rows if r["partition"] != "all partitions"]
         # A partition several tasks touched (retention and producer-id expiry) counts once: failed if any task
         # failed it, else changed if any changed it, else skipped if a task skipped it (its log dir offline).
@@ -227,13 +241,13 @@ class RunReportOperator(BaseOperator):
                                                                              if k != "task_states"}}
         return report
 
-    def _log_dirs(self, ti) -> tuple[dict[str, str], list[str]]:
-        """The log dirs this run's tasks found offline (with the error) and online."""
+    def _log_dirs(self, ti, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
+        """The log dirs the task instances that ran in this try (``ran``: their XCom pull arguments) found
+        offline (with the error) and online."""
         offline: dict[str, str] = {}
         online: set[str] = set()
-        for task_id in self.report_tasks:
-            for value in _pulled(ti.xcom_pull(task_ids=task_id)) + _pulled(ti.xcom_pull(task_ids=task_id,
-                                                                                        key="log_dirs")):
+        for pull in ran:
+            for value in _pulled(ti.xcom_pull(**pull)) + _pulled(ti.xcom_pull(key="log_dirs", **pull)):
                 if not isinstance(value, dict):
                     continue
                 for d, reason in (value.get("offline_dirs") or value.get("offline") or {}).items():

@@ -2,14 +2,24 @@
 
 Pages (HTML, shown inside the Airflow UI through the plugin's external views):
 
-* ``/`` log dirs (capacity, used, partitions, bytes awaiting purge, damage) and the latest maintenance runs;
-* ``/partitions`` the partition table, filtered (topic, name), sorted (name, size, segments, ``.deleted``
-  bytes) and paginated, with offsets, recovery point, dirty ratio, cleaner checkpoint, uncleanable reason,
-  and the last retention and compaction result of each partition linked to its run;
-* ``/partitions/<topic>/<partition>`` its segments, files awaiting purge, and a chart of its size and of the
-  bytes reclaimed over time (compaction's asset events, the last retention runs' XComs);
+* ``/`` what an operator looks at first: each log dir's space (size, used, available, use% as ``df`` counts
+  them), partitions, bytes, ``.deleted`` bytes awaiting purge and damage; every damaged partition; the dirtiest
+  compacted partitions; the maintenance runs, paginated, by when they executed; the Kafka listener, consumer
+  groups, open transactions, moves in progress, deleted and foreign entries;
+* ``/partitions`` the partition table, filtered (topic, name), sorted by any column and paginated, with
+  offsets, recovery point, dirty ratio, cleaner checkpoint, uncleanable reason, damage, and the last
+  retention and compaction result of each partition linked to its run;
+* ``/partitions/<topic>/<partition>`` its damage, segments (index sizes as the entries written), files
+  awaiting purge, and a chart of its size and of the bytes reclaimed over time (compaction's asset events, the
+  last retention runs' XComs);
 * ``/plan`` what retention and compaction would do as of a chosen instant (read-only, the engine's rules);
 * ``/runs/<dag_id>/<run_id>`` a run's summary (the "Run summary" tab of every run page).
+
+**Damage** shown on the first page, the partition table and the partition page is what the files show
+(:mod:`storage_engine.inspection.status`: unreadable segment files, partitions whose folder is missing, lost
+offsets, uncleanable marks) and what maintenance runs found that no later run of the same check has found
+gone (:func:`.history.open_problems`: the audit of ``log_verify``, failed retention, checkpoint, flush and
+producer-expiry batches), each linked to the run that found it.
 
 The JSON API under ``/storage-maintenance/api`` backs them with the same data. Every endpoint requires
 Airflow's login (``Authorization: Bearer`` or the UI's ``_token`` cookie; 401 without). Everything is
@@ -106,33 +116,84 @@ def _engine_errors(call, *args, **kwargs):
 
 # -- data -------------------------------------------------------------------------------------------------
 
-def overview_data(session) -> dict:
+RUNS_PAGE_SIZE = 20
+TOP_DIRTIEST = 10
+# The partition table's columns: (sort key, header, whether a first click sorts descending). The keys the
+# engine does not know are added from the metadata DB (:func:`_history_fields`).
+COLUMNS = (("name", "partition", False), ("log_dir", "log dir", False), ("size", "size", True),
+           ("segments", "segments", True), ("log_start_offset", "log start", True),
+           ("log_end_offset", "log end", True), ("recovery_point", "recovery point", True),
+           ("dirty_ratio", "dirty ratio", True), ("cleaner_checkpoint", "cleaner checkpoint", True),
+           ("uncleanable", "uncleanable", True), ("deleted", ".deleted", True), ("damage", "damage", True),
+           ("last_retention", "last retention", True), ("last_compaction", "last compaction", True))
+NUMERIC_COLUMNS = ("size", "segments", "log_start_offset", "log_end_offset", "recovery_point", "dirty_ratio",
+                   "cleaner_checkpoint", "deleted")
+HISTORY_SORTS = {"last_retention": "last_retention_bytes", "last_compaction": "last_compaction_ms"}
+
+
+def _history_fields(session, problems: dict | None = None) -> tuple[dict, str | None, dict]:
+    """({(topic, partition): fields}, the last retention run, its results): what the metadata DB knows of every
+    partition, for the engine to merge into its rows: damage runs found (``damage``), the bytes the last
+    retention run reclaimed (-1 when it failed on the partition) and when it was last compacted (sort keys)."""
+    extra: dict = {}
+    for tp, found in (problems if problems is not None else history.open_problems(session)).items():
+        extra.setdefault(tp, {})["damage"] = found
+    retention_run, retention = history.last_results(session, "log_retention", "retention")
+    for tp, r in retention.items():
+        extra.setdefault(tp, {})["last_retention_bytes"] = -1 if r.get("failed") else r.get("bytes_reclaimed", 0)
+    for tp, (when, _reclaimed) in history.last_compactions(session).items():
+        extra.setdefault(tp, {})["last_compaction_ms"] = epoch_ms(when) if when is not None else None
+    return extra, retention_run, retention
+
+
+def _dir_problems(log_dirs: list, session) -> None:
+    """Add to each log dir the problems in its own files that the latest audit found and the files no longer
+    show the same way (a checkpoint file the engine reads as damaged is reported once)."""
+    for p in history.open_dir_problems(session):
+        path = str(p.get("file") or "")
+        for d in log_dirs:
+            if path == d["path"] or path.startswith(d["path"].rstrip("/") + "/"):
+                if not any(path in m for m in d["damaged"]):
+                    d["damaged"].append(f"{p['message']} ({path}; found by log_verify run {p['run_id']})")
+                    d["error"] = d["error"] or d["damaged"][0]
+                break
+
+
+def overview_data(session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE) -> dict:
     h = hook()
-    listener = h.listener_status()
-    return {"config": h.config_path, "log_dirs": _engine_errors(h.log_dir_status), "listener": listener,
-            "groups": _engine_errors(h.consumer_groups, listener),
-            "runs": history.recent_runs(session, limit=5)}
+    extra, _run, _results = _history_fields(session)
+    facts = _engine_errors(h.overview, top=TOP_DIRTIEST,
+                           extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
+    _dir_problems(facts["log_dirs"], session)
+    runs = history.run_list(session, offset=(runs_page - 1) * runs_limit, limit=runs_limit)
+    runs.update(page=runs_page, pages=max(1, math.ceil(runs["total"] / runs_limit)))
+    return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
 
 
 def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
                     limit: int) -> dict:
     h = hook()
-    data = _engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=sort, descending=desc,
-                          offset=(page - 1) * limit, limit=limit)
+    if sort not in {c[0] for c in COLUMNS}:
+        raise HTTPException(422, f"sort must be one of {[c[0] for c in COLUMNS]}, got {sort!r}")
+    extra, retention_run, retention = _history_fields(session)
+    data = _engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=HISTORY_SORTS.get(sort, sort),
+                          descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
+                          extra_sorts=tuple(HISTORY_SORTS.values()))
     tps = [(p["topic"], p["partition"]) for p in data["partitions"]]
-    retention_run, retention = history.last_results(session, "log_retention", "retention", tps)
     events = history.partition_events(session, tps, limit_per_partition=20)
     for p in data["partitions"]:
         tp = (p["topic"], p["partition"])
         p["last_retention"] = dict(retention[tp], run_id=retention_run) if tp in retention else None
         p["last_compaction"] = next((e for e in events[tp] if e["extra"].get("kind") == "compaction"), None)
-    data.update(page=page, pages=max(1, math.ceil(data["total"] / limit)), desc=desc, q=q or "",
-                topics=topic or [], retention_run=retention_run)
+    data.update(page=page, pages=max(1, math.ceil(data["total"] / limit)), desc=desc, q=q or "", sort=sort,
+                topics=topic or [], retention_run=retention_run, columns=COLUMNS,
+                sort_label=next(label for key, label, _ in COLUMNS if key == sort), numeric=NUMERIC_COLUMNS)
     return data
 
 
 def partition_data(session, topic: str, partition: int) -> dict:
     detail = _engine_errors(hook().partition_detail, topic, partition)
+    detail["damage"] = list(detail.get("damage") or []) + history.open_problems(session).get((topic, partition), [])
     events = (history.partition_events(session, [(topic, partition)])[(topic, partition)]
               + history.retention_history(session, topic, partition))
     events.sort(key=lambda e: e["timestamp"], reverse=True)
@@ -207,26 +268,31 @@ def history_chart(events: list[dict], size_now: int, width: int = 720, height: i
 
 # -- pages --------------------------------------------------------------------------------------------------
 
+RunsPage = Annotated[int, Query(ge=1)]
+RunsLimit = Annotated[int, Query(ge=1, le=200)]
+
+
 @app.get("/", response_class=HTMLResponse)
-def overview_page(session: SessionDep):
-    return render("overview.html", **overview_data(session))
+def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
+    return render("overview.html", nav="/", **overview_data(session, runs_page, runs_limit))
 
 
 @app.get("/partitions", response_class=HTMLResponse)
 def partitions_page(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
                     sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1):
-    return render("partitions.html", **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
+    return render("partitions.html", nav="/partitions",
+                  **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
 
 
 @app.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
 def partition_page(session: SessionDep, topic: str, partition: int):
-    return render("partition.html", p=partition_data(session, topic, partition))
+    return render("partition.html", nav="/partitions", p=partition_data(session, topic, partition))
 
 
 @app.get("/plan", response_class=HTMLResponse)
 def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
               page: Annotated[int, Query(ge=1)] = 1):
-    return render("plan.html", **plan_data(as_of, topic, page, PAGE_SIZE))
+    return render("plan.html", nav="/plan", **plan_data(as_of, topic, page, PAGE_SIZE))
 
 
 @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
@@ -237,8 +303,8 @@ def run_page(session: SessionDep, dag_id: str, run_id: str):
 # -- JSON API -----------------------------------------------------------------------------------------------
 
 @app.get("/api/log-dirs")
-def api_log_dirs(session: SessionDep):
-    return JSONResponse(_json(overview_data(session)))
+def api_log_dirs(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
+    return JSONResponse(_json(overview_data(session, runs_page, runs_limit)))
 
 
 @app.get("/api/partitions")

@@ -1,7 +1,8 @@
 """The inspection, maintenance and lifecycle commands of the command line.
 
-Inspection: ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``, ``delete-records``,
-``retention``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of :mod:`storage_engine.maintenance`).
+Inspection: ``status``, ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``,
+``delete-records``, ``retention``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of
+:mod:`storage_engine.maintenance`).
 Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
 (:mod:`storage_engine.jobs.lifecycle`).
 """
@@ -55,6 +56,19 @@ def cmd_describe(args: argparse.Namespace, config: StorageConfig) -> int:
         for p in parts:
             p["cleaner_checkpoint"] = cleaner.get((p["topic"], p["partition"]))
     print_json(out)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, config: StorageConfig) -> int:
+    """The Storage view's first page for a terminal (read-only; no lock, no file written): a table by default,
+    the same facts as JSON with ``--json``."""
+    from storage_engine.inspection.status import overview
+    from storage_engine.cli.status_table import render
+    facts = overview(config, now_ms=args.now_ms, top=args.top)
+    if args.json:
+        print_json(facts)
+    else:
+        sys.stdout.write(render(facts, config.source) + "\n")
     return 0
 
 

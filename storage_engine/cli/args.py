@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read_committed stops at the last stable offset and skips aborted records (markers are "
                         "never returned)")
 
+    st = sub.add_parser("status", help="what the Storage view's first page shows: log-dir space (as df counts it), "
+                                       "the dirtiest compacted partitions, damage, foreign entries, moves (read-only)")
+    st.add_argument("--json", action="store_true", help="the same facts as one JSON object")
+    st.add_argument("--top", type=_positive, default=10, help="how many of the dirtiest partitions (default 10)")
+    st.add_argument("--now-ms", type=_non_negative, default=None,
+                    help="dirty ratios as the cleaner sees them at this time (default: now)")
     ds = sub.add_parser("describe", help="log dirs, partitions, segments and offsets")
     ds.add_argument("--topic", action="append", help="only these topics (repeatable)")
     ds.add_argument("--partition", type=_non_negative, default=None, help="only this partition number")

@@ -1,4 +1,5 @@
-"""``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines, errors on stderr.
+"""``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines (``status`` prints tables
+for people unless given ``--json``), errors on stderr.
 
 Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
 configuration, no usable log dir, topic names, malformed JSON lines, records the topic refuses, offsets out of range,
@@ -25,7 +26,7 @@ from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecor
 from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
-                                               cmd_remove_folder, cmd_retention, cmd_verify)
+                                               cmd_remove_folder, cmd_retention, cmd_status, cmd_verify)
 from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, one_line
 from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
@@ -37,7 +38,7 @@ def cmd_serve(args: argparse.Namespace, config: StorageConfig) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, StorageConfig], int]] = {
-    "produce": cmd_produce, "consume": cmd_consume, "describe": cmd_describe, "verify": cmd_verify,
+    "produce": cmd_produce, "consume": cmd_consume, "status": cmd_status, "describe": cmd_describe, "verify": cmd_verify,
     "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
     "retention": cmd_retention, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
     "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,

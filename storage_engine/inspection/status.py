@@ -1,4 +1,4 @@
-"""Read-only status of the log dirs for operators: what the Storage view in Airflow and ``describe`` show.
+"""Read-only status of the log dirs for operators: what the Storage view in Airflow and ``status`` show.
 
 Nothing here takes a lock, opens a file for writing, creates a file or repairs anything, so it may run in any
 process (Airflow's api-server) while applications append and maintenance tasks run. Figures come from the
@@ -8,7 +8,23 @@ time-index tails for log end offsets and timestamps.
 
 Cost is proportional to what is asked: :func:`list_partition_status` lists and stats every partition folder
 that matches the filter (about 10 us per file), and computes offsets, dirty ratios and segment timestamps
-only for the page it returns; :func:`partition_detail` reads one partition.
+only for the page it returns (for every matching partition when it is sorted by one of those figures);
+:func:`partition_detail` reads one partition; :func:`overview` reads the figures of the compacted partitions
+(to rank the dirtiest) and lists the rest.
+
+**Damage** the files show is reported where it is found, per partition (``damage``: a list of
+``{"kind", "message"}``), until the files no longer show it:
+
+* ``unreadable``: a segment file (``.log``, an index, a snapshot) that is no regular file, e.g. a directory in
+  place of a ``.log`` (:func:`storage_engine.log.health.unreadable_files`); maintenance leaves such a partition
+  alone, and its figures are not read;
+* ``missing``: a partition the dir's checkpoint files list whose folder vanished or became a file
+  (:func:`storage_engine.log.health.missing_partitions`); listed as a partition with its reason;
+* ``lost``: offsets a load found lost, recorded until an operator accepts them (:mod:`storage_engine.log.losses`);
+* ``uncleanable``: a partition the cleaner gave up on (damage found while cleaning), until it is cleared.
+
+Log-dir space is reported as ``df`` reports it (:func:`storage_engine.jobs.lifecycle.filesystem_usage`), and
+foreign entries of a log dir (folders and files that are no partition) are listed with the dir.
 
 Plans (:func:`plan`) run the engine's own rules, :func:`storage_engine.maintenance.retention.plan` and
 :func:`storage_engine.maintenance.cleaner_manager.log_to_clean`, on a read-only snapshot of each partition
@@ -18,46 +34,69 @@ maintenance jobs cannot disagree about what a run would do.
 from __future__ import annotations
 
 import os
+import stat
 import struct
-from collections.abc import Collection
-from typing import Self, TypedDict
+from collections.abc import Collection, Mapping
+from typing import Any, Self, TypedDict
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, StorageError
+from storage_engine.jobs.lifecycle import filesystem_usage
+from storage_engine.log import health, losses
 from storage_engine.log.locks import UNKNOWN
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.time_index import TimeIndex
 
 _STATE = struct.Struct(">qqqq")          # see storage_engine.log.locks: generation, log start, recovery point, flush
                                          # (a status follows them; unread here)
-SORT_KEYS = ("name", "size", "segments", "deleted")
+# The columns a partition page sorts by: those known from the listing, and those read from each partition's files
+# (sorting by one reads every matching partition). A caller may also sort by a field it added with ``extra``.
+LISTING_SORT_KEYS = ("name", "log_dir", "size", "segments", "deleted", "uncleanable", "damage")
+FIGURE_SORT_KEYS = ("log_start_offset", "log_end_offset", "recovery_point", "dirty_ratio", "cleaner_checkpoint")
+SORT_KEYS = LISTING_SORT_KEYS + FIGURE_SORT_KEYS
+_SORT_FIELDS = {"size": "size_bytes", "deleted": "deleted_bytes"}
+
+
+class Damage(TypedDict, total=False):
+    kind: str                       # unreadable, missing, lost, uncleanable (see the module docstring)
+    message: str
 
 
 class LogDirStatus(TypedDict):
     path: str
     online: bool
     error: str | None               # why the dir is offline, or the first damage found in it
-    capacity_bytes: int | None      # of the file system holding it
-    free_bytes: int | None
-    partitions: int
+    # The filesystem holding it, as df counts it (storage_engine.jobs.lifecycle.filesystem_usage):
+    capacity_bytes: int | None      # df's Size
+    used_bytes: int | None          # df's Used
+    free_bytes: int | None          # df's Avail: what unprivileged writers can still use
+    used_percent: float | None      # df's Use%: used / (used + avail)
+    partitions: int                 # partition folders, and partitions whose folder is missing
     size_bytes: int                 # bytes of live segments (.log files)
     deleted_bytes: int              # bytes of .deleted files waiting for file.delete.delay.ms
-    damaged: list[str]              # checkpoint files that do not parse
+    damaged: list[str]              # every problem: checkpoint files that do not parse, damaged partitions
+    damaged_partitions: int         # partitions with damage (see the module docstring)
     uncleanable: int
     moves_in_progress: list[dict]   # -future copies being made here: topic, partition, folder, bytes, source
     deleting: int                   # -delete folders (deleted or moved-away partitions) awaiting removal
     deleting_bytes: int
     foreign: list[str]              # stray and foreign folders (never loaded, never deleted by maintenance)
+    foreign_files: list[str]        # files in the dir that neither Kafka nor the engine keeps there
 
 
-class SegmentStatus(TypedDict):
+class SegmentStatus(TypedDict, total=False):
     base_offset: int
-    size_bytes: int
-    largest_timestamp: int          # ms; the file's mtime when the segment holds no timestamp
-    index_bytes: int
-    time_index_bytes: int
+    size_bytes: int | None          # None: the .log is no regular file
+    largest_timestamp: int | None   # ms; the file's mtime when the segment holds no timestamp
+    index_bytes: int | None         # the entries written (entries x 8), not the file's preallocated length
+    time_index_bytes: int | None    # the entries written (entries x 12)
+    index_file_bytes: int | None    # the files' lengths (an active segment's indexes are preallocated)
+    time_index_file_bytes: int | None
     active: bool
+    problem: str | None             # why the segment cannot be read (its .log is a directory, ...)
 
 
 class PartitionStatus(TypedDict, total=False):
@@ -70,13 +109,16 @@ class PartitionStatus(TypedDict, total=False):
     deleted_bytes: int
     deleted_files: int
     pending_files: list[str]        # .cleaned/.swap left by an interrupted cleaning (completed at next load)
+    unreadable_files: list[str]     # segment files that are no regular file ("<path> (<what it is>)")
+    uncleanable: str | None         # why cleaning failed; cleared with ``compact --clear-uncleanable``
+    damage: list[Damage]            # see the module docstring
     # Computed for a page of partitions only:
     log_start_offset: int
     log_end_offset: int
     recovery_point: int
     cleaner_checkpoint: int | None
     dirty_ratio: float | None       # compacted topics: cleanable bytes / (clean + cleanable), as the cleaner sees it
-    uncleanable: str | None         # why cleaning failed; cleared with ``compact --clear-uncleanable``
+    min_cleanable_dirty_ratio: float | None
     error: str | None               # the partition could not be read
 
 
@@ -96,11 +138,13 @@ class PartitionDetail(PartitionStatus, total=False):
 # -- listing ------------------------------------------------------------------------------------------------
 
 # Per partition folder: (folder mtime, live .log files but the active one: count and bytes, the active .log's
-# name, .deleted bytes and files, pending files). A folder's mtime changes whenever a file in it is created,
-# renamed or removed (a roll, a deletion, a swap), so until it changes only the active segment can have
-# grown: one stat of the folder and one of the active .log instead of a listing and a stat per file.
+# name, .deleted bytes and files, pending files, segment files that are no regular file). A folder's mtime
+# changes whenever a file in it is created, renamed or removed (a roll, a deletion, a swap), so until it changes
+# only the active segment can have grown: one stat of the folder and one of the active .log instead of a listing
+# and a stat per file.
 _SCAN_CACHE: dict[str, tuple] = {}
 _SCAN_CACHE_MAX = 200_000
+_SEGMENT_FILE_SUFFIXES = layout.SEGMENT_SUFFIXES + (layout.SNAPSHOT_SUFFIX,)
 
 
 def _offset_named_log(n: str) -> bool:
@@ -110,9 +154,13 @@ def _offset_named_log(n: str) -> bool:
 def _scan_folder(pdir: str) -> tuple:
     sealed_size = count = deleted_bytes = deleted_files = 0
     pending, logs = [], []
+    odd = False
     with os.scandir(pdir) as it:
         for entry in it:
             n = entry.name
+            if n.endswith(_SEGMENT_FILE_SUFFIXES) and layout.named_offset(n) is not None and not entry.is_file():
+                odd = True              # a directory (or a broken link) where a segment file belongs
+                continue
             if _offset_named_log(n):
                 logs.append((n, entry))
             elif n.endswith(layout.DELETED_SUFFIX):
@@ -120,15 +168,53 @@ def _scan_folder(pdir: str) -> tuple:
                 deleted_files += 1
             elif n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)):
                 pending.append(n)
+    # What maintenance reports for such a partition, word for word (it leaves the partition alone).
+    unreadable = health.unreadable_files(pdir) if odd else []
     logs.sort(key=lambda x: x[0])
     for _n, entry in logs[:-1]:
         sealed_size += entry.stat().st_size
     count = len(logs)
     active = logs[-1][0] if logs else None
-    return sealed_size, count, active, deleted_bytes, deleted_files, sorted(pending)
+    return sealed_size, count, active, deleted_bytes, deleted_files, sorted(pending), unreadable
 
 
-def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config: StorageConfig) -> PartitionStatus:
+class _DirMarkers:
+    """What the engine records about the partitions of one log dir outside their folders: the cleaner's
+    uncleanable marks and the loss records (read once per dir and listing)."""
+
+    def __init__(self, log_dir: str):
+        self.log_dir = log_dir
+        self.uncleanable = _uncleanable(log_dir)
+        try:
+            with os.scandir(log_dir) as it:
+                self.loss_folders = {e.name[len(layout.LOSS_RECORD_PREFIX):] for e in it
+                                     if e.name.startswith(layout.LOSS_RECORD_PREFIX)}
+        except OSError:
+            self.loss_folders = set()
+
+    def uncleanable_reason(self, name: str) -> str | None:
+        bad = self.uncleanable.get(name) or self.uncleanable.get("<unreadable>")
+        return str(bad.get("reason")) if isinstance(bad, dict) else None
+
+    def damage(self, name: str, unreadable: list[str]) -> list[Damage]:
+        out: list[Damage] = [{"kind": "unreadable", "message": f"{u}: no regular file; the partition is not "
+                                                               "maintained until it is"} for u in unreadable]
+        if name in self.loss_folders:
+            try:
+                ranges, err = losses.read(self.log_dir, name)
+            except StorageError as exc:
+                ranges, err = [], str(exc)
+            out += [{"kind": "lost", "message": losses.describe(r) + "; accept-loss accepts it"} for r in ranges]
+            if err:
+                out.append({"kind": "lost", "message": err})
+        reason = self.uncleanable_reason(name)
+        if reason:
+            out.append({"kind": "uncleanable", "message": f"cleaning failed: {reason}"})
+        return out
+
+
+def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config: StorageConfig,
+                    markers: _DirMarkers | None = None) -> PartitionStatus:
     pdir = os.path.join(log_dir, name)
     mtime = os.stat(pdir).st_mtime_ns
     cached = _SCAN_CACHE.get(pdir)
@@ -137,18 +223,34 @@ def _scan_partition(log_dir: str, name: str, topic: str, partition: int, config:
             _SCAN_CACHE.clear()
         cached = (mtime, *_scan_folder(pdir))
         _SCAN_CACHE[pdir] = cached
-    _mtime, sealed_size, count, active, deleted_bytes, deleted_files, pending = cached
+    _mtime, sealed_size, count, active, deleted_bytes, deleted_files, pending, unreadable = cached
     size = sealed_size
     if active is not None:
         try:
             size += os.stat(os.path.join(pdir, active)).st_size
         except FileNotFoundError:           # rolled away between the two stats: read the folder again
             _SCAN_CACHE.pop(pdir, None)
-            return _scan_partition(log_dir, name, topic, partition, config)
-    return {"topic": topic, "partition": partition, "log_dir": log_dir,
-            "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy), "size_bytes": size,
-            "segments": count, "deleted_bytes": deleted_bytes, "deleted_files": deleted_files,
-            "pending_files": list(pending)}
+            return _scan_partition(log_dir, name, topic, partition, config, markers)
+    markers = markers or _DirMarkers(log_dir)
+    row: PartitionStatus = {
+        "topic": topic, "partition": partition, "log_dir": log_dir,
+        "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy), "size_bytes": size,
+        "segments": count, "deleted_bytes": deleted_bytes, "deleted_files": deleted_files,
+        "pending_files": list(pending), "unreadable_files": list(unreadable),
+        "uncleanable": markers.uncleanable_reason(name), "damage": markers.damage(name, unreadable)}
+    if unreadable:
+        row["error"] = (f"PartitionUnreadableError: partition {name} has {len(unreadable)} unreadable segment "
+                        f"file(s), not maintained: {'; '.join(unreadable[:5])}")
+    return row
+
+
+def _error_row(config: StorageConfig, log_dir: str, topic: str, partition: int, error: str,
+               damage: list[Damage] | None = None) -> PartitionStatus:
+    """A partition listed although nothing of it can be read: its folder is gone, a file, or unreadable."""
+    return {"topic": topic, "partition": partition, "log_dir": log_dir, "size_bytes": 0, "segments": 0,
+            "deleted_bytes": 0, "deleted_files": 0, "pending_files": [], "unreadable_files": [],
+            "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy), "uncleanable": None,
+            "damage": damage if damage is not None else [{"kind": "unreadable", "message": error}], "error": error}
 
 
 def _matching(config: StorageConfig, topics: Collection[str] | None = None, log_dir: str | None = None,
@@ -168,32 +270,96 @@ def _matching(config: StorageConfig, topics: Collection[str] | None = None, log_
     return out
 
 
-def list_partition_status(config: StorageConfig, *, topics: Collection[str] | None = None, log_dir: str | None = None,
-                          search: str | None = None, sort: str = "name", descending: bool = False,
-                          offset: int = 0, limit: int = 100, now_ms: int | None = None) -> PartitionPage:
-    """One page of partitions with their figures. ``sort``: name, size, segments or deleted (bytes awaiting
-    purge); ``search`` keeps names containing it. Offsets and dirty ratios are read for the page's rows only."""
-    if sort not in SORT_KEYS:
-        raise ValueError(f"sort must be one of {SORT_KEYS}, got {sort!r}")
-    if offset < 0 or limit < 1:
-        raise ValueError(f"offset must be >= 0 and limit >= 1, got offset={offset}, limit={limit}")
-    rows = []
-    for d, name, topic, partition in _matching(config, topics, log_dir, search):
+def _missing(config: StorageConfig, topics: Collection[str] | None = None, log_dir: str | None = None,
+             search: str | None = None) -> list[health.MissingPartition]:
+    """The matching partitions whose folder vanished or became a file (listed, with why)."""
+    out = []
+    for d in config.log_dirs:
+        if log_dir is not None and d != log_dir:
+            continue
         try:
-            rows.append(_scan_partition(d, name, topic, partition, config))
+            found = health.missing_partitions(d)
+        except OSError:
+            continue
+        out += [m for m in found if (not topics or m["topic"] in topics)
+                and (not search or search in layout.partition_dir_name(m["topic"], m["partition"]))]
+    return out
+
+
+def partition_rows(config: StorageConfig, *, topics: Collection[str] | None = None, log_dir: str | None = None,
+                   search: str | None = None) -> list[PartitionStatus]:
+    """Every matching partition with what its folder listing shows (size, segments, ``.deleted`` files, damage;
+    no figure read from its files), in dir then name order; the partitions whose folder is missing last."""
+    rows: list[PartitionStatus] = []
+    markers: dict[str, _DirMarkers] = {}
+    for d, name, topic, partition in _matching(config, topics, log_dir, search):
+        if d not in markers:
+            markers[d] = _DirMarkers(d)
+        try:
+            rows.append(_scan_partition(d, name, topic, partition, config, markers[d]))
         except OSError as exc:          # removed while listing, or unreadable: still listed, with the reason
-            rows.append({"topic": topic, "partition": partition, "log_dir": d, "size_bytes": 0, "segments": 0,
-                         "deleted_bytes": 0, "deleted_files": 0, "pending_files": [],
-                         "cleanup_policy": ",".join(config.log_config(topic).cleanup_policy),
-                         "error": f"{type(exc).__name__}: {exc}"})
+            rows.append(_error_row(config, d, topic, partition, f"{type(exc).__name__}: {exc}"))
+    for m in _missing(config, topics, log_dir, search):
+        rows.append(_error_row(config, m["log_dir"], m["topic"], m["partition"], m["reason"],
+                               [{"kind": "missing", "message": m["reason"]}]))
+    return rows
+
+
+def _sort_value(row: PartitionStatus, sort: str) -> Any:
+    if sort == "damage":
+        return len(row.get("damage") or [])
+    value = row.get(_SORT_FIELDS.get(sort, sort))
+    if isinstance(value, (list, dict)):
+        return len(value)
+    return value
+
+
+def sort_rows(rows: list[PartitionStatus], sort: str, descending: bool = False) -> None:
+    """Sort in place by a column (``SORT_KEYS``, or a field of the rows); rows without a value come first
+    (last when descending); ties in topic, partition order."""
     if sort == "name":
         rows.sort(key=lambda r: (r["topic"], r["partition"]), reverse=descending)
-    else:
-        measure = {"size": lambda r: r["size_bytes"], "segments": lambda r: r["segments"],
-                   "deleted": lambda r: r["deleted_bytes"]}[sort]
-        rows.sort(key=lambda r: (measure(r), r["topic"], r["partition"]), reverse=descending)
+        return
+
+    def key(r: PartitionStatus) -> tuple:
+        v = _sort_value(r, sort)
+        return (v is not None, v if v is not None else 0, r["topic"], r["partition"])
+
+    rows.sort(key=key, reverse=descending)
+
+
+def _merge(rows: list[PartitionStatus], extra: Mapping[tuple[str, int], Mapping[str, Any]] | None) -> None:
+    """Set the fields a caller knows about partitions on their rows; a list extends the row's list."""
+    for row in rows:
+        for k, v in (extra or {}).get((row["topic"], row["partition"]), {}).items():
+            mine = row.get(k)
+            row[k] = mine + list(v) if isinstance(v, list) and isinstance(mine, list) else v  # type: ignore
+
+
+def list_partition_status(config: StorageConfig, *, topics: Collection[str] | None = None, log_dir: str | None = None,
+                          search: str | None = None, sort: str = "name", descending: bool = False,
+                          offset: int = 0, limit: int = 100, now_ms: int | None = None,
+                          extra: Mapping[tuple[str, int], Mapping[str, Any]] | None = None,
+                          extra_sorts: Collection[str] = ()) -> PartitionPage:
+    """One page of partitions with their figures. ``sort``: one of ``SORT_KEYS`` (name, log dir, size, segments,
+    ``.deleted`` bytes, uncleanable reason, damage count; log start and end offsets, recovery point, dirty ratio,
+    cleaner checkpoint, which read every matching partition's files) or one of ``extra_sorts``, fields given in
+    ``extra``; ``search`` keeps names containing it. ``extra``: fields a caller knows about partitions
+    (``{(topic, partition): {field: value}}``), set on the rows before they are sorted; a list extends the row's
+    list of the same name (``damage``). Offsets and dirty ratios are read for the page's rows only (unless
+    sorted by one)."""
+    if sort not in SORT_KEYS and sort not in extra_sorts:
+        raise ValueError(f"sort must be one of {SORT_KEYS + tuple(extra_sorts)}, got {sort!r}")
+    if offset < 0 or limit < 1:
+        raise ValueError(f"offset must be >= 0 and limit >= 1, got offset={offset}, limit={limit}")
+    rows = partition_rows(config, topics=topics, log_dir=log_dir, search=search)
+    _merge(rows, extra)
+    if sort in FIGURE_SORT_KEYS:
+        _add_offsets(config, rows, now_ms)
+    sort_rows(rows, sort, descending)
     page = rows[offset:offset + limit]
-    _add_offsets(config, page, now_ms)
+    if sort not in FIGURE_SORT_KEYS:
+        _add_offsets(config, page, now_ms)
     return {"total": len(rows), "offset": offset, "limit": limit, "sort": sort, "partitions": page}
 
 
@@ -262,14 +428,21 @@ def groups_losing_unread(groups: list[dict], retention_rows: list[dict]) -> list
     return out
 
 
-def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
-    """Capacity, use and health of each log dir (every partition folder is listed and stat'ed)."""
+def log_dir_status(config: StorageConfig, rows: list[PartitionStatus] | None = None) -> list[LogDirStatus]:
+    """Capacity, use and health of each log dir (every partition folder is listed and stat'ed; ``rows``: the
+    listing of every partition, :func:`partition_rows`, when the caller has it already)."""
+    if rows is None:
+        rows = partition_rows(config)
+    by_dir: dict[str, list[PartitionStatus]] = {}
+    for row in rows:
+        by_dir.setdefault(row["log_dir"], []).append(row)
     out = []
     for d in config.log_dirs:
         status: LogDirStatus = {"path": d, "online": os.path.isdir(d), "error": None, "capacity_bytes": None,
-                                "free_bytes": None, "partitions": 0, "size_bytes": 0, "deleted_bytes": 0,
-                                "damaged": [], "uncleanable": 0, "moves_in_progress": [], "deleting": 0,
-                                "deleting_bytes": 0, "foreign": []}
+                                "used_bytes": None, "free_bytes": None, "used_percent": None, "partitions": 0,
+                                "size_bytes": 0, "deleted_bytes": 0, "damaged": [], "damaged_partitions": 0,
+                                "uncleanable": 0, "moves_in_progress": [], "deleting": 0, "deleting_bytes": 0,
+                                "foreign": [], "foreign_files": []}
         if not status["online"]:
             try:
                 os.stat(d)
@@ -280,11 +453,12 @@ def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
             out.append(status)
             continue
         try:
-            fs = os.statvfs(d)
-            status["capacity_bytes"] = fs.f_blocks * fs.f_frsize
-            status["free_bytes"] = fs.f_bavail * fs.f_frsize
+            fs = filesystem_usage(d)
+            status["capacity_bytes"], status["used_bytes"] = fs["total_bytes"], fs["used_bytes"]
+            status["free_bytes"], status["used_percent"] = fs["available_bytes"], fs["used_percent"]
             listing = layout.scan_log_dir(d)
             status["foreign"] = listing.strays + [f"{name} ({reason})" for name, reason in listing.foreign]
+            status["foreign_files"] = list(listing.foreign_files)
             status["deleting"] = len(listing.deleting)
             status["deleting_bytes"] = sum(_tree_size(os.path.join(d, name)) for name in listing.deleting)
             for name, (topic, partition) in listing.futures:
@@ -294,22 +468,20 @@ def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
                     "topic": topic, "partition": partition, "folder": name, "size_bytes": _tree_size(os.path.join(d, name)),
                     "source_dir": source, "source_size_bytes": _tree_size(os.path.join(
                         source, layout.partition_dir_name(topic, partition))) if source else None})
-            for name, (topic, partition) in listing.partitions:
-                try:
-                    row = _scan_partition(d, name, topic, partition, config)
-                except OSError as exc:
-                    status["damaged"].append(f"{name}: {exc}")
-                    continue
-                status["partitions"] += 1
-                status["size_bytes"] += row["size_bytes"]
-                status["deleted_bytes"] += row["deleted_bytes"]
-
             for cp in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
                        layout.CLEANER_OFFSET_CHECKPOINT):
                 _entries, err = OffsetCheckpointFile(os.path.join(d, cp)).read_or_empty()
                 if err:
                     status["damaged"].append(str(err))
-            status["uncleanable"] = len(_uncleanable(d))
+            for row in by_dir.get(d, []):
+                status["partitions"] += 1
+                status["size_bytes"] += row["size_bytes"]
+                status["deleted_bytes"] += row["deleted_bytes"]
+                status["uncleanable"] += 1 if row.get("uncleanable") else 0
+                if row.get("damage"):
+                    status["damaged_partitions"] += 1
+                    name = layout.partition_dir_name(row["topic"], row["partition"])
+                    status["damaged"] += [f"{name}: {x['message']}" for x in row["damage"]]
         except OSError as exc:
             status["online"] = False
             status["error"] = f"{type(exc).__name__}: {exc}"
@@ -317,6 +489,35 @@ def log_dir_status(config: StorageConfig) -> list[LogDirStatus]:
             status["error"] = status["damaged"][0]
         out.append(status)
     return out
+
+
+class Overview(TypedDict):
+    log_dirs: list[LogDirStatus]
+    partitions: int
+    dirtiest: list[PartitionStatus]     # compacted partitions, dirtiest first (figures read)
+    compacted: int                      # how many compacted partitions were ranked
+    damaged: list[PartitionStatus]      # every partition with damage (no figures read)
+    listener: dict | None
+    groups: list[dict]
+
+
+def overview(config: StorageConfig, *, now_ms: int | None = None, top: int = 10,
+             extra: Mapping[tuple[str, int], Mapping[str, Any]] | None = None) -> Overview:
+    """What an operator looks at first, read-only: each log dir's space (as ``df`` counts it), partitions,
+    bytes, ``.deleted`` bytes awaiting purge, damage, foreign entries and moves in progress; the ``top``
+    dirtiest compacted partitions (dirty ratio as the cleaner sees it at ``now_ms``); every damaged partition;
+    the Kafka listener and its consumer groups. The Storage view's first page and ``status`` show it.
+    ``extra``: as for :func:`list_partition_status` (damage a caller knows of counts with the files')."""
+    rows = partition_rows(config)
+    _merge(rows, extra)
+    compacted = [r for r in rows if not r.get("error") and config.log_config(r["topic"]).compact]
+    _add_offsets(config, compacted, now_ms)
+    ranked = [r for r in compacted if r.get("dirty_ratio") is not None]
+    sort_rows(ranked, "dirty_ratio", descending=True)
+    listener = listener_status(config, now_ms)
+    return {"log_dirs": log_dir_status(config, rows), "partitions": len(rows), "dirtiest": ranked[:top],
+            "compacted": len(ranked), "damaged": [r for r in rows if r.get("damage")], "listener": listener,
+            "groups": consumer_groups(config, listener)}
 
 
 # -- offsets, dirty ratios: a read-only snapshot of one partition -----------------------------------------------
@@ -353,6 +554,7 @@ class LogSnapshot:
         self.name = layout.partition_dir_name(topic, partition)
         self.dir = os.path.join(log_dir, self.name)
         self.config = config.log_config(topic)
+        health.check_partition(self)        # a segment file that is no regular file: not read, as maintenance
         bases = sorted(layout.offset_from_filename(n) for n in os.listdir(self.dir)
                        if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n))
         if not bases:
@@ -411,28 +613,26 @@ def read_checkpoints(log_dir: str) -> dict:
 
 
 def _add_offsets(config: StorageConfig, rows: list[PartitionStatus], now_ms: int | None) -> None:
+    """Read each row's figures from its files (offsets, recovery point, cleaner checkpoint, dirty ratio)."""
     from storage_engine.maintenance.cleaner_manager import log_to_clean
-    per_dir: dict[str, tuple[dict, dict]] = {}
+    per_dir: dict[str, dict] = {}
     for row in rows:
         if row.get("error"):
             continue
         d = row["log_dir"]
         if d not in per_dir:
-            per_dir[d] = (read_checkpoints(d), _uncleanable(d))
-        cps, uncleanable = per_dir[d]
-        name = layout.partition_dir_name(row["topic"], row["partition"])
-        bad = uncleanable.get(name) or uncleanable.get("<unreadable>")
-        row["uncleanable"] = bad.get("reason") if bad else None
+            per_dir[d] = read_checkpoints(d)
         try:
-            with LogSnapshot(config, d, row["topic"], row["partition"], checkpoints=cps) as snap:
+            with LogSnapshot(config, d, row["topic"], row["partition"], checkpoints=per_dir[d]) as snap:
                 row["log_start_offset"] = snap.log_start_offset
                 row["log_end_offset"] = snap.log_end_offset
                 row["recovery_point"] = snap.recovery_point
                 row["cleaner_checkpoint"] = snap.cleaner_checkpoint
-                row["dirty_ratio"] = None
+                row["dirty_ratio"] = row["min_cleanable_dirty_ratio"] = None
                 if snap.config.compact:
                     now = now_ms if now_ms is not None else _wall_clock_ms()
                     row["dirty_ratio"] = round(log_to_clean(snap, snap.cleaner_checkpoint, now).cleanable_ratio, 6)
+                    row["min_cleanable_dirty_ratio"] = snap.config.min_cleanable_dirty_ratio
         except (StorageError, OSError) as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -452,23 +652,36 @@ def _find(config: StorageConfig, topic: str, partition: int) -> str:
 
 def partition_detail(config: StorageConfig, topic: str, partition: int,
                      now_ms: int | None = None) -> PartitionDetail:
-    """Everything about one partition: the page figures plus its segments and the files awaiting purge."""
-    d = _find(config, topic, partition)
+    """Everything about one partition: the page figures plus its segments and the files awaiting purge. A
+    partition whose folder is missing is described by its reason; a segment whose ``.log`` is no regular file
+    is listed with the problem instead of a size."""
     name = layout.partition_dir_name(topic, partition)
+    try:
+        d = _find(config, topic, partition)
+    except PartitionNotFoundError:
+        gone = [m for m in _missing(config, [topic]) if m["partition"] == partition]
+        if not gone:
+            raise
+        m = gone[0]
+        missing: PartitionDetail = {**_error_row(config, m["log_dir"], topic, partition, m["reason"],
+                                                 [{"kind": "missing", "message": m["reason"]}]),
+                                    "segment_list": [], "deleted": []}
+        return missing
     row: PartitionDetail = _scan_partition(d, name, topic, partition, config)    # type: ignore[assignment]
     _add_offsets(config, [row], now_ms)
     segments: list[SegmentStatus] = []
     deleted = []
     pdir = os.path.join(d, name)
     if not row.get("error"):
-        with LogSnapshot(config, d, topic, partition) as snap:
-            for i, s in enumerate(snap.segments):
-                segments.append({"base_offset": s.base_offset, "size_bytes": s.size,
-                                 "largest_timestamp": s.largest_timestamp(),
-                                 "index_bytes": _size(layout.segment_file(pdir, s.base_offset, layout.INDEX_SUFFIX)),
-                                 "time_index_bytes": _size(layout.segment_file(pdir, s.base_offset,
-                                                                               layout.TIME_INDEX_SUFFIX)),
-                                 "active": i == len(snap.segments) - 1})
+        try:
+            with LogSnapshot(config, d, topic, partition) as snap:
+                last = len(snap.segments) - 1
+                segments = [_segment_status(pdir, s.base_offset, s.size, s.largest_timestamp(), i == last)
+                            for i, s in enumerate(snap.segments)]
+        except (StorageError, OSError) as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"
+    if row.get("error"):
+        segments = _segments_by_name(pdir, row.get("unreadable_files") or [])
     for n in sorted(os.listdir(pdir)):
         if n.endswith(layout.DELETED_SUFFIX):
             st = os.stat(os.path.join(pdir, n))
@@ -476,6 +689,71 @@ def partition_detail(config: StorageConfig, topic: str, partition: int,
     row["segment_list"] = segments
     row["deleted"] = deleted
     return row
+
+
+def _segment_status(pdir: str, base: int, size: int | None, largest_timestamp: int | None,
+                    active: bool) -> SegmentStatus:
+    index = layout.segment_file(pdir, base, layout.INDEX_SUFFIX)
+    time_index = layout.segment_file(pdir, base, layout.TIME_INDEX_SUFFIX)
+    return {"base_offset": base, "size_bytes": size, "largest_timestamp": largest_timestamp,
+            "index_bytes": index_used_bytes(index, OffsetIndex, base), "index_file_bytes": _file_size(index),
+            "time_index_bytes": index_used_bytes(time_index, TimeIndex, base),
+            "time_index_file_bytes": _file_size(time_index), "active": active, "problem": None}
+
+
+def _segments_by_name(pdir: str, unreadable: list[str]) -> list[SegmentStatus]:
+    """The segments of a partition that cannot be read as a log, from the names of its ``.log`` files: sizes of
+    the regular ones, and the problem of each that is none (what :func:`storage_engine.log.health.unreadable_files`
+    says of it)."""
+    out: list[SegmentStatus] = []
+    try:
+        entries = sorted((e for e in os.scandir(pdir) if _offset_named_log(e.name)), key=lambda e: e.name)
+    except OSError:
+        return out
+    for i, e in enumerate(entries):
+        base = layout.offset_from_filename(e.name)
+        if e.is_file():
+            out.append(_segment_status(pdir, base, _file_size(e.path), None, i == len(entries) - 1))
+        else:
+            problem = next((u[len(e.path):].strip(" ()") for u in unreadable if u.startswith(e.path + " ")),
+                           "no regular file")
+            out.append({"base_offset": base, "size_bytes": None, "largest_timestamp": None, "index_bytes": None,
+                        "time_index_bytes": None, "index_file_bytes": None, "time_index_file_bytes": None,
+                        "active": i == len(entries) - 1, "problem": f"{e.name} is {problem}"})
+    return out
+
+
+def index_used_bytes(path: str, index_class: type[OffsetIndex] | type[TimeIndex], base_offset: int) -> int | None:
+    """The bytes of the entries written to an index file (entries x entry size), not its length: an active
+    segment's ``.index``/``.timeindex`` is preallocated (``segment.index.bytes``, 10 MiB by default) and trimmed
+    when the segment is rolled. None when there is no regular file. Read-only.
+
+    A file whose last slot holds an entry is full (one ``pread``; a rolled segment's trimmed index); otherwise
+    the index class counts its valid entries as every reader does (:mod:`storage_engine.segment.index_file`)."""
+    entry = index_class.ENTRY_SIZE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        slots = st.st_size // entry
+        if slots == 0:
+            return 0
+        last = os.pread(fd, entry, (slots - 1) * entry)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(last) == entry and any(last):
+        return slots * entry
+    try:
+        with index_class(path, base_offset, writable=False) as index:
+            return index.size_in_bytes
+    except StorageError:
+        return None
 
 
 def _tree_size(path: str) -> int:
@@ -496,11 +774,11 @@ def _tree_size(path: str) -> int:
     return total
 
 
-def _size(path: str) -> int:
+def _file_size(path: str) -> int | None:
     try:
         return os.stat(path).st_size
     except OSError:
-        return 0
+        return None
 
 
 # -- plans --------------------------------------------------------------------------------------------------
@@ -536,6 +814,9 @@ def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None =
                     "log_start_offset": snap.log_start_offset, "future_segments": future})
         except (StorageError, OSError) as exc:
             unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+    if offset == 0:                     # partitions whose folder is missing: maintenance fails them too
+        unreadable += [{"topic": m["topic"], "partition": m["partition"], "error": m["reason"]}
+                       for m in _missing(config, topics)]
     ranked, skipped = [], []
     uncleanable_by_dir: dict[str, dict] = {}
     for d, name, topic, partition in matched:

@@ -9,15 +9,16 @@ Balancing (:func:`balance_plan`): a log dir is *over* when its usage is above th
 from it to the least-used dir, largest first, while that brings the source under the threshold without taking the
 target over it. Usage is measured one of two ways:
 
-* ``max_used_percent``: the filesystem's used space (``statvfs``) in percent. Dirs on one filesystem share it, so
-  moving between them changes nothing: such moves are never planned;
+* ``max_used_percent``: the filesystem's used space in percent, as ``df`` counts it (:func:`filesystem_usage`:
+  used / (used + available to unprivileged writers), so the blocks reserved for root count neither way). Dirs on
+  one filesystem share it, so moving between them changes nothing: such moves are never planned;
 * ``max_dir_bytes``: the bytes of log data the dir holds (its partitions' segment ``.log`` files).
 """
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Collection, Iterable
+from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
@@ -138,6 +139,28 @@ def _tree_bytes(path: str, *, logs_only: bool = False) -> int:
     return total
 
 
+class FilesystemUsage(TypedDict):
+    total_bytes: int            # df's "Size": every block of the filesystem
+    used_bytes: int             # df's "Used": total - free (``f_blocks - f_bfree``)
+    available_bytes: int        # df's "Avail": free to unprivileged writers (``f_bavail``; the root reserve left out)
+    used_percent: float         # df's "Use%" before df rounds it up: used / (used + available)
+
+
+def filesystem_usage(path: str) -> FilesystemUsage:
+    """The filesystem holding ``path`` as ``df`` reports it (``statvfs``); ``OSError`` when it cannot be read.
+
+    ``df`` leaves the root reserve out of the percentage, so a log dir is full (100%) when unprivileged writers
+    (the engine) can write no more, not when the last reserved block is gone: ``used / total`` would read 12%
+    where ``df`` reads 30% on a filesystem with a large reserve."""
+    fs = os.statvfs(path)
+    total = fs.f_blocks * fs.f_frsize
+    used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    available = fs.f_bavail * fs.f_frsize
+    usable = used + available
+    return {"total_bytes": total, "used_bytes": used, "available_bytes": available,
+            "used_percent": round(100.0 * used / usable, 3) if usable else 0.0}
+
+
 def log_dir_usage(config: StorageConfig) -> list[dict]:
     """Per log dir, read-only (names and sizes, no log opened): its partitions with their bytes, the copies
     being made for moves, the filesystem's size and use. A dir that cannot be read is ``"offline"``."""
@@ -146,7 +169,7 @@ def log_dir_usage(config: StorageConfig) -> list[dict]:
         entry: dict = {"log_dir": d, "status": "online"}
         try:
             listing = layout.scan_log_dir(d)
-            fs = shutil.disk_usage(d) if os.path.isdir(d) else None
+            fs = filesystem_usage(d) if os.path.isdir(d) else None
             device = os.stat(d).st_dev if os.path.isdir(d) else None
         except OSError as exc:
             entry.update(status="offline", error=f"{type(exc).__name__}: {exc}")
@@ -158,9 +181,9 @@ def log_dir_usage(config: StorageConfig) -> list[dict]:
                     "size_bytes": _tree_bytes(os.path.join(d, name), logs_only=True)} for name, tp in listing.futures]
         entry.update(partitions=parts, moves_in=futures,
                      data_bytes=sum(p["size_bytes"] for p in parts) + sum(f["size_bytes"] for f in futures),
-                     fs_total_bytes=fs.total if fs else 0, fs_used_bytes=fs.used if fs else 0,
-                     fs_used_percent=round(100.0 * fs.used / fs.total, 3) if fs and fs.total else 0.0,
-                     device=device)
+                     fs_total_bytes=fs["total_bytes"] if fs else 0, fs_used_bytes=fs["used_bytes"] if fs else 0,
+                     fs_available_bytes=fs["available_bytes"] if fs else 0,
+                     fs_used_percent=fs["used_percent"] if fs else 0.0, device=device)
         out.append(entry)
     return out
 
@@ -187,8 +210,12 @@ def balance_plan(config: StorageConfig, *, max_used_percent: float | None = None
     def load(u: dict) -> float:
         return u["fs_used_bytes"] if by_percent else u["data_bytes"]
 
+    def usable(u: dict) -> int:
+        """The bytes a percentage is of, as df counts it: used + available."""
+        return u["fs_used_bytes"] + u["fs_available_bytes"]
+
     def limit(u: dict) -> float:
-        return max_used_percent / 100.0 * u["fs_total_bytes"] if by_percent else max_dir_bytes  # type: ignore
+        return max_used_percent / 100.0 * usable(u) if by_percent else max_dir_bytes  # type: ignore
 
     state = {u["log_dir"]: float(load(u)) for u in online}
     moving = {(f["topic"], f["partition"]) for u in online for f in u["moves_in"]}
@@ -214,8 +241,8 @@ def balance_plan(config: StorageConfig, *, max_used_percent: float | None = None
     dirs = [{"log_dir": u["log_dir"], "status": u["status"],
              "usage": (u.get("fs_used_percent") if by_percent else u.get("data_bytes")),
              "limit": (max_used_percent if by_percent else max_dir_bytes),
-             "over": u in over, "usage_after": (round(100.0 * state[u["log_dir"]] / u["fs_total_bytes"], 3)
-                                                if by_percent and u.get("fs_total_bytes") else
+             "over": u in over, "usage_after": (round(100.0 * state[u["log_dir"]] / usable(u), 3)
+                                                if by_percent and u.get("fs_total_bytes") and usable(u) else
                                                 state.get(u["log_dir"])),
              "moves_in_progress": len(u.get("moves_in", [])), "error": u.get("error")} for u in usage]
     unresolved = [d["log_dir"] for d in dirs if d["status"] == "online" and d["over"]

@@ -332,6 +332,231 @@ def test_the_overview_shows_a_move_in_progress(server, sample, browser):
     assert page.locator("#moves tr[data-partition]").count() == 0
 
 
+def df_percent(path: str) -> int:
+    import subprocess
+    out = subprocess.run(["df", "-P", path], capture_output=True, text=True, check=True).stdout.splitlines()
+    return int(out[1].split()[4].rstrip("%"))
+
+
+def dirty_ratios(config, now_ms: int) -> dict:
+    """{(topic, partition): dirty ratio} of the compacted partitions as the engine's cleaner sees them."""
+    from storage_engine.maintenance.cleaner_manager import log_to_clean, read_cleaner_checkpoints
+
+    with LogManager.open(config, clock=ManualClock(now_ms)) as mgr:
+        return {tp: round(log_to_clean(log, read_cleaner_checkpoints(log.log_dir).get(tp),
+                                       now_ms).cleanable_ratio, 6)
+                for tp, log in mgr.logs.items() if log.config.compact}
+
+
+def test_the_first_page_shows_space_damage_and_the_dirtiest_partitions(server, sample, browser):
+    """One click from Airflow's navigation: each log dir's space as df counts it, the damage, and the dirtiest
+    compacted partitions, dirtiest first as the engine's cleaner ranks them."""
+    import math
+    import time
+
+    from storage_engine.record.records import SimpleRecord
+
+    with LogManager.open(sample["config"], clock=ManualClock(T_MS)) as mgr:     # new values for old keys: dirty
+        for partition, n in ((1, 300), (2, 60)):
+            log = mgr.get_log("user-emails", partition)
+            log.append_records([SimpleRecord(b"user-%05d" % i, b"changed-%d@example.com" % i, T_MS) for i in range(n)])
+            log.roll()
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="Storage").click()
+    frame = page.frame_locator("iframe")
+    frame.locator("#dirtiest").wait_for(timeout=60_000)
+    for d in sample["config"].log_dirs:
+        for _attempt in range(5):            # other processes write to the same filesystem meanwhile
+            before = df_percent(d)
+            shown = cell(frame.locator(f'#log-dirs tr[data-path="{d}"]'), "used_percent")
+            if df_percent(d) == before:
+                break
+            page.reload()
+            frame = page.frame_locator("iframe")
+        assert math.ceil(float(shown.rstrip("%"))) == before, (shown, before)
+    rows = frame.locator("#dirtiest tr[data-partition]")
+    ratios = dirty_ratios(sample["config"], int(time.time() * 1000))
+    ranked = sorted(ratios.items(), key=lambda kv: -kv[1])
+    assert rows.count() == min(len(ranked), 10)
+    shown_ratios = [cell(rows.nth(i), "dirty_ratio") for i in range(rows.count())]
+    assert shown_ratios == [f"{100 * r:.1f}%" for _tp, r in ranked][:rows.count()]
+    assert rows.first.get_attribute("data-partition") == "user-emails-1" and ranked[0][1] > ranked[1][1] > 0
+    assert rows.nth(1).get_attribute("data-partition") == "user-emails-2"
+    assert frame.locator("#damage").count() == 1
+    shot(page, "10-first-page-space-damage-dirtiest")
+    # The whole table, by dirty ratio, is one click further.
+    frame.locator("#all-by-dirty-ratio").click()
+    frame.locator("#partitions").wait_for()
+    first = frame.locator("#partitions tr[data-partition]").first
+    assert cell(first, "dirty_ratio") == f"{100 * ranked[0][1]:.1f}%"
+
+
+def test_damage_is_marked_on_every_page_until_a_later_run_finds_it_gone(server, sample, browser):
+    """A CRC error found by log_verify, a .log replaced by a directory (log_checkpoint fails on it) and a partition
+    folder replaced by a file: each marked on the first page, the partition table and the partition page; once the
+    files are repaired, what the files showed goes at once and what the runs found stays until the next run of the
+    same check finds it gone."""
+    import datetime
+
+    config = sample["config"]
+    truth = describe(config)
+    corrupt_tp, unreadable_tp, missing_tp = ("access-log", 0), ("user-emails", 0), ("user-sessions", 0)
+    segments = truth[corrupt_tp]["segments"]
+    assert len(segments) >= 2
+    sealed = pathlib.Path(truth[corrupt_tp]["dir"]) / f"{segments[0]['base_offset']:020d}.log"
+    good = sealed.read_bytes()
+    bad = bytearray(good)
+    bad[70] ^= 0xFF                               # inside the first batch's records: its CRC no longer matches
+    unreadable_dir = pathlib.Path(truth[unreadable_tp]["dir"])
+    victim = unreadable_dir / f"{truth[unreadable_tp]['segments'][0]['base_offset']:020d}.log"
+    victim_bytes = victim.read_bytes()
+    missing_dir = pathlib.Path(truth[missing_tp]["dir"])
+    moved_away = missing_dir.with_name("moved-away")
+    base = server.url + "/storage-maintenance"
+    page = browser.new_page()
+    try:
+        sealed.write_bytes(bytes(bad))
+        victim.unlink()
+        victim.mkdir()
+        verify = parse_dag("log_verify").test(logical_date=T + datetime.timedelta(days=1))
+        assert verify.state == "failed"
+        checkpoint = parse_dag("log_checkpoint").test(logical_date=T + datetime.timedelta(days=1))
+        assert checkpoint.state == "failed"
+        missing_dir.rename(moved_away)
+        missing_dir.write_text("a file where a partition folder was")
+
+        page.goto(base + "/")
+        damage = page.locator("#damage")
+        corrupt = damage.locator(f'tr[data-partition="{corrupt_tp[0]}-{corrupt_tp[1]}"]')
+        assert corrupt.count() == 1 and corrupt.get_attribute("data-kind") == "damaged"
+        assert "record batch is corrupt" in corrupt.inner_text() and verify.run_id in corrupt.inner_text()
+        kinds = {row.get_attribute("data-kind")
+                 for row in damage.locator(f'tr[data-partition="{unreadable_tp[0]}-{unreadable_tp[1]}"]').all()}
+        assert {"unreadable", "failed"} <= kinds                       # the files, and the failed checkpoint run
+        missing = damage.locator(f'tr[data-partition="{missing_tp[0]}-{missing_tp[1]}"]')
+        assert missing.get_attribute("data-kind") == "missing" and "not a folder" in missing.inner_text()
+        for d in {str(sealed.parent.parent), str(unreadable_dir.parent), str(missing_dir.parent)}:
+            assert "problem(s)" in cell(page.locator(f'#log-dirs tr[data-path="{d}"]'), "damage")
+        assert "user-sessions-0" in page.locator(f'[data-dir-extra="{missing_dir.parent}"]').inner_text()
+        shot(page, "11-first-page-damage")
+
+        page.goto(base + "/partitions?sort=damage&desc=true")
+        rows = page.locator("#partitions tr[data-partition]").all()
+        flags = [r.get_attribute("data-damaged") == "true" for r in rows]
+        assert flags == sorted(flags, reverse=True)                    # every damaged partition first
+        assert {"access-log-0", "user-emails-0", "user-sessions-0"} <= {
+            r.get_attribute("data-partition") for r, damaged in zip(rows, flags) if damaged}
+        assert rows[0].get_attribute("data-partition") == "user-emails-0"     # the most problems
+        assert "not a folder" in cell(page.locator('#partitions tr[data-partition="user-sessions-0"]'), "error")
+        assert "damaged: log_verify" in cell(page.locator('#partitions tr[data-partition="access-log-0"]'), "damage")
+        shot(page, "12-partitions-by-damage")
+
+        page.goto(base + "/partitions/user-emails/0")
+        problem = page.locator(f'#segments tr[data-base-offset="{truth[unreadable_tp]["segments"][0]["base_offset"]}"]')
+        assert problem.get_attribute("data-problem") == "true"
+        assert "is a directory" in cell(problem, "problem") and "KiB" not in problem.inner_text()
+        kinds = {r.get_attribute("data-kind") for r in page.locator("#damage tr[data-kind]").all()}
+        assert {"unreadable", "failed"} <= kinds
+        shot(page, "13-partition-unreadable-segment")
+        page.goto(base + "/partitions/access-log/0")
+        assert "record batch is corrupt" in page.locator("#damage").inner_text()
+        shot(page, "14-partition-damaged")
+    finally:
+        sealed.write_bytes(good)
+        if victim.is_dir():
+            victim.rmdir()
+        victim.write_bytes(victim_bytes)
+        if moved_away.exists():
+            missing_dir.unlink()
+            moved_away.rename(missing_dir)
+
+    # Repaired: what the files showed is gone; what the runs found stays until the same checks run again.
+    page.goto(base + "/")
+    assert page.locator('#damage tr[data-partition="user-sessions-0"]').count() == 0
+    left = {r.get_attribute("data-kind") for r in page.locator('#damage tr[data-partition="user-emails-0"]').all()}
+    assert "failed" in left and "unreadable" not in left
+    assert page.locator('#damage tr[data-partition="access-log-0"]').get_attribute("data-kind") == "damaged"
+    shot(page, "15-damage-until-a-later-run")
+    assert parse_dag("log_verify").test(logical_date=T + datetime.timedelta(days=2)).state == "success"
+    assert parse_dag("log_checkpoint").test(logical_date=T + datetime.timedelta(days=2)).state == "success"
+    page.goto(base + "/")
+    for name in ("access-log-0", "user-emails-0", "user-sessions-0"):
+        assert page.locator(f'#damage tr[data-partition="{name}"]').count() == 0
+    page.goto(base + "/partitions/access-log/0")
+    assert cell(page.locator("#facts"), "damage") == "none"
+    shot(page, "16-damage-gone")
+
+
+def test_the_partition_table_sorts_by_any_column(server, sample, browser):
+    """Every column's name sorts the table by it (descending first for figures, again for ascending), on the
+    server: the order is the engine's, the values in order."""
+    token = server.token()
+    page = browser.new_page()
+    page.goto(server.url + "/storage-maintenance/partitions")
+    keys = [h.get_attribute("data-sort") for h in page.locator("#partitions th[data-sort]").all()]
+    assert keys == ["name", "log_dir", "size", "segments", "log_start_offset", "log_end_offset", "recovery_point",
+                    "dirty_ratio", "cleaner_checkpoint", "uncleanable", "deleted", "damage", "last_retention",
+                    "last_compaction"]
+    for key in keys:
+        for _click in range(2):
+            page.locator(f'#partitions th[data-sort="{key}"] a').click()
+            page.locator(f'#partitions th[data-sort="{key}"][aria-sort]').wait_for()
+            desc = page.locator(f'#partitions th[data-sort="{key}"]').get_attribute("aria-sort") == "descending"
+            shown = [r.get_attribute("data-partition") for r in page.locator("#partitions tr[data-partition]").all()]
+            api = server.get_json(f"/storage-maintenance/api/partitions?sort={key}&desc={str(desc).lower()}", token)
+            assert shown == [f"{p['topic']}-{p['partition']}" for p in api["partitions"]], key
+    page.locator('#partitions th[data-sort="dirty_ratio"] a').click()
+    page.locator('#partitions th[data-sort="dirty_ratio"][aria-sort="descending"]').wait_for()
+    api = server.get_json("/storage-maintenance/api/partitions?sort=dirty_ratio&desc=true", token)
+    ratios = [p["dirty_ratio"] for p in api["partitions"] if p.get("dirty_ratio") is not None]
+    assert ratios == sorted(ratios, reverse=True) and len(ratios) >= 2
+    sizes = [p["size_bytes"] for p in server.get_json("/storage-maintenance/api/partitions?sort=size&desc=false",
+                                                      token)["partitions"]]
+    assert sizes == sorted(sizes)
+    shot(page, "17-partitions-by-dirty-ratio")
+    assert server.request("/storage-maintenance/api/partitions?sort=bogus", token=token)[0] == 422
+
+
+def test_the_run_list_is_paginated_and_ordered_by_when_runs_ran(server, sample, browser):
+    """Runs backfilled out of order (intervals 3, 1, 2 run in that order) are listed by when they ran, newest
+    first, not by their interval; the list is paginated."""
+    import datetime
+
+    from sqlalchemy import func, select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS
+
+    dag = parse_dag("log_flush")
+    ran = [dag.test(logical_date=T + datetime.timedelta(days=d)) for d in (13, 11, 12)]
+    assert all(r.state == "success" for r in ran)
+    with create_session() as session:
+        total = session.scalar(select(func.count()).select_from(DagRun).where(DagRun.dag_id.in_(MAINTENANCE_DAGS)))
+        ends = dict(session.execute(select(DagRun.run_id, DagRun.end_date).where(DagRun.dag_id == "log_flush")).all())
+    page = browser.new_page()
+    page.goto(server.url + "/storage-maintenance/?runs_limit=2")
+    assert f"{total} run(s)" in page.locator("#runs-summary").inner_text()
+    first = [r.get_attribute("data-run") for r in page.locator("#runs tr[data-run]").all()]
+    assert first == [ran[2].run_id, ran[1].run_id]             # interval 12 ran last, then 11
+    shot(page, "18-runs-page-1")
+    page.locator('#runs-pager a[rel="next"]').click()
+    page.locator("#runs-pager a[rel=prev]").wait_for()
+    second = [r.get_attribute("data-run") for r in page.locator("#runs tr[data-run]").all()]
+    assert second[0] == ran[0].run_id                          # interval 13 ran before both
+    assert "page 2 of" in page.locator("#runs-summary").inner_text()
+    listed = server.get_json(f"/storage-maintenance/api/log-dirs?runs_limit={total}", server.token())["runs"]
+    assert len(listed) == total
+    finished = [r["end_date"] for r in listed if r["end_date"] and r["state"] not in ("running", "queued")]
+    assert finished == sorted(finished, reverse=True)
+    assert [r["end_date"] for r in listed if r["dag_id"] == "log_flush"][:3] == [
+        ends[ran[2].run_id].isoformat(), ends[ran[1].run_id].isoformat(), ends[ran[0].run_id].isoformat()]
+    shot(page, "19-runs-page-2")
+
+
 def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_take(server, sample, browser):
     """A broker serving the sample's log dirs; a group commits offset 5 on access-log-0: the overview lists the
     group with its lag (log end offset minus 5), and the retention plan as of far ahead names the group as losing
