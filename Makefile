@@ -53,12 +53,15 @@ demo: $(STAMP)
 broker: $(STAMP)
 	exec $(BIN)/python -m storage_engine serve $(if $(LISTENERS),--listeners $(LISTENERS))
 
-# airflow standalone on var/airflow with the project's dags/ and plugins/; prints the URL and the admin login.
+# Airflow (api-server, scheduler, dag-processor, triggerer; what `airflow standalone` runs) on var/airflow with the
+# project's dags/ and plugins/; prints the URL and the admin login. It listens on loopback only: the api-server on
+# AIRFLOW_HOST (default 127.0.0.1; AIRFLOW_HOST=0.0.0.0 make airflow opens it to the network), no log servers.
 # AIRFLOW_PORT=8090 make airflow for another port; ARGS=--check starts it, checks health and login, stops it.
+AIRFLOW_HOST ?= 127.0.0.1
 AIRFLOW_PORT ?= 8080
 # exec: Ctrl-C reaches the Python process directly, which stops every component within seconds.
 airflow: $(STAMP)
-	exec $(BIN)/python -m include.airflow_standalone --port $(AIRFLOW_PORT) $(ARGS)
+	exec $(BIN)/python -m include.airflow_standalone --host $(AIRFLOW_HOST) --port $(AIRFLOW_PORT) $(ARGS)
 
 # Every benchmark with the compiled code, then with the pure-Python fallback, then the summary table at the top of
 # BENCHMARKS.md is regenerated from both (and from the last bench-large run, if any). The pure-Python pass skips

@@ -6,7 +6,7 @@ import datetime
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import LogCheckpointOperator
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
@@ -20,10 +20,10 @@ dir (Kafka's text format, written atomically; entries of other batches' partitio
 logs are recovered only from their checkpointed recovery point, so a recent checkpoint keeps start-up short.
 **run_report** summarises the run and sends one alert if anything failed.
 
-**What "now" is:** the run's **data interval end** (or its trigger time when it has none), passed to the
-engine as `now_ms`; it is the time recorded for the flush.
+**What "now" is:** the run's **data interval end** (the trigger time of a run started by hand or without an
+interval; see below), passed to the engine as `now_ms`; it is the time recorded for the flush.
 
-Params: `dry_run` (report, write nothing), `topics`, `batch_size`, `max_batches`.
+Params: `dry_run` (report, write nothing), `topics`, `batch_size`, `max_batches`, `as_of`.
 """
 
 with DAG(
@@ -38,7 +38,7 @@ with DAG(
     params=maintenance_params(batches=True),
     default_args=maintenance_default_args(retry_delay_s=10, execution_timeout_min=5),
     tags=["storage", "maintenance", "checkpoint"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     plan = plan_batches()
     checkpoint = for_each(LogCheckpointOperator, "checkpoint", plan)

@@ -15,7 +15,7 @@ from storage_maintenance.compaction import (
     PlanPartOperator,
     SelectDirtiestLogsOperator,
 )
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import end_of_run, for_each
 
 DOC_MD = """
@@ -37,12 +37,13 @@ survives; offsets never change.
    `kafka-log://<topic>/<partition>` with the same figures. The run's key-map folder is removed after use.
 4. **run_report** summarises the run and sends one alert if anything failed.
 
-**What "now" is:** the run's **data interval end** T (or its trigger time when it has no interval). A run
+**What "now" is:** the run's **data interval end** T (the trigger time of a run started by hand or without an
+interval; see below). A run
 cleans only segments whose records all lie before T (and honours `min.compaction.lag.ms` as of T), so a
 backfill over N intervals makes N bounded, ordered steps, and re-running a finished interval reports "nothing
 to do" and changes no byte.
 
-Params: `dry_run`, `topics`, `max_partitions` (the dirtiest N), `map_strategy`.
+Params: `dry_run`, `topics`, `max_partitions` (the dirtiest N), `map_strategy`, `as_of`.
 """
 
 params = maintenance_params()
@@ -62,7 +63,7 @@ with DAG(
     params=params,
     default_args=maintenance_default_args(retry_delay_s=30, execution_timeout_min=120),
     tags=["storage", "maintenance", "compaction", "spark"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     select = SelectDirtiestLogsOperator(
         task_id="select_dirtiest_logs",

@@ -7,7 +7,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
 from storage_maintenance.balance import MovePartitionOperator, PlanMovesOperator
 from storage_maintenance.compaction import PlanPartOperator
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import end_of_run, for_each
 
 DOC_MD = """
@@ -28,9 +28,10 @@ serving (writers and readers follow them; nothing is lost or repeated, whatever 
 
 **Usage**: `max_used_percent` of each dir's filesystem (dirs sharing a filesystem are never balanced against
 each other: moving between them frees nothing), or, when `max_dir_bytes` is set, the bytes of log data a dir
-holds. **What "now" is:** the run's data interval end (or trigger time); it stamps the moved folders.
+holds. **What "now" is:** the run's data interval end (the trigger time of a run started by hand; see below); it
+stamps the moved folders.
 
-Params: `dry_run`, `topics` (only these move), `max_used_percent`, `max_dir_bytes`, `max_moves`.
+Params: `dry_run`, `topics` (only these move), `max_used_percent`, `max_dir_bytes`, `max_moves`, `as_of`.
 """
 
 params = maintenance_params()
@@ -53,7 +54,7 @@ with DAG(
     params=params,
     default_args=maintenance_default_args(retry_delay_s=60, execution_timeout_min=180),
     tags=["storage", "maintenance", "log-dirs"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     plan = PlanMovesOperator(
         task_id="plan_moves",

@@ -6,7 +6,7 @@ import datetime
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import LogFlushOperator
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
@@ -19,10 +19,10 @@ default `flush.ms` is "never" (the OS page cache decides); topics that set it ar
 A partition that fails does not stop the others. **run_report** summarises the run and sends one alert if
 anything failed.
 
-**What "now" is:** the run's **data interval end** (or its trigger time when it has none); a log is due when
-`now - last flush >= flush.ms`.
+**What "now" is:** the run's **data interval end** (the trigger time of a run started by hand or without an
+interval; see below); a log is due when `now - last flush >= flush.ms`.
 
-Params: `dry_run` (say which logs are due, flush nothing), `topics`, `batch_size`, `max_batches`.
+Params: `dry_run` (say which logs are due, flush nothing), `topics`, `batch_size`, `max_batches`, `as_of`.
 """
 
 with DAG(
@@ -36,7 +36,7 @@ with DAG(
     params=maintenance_params(batches=True),
     default_args=maintenance_default_args(retry_delay_s=30, execution_timeout_min=10),
     tags=["storage", "maintenance", "flush"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     plan = plan_batches()
     flush = for_each(LogFlushOperator, "flush", plan)

@@ -7,7 +7,7 @@ import datetime
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import ExpireProducersOperator, LogRetentionOperator, PurgeDeletedOperator
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import DRY_RUN, end_of_run, for_each, plan_batches
 
 DOC_MD = """
@@ -32,11 +32,11 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    **fail_run_if_upstream_failed** keeps the run red when any step failed.
 
 **What "now" is:** every task acts as of the run's **data interval end**, or its trigger time when the run
-has no data interval (triggered through the REST API with `logical_date: null`); logs, XComs, the alert and
-the Storage view say which. A segment is expired when `now - largest timestamp > retention.ms`, so a
+was started by hand or has no data interval (triggered through the REST API with `logical_date: null`); logs,
+XComs, the alert and the Storage view say which. A segment is expired when `now - largest timestamp > retention.ms`, so a
 backfilled run deletes what was expired at the end of its interval, and re-running an interval changes nothing.
 
-Params: `dry_run`, `topics` (empty = all), `batch_size`, `max_batches`.
+Params: `dry_run`, `topics` (empty = all), `batch_size`, `max_batches`, `as_of` (act as of that instant).
 """
 
 with DAG(
@@ -50,7 +50,7 @@ with DAG(
     params=maintenance_params(batches=True),
     default_args=maintenance_default_args(retry_delay_s=30, execution_timeout_min=30),
     tags=["storage", "maintenance", "retention"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     plan = plan_batches()
     retention = for_each(LogRetentionOperator, "retention", plan)

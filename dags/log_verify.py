@@ -6,7 +6,7 @@ import datetime
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import VerifyLogDirsOperator, VerifyPartitionsOperator
-from storage_maintenance.params import maintenance_default_args, maintenance_params
+from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
 from storage_maintenance.wiring import end_of_run, for_each, plan_batches
 
 DOC_MD = """
@@ -24,10 +24,10 @@ repairs nothing:
    bytes), the others are still verified.
 3. **run_report** sends one alert for the run with each damaged partition and its problems.
 
-**What "now" is:** the run's data interval end (or trigger time); it only names the run, the audit reads the
-files as they are.
+**What "now" is:** the run's data interval end (or trigger time; see below); it only names the run, the audit
+reads the files as they are.
 
-Params: `topics`, `batch_size`, `max_batches` (`dry_run` changes nothing: the audit never writes).
+Params: `topics`, `batch_size`, `max_batches`, `as_of` (`dry_run` changes nothing: the audit never writes).
 """
 
 with DAG(
@@ -41,7 +41,7 @@ with DAG(
     params=maintenance_params(batches=True),
     default_args=maintenance_default_args(retry_delay_s=60, execution_timeout_min=120),
     tags=["storage", "maintenance", "verify"],
-    doc_md=DOC_MD,
+    doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
     log_dirs = VerifyLogDirsOperator(task_id="verify_log_dirs")
     plan = plan_batches()

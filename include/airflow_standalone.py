@@ -1,14 +1,22 @@
-"""``make airflow``: the project's DAGs in ``airflow standalone`` on this machine (SQLite, LocalExecutor).
+"""``make airflow``: the project's DAGs in Airflow on this machine (SQLite, LocalExecutor), on loopback only.
 
-``python -m include.airflow_standalone [--port 8080] [--check] [--timeout 180]``
+``python -m include.airflow_standalone [--host 127.0.0.1] [--port 8080] [--check] [--timeout 180]``
 
-Runs ``airflow standalone`` (api-server, scheduler, dag-processor, triggerer) with ``AIRFLOW_HOME=var/airflow``,
-the project's ``dags/`` and ``plugins/``, ``core.parallelism`` 4 (the default 32 starts 32 worker processes)
-and ``STORAGE_ENGINE_CONFIG`` naming the storage config, so the DAGs maintain the demo's log dirs. When the
-log dirs are empty, sample data is generated first. Once the health endpoint reports every component healthy
-it prints the URL and the login: user ``admin``, password from
-``var/airflow/simple_auth_manager_passwords.json.generated``. The components' output goes to
-``var/airflow/standalone.log``; Ctrl-C stops everything.
+Runs what ``airflow standalone`` runs (api-server, scheduler, dag-processor, triggerer) with
+``AIRFLOW_HOME=var/airflow``, the project's ``dags/`` and ``plugins/``, ``core.parallelism`` 4 (the default 32
+starts 32 worker processes) and ``STORAGE_ENGINE_CONFIG`` naming the storage config, so the DAGs maintain the
+demo's log dirs. When the log dirs are empty, sample data is generated first. Once the health endpoint reports
+every component healthy it prints the URL and the login: user ``admin``, password from
+``var/airflow/simple_auth_manager_passwords.json.generated``. Each component's output goes to
+``var/airflow/components/<component>.log``; Ctrl-C stops everything.
+
+**What listens where.** ``airflow standalone`` listens on every interface: the api-server on ``0.0.0.0``
+(``[api] host``), and the scheduler's and the triggerer's log servers on ``[::]``/``0.0.0.0`` ports 8793 and
+8794, an address Airflow 3.3 has no setting for. This runs the four components itself instead: the api-server
+on ``--host`` (default ``127.0.0.1``, from ``$AIRFLOW_HOST``; ``AIRFLOW_HOST=0.0.0.0 make airflow`` opens it to
+the network) and the scheduler and triggerer with ``--skip-serve-logs``. On one machine the log servers serve
+nothing the api-server cannot read itself: every task log is a local file. Spark in local mode binds to
+``SPARK_LOCAL_IP``, set to ``127.0.0.1`` unless given. Nothing else listens.
 
 ``--check`` starts it, waits until it is healthy, logs in through the API (``POST /auth/token``), lists the
 DAGs the dag-processor has loaded, then stops it: a smoke test of the local set-up.
@@ -27,6 +35,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,6 +47,12 @@ DEFAULT_STORAGE_CONFIG = REPO / "include" / "config" / "storage.yaml"
 PASSWORD_FILE_NAME = "simple_auth_manager_passwords.json.generated"
 HEALTH_PATH = "/api/v2/monitor/health"
 PARALLELISM = 4
+DEFAULT_HOST = "127.0.0.1"
+LOCAL_SPARK = '{"conn_type":"spark","host":"local[*]"}'
+# The components `airflow standalone` runs, with the flags that keep the log servers from starting: their address
+# cannot be set (Airflow 3.3 binds them to every interface), and on one machine every task log is a local file.
+COMPONENTS: tuple[tuple[str, list[str]], ...] = (("api-server", []), ("scheduler", ["--skip-serve-logs"]), ("dag-processor", []),
+              ("triggerer", ["--skip-serve-logs"]))
 
 
 def venv_bin() -> Path:
@@ -50,10 +65,23 @@ def airflow_executable() -> str:
     return str(candidate) if candidate.exists() else "airflow"
 
 
+def url_host(host: str) -> str:
+    """The address to reach a server bound to ``host`` from this machine (in a URL)."""
+    if host in ("", "0.0.0.0", "::", "localhost"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def airflow_env(*, storage_config: str | os.PathLike | None = None, port: int | None = None,
-                home: str | os.PathLike = AIRFLOW_HOME, base: dict | None = None) -> dict[str, str]:
+                home: str | os.PathLike = AIRFLOW_HOME, base: dict | None = None,
+                host: str = DEFAULT_HOST) -> dict[str, str]:
     """Environment for local Airflow commands: SQLite metadata DB in ``home``, the project's dags/ and plugins/,
-    no example DAGs, parallelism 4, the storage config, Spark in local mode from the venv."""
+    no example DAGs, parallelism 4, the storage config, Spark in local mode from the venv (bound to loopback),
+    and the api-server on ``host`` (loopback unless asked)."""
     env = dict(os.environ if base is None else base)
     home = Path(home).resolve()
     config = storage_config or env.get("STORAGE_ENGINE_CONFIG") or DEFAULT_STORAGE_CONFIG
@@ -71,23 +99,33 @@ def airflow_env(*, storage_config: str | os.PathLike | None = None, port: int | 
         "PATH": os.pathsep.join([str(venv_bin()), env.get("PATH", "")]),
         "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p),
     })
-    env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type":"spark","host":"local[*]"}')
+    env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK)
+    if env["AIRFLOW_CONN_SPARK_DEFAULT"] == LOCAL_SPARK:
+        # The local driver's RPC and block-manager ports bind to the machine's address unless told otherwise (a
+        # spark:// master needs them reachable, so only the local default is pinned to loopback).
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["AIRFLOW__API__HOST"] = host
+    # The scheduler's health server is off by default; if turned on, it stays on the same address.
+    env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST", host)
     if port is not None:
         env["AIRFLOW__API__PORT"] = str(port)
-        env["AIRFLOW__API__BASE_URL"] = f"http://localhost:{port}"
+        env["AIRFLOW__API__BASE_URL"] = f"http://{'localhost' if url_host(host) == '127.0.0.1' else url_host(host)}:{port}"
+        # Task processes report to the api-server's execution API: the address it listens on, not a name that
+        # may resolve to ::1 first.
+        env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://{url_host(host)}:{port}/execution/"
     return env
 
 
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def port_in_use(port: int, host: str = DEFAULT_HOST) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in url_host(host) else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((url_host(host).strip("[]"), port)) == 0
 
 
-def health(port: int) -> dict | None:
+def health(port: int, host: str = DEFAULT_HOST) -> dict | None:
     """The health endpoint's JSON, or None while the api-server does not answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{HEALTH_PATH}", timeout=3) as resp:
+        with urllib.request.urlopen(f"http://{url_host(host)}:{port}{HEALTH_PATH}", timeout=3) as resp:
             return json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -108,16 +146,16 @@ def read_password(home: Path = AIRFLOW_HOME, user: str = "admin") -> str | None:
         return None
 
 
-def api_token(port: int, user: str, password: str) -> str:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/auth/token", method="POST",
+def api_token(port: int, user: str, password: str, host: str = DEFAULT_HOST) -> str:
+    req = urllib.request.Request(f"http://{url_host(host)}:{port}/auth/token", method="POST",
                                  data=json.dumps({"username": user, "password": password}).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())["access_token"]
 
 
-def api_get(port: int, path: str, token: str) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+def api_get(port: int, path: str, token: str, host: str = DEFAULT_HOST) -> dict:
+    req = urllib.request.Request(f"http://{url_host(host)}:{port}{path}", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -142,7 +180,7 @@ def _ensure_sample_data(env: dict) -> None:
                     "--skip-existing"], cwd=REPO, env=env, check=True)
 
 
-def prepare_metadata_db(env: dict) -> None:
+def prepare_metadata_db(env: dict, home: Path = AIRFLOW_HOME) -> None:
     """``airflow db migrate``, then SQLite's write-ahead log: with four task processes writing XComs and states
     at once, the default rollback journal made writers wait for readers until "database is locked" failed
     tasks (seen with 20 batch tasks over 10,000 partitions). WAL lets readers and one writer work together;
@@ -151,19 +189,41 @@ def prepare_metadata_db(env: dict) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import sqlite3
 
-    conn = sqlite3.connect(str(AIRFLOW_HOME / "airflow.db"))
+    conn = sqlite3.connect(str(home / "airflow.db"))
     try:
         conn.execute("PRAGMA journal_mode=WAL")
     finally:
         conn.close()
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 6) -> int:
-    """Stop the standalone we started and every component it runs, within about ``timeout`` + 2 s.
+def start_components(env: dict, host: str, port: int, log_dir: Path) -> list[tuple[str, subprocess.Popen]]:
+    """Start the four components in one new process group (the first one leads it; not the terminal's, so a
+    Ctrl-C reaches only this launcher, which stops them all at once), each writing to
+    ``log_dir/<component>.log``. If one cannot be started, those already started are stopped."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs: list[tuple[str, subprocess.Popen]] = []
+    try:
+        for name, flags in COMPONENTS:
+            args = [airflow_executable(), name, *flags]
+            if name == "api-server":
+                args += ["--host", host, "--port", str(port)]
+            with open(log_dir / f"{name}.log", "ab") as out:
+                procs.append((name, subprocess.Popen(
+                    args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    process_group=procs[0][1].pid if procs else 0)))
+    except BaseException:
+        if procs:
+            _stop(procs[0][1], others=[pr for _, pr in procs[1:]])
+        raise
+    return procs
 
-    The components live in the process group the standalone leads (start_new_session), so SIGTERM goes to
-    the whole group at once (``airflow standalone`` relaying a SIGINT to its components one after the other
-    took about 35 s), then SIGKILL to whatever is left after ``timeout``."""
+
+def _stop(proc: subprocess.Popen, timeout: float = 6, others: Sequence[subprocess.Popen] = ()) -> int:
+    """Stop the components we started (``proc`` leads their process group), within about ``timeout`` + 2 s.
+
+    The components live in one process group, so SIGTERM goes to all of them at once (``airflow standalone``
+    relaying a SIGINT to its components one after the other took about 35 s), then SIGKILL to whatever is left
+    after ``timeout``."""
     def signal_group(sig) -> bool:
         try:
             os.killpg(proc.pid, sig)
@@ -177,10 +237,11 @@ def _stop(proc: subprocess.Popen, timeout: float = 6) -> int:
             proc.poll()
             time.sleep(0.2)
         signal_group(signal.SIGKILL)
-    try:
-        proc.wait(2)
-    except subprocess.TimeoutExpired:
-        pass
+    for p in [proc, *others]:
+        try:
+            p.wait(2)
+        except subprocess.TimeoutExpired:
+            pass
     return proc.returncode if proc.returncode is not None else -9
 
 
@@ -194,32 +255,45 @@ def _group_alive(pgid: int) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.airflow_standalone", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default=os.environ.get("AIRFLOW_HOST") or DEFAULT_HOST,
+                   help="address the api-server listens on (default: $AIRFLOW_HOST or 127.0.0.1, this machine "
+                        "only; 0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=int, default=int(os.environ.get("AIRFLOW_PORT", "8080")),
                    help="api-server port (default: $AIRFLOW_PORT or 8080)")
+    p.add_argument("--home", type=Path, default=AIRFLOW_HOME, help="AIRFLOW_HOME (default: var/airflow)")
     p.add_argument("--check", action="store_true", help="start, wait until healthy, log in, list DAGs, stop")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for health (default 180)")
     args = p.parse_args(argv)
 
-    if port_in_use(args.port):
+    host, home = args.host, args.home.resolve()
+    if port_in_use(args.port, host):
         print(f"port {args.port} is already in use: stop what listens there or run "
               f"`AIRFLOW_PORT=<free port> make airflow`", file=sys.stderr)
         return 1
-    env = airflow_env(port=args.port)
-    AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
+    env = airflow_env(port=args.port, home=home, host=host)
+    home.mkdir(parents=True, exist_ok=True)
     _ensure_sample_data(env)
-    prepare_metadata_db(env)
-    log_path = AIRFLOW_HOME / "standalone.log"
-    url = f"http://localhost:{args.port}"
-    print(f"Starting airflow standalone (AIRFLOW_HOME={os.path.relpath(AIRFLOW_HOME)}, dags={os.path.relpath(DAGS_FOLDER)}, "
+    prepare_metadata_db(env, home)
+    log_dir = home / "components"
+    url = env["AIRFLOW__API__BASE_URL"]
+    print(f"Starting Airflow (AIRFLOW_HOME={os.path.relpath(home)}, dags={os.path.relpath(DAGS_FOLDER)}, "
           f"plugins={os.path.relpath(PLUGINS_FOLDER)}, parallelism {PARALLELISM}, "
           f"STORAGE_ENGINE_CONFIG={os.path.relpath(env['STORAGE_ENGINE_CONFIG'])})", flush=True)
-    print(f"Component output: {os.path.relpath(log_path)}", flush=True)
-    log = open(log_path, "ab")
+    reach = ("this machine only; AIRFLOW_HOST=0.0.0.0 opens it to the network" if is_loopback(host)
+             else "reachable from the network")
+    print(f"api-server on {host}:{args.port} ({reach}); component output: {os.path.relpath(log_dir)}/<component>.log",
+          flush=True)
     started = time.monotonic()
-    proc = subprocess.Popen([airflow_executable(), "standalone"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    procs = start_components(env, host, args.port, log_dir)
+    leader, others = procs[0][1], [pr for _, pr in procs[1:]]
     interrupted = False
     no_login = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "").lower() == "true"
+
+    def exited() -> tuple[str, int] | None:
+        for name, pr in procs:
+            if pr.poll() is not None:
+                return name, pr.returncode
+        return None
 
     def on_signal(signum, _frame):
         nonlocal interrupted
@@ -230,64 +304,69 @@ def main(argv=None) -> int:
     try:
         h = None
         while not interrupted:
-            if proc.poll() is not None:
-                print(f"airflow standalone exited with code {proc.returncode} before it was healthy; last lines of "
-                      f"{os.path.relpath(log_path)}:\n{_tail(log_path)}", file=sys.stderr)
+            gone = exited()
+            if gone is not None:
+                name, code = gone
+                component_log = log_dir / f"{name}.log"
+                print(f"airflow {name} exited with code {code} before Airflow was healthy; last lines of "
+                      f"{os.path.relpath(component_log)}:\n{_tail(component_log)}", file=sys.stderr)
+                _stop(leader, others=others)
                 return 1
-            h = health(args.port)
-            if all_healthy(h) and (read_password() is not None or no_login):
+            h = health(args.port, host)
+            if all_healthy(h) and (read_password(home) is not None or no_login):
                 break
             if time.monotonic() - started > args.timeout:
-                print(f"airflow standalone was not healthy after {args.timeout:.0f} s (last health: {h}); last lines "
-                      f"of {os.path.relpath(log_path)}:\n{_tail(log_path)}", file=sys.stderr)
-                _stop(proc)
+                print(f"Airflow was not healthy after {args.timeout:.0f} s (last health: {h}); see "
+                      f"{os.path.relpath(log_dir)}/", file=sys.stderr)
+                _stop(leader, others=others)
                 return 1
             time.sleep(1)
         if interrupted:
-            _stop(proc)
+            _stop(leader, others=others)
             return 130
-        password = read_password()
+        password = read_password(home)
         print(f"\nAirflow is up after {time.monotonic() - started:.0f} s:  {url}", flush=True)
         if no_login:
             print("  login:    none (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True)", flush=True)
         else:
             print(f"  login:    admin / {password}", flush=True)
-            print(f"  password: {os.path.relpath(AIRFLOW_HOME / PASSWORD_FILE_NAME)}", flush=True)
+            print(f"  password: {os.path.relpath(home / PASSWORD_FILE_NAME)}", flush=True)
         print(f"  health:   {url}{HEALTH_PATH} -> " +
-              ", ".join(f"{k} {v.get('status')}" for k, v in h.items() if isinstance(v, dict)), flush=True)
+              ", ".join(f"{k} {v.get('status')}" for k, v in (h or {}).items() if isinstance(v, dict)), flush=True)
         if args.check and not no_login:
-            token = api_token(args.port, "admin", password)
+            token = api_token(args.port, "admin", password or "", host)
             dag_ids = []
             deadline = time.monotonic() + 60
             expected = {f.stem for f in DAGS_FOLDER.glob("*.py") if not f.name.startswith("_")}
             while time.monotonic() < deadline:        # the dag-processor parses dags/ shortly after start
-                dags = api_get(args.port, "/api/v2/dags?limit=100", token)
+                dags = api_get(args.port, "/api/v2/dags?limit=100", token, host)
                 dag_ids = sorted(d["dag_id"] for d in dags.get("dags", []))
                 if dag_ids or not expected:
                     break
                 time.sleep(2)
             print(f"  API login ok (POST /auth/token); DAGs loaded: {', '.join(dag_ids) or 'none'}", flush=True)
             print("Stopping (--check).", flush=True)
-            code = _stop(proc)
-            print(f"airflow standalone stopped (exit code {code}).", flush=True)
+            code = _stop(leader, others=others)
+            print(f"Airflow stopped (exit code {code}).", flush=True)
             return 0
         print("New DAGs start paused: unpause them in the UI. Ctrl-C stops Airflow.", flush=True)
-        while not interrupted and proc.poll() is None:
+        while not interrupted and exited() is None:
             time.sleep(0.5)
-        if proc.poll() is not None and not interrupted:
-            print(f"airflow standalone exited with code {proc.returncode}; see {os.path.relpath(log_path)}",
+        gone = exited()
+        if gone is not None and not interrupted:
+            print(f"airflow {gone[0]} exited with code {gone[1]}; see {os.path.relpath(log_dir)}/{gone[0]}.log",
                   file=sys.stderr)
+            _stop(leader, others=others)
             return 1
-        print("\nStopping airflow standalone ...", flush=True)
-        _stop(proc)
+        print("\nStopping Airflow ...", flush=True)
+        _stop(leader, others=others)
         return 0
     except Exception:
-        _stop(proc)
+        _stop(leader, others=others)
         raise
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-        log.close()
 
 
 if __name__ == "__main__":

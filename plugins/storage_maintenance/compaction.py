@@ -41,7 +41,8 @@ from storage_engine import errors
 from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
-from .hooks import StorageEngineHook, as_of, iso_ms
+from .hooks import StorageEngineHook, iso_ms
+from .params import run_as_of
 from .operators import StorageMaintenanceOperator, record_error
 from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
 
@@ -160,7 +161,7 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         name = f"{self.topic}-{self.partition}"
         reason = str(damage.get("error") or "damaged batch")
         hook = StorageEngineHook(config_path=self._arg("--config"))
-        hook.mark_uncleanable(self.topic, int(self.partition), reason, as_of(context)["now_ms"])
+        hook.mark_uncleanable(self.topic, int(self.partition), reason, run_as_of(context)["now_ms"])
         error = AirflowFailException(f"{name} is damaged and now marked uncleanable: {reason}")
         fail_partition(context, self.topic, int(self.partition), damage.get("error_type") or "CorruptRecordError",
                        reason)

@@ -14,10 +14,9 @@ Config resolution, first match wins:
 3. ``$STORAGE_ENGINE_CONFIG``;
 4. the engine's default, ``include/config/storage.yaml`` (``storage_engine.config_file.DEFAULT_CONFIG_PATH``).
 
-**What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, :func:`as_of`: its data
-interval end, or, for a run without a data interval (triggered through the REST API with
-``logical_date: null``), the time it was triggered (``run_after``). Every task of the run uses it, logs it,
-puts it in its XCom; the alert and the Storage view show it the same way.
+**What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, chosen by
+:func:`storage_maintenance.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
+logs it, puts it in its XCom; the run report, the alert and the Storage view show it the same way.
 """
 from __future__ import annotations
 
@@ -66,19 +65,6 @@ def epoch_ms(when: datetime.datetime) -> int:
 def iso_ms(now_ms: int) -> str:
     when = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.timezone.utc)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def as_of(context) -> AsOf:
-    """The instant a run acts as of: its data interval end, else its trigger time (``run_after``)."""
-    end = context.get("data_interval_end")
-    source = AS_OF_INTERVAL_END
-    if end is None:
-        end = getattr(context.get("dag_run"), "run_after", None)
-        source = AS_OF_TRIGGER_TIME
-        if end is None:
-            raise ValueError("the run has neither a data interval nor a trigger time (run_after) to act as of")
-    now_ms = epoch_ms(end)
-    return {"now_ms": now_ms, "iso": iso_ms(now_ms), "source": source}
 
 
 def config_path_without_connection() -> str:

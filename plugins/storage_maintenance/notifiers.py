@@ -1,21 +1,34 @@
-"""Alerts: one e-mail (and optionally a webhook POST) per failed maintenance run, listing every failed task
-and partition; and a per-task notifier kept for the run report's own failure.
+"""Alerts: one e-mail (and optionally a webhook POST) per root cause of failed maintenance, each naming its fix;
+and a per-task notifier kept for the run report's own failure.
 
-Configuration, read when the alert is sent (so a change needs no DAG re-parse); an argument wins over the
-environment:
+Configuration, read each time an alert is sent (a change takes effect with the next alert: no restart, no DAG
+re-parse); first match wins:
 
-* e-mail goes through Airflow's SMTP connection (``smtp_default`` unless ``smtp_conn_id`` says otherwise,
-  the smtp provider's :class:`SmtpHook`); recipients: ``to`` or ``$STORAGE_MAINTENANCE_ALERT_EMAILS``
-  (comma-separated); sender: ``from_email``, else the connection's ``from_email`` extra, else
+* recipients: the notifier's ``to``; the Airflow Variable ``storage_maintenance_alert_emails`` (comma-separated,
+  or a JSON list; an empty value sends no e-mail); ``$STORAGE_MAINTENANCE_ALERT_EMAILS``. E-mail goes through
+  Airflow's SMTP connection (``smtp_default`` unless ``smtp_conn_id`` says otherwise, the smtp provider's
+  :class:`SmtpHook`); sender: ``from_email``, else the connection's ``from_email`` extra, else
   ``storage-maintenance@localhost``;
-* webhook: ``webhook_url`` or ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``; the alert is POSTed as JSON.
+* webhook: the notifier's ``webhook_url``; the Variable ``storage_maintenance_alert_webhook`` (empty: none);
+  ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``. The alert is POSTed as JSON.
+
+(Variables are looked up as Airflow looks them up: secrets backends, ``AIRFLOW_VAR_...`` in the environment,
+then the metadata DB, where ``airflow variables set`` and the UI's Admin > Variables put them.)
 
 Both channels are tried independently (e-mail first), so a failing webhook never masks the e-mail and vice
 versa; if either failed, :class:`AlertNotDelivered` names both outcomes afterwards.
 
-Every alert says which instant the run acted as of (its data interval end, or its trigger time when it has
-no interval), with the DAG, run, failed tasks (name, the partitions each could not maintain with the
-error, try, log link) and a link to the run.
+**Fixes and one alert per root cause.** A run digest's failures are grouped into root causes
+(:mod:`storage_maintenance.root_causes`), each with its fix: a sentence, the commands with the actual topic,
+partition, file and log dir, and the Storage view page; the e-mail shows them first ("What to do") and the
+webhook JSON carries them as ``root_causes`` (``key``, ``kind``, ``title``, ``partition``, ``log_dir``,
+``path``, ``error``, ``fix``, ``commands``, ``page``, ``seen_in``, ``alerted_before``). A root cause already
+alerted and still open, by this DAG or another, sends nothing again; a digest with a new root cause lists the
+old ones as still failing. An offline log dir's alert carries its fix the same way (``fix``, ``commands``,
+``page``).
+
+Every alert says which instant the run acted as of (and which rule chose it), with the DAG, run, failed tasks
+(name, the partitions each could not maintain with the error, try, log link) and a link to the run.
 """
 from __future__ import annotations
 
@@ -28,30 +41,121 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
+from . import root_causes
+
 ENV_EMAILS = "STORAGE_MAINTENANCE_ALERT_EMAILS"
 ENV_WEBHOOK = "STORAGE_MAINTENANCE_ALERT_WEBHOOK"
+VAR_EMAILS = "storage_maintenance_alert_emails"
+VAR_WEBHOOK = "storage_maintenance_alert_webhook"
 DEFAULT_FROM = "storage-maintenance@localhost"
 MAX_PARTITIONS_IN_MAIL = 100
+RUN_FAILED = "storage_maintenance_run_failed"
+LOG_DIR_OFFLINE = "storage_log_dir_offline"
+_NOT_SET = object()
 
 
 class AlertNotDelivered(RuntimeError):
     """At least one alert channel failed (the message names each)."""
 
 
+def airflow_variable(key: str) -> Any:
+    """The Airflow Variable ``key`` as it is now, or ``_NOT_SET`` (absent, or no Airflow to ask)."""
+    try:
+        from airflow.sdk import Variable
+        return Variable.get(key, default=_NOT_SET)
+    except Exception:
+        return _NOT_SET
+
+
+def setting(variable: str, env: str) -> Any:
+    """An alert setting: the Variable ``variable`` if it exists (even empty), else ``$env`` (None if unset)."""
+    value = airflow_variable(variable)
+    return os.environ.get(env) if value is _NOT_SET else value
+
+
 def recipients(value: str | Iterable[str] | None = None) -> list[str]:
+    """The alert's recipients: ``value``, else the Variable, else the environment (see the module docstring)."""
     if value is None:
-        value = os.environ.get(ENV_EMAILS)
+        value = setting(VAR_EMAILS, ENV_EMAILS)
     if value is None:
         return []
-    items = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     return [item.strip() for item in items if item and item.strip()]
+
+
+def webhook(value: str | None = None) -> str | None:
+    """The webhook URL: ``value``, else the Variable, else the environment; empty means none."""
+    url = value if value else setting(VAR_WEBHOOK, ENV_WEBHOOK)
+    return (str(url).strip() or None) if url else None
+
+
+def annotate(alert: dict, where: root_causes.Where | None = None) -> dict:
+    """Add the root causes and their fixes to an alert, in place (once: the renderers and :func:`send` all call
+    it): ``root_causes`` for a run digest, ``fix``/``commands``/``page`` for an offline log dir."""
+    if alert.get("event") == RUN_FAILED and "root_causes" not in alert:
+        alert["root_causes"] = root_causes.causes_of_run(alert, where or root_causes.Where.current())
+    elif alert.get("event") == LOG_DIR_OFFLINE and "fix" not in alert:
+        alert.update(root_causes.fix_for_offline_dir(alert["log_dir"], alert.get("reason") or "",
+                                                     where or root_causes.Where.current()))
+    return alert
 
 
 def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str | None = None,
          smtp_conn_id: str = "smtp_default", from_email: str | None = None, timeout_s: float = 10.0,
          log=None) -> dict:
-    """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` or raises
-    :class:`AlertNotDelivered` after trying both."""
+    """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` (and
+    ``"suppressed"``: the root causes not alerted again) or raises :class:`AlertNotDelivered` after trying both.
+
+    A run digest (event ``storage_maintenance_run_failed``) is first reduced to what is new: when every root
+    cause of it was alerted before and is still open, nothing is sent (``"suppressed"`` lists them); otherwise
+    its subject and body are rendered here, with the old causes marked as still failing. ``subject`` and
+    ``html_body`` are used as given for every other alert."""
+    annotate(alert)
+    record, claimed = None, []
+    if alert.get("event") == RUN_FAILED:
+        record, new, repeated = _claim(alert, log)
+        claimed = [c["key"] for c in new if c["kind"] not in root_causes.RUN_SCOPED]
+        alert["new_root_causes"] = [c["key"] for c in new]
+        if record is not None and not new:
+            keys = [c["key"] for c in repeated]
+            if log is not None:
+                log.info("every root cause of this failure was alerted before and is still open: %s",
+                         ", ".join(keys))
+            return {"emailed": [], "webhook_status": None, "suppressed": keys}
+        subject, html_body = digest_subject(alert), digest_html(alert)
+    try:
+        outcome = _deliver(alert, subject, html_body, to=to, webhook_url=webhook_url, smtp_conn_id=smtp_conn_id,
+                           from_email=from_email, timeout_s=timeout_s, log=log)
+    except AlertNotDelivered:
+        if record is not None and claimed:
+            record.release(claimed)              # the next run alerts them again
+        raise
+    if alert.get("event") == RUN_FAILED:
+        outcome["root_causes"] = alert["new_root_causes"]
+    return outcome
+
+
+def _claim(alert: dict, log) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
+    """(the record, causes to alert now, causes alerted before); every cause is new when there is no record."""
+    causes = alert["root_causes"]
+    seen = {"dag_id": alert.get("dag_id"), "run_id": alert.get("run_id")}
+    for record in root_causes.AlertRecord.locations():
+        try:
+            new, repeated = record.claim(causes, seen)
+            return record, new, repeated
+        except OSError as exc:
+            if log is not None:
+                log.warning("cannot keep the record of alerted failures in %s: %s", record.state_dir, exc)
+    return None, list(causes), []
+
+
+def _deliver(alert: dict, subject: str, html_body: str, *, to, webhook_url: str | None, smtp_conn_id: str,
+             from_email: str | None, timeout_s: float, log) -> dict:
     failures: list[str] = []
     outcome: dict[str, Any] = {"emailed": [], "webhook_status": None}
     rcpt = recipients(to)
@@ -66,8 +170,8 @@ def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str
         except Exception as exc:
             failures.append(f"e-mail via {smtp_conn_id}: {type(exc).__name__}: {exc}")
     elif log is not None:
-        log.warning("no alert recipients: set %s or the notifier's 'to'", ENV_EMAILS)
-    url = webhook_url or os.environ.get(ENV_WEBHOOK)
+        log.warning("no alert recipients: set the Variable %s (or %s)", VAR_EMAILS, ENV_EMAILS)
+    url = webhook(webhook_url)
     if url:
         try:
             request = urllib.request.Request(url, data=json.dumps(alert).encode("utf-8"), method="POST",
@@ -95,6 +199,7 @@ def _link(url: str | None, text: str | None = None) -> str:
 # -- the run digest -----------------------------------------------------------------------------------------
 
 def digest_subject(alert: dict) -> str:
+    annotate(alert)
     parts = alert["failed_partitions"]
     what = f"{len(alert['failed_tasks'])} task(s)"
     if parts:
@@ -103,7 +208,32 @@ def digest_subject(alert: dict) -> str:
     return f"[storage maintenance] FAILED {alert['dag_id']} run {alert['run_id']}: {what}"
 
 
+def _commands(commands: list[str]) -> str:
+    if not commands:
+        return ""
+    return "<pre>" + "\n".join(html.escape(c) for c in commands) + "</pre>\n"
+
+
+def causes_html(alert: dict) -> str:
+    """The "What to do" section: one block per root cause, new ones first, each with its fix."""
+    causes = alert.get("root_causes") or []
+    if not causes:
+        return ""
+    blocks = []
+    for c in sorted(causes, key=lambda c: c.get("alerted_before") is not None):
+        where = c.get("partition") or c.get("log_dir") or c.get("path") or ""
+        head = f"{c['title']}" + (f": {where}" if where else "")
+        if c.get("alerted_before"):
+            head += f" (still failing; alerted {c['alerted_before']})"
+        rows = [("Error", c.get("error")), ("Seen in", ", ".join(c.get("seen_in") or []) or None)]
+        blocks.append(f"<h3>{html.escape(head)}</h3>\n<p><b>Fix:</b> {html.escape(c['fix'])}</p>\n"
+                      + _commands(c.get("commands") or [])
+                      + (f"<p>Page: {_link(c.get('page'))}</p>\n" if c.get("page") else "") + _table(rows))
+    return "<h2>What to do</h2>\n" + "".join(blocks) + "<h2>Details</h2>\n"
+
+
 def digest_html(alert: dict) -> str:
+    annotate(alert)
     head = _table([("DAG", alert["dag_id"]), ("Run", alert["run_id"]),
                    ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
                    ("Data interval", f"{alert['data_interval_start']} -> {alert['data_interval_end']}"
@@ -123,8 +253,8 @@ def digest_html(alert: dict) -> str:
         blocks.append(f"<h3>{html.escape(name)}</h3>\n{_table(rows)}"
                       + (f"<p>Partitions that failed:</p>\n<ul>\n{items}</ul>\n" if items else "")
                       + f"<p>Task log: {_link(t.get('log_url'))}</p>\n")
-    return (f"<p>A storage maintenance run failed.</p>\n{head}<p>Run: {_link(alert.get('run_url'))}</p>\n"
-            + "".join(blocks))
+    return (f"<p>A storage maintenance run failed.</p>\n{causes_html(alert)}{head}"
+            f"<p>Run: {_link(alert.get('run_url'))}</p>\n" + "".join(blocks))
 
 
 # -- an offline log dir -------------------------------------------------------------------------------------
@@ -134,6 +264,7 @@ def offline_subject(alert: dict) -> str:
 
 
 def offline_html(alert: dict) -> str:
+    annotate(alert)
     skipped = alert.get("skipped_partitions") or []
     rows = [("Log dir", alert["log_dir"]), ("Error", alert["reason"]), ("Seen by", f"{alert['dag_id']} run "
             f"{alert['run_id']}"), ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
@@ -144,6 +275,10 @@ def offline_html(alert: dict) -> str:
     return ("<p>A log dir is offline: it failed with an I/O error. Its partitions are unavailable; every "
             "maintenance DAG skips it until it can be read again, and the other log dirs keep working. This "
             "alert is sent once for this log dir; none follows until it has been seen online again.</p>\n"
+            + f"<h2>What to do</h2>\n<p><b>Fix:</b> {html.escape(alert['fix'])}</p>\n"
+            + _commands(alert.get("commands") or [])
+            + (f"<p>Page: {_link(alert.get('page'))}</p>\n" if alert.get("page") else "")
+            + "<h2>Details</h2>\n"
             + _table(rows) + (f"<p>Partitions skipped:</p>\n<ul>\n{items}</ul>\n" if items else "")
             + f"<p>Run: {_link(alert.get('run_url'))}</p>\n")
 
@@ -151,8 +286,9 @@ def offline_html(alert: dict) -> str:
 # -- the per-task notifier ----------------------------------------------------------------------------------
 
 def task_alert(context: Any) -> dict:
-    """A failed task's alert as a JSON-able dict, from a failure callback's context."""
-    from .hooks import as_of
+    """A failed task's alert as a JSON-able dict, from a failure callback's context, with its root cause and fix
+    (``root_causes``: one entry)."""
+    from .params import run_as_of
 
     ti = context.get("ti") or context.get("task_instance")
     exc = context.get("exception")
@@ -164,11 +300,15 @@ def task_alert(context: Any) -> dict:
         log_url = None
     as_of_iso: str | None
     try:
-        when = as_of(context)
+        when = run_as_of(context)
         as_of_iso, as_of_source = when["iso"], when["source"]
     except Exception:
         as_of_iso, as_of_source = None, "unknown"
     iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
+    error_type, text = (type(exc).__name__, str(exc)) if isinstance(exc, BaseException) else ("", exception)
+    cause = root_causes.classify(error_type, text, dag_id=getattr(ti, "dag_id", None),
+                                 task_id=getattr(ti, "task_id", None), where=root_causes.Where.current(),
+                                 log_url=log_url, run_id=getattr(ti, "run_id", None))
     return {
         "event": "storage_maintenance_task_failed",
         "dag_id": getattr(ti, "dag_id", None), "task_id": getattr(ti, "task_id", None),
@@ -177,6 +317,7 @@ def task_alert(context: Any) -> dict:
         "data_interval_start": iso(context.get("data_interval_start")),
         "data_interval_end": iso(context.get("data_interval_end")),
         "try_number": getattr(ti, "try_number", None), "exception": exception, "log_url": log_url,
+        "root_causes": [cause],
     }
 
 
@@ -184,8 +325,10 @@ class MaintenanceFailureNotifier(BaseNotifier):
     """E-mail (and optional webhook) alert for one failed task; use as ``on_failure_callback`` where a task's
     failure is not covered by the run's digest (the run report itself).
 
-    :param to: recipients (list or comma-separated); default ``$STORAGE_MAINTENANCE_ALERT_EMAILS``
-    :param webhook_url: URL to POST the alert to as JSON; default ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``
+    :param to: recipients (list or comma-separated); default the Variable ``storage_maintenance_alert_emails``,
+        else ``$STORAGE_MAINTENANCE_ALERT_EMAILS``
+    :param webhook_url: URL to POST the alert to as JSON; default the Variable
+        ``storage_maintenance_alert_webhook``, else ``$STORAGE_MAINTENANCE_ALERT_WEBHOOK``
     :param smtp_conn_id: Airflow SMTP connection (default ``smtp_default``)
     :param from_email: sender; default the connection's ``from_email`` extra, else ``storage-maintenance@localhost``
     """
@@ -200,7 +343,7 @@ class MaintenanceFailureNotifier(BaseNotifier):
     def notify(self, context: Any) -> None:
         alert = task_alert(context)
         subject = f"[storage maintenance] FAILED {alert['dag_id']}.{alert['task_id']} run {alert['run_id']}"
-        body = ("<p>A storage maintenance task failed.</p>\n"
+        body = ("<p>A storage maintenance task failed.</p>\n" + causes_html(alert)
                 + _table([("DAG", alert["dag_id"]), ("Task", alert["task_id"]), ("Run", alert["run_id"]),
                           ("Acted as of", f"{alert['as_of']} ({alert['as_of_source']})"),
                           ("Try", alert["try_number"]), ("Exception", alert["exception"])])

@@ -1,8 +1,14 @@
 """Operators of the log-storage housekeeping DAGs: templated parameters in, one hook call, a summary out.
 
-Every operator acts as of the run's stated instant (:func:`storage_maintenance.hooks.as_of`: the data
-interval end, or the trigger time of a run without one), logs it with one human line per partition that
-changed, and returns a JSON-able summary carrying ``as_of``, which Airflow stores as the task's XCom.
+Every operator first refuses a run whose ``conf`` holds a key its DAG does not declare
+(:func:`storage_maintenance.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task, so
+nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.params.run_as_of`: the
+data interval end; the trigger time of a manual run or of a run without an interval; or ``as_of`` from the
+conf), logs it with one human line per partition that changed, and returns a JSON-able summary carrying
+``as_of`` and ``as_of_source`` (which rule chose it), which Airflow stores as the task's XCom.
+
+A task that finishes tells :mod:`storage_maintenance.root_causes` which partitions it maintained without error,
+which closes the root causes alerted for them (so the next failure alerts again).
 
 Fan-out follows the cost of the work (DESIGN.md section 5): :class:`PlanBatchesOperator` cuts the partitions
 into batches (per log dir, ``batch_size`` each) and one mapped batch task per batch does the cheap
@@ -26,8 +32,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from storage_engine import errors
 from storage_engine.units import human_bytes
 
-from .hooks import StorageEngineHook, as_of
-from .params import as_dry_run, as_partitions, as_positive_int, as_topics
+from .hooks import StorageEngineHook
+from .params import as_dry_run, as_partitions, as_positive_int, as_topics, check_conf_keys, run_as_of
+from .root_causes import note_healthy
 
 
 def record_error(context, exc: BaseException) -> None:
@@ -88,10 +95,13 @@ class StorageMaintenanceOperator(BaseOperator):
         return StorageEngineHook(storage_engine_conn_id=self.storage_engine_conn_id, config_path=self.config_path)
 
     def execute(self, context) -> Any:
-        when = as_of(context)
-        self.log.info("storage config %s; acting as of %s (%s), now_ms=%d", self.hook.config_path, when["iso"],
-                      when["source"], when["now_ms"])
         try:
+            # Before anything else: a mistyped key must not start a run that mutates.
+            check_conf_keys(getattr(context.get("dag_run"), "conf", None), self.declared_params(),
+                            self.dag_id if self.has_dag() else None)
+            when = run_as_of(context)
+            self.log.info("storage config %s; acting as of %s (%s), now_ms=%d", self.hook.config_path, when["iso"],
+                          when["source"], when["now_ms"])
             try:
                 result = self.run(when["now_ms"], context)
             except errors.StorageError as exc:
@@ -105,7 +115,24 @@ class StorageMaintenanceOperator(BaseOperator):
             result.setdefault("as_of", when["iso"])
             result.setdefault("as_of_source", when["source"])
         self.log.info("%s", self.summary(result, when))
+        self.note_healthy(context, result)
         return result
+
+    def declared_params(self) -> set[str]:
+        """The keys a run's conf may hold: the params of the DAG and of this task."""
+        keys = set(self.params or {})
+        if self.has_dag():
+            keys |= set(self.dag.params or {})
+        return keys
+
+    def note_healthy(self, context, result: Any) -> None:
+        """Close the root causes alerted for what this task just maintained without error (never fails)."""
+        ti = context.get("ti")
+        try:
+            note_healthy(self.hook, getattr(ti, "dag_id", None) or self.dag_id, self.task_id, result,
+                         log_dir=getattr(self, "log_dir", None))
+        except Exception as exc:      # the record is an aid to alerting; maintenance has already succeeded
+            self.log.warning("could not update the record of alerted failures: %s: %s", type(exc).__name__, exc)
 
     def run(self, now_ms: int, context) -> Any:
         raise NotImplementedError
@@ -178,7 +205,7 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
 
     def run(self, now_ms: int, context) -> dict:
         result = self.run_batch(as_partitions(self.partitions), now_ms, as_dry_run(self.dry_run))
-        when = as_of(context)
+        when = run_as_of(context)
         result.update(label=self.batch_label, log_dir=self.log_dir, batch_index=self.batch_index,
                       as_of=when["iso"], as_of_source=when["source"])
         for r in result["results"]:
@@ -195,6 +222,7 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
             for e in errors:
                 self.log.error("FAILED: %s", e)
             context["ti"].xcom_push(key="return_value", value=result)    # the report reads failed batches too
+            self.note_healthy(context, result)                            # its partitions that did not fail
             names = ", ".join(f"{f['topic']}-{f['partition']}" for f in failures)
             message = (f"{len(failures)} of {result['partitions']} partition(s) failed to {self.verb}: {names}"
                        if failures else f"the batch could not finish: {'; '.join(errors)}")

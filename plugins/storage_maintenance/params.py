@@ -10,6 +10,25 @@ Trigger-form params (JSON Schema, validated by the form and on every trigger, RE
   DAG's version does not change when topics come and go on disk.
 * ``batch_size`` (batched DAGs): partitions per task; ``max_batches`` caps the number of tasks (the batch
   grows instead).
+* ``as_of`` (optional ISO date-time; empty = none): act as of this instant instead of the run's own (see
+  :func:`run_as_of`); an instant after the run was triggered is refused, since retention would then delete
+  what has not expired yet.
+
+**Unknown keys.** Airflow accepts any key in a run's ``conf`` (a key no param declares passes the trigger's
+validation untouched), so ``{"dryrun": true}`` would start a run that mutates. Every maintenance operator calls
+:func:`check_conf_keys` before anything else: the run's first task fails at once (no retry), naming the
+unknown key, the closest declared one and every key the DAG accepts, and no later task runs.
+
+**What "now" is** (:func:`run_as_of`), first match:
+
+1. ``as_of`` in the conf (a field of the trigger form): that instant (``"as_of from the run's conf"``);
+2. a run without a data interval (REST API with ``logical_date: null``): its trigger time (``run_after``);
+3. a manual run (the trigger form, the REST API, ``airflow dags trigger``): the moment it was triggered
+   (``run_after``, which the API server sets when the request arrives), not the logical date the form filled
+   in, whose data interval the timetable aligns to the previous schedule boundary (an hourly DAG triggered at
+   12:59 would act as of 12:00); ``"trigger time (manual run)"``;
+4. otherwise (scheduled runs, backfills, and ``airflow dags test`` / ``dag.test()``, which replay the logical
+   date they are given): the data interval end.
 
 The ``as_*`` checkers are public: operators call them on their rendered arguments, because a run can be
 created without the form (REST API, CLI, backfill), and a bad value must fail the task at once
@@ -18,6 +37,7 @@ created without the form (REST API, CLI, backfill), and a bad value must fail th
 from __future__ import annotations
 
 import datetime
+import difflib
 import logging
 from typing import Any
 
@@ -27,7 +47,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from storage_engine.errors import StorageError
 from storage_engine.layout import MAX_TOPIC_LENGTH
 
-from .hooks import config_path_without_connection, declared_topics
+from .hooks import AS_OF_INTERVAL_END, AS_OF_TRIGGER_TIME, AsOf, config_path_without_connection, declared_topics, \
+    epoch_ms, iso_ms
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +60,24 @@ MAP_STRATEGIES = ("auto", "spark", "local")
 # launch cost is a few seconds, retention costs a few ms per partition.
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_MAX_BATCHES = 40
+# An ISO 8601 date-time, the offset optional (read as UTC, the schedules' zone): what the trigger form's date-time
+# field and a person typing one send. (JSON Schema's "format: date-time" is not checked without an extra package.)
+AS_OF_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$"
+AS_OF_MANUAL = "trigger time (manual run)"
+# Appended to every maintenance DAG's doc_md (the DAG's page in the UI).
+RUN_INPUT_DOC = """
+**Trigger input.** A run started by hand (the trigger form, the REST API, `airflow dags trigger`) acts as of the
+moment it was triggered, not as of the logical date the form fills in (its interval ends at an earlier schedule
+boundary); the form's **Act as of** (`as_of`) names another instant, never one after the trigger. Scheduled runs
+and backfills act as of their data interval end. Each task's XCom says which rule chose the instant
+(`as_of_source`: `data interval end`, `trigger time (manual run)`, `trigger time (the run has no data
+interval)`, `as_of from the run's conf`). A conf key this DAG does not declare (`dryrun` for `dry_run`) fails the
+first task at once, naming it and the keys the DAG accepts: nothing else runs.
+"""
+AS_OF_CONF = "as_of from the run's conf"
+# The triggering user Airflow records for `airflow dags test` and `dag.test()` runs: they replay the logical date
+# they are given, so they act as of its data interval end like a backfill.
+DAG_TEST_USER = "dag_test"
 
 
 # -- checks -------------------------------------------------------------------------------------------------
@@ -84,6 +123,21 @@ def as_map_strategy(value: Any) -> str:
     return value
 
 
+def as_instant(value: Any) -> datetime.datetime:
+    """An ``as_of`` value: an ISO 8601 date-time (``2026-01-01T12:00:00Z``; without an offset it is UTC)."""
+    if isinstance(value, datetime.datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = datetime.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise AirflowFailException(f"as_of must be an ISO date-time such as 2026-01-01T12:00:00Z, got "
+                                       f"{value!r}") from None
+    else:
+        raise AirflowFailException(f"as_of must be an ISO date-time such as 2026-01-01T12:00:00Z, got {value!r}")
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
+
+
 def as_partitions(value: Any) -> list[tuple[str, int]]:
     """A batch's partitions, ``[[topic, partition], ...]`` (or dicts with those keys)."""
     if not isinstance(value, (list, tuple)):
@@ -96,6 +150,64 @@ def as_partitions(value: Any) -> list[tuple[str, int]]:
             raise AirflowFailException(f"a batch entry must be [topic, partition], got {item!r}")
         out.append((as_topic(item[0]), as_partition(item[1])))
     return out
+
+
+def check_conf_keys(conf: Any, allowed: Any, dag_id: str | None = None) -> None:
+    """Refuse a run whose ``conf`` has a key that no param of its DAG declares (a typo such as ``dryrun`` would
+    otherwise be ignored and the run would mutate): :class:`AirflowFailException` naming the unknown keys, the
+    closest declared one and every key the DAG accepts."""
+    if not conf:
+        return
+    if not isinstance(conf, dict):
+        raise AirflowFailException(f"the run's conf must be a JSON object, got {conf!r}")
+    accepted = sorted(allowed)
+    unknown = sorted(k for k in conf if k not in accepted)
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), accepted, n=1, cutoff=0.6)
+        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise AirflowFailException(
+        f"unknown key(s) in the run's conf: {', '.join(hints)}; {dag_id or 'this DAG'} accepts only "
+        f"{', '.join(accepted) or 'no key'}. Nothing was done: trigger it again with the right keys")
+
+
+def run_as_of(context, *, strict: bool = True) -> AsOf:
+    """The instant a run acts as of, and which rule chose it (see the module docstring): ``as_of`` from the conf,
+    else the trigger time of a run without a data interval or of a manual run, else the data interval end.
+    ``strict=False`` (the run report, which must describe even a run whose ``as_of`` was refused) passes over an
+    ``as_of`` that is refused to the next rule.
+
+    :raises AirflowFailException: (strict) ``as_of`` is not a date-time, or lies after the run's trigger time"""
+    dag_run = context.get("dag_run")
+    run_after = getattr(dag_run, "run_after", None)
+    params = context.get("params") or {}
+    explicit = params.get("as_of") if hasattr(params, "get") else None
+    end = context.get("data_interval_end")
+    when: datetime.datetime | None
+    if explicit not in (None, "") and not strict:
+        try:
+            return run_as_of(context)
+        except AirflowFailException:
+            explicit = None
+    if explicit not in (None, ""):
+        when, source = as_instant(explicit), AS_OF_CONF
+        if run_after is not None and when > run_after:
+            raise AirflowFailException(
+                f"as_of {explicit!r} lies after the moment the run was triggered ({iso_ms(epoch_ms(run_after))}): "
+                "retention would delete what has not expired yet; give an instant at or before it")
+    elif end is None:
+        when, source = run_after, AS_OF_TRIGGER_TIME
+    elif (getattr(dag_run, "run_type", None) == "manual" and run_after is not None
+          and getattr(dag_run, "triggering_user_name", None) != DAG_TEST_USER):
+        when, source = run_after, AS_OF_MANUAL
+    else:
+        when, source = end, AS_OF_INTERVAL_END
+    if when is None:
+        raise ValueError("the run has neither a data interval nor a trigger time (run_after) to act as of")
+    now_ms = epoch_ms(when)
+    return {"now_ms": now_ms, "iso": iso_ms(now_ms), "source": source}
 
 
 # -- the trigger form ---------------------------------------------------------------------------------------
@@ -125,6 +237,11 @@ def maintenance_params(*, batches: bool = False) -> dict[str, Param]:
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="Report what would be done; change nothing on disk."),
         "topics": Param(None, **schema, title="Topics", description=doc),
+        "as_of": Param(None, type=["null", "string"], format="date-time", pattern=AS_OF_PATTERN,
+                       title="Act as of",
+                       description="Empty: the moment you press Trigger (the form's logical date does not set it). "
+                                   "An instant (UTC unless it names an offset) replays the logs as of then; it "
+                                   "may not lie after the trigger."),
     }
     if batches:
         params["batch_size"] = Param(

@@ -32,7 +32,8 @@ from airflow.sdk import BaseOperator
 from storage_engine.units import human_bytes
 
 from .assets import run_asset
-from .hooks import StorageEngineHook, as_of
+from .hooks import StorageEngineHook
+from .params import run_as_of
 from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
 
 MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
@@ -171,7 +172,7 @@ class RunReportOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         ti = context["ti"]
-        when = as_of(context)
+        when = run_as_of(context, strict=False)     # a refused as_of fails the tasks, not the report
         labels = []
         if self.label_task:
             plan = ti.xcom_pull(task_ids=self.label_task)
@@ -302,6 +303,10 @@ class RunReportOperator(BaseOperator):
             outcome = send(alert, digest_subject(alert), digest_html(alert), to=self.to,
                            webhook_url=self.webhook_url, smtp_conn_id=self.smtp_conn_id, from_email=self.from_email,
                            log=self.log)
+            if outcome.get("suppressed"):
+                self.log.info("failure digest not sent again: every root cause was alerted before and is still "
+                              "open (%s)", ", ".join(map(str, outcome["suppressed"])))
+                return {"sent": False, **outcome, "failed_partitions": failed_partitions}
             self.log.info("failure digest sent: e-mailed to %s, webhook HTTP %s",
                           ", ".join(outcome["emailed"]) or "nobody", outcome["webhook_status"])
             return {"sent": True, **outcome, "failed_partitions": failed_partitions}

@@ -380,3 +380,7 @@ def _json(value):
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+from . import console  # noqa: E402 - the console pages join the app defined above
+console.register(app)

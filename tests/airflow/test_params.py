@@ -47,9 +47,10 @@ def test_topics_on_disk_do_not_change_the_serialized_dag(storage):
 
 def test_valid_conf_passes(retention_dag):
     assert validate_as_trigger(retention_dag, {"topics": ["events"], "dry_run": True, "batch_size": 5}) == {
-        "topics": ["events"], "dry_run": True, "batch_size": 5, "max_batches": 40}
+        "topics": ["events"], "dry_run": True, "batch_size": 5, "max_batches": 40, "as_of": None}
     assert validate_as_trigger(retention_dag, {}) == {"topics": None, "dry_run": False, "batch_size": 500,
-                                                      "max_batches": 40}
+                                                      "max_batches": 40, "as_of": None}
+    assert validate_as_trigger(retention_dag, {"as_of": "2026-01-01T12:00:00Z"})["as_of"] == "2026-01-01T12:00:00Z"
     assert validate_as_trigger(retention_dag, {"topics": []})["topics"] == []
 
 
@@ -63,6 +64,8 @@ def test_valid_conf_passes(retention_dag):
     ({"max_batches": 2.5}, "max_batches", "2.5 is not of type 'integer'"),
     ({"dry_run": "yes"}, "dry_run", "'yes' is not of type 'boolean'"),
     ({"dry_run": 1}, "dry_run", "1 is not of type 'boolean'"),
+    ({"as_of": "yesterday"}, "as_of", "'yesterday' does not match"),
+    ({"as_of": 1767268800000}, "as_of", "1767268800000 is not of type 'null', 'string'"),
 ])
 def test_bad_conf_is_rejected_with_a_clear_message(retention_dag, conf, param, reason):
     from airflow.sdk.exceptions import ParamValidationError

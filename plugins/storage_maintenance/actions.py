@@ -1,0 +1,153 @@
+"""The console's actions on the store: what an operator may do from the Storage view, each through the engine's own
+operation (the same the command line runs), each permitted by an Airflow permission and written to Airflow's
+audit log.
+
+=================  ========================================  ====================================================
+action             engine operation (CLI command)             Airflow permission (``requires_access_dag``)
+=================  ========================================  ====================================================
+delete-records     ``Log.delete_records`` and the dir's       edit (PUT) the DAG ``log_retention``: it is what
+                   checkpoints (``delete-records``)           moves log start offsets on schedule
+delete-topic       ``storage_engine.delete_topic``            delete (DELETE) the DAG ``log_retention``
+                   (``delete-topic``)
+move-partition     ``storage_engine.move_partition``          edit (PUT) the DAG ``log_dir_balance``: it is what
+                   (``move-partition``)                       moves partitions on schedule
+=================  ========================================  ====================================================
+
+A dry run of a maintenance DAG (the fourth action of the console) is the Storage view's ``/api/dry-runs``.
+
+Every action names its target twice: in the fields (``topic``, ``partition``) and in ``confirm``, which must be
+the target's name (``events-0`` for a partition, ``events`` for a topic), so a request cannot act on something
+other than what its page showed and confirmed. Each outcome, refused, failed or done, is one entry of Airflow's
+audit log (event ``storage.<action>``, under the DAG whose permission it took; Browse > Audit Log) and one line of
+the api-server's log.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any, Literal
+
+from storage_engine import layout
+from storage_engine.config import StorageConfig
+
+logger = logging.getLogger(__name__)
+AUDIT_PREFIX = "storage."
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    name: str
+    method: Literal["GET", "POST", "PUT", "DELETE"]   # the Airflow permission's method on ``dag_id``
+    dag_id: str
+    permission: str        # in words, for pages and refusals
+
+
+ACTIONS = {a.name: a for a in (
+    Action("delete-records", "PUT", "log_retention", "edit permission on the DAG log_retention"),
+    Action("delete-topic", "DELETE", "log_retention", "delete permission on the DAG log_retention"),
+    Action("move-partition", "PUT", "log_dir_balance", "edit permission on the DAG log_dir_balance"),
+)}
+
+
+class ActionRequestError(ValueError):
+    """A body that does not say what to do (a missing or wrong field, a confirmation that names another target)."""
+
+
+def _field(body: dict, name: str, kind: type) -> Any:
+    value = body.get(name)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ActionRequestError(f"{name} must be an integer, got {value!r}")
+    if kind is str and not isinstance(value, str):
+        raise ActionRequestError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def target(action: str, body: dict) -> dict:
+    """The checked target of ``action`` from a request ``body``: topic, partition and the action's own fields;
+    ActionRequestError when a field is missing or wrong, or ``confirm`` does not name the target."""
+    topic = _field(body, "topic", str)
+    try:
+        layout.validate_topic(topic)
+    except ValueError as exc:
+        raise ActionRequestError(str(exc)) from None
+    out: dict[str, Any] = {"topic": topic}
+    if action in ("delete-records", "move-partition"):
+        out["partition"] = _field(body, "partition", int)
+        if out["partition"] < 0:
+            raise ActionRequestError(f"partition must be >= 0, got {out['partition']}")
+        name = layout.partition_dir_name(topic, out["partition"])
+    else:
+        name = topic
+    if action == "delete-records":
+        out["offset"] = _field(body, "offset", int)
+        if out["offset"] < 0:
+            raise ActionRequestError(f"offset must be >= 0 (the new log start offset), got {out['offset']}")
+    elif action == "move-partition":
+        out["to_dir"] = _field(body, "to_dir", str)
+    if body.get("confirm") != name:
+        raise ActionRequestError(f"confirm must be {name!r}, the name of what the action changes; got "
+                                 f"{body.get('confirm')!r}")
+    return out
+
+
+def run(config: StorageConfig, action: str, t: dict) -> dict:
+    """Do ``action`` on target ``t`` (see :func:`target`) with the engine; its summary (engine errors propagate)."""
+    if action == "delete-records":
+        return delete_records(config, t["topic"], t["partition"], t["offset"])
+    if action == "delete-topic":
+        from storage_engine.jobs import lifecycle
+        return lifecycle.delete_topic(config, t["topic"])
+    if action == "move-partition":
+        if t["to_dir"] not in config.log_dirs:
+            raise ActionRequestError(f"to_dir must be one of the log dirs {list(config.log_dirs)}, got {t['to_dir']!r}")
+        from storage_engine.jobs import lifecycle
+        return lifecycle.move_partition(config, t["topic"], t["partition"], t["to_dir"])
+    raise ActionRequestError(f"unknown action {action!r}")
+
+
+def delete_records(config: StorageConfig, topic: str, partition: int, offset: int) -> dict:
+    """Advance the partition's log start offset to ``offset`` (Kafka's DeleteRecords; segments wholly below it go)
+    and write the dir's checkpoints, as ``python -m storage_engine delete-records`` does."""
+    from storage_engine.clock import clock_at
+    from storage_engine.jobs.partition import open_partition
+
+    with open_partition(config, clock_at(None), topic, partition) as (mgr, log):
+        before = log.log_start_offset
+        after = log.delete_records(offset)
+        mgr.checkpoint([log.log_dir])
+    return {"topic": topic, "partition": partition, "log_start_offset_before": before, "log_start_offset": after}
+
+
+def audit(session, user_name: str, action: Action, t: dict, outcome: str, detail: Any = None) -> None:
+    """One entry of Airflow's audit log (and a line of the api-server's log) for an action's outcome: ``refused``,
+    ``failed`` or ``done``."""
+    from airflow.models.log import Log
+
+    extra = {"outcome": outcome, **t}
+    if detail is not None:
+        extra["detail"] = detail
+    session.add(Log(event=AUDIT_PREFIX + action.name, owner=user_name, owner_display_name=user_name,
+                    extra=json.dumps(extra, default=str), dag_id=action.dag_id))
+    session.commit()
+    logger.info("storage console: %s %s by %s: %s", action.name, json.dumps(t, default=str), user_name, outcome)
+
+
+def recent(session, topic: str | None = None, limit: int = 20) -> list[dict]:
+    """The latest console actions from Airflow's audit log, newest first (only those on ``topic`` when given)."""
+    from sqlalchemy import select
+
+    from airflow.models.log import Log
+
+    query = select(Log).where(Log.event.startswith(AUDIT_PREFIX)).order_by(Log.dttm.desc(), Log.id.desc())
+    if topic is not None:
+        query = query.where(Log.extra.contains(json.dumps({"topic": topic})[1:-1], autoescape=True))
+    out = []
+    for row in session.scalars(query.limit(limit)):
+        try:
+            extra = json.loads(row.extra or "{}")
+        except ValueError:
+            extra = {}
+        out.append({"when": row.dttm, "action": row.event.removeprefix(AUDIT_PREFIX), "user": row.owner,
+                    "outcome": extra.pop("outcome", None), "detail": extra.pop("detail", None), "target": extra})
+    return out

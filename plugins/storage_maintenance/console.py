@@ -1,0 +1,427 @@
+"""The console pages of the Storage view: topics, a message browser, the Kafka listener and its consumer groups,
+and the actions an operator takes from them. Registered on the Storage view's app (:func:`register`), so every
+endpoint sits behind Airflow's login like the rest of ``/storage-maintenance``.
+
+Pages:
+
+* ``/topics`` every topic: partitions, total size, cleanup policy, overrides;
+* ``/topics/<topic>`` its partitions with live figures (size, log end offset, append rate, refreshed without
+  reloading), every config with its source (topic override, broker override, Kafka default) beside Kafka's
+  default, the consumer groups reading it, the console actions taken on it, and the actions;
+* ``/messages/<topic>/<partition>`` the message browser: from an offset, a timestamp, the newest, or by key;
+  key, value and headers as text, JSON or hex; producer id, epoch and sequence; transaction markers and records
+  of aborted or open transactions marked; paginated; every batch CRC-checked
+  (:mod:`storage_engine.inspection.browse`);
+* ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
+  consumer groups, open transactions, and the broker configs with their source;
+* ``/groups/<group_id>`` one consumer group: members and their assignment, committed offset and lag per partition.
+
+Each page has its JSON under ``/storage-maintenance/api/...``. Reading never writes to the store (the engine's
+read-only inspection). The actions (:mod:`.actions`: delete records, delete a topic, move a partition; and the
+Storage view's dry runs) take a JSON body only, each needs its Airflow permission, each page asks for a
+confirmation first, and each outcome is written to Airflow's audit log.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Body, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+
+from . import actions
+
+if TYPE_CHECKING:
+    from storage_engine.config import StorageConfig
+
+logger = logging.getLogger(__name__)
+router = APIRouter()
+LIVE_INTERVAL_MS = 2000
+MAX_BYTES_SHOWN = 16 * 1024          # of a key or value in the message browser, unless asked for more (up to 1 MiB)
+_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def register(app: FastAPI) -> None:
+    """Add the console's pages, JSON API and actions to the Storage view's ``app``."""
+    app.include_router(router)
+
+
+# -- rendering ----------------------------------------------------------------------------------------------------
+
+def _view():
+    from . import storage_view
+    return storage_view
+
+
+_ENV = None
+
+
+def render(name: str, **values: Any) -> HTMLResponse:
+    global _ENV
+    if _ENV is None:
+        _ENV = _env()
+    return HTMLResponse(_ENV.get_template(name).render(prefix=_view().PREFIX, **values))
+
+
+def _env():
+    import jinja2
+
+    from storage_engine.units import human_bytes
+
+    from .hooks import iso_ms
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
+                             undefined=jinja2.ChainableUndefined)
+    env.filters["bytes"] = human_bytes
+    env.filters["ms"] = lambda v: "" if v is None or v < 0 else iso_ms(int(v))
+    env.filters["pct"] = lambda v: "" if v is None else f"{100 * v:.1f}%"
+    env.filters["when"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(v, "strftime") else (v or "")
+    env.filters["duration"] = duration
+    env.filters["config_value"] = config_value
+    return env
+
+
+def duration(ms: int | float | None) -> str:
+    """Milliseconds as people read them: ``3 d``, ``1.5 h``, ``250 ms``."""
+    if ms is None:
+        return ""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if abs(ms) >= size:
+            value = ms / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{ms:.0f} ms"
+
+
+def config_value(value: str | None, name: str) -> str:
+    """A config value with its meaning where the raw number hides it (``259200000 (3 d)``, ``262144 (256 KiB)``)."""
+    from storage_engine.units import human_bytes
+
+    if value is None:
+        return "null"
+    try:
+        number = int(value)
+    except ValueError:
+        return value
+    if number in (-1, 2**63 - 1) and (name.endswith(".ms") or name.endswith(".bytes") or name.endswith(".messages")):
+        return f"{value} (unlimited)" if number == -1 or name != "max.compaction.lag.ms" else f"{value} (never)"
+    if name.endswith(".ms") and number >= 1000:
+        return f"{value} ({duration(number)})"
+    if name.endswith(".bytes") and number >= 1024:
+        return f"{value} ({human_bytes(number)})"
+    return value
+
+
+# -- engine calls -------------------------------------------------------------------------------------------------
+
+def _config() -> StorageConfig:
+    return _view().hook().config
+
+
+def _engine(call, *args, **kwargs):
+    """An engine call with its errors as HTTP answers: a missing partition 404, anything else the engine refuses
+    422 naming the error."""
+    from storage_engine.errors import PartitionNotFoundError, StorageError
+
+    try:
+        return call(*args, **kwargs)
+    except PartitionNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except (StorageError, ValueError) as exc:
+        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _jsonable(value):
+    """Bytes as text (UTF-8) or ``{"hex": ...}``, datetimes ISO, tuples lists: plain JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return {"hex": bytes(value).hex()}
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _listener(config: StorageConfig) -> dict | None:
+    from storage_engine.inspection import status
+    return status.listener_status(config)
+
+
+def _groups(config: StorageConfig, listener: dict | None) -> list[dict]:
+    from storage_engine.inspection import status
+    return _engine(status.consumer_groups, config, listener)
+
+
+# -- data ---------------------------------------------------------------------------------------------------------
+
+def topics_data() -> dict:
+    from storage_engine.inspection import topics
+    rows = _engine(topics.list_topics, _config())
+    return {"topics": rows, "total_bytes": sum(r["size_bytes"] for r in rows),
+            "total_partitions": sum(r["partitions"] for r in rows)}
+
+
+def topic_data(session, topic: str) -> dict:
+    from storage_engine.inspection import topics
+    config = _config()
+    detail = _engine(topics.topic_detail, config, topic)
+    readers = []
+    for g in _groups(config, _listener(config)):
+        mine = [p for p in g["partitions"] if p["topic"] == topic]
+        assigned = [m for m in g["members"] if topic in (m.get("assignment") or {})]
+        if mine or assigned:
+            readers.append({"group_id": g["group_id"], "state": g["state"], "members": len(assigned),
+                            "partitions": mine, "lag": sum(p["lag"] or 0 for p in mine)})
+    from .maintenance_dags import DRY_RUN_DAGS
+    return {"t": detail, "groups": readers, "log_dirs": list(config.log_dirs), "actions": actions.ACTIONS,
+            "recent": actions.recent(session, topic=topic),
+            "dry_run_dags": [d for d in ("log_retention", "log_compaction") if d in DRY_RUN_DAGS],
+            "live_interval_ms": LIVE_INTERVAL_MS}
+
+
+def live_data(topic: str) -> dict:
+    from storage_engine.inspection import topics
+    now = datetime.datetime.now(datetime.timezone.utc)
+    rows = _engine(topics.partition_figures, _config(), topic)
+    return {"topic": topic, "sampled_ms": int(now.timestamp() * 1000), "partitions": rows,
+            "size_bytes": sum(r["size_bytes"] for r in rows),
+            "log_end_offsets": sum(r["log_end_offset"] or 0 for r in rows)}
+
+
+def _parse_timestamp(value: str) -> int:
+    """``2026-01-01T12:00`` / ``...Z`` / epoch ms -> epoch ms (UTC when no zone is given)."""
+    if value.strip().lstrip("-").isdigit():
+        return int(value)
+    try:
+        when = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(422, f"timestamp must be an ISO date-time or epoch milliseconds, got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    from .hooks import epoch_ms
+    return epoch_ms(when)
+
+
+def _key_bytes(key: str, key_format: str) -> bytes:
+    if key_format == "hex":
+        try:
+            return bytes.fromhex(key.replace(" ", ""))
+        except ValueError:
+            raise HTTPException(422, f"key is not hex: {key!r}") from None
+    if key_format != "text":
+        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
+    return key.encode("utf-8")
+
+
+def _offset(value: str | None) -> int | None:
+    """The ``offset`` query parameter: empty means none (a form's empty field)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        offset = int(value)
+    except ValueError:
+        raise HTTPException(422, f"offset must be an integer, got {value!r}") from None
+    if offset < 0:
+        raise HTTPException(422, f"offset must be >= 0, got {offset}")
+    return offset
+
+
+def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: str | None, key: str | None,
+                  key_format: str, latest: bool, fmt: str, isolation: str, limit: int,
+                  max_bytes: int = MAX_BYTES_SHOWN) -> dict:
+    from storage_engine.inspection import browse
+
+    if fmt not in browse.FORMATS:
+        raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
+    timestamp_ms = _parse_timestamp(timestamp) if timestamp else None
+    key_bytes = _key_bytes(key, key_format) if key else None
+    page = _engine(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+                   key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+    rows = []
+    for r in page["records"]:
+        rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),
+                     "value_shown": browse.render_bytes(r["value"], fmt, max_bytes),
+                     "headers_shown": [(k, browse.render_bytes(v, "auto" if fmt == "json" else fmt, 4096))
+                                       for k, v in r["headers"]]})
+    page["records"] = rows
+    prev_offset = None
+    if page["seek"] in ("offset", "timestamp", "latest", "start") and page["start_offset"] > page["log_start_offset"]:
+        prev_offset = max(page["log_start_offset"], page["start_offset"] - limit)
+    return {"page": page, "format": fmt, "formats": browse.FORMATS, "isolation": isolation, "limit": limit,
+            "key": key or "", "key_format": key_format, "timestamp": timestamp or "", "offset": offset,
+            "latest": latest, "prev_offset": prev_offset, "action": actions.ACTIONS["delete-records"],
+            "max_bytes": max_bytes, "default_max_bytes": MAX_BYTES_SHOWN,
+            "live_interval_ms": LIVE_INTERVAL_MS}
+
+
+def broker_data() -> dict:
+    from storage_engine.inspection import topics
+    h = _view().hook()
+    listener = _listener(h.config)
+    return {"listener": listener, "groups": _groups(h.config, listener),
+            "transactions": (listener or {}).get("transactions") or {},
+            "configs": _engine(topics.broker_configs, h.config), "config_path": h.config_path,
+            "live_interval_ms": LIVE_INTERVAL_MS}
+
+
+def group_data(group_id: str) -> dict:
+    config = _config()
+    listener = _listener(config)
+    found = [g for g in _groups(config, listener) if g["group_id"] == group_id]
+    if not found:
+        raise HTTPException(404, f"no consumer group {group_id!r} in the Kafka listener's last status"
+                                 + ("" if listener else " (no listener has run on these log dirs)"))
+    g = found[0]
+    assigned: dict[tuple[str, int], str] = {}
+    for m in g["members"]:
+        for t, ps in (m.get("assignment") or {}).items():
+            for p in ps:
+                assigned[(t, int(p))] = m.get("client_id") or m["member_id"]
+    for p in g["partitions"]:
+        p["member"] = assigned.get((p["topic"], p["partition"]))
+    committed = {(p["topic"], p["partition"]) for p in g["partitions"]}
+    unstarted = sorted(tp for tp in assigned if tp not in committed)
+    return {"g": g, "listener": listener, "assigned_uncommitted": [
+        {"topic": t, "partition": p, "member": assigned[(t, p)]} for t, p in unstarted]}
+
+
+# -- pages --------------------------------------------------------------------------------------------------------
+
+@router.get("/topics", response_class=HTMLResponse)
+def topics_page():
+    return render("topics.html", nav="/topics", **topics_data())
+
+
+@router.get("/topics/{topic}", response_class=HTMLResponse)
+def topic_page(session: SessionDep, topic: str):
+    return render("topic.html", nav="/topics", **topic_data(session, topic))
+
+
+@router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
+def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
+                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+    data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
+                         key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
+                         max_bytes=max_bytes)
+    return render("messages.html", nav="/topics", **data)
+
+
+@router.get("/broker", response_class=HTMLResponse)
+def broker_page():
+    return render("broker.html", nav="/broker", **broker_data())
+
+
+@router.get("/groups/{group_id}", response_class=HTMLResponse)
+def group_page(group_id: str):
+    return render("group.html", nav="/broker", **group_data(group_id))
+
+
+# -- JSON API -----------------------------------------------------------------------------------------------------
+
+@router.get("/api/topics")
+def api_topics():
+    return JSONResponse(_jsonable(topics_data()))
+
+
+@router.get("/api/topics/{topic}")
+def api_topic(session: SessionDep, topic: str):
+    data = topic_data(session, topic)
+    data["actions"] = {name: {"permission": a.permission, "dag_id": a.dag_id, "method": a.method}
+                       for name, a in actions.ACTIONS.items()}
+    return JSONResponse(_jsonable(data))
+
+
+@router.get("/api/topics/{topic}/live")
+def api_topic_live(topic: str):
+    return JSONResponse(_jsonable(live_data(topic)))
+
+
+@router.get("/api/messages/{topic}/{partition}")
+def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+                 key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
+                 isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                 max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+    """One page of the message browser; keys and values rendered (``key_shown``, ``value_shown``: at most
+    ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
+    data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
+                         key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
+                         max_bytes=max_bytes)
+    data.pop("action")
+    return JSONResponse(_jsonable(data))
+
+
+@router.get("/api/broker")
+def api_broker():
+    return JSONResponse(_jsonable(broker_data()))
+
+
+@router.get("/api/broker/live")
+def api_broker_live():
+    """The listener's figures only (what the broker page refreshes)."""
+    return JSONResponse(_jsonable({"listener": _listener(_config())}))
+
+
+@router.get("/api/groups/{group_id}")
+def api_group(group_id: str):
+    return JSONResponse(_jsonable(group_data(group_id)))
+
+
+@router.get("/api/actions")
+def api_actions(session: SessionDep, topic: str | None = None,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+    """The console actions in Airflow's audit log, newest first."""
+    return JSONResponse(_jsonable({"actions": actions.recent(session, topic=topic, limit=limit)}))
+
+
+@router.post("/api/actions/{action}")
+def api_action(request: Request, session: SessionDep, user: GetUserDep, action: str,
+               body: Annotated[dict, Body()]):
+    """Do one action (:mod:`.actions`) after Airflow's permission check; JSON body only (``{"topic", "partition",
+    ..., "confirm": <target name>}``), so a cross-site form cannot post here."""
+    spec = actions.ACTIONS.get(action)
+    if spec is None:
+        raise HTTPException(404, f"no action {action!r}; the actions are {sorted(actions.ACTIONS)}")
+    name = user.get_name() if user is not None else "anonymous"
+    attempted = {k: body.get(k) for k in ("topic", "partition", "offset", "to_dir") if k in body}
+    try:
+        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
+    except HTTPException as exc:
+        actions.audit(session, name, spec, attempted, "refused", f"needs {spec.permission}")
+        raise HTTPException(exc.status_code, f"{exc.detail}: {action} needs {spec.permission}") from None
+    try:
+        target = actions.target(action, body)
+    except actions.ActionRequestError as exc:
+        raise HTTPException(422, str(exc)) from None
+    try:
+        result = _engine(actions.run, _config(), action, target)
+    except HTTPException as exc:
+        actions.audit(session, name, spec, target, "failed", exc.detail)
+        raise
+    actions.audit(session, name, spec, target, "done", _summary(action, result))
+    return JSONResponse(_jsonable({"action": action, "target": target, "summary": _summary(action, result),
+                                   "result": result}))
+
+
+def _summary(action: str, result: dict) -> str:
+    if action == "delete-records":
+        return (f"log start offset of {result['topic']}-{result['partition']} moved from "
+                f"{result['log_start_offset_before']} to {result['log_start_offset']}")
+    if action == "delete-topic":
+        return f"deleted {len(result['deleted'])} partition(s) of {result['topic']}: {result['partitions']}"
+    if action == "move-partition":
+        if not result.get("committed"):
+            return f"{result['topic']}-{result['partition']} is already in {result['target_dir']}: nothing to move"
+        return (f"moved {result['topic']}-{result['partition']} from {result['source_dir']} to {result['target_dir']} "
+                f"({result['size_bytes']} bytes, log end offset {result['log_end_offset']})")
+    return action
