@@ -86,9 +86,11 @@ bench-large: $(STAMP)
 # cleaner and maintenance threads on one manager. A failing trial's log dir is kept under var/torture/failures.
 # SERVER=1 TRIALS=100 make torture runs the broker trials instead: idempotent librdkafka producers while the broker is
 # killed and restarted (torture/server.py).
+# TXN=1 TRIALS=100 make torture runs the transaction trials: confluent-kafka consume-transform-produce workers with
+# transactional producers while the broker and the workers are killed and restarted (torture/txn.py).
 TRIALS ?= 1000
 torture: $(STAMP)
-	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS)) $(if $(SERVER),--server)
+	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS)) $(if $(SERVER),--server) $(if $(TXN),--txn)
 
 # Mutation testing of the engine's decision modules (MUTATION.md): every group of modules against the tests that
 # pin it, 2 mutants at a time; prints killed / survived / timeout per module and fails if one scores below 90%.

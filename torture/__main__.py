@@ -1,5 +1,7 @@
 """``python -m torture [--trials N] [--soak SECONDS] [--seed S] [--keep DIR]``: kill -9 torture (``make torture``).
 ``python -m torture --server [--trials N]``: the broker killed under idempotent producers (:mod:`torture.server`).
+``python -m torture --txn [--trials N]``: the broker and transactional consume-transform-produce workers killed
+(:mod:`torture.txn`).
 
 Prints each failing trial's violations as they happen, and at the end the totals: trials, kills per process type,
 forced steps and the steps actually reached, acknowledged records checked, violations, duration. Exits 1 if any
@@ -27,10 +29,18 @@ def main(argv=None) -> int:
     p.add_argument("--server", action="store_true",
                    help="server trials instead: idempotent Kafka producers while the broker is killed with SIGKILL "
                         "and restarted; then every acknowledged record once, in order (torture/server.py)")
+    p.add_argument("--txn", action="store_true",
+                   help="transaction trials instead: transactional consume-transform-produce workers while the "
+                        "broker and the workers are killed with SIGKILL and restarted; then every input record's "
+                        "output committed exactly once (torture/txn.py)")
     p.add_argument("--seed", type=int, default=20261123)
     p.add_argument("--keep", type=Path, default=harness.REPO / "var" / "torture" / "failures",
                    help="where a failing trial's log dir and outputs are kept (default: %(default)s)")
     args = p.parse_args(argv)
+    if args.txn:
+        from torture import txn
+        print(f"torture: {args.trials} transaction trials, seed {args.seed}", flush=True)
+        return txn.main(args.trials, args.seed, args.keep)
     if args.server:
         from torture import server
         print(f"torture: {args.trials} server trials, seed {args.seed}", flush=True)

@@ -176,14 +176,16 @@ class Broker:
 
 
 class ProducerChild:
-    """A :mod:`torture.producer` process; its stdout lines are collected as they arrive."""
+    """A :mod:`torture.producer` process (or another ``module`` taking ``--name``, its files named after
+    ``role``); its stdout lines are collected as they arrive."""
 
-    def __init__(self, name: str, work: Path, args: list[str], env: dict[str, str]):
+    def __init__(self, name: str, work: Path, args: list[str], env: dict[str, str], *,
+                 module: str = "torture.producer", role: str = "producer"):
         self.name = name
-        self.stderr_path = work / f"producer-{name}.stderr"
-        self.stdout_path = work / f"producer-{name}.stdout"
+        self.stderr_path = work / f"{role}-{name}.stderr"
+        self.stdout_path = work / f"{role}-{name}.stdout"
         self._stderr: IO[bytes] = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "torture.producer", "--name", name, *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", module, "--name", name, *args],
                                      cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=self._stderr)
         self.lines: list[str] = []
         self._pump = threading.Thread(target=self._read, daemon=True)

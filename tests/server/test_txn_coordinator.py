@@ -12,8 +12,9 @@
   COMMIT/ABORT markers in every partition (read back by the engine after a clean stop), the ``.txnindex`` entry of
   an abort, the last stable offset and read_committed Fetch's aborted_transactions;
 * fencing by a second InitProducerId while a transaction is open (aborted with the epoch bumped once, the new
-  producer at epoch + 2); the coordinator's abort of a transaction past its timeout, then Kafka's lastProducerEpoch
-  rule for the producer's InitProducerId; idle transactional ids tombstoned after transactional.id.expiration.ms;
+  producer at epoch + 2; the old one's own KIP-360 bump is fenced); the coordinator's abort of a transaction past
+  its timeout, which fences its producer (Kafka's prepareFenceProducerEpoch: no last epoch), while a producer's own
+  bump is answered again when retried; idle transactional ids tombstoned after transactional.id.expiration.ms;
 * TxnOffsetCommit: pending (UNSTABLE_OFFSET_COMMIT 88 for OffsetFetch require_stable) until the commit, dropped by
   an abort, refused without AddOffsetsToTxn;
 * recovery: a transaction open at a SIGKILL is committed by its producer after the restart; one found in
@@ -526,7 +527,7 @@ def test_a_second_init_aborts_the_open_transaction_and_fences_the_old_producer(b
 
 # -- the coordinator's own aborts and expirations ----------------------------------------------------------------
 
-def test_a_transaction_past_its_timeout_is_aborted_and_the_producer_may_retry_its_init(broker_factory, client_of):
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker_factory, client_of):
     broker = broker_factory(broker={**BROKER,
                                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
     c = client_of(broker)
@@ -542,11 +543,14 @@ def test_a_transaction_past_its_timeout_is_aborted_and_the_producer_may_retry_it
     # the epoch was bumped: the producer is fenced
     assert p.end(commit=True) == PRODUCER_FENCED
     assert p.send("orders", 0, [b"later"])[0] == INVALID_PRODUCER_EPOCH
-    # Kafka's lastProducerEpoch rule: InitProducerId with the epoch before the bump answers the current epoch
-    assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch) == (NONE, p.pid, p.epoch + 1)
-    assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch) == (NONE, p.pid, p.epoch + 1)
-    assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch + 1) == (NONE, p.pid, p.epoch + 2)
+    # a fencing abort leaves no last epoch (Kafka's prepareFenceProducerEpoch): the timed-out producer's own
+    # KIP-360 bump is fenced too, and only a new instance (no producer id) goes on
     assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch) == (PRODUCER_FENCED, -1, -1)
+    assert c.init("slowpoke", version=3, producer_id=p.pid, epoch=p.epoch) == (INVALID_PRODUCER_EPOCH, -1, -1)
+    assert c.init("slowpoke", version=4) == (NONE, p.pid, p.epoch + 2)
+    # the producer's own bump (KIP-360) is answered again with its result when retried
+    assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch + 2) == (NONE, p.pid, p.epoch + 3)
+    assert c.init("slowpoke", version=4, producer_id=p.pid, epoch=p.epoch + 2) == (NONE, p.pid, p.epoch + 3)
     c.close()
 
     assert broker.stop() == 0
@@ -554,7 +558,20 @@ def test_a_transaction_past_its_timeout_is_aborted_and_the_producer_may_retry_it
     assert txn_index_entries(broker, "orders", 0) == [(0, p.pid, 0, 1, 2)]
     records = txn_states(broker, "slowpoke")
     assert [(trec.STATE_NAMES[r.state], r.producer_epoch) for r in records] == [
-        ("Empty", 0), ("Ongoing", 0), ("PrepareAbort", 1), ("CompleteAbort", 1), ("Empty", 2)]
+        ("Empty", 0), ("Ongoing", 0), ("PrepareAbort", 1), ("CompleteAbort", 1), ("Empty", 2), ("Empty", 3)]
+
+
+def test_a_zombie_gets_no_epoch_back_from_its_successors_init(broker_factory, client_of):
+    """Producer A is fenced by a new instance B of the same transactional id (no producer id given); A's own
+    KIP-360 bump with its old epoch is then PRODUCER_FENCED: it never gets B's epoch back."""
+    broker = broker_factory(broker=BROKER)
+    c = client_of(broker)
+    assert c.init("zombie") == (NONE, 0, 0)
+    code, pid, epoch = c.init("zombie")
+    assert (code, epoch) == (NONE, 1)
+    assert c.init("zombie", version=4, producer_id=pid, epoch=0) == (PRODUCER_FENCED, -1, -1)
+    assert c.add_partitions("zombie", pid, 0, {"orders": [0]}) == {("orders", 0): PRODUCER_FENCED}
+    c.close()
 
 
 def test_an_idle_transactional_id_is_tombstoned_and_forgotten(broker_factory, client_of):

@@ -73,7 +73,9 @@ class Txn:
     start_ms: int = -1
     update_ms: int = -1
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-    last_epoch: int = -1                       # the epoch before the last bump (kept in memory only, as Kafka's v0)
+    # the epoch before the producer's own last bump (KIP-360), so a retry of that bump is answered with its result;
+    # -1 after a bump by a new producer instance or a fencing abort (Kafka's lastProducerEpoch; in memory only)
+    last_epoch: int = -1
     in_flight: int = 0                         # produces and offset commits of this transaction being appended
     drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -280,7 +282,7 @@ class TxnCoordinator:
         """Abort the Ongoing transaction of ``t`` with the epoch bumped, so its producer is fenced."""
         before = (t.last_epoch, t.epoch)
         if t.epoch < MAX_EPOCH - 1:
-            t.last_epoch, t.epoch = t.epoch, t.epoch + 1
+            t.last_epoch, t.epoch = -1, t.epoch + 1
         if await self._end(t, commit=False):
             return True
         t.last_epoch, t.epoch = before        # nothing recorded: the producer is not fenced after all
@@ -334,7 +336,7 @@ class TxnCoordinator:
             if not await self._change(t, EMPTY, producer_id=new_pid, epoch=new_epoch, timeout_ms=timeout_ms,
                                       partitions=set(), start_ms=-1):
                 return COORDINATOR_NOT_AVAILABLE, -1, -1
-            t.last_epoch = last if new_pid == t.producer_id else -1
+            t.last_epoch = last if producer_id >= 0 and new_pid == t.producer_id else -1
             return NONE, t.producer_id, t.epoch
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
