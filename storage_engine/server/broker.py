@@ -67,6 +67,7 @@ class Broker:
         self._catalog: dict[str, list[int]] = {}
         self._catalog_at = 0.0
         self._catalog_mutex = threading.Lock()
+        self._topic_id_mutex = threading.Lock()    # one writer of partition.metadata at a time (its temp file)
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
         self.groups = GroupCoordinator(self)
@@ -126,6 +127,13 @@ class Broker:
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's id from its partitions' ``partition.metadata``; a new one is written into every
         partition folder that lacks it (blocking)."""
+        known = self._topic_ids.get(topic)
+        if known is not None:
+            return known
+        with self._topic_id_mutex:
+            return self._topic_id_locked(topic)
+
+    def _topic_id_locked(self, topic: str) -> uuid.UUID:
         known = self._topic_ids.get(topic)
         if known is not None:
             return known
