@@ -579,6 +579,22 @@ class GroupCoordinator:
         self._after_members_left(g)
         return NONE
 
+    def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]], stamp: int
+                        ) -> tuple[list[int], list[SimpleRecord], list[tuple[tuple[str, int], rec.OffsetValue]]]:
+        """Per entry its error code (OFFSET_METADATA_TOO_LARGE above ``offset.metadata.max.bytes``); the records
+        of the accepted ones and their values."""
+        codes, records, values = [], [], []
+        for topic, p, offset, epoch, metadata in offsets:
+            meta = metadata or ""
+            if len(meta.encode("utf-8")) > self.max_metadata:
+                codes.append(OFFSET_METADATA_TOO_LARGE)
+                continue
+            records.append(SimpleRecord(rec.offset_key(group_id, topic, p),
+                                        rec.offset_value(offset, epoch, meta, stamp)))
+            values.append(((topic, p), rec.OffsetValue(offset, epoch, meta, stamp)))
+            codes.append(NONE)
+        return codes, records, values
+
     async def commit(self, group_id: str, generation: int, member_id: str,
                      offsets: list[tuple[str, int, int, int, str | None]], instance_id: str | None = None) -> list[int]:
         """Commit (topic, partition, offset, leader epoch, metadata) entries; one error code per entry."""
@@ -599,17 +615,7 @@ class GroupCoordinator:
         if g is None or g.state == DEAD:
             g = self.groups[group_id] = Group(group_id)
         stamp = now_ms()
-        codes, records, values = [], [], []
-        for topic, p, offset, epoch, metadata in offsets:
-            meta = metadata or ""
-            if len(meta.encode("utf-8")) > self.max_metadata:
-                codes.append(OFFSET_METADATA_TOO_LARGE)
-                continue
-            value = rec.OffsetValue(offset, epoch, meta, stamp)
-            records.append(SimpleRecord(rec.offset_key(group_id, topic, p),
-                                        rec.offset_value(offset, epoch, meta, stamp)))
-            values.append(((topic, p), value))
-            codes.append(NONE)
+        codes, records, values = self._offset_records(group_id, offsets, stamp)
         if records:
             try:
                 first = await self.persist(group_id, records)
@@ -635,17 +641,7 @@ class GroupCoordinator:
                 return [UNKNOWN_MEMBER_ID] * len(offsets)
             if generation != g.generation:
                 return [ILLEGAL_GENERATION] * len(offsets)
-        stamp = now_ms()
-        codes, records, values = [], [], []
-        for topic, p, offset, epoch, metadata in offsets:
-            meta = metadata or ""
-            if len(meta.encode("utf-8")) > self.max_metadata:
-                codes.append(OFFSET_METADATA_TOO_LARGE)
-                continue
-            records.append(SimpleRecord(rec.offset_key(group_id, topic, p),
-                                        rec.offset_value(offset, epoch, meta, stamp)))
-            values.append(((topic, p), rec.OffsetValue(offset, epoch, meta, stamp)))
-            codes.append(NONE)
+        codes, records, values = self._offset_records(group_id, offsets, now_ms())
         if records:
             try:
                 first = await self.persist(group_id, records, (producer_id, producer_epoch))

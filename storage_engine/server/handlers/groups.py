@@ -67,19 +67,25 @@ async def leave_group(ctx: Ctx, body: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": coordinator.leave(body.group_id, body.member_id, None)}
 
 
-async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
-    entries, shape = [], []
-    for t in body.topics:
-        for p in t.partitions:
-            entries.append((t.name, int(p.partition_index), int(p.committed_offset),
-                            int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
-            shape.append((t.name, int(p.partition_index)))
-    codes = await _coordinator(ctx).commit(body.group_id, int(body.generation_id_or_member_epoch), body.member_id,
-                                           entries, getattr(body, "group_instance_id", None))
+def offset_entries(topics: Any) -> list[tuple[str, int, int, int, str | None]]:
+    """(topic, partition, offset, leader epoch, metadata) of each partition of an OffsetCommit or TxnOffsetCommit."""
+    return [(t.name, int(p.partition_index), int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+             p.committed_metadata) for t in topics for p in t.partitions]
+
+
+def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[int]) -> dict[str, Any]:
+    """The response of an OffsetCommit or TxnOffsetCommit: one error code per partition, by topic."""
     topics: dict[str, list[dict[str, int]]] = {}
-    for (topic, p), code in zip(shape, codes):
+    for (topic, p, *_), code in zip(entries, codes):
         topics.setdefault(topic, []).append({"partition_index": p, "error_code": code})
     return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
+
+
+async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
+    entries = offset_entries(body.topics)
+    codes = await _coordinator(ctx).commit(body.group_id, int(body.generation_id_or_member_epoch), body.member_id,
+                                           entries, getattr(body, "group_instance_id", None))
+    return offset_codes(entries, codes)
 
 
 def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: bool) -> tuple[dict[str, Any], ...]:

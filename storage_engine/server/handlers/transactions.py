@@ -9,6 +9,7 @@ from typing import Any
 
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.handlers.groups import offset_codes, offset_entries
 from storage_engine.server.transactions.coordinator import NONE, fenced
 
 
@@ -46,12 +47,7 @@ async def end_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
 async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
     broker = ctx.broker
     txns, groups = broker.transactions, broker.groups
-    entries, shape = [], []
-    for t in body.topics:
-        for p in t.partitions:
-            entries.append((t.name, int(p.partition_index), int(p.committed_offset),
-                            int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
-            shape.append((t.name, int(p.partition_index)))
+    entries = offset_entries(body.topics)
     pid, epoch = int(body.producer_id), int(body.producer_epoch)
     code = txns.begin_append(body.transactional_id, pid, epoch, OFFSETS_TOPIC, groups.partition_of(body.group_id))
     if code == NONE:
@@ -65,8 +61,4 @@ async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
         if code == 47:
             code = fenced("TxnOffsetCommit", ctx.version)
         codes = [code] * len(entries)
-    topics: dict[str, list[dict[str, int]]] = {}
-    for (topic, p), c in zip(shape, codes):
-        topics.setdefault(topic, []).append({"partition_index": p, "error_code": c})
-    return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
-
+    return offset_codes(entries, codes)
