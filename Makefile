@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser clients test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
+.PHONY: venv browser clients cluster-packages cluster cluster-stop test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ clients: $(KAFKAJS)
 	  echo "installing Debian's kcat for the client tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
-test: $(STAMP) browser clients
+test: $(STAMP) browser clients cluster-packages
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
@@ -62,6 +62,22 @@ AIRFLOW_PORT ?= 8080
 # exec: Ctrl-C reaches the Python process directly, which stops every component within seconds.
 airflow: $(STAMP)
 	exec $(BIN)/python -m include.airflow_standalone --host $(AIRFLOW_HOST) --port $(AIRFLOW_PORT) $(ARGS)
+
+# docker-compose.yaml's deployment as processes on this machine (no container engine needed): PostgreSQL, Redis, an
+# SMTP catcher, the Spark master and worker, Airflow with the CeleryExecutor and one worker per storage host, and the
+# broker; commands and settings are read from docker-compose.yaml. Prints the URLs and the login and returns;
+# `make cluster-stop` stops it all (ARGS=--delete-data also deletes its metadata DB and log dirs). Loopback only;
+# AIRFLOW_PORT and AIRFLOW_HOST as for `make airflow`; CLUSTER_<SERVICE>_PORT moves the others (README).
+cluster-packages:
+	@command -v redis-server >/dev/null 2>&1 && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  echo "installing Debian's postgresql and redis-server for the cluster"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; }
+
+cluster: $(STAMP) cluster-packages
+	$(BIN)/python -m include.cluster up
+
+cluster-stop: $(STAMP)
+	$(BIN)/python -m include.cluster down $(ARGS)
 
 # Every benchmark with the compiled code, then with the pure-Python fallback, then the summary table at the top of
 # BENCHMARKS.md is regenerated from both (and from the last bench-large run, if any). The pure-Python pass skips

@@ -7,7 +7,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import LogCheckpointOperator
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, plan_batches
+from storage_maintenance.wiring import end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log checkpoint
@@ -19,6 +19,10 @@ to its end (fsync), then writes `recovery-point-offset-checkpoint` and `log-star
 dir (Kafka's text format, written atomically; entries of other batches' partitions are kept). After a crash,
 logs are recovered only from their checkpointed recovery point, so a recent checkpoint keeps start-up short.
 **run_report** summarises the run and sends one alert if anything failed.
+
+**Several storage hosts** (the storage config's `hosts:`): these steps run once per host, in the task group named
+after it (`storage-a.plan_batches`, `storage-a.checkpoint`), on the Celery queue of its name and over its log dirs
+only; **run_report** covers every group.
 
 **What "now" is:** the run's **data interval end** (the trigger time of a run started by hand or without an
 interval; see below), passed to the engine as `now_ms`; it is the time recorded for the flush.
@@ -40,6 +44,10 @@ with DAG(
     tags=["storage", "maintenance", "checkpoint"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    plan = plan_batches()
-    checkpoint = for_each(LogCheckpointOperator, "checkpoint", plan)
-    end_of_run("log_checkpoint", plan, checkpoint, label_task=plan)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            plan = plan_batches()
+            checkpoint = for_each(LogCheckpointOperator, "checkpoint", plan)
+        steps += [plan, checkpoint]
+    end_of_run("log_checkpoint", *steps, label_task=plan)

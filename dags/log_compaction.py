@@ -16,7 +16,7 @@ from storage_maintenance.compaction import (
     SelectDirtiestLogsOperator,
 )
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each
+from storage_maintenance.wiring import end_of_run, for_each, host_group, storage_hosts
 
 DOC_MD = """
 ### Log compaction
@@ -36,6 +36,11 @@ survives; offsets never change.
    before/after, records removed, tombstones purged and duration; it emits an asset event
    `kafka-log://<topic>/<partition>` with the same figures. The run's key-map folder is removed after use.
 4. **run_report** summarises the run and sends one alert if anything failed.
+
+**Several storage hosts** (the storage config's `hosts:`): steps 1-3 run once per host, in the task group named
+after it (`storage-a.select_dirtiest_logs`, `storage-a.build_key_map`, `storage-a.clean`, ...), on the Celery
+queue of its name and over its log dirs only (the Spark driver runs on that host's worker); **run_report** covers
+every group.
 
 **What "now" is:** the run's **data interval end** T (the trigger time of a run started by hand or without an
 interval; see below). A run
@@ -65,31 +70,33 @@ with DAG(
     tags=["storage", "maintenance", "compaction", "spark"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    select = SelectDirtiestLogsOperator(
-        task_id="select_dirtiest_logs",
-        topics="{{ params.topics }}",
-        max_partitions="{{ params.max_partitions }}",
-        map_strategy="{{ params.map_strategy }}",
-        dry_run="{{ params.dry_run }}",
-    )
-    plan = "{{ ti.xcom_pull(task_ids='select_dirtiest_logs') }}"
-    spark_submissions = PlanPartOperator(task_id="spark_submissions", plan=plan, part="spark_submissions")
-    clean_kwargs = PlanPartOperator(task_id="partitions_to_clean", plan=plan, part="clean_kwargs")
     partition_label = "{{ task.topic }}-{{ task.partition }}"
-    build_key_map = for_each(
-        BuildKeyMapOperator, "build_key_map", spark_submissions, label=partition_label, dry_run=False,
-        conn_id="spark_default",
-        name="build-key-map",
-        env_vars={
-            # spark-submit is the pip package's; workers run this project's interpreter.
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        },
-    )
-    clean = for_each(CompactPartitionOperator, "clean", clean_kwargs, label=partition_label,
-                     trigger_rule="none_failed", outlets=[COMPACTED_ALIAS])
-
-    select >> [spark_submissions, clean_kwargs]
-    build_key_map >> clean
-    end_of_run("log_compaction", select, spark_submissions, clean_kwargs, build_key_map, clean,
-               label_task=clean_kwargs)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            select = SelectDirtiestLogsOperator(
+                task_id="select_dirtiest_logs",
+                topics="{{ params.topics }}",
+                max_partitions="{{ params.max_partitions }}",
+                map_strategy="{{ params.map_strategy }}",
+                dry_run="{{ params.dry_run }}",
+            )
+            plan = f"{{{{ ti.xcom_pull(task_ids='{select.task_id}') }}}}"
+            spark_submissions = PlanPartOperator(task_id="spark_submissions", plan=plan, part="spark_submissions")
+            clean_kwargs = PlanPartOperator(task_id="partitions_to_clean", plan=plan, part="clean_kwargs")
+            build_key_map = for_each(
+                BuildKeyMapOperator, "build_key_map", spark_submissions, label=partition_label, dry_run=False,
+                conn_id="spark_default",
+                name="build-key-map",
+                env_vars={
+                    # spark-submit is the pip package's; workers run this project's interpreter.
+                    "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                    "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+                },
+            )
+            clean = for_each(CompactPartitionOperator, "clean", clean_kwargs, label=partition_label,
+                             trigger_rule="none_failed", outlets=[COMPACTED_ALIAS])
+            select >> [spark_submissions, clean_kwargs]
+            build_key_map >> clean
+        steps += [select, spark_submissions, clean_kwargs, build_key_map, clean]
+    end_of_run("log_compaction", *steps, label_task=clean_kwargs)

@@ -8,7 +8,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from storage_maintenance.balance import MovePartitionOperator, PlanMovesOperator
 from storage_maintenance.compaction import PlanPartOperator
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each
+from storage_maintenance.wiring import end_of_run, for_each, host_group, storage_hosts
 
 DOC_MD = """
 ### Log dir balance
@@ -25,6 +25,10 @@ serving (writers and readers follow them; nothing is lost or repeated, whatever 
    folder becomes `-delete` and is removed by `log_retention`'s purge after `file.delete.delay.ms`. A copy left
    by a failed move is resumed by the next run. The Storage view shows moves in progress.
 3. **run_report** summarises the moves and alerts once for failures and once per offline log dir.
+
+**Several storage hosts** (the storage config's `hosts:`): a partition moves only between the log dirs of one
+host, so these steps run once per host, in the task group named after it (`storage-a.plan_moves`, ...), on the
+Celery queue of its name and over its log dirs only; **run_report** covers every group.
 
 **Usage**: `max_used_percent` of each dir's filesystem (dirs sharing a filesystem are never balanced against
 each other: moving between them frees nothing), or, when `max_dir_bytes` is set, the bytes of log data a dir
@@ -56,18 +60,21 @@ with DAG(
     tags=["storage", "maintenance", "log-dirs"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    plan = PlanMovesOperator(
-        task_id="plan_moves",
-        max_used_percent="{{ params.max_used_percent }}",
-        max_dir_bytes="{{ params.max_dir_bytes }}",
-        max_moves="{{ params.max_moves }}",
-        topics="{{ params.topics }}",
-        dry_run="{{ params.dry_run }}",
-    )
-    moves = PlanPartOperator(task_id="moves", plan="{{ ti.xcom_pull(task_ids='plan_moves') }}",
-                             part="move_kwargs")
-    move = for_each(MovePartitionOperator, "move_partition", moves, label="{{ task.move_label }}", dry_run=False,
-                    max_active_tis_per_dagrun=2)
-
-    plan >> moves
-    end_of_run("log_dir_balance", plan, moves, move, label_task=moves)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            plan = PlanMovesOperator(
+                task_id="plan_moves",
+                max_used_percent="{{ params.max_used_percent }}",
+                max_dir_bytes="{{ params.max_dir_bytes }}",
+                max_moves="{{ params.max_moves }}",
+                topics="{{ params.topics }}",
+                dry_run="{{ params.dry_run }}",
+            )
+            moves = PlanPartOperator(task_id="moves", plan=f"{{{{ ti.xcom_pull(task_ids='{plan.task_id}') }}}}",
+                                     part="move_kwargs")
+            move = for_each(MovePartitionOperator, "move_partition", moves, label="{{ task.move_label }}",
+                            dry_run=False, max_active_tis_per_dagrun=2)
+            plan >> moves
+        steps += [plan, moves, move]
+    end_of_run("log_dir_balance", *steps, label_task=moves)

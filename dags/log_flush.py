@@ -7,7 +7,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import LogFlushOperator
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, plan_batches
+from storage_maintenance.wiring import end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log flush
@@ -18,6 +18,10 @@ last flush is at least `flush.ms` old and that has unflushed data, and advances 
 default `flush.ms` is "never" (the OS page cache decides); topics that set it are the ones this DAG flushes.
 A partition that fails does not stop the others. **run_report** summarises the run and sends one alert if
 anything failed.
+
+**Several storage hosts** (the storage config's `hosts:`): these steps run once per host, in the task group named
+after it (`storage-a.plan_batches`, `storage-a.flush`), on the Celery queue of its name and over its log dirs only;
+**run_report** covers every group.
 
 **What "now" is:** the run's **data interval end** (the trigger time of a run started by hand or without an
 interval; see below); a log is due when `now - last flush >= flush.ms`.
@@ -38,6 +42,10 @@ with DAG(
     tags=["storage", "maintenance", "flush"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    plan = plan_batches()
-    flush = for_each(LogFlushOperator, "flush", plan)
-    end_of_run("log_flush", plan, flush, label_task=plan)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            plan = plan_batches()
+            flush = for_each(LogFlushOperator, "flush", plan)
+        steps += [plan, flush]
+    end_of_run("log_flush", *steps, label_task=plan)

@@ -8,7 +8,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import ExpireProducersOperator, LogRetentionOperator, PurgeDeletedOperator
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import DRY_RUN, end_of_run, for_each, plan_batches
+from storage_maintenance.wiring import DRY_RUN, end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log retention
@@ -31,6 +31,10 @@ Kafka's `log.retention.check.interval.ms` (5 minutes) as a DAG:
    if anything failed, sends **one** alert for the run listing every failed partition.
    **fail_run_if_upstream_failed** keeps the run red when any step failed.
 
+**Several storage hosts** (the storage config's `hosts:`): steps 1-3 run once per host, in the task group named
+after it (`storage-a.plan_batches`, `storage-a.retention`, `storage-a.purge_deleted`, `storage-a.expire_producers`),
+on the Celery queue of its name and over its log dirs only; **run_report** covers every group.
+
 **What "now" is:** every task acts as of the run's **data interval end**, or its trigger time when the run
 was started by hand or has no data interval (triggered through the REST API with `logical_date: null`); logs,
 XComs, the alert and the Storage view say which. A segment is expired when `now - largest timestamp > retention.ms`, so a
@@ -52,10 +56,13 @@ with DAG(
     tags=["storage", "maintenance", "retention"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    plan = plan_batches()
-    retention = for_each(LogRetentionOperator, "retention", plan)
-    purge = PurgeDeletedOperator(task_id="purge_deleted", dry_run=DRY_RUN, trigger_rule="all_done")
-    expire = for_each(ExpireProducersOperator, "expire_producers", plan)
-
-    retention >> purge
-    end_of_run("log_retention", plan, retention, purge, expire, label_task=plan)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            plan = plan_batches()
+            retention = for_each(LogRetentionOperator, "retention", plan)
+            purge = PurgeDeletedOperator(task_id="purge_deleted", dry_run=DRY_RUN, trigger_rule="all_done")
+            expire = for_each(ExpireProducersOperator, "expire_producers", plan)
+            retention >> purge
+        steps += [plan, retention, purge, expire]
+    end_of_run("log_retention", *steps, label_task=plan)

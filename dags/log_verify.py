@@ -7,7 +7,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from storage_maintenance.operators import VerifyLogDirsOperator, VerifyPartitionsOperator
 from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, plan_batches
+from storage_maintenance.wiring import end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log verify
@@ -23,6 +23,10 @@ repairs nothing:
    operations are listed as pending. A damaged partition fails its batch at once (a retry reads the same
    bytes), the others are still verified.
 3. **run_report** sends one alert for the run with each damaged partition and its problems.
+
+**Several storage hosts** (the storage config's `hosts:`): steps 1-2 run once per host, in the task group named
+after it (`storage-a.verify_log_dirs`, `storage-a.plan_batches`, `storage-a.verify`), on the Celery queue of its
+name and over its log dirs only; **run_report** covers every group.
 
 **What "now" is:** the run's data interval end (or trigger time; see below); it only names the run, the audit
 reads the files as they are.
@@ -43,7 +47,11 @@ with DAG(
     tags=["storage", "maintenance", "verify"],
     doc_md=DOC_MD + RUN_INPUT_DOC,
 ) as dag:
-    log_dirs = VerifyLogDirsOperator(task_id="verify_log_dirs")
-    plan = plan_batches()
-    verify = for_each(VerifyPartitionsOperator, "verify", plan, dry_run=False)   # the audit never writes
-    end_of_run("log_verify", log_dirs, plan, verify, label_task=plan)
+    steps: list = []
+    for host in storage_hosts():         # [None] without hosts: no group
+        with host_group(host):
+            log_dirs = VerifyLogDirsOperator(task_id="verify_log_dirs")
+            plan = plan_batches()
+            verify = for_each(VerifyPartitionsOperator, "verify", plan, dry_run=False)   # the audit never writes
+        steps += [log_dirs, plan, verify]
+    end_of_run("log_verify", *steps, label_task=plan)

@@ -9,6 +9,9 @@ Log dirs are resolved when a config is built: ``$VARS`` and ``~`` expanded, rela
 than Kafka: the same dir named twice, a log dir nested in another, and an entry naming a device (or a path through
 one) are rejected, naming the entry. An entry naming a regular file (or a path through one), or a dir that cannot be
 read, is valid configuration: as in Kafka, the process that opens it takes that dir offline and the others serve.
+
+A store whose log dirs are spread over several storage hosts says which host has which dir (``hosts:``,
+:func:`resolve_hosts`): every log dir on exactly one host; :meth:`StorageConfig.for_host` is one host's part.
 """
 from __future__ import annotations
 
@@ -139,6 +142,9 @@ class StorageConfig:
     # Topic configs set over the wire (:mod:`storage_engine.topic_store`), already merged into topic_overrides:
     # kept apart so a describe can name each value's source.
     dynamic_topics: Mapping[str, Mapping[str, object]] = field(default_factory=dict, hash=False, compare=False)
+    # Which storage host has which log dirs (the file's ``hosts:``; empty when it has none): {host: (dir, ...)}, each
+    # log dir under exactly one host, spelled as in ``log_dirs`` (:func:`resolve_hosts` checks it).
+    hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +165,7 @@ class StorageConfig:
                 raise ConfigError(f"topic {topic!r}: {exc}") from None
             overrides[topic] = types.MappingProxyType(parsed)
         object.__setattr__(self, "log_dirs", tuple(self.log_dirs))
+        object.__setattr__(self, "hosts", types.MappingProxyType({h: tuple(d) for h, d in self.hosts.items()}))
         object.__setattr__(self, "topic_overrides", types.MappingProxyType(overrides))
         object.__setattr__(self, "_topic_logs", types.MappingProxyType(logs))
 
@@ -169,7 +176,16 @@ class StorageConfig:
     def replace_log_dirs(self, log_dirs: object) -> "StorageConfig":
         """A copy using ``log_dirs`` (a list, or a comma-separated string); relative paths resolve against the cwd."""
         entries = parse_value("log.dirs", LIST, non_empty, log_dirs)
-        return dataclasses.replace(self, log_dirs=resolve_log_dirs(entries, os.getcwd(), "log.dirs"))
+        # The hosts named the dirs replaced: the copy declares none.
+        return dataclasses.replace(self, log_dirs=resolve_log_dirs(entries, os.getcwd(), "log.dirs"), hosts={})
+
+    def for_host(self, host: str) -> "StorageConfig":
+        """A copy with only the log dirs of storage ``host`` (see ``hosts``): what a process on that host
+        maintains. Raises :class:`ConfigError` when the config declares no such host."""
+        if host not in self.hosts:
+            declared = ", ".join(map(repr, self.hosts)) or "none"
+            raise ConfigError(f"storage host {host!r} is not declared under 'hosts:' (declared: {declared})")
+        return dataclasses.replace(self, log_dirs=self.hosts[host], hosts={host: self.hosts[host]})
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -229,3 +245,47 @@ def resolve_log_dirs(entries: tuple[str, ...], base_dir: str, key: str) -> tuple
         seen[real] = entry
         resolved.append(path)
     return tuple(resolved)
+
+
+# A host's name is the Celery queue its workers listen on and the Airflow task group of its tasks.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,200}")
+DEFAULT_QUEUE = "default"     # Airflow's queue for tasks that touch no log dir, which every worker listens on
+
+
+def resolve_hosts(section: Mapping, log_dirs: tuple[str, ...], base_dir: str) -> dict[str, tuple[str, ...]]:
+    """The ``hosts:`` section ({host: [dir, ...]}) checked against the resolved ``log_dirs``: host names fit a
+    Celery queue and an Airflow task group id, each host lists at least one dir (resolved as ``log.dirs`` are), every
+    dir is one of ``log_dirs`` and every one of ``log_dirs`` is on exactly one host. An empty section: no hosts."""
+    if not section:
+        return {}
+    known = {os.path.realpath(d): d for d in log_dirs}
+    owner: dict[str, str] = {}
+    hosts: dict[str, tuple[str, ...]] = {}
+    for name, raw in section.items():
+        if not isinstance(name, str) or not _HOST_NAME.fullmatch(name):
+            hint = " (quote it in YAML)" if not isinstance(name, str) else ""
+            raise ConfigError(f"hosts: {name!r} is not a valid host name{hint}: it names the host's Celery queue and "
+                              "Airflow task group, so 1 to 200 letters, digits, '-' or '_'")
+        if name == DEFAULT_QUEUE:
+            raise ConfigError(f"hosts: a host cannot be named {DEFAULT_QUEUE!r}: that is the Celery queue every "
+                              "worker listens on; name the storage host")
+        key = f"hosts.{name}"
+        entries = parse_value(key, LIST, non_empty, raw)
+        dirs = []
+        for entry, path in zip(entries, resolve_log_dirs(entries, base_dir, key)):
+            log_dir = known.get(os.path.realpath(path))
+            if log_dir is None:
+                raise ConfigError(f"{key}: {entry!r} ({path}) is not one of log.dirs "
+                                  f"({', '.join(log_dirs)}); a host lists its log dirs as log.dirs names them")
+            if log_dir in owner:
+                raise ConfigError(f"hosts: log dir {log_dir} is listed under both {owner[log_dir]!r} and {name!r}; "
+                                  "a log dir is on one host")
+            owner[log_dir] = name
+            dirs.append(log_dir)
+        hosts[name] = tuple(dirs)
+    missing = [d for d in log_dirs if d not in owner]
+    if missing:
+        raise ConfigError(f"hosts: log dir{'s' if len(missing) > 1 else ''} {', '.join(missing)} of log.dirs "
+                          f"{'are' if len(missing) > 1 else 'is'} on no host; list each log dir under the host "
+                          "that has it")
+    return hosts

@@ -1,6 +1,6 @@
 """Loading the storage configuration: one YAML file with Kafka's key names, or the same as a mapping.
 
-The file has two maps::
+The file has two maps, and a third when the log dirs are spread over several storage hosts::
 
     broker:                          # broker keys, named and defaulted as in Kafka's server.properties
       log.dirs: [../../var/logs/dir-a, ../../var/logs/dir-b]   # or "a,b"; relative to this file
@@ -10,6 +10,9 @@ The file has two maps::
       user-emails:
         cleanup.policy: compact      # or [compact, delete], or "compact,delete"
         min.cleanable.dirty.ratio: 0.3
+    hosts:                           # optional: which storage host has which log dir (every dir on one host)
+      storage-a: [../../var/logs/dir-a]   # resolved as log.dirs are
+      storage-b: [../../var/logs/dir-b]
 
 The keys, their defaults, precedence and checks are :mod:`storage_engine.config_keys`; the result is a
 :class:`~storage_engine.config.StorageConfig`. Every error is a :class:`ConfigError`, prefixed with the path of
@@ -28,7 +31,7 @@ from typing import Any
 import yaml
 
 from storage_engine import topic_store
-from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, resolve_log_dirs
+from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, resolve_hosts, resolve_log_dirs
 from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broker_key, check_compaction_lags,
                                         log_values, unknown_key)
 from storage_engine.durable import read_regular_file
@@ -40,7 +43,7 @@ ENV_VAR = "STORAGE_ENGINE_CONFIG"
 DEFAULT_CONFIG_PATH = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include", "config", "storage.yaml")
 
-_SECTIONS = ("broker", "topics")
+_SECTIONS = ("broker", "topics", "hosts")
 # A config is a regular file of at most this many bytes (thousands of topic overrides fit): ``--config /dev/zero``
 # or a FIFO is refused at once instead of being read for ever.
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -59,7 +62,8 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"the top level must be a mapping with 'broker:' and 'topics:', got {type(data).__name__}")
+        raise ConfigError("the top level must be a mapping with 'broker:', 'topics:' and 'hosts:', got "
+                          f"{type(data).__name__}")
     for key in data:
         if key not in _SECTIONS:
             hint = "broker keys go under 'broker:'" if key in BROKER_KEYS else None
@@ -83,6 +87,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     storage = {k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "storage"}
     configured = "log.dirs" in broker or "log.dir" in broker
     log_dirs = resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else ()
+    hosts = resolve_hosts(_section(data, "hosts"), log_dirs, base_dir) if configured else {}
     file_topics = _section(data, "topics")
     stored = topic_store.load(log_dirs)
     built = StorageConfig(
@@ -93,6 +98,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
         dynamic_topics=stored,
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         server={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "server"},
+        hosts=hosts,
         **storage,
     )
     if not configured:  # last, so any other mistake in the file is reported first
@@ -103,7 +109,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
 
 def config_from_mapping(data: Mapping | None, source: str | None = None,
                         base_dir: str | None = None) -> StorageConfig:
-    """Build and validate a StorageConfig from ``{"broker": {...}, "topics": {...}}``.
+    """Build and validate a StorageConfig from ``{"broker": {...}, "topics": {...}, "hosts": {...}}``.
 
     Relative log dirs resolve against ``base_dir``, else the directory of ``source``, else the cwd.
     Raises :class:`ConfigError` (prefixed with ``source`` when given).

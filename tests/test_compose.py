@@ -31,8 +31,10 @@ AIRFLOW_SERVICES = {
     "airflow-scheduler": ["scheduler"],
     "airflow-dag-processor": ["dag-processor"],
     "airflow-triggerer": ["triggerer"],
-    "airflow-worker": ["celery", "worker"],
+    "airflow-worker-a": ["celery", "worker"],
+    "airflow-worker-b": ["celery", "worker"],
 }
+WORKERS = ("airflow-worker-a", "airflow-worker-b")
 # service -> the Spark daemon class it must run with spark-class
 SPARK_SERVICES = {
     "spark-master": "org.apache.spark.deploy.master.Master",
@@ -187,7 +189,7 @@ print("@@PROBE@@" + json.dumps(out))
 def airflow_probe(services, tmp_path_factory) -> dict:
     """Ask this machine's Airflow (in a subprocess with a throwaway AIRFLOW_HOME) for its CLI commands and how
     it parses the compose file's connections."""
-    env = env_of(services["airflow-worker"])
+    env = env_of(services["airflow-worker-a"])
     conns = {k[len("AIRFLOW_CONN_"):].lower(): v for k, v in env.items() if k.startswith("AIRFLOW_CONN_")}
     home = tmp_path_factory.mktemp("airflow_home")
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -217,18 +219,20 @@ def test_the_worker_command_comes_from_the_celery_provider_the_image_installs(se
     """`airflow celery worker` exists once apache-airflow-providers-celery is installed and the executor is
     CeleryExecutor; this venv runs LocalExecutor without it, so check what the image installs (and, where the
     provider happens to be installed, its command table)."""
-    dockerfile = dockerfile_of(services["airflow-worker"]).read_text()
+    dockerfile = dockerfile_of(services["airflow-worker-a"]).read_text()
     reqs = []
-    for src, _ in dockerfile_copies(services["airflow-worker"]):
+    for src, _ in dockerfile_copies(services["airflow-worker-a"]):
         if src.endswith(".txt"):
             reqs += (REPO / src).read_text().splitlines()
-    assert any(re.match(r"apache-airflow-providers-celery==\d", r) for r in reqs), \
-        "the image must install apache-airflow-providers-celery (pinned) for `airflow celery worker`"
-    assert "-r /opt/project/requirements-compose.txt" in dockerfile or "requirements-compose.txt" in dockerfile
-    if airflow_probe["celery"] is not None:
-        assert "worker" in airflow_probe["celery"]["celery"]
-    health = " ".join(services["airflow-worker"]["healthcheck"]["test"])
-    assert "airflow.providers.celery.executors.celery_executor.app" in health
+    for package in ("apache-airflow-providers-celery", "apache-airflow-providers-postgres", "psycopg2-binary"):
+        assert any(re.match(rf"{package}==\d", r) for r in reqs), f"the image must install {package} (pinned)"
+    assert "-r /opt/project/requirements.txt" in dockerfile
+    # The same requirements.txt as this venv: `make cluster` runs the workers from it.
+    assert airflow_probe["celery"] is not None, "apache-airflow-providers-celery is not installed in the venv"
+    assert "worker" in airflow_probe["celery"]["celery"]
+    for name in WORKERS:
+        health = " ".join(services[name]["healthcheck"]["test"])
+        assert "airflow.providers.celery.executors.celery_executor.app" in health
 
 
 def test_spark_services_run_spark_daemons_of_the_pinned_pyspark(services):
@@ -329,7 +333,7 @@ def test_the_storage_config_loads_and_puts_the_log_dirs_on_the_shared_volume(com
     assert len(config.log_dirs) >= 1
     for d in config.log_dirs:
         assert PurePosixPath(d).is_relative_to(target), f"log dir {d} is not on the shared volume ({target})"
-    keymaps = {env_of(services[n]).get("STORAGE_ENGINE_KEYMAP_DIR") for n in ("airflow-worker", "spark-worker")}
+    keymaps = {env_of(services[n]).get("STORAGE_ENGINE_KEYMAP_DIR") for n in (*WORKERS, "spark-worker")}
     assert len(keymaps) == 1 and all(k and PurePosixPath(k).is_relative_to(target) for k in keymaps), keymaps
     # The demo's topics are configured the same way in the deployment (those of the config file: topics a client
     # created over the wire in a local run live in that run's log dirs, not in the file).
@@ -339,7 +343,7 @@ def test_the_storage_config_loads_and_puts_the_log_dirs_on_the_shared_volume(com
 
 
 def test_the_connections_parse_and_point_at_the_compose_services(services, airflow_probe):
-    env = env_of(services["airflow-worker"])
+    env = env_of(services["airflow-worker-a"])
     spark = json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])
     smtp = json.loads(env["AIRFLOW_CONN_SMTP_DEFAULT"])
     assert spark == {"conn_type": "spark", "host": "spark://spark-master:7077"}
@@ -372,13 +376,33 @@ def test_depends_on_names_existing_services_and_the_init_runs_first(services):
     assert "python -m include.sample_data" in init and (REPO / "include" / "sample_data.py").exists()
 
 
-def test_the_worker_submits_spark_jobs_to_the_cluster(services):
-    env = env_of(services["airflow-worker"])
-    conf_dir = host_path_for(services["airflow-worker"], env["SPARK_CONF_DIR"])
-    conf = (conf_dir / "spark-defaults.conf").read_text()
-    settings = dict(ln.split(None, 1) for ln in conf.splitlines() if ln.strip() and not ln.startswith("#"))
-    assert settings["spark.driver.host"].strip() == services["airflow-worker"]["hostname"]
-    assert settings["spark.executorEnv.PYTHONPATH"].strip() == "/opt/project"
+def test_the_workers_submit_spark_jobs_to_the_cluster(services):
+    for name in WORKERS:
+        env = env_of(services[name])
+        conf_dir = host_path_for(services[name], env["SPARK_CONF_DIR"])
+        conf = (conf_dir / "spark-defaults.conf").read_text()
+        settings = dict(ln.split(None, 1) for ln in conf.splitlines() if ln.strip() and not ln.startswith("#"))
+        # Executors reach each worker's driver by the worker's own hostname (Spark's default), not a fixed one.
+        assert "spark.driver.host" not in settings
+        assert services[name]["hostname"] == name
+        assert settings["spark.executorEnv.PYTHONPATH"].strip() == "/opt/project"
+
+
+def test_each_worker_serves_the_queue_of_its_storage_host(services):
+    """One worker per storage host of the storage config's `hosts:`, on the queue of that name (and `default`),
+    with STORAGE_MAINTENANCE_HOST naming it."""
+    config = load_config(host_path_for(services["airflow-scheduler"],
+                                       env_of(services["airflow-scheduler"])["STORAGE_ENGINE_CONFIG"]))
+    served = {}
+    for name in WORKERS:
+        cmd = command_of(services[name])
+        queues = cmd[cmd.index("--queues") + 1].split(",")
+        host = env_of(services[name])["STORAGE_MAINTENANCE_HOST"]
+        assert queues == [host, "default"], f"{name} serves {queues}"
+        assert cmd[cmd.index("--celery-hostname") + 1] == services[name]["hostname"]
+        served[host] = name
+    assert set(served) == set(config.hosts), f"workers serve {sorted(served)}, the config's hosts are " \
+                                              f"{sorted(config.hosts)}"
 
 
 def test_the_kafka_broker_serves_the_shared_log_dirs(services):

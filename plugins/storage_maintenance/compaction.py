@@ -41,7 +41,7 @@ from storage_engine import errors
 from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
-from .hooks import StorageEngineHook, iso_ms
+from .hooks import StorageEngineHook, check_worker_host, iso_ms
 from .params import run_as_of
 from .operators import StorageMaintenanceOperator, record_error
 from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
@@ -138,18 +138,21 @@ class BuildKeyMapOperator(SparkSubmitOperator):
     :param topic, partition: the partition whose key map is built (mapped)
     :param application_args: the job's arguments (mapped; the selection wrote them)
     :param conf: Spark settings over the job's own (``spark_jobs.build_key_map.SUBMIT_CONF``)
+    :param host: the storage host that has the partition (the driver runs on its worker); None: any
     """
 
     def __init__(self, *, topic: str, partition: int, application: str = SPARK_JOB,
-                 conf: dict | None = None, **kwargs: Any) -> None:
+                 conf: dict | None = None, host: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=application, conf={**SUBMIT_CONF, **(conf or {})}, **kwargs)
         self.topic = topic
         self.partition = partition
+        self.host = host
 
     def execute(self, context) -> None:
         # A DAG rendering templates as native objects turns "--partition", "0" into 0; spark-submit takes strings.
         self.application_args = [str(a) for a in (self.application_args or [])]
         try:
+            check_worker_host(self.host)        # a worker of another host lacks the partition's files
             return super().execute(context)
         except Exception as exc:
             damage = self._damage_report()
@@ -160,7 +163,7 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         # the damage (the selection skips it until an operator clears it), and the task fails at once naming it.
         name = f"{self.topic}-{self.partition}"
         reason = str(damage.get("error") or "damaged batch")
-        hook = StorageEngineHook(config_path=self._arg("--config"))
+        hook = StorageEngineHook(config_path=self._arg("--config"), host=self.host)
         hook.mark_uncleanable(self.topic, int(self.partition), reason, run_as_of(context)["now_ms"])
         error = AirflowFailException(f"{name} is damaged and now marked uncleanable: {reason}")
         fail_partition(context, self.topic, int(self.partition), damage.get("error_type") or "CorruptRecordError",

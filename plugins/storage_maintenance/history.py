@@ -15,21 +15,26 @@ or ``failed``), and a run's report is its ``run_report``'s only once that task h
 partition that a run found damaged or failed on is reported until a later run of the same check has
 maintained it without a problem. Its log dir's own problems found by ``verify_log_dirs`` stay the same way
 (:func:`open_dir_problems`).
+
+**Several storage hosts**: each host's copy of a step has the id ``<host>.<step>`` (``storage-a.retention``, in the
+host's task group); every query here reads a step under both forms, and keeps the task id with the map index
+(map indexes repeat across the groups).
 """
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from .assets import PARTITION_URI_PREFIX, partition_uri
-from .maintenance_dags import MAINTENANCE_DAGS
+from .maintenance_dags import MAINTENANCE_DAGS, in_group, step_of
 
 RAN = ("success", "failed")         # the states of a task instance that ran in its run's latest try
 # The per-partition checks whose problems stay on the pages until a later run of the same check finds the
-# partition sound: (DAG, mapped batch task). Their batches are the runs' ``plan_batches`` XCom.
+# partition sound: (DAG, mapped batch step). Their batches are the runs' ``plan_batches`` XCom (of the same host
+# group).
 CHECKS = (("log_verify", "verify"), ("log_retention", "retention"), ("log_retention", "expire_producers"),
           ("log_checkpoint", "checkpoint"), ("log_flush", "flush"))
 PLAN_TASK = "plan_batches"
@@ -51,15 +56,23 @@ def _cached(key: tuple, load):
     return value
 
 
-def _ran_tis(session: Session, dag_id: str, run_ids, task_id: str, states=RAN) -> list:
-    """(run_id, map_index, state, try_number, end_date) of the task's instances in these runs that ran."""
+def _of_step(column, step: str):
+    """The task ids of ``step``: ``step`` itself, and ``<host>.<step>`` in a storage host's task group."""
+    return or_(column == step, column.endswith("." + step, autoescape=True))
+
+
+def _ran_tis(session: Session, dag_id: str, run_ids, step: str, states: tuple | None = RAN) -> list:
+    """(run_id, task_id, map_index, state, try_number, end_date) of the instances of ``step`` (in every host group)
+    in these runs that ran (``states=None``: in any state)."""
     from airflow.models.taskinstance import TaskInstance as TI
 
     if not run_ids:
         return []
-    return list(session.execute(select(TI.run_id, TI.map_index, TI.state, TI.try_number, TI.end_date).where(
-        TI.dag_id == dag_id, TI.task_id == task_id, TI.run_id.in_(list(run_ids)), TI.state.in_(list(states)))
-        .order_by(TI.map_index)).all())
+    query = select(TI.run_id, TI.task_id, TI.map_index, TI.state, TI.try_number, TI.end_date).where(
+        TI.dag_id == dag_id, _of_step(TI.task_id, step), TI.run_id.in_(list(run_ids)))
+    if states is not None:
+        query = query.where(TI.state.in_(list(states)))
+    return list(session.execute(query.order_by(TI.task_id, TI.map_index)).all())
 
 
 def _xcom(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int | None = -1,
@@ -152,31 +165,33 @@ def latest_run_with_report(session: Session, dag_id: str) -> str | None:
         TI.state.in_(list(RAN))).order_by(XComModel.timestamp.desc()).limit(1))
 
 
-def _batch_results(session: Session, dag_id: str, run_id: str, task_id: str) -> dict:
-    """{(topic, partition): result or failure} of a run's batches that ran in its latest try."""
-    tis = _ran_tis(session, dag_id, [run_id], task_id)
+def _batch_results(session: Session, dag_id: str, run_id: str, step: str) -> dict:
+    """{(topic, partition): result or failure} of a run's batches of ``step`` (of every host group) that ran in its
+    latest try."""
+    tis = _ran_tis(session, dag_id, [run_id], step)
 
     def load() -> dict:
         out: dict = {}
-        for batch in _xcom(session, dag_id, run_id, task_id, map_index=None):
-            if not isinstance(batch, dict):
-                continue
-            for r in batch.get("results", []):
-                out[(r["topic"], r["partition"])] = dict(r, failed=False)
-            for f in batch.get("failures", []):
-                out[(f["topic"], f["partition"])] = dict(f, failed=True)
+        for task_id in sorted({t[1] for t in tis}):
+            for batch in _xcom(session, dag_id, run_id, task_id, map_index=None):
+                if not isinstance(batch, dict):
+                    continue
+                for r in batch.get("results", []):
+                    out[(r["topic"], r["partition"])] = dict(r, failed=False)
+                for f in batch.get("failures", []):
+                    out[(f["topic"], f["partition"])] = dict(f, failed=True)
         return out
 
-    return _cached(("batches", dag_id, run_id, task_id, tuple((t[1], t[3], t[4]) for t in tis)), load)
+    return _cached(("batches", dag_id, run_id, step, tuple((t[1], t[2], t[4], t[5]) for t in tis)), load)
 
 
-def last_results(session: Session, dag_id: str, task_id: str, partitions=None) -> tuple[str | None, dict]:
-    """(run id, {(topic, partition): result}) of the latest reported run of ``dag_id``, for these partitions
-    (None: every partition the run maintained)."""
+def last_results(session: Session, dag_id: str, step: str, partitions=None) -> tuple[str | None, dict]:
+    """(run id, {(topic, partition): result}) of ``step``'s batches (``retention``; of every host group) in the
+    latest reported run of ``dag_id``, for these partitions (None: every partition the run maintained)."""
     run_id = latest_run_with_report(session, dag_id)
     if run_id is None:
         return None, {}
-    results = _batch_results(session, dag_id, run_id, task_id)
+    results = _batch_results(session, dag_id, run_id, step)
     if partitions is None:
         return run_id, dict(results)
     return run_id, {tp: results[tp] for tp in partitions if tp in results}
@@ -204,19 +219,23 @@ def _outcomes(batch: Any, dag_id: str, task_id: str, run_id: str, when) -> dict:
 
 
 def _plan(session: Session, dag_id: str, run_id: str) -> dict:
-    """{(topic, partition): map index} of a run's batch plan."""
+    """{(topic, partition): (host group, map index)} of a run's batch plans: the partition's batch is the instance
+    of that map index of the batch task in the same group (``""``: no group)."""
     tis = _ran_tis(session, dag_id, [run_id], PLAN_TASK)
 
     def load() -> dict:
-        plan = _xcom(session, dag_id, run_id, PLAN_TASK)
-        return {(t, p): i for i, b in enumerate(plan if isinstance(plan, list) else [])
-                if isinstance(b, dict) for t, p in b.get("partitions", [])}
+        out = {}
+        for task_id in sorted({t[1] for t in tis}):
+            plan, group = _xcom(session, dag_id, run_id, task_id), step_of(task_id)[0]
+            out.update({(t, p): (group, i) for i, b in enumerate(plan if isinstance(plan, list) else [])
+                        if isinstance(b, dict) for t, p in b.get("partitions", [])})
+        return out
 
-    return _cached(("plan", dag_id, run_id, tuple((t[3], t[4]) for t in tis)), load)
+    return _cached(("plan", dag_id, run_id, tuple((t[1], t[4], t[5]) for t in tis)), load)
 
 
-def _batch_outcomes(session: Session, dag_id: str, task_id: str, ti) -> dict:
-    run_id, map_index, _state, try_number, end_date = ti
+def _batch_outcomes(session: Session, dag_id: str, ti) -> dict:
+    run_id, task_id, map_index, _state, try_number, end_date = ti
     return _cached(("outcomes", dag_id, run_id, task_id, map_index, try_number, end_date),
                    lambda: _outcomes(_xcom(session, dag_id, run_id, task_id, map_index), dag_id, task_id, run_id,
                                      end_date))
@@ -229,9 +248,9 @@ def _recent_run_ids(session: Session, dag_id: str, runs: int) -> list[str]:
                                 .order_by(*_execution_order()).limit(runs)).all())
 
 
-def _open_problems_of(session: Session, dag_id: str, task_id: str, runs: int) -> dict:
+def _open_problems_of(session: Session, dag_id: str, step: str, runs: int) -> dict:
     order = _recent_run_ids(session, dag_id, runs)             # newest first
-    failed = _ran_tis(session, dag_id, order, task_id, states=("failed",))
+    failed = _ran_tis(session, dag_id, order, step, states=("failed",))
     if not failed:
         return {}
     position = {run_id: i for i, run_id in enumerate(order)}
@@ -239,13 +258,13 @@ def _open_problems_of(session: Session, dag_id: str, task_id: str, runs: int) ->
     found: dict = {}
     sound: dict = {}
     for ti in sorted(failed, key=lambda t: position[t[0]]):
-        outcomes = _batch_outcomes(session, dag_id, task_id, ti)
+        outcomes = _batch_outcomes(session, dag_id, ti)
         if not outcomes:                 # the batch failed before it reported: every partition of it failed
-            plan = _plan(session, dag_id, ti[0])
-            outcomes = {tp: {"kind": "failed", "source": dag_id, "task": task_id, "run_id": ti[0], "as_of": None,
-                             "when": ti[4], "message": f"failed in {dag_id}: the {task_id} task failed before it "
+            plan, batch = _plan(session, dag_id, ti[0]), (step_of(ti[1])[0], ti[2])
+            outcomes = {tp: {"kind": "failed", "source": dag_id, "task": ti[1], "run_id": ti[0], "as_of": None,
+                             "when": ti[5], "message": f"failed in {dag_id}: the {ti[1]} task failed before it "
                                                        "reported (see its log)"}
-                        for tp, i in plan.items() if i == ti[1]}
+                        for tp, at in plan.items() if at == batch}
         for tp, problem in outcomes.items():
             if problem is None:
                 sound.setdefault(tp, position[ti[0]])
@@ -253,21 +272,23 @@ def _open_problems_of(session: Session, dag_id: str, task_id: str, runs: int) ->
                 found[tp] = (position[ti[0]], problem)
     out = {}
     for tp, (pos, problem) in found.items():
-        if sound.get(tp, pos) < pos or _sound_in_a_later_run(session, dag_id, task_id, tp, order[:pos]):
+        if sound.get(tp, pos) < pos or _sound_in_a_later_run(session, dag_id, step, tp, order[:pos]):
             continue
         out[tp] = problem
     return out
 
 
-def _sound_in_a_later_run(session: Session, dag_id: str, task_id: str, tp, later: list[str]) -> bool:
+def _sound_in_a_later_run(session: Session, dag_id: str, step: str, tp, later: list[str]) -> bool:
     """Whether a batch that succeeded in one of the ``later`` runs maintained ``tp`` (a failed one that did is
     known already)."""
     for run_id in later:
-        index = _plan(session, dag_id, run_id).get(tp)
-        if index is None:
+        at = _plan(session, dag_id, run_id).get(tp)
+        if at is None:
             continue
-        tis = [t for t in _ran_tis(session, dag_id, [run_id], task_id, states=("success",)) if t[1] == index]
-        if tis and tp in _batch_outcomes(session, dag_id, task_id, tis[0]):
+        task_id, index = in_group(at[0], step), at[1]
+        tis = [t for t in _ran_tis(session, dag_id, [run_id], step, states=("success",))
+               if (t[1], t[2]) == (task_id, index)]
+        if tis and tp in _batch_outcomes(session, dag_id, tis[0]):
             return True
     return False
 
@@ -278,26 +299,30 @@ def open_problems(session: Session, runs: int = RUNS_LOOKED_AT) -> dict:
     the last ``runs`` runs of its DAG. A problem is ``{"kind": "damaged"|"failed", "source": DAG, "task",
     "run_id", "as_of", "when", "message"}``."""
     out: dict = {}
-    for dag_id, task_id in CHECKS:
-        for tp, problem in _open_problems_of(session, dag_id, task_id, runs).items():
+    for dag_id, step in CHECKS:
+        for tp, problem in _open_problems_of(session, dag_id, step, runs).items():
             out.setdefault(tp, []).append(problem)
     return out
 
 
 def open_dir_problems(session: Session) -> list[dict]:
     """The problems in the log dirs' own files (checkpoint files, folders) that the latest ``verify_log_dirs``
-    which ran found: ``[{"file", "message", "run_id", "as_of", "when"}]`` (empty once a later audit finds none)."""
-    dag_id, task_id = DIR_CHECK
+    which ran found, of each host group the DAG has now (those of its newest run): ``[{"file", "message",
+    "run_id", "as_of", "when"}]`` (empty once a later audit finds none)."""
+    dag_id, step = DIR_CHECK
     order = _recent_run_ids(session, dag_id, RUNS_LOOKED_AT)
-    tis = sorted(_ran_tis(session, dag_id, order, task_id), key=lambda t: order.index(t[0]))
-    if not tis:
-        return []
-    run_id, _map_index, _state, _try, end_date = tis[0]
-    value = _xcom(session, dag_id, run_id, task_id)
-    if not isinstance(value, dict) or not value.get("damaged"):
-        return []
-    return [{"file": p.get("file"), "message": p.get("message"), "run_id": run_id, "as_of": value.get("as_of"),
-             "when": end_date} for p in value.get("problems", [])]
+    groups = {t[1] for t in _ran_tis(session, dag_id, order[:1], step, states=None)}
+    latest: dict = {}                   # the newest audit of each group
+    for ti in sorted(_ran_tis(session, dag_id, order, step), key=lambda t: order.index(t[0])):
+        if ti[1] in groups:
+            latest.setdefault(ti[1], ti)
+    out = []
+    for run_id, task_id, _map_index, _state, _try, end_date in latest.values():
+        value = _xcom(session, dag_id, run_id, task_id)
+        if isinstance(value, dict) and value.get("damaged"):
+            out += [{"file": p.get("file"), "message": p.get("message"), "run_id": run_id,
+                     "as_of": value.get("as_of"), "when": end_date} for p in value.get("problems", [])]
+    return out
 
 
 # -- asset events -------------------------------------------------------------------------------------------
@@ -355,22 +380,24 @@ def retention_history(session: Session, topic: str, partition: int, runs: int = 
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.xcom import XComModel
 
-    plans = session.execute(select(XComModel.run_id, XComModel.timestamp).join(TI, and_(
+    newest = func.max(XComModel.timestamp)
+    plans = session.execute(select(XComModel.run_id, newest).join(TI, and_(
         TI.dag_id == XComModel.dag_id, TI.run_id == XComModel.run_id, TI.task_id == XComModel.task_id,
         TI.map_index == XComModel.map_index)).where(
-        XComModel.dag_id == "log_retention", XComModel.task_id == PLAN_TASK, XComModel.key == "return_value",
-        TI.state.in_(list(RAN))).order_by(XComModel.timestamp.desc()).limit(runs)).all()
+        XComModel.dag_id == "log_retention", _of_step(XComModel.task_id, PLAN_TASK), XComModel.key == "return_value",
+        TI.state.in_(list(RAN))).group_by(XComModel.run_id).order_by(newest.desc()).limit(runs)).all()
     out = []
     for run_id, timestamp in plans:
-        index = _plan(session, "log_retention", run_id).get((topic, partition))
-        if index is None:
+        at = _plan(session, "log_retention", run_id).get((topic, partition))
+        if at is None:
             continue
-        batch = _xcom(session, "log_retention", run_id, "retention", map_index=index)
+        task_id, index = in_group(at[0], "retention"), at[1]
+        batch = _xcom(session, "log_retention", run_id, task_id, map_index=index)
         result = next((r for r in (batch or {}).get("results", [])
                        if r["topic"] == topic and r["partition"] == partition), None)
         if result is None or not result.get("segments_deleted") or (batch or {}).get("dry_run"):
             continue
-        out.append({"timestamp": timestamp, "dag_id": "log_retention", "run_id": run_id, "task_id": "retention",
+        out.append({"timestamp": timestamp, "dag_id": "log_retention", "run_id": run_id, "task_id": task_id,
                     "map_index": index,
                     "extra": {"kind": "retention", "as_of": batch.get("as_of"),
                               "bytes_reclaimed": result["bytes_reclaimed"],

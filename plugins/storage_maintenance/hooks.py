@@ -14,6 +14,10 @@ Config resolution, first match wins:
 3. ``$STORAGE_ENGINE_CONFIG``;
 4. the engine's default, ``include/config/storage.yaml`` (``storage_engine.config_file.DEFAULT_CONFIG_PATH``).
 
+**Several storage hosts** (the config's ``hosts:``): a hook made for one ``host`` sees only that host's log dirs
+(:meth:`StorageEngineHook.config`), and refuses to work on a worker of another host
+(:func:`check_worker_host`, ``$STORAGE_MAINTENANCE_HOST``).
+
 **What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, chosen by
 :func:`storage_maintenance.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
 logs it, puts it in its XCom; the run report, the alert and the Storage view show it the same way.
@@ -41,6 +45,7 @@ from storage_engine.jobs.summaries import PurgeResult
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
+HOST_ENV = "STORAGE_MAINTENANCE_HOST"
 OFFLINE_STATE_FILE = "offline-log-dirs.json"
 AS_OF_INTERVAL_END = "data interval end"
 AS_OF_TRIGGER_TIME = "trigger time (the run has no data interval)"
@@ -72,6 +77,19 @@ def config_path_without_connection() -> str:
     return os.environ.get(ENV_VAR) or DEFAULT_CONFIG_PATH
 
 
+def check_worker_host(host: str | None) -> None:
+    """Refuse (:class:`AirflowFailException`) to run a task of storage host ``host`` on a worker whose
+    ``$STORAGE_MAINTENANCE_HOST`` names another host: that worker lacks the task's log dirs. A task of no host, or
+    a worker that does not say, is not checked."""
+    worker = os.environ.get(HOST_ENV) or None
+    if host is not None and worker is not None and worker != host:
+        from airflow.sdk.exceptions import AirflowFailException
+        raise AirflowFailException(
+            f"this task maintains the log dirs of storage host {host!r} but runs on a worker of storage host "
+            f"{worker!r} (${HOST_ENV}); only the workers of {host!r} (airflow celery worker --queues {host},default) "
+            "may run it: check the task's queue and the workers' queues")
+
+
 def declared_topics(path: str | None = None) -> list[str]:
     """Topics named in the config file's ``topics:`` section (no log dir is listed): stable between parses,
     so a DAG's params built from them change only when the config does."""
@@ -86,6 +104,7 @@ class StorageEngineHook(BaseHook):
 
     :param storage_engine_conn_id: connection whose ``extra`` may name the config file (``{"config": ...}``)
     :param config_path: a config file that overrides the connection and the environment
+    :param host: the storage host (the config's ``hosts:``) whose log dirs this hook maintains; None: every log dir
     """
 
     conn_name_attr = "storage_engine_conn_id"
@@ -94,10 +113,11 @@ class StorageEngineHook(BaseHook):
     hook_name = "Kafka-format log storage"
 
     def __init__(self, storage_engine_conn_id: str = default_conn_name, config_path: str | None = None,
-                 **kwargs: Any) -> None:
+                 host: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.storage_engine_conn_id = storage_engine_conn_id
         self._config_path = config_path or None
+        self.host = host or None
 
     # -- mechanics ----------------------------------------------------------------------------------------------
     @cached_property
@@ -119,9 +139,15 @@ class StorageEngineHook(BaseHook):
         return config_path_without_connection()
 
     @cached_property
-    def config(self) -> StorageConfig:
-        """The loaded and validated config; ``ConfigError`` names the file, key and value when it is invalid."""
+    def store_config(self) -> StorageConfig:
+        """The loaded and validated config, every log dir; ``ConfigError`` names the file, key and value when it is
+        invalid."""
         return load_config(self.config_path)
+
+    @cached_property
+    def config(self) -> StorageConfig:
+        """The config the engine calls get: for a hook of one ``host``, that host's log dirs only."""
+        return self.store_config if self.host is None else self.store_config.for_host(self.host)
 
     def get_conn(self) -> StorageConfig:
         return self.config
@@ -171,11 +197,13 @@ class StorageEngineHook(BaseHook):
 
     def state_dir(self) -> str:
         """Where the maintenance DAGs keep their own state across runs (which offline dirs were alerted):
-        ``$STORAGE_MAINTENANCE_STATE_DIR``, else ``maintenance-state/`` beside the first log dir (never in one)."""
+        ``$STORAGE_MAINTENANCE_STATE_DIR``, else ``maintenance-state/`` beside the first log dir of the store (never
+        in one; the same for the tasks of every host)."""
         env = os.environ.get(STATE_DIR_ENV)
         if env:
             return os.path.abspath(env)
-        return os.path.join(os.path.dirname(os.path.abspath(self.config.log_dirs[0])), layout.MAINTENANCE_STATE_DIR)
+        return os.path.join(os.path.dirname(os.path.abspath(self.store_config.log_dirs[0])),
+                            layout.MAINTENANCE_STATE_DIR)
 
     def note_log_dirs(self, offline: dict[str, str], online: list[str], seen: dict) -> tuple[list[str], list[str]]:
         """Record what a run saw of the log dirs; returns (dirs newly offline: alert them, dirs back online).

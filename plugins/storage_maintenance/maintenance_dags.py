@@ -1,4 +1,5 @@
-"""The maintenance DAGs by id, the one list that the run history, the Storage view, the demo and the tests read.
+"""The maintenance DAGs by id, the one list that the run history, the Storage view, the demo and the tests read;
+the two forms of their task ids: ``retention``, and ``storage-a.retention`` in the task group of a storage host.
 
 Plain names with no import, so a program outside Airflow (the demo) can read them without starting it.
 """
@@ -10,3 +11,15 @@ MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compact
                     "log_dir_balance")
 # The ones whose dry run the Storage view may trigger (``POST /api/dry-runs``).
 DRY_RUN_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction")
+
+
+def step_of(task_id: str) -> tuple[str, str]:
+    """(host group, step) of a task id: ``storage-a.retention`` -> ``("storage-a", "retention")``, ``retention`` ->
+    ``("", "retention")`` (a store without hosts)."""
+    group, _, step = task_id.rpartition(".")
+    return group, step
+
+
+def in_group(group: str, step: str) -> str:
+    """The id of ``step``'s task in host group ``group`` (``""``: no group)."""
+    return f"{group}.{step}" if group else step

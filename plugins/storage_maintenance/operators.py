@@ -1,8 +1,9 @@
 """Operators of the log-storage housekeeping DAGs: templated parameters in, one hook call, a summary out.
 
-Every operator first refuses a run whose ``conf`` holds a key its DAG does not declare
-(:func:`storage_maintenance.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task, so
-nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.params.run_as_of`: the
+Every operator first refuses to run on a worker of another storage host than its own
+(:func:`storage_maintenance.hooks.check_worker_host`), then a run whose ``conf`` holds a key its DAG does not
+declare (:func:`storage_maintenance.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task,
+so nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.params.run_as_of`: the
 data interval end; the trigger time of a manual run or of a run without an interval; or ``as_of`` from the
 conf), logs it with one human line per partition that changed, and returns a JSON-able summary carrying
 ``as_of`` and ``as_of_source`` (which rule chose it), which Airflow stores as the task's XCom.
@@ -32,7 +33,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from storage_engine import errors
 from storage_engine.units import human_bytes
 
-from .hooks import StorageEngineHook
+from .hooks import StorageEngineHook, check_worker_host
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics, check_conf_keys, run_as_of
 from .root_causes import note_healthy
 
@@ -75,6 +76,8 @@ class StorageMaintenanceOperator(BaseOperator):
         (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.hooks` for the full order
     :param config_path: storage config file overriding the connection and ``$STORAGE_ENGINE_CONFIG``
         (templated)
+    :param host: the storage host (the config's ``hosts:``) whose log dirs the task maintains, given to the tasks of
+        that host's task group; None: every log dir
     """
 
     template_fields: Sequence[str] = ("config_path",)
@@ -85,17 +88,20 @@ class StorageMaintenanceOperator(BaseOperator):
     dry_run: bool | str  # type: ignore[assignment]
 
     def __init__(self, *, storage_engine_conn_id: str = StorageEngineHook.default_conn_name,
-                 config_path: str | None = None, **kwargs: Any) -> None:
+                 config_path: str | None = None, host: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.storage_engine_conn_id = storage_engine_conn_id
         self.config_path = config_path
+        self.host = host
 
     @cached_property
     def hook(self) -> StorageEngineHook:
-        return StorageEngineHook(storage_engine_conn_id=self.storage_engine_conn_id, config_path=self.config_path)
+        return StorageEngineHook(storage_engine_conn_id=self.storage_engine_conn_id, config_path=self.config_path,
+                                 host=self.host)
 
     def execute(self, context) -> Any:
         try:
+            check_worker_host(self.host)    # a worker of another host lacks this task's log dirs
             # Before anything else: a mistyped key must not start a run that mutates.
             check_conf_keys(getattr(context.get("dag_run"), "conf", None), self.declared_params(),
                             self.dag_id if self.has_dag() else None)

@@ -33,6 +33,7 @@ from storage_engine.units import human_bytes
 
 from .assets import run_asset
 from .hooks import StorageEngineHook
+from .maintenance_dags import in_group, step_of
 from .params import run_as_of
 from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
 
@@ -138,7 +139,8 @@ class RunReportOperator(BaseOperator):
 
     :param report_tasks: the maintenance tasks of the DAG whose results and failures are reported
     :param label_task: a task whose XCom lists the mapped tasks' arguments in map-index order (the batch
-        plan), used to name a failed mapped task that left no result
+        plan), used to name a failed mapped task that left no result; its id without a host group: a task of
+        group ``storage-a`` is named by ``storage-a.<label_task>``
     :param to, webhook_url, smtp_conn_id, from_email: alert settings (see :mod:`.notifiers`)
     """
 
@@ -173,12 +175,7 @@ class RunReportOperator(BaseOperator):
     def execute(self, context) -> dict:
         ti = context["ti"]
         when = run_as_of(context, strict=False)     # a refused as_of fails the tasks, not the report
-        labels = []
-        if self.label_task:
-            plan = ti.xcom_pull(task_ids=self.label_task)
-            if isinstance(plan, list):
-                labels = [b.get("batch_label") or (f"{b['topic']}-{b['partition']}" if "topic" in b else None)
-                          if isinstance(b, dict) else None for b in plan]
+        plans: dict[str, list] = {}    # the labels of each label task pulled so far
         rows, failed_tasks, not_run = [], [], []
         states: dict[str, int] = {}    # task instances per state
         ran = []                       # (task_id, map_index) of the instances that ran in this try
@@ -195,6 +192,7 @@ class RunReportOperator(BaseOperator):
                 not_run.append(task_id if map_index < 0 else f"{task_id}[{map_index}]")
             elif state == "failed":
                 error = ti.xcom_pull(key="error", **pull) or {}
+                labels = self._labels(ti, task_id, plans) if map_index >= 0 else []
                 label = (result.get("label") if isinstance(result, dict) else None) or (
                     labels[map_index] if 0 <= map_index < len(labels) else None)
                 parts = result.get("failures", []) if isinstance(result, dict) else []
@@ -241,6 +239,18 @@ class RunReportOperator(BaseOperator):
                                                      "run_id": ti.run_id, **{k: v for k, v in totals.items()
                                                                              if k != "task_states"}}
         return report
+
+    def _labels(self, ti, task_id: str, plans: dict[str, list]) -> list:
+        """The names of ``task_id``'s mapped instances in map-index order, from the result of ``label_task`` in
+        the same host group (``storage-a.retention`` is named by ``storage-a.plan_batches``)."""
+        if not self.label_task:
+            return []
+        source = in_group(step_of(task_id)[0], self.label_task)
+        if source not in plans:
+            plan = ti.xcom_pull(task_ids=source)
+            plans[source] = [b.get("batch_label") or (f"{b['topic']}-{b['partition']}" if "topic" in b else None)
+                             if isinstance(b, dict) else None for b in plan] if isinstance(plan, list) else []
+        return plans[source]
 
     def _log_dirs(self, ti, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
         """The log dirs the task instances that ran in this try (``ran``: their XCom pull arguments) found

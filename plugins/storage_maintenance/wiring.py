@@ -9,11 +9,29 @@
 
 A DAG file names its steps and the order between them; these build what must be the same in every DAG: the
 task ids that the run report and the Storage view read, the trigger form's params, the mapped tasks' names.
+
+**Several storage hosts** (the storage config's ``hosts:``): a DAG declares its steps once per host, each copy in
+the host's task group (:func:`host_group`: task ids ``<host>.<step>``, the Celery queue of the host's name, the
+host's log dirs only); the run's end stays outside, on the default queue::
+
+        steps: list = []
+        for host in storage_hosts():            # [None] without hosts: no group, the task ids as they are
+            with host_group(host):
+                plan = plan_batches()
+                flush = for_each(LogFlushOperator, "flush", plan)
+            steps += [plan, flush]
+        end_of_run("log_flush", *steps, label_task=plan)
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
+from storage_engine.errors import StorageError
+
+from .hooks import config_path_without_connection
+from .maintenance_dags import step_of
 from .operators import FailRunIfUpstreamFailedOperator, PlanBatchesOperator
 from .report import RunReportOperator, run_outcome_tasks
 
@@ -23,8 +41,38 @@ if TYPE_CHECKING:
 
     Task = BaseOperator | MappedOperator
 
+log = logging.getLogger(__name__)
+
 DRY_RUN = "{{ params.dry_run }}"
 BATCH_LABEL = "{{ task.batch_label }}"
+
+
+def storage_hosts() -> list[str | None]:
+    """The storage hosts the config declares (read at parse time from ``$STORAGE_ENGINE_CONFIG`` or the default, as
+    the trigger form's topics are), or ``[None]`` when it declares none or cannot be read (the tasks then fail
+    naming why)."""
+    from storage_engine.config_file import load_config
+
+    path = config_path_without_connection()
+    try:
+        hosts: list[str | None] = list(load_config(path).hosts)
+    except (StorageError, OSError) as exc:
+        log.warning("cannot read the storage hosts of %s: %s", path, exc)
+        return [None]
+    return hosts or [None]
+
+
+def host_group(host: str | None) -> Any:
+    """The task group of storage ``host``, to declare its copy of the steps in: task ids ``<host>.<step>``, the
+    Celery queue named after the host (its workers listen on it) and ``host=`` for every operator that takes it
+    (the hook then sees only that host's log dirs). None: no group."""
+    from airflow.sdk import TaskGroup
+
+    if host is None:
+        return contextlib.nullcontext()
+    # (default_args is typed by its converter, copy.deepcopy, as a bare TypeVar)
+    return TaskGroup(host, default_args={"queue": host, "host": host},  # type: ignore[arg-type]
+                     tooltip=f"the steps on storage host {host} (Celery queue {host!r})")
 
 
 def plan_batches() -> PlanBatchesOperator:
@@ -53,9 +101,10 @@ def end_of_run(dag_id: str, *tasks: Task, label_task: Task | None = None
     """The two tasks that end the run (:func:`storage_maintenance.report.run_outcome_tasks`), after ``tasks``:
     every step of the DAG, in the order the report lists them, with the order between them already set.
     ``run_report`` follows the steps that no other step follows, ``fail_run_if_upstream_failed`` every step.
-    ``label_task``: the step whose result names the mapped tasks in the report (the plan)."""
+    ``label_task``: the step whose result names the mapped tasks in the report (the plan; with host groups, each
+    group's copy names that group's mapped tasks)."""
     report, run_failed = run_outcome_tasks(dag_id, [t.task_id for t in tasks],
-                                           label_task=None if label_task is None else label_task.task_id)
+                                           label_task=None if label_task is None else step_of(label_task.task_id)[1])
     ids = {t.task_id for t in tasks}
     last = [t for t in tasks if not ids & set(t.downstream_task_ids)]
     for task in last:

@@ -41,7 +41,8 @@ class StorageFixture:
         self.log_dirs = [root / "logs" / "dir-a", root / "logs" / "dir-b"]
         self.write_config(topics, **broker)
 
-    def write_config(self, topics: dict | None = None, **broker) -> None:
+    def write_config(self, topics: dict | None = None, hosts: dict | None = None, **broker) -> None:
+        """``hosts``: {storage host: [log dir, ...]} (the config's ``hosts:``), none when None."""
         data = {
             "broker": {"log.dirs": [str(d.relative_to(self.root)) for d in self.log_dirs],
                        "log.segment.bytes": 1024,
@@ -49,6 +50,8 @@ class StorageFixture:
                        **{k.replace("_", "."): v for k, v in broker.items()}},
             "topics": DEFAULT_TOPICS if topics is None else topics,
         }
+        if hosts is not None:
+            data["hosts"] = {host: [str(d) for d in dirs] for host, dirs in hosts.items()}
         self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
     def config(self) -> StorageConfig:
