@@ -145,6 +145,9 @@ class StorageConfig:
     # Which storage host has which log dirs (the file's ``hosts:``; empty when it has none): {host: (dir, ...)}, each
     # log dir under exactly one host, spelled as in ``log_dirs`` (:func:`resolve_hosts` checks it).
     hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # In one host's part of the store (:meth:`for_host`): the log dirs of the other hosts. A topic filter naming a
+    # topic that only they hold gives this host nothing to do rather than "unknown topic".
+    other_host_dirs: tuple[str, ...] = field(default=(), hash=False, compare=False)
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -177,7 +180,8 @@ class StorageConfig:
         """A copy using ``log_dirs`` (a list, or a comma-separated string); relative paths resolve against the cwd."""
         entries = parse_value("log.dirs", LIST, non_empty, log_dirs)
         # The hosts named the dirs replaced: the copy declares none.
-        return dataclasses.replace(self, log_dirs=resolve_log_dirs(entries, os.getcwd(), "log.dirs"), hosts={})
+        return dataclasses.replace(self, log_dirs=resolve_log_dirs(entries, os.getcwd(), "log.dirs"), hosts={},
+                                   other_host_dirs=())
 
     def for_host(self, host: str) -> "StorageConfig":
         """A copy with only the log dirs of storage ``host`` (see ``hosts``): what a process on that host
@@ -185,7 +189,9 @@ class StorageConfig:
         if host not in self.hosts:
             declared = ", ".join(map(repr, self.hosts)) or "none"
             raise ConfigError(f"storage host {host!r} is not declared under 'hosts:' (declared: {declared})")
-        return dataclasses.replace(self, log_dirs=self.hosts[host], hosts={host: self.hosts[host]})
+        others = tuple(d for h, dirs in self.hosts.items() if h != host for d in dirs)
+        return dataclasses.replace(self, log_dirs=self.hosts[host], hosts={host: self.hosts[host]},
+                                   other_host_dirs=others)
 
 
 # --------------------------------------------------------------------------------------------------------

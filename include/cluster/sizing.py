@@ -8,7 +8,7 @@ invocation.
 Each phase: a fresh cluster dir; ``include.scale_store.generate`` writes the partitions into its two log dirs
 (4 sealed segments and an active one each, records over the 3 days before the last 5-minute mark, retention one
 day, so the run deletes 3 of every 5 segments); ``make cluster``'s processes start on free ports; one run is
-triggered by hand as of that mark; its wall time (start to end), task instances per worker and the run
+the scheduled run the scheduler creates when the DAG is unpaused (as of the end of the latest interval); its wall time (start to end), task instances per worker and the run
 report's totals are read from the REST API; everything is stopped and deleted. Prints both phases and the
 ratio of the baseline's wall time to the two workers', as JSON.
 """
@@ -91,18 +91,19 @@ def phase(cdir: Path, partitions: int, now_ms: int, workers: int, timeout: float
                      body={"username": "admin", "password": cluster.password()})["access_token"]
         dag = "log_retention"
         _api(cluster, f"/api/v2/dags/{dag}", token, "PATCH", {"is_paused": False})
-        as_of = datetime.datetime.fromtimestamp(now_ms / 1000, datetime.timezone.utc).isoformat()
-        run = _api(cluster, f"/api/v2/dags/{dag}/dagRuns", token, "POST",
-                   {"logical_date": None, "conf": {"as_of": as_of}})
-        run_id = urllib.parse.quote(run["dag_run_id"])
+        # Unpausing makes the scheduler create the run of the latest interval (catchup is off): that run is measured.
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = _api(cluster, f"/api/v2/dags/{dag}/dagRuns/{run_id}", token)
-            if run["state"] in ("success", "failed"):
+        while True:
+            runs = _api(cluster, f"/api/v2/dags/{dag}/dagRuns?run_type=scheduled&order_by=-run_after&limit=1",
+                        token)["dag_runs"]
+            if runs and runs[0]["state"] in ("success", "failed"):
+                run = runs[0]
                 break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no scheduled {dag} run finished within {timeout:.0f} s")
             time.sleep(2)
-        else:
-            raise SystemExit(f"the {dag} run did not finish within {timeout:.0f} s")
+        _api(cluster, f"/api/v2/dags/{dag}", token, "PATCH", {"is_paused": True})
+        run_id = urllib.parse.quote(run["dag_run_id"])
         tis = _api(cluster, f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances?limit=1000", token)["task_instances"]
         report = _api(cluster, f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/run_report/xcomEntries/"
                                "return_value", token)["value"]
@@ -110,8 +111,10 @@ def phase(cdir: Path, partitions: int, now_ms: int, workers: int, timeout: float
         end = datetime.datetime.fromisoformat(run["end_date"])
         return {"workers": workers, "state": run["state"], "wall_s": round((end - start).total_seconds(), 1),
                 "task_instances": len(tis), "per_worker": dict(Counter(ti["hostname"] for ti in tis)),
+                "as_of": report.get("as_of"),
                 "totals": {k: v for k, v in report["totals"].items() if k != "task_states"},
-                "store": generated, "phase_s": round(time.monotonic() - t0, 1)}
+                "store": generated, "phase_s": round(time.monotonic() - t0, 1),
+                "loadavg_after_run": list(os.getloadavg())}
     finally:
         cluster.down()
         cluster.delete_data()

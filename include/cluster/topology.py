@@ -84,7 +84,9 @@ def path_table(cluster_dir: Path = CLUSTER_DIR) -> list[tuple[str, str]]:
     table = {"/opt/project/include/config/storage.compose.yaml": str(cluster_dir / "storage.yaml"),
              "/opt/project/include/spark": str(cluster_dir / "spark-conf"),
              "/opt/project": str(REPO), "/opt/storage": str(cluster_dir / "storage"),
-             "/opt/airflow": str(cluster_dir / "airflow")}
+             "/opt/airflow": str(cluster_dir / "airflow"),
+             # the spark-worker container's own /tmp: here the cluster's, not the machine's shared one
+             "/tmp/spark-work": str(cluster_dir / "spark-work")}
     return sorted(table.items(), key=lambda kv: -len(kv[0]))
 
 

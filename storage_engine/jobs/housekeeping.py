@@ -79,6 +79,21 @@ def missing_partitions(config: StorageConfig, *, health: LogDirHealth | None = N
     return out
 
 
+def _topics_on_other_hosts(config: StorageConfig) -> set[str] | None:
+    """The topics the store's other storage hosts hold (:meth:`StorageConfig.for_host`), or None when one of
+    their log dirs cannot be read from here (on its own machine): any topic may then live there."""
+    from storage_engine import layout
+    out: set[str] = set()
+    for d in config.other_host_dirs:
+        if not os.path.isdir(d):
+            return None
+        try:
+            out |= {t for _name, (t, _p) in layout.partition_dirs(d)}
+        except OSError:
+            return None
+    return out
+
+
 def list_partitions(config: StorageConfig, topics: Collection[str] | None = None, *,
                     health: LogDirHealth | None = None, include_missing: bool = False) -> list[dict]:
     """The partitions of the log dirs, read-only: folder names only, no log is opened, nothing changes
@@ -98,8 +113,10 @@ def list_partitions(config: StorageConfig, topics: Collection[str] | None = None
     if topics:
         known = {t for t, _p, _d in found}
         missing = sorted(set(topics) - known)
-        if missing:
-            raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
+        elsewhere = _topics_on_other_hosts(config) if missing and config.other_host_dirs else set()
+        if missing and elsewhere is not None and set(missing) - elsewhere:
+            raise PartitionNotFoundError(f"unknown topic(s) {sorted(set(missing) - elsewhere)}; existing topics: "
+                                         f"{sorted(known | elsewhere)}")
         found = [x for x in found if x[0] in topics]
     return [{"topic": t, "partition": p, "log_dir": d, "cleanup_policy": ",".join(config.log_config(t).cleanup_policy),
              **({"missing": why[(t, p)]} if (t, p) in why else {})}

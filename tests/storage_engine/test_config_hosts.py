@@ -128,3 +128,47 @@ def test_an_empty_hosts_section_declares_none():
 def test_a_file_without_log_dirs_reports_that_before_its_hosts():
     with pytest.raises(ConfigError, match="no log.dirs"):
         config_from_mapping({"hosts": {"storage-a": ["/data/dir-a"]}}, base_dir="/")
+
+
+def _store_with_topic_on_b(tmp_path):
+    from storage_engine.clock import ManualClock
+    from storage_engine.log.loader import open_log
+
+    a, b = tmp_path / "dir-a", tmp_path / "dir-b"
+    a.mkdir()
+    b.mkdir()
+    config = config_from_mapping({"broker": {"log.dirs": [str(a), str(b)]},
+                                  "hosts": {"storage-a": [str(a)], "storage-b": [str(b)]}})
+    for d, topic in ((a, "both"), (b, "both"), (b, "only-b")):
+        log, _ = open_log(str(d), topic, 0 if d == a else 1, config.log_config(topic), clock=ManualClock(0),
+                          exclusive=True, create=True)
+        log.close(clean=True)
+    return config, b
+
+
+def test_a_topic_filter_naming_a_topic_of_another_host_gives_this_host_nothing_to_do(tmp_path):
+    """A run's `topics` filter is checked against the whole store: each host's tasks maintain the named topics
+    they hold, a topic only another host holds is nothing to do here, and a name no host holds is refused."""
+    from storage_engine.errors import PartitionNotFoundError
+    from storage_engine.jobs.housekeeping import list_partitions
+
+    config, _ = _store_with_topic_on_b(tmp_path)
+    host_a = config.for_host("storage-a")
+    assert list_partitions(host_a, topics=["only-b"]) == []
+    assert [p["topic"] for p in list_partitions(host_a, topics=["only-b", "both"])] == ["both"]
+    assert [p["topic"] for p in list_partitions(config.for_host("storage-b"), topics=["only-b"])] == ["only-b"]
+    with pytest.raises(PartitionNotFoundError, match=r"unknown topic\(s\) \['typo'\]; existing topics: "
+                                                     r"\['both', 'only-b'\]"):
+        list_partitions(host_a, topics=["only-b", "typo"])
+    with pytest.raises(PartitionNotFoundError, match="typo"):     # without hosts, as before
+        list_partitions(config, topics=["typo"])
+
+
+def test_when_another_hosts_dirs_are_not_on_this_machine_any_topic_may_be_there(tmp_path):
+    import shutil
+
+    from storage_engine.jobs.housekeeping import list_partitions
+
+    config, b = _store_with_topic_on_b(tmp_path)
+    shutil.rmtree(b)                                   # storage-b's disk is on its own machine
+    assert list_partitions(config.for_host("storage-a"), topics=["only-b", "typo"]) == []
