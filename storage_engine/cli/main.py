@@ -1,11 +1,14 @@
 """``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines (``status`` prints tables
 for people unless given ``--json``), errors on stderr.
 
-Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
+Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``), a storage error, or a partition a maintenance
+command could not maintain (it cannot be read, or compaction marked it uncleanable: the JSON summary is still
+printed, with the partition under ``failures``, the others are still maintained), 2 bad input (usage,
 configuration, no usable log dir, topic names, malformed JSON lines, records the topic refuses, offsets out of range,
 missing files, appends or markers the producer state refuses: printed with Kafka's error name, e.g.
 ``INVALID_PRODUCER_EPOCH``). Every error is one line on stderr, ``storage-engine: error: <what>`` (a usage error
-adds where to find the usage); the usage itself is printed by ``--help`` only.
+adds where to find the usage; a failed partition is ``<topic>-<partition>: <ErrorType>: <what>``, naming the
+file and the fix); the usage itself is printed by ``--help`` only.
 
 :func:`main` is the entry point: it parses the arguments (:mod:`storage_engine.cli.args`), loads the
 config, runs the command (:mod:`storage_engine.cli.data_commands`, :mod:`storage_engine.cli.admin_commands`)
@@ -27,7 +30,7 @@ from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, 
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_status, cmd_verify)
-from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, one_line
+from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, print_error
 from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
 
@@ -50,7 +53,7 @@ NO_CONFIG: dict[str, Callable[[argparse.Namespace], int]] = {"dump-log": cmd_dum
 
 def _error(message: str, code: int) -> int:
     """Every error of a command is one line on stderr: ``storage-engine: error: <what>``."""
-    sys.stderr.write(f"storage-engine: error: {one_line(message)}\n")
+    print_error(message)
     return code
 
 
