@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
-                                   InvalidTopicError, OffsetOutOfRangeError, ProducerStateError, RecordTooLargeError,
-                                   StorageError)
+                                   InvalidTopicError, OffsetOutOfRangeError, PartitionNotFoundError, ProducerStateError,
+                                   RecordTooLargeError, StorageError)
 from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
@@ -69,11 +69,22 @@ def require_a_usable_log_dir(config: StorageConfig) -> None:
                           f"offline: {offline}")
 
 
+def _why_missing(args: argparse.Namespace, config: StorageConfig | None) -> StorageError | None:
+    """Why the partition a command names (``--topic``, ``--partition``) was not found, when it is one whose folder
+    vanished or became a file while its log dir still lists it (:func:`storage_engine.log.health.why_missing`)."""
+    from storage_engine.log.health import why_missing
+    topic, partition = getattr(args, "topic", None), getattr(args, "partition", None)
+    if config is None or not isinstance(topic, str) or not isinstance(partition, int):
+        return None
+    return why_missing(config.log_dirs, (topic, partition))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    config: StorageConfig | None = None
     try:
         if args.command in NO_CONFIG:
             return NO_CONFIG[args.command](args)
@@ -82,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args, config)
     except ProducerStateError as exc:   # refused by the producer state: named as Kafka names it
         return _error(f"{exc.kafka_name}: {exc}", EXIT_BAD_INPUT)
+    except PartitionNotFoundError as exc:
+        unreadable = _why_missing(args, config)
+        if unreadable is not None:      # not bad input: the partition is there, and cannot be read
+            return _error(str(unreadable), EXIT_DAMAGE)
+        return _error(str(exc), EXIT_BAD_INPUT)
     except (InvalidRequestError, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
             InvalidRecordError, InvalidRecordForTopicError, ValueError) as exc:
         return _error(str(exc), EXIT_BAD_INPUT)

@@ -160,15 +160,19 @@ def test_an_uncleanable_partition_fails_every_compact_until_it_is_cleared(store)
     assert rc == 1 and "cannot clean c-0" in error_lines(err)[0]
 
 
-def test_delete_records_and_single_partition_retention_of_an_unreadable_partition_exit_1(store):
+def test_a_command_naming_an_unreadable_partition_exits_1_naming_it_not_2_as_unknown(store):
     cfg, log_dir = store
     path = folder_becomes_file(log_dir, "b-0")
-    for command in (["delete-records", "--topic", "b", "--partition", "0", "--offset", "5"],
-                    ["retention", "--topic", "b", "--partition", "0"]):
+    tp = ["--topic", "b", "--partition", "0"]
+    for command in (["delete-records", *tp, "--offset", "5"], ["retention", *tp],
+                    ["move-partition", *tp, "--to-dir", str(log_dir)],
+                    ["end-txn", *tp, "--producer-id", "1", "--epoch", "0", "--commit"], ["consume", *tp]):
         rc, out, err = run("--config", cfg, *command)
         assert rc == 1 and out == ""
         (line,) = error_lines(err)
-        assert "partition b-0 cannot be read" in line and path in line
+        assert "partition b-0 cannot be read" in line and path in line, command
+    rc, out, err = run("--config", cfg, "consume", "--topic", "b", "--partition", "7")     # does not exist: exit 2
+    assert rc == 2 and out == "" and "partition b-7 does not exist" in error_lines(err)[0]
 
 
 def test_verify_prints_one_stderr_line_per_problem(store):
