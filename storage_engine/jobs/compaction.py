@@ -41,7 +41,11 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
     """Select the dirtiest compacted logs and clean them (one round each).
 
     ``upper_time_bound_ms`` (a DAG run's data interval end) stops cleaning at the first segment holding a
-    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
+    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark).
+
+    ``failures`` lists the compacted partitions the call could not clean: those whose cleaning failed now (and
+    were marked uncleanable), those marked uncleanable before (every call, until the mark is cleared), and those
+    that cannot be read; the others are cleaned all the same."""
     from storage_engine.maintenance import cleaner_manager
     from storage_engine.maintenance.cleaner import Cleaner
     clock = clock_at(now_ms)
