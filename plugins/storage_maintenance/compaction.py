@@ -177,11 +177,13 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         # the damage (the selection skips it until an operator clears it), and the task fails at once naming it.
         name = f"{self.topic}-{self.partition}"
         reason = str(damage.get("error") or "damaged batch")
+        error_type = str(damage.get("error_type") or "CorruptRecordError")
         hook = StorageEngineHook(config_path=self._arg("--config"), host=self.host)
-        hook.mark_uncleanable(self.topic, int(self.partition), reason, run_as_of(context)["now_ms"])
+        # The mark names the error's type as the engine's marks do, so that the later runs, which fail on the mark,
+        # report the same root cause as this one (alerted once).
+        hook.mark_uncleanable(self.topic, int(self.partition), f"{error_type}: {reason}", run_as_of(context)["now_ms"])
         error = AirflowFailException(f"{name} is damaged and now marked uncleanable: {reason}")
-        fail_partition(context, self.topic, int(self.partition), damage.get("error_type") or "CorruptRecordError",
-                       reason)
+        fail_partition(context, self.topic, int(self.partition), error_type, reason)
         record_error(context, error)
         raise error
 

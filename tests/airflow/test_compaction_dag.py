@@ -329,3 +329,10 @@ def test_damage_under_the_spark_key_map_fails_that_task_marks_the_partition_and_
     # No map and no damage report are left behind.
     left = [os.path.join(root, f) for root, _dirs, files in os.walk(fixture.root / "keymaps") for f in files]
     assert left == []
+    # The next run fails ue-0's clean task on the mark (no Spark job), the same root cause: no second alert.
+    rerun = parse_dag("log_compaction").test(logical_date=T.replace(minute=5), run_conf={"map_strategy": "spark"})
+    assert rerun.state == "failed" and run_results(rerun)[("spark_submissions", -1)] == []
+    (failed,) = [ti for (task, _), ti in task_instances(rerun).items() if task == "clean"]
+    assert failed.state == "failed"
+    mailbox, webhook = alerting
+    assert len(mailbox.messages) == 1 and len(webhook.received) == 1
