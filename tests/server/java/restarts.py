@@ -1,0 +1,285 @@
+"""Broker restarts under a transactional consume-transform-produce worker: does ``sendOffsetsToTransaction``
+stall, and does exactly-once hold? Run outside the suite (tests/server/test_txn_java.py is its small version):
+
+    python -m tests.server.java.restarts --client java --trials 3 --restarts 5
+    python -m tests.server.java.restarts --client librdkafka --trials 3 --restarts 5 [--recovery none]
+
+A trial: a broker process (tests/server/broker_proc.py) on a fresh dir, ``--partitions`` input partitions holding
+``--records`` records, one worker (``java``: java/TxnWorker.java on kafka-clients; ``librdkafka``:
+tests/server/txn_worker.py on confluent-kafka, with ``metadata.recovery.strategy`` set by ``--recovery``, default
+librdkafka's own ``rebootstrap``, and ``debug=eos,protocol,broker`` to its stderr). Each restart waits for a
+commit after the previous one, then stops the broker, by SIGKILL and SIGTERM in turn, and starts it again on the
+same port after 0-1 s. A restart is a stall when the worker commits nothing within ``--stall-s`` seconds of the
+broker serving again; the stalled worker is then made to print its stack (the Python one only), killed and
+started again, so the trial goes on. At the end the output is read ``read_committed``: each input record must be
+there exactly once. One JSON line per restart and a summary per trial go to stdout; each trial's dir (broker
+log, worker stderr) is kept under ``--keep``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.java import build
+
+ROOT = Path(__file__).resolve().parents[3]
+BROKER = {"transaction.state.log.num.partitions": 5, "offsets.topic.num.partitions": 5,
+          "group.initial.rebalance.delay.ms": 0}
+TIMEOUT = 60.0
+
+
+class Worker:
+    """A worker process of either client; its stdout events collected by a thread, stderr in a file per run."""
+
+    def __init__(self, command: Callable[[], list[str]], tmp: Path, env: dict[str, str] | None = None):
+        self.command, self.tmp, self.env = command, tmp, env
+        self.proc: subprocess.Popen[str] | None = None
+        self.events: list[dict] = []
+        self.runs = 0
+        self.committed: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        self.runs += 1
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(self.command(), cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         env={**os.environ, **(self.env or {})})
+        threading.Thread(target=self._read, args=(self.proc, self.runs), daemon=True).start()
+
+    @property
+    def err_path(self) -> Path:
+        return self.tmp / f"worker-{self.runs}.err"
+
+    def _read(self, proc: subprocess.Popen[str], run: int) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            event = {**json.loads(line), "run": run, "t": time.monotonic()}
+            with self.lock:
+                if event["event"] == "committed":
+                    for p, o in event["offsets"].items():
+                        self.committed[int(p)] = max(self.committed.get(int(p), 0), o)
+                self.events.append(event)
+
+    def commits(self) -> int:
+        with self.lock:
+            return sum(1 for e in self.events if e["event"] == "committed")
+
+    def commits_since(self, t: float) -> list[dict]:
+        with self.lock:
+            return [e for e in self.events if e["event"] == "committed" and e["t"] >= t]
+
+    def aborts_between(self, t0: float, t1: float) -> list[str]:
+        """The reasons of the transactions aborted from ``t0`` to ``t1``."""
+        with self.lock:
+            return [e["reason"][:160] for e in self.events if e["event"] == "aborted" and t0 <= e["t"] <= t1]
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def alive(self) -> bool:
+        code = self.exited()
+        assert code is None, f"the worker exited with {code} by itself: {self.report()}"
+        return True
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def report(self) -> str:
+        with self.lock:
+            tail = [e for e in self.events if e["event"] != "committed"][-8:]
+        err = self.err_path.read_text(errors="replace")[-3000:] if self.err_path.exists() else ""
+        return f"last events {tail}; stderr of run {self.runs} (end):\n{err}"
+
+
+def create_topics(bootstrap: str, **partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()]).values():
+        future.result(TIMEOUT)
+
+
+def fill_input(bootstrap: str, topic: str, partitions: int, records: int) -> dict[int, int]:
+    """Record n (key and value ``n``) to partition n % partitions; the end offsets."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "log_level": 3})
+    for n in range(records):
+        p.produce(topic, key=str(n).encode(), value=str(n).encode(), partition=n % partitions)
+    assert p.flush(TIMEOUT) == 0
+    return {q: len(range(q, records, partitions)) for q in range(partitions)}
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, list[str]]:
+    """Every value of every partition of ``topic``, read ``read_committed`` from 0 to the last stable offset."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "checker", "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3})
+    out: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: only partitions {sorted(at_end)} read to the end"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out[msg.partition()].append(msg.value().decode())
+    finally:
+        c.close()
+    return out
+
+
+def exactly_once(output: dict[int, list[str]], ends: dict[int, int], partitions: int) -> dict:
+    """Lost and duplicated input records in the committed output (value ``<p>:<offset>:<n>``)."""
+    lost = duplicated = 0
+    for q in range(partitions):
+        expected = [f"{q}:{o}:{o * partitions + q}" for o in range(ends[q])]
+        got = output[q]
+        lost += len(set(expected) - set(got))
+        duplicated += len(got) - len(set(got))
+        assert set(got) <= set(expected), f"partition {q}: records that name no input record"
+    return {"lost": lost, "duplicated": duplicated,
+            "in_order": all(output[q] == [f"{q}:{o}:{o * partitions + q}" for o in range(ends[q])]
+                            for q in range(partitions))}
+
+
+def worker_for(client: str, spec: dict, recovery: str | None, tmp: Path) -> Worker:
+    if client == "java":
+        args = [f"{k}={v}" for k, v in spec.items() if k != "ends"]
+        args.append("ends=" + ",".join(f"{p}:{o}" for p, o in sorted(spec["ends"].items())))
+        args.append(f"work_ms={int(spec['work_s'] * 1000)}")
+        return Worker(lambda: build.command("TxnWorker", *args), tmp)
+    extra = {"debug": "eos,protocol,broker", "log_level": 7}
+    if recovery is not None:
+        extra["metadata.recovery.strategy"] = recovery
+    else:
+        extra["metadata.recovery.strategy"] = "rebootstrap"       # librdkafka's default, stated
+    full = {**spec, "producer": extra, "consumer": {"metadata.recovery.strategy": extra["metadata.recovery.strategy"]}}
+    return Worker(lambda: [sys.executable, str(ROOT / "tests" / "server" / "txn_worker.py"), json.dumps(full)], tmp)
+
+
+def trial(args, n: int, rng: random.Random, out: Path) -> dict:
+    tmp = out / f"{args.client}-{n}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    broker = BrokerProcess(tmp, broker=BROKER).start()
+    worker: Worker | None = None
+    restarts: list[dict] = []
+    try:
+        create_topics(broker.bootstrap, **{"in": args.partitions, "out": args.partitions})
+        ends = fill_input(broker.bootstrap, "in", args.partitions, args.records)
+        spec = {"bootstrap": broker.bootstrap, "input": "in", "output": "out", "ends": ends, "group": "g",
+                "instance": "w", "transactional_id": "w", "commit_every": args.commit_every,
+                "work_s": args.work_ms / 1000}
+        worker = worker_for(args.client, spec, args.recovery, tmp)
+        w = worker
+        w.start()
+        for i in range(args.restarts):
+            before = w.commits()
+            wait_until(f"a commit before restart {i}", lambda: w.exited() == 0 or w.alive() and w.commits() > before,
+                       TIMEOUT)
+            if w.exited() == 0:
+                break                       # done before every restart was made: --records too small
+            time.sleep(rng.uniform(0, 0.5))
+            how = "SIGKILL" if i % 2 == 0 else "SIGTERM"
+            killed_at = time.monotonic()
+            if how == "SIGKILL":
+                broker.kill()
+            else:
+                assert broker.stop() == 0, "the broker's SIGTERM stop did not exit 0"
+            time.sleep(rng.uniform(0, 1.0))
+            broker.restart()
+            served = time.monotonic()
+            got: list[dict] = []
+            deadline = served + args.stall_s
+            while time.monotonic() < deadline and not got and w.exited() is None:
+                time.sleep(0.1)
+                got = w.commits_since(served)
+            record = {"trial": n, "restart": i, "how": how, "down_s": round(served - killed_at, 2)}
+            if got:
+                first = got[0]
+                record.update(stalled=False, first_commit_after_s=round(first["t"] - served, 2),
+                              send_offsets_ms=first.get("send_offsets_ms"),
+                              aborts=w.aborts_between(killed_at, first["t"]))
+            elif w.exited() is not None and w.exited() != 0:
+                record.update(stalled=False, worker_exit=w.exited(), report=w.report())
+            elif w.exited() == 0:
+                record.update(stalled=False, finished=True)
+            else:
+                record.update(stalled=True, stalled_s=args.stall_s)
+                if args.client == "librdkafka" and w.proc is not None:
+                    w.proc.send_signal(signal.SIGUSR1)          # the worker's stacks on its stderr
+                    time.sleep(1)
+                elif w.proc is not None and shutil.which("jstack"):
+                    with open(w.err_path, "a") as err:          # the Java threads' stacks
+                        subprocess.run(["jstack", str(w.proc.pid)], stdout=err, stderr=err, timeout=60)
+                record["stderr"] = str(w.err_path)
+                w.kill()
+                w.start()
+            restarts.append(record)
+            print(json.dumps(record), flush=True)
+            if "worker_exit" in record:
+                raise AssertionError(f"the worker exited with {record['worker_exit']}")
+        wait_until("the worker to finish", lambda: w.exited() is not None, 600)
+        assert w.exited() == 0, f"the worker exited with {w.exited()}: {w.report()}"
+        result = exactly_once(read_committed(broker.bootstrap, "out", args.partitions), ends, args.partitions)
+        assert broker.stop() == 0
+    finally:
+        if worker is not None:
+            worker.kill()
+        broker.close()
+    summary = {"trial": n, "client": args.client, "restarts": len(restarts),
+               "stalls": sum(r["stalled"] for r in restarts), "worker_runs": worker.runs, **result,
+               "records": args.records}
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--client", choices=["java", "librdkafka"], required=True)
+    ap.add_argument("--recovery", choices=["none", "rebootstrap"], default=None,
+                    help="librdkafka's metadata.recovery.strategy (default: its own default, rebootstrap)")
+    ap.add_argument("--trials", type=int, default=1)
+    ap.add_argument("--restarts", type=int, default=5)
+    ap.add_argument("--records", type=int, default=20000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--commit-every", type=int, default=50)
+    ap.add_argument("--work-ms", type=int, default=1)
+    ap.add_argument("--stall-s", type=float, default=45.0)
+    ap.add_argument("--seed", type=int, default=37)
+    ap.add_argument("--keep", type=Path, default=ROOT / "var" / "txn-restarts")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    args.keep.mkdir(parents=True, exist_ok=True)
+    out = Path(args.keep) / time.strftime("%Y%m%dT%H%M%S")
+    sums = [trial(args, n, rng, out) for n in range(args.trials)]
+    total = {"client": args.client, "recovery": args.recovery, "trials": len(sums),
+             "restarts": sum(s["restarts"] for s in sums), "stalls": sum(s["stalls"] for s in sums),
+             "lost": sum(s["lost"] for s in sums), "duplicated": sum(s["duplicated"] for s in sums),
+             "records": sum(s["records"] for s in sums), "dir": str(out)}
+    print(json.dumps(total), flush=True)
+    return 0 if total["lost"] == total["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
