@@ -10,12 +10,13 @@
  *
  * It consumes the input as a member of the group (read_committed, no auto commit) and, for every input record,
  * produces "<partition>:<offset>:<value>" to the same partition of the output within a transaction. Every
- * commit_every records, or when a poll brings none, it sends the positions after the records of the transaction
- * with sendOffsetsToTransaction and commits. As Kafka's documentation says: a TimeoutException of
- * sendOffsetsToTransaction or commitTransaction is retried (the call resumes where it was); ProducerFenced,
- * OutOfOrderSequence, UnsupportedVersion and authorization errors are fatal (exit 3); any other KafkaException
- * aborts the transaction and rewinds every assigned partition to the group's committed offset. A rebalance that
- * takes partitions away aborts the open transaction. It exits 0 once the group's committed offsets are the ends.
+ * commit_every records (a poll brings at most that many), or when a poll brings none, it sends the positions after
+ * the records of the transaction with sendOffsetsToTransaction and commits. As Kafka's documentation says: a
+ * TimeoutException of sendOffsetsToTransaction or commitTransaction is retried (the call resumes where it was);
+ * ProducerFenced, OutOfOrderSequence, UnsupportedVersion and authorization errors are fatal (exit 3); any other
+ * KafkaException aborts the transaction and rewinds every assigned partition to the group's committed offset. A
+ * rebalance that takes partitions away aborts the open transaction. It exits 0 once the group's committed offsets
+ * are the ends.
  *
  * stdout carries one JSON object per line: {"event": "started"}; {"event": "committed", "records": n,
  * "offsets": {partition: offset}, "send_offsets_ms": t, "commit_ms": t} after each commit, the times being those
@@ -93,6 +94,7 @@ public final class TxnWorker {
         c.put("session.timeout.ms", "10000");
         c.put("heartbeat.interval.ms", "500");
         c.put("max.poll.interval.ms", "120000");
+        c.put("max.poll.records", String.valueOf(commitEvery));   // a transaction is one poll's records
         c.put("reconnect.backoff.max.ms", "500");
         c.put("default.api.timeout.ms", String.valueOf(CALL_TIMEOUT_MS));
         c.put("key.deserializer", ByteArrayDeserializer.class.getName());

@@ -33,7 +33,7 @@ from typing import Callable
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.broker_proc import BrokerProcess
 from tests.server.java import build
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -193,11 +193,37 @@ def trial(args, n: int, rng: random.Random, out: Path) -> dict:
         worker = worker_for(args.client, spec, args.recovery, tmp)
         w = worker
         w.start()
+        stalls: list[dict] = []
+
+        def next_commit(since: float, where: str) -> dict | None:
+            """The worker's first commit after ``since``; None when it is done. A wait of ``--stall-s`` without
+            one is a stall: the worker's stacks go to its stderr, it is killed and started again."""
+            while True:
+                deadline = time.monotonic() + args.stall_s
+                while time.monotonic() < deadline:
+                    got = w.commits_since(since)
+                    if got:
+                        return got[0]
+                    if w.exited() is not None:
+                        assert w.exited() == 0, f"the worker exited with {w.exited()}: {w.report()}"
+                        return None
+                    time.sleep(0.1)
+                stall = {"trial": n, "stall": where, "stalled_s": args.stall_s, "stderr": str(w.err_path),
+                         "last_events": [e["event"] for e in w.events[-3:]]}
+                if args.client == "librdkafka" and w.proc is not None:
+                    w.proc.send_signal(signal.SIGUSR1)          # the worker's stacks on its stderr
+                    time.sleep(1)
+                elif w.proc is not None and shutil.which("jstack"):
+                    with open(w.err_path, "a") as err:          # the Java threads' stacks
+                        subprocess.run(["jstack", str(w.proc.pid)], stdout=err, stderr=err, timeout=60)
+                stalls.append(stall)
+                print(json.dumps(stall), flush=True)
+                w.kill()
+                w.start()
+
         for i in range(args.restarts):
-            before = w.commits()
-            wait_until(f"a commit before restart {i}", lambda: w.exited() == 0 or w.alive() and w.commits() > before,
-                       TIMEOUT)
-            if w.exited() == 0:
+            # a commit since the previous restart's first one (or the start)
+            if next_commit(time.monotonic() if i else 0.0, f"before restart {i}") is None:
                 break                       # done before every restart was made: --records too small
             time.sleep(rng.uniform(0, 0.5))
             how = "SIGKILL" if i % 2 == 0 else "SIGTERM"
@@ -207,48 +233,30 @@ def trial(args, n: int, rng: random.Random, out: Path) -> dict:
             else:
                 assert broker.stop() == 0, "the broker's SIGTERM stop did not exit 0"
             time.sleep(rng.uniform(0, 1.0))
+            stopped_s = round(time.monotonic() - killed_at, 2)
             broker.restart()
             served = time.monotonic()
-            got: list[dict] = []
-            deadline = served + args.stall_s
-            while time.monotonic() < deadline and not got and w.exited() is None:
-                time.sleep(0.1)
-                got = w.commits_since(served)
-            record = {"trial": n, "restart": i, "how": how, "down_s": round(served - killed_at, 2)}
-            if got:
-                first = got[0]
-                record.update(stalled=False, first_commit_after_s=round(first["t"] - served, 2),
+            before = len(stalls)
+            first = next_commit(served, f"after restart {i}")
+            record = {"trial": n, "restart": i, "how": how, "stopped_s": stopped_s,
+                      "down_s": round(served - killed_at, 2), "stalled": len(stalls) > before}
+            if first is not None:
+                record.update(first_commit_after_s=round(first["t"] - served, 2),
                               send_offsets_ms=first.get("send_offsets_ms"),
                               aborts=w.aborts_between(killed_at, first["t"]))
-            elif w.exited() is not None and w.exited() != 0:
-                record.update(stalled=False, worker_exit=w.exited(), report=w.report())
-            elif w.exited() == 0:
-                record.update(stalled=False, finished=True)
-            else:
-                record.update(stalled=True, stalled_s=args.stall_s)
-                if args.client == "librdkafka" and w.proc is not None:
-                    w.proc.send_signal(signal.SIGUSR1)          # the worker's stacks on its stderr
-                    time.sleep(1)
-                elif w.proc is not None and shutil.which("jstack"):
-                    with open(w.err_path, "a") as err:          # the Java threads' stacks
-                        subprocess.run(["jstack", str(w.proc.pid)], stdout=err, stderr=err, timeout=60)
-                record["stderr"] = str(w.err_path)
-                w.kill()
-                w.start()
             restarts.append(record)
             print(json.dumps(record), flush=True)
-            if "worker_exit" in record:
-                raise AssertionError(f"the worker exited with {record['worker_exit']}")
-        wait_until("the worker to finish", lambda: w.exited() is not None, 600)
-        assert w.exited() == 0, f"the worker exited with {w.exited()}: {w.report()}"
+        while next_commit(time.monotonic(), "after the last restart") is not None:
+            pass
         result = exactly_once(read_committed(broker.bootstrap, "out", args.partitions), ends, args.partitions)
         assert broker.stop() == 0
     finally:
         if worker is not None:
             worker.kill()
         broker.close()
-    summary = {"trial": n, "client": args.client, "restarts": len(restarts),
-               "stalls": sum(r["stalled"] for r in restarts), "worker_runs": worker.runs, **result,
+    summary = {"trial": n, "client": args.client, "restarts": len(restarts), "stalls": len(stalls),
+               "stalls_right_after_a_restart": sum(r["stalled"] for r in restarts), "worker_runs": worker.runs,
+               **result,
                "records": args.records}
     print(json.dumps(summary), flush=True)
     return summary
