@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,44 @@ class Worker:
             tail = [e for e in self.events if e["event"] != "committed"][-8:]
         err = self.err_path.read_text(errors="replace")[-3000:] if self.err_path.exists() else ""
         return f"last events {tail}; stderr of run {self.runs} (end):\n{err}"
+
+
+_LINE = re.compile(r"^%\d\|(?P<ts>[\d.]+)\|(?P<fac>[A-Z]+)\|(?P<client>[^|]+)\| \[thrd:(?P<thrd>[^\]]*)\]: (?P<msg>.*)$")
+_SENT = re.compile(r"(?P<name>\S+): Sent (?P<req>\w+)Request \(.*CorrId (?P<corr>\d+)\)")
+_RECV = re.compile(r"(?P<name>\S+): Received (?P<req>\w+)Response \(.*CorrId (?P<corr>\d+)")
+
+
+def librdkafka_stall(err_path: Path) -> dict:
+    """What librdkafka's producer did (its ``debug=eos,protocol,broker`` log) from the last
+    ``send_offsets_to_transaction`` call that never returned: the requests it sent, by type, those without a
+    response, whether a TxnOffsetCommit or a FindCoordinator beyond its transaction coordinator queries was sent,
+    and how many times a decommissioned broker handle said it was terminating."""
+    lines = []
+    for raw in err_path.read_text(errors="replace").splitlines():
+        m = _LINE.match(raw)
+        if m and "producer" in m["client"]:
+            lines.append(m)
+    calls = [i for i, m in enumerate(lines) if "Transactional API called: send_offsets_to_transaction" in m["msg"]]
+    returns = [i for i, m in enumerate(lines) if "send_offsets_to_transaction return" in m["msg"]]
+    if not calls or (returns and returns[-1] > calls[-1]):
+        return {"send_offsets_blocked": False}
+    tail = lines[calls[-1]:]
+    sent: dict[str, int] = {}
+    waiting: dict[tuple[str, str], str] = {}
+    for m in tail:
+        if (x := _SENT.search(m["msg"])):
+            sent[x["req"]] = sent.get(x["req"], 0) + 1
+            waiting[(x["name"], x["corr"])] = x["req"]
+        elif (x := _RECV.search(m["msg"])):
+            waiting.pop((x["name"], x["corr"]), None)
+    txn_queries = sum("Querying for transaction coordinator" in m["msg"] for m in tail)
+    return {"send_offsets_blocked": True, "blocked_from": tail[0]["ts"], "log_until": tail[-1]["ts"],
+            "requests_sent": sent, "unanswered": sorted(set(waiting.values())),
+            "add_offsets_ok": any("AddOffsetsToTxn response" in m["msg"] and "NO_ERROR" in m["msg"] for m in tail),
+            "txn_offset_commit_sent": sent.get("TxnOffsetCommit", 0) > 0,
+            "find_coordinator_beyond_txn_queries": sent.get("FindCoordinator", 0) - txn_queries,
+            "rebootstraps": sum("Starting re-bootstrap sequence" in m["msg"] for m in lines[:calls[-1]]),
+            "terminating_handle_lines": sum(m["fac"] == "TERMINATE" for m in tail)}
 
 
 def create_topics(bootstrap: str, **partitions: int) -> None:
@@ -213,6 +252,7 @@ def trial(args, n: int, rng: random.Random, out: Path) -> dict:
                 if args.client == "librdkafka" and w.proc is not None:
                     w.proc.send_signal(signal.SIGUSR1)          # the worker's stacks on its stderr
                     time.sleep(1)
+                    stall["librdkafka"] = librdkafka_stall(w.err_path)
                 elif w.proc is not None and shutil.which("jstack"):
                     with open(w.err_path, "a") as err:          # the Java threads' stacks
                         subprocess.run(["jstack", str(w.proc.pid)], stdout=err, stderr=err, timeout=60)
