@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def build() -> Path:
     out = ROOT / "var" / "java" / digest
     if (out / ".built").exists():
         return out
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     proc = subprocess.run([javac, "-nowarn", "-d", str(tmp), "-cp", ":".join(map(str, jars())),
@@ -64,8 +65,12 @@ def build() -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"javac failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     (tmp / ".built").touch()
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)                           # whole or not at all: a half-built folder is never used
+    try:
+        tmp.rename(out)                       # whole or not at all: a half-built folder is never used
+    except OSError:                           # another process built the same sources first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / ".built").exists():
+            raise
     return out
 
 

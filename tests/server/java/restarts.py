@@ -115,11 +115,25 @@ _SENT = re.compile(r"(?P<name>\S+): Sent (?P<req>\w+)Request \(.*CorrId (?P<corr
 _RECV = re.compile(r"(?P<name>\S+): Received (?P<req>\w+)Response \(.*CorrId (?P<corr>\d+)")
 
 
+def _requests(lines: list[re.Match[str]]) -> tuple[dict[str, int], list[str]]:
+    """The requests sent in ``lines``, by type, and the types of those without a response there."""
+    sent: dict[str, int] = {}
+    waiting: dict[tuple[str, str], str] = {}
+    for m in lines:
+        if (x := _SENT.search(m["msg"])):
+            sent[x["req"]] = sent.get(x["req"], 0) + 1
+            waiting[(x["name"], x["corr"])] = x["req"]
+        elif (x := _RECV.search(m["msg"])):
+            waiting.pop((x["name"], x["corr"]), None)
+    return sent, sorted(set(waiting.values()))
+
+
 def librdkafka_stall(err_path: Path) -> dict:
-    """What librdkafka's producer did (its ``debug=eos,protocol,broker`` log) from the last
-    ``send_offsets_to_transaction`` call that never returned: the requests it sent, by type, those without a
-    response, whether a TxnOffsetCommit or a FindCoordinator beyond its transaction coordinator queries was sent,
-    and how many times a decommissioned broker handle said it was terminating."""
+    """What librdkafka's producer did (its ``debug=eos,protocol,broker`` log) in a ``send_offsets_to_transaction``
+    call that never returned (the last one): the requests it sent once it had reconnected to the restarted broker
+    (after its last refused or lost connection), by type, and those left without a response; whether it sent a
+    TxnOffsetCommit, or a FindCoordinator other than its transaction coordinator queries; the re-bootstraps it
+    made; and how many times a decommissioned broker handle logged that it was terminating."""
     lines = []
     for raw in err_path.read_text(errors="replace").splitlines():
         m = _LINE.match(raw)
@@ -129,23 +143,21 @@ def librdkafka_stall(err_path: Path) -> dict:
     returns = [i for i, m in enumerate(lines) if "send_offsets_to_transaction return" in m["msg"]]
     if not calls or (returns and returns[-1] > calls[-1]):
         return {"send_offsets_blocked": False}
-    tail = lines[calls[-1]:]
-    sent: dict[str, int] = {}
-    waiting: dict[tuple[str, str], str] = {}
-    for m in tail:
-        if (x := _SENT.search(m["msg"])):
-            sent[x["req"]] = sent.get(x["req"], 0) + 1
-            waiting[(x["name"], x["corr"])] = x["req"]
-        elif (x := _RECV.search(m["msg"])):
-            waiting.pop((x["name"], x["corr"]), None)
+    lost = [i for i, m in enumerate(lines) if m["fac"] == "FAIL" and
+            ("Connection refused" in m["msg"] or "Disconnected" in m["msg"])]
+    start = max([calls[-1]] + lost)
+    tail = lines[start:]
+    sent, unanswered = _requests(tail)
     txn_queries = sum("Querying for transaction coordinator" in m["msg"] for m in tail)
-    return {"send_offsets_blocked": True, "blocked_from": tail[0]["ts"], "log_until": tail[-1]["ts"],
-            "requests_sent": sent, "unanswered": sorted(set(waiting.values())),
-            "add_offsets_ok": any("AddOffsetsToTxn response" in m["msg"] and "NO_ERROR" in m["msg"] for m in tail),
-            "txn_offset_commit_sent": sent.get("TxnOffsetCommit", 0) > 0,
+    return {"send_offsets_blocked": True, "called_at": lines[calls[-1]]["ts"],
+            "reconnected_at": lines[start]["ts"], "log_until": lines[-1]["ts"],
+            "requests_sent_after_reconnect": sent, "unanswered_after_reconnect": unanswered,
+            "add_offsets_ok": any("AddOffsetsToTxn response" in m["msg"] and "NO_ERROR" in m["msg"]
+                                  for m in lines[calls[-1]:]),
+            "txn_offset_commit_sent": any("Sent TxnOffsetCommitRequest" in m["msg"] for m in lines[calls[-1]:]),
             "find_coordinator_beyond_txn_queries": sent.get("FindCoordinator", 0) - txn_queries,
-            "rebootstraps": sum("Starting re-bootstrap sequence" in m["msg"] for m in lines[:calls[-1]]),
-            "terminating_handle_lines": sum(m["fac"] == "TERMINATE" for m in tail)}
+            "rebootstraps": sum("Starting re-bootstrap sequence" in m["msg"] for m in lines),
+            "terminating_handle_lines": sum(m["fac"] == "TERMINATE" for m in lines[calls[-1]:])}
 
 
 def create_topics(bootstrap: str, **partitions: int) -> None:
