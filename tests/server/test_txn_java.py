@@ -95,7 +95,7 @@ def test_java_client_commits_after_every_broker_restart_and_stays_exactly_once(j
     output = read_committed(broker.bootstrap, "out", PARTITIONS)
     assert sum(map(len, output.values())) == RECORDS, {q: len(v) for q, v in output.items()}
     assert exactly_once(output, ends, PARTITIONS) == {"lost": 0, "duplicated": 0, "in_order": True}
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
     got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("java-eos")])["java-eos"].result(60)
     assert {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions} == \
         {("in", q): ends[q] for q in range(PARTITIONS)}

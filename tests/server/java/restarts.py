@@ -161,7 +161,7 @@ def librdkafka_stall(err_path: Path) -> dict:
 
 
 def create_topics(bootstrap: str, **partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     for future in admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()]).values():
         future.result(TIMEOUT)
 
