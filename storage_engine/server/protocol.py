@@ -57,7 +57,7 @@ def frame_size(prefix: bytes) -> int:
     return int(_SIZE.unpack(prefix)[0])
 
 
-def peek_key_version(frame: bytes | memoryview) -> tuple[int, int]:
+def peek_key_version(frame: bytes | bytearray | memoryview) -> tuple[int, int]:
     if len(frame) < 8:
         raise MalformedRequest(f"a request of {len(frame)} bytes is shorter than a request header")
     key, version = _KEY_VERSION.unpack_from(frame, 0)
@@ -221,7 +221,7 @@ def _walk_tags(tagged: Mapping[int, _Field], buf: memoryview, pos: int, end: int
     return pos
 
 
-def check_lengths(cls: Any, frame: bytes | memoryview) -> None:
+def check_lengths(cls: Any, frame: bytes | bytearray | memoryview) -> None:
     """Walk the request header and body of ``cls`` over ``frame``: every count and length must fit in the bytes
     left (raises :class:`MalformedRequest` naming the first that does not). Only lengths are checked; kio reads
     the values."""
@@ -242,7 +242,7 @@ def check_lengths(cls: Any, frame: bytes | memoryview) -> None:
         raise MalformedRequest(f"API key {key} version {version}: body does not parse ({exc})") from None
 
 
-def decode_request(frame: bytes | bytearray, supported: Mapping[int, tuple[int, int]]) -> Request:
+def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int, tuple[int, int]]) -> Request:
     """Decode one request frame (without its size prefix). ``supported`` maps each served API key to its
     (min, max) version. Raises :class:`MalformedRequest` for an unserved key or version (except ApiVersions,
     which answers any version) or a body that does not parse. Bytes after a parsed body are ignored, as Kafka's
