@@ -136,11 +136,11 @@ class Connection:
         :data:`READ_AHEAD` waiting); they are still handled and answered one at a time, in order."""
         while True:
             try:
-                frame = await self._read_frame()
+                # no local keeps a frame while the next one is awaited: an answered frame's memory goes at once
+                await queue.put(await self._read_frame())
             except Exception as exc:   # noqa: BLE001 - handed to the handling loop, which closes the connection
                 await queue.put(exc)
                 return
-            await queue.put(frame)
 
     async def run(self) -> None:
         queue: asyncio.Queue[bytearray | BaseException] = asyncio.Queue(READ_AHEAD)
@@ -154,6 +154,7 @@ class Connection:
                     if isinstance(item, BaseException):
                         raise item
                     frame = item
+                    del item
                 elif self.raw_tokens:
                     await self._raw_token(protocol.frame_size(await self.reader.readexactly(4)))
                     continue

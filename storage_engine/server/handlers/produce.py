@@ -20,11 +20,18 @@ _PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a
 TRANSACTIONAL = 0x10                     # the attributes bit
 
 
-def _batch_count(records: bytes) -> int:
-    """How many batches ``records`` holds, by their length fields (a torn last one counts)."""
+MIN_RECORD_SIZE = 14                     # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: no batch is shorter
+
+
+def _batch_count(records: bytes) -> int | str:
+    """How many batches ``records`` holds, by their length fields (a torn last one counts); a length below
+    :data:`MIN_RECORD_SIZE` is the message Kafka's ``ByteBufferLogInputStream`` fails with (CORRUPT_MESSAGE)."""
     pos, count = 0, 0
     while pos + 12 <= len(records):
-        pos += 12 + struct.unpack_from(">i", records, pos + 8)[0]
+        size = struct.unpack_from(">i", records, pos + 8)[0]
+        if size < MIN_RECORD_SIZE:
+            return f"Record size {size} at byte {pos} is less than the minimum record overhead ({MIN_RECORD_SIZE})"
+        pos += 12 + size
         count += 1
     return count
 
@@ -66,7 +73,10 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
                              records: bytes) -> dict[str, Any]:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
-    if _batch_count(records) > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
+    count = _batch_count(records)
+    if isinstance(count, str):
+        return {"index": partition, "error_code": 2, "base_offset": -1, "error_message": count}
+    if count > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
         return {"index": partition, "error_code": 87, "base_offset": -1,
                 "error_message": "Produce v3 and above takes exactly one record batch per partition"}
     producer = _producer_of(records)
