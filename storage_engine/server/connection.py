@@ -104,6 +104,9 @@ class Connection:
         if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
             raise Closing(f"request size {size} before SASL authentication is above "
                           f"{MAX_UNAUTHENTICATED_BYTES} (sasl.server.max.receive.size)")
+        if not self.pool.fits_now(size) and self.pool.should_log_wait():
+            logger.info("%s waits for memory: a request of %d bytes, %d of queued.max.request.bytes=%s in use",
+                        self.peer, size, self.pool.used, self.pool.capacity)
         await self.pool.acquire(size)      # nothing more is read from this socket until the frame fits
         self.held += size
         frame = await self._timed(self._read_body(size), receive, late)

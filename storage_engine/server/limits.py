@@ -22,6 +22,7 @@ import ctypes.util
 import logging
 import os
 import resource
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,19 @@ class MemoryPool:
         self.waits = 0                     # frames that had to wait for memory
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._released = 0                 # bytes released since the last trim
+        self._logged = float("-inf")       # when a wait was last logged
+
+    def fits_now(self, size: int) -> bool:
+        """Whether :meth:`acquire` of ``size`` would return at once."""
+        return not self._waiters and self._fits(size)
+
+    def should_log_wait(self) -> bool:
+        """True at most once a second: a wait is worth a log line, a flood of them is not."""
+        now = time.monotonic()
+        if now - self._logged < 1.0:
+            return False
+        self._logged = now
+        return True
 
     def _fits(self, size: int) -> bool:
         return self.capacity is None or self.used == 0 or self.used + size <= self.capacity
