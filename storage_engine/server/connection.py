@@ -93,12 +93,18 @@ class Connection:
                 if self.busy:
                     self.last_active = loop.time()            # a request in flight is activity
 
-    async def _read_frame(self) -> bytearray:
+    def _late(self) -> str:
+        return (f"a request frame took longer than {self.limits.receive_s} s to arrive "
+                f"(socket.request.receive.timeout.ms)")
+
+    async def _read_size(self) -> int:
+        """The next frame's size prefix, under the idle and receive timeouts."""
         first = await self._first_byte()
-        receive = self.limits.receive_s
-        late = f"a request frame took longer than {receive} s to arrive (socket.request.receive.timeout.ms)"
-        prefix = first + await self._timed(self.reader.readexactly(3), receive, late)
-        size = protocol.frame_size(prefix)
+        return protocol.frame_size(first + await self._timed(self.reader.readexactly(3), self.limits.receive_s,
+                                                             self._late()))
+
+    async def _read_frame(self) -> bytearray:
+        size = await self._read_size()
         if size < 8 or size > self.max_bytes:
             raise Closing(f"request size {size} is outside [8, socket.request.max.bytes={self.max_bytes}]")
         if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
@@ -109,7 +115,7 @@ class Connection:
                         self.peer, size, self.pool.used, self.pool.capacity)
         await self.pool.acquire(size)      # nothing more is read from this socket until the frame fits
         self.held += size
-        frame = await self._timed(self._read_body(size), receive, late)
+        frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
         self.last_active = asyncio.get_running_loop().time()
         return frame
 
@@ -159,7 +165,7 @@ class Connection:
                     frame = item
                     del item
                 elif self.raw_tokens:
-                    await self._raw_token(protocol.frame_size(await self.reader.readexactly(4)))
+                    await self._raw_token(await self._read_size())
                     continue
                 else:
                     frame = await self._read_frame()
@@ -244,7 +250,7 @@ class Connection:
         assert self.auth is not None
         if not 0 <= size <= MAX_UNAUTHENTICATED_BYTES:
             raise Closing(f"SASL token size {size} is outside [0, {MAX_UNAUTHENTICATED_BYTES}]")
-        token = await self.reader.readexactly(size)
+        token = await self._timed(self.reader.readexactly(size), self.limits.receive_s, self._late())
         self.current = f"a {self.auth.mechanism} token after SaslHandshake v0"
         try:
             answer = self.auth.step(token)
