@@ -145,10 +145,12 @@ def _encode_length(n: int, span: Span) -> bytes:
     return n.to_bytes(span.width, "big", signed=True)
 
 
-def mutate_fields(rng: random.Random, payload: bytes, cls: Any) -> tuple[bytes, list[str]]:
-    """``payload`` with one to three of its body's fields rewritten (see the module docstring). Fields are
-    changed from the last to the first, so a rewritten length never moves a field still to change."""
-    found = [s for s in spans(cls, payload) if s.path.rsplit(".", 1)[-1].split("[")[0] not in WAITING]
+def mutate_fields(rng: random.Random, payload: bytes, cls: Any, values_only: bool = False) -> tuple[bytes, list[str]]:
+    """``payload`` with one to three of its body's fields rewritten (see the module docstring); ``values_only``:
+    integers and records only, so the frame still parses and reaches its handler. Fields are changed from the
+    last to the first, so a rewritten length never moves a field still to change."""
+    found = [s for s in spans(cls, payload) if s.path.rsplit(".", 1)[-1].split("[")[0] not in WAITING
+             and not (values_only and s.kind in ("count", "length"))]
     if not found:
         return payload, []
     # integers and records are changed more often than lengths: a wrong length mostly ends in a body that does
@@ -320,8 +322,9 @@ class Runner:
         body = wire.sample_request(rng, key, version, self.targets)
         payload = wire.encode(body, n + 1)
         ops: list[str] = []
-        if rng.random() < 0.8:
-            payload, ops = mutate_fields(rng, payload, cls)
+        choice = rng.random()
+        if choice < 0.8:   # half of the changed frames keep their shape, so they reach the handler
+            payload, ops = mutate_fields(rng, payload, cls, values_only=choice < 0.4)
             self.tally.mutated += bool(ops)
         name = APIS[key].name
         self.tally.frames[name] += 1

@@ -187,24 +187,35 @@ def test_rss_returns_to_its_level_after_a_burst_of_large_frames(broker_factory, 
 
 @pytest.mark.e2e
 def test_an_idle_connection_is_closed_but_not_one_with_a_request_in_flight(broker_factory):
-    server = broker_factory(broker={"connections.max.idle.ms": 500})
+    """connections.max.idle.ms = 3 s: a connection that sends nothing more is closed with one line naming the key;
+    one whose Fetch waits 7 s for data is not idle meanwhile, so right after the answer it still takes a request
+    (had the wait counted as idle, the close would be due the moment the Fetch is answered)."""
+    from tests.server.fuzz_campaign import create_topic
+
+    server = broker_factory(broker={"connections.max.idle.ms": 3000})
+    create_topic(server.bootstrap, "idle-topic", 1)
     idle = wire.Conn(server.bootstrap)
     busy = wire.Conn(server.bootstrap)
     try:
         idle.request(wire.api_versions(3), 1)
-        # a Fetch that waits 3 s (six idle periods) for data that never comes: in flight, so not idle
-        fetch = wire.build_request(1, 12, replica_id=-1, max_wait=_ms(3000), min_bytes=1, max_bytes=1024,
-                                   isolation_level=0, session_id=0, session_epoch=-1, topics=[],
-                                   forgotten_topics_data=[], rack_id="")
+        fetch = wire.build_request(1, 12, replica_id=-1, max_wait=_ms(7000), min_bytes=1, max_bytes=1024,
+                                   isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                                   forgotten_topics_data=[],
+                                   topics=[{"topic": "idle-topic", "partitions": [
+                                       {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                        "last_fetched_epoch": -1, "log_start_offset": -1,
+                                        "partition_max_bytes": 1024}]}])
         busy.send(wire.request_frame(fetch, 5))
         assert idle.expect_closed(timeout=60) == b""
         corr, body = wire.decode_response(1, 12, busy.read_frame(60))
         assert corr == 5 and int(body.error_code) == 0
+        assert body.responses[0].partitions[0].records in (b"", None)      # it waited for data that never came
+        assert int(busy.request(wire.api_versions(3), 6).error_code) == 0
     finally:
         idle.close()
         busy.close()
     log = server.log_text()
-    assert f"127.0.0.1:{idle.local_port} on PLAINTEXT://127.0.0.1:0: idle for 500 ms (connections.max.idle.ms)" \
+    assert f"127.0.0.1:{idle.local_port} on PLAINTEXT://127.0.0.1:0: idle for 3000 ms (connections.max.idle.ms)" \
         in log, log[-2000:]
 
 
