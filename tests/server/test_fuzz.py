@@ -677,6 +677,9 @@ def test_structured_fuzz_every_api(broker_factory):
     conn = wire.Conn(server.bootstrap)
     try:
         for short in (b"\0" * 30, wire.batch([b"v"])[:40], b"\xff" * 12):
+            answer = conn.request(wire.produce_request(9, "no-such-topic", 0, short), 41)
+            part = answer.responses[0].partition_responses[0]
+            assert int(part.error_code) == 3, (short.hex(), part)     # Kafka: the unknown topic first
             answer = conn.request(wire.produce_request(9, SCRATCH, 0, short), 42)
             part = answer.responses[0].partition_responses[0]
             assert int(part.error_code) == 2, (short.hex(), part)     # CORRUPT_MESSAGE, the connection stays

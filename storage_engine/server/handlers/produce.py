@@ -69,11 +69,26 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
             "log_start_offset": log.log_start_offset}
 
 
+def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
+    """The partition's error when it does not exist (or its dir is offline), else None."""
+    try:
+        if ctx.broker.manager.get_log(topic, partition) is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
+    except Exception as exc:   # noqa: BLE001 - the partition's error code
+        return {"index": partition, "error_code": error_code(exc), "base_offset": -1, "error_message": message(exc)}
+    return None
+
+
 async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition: int,
                              records: bytes) -> dict[str, Any]:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
     count = _batch_count(records)
+    if isinstance(count, str) or count > 1:
+        # Kafka answers an unknown partition before it looks at the records (KafkaApis.handleProduceRequest)
+        missing = await ctx.broker.call(_missing, ctx, topic, partition)
+        if missing is not None:
+            return missing
     if isinstance(count, str):
         return {"index": partition, "error_code": 2, "base_offset": -1, "error_message": count}
     if count > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
