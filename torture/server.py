@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from torture import server_topics
+
 REPO = Path(__file__).resolve().parent.parent
 TOPIC = "numbered"
 SERVING = re.compile(r"serving PLAINTEXT://(\S+)")
@@ -78,6 +80,8 @@ class TrialResult:
     steps_reached: Counter[str]
     steps_missed: Counter[str]
     retried_batches: int
+    topic_ops: int
+    kills_in_topic_ops: int
     violations: list[str]
     seconds: float
     kept: str | None = None
@@ -311,7 +315,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 DEATHS: dict[str | None, int] = {
     None: 45, "append.written": 20, "append.torn": 7, "roll.published": 3, "roll.sealed": 2, "roll.created": 2,
     "roll.flushed": 3, "load.resolved": 5, "load.recovered": 5, "atomic.tmp-written": 4, "atomic.renamed": 4,
+    **server_topics.TOPIC_DEATHS,
 }
+ADMIN_OPS = (4, 10)      # topic operations of a trial's admin (torture.topic_admin)
 FORCED_STEP_TIMEOUT_S = 20.0
 
 
@@ -322,7 +328,9 @@ def plan_deaths(rng: random.Random, count: int, partitions: int) -> list[tuple[s
     plan: list[tuple[str | None, int]] = []
     for k in range(count):
         step = rng.choices(list(DEATHS), weights=list(DEATHS.values()))[0]
-        if step is None or (k == 0 and not step.startswith(("append.", "roll."))):
+        if step is not None and step.startswith("topic.") and step != "topic.resolve.partial":
+            plan.append((step, server_topics.nth_for(step, k == 0, partitions, rng.randint(1, 2))))
+        elif step is None or (k == 0 and not step.startswith(("append.", "roll."))):
             plan.append((None, 0))
         elif step.startswith("append."):
             plan.append((step, rng.randint(1, 300)))     # one per batch: hundreds a second
@@ -357,6 +365,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     acked: dict[str, dict[int, tuple[int, int]]] = {}
     broker = Broker(cfg_path, work, env)
     producers: list[ProducerChild] = []
+    admin: ProducerChild | None = None
+    admin_name = f"m{trial}"
+    admin_out: dict[str, Any] = {"ops": []}
+    kills_in_topic_ops = 0
     retried = 0
 
     def armed(k: int) -> str | None:
@@ -364,7 +376,11 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
         return f"{step}:{nth}" if step else None
 
     def producing() -> bool:
-        return any(c.proc.poll() is None for c in producers)
+        return any(c.proc.poll() is None for c in producers) or (admin is not None and admin.proc.poll() is None)
+
+    def in_topic_op() -> bool:
+        tail = [line for line in (admin.lines[-5:] if admin is not None else []) if not line.startswith("BAD")]
+        return bool(tail) and tail[-1].startswith("TRY")
 
     try:
         broker.spawn(armed(0))
@@ -380,6 +396,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                 "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", str(partitions),
                 "--records", str(produced[name]), "--rate", f"{rate:.0f}", "--seed", str(rng.randrange(2**31)),
                 "--timeout-ms", str(PRODUCER_TIMEOUT_MS)], env))
+        admin = ProducerChild(admin_name, work, ["--bootstrap", broker.address, "--ops", str(rng.randint(*ADMIN_OPS)),
+                                                 "--seed", str(rng.randrange(2**31))],
+                              env, module="torture.topic_admin", role="admin")
         # the deaths, while they produce; a random kill sometimes soon after the restart (maybe before it serves)
         at = time.monotonic() + rng.uniform(0.2, max(0.3, longest * 0.8))
         for k, (step, _) in enumerate(plan):
@@ -389,16 +408,19 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                         raise _Abort(f"the broker exited on its own ({broker.died()}): {broker.log_text()[-3000:]}")
                     time.sleep(0.01)
                 kills += 1
+                kills_in_topic_ops += in_topic_op()
                 kills_before_serving += broker.kill9()
             else:
                 deadline = time.monotonic() + FORCED_STEP_TIMEOUT_S
                 # a load step comes during the start, whether or not the producers are still at work
+                during_start = step.startswith("load.") or step == "topic.resolve.partial"
                 while broker.died() is None and time.monotonic() < deadline and (
-                        producing() or (step.startswith("load.") and not broker.ready.is_set())):
+                        producing() or (during_start and not broker.ready.is_set())):
                     time.sleep(0.01)
                 if broker.died() is None:       # not reached while they produced: a random kill instead
                     steps_missed[step] += 1
                     kills += 1
+                    kills_in_topic_ops += in_topic_op()
                     kills_before_serving += broker.kill9()
                 elif broker.crash_step() == step:
                     steps_reached[step] += 1
@@ -424,11 +446,19 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                 violations.append(f"producer {child.name} gave {len(fails)} record(s) up, e.g. {fails[:3]}")
             if done is None or done[3]:
                 violations.append(f"producer {child.name} ended without every delivery report: {done}")
+        rc = admin.wait(max(1.0, deadline - time.monotonic()))
+        if rc != 0:
+            violations.append(f"the topic admin exited {rc}: {admin.stderr()[-2000:]}")
+            admin.close()
+        admin_out = server_topics.parse_admin(admin.lines)
+        if admin_out["end"] is None:
+            violations.append("the topic admin did not finish its operations")
         if broker.died() is not None:
             violations.append(f"the broker exited on its own ({broker.died()})")
         rc = broker.stop()
         if rc != 0:
             violations.append(f"the broker's clean stop (SIGTERM) ended with {rc}")
+        violations += server_topics.check_topics([work / "logs-0", work / "logs-1"], admin_name + "-", admin_out)
         log_text = broker.log_text()
         retried = log_text.count(RETRIED)
         failed_produce = [line for line in log_text.splitlines() if FAILED_PRODUCE in line and "failed" in line]
@@ -445,11 +475,13 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     except Exception as exc:  # noqa: BLE001 - any failure of the trial is the finding
         violations.append(f"the trial failed: {type(exc).__name__}: {exc}")
     finally:
-        for child in producers:
+        for child in producers + ([admin] if admin is not None else []):
             child.close()
         broker.close()
+    topic_ops = sum(1 for kind, *_ in admin_out["ops"] if kind in ("ACK", "DONE"))
     result = TrialResult(trial, seed, sum(len(a) for a in acked.values()), sum(produced.values()), kills,
-                         kills_before_serving, steps_reached, steps_missed, retried, violations,
+                         kills_before_serving, steps_reached, steps_missed, retried, topic_ops, kills_in_topic_ops,
+                         violations,
                          round(time.monotonic() - t0, 2))
     if violations and keep_root is not None:
         dest = keep_root / f"server-trial-{trial}-seed-{seed}"
@@ -471,6 +503,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
     started = time.monotonic()
     totals: dict[str, Any] = {"trials": 0, "acknowledged": 0, "produced": 0, "kills": 0, "kills_before_serving": 0,
                               "steps_reached": Counter(), "steps_missed": Counter(), "retried_batches": 0,
+                              "topic_ops": 0, "kills_in_topic_ops": 0,
                               "violations": 0, "failed_trials": []}
     rng = random.Random(seed)
     for trial in range(trials):
@@ -484,6 +517,8 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
         totals["steps_reached"].update(res.steps_reached)
         totals["steps_missed"].update(res.steps_missed)
         totals["retried_batches"] += res.retried_batches
+        totals["topic_ops"] += res.topic_ops
+        totals["kills_in_topic_ops"] += res.kills_in_topic_ops
         if res.violations:
             totals["violations"] += len(res.violations)
             totals["failed_trials"].append({"trial": trial, "seed": trial_seed, "violations": res.violations,
@@ -507,6 +542,8 @@ def summary(totals: dict[str, Any]) -> str:
             f"(of {totals['produced']} produced), {deaths} kills ({totals['kills']} SIGKILL at random moments, "
             f"{totals['kills_before_serving']} of them before the restarted broker served; {sum(reached.values())} "
             f"at a named step), {totals['retried_batches']} retried batches answered with their first offsets, "
+            f"{totals['topic_ops']} topic operations answered ({totals['kills_in_topic_ops']} random kills while one "
+            f"was in flight), "
             f"{totals['violations']} violations, {totals['seconds']} s")
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(reached.items())) or "-")
     if totals["steps_missed"]:
