@@ -530,6 +530,9 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
             out(f"trial {trial + 1}/{trials}: ok ({res.acked} acknowledged, "
                 f"{res.kills + sum(res.steps_reached.values())} deaths, "
                 f"{res.retried_batches} retried batches answered from the log, {res.seconds} s)")
+        if (trial + 1) % 25 == 0 and trial + 1 < trials:   # the totals so far, should the run be cut short
+            totals["seconds"] = round(time.monotonic() - started, 1)
+            out("so far: " + summary(totals))
     totals["seconds"] = round(time.monotonic() - started, 1)
     return totals
 
