@@ -43,17 +43,25 @@ def delete_topic(config: StorageConfig, topic: str, partitions: Iterable[int] | 
     layout.validate_topic(topic)
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    listed = sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
-                     for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic}
-                    | {m["partition"] for m in _missing(config) if m["topic"] == topic})
-    wanted = listed if partitions is None else sorted(set(partitions))
+    wanted = _listed(config, topic) if partitions is None else sorted(set(partitions))
     if not wanted:
         raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)}")
     with LogManager.open(config, clock=clock, partitions=[(topic, p) for p in wanted]) as mgr:
+        if mgr.resolved_topic_changes and partitions is None:   # a change left half done, completed at the open
+            wanted = _listed(config, topic)
+            if not wanted:
+                raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)} (a "
+                                             "delete of it left half done was completed)")
         deleted = topic_changes.delete(mgr, topic, wanted, whole=partitions is None)
         offline = _offline(mgr)
     return {"topic": topic, "now_ms": now, "deleted": deleted, "partitions": [d["partition"] for d in deleted],
             "offline_dirs": offline}
+
+
+def _listed(config: StorageConfig, topic: str) -> list[int]:
+    return sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
+                   for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic}
+                  | {m["partition"] for m in _missing(config) if m["topic"] == topic})
 
 
 def accept_loss(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None) -> dict:
