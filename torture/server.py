@@ -26,6 +26,14 @@ A trial (:func:`run_trial`):
    is one a producer sent. A producer that fails or gives a record up (a ``FAIL`` report), a broker that dies
    on its own or fails to start or to stop clean, or a broker log line of a failed produce is a violation too.
 
+Metadata operations (:mod:`torture.server_topics`): beside the producers, a topic admin process
+(:mod:`torture.topic_admin`) creates topics of 1-40 partitions, adds partitions to them and deletes them through
+the admin API, resending an operation whose answer died with the broker, while polling Metadata for any topic seen
+short of partitions. The broker is also armed at every named step of those operations (``topic.create.*``,
+``topic.extend.*``, ``topic.delete.*``, and ``topic.resolve.partial`` while a restart completes what a death left
+half done), and the random kills often land during one (counted). After the clean stop the store's folders must
+hold every topic whole, every acknowledged create, extension and delete, and no topic-change record.
+
 A failing trial's dir (store, config, broker log, producer outputs) is kept under ``--keep``. The totals count
 the retried batches the broker answered from its producer state (``retried batch ... already at offsets`` in its
 log): batches written before a kill whose response the producer never got.

@@ -92,9 +92,10 @@ def run_op(admin: AdminClient, op: str, topic: str, count: int, out: Out) -> Non
             if code == done and not first:
                 out.line(f"DONE {op} {topic} {count}")
                 return
-            if err is not None and not err.retriable() and code not in (
-                    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
-                    KafkaError.NOT_CONTROLLER, KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY):
+            # librdkafka's own errors (negative codes: a connection lost, a broker handle destroyed, a timeout)
+            # and the broker's retriable ones are the broker's death: send again. Any other answer is final.
+            if err is not None and code is not None and code >= 0 and not err.retriable() and code not in (
+                    KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER):
                 out.line(f"GIVEUP {op} {topic} {count} {err}")
                 return
             if time.monotonic() > deadline:

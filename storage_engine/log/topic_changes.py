@@ -294,6 +294,7 @@ def create(mgr: "LogManager", topic: str, partitions: int, configs: Mapping[str,
     partition of it exists, unless a create of it with the same partition count was left half done (then this
     completes it). ``on_record(topic, record or None)`` is called once the record is written (readers must hide
     the topic) and once it is cleared. Returns {"topic_id", "completed_half_done"}."""
+    layout.validate_topic(topic)    # its name is a file name of the record
     store = store or _default_store(mgr)
     with ChangeLock(mgr.config.log_dirs):
         left = pending(mgr.config.log_dirs)
@@ -314,6 +315,7 @@ def add_partitions(mgr: "LogManager", topic: str, count: int, topic_id: uuid.UUI
                    store: StoreConfigs | None = None,
                    on_record: Callable[[str, dict[str, Any] | None], None] | None = None) -> None:
     """Extend ``topic`` to ``count`` partitions whole (``unknown_topic_or_partition``, ``invalid_partitions``)."""
+    layout.validate_topic(topic)    # its name is a file name of the record
     store = store or _default_store(mgr)
     with ChangeLock(mgr.config.log_dirs):
         if pending(mgr.config.log_dirs):
@@ -336,6 +338,7 @@ def delete(mgr: "LogManager", topic: str, partitions: list[int] | None = None, *
     """Delete ``topic`` (default: the partitions found; or ``partitions``) whole, and with ``whole`` (default:
     no ``partitions`` given) its stored configs; what :meth:`LogManager.delete_log` did for each partition.
     Unknown topic: :class:`PartitionNotFoundError`."""
+    layout.validate_topic(topic)    # its name is a file name of the record
     store = store or _default_store(mgr)
     with ChangeLock(mgr.config.log_dirs):
         if pending(mgr.config.log_dirs):
