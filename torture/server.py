@@ -44,30 +44,24 @@ import dataclasses
 import json
 import os
 import random
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from torture import server_topics
+from torture.processes import CRASH_ENV, REPO, Broker, ProducerChild
 
-REPO = Path(__file__).resolve().parent.parent
 TOPIC = "numbered"
-SERVING = re.compile(r"serving PLAINTEXT://(\S+)")
-START_TIMEOUT_S = 60.0
 PRODUCER_TIMEOUT_MS = 60_000
 # every producer has its reports within message.timeout.ms of the last broker start, plus its flush margin
 PRODUCERS_DEADLINE_S = PRODUCER_TIMEOUT_MS / 1000 + 90
 RETRIED = "retried batch of sequences"
-CRASH_ENV = "STORAGE_ENGINE_CRASH_AT"   # storage_engine.crashpoints.ENV_VAR
 FAILED_PRODUCE = "produce to "
 
 CONFIG = """broker:
@@ -93,141 +87,6 @@ class TrialResult:
     violations: list[str]
     seconds: float
     kept: str | None = None
-
-
-class Broker:
-    """``python -m storage_engine serve`` on the trial's store: the first start takes a free port, every later one
-    the same; stderr goes to ``broker.log`` (all starts, one after the other)."""
-
-    def __init__(self, cfg_path: Path, work: Path, env: dict[str, str]):
-        self.cfg_path = cfg_path
-        self.env = env
-        self.listeners = "PLAINTEXT://127.0.0.1:0"
-        self.address = ""
-        self.log_path = work / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ready = threading.Event()
-        self.starts = 0
-        self.mark = 0
-        self.killed = False
-
-    def spawn(self, crash_at: str | None = None) -> None:
-        """Start a broker; ``crash_at`` (``<step>:<n>``) arms it to die at that step (SIGKILL by itself)."""
-        self.starts += 1
-        env = dict(self.env, **{CRASH_ENV: crash_at}) if crash_at else self.env
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.starts}{f' ({CRASH_ENV}={crash_at})' if crash_at else ''}\n".encode())
-            log.flush()
-            self.mark = log.tell()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "storage_engine", "--config", str(self.cfg_path), "serve",
-                 "--listeners", self.listeners],
-                cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=log)
-        self.proc, self.killed = proc, False
-        ready = self.ready = threading.Event()
-        threading.Thread(target=self._pump, args=(proc, ready), daemon=True).start()
-
-    def _pump(self, proc: subprocess.Popen[bytes], ready: threading.Event) -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            match = SERVING.search(raw.decode(errors="replace"))
-            if match and not ready.is_set():
-                self.address = match.group(1).split(",")[0]
-                self.listeners = f"PLAINTEXT://{self.address}"   # later starts reuse the port
-                ready.set()
-
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.ready.wait(0.05):
-                return True
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-        return False
-
-    def crash_step(self) -> str | None:
-        """The step the current start died at by itself (its ``CRASHPOINT`` line), if any."""
-        with open(self.log_path, "rb") as log:
-            log.seek(self.mark)
-            for line in log.read().decode(errors="replace").splitlines():
-                if line.startswith("CRASHPOINT "):
-                    return line.split()[1]
-        return None
-
-    def died(self) -> int | None:
-        """The exit status if the broker exited without being killed by the harness."""
-        if self.proc is None or self.killed:
-            return None
-        return self.proc.poll()
-
-    def kill9(self) -> bool:
-        """SIGKILL; True if it had not printed its ``serving`` line yet (killed during its start)."""
-        assert self.proc is not None
-        before_serving = not self.ready.is_set()
-        self.killed = True
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        return before_serving
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            return None
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-class ProducerChild:
-    """A :mod:`torture.producer` process (or another ``module`` taking ``--name``, its files named after
-    ``role``); its stdout lines are collected as they arrive."""
-
-    def __init__(self, name: str, work: Path, args: list[str], env: dict[str, str], *,
-                 module: str = "torture.producer", role: str = "producer"):
-        self.name = name
-        self.stderr_path = work / f"{role}-{name}.stderr"
-        self.stdout_path = work / f"{role}-{name}.stdout"
-        self._stderr: IO[bytes] = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", module, "--name", name, *args],
-                                     cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=self._stderr)
-        self.lines: list[str] = []
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            if raw.endswith(b"\n"):
-                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self._pump.join(10)
-        self._stderr.close()
-        self.stdout_path.write_text("".join(line + "\n" for line in self.lines))
-        return rc
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.wait(30)
-        if not self._stderr.closed:
-            self._stderr.close()
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
 
 
 def parse_reports(lines: Iterable[str]) -> tuple[dict[int, tuple[int, int]], list[str], tuple[int, ...] | None]:
@@ -320,22 +179,25 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 # Named steps (storage_engine.crashpoints) a broker start may be armed to die at, with their weights; None: a
 # SIGKILL from the harness at a random moment. append.written: the batch is in the .log, nothing else done, so the
 # producer never gets its response and resends it to the next broker.
-DEATHS: dict[str | None, int] = {
+DATA_DEATHS: dict[str | None, int] = {
     None: 45, "append.written": 20, "append.torn": 7, "roll.published": 3, "roll.sealed": 2, "roll.created": 2,
     "roll.flushed": 3, "load.resolved": 5, "load.recovered": 5, "atomic.tmp-written": 4, "atomic.renamed": 4,
-    **server_topics.TOPIC_DEATHS,
 }
+# the server trials' deaths: those, and the steps of the topic admin's operations (torture.txn draws DATA_DEATHS)
+DEATHS: dict[str | None, int] = {**DATA_DEATHS, **server_topics.TOPIC_DEATHS}
 ADMIN_OPS = (4, 10)      # topic operations of a trial's admin (torture.topic_admin)
 FORCED_STEP_TIMEOUT_S = 20.0
 
 
-def plan_deaths(rng: random.Random, count: int, partitions: int) -> list[tuple[str | None, int]]:
+def plan_deaths(rng: random.Random, count: int, partitions: int,
+                deaths: dict[str | None, int] = DATA_DEATHS) -> list[tuple[str | None, int]]:
     """``count`` deaths of the broker: (None, 0) for a SIGKILL at a random moment, or (step, n) for the broker
     start armed to die the n-th time it reaches that step. The first start recovers nothing and must live until the
-    topic exists: only a random kill, an append or a roll step."""
+    topic exists: only a random kill, an append, a roll or a topic step (the hits of that topic's own create
+    skipped, :func:`torture.server_topics.nth_for`)."""
     plan: list[tuple[str | None, int]] = []
     for k in range(count):
-        step = rng.choices(list(DEATHS), weights=list(DEATHS.values()))[0]
+        step = rng.choices(list(deaths), weights=list(deaths.values()))[0]
         if step is not None and step.startswith("topic.") and step != "topic.resolve.partial":
             plan.append((step, server_topics.nth_for(step, k == 0, partitions, rng.randint(1, 2))))
         elif step is None or (k == 0 and not step.startswith(("append.", "roll."))):
@@ -355,7 +217,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     work = Path(tempfile.mkdtemp(prefix=f"server-torture-{trial}-"))
     partitions = rng.choice((2, 3))
     count = rng.choices((1, 2, 3), weights=(50, 35, 15))[0]
-    plan = plan_deaths(rng, count, partitions)
+    plan = plan_deaths(rng, count, partitions, DEATHS)
     # a trial with a forced roll step has small segments, so that the step comes while the producers produce
     segment_bytes = 32 * 1024 if any((s or "").startswith("roll.") for s, _ in plan) else \
         rng.choice((64 * 1024, 256 * 1024, 1024 * 1024))
