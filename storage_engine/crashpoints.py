@@ -52,6 +52,19 @@ STEPS: dict[str, tuple[str, str]] = {
     "purge.partial": ("purge", "the first expired .deleted file is removed"),
     # view.validate_active_tail
     "view.truncated": ("truncate", "a torn tail is cut from the .log, the indexes not yet truncated"),
+    # log.topic_changes (CreateTopics, CreatePartitions, DeleteTopics, delete-topic)
+    "topic.create.intent": ("topic-create", "the create's record is durable, nothing else done"),
+    "topic.create.configs": ("topic-create", "the topic's configs are stored, no partition created"),
+    "topic.create.partition": ("topic-create", "a partition is created with its topic id (:n for the n-th)"),
+    "topic.create.done": ("topic-create", "every partition exists, the record not yet cleared"),
+    "topic.extend.intent": ("topic-extend", "the add-partitions record is durable, no partition created"),
+    "topic.extend.partition": ("topic-extend", "a new partition is created with its topic id (:n for the n-th)"),
+    "topic.extend.done": ("topic-extend", "every new partition exists, the record not yet cleared"),
+    "topic.delete.intent": ("topic-delete", "the delete's record is durable, no partition deleted"),
+    "topic.delete.partition": ("topic-delete", "a partition's folder is -delete (:n for the n-th)"),
+    "topic.delete.configs": ("topic-delete", "every partition is deleted, the stored configs dropped"),
+    "topic.delete.done": ("topic-delete", "everything deleted, the record not yet cleared"),
+    "topic.resolve.partial": ("topic-resolve", "a step of completing a dead process's topic change is done"),
     # loader.load
     "load.resolved": ("load", "temp files and swaps are handled, no segment recovered yet"),
     "load.recovered": ("load", "a segment is recovered, the shared state not yet written"),

@@ -76,6 +76,7 @@ UNCLEANABLE_FILE = ENGINE_PREFIX + "uncleanable.json"  # partitions the cleaner 
 TOPIC_CONFIGS_FILE = ENGINE_PREFIX + "topic-configs.json"  # topic configs set over the wire (first log dir)
 PRODUCER_IDS_FILE = ENGINE_PREFIX + "producer-ids"      # the next block of producer ids (first log dir)
 LOSS_RECORD_PREFIX = ENGINE_PREFIX + "loss+"          # + <topic>-<partition>: offsets lost, until accepted
+TOPIC_CHANGES_DIR = ENGINE_PREFIX + "topic-changes"    # topic changes under way (first log dir, log.topic_changes)
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"
 # State the maintenance DAGs keep across runs (offline dirs already alerted) goes here, beside the first log dir.
@@ -88,7 +89,7 @@ LEGACY_UNCLEANABLE_FILE = ".uncleanable-partitions.json"
 NAME_MAX = 255
 
 # Folders LogManager never treats as partitions.
-IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
+IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache", TOPIC_CHANGES_DIR})
 # Files Kafka keeps in a log dir root that this engine does not write (a broker's dir may be opened).
 KAFKA_DIR_FILES = frozenset({META_PROPERTIES, "replication-offset-checkpoint", "meta.properties.tmp"})
 

@@ -26,6 +26,14 @@ A trial (:func:`run_trial`):
    is one a producer sent. A producer that fails or gives a record up (a ``FAIL`` report), a broker that dies
    on its own or fails to start or to stop clean, or a broker log line of a failed produce is a violation too.
 
+Metadata operations (:mod:`torture.server_topics`): beside the producers, a topic admin process
+(:mod:`torture.topic_admin`) creates topics of 1-40 partitions, adds partitions to them and deletes them through
+the admin API, resending an operation whose answer died with the broker, while polling Metadata for any topic seen
+short of partitions. The broker is also armed at every named step of those operations (``topic.create.*``,
+``topic.extend.*``, ``topic.delete.*``, and ``topic.resolve.partial`` while a restart completes what a death left
+half done), and the random kills often land during one (counted). After the clean stop the store's folders must
+hold every topic whole, every acknowledged create, extension and delete, and no topic-change record.
+
 A failing trial's dir (store, config, broker log, producer outputs) is kept under ``--keep``. The totals count
 the retried batches the broker answered from its producer state (``retried batch ... already at offsets`` in its
 log): batches written before a kill whose response the producer never got.
@@ -36,28 +44,24 @@ import dataclasses
 import json
 import os
 import random
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from torture import server_topics
+from torture.processes import CRASH_ENV, REPO, Broker, ProducerChild
+
 TOPIC = "numbered"
-SERVING = re.compile(r"serving PLAINTEXT://(\S+)")
-START_TIMEOUT_S = 60.0
 PRODUCER_TIMEOUT_MS = 60_000
 # every producer has its reports within message.timeout.ms of the last broker start, plus its flush margin
 PRODUCERS_DEADLINE_S = PRODUCER_TIMEOUT_MS / 1000 + 90
 RETRIED = "retried batch of sequences"
-CRASH_ENV = "STORAGE_ENGINE_CRASH_AT"   # storage_engine.crashpoints.ENV_VAR
 FAILED_PRODUCE = "produce to "
 
 CONFIG = """broker:
@@ -78,144 +82,11 @@ class TrialResult:
     steps_reached: Counter[str]
     steps_missed: Counter[str]
     retried_batches: int
+    topic_ops: int
+    kills_in_topic_ops: int
     violations: list[str]
     seconds: float
     kept: str | None = None
-
-
-class Broker:
-    """``python -m storage_engine serve`` on the trial's store: the first start takes a free port, every later one
-    the same; stderr goes to ``broker.log`` (all starts, one after the other)."""
-
-    def __init__(self, cfg_path: Path, work: Path, env: dict[str, str]):
-        self.cfg_path = cfg_path
-        self.env = env
-        self.listeners = "PLAINTEXT://127.0.0.1:0"
-        self.address = ""
-        self.log_path = work / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ready = threading.Event()
-        self.starts = 0
-        self.mark = 0
-        self.killed = False
-
-    def spawn(self, crash_at: str | None = None) -> None:
-        """Start a broker; ``crash_at`` (``<step>:<n>``) arms it to die at that step (SIGKILL by itself)."""
-        self.starts += 1
-        env = dict(self.env, **{CRASH_ENV: crash_at}) if crash_at else self.env
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.starts}{f' ({CRASH_ENV}={crash_at})' if crash_at else ''}\n".encode())
-            log.flush()
-            self.mark = log.tell()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "storage_engine", "--config", str(self.cfg_path), "serve",
-                 "--listeners", self.listeners],
-                cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=log)
-        self.proc, self.killed = proc, False
-        ready = self.ready = threading.Event()
-        threading.Thread(target=self._pump, args=(proc, ready), daemon=True).start()
-
-    def _pump(self, proc: subprocess.Popen[bytes], ready: threading.Event) -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            match = SERVING.search(raw.decode(errors="replace"))
-            if match and not ready.is_set():
-                self.address = match.group(1).split(",")[0]
-                self.listeners = f"PLAINTEXT://{self.address}"   # later starts reuse the port
-                ready.set()
-
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.ready.wait(0.05):
-                return True
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-        return False
-
-    def crash_step(self) -> str | None:
-        """The step the current start died at by itself (its ``CRASHPOINT`` line), if any."""
-        with open(self.log_path, "rb") as log:
-            log.seek(self.mark)
-            for line in log.read().decode(errors="replace").splitlines():
-                if line.startswith("CRASHPOINT "):
-                    return line.split()[1]
-        return None
-
-    def died(self) -> int | None:
-        """The exit status if the broker exited without being killed by the harness."""
-        if self.proc is None or self.killed:
-            return None
-        return self.proc.poll()
-
-    def kill9(self) -> bool:
-        """SIGKILL; True if it had not printed its ``serving`` line yet (killed during its start)."""
-        assert self.proc is not None
-        before_serving = not self.ready.is_set()
-        self.killed = True
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        return before_serving
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            return None
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-class ProducerChild:
-    """A :mod:`torture.producer` process (or another ``module`` taking ``--name``, its files named after
-    ``role``); its stdout lines are collected as they arrive."""
-
-    def __init__(self, name: str, work: Path, args: list[str], env: dict[str, str], *,
-                 module: str = "torture.producer", role: str = "producer"):
-        self.name = name
-        self.stderr_path = work / f"{role}-{name}.stderr"
-        self.stdout_path = work / f"{role}-{name}.stdout"
-        self._stderr: IO[bytes] = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", module, "--name", name, *args],
-                                     cwd=str(REPO), env=env, stdout=subprocess.PIPE, stderr=self._stderr)
-        self.lines: list[str] = []
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            if raw.endswith(b"\n"):
-                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self._pump.join(10)
-        self._stderr.close()
-        self.stdout_path.write_text("".join(line + "\n" for line in self.lines))
-        return rc
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.wait(30)
-        if not self._stderr.closed:
-            self._stderr.close()
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
 
 
 def parse_reports(lines: Iterable[str]) -> tuple[dict[int, tuple[int, int]], list[str], tuple[int, ...] | None]:
@@ -308,21 +179,28 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 # Named steps (storage_engine.crashpoints) a broker start may be armed to die at, with their weights; None: a
 # SIGKILL from the harness at a random moment. append.written: the batch is in the .log, nothing else done, so the
 # producer never gets its response and resends it to the next broker.
-DEATHS: dict[str | None, int] = {
+DATA_DEATHS: dict[str | None, int] = {
     None: 45, "append.written": 20, "append.torn": 7, "roll.published": 3, "roll.sealed": 2, "roll.created": 2,
     "roll.flushed": 3, "load.resolved": 5, "load.recovered": 5, "atomic.tmp-written": 4, "atomic.renamed": 4,
 }
+# the server trials' deaths: those, and the steps of the topic admin's operations (torture.txn draws DATA_DEATHS)
+DEATHS: dict[str | None, int] = {**DATA_DEATHS, **server_topics.TOPIC_DEATHS}
+ADMIN_OPS = (4, 10)      # topic operations of a trial's admin (torture.topic_admin)
 FORCED_STEP_TIMEOUT_S = 20.0
 
 
-def plan_deaths(rng: random.Random, count: int, partitions: int) -> list[tuple[str | None, int]]:
+def plan_deaths(rng: random.Random, count: int, partitions: int,
+                deaths: dict[str | None, int] = DATA_DEATHS) -> list[tuple[str | None, int]]:
     """``count`` deaths of the broker: (None, 0) for a SIGKILL at a random moment, or (step, n) for the broker
     start armed to die the n-th time it reaches that step. The first start recovers nothing and must live until the
-    topic exists: only a random kill, an append or a roll step."""
+    topic exists: only a random kill, an append, a roll or a topic step (the hits of that topic's own create
+    skipped, :func:`torture.server_topics.nth_for`)."""
     plan: list[tuple[str | None, int]] = []
     for k in range(count):
-        step = rng.choices(list(DEATHS), weights=list(DEATHS.values()))[0]
-        if step is None or (k == 0 and not step.startswith(("append.", "roll."))):
+        step = rng.choices(list(deaths), weights=list(deaths.values()))[0]
+        if step is not None and step.startswith("topic.") and step != "topic.resolve.partial":
+            plan.append((step, server_topics.nth_for(step, k == 0, partitions, rng.randint(1, 2))))
+        elif step is None or (k == 0 and not step.startswith(("append.", "roll."))):
             plan.append((None, 0))
         elif step.startswith("append."):
             plan.append((step, rng.randint(1, 300)))     # one per batch: hundreds a second
@@ -339,7 +217,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     work = Path(tempfile.mkdtemp(prefix=f"server-torture-{trial}-"))
     partitions = rng.choice((2, 3))
     count = rng.choices((1, 2, 3), weights=(50, 35, 15))[0]
-    plan = plan_deaths(rng, count, partitions)
+    plan = plan_deaths(rng, count, partitions, DEATHS)
     # a trial with a forced roll step has small segments, so that the step comes while the producers produce
     segment_bytes = 32 * 1024 if any((s or "").startswith("roll.") for s, _ in plan) else \
         rng.choice((64 * 1024, 256 * 1024, 1024 * 1024))
@@ -357,6 +235,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     acked: dict[str, dict[int, tuple[int, int]]] = {}
     broker = Broker(cfg_path, work, env)
     producers: list[ProducerChild] = []
+    admin: ProducerChild | None = None
+    admin_name = f"m{trial}"
+    admin_out: dict[str, Any] = {"ops": []}
+    kills_in_topic_ops = 0
     retried = 0
 
     def armed(k: int) -> str | None:
@@ -364,7 +246,11 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
         return f"{step}:{nth}" if step else None
 
     def producing() -> bool:
-        return any(c.proc.poll() is None for c in producers)
+        return any(c.proc.poll() is None for c in producers) or (admin is not None and admin.proc.poll() is None)
+
+    def in_topic_op() -> bool:
+        tail = [line for line in (admin.lines[-5:] if admin is not None else []) if not line.startswith("BAD")]
+        return bool(tail) and tail[-1].startswith("TRY")
 
     try:
         broker.spawn(armed(0))
@@ -380,6 +266,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                 "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", str(partitions),
                 "--records", str(produced[name]), "--rate", f"{rate:.0f}", "--seed", str(rng.randrange(2**31)),
                 "--timeout-ms", str(PRODUCER_TIMEOUT_MS)], env))
+        admin = ProducerChild(admin_name, work, ["--bootstrap", broker.address, "--ops", str(rng.randint(*ADMIN_OPS)),
+                                                 "--seed", str(rng.randrange(2**31))],
+                              env, module="torture.topic_admin", role="admin")
         # the deaths, while they produce; a random kill sometimes soon after the restart (maybe before it serves)
         at = time.monotonic() + rng.uniform(0.2, max(0.3, longest * 0.8))
         for k, (step, _) in enumerate(plan):
@@ -389,16 +278,19 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                         raise _Abort(f"the broker exited on its own ({broker.died()}): {broker.log_text()[-3000:]}")
                     time.sleep(0.01)
                 kills += 1
+                kills_in_topic_ops += in_topic_op()
                 kills_before_serving += broker.kill9()
             else:
                 deadline = time.monotonic() + FORCED_STEP_TIMEOUT_S
                 # a load step comes during the start, whether or not the producers are still at work
+                during_start = step.startswith("load.") or step == "topic.resolve.partial"
                 while broker.died() is None and time.monotonic() < deadline and (
-                        producing() or (step.startswith("load.") and not broker.ready.is_set())):
+                        producing() or (during_start and not broker.ready.is_set())):
                     time.sleep(0.01)
                 if broker.died() is None:       # not reached while they produced: a random kill instead
                     steps_missed[step] += 1
                     kills += 1
+                    kills_in_topic_ops += in_topic_op()
                     kills_before_serving += broker.kill9()
                 elif broker.crash_step() == step:
                     steps_reached[step] += 1
@@ -424,11 +316,19 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                 violations.append(f"producer {child.name} gave {len(fails)} record(s) up, e.g. {fails[:3]}")
             if done is None or done[3]:
                 violations.append(f"producer {child.name} ended without every delivery report: {done}")
+        rc = admin.wait(max(1.0, deadline - time.monotonic()))
+        if rc != 0:
+            violations.append(f"the topic admin exited {rc}: {admin.stderr()[-2000:]}")
+            admin.close()
+        admin_out = server_topics.parse_admin(admin.lines)
+        if admin_out["end"] is None:
+            violations.append("the topic admin did not finish its operations")
         if broker.died() is not None:
             violations.append(f"the broker exited on its own ({broker.died()})")
         rc = broker.stop()
         if rc != 0:
             violations.append(f"the broker's clean stop (SIGTERM) ended with {rc}")
+        violations += server_topics.check_topics([work / "logs-0", work / "logs-1"], admin_name + "-", admin_out)
         log_text = broker.log_text()
         retried = log_text.count(RETRIED)
         failed_produce = [line for line in log_text.splitlines() if FAILED_PRODUCE in line and "failed" in line]
@@ -445,11 +345,13 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     except Exception as exc:  # noqa: BLE001 - any failure of the trial is the finding
         violations.append(f"the trial failed: {type(exc).__name__}: {exc}")
     finally:
-        for child in producers:
+        for child in producers + ([admin] if admin is not None else []):
             child.close()
         broker.close()
+    topic_ops = sum(1 for kind, *_ in admin_out["ops"] if kind in ("ACK", "DONE"))
     result = TrialResult(trial, seed, sum(len(a) for a in acked.values()), sum(produced.values()), kills,
-                         kills_before_serving, steps_reached, steps_missed, retried, violations,
+                         kills_before_serving, steps_reached, steps_missed, retried, topic_ops, kills_in_topic_ops,
+                         violations,
                          round(time.monotonic() - t0, 2))
     if violations and keep_root is not None:
         dest = keep_root / f"server-trial-{trial}-seed-{seed}"
@@ -471,6 +373,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
     started = time.monotonic()
     totals: dict[str, Any] = {"trials": 0, "acknowledged": 0, "produced": 0, "kills": 0, "kills_before_serving": 0,
                               "steps_reached": Counter(), "steps_missed": Counter(), "retried_batches": 0,
+                              "topic_ops": 0, "kills_in_topic_ops": 0,
                               "violations": 0, "failed_trials": []}
     rng = random.Random(seed)
     for trial in range(trials):
@@ -484,6 +387,8 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
         totals["steps_reached"].update(res.steps_reached)
         totals["steps_missed"].update(res.steps_missed)
         totals["retried_batches"] += res.retried_batches
+        totals["topic_ops"] += res.topic_ops
+        totals["kills_in_topic_ops"] += res.kills_in_topic_ops
         if res.violations:
             totals["violations"] += len(res.violations)
             totals["failed_trials"].append({"trial": trial, "seed": trial_seed, "violations": res.violations,
@@ -495,6 +400,9 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
             out(f"trial {trial + 1}/{trials}: ok ({res.acked} acknowledged, "
                 f"{res.kills + sum(res.steps_reached.values())} deaths, "
                 f"{res.retried_batches} retried batches answered from the log, {res.seconds} s)")
+        if (trial + 1) % 25 == 0 and trial + 1 < trials:   # the totals so far, should the run be cut short
+            totals["seconds"] = round(time.monotonic() - started, 1)
+            out("so far: " + summary(totals))
     totals["seconds"] = round(time.monotonic() - started, 1)
     return totals
 
@@ -507,6 +415,8 @@ def summary(totals: dict[str, Any]) -> str:
             f"(of {totals['produced']} produced), {deaths} kills ({totals['kills']} SIGKILL at random moments, "
             f"{totals['kills_before_serving']} of them before the restarted broker served; {sum(reached.values())} "
             f"at a named step), {totals['retried_batches']} retried batches answered with their first offsets, "
+            f"{totals['topic_ops']} topic operations answered ({totals['kills_in_topic_ops']} random kills while one "
+            f"was in flight), "
             f"{totals['violations']} violations, {totals['seconds']} s")
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(reached.items())) or "-")
     if totals["steps_missed"]:

@@ -24,7 +24,7 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError, StorageIOError
-from storage_engine.log import deletion, health
+from storage_engine.log import deletion, health, topic_changes
 from storage_engine.log.health import MissingPartition
 from storage_engine.jobs.partition import open_partition
 from storage_engine.log.manager import LogManager
@@ -37,21 +37,31 @@ def _offline(mgr: LogManager) -> dict[str, str]:
 def delete_topic(config: StorageConfig, topic: str, partitions: Iterable[int] | None = None,
                  now_ms: int | None = None) -> dict:
     """Delete every partition of ``topic`` (or only ``partitions``): each folder becomes ``-delete`` at once and
-    leaves the checkpoints; the name is free for a new topic immediately. Unknown topic: PartitionNotFoundError."""
+    leaves the checkpoints; the name is free for a new topic immediately. One recorded change
+    (:mod:`storage_engine.log.topic_changes`): a kill part-way is completed at the next open, so the topic is never
+    left with some of its partitions. Unknown topic: PartitionNotFoundError."""
     layout.validate_topic(topic)
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    listed = sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
-                     for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic}
-                    | {m["partition"] for m in _missing(config) if m["topic"] == topic})
-    wanted = listed if partitions is None else sorted(set(partitions))
+    wanted = _listed(config, topic) if partitions is None else sorted(set(partitions))
     if not wanted:
         raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)}")
     with LogManager.open(config, clock=clock, partitions=[(topic, p) for p in wanted]) as mgr:
-        deleted = [mgr.delete_log(topic, p) for p in wanted]
+        if mgr.resolved_topic_changes and partitions is None:   # a change left half done, completed at the open
+            wanted = _listed(config, topic)
+            if not wanted:
+                raise PartitionNotFoundError(f"topic {topic!r} has no partitions in {list(config.log_dirs)} (a "
+                                             "delete of it left half done was completed)")
+        deleted = topic_changes.delete(mgr, topic, wanted, whole=partitions is None)
         offline = _offline(mgr)
     return {"topic": topic, "now_ms": now, "deleted": deleted, "partitions": [d["partition"] for d in deleted],
             "offline_dirs": offline}
+
+
+def _listed(config: StorageConfig, topic: str) -> list[int]:
+    return sorted({tp[1] for d in config.log_dirs if os.path.isdir(d)
+                   for _n, tp in _partition_dirs_or_empty(d) if tp[0] == topic}
+                  | {m["partition"] for m in _missing(config) if m["topic"] == topic})
 
 
 def accept_loss(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None) -> dict:

@@ -40,7 +40,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, StorageError, StorageIOError)
-from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover
+from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover, topic_changes
 from storage_engine.log.dir_loading import DirLoad, DirState
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
@@ -96,6 +96,7 @@ class LogManager:
         self.failures = LogDirFailureChannel()
         self._closed = False
         self.mutex = threading.RLock()
+        self.resolved_topic_changes: list[dict[str, Any]] = []   # completed at open (log.topic_changes)
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
@@ -125,6 +126,10 @@ class LogManager:
                     raise StorageIOError("cannot create log dir", d, exc) from exc
                 mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
         dir_loading.load_dirs(mgr, online)
+        try:   # topic changes a dead process left half done are completed (log.topic_changes)
+            mgr.resolved_topic_changes = topic_changes.resolve(mgr)
+        except (OSError, StorageError) as exc:   # the record stays: readers hide its topic, the next change retries
+            logger.error("cannot complete the topic changes left half done: %s", exc)
         return mgr
 
     def wanted(self, items: list) -> list:

@@ -4,7 +4,9 @@ producer ids, the fetches waiting for appends and the figures the Storage view s
 Engine calls block (files, fsync, flock), so connections run them in a small thread pool (:meth:`Broker.call`);
 the log manager and its logs are safe to share between threads (``DESIGN.md`` section 4). Topics are what the log
 dirs hold: the catalog is rebuilt from the folders at most once a second, so topics that the maintenance DAGs or
-the CLI create or delete from other processes appear and vanish without a restart.
+the CLI create or delete from other processes appear and vanish without a restart. A topic change under way or
+left half done by a process that died (:mod:`storage_engine.log.topic_changes`) is hidden: the catalog never
+shows a topic short of the partitions it was created with.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Any, TypeVar
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.durable import atomic_write
+from storage_engine.errors import StorageError
+from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
 from storage_engine.server.groups.coordinator import GroupCoordinator
@@ -67,6 +71,7 @@ class Broker:
         self._catalog: dict[str, list[int]] = {}
         self._catalog_at = 0.0
         self._catalog_mutex = threading.Lock()
+        self._changing: dict[str, dict[str, Any]] = {}    # topic changes of this process under way
         self._topic_id_mutex = threading.Lock()    # one writer of partition.metadata at a time (its temp file)
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
@@ -75,6 +80,9 @@ class Broker:
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
         self.txns_summary: dict[str, Any] = {}
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
+        if manager.resolved_topic_changes:    # completed at the open: configs stored or dropped since config loaded
+            from storage_engine.server.catalog import reload_config
+            reload_config(self)
 
     # -- running engine calls ---------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -102,9 +110,16 @@ class Broker:
 
     # -- topics -----------------------------------------------------------------------------------------------
     def topics(self, *, fresh: bool = False) -> dict[str, list[int]]:
-        """{topic: sorted partitions} held by the online log dirs (blocking: call through :meth:`call`)."""
+        """{topic: sorted partitions} held by the online log dirs (blocking: call through :meth:`call`), without
+        what a topic change under way or left half done has made so far (:mod:`storage_engine.log.topic_changes`):
+        a topic being created or deleted is absent, one being extended has its old partitions only."""
         with self._catalog_mutex:
             if fresh or time.monotonic() - self._catalog_at > CATALOG_TTL_S:
+                # Records read before and after the listing: a change of another process that began or ended
+                # while the folders were listed is hidden either way. This process's changes are in
+                # self._changing from before their record until after it is cleared, and leave it under this
+                # mutex, so never while a listing is under way.
+                before = self._pending_changes()
                 found: dict[str, set[int]] = {}
                 for d in self.manager.online_dirs():
                     try:
@@ -114,11 +129,34 @@ class Broker:
                         logger.warning("cannot list log dir %s: %s", d, exc)
                 for topic, partition in self.manager.partitions():
                     found.setdefault(topic, set()).add(partition)
-                self._catalog = {t: sorted(p) for t, p in found.items()}
+                changes = {**before, **self._pending_changes(), **self._changing}
+                for topic, below in topic_changes.hidden(changes).items():
+                    if topic in found:
+                        found[topic] = {p for p in found[topic] if p < below}
+                self._catalog = {t: sorted(p) for t, p in found.items() if p}
                 self._catalog_at = time.monotonic()
                 for gone in set(self._topic_ids) - set(self._catalog):
                     del self._topic_ids[gone]
             return dict(self._catalog)
+
+    def _pending_changes(self) -> dict[str, dict[str, Any]]:
+        try:
+            return topic_changes.pending(self.config.log_dirs)
+        except StorageError as exc:
+            logger.warning("cannot read the topic changes under way: %s", exc)
+            return {}
+
+    def note_topic_change(self, topic: str, record: dict[str, Any] | None) -> None:
+        """A topic change of this process began (``record``) or ended (None): the catalog hides its topic
+        meanwhile and is listed afresh after it."""
+        with self._catalog_mutex:
+            if record is None:
+                self._changing.pop(topic, None)
+            else:
+                self._changing[topic] = record
+                if record["op"] != "add-partitions":
+                    self._topic_ids.pop(topic, None)    # a new topic of the name gets its own id
+            self._catalog_at = 0.0
 
     def forget_catalog(self) -> None:
         with self._catalog_mutex:

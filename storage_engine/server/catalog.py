@@ -1,6 +1,9 @@
 """Creating topics (CreateTopics, Metadata's auto-creation, CreatePartitions, the coordinators' internal topics)
-and changing topic configs, as every handler and coordinator that does so shares it: names checked, configs checked against Kafka's topic keys and stored where the
-maintenance jobs read them (:mod:`storage_engine.topic_store`), partitions created, the topic id written."""
+deleting topics and changing topic configs, as every handler and coordinator that does so shares it: names checked,
+configs checked against Kafka's topic keys and stored where the maintenance jobs read them
+(:mod:`storage_engine.topic_store`). Creating, extending and deleting are each one recorded change
+(:mod:`storage_engine.log.topic_changes`): whole or not at all after any crash, and invisible to Metadata until
+whole."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +18,7 @@ from storage_engine.config_file import load_config
 from storage_engine.config_keys import topic_key
 from storage_engine.errors import ConfigError
 from storage_engine.layout import validate_topic
+from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
 
@@ -31,6 +35,8 @@ class Broker(Protocol):
     def topics(self, *, fresh: bool = False) -> dict[str, list[int]]: ...
 
     def forget_catalog(self) -> None: ...
+
+    def note_topic_change(self, topic: str, record: dict | None) -> None: ...
 
     def topic_id(self, topic: str) -> uuid.UUID: ...
 
@@ -87,9 +93,16 @@ def reload_config(broker: Broker) -> None:
         log.config = new.log_config(topic)
 
 
+def _store(broker: Broker) -> topic_changes.StoreConfigs:
+    return lambda topic, configs: store_configs(broker, topic, configs)
+
+
 def create_topic(broker: Broker, topic: str, partitions: int, configs: Mapping[str, str], *,
                  validate_only: bool = False) -> None:
-    """Create ``topic`` with ``partitions`` partitions (blocking). TOPIC_ALREADY_EXISTS if any partition exists."""
+    """Create ``topic`` with ``partitions`` partitions whole (blocking; :mod:`storage_engine.log.topic_changes`):
+    Metadata shows it only once every partition exists, and a kill at any step leaves it whole at the next start.
+    TOPIC_ALREADY_EXISTS if any partition exists, except when a create of it with as many partitions was left
+    half done by a process that died: that create is completed (the retry of an unanswered CreateTopics)."""
     try:
         validate_topic(topic)
     except Exception as exc:   # noqa: BLE001 - InvalidTopicError or a type error: both mean a bad name
@@ -98,20 +111,22 @@ def create_topic(broker: Broker, topic: str, partitions: int, configs: Mapping[s
         raise TopicError("invalid_partitions", f"number of partitions must be in [1, {MAX_PARTITIONS}], "
                                                f"got {partitions}")
     checked = check_configs(configs)
-    if topic in broker.topics(fresh=True):
-        raise TopicError("topic_already_exists", f"topic {topic!r} already exists")
     if validate_only:
+        if topic in broker.topics(fresh=True):
+            raise TopicError("topic_already_exists", f"topic {topic!r} already exists")
         return
-    if checked:
-        store_configs(broker, topic, checked)
-    for p in range(partitions):
-        broker.manager.get_or_create_log(topic, p)
+    try:
+        topic_changes.create(broker.manager, topic, partitions, checked, topic_id=identity.random_uuid(),
+                             store=_store(broker), on_record=broker.note_topic_change)
+    except topic_changes.TopicChangeError as exc:
+        raise TopicError(exc.code, str(exc)) from None
     broker.forget_catalog()
     broker.topics(fresh=True)
     broker.topic_id(topic)
 
 
 def add_partitions(broker: Broker, topic: str, count: int, *, validate_only: bool = False) -> None:
+    """Extend ``topic`` to ``count`` partitions whole (blocking): Metadata shows the new ones only once all exist."""
     existing = broker.topics(fresh=True).get(topic)
     if not existing:
         raise TopicError("unknown_topic_or_partition", f"topic {topic!r} does not exist")
@@ -123,8 +138,15 @@ def add_partitions(broker: Broker, topic: str, count: int, *, validate_only: boo
         raise TopicError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions, got {count}")
     if validate_only:
         return
-    topic_id = broker.topic_id(topic)
-    for p in range(current, count):
-        log = broker.manager.get_or_create_log(topic, p)
-        identity.write_topic_id(log.dir, topic_id)
+    try:
+        topic_changes.add_partitions(broker.manager, topic, count, broker.topic_id(topic), store=_store(broker),
+                                     on_record=broker.note_topic_change)
+    except topic_changes.TopicChangeError as exc:
+        raise TopicError(exc.code, str(exc)) from None
+    broker.forget_catalog()
+
+
+def delete_topic(broker: Broker, topic: str) -> None:
+    """Delete every partition of ``topic`` and its stored configs whole (blocking)."""
+    topic_changes.delete(broker.manager, topic, store=_store(broker), on_record=broker.note_topic_change)
     broker.forget_catalog()

@@ -33,6 +33,7 @@ class BrokerProcess:
         self.addresses: dict[str, str] = {}
         self.log_path = tmp_path / "broker.log"
         self.runs = 0
+        self.env: dict[str, str] = {}    # added to the next starts' environment (e.g. STORAGE_ENGINE_CRASH_AT)
 
     @property
     def bootstrap(self) -> str:
@@ -48,7 +49,7 @@ class BrokerProcess:
         self.runs += 1
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -8,7 +8,7 @@ from typing import Any
 from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
 from storage_engine.server.errors import error_code, message
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.catalog import TopicError, add_partitions, create_topic, store_configs
+from storage_engine.server.catalog import TopicError, add_partitions, create_topic, delete_topic
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +54,9 @@ def _delete_topic(ctx: Ctx, topic: str) -> None:
     broker = ctx.broker
     if not broker.config.server["delete.topic.enable"]:
         raise TopicError("topic_deletion_disabled", "delete.topic.enable is false")
-    partitions = broker.topics(fresh=True).get(topic)
-    if not partitions:
+    if not broker.topics(fresh=True).get(topic):
         raise PartitionNotFoundError(f"topic {topic!r} does not exist")
-    for p in partitions:
-        broker.manager.delete_log(topic, p)
-    if topic in broker.config.dynamic_topics:
-        store_configs(broker, topic, {})
-    broker.forget_catalog()
+    delete_topic(broker, topic)
 
 
 async def delete_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
