@@ -77,20 +77,22 @@ def as_topic_partitions(partitions: BatchPartitions) -> list[TopicPartition]:
 
 
 def open_isolating(config: StorageConfig, clock: Clock, tps: list[TopicPartition], failures: list[PartitionFailure],
-                    files: OpenLogs | None = None) -> list[tuple[LogManager, list[TopicPartition]]]:
+                    files: OpenLogs | None = None, *,
+                    read_only: bool = False) -> list[tuple[LogManager, list[TopicPartition]]]:
     """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported. The managers
     share one bound on open files (``files``), so the halves opened so far cannot exhaust the descriptors and
     make healthy partitions fail to load."""
     files = files if files is not None else OpenLogs()
     try:
-        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files), tps)]
+        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files, read_only=read_only),
+                 tps)]
     except Exception as exc:
         if len(tps) == 1:
             failures.append(partition_failure(tps[0], exc))
             return []
     mid = len(tps) // 2
-    return (open_isolating(config, clock, tps[:mid], failures, files)
-            + open_isolating(config, clock, tps[mid:], failures, files))
+    return (open_isolating(config, clock, tps[:mid], failures, files, read_only=read_only)
+            + open_isolating(config, clock, tps[mid:], failures, files, read_only=read_only))
 
 
 def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None,
@@ -106,7 +108,7 @@ def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
     errors: list[str] = []
     skipped: list[SkippedPartition] = []
     offline: dict[str, str] = {}
-    for mgr, group in open_isolating(config, clock, tps, failures) if tps else []:
+    for mgr, group in open_isolating(config, clock, tps, failures, read_only=dry_run) if tps else []:
         with mgr:
             done = []
             for tp in group:

@@ -41,7 +41,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
     from storage_engine.maintenance.cleaner import Cleaner
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
+    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
         check_topics(mgr, topics)
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
         if partition is not None and not logs:
@@ -198,7 +198,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     t0 = time.monotonic()
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_partition(config, clock, topic, partition) as (_mgr, log):
+    with open_partition(config, clock, topic, partition, read_only=dry_run) as (_mgr, log):
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
                 "map": "spark" if keymap_path else "local", "now_ms": now}

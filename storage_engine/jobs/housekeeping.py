@@ -197,7 +197,7 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     """Retention for one partition; advances and checkpoints the log start offset."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_partition(config, clock, topic, partition) as (mgr, log):
+    with open_partition(config, clock, topic, partition, read_only=dry_run) as (mgr, log):
         log_health.check_partition(log)
         result = retention_mod.run(log, now, dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
@@ -212,7 +212,7 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: C
     cannot be read (:func:`unreadable`) are left alone and added to ``failures``."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
+    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
         check_topics(mgr, topics)
         bad = unreadable(mgr, topics)
         if failures is not None:
@@ -234,7 +234,7 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     expiration_ms = config.producer_id_expiration_ms
-    with LogManager.open(config, clock=clock) as mgr:
+    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
         check_topics(mgr, topics)
         out: list[ProducerExpiry] = []
         failures = unreadable(mgr, topics)

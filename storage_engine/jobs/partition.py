@@ -13,9 +13,11 @@ from storage_engine.log.manager import LogManager
 
 
 @contextlib.contextmanager
-def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int) -> Iterator[tuple[LogManager, Log]]:
-    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none."""
-    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
+def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int, *,
+                   read_only: bool = False) -> Iterator[tuple[LogManager, Log]]:
+    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none.
+    ``read_only`` (a dry run): opened without changing anything (:mod:`storage_engine.log.read_only`)."""
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)], read_only=read_only) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise log_health.why_missing(mgr.online_dirs(), (topic, partition)) or PartitionNotFoundError(
