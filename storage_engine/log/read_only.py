@@ -322,6 +322,24 @@ def _effective_files(log_dir: str, folder: str, dir_path: str, messages: list[st
     return files
 
 
+def effective_segments(log_dir: str, folder: str, config: LogConfig, messages: list[str]) -> list[ReadOnlySegment]:
+    """The partition's segments as the next writable open will name them, each opened (lazily, read-only) from
+    the file that will bear its name; ``messages`` gets what that open will resolve."""
+    dir_path = os.path.join(log_dir, folder)
+    files = _effective_files(log_dir, folder, dir_path, messages)
+    bases = sorted(layout.offset_from_filename(f) for f in files
+                   if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
+    segments = []
+    for base in bases:
+        paths = {}
+        for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
+            current = files.get(os.path.basename(layout.segment_file(dir_path, base, suffix)))
+            if current is not None:
+                paths[suffix] = os.path.join(dir_path, current)
+        segments.append(ReadOnlySegment(dir_path, base, config, paths))
+    return segments
+
+
 class Snapshot:
     """What a read-only read of a partition found: segments, offsets, producer state, messages."""
 
@@ -372,17 +390,7 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     if not os.path.isdir(dir_path):
         raise PartitionNotFoundError(f"partition {folder} does not exist in {log_dir}")
     messages: list[str] = []
-    files = _effective_files(log_dir, folder, dir_path, messages)
-    bases = sorted(layout.offset_from_filename(f) for f in files
-                   if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
-    segments: list[LogSegment] = []
-    for base in bases:
-        paths = {}
-        for suffix in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX):
-            current = files.get(os.path.basename(layout.segment_file(dir_path, base, suffix)))
-            if current is not None:
-                paths[suffix] = os.path.join(dir_path, current)
-        segments.append(ReadOnlySegment(dir_path, base, config, paths))
+    segments: list[LogSegment] = list(effective_segments(log_dir, folder, config, messages))
     known = state.generation != 0
     if known and state.log_start_offset != UNKNOWN:
         lso_cp = max(lso_cp, state.log_start_offset)

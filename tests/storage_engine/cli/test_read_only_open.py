@@ -1,0 +1,307 @@
+"""Read-only commands write nothing: ``describe``, ``consume``, ``status``, ``verify``, ``dump-log``, every
+``--dry-run`` and the Storage console's readers (status, topics, the message browser) leave every file of the log
+dirs as it was, byte for byte, inode and mtime included, on a cleanly closed dir and on crashed ones, and still
+answer what the files hold.
+
+The proof is a listing (:func:`listing`): every path under each log dir, the dir itself and its engine files
+included, with its size, ``mtime_ns``, inode and SHA-256; it is taken before and after each command and must be
+equal. Crashed dirs are made by real processes dying by SIGKILL: a writer killed half way through an append
+(``append.torn``: half a batch in the ``.log``), and a cleaner killed at steps of its swap (``.cleaned``, ``.swap``
+and ``.deleted`` files and a swap record left behind).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import pytest
+
+from storage_engine import crashpoints, layout
+from storage_engine.config_file import load_config
+from storage_engine.errors import StorageError
+from storage_engine.inspection import browse, status, topics
+from storage_engine.log.manager import LogManager
+from storage_engine.log.read_only import ReadOnlyError
+from storage_engine.record.records import SimpleRecord
+from tests.paths import REPO
+
+PROCS = pathlib.Path(__file__).resolve().parent.parent / "procs"
+sys.path.insert(0, str(PROCS))
+from payloads import digest  # noqa: E402
+
+TIMEOUT_S = 120
+PLAIN, KEYED = "plain", "keyed"
+
+
+def listing(roots: list[str]) -> dict[str, tuple]:
+    """Every path under ``roots`` (the roots included): (size, mtime_ns, inode, sha256 of a file's bytes)."""
+    out: dict[str, tuple] = {}
+    for root in roots:
+        for path in [root] + [os.path.join(dp, n) for dp, dns, fns in os.walk(root) for n in dns + fns]:
+            st = os.lstat(path)
+            sha = None
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as f:
+                    sha = hashlib.sha256(f.read()).hexdigest()
+            out[path] = (st.st_size, st.st_mtime_ns, st.st_ino, sha)
+    return out
+
+
+def changed(before: dict, after: dict) -> list[str]:
+    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
+class Store:
+    def __init__(self, tmp_path: pathlib.Path, delete_delay_ms: int = 0):
+        self.dirs = [str(tmp_path / "logs-a"), str(tmp_path / "logs-b")]
+        self.cfg = str(tmp_path / "storage.yaml")
+        data = {"broker": {"log.dirs": self.dirs, "log.segment.bytes": 4096, "log.index.interval.bytes": 256,
+                           "log.segment.delete.delay.ms": delete_delay_ms},
+                "topics": {KEYED: {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}}}
+        pathlib.Path(self.cfg).write_text(json.dumps(data), encoding="utf-8")
+        self.config = load_config(self.cfg)
+
+    def run(self, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop(crashpoints.ENV_VAR, None)
+        if crash_at:
+            env[crashpoints.ENV_VAR] = crash_at
+        proc = subprocess.run([sys.executable, "-m", "storage_engine", "--config", self.cfg, *args], cwd=str(REPO),
+                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        if not crash_at:
+            assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    def unchanged_by(self, *args: str) -> subprocess.CompletedProcess:
+        """Run a command; assert it changed no file of the log dirs; return its result."""
+        before = listing(self.dirs)
+        proc = self.run(*args)
+        diff = changed(before, listing(self.dirs))
+        assert not diff, f"{args} changed {diff}\nstderr: {proc.stderr}"
+        return proc
+
+    def each_unchanged(self, commands: list[tuple[str, ...]]) -> list[tuple[int, str, str]]:
+        """Run each command in turn in one child process (:data:`DRIVER`: ``main()`` of the command line, one
+        interpreter start for all of them), the listing taken before and after each; assert none changed a file.
+        Returns (exit code, stdout, stderr) of each."""
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop(crashpoints.ENV_VAR, None)
+        proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(self.dirs),
+                               json.dumps([["--config", self.cfg, *c] for c in commands])], cwd=str(REPO), env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+        results = json.loads(proc.stdout)
+        for command, (rc, out, err, diff) in zip(commands, results):
+            assert "Traceback" not in err, err
+            assert not diff, f"{command} changed {diff}\nstderr: {err}"
+        assert len(results) == len(commands)
+        return [(rc, out, err) for rc, out, err, _ in results]
+
+
+# Runs command lines through storage_engine.cli.main.main, one after the other; prints [[rc, out, err, changed]].
+DRIVER = """
+import contextlib, io, json, sys
+from storage_engine.cli.main import main
+from tests.storage_engine.cli.test_read_only_open import changed, listing
+dirs, commands = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+results = []
+for argv in commands:
+    before = listing(dirs)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code
+    results.append([rc, out.getvalue(), err.getvalue(), changed(before, listing(dirs))])
+print(json.dumps(results))
+"""
+
+
+def fill_keyed(config, appends: int = 300) -> dict[str, str]:
+    """Records over 200 keys in small segments; the latest value of each key."""
+    rng = random.Random(7)
+    latest = {}
+    with LogManager.open(config) as mgr:
+        log = mgr.get_or_create_log(KEYED, 0)
+        for i in range(appends):
+            recs = [SimpleRecord(f"k{rng.randrange(200)}".encode(), f"v{i}-{j}".encode()) for j in range(5)]
+            log.append_records(recs)
+            latest.update({r.key.decode(): r.value.decode() for r in recs})
+    return latest
+
+
+def consumed(proc: subprocess.CompletedProcess) -> list[dict]:
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def segment_file(store: Store, topic: str) -> str:
+    for d in store.dirs:
+        folder = os.path.join(d, f"{topic}-0")
+        if os.path.isdir(folder):
+            return os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[0])
+    raise AssertionError(f"no folder of {topic}-0")
+
+
+def read_only_commands(store: Store, topic: str) -> list[tuple[str, ...]]:
+    return [("describe",), ("describe", "--topic", topic), ("consume", "--topic", topic, "--partition", "0"),
+            ("consume", "--topic", topic, "--partition", "0", "--isolation-level", "read_committed"),
+            ("status",), ("status", "--json"), ("verify",), ("dump-log", "--files", segment_file(store, topic)),
+            ("compact", "--dry-run"), ("retention", "--dry-run"),
+            ("retention", "--topic", topic, "--partition", "0", "--dry-run"),
+            ("expire-producers", "--dry-run"), ("purge-deleted", "--dry-run")]
+
+
+def console_reads_unchanged(store: Store, topic: str) -> dict:
+    """The Storage console's readers, in process: the overview, the topic pages, the message browser."""
+    before = listing(store.dirs)
+    status.overview(store.config)
+    status.list_partition_status(store.config)
+    topics.list_topics(store.config)
+    topics.topic_detail(store.config, topic)
+    page = browse.browse(store.config, topic, 0, limit=500)
+    browse.browse(store.config, topic, 0, latest=True, limit=10)
+    diff = changed(before, listing(store.dirs))
+    assert not diff, f"the console's readers changed {diff}"
+    return page
+
+
+@pytest.mark.e2e
+def test_read_only_commands_change_nothing_in_a_cleanly_closed_dir(tmp_path):
+    """Before the read-only open, on the same kind of dir: describe changed 10 files (lock files, the marker, an
+    active segment's indexes, the checkpoints), consume 7, the dry runs of compact, retention and
+    expire-producers 10 each. The dir holds .deleted files already due (the delay is 0), which any writable open
+    removes."""
+    store = Store(tmp_path)
+    latest = fill_keyed(store.config)
+    with LogManager.open(store.config) as mgr:
+        log = mgr.get_or_create_log(PLAIN, 0)
+        for i in range(60):
+            log.append_records([SimpleRecord(None, f"p{i}-{j}".encode() * 20) for j in range(3)])
+    assert store.run("compact", "--topic", KEYED).returncode == 0
+    assert any(n.endswith(layout.DELETED_SUFFIX) for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0"))
+               for n in os.listdir(os.path.join(d, "keyed-0"))), "the compaction left .deleted files"
+    for topic in (KEYED, PLAIN):
+        commands = read_only_commands(store, topic)
+        for args, (rc, _out, err) in zip(commands, store.each_unchanged(commands)):
+            assert rc == 0, (args, err)
+    records = consumed(store.unchanged_by("consume", "--topic", KEYED, "--partition", "0"))
+    assert {r["key"]: r["value"] for r in records} == latest
+    plain = consumed(store.unchanged_by("consume", "--topic", PLAIN, "--partition", "0"))
+    assert [r["offset"] for r in plain] == list(range(180))
+    described = json.loads(store.unchanged_by("describe").stdout)
+    assert described["read_only"] is True
+    assert all(d["clean_shutdown"] and not d["recovery_pending"] for d in described["log_dirs"])
+    page = console_reads_unchanged(store, PLAIN)
+    assert [r["offset"] for r in page["records"]] == list(range(180))
+
+
+@pytest.mark.e2e
+@pytest.mark.kills
+def test_writer_killed_mid_append_read_only_commands_change_nothing_and_see_every_acknowledged_record(tmp_path):
+    """A writer killed by SIGKILL half way through an append (half a batch in the active .log): each read-only
+    command leaves every file as it was, says recovery is pending, and reads every acknowledged record; the next
+    writable open recovers to the same log end."""
+    store = Store(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env[crashpoints.ENV_VAR] = "append.torn:25"
+    proc = subprocess.run([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
+                           "--tag", "w", "--appends", "60"], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert "CRASHPOINT append.torn" in proc.stderr, proc.stderr
+    acks = {int(f[1]): f[2] for f in (line.split() for line in proc.stdout.splitlines()) if f[0] == "ACK"}
+    assert len(acks) == 24 * 3
+    commands = read_only_commands(store, PLAIN)
+    for args, (rc, _out, err) in zip(commands, store.each_unchanged(commands)):
+        # verify reports the torn tail as damage (exit 1); every other command succeeds
+        assert rc == (1 if args[0] == "verify" else 0), (args, err)
+    values = consumed(store.unchanged_by("consume", "--topic", PLAIN, "--partition", "0", "--encoding", "base64"))
+    assert {r["offset"]: digest(base64.b64decode(r["value"])) for r in values} == acks
+    described = json.loads(store.unchanged_by("describe").stdout)
+    (home,) = [d for d in described["log_dirs"] if d["partitions"]]
+    assert home["recovery_pending"] is True and home["clean_shutdown"] is False
+    assert any("recovery is pending" in m for m in home["load_messages"])
+    assert any("do not parse" in m for m in home["load_messages"]), home["load_messages"]
+    assert home["partitions"][0]["log_end_offset"] == max(acks) + 1
+    overview = json.loads(store.unchanged_by("status", "--json").stdout)
+    assert any(d["recovery_pending"] for d in overview["log_dirs"])
+    assert "recovery pending" in store.unchanged_by("status").stdout
+    page = console_reads_unchanged(store, PLAIN)
+    assert [r["offset"] for r in page["records"]] == sorted(acks)
+    # The next writable open recovers (truncates the torn tail) and finds the same records.
+    with LogManager.open(store.config) as mgr:
+        log = mgr.get_log(PLAIN, 0)
+        assert {r.offset: digest(r.value) for r in log.read_records()} == acks
+
+
+# Rolled back (the cleaned segment never became .swap), completed from .swap with its indexes still .cleaned, from
+# every old segment .deleted, and from the indexes final with the .log still .swap.
+SWAP_STEPS = ["swap.intent", "swap.swap-partial", "swap.old-deleted", "swap.index-final"]
+
+
+@pytest.mark.e2e
+@pytest.mark.kills
+@pytest.mark.parametrize("step", SWAP_STEPS)
+def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_resolved_log(tmp_path, step):
+    """A cleaner killed at a step of its swap leaves .cleaned/.swap/.deleted files and a swap record. Read-only
+    commands rename, remove and resolve nothing, and read the partition as the next writable open will have it:
+    the latest value of every key, in offset order."""
+    store = Store(tmp_path, delete_delay_ms=0)
+    latest = fill_keyed(store.config)
+    proc = store.run("compact", "--topic", KEYED, crash_at=step)
+    assert f"CRASHPOINT {step}" in proc.stderr, proc.stderr
+    folder = os.path.join(next(d for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0"))), "keyed-0")
+    leftovers = [n for n in os.listdir(folder) if n.endswith((layout.SWAP_SUFFIX, layout.CLEANED_SUFFIX,
+                                                              layout.DELETED_SUFFIX))]
+    assert leftovers, "the killed cleaner left its files"
+    commands = read_only_commands(store, KEYED)
+    for args, (rc, _out, err) in zip(commands, store.each_unchanged(commands)):
+        assert rc == 0 or (args[0] == "verify" and rc == 1), (args, err)
+    records = consumed(store.unchanged_by("consume", "--topic", KEYED, "--partition", "0"))
+    offsets = [r["offset"] for r in records]
+    assert offsets == sorted(set(offsets))
+    assert {r["key"]: r["value"] for r in records if r["key"] in latest and r["value"] == latest[r["key"]]} == latest
+    last = {}
+    for r in records:
+        last[r["key"]] = r["value"]
+    assert last == latest, "the newest record of each key is its latest value"
+    page = console_reads_unchanged(store, KEYED)
+    assert [r["offset"] for r in page["records"]] == offsets[:500]
+
+
+@pytest.mark.e2e
+def test_read_only_open_while_another_process_holds_the_dir_says_in_use_and_refuses_changes(tmp_path):
+    """A process holding the dirs open (no marker: it consumed it): a read-only describe reports the dirs in use,
+    not crashed, and changes nothing; a read-only manager refuses every change with ReadOnlyError."""
+    store = Store(tmp_path)
+    fill_keyed(store.config, appends=40)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    holder = subprocess.Popen([sys.executable, str(PROCS / "holder.py"), "--config", store.cfg, "--clean"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        assert holder.stdout.readline().strip() == "READY", holder.stderr.read()
+        described = json.loads(store.unchanged_by("describe").stdout)
+        home = [d for d in described["log_dirs"] if d["partitions"]]
+        assert home and all(d["in_use"] is True and d["recovery_pending"] is False for d in home), home
+        before = listing(store.dirs)
+        with LogManager.open(store.config, read_only=True) as mgr:
+            log = mgr.get_log(KEYED, 0)
+            assert log is not None and log.log_end_offset == 200
+            for change in (lambda: log.append_records([SimpleRecord(b"k", b"v")]), log.flush, log.roll,
+                           lambda: log.delete_records(10), lambda: log.truncate_to(5), mgr.checkpoint,
+                           lambda: mgr.get_or_create_log("new-topic", 0), lambda: mgr.delete_log(KEYED, 0)):
+                with pytest.raises(ReadOnlyError):
+                    change()
+            assert isinstance(ReadOnlyError("x"), StorageError)
+        assert not changed(before, listing(store.dirs))
+    finally:
+        holder.communicate("", timeout=TIMEOUT_S)
+    assert holder.returncode == 0
