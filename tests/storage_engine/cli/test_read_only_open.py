@@ -305,3 +305,40 @@ def test_read_only_open_while_another_process_holds_the_dir_says_in_use_and_refu
     finally:
         holder.communicate("", timeout=TIMEOUT_S)
     assert holder.returncode == 0
+
+
+@pytest.mark.slow
+def test_read_only_log_follows_a_writer_appending_and_rolling_and_reads_only_acknowledged_records(tmp_path):
+    """A read-only manager kept open while a writer process appends (and rolls, 4 KiB segments): every refresh
+    reads an offset-contiguous prefix of what the writer wrote, each value the one it acknowledged; the reader
+    never takes a lock, so the writer is never held up, and the reader creates no file."""
+    store = Store(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop(crashpoints.ENV_VAR, None)
+    writer = subprocess.Popen([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
+                               "--tag", "w", "--appends", "150", "--pause-s", "0.005"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "READY", writer.stderr.read()
+    seen: dict[int, str] = {}
+    reads = 0
+    with LogManager.open(store.config, read_only=True) as mgr:
+        log = mgr.get_log(PLAIN, 0)
+        assert log is not None
+        first_generation = log.generation
+        while writer.poll() is None or reads == 0:
+            got = [(r.offset, digest(r.value)) for r in log.read_records()]
+            assert [o for o, _ in got] == list(range(len(got))), "an offset-contiguous prefix"
+            for offset, value in got:
+                assert seen.setdefault(offset, value) == value, f"offset {offset} changed value"
+            reads += 1
+        out, err = writer.communicate(timeout=TIMEOUT_S)
+        assert writer.returncode == 0, err
+        log.refresh()
+        final = {r.offset: digest(r.value) for r in log.read_records()}
+        assert log.generation > first_generation, "the reader followed the writer's rolls"
+    acks = {int(f[1]): f[2] for f in (line.split() for line in out.splitlines()) if f and f[0] == "ACK"}
+    assert len(acks) == 150 * 3 and final == acks
+    assert all(acks[o] == v for o, v in seen.items())
+    assert reads >= 2
+    folder = os.path.join(next(d for d in store.dirs if os.path.isdir(os.path.join(d, f"{PLAIN}-0"))), f"{PLAIN}-0")
+    assert len([n for n in os.listdir(folder) if n.endswith(".log")]) > 3, "the writer rolled while it was read"
