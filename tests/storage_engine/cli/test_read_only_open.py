@@ -26,6 +26,7 @@ from storage_engine import crashpoints, layout
 from storage_engine.config_file import load_config
 from storage_engine.errors import StorageError
 from storage_engine.inspection import browse, status, topics
+from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
 from storage_engine.log.read_only import ReadOnlyError
 from storage_engine.record.records import SimpleRecord
@@ -156,7 +157,7 @@ def read_only_commands(store: Store, topic: str) -> list[tuple[str, ...]]:
             ("status",), ("status", "--json"), ("verify",), ("dump-log", "--files", segment_file(store, topic)),
             ("compact", "--dry-run"), ("retention", "--dry-run"),
             ("retention", "--topic", topic, "--partition", "0", "--dry-run"),
-            ("expire-producers", "--dry-run"), ("purge-deleted", "--dry-run")]
+            ("expire-producers", "--dry-run"), ("purge-deleted", "--dry-run"), ("log-dirs",)]
 
 
 def console_reads_unchanged(store: Store, topic: str) -> dict:
@@ -175,7 +176,8 @@ def console_reads_unchanged(store: Store, topic: str) -> dict:
 
 @pytest.mark.e2e
 def test_read_only_commands_change_nothing_in_a_cleanly_closed_dir(tmp_path):
-    """Before the read-only open, on the same kind of dir: describe changed 10 files (lock files, the marker, an
+    """Every read-only command (the dry runs of remove-folder and log-dirs' plan too). Before the read-only
+    open, on the same kind of dir: describe changed 10 files (lock files, the marker, an
     active segment's indexes, the checkpoints), consume 7, the dry runs of compact, retention and
     expire-producers 10 each. The dir holds .deleted files already due (the delay is 0), which any writable open
     removes."""
@@ -186,6 +188,9 @@ def test_read_only_commands_change_nothing_in_a_cleanly_closed_dir(tmp_path):
         for i in range(60):
             log.append_records([SimpleRecord(None, f"p{i}-{j}".encode() * 20) for j in range(3)])
     assert store.run("compact", "--topic", KEYED).returncode == 0
+    os.makedirs(os.path.join(store.dirs[0], "not-a-partition"))     # a foreign folder, for remove-folder
+    assert store.each_unchanged([("remove-folder", "--log-dir", store.dirs[0], "--name", "not-a-partition",
+                                  "--dry-run")])[0][0] == 0
     assert any(n.endswith(layout.DELETED_SUFFIX) for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0"))
                for n in os.listdir(os.path.join(d, "keyed-0"))), "the compaction left .deleted files"
     for topic in (KEYED, PLAIN):
@@ -243,7 +248,8 @@ def test_writer_killed_mid_append_read_only_commands_change_nothing_and_see_ever
 
 # Rolled back (the cleaned segment never became .swap), completed from .swap with its indexes still .cleaned, from
 # every old segment .deleted, and from the indexes final with the .log still .swap.
-SWAP_STEPS = ["swap.intent", "swap.swap-partial", "swap.old-deleted", "swap.index-final"]
+# "no-record": the swap record removed as well, as a Kafka broker leaves a .swap: the loader's file rules decide.
+SWAP_STEPS = ["swap.intent", "swap.swap-partial", "swap.old-deleted", "swap.index-final", "swap.old-deleted/no-record"]
 
 
 @pytest.mark.e2e
@@ -255,9 +261,14 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     the latest value of every key, in offset order."""
     store = Store(tmp_path, delete_delay_ms=0)
     latest = fill_keyed(store.config)
-    proc = store.run("compact", "--topic", KEYED, crash_at=step)
-    assert f"CRASHPOINT {step}" in proc.stderr, proc.stderr
-    folder = os.path.join(next(d for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0"))), "keyed-0")
+    crash_at, _, variant = step.partition("/")
+    proc = store.run("compact", "--topic", KEYED, crash_at=crash_at)
+    assert f"CRASHPOINT {crash_at}" in proc.stderr, proc.stderr
+    log_dir = next(d for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0")))
+    folder = os.path.join(log_dir, "keyed-0")
+    if variant == "no-record":
+        os.remove(intent.path_of(log_dir, "keyed-0"))
+        assert any(n.endswith(layout.SWAP_SUFFIX) for n in os.listdir(folder))
     leftovers = [n for n in os.listdir(folder) if n.endswith((layout.SWAP_SUFFIX, layout.CLEANED_SUFFIX,
                                                               layout.DELETED_SUFFIX))]
     assert leftovers, "the killed cleaner left its files"
@@ -274,6 +285,8 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     assert last == latest, "the newest record of each key is its latest value"
     page = console_reads_unchanged(store, KEYED)
     assert [r["offset"] for r in page["records"]] == offsets[:500]
+    described = json.loads(store.unchanged_by("describe").stdout)
+    assert any(d["recovery_pending"] for d in described["log_dirs"]), "the cleaner died: recovery is pending"
 
 
 @pytest.mark.e2e
