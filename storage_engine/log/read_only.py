@@ -515,23 +515,6 @@ class ReadOnlyLog(Log):
             self._refresh_read_only()
             yield self
 
-    def park(self) -> bool:
-        with self.mutex:
-            if self._pins:
-                return False
-            for seg in self.segment_list:
-                seg.close(trim=False)
-            self._parked = True     # the next use reads the partition again
-            return True
-
-    def release_sealed(self) -> None:
-        with self.mutex:
-            if self._pins:
-                return
-            for seg in self.segment_list.as_list()[:-1]:
-                if seg.is_open:
-                    seg.release()
-
     def close(self, *, clean: bool = False) -> None:
         with self.mutex:
             files, self.files = self.files, None

@@ -355,3 +355,26 @@ def test_read_only_log_follows_a_writer_appending_and_rolling_and_reads_only_ack
     assert reads >= 2
     folder = os.path.join(next(d for d in store.dirs if os.path.isdir(os.path.join(d, f"{PLAIN}-0"))), f"{PLAIN}-0")
     assert len([n for n in os.listdir(folder) if n.endswith(".log")]) > 3, "the writer rolled while it was read"
+
+
+@pytest.mark.unit
+def test_read_only_logs_parked_under_the_open_file_bound_read_again_on_use(tmp_path):
+    """With room for one log with open files, a read-only manager of two partitions parks one while it uses the
+    other; each reads fully when used again, and nothing in the dirs changes."""
+    store = Store(tmp_path)
+    latest = fill_keyed(store.config, appends=60)
+    with LogManager.open(store.config) as mgr:
+        plain_log = mgr.get_or_create_log(PLAIN, 0)
+        for _ in range(10):
+            plain_log.append_records([SimpleRecord(None, b"x" * 100) for _ in range(5)])
+    before = listing(store.dirs)
+    with LogManager.open(store.config, read_only=True, max_open_logs=1) as mgr:
+        for _ in range(2):
+            keyed, plain = mgr.get_log(KEYED, 0), mgr.get_log(PLAIN, 0)
+            assert {r.key.decode(): r.value.decode() for r in keyed.read_records()} == latest
+            assert keyed.parked is False
+            assert [r.offset for r in plain.read_records()] == list(range(50))
+            assert keyed.parked is True, "used last: the other one"
+        ends = {(p["topic"], p["log_end_offset"]) for d in mgr.describe()["log_dirs"] for p in d["partitions"]}
+        assert ends == {(KEYED, 300), (PLAIN, 50)}
+    assert not changed(before, listing(store.dirs))
