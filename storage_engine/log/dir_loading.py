@@ -6,6 +6,10 @@ releases, and removes ``-delete`` folders that are due; a process joining a dir 
 shared lock while the first opener recovers. Partitions and ``-future`` copies are then loaded by
 ``num.recovery.threads.per.data.dir`` threads from the recovery-point and log-start-offset checkpoints. A dir
 failing with an I/O error is marked offline and loads nothing.
+
+A read-only open (:mod:`.read_only`) takes none of these steps: it takes no lock, consumes nothing, removes
+nothing, and reads each partition as the next writable open would find it; how the dir was left (clean, in use,
+or crashed with recovery pending) is read and reported.
 """
 from __future__ import annotations
 

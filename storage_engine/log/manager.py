@@ -23,6 +23,8 @@
   dirs keep working.
 * Open files: at most ``max_open_logs`` logs hold descriptors at once; the least recently used idle ones are
   parked (:mod:`.open_logs`), so one process can hold 100,000 partitions under a limit of 20,000 descriptors.
+* Read-only (``open(..., read_only=True)``, :mod:`.read_only`): inspection commands and dry runs change no byte
+  of the log dirs (no lock file, no marker, no recovery, no checkpoint); every change raises ``ReadOnlyError``.
 """
 from __future__ import annotations
 
@@ -252,23 +254,13 @@ class LogManager:
         raise StorageError(f"partition {topic}-{partition} kept changing while this process opened it")
 
     def _adopt_read_only(self, topic: str, partition: int) -> Log | None:
-        """A partition not loaded at a read-only open: found by its folder in the online dirs, read read-only (a
-        move another process left half done is not finished here)."""
-        name = layout.partition_dir_name(topic, partition)
-        for d in self.online_dirs():
-            if not os.path.isdir(os.path.join(d, name)):
-                continue
-            rp_cp, lso_cp, _ = read_only.read_dir_checkpoints(d)
-            try:
-                log = read_only.open_read_only(d, topic, partition, self.config.log_config(topic), clock=self.clock,
-                                               recovery_point_checkpoint=rp_cp.get((topic, partition), 0),
-                                               log_start_offset_checkpoint=lso_cp.get((topic, partition), 0))
-            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, read_only.NoSegmentError):
-                continue
-            self.track(log)
-            self.logs[(topic, partition)] = self.attach(log)
-            return log
-        return None
+        """A partition not loaded at a read-only open, found by its folder and read read-only."""
+        log = read_only.find_and_open(self.online_dirs(), topic, partition, self.config.log_config(topic), self.clock)
+        if log is None:
+            return None
+        self.track(log)
+        self.logs[(topic, partition)] = self.attach(log)
+        return log
 
     def _create_lock(self) -> FileLock:
         path = mover.create_lock_path(self.config.log_dirs)
