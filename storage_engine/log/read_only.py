@@ -104,7 +104,8 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     if not os.path.isdir(dir_path):
         raise PartitionNotFoundError(f"partition {folder} does not exist in {log_dir}")
     messages: list[str] = []
-    segments: list[LogSegment] = list(effective_segments(log_dir, folder, config, messages))
+    found = effective_segments(log_dir, folder, config, messages)
+    segments: list[LogSegment] = list(found)
     known = state.generation != 0
     if known and state.log_start_offset != UNKNOWN:
         lso_cp = max(lso_cp, state.log_start_offset)
@@ -113,16 +114,11 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     if not segments:
         return Snapshot([], lso_cp, lso_cp, lso_cp, state.generation, ProducerStateManager(dir_path, name),
                         messages + ["no segment: the next writable open creates one"], now_ms)
-    active = segments[-1]
-    assert isinstance(active, ReadOnlySegment)
+    active = found[-1]
     if active.index_past_data():
-        active.offset_index.close(trim=False)
-        active.time_index.close(trim=False)
-        active._offset_index = active._time_index = None
-        active.empty.update((layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX))
-    for seg in segments:
-        assert isinstance(seg, ReadOnlySegment)
-        if seg is not active and seg.is_open:
+        active.drop_indexes()    # they outran the data: read it without them
+    for seg in found[:-1]:
+        if seg.is_open:
             seg.release()
     log_start = losses.kept_log_start(max(lso_cp, segments[0].base_offset), lso_cp, losses.recorded(dir_path))
     psm = ProducerStateManager(dir_path, name)
@@ -131,10 +127,11 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     view.validate_active_tail(holder, 0, replay=False)   # type: ignore[arg-type]
     end = holder.log_end_offset
     if holder.torn_bytes:
-        messages.append(f"{os.path.basename(active.path)}: {holder.torn_bytes} bytes at the end do not parse (a "
-                        "write cut short): not read; the next writable open truncates them")
-    for seg in segments:
-        if seg.empty & {layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX}:    # type: ignore[attr-defined]
+        messages.append(f"{os.path.basename(active.path)}: {holder.torn_bytes} bytes at the end do not parse: not "
+                        "read (a write in progress, or one cut short by a writer that died, which the next writable "
+                        "open truncates)")
+    for seg in found:
+        if seg.empty & {layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX}:
             messages.append(f"{os.path.basename(seg.path)}: index missing or damaged: read without it (the next "
                             "writable open rebuilds it)")
     log_start = min(log_start, end)

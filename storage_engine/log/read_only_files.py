@@ -263,6 +263,14 @@ class ReadOnlySegment(LogSegment):
                     self.empty.add(suffix)
         return empty(path, self.base_offset, self.max_index_size, writable=False)
 
+    def drop_indexes(self) -> None:
+        """Replace the offset and time indexes by empty ones, in memory (the files stay as they are)."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close(trim=False)
+        self._offset_index = self._time_index = None
+        self.empty.update((layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX))
+
     def release(self) -> None:
         self.close(trim=False)
         self._log = self._offset_index = self._time_index = None

@@ -378,3 +378,33 @@ def test_read_only_logs_parked_under_the_open_file_bound_read_again_on_use(tmp_p
         ends = {(p["topic"], p["log_end_offset"]) for d in mgr.describe()["log_dirs"] for p in d["partitions"]}
         assert ends == {(KEYED, 300), (PLAIN, 50)}
     assert not changed(before, listing(store.dirs))
+
+
+@pytest.mark.unit
+def test_missing_and_damaged_indexes_are_read_around_in_memory(tmp_path):
+    """A sealed segment's offset index overwritten with entries going backwards, and the active segment's index
+    and time index removed: a read-only open reads every record (scanning those segments from their start), says
+    the next writable open rebuilds the active one's, and creates or rewrites no index file."""
+    store = Store(tmp_path)
+    with LogManager.open(store.config) as mgr:
+        log = mgr.get_or_create_log(PLAIN, 0)
+        for i in range(40):
+            log.append_records([SimpleRecord(None, f"p{i}-{j}".encode() * 30) for j in range(3)])
+        folder, bases = log.dir, [s.base_offset for s in log.segments]
+    assert len(bases) > 3
+    sealed = os.path.join(folder, f"{bases[1]:020d}.index")
+    with open(sealed, "r+b") as f:
+        f.write(b"\x00\x00\x00\x09\x00\x00\x00\x10" + b"\x00\x00\x00\x01\x00\x00\x00\x20")   # offsets go back
+    for suffix in (".index", ".timeindex"):
+        os.remove(os.path.join(folder, f"{bases[-1]:020d}{suffix}"))
+    before = listing(store.dirs)
+    with LogManager.open(store.config, read_only=True) as mgr:
+        log = mgr.get_log(PLAIN, 0)
+        assert [r.offset for r in log.read_records()] == list(range(120))
+        assert [r.offset for r in log.read_records(bases[1] + 2, 3)] == [bases[1] + 2, bases[1] + 3, bases[1] + 4]
+        messages = [m for d in mgr.describe()["log_dirs"] for m in d["load_messages"]]
+    # The active segment is checked at the open; a sealed one when it is first read (segments open lazily).
+    assert [m for m in messages if "index missing or damaged" in m] == [
+        f"{PLAIN}-0: {bases[-1]:020d}.log: index missing or damaged: read without it (the next writable open "
+        "rebuilds it)"], messages
+    assert not changed(before, listing(store.dirs))
