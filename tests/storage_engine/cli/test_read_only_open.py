@@ -58,6 +58,15 @@ def changed(before: dict, after: dict) -> list[str]:
     return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
+def child_env(**extra: str) -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+
+
+def armed_env(step: str) -> dict:
+    """The environment of a child that kills itself by SIGKILL at ``step`` (storage_engine.crashpoints)."""
+    return child_env(**{crashpoints.ENV_VAR: step})
+
+
 class Store:
     def __init__(self, tmp_path: pathlib.Path, delete_delay_ms: int = 0):
         self.dirs = [str(tmp_path / "logs-a"), str(tmp_path / "logs-b")]
@@ -68,14 +77,10 @@ class Store:
         pathlib.Path(self.cfg).write_text(json.dumps(data), encoding="utf-8")
         self.config = load_config(self.cfg)
 
-    def run(self, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        env.pop(crashpoints.ENV_VAR, None)
-        if crash_at:
-            env[crashpoints.ENV_VAR] = crash_at
+    def run(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "storage_engine", "--config", self.cfg, *args], cwd=str(REPO),
-                              env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-        if not crash_at:
+                              env=env or child_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+        if env is None:
             assert "Traceback" not in proc.stderr, proc.stderr
         return proc
 
@@ -91,10 +96,9 @@ class Store:
         """Run each command in turn in one child process (:data:`DRIVER`: ``main()`` of the command line, one
         interpreter start for all of them), the listing taken before and after each; assert none changed a file.
         Returns (exit code, stdout, stderr) of each."""
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        env.pop(crashpoints.ENV_VAR, None)
         proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(self.dirs),
-                               json.dumps([["--config", self.cfg, *c] for c in commands])], cwd=str(REPO), env=env,
+                               json.dumps([["--config", self.cfg, *c] for c in commands])], cwd=str(REPO),
+                              env=child_env(),
                               capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
         results = json.loads(proc.stdout)
@@ -215,10 +219,8 @@ def test_writer_killed_mid_append_read_only_commands_change_nothing_and_see_ever
     command leaves every file as it was, says recovery is pending, and reads every acknowledged record; the next
     writable open recovers to the same log end."""
     store = Store(tmp_path)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env[crashpoints.ENV_VAR] = "append.torn:25"
     proc = subprocess.run([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
-                           "--tag", "w", "--appends", "60"], env=env, capture_output=True, text=True,
+                           "--tag", "w", "--appends", "60"], env=armed_env("append.torn:25"), capture_output=True, text=True,
                           timeout=TIMEOUT_S)
     assert "CRASHPOINT append.torn" in proc.stderr, proc.stderr
     acks = {int(f[1]): f[2] for f in (line.split() for line in proc.stdout.splitlines()) if f[0] == "ACK"}
@@ -262,7 +264,7 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     store = Store(tmp_path, delete_delay_ms=0)
     latest = fill_keyed(store.config)
     crash_at, _, variant = step.partition("/")
-    proc = store.run("compact", "--topic", KEYED, crash_at=crash_at)
+    proc = store.run("compact", "--topic", KEYED, env=armed_env(crash_at))
     assert f"CRASHPOINT {crash_at}" in proc.stderr, proc.stderr
     log_dir = next(d for d in store.dirs if os.path.isdir(os.path.join(d, "keyed-0")))
     folder = os.path.join(log_dir, "keyed-0")
@@ -295,10 +297,9 @@ def test_read_only_open_while_another_process_holds_the_dir_says_in_use_and_refu
     not crashed, and changes nothing; a read-only manager refuses every change with ReadOnlyError."""
     store = Store(tmp_path)
     fill_keyed(store.config, appends=40)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     holder = subprocess.Popen([sys.executable, str(PROCS / "holder.py"), "--config", store.cfg, "--clean"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env)
+                              env=child_env())
     try:
         assert holder.stdout.readline().strip() == "READY", holder.stderr.read()
         described = json.loads(store.unchanged_by("describe").stdout)
@@ -326,10 +327,8 @@ def test_read_only_log_follows_a_writer_appending_and_rolling_and_reads_only_ack
     reads an offset-contiguous prefix of what the writer wrote, each value the one it acknowledged; the reader
     never takes a lock, so the writer is never held up, and the reader creates no file."""
     store = Store(tmp_path)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop(crashpoints.ENV_VAR, None)
     writer = subprocess.Popen([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
-                               "--tag", "w", "--appends", "150", "--pause-s", "0.005"], env=env,
+                               "--tag", "w", "--appends", "150", "--pause-s", "0.005"], env=child_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert writer.stdout.readline().strip() == "READY", writer.stderr.read()
     seen: dict[int, str] = {}
