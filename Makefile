@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser clients cluster-packages cluster cluster-stop test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
+.PHONY: venv browser clients java-clients cluster-packages cluster cluster-stop test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,10 +28,18 @@ $(KAFKAJS): tests/server/js/package.json
 	cd var/node && npm install --no-audit --no-fund --silent
 	touch $(KAFKAJS)
 
-clients: $(KAFKAJS)
+clients: $(KAFKAJS) java-clients
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing Debian's kcat for the client tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+# Kafka's own Java client (tests/server/java): Debian's JDK if javac is missing; the kafka-clients jars come from a
+# pinned package of requirements.txt; the worker is compiled into var/java/ (the tests also compile it if missing).
+java-clients: $(STAMP)
+	@command -v javac >/dev/null 2>&1 || { \
+	  echo "installing Debian's JDK for the Java client tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; }
+	$(BIN)/python -m tests.server.java.build
 
 test: $(STAMP) browser clients cluster-packages
 	$(BIN)/mypy

@@ -25,8 +25,7 @@ Kafka's log cleaner as a DAG: for keyed (`cleanup.policy=compact`) topics only t
 survives; offsets never change.
 
 1. **select_dirtiest_logs** ranks compacted partitions by dirty ratio (`min.cleanable.dirty.ratio`, strict;
-   `max.compaction.lag.ms` forces), skips (and reports) partitions another run is cleaning, that are marked
-   uncleanable or that cannot be read, and picks where each key map is built (`map_strategy`: `spark`,
+   `max.compaction.lag.ms` forces), skips partitions another run is cleaning, and picks where each key map is built (`map_strategy`: `spark`,
    `local`, or `auto` = Spark when the dirty section is larger than the in-process map,
    `log.cleaner.dedupe.buffer.size`, can hold).
 2. **build_key_map** (one mapped Spark submission per Spark partition, named `topic-partition`, master from
@@ -35,6 +34,9 @@ survives; offsets never change.
    segments and swaps them in crash-safely; tombstones stay until their delete horizon. Its XCom holds bytes
    before/after, records removed, tombstones purged and duration; it emits an asset event
    `kafka-log://<topic>/<partition>` with the same figures. The run's key-map folder is removed after use.
+   A partition marked uncleanable (a damaged batch) or that cannot be read gets a clean task that fails, on
+   every run, naming the error and the fix, until an operator repairs it and clears the mark
+   (`compact --clear-uncleanable --topic T --partition P`, or the Storage view's Clear); it is alerted once.
 4. **run_report** summarises the run and sends one alert if anything failed.
 
 **Several storage hosts** (the storage config's `hosts:`): steps 1-3 run once per host, in the task group named

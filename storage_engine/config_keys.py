@@ -339,8 +339,15 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("delete.topic.enable",                       BOOLEAN, True,                None,                    "server"),
     _B("num.partitions",                            INT,     1,                   at_least(1),             "server"),
     _B("socket.request.max.bytes",                  INT,     100 * MIB,           at_least(1),             "server"),
-    _B("max.connections",                           INT,     INT_MAX,             at_least(0),             "server"),
+    # max.connections and queued.max.request.bytes: unset (None) means derived from the machine at start
+    # (storage_engine/server/limits.py: open-file limit and memory); Kafka's defaults are unlimited.
+    _B("max.connections",                           INT,     None,                at_least(0),             "server"),
     _B("max.connections.per.ip",                    INT,     INT_MAX,             at_least(0),             "server"),
+    _B("queued.max.request.bytes",                  LONG,    None,                _unlimited_or_positive,  "server"),
+    _B("connections.max.idle.ms",                   LONG,    600_000,             _unlimited_or_positive,  "server"),
+    # Not a Kafka key (Kafka has no such timeout): the longest a request frame may take to arrive, from its first
+    # byte to its last (time spent waiting for queued.max.request.bytes not counted), and a response to be taken.
+    _B("socket.request.receive.timeout.ms",         LONG,    60_000,              _unlimited_or_positive,  "server"),
     _B("sasl.enabled.mechanisms",                   LIST,    "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
        _NonEmptySubsetOf(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),                                   "server"),
     # Not a Kafka key (Kafka takes JAAS config and SCRAM credentials from its controller): a YAML file of users.

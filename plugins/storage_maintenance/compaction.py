@@ -19,6 +19,9 @@ task at once (no retry: it reads the same bytes), with the partition, file, byte
 error; the partition is marked uncleanable with that reason (by the engine for a clean, by
 :class:`BuildKeyMapOperator` from the job's damage report for a Spark map) and the run report's one digest
 alert names it. ``compact --clear-uncleanable`` or the Storage view's "Clear" button lets it be cleaned again.
+Until then every run fails that partition's clean task (the selection plans it as ``blocked``), and so does a
+partition that cannot be read; the other partitions are cleaned. The failure is the same root cause run after
+run, so it is alerted once (:mod:`storage_maintenance.root_causes`), with the fix.
 
 Every engine and connection call goes through :class:`~storage_maintenance.hooks.StorageEngineHook`.
 Re-running an interval that is done finds the cleaner checkpoint already past it: "nothing to do", no byte
@@ -90,11 +93,20 @@ class SelectDirtiestLogsOperator(StorageMaintenanceOperator):
                     "--end-offset", str(sel["first_uncleanable_offset"]), "--output", path]})
             clean.append({"topic": sel["topic"], "partition": sel["partition"],
                           "first_dirty_offset": sel["first_dirty_offset"],
-                          "first_uncleanable_offset": sel["first_uncleanable_offset"], "keymap_path": path})
+                          "first_uncleanable_offset": sel["first_uncleanable_offset"], "keymap_path": path,
+                          "blocked": None})
+        # A partition marked uncleanable or that cannot be read gets a clean task too, which fails naming it and
+        # the fix: the run fails every time until an operator acts (its root cause is alerted once).
+        for b in plan.get("blocked", []):
+            clean.append({"topic": b["topic"], "partition": b["partition"], "first_dirty_offset": -1,
+                          "first_uncleanable_offset": -1, "keymap_path": None, "blocked": b})
         if spark:
             self.hook.check_spark_connection(self.spark_conn_id)
         for s in plan["skipped"]:
             self.log.warning("skipped %s-%s: %s", s["topic"], s["partition"], s["reason"])
+        for b in plan.get("blocked", []):
+            self.log.error("%s-%s fails its clean task: %s: %s", b["topic"], b["partition"], b["error_type"],
+                           b["error"])
         plan.update(spark_submissions=spark, clean_kwargs=clean, dry_run=dry_run, spark_partitions=len(spark))
         return plan
 
@@ -103,8 +115,10 @@ class SelectDirtiestLogsOperator(StorageMaintenanceOperator):
             return (f"compaction selection as of {when['iso']}: nothing to do "
                     f"({len(result['not_dirty'])} compacted partition(s) below their dirty ratio, "
                     f"{len(result['skipped'])} skipped)")
-        parts = ", ".join(f"{s['topic']}-{s['partition']} ratio {s['dirty_ratio']:.3f} ({s['map_strategy']} map)"
-                          for s in result["selected"])
+        parts = ", ".join([f"{s['topic']}-{s['partition']} ratio {s['dirty_ratio']:.3f} ({s['map_strategy']} map)"
+                           for s in result["selected"]]
+                          + [f"{b['topic']}-{b['partition']} failing ({b['error_type']})"
+                             for b in result.get("blocked", [])])
         return f"compaction selection as of {when['iso']} ({when['source']}): {parts}"
 
 
@@ -163,11 +177,13 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         # the damage (the selection skips it until an operator clears it), and the task fails at once naming it.
         name = f"{self.topic}-{self.partition}"
         reason = str(damage.get("error") or "damaged batch")
+        error_type = str(damage.get("error_type") or "CorruptRecordError")
         hook = StorageEngineHook(config_path=self._arg("--config"), host=self.host)
-        hook.mark_uncleanable(self.topic, int(self.partition), reason, run_as_of(context)["now_ms"])
+        # The mark names the error's type as the engine's marks do, so that the later runs, which fail on the mark,
+        # report the same root cause as this one (alerted once).
+        hook.mark_uncleanable(self.topic, int(self.partition), f"{error_type}: {reason}", run_as_of(context)["now_ms"])
         error = AirflowFailException(f"{name} is damaged and now marked uncleanable: {reason}")
-        fail_partition(context, self.topic, int(self.partition), damage.get("error_type") or "CorruptRecordError",
-                       reason)
+        fail_partition(context, self.topic, int(self.partition), error_type, reason)
         record_error(context, error)
         raise error
 
@@ -209,13 +225,17 @@ class CompactPartitionOperator(StorageMaintenanceOperator):
     :param first_dirty_offset, first_uncleanable_offset: the range the selection fixed
     :param keymap_path: the Spark-built map, or None for the in-process map
     :param dry_run: report what would be removed, change nothing
+    :param blocked: the selection's failure of a partition marked uncleanable or that cannot be read
+        (``{"error_type", "error", "permanent"}``): the task fails at once naming it and the fix, no retry
     """
 
     template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "dry_run")
 
     def __init__(self, *, topic: str, partition: int, first_dirty_offset: int, first_uncleanable_offset: int,
-                 keymap_path: str | None = None, dry_run: bool | str = False, **kwargs: Any) -> None:
+                 keymap_path: str | None = None, dry_run: bool | str = False, blocked: dict | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.blocked = blocked
         self.topic = topic
         self.partition = partition
         self.first_dirty_offset = first_dirty_offset
@@ -225,6 +245,10 @@ class CompactPartitionOperator(StorageMaintenanceOperator):
 
     def run(self, now_ms: int, context) -> dict:
         topic, partition, dry_run = as_topic(self.topic), as_partition(self.partition), as_dry_run(self.dry_run)
+        if self.blocked:
+            error_type, error = str(self.blocked.get("error_type")), str(self.blocked.get("error"))
+            fail_partition(context, topic, partition, error_type, error, permanent=True)
+            raise AirflowFailException(f"{topic}-{partition} cannot be compacted: {error_type}: {error}")
         if self.keymap_path and not os.path.isdir(self.keymap_path):
             raise AirflowFailException(f"the key map {self.keymap_path} for {topic}-{partition} is missing: did "
                                        "build_key_map run?")

@@ -298,6 +298,10 @@ def _fix(cause: dict, where: Where, *, detected_by_compaction: bool = False) -> 
     else:
         fix = "Read the task log for the error and its traceback."
         page = cause.get("log_url") or page
+    if detected_by_compaction and tp and kind != "corrupt" and "marked uncleanable" in (cause.get("error") or ""):
+        # whatever marked it, compaction fails on it until the mark is cleared
+        fix += " Compaction fails on the partition until its uncleanable mark is cleared (the Clear button on the page)."
+        commands.append(where.cli("compact", "--clear-uncleanable", "--topic", topic, "--partition", partition))
     cause.update(fix=fix, commands=commands, page=page)
 
 

@@ -16,14 +16,15 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
-from storage_engine.cli.args import EXIT_DAMAGE, print_json
+from storage_engine.cli.args import EXIT_DAMAGE, print_error, print_json, report_failures
+from storage_engine.log import health as log_health
 
 
 def cmd_expire_producers(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.jobs import housekeeping as maintenance
     result = maintenance.expire_producers(config, args.now_ms, topics=args.topic, dry_run=args.dry_run)
     print_json(result)
-    return EXIT_DAMAGE if result["failures"] else 0
+    return report_failures(result["failures"])
 
 
 def _listable_partition_dirs(log_dir: str) -> list[tuple[str, tuple[str, int]]]:
@@ -73,41 +74,25 @@ def cmd_status(args: argparse.Namespace, config: StorageConfig) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace, config: StorageConfig) -> int:
-    from storage_engine.log.manager import LogManager
-    from storage_engine.jobs.housekeeping import unreadable
-    with LogManager.open(config) as mgr:
-        failures = unreadable(mgr, None)    # partitions whose folder vanished or became a file, unreadable segments
-        flushed = mgr.flush_all() if args.flush else []
-        written = mgr.checkpoint()
-    print_json({"flushed": flushed, "checkpoints": written, "failures": failures})
-    return EXIT_DAMAGE if failures else 0
+    from storage_engine.jobs import housekeeping as maintenance
+    # The partitions that cannot be read (a folder that vanished or became a file, a segment that is no file, a
+    # load that fails) are failures; the checkpoint files keep their entries, the others are written.
+    result = maintenance.checkpoint(config, flush=args.flush)
+    print_json(result)
+    return report_failures(result["failures"])
 
 
 def cmd_flush(args: argparse.Namespace, config: StorageConfig) -> int:
-    from storage_engine.log.manager import LogManager
-    clock = clock_at(args.now_ms)
-    now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
-        out = []
-        for tp in mgr.partitions(args.topic):
-            log = mgr.logs[tp]
-            log.refresh()
-            if args.due_only and not log.flush_due(now):
-                continue
-            before = log.recovery_point
-            after = log.flush()
-            out.append({"topic": tp[0], "partition": tp[1], "recovery_point_before": before,
-                        "recovery_point": after})
-    print_json({"flushed": out})
-    return 0
+    from storage_engine.jobs import housekeeping as maintenance
+    result = maintenance.flush(config, args.now_ms, topics=args.topic, due_only=args.due_only)
+    print_json(result)
+    return report_failures(result["failures"])
 
 
 def cmd_delete_records(args: argparse.Namespace, config: StorageConfig) -> int:
-    from storage_engine.log.manager import LogManager
-    with LogManager.open(config, clock=clock_at(args.now_ms), partitions=[(args.topic, args.partition)]) as mgr:
-        log = mgr.get_log(args.topic, args.partition)
-        if log is None:
-            raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist")
+    from storage_engine.jobs.partition import open_partition
+    with open_partition(config, clock_at(args.now_ms), args.topic, args.partition) as (mgr, log):
+        log_health.check_partition(log)
         before = log.log_start_offset
         after = log.delete_records(args.offset)
         mgr.checkpoint([log.log_dir])
@@ -129,7 +114,7 @@ def cmd_retention(args: argparse.Namespace, config: StorageConfig) -> int:
     print_json({"dry_run": args.dry_run, "partitions": results,
           "segments_deleted": sum(r["segments_deleted"] for r in results),
           "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results), "failures": failures})
-    return EXIT_DAMAGE if failures else 0
+    return report_failures(failures)
 
 
 def cmd_compact(args: argparse.Namespace, config: StorageConfig) -> int:
@@ -146,7 +131,9 @@ def cmd_compact(args: argparse.Namespace, config: StorageConfig) -> int:
         for line in r.get("log_lines", []):
             logging.getLogger("storage_engine.maintenance.cleaner").info(line)
     print_json(result)
-    return EXIT_DAMAGE if result["failed"] else 0
+    # Failed: the partitions whose cleaning failed now, those marked uncleanable by an earlier run (every run fails
+    # until an operator clears the mark), and those that cannot be read. The others were cleaned.
+    return report_failures(result["failures"])
 
 
 def cmd_purge_deleted(args: argparse.Namespace, config: StorageConfig) -> int:
@@ -160,6 +147,15 @@ def cmd_verify(args: argparse.Namespace, config: StorageConfig) -> int:
     report = verify_log_dirs(config)
     print_json(report)
     strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
+    for p in report["problems"]:        # each problem names its file and what is wrong
+        print_error(f"{p['file']}: {p['message']}")
+    if args.strict:
+        for d, reason in report["offline_dirs"].items():
+            print_error(f"log dir {d} is offline: {reason}")
+        for f in report["foreign"]:
+            print_error(f"{f['file']}: {f['message']}")
+    if report["damaged"] and not report["problems"]:
+        print_error("verify found damage (see the report on stdout)")
     return EXIT_DAMAGE if report["damaged"] or strict_fail else 0
 
 

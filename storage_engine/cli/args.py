@@ -2,14 +2,17 @@
 
 :func:`build_parser` declares every command of ``python -m storage_engine`` (:mod:`storage_engine.cli.main`)
 and checks argument values (ranges of offsets, epochs and sequences) before a command runs, so a bad value is a
-usage error (exit 2) naming it. A command prints one JSON object per line on stdout (:func:`print_json`).
+usage error (exit 2) naming it. A command prints one JSON object per line on stdout (:func:`print_json`), and
+every error as one line on stderr (:func:`print_error`): a maintenance command one line per partition it could not
+maintain (:func:`report_failures`), after its JSON summary, and exits 1.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import NoReturn
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
 
 from storage_engine.config_file import ENV_VAR
 from storage_engine.record import codecs
@@ -20,6 +23,22 @@ EXIT_BAD_INPUT = 2
 
 def print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def print_error(message: object) -> None:
+    """One error, one line on stderr: ``storage-engine: error: <what>``."""
+    sys.stderr.write(f"storage-engine: error: {one_line(message)}\n")
+
+
+def report_failures(failures: Iterable[Mapping[str, Any]]) -> int:
+    """A maintenance command's failed partitions (the ``failures`` of its JSON summary, which it prints on stdout
+    first): one line on stderr each, naming the partition and the error (which names the file and what is wrong).
+    Returns the exit code: :data:`EXIT_DAMAGE` if there was any, else 0."""
+    code = 0
+    for f in failures:
+        print_error(f"{f['topic']}-{f['partition']}: {f['error_type']}: {f['error']}")
+        code = EXIT_DAMAGE
+    return code
 
 
 def _non_negative(text: str) -> int:

@@ -1,11 +1,14 @@
 """``python -m storage_engine [--config CFG] <command>``: JSON on stdout for machines (``status`` prints tables
 for people unless given ``--json``), errors on stderr.
 
-Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``) or a storage error, 2 bad input (usage,
+Exit codes: 0 success, 1 damage found (``verify``, ``dump-log``), a storage error, or a partition a maintenance
+command could not maintain (it cannot be read, or compaction marked it uncleanable: the JSON summary is still
+printed, with the partition under ``failures``, the others are still maintained), 2 bad input (usage,
 configuration, no usable log dir, topic names, malformed JSON lines, records the topic refuses, offsets out of range,
 missing files, appends or markers the producer state refuses: printed with Kafka's error name, e.g.
 ``INVALID_PRODUCER_EPOCH``). Every error is one line on stderr, ``storage-engine: error: <what>`` (a usage error
-adds where to find the usage); the usage itself is printed by ``--help`` only.
+adds where to find the usage; a failed partition is ``<topic>-<partition>: <ErrorType>: <what>``, naming the
+file and the fix); the usage itself is printed by ``--help`` only.
 
 :func:`main` is the entry point: it parses the arguments (:mod:`storage_engine.cli.args`), loads the
 config, runs the command (:mod:`storage_engine.cli.data_commands`, :mod:`storage_engine.cli.admin_commands`)
@@ -21,13 +24,13 @@ from collections.abc import Callable, Sequence
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
-                                   InvalidTopicError, OffsetOutOfRangeError, ProducerStateError, RecordTooLargeError,
-                                   StorageError)
+                                   InvalidTopicError, OffsetOutOfRangeError, PartitionNotFoundError, ProducerStateError,
+                                   RecordTooLargeError, StorageError)
 from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_status, cmd_verify)
-from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, one_line
+from storage_engine.cli.args import EXIT_BAD_INPUT, EXIT_DAMAGE, build_parser, print_error
 from storage_engine.cli.data_commands import cmd_consume, cmd_end_txn, cmd_produce
 
 
@@ -50,7 +53,7 @@ NO_CONFIG: dict[str, Callable[[argparse.Namespace], int]] = {"dump-log": cmd_dum
 
 def _error(message: str, code: int) -> int:
     """Every error of a command is one line on stderr: ``storage-engine: error: <what>``."""
-    sys.stderr.write(f"storage-engine: error: {one_line(message)}\n")
+    print_error(message)
     return code
 
 
@@ -66,11 +69,22 @@ def require_a_usable_log_dir(config: StorageConfig) -> None:
                           f"offline: {offline}")
 
 
+def _why_missing(args: argparse.Namespace, config: StorageConfig | None) -> StorageError | None:
+    """Why the partition a command names (``--topic``, ``--partition``) was not found, when it is one whose folder
+    vanished or became a file while its log dir still lists it (:func:`storage_engine.log.health.why_missing`)."""
+    from storage_engine.log.health import why_missing
+    topic, partition = getattr(args, "topic", None), getattr(args, "partition", None)
+    if config is None or not isinstance(topic, str) or not isinstance(partition, int):
+        return None
+    return why_missing(config.log_dirs, (topic, partition))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    config: StorageConfig | None = None
     try:
         if args.command in NO_CONFIG:
             return NO_CONFIG[args.command](args)
@@ -79,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args, config)
     except ProducerStateError as exc:   # refused by the producer state: named as Kafka names it
         return _error(f"{exc.kafka_name}: {exc}", EXIT_BAD_INPUT)
+    except PartitionNotFoundError as exc:
+        unreadable = _why_missing(args, config)
+        if unreadable is not None:      # not bad input: the partition is there, and cannot be read
+            return _error(str(unreadable), EXIT_DAMAGE)
+        return _error(str(exc), EXIT_BAD_INPUT)
     except (InvalidRequestError, ConfigError, InvalidTopicError, OffsetOutOfRangeError, RecordTooLargeError,
             InvalidRecordError, InvalidRecordForTopicError, ValueError) as exc:
         return _error(str(exc), EXIT_BAD_INPUT)

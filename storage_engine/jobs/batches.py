@@ -8,7 +8,8 @@ isolation (:func:`open_isolating`, :func:`_run_batch`); each failure says whethe
 
 A batch opens only its own partitions (``LogManager.open(..., partitions=...)``). If one of them cannot be
 loaded, the batch is split in halves until the damaged partitions stand alone: they are reported as
-failures, the others are still maintained. Errors while acting on one partition are recorded the same way.
+failures, the others are still maintained (:func:`storage_engine.jobs.partition.open_isolating`). Errors
+while acting on one partition are recorded the same way.
 Nothing here raises for a partition's failure: the caller decides (the Airflow task fails at the end,
 naming every failed partition).
 """
@@ -26,8 +27,8 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.log.open_logs import OpenLogs
 from storage_engine.jobs.housekeeping import list_partitions
+from storage_engine.jobs.partition import open_isolating
 from storage_engine.jobs.summaries import PartitionFailure, partition_failure
 from storage_engine.log import health
 
@@ -74,25 +75,6 @@ def as_topic_partitions(partitions: BatchPartitions) -> list[TopicPartition]:
             topic, partition = item
         out.append((layout.validate_topic(topic), layout.validate_partition(partition)))
     return out
-
-
-def open_isolating(config: StorageConfig, clock: Clock, tps: list[TopicPartition], failures: list[PartitionFailure],
-                    files: OpenLogs | None = None, *,
-                    read_only: bool = False) -> list[tuple[LogManager, list[TopicPartition]]]:
-    """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported. The managers
-    share one bound on open files (``files``), so the halves opened so far cannot exhaust the descriptors and
-    make healthy partitions fail to load."""
-    files = files if files is not None else OpenLogs()
-    try:
-        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files, read_only=read_only),
-                 tps)]
-    except Exception as exc:
-        if len(tps) == 1:
-            failures.append(partition_failure(tps[0], exc))
-            return []
-    mid = len(tps) // 2
-    return (open_isolating(config, clock, tps[:mid], failures, files, read_only=read_only)
-            + open_isolating(config, clock, tps[mid:], failures, files, read_only=read_only))
 
 
 def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None,

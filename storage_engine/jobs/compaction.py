@@ -10,6 +10,11 @@ Damage: the cleaner checks every batch it reads (both phases). A damaged batch f
 with a ``CorruptRecordError`` naming the partition, the file, the byte position and the offsets; nothing of the
 damaged group is swapped or deleted, the cleaner checkpoint does not move, and the partition is marked
 uncleanable with that reason (skipped until an operator clears it: ``compact --clear-uncleanable``).
+
+Failing loudly: a partition marked uncleanable, and one that cannot be read (its folder became a file, a segment
+file that is no file, a load that fails), is a failure of every job that selects over it (``failures`` of
+:func:`compact`, ``blocked`` of :func:`compaction_plan`), run after run, until an operator acts; the other
+partitions are still cleaned.
 """
 from __future__ import annotations
 
@@ -21,10 +26,10 @@ from typing import TYPE_CHECKING
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
-from storage_engine.log.manager import LogManager
-from storage_engine.jobs.batches import PartitionFailure, open_isolating
-from storage_engine.jobs.housekeeping import check_topics, future_partitions, list_partitions, log_dir_health
-from storage_engine.jobs.partition import open_partition
+from storage_engine.jobs.housekeeping import check_topics, future_partitions, list_partitions, log_dir_health, open_store
+from storage_engine.jobs.partition import open_isolating, open_partition
+from storage_engine.jobs.summaries import PartitionFailure, partition_failure
+from storage_engine.log import health as log_health
 
 if TYPE_CHECKING:
     from storage_engine.maintenance.cleaner import OffsetMap
@@ -36,16 +41,22 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
     """Select the dirtiest compacted logs and clean them (one round each).
 
     ``upper_time_bound_ms`` (a DAG run's data interval end) stops cleaning at the first segment holding a
-    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark)."""
+    record at or after it. ``offset_maps`` maps (topic, partition) -> a prebuilt key map (Spark).
+
+    ``failures`` lists the compacted partitions the call could not clean: those whose cleaning failed now (and
+    were marked uncleanable), those marked uncleanable before (every call, until the mark is cleared), and those
+    that cannot be read; the others are cleaned all the same."""
     from storage_engine.maintenance import cleaner_manager
     from storage_engine.maintenance.cleaner import Cleaner
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
-        check_topics(mgr, topics)
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, failures):
+        check_topics(mgr, topics, failures)
+        failures = [f for f in failures if (partition is None or f["partition"] == partition)
+                    and config.log_config(f["topic"]).compact]
         logs = [mgr.logs[tp] for tp in mgr.partitions(topics) if partition is None or tp[1] == partition]
-        if partition is not None and not logs:
-            raise PartitionNotFoundError(f"partition {topics}-{partition} does not exist")
+        if partition is not None and not logs and not failures:
+            raise PartitionNotFoundError(f"partition {', '.join(topics or [])}-{partition} does not exist")
         # Copies being made for moves are compacted like their partitions (Kafka cleans future logs too).
         logs += [mgr.future_logs[tp] for tp in future_partitions(mgr, topics)
                  if partition is None or tp[1] == partition]
@@ -82,11 +93,42 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
                 claim.release()
             results.append(entry)
         offline = mgr.offline_dirs()
+    failures += [uncleanable_failure(s) for s in selection["skipped"] if s["reason"].startswith(UNCLEANABLE)]
+    failures += [_failure(r["topic"], r["partition"], r["error"],
+                          uncleanable_note(r["topic"], r["partition"]) if r.get("marked_uncleanable") else "")
+                 for r in results if "error" in r]
     return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms, "offline_dirs": offline,
             "selected": [r["selection"] for r in results], "results": results,
             "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
-            "nothing_to_do": not eligible,
-            "failed": [f"{r['topic']}-{r['partition']}" for r in results if "error" in r]}
+            "nothing_to_do": not eligible and not failures,
+            "failed": [f"{r['topic']}-{r['partition']}" for r in results if "error" in r],
+            "failures": sorted(failures, key=lambda f: (f["topic"], f["partition"]))}
+
+
+UNCLEANABLE = "uncleanable: "      # how the selection's skipped entries name a partition marked uncleanable
+
+
+def _failure(topic: str, partition: int, text: str, note: str = "") -> PartitionFailure:
+    """A failure already put in words, ``"<ErrorType>: <message>"``, named by the type it names (permanent: a
+    partition that failed cleaning is marked uncleanable, and no retry cleans it before an operator acts)."""
+    error_type, sep, message = text.partition(": ")
+    if not sep or not error_type.isidentifier():
+        error_type, message = "CleaningFailed", text
+    return {"topic": topic, "partition": partition, "error_type": error_type, "error": message + note,
+            "permanent": True}
+
+
+def uncleanable_failure(skipped: Mapping[str, object]) -> PartitionFailure:
+    """A partition the selection skipped because it is marked uncleanable, as a failure of the job: it fails every
+    run until an operator clears the mark. It carries the type and message of the error that marked it (so it is
+    the same root cause as that first failure, alerted once) and names the command that clears the mark."""
+    topic, partition = str(skipped["topic"]), int(str(skipped["partition"]))
+    return _failure(topic, partition, str(skipped["reason"])[len(UNCLEANABLE):], uncleanable_note(topic, partition))
+
+
+def uncleanable_note(topic: str, partition: int) -> str:
+    return (f" (partition {topic}-{partition} is marked uncleanable: compaction fails on it until an operator "
+            f"repairs it and clears the mark with compact --clear-uncleanable --topic {topic} --partition {partition})")
 
 
 def clear_uncleanable(config: StorageConfig, topic: str | None = None, partition: int | None = None) -> dict:
@@ -147,7 +189,8 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics:
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     health = log_dir_health(config)
-    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health)
+    tps = [(p["topic"], p["partition"]) for p in list_partitions(config, topics=topics, health=health,
+                                                                 include_missing=True)
            if config.log_config(p["topic"]).compact]
     unreadable: list[PartitionFailure] = []
     capacity = Cleaner(config.cleaner).new_offset_map().max_entries
@@ -158,6 +201,10 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics:
         groups = open_isolating(config, clock, tps[start:start + PLAN_BATCH_SIZE], unreadable)
         try:
             logs = [mgr.logs[tp] for mgr, group in groups for tp in group if tp in mgr.logs]
+            for mgr, group in groups:     # a folder that vanished or became a file loads as nothing
+                unreadable += [partition_failure(tp, log_health.why_missing(mgr.online_dirs(), tp) or
+                                                 PartitionNotFoundError(f"partition {tp[0]}-{tp[1]} vanished"))
+                               for tp in group if tp not in mgr.logs]
             selection = cleaner_manager.select(logs, now, upper_time_bound_ms=upper_time_bound_ms)
             for ltc in selection["eligible"]:
                 d = ltc.as_dict()
@@ -177,11 +224,15 @@ def compaction_plan(config: StorageConfig, now_ms: int | None = None, *, topics:
     selected = [d for _ratio, _n, d in ranked]
     if max_partitions:
         selected = selected[:max_partitions]
+    # Uncleanable and unreadable partitions are skipped and are failures of the run (each fails its own clean task
+    # in the DAG, every run, until an operator acts), so that no run over them is green.
+    blocked = sorted(unreadable + [uncleanable_failure(s) for s in skipped if s["reason"].startswith(UNCLEANABLE)],
+                     key=lambda f: (f["topic"], f["partition"]))
     skipped += [{"topic": f["topic"], "partition": f["partition"],
                  "reason": f"cannot be read: {f['error_type']}: {f['error']}"} for f in unreadable]
     return {"now_ms": now, "upper_time_bound_ms": upper_time_bound_ms, "selected": selected,
-            "skipped": skipped, "unreadable": unreadable, "offline_dirs": health["offline"],
-            "online_dirs": health["online"], "not_dirty": not_dirty, "nothing_to_do": not selected}
+            "skipped": skipped, "unreadable": unreadable, "blocked": blocked, "offline_dirs": health["offline"],
+            "online_dirs": health["online"], "not_dirty": not_dirty, "nothing_to_do": not selected and not blocked}
 
 
 def compact_partition(config: StorageConfig, topic: str, partition: int, first_dirty_offset: int,

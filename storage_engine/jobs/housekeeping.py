@@ -12,28 +12,31 @@ isolated (the Airflow DAGs' tasks), in :mod:`storage_engine.jobs.batches`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import TypedDict, TypeVar
 
 from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
                                            PartitionFailure, ProducerExpiry, partition_failure)
 from storage_engine.maintenance import retention as retention_mod
 from storage_engine.maintenance.retention import PurgeResult, RetentionResult
-from storage_engine.clock import clock_at
+from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, PartitionUnreadableError
 from storage_engine.log import health as log_health
 from storage_engine.log.health import MissingPartition
 from storage_engine.log.log import Log
-from storage_engine.jobs.partition import open_partition
+from storage_engine.jobs.partition import open_isolating, open_partition
 from storage_engine.log.manager import LogManager
 
 
-def check_topics(mgr: LogManager, topics: Collection[str] | None) -> None:
+def check_topics(mgr: LogManager, topics: Collection[str] | None, failures: Collection[PartitionFailure] = ()) -> None:
+    """:class:`PartitionNotFoundError` for a topic of ``topics`` the store does not have. A topic whose partitions
+    are all unreadable (``failures``) exists: a job over it fails naming them, it does not call the topic unknown."""
     if not topics:
         return
-    known = {t for t, _ in mgr.logs}
+    known = {t for t, _ in mgr.logs} | {f["topic"] for f in failures}
     missing = sorted(set(topics) - known)
     if missing:
         raise PartitionNotFoundError(f"unknown topic(s) {missing}; existing topics: {sorted(known)}")
@@ -143,6 +146,34 @@ def unreadable(mgr: LogManager, topics: Collection[str] | None) -> list[Partitio
     return sorted(failures, key=lambda f: (f["topic"], f["partition"]))
 
 
+@contextlib.contextmanager
+def open_store(config: StorageConfig, clock: Clock, topics: Collection[str] | None = None, *,
+               read_only: bool = False) -> Iterator[tuple[LogManager, list[PartitionFailure]]]:
+    """The store opened for a whole-store job, with the partitions of ``topics`` it cannot maintain: those of
+    :func:`unreadable`, and those that fail to load. A partition that fails to load does not stop the job for the
+    others: it is found by halving (:func:`open_isolating`) and the store is opened without it. An error that
+    no single partition explains (a lock, a config) is raised as it was. ``read_only`` (a dry run): opened
+    without changing anything (:mod:`storage_engine.log.read_only`)."""
+    load_failures: list[PartitionFailure] = []
+    try:
+        mgr = LogManager.open(config, clock=clock, read_only=read_only)
+    except Exception as first:
+        tps = [(p["topic"], p["partition"]) for p in list_partitions(config)]
+        for probe, _group in open_isolating(config, clock, tps, load_failures, read_only=read_only):
+            probe.close()
+        if not load_failures:
+            raise
+        bad = {(f["topic"], f["partition"]) for f in load_failures}
+        try:
+            mgr = LogManager.open(config, clock=clock, partitions=[tp for tp in tps if tp not in bad],
+                                  read_only=read_only)
+        except Exception:
+            raise first from None
+    with mgr:
+        failures = unreadable(mgr, topics) + [f for f in load_failures if not topics or f["topic"] in topics]
+        yield mgr, sorted(failures, key=lambda f: (f["topic"], f["partition"]))
+
+
 def _skip(failures: list[PartitionFailure]) -> set[tuple[str, int]]:
     return {(f["topic"], f["partition"]) for f in failures}
 
@@ -152,9 +183,8 @@ def checkpoint(config: StorageConfig, now_ms: int | None = None, *, topics: Coll
     """Kafka's checkpoint tasks: flush each log to its end, then write both checkpoint files of every dir."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
-        check_topics(mgr, topics)
-        failures = unreadable(mgr, topics)
+    with open_store(config, clock, topics) as (mgr, failures):
+        check_topics(mgr, topics, failures)
         skip = _skip(failures)
         flushed = [f for f in mgr.flush_all(topics) if (f["topic"], f["partition"]) not in skip] if flush else []
         written = mgr.checkpoint()
@@ -169,11 +199,10 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collectio
     """Time-based flush (``flush.ms``): fsync the logs whose last flush is at least flush.ms old."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock) as mgr:
-        check_topics(mgr, topics)
+    with open_store(config, clock, topics) as (mgr, failures):
+        check_topics(mgr, topics, failures)
         out: list[FlushedPartition] = []
         skipped = 0
-        failures = unreadable(mgr, topics)
         for tp in mgr.partitions(topics):
             if tp in _skip(failures):
                 continue
@@ -212,9 +241,8 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: C
     cannot be read (:func:`unreadable`) are left alone and added to ``failures``."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
-        check_topics(mgr, topics)
-        bad = unreadable(mgr, topics)
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, bad):
+        check_topics(mgr, topics, bad)
         if failures is not None:
             failures += bad
         results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)
@@ -234,10 +262,9 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     expiration_ms = config.producer_id_expiration_ms
-    with LogManager.open(config, clock=clock, read_only=dry_run) as mgr:
-        check_topics(mgr, topics)
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, failures):
+        check_topics(mgr, topics, failures)
         out: list[ProducerExpiry] = []
-        failures = unreadable(mgr, topics)
         for tp in mgr.partitions(topics):
             if tp in _skip(failures):
                 continue

@@ -114,6 +114,9 @@ def is_claimed(log: Log) -> bool:
 
 # -- uncleanable partitions ------------------------------------------------------------------------------------
 
+_UNREADABLE = "<unreadable>"  # the entry standing for a record that cannot be read: every partition of the dir
+
+
 def read_uncleanable(log_dir: str) -> dict:
     path = os.path.join(log_dir, layout.UNCLEANABLE_FILE)
     try:
@@ -121,28 +124,37 @@ def read_uncleanable(log_dir: str) -> dict:
     except FileNotFoundError:
         return {}
     except UnsafeFileError as exc:
-        return {"<unreadable>": {"reason": f"{path} is {exc.reason}; fix or delete it"}}
+        return {_UNREADABLE: {"reason": f"{path} is {exc.reason}; fix or delete it"}}
     except (ValueError, OSError):
         data = None
     if not isinstance(data, dict):
         # An unreadable marker file must not make every partition cleanable silently: keep it, report it.
-        return {"<unreadable>": {"reason": f"{path} is not valid JSON (an object of partitions); fix or delete it"}}
+        return {_UNREADABLE: {"reason": f"{path} is not valid JSON (an object of partitions); fix or delete it"}}
     return data
 
 
 def mark_uncleanable(log_dir: str, name: str, reason: str, now_ms: int) -> None:
     with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         data = read_uncleanable(log_dir)
-        data.pop("<unreadable>", None)
+        data.pop(_UNREADABLE, None)
         data[name] = {"reason": reason, "since_ms": now_ms}
         atomic_write(os.path.join(log_dir, layout.UNCLEANABLE_FILE),
                      json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def clear_uncleanable(log_dir: str, name: str | None = None) -> list[str]:
-    """Clear one partition (or all with None); returns what was cleared."""
+    """Clear one partition (or all with None); returns what was cleared.
+
+    A record that cannot be read names no partition, so clearing one cannot be done on it: that raises
+    :class:`CorruptCheckpointError` naming the file (clear all, or fix the file), and the file stays as it is. The
+    stand-in entry for such a file is never written back."""
     with FileLock(os.path.join(log_dir, layout.CLEANER_CHECKPOINT_LOCK_FILE)):
         data = read_uncleanable(log_dir)
+        if name is not None and _UNREADABLE in data:
+            raise CorruptCheckpointError(
+                f"the uncleanable record cannot be read, so {name} cannot be cleared alone: clear every partition "
+                f"(compact --clear-uncleanable without --topic) or fix the file",
+                os.path.join(log_dir, layout.UNCLEANABLE_FILE))
         cleared = sorted(data) if name is None else ([name] if name in data else [])
         for n in cleared:
             data.pop(n, None)
@@ -295,7 +307,7 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
         if log.log_dir not in checkpoints:
             checkpoints[log.log_dir] = read_cleaner_checkpoints(log.log_dir, replace_corrupt=write_resets)
             uncleanable[log.log_dir] = read_uncleanable(log.log_dir)
-        bad = uncleanable[log.log_dir].get(log.name) or uncleanable[log.log_dir].get("<unreadable>")
+        bad = uncleanable[log.log_dir].get(log.name) or uncleanable[log.log_dir].get(_UNREADABLE)
         if bad:
             skipped.append({"topic": log.topic, "partition": log.partition,
                             "reason": f"uncleanable: {bad.get('reason')}"})

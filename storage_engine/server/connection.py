@@ -6,7 +6,14 @@ frame may not exceed :data:`MAX_UNAUTHENTICATED_BYTES` (Kafka's ``sasl.server.ma
 without credentials cannot make the broker buffer ``socket.request.max.bytes``. After a SaslHandshake v0 the SASL
 tokens come as raw size-prefixed frames without Kafka headers (Kafka's ``handleSaslToken``); v1 wraps them in
 SaslAuthenticate. A handler that fails on a request closes only that connection, with one line naming the request
-and where it failed."""
+and where it failed.
+
+Limits (:mod:`storage_engine.server.limits`): a frame's bytes come from the broker's memory pool
+(``queued.max.request.bytes``) before its body is read, into one buffer of exactly its size, and go back once its
+request is answered; while the pool is short the connection reads nothing. A connection with no request for
+``connections.max.idle.ms`` is closed, and so is one whose frame takes longer than
+``socket.request.receive.timeout.ms`` to arrive from its first byte (or whose response is not taken within it),
+each with one log line naming the key."""
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +26,7 @@ from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import AuthenticationFailed, Authenticator, Users
 from storage_engine.server.settings import Listener
 
@@ -26,6 +34,7 @@ logger = logging.getLogger(__name__)
 Buffer = bytes | bytearray | memoryview
 READ_AHEAD = 2                         # requests received ahead of the one being handled
 MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
+CHUNK = 256 * 1024                     # bytes copied from the stream into a frame's buffer at a time
 
 
 class Closing(Exception):
@@ -34,7 +43,8 @@ class Closing(Exception):
 
 class Connection:
     def __init__(self, broker: Broker, listener: Listener, advertised: tuple[str, int],
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, users: Users | None):
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, users: Users | None,
+                 limits: Limits | None = None, pool: MemoryPool | None = None):
         self.broker = broker
         self.listener = listener
         self.advertised = advertised
@@ -50,30 +60,99 @@ class Connection:
         self.max_bytes: int = broker.config.server["socket.request.max.bytes"]
         self.current = "reading a request"     # what the connection is doing, for the log line of a failure
         self.raw_tokens = False                # after SaslHandshake v0: raw SASL tokens, no Kafka headers
+        self.limits = limits or Limits.from_server(broker.config.server)
+        self.pool = pool or MemoryPool(self.limits.queued_bytes)
+        self.held = 0                          # pool bytes taken by this connection's frames not yet answered
+        self.last_active = asyncio.get_running_loop().time()
 
-    async def _read_frame(self) -> bytes:
-        prefix = await self.reader.readexactly(4)
-        size = protocol.frame_size(prefix)
+    async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
+        """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``."""
+        if timeout is None:
+            return await coro
+        try:
+            async with asyncio.timeout(timeout):
+                return await coro
+        except TimeoutError:
+            raise Closing(what) from None
+
+    async def _first_byte(self) -> bytes:
+        """The first byte of the next frame; :class:`Closing` once the connection has been idle (no request
+        arriving, none being handled, nothing sent) for ``connections.max.idle.ms``."""
+        idle = self.limits.idle_s
+        if idle is None:
+            return await self.reader.readexactly(1)
+        loop = asyncio.get_running_loop()
+        while True:
+            left = self.last_active + idle - loop.time()
+            if left <= 0 and not self.busy:
+                raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
+            try:
+                async with asyncio.timeout(max(left, 0.05)):
+                    return await self.reader.readexactly(1)   # cancelled, it consumes nothing
+            except TimeoutError:
+                if self.busy:
+                    self.last_active = loop.time()            # a request in flight is activity
+
+    def _late(self) -> str:
+        return (f"a request frame took longer than {self.limits.receive_s} s to arrive "
+                f"(socket.request.receive.timeout.ms)")
+
+    async def _read_size(self) -> int:
+        """The next frame's size prefix, under the idle and receive timeouts."""
+        first = await self._first_byte()
+        return protocol.frame_size(first + await self._timed(self.reader.readexactly(3), self.limits.receive_s,
+                                                             self._late()))
+
+    async def _read_frame(self) -> bytearray:
+        size = await self._read_size()
         if size < 8 or size > self.max_bytes:
             raise Closing(f"request size {size} is outside [8, socket.request.max.bytes={self.max_bytes}]")
         if not self.authenticated and size > MAX_UNAUTHENTICATED_BYTES:
             raise Closing(f"request size {size} before SASL authentication is above "
                           f"{MAX_UNAUTHENTICATED_BYTES} (sasl.server.max.receive.size)")
-        return await self.reader.readexactly(size)
+        if not self.pool.fits_now(size) and self.pool.should_log_wait():
+            logger.info("%s waits for memory: a request of %d bytes, %d of queued.max.request.bytes=%s in use",
+                        self.peer, size, self.pool.used, self.pool.capacity)
+        await self.pool.acquire(size)      # nothing more is read from this socket until the frame fits
+        self.held += size
+        frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
+        self.last_active = asyncio.get_running_loop().time()
+        return frame
 
-    async def _read_ahead(self, queue: asyncio.Queue[bytes | BaseException]) -> None:
+    async def _read_body(self, size: int) -> bytearray:
+        """``size`` bytes into one buffer of exactly that size: the stream's own buffer never grows past its limit
+        (a frame read whole through it would grow a second, reallocated copy of the frame)."""
+        frame = bytearray(size)
+        view = memoryview(frame)
+        pos = 0
+        while pos < size:
+            chunk = await self.reader.read(min(size - pos, CHUNK))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            view[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+        view.release()
+        return frame
+
+    def _done_with(self, frame: Buffer) -> None:
+        """The frame's request is answered: its bytes go back to the pool."""
+        size = len(frame)
+        self.held -= size
+        self.pool.release(size)
+
+    async def _read_ahead(self, queue: asyncio.Queue[bytearray | BaseException]) -> None:
         """Once authenticated: receive the next requests while the current one is handled (at most
         :data:`READ_AHEAD` waiting); they are still handled and answered one at a time, in order."""
         while True:
             try:
-                frame = await self._read_frame()
+                # no local keeps a frame while the next one is awaited: an answered frame's memory goes at once
+                await queue.put(await self._read_frame())
             except Exception as exc:   # noqa: BLE001 - handed to the handling loop, which closes the connection
                 await queue.put(exc)
                 return
-            await queue.put(frame)
 
     async def run(self) -> None:
-        queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(READ_AHEAD)
+        queue: asyncio.Queue[bytearray | BaseException] = asyncio.Queue(READ_AHEAD)
         ahead: asyncio.Task[None] | None = None
         try:
             while True:
@@ -84,20 +163,27 @@ class Connection:
                     if isinstance(item, BaseException):
                         raise item
                     frame = item
+                    del item
                 elif self.raw_tokens:
-                    await self._raw_token(protocol.frame_size(await self.reader.readexactly(4)))
+                    await self._raw_token(await self._read_size())
                     continue
                 else:
                     frame = await self._read_frame()
                 self.busy = True
                 try:
                     out = await self.handle(frame)
+                    self._done_with(frame)
+                    del frame
                     if out is not None:
                         for part in out:
                             self.writer.write(part)
-                        await self.writer.drain()
+                        del out
+                        await self._timed(self.writer.drain(), self.limits.receive_s,
+                                          f"a response was not taken within {self.limits.receive_s} s "
+                                          f"(socket.request.receive.timeout.ms)")
                 finally:
                     self.busy = False
+                    self.last_active = asyncio.get_running_loop().time()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except (protocol.MalformedRequest, Closing) as exc:
@@ -112,9 +198,16 @@ class Connection:
         finally:
             if ahead is not None:
                 ahead.cancel()
+                try:
+                    await ahead
+                except BaseException:   # noqa: BLE001 - it ended with the connection; its error was handled
+                    pass
             self.writer.close()
+            if self.held:                  # frames read ahead and never answered
+                self.pool.release(self.held)
+                self.held = 0
 
-    async def handle(self, frame: bytes) -> list[Buffer] | None:
+    async def handle(self, frame: Buffer) -> list[Buffer] | None:
         self.current = "decoding a request"
         request = protocol.decode_request(frame, SUPPORTED)
         key = request.api_key
@@ -157,7 +250,7 @@ class Connection:
         assert self.auth is not None
         if not 0 <= size <= MAX_UNAUTHENTICATED_BYTES:
             raise Closing(f"SASL token size {size} is outside [0, {MAX_UNAUTHENTICATED_BYTES}]")
-        token = await self.reader.readexactly(size)
+        token = await self._timed(self.reader.readexactly(size), self.limits.receive_s, self._late())
         self.current = f"a {self.auth.mechanism} token after SaslHandshake v0"
         try:
             answer = self.auth.step(token)

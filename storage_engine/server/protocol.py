@@ -11,7 +11,10 @@ version of an API.
 Before kio reads a request, :func:`check_lengths` walks it by the same schema and checks every array count,
 string, bytes and tagged-field length against the bytes left in the frame: kio's native reader reserves memory for
 an array from its count before reading an element, so one frame claiming 2**35 elements made the process abort on
-a failed allocation of hundreds of gigabytes.
+a failed allocation of hundreds of gigabytes. A null (-1) where the version's schema does not allow one is refused
+as Kafka's generated readers refuse it ("non-nullable field topics was serialized as null", an
+``InvalidRequestException`` that closes the connection); kio would hand a handler ``None`` where it expects a
+tuple or a string.
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def frame_size(prefix: bytes) -> int:
     return int(_SIZE.unpack(prefix)[0])
 
 
-def peek_key_version(frame: bytes | memoryview) -> tuple[int, int]:
+def peek_key_version(frame: bytes | bytearray | memoryview) -> tuple[int, int]:
     if len(frame) < 8:
         raise MalformedRequest(f"a request of {len(frame)} bytes is shorter than a request header")
     key, version = _KEY_VERSION.unpack_from(frame, 0)
@@ -173,6 +176,8 @@ def _walk_value(field: _Field, flexible: bool, buf: memoryview, pos: int, end: i
             pos += 1
         return _walk(field.struct, buf, pos, end)
     n, pos = _length(buf, pos, end, flexible, 2 if kind == "string" else 4)
+    if n < 0 and not field.nullable:
+        raise _Bad(f"non-nullable field {field.name} was serialized as null")
     return pos + max(n, 0)
 
 
@@ -182,6 +187,8 @@ def _walk(cls: Any, buf: memoryview, pos: int, end: int) -> int:
     for field in regular:
         if field.array:
             count, pos = _length(buf, pos, end, flexible, 4)
+            if count < 0 and not field.nullable:
+                raise _Bad(f"non-nullable field {field.name} was serialized as null")
             for _ in range(count):
                 pos = _walk_value(field, flexible, buf, pos, end)
         else:
@@ -205,6 +212,8 @@ def _walk_tags(tagged: Mapping[int, _Field], buf: memoryview, pos: int, end: int
             pos += size           # an unknown tag is skipped by its size
         elif field.array:         # a known one is read in place, as Kafka's generated readers do (size unused)
             n, pos = _length(buf, pos, end, True, 4)
+            if n < 0 and not field.nullable:
+                raise _Bad(f"non-nullable field {field.name} was serialized as null")
             for _ in range(n):
                 pos = _walk_value(field, True, buf, pos, end)
         else:
@@ -212,7 +221,7 @@ def _walk_tags(tagged: Mapping[int, _Field], buf: memoryview, pos: int, end: int
     return pos
 
 
-def check_lengths(cls: Any, frame: bytes | memoryview) -> None:
+def check_lengths(cls: Any, frame: bytes | bytearray | memoryview) -> None:
     """Walk the request header and body of ``cls`` over ``frame``: every count and length must fit in the bytes
     left (raises :class:`MalformedRequest` naming the first that does not). Only lengths are checked; kio reads
     the values."""
@@ -233,7 +242,7 @@ def check_lengths(cls: Any, frame: bytes | memoryview) -> None:
         raise MalformedRequest(f"API key {key} version {version}: body does not parse ({exc})") from None
 
 
-def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:
+def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int, tuple[int, int]]) -> Request:
     """Decode one request frame (without its size prefix). ``supported`` maps each served API key to its
     (min, max) version. Raises :class:`MalformedRequest` for an unserved key or version (except ApiVersions,
     which answers any version) or a body that does not parse. Bytes after a parsed body are ignored, as Kafka's
@@ -249,7 +258,7 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Re
         raise MalformedRequest(f"unsupported API key {key} version {version}")
     cls = load_request_schema(key, version)
     check_lengths(cls, frame)
-    view = memoryview(frame)
+    view = memoryview(frame).toreadonly()   # kio reads only read-only buffers (a frame is a bytearray)
     try:
         header, offset = _reader(cls.__header_schema__)(view, 0)
         body, used = _reader(cls)(view, offset)

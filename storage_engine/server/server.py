@@ -1,7 +1,9 @@
 """``serve``: the Kafka-protocol listener over the store, until SIGTERM or Ctrl-C.
 
 Each configured listener is an asyncio server; a connection past ``max.connections`` or
-``max.connections.per.ip`` is closed at once with one log line. On SIGTERM/SIGINT the listeners stop
+``max.connections.per.ip`` is closed at once with one log line. Every connection of every listener takes its
+request frames from one memory pool (``queued.max.request.bytes``); the limits and their derived defaults are
+in :mod:`storage_engine.server.limits` and are logged at start. On SIGTERM/SIGINT the listeners stop
 accepting, idle connections are closed, requests in flight are answered (up to :data:`DRAIN_S`), and the log
 manager is closed clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
 """
@@ -18,6 +20,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import STATUS_INTERVAL_S, Broker
 from storage_engine.server.connection import Connection
+from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import Users, load_users
 from storage_engine.server.settings import Listener, parse_listeners, tls_context
 
@@ -45,6 +48,8 @@ class Server:
         self.servers: list[asyncio.base_events.Server] = []
         self.bound: list[Listener] = []
         self.stopping = asyncio.Event()
+        self.limits = Limits.from_server(server)
+        self.pool = MemoryPool(self.limits.queued_bytes)
 
     def _advertised_for(self, bound: Listener) -> tuple[str, int]:
         for adv in self.advertised or ():
@@ -54,6 +59,13 @@ class Server:
         return host, bound.port
 
     async def start(self) -> None:
+        lim = self.limits
+        logger.info("limits: max.connections %d, queued.max.request.bytes %s, connections.max.idle.ms %s, "
+                    "socket.request.receive.timeout.ms %s, socket.request.max.bytes %d", lim.max_connections,
+                    -1 if lim.queued_bytes is None else lim.queued_bytes,
+                    -1 if lim.idle_s is None else int(lim.idle_s * 1000),
+                    -1 if lim.receive_s is None else int(lim.receive_s * 1000),
+                    self.broker.config.server["socket.request.max.bytes"])
         for lst in self.listeners:
             srv = await asyncio.start_server(
                 functools.partial(self._accept, lst), host=lst.host or None, port=lst.port,
@@ -68,16 +80,17 @@ class Server:
 
     async def _accept(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         bound = next(b for b in self.bound if b.protocol == listener.protocol) if self.bound else listener
-        conn = Connection(self.broker, listener, self._advertised_for(bound), reader, writer, self.users)
+        conn = Connection(self.broker, listener, self._advertised_for(bound), reader, writer, self.users,
+                          self.limits, self.pool)
         server = self.broker.config.server
         if self.stopping.is_set():
             writer.close()
             return
-        if len(self.connections) >= server["max.connections"] or \
+        if len(self.connections) >= self.limits.max_connections or \
                 self.per_ip[conn.ip] >= server["max.connections.per.ip"]:
             logger.warning("refusing connection from %s on %s: %d connections open (max.connections %d, "
                            "max.connections.per.ip %d)", conn.peer, listener, self.per_ip[conn.ip],
-                           server["max.connections"], server["max.connections.per.ip"])
+                           self.limits.max_connections, server["max.connections.per.ip"])
             writer.close()
             return
         stats = self.broker.stats

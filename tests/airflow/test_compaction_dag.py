@@ -185,7 +185,7 @@ def test_missing_spark_connection_fails_the_selection_instead_of_submitting_to_y
     assert task_instances(run)[("select_dirtiest_logs", -1)].state == "failed"
 
 
-def test_selection_skips_and_reports_a_partition_it_cannot_read(tmp_path, monkeypatch):
+def test_a_partition_compaction_cannot_read_fails_its_clean_task_and_the_others_are_cleaned(tmp_path, monkeypatch):
     fixture = StorageFixture(tmp_path / "storage", topics=TOPICS)
     monkeypatch.setenv("STORAGE_ENGINE_CONFIG", str(fixture.config_path))
     with LogManager.open(fixture.config(), clock=ManualClock(T_MS)) as mgr:
@@ -201,15 +201,25 @@ def test_selection_skips_and_reports_a_partition_it_cannot_read(tmp_path, monkey
 
     run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
 
-    assert run.state == "success"
+    # ue-0 is cleaned; ue-1's own clean task fails naming the file (no retry: it reads the same files), so the
+    # run fails.
+    assert run.state == "failed"
     results = run_results(run)
     plan = results[("select_dirtiest_logs", -1)]
     assert [(s["topic"], s["partition"]) for s in plan["selected"]] == [("ue", 0)]
     (skipped,) = plan["skipped"]
     assert (skipped["topic"], skipped["partition"]) == ("ue", 1)
     assert skipped["reason"].startswith("cannot be read: StorageIOError: cannot open time index")
-    (clean,) = [r for (task, _), r in results.items() if task == "clean"]
+    (blocked,) = plan["blocked"]
+    assert (blocked["topic"], blocked["partition"], blocked["error_type"]) == ("ue", 1, "StorageIOError")
+    states = {(task, ti.map_index): (ti.state, ti.try_number) for (task, _), ti in task_instances(run).items()
+              if task == "clean"}
+    assert sorted(states.values()) == [("failed", 1), ("success", 1)]
+    (clean,) = [r for (task, _), r in results.items() if task == "clean" and "records_removed" in r]
     assert (clean["topic"], clean["partition"]) == ("ue", 0) and clean["records_removed"] > 0
+    (failed,) = [r for (task, _), r in results.items() if task == "clean" and r.get("failures")]
+    (failure,) = failed["failures"]
+    assert (failure["topic"], failure["partition"]) == ("ue", 1) and str(broken) in failure["error"]
 
 
 # -- damage under compaction (issue 27, item 2) -------------------------------------------------------------------
@@ -271,12 +281,28 @@ def test_damage_fails_the_clean_task_marks_the_partition_uncleanable_and_alerts_
     run = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
     reason = assert_failed_once_naming_the_partition(fixture, run, alerting, "clean", path, position, before)
     assert "key-map phase" in reason
-    # The next run skips it and says why; once an operator clears it, cleaning is tried (and fails) again.
-    mailbox, _webhook = alerting
-    rerun = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
-    assert rerun.state == "success" and len(mailbox.messages) == 1
-    (skipped,) = run_results(rerun)[("select_dirtiest_logs", -1)]["skipped"]
-    assert skipped["reason"] == f"uncleanable: {reason}"
+    # The alert names the fix: repair, then clear the mark.
+    mailbox, webhook = alerting
+    (cause,) = webhook.received[0]["body"]["root_causes"]
+    clear = f"--config {fixture.config_path} compact --clear-uncleanable --topic ue --partition 0"
+    assert cause["key"] == "corrupt:ue-0" and any(c.endswith(clear) for c in cause["commands"])
+    # While it stays marked, every run fails its clean task again (at once, no retry), naming the mark and the
+    # command that clears it; the root cause was alerted, so no run sends another alert.
+    for minute in (5, 10):
+        rerun = parse_dag("log_compaction").test(logical_date=T.replace(minute=minute),
+                                                 run_conf={"map_strategy": "local"})
+        assert rerun.state == "failed" and len(mailbox.messages) == 1 and len(webhook.received) == 1
+        (skipped,) = run_results(rerun)[("select_dirtiest_logs", -1)]["skipped"]
+        assert skipped["reason"] == f"uncleanable: {reason}"
+        (failed,) = [ti for (task, _), ti in task_instances(rerun).items() if task == "clean"]
+        assert failed.state == "failed" and failed.try_number == 1
+        (failure,) = run_results(rerun)[("clean", failed.map_index)]["failures"]
+        assert failure["error_type"] == "CorruptRecordError" and path in failure["error"]
+        assert "marked uncleanable" in failure["error"] and "compact --clear-uncleanable --topic ue --partition 0" \
+            in failure["error"]
+        report = run_results(rerun)[("run_report", -1)]
+        assert report["alert"]["sent"] is False
+    assert snapshot(fixture) == before
     from storage_engine.jobs import compaction
     compaction.clear_uncleanable(fixture.config(), "ue", 0)
     assert parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"}).state == "failed"
@@ -303,3 +329,10 @@ def test_damage_under_the_spark_key_map_fails_that_task_marks_the_partition_and_
     # No map and no damage report are left behind.
     left = [os.path.join(root, f) for root, _dirs, files in os.walk(fixture.root / "keymaps") for f in files]
     assert left == []
+    # The next run fails ue-0's clean task on the mark (no Spark job), the same root cause: no second alert.
+    rerun = parse_dag("log_compaction").test(logical_date=T.replace(minute=5), run_conf={"map_strategy": "spark"})
+    assert rerun.state == "failed" and run_results(rerun)[("spark_submissions", -1)] == []
+    (failed,) = [ti for (task, _), ti in task_instances(rerun).items() if task == "clean"]
+    assert failed.state == "failed"
+    mailbox, webhook = alerting
+    assert len(mailbox.messages) == 1 and len(webhook.received) == 1

@@ -32,6 +32,12 @@ IncrementalAlterConfigs of it): all must be refused. The real topic must then ho
 producer (confluent-kafka) wrote before the fuzz, and no topic or partition may appear.
 
 The seed is fixed (``FUZZ_SEED`` in the environment overrides it) and every failure names it and the case.
+
+``test_structured_fuzz_every_api`` is the structure-aware part (:mod:`tests.server.fuzz_structured`): 3,000
+requests of every served API changed field by field (nulls, negatives, huge counts, short records) on a broker
+with a scratch topic they may write to; each must get a response that parses and no UNKNOWN_SERVER_ERROR, or a
+close with its reason logged, and no handler may raise. ``python -m tests.server.fuzz_campaign --frames 50000``
+is the long run of the same cases, with the broker's resident size sampled.
 """
 from __future__ import annotations
 
@@ -57,7 +63,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 
-from storage_engine.server.handlers import SUPPORTED
+from storage_engine.server.handlers import APIS, SUPPORTED
 from tests.server import wire
 from tests.server.broker_proc import ROOT
 
@@ -632,3 +638,73 @@ def test_fuzz_listener(broker_factory, tmp_path):
     assert exact <= closed_lines <= exact + maybe, (note, exact, maybe, closed_lines)
     changes = re.findall(r"(?:created|deleted|auto-created) topic \S+|configs now|moved \S+", log)
     assert changes == [f"created topic {REAL}"], (note, changes[:10])
+
+
+# -- structure-aware: every served API, field by field -------------------------------------------------------------
+
+STRUCTURED_FRAMES = 3000
+SCRATCH = "fuzz-scratch"
+
+
+def _null_topics_list_offsets() -> bytes:
+    """ListOffsets v1 whose topics array is null (-1): kio would hand the handler None."""
+    header = struct.pack(">hhih", 2, 1, 41, 4) + b"fuzz"
+    return wire.frame(header + struct.pack(">ii", -1, -1))
+
+
+def test_structured_fuzz_every_api(broker_factory):
+    """Requests of every served API and version built from the broker's own schemas, then changed field by field
+    (nulls, negatives, extreme integers, huge counts, short and inconsistent record batches, see
+    tests/server/fuzz_structured.py). Every frame is answered with a response that parses and carries no
+    UNKNOWN_SERVER_ERROR, or its connection is closed with one log line giving the reason; no handler raises (no
+    ERROR line, no traceback in the broker's log). The long run is ``python -m tests.server.fuzz_campaign``."""
+    from tests.server import fuzz_structured as fs
+    from tests.server.fuzz_campaign import create_topic
+
+    server = broker_factory(broker={"auto.create.topics.enable": False, "group.initial.rebalance.delay.ms": 0,
+                                    "queued.max.request.bytes": 64 * 1024 * 1024,
+                                    "offsets.topic.num.partitions": 3, "transaction.state.log.num.partitions": 3})
+    create_topic(server.bootstrap, SCRATCH, 3)
+    note = f"FUZZ_SEED={SEED}"
+
+    # the two cases the structured fuzz first found, pinned
+    conn = wire.Conn(server.bootstrap)
+    try:
+        conn.send(_null_topics_list_offsets())
+        assert conn.expect_closed(30) == b"", note
+    finally:
+        conn.close()
+    conn = wire.Conn(server.bootstrap)
+    try:
+        for short in (b"\0" * 30, wire.batch([b"v"])[:40], b"\xff" * 12):
+            answer = conn.request(wire.produce_request(9, "no-such-topic", 0, short), 41)
+            part = answer.responses[0].partition_responses[0]
+            assert int(part.error_code) == 3, (short.hex(), part)     # Kafka: the unknown topic first
+            answer = conn.request(wire.produce_request(9, SCRATCH, 0, short), 42)
+            part = answer.responses[0].partition_responses[0]
+            assert int(part.error_code) == 2, (short.hex(), part)     # CORRUPT_MESSAGE, the connection stays
+    finally:
+        conn.close()
+    assert "non-nullable field topics was serialized as null" in server.log_text()
+
+    assert server.proc is not None
+    sampler = fs.RssSampler(server.proc.pid)
+    sampler.start()
+    try:
+        tally = fs.Runner(server.bootstrap, fs.targets_for(SCRATCH, server.log_dirs), SEED).run(STRUCTURED_FRAMES)
+    finally:
+        samples = sampler.stop()
+    assert server.proc.poll() is None, note
+    assert server.stop() == 0
+    log = server.log_text()
+    reasons, silent = fs.close_reasons(log, tally)
+    print(f"\nstructured fuzz: {sum(tally.frames.values())} frames ({tally.mutated} changed), {tally.answered} "
+          f"answered, {len(tally.closed)} closed, error codes {dict(sorted(tally.codes.items()))}, RSS "
+          f"{min(samples) / 2 ** 20:.0f}-{max(samples) / 2 ** 20:.0f} MiB, {note}")
+    assert set(tally.frames) == {APIS[k].name for k in SUPPORTED}, note           # every served API
+    assert not tally.failures, (note, tally.failures[:5])
+    assert not tally.timeouts, (note, tally.timeouts[:5])
+    assert not silent, (note, silent[:5])
+    assert not fs.handler_failures(log), (note, fs.handler_failures(log)[:5])
+    assert tally.answered > STRUCTURED_FRAMES // 3, note     # most changed frames still reach a handler
+    assert max(samples) < 400 * 2 ** 20, note

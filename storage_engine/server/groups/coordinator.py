@@ -10,7 +10,9 @@ PreparingRebalance; **Dead** is a deleted group. The generation grows with each 
 
 Committed offsets and the group's metadata are appended to ``__consumer_offsets`` (:mod:`.records`, Kafka's
 schemas) before a commit or a completed rebalance is answered, and the coordinator's state is rebuilt from that
-topic when the broker starts (the last record of a key wins; a null value deletes). Appends go through the
+topic when the broker starts (the last record of a key wins; a null value deletes), members included: a group
+whose last record has members is loaded Stable with them, as Kafka loads it, and they keep their place if they
+go on heartbeating. Appends go through the
 engine, so the topic is a compacted topic like any other, cleaned by the ``log_compaction`` DAG.
 
 Everything here runs on the event loop; only appends and the load run in the broker's thread pool.
@@ -119,6 +121,8 @@ class GroupCoordinator:
         # TxnOffsetCommit offsets waiting for their transaction's marker, with the offset of their record:
         # producer id -> group -> (topic, partition) -> (value, position)
         self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], tuple[rec.OffsetValue, int]]]] = {}
+        # while loading: the leader and members of each group's last record
+        self._loaded_members: dict[str, tuple[str | None, list[rec.MemberRecord]]] = {}
 
     # -- the offsets topic ------------------------------------------------------------------------------------
     def load(self) -> int:
@@ -142,11 +146,31 @@ class GroupCoordinator:
                 for k, v, at in held:
                     self._replay_pending(producer_id, k, v, at)
         for g in self.groups.values():
-            g.members.clear()           # members rejoin after a restart; the generation and offsets stay
-            g.state = EMPTY             # empty since its last recorded change or commit (offsets expire from then)
-            g.state_ms = max([g.state_ms] + [v.commit_ms for v in g.offsets.values()])
+            g.members.clear()
+            recorded = self._loaded_members.pop(g.group_id, None)
+            if recorded is not None and recorded[1] and g.protocol:
+                self._restore_members(g, recorded)
+            else:
+                g.state = EMPTY         # empty since its last recorded change or commit (offsets expire from then)
+                g.state_ms = max([g.state_ms] + [v.commit_ms for v in g.offsets.values()])
+        self._loaded_members.clear()
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OFFSETS_TOPIC)
         return count
+
+    def _restore_members(self, g: Group, recorded: tuple[str | None, list[rec.MemberRecord]]) -> None:
+        """The members of the group's last record, Stable at its generation with their assignments, as Kafka's
+        ``GroupMetadataManager`` loads a group: each keeps its session from now, so a member that goes on
+        heartbeating stays (its TxnOffsetCommits with the generation it has are accepted, no rebalance), and one
+        that is gone expires after its session timeout and the group rebalances."""
+        leader, members = recorded
+        for r in members:
+            m = Member(r.member_id, r.group_instance_id, r.client_id, r.client_host, r.rebalance_timeout_ms,
+                       r.session_timeout_ms, g.protocol_type or "", [(g.protocol or "", r.subscription)],
+                       r.assignment)
+            m.touch()
+            g.members[m.member_id] = m
+        g.leader = leader if leader in g.members else next(iter(g.members))
+        g.state = STABLE
 
     def _replay_pending(self, producer_id: int, key: bytes, value: bytes | None, offset: int) -> None:
         try:
@@ -171,6 +195,7 @@ class GroupCoordinator:
                     g.positions[tp] = offset
             elif isinstance(parsed, rec.GroupKey):
                 if value is None:
+                    self._loaded_members.pop(parsed.group, None)
                     gone = self.groups.get(parsed.group)
                     if gone is not None and not gone.offsets:
                         del self.groups[parsed.group]
@@ -178,6 +203,7 @@ class GroupCoordinator:
                 meta = rec.parse_group_value(value)
                 g = self.groups.setdefault(parsed.group, Group(parsed.group))
                 g.protocol_type, g.protocol, g.generation = meta.protocol_type, meta.protocol, meta.generation
+                self._loaded_members[parsed.group] = (meta.leader, meta.members)
                 g.state_ms = meta.state_timestamp_ms if meta.state_timestamp_ms >= 0 else 0
         except (rec.RecordFormatError, UnicodeDecodeError) as exc:
             logger.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)

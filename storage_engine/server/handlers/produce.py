@@ -20,11 +20,18 @@ _PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a
 TRANSACTIONAL = 0x10                     # the attributes bit
 
 
-def _batch_count(records: bytes) -> int:
-    """How many batches ``records`` holds, by their length fields (a torn last one counts)."""
+MIN_RECORD_SIZE = 14                     # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: no batch is shorter
+
+
+def _batch_count(records: bytes) -> int | str:
+    """How many batches ``records`` holds, by their length fields (a torn last one counts); a length below
+    :data:`MIN_RECORD_SIZE` is the message Kafka's ``ByteBufferLogInputStream`` fails with (CORRUPT_MESSAGE)."""
     pos, count = 0, 0
     while pos + 12 <= len(records):
-        pos += 12 + struct.unpack_from(">i", records, pos + 8)[0]
+        size = struct.unpack_from(">i", records, pos + 8)[0]
+        if size < MIN_RECORD_SIZE:
+            return f"Record size {size} at byte {pos} is less than the minimum record overhead ({MIN_RECORD_SIZE})"
+        pos += 12 + size
         count += 1
     return count
 
@@ -62,11 +69,29 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
             "log_start_offset": log.log_start_offset}
 
 
+def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
+    """The partition's error when it does not exist (or its dir is offline), else None."""
+    try:
+        if ctx.broker.manager.get_log(topic, partition) is None:
+            raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
+    except Exception as exc:   # noqa: BLE001 - the partition's error code
+        return {"index": partition, "error_code": error_code(exc), "base_offset": -1, "error_message": message(exc)}
+    return None
+
+
 async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition: int,
                              records: bytes) -> dict[str, Any]:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
-    if _batch_count(records) > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
+    count = _batch_count(records)
+    if isinstance(count, str) or count > 1:
+        # Kafka answers an unknown partition before it looks at the records (KafkaApis.handleProduceRequest)
+        missing = await ctx.broker.call(_missing, ctx, topic, partition)
+        if missing is not None:
+            return missing
+    if isinstance(count, str):
+        return {"index": partition, "error_code": 2, "base_offset": -1, "error_message": count}
+    if count > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
         return {"index": partition, "error_code": 87, "base_offset": -1,
                 "error_message": "Produce v3 and above takes exactly one record batch per partition"}
     producer = _producer_of(records)

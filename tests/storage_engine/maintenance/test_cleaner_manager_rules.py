@@ -20,6 +20,7 @@ from storage_engine.maintenance import cleaner_manager
 from storage_engine.maintenance.cleaner_manager import (cleanable_offsets, log_to_clean, read_cleaner_checkpoints,
                                                         read_uncleanable, update_cleaner_checkpoint)
 from storage_engine.config import LogConfig
+from storage_engine.errors import CorruptCheckpointError
 from storage_engine.log.log import Log
 from storage_engine.record.records import SimpleRecord
 
@@ -227,3 +228,15 @@ def test_eligibility_is_an_overdue_log_with_cleanable_bytes_or_a_ratio_strictly_
     ltc = cleaner_manager.LogToClean(log, 0, 0, clean_bytes=clean, cleanable_bytes=cleanable,
                                      need_compaction_now=overdue)
     assert cleaner_manager.is_eligible(ltc) is eligible
+
+
+def test_clearing_one_partition_of_an_unreadable_record_is_refused_and_writes_nothing(tmp_path):
+    d = str(tmp_path)
+    (tmp_path / layout.UNCLEANABLE_FILE).write_bytes(b"not json")
+    with pytest.raises(CorruptCheckpointError, match="cannot be cleared alone") as raised:
+        cleaner_manager.clear_uncleanable(d, "t-1")
+    assert layout.UNCLEANABLE_FILE in str(raised.value)
+    assert (tmp_path / layout.UNCLEANABLE_FILE).read_bytes() == b"not json"   # the evidence stays as it was
+    assert "<unreadable>" in read_uncleanable(d)                              # every partition still blocked
+    assert cleaner_manager.clear_uncleanable(d) == ["<unreadable>"]
+    assert read_uncleanable(d) == {} and (tmp_path / layout.UNCLEANABLE_FILE).read_bytes() == b"{}"
