@@ -58,7 +58,8 @@ class Snapshot:
     """What a read-only read of a partition found: segments, offsets, producer state, messages."""
 
     def __init__(self, segments: list[LogSegment], log_start_offset: int, log_end_offset: int, recovery_point: int,
-                 generation: int, producer_state: ProducerStateManager, messages: list[str], last_flush_ms: int):
+                 generation: int, producer_state: ProducerStateManager, messages: list[str], last_flush_ms: int,
+                 unrecorded_losses: list[losses.LostRange]):
         self.segments = segments
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
@@ -67,6 +68,7 @@ class Snapshot:
         self.producer_state = producer_state
         self.messages = messages
         self.last_flush_ms = last_flush_ms
+        self.unrecorded_losses = unrecorded_losses
 
 
 def read_partition(log_dir: str, folder: str, name: str, config: LogConfig, lock: ReadOnlyPartitionLock, *,
@@ -104,23 +106,30 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     if not os.path.isdir(dir_path):
         raise PartitionNotFoundError(f"partition {folder} does not exist in {log_dir}")
     messages: list[str] = []
-    found = effective_segments(log_dir, folder, config, messages)
+    names: list[str] = []
+    found = effective_segments(log_dir, folder, config, messages, names)
     segments: list[LogSegment] = list(found)
     known = state.generation != 0
     if known and state.log_start_offset != UNKNOWN:
         lso_cp = max(lso_cp, state.log_start_offset)
+    # Offsets lost: those recorded, and those the next writable open will find and record (as verify finds them).
+    recorded, unrecorded, _err = losses.audit(log_dir, folder, config, names,
+                                              [(s.base_offset, s.size) for s in found],
+                                              lso_cp if known and state.log_start_offset != UNKNOWN else None, now_ms)
+    messages.extend(f"{losses.describe(r)}: found, not recorded (the next writable open records it); reads of "
+                    "those offsets fail" for r in unrecorded)
     if known and state.recovery_point != UNKNOWN:
         rp_cp = min(rp_cp, state.recovery_point)
     if not segments:
         return Snapshot([], lso_cp, lso_cp, lso_cp, state.generation, ProducerStateManager(dir_path, name),
-                        messages + ["no segment: the next writable open creates one"], now_ms)
+                        messages + ["no segment: the next writable open creates one"], now_ms, unrecorded)
     active = found[-1]
     if active.index_past_data():
         active.drop_indexes()    # they outran the data: read it without them
     for seg in found[:-1]:
         if seg.is_open:
             seg.release()
-    log_start = losses.kept_log_start(max(lso_cp, segments[0].base_offset), lso_cp, losses.recorded(dir_path))
+    log_start = losses.kept_log_start(max(lso_cp, segments[0].base_offset), lso_cp, recorded + unrecorded)
     psm = ProducerStateManager(dir_path, name)
     # The end: the last whole batch of the active segment (a torn tail is not read).
     holder = _TailReader(name, dir_path, config, segments, psm)
@@ -137,7 +146,8 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     log_start = min(log_start, end)
     rebuild(psm, segments, log_start, end, exclusive=False)
     last_flush = state.last_flush_ms if known and state.last_flush_ms != UNKNOWN else now_ms
-    return Snapshot(segments, log_start, end, min(rp_cp, end), state.generation, psm, messages, last_flush)
+    return Snapshot(segments, log_start, end, min(rp_cp, end), state.generation, psm, messages, last_flush,
+                    unrecorded)
 
 
 class _TailReader:
@@ -191,6 +201,8 @@ class ReadOnlyLog(Log):
         self.log_end_offset = snap.log_end_offset
         self.producer_state = snap.producer_state
         self.last_flush_ms = snap.last_flush_ms
+        # Read by losses.ranges_of: reads of these offsets fail as reads of recorded losses do.
+        self.unrecorded_losses = snap.unrecorded_losses
         self.view = view.PartitionView(snap.generation, snap.segments[-1].size if snap.segments else 0)
 
     def _reread(self) -> None:

@@ -295,11 +295,15 @@ def _effective_files(log_dir: str, folder: str, dir_path: str, messages: list[st
     return files
 
 
-def effective_segments(log_dir: str, folder: str, config: LogConfig, messages: list[str]) -> list[ReadOnlySegment]:
+def effective_segments(log_dir: str, folder: str, config: LogConfig, messages: list[str],
+                       names: list[str] | None = None) -> list[ReadOnlySegment]:
     """The partition's segments as the next writable open will name them, each opened (lazily, read-only) from
-    the file that will bear its name; ``messages`` gets what that open will resolve."""
+    the file that will bear its name; ``messages`` gets what that open will resolve, ``names`` (if given) the
+    folder's names as that open will find them."""
     dir_path = os.path.join(log_dir, folder)
     files = _effective_files(log_dir, folder, dir_path, messages)
+    if names is not None:
+        names.extend(sorted(files))
     bases = sorted(layout.offset_from_filename(f) for f in files
                    if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
     segments = []

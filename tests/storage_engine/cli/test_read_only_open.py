@@ -407,3 +407,22 @@ def test_missing_and_damaged_indexes_are_read_around_in_memory(tmp_path):
         f"{PLAIN}-0: {bases[-1]:020d}.log: index missing or damaged: read without it (the next writable open "
         "rebuilds it)"], messages
     assert not changed(before, listing(store.dirs))
+
+
+@pytest.mark.e2e
+def test_a_lost_middle_segment_is_refused_by_a_read_only_consume_which_records_nothing(tmp_path):
+    """A sealed segment's .log removed from the middle of a plain topic: the read-only consume stops at the gap
+    with exit 1 and the lost offsets named (as a writable open does once it recorded the loss), describe reports
+    it, and neither writes the loss record nor changes any other file."""
+    store = Store(tmp_path)
+    with LogManager.open(store.config) as mgr:
+        log = mgr.get_or_create_log(PLAIN, 0)
+        for i in range(40):
+            log.append_records([SimpleRecord(None, f"p{i}-{j}".encode() * 30) for j in range(3)])
+        folder, bases = log.dir, [s.base_offset for s in log.segments]
+    os.remove(os.path.join(folder, f"{bases[1]:020d}.log"))
+    (rc, out, err), (drc, described, _) = store.each_unchanged([("consume", "--topic", PLAIN, "--partition", "0"),
+                                                                 ("describe",)])
+    assert rc == 1 and f"offsets [{bases[1]}, {bases[2]}) were lost" in err, err
+    assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(bases[1]))
+    assert drc == 0 and f"offsets [{bases[1]}, {bases[2]}) were lost" in described
