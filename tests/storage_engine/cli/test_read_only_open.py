@@ -130,13 +130,15 @@ print(json.dumps(results))
 
 
 def fill_keyed(config, appends: int = 300) -> dict[str, str]:
-    """Records over 200 keys in small segments; the latest value of each key."""
+    """250 records of unique keys (so no cleaned segment ends up empty), then records over 200 keys, in small
+    segments; the latest value of each key."""
     rng = random.Random(7)
     latest = {}
     with LogManager.open(config) as mgr:
         log = mgr.get_or_create_log(KEYED, 0)
         for i in range(appends):
-            recs = [SimpleRecord(f"k{rng.randrange(200)}".encode(), f"v{i}-{j}".encode()) for j in range(5)]
+            recs = [SimpleRecord((f"u{i * 5 + j}" if i < 50 else f"k{rng.randrange(200)}").encode(),
+                                 f"v{i}-{j}".encode()) for j in range(5)]
             log.append_records(recs)
             latest.update({r.key.decode(): r.value.decode() for r in recs})
     return latest
@@ -260,7 +262,7 @@ SWAP_STEPS = ["swap.intent", "swap.swap-partial", "swap.old-deleted", "swap.inde
 def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_resolved_log(tmp_path, step):
     """A cleaner killed at a step of its swap leaves .cleaned/.swap/.deleted files and a swap record. Read-only
     commands rename, remove and resolve nothing, and read the partition as the next writable open will have it:
-    the latest value of every key, in offset order."""
+    the latest value of every key, in offset order, the very records the writable open then reads."""
     store = Store(tmp_path, delete_delay_ms=0)
     latest = fill_keyed(store.config)
     crash_at, _, variant = step.partition("/")
@@ -289,6 +291,11 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     assert [r["offset"] for r in page["records"]] == offsets[:500]
     described = json.loads(store.unchanged_by("describe").stdout)
     assert any(d["recovery_pending"] for d in described["log_dirs"]), "the cleaner died: recovery is pending"
+    # The next writable open resolves the swap and reads exactly what the read-only open read.
+    with LogManager.open(store.config) as mgr:
+        log = mgr.get_log(KEYED, 0)
+        assert [(r.offset, r.key.decode(), r.value.decode()) for r in log.read_records()] == \
+            [(r["offset"], r["key"], r["value"]) for r in records]
 
 
 @pytest.mark.e2e
