@@ -44,7 +44,7 @@ def cmd_describe(args: argparse.Namespace, config: StorageConfig) -> int:
                     if (not args.topic or tp[0] in args.topic) and (args.partition is None or tp[1] == args.partition)})
     page = names[args.offset:None if args.limit is None else args.offset + args.limit]
     whole = not args.topic and args.partition is None and args.limit is None and not args.offset
-    with LogManager.open(config, partitions=None if whole else page) as mgr:
+    with LogManager.open(config, partitions=None if whole else page, read_only=True) as mgr:
         out = mgr.describe()
     out.update(partitions_total=len(names), offset=args.offset, limit=args.limit)
     for d in out["log_dirs"]:

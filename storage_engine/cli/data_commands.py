@@ -195,7 +195,7 @@ def _is_utf8(b: bytes) -> bool:
 
 def cmd_consume(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.log.manager import LogManager
-    with LogManager.open(config, partitions=[(args.topic, args.partition)]) as mgr:
+    with LogManager.open(config, partitions=[(args.topic, args.partition)], read_only=True) as mgr:
         log = mgr.get_log(args.topic, args.partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "

@@ -69,6 +69,10 @@ def render(overview: Overview, config_path: str | None = None) -> str:
     for d in dirs:
         own = [m for m in d["damaged"] if not any(m.startswith(f"{p['topic']}-{p['partition']}: ") for p in damaged)]
         out += [f"  {d['path']}: {m}" for m in own]
+    crashed = [d for d in dirs if d["online"] and d.get("recovery_pending")]
+    if crashed:
+        out += ["", "Not shut down cleanly (recovery pending; the next writable open runs it):"]
+        out += [f"  {d['path']}" for d in crashed]
     offline = [d for d in dirs if not d["online"]]
     if offline:
         out += ["", "Offline log dirs:"] + [f"  {d['path']}: {d['error']}" for d in offline]

@@ -45,6 +45,7 @@ from storage_engine.errors import PartitionNotFoundError, StorageError
 from storage_engine.jobs.lifecycle import filesystem_usage
 from storage_engine.log import health, losses
 from storage_engine.log.locks import UNKNOWN
+from storage_engine.log.read_only import dir_condition, effective_segments
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.segment import LogSegment
@@ -85,6 +86,11 @@ class LogDirStatus(TypedDict):
     deleting_bytes: int
     foreign: list[str]              # stray and foreign folders (never loaded, never deleted by maintenance)
     foreign_files: list[str]        # files in the dir that neither Kafka nor the engine keeps there
+    # How the dir was left (storage_engine.log.read_only.dir_condition): the clean-shutdown marker is there; a
+    # process has it open (None: cannot be told); neither: the last process died and recovery is pending.
+    clean_shutdown: bool | None
+    in_use: bool | None
+    recovery_pending: bool
 
 
 class SegmentStatus(TypedDict, total=False):
@@ -442,7 +448,8 @@ def log_dir_status(config: StorageConfig, rows: list[PartitionStatus] | None = N
                                 "used_bytes": None, "free_bytes": None, "used_percent": None, "partitions": 0,
                                 "size_bytes": 0, "deleted_bytes": 0, "damaged": [], "damaged_partitions": 0,
                                 "uncleanable": 0, "moves_in_progress": [], "deleting": 0, "deleting_bytes": 0,
-                                "foreign": [], "foreign_files": []}
+                                "foreign": [], "foreign_files": [], "clean_shutdown": None, "in_use": None,
+                                "recovery_pending": False}
         if not status["online"]:
             try:
                 os.stat(d)
@@ -453,6 +460,7 @@ def log_dir_status(config: StorageConfig, rows: list[PartitionStatus] | None = N
             out.append(status)
             continue
         try:
+            status.update(dir_condition(d))     # type: ignore[typeddict-item]
             fs = filesystem_usage(d)
             status["capacity_bytes"], status["used_bytes"] = fs["total_bytes"], fs["used_bytes"]
             status["free_bytes"], status["used_percent"] = fs["available_bytes"], fs["used_percent"]
@@ -555,12 +563,12 @@ class LogSnapshot:
         self.dir = os.path.join(log_dir, self.name)
         self.config = config.log_config(topic)
         health.check_partition(self)        # a segment file that is no regular file: not read, as maintenance
-        bases = sorted(layout.offset_from_filename(n) for n in os.listdir(self.dir)
-                       if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n))
-        if not bases:
+        # The segments as the next writable open will name them (a swap a dead cleaner left half done resolved
+        # on the names only), each read from the file that will bear its name; nothing is renamed.
+        self.segments: list[LogSegment] = list(effective_segments(log_dir, self.name, self.config, []))
+        if not self.segments:
             raise StorageError(f"partition {self.name} has no segments in {self.dir}")
-        self.segments = [LogSegment.open(self.dir, b, self.config, now_ms=0, file_already_exists=True, lazy=True,
-                                         writable=False) for b in bases]
+        bases = [s.base_offset for s in self.segments]
         cps = checkpoints if checkpoints is not None else read_checkpoints(log_dir)
         tp = (topic, partition)
         start = cps[layout.LOG_START_OFFSET_CHECKPOINT].get(tp, 0)

@@ -90,7 +90,7 @@ def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
     errors: list[str] = []
     skipped: list[SkippedPartition] = []
     offline: dict[str, str] = {}
-    for mgr, group in open_isolating(config, clock, tps, failures) if tps else []:
+    for mgr, group in open_isolating(config, clock, tps, failures, read_only=dry_run) if tps else []:
         with mgr:
             done = []
             for tp in group:

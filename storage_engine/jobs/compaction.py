@@ -50,7 +50,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
     from storage_engine.maintenance.cleaner import Cleaner
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_store(config, clock, topics) as (mgr, failures):
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, failures):
         check_topics(mgr, topics, failures)
         failures = [f for f in failures if (partition is None or f["partition"] == partition)
                     and config.log_config(f["topic"]).compact]
@@ -249,7 +249,7 @@ def compact_partition(config: StorageConfig, topic: str, partition: int, first_d
     t0 = time.monotonic()
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_partition(config, clock, topic, partition) as (_mgr, log):
+    with open_partition(config, clock, topic, partition, read_only=dry_run) as (_mgr, log):
         base = {"topic": topic, "partition": partition, "first_dirty_offset": first_dirty_offset,
                 "first_uncleanable_offset": first_uncleanable_offset, "dry_run": dry_run,
                 "map": "spark" if keymap_path else "local", "now_ms": now}

@@ -147,24 +147,26 @@ def unreadable(mgr: LogManager, topics: Collection[str] | None) -> list[Partitio
 
 
 @contextlib.contextmanager
-def open_store(config: StorageConfig, clock: Clock,
-               topics: Collection[str] | None = None) -> Iterator[tuple[LogManager, list[PartitionFailure]]]:
+def open_store(config: StorageConfig, clock: Clock, topics: Collection[str] | None = None, *,
+               read_only: bool = False) -> Iterator[tuple[LogManager, list[PartitionFailure]]]:
     """The store opened for a whole-store job, with the partitions of ``topics`` it cannot maintain: those of
     :func:`unreadable`, and those that fail to load. A partition that fails to load does not stop the job for the
     others: it is found by halving (:func:`open_isolating`) and the store is opened without it. An error that
-    no single partition explains (a lock, a config) is raised as it was."""
+    no single partition explains (a lock, a config) is raised as it was. ``read_only`` (a dry run): opened
+    without changing anything (:mod:`storage_engine.log.read_only`)."""
     load_failures: list[PartitionFailure] = []
     try:
-        mgr = LogManager.open(config, clock=clock)
+        mgr = LogManager.open(config, clock=clock, read_only=read_only)
     except Exception as first:
         tps = [(p["topic"], p["partition"]) for p in list_partitions(config)]
-        for probe, _group in open_isolating(config, clock, tps, load_failures):
+        for probe, _group in open_isolating(config, clock, tps, load_failures, read_only=read_only):
             probe.close()
         if not load_failures:
             raise
         bad = {(f["topic"], f["partition"]) for f in load_failures}
         try:
-            mgr = LogManager.open(config, clock=clock, partitions=[tp for tp in tps if tp not in bad])
+            mgr = LogManager.open(config, clock=clock, partitions=[tp for tp in tps if tp not in bad],
+                                  read_only=read_only)
         except Exception:
             raise first from None
     with mgr:
@@ -224,7 +226,7 @@ def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | N
     """Retention for one partition; advances and checkpoints the log start offset."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_partition(config, clock, topic, partition) as (mgr, log):
+    with open_partition(config, clock, topic, partition, read_only=dry_run) as (mgr, log):
         log_health.check_partition(log)
         result = retention_mod.run(log, now, dry_run=dry_run)
         if not dry_run and result["segments_deleted"]:
@@ -239,7 +241,7 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: C
     cannot be read (:func:`unreadable`) are left alone and added to ``failures``."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-    with open_store(config, clock, topics) as (mgr, bad):
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, bad):
         check_topics(mgr, topics, bad)
         if failures is not None:
             failures += bad
@@ -260,7 +262,7 @@ def expire_producers(config: StorageConfig, now_ms: int | None = None, *, topics
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     expiration_ms = config.producer_id_expiration_ms
-    with open_store(config, clock, topics) as (mgr, failures):
+    with open_store(config, clock, topics, read_only=dry_run) as (mgr, failures):
         check_topics(mgr, topics, failures)
         out: list[ProducerExpiry] = []
         for tp in mgr.partitions(topics):

@@ -18,9 +18,11 @@ TopicPartition = tuple[str, int]
 
 
 @contextlib.contextmanager
-def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int) -> Iterator[tuple[LogManager, Log]]:
-    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none."""
-    with LogManager.open(config, clock=clock, partitions=[(topic, partition)]) as mgr:
+def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: int, *,
+                   read_only: bool = False) -> Iterator[tuple[LogManager, Log]]:
+    """A manager holding only ``topic``-``partition``, and its log; PartitionNotFoundError if there is none.
+    ``read_only`` (a dry run): opened without changing anything (:mod:`storage_engine.log.read_only`)."""
+    with LogManager.open(config, clock=clock, partitions=[(topic, partition)], read_only=read_only) as mgr:
         log = mgr.get_log(topic, partition)
         if log is None:
             raise log_health.why_missing(mgr.online_dirs(), (topic, partition)) or PartitionNotFoundError(
@@ -29,17 +31,19 @@ def open_partition(config: StorageConfig, clock: Clock, topic: str, partition: i
 
 
 def open_isolating(config: StorageConfig, clock: Clock, tps: list[TopicPartition], failures: list[PartitionFailure],
-                   files: OpenLogs | None = None) -> list[tuple[LogManager, list[TopicPartition]]]:
+                   files: OpenLogs | None = None, *,
+                   read_only: bool = False) -> list[tuple[LogManager, list[TopicPartition]]]:
     """Managers covering ``tps``; partitions whose load fails are isolated by halving and reported. The managers
     share one bound on open files (``files``), so the halves opened so far cannot exhaust the descriptors and
     make healthy partitions fail to load."""
     files = files if files is not None else OpenLogs()
     try:
-        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files), tps)]
+        return [(LogManager.open(config, clock=clock, partitions=tps, max_open_logs=files, read_only=read_only),
+                 tps)]
     except Exception as exc:
         if len(tps) == 1:
             failures.append(partition_failure(tps[0], exc))
             return []
     mid = len(tps) // 2
-    return (open_isolating(config, clock, tps[:mid], failures, files)
-            + open_isolating(config, clock, tps[mid:], failures, files))
+    return (open_isolating(config, clock, tps[:mid], failures, files, read_only=read_only)
+            + open_isolating(config, clock, tps[mid:], failures, files, read_only=read_only))

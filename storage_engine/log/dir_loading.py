@@ -6,6 +6,10 @@ releases, and removes ``-delete`` folders that are due; a process joining a dir 
 shared lock while the first opener recovers. Partitions and ``-future`` copies are then loaded by
 ``num.recovery.threads.per.data.dir`` threads from the recovery-point and log-start-offset checkpoints. A dir
 failing with an I/O error is marked offline and loads nothing.
+
+A read-only open (:mod:`.read_only`) takes none of these steps: it takes no lock, consumes nothing, removes
+nothing, and reads each partition as the next writable open would find it; how the dir was left (clean, in use,
+or crashed with recovery pending) is read and reported.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from storage_engine import layout
 from storage_engine.clock import Clock
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionDeletedError, PartitionMovedError, PartitionNotFoundError, StorageError
-from storage_engine.log import deletion
+from storage_engine.log import deletion, read_only
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import LoadResult, open_log
 from storage_engine.log.locks import LIVE, UNKNOWN, DirLock, convert_legacy_engine_files
@@ -42,11 +46,14 @@ class DirState:
     opens_at_open: int = 0
     epoch: int | None = None
     load_messages: list = field(default_factory=list)
+    # A read-only open: how the dir was left (read_only.dir_condition), never consumed.
+    condition: dict | None = None
 
 
 class LoadingManager(Protocol):
     """What loading takes from the :class:`~storage_engine.log.manager.LogManager` it loads into."""
     config: StorageConfig
+    read_only: bool
     clock: Clock
     dirs: dict[str, DirState]
     failures: LogDirFailureChannel
@@ -83,6 +90,11 @@ def load_dir(mgr: LoadingManager, log_dir: str) -> DirLoad:
     state: DirState | None = None
     loaded: list[Log] = []
     try:
+        if mgr.read_only:
+            state = DirState(log_dir, read_only.ReadOnlyDirLock(log_dir), False, False,
+                             condition=read_only.dir_condition(log_dir))
+            mgr.dirs[log_dir] = state
+            return _load_dir_read_only(mgr, state, loaded)
         lock = DirLock(log_dir)
         exclusive = lock.try_exclusive()
         if not exclusive:
@@ -99,6 +111,58 @@ def load_dir(mgr: LoadingManager, log_dir: str) -> DirLoad:
         if state is not None:
             state.load_messages.append(f"log dir is offline: {type(exc).__name__}: {exc}")
         return {}, {}, set()
+
+def _load_dir_read_only(mgr: LoadingManager, state: DirState, loaded: list[Log]) -> DirLoad:
+    """A read-only open of one dir (:mod:`.read_only`): nothing consumed, removed, recovered or written; the
+    partitions are read as the next writable open would find them, and how the dir was left is reported."""
+    log_dir = state.path
+    assert state.condition is not None
+    said = read_only.condition_message(state.condition)
+    if said:
+        state.load_messages.append(said)
+    state.had_clean_shutdown = state.condition["clean_shutdown"]
+    epoch = state.lock.epoch()
+    state.epoch = epoch if epoch != UNKNOWN else None
+    listing = layout.scan_log_dir(log_dir)
+    mgr.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
+    rp_cp, lso_cp, errors = read_only.read_dir_checkpoints(log_dir)
+    state.load_messages.extend(f"{err}; read as if absent" for err in errors)
+    logs: dict[TopicPartition, Log] = {}
+    future_logs: dict[TopicPartition, Log] = {}
+    gone: set[TopicPartition] = set()
+    items = [(item, False) for item in mgr.wanted(listing.partitions)]
+    items += [(item, True) for item in mgr.wanted(listing.futures)]
+    try:
+        for (folder, tp), future in items:
+            try:
+                ro = read_only.open_read_only(log_dir, tp[0], tp[1], mgr.config.log_config(tp[0]), clock=mgr.clock,
+                                               recovery_point_checkpoint=rp_cp.get(tp, 0),
+                                               log_start_offset_checkpoint=lso_cp.get(tp, 0),
+                                               folder=folder if future else None)
+            except (PartitionDeletedError, PartitionMovedError, PartitionNotFoundError):
+                if not future:
+                    gone.add(tp)
+                continue
+            except read_only.NoSegmentError as exc:
+                state.load_messages.append(f"{folder}: {exc}")
+                continue
+            state.load_messages.extend(f"{ro.folder}: {m}" for m in ro.load_messages)
+            log: Log = ro
+            mgr.track(log)
+            mgr.attach(log)
+            loaded.append(log)
+            (future_logs if future else logs)[tp] = log
+            loaded_epoch = log.lock.read_state().loaded_epoch
+            if state.condition["in_use"] and state.epoch is not None and loaded_epoch not in (UNKNOWN, state.epoch):
+                state.load_messages.append(f"{log.folder}: not loaded since the dir's last unclean shutdown: the next "
+                                           "writable open of it recovers it")
+    except BaseException:
+        for log in loaded:
+            log.close(clean=False)
+        loaded.clear()
+        raise
+    return logs, future_logs, gone
+
 
 def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list[Log]) -> DirLoad:
     log_dir, lock, exclusive = state.path, state.lock, state.exclusive_at_open

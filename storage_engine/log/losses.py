@@ -260,14 +260,16 @@ _cache: weakref.WeakKeyDictionary[object, tuple[tuple[str, str, int], list[LostR
 
 def ranges_of(log: _ReadLog) -> list[LostRange]:
     """The log's recorded losses, read again only when its generation moved (a load that records one and an
-    ``accept-loss`` both move it) or it followed its partition to another dir."""
+    ``accept-loss`` both move it) or it followed its partition to another dir; plus, for a log opened read-only,
+    those its open found and could not record (``unrecorded_losses``)."""
+    unrecorded = list(getattr(log, "unrecorded_losses", ()))
     key = (log.log_dir, log.folder, log.generation)
     hit = _cache.get(log)
     if hit is not None and hit[0] == key:
-        return hit[1]
+        return hit[1] + unrecorded
     ranges, _err = read(log.log_dir, log.folder)
     _cache[log] = (key, ranges)
-    return ranges
+    return ranges + unrecorded
 
 
 def check_read(log: _ReadLog, offset: int) -> None:

@@ -23,6 +23,8 @@
   dirs keep working.
 * Open files: at most ``max_open_logs`` logs hold descriptors at once; the least recently used idle ones are
   parked (:mod:`.open_logs`), so one process can hold 100,000 partitions under a limit of 20,000 descriptors.
+* Read-only (``open(..., read_only=True)``, :mod:`.read_only`): inspection commands and dry runs change no byte
+  of the log dirs (no lock file, no marker, no recovery, no checkpoint); every change raises ``ReadOnlyError``.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import (InvalidRequestError, LogDirOfflineError, PartitionDeletedError,
                                    PartitionMovedError, PartitionNotFoundError, StorageError, StorageIOError)
-from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover, topic_changes
+from storage_engine.log import deletion, dir_checkpoints, dir_loading, mover, read_only, topic_changes
 from storage_engine.log.dir_loading import DirLoad, DirState
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import open_log
@@ -81,8 +83,9 @@ class LogManager:
 
     def __init__(self, config: StorageConfig, clock: Clock = SYSTEM_CLOCK,
                  partitions: Iterable[TopicPartition] | None = None,
-                 max_open_logs: int | OpenLogs | None = None):
+                 max_open_logs: int | OpenLogs | None = None, read_only: bool = False):
         self.config = config
+        self.read_only = read_only    # see storage_engine.log.read_only: nothing in the log dirs is changed
         self.open_logs = max_open_logs if isinstance(max_open_logs, OpenLogs) else OpenLogs(max_open_logs)
         self._dir_counts: dict[str, int] | None = None   # partitions per log dir, for placing new ones
         # None: every partition of the log dirs; else only these (topic, partition) pairs are loaded at open.
@@ -102,7 +105,7 @@ class LogManager:
     @classmethod
     def open(cls, config: StorageConfig, *, clock: Clock = SYSTEM_CLOCK,
              partitions: Iterable[TopicPartition] | None = None,
-             max_open_logs: int | OpenLogs | None = None) -> "LogManager":
+             max_open_logs: int | OpenLogs | None = None, read_only: bool = False) -> "LogManager":
         """Open the log dirs and load their partitions, or with ``partitions`` (``[(topic, partition)]``) only
         those: a batch of maintenance work opens what it touches, and a damaged partition elsewhere cannot
         stop it. Partitions named but absent are simply not loaded (``get_log`` returns None for them).
@@ -113,19 +116,31 @@ class LogManager:
 
         ``max_open_logs`` bounds the logs holding open files (default: from ``RLIMIT_NOFILE``, see
         :mod:`.open_logs`); an :class:`~.open_logs.OpenLogs` passed instead is a bound shared with the other
-        managers given it (a job holding several managers at once)."""
-        mgr = cls(config, clock, partitions, max_open_logs)
+        managers given it (a job holding several managers at once).
+
+        ``read_only`` opens the logs without changing a byte of the log dirs (:mod:`.read_only`): no recovery, no
+        lock file, no marker consumed or written, no checkpoint; each partition is read as the next writable open
+        would find it, and every change raises :class:`~.read_only.ReadOnlyError`."""
+        mgr = cls(config, clock, partitions, max_open_logs, read_only)
         online = []
         for d in config.log_dirs:
             try:
-                os.makedirs(d, exist_ok=True)
+                if read_only:
+                    os.listdir(d)    # a dir that is missing or unreadable is offline; never created
+                else:
+                    os.makedirs(d, exist_ok=True)
                 online.append(d)
             except OSError as exc:
                 cause = dir_loading.why_not_a_dir(d, exc)
+                if read_only and isinstance(exc, FileNotFoundError):
+                    mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
+                    continue
                 if not is_dir_failure(cause):
                     raise StorageIOError("cannot create log dir", d, exc) from exc
                 mgr.failures.mark_offline(d, f"{type(cause).__name__}: {cause}")
         dir_loading.load_dirs(mgr, online)
+        if read_only:   # a topic change left half done stays for the next writable open to complete
+            return mgr
         try:   # topic changes a dead process left half done are completed (log.topic_changes)
             mgr.resolved_topic_changes = topic_changes.resolve(mgr)
         except (OSError, StorageError) as exc:   # the record stays: readers hide its topic, the next change retries
@@ -221,6 +236,8 @@ class LogManager:
         """A partition created or moved by another process after this manager opened (or not loaded by a subset
         open)."""
         tp = (topic, partition)
+        if self.read_only:
+            return self._adopt_read_only(topic, partition)
         for _ in range(3):
             d = mover.locate(self.config.log_dirs, topic, partition, self.clock.milliseconds(),
                              create_lock_held=create_lock_held, skip=set(self.failures.offline_dirs()))
@@ -243,6 +260,15 @@ class LogManager:
             return log
         raise StorageError(f"partition {topic}-{partition} kept changing while this process opened it")
 
+    def _adopt_read_only(self, topic: str, partition: int) -> Log | None:
+        """A partition not loaded at a read-only open, found by its folder and read read-only."""
+        log = read_only.find_and_open(self.online_dirs(), topic, partition, self.config.log_config(topic), self.clock)
+        if log is None:
+            return None
+        self.track(log)
+        self.logs[(topic, partition)] = self.attach(log)
+        return log
+
     def _create_lock(self) -> FileLock:
         path = mover.create_lock_path(self.config.log_dirs)
         reason = self.failures.is_offline(self.config.log_dirs[0])
@@ -257,6 +283,8 @@ class LogManager:
         if log is not None:
             return log
         name = layout.partition_dir_name(topic, partition)
+        if self.read_only:
+            read_only.refuse("creating a partition", name)
         with self._create_lock():
             log = self.adopt(topic, partition, create_lock_held=True)
             if log is not None:
@@ -329,6 +357,8 @@ class LogManager:
         once, so a partition of the same name can be created right away; a copy being made for a move goes too.
         Raises :class:`PartitionNotFoundError` when no online log dir has it."""
         name = layout.partition_dir_name(topic, partition)
+        if self.read_only:
+            read_only.refuse("deleting a partition", name)
         tp = (topic, partition)
         now = self.clock.milliseconds()
         renamed = None
@@ -362,6 +392,8 @@ class LogManager:
         """Move a partition to ``target_dir`` while it keeps serving (Kafka's alter-log-dirs, see :mod:`.mover`).
         ``options``: ``final_lag_bytes``, ``max_rounds``, ``claim_timeout_s``. Returns the move's report."""
         name = layout.partition_dir_name(topic, partition)
+        if self.read_only:
+            read_only.refuse("moving a partition", name)
         target = self._log_dir_named(target_dir)
         self.failures.check(target, f"moving partition {name} into {target}")
         log = self.get_log(topic, partition)
@@ -387,7 +419,8 @@ class LogManager:
     @_synchronized
     def cancel_move(self, topic: str, partition: int) -> dict:
         """Give up the copies being made of a partition for a move (their folders become ``-delete``)."""
-        layout.partition_dir_name(topic, partition)
+        if self.read_only:
+            read_only.refuse("cancelling a move", layout.partition_dir_name(topic, partition))
         now = self.clock.milliseconds()
         discarded = []
         with self._create_lock():
@@ -403,6 +436,8 @@ class LogManager:
     def checkpoint(self, log_dirs: Iterable[str] | None = None) -> dict:
         """Write recovery-point and log-start-offset checkpoints of every online log dir; returns what was
         written, per dir (a dir offline, or failing now, is left out)."""
+        if self.read_only:
+            read_only.refuse("writing checkpoints", ", ".join(self.config.log_dirs))
         written = {}
         for d in (log_dirs or self.config.log_dirs):
             if self.failures.is_offline(d):
@@ -444,6 +479,11 @@ class LogManager:
             return
         self._closed = True
         all_logs = list(self.logs.values()) + list(self.future_logs.values())
+        if self.read_only:   # nothing to flush, trim, checkpoint or vouch for: only files to close
+            for log in all_logs:
+                log.close(clean=False)
+                self.open_logs.forget(log)
+            return
         for d, state in self.dirs.items():
             logs = [log for log in all_logs if log.log_dir == d and log.lock.is_open]
             try:
@@ -496,12 +536,17 @@ class LogManager:
         """Per log dir: its partitions, the moves into it in progress, deleted folders waiting for removal,
         stray and foreign folders, whether it is offline; plus the load messages."""
         out: dict = {"log_dirs": []}
+        if self.read_only:
+            out["read_only"] = True
         offline = self.failures.offline_dirs()
         by_tp = {tp: log for tp, log in self.logs.items()}
         for d in self.config.log_dirs:
             msgs = self.dirs[d].load_messages if d in self.dirs else []
             entry: dict = {"path": d, "status": "offline" if d in offline else "online",
                            "partitions": [], "load_messages": msgs}
+            condition = self.dirs[d].condition if d in self.dirs else None
+            if condition is not None:
+                entry.update(condition)     # a read-only open: how the dir was left
             if d in offline:
                 entry["offline_reason"] = offline[d]
                 out["log_dirs"].append(entry)

@@ -33,6 +33,7 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.durable import atomic_write, read_regular_file
 from storage_engine.errors import CorruptCheckpointError, UnsafeFileError
 from storage_engine.log.locks import CleaningClaim, FileLock
+from storage_engine.log.read_only import ClaimProbe
 from storage_engine.log.log import Log
 from storage_engine.segment.segment import LogSegment
 
@@ -96,7 +97,10 @@ def update_cleaner_checkpoint(log_dir: str, tp: tuple[str, int], offset: int | N
 # -- claims ----------------------------------------------------------------------------------------------------
 
 def cleaning_claim(log: Log) -> CleaningClaim:
-    """The claim on cleaning ``log``'s partition (see :class:`storage_engine.log.locks.CleaningClaim`)."""
+    """The claim on cleaning ``log``'s partition (see :class:`storage_engine.log.locks.CleaningClaim`); for a log
+    opened read-only (a dry run), a probe that creates and holds nothing (:class:`~storage_engine.log.read_only.ClaimProbe`)."""
+    if getattr(log, "read_only", False):
+        return ClaimProbe(log.log_dir, log.name)
     return CleaningClaim(log.log_dir, log.name)
 
 
