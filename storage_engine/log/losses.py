@@ -14,13 +14,19 @@ that data the log held is gone, before it repairs anything that would erase the 
   checkpoint reaches the first base (cleaning deletes a group whose records all went and leaves the log start
   offset where it was) or ``.log.deleted`` files lie in between (a deletion the engine is making);
 * a sealed segment whose ``.log`` is empty although its range [base, next base) is not: with index entries
-  naming the data it held, or in a topic without compaction (nothing else empties a segment there).
+  naming the data it held, or in a topic without compaction (nothing else empties a segment there);
+* a segment the partition's segment manifest (:mod:`storage_engine.log.manifest`) names that is gone while a
+  segment above it is present, in a topic of any policy, compacted included (where the files alone cannot tell
+  it from a cleaned group): [its base, the next segment present) lost. Without a manifest (a dir a Kafka broker
+  or an earlier version wrote), only the rules above apply.
 
 The ranges go to a small record, ``layout.loss_record_file`` (``.engine+loss+<topic>-<partition>`` in the log
 dir root, outside the partition folder, which stays pure Kafka layout), written durably before the orphan index
 files go, and merged with what it already holds: after any number of loads ``verify`` reports the same ranges
 and the log start offset stays where it was recorded (below the first segment, as Kafka keeps it with remote
-storage). Reads of a lost range raise :class:`DataLossError` instead of skipping it. ``accept-loss``
+storage). Reads of a lost range, or across it, raise :class:`DataLossError` instead of skipping it; the cleaner
+neither cleans across it nor moves its checkpoint past it, and retention deletes nothing at or past it
+(:func:`barrier`). ``accept-loss``
 (:func:`accept`) moves the log start offset past the lost ranges (removing the segments wholly below it, as
 retention would) and clears the record. Deleting the partition removes the record; moving it carries the record
 to its new dir.
@@ -38,7 +44,7 @@ from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
 from storage_engine.errors import DataLossError, StorageIOError, UnsafeFileError
-from storage_engine.log import truncation
+from storage_engine.log import manifest, truncation
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
@@ -218,6 +224,37 @@ def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base
                        f"at {first_base}: the segment(s) below it are gone"}]
 
 
+def manifest_losses(dir_path: str, present: Sequence[int], log_start: int | None, now_ms: int,
+                    bases: Sequence[int] | None = None) -> list[LostRange]:
+    """Ranges of segments the manifest names that are gone below the last segment present (module docstring).
+    ``present``: the bases of the segments present; ``log_start``: the log start offset the partition recorded
+    (ranges wholly below it are none); ``bases``: the manifest's, when already read."""
+    if bases is None:
+        log_dir, folder = os.path.split(os.path.abspath(dir_path))
+        bases, _why = manifest.read(log_dir, folder)
+    if not bases:
+        return []
+    have = set(present)
+    out: list[LostRange] = []
+    for start, end in manifest.missing(bases, present, log_start):
+        floor = max([b for b in bases if b <= start], default=start)   # the gone segment holding ``start``
+        gone = [b for b in bases if b not in have and floor <= b < end]
+        out.append({"start": start, "end": end, "found_ms": now_ms,
+                    "reason": f"segment{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} named by the "
+                              f"segment manifest {'are' if len(gone) > 1 else 'is'} gone from the folder (the next "
+                              f"segment present starts at {end})"})
+    return out
+
+
+def barrier(log_dir: str, folder: str, log_start_offset: int) -> LostRange | None:
+    """The first recorded lost range not wholly below ``log_start_offset``: maintenance stops below its start
+    (the cleaner cleans nothing at or past it and never moves its checkpoint past it; retention deletes no
+    segment reaching it) until an operator accepts the loss. Read-only; an unreadable record is no barrier
+    (``verify`` reports it)."""
+    ranges, _err = read(log_dir, folder)
+    return next((r for r in ranges if r["end"] > log_start_offset), None)
+
+
 def kept_log_start(kafka_start: int, recorded_start: int, ranges: Iterable[LostRange]) -> int:
     """The log start offset of a load: Kafka's (``kafka_start``, the checkpoint raised to the first segment), or,
     when a lost range reaches up to where Kafka's rule would start, where the log start was recorded (never below
@@ -236,6 +273,7 @@ def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)
+        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms)
     new: list[LostRange] = []
     for r in found:
         if not any(k["start"] <= r["start"] and r["end"] <= k["end"] for k in known + new):
