@@ -241,8 +241,8 @@ def manifest_losses(dir_path: str, present: Sequence[int], log_start: int | None
         gone = [b for b in bases if b not in have and floor <= b < end]
         out.append({"start": start, "end": end, "found_ms": now_ms,
                     "reason": f"segment{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} named by the "
-                              f"segment manifest {'are' if len(gone) > 1 else 'is'} gone from the folder (the next "
-                              f"segment present starts at {end})"})
+                              f"segment manifest {'are' if len(gone) > 1 else 'is'} gone from the folder, the next "
+                              f"segment present starts at {end}"})
     return out
 
 
