@@ -85,6 +85,7 @@ class LoadResult:
     bytes_truncated: int = 0
     recovered_segments: int = 0
     deleted_files: list = field(default_factory=list)
+    resolved_away: list = field(default_factory=list)    # names step 1's swap resolution removed or renamed
     messages: list = field(default_factory=list)
     producer_state: ProducerStateManager | None = None
     leader_epochs: LeaderEpochFileCache | None = None
@@ -135,7 +136,10 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     sorted names afterwards (listed once: a folder of 10,000 segments holds 40,000 names)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
     listing = swap.list_folder(dir_path)
+    before = set(listing)
     result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True, listing=listing))
+    # Segments a completed swap replaced went by that swap, not by loss (the segment manifest may still name them).
+    result.resolved_away = sorted(before - set(listing))
     gone = set()
     for name in listing:
         if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
@@ -283,7 +287,8 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                                                             cfg, now_ms)
                     + losses.start_losses(dir_path, cfg, listing + result.deleted_files, segments[0].base_offset,
                                           recorded_log_start, now_ms)
-                    + losses.manifest_losses(dir_path, [s.base_offset for s in segments], clip, now_ms, named),
+                    + losses.manifest_losses(dir_path, [s.base_offset for s in segments], clip, now_ms, listing,
+                                             result.deleted_files + result.resolved_away, named),
                     result.messages)
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
     # The caller holds the partition lock: only this load changes the snapshots until it returns.

@@ -146,6 +146,18 @@ def _holds_entries(path: str) -> bool:
         return False
 
 
+def _explained(names: Iterable[str], removed: Iterable[str]) -> set[int]:
+    """Bases whose ``.log`` the engine itself is replacing or deleting: a ``.log.deleted``, ``.log.swap`` or
+    ``.log.cleaned`` is in the folder (``names``) or was just removed by the load (``removed``, where a plain
+    ``.log`` is one a completed swap replaced)."""
+    removed = list(removed)
+    return {o for n in list(names) + removed
+            if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX, layout.LOG_SUFFIX + layout.SWAP_SUFFIX,
+                           layout.LOG_SUFFIX + layout.CLEANED_SUFFIX))
+            and (o := layout.named_offset(n)) is not None} | {
+        o for n in removed if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None}
+
+
 def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[str], recorded_start: int | None,
                         now_ms: int) -> list[LostRange]:
     """Ranges whose ``.log`` is gone while an index holding entries is left (see the module docstring). ``names``:
@@ -153,10 +165,7 @@ def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[s
     logs = sorted(o for n in names if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None)
     if not logs:
         return []
-    explained = {o for n in list(names) + list(removed)
-                 if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX, layout.LOG_SUFFIX + layout.SWAP_SUFFIX,
-                                layout.LOG_SUFFIX + layout.CLEANED_SUFFIX))
-                 and (o := layout.named_offset(n)) is not None}
+    explained = _explained(names, removed)
     out: list[LostRange] = []
     seen: set[int] = set()
     for n in names:
@@ -225,15 +234,20 @@ def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base
 
 
 def manifest_losses(dir_path: str, present: Sequence[int], log_start: int | None, now_ms: int,
+                    names: Iterable[str], removed: Iterable[str] = (),
                     bases: Sequence[int] | None = None) -> list[LostRange]:
     """Ranges of segments the manifest names that are gone below the last segment present (module docstring).
     ``present``: the bases of the segments present; ``log_start``: the log start offset the partition recorded
-    (ranges wholly below it are none); ``bases``: the manifest's, when already read."""
+    (ranges wholly below it are none); ``names``/``removed``: the folder's names and those the load just removed
+    (a segment whose ``.log`` is ``.deleted`` or ``.swap`` there went by a swap or a deletion, not by loss, e.g. a
+    swap without a record completed by Kafka's rules); ``bases``: the manifest's, when already read."""
     if bases is None:
         log_dir, folder = os.path.split(os.path.abspath(dir_path))
         bases, _why = manifest.read(log_dir, folder)
     if not bases:
         return []
+    explained = _explained(names, removed)
+    bases = [b for b in bases if b not in explained]
     have = set(present)
     out: list[LostRange] = []
     for start, end in manifest.missing(bases, present, log_start):
@@ -273,7 +287,7 @@ def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)
-        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms)
+        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms, names)
     new: list[LostRange] = []
     for r in found:
         if not any(k["start"] <= r["start"] and r["end"] <= k["end"] for k in known + new):
