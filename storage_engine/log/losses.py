@@ -278,16 +278,19 @@ def kept_log_start(kafka_start: int, recorded_start: int, ranges: Iterable[LostR
 
 
 def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases_and_sizes: Sequence[tuple[int, int]],
-          recorded_start: int | None, now_ms: int) -> tuple[list[LostRange], list[LostRange], str | None]:
+          recorded_start: int | None, now_ms: int,
+          named: Sequence[int] | None = None) -> tuple[list[LostRange], list[LostRange], str | None]:
     """Read-only (``verify``): (the recorded losses, those the next load would record, an unreadable record's
-    error). ``names``: the folder's names; ``bases_and_sizes``: its segments, in order."""
+    error). ``names``: the folder's names; ``bases_and_sizes``: its segments, in order; ``named``: the segment
+    manifest's bases read with ``names`` (None: read it now)."""
     dir_path = os.path.join(log_dir, folder)
     known, err = read(log_dir, folder)
     found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms)
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)
-        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms, names)
+        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms, names,
+                                 bases=named)
     new: list[LostRange] = []
     for r in found:
         if not any(k["start"] <= r["start"] and r["end"] <= k["end"] for k in known + new):
