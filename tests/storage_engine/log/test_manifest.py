@@ -299,3 +299,29 @@ def _latest(cfg) -> dict:
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
         return {r.key: r.value for r in log.read_records()}
+
+
+def test_missing_ranges_merge_clip_and_never_judge_past_the_last_segment():
+    named = [0, 10, 20, 30, 40, 50]
+    assert manifest.missing(named, [0, 10, 40, 50], None) == [(20, 40)]            # consecutive ones merged
+    assert manifest.missing(named, [0, 20, 50], None) == [(10, 20), (30, 50)]
+    assert manifest.missing(named, [10, 20, 30], 5) == [(5, 10)]                     # clipped to the log start
+    assert manifest.missing(named, [10, 20, 30], 10) == []                           # wholly below it
+    assert manifest.missing(named, [0, 10, 20], None) == []                          # a cut tail is not judged
+    assert manifest.missing(None, [0, 20], None) == [] and manifest.missing(named, [], None) == []
+
+
+def test_a_manifest_written_for_another_folder_proves_nothing(tmp_path):
+    """A folder restored from a copy (another inode) or made again: its manifest is ignored, not trusted."""
+    cfg, _ = make_store(tmp_path, {"retention.ms": -1})
+    append(cfg, 30, keys=30)
+    segs = bases(cfg)
+    assert manifest.read(cfg.log_dirs[0], "t-0")[0] == segs
+    copy = pdir(cfg) + ".copy"
+    shutil.copytree(pdir(cfg), copy)
+    shutil.rmtree(pdir(cfg))
+    os.rename(copy, pdir(cfg))
+    named, why = manifest.read(cfg.log_dirs[0], "t-0")
+    assert named is None and "written for another folder" in str(why)
+    assert offsets_read(cfg) == list(range(30))
+    assert_clean(cfg)
