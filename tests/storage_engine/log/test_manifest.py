@@ -282,6 +282,7 @@ def test_a_kill_at_each_manifest_step_makes_no_false_loss(tmp_path, step, topic_
     assert got == keys_before
 
 
+@pytest.mark.kills
 def test_a_kill_at_the_load_after_it_recorded_a_loss_keeps_the_loss(tmp_path):
     cfg, _ = make_store(tmp_path, COMPACTED)
     append(cfg, 60, keys=20)
