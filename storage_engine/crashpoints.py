@@ -22,6 +22,7 @@ STEPS: dict[str, tuple[str, str]] = {
     "roll.sealed": ("roll", "the old segment is sealed (trimmed), the new one not yet created"),
     "roll.created": ("roll", "the new segment's files exist, nothing flushed"),
     "roll.flushed": ("roll", "everything below the new segment is flushed"),
+    "roll.manifest": ("roll", "the segment manifest names the new segment"),
     # FileRecords.append, LogSegment.append
     "append.torn": ("append", "half of a batch is in the .log (a write cut short)"),
     "append.written": ("append", "a batch is in the .log, its index entries not yet written"),
@@ -29,6 +30,7 @@ STEPS: dict[str, tuple[str, str]] = {
     "flush.synced": ("flush", "segments are fsynced, the new recovery point not yet published"),
     # replace.replace_segments (the cleaner's swap)
     "swap.intent": ("swap", "the swap intent is durable, nothing renamed"),
+    "swap.manifest": ("swap", "the segment manifest no longer names the old segments, nothing renamed"),
     "swap.swap-partial": ("swap", "the new .log is .swap, its indexes still .cleaned"),
     "swap.swap-ready": ("swap", "every file of the new segment is .swap"),
     "swap.old-partial": ("swap", "the first old segment is .deleted"),
@@ -41,6 +43,7 @@ STEPS: dict[str, tuple[str, str]] = {
     "resolve.partial": ("resolve", "the first rename of a resolution is done"),
     # Log.delete_segments_locked (retention)
     "retention.published": ("retention", "the new log start offset is published, no segment renamed"),
+    "retention.manifest": ("retention", "the segment manifest no longer names the doomed segments, none renamed"),
     "retention.partial": ("retention", "the first doomed segment is .deleted"),
     "retention.renamed": ("retention", "every doomed segment is .deleted, the dir not yet fsynced"),
     # durable.atomic_write (checkpoint files, the clean-shutdown marker, intents)
@@ -68,6 +71,7 @@ STEPS: dict[str, tuple[str, str]] = {
     # loader.load
     "load.resolved": ("load", "temp files and swaps are handled, no segment recovered yet"),
     "load.recovered": ("load", "a segment is recovered, the shared state not yet written"),
+    "load.manifest": ("load", "lost segments are recorded and the segment manifest names what the load holds"),
 }
 
 

@@ -77,6 +77,7 @@ TOPIC_CONFIGS_FILE = ENGINE_PREFIX + "topic-configs.json"  # topic configs set o
 PRODUCER_IDS_FILE = ENGINE_PREFIX + "producer-ids"      # the next block of producer ids (first log dir)
 LOSS_RECORD_PREFIX = ENGINE_PREFIX + "loss+"          # + <topic>-<partition>: offsets lost, until accepted
 TOPIC_CHANGES_DIR = ENGINE_PREFIX + "topic-changes"    # topic changes under way (first log dir, log.topic_changes)
+SEGMENT_MANIFEST_PREFIX = ENGINE_PREFIX + "segments+"  # + <topic>-<partition>: the segments that must exist
 # Run-scoped compaction key maps (Spark-built) go in this folder beside the first log dir, never inside one.
 KEYMAP_DIR = "keymaps"
 # State the maintenance DAGs keep across runs (offline dirs already alerted) goes here, beside the first log dir.
@@ -328,6 +329,13 @@ def loss_record_file(log_dir: str, partition_dir: str) -> str:
     when a load finds data gone (a first segment missing, a sealed segment emptied), kept until an operator
     accepts the loss (:mod:`storage_engine.log.losses`)."""
     return _engine_file(log_dir, LOSS_RECORD_PREFIX, partition_dir)
+
+
+def segment_manifest_file(log_dir: str, partition_dir: str) -> str:
+    """The partition's segment manifest (``.engine+segments+<topic>-<partition>``, SHA-1 likewise): the base
+    offsets of the segments it must hold, written with every roll, swap, deletion and truncation
+    (:mod:`storage_engine.log.manifest`)."""
+    return _engine_file(log_dir, SEGMENT_MANIFEST_PREFIX, partition_dir)
 
 
 def keymap_root(log_dirs: Sequence[str]) -> str:

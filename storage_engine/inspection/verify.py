@@ -14,7 +14,8 @@ pending action (``pending``). Checked, per log dir and partition:
   no offset gap, from its log start offset through every segment (compaction is the only thing that removes
   offsets, so a gap there means a segment or a batch went missing);
 * offsets the partition lost (:mod:`storage_engine.log.losses`): recorded by a load, until ``accept-loss``, or
-  found now (a first segment gone, a sealed segment emptied), with the lost range; and per log dir the partitions
+  found now (a first segment gone, a sealed segment emptied, a segment the partition's segment manifest names
+  gone from the middle, in a topic of any policy), with the lost range; and per log dir the partitions
   its checkpoint files list whose folder vanished or became a file (:mod:`storage_engine.log.health`);
 * leftovers, each explained: a swap left half done by a cleaner that died (what the next process to use the
   partition will do: complete it, or roll it back and why); ``.swap`` files without a record (validated as the
@@ -47,7 +48,7 @@ from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import LogConfig, StorageConfig
 from storage_engine.errors import CorruptCheckpointError, PartitionNotFoundError, StorageError, StorageIOError
-from storage_engine.log import health, intent, losses, swap
+from storage_engine.log import health, intent, losses, manifest, swap
 from storage_engine.log.failure import is_dir_failure, os_error_of
 from storage_engine.log.locks import LIVE, MOVED, UNKNOWN, PartitionState, lock_path, peek_state
 from storage_engine.jobs.batches import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
@@ -294,6 +295,7 @@ def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, c
         logs = sorted(layout.offset_from_filename(f) for f in files
                       if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
         active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else _Segment()
+        named = manifest.read(log_dir, name)[0] or []    # as the listing, under the lock (a roll changes both)
     walk = _Walk(cfg.delete and not cfg.compact)
     sizes: list[tuple[int, int]] = []
     for i, base in enumerate(logs):
@@ -301,7 +303,7 @@ def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, c
         seg = active if upper is None else _verify_segment(path, files, base, upper, problems, pending)
         walk.add(base, seg, problems)
         sizes.append((base, seg.size))
-    _report_losses(log_dir, name, tp, cfg, list(files), sizes, state, problems)
+    _report_losses(log_dir, name, tp, cfg, list(files), sizes, state, problems, named)
     if not logs:
         pending.append({"file": path, "message": "partition has no segment; one is created at the next load"})
         return {"segments": 0, "batches": 0, "records": 0, "size_bytes": 0, "log_end_offset": None}
@@ -309,11 +311,14 @@ def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, c
 
 
 def _report_losses(log_dir: str, name: str, tp: TopicPartition, cfg: LogConfig, names: list[str],
-                   sizes: list[tuple[int, int]], state: PartitionState, problems: list[dict]) -> None:
+                   sizes: list[tuple[int, int]], state: PartitionState, problems: list[dict],
+                   named: list[int]) -> None:
     """Offsets the partition lost (:mod:`storage_engine.log.losses`): those a load recorded, until an operator
-    accepts them, and those the next load will record (a first segment gone, a sealed segment emptied)."""
+    accepts them, and those the next load will record (a first segment gone, a sealed segment emptied, a segment
+    the segment manifest ``named`` gone from the middle)."""
     recorded_start = state.log_start_offset if state.generation != 0 and state.log_start_offset != UNKNOWN else None
-    kept, found, err = losses.audit(log_dir, name, cfg, names, sizes, recorded_start, clock_at(None).milliseconds())
+    kept, found, err = losses.audit(log_dir, name, cfg, names, sizes, recorded_start, clock_at(None).milliseconds(),
+                                    named)
     accept = f"accept-loss --topic {tp[0]} --partition {tp[1]}"
     where = losses.path_of(log_dir, name)
     if err:

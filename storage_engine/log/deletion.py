@@ -29,7 +29,7 @@ from types import TracebackType
 from storage_engine import layout
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import PartitionMovedError, PartitionNotFoundError, StorageIOError
-from storage_engine.log import intent, losses
+from storage_engine.log import intent, losses, manifest
 from storage_engine.log.locks import DELETED, LIVE, MOVED, CleaningClaim, FileLock, PartitionLock, lock_path
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
@@ -159,6 +159,7 @@ def _finish(log_dir: str, topic: str, partition: int, lock: PartitionLock, claim
     # the record of offsets the partition lost.
     intent.clear(log_dir, name)
     losses.clear(log_dir, name)
+    manifest.clear(log_dir, name)
     lock.unlink()
     claim.unlink()
     return renamed

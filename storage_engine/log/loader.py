@@ -13,7 +13,9 @@
    index entry: cheap), since the marker vouches for nothing written after it: a torn or garbage tail, or an
    index pointing past the data, gets the segment recovered and is reported.
 4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka), except over data found
-   lost: a first segment gone or a sealed segment emptied is recorded before anything repairs the evidence, and the
+   lost: a first segment gone, a sealed segment emptied, or a segment the partition's segment manifest names gone
+   from the middle (:mod:`storage_engine.log.manifest`; the load then writes the manifest of what it holds) is
+   recorded before anything repairs the evidence, and the
    log start offset stays where it was recorded (:mod:`storage_engine.log.losses`). A checkpoint past the
    log end is reported and ignored when the load lost no data (no operation can put the start there: the value
    is wrong, and acting on it would hide, then delete, every record); when recovery cut the log below it, the
@@ -54,7 +56,7 @@ from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import losses, swap, view
+from storage_engine.log import losses, manifest, swap, view
 from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, PartitionState, lock_path
 from storage_engine.log.log import Log
 from storage_engine.log.producer_state_manager import ProducerStateManager
@@ -83,6 +85,7 @@ class LoadResult:
     bytes_truncated: int = 0
     recovered_segments: int = 0
     deleted_files: list = field(default_factory=list)
+    resolved_away: list = field(default_factory=list)    # names step 1's swap resolution removed or renamed
     messages: list = field(default_factory=list)
     producer_state: ProducerStateManager | None = None
     leader_epochs: LeaderEpochFileCache | None = None
@@ -133,7 +136,10 @@ def remove_temp_files_and_complete_swaps(dir_path: str, cfg: LogConfig, now_ms: 
     sorted names afterwards (listed once: a folder of 10,000 segments holds 40,000 names)."""
     log_dir, name = os.path.split(os.path.abspath(dir_path))
     listing = swap.list_folder(dir_path)
+    before = set(listing)
     result.messages.extend(swap.resolve(log_dir, name, dir_path, now_ms, orphans=True, listing=listing))
+    # Segments a completed swap replaced went by that swap, not by loss (the segment manifest may still name them).
+    result.resolved_away = sorted(before - set(listing))
     gone = set()
     for name in listing:
         if name.endswith(layout.SNAPSHOT_SUFFIX + layout.TMP_SUFFIX):
@@ -273,11 +279,17 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
                                                      now_ms), result.messages)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result), listing=listing)
+    log_dir, folder = os.path.split(os.path.abspath(dir_path))
+    named, _why = manifest.read(log_dir, folder)    # None: no manifest to judge by (a Kafka or older dir)
     if segments:
+        clip = recorded_log_start if recorded_log_start is not None else log_start_offset_checkpoint
         losses.note(dir_path, losses.emptied_segment_losses(dir_path, [(s.base_offset, s.size) for s in segments],
                                                             cfg, now_ms)
                     + losses.start_losses(dir_path, cfg, listing + result.deleted_files, segments[0].base_offset,
-                                          recorded_log_start, now_ms), result.messages)
+                                          recorded_log_start, now_ms)
+                    + losses.manifest_losses(dir_path, [s.base_offset for s in segments], clip, now_ms, listing,
+                                             result.deleted_files + result.resolved_away, named),
+                    result.messages)
     psm = ProducerStateManager(dir_path, os.path.basename(dir_path))
     # The caller holds the partition lock: only this load changes the snapshots until it returns.
     psm.hold_listing(listing)
@@ -360,6 +372,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     if segments and next_offset < log_start_offset_checkpoint:
         if lost:
             psm.truncate_fully_and_start_at(log_start_offset_checkpoint)
+            manifest.write(log_dir, folder, [])     # before the segments go (see storage_engine.log.manifest)
             for seg in segments:
                 seg.delete_files()
             result.messages.append(f"log end {next_offset} is below the log start offset "
@@ -395,6 +408,10 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     else:
         recovery_point = min(recovery_point, next_offset)
     bases = [s.base_offset for s in segments]
+    # What the partition holds now; the loss record keeps what the load found gone.
+    if named != bases:
+        manifest.write(log_dir, folder, bases)
+    crashpoints.reached("load.manifest")
     removed = psm.remove_stray_snapshots(bases)
     if removed:
         result.messages.append(f"removed stray producer snapshots at {removed}")
@@ -475,6 +492,7 @@ def _open_locked(lock: PartitionLock, log_dir: str, folder: str, topic: str, par
         # Whatever the lock file says belongs to a folder of this name that is gone (removed by hand, or a
         # move that never completed): the new partition starts from nothing, at a generation nobody has seen.
         state = PartitionState(generation=state.generation)
+        manifest.clear(log_dir, folder)     # so does a segment manifest left by it
     current = dir_epoch is None or state.loaded_epoch == dir_epoch
     if exists and not exclusive and state.generation != 0 and current:
         log = Log(log_dir, topic, partition, config, lock, LogSegments(), log_start_offset=0,

@@ -46,7 +46,7 @@ from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import PartitionDeletedError, PartitionMovedError, StorageError
-from storage_engine.log import view
+from storage_engine.log import manifest, view
 from storage_engine.log.failure import LogDirFailureChannel
 from storage_engine.log.locks import PartitionLock, lock_path
 from storage_engine.log.open_logs import OpenLogs
@@ -362,6 +362,9 @@ class LocalLog:
         # Kafka flushes everything below the new segment right after a roll (async); do it now.
         self.flush_locked(new_base, now, bump=True)
         crashpoints.reached("roll.flushed")
+        # Once the new segment's files are durable: the segment manifest names it (storage_engine.log.manifest).
+        manifest.grown(self)
+        crashpoints.reached("roll.manifest")
         # The sealed segment's files are opened again only when it is read: a long-running appender holds
         # descriptors for the active segment only, however many segments it rolls.
         active.release()

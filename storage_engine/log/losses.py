@@ -14,13 +14,19 @@ that data the log held is gone, before it repairs anything that would erase the 
   checkpoint reaches the first base (cleaning deletes a group whose records all went and leaves the log start
   offset where it was) or ``.log.deleted`` files lie in between (a deletion the engine is making);
 * a sealed segment whose ``.log`` is empty although its range [base, next base) is not: with index entries
-  naming the data it held, or in a topic without compaction (nothing else empties a segment there).
+  naming the data it held, or in a topic without compaction (nothing else empties a segment there);
+* a segment the partition's segment manifest (:mod:`storage_engine.log.manifest`) names that is gone while a
+  segment above it is present, in a topic of any policy, compacted included (where the files alone cannot tell
+  it from a cleaned group): [its base, the next segment present) lost. Without a manifest (a dir a Kafka broker
+  or an earlier version wrote), only the rules above apply.
 
 The ranges go to a small record, ``layout.loss_record_file`` (``.engine+loss+<topic>-<partition>`` in the log
 dir root, outside the partition folder, which stays pure Kafka layout), written durably before the orphan index
 files go, and merged with what it already holds: after any number of loads ``verify`` reports the same ranges
 and the log start offset stays where it was recorded (below the first segment, as Kafka keeps it with remote
-storage). Reads of a lost range raise :class:`DataLossError` instead of skipping it. ``accept-loss``
+storage). Reads of a lost range, or across it, raise :class:`DataLossError` instead of skipping it; the cleaner
+neither cleans across it nor moves its checkpoint past it, and retention deletes nothing at or past it
+(:func:`barrier`). ``accept-loss``
 (:func:`accept`) moves the log start offset past the lost ranges (removing the segments wholly below it, as
 retention would) and clears the record. Deleting the partition removes the record; moving it carries the record
 to its new dir.
@@ -38,7 +44,7 @@ from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
 from storage_engine.errors import DataLossError, StorageIOError, UnsafeFileError
-from storage_engine.log import truncation
+from storage_engine.log import manifest, truncation
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 
@@ -140,6 +146,18 @@ def _holds_entries(path: str) -> bool:
         return False
 
 
+def _explained(names: Iterable[str], removed: Iterable[str]) -> set[int]:
+    """Bases whose ``.log`` the engine itself is replacing or deleting: a ``.log.deleted``, ``.log.swap`` or
+    ``.log.cleaned`` is in the folder (``names``) or was just removed by the load (``removed``, where a plain
+    ``.log`` is one a completed swap replaced)."""
+    removed = list(removed)
+    return {o for n in list(names) + removed
+            if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX, layout.LOG_SUFFIX + layout.SWAP_SUFFIX,
+                           layout.LOG_SUFFIX + layout.CLEANED_SUFFIX))
+            and (o := layout.named_offset(n)) is not None} | {
+        o for n in removed if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None}
+
+
 def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[str], recorded_start: int | None,
                         now_ms: int) -> list[LostRange]:
     """Ranges whose ``.log`` is gone while an index holding entries is left (see the module docstring). ``names``:
@@ -147,10 +165,7 @@ def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[s
     logs = sorted(o for n in names if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None)
     if not logs:
         return []
-    explained = {o for n in list(names) + list(removed)
-                 if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX, layout.LOG_SUFFIX + layout.SWAP_SUFFIX,
-                                layout.LOG_SUFFIX + layout.CLEANED_SUFFIX))
-                 and (o := layout.named_offset(n)) is not None}
+    explained = _explained(names, removed)
     out: list[LostRange] = []
     seen: set[int] = set()
     for n in names:
@@ -218,6 +233,42 @@ def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base
                        f"at {first_base}: the segment(s) below it are gone"}]
 
 
+def manifest_losses(dir_path: str, present: Sequence[int], log_start: int | None, now_ms: int,
+                    names: Iterable[str], removed: Iterable[str] = (),
+                    bases: Sequence[int] | None = None) -> list[LostRange]:
+    """Ranges of segments the manifest names that are gone below the last segment present (module docstring).
+    ``present``: the bases of the segments present; ``log_start``: the log start offset the partition recorded
+    (ranges wholly below it are none); ``names``/``removed``: the folder's names and those the load just removed
+    (a segment whose ``.log`` is ``.deleted`` or ``.swap`` there went by a swap or a deletion, not by loss, e.g. a
+    swap without a record completed by Kafka's rules); ``bases``: the manifest's, when already read."""
+    if bases is None:
+        log_dir, folder = os.path.split(os.path.abspath(dir_path))
+        bases, _why = manifest.read(log_dir, folder)
+    if not bases:
+        return []
+    explained = _explained(names, removed)
+    bases = [b for b in bases if b not in explained]
+    have = set(present)
+    out: list[LostRange] = []
+    for start, end in manifest.missing(bases, present, log_start):
+        floor = max([b for b in bases if b <= start], default=start)   # the gone segment holding ``start``
+        gone = [b for b in bases if b not in have and floor <= b < end]
+        out.append({"start": start, "end": end, "found_ms": now_ms,
+                    "reason": f"segment{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} named by the "
+                              f"segment manifest {'are' if len(gone) > 1 else 'is'} gone from the folder, the next "
+                              f"segment present starts at {end}"})
+    return out
+
+
+def barrier(log_dir: str, folder: str, log_start_offset: int) -> LostRange | None:
+    """The first recorded lost range not wholly below ``log_start_offset``: maintenance stops below its start
+    (the cleaner cleans nothing at or past it and never moves its checkpoint past it; retention deletes no
+    segment reaching it) until an operator accepts the loss. Read-only; an unreadable record is no barrier
+    (``verify`` reports it)."""
+    ranges, _err = read(log_dir, folder)
+    return next((r for r in ranges if r["end"] > log_start_offset), None)
+
+
 def kept_log_start(kafka_start: int, recorded_start: int, ranges: Iterable[LostRange]) -> int:
     """The log start offset of a load: Kafka's (``kafka_start``, the checkpoint raised to the first segment), or,
     when a lost range reaches up to where Kafka's rule would start, where the log start was recorded (never below
@@ -227,15 +278,19 @@ def kept_log_start(kafka_start: int, recorded_start: int, ranges: Iterable[LostR
 
 
 def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases_and_sizes: Sequence[tuple[int, int]],
-          recorded_start: int | None, now_ms: int) -> tuple[list[LostRange], list[LostRange], str | None]:
+          recorded_start: int | None, now_ms: int,
+          named: Sequence[int] | None = None) -> tuple[list[LostRange], list[LostRange], str | None]:
     """Read-only (``verify``): (the recorded losses, those the next load would record, an unreadable record's
-    error). ``names``: the folder's names; ``bases_and_sizes``: its segments, in order."""
+    error). ``names``: the folder's names; ``bases_and_sizes``: its segments, in order; ``named``: the segment
+    manifest's bases read with ``names`` (None: read it now)."""
     dir_path = os.path.join(log_dir, folder)
     known, err = read(log_dir, folder)
     found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms)
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)
+        found += manifest_losses(dir_path, [b for b, _ in bases_and_sizes], recorded_start, now_ms, names,
+                                 bases=named)
     new: list[LostRange] = []
     for r in found:
         if not any(k["start"] <= r["start"] and r["end"] <= k["end"] for k in known + new):

@@ -45,7 +45,7 @@ from storage_engine.config import LogConfig
 from storage_engine.durable import durable_rename, fsync_dir
 from storage_engine.errors import (InvalidRequestError, OffsetOutOfRangeError, PartitionMovedError, StorageError,
                                    StorageIOError)
-from storage_engine.log import deletion, intent, losses
+from storage_engine.log import deletion, intent, losses, manifest
 from storage_engine.log import producer_state_manager as producers
 from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.locks import (DELETED, LIVE, MOVED, UNKNOWN, CleaningClaim, FileLock, PartitionLock,
@@ -173,6 +173,7 @@ def _complete_move(log_dirs: Sequence[str], src: str, topic: str, partition: int
                         if lf.read_state().status == LIVE:
                             lf.retire(MOVED)
                         durable_rename(os.path.join(target, folder), os.path.join(target, name))
+                        manifest.rename(target, folder, name)   # the copy's segment manifest follows it
                         lf.unlink()
                 finally:
                     lf.close()
@@ -218,6 +219,7 @@ def _move_checkpoints(src: str, target: str, tp: tuple[str, int], *, log_start_o
     if lost:
         losses.record(target, name, lost)
     losses.clear(src, name)
+    manifest.clear(src, name)     # the copy's own manifest, renamed with its folder, describes the new home
 
     def take(entries: dict) -> None:
         if tp in entries:
@@ -337,6 +339,7 @@ def discard_future(log_dir: str, folder: str, topic: str, partition: int, now_ms
                 os.utime(os.path.join(log_dir, renamed), (now_ms / 1000.0, now_ms / 1000.0))
                 fsync_dir(log_dir)
             intent.clear(log_dir, folder)   # a dead cleaner's swap record of the copy goes with it
+            manifest.clear(log_dir, folder)
             lock.unlink()
     finally:
         lock.close()
@@ -487,6 +490,7 @@ def _commit(current: Log, future: Log, target_dir: str, log_dirs: Sequence[str],
                         current.lock.retire(MOVED)          # (c) the commit point
                         future.lock.retire(MOVED)
                         durable_rename(future.dir, os.path.join(target_dir, name))                    # (d)
+                        manifest.rename(target_dir, future.folder, name)   # the copy's segment manifest follows
                         progress.deleted_folder = _retire_folder(source, *tp, now)                     # (e)
                         current.lock.unlink()                                                          # (f)
                         future.lock.unlink()

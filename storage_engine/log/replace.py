@@ -8,7 +8,7 @@ import logging
 
 from storage_engine import crashpoints, layout
 from storage_engine.durable import durable_rename, fsync_dir
-from storage_engine.log import intent
+from storage_engine.log import intent, manifest
 from storage_engine.log.local_log import LocalLog
 from storage_engine.log.swap import CLEANED, INDEXES, OP, SNAPSHOT, SUFFIXES, SWAP, inode_of
 from storage_engine.segment.segment import LogSegment
@@ -36,6 +36,8 @@ def replace_segments(log: LocalLog, new_segment: LogSegment | None, old_segments
             still_there.append(seg)
         if new_segment is None:
             log.publish(bump=True)
+            manifest.keep(log, still_there)     # before the first rename (storage_engine.log.manifest)
+            crashpoints.reached("swap.manifest")
             for seg in still_there:
                 log.delete_segment_files(seg, now_ms, sync=False, snapshot=True)
             fsync_dir(log.dir)
@@ -60,6 +62,10 @@ def replace_segments(log: LocalLog, new_segment: LogSegment | None, old_segments
         intent.write(log.log_dir, log.folder, OP, record)
         log.publish(bump=True)
         crashpoints.reached("swap.intent")
+        # Before the first rename: the manifest names the group's first base only if the cleaned segment takes it
+        # and stays (storage_engine.log.manifest); a rollback's old segments are adopted again by the next load.
+        manifest.keep(log, [s for s in still_there if s.base_offset != new_base or delete_after])
+        crashpoints.reached("swap.manifest")
         new_segment.change_file_suffixes(CLEANED, SWAP, after_log="swap.swap-partial")
         fsync_dir(log.dir)
         crashpoints.reached("swap.swap-ready")

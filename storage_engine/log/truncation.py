@@ -20,7 +20,7 @@ from storage_engine import crashpoints
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import view
+from storage_engine.log import manifest, view
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.segment import LogSegment
 
@@ -43,7 +43,10 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
         # log is cut cannot leave one that a later, longer log would be rebuilt from.
         log.producer_state.delete_snapshots_outside(-1, offset)
-        for seg in [s for s in log.segment_list if s.base_offset > offset]:
+        doomed = [s for s in log.segment_list if s.base_offset > offset]
+        if doomed:
+            manifest.keep(log, doomed)      # before the first rename (storage_engine.log.manifest)
+        for seg in doomed:
             log.delete_segment_files(seg, now)
         _ensure_active_writable(log, now)
         log.active_segment.truncate_to(offset, now)
@@ -75,6 +78,9 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
     log.publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()
+    # Before the first rename, the manifest names only the segment kept (if one is at ``offset``); after the new
+    # segment exists, it names that (storage_engine.log.manifest).
+    manifest.keep(log, [s for s in old if s.base_offset != offset])
     seg = (LogSegment.open(log.dir, offset, log.config, now_ms=now)
            if all(s.base_offset != offset for s in old) else None)
     for s in old:
@@ -92,6 +98,9 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
     log.recovery_point = offset
     log.leader_epochs.clear()   # Kafka's clearAndFlush: 0\n0\n
     log.view.known_active_size = log.active_segment.size
+    if seg is not None:
+        fsync_dir(log.dir)
+        manifest.grown(log)
     log.publish(bump=True)
 
 
@@ -119,6 +128,8 @@ def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) 
         log.log_start_offset = following
     log.publish(bump=True)
     crashpoints.reached("retention.published")
+    manifest.keep(log, segments)    # before the first rename (storage_engine.log.manifest)
+    crashpoints.reached("retention.manifest")
     done = 0
     try:
         for seg in segments:
@@ -136,6 +147,7 @@ def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) 
         log.publish(bump=True)
         log.view.generation -= 1
         view.sync(log, now)
+        manifest.grown(log)     # the segments that did not go are named again
         raise
     crashpoints.reached("retention.renamed")
     fsync_dir(log.dir)

@@ -14,8 +14,9 @@ State kept per log dir, in Kafka's files where Kafka has one:
 
 Selection (``grabFilthiestCompactedLog``): first dirty offset = checkpoint (or log start); first uncleanable
 offset = min(last stable offset, active segment base, first dirty segment newer than ``now -
-min.compaction.lag.ms``, first dirty segment whose largest timestamp is >= an optional upper time bound), snapped
-to a segment base. Dirty ratio =
+min.compaction.lag.ms``, first dirty segment whose largest timestamp is >= an optional upper time bound, the start
+of the first range of offsets the partition lost that an operator has not accepted), snapped to a segment base:
+so nothing at or past a lost range is cleaned and the checkpoint never moves past it. Dirty ratio =
 cleanable bytes / (clean + cleanable bytes); a log is eligible if the ratio is strictly above
 ``min.cleanable.dirty.ratio`` or a dirty segment is older than ``max.compaction.lag.ms``.
 """
@@ -32,6 +33,7 @@ from storage_engine.config import LogConfig
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.durable import atomic_write, read_regular_file
 from storage_engine.errors import CorruptCheckpointError, UnsafeFileError
+from storage_engine.log import losses
 from storage_engine.log.locks import CleaningClaim, FileLock
 from storage_engine.log.read_only import ClaimProbe
 from storage_engine.log.log import Log
@@ -190,6 +192,12 @@ class CleanableView(Protocol):
     @property
     def last_stable_offset(self) -> int: ...
 
+    @property
+    def log_dir(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
 
 _View = TypeVar("_View", bound=CleanableView)
 
@@ -204,6 +212,7 @@ class LogToClean(Generic[_View]):
     need_compaction_now: bool
     checkpoint_reset: bool = False
     max_compaction_delay_ms: int = 0
+    held_by_loss: str | None = None     # the lost range cleaning stops below, until accept-loss
 
     @property
     def total_bytes(self) -> int:
@@ -221,12 +230,15 @@ class LogToClean(Generic[_View]):
                 "min_cleanable_dirty_ratio": self.log.config.min_cleanable_dirty_ratio,
                 "need_compaction_now": self.need_compaction_now,
                 "max_compaction_delay_ms": self.max_compaction_delay_ms,
-                "checkpoint_reset": self.checkpoint_reset}
+                "checkpoint_reset": self.checkpoint_reset,
+                **({"held_by_loss": self.held_by_loss} if self.held_by_loss else {})}
 
 
 def cleanable_offsets(log: CleanableView, checkpoint: int | None, now_ms: int,
-                      upper_time_bound_ms: int | None = None) -> tuple[int, int, bool, bool, int]:
-    """(first dirty, first uncleanable, need compaction now, checkpoint reset, max delay) - Kafka's rules."""
+                      upper_time_bound_ms: int | None = None, *,
+                      barrier: int | None = None) -> tuple[int, int, bool, bool, int]:
+    """(first dirty, first uncleanable, need compaction now, checkpoint reset, max delay) - Kafka's rules, and
+    never at or past ``barrier`` (the start of offsets the partition lost, until an operator accepts the loss)."""
     cfg = log.config
     reset = False
     first_dirty = log.log_start_offset if checkpoint is None else checkpoint
@@ -237,6 +249,8 @@ def cleanable_offsets(log: CleanableView, checkpoint: int | None, now_ms: int,
     active = segments[-1]
     dirty_non_active = [s for s in segments[:-1] if _next_base(segments, s) > first_dirty]
     bounds = [log.last_stable_offset, active.base_offset]  # never past an undecided transaction
+    if barrier is not None:
+        bounds.append(barrier)
     if cfg.min_compaction_lag_ms > 0:
         for s in dirty_non_active:
             if s.largest_timestamp() > now_ms - cfg.min_compaction_lag_ms:
@@ -268,8 +282,11 @@ def _next_base(segments: list[LogSegment], seg: LogSegment) -> int:
 
 def log_to_clean(log: _View, checkpoint: int | None, now_ms: int,
                  upper_time_bound_ms: int | None = None) -> LogToClean[_View]:
-    first_dirty, first_uncleanable, need_now, reset, delay = cleanable_offsets(log, checkpoint, now_ms,
-                                                                               upper_time_bound_ms)
+    # Offsets the partition lost (storage_engine.log.losses): nothing at or past them is cleaned, and the
+    # checkpoint never moves past them, until an operator accepts the loss.
+    lost = losses.barrier(log.log_dir, getattr(log, "folder", log.name), log.log_start_offset)
+    first_dirty, first_uncleanable, need_now, reset, delay = cleanable_offsets(
+        log, checkpoint, now_ms, upper_time_bound_ms, barrier=None if lost is None else lost["start"])
     segments = log.segments
     # Kafka: clean bytes = segments overlapping [-1, first dirty); a segment split by the checkpoint (a map
     # that filled mid-segment) counts as clean and as cleanable.
@@ -284,7 +301,7 @@ def log_to_clean(log: _View, checkpoint: int | None, now_ms: int,
     cleanable_bytes = sum(s.size for s in segments
                           if _next_base(segments, s) > start and s.base_offset < snapped)
     return LogToClean(log, first_dirty, max(snapped, first_dirty), clean_bytes, cleanable_bytes, need_now, reset,
-                      delay)
+                      delay, None if lost is None else losses.describe(lost))
 
 
 def is_eligible(ltc: LogToClean[_View]) -> bool:
@@ -330,6 +347,11 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
             update_cleaner_checkpoint(log.log_dir, (log.topic, log.partition), ltc.first_dirty_offset)
         if is_eligible(ltc):
             eligible.append(ltc)
+        elif ltc.held_by_loss is not None:
+            skipped.append({"topic": log.topic, "partition": log.partition,
+                            "reason": f"{ltc.held_by_loss}: nothing at or past them is cleaned until an operator "
+                                      f"accepts the loss (accept-loss --topic {log.topic} --partition "
+                                      f"{log.partition})"})
         else:
             not_dirty.append(ltc)
     eligible.sort(key=lambda l: l.cleanable_ratio, reverse=True)

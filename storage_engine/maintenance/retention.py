@@ -11,7 +11,9 @@ Rules, applied in this order on each pass, each on what the previous one left:
    ``now - largest timestamp > retention.ms`` (strict; the file mtime stands in when a segment has no
    timestamps).
 
-Only a prefix of the log is ever deleted: the walk stops at the first segment that must stay. A segment is
+Only a prefix of the log is ever deleted: the walk stops at the first segment that must stay. Size and time
+never delete a segment whose range reaches offsets the partition lost (:mod:`storage_engine.log.losses`) until an
+operator accepts the loss: deleting it would move the log start offset past the loss and pass it over. A segment is
 deletable only if the high watermark (here: the log end offset) is at or past its upper bound and it is not
 the empty active segment; when every segment would go, the log rolls first so an empty active segment
 remains. Deleted segments are renamed ``.deleted`` and purged by :func:`purge_deleted` once
@@ -31,10 +33,17 @@ from typing import NotRequired, Protocol, TypedDict
 
 from storage_engine import crashpoints, layout
 from storage_engine.config import LogConfig
-from storage_engine.log import intent
+from storage_engine.log import intent, losses
+from storage_engine.log.losses import LostRange
 from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.log import Log
 from storage_engine.segment.segment import LogSegment
+
+
+def held_by_loss(log: RetentionView) -> LostRange | None:
+    """The first lost range at or past the log start offset that an operator has not accepted (retention stops
+    below it), or None."""
+    return losses.barrier(log.log_dir, getattr(log, "folder", log.name), log.log_start_offset)
 
 
 class RetentionView(Protocol):
@@ -55,6 +64,12 @@ class RetentionView(Protocol):
 
     @property
     def high_watermark(self) -> int: ...
+
+    @property
+    def log_dir(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 class SegmentDeletion(TypedDict):
@@ -85,6 +100,7 @@ class RetentionResult(TypedDict):
     future_segments: list[FutureSegment]
     nothing_to_do: bool
     skipped: NotRequired[str]
+    held_by_loss: NotRequired[str]    # retention stops below offsets the partition lost, until accept-loss
     future: NotRequired[bool]       # the copy being made of the partition for a move between log dirs
     folder: NotRequired[str]
 
@@ -114,13 +130,15 @@ class Deletion:
 
 
 def _deletable(log: RetentionView, segments: list[LogSegment],
-               predicate: Callable[[LogSegment, LogSegment | None], bool]) -> list[LogSegment]:
+               predicate: Callable[[LogSegment, LogSegment | None], bool], barrier: int | None = None) -> list[LogSegment]:
     out = []
     hw = log.high_watermark
     for i, seg in enumerate(segments):
         nxt = segments[i + 1] if i + 1 < len(segments) else None
         upper = nxt.base_offset if nxt is not None else log.log_end_offset
         is_last_and_empty = nxt is None and seg.size == 0
+        if barrier is not None and upper > barrier:
+            break       # its range reaches offsets the partition lost: kept until the loss is accepted
         if hw >= upper and not is_last_and_empty and predicate(seg, nxt):
             out.append(seg)
         else:
@@ -131,6 +149,8 @@ def _deletable(log: RetentionView, segments: list[LogSegment],
 def plan(log: RetentionView, now_ms: int) -> tuple[list[Deletion], list[FutureSegment]]:
     """Which segments retention would delete at ``now_ms`` and why, plus future-timestamp warnings."""
     cfg = log.config
+    lost = held_by_loss(log)
+    barrier = None if lost is None else lost["start"]
     remaining = log.segments
     deletions: list[Deletion] = []
 
@@ -153,10 +173,10 @@ def plan(log: RetentionView, now_ms: int) -> tuple[list[Deletion], list[FutureSe
                     diff -= seg.size
                     return True
                 return False
-            take(_deletable(log, remaining, by_size), "retention-bytes")
+            take(_deletable(log, remaining, by_size, barrier), "retention-bytes")
         if cfg.retention_ms >= 0:
             take(_deletable(log, remaining,
-                            lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms), "retention-ms")
+                            lambda s, n: now_ms - s.largest_timestamp() > cfg.retention_ms, barrier), "retention-ms")
     future: list[FutureSegment] = [{"base_offset": s.base_offset, "largest_timestamp": s.largest_timestamp(),
                "ahead_ms": s.largest_timestamp() - now_ms}
               for s in remaining if s.largest_timestamp() > now_ms and s.size > 0]
@@ -193,6 +213,9 @@ def _run(log: Log, now_ms: int, dry_run: bool) -> RetentionResult:
         else:
             done = log.delete_segments_locked([d.segment for d in deletions], now_ms) if deletions else []
         segments = [summaries[id(s)] for s in done]
+        lost = held_by_loss(log)
+        extra: dict = {} if lost is None else {"held_by_loss": losses.describe(lost) + ": retention deletes nothing "
+                                               "at or past them until an operator accepts the loss (accept-loss)"}
         return {
             "topic": log.topic, "partition": log.partition, "dry_run": dry_run, "now_ms": now_ms,
             "cleanup_policy": ",".join(log.config.cleanup_policy),
@@ -203,6 +226,7 @@ def _run(log: Log, now_ms: int, dry_run: bool) -> RetentionResult:
             "log_start_offset": log.log_start_offset,
             "future_segments": future,
             "nothing_to_do": not segments,
+            **extra,
         }
 
 

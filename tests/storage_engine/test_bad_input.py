@@ -523,7 +523,8 @@ def populated(tmp_path):
         mgr.delete_log("gone", 0)
     kafka_folder = next(os.path.join(d, "kafka-1") for d in dirs if os.path.isdir(os.path.join(d, "kafka-1")))
     for engine_file in (layout.partition_state_file(os.path.dirname(kafka_folder), "kafka-1"),
-                        layout.cleaning_claim_file(os.path.dirname(kafka_folder), "kafka-1")):
+                        layout.cleaning_claim_file(os.path.dirname(kafka_folder), "kafka-1"),
+                        layout.segment_manifest_file(os.path.dirname(kafka_folder), "kafka-1")):
         if os.path.exists(engine_file):
             os.remove(engine_file)       # as if Kafka wrote it: no engine process has opened it
     os.mkdir(os.path.join(dirs[0], "lost+found"))

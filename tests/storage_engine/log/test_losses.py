@@ -174,20 +174,26 @@ def test_retention_and_delete_records_still_move_the_log_start_offset(tmp_path):
     assert verify_log_dirs(cfg)["damaged"] is False
 
 
-def test_retention_moves_the_start_past_a_recorded_loss_which_stays_reported_until_accepted(tmp_path):
+def test_retention_stops_below_a_recorded_loss_until_it_is_accepted(tmp_path):
+    """Retention never passes a lost range over: it deletes nothing reaching it (the result says why) until an
+    operator accepts the loss; then it deletes as before."""
     cfg, _ = make_store(tmp_path, topics={"t": {"retention.ms": HOUR}})
     segs = bases(cfg)
     os.remove(layout.segment_file(pdir(cfg), 0, layout.LOG_SUFFIX))
     assert open_and_read_start(cfg) == 0
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
-        deleted = retention.run(log, T0 + 2 * HOUR)
-        assert (deleted["log_start_offset_before"], deleted["log_start_offset"]) == (0, 60)
-    assert open_and_read_start(cfg) == 60
+        held = retention.run(log, T0 + 2 * HOUR)
+        assert (held["log_start_offset_before"], held["log_start_offset"], held["segments_deleted"]) == (0, 0, 0)
+        assert f"offsets [0, {segs[1]}) were lost" in held["held_by_loss"]
+    assert open_and_read_start(cfg) == 0
     assert any(f"offsets [0, {segs[1]}) were lost" in m for m in lost_reported(cfg))
     done = lifecycle.accept_loss(cfg, "t", 0, T0)
-    assert done["log_start_offset"] == 60 and done["cleared"] is True
+    assert done["log_start_offset"] == segs[1] and done["cleared"] is True
     assert lost_reported(cfg) == []
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        after = retention.run(mgr.get_log("t", 0), T0 + 2 * HOUR)
+        assert after["log_start_offset"] == 60 and "held_by_loss" not in after
 
 
 def test_deleting_the_partition_removes_its_loss_record(tmp_path):

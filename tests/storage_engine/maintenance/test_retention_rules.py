@@ -86,7 +86,9 @@ def _log_with_empty_first_segment(log_dir, overrides) -> Log:
     open(segment_path(pdir, 0), "wb").close()
     with open(segment_path(pdir, 5), "wb") as f:
         f.write(batch(5, "a", "b", timestamp=T0) + batch(7, "c", timestamp=T0))
-    log = open_log(log_dir, overrides)
+    # A topic that compacts too: in a delete-only topic an emptied sealed segment is lost data, which holds
+    # retention (storage_engine.log.losses).
+    log = open_log(log_dir, {"cleanup.policy": "compact,delete", **overrides})
     assert [(s.base_offset, s.size) for s in log.segments][0] == (0, 0)
     return log
 
