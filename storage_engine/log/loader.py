@@ -286,7 +286,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
         losses.note(dir_path, losses.emptied_segment_losses(dir_path, [(s.base_offset, s.size) for s in segments],
                                                             cfg, now_ms)
                     + losses.start_losses(dir_path, cfg, listing + result.deleted_files, segments[0].base_offset,
-                                          recorded_log_start, now_ms)
+                                          recorded_log_start, now_ms, result.resolved_away)
                     + losses.manifest_losses(dir_path, [s.base_offset for s in segments], clip, now_ms, listing,
                                              result.deleted_files + result.resolved_away, named),
                     result.messages)

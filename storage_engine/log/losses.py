@@ -211,13 +211,20 @@ def emptied_segment_losses(dir_path: str, bases_and_sizes: Sequence[tuple[int, i
 
 
 def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base: int, recorded_start: int | None,
-                 now_ms: int) -> list[LostRange]:
+                 now_ms: int, removed: Iterable[str] = ()) -> list[LostRange]:
     """[recorded log start, first segment) when the recorded log start offset lies below the first segment present
-    and neither compaction nor a deletion in progress explains it (module docstring)."""
+    and neither compaction nor a deletion or swap in progress explains it (module docstring). ``removed``: names
+    the load's swap resolution just removed: a swap of the first group whose output was empty and dropped (its
+    ``.log.swap`` or the ``.log`` it replaced is among them) explains the range, as the finished swap would have
+    moved the log start past it."""
     if recorded_start is None or recorded_start >= first_base:
         return []
-    if any(n.endswith(layout.LOG_SUFFIX + layout.DELETED_SUFFIX) and recorded_start <= (layout.named_offset(n) or -1)
-           < first_base for n in names):
+    removed = list(removed)
+    going = [n for n in names if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX,
+                                             layout.LOG_SUFFIX + layout.SWAP_SUFFIX))]
+    going += [n for n in removed if n.endswith((layout.LOG_SUFFIX, layout.LOG_SUFFIX + layout.SWAP_SUFFIX,
+                                                layout.LOG_SUFFIX + layout.DELETED_SUFFIX))]
+    if any(o is not None and recorded_start <= o < first_base for o in map(layout.named_offset, going)):
         return []
     if cfg.compact:
         log_dir, folder = os.path.split(os.path.abspath(dir_path))

@@ -189,3 +189,30 @@ crashpoints.reached = reached
 import json
 print(json.dumps(compaction.compact(load_config(sys.argv[1]), topics=["keyed"])), flush=True)
 """
+
+
+@pytest.mark.parametrize("step", SWAP_STEPS)
+def test_a_cleaner_killed_swapping_a_first_group_that_cleaned_to_nothing_loses_nothing_and_reports_no_loss(tmp_path,
+                                                                                                           step):
+    """Every key of the first segments has a later value, so the first group cleans to nothing and the swap drops
+    it. A finished swap moves the log start past it; one killed at any step and completed by the next load must do
+    the same, not report the dropped offsets lost (a loss rule took the base offset 0 of the group's ``.deleted``
+    files for no offset at all and refused every read until ``accept-loss``). A swap killed before its first
+    rename is rolled back instead: the group is still there."""
+    cfg = write_config(tmp_path)
+    latest = {}
+    with LogManager.open(load_config(cfg)) as mgr:
+        log = mgr.get_or_create_log(TOPIC, 0)
+        for start in range(0, 1500, 5):
+            records = [SimpleRecord(f"key-{(start + j) % 50}".encode(), f"v{start + j}".encode()) for j in range(5)]
+            log.append_records(records)
+            latest.update({r.key.decode(): r.value for r in records})
+    compact = cli(cfg, "compact", "--topic", TOPIC, crash_at=step)
+    assert compact.returncode == -signal.SIGKILL, (compact.returncode, compact.stderr)
+    found, state = latest_values(cfg)
+    assert found == latest, state
+    # rolled back (the group still there, the log start where it was) or forward (past the dropped group)
+    assert state["log_start_offset"] == state["bases"][0], state
+    report = verify_log_dirs(load_config(cfg))
+    assert not report["damaged"], report["problems"]
+    assert not any(n.startswith(".engine+loss+") for n in os.listdir(load_config(cfg).log_dirs[0]))
