@@ -123,3 +123,16 @@ def durable_rename(src: str, dst: str, *, sync: bool = True, missing_ok: bool = 
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(dst)))
     return True
+
+
+def durable_remove(path: str, what: str) -> bool:
+    """Remove ``path`` and fsync its dir, so the removal survives a crash; returns whether there was a file.
+    ``what`` names the file in the :class:`StorageIOError` raised when it cannot be removed."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StorageIOError(f"cannot remove {what}", path, exc) from exc
+    fsync_dir(os.path.dirname(path) or ".")
+    return True

@@ -73,6 +73,21 @@ def save(log_dirs: Sequence[str], topics: Mapping[str, Mapping[str, str]]) -> No
         raise ConfigError("cannot store topic configs in any log dir: " + "; ".join(errors))
 
 
+def replace(log_dirs: Sequence[str], topic: str, configs: Mapping[str, str]) -> bool:
+    """Make ``configs`` the wire-set configs of ``topic`` (none: forget the topic) in every dir; returns whether
+    anything changed (nothing is written when nothing did)."""
+    stored = load(log_dirs)
+    before = stored.get(topic)
+    if configs:
+        stored[topic] = dict(configs)
+    else:
+        stored.pop(topic, None)
+    if before == stored.get(topic):
+        return False
+    save(log_dirs, stored)
+    return True
+
+
 def _read(log_dir: str) -> tuple[int, dict[str, dict[str, str]]] | None:
     path = path_in(log_dir)
     try:

@@ -42,7 +42,7 @@ from typing import Protocol, TypedDict
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
-from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
+from storage_engine.durable import atomic_write, durable_remove, read_regular_file
 from storage_engine.errors import DataLossError, StorageIOError, UnsafeFileError
 from storage_engine.log import manifest, truncation
 from storage_engine.log.local_log import LocalLog
@@ -102,15 +102,7 @@ def record(log_dir: str, folder: str, found: Iterable[LostRange]) -> list[LostRa
 
 def clear(log_dir: str, folder: str) -> bool:
     """Remove the record durably; returns whether there was one."""
-    path = path_of(log_dir, folder)
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StorageIOError("cannot remove the loss record", path, exc) from exc
-    fsync_dir(log_dir)
-    return True
+    return durable_remove(path_of(log_dir, folder), "the loss record")
 
 
 def describe(r: LostRange) -> str:

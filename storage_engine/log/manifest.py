@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from storage_engine import layout
-from storage_engine.durable import atomic_write, durable_rename, fsync_dir, read_regular_file
+from storage_engine.durable import atomic_write, durable_remove, durable_rename, read_regular_file
 from storage_engine.errors import StorageIOError, UnsafeFileError
 from storage_engine.segment.segment import LogSegment
 
@@ -122,15 +122,7 @@ def grown(log: ManifestLog) -> None:
 
 def clear(log_dir: str, folder: str) -> bool:
     """Remove the manifest durably (the partition is deleted, or left this dir); returns whether there was one."""
-    path = path_of(log_dir, folder)
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StorageIOError("cannot remove the segment manifest", path, exc) from exc
-    fsync_dir(log_dir)
-    return True
+    return durable_remove(path_of(log_dir, folder), "the segment manifest")
 
 
 def rename(log_dir: str, folder: str, new_folder: str) -> None:

@@ -203,15 +203,7 @@ def existing_partitions(mgr: "LogManager", topic: str, *, vanished: bool = False
 
 def _default_store(mgr: "LogManager") -> StoreConfigs:
     def store(topic: str, configs: Mapping[str, str]) -> None:
-        online = mgr.online_dirs()
-        stored = topic_store.load(online)
-        before = stored.get(topic)
-        if configs:
-            stored[topic] = dict(configs)
-        else:
-            stored.pop(topic, None)
-        if before != stored.get(topic):
-            topic_store.save(online, stored)
+        topic_store.replace(mgr.online_dirs(), topic, configs)
     return store
 
 

@@ -64,15 +64,7 @@ def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
 def store_configs(broker: Broker, topic: str, configs: Mapping[str, str]) -> None:
     """Replace ``topic``'s wire-set configs with ``configs`` and make every open log use the result (blocking)."""
     with broker.config_mutex:
-        online = broker.manager.online_dirs()
-        stored = topic_store.load(online)
-        before = stored.get(topic)
-        if configs:
-            stored[topic] = dict(configs)
-        else:
-            stored.pop(topic, None)
-        if before != stored.get(topic):
-            topic_store.save(online, stored)
+        topic_store.replace(broker.manager.online_dirs(), topic, configs)
         reload_config(broker)
 
 
