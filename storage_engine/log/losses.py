@@ -347,12 +347,33 @@ def loss_error(log: _ReadLog, r: LostRange) -> DataLossError:
 # -- accepting ----------------------------------------------------------------------------------------------------
 
 def accept(log: LocalLog, now_ms: int) -> dict:
-    """``accept-loss``: move the log start offset past every recorded lost range (at most to the log end), delete
-    the segments wholly below it as retention would, then clear the record. Returns what was done."""
+    """``accept-loss``: move the log start offset past the recorded lost ranges (at most to the log end), delete
+    the segments wholly below it as retention would, then clear the record. Returns what was done.
+
+    In a compacted topic, a range with records of the log below it whose segment is gone from the middle of the
+    folder is accepted in place: the log start offset stays, the segment manifest is rewritten to the segments present (so the next load
+    does not find the range again), and the records below it stay readable. Gaps are normal there, and moving the
+    log start past the range would delete the latest value of every key whose value lies below it. In a topic
+    without compaction the log start offset moves past every range: its offsets must be contiguous from the log
+    start (``verify`` reports a gap as damage), as in Kafka, where the log start offset is the only way to skip."""
     with log.locked():
         ranges, err = read(log.log_dir, log.folder)
         before = log.log_start_offset
-        target = min(max([before] + [r["end"] for r in ranges]), log.log_end_offset)
+        in_place: list[LostRange] = []
+        if log.config.compact:
+            present = [s.base_offset for s in log.segments]
+            leading_end = before
+            for r in sorted(ranges, key=lambda r: r["start"]):
+                if r["start"] <= leading_end:
+                    leading_end = max(leading_end, r["end"])
+                elif any(r["start"] <= b < r["end"] for b in present):
+                    leading_end = max(leading_end, r["end"])   # a segment emptied in place: the start moves past
+                else:
+                    in_place.append(r)
+        moving = [r for r in ranges if r not in in_place]
+        target = min(max([before] + [r["end"] for r in moving]), log.log_end_offset)
+        if in_place:    # before the record goes: a crash in between finds the range again, never loses track of it
+            manifest.grown(log)
         deleted: list[int] = []
         if target > before:
             log.log_start_offset = target
@@ -364,5 +385,6 @@ def accept(log: LocalLog, now_ms: int) -> dict:
         cleared = clear(log.log_dir, log.folder) if ranges or err else False
         if cleared and target <= before:
             log.publish(bump=True)      # every process reads the record again
-    return {"accepted": ranges, "unreadable_record": err, "log_start_offset_before": before,
-            "log_start_offset": log.log_start_offset, "segments_deleted": deleted, "cleared": cleared}
+    return {"accepted": ranges, "accepted_in_place": in_place, "unreadable_record": err,
+            "log_start_offset_before": before, "log_start_offset": log.log_start_offset, "segments_deleted": deleted,
+            "cleared": cleared}

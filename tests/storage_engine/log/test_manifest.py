@@ -134,10 +134,19 @@ def test_a_middle_segment_lost_from_a_compacted_topic_is_never_laundered(tmp_pat
     assert any(lost in m for m in lost_reported(cfg))
 
     rc, out, _ = cli(capsys, path, "accept-loss", "--topic", "t", "--partition", 0)
-    assert rc == 0 and [(r["start"], r["end"]) for r in json.loads(out)["accepted"]] == [(gone, nxt)]
+    done = json.loads(out)
+    assert rc == 0 and [(r["start"], r["end"]) for r in done["accepted"]] == [(gone, nxt)]
+    # Accepted in place: the records below the gap (the latest values of their keys) are kept.
+    assert [(r["start"], r["end"]) for r in done["accepted_in_place"]] == [(gone, nxt)]
+    assert done["segments_deleted"] == [] and done["log_start_offset"] == done["log_start_offset_before"]
     assert cli(capsys, path, "verify")[0] == 0
     rc, out, err = cli(capsys, path, "consume", "--topic", "t", "--partition", 0)
     assert rc == 0 and err == ""
+    offsets = [json.loads(line)["offset"] for line in out.splitlines()]
+    assert any(o < gone for o in offsets) and any(o >= nxt for o in offsets)
+    assert not any(gone <= o < nxt for o in offsets)
+    with LogManager.open(cfg, clock=ManualClock(T0)):              # a full load does not find it again
+        assert losses.recorded(pdir(cfg)) == []
     assert cli(capsys, path, "compact", "--now-ms", T0 + 3 * HOUR)[0] == 0
     assert read_cleaner_checkpoints(cfg.log_dirs[0])[("t", 0)] > gone      # cleaning goes on once accepted
     assert_clean(cfg)
