@@ -99,6 +99,13 @@ def batch_positions(path: str) -> list[int]:
     return out
 
 
+def load_report(store) -> str:
+    """What a writable open of the dir loads and repairs, as JSON text (``describe`` opens read-only and repairs
+    nothing: the next writable open does, as here)."""
+    with LogManager.open(load_config(store.cfg)) as mgr:
+        return json.dumps(mgr.describe())
+
+
 def remove_marker(store) -> None:
     os.remove(os.path.join(store.log_dir, layout.CLEAN_SHUTDOWN_FILE))
 
@@ -243,8 +250,7 @@ def test_an_empty_active_log_with_a_stale_index_takes_appends(capsys, monkeypatc
     base = store.bases[-1]
     with open(seg(store, base), "r+b") as f:
         f.truncate(0)
-    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "describe")
-    assert rc == 0 and "recovered despite the clean-shutdown marker" in out
+    assert "recovered despite the clean-shutdown marker" in load_report(store)
     assert assert_produce_is_readable(capsys, monkeypatch, store) == base
     rc, report = verify(capsys, monkeypatch, store)
     assert rc == 0, report["problems"]
@@ -259,8 +265,11 @@ def test_an_orphan_swap_full_of_garbage_is_discarded_and_reported(capsys, monkey
     rc, report = verify(capsys, monkeypatch, store)
     assert rc == 1 and any("does not validate" in p["message"] for p in report["problems"])
     remove_marker(store)
-    assert_intact(capsys, monkeypatch, store)
+    assert_intact(capsys, monkeypatch, store)                    # read-only: the .swap is read around, kept
+    assert os.path.exists(seg(store, base, extra=layout.SWAP_SUFFIX))
+    load_report(store)                                           # the next writable open discards it
     assert not os.path.exists(seg(store, base, extra=layout.SWAP_SUFFIX))
+    assert_intact(capsys, monkeypatch, store)
     rc, report = verify(capsys, monkeypatch, store)
     assert rc == 0, report["problems"]
 
@@ -276,7 +285,9 @@ def test_an_orphan_swap_holding_half_a_segment_is_discarded_and_reported(capsys,
     rc, report = verify(capsys, monkeypatch, store)
     assert rc == 1 and any("would replace segment" in p["message"] for p in report["problems"])
     assert_intact(capsys, monkeypatch, store)
+    load_report(store)                                           # the next writable open discards it
     assert not os.path.exists(seg(store, base, extra=layout.SWAP_SUFFIX))
+    assert_intact(capsys, monkeypatch, store)
 
 
 def test_an_orphan_swap_whose_originals_are_deleted_and_which_does_not_validate_gets_them_back(capsys, monkeypatch,
@@ -287,8 +298,10 @@ def test_an_orphan_swap_whose_originals_are_deleted_and_which_does_not_validate_
     for suffix in layout.SEGMENT_SUFFIXES[:3]:
         if os.path.exists(seg(store, base, suffix)):
             os.replace(seg(store, base, suffix), seg(store, base, suffix, layout.DELETED_SUFFIX))
-    assert_intact(capsys, monkeypatch, store)
+    assert_intact(capsys, monkeypatch, store)                    # read-only: read from the .deleted originals
+    load_report(store)                                           # the next writable open restores them
     assert os.path.exists(seg(store, base))
+    assert_intact(capsys, monkeypatch, store)
 
 
 def test_a_valid_orphan_swap_is_completed(capsys, monkeypatch, store):
@@ -315,7 +328,7 @@ def test_a_log_start_offset_checkpoint_far_past_the_end_is_reported_and_ignored(
     cp.write({(TOPIC, 0): 1_000_000})
     rc, report = verify(capsys, monkeypatch, store)
     assert rc == 1 and any("past the log end" in p["message"] for p in report["problems"])
-    rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "describe")
+    out = load_report(store)
     assert "is past the log end 300" in out and "ignored" in out  # the load's report
     assert_intact(capsys, monkeypatch, store)
     rc, out, _ = run(capsys, monkeypatch, "--config", store.cfg, "retention")
@@ -508,10 +521,12 @@ def test_damage_in_the_dirty_section_fails_the_key_map_phase_and_changes_nothing
     rc, result, err = compact(capsys, monkeypatch, kv)
     assert rc == 1
     assert_damage_kept_out(kv, path, damaged, before, None, "key-map phase", position, result, err)
-    # Skipped (and said why) until an operator clears it; cleared, it fails the same way on the same damage.
-    rc, result, _ = compact(capsys, monkeypatch, kv)
-    assert rc == 0 and result["results"] == [] and any(
+    # Skipped, and a failure of every run (said why), until an operator clears it; cleared, it fails the same way
+    # on the same damage.
+    rc, result, err = compact(capsys, monkeypatch, kv)
+    assert rc == 1 and result["results"] == [] and any(
         s["reason"].startswith("uncleanable: ") and path in s["reason"] for s in result["skipped"])
+    assert [(f["topic"], f["partition"]) for f in result["failures"]] == [(KV, 0)] and path in err
     rc, cleared, _ = compact(capsys, monkeypatch, kv, "--partition", 0, "--clear-uncleanable")
     assert rc == 0 and uncleanable(kv) is None
     rc, result, err = compact(capsys, monkeypatch, kv)
@@ -661,4 +676,5 @@ def test_damage_under_the_spark_key_map_fails_the_job_and_no_map_is_written(caps
     compaction.mark_uncleanable(kv.config, KV, 0, report["error"])
     assert path in uncleanable(kv) and f"byte position {position}" in uncleanable(kv)
     rc, result, _ = compact(capsys, monkeypatch, kv)
-    assert rc == 0 and result["results"] == [] and kv_files(kv) == before
+    assert rc == 1 and result["results"] == [] and kv_files(kv) == before
+    assert [(f["topic"], f["partition"]) for f in result["failures"]] == [(KV, 0)]
