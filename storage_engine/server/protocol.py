@@ -368,7 +368,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if dataclasses.is_dataclass(hint):
             return value if isinstance(value, hint) else _build(hint, value, where)
         if issubclass(hint, ErrorCode):
-            return ErrorCode(int(value))
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BuildError(f"{where}: an error code must be an ErrorCode (or its int), got {value!r}")
+            return ErrorCode(value)
         if issubclass(hint, datetime.timedelta):
             return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=int(value))
         if issubclass(hint, datetime.datetime):

@@ -212,3 +212,12 @@ def test_every_engine_error_becomes_a_kafka_code_in_one_place():
     assert errors.describe(refused) == (ErrorCode.invalid_config, "config 'a'  has\ta null value")
     assert refused.code == "invalid_config"
     assert errors.describe(OSError("disk\n gone")) == (ErrorCode.unknown_server_error, "disk gone")
+
+
+def test_build_refuses_an_error_code_that_is_not_one():
+    with pytest.raises(protocol.BuildError, match="HeartbeatResponse.error_code: an error code must be"):
+        protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": "0"})
+    with pytest.raises(ValueError, match="is not a valid ErrorCode"):
+        protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": 31337})
+    built = protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": 27})
+    assert built.error_code is ErrorCode.rebalance_in_progress
