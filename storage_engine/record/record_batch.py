@@ -42,10 +42,12 @@ LOG_OVERHEAD = 12                 # offset int64 + size int32 in front of every 
 HEADER_SIZE_UP_TO_MAGIC = 17      # enough bytes to know the magic of an entry
 MIN_ENTRY_SIZE_FIELD = 14         # smallest legal size field (v0 record overhead), checked for every magic
 BATCH_OVERHEAD = 61
+MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+ENTRY_HEADER = struct.Struct(">qi")   # base offset and length: the LOG_OVERHEAD bytes before every entry, all magics
 _CRC = struct.Struct(">I")
 
 COMPRESSION_CODEC_MASK = 0x07

@@ -21,6 +21,8 @@ from storage_engine.layout import validate_topic
 from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
+from storage_engine.server.errors import ErrorCode, error_code
+from storage_engine.server.errors import TopicError as TopicError     # where the coordinators import it from
 
 MAX_PARTITIONS = 10_000
 
@@ -41,22 +43,16 @@ class Broker(Protocol):
     def topic_id(self, topic: str) -> uuid.UUID: ...
 
 
-class TopicError(Exception):
-    def __init__(self, code: str, message: str):
-        self.code = code
-        super().__init__(message)
-
-
 def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Raw values checked against Kafka's topic keys; INVALID_CONFIG names the first bad one."""
     out = {}
     for key, value in configs.items():
         if value is None:
-            raise TopicError("invalid_config", f"config {key!r} has a null value")
+            raise TopicError(ErrorCode.invalid_config, f"config {key!r} has a null value")
         try:
             topic_key(key).parse(value)
         except ConfigError as exc:
-            raise TopicError("invalid_config", str(exc)) from None
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         out[key] = value
     return out
 
@@ -98,20 +94,20 @@ def create_topic(broker: Broker, topic: str, partitions: int, configs: Mapping[s
     try:
         validate_topic(topic)
     except Exception as exc:   # noqa: BLE001 - InvalidTopicError or a type error: both mean a bad name
-        raise TopicError("invalid_topic_exception", str(exc)) from None
+        raise TopicError(ErrorCode.invalid_topic_exception, str(exc)) from None
     if not 1 <= partitions <= MAX_PARTITIONS:
-        raise TopicError("invalid_partitions", f"number of partitions must be in [1, {MAX_PARTITIONS}], "
+        raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be in [1, {MAX_PARTITIONS}], "
                                                f"got {partitions}")
     checked = check_configs(configs)
     if validate_only:
         if topic in broker.topics(fresh=True):
-            raise TopicError("topic_already_exists", f"topic {topic!r} already exists")
+            raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")
         return
     try:
         topic_changes.create(broker.manager, topic, partitions, checked, topic_id=identity.random_uuid(),
                              store=_store(broker), on_record=broker.note_topic_change)
     except topic_changes.TopicChangeError as exc:
-        raise TopicError(exc.code, str(exc)) from None
+        raise TopicError(error_code(exc), str(exc)) from None
     broker.forget_catalog()
     broker.topics(fresh=True)
     broker.topic_id(topic)
@@ -121,20 +117,20 @@ def add_partitions(broker: Broker, topic: str, count: int, *, validate_only: boo
     """Extend ``topic`` to ``count`` partitions whole (blocking): Metadata shows the new ones only once all exist."""
     existing = broker.topics(fresh=True).get(topic)
     if not existing:
-        raise TopicError("unknown_topic_or_partition", f"topic {topic!r} does not exist")
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
     current = max(existing) + 1
     if count <= current:
-        raise TopicError("invalid_partitions", f"topic {topic!r} has {current} partitions; the new count "
+        raise TopicError(ErrorCode.invalid_partitions, f"topic {topic!r} has {current} partitions; the new count "
                                                f"{count} must be larger")
     if count > MAX_PARTITIONS:
-        raise TopicError("invalid_partitions", f"at most {MAX_PARTITIONS} partitions, got {count}")
+        raise TopicError(ErrorCode.invalid_partitions, f"at most {MAX_PARTITIONS} partitions, got {count}")
     if validate_only:
         return
     try:
         topic_changes.add_partitions(broker.manager, topic, count, broker.topic_id(topic), store=_store(broker),
                                      on_record=broker.note_topic_change)
     except topic_changes.TopicChangeError as exc:
-        raise TopicError(exc.code, str(exc)) from None
+        raise TopicError(error_code(exc), str(exc)) from None
     broker.forget_catalog()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
+from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.limits import Limits, MemoryPool
@@ -216,7 +217,7 @@ class Connection:
             raise Closing(f"{APIS[key].name} before SASL authentication")
         if key == SASL_HANDSHAKE:
             answer = self._handshake(request.body)
-            self.raw_tokens = answer["error_code"] == 0 and request.api_version == 0
+            self.raw_tokens = answer["error_code"] == ErrorCode.none and request.api_version == 0
             return self._encode(request, answer)
         if key == SASL_AUTHENTICATE:
             return self._authenticate(request)
@@ -236,13 +237,13 @@ class Connection:
     def _handshake(self, body: Any) -> dict[str, Any]:
         enabled = tuple(self.broker.config.server["sasl.enabled.mechanisms"])
         if not self.listener.sasl:
-            return {"error_code": 34, "mechanisms": ()}
+            return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
         if self.auth is not None or self.authenticated:
             raise Closing("a second SaslHandshake on one connection")
         if body.mechanism not in enabled or self.users is None:
-            return {"error_code": 33, "mechanisms": enabled}
+            return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
         self.auth = Authenticator(body.mechanism, self.users)
-        return {"error_code": 0, "mechanisms": enabled}
+        return {"error_code": ErrorCode.none, "mechanisms": enabled}
 
     async def _raw_token(self, size: int) -> None:
         """One SASL token of a SaslHandshake v0 exchange (Kafka's ``handleSaslToken`` without Kafka headers):
@@ -270,15 +271,16 @@ class Connection:
         try:
             token = self.auth.step(bytes(request.body.auth_bytes))
         except AuthenticationFailed as exc:
-            self.writer.writelines(self._encode(request, {"error_code": 58, "error_message": str(exc),
-                                                     "auth_bytes": b"", "session_lifetime": 0}))
+            self.writer.writelines(self._encode(request, {"error_code": ErrorCode.sasl_authentication_failed,
+                                                          "error_message": str(exc), "auth_bytes": b"",
+                                                          "session_lifetime": 0}))
             raise Closing(f"{self.auth.mechanism} authentication failed"
                           f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None
         if self.auth.done:
             self.authenticated = True
             logger.info("%s authenticated as %s with %s on %s", self.peer, self.auth.user, self.auth.mechanism,
                         self.listener)
-        return self._encode(request, {"error_code": 0, "error_message": None, "auth_bytes": token,
+        return self._encode(request, {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
                                       "session_lifetime": 0})
 
 

@@ -1,4 +1,8 @@
-"""The Kafka error code a client gets for each engine error (Kafka's ``Errors``), and a log line for each."""
+"""The broker's one error vocabulary: kio's ``ErrorCode`` (Kafka's ``Errors``, generated from Kafka's own list).
+Every response's error code is an ``ErrorCode`` member, and this module is the one place an exception becomes one:
+the engine's errors (:mod:`storage_engine.errors`, :class:`~storage_engine.log.topic_changes.TopicChangeError`)
+by :func:`error_code`, a request the broker refuses by :class:`TopicError`, which carries its code.
+:func:`describe` gives both the code and the client's error message of any exception."""
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
@@ -7,6 +11,20 @@ from storage_engine.errors import (CompressionError, CorruptRecordError, DataLos
                                    InvalidRecordForTopicError, InvalidTopicError, LogDirOfflineError, LogLockedError,
                                    OffsetOutOfRangeError, PartitionNotFoundError, PartitionUnreadableError,
                                    ProducerStateError, RecordTooLargeError, StorageError, StorageIOError)
+from storage_engine.log.topic_changes import TopicChangeError
+
+__all__ = ["ErrorCode", "TopicError", "describe", "error_code", "message"]
+
+
+class TopicError(Exception):
+    """A topic or config request refused with Kafka's ``code`` (INVALID_CONFIG, TOPIC_ALREADY_EXISTS, ...); its
+    message goes to the client as it is."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        self.error_code = code
+        self.code = code.name          # the member's name (``topic_already_exists``), as the coordinators compare it
+        super().__init__(message)
+
 
 # Most specific first: the first class the error is an instance of decides.
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
@@ -27,9 +45,13 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
 
 
 def error_code(exc: BaseException) -> ErrorCode:
-    """Kafka's code for ``exc``; producer-state errors carry Kafka's name themselves."""
+    """Kafka's code for ``exc``; producer-state errors and refused topic changes carry Kafka's name themselves."""
+    if isinstance(exc, TopicError):
+        return exc.error_code
     if isinstance(exc, ProducerStateError):
         return ErrorCode[exc.kafka_name.lower()]
+    if isinstance(exc, TopicChangeError):
+        return ErrorCode[exc.code]
     for cls, code in _CODES:
         if isinstance(exc, cls):
             return code
@@ -41,3 +63,10 @@ def error_code(exc: BaseException) -> ErrorCode:
 def message(exc: BaseException) -> str:
     """One line for the client's error message and the server log."""
     return " ".join(str(exc).split())[:500] or type(exc).__name__
+
+
+def describe(exc: BaseException) -> tuple[ErrorCode, str]:
+    """The code and the client's message for ``exc``: a :class:`TopicError`'s own text, any other as one line."""
+    if isinstance(exc, TopicError):
+        return exc.error_code, str(exc)
+    return error_code(exc), message(exc)

@@ -5,7 +5,8 @@ versions and tagged fields included); this module adds what kio leaves to a brok
 header and body), choosing the header version from the API and version, the version policy (ApiVersions answers
 any version, every other unsupported key or version closes the connection, as Kafka's ``SocketServer`` does) and
 :func:`build`, which turns plain dicts into the response dataclasses of whatever version was asked for (fields the
-version lacks are dropped, missing ones take their schema defaults). Handlers therefore speak one shape for every
+version lacks are dropped, missing optional ones take their schema defaults; an unknown key or a missing required
+field raises). Handlers therefore speak one shape for every
 version of an API.
 
 Before kio reads a request, :func:`check_lengths` walks it by the same schema and checks every array count,
@@ -21,8 +22,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
+import importlib
+import pkgutil
 import struct
+import types
 import typing
 import uuid
 from collections.abc import Mapping
@@ -319,6 +322,12 @@ def response_class(api_key: int, version: int) -> type:
 
 # -- building response dataclasses from dicts ----------------------------------------------------------------
 
+class BuildError(TypeError):
+    """A handler's values do not make the message asked for: a key no version of the class has, or a field the
+    version requires (one without a schema default) missing. A handler bug, never a client's: the connection
+    closes with one line naming the class and the key, rather than a zero going out as a value."""
+
+
 @functools.cache
 def _fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     hints = typing.get_type_hints(cls)
@@ -328,21 +337,40 @@ def _fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     return {f.name: hints[f.name] for f in fields}, required
 
 
-def _convert(hint: Any, value: Any) -> Any:
+@functools.cache
+def _known(cls: type) -> frozenset[str]:
+    """The field names of ``cls`` in every version of its message: kio generates one module per version
+    (``kio.schema.fetch.v12.response``), each with its own class of this name; a handler speaks the union."""
+    package, _, tail = cls.__module__.rpartition(".v")
+    version, _, kind = tail.partition(".")
+    names = set(_fields(cls)[0])
+    if version.isdigit():
+        here = importlib.import_module(package)
+        for info in pkgutil.iter_modules(here.__path__):
+            if info.name[:1] == "v" and info.name[1:].isdigit():
+                other = getattr(importlib.import_module(f"{package}.{info.name}.{kind}"), cls.__name__, None)
+                if other is not None and dataclasses.is_dataclass(other):
+                    names.update(f.name for f in dataclasses.fields(other))
+    return frozenset(names)
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value) if inner else value
+        return _convert(inner[0], value, where) if inner else value
     if origin is tuple:
-        return tuple(_convert(args[0], v) for v in value)
+        return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
     if isinstance(hint, type):
         if dataclasses.is_dataclass(hint):
-            return value if isinstance(value, hint) else build(hint, value)
+            return value if isinstance(value, hint) else _build(hint, value, where)
         if issubclass(hint, ErrorCode):
-            return ErrorCode(int(value))
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BuildError(f"{where}: an error code must be an ErrorCode (or its int), got {value!r}")
+            return ErrorCode(value)
         if issubclass(hint, datetime.timedelta):
             return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=int(value))
         if issubclass(hint, datetime.datetime):
@@ -357,39 +385,20 @@ def _convert(hint: Any, value: Any) -> Any:
 
 
 def build(cls: type, values: Mapping[str, Any]) -> Any:
-    """``cls`` (a kio dataclass of some version) from ``values``: keys the version lacks are dropped, nested
-    dicts and lists become the version's nested classes, ints become error codes and timedeltas as the schema
-    wants; a required field missing from ``values`` is an error (a handler bug, not a client's)."""
+    """``cls`` (a kio dataclass of some version) from ``values``: keys of other versions of the message are
+    dropped, nested dicts and lists become the version's nested classes, ints become error codes and timedeltas
+    as the schema wants. A key no version of the message has, or a field this version requires (one without a
+    schema default) missing from ``values``, raises :class:`BuildError` naming it: a forgotten ``error_code``
+    never goes out as success."""
+    return _build(cls, values, cls.__name__)
+
+
+def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
     hints, required = _fields(cls)
-    kwargs = {name: _convert(hints[name], values[name]) for name in hints if name in values}
-    missing = required - kwargs.keys()
-    for name in missing:
-        kwargs[name] = _zero(hints[name])
-    return cls(**kwargs)
-
-
-def _zero(hint: Any) -> Any:
-    """A neutral value for a required field a handler did not fill (it is not part of its answer)."""
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        return ()
-    if origin is not None:
-        return None
-    if isinstance(hint, type):
-        if issubclass(hint, ErrorCode):
-            return ErrorCode.none
-        if issubclass(hint, datetime.timedelta):
-            return datetime.timedelta(0)
-        if issubclass(hint, bool):
-            return False
-        if issubclass(hint, int):
-            return -1
-        if issubclass(hint, str):
-            return ""
-        if issubclass(hint, bytes):
-            return b""
-        if hint is uuid.UUID:
-            return uuid.UUID(int=0)
-        if dataclasses.is_dataclass(hint):
-            return build(hint, {})
-    return None
+    unknown = values.keys() - _known(cls)
+    if unknown:
+        raise BuildError(f"{where} ({cls.__module__}): no version has {', '.join(sorted(unknown))}")
+    missing = required - values.keys()
+    if missing:
+        raise BuildError(f"{where} ({cls.__module__}): required {', '.join(sorted(missing))} not given")
+    return cls(**{name: _convert(hints[name], values[name], f"{where}.{name}") for name in hints if name in values})

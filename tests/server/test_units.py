@@ -70,13 +70,27 @@ def test_bytes_after_a_body_are_ignored_as_kafka_does_and_short_frames_are_malfo
 def test_build_drops_fields_a_version_lacks_and_fills_nested_classes():
     old = protocol.build(protocol.response_class(0, 3), {
         "throttle_time": 0, "responses": ({"name": "t", "partition_responses": (
-            {"index": 0, "error_code": 45, "base_offset": 9, "log_start_offset": 3, "error_message": "x"},)},)})
+            {"index": 0, "error_code": 45, "base_offset": 9, "log_start_offset": 3, "error_message": "x",
+             "record_errors": ()},)},)})
     part = old.responses[0].partition_responses[0]
     assert part.error_code == ErrorCode.out_of_order_sequence_number and part.base_offset == 9
     assert not hasattr(part, "log_start_offset")      # v5+
     new = protocol.build(protocol.response_class(0, 11), {"responses": ({"name": "t", "partition_responses": (
-        {"index": 0, "error_code": 0, "base_offset": 9, "log_start_offset": 3},)},)})
+        {"index": 0, "error_code": 0, "base_offset": 9, "log_start_offset": 3, "record_errors": ()},)},)})
     assert new.responses[0].partition_responses[0].log_start_offset == 3
+    assert new.responses[0].partition_responses[0].log_append_time is None     # optional: the schema's default
+
+
+def test_build_refuses_a_missing_required_field_and_a_key_no_version_has():
+    # a forgotten error_code must not go out as NONE (success)
+    with pytest.raises(protocol.BuildError, match=r"partition_responses\[0\].*required error_code not given"):
+        protocol.build(protocol.response_class(0, 11), {"responses": ({"name": "t", "partition_responses": (
+            {"index": 0, "base_offset": 9, "record_errors": ()},)},)})
+    # a misspelt key is a handler bug, named, not dropped
+    with pytest.raises(protocol.BuildError, match="no version has eror_code"):
+        protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": 0, "eror_code": 0})
+    # a key of another version of the message is dropped: Heartbeat v0 has no throttle_time, v1+ has
+    assert protocol.build(protocol.response_class(12, 0), {"throttle_time": 0, "error_code": 27}).error_code == 27
 
 
 def test_every_advertised_range_lies_within_the_schemas():
@@ -173,3 +187,37 @@ def test_producer_id_blocks_survive_a_lost_log_dir(tmp_path):
     assert identity.ProducerIds(dirs).allocate() == 0
     shutil.rmtree(dirs[0])
     assert identity.ProducerIds(dirs).allocate() == identity.PRODUCER_ID_BLOCK   # b still knows the block is used
+
+
+def test_every_engine_error_becomes_a_kafka_code_in_one_place():
+    import inspect
+    import re
+
+    from storage_engine import errors as engine_errors
+    from storage_engine.errors import PartitionNotFoundError, ProducerStateError
+    from storage_engine.log import topic_changes
+    from storage_engine.server import errors
+
+    producer_errors = [c for c in vars(engine_errors).values()
+                       if isinstance(c, type) and issubclass(c, ProducerStateError) and c is not ProducerStateError]
+    assert producer_errors
+    for cls in producer_errors:     # each names a real ErrorCode member (a typo would crash the handler)
+        assert errors.error_code(cls("x")) == ErrorCode[cls.kafka_name.lower()] != ErrorCode.unknown_server_error
+    named = re.findall(r'TopicChangeError\("([a-z_]+)"', inspect.getsource(topic_changes))
+    assert named and all(errors.error_code(topic_changes.TopicChangeError(n, "x")) == ErrorCode[n] for n in named)
+    assert errors.error_code(PartitionNotFoundError("t-0")) == ErrorCode.unknown_topic_or_partition
+    assert errors.error_code(RuntimeError("a bug")) == ErrorCode.unknown_server_error
+    # a refused request keeps its own text; any other error is one line for the client
+    refused = errors.TopicError(ErrorCode.invalid_config, "config 'a'  has\ta null value")
+    assert errors.describe(refused) == (ErrorCode.invalid_config, "config 'a'  has\ta null value")
+    assert refused.code == "invalid_config"
+    assert errors.describe(OSError("disk\n gone")) == (ErrorCode.unknown_server_error, "disk gone")
+
+
+def test_build_refuses_an_error_code_that_is_not_one():
+    with pytest.raises(protocol.BuildError, match="HeartbeatResponse.error_code: an error code must be"):
+        protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": "0"})
+    with pytest.raises(ValueError, match="is not a valid ErrorCode"):
+        protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": 31337})
+    built = protocol.build(protocol.response_class(12, 4), {"throttle_time": 0, "error_code": 27})
+    assert built.error_code is ErrorCode.rebalance_in_progress

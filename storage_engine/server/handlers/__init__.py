@@ -1,11 +1,17 @@
 """The APIs this broker serves, each with the version range it implements (within kio's), and ApiVersions,
-which advertises exactly these. Every other key or version closes the connection (Kafka's rule)."""
+which advertises exactly these. Every other key or version closes the connection (Kafka's rule).
+
+A handler answers with its response's values in one shape for every version, error codes as ``ErrorCode``
+members (:mod:`storage_engine.server.errors`); :func:`storage_engine.server.protocol.build` checks them against the
+version asked for (a key no version has, or a required field missing, is a handler bug that closes the
+connection with one line naming it) and builds kio's response class of that version."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
 from storage_engine.server.handlers.context import Ctx
 
@@ -27,15 +33,16 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 async def api_versions(ctx: Ctx, body: Any) -> dict[str, Any]:
     if body is None:     # a version above ours: v0 format, UNSUPPORTED_VERSION, only our ApiVersions range
         api = APIS[API_VERSIONS]
-        return {"error_code": 35, "api_keys": ({"api_key": API_VERSIONS, "min_version": api.min_version,
+        return {"error_code": ErrorCode.unsupported_version,
+                "api_keys": ({"api_key": API_VERSIONS, "min_version": api.min_version,
                                                  "max_version": api.max_version},), "throttle_time": 0}
     name = getattr(body, "client_software_name", None)
     version = getattr(body, "client_software_version", None)
     import re
     valid = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
     if name is not None and not (valid.fullmatch(name) and valid.fullmatch(version or "")):
-        return {"error_code": 42, "api_keys": (), "throttle_time": 0}
-    return {"error_code": 0, "throttle_time": 0,
+        return {"error_code": ErrorCode.invalid_request, "api_keys": (), "throttle_time": 0}
+    return {"error_code": ErrorCode.none, "throttle_time": 0,
             "api_keys": tuple({"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
                               for a in sorted(APIS.values(), key=lambda a: a.key))}
 

@@ -3,19 +3,16 @@ replica, so -1 and 1 are accepted and anything else is INVALID_REPLICATION_FACTO
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
-from storage_engine.server.errors import error_code, message
+from storage_engine.server.catalog import add_partitions, create_topic, delete_topic
+from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.catalog import TopicError, add_partitions, create_topic, delete_topic
 
 logger = logging.getLogger(__name__)
-
-
-def _code(name: str) -> int:
-    from kio.schema.errors import ErrorCode
-    return int(ErrorCode[name])
+NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
@@ -23,16 +20,17 @@ async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
     results = []
     names = [t.name for t in body.topics]
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "num_partitions": -1,
-                                 "replication_factor": -1, "topic_config_error_code": 0, "configs": None}
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
+                                 "topic_id": NO_TOPIC_ID, "num_partitions": -1, "replication_factor": -1,
+                                 "topic_config_error_code": ErrorCode.none, "configs": None}
         try:
             if names.count(t.name) > 1:
-                raise TopicError("invalid_request", f"topic {t.name!r} is named more than once in the request")
+                raise TopicError(ErrorCode.invalid_request, f"topic {t.name!r} is named more than once in the request")
             if int(t.replication_factor) not in (-1, 1):
-                raise TopicError("invalid_replication_factor",
+                raise TopicError(ErrorCode.invalid_replication_factor,
                                  f"replication factor {t.replication_factor}: this broker is the only replica (use 1)")
             if t.assignments:
-                raise TopicError("invalid_request", "manual replica assignments are not supported (one broker)")
+                raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not supported (one broker)")
             count = int(t.num_partitions)
             if count == -1:
                 count = broker.config.server["num.partitions"]
@@ -42,10 +40,9 @@ async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
             if not body.validate_only:
                 entry["topic_id"] = await broker.call(broker.topic_id, t.name)
                 logger.info("created topic %s (%d partitions, configs %s) for %s", t.name, count, configs, ctx.peer)
-        except TopicError as exc:
-            entry.update(error_code=_code(exc.code), error_message=str(exc))
         except Exception as exc:   # noqa: BLE001 - the topic's error
-            entry.update(error_code=error_code(exc), error_message=message(exc))
+            code, text = describe(exc)
+            entry.update(error_code=code, error_message=text)
         results.append(entry)
     return {"throttle_time": 0, "topics": tuple(results)}
 
@@ -53,7 +50,7 @@ async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
 def _delete_topic(ctx: Ctx, topic: str) -> None:
     broker = ctx.broker
     if not broker.config.server["delete.topic.enable"]:
-        raise TopicError("topic_deletion_disabled", "delete.topic.enable is false")
+        raise TopicError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
     if not broker.topics(fresh=True).get(topic):
         raise PartitionNotFoundError(f"topic {topic!r} does not exist")
     delete_topic(broker, topic)
@@ -66,22 +63,22 @@ async def delete_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
     else:
         wanted = [(name, None) for name in body.topic_names]
     for name, topic_id in wanted:
-        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None}
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+                                 "error_message": None}
         try:
             if name is None and topic_id is not None:
                 name = await ctx.broker.call(ctx.broker.topic_by_id, topic_id)
                 if name is None:
-                    raise TopicError("unknown_topic_id", f"no topic has id {topic_id}")
+                    raise TopicError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
                 entry["name"] = name
             elif topic_id is None or topic_id.int == 0:
                 entry["topic_id"] = await ctx.broker.call(ctx.broker.topic_id, name) \
                     if name in await ctx.broker.call(ctx.broker.topics) else None
             await ctx.broker.call(_delete_topic, ctx, name)
             logger.info("deleted topic %s for %s", name, ctx.peer)
-        except TopicError as exc:
-            entry.update(error_code=_code(exc.code), error_message=str(exc))
         except Exception as exc:   # noqa: BLE001 - the topic's error
-            entry.update(error_code=error_code(exc), error_message=message(exc))
+            code, text = describe(exc)
+            entry.update(error_code=code, error_message=text)
         results.append(entry)
     return {"throttle_time": 0, "responses": tuple(results)}
 
@@ -89,16 +86,15 @@ async def delete_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
 async def create_partitions(ctx: Ctx, body: Any) -> dict[str, Any]:
     results = []
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if t.assignments:
-                raise TopicError("invalid_request", "manual replica assignments are not supported (one broker)")
+                raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not supported (one broker)")
             await ctx.broker.call(add_partitions, ctx.broker, t.name, int(t.count),
                                   validate_only=bool(body.validate_only))
-        except TopicError as exc:
-            entry.update(error_code=_code(exc.code), error_message=str(exc))
         except Exception as exc:   # noqa: BLE001 - the topic's error
-            entry.update(error_code=error_code(exc), error_message=message(exc))
+            code, text = describe(exc)
+            entry.update(error_code=code, error_message=text)
         results.append(entry)
     return {"throttle_time": 0, "results": tuple(results)}
 
@@ -112,7 +108,7 @@ def _delete_records(ctx: Ctx, topic: str, p: int, offset: int) -> dict[str, Any]
             raise OffsetOutOfRangeError(f"offset {offset} is above the high watermark {log.high_watermark} "
                                         f"of {topic}-{p}")
         low = log.delete_records(offset)
-        return {"partition_index": p, "low_watermark": low, "error_code": 0}
+        return {"partition_index": p, "low_watermark": low, "error_code": ErrorCode.none}
     except Exception as exc:   # noqa: BLE001 - the partition's error
         return {"partition_index": p, "low_watermark": -1, "error_code": error_code(exc)}
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS
 from storage_engine.errors import PartitionNotFoundError
-from storage_engine.server.errors import error_code, message
+from storage_engine.server.catalog import check_configs, store_configs
+from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code, message
 from storage_engine.server.handlers.context import Ctx
-from storage_engine.server.catalog import TopicError, check_configs, store_configs
 
 logger = logging.getLogger(__name__)
 TOPIC, BROKER = 2, 4
@@ -51,7 +51,7 @@ def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[dict[str, Any]]:
         else:
             source = DEFAULT
         out.append({"name": name, "value": text(value), "read_only": False, "config_source": source,
-                    "is_default": source == DEFAULT, "is_sensitive": False, "synonyms": (),
+                    "is_sensitive": False, "synonyms": (),
                     "config_type": _TYPES.get(spec.kind.name, 0), "documentation": None})
     return out
 
@@ -65,7 +65,7 @@ def _broker_configs(ctx: Ctx, keys: Any) -> list[dict[str, Any]]:
         sensitive = "password" in name
         source = DEFAULT if value == spec.default else STATIC_BROKER
         out.append({"name": name, "value": None if sensitive else text(value), "read_only": True,
-                    "config_source": source, "is_default": source == DEFAULT, "is_sensitive": sensitive,
+                    "config_source": source, "is_sensitive": sensitive,
                     "synonyms": (), "config_type": _TYPES.get(spec.kind.name, 0), "documentation": None})
     return out
 
@@ -74,23 +74,24 @@ async def describe_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
     results = []
     for r in body.resources:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-        entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
-                                 "resource_name": r.resource_name, "configs": ()}
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                                 "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
         if r.resource_type == TOPIC:
             catalog = await ctx.broker.call(ctx.broker.topics)
             if r.resource_name not in catalog:
-                entry.update(error_code=3, error_message=f"topic {r.resource_name!r} does not exist")
+                entry.update(error_code=ErrorCode.unknown_topic_or_partition,
+                             error_message=f"topic {r.resource_name!r} does not exist")
             else:
                 entry["configs"] = tuple(_topic_configs(ctx, r.resource_name, keys))
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(ctx.broker.node_id)):
-                entry.update(error_code=42, error_message=f"no broker {r.resource_name!r}; this is node "
-                                                          f"{ctx.broker.node_id}")
+                entry.update(error_code=ErrorCode.invalid_request,
+                             error_message=f"no broker {r.resource_name!r}; this is node {ctx.broker.node_id}")
             else:
                 entry["configs"] = tuple(_broker_configs(ctx, keys))
         else:
-            entry.update(error_code=42, error_message=f"resource type {r.resource_type} is not served "
-                                                      "(topics: 2, brokers: 4)")
+            entry.update(error_code=ErrorCode.invalid_request,
+                         error_message=f"resource type {r.resource_type} is not served (topics: 2, brokers: 4)")
         results.append(entry)
     return {"throttle_time": 0, "results": tuple(results)}
 
@@ -98,7 +99,7 @@ async def describe_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
 def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
     broker = ctx.broker
     if topic not in broker.topics(fresh=True):
-        raise TopicError("unknown_topic_or_partition", f"topic {topic!r} does not exist")
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
     current: dict[str, str | None] = {k: str(v) for k, v in broker.config.dynamic_topics.get(topic, {}).items()}
     for op in ops:
         name, kind, value = op.name, int(op.config_operation), op.value
@@ -110,7 +111,7 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
             current.pop(name, None)
         elif kind in (APPEND, SUBTRACT):
             if TOPIC_KEYS[name].kind.name != "LIST":
-                raise TopicError("invalid_config", f"{name} is not a list: APPEND and SUBTRACT need a list key")
+                raise TopicError(ErrorCode.invalid_config, f"{name} is not a list: APPEND and SUBTRACT need a list key")
             existing = current.get(name)
             items = [i for i in (existing.split(",") if existing else
                                  list(getattr(broker.config.log_config(topic), TOPIC_KEYS[name].attr))) if i]
@@ -119,7 +120,7 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
                 [i for i in items if i not in given]
             current[name] = ",".join(items)
         else:
-            raise TopicError("invalid_request", f"unknown config operation {kind} for {name}")
+            raise TopicError(ErrorCode.invalid_request, f"unknown config operation {kind} for {name}")
     checked = check_configs(current)
     if not validate_only:
         store_configs(broker, topic, checked)
@@ -127,20 +128,18 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
 
 
 async def incremental_alter_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
-    from kio.schema.errors import ErrorCode
     results = []
     for r in body.resources:
-        entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
                                  "resource_name": r.resource_name}
         try:
             if r.resource_type != TOPIC:
-                raise TopicError("invalid_request", "only topic configs can be altered; broker configs are read "
-                                                    f"from {ctx.broker.config.source or 'the config file'}")
+                raise TopicError(ErrorCode.invalid_request, "only topic configs can be altered; broker configs are "
+                                 f"read from {ctx.broker.config.source or 'the config file'}")
             await ctx.broker.call(_alter_topic, ctx, r.resource_name, r.configs, bool(body.validate_only))
-        except TopicError as exc:
-            entry.update(error_code=int(ErrorCode[exc.code]), error_message=str(exc))
         except Exception as exc:   # noqa: BLE001 - the resource's error
-            entry.update(error_code=error_code(exc), error_message=message(exc))
+            code, text = describe(exc)
+            entry.update(error_code=code, error_message=text)
         results.append(entry)
     return {"throttle_time": 0, "responses": tuple(results)}
 
@@ -174,7 +173,8 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
             total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
         except OSError:
             pass
-        results.append({"error_code": 56 if d in offline else 0, "log_dir": d, "total_bytes": total,
+        results.append({"error_code": ErrorCode.kafka_storage_error if d in offline else ErrorCode.none,
+                         "log_dir": d, "total_bytes": total,
                         "usable_bytes": usable,
                         "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in sorted(topics.items()))})
     return results
@@ -183,7 +183,7 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
 async def describe_log_dirs(ctx: Ctx, body: Any) -> dict[str, Any]:
     wanted = None if body.topics is None else {t.topic: set(t.partitions) for t in body.topics}
     results = await ctx.broker.call(_log_dirs, ctx, wanted)
-    return {"throttle_time": 0, "error_code": 0, "results": tuple(results)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": tuple(results)}
 
 
 def _move(ctx: Ctx, topic: str, p: int, path: str) -> None:
@@ -203,11 +203,11 @@ async def alter_replica_log_dirs(ctx: Ctx, body: Any) -> dict[str, Any]:
         target = dirs.get(os.path.realpath(entry.path))
         for t in entry.topics:
             for p in t.partitions:
-                code = 0
+                code = ErrorCode.none
                 if target is None:
-                    code = 57
+                    code = ErrorCode.log_dir_not_found
                 elif p not in catalog.get(t.name, ()):
-                    code = 3
+                    code = ErrorCode.unknown_topic_or_partition
                 else:
                     try:
                         log = await broker.call(broker.manager.get_log, t.name, int(p))

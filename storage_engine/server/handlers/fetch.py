@@ -10,37 +10,38 @@ accept as "full fetches only" (KIP-227).
 """
 from __future__ import annotations
 
-import struct
 import time
 import uuid
 from typing import Any
 
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.log import Log
-from storage_engine.server.errors import error_code, message
+from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+                                                RecordBatch)
+from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.handlers.context import Ctx, has
 
 POLL_S = 0.1
-_ENTRY = struct.Struct(">qi")
 READ_COMMITTED = 1
 
 
 def _cut_at(data: bytes, bound: int) -> bytes:
     """The whole batches of ``data`` that start below offset ``bound``."""
     pos = 0
-    while pos + 12 <= len(data):
-        base, length = _ENTRY.unpack_from(data, pos)
+    while pos + LOG_OVERHEAD <= len(data):
+        base, length = ENTRY_HEADER.unpack_from(data, pos)
         if base >= bound:
             break
-        pos += 12 + length
+        pos += LOG_OVERHEAD + length
     return data[:min(pos, len(data))]
 
 
 def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
                     refresh: bool) -> tuple[dict[str, Any], int]:
     p = int(part.partition)
-    base: dict[str, Any] = {"partition_index": p, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-            "aborted_transactions": None, "records": b""}
+    base: dict[str, Any] = {"partition_index": p, "error_code": ErrorCode.none, "high_watermark": -1,
+                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                            "records": b""}
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -61,13 +62,11 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         base["records"] = data
         if isolation == READ_COMMITTED:
             base["aborted_transactions"] = _aborted(log, offset, data)
-        base["error_code"] = 0
         return base, len(data)
     except Exception as exc:   # noqa: BLE001 - the partition's error code
-        base["error_code"] = error_code(exc)
-        if base["error_code"] not in (1, 3):
+        base["error_code"] = code = error_code(exc)
+        if code not in (ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition):
             ctx.broker.stats.errors += 1
-        base["error_message"] = message(exc)
         return base, 0
 
 
@@ -77,13 +76,13 @@ def _aborted(log: Log, offset: int, data: bytes) -> tuple[dict[str, int], ...]:
         return ()
     upper = offset
     pos = 0
-    while pos + 12 <= len(data):
-        base, length = _ENTRY.unpack_from(data, pos)
-        last = base
-        if pos + 27 <= len(data) and data[pos + 16] == 2:     # magic 2: base offset + last offset delta
-            last = base + struct.unpack_from(">i", data, pos + 23)[0]
+    while pos + LOG_OVERHEAD <= len(data):
+        base, length = ENTRY_HEADER.unpack_from(data, pos)
+        last = base                                           # a legacy entry holds one offset (or its last)
+        if pos + BATCH_OVERHEAD <= len(data) and data[pos + MAGIC_OFFSET] == MAGIC_V2:
+            last = RecordBatch(data, pos).last_offset
         upper = max(upper, last + 1)
-        pos += 12 + length
+        pos += LOG_OVERHEAD + length
     return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset}
                  for a in log.aborted_transactions(offset, upper))
 
@@ -115,7 +114,7 @@ async def fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
         woken = await broker.wait_append(min(remaining, POLL_S))
         refresh = not woken
     broker.stats.fetch_bytes += total
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": tuple(responses)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": tuple(responses)}
 
 
 def _read_all(ctx: Ctx, topics: list, isolation: int, max_bytes: int, refresh: bool) -> tuple[list, int, bool]:
@@ -124,12 +123,12 @@ def _read_all(ctx: Ctx, topics: list, isolation: int, max_bytes: int, refresh: b
         parts = []
         for part in t.partitions:
             if name is None:
-                parts.append({"partition_index": int(part.partition), "error_code": 100, "high_watermark": -1,
-                              "records": b"", "aborted_transactions": None})
+                parts.append({"partition_index": int(part.partition), "error_code": ErrorCode.unknown_topic_id,
+                              "high_watermark": -1, "records": b"", "aborted_transactions": None})
                 errors = True
                 continue
             entry, size = _read_partition(ctx, name, part, isolation, max_bytes - total, total == 0, refresh)
-            errors = errors or entry["error_code"] != 0
+            errors = errors or entry["error_code"] != ErrorCode.none
             total += size
             parts.append(entry)
         responses.append({"topic": name or "", "topic_id": topic_id or uuid.UUID(int=0), "partitions": tuple(parts)})
@@ -141,8 +140,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 
 def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"partition_index": p, "timestamp": -1, "offset": -1, "leader_epoch": -1,
-                             "old_style_offsets": ()}
+    entry: dict[str, Any] = {"partition_index": p, "error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
+                             "leader_epoch": -1}
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -162,7 +161,6 @@ def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) ->
                 entry["timestamp"], entry["offset"] = found
         if entry["offset"] >= 0:
             entry["leader_epoch"] = 0
-        entry["error_code"] = 0
     except Exception as exc:   # noqa: BLE001 - the partition's error code
         entry["error_code"] = error_code(exc)
     return entry

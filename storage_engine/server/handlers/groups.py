@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from storage_engine.server.groups.coordinator import GROUP_ID_NOT_FOUND, NONE, GroupCoordinator
+from storage_engine.server.errors import ErrorCode
+from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.handlers.context import Ctx, has
 
 GROUP, TRANSACTION = 0, 1
 MS = datetime.timedelta(milliseconds=1)
 ALL_TOPICS = None
-UNSTABLE_OFFSET_COMMIT, INVALID_REQUEST = 88, 42
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # Integer.MIN_VALUE: not asked for
 
 
 def _coordinator(ctx: Ctx) -> GroupCoordinator:
@@ -22,8 +23,8 @@ def _coordinator(ctx: Ctx) -> GroupCoordinator:
 async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
     node = {"node_id": ctx.broker.node_id, "host": ctx.host, "port": ctx.port}
     key_type = int(getattr(body, "key_type", GROUP))      # this node coordinates every group and transactional id
-    error = NONE if key_type in (GROUP, TRANSACTION) else INVALID_REQUEST
-    message = None if error == NONE else f"unknown coordinator key type {key_type}"
+    error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
+    message = None if error == ErrorCode.none else f"unknown coordinator key type {key_type}"
     if has(body, "coordinator_keys"):
         return {"throttle_time": 0, "coordinators": tuple(
             {"key": key, **node, "error_code": error, "error_message": message} for key in body.coordinator_keys)}
@@ -63,7 +64,7 @@ async def leave_group(ctx: Ctx, body: Any) -> dict[str, Any]:
         results = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                     "error_code": coordinator.leave(body.group_id, m.member_id, m.group_instance_id)}
                    for m in body.members]
-        return {"throttle_time": 0, "error_code": NONE, "members": tuple(results)}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "members": tuple(results)}
     return {"throttle_time": 0, "error_code": coordinator.leave(body.group_id, body.member_id, None)}
 
 
@@ -97,8 +98,8 @@ def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: 
         out.append({"name": topic, "partitions": tuple(
             {"partition_index": p, "committed_offset": v.offset if v else -1,
              "committed_leader_epoch": v.leader_epoch if v else -1, "metadata": v.metadata if v else "",
-             "error_code": UNSTABLE_OFFSET_COMMIT if stable and coordinator.pending_offset(group_id, topic, p)
-             else NONE} for p, v in parts)})
+             "error_code": ErrorCode.unstable_offset_commit if stable and coordinator.pending_offset(group_id, topic, p)
+             else ErrorCode.none} for p, v in parts)})
     return tuple(out)
 
 
@@ -108,8 +109,8 @@ async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
     if has(body, "groups"):
         return {"throttle_time": 0, "groups": tuple(
             {"group_id": g.group_id, "topics": _fetched(coordinator, g.group_id, g.topics, stable),
-             "error_code": NONE} for g in body.groups)}
-    return {"throttle_time": 0, "error_code": NONE,
+             "error_code": ErrorCode.none} for g in body.groups)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
             "topics": _fetched(coordinator, body.group_id, body.topics, stable)}
 
 
@@ -118,7 +119,7 @@ async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}     # v5+: every group here is classic
     groups = [g for g in _coordinator(ctx).groups.values() if g.state != "Dead"
               and (not states or g.state.lower() in states) and (not types or "classic" in types)]
-    return {"throttle_time": 0, "error_code": NONE, "groups": tuple(
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
          "group_type": "classic"} for g in groups)}
 
@@ -129,13 +130,13 @@ async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     for group_id in body.groups:
         g = coordinator.group(group_id)
         if g is None:
-            out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": "Dead",
-                        "protocol_type": "", "protocol_data": "", "members": (),
-                        "authorized_operations": -2147483648})
+            out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                        "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": (),
+                        "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS})
             continue
-        out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": g.state,
-                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
-                    "authorized_operations": -2147483648, "members": tuple(
+        out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                    "group_state": g.state, "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
+                    "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS, "members": tuple(
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                          "client_host": m.client_host, "member_metadata": m.metadata(g.protocol),
                          "member_assignment": m.assignment} for m in g.members.values())})
@@ -146,6 +147,6 @@ async def delete_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
     results = []
     for group_id in body.groups_names:
-        code = await coordinator.delete(group_id) if group_id in coordinator.groups else GROUP_ID_NOT_FOUND
+        code = await coordinator.delete(group_id) if group_id in coordinator.groups else ErrorCode.group_id_not_found
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time": 0, "results": tuple(results)}

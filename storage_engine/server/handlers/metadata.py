@@ -3,19 +3,23 @@ created on first mention when ``auto.create.topics.enable`` and the client allow
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from storage_engine.errors import InvalidTopicError
 from storage_engine.layout import validate_topic
+from storage_engine.server.catalog import create_topic
+from storage_engine.server.errors import ErrorCode, TopicError
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.catalog import TopicError, create_topic
 
 logger = logging.getLogger(__name__)
 LEADER_EPOCH = 0
+NO_TOPIC_ID = uuid.UUID(int=0)
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # Integer.MIN_VALUE: not asked for
 
 
 def partition_entry(node: int, p: int) -> dict[str, Any]:
-    return {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+    return {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
             "replica_nodes": (node,), "isr_nodes": (node,), "offline_replicas": ()}
 
 
@@ -41,34 +45,36 @@ async def metadata(ctx: Ctx, body: Any) -> dict[str, Any]:
     topics = []
     for entry in names:
         if isinstance(entry, tuple):
-            topics.append({"error_code": 100, "name": None, "topic_id": entry[1], "partitions": ()})
+            topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": entry[1],
+                           "partitions": ()})
             continue
         name = entry
         try:
             validate_topic(name)
         except (InvalidTopicError, TypeError, ValueError):
-            topics.append({"error_code": 17, "name": name, "topic_id": _zero_id(), "partitions": ()})
+            topics.append(_failed(ErrorCode.invalid_topic_exception, name))
             continue
         if name not in catalog and allow_auto:
             try:
                 await broker.call(create_topic, broker, name, broker.config.server["num.partitions"], {})
                 logger.info("auto-created topic %s for %s", name, ctx.peer)
             except TopicError as exc:
-                if exc.code != "topic_already_exists":
-                    topics.append({"error_code": 17, "name": name, "topic_id": _zero_id(), "partitions": ()})
+                if exc.error_code != ErrorCode.topic_already_exists:
+                    topics.append(_failed(ErrorCode.invalid_topic_exception, name))
                     continue
             catalog = await broker.call(broker.topics)
         if name not in catalog:
-            topics.append({"error_code": 3, "name": name, "topic_id": _zero_id(), "partitions": ()})
+            topics.append(_failed(ErrorCode.unknown_topic_or_partition, name))
             continue
         topic_id = await broker.call(broker.topic_id, name)
-        topics.append({"error_code": 0, "name": name, "topic_id": topic_id, "is_internal": name.startswith("__"),
+        topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic_id,
+                       "is_internal": name.startswith("__"),
                        "partitions": tuple(partition_entry(node, p) for p in catalog[name])})
-    return {"throttle_time": 0, "error_code": 0, "cluster_id": broker.cluster_id, "controller_id": node,
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "cluster_id": broker.cluster_id,
+            "controller_id": node,
             "brokers": ({"node_id": node, "host": ctx.host, "port": ctx.port, "rack": None},),
-            "topics": tuple(topics), "cluster_authorized_operations": -2147483648}
+            "topics": tuple(topics), "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS}
 
 
-def _zero_id() -> Any:
-    import uuid
-    return uuid.UUID(int=0)
+def _failed(code: ErrorCode, name: str) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": NO_TOPIC_ID, "partitions": ()}

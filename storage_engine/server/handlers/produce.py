@@ -5,44 +5,41 @@ with the append)."""
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from typing import Any
 
 from storage_engine.errors import PartitionNotFoundError
-from storage_engine.server.errors import error_code, message
+from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+                                                MIN_ENTRY_SIZE_FIELD, RecordBatch)
+from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import transactions
 from storage_engine.server.handlers.context import Ctx
-from storage_engine.server.transactions.coordinator import NONE
 
 logger = logging.getLogger(__name__)
-_PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a magic-2 batch header
-TRANSACTIONAL = 0x10                     # the attributes bit
-
-
-MIN_RECORD_SIZE = 14                     # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: no batch is shorter
 
 
 def _batch_count(records: bytes) -> int | str:
     """How many batches ``records`` holds, by their length fields (a torn last one counts); a length below
-    :data:`MIN_RECORD_SIZE` is the message Kafka's ``ByteBufferLogInputStream`` fails with (CORRUPT_MESSAGE)."""
+    :data:`~storage_engine.record.record_batch.MIN_ENTRY_SIZE_FIELD` (Kafka's ``RECORD_OVERHEAD_V0``: no batch is
+    shorter) is the message Kafka's ``ByteBufferLogInputStream`` fails with (CORRUPT_MESSAGE)."""
     pos, count = 0, 0
-    while pos + 12 <= len(records):
-        size = struct.unpack_from(">i", records, pos + 8)[0]
-        if size < MIN_RECORD_SIZE:
-            return f"Record size {size} at byte {pos} is less than the minimum record overhead ({MIN_RECORD_SIZE})"
-        pos += 12 + size
+    while pos + LOG_OVERHEAD <= len(records):
+        size = ENTRY_HEADER.unpack_from(records, pos)[1]
+        if size < MIN_ENTRY_SIZE_FIELD:
+            return (f"Record size {size} at byte {pos} is less than the minimum record overhead "
+                    f"({MIN_ENTRY_SIZE_FIELD})")
+        pos += LOG_OVERHEAD + size
         count += 1
     return count
 
 
 def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
-    """(producer id, epoch, transactional) of the first batch; None when it is too short to tell (the engine's
-    validation then names what is wrong)."""
-    if len(records) < 61 or records[16] != 2:
+    """(producer id, epoch, transactional) of the first batch's header; None when it is too short or not magic 2
+    (the engine's validation then names what is wrong)."""
+    if len(records) < BATCH_OVERHEAD or records[MAGIC_OFFSET] != MAGIC_V2:
         return None
-    pid, epoch = _PRODUCER.unpack_from(records, 43)
-    return pid, epoch, bool(struct.unpack_from(">h", records, 21)[0] & TRANSACTIONAL)
+    batch = RecordBatch(records)
+    return batch.producer_id, batch.producer_epoch, batch.is_transactional
 
 
 def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, Any]:
@@ -54,19 +51,24 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
         info = log.append_batches(records)
     except Exception as exc:   # noqa: BLE001 - every failure becomes the partition's error code
         code = error_code(exc)
-        if code == -1:
+        if code == ErrorCode.unknown_server_error:
             logger.exception("produce to %s-%d failed", topic, partition)
         broker.stats.errors += 1
-        return {"index": partition, "error_code": code, "base_offset": -1, "log_start_offset": -1,
-                "error_message": message(exc)}
+        return _failed(partition, code, message(exc), log_start_offset=-1)
     if not info.duplicate:
         broker.stats.produce_records += info.count
         broker.stats.produce_bytes += info.bytes
     append_time = -1
     if log.config.message_timestamp_type == "LogAppendTime":
         append_time = info.max_timestamp if info.max_timestamp >= 0 else int(time.time() * 1000)
-    return {"index": partition, "error_code": 0, "base_offset": info.first_offset, "log_append_time": append_time,
-            "log_start_offset": log.log_start_offset}
+    return {"index": partition, "error_code": ErrorCode.none, "base_offset": info.first_offset,
+            "log_append_time": append_time, "log_start_offset": log.log_start_offset, "record_errors": ()}
+
+
+def _failed(partition: int, code: ErrorCode, text: str, **more: Any) -> dict[str, Any]:
+    """A partition's answer when nothing was appended."""
+    return {"index": partition, "error_code": code, "base_offset": -1, "error_message": text, "record_errors": (),
+            **more}
 
 
 def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
@@ -75,7 +77,7 @@ def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
         if ctx.broker.manager.get_log(topic, partition) is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
     except Exception as exc:   # noqa: BLE001 - the partition's error code
-        return {"index": partition, "error_code": error_code(exc), "base_offset": -1, "error_message": message(exc)}
+        return _failed(partition, error_code(exc), message(exc))
     return None
 
 
@@ -90,25 +92,25 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
         if missing is not None:
             return missing
     if isinstance(count, str):
-        return {"index": partition, "error_code": 2, "base_offset": -1, "error_message": count}
+        return _failed(partition, ErrorCode.corrupt_message, count)
     if count > 1:     # Kafka's rule since Produce v3: one producer's state change per partition
-        return {"index": partition, "error_code": 87, "base_offset": -1,
-                "error_message": "Produce v3 and above takes exactly one record batch per partition"}
+        return _failed(partition, ErrorCode.invalid_record,
+                       "Produce v3 and above takes exactly one record batch per partition")
     producer = _producer_of(records)
     if txn_id is None:
         if producer is not None and producer[2]:
-            return {"index": partition, "error_code": 87, "base_offset": -1,
-                    "error_message": "transactional records need the producer's transactional.id"}
+            return _failed(partition, ErrorCode.invalid_record,
+                           "transactional records need the producer's transactional.id")
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     if producer is None or producer[0] < 0:    # no producer id: not part of the transaction, appended as Kafka does
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     txns = ctx.broker.transactions
     code = txns.begin_append(txn_id, producer[0], producer[1], topic, partition)
-    if code != NONE:
+    if code != ErrorCode.none:
         ctx.broker.stats.errors += 1
-        return {"index": partition, "error_code": code, "base_offset": -1,
-                "error_message": f"transactional id {txn_id!r} has no open transaction with {topic}-{partition} "
-                                 f"for producer {producer[0]} epoch {producer[1]}"}
+        return _failed(partition, ErrorCode(code),
+                       f"transactional id {txn_id!r} has no open transaction with {topic}-{partition} "
+                       f"for producer {producer[0]} epoch {producer[1]}")
     try:
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     finally:
@@ -125,15 +127,13 @@ async def produce(ctx: Ctx, body: Any) -> dict[str, Any] | None:
         parts = []
         for pd in topic_data.partition_data:
             if acks not in (-1, 0, 1):
-                parts.append({"index": pd.index, "error_code": 21, "base_offset": -1,
-                              "error_message": f"acks must be -1, 0 or 1, got {acks}"})
+                parts.append(_failed(pd.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, got {acks}"))
             elif not pd.records:
-                parts.append({"index": pd.index, "error_code": 87, "base_offset": -1,
-                              "error_message": "no records in the request"})
+                parts.append(_failed(pd.index, ErrorCode.invalid_record, "no records in the request"))
             else:
                 result = await _produce_partition(ctx, body.transactional_id, topic_data.name, int(pd.index),
                                                   bytes(pd.records))
-                appended = appended or result["error_code"] == 0
+                appended = appended or result["error_code"] == ErrorCode.none
                 parts.append(result)
         responses.append({"name": topic_data.name, "partition_responses": tuple(parts)})
     if appended:
@@ -154,6 +154,6 @@ async def init_producer_id(ctx: Ctx, body: Any) -> dict[str, Any]:
     pid = int(getattr(body, "producer_id", -1))
     epoch = int(getattr(body, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}
     new = await ctx.broker.call(ctx.broker.producer_ids.allocate)
-    return {"throttle_time": 0, "error_code": 0, "producer_id": new, "producer_epoch": 0}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": new, "producer_epoch": 0}
