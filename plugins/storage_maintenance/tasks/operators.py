@@ -1,14 +1,14 @@
 """Operators of the log-storage housekeeping DAGs: templated parameters in, one hook call, a summary out.
 
 Every operator first refuses to run on a worker of another storage host than its own
-(:func:`storage_maintenance.hooks.check_worker_host`), then a run whose ``conf`` holds a key its DAG does not
-declare (:func:`storage_maintenance.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task,
-so nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.params.run_as_of`: the
+(:func:`storage_maintenance.tasks.hooks.check_worker_host`), then a run whose ``conf`` holds a key its DAG does not
+declare (:func:`storage_maintenance.tasks.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task,
+so nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.tasks.params.run_as_of`: the
 data interval end; the trigger time of a manual run or of a run without an interval; or ``as_of`` from the
 conf), logs it with one human line per partition that changed, and returns a JSON-able summary carrying
 ``as_of`` and ``as_of_source`` (which rule chose it), which Airflow stores as the task's XCom.
 
-A task that finishes tells :mod:`storage_maintenance.root_causes` which partitions it maintained without error,
+A task that finishes tells :mod:`storage_maintenance.reporting.root_causes` which partitions it maintained without error,
 which closes the root causes alerted for them (so the next failure alerts again).
 
 Fan-out follows the cost of the work (DESIGN.md section 5): :class:`PlanBatchesOperator` cuts the partitions
@@ -33,9 +33,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from storage_engine import errors
 from storage_engine.units import human_bytes
 
+from ..reporting.root_causes import note_healthy
 from .hooks import StorageEngineHook, check_worker_host
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics, check_conf_keys, run_as_of
-from .root_causes import note_healthy
 
 
 def record_error(context, exc: BaseException) -> None:
@@ -73,7 +73,7 @@ class StorageMaintenanceOperator(BaseOperator):
     """Base of the maintenance operators: the hook, the run's "as of" instant and the error policy.
 
     :param storage_engine_conn_id: connection whose ``extra`` may name the storage config
-        (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.hooks` for the full order
+        (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.tasks.hooks` for the full order
     :param config_path: storage config file overriding the connection and ``$STORAGE_ENGINE_CONFIG``
         (templated)
     :param host: the storage host (the config's ``hosts:``) whose log dirs the task maintains, given to the tasks of

@@ -28,8 +28,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from .assets import PARTITION_URI_PREFIX, partition_uri
-from .maintenance_dags import MAINTENANCE_DAGS, in_group, step_of
+from ..maintenance_dags import MAINTENANCE_DAGS, PARTITION_URI_PREFIX, in_group, partition_uri, step_of
 
 RAN = ("success", "failed")         # the states of a task instance that ran in its run's latest try
 # The per-partition checks whose problems stay on the pages until a later run of the same check finds the

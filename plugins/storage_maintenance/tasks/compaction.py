@@ -21,9 +21,9 @@ error; the partition is marked uncleanable with that reason (by the engine for a
 alert names it. ``compact --clear-uncleanable`` or the Storage view's "Clear" button lets it be cleaned again.
 Until then every run fails that partition's clean task (the selection plans it as ``blocked``), and so does a
 partition that cannot be read; the other partitions are cleaned. The failure is the same root cause run after
-run, so it is alerted once (:mod:`storage_maintenance.root_causes`), with the fix.
+run, so it is alerted once (:mod:`storage_maintenance.reporting.root_causes`), with the fix.
 
-Every engine and connection call goes through :class:`~storage_maintenance.hooks.StorageEngineHook`.
+Every engine and connection call goes through :class:`~storage_maintenance.tasks.hooks.StorageEngineHook`.
 Re-running an interval that is done finds the cleaner checkpoint already past it: "nothing to do", no byte
 changes.
 """
@@ -34,6 +34,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
@@ -44,10 +45,9 @@ from storage_engine import errors
 from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
-from .hooks import StorageEngineHook, check_worker_host, iso_ms
-from .params import run_as_of
+from .hooks import StorageEngineHook, check_worker_host, iso_ms, spark_submit_env
 from .operators import StorageMaintenanceOperator, record_error
-from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
+from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics, run_as_of
 
 # The job's file where the project is installed (the Spark workers import the project from there too).
 SPARK_JOB = os.path.abspath(build_key_map.__file__)
@@ -153,6 +153,8 @@ class BuildKeyMapOperator(SparkSubmitOperator):
     :param application_args: the job's arguments (mapped; the selection wrote them)
     :param conf: Spark settings over the job's own (``spark_jobs.build_key_map.SUBMIT_CONF``)
     :param host: the storage host that has the partition (the driver runs on its worker); None: any
+    :param env_vars: spark-submit's environment over the worker's ``PATH`` and ``PYSPARK_PYTHON``
+        (:func:`~storage_maintenance.tasks.hooks.spark_submit_env`, resolved when the task runs)
     """
 
     def __init__(self, *, topic: str, partition: int, application: str = SPARK_JOB,
@@ -187,6 +189,15 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         record_error(context, error)
         raise error
 
+    def _get_hook(self) -> SparkSubmitHook:
+        # The provider's hook, with the environment of the worker that runs the task (this task's env_vars over it).
+        given = self.env_vars
+        self.env_vars = spark_submit_env(given)
+        try:
+            return super()._get_hook()
+        finally:
+            self.env_vars = given
+
     def _arg(self, name: str) -> str | None:
         args = list(self.application_args or [])
         return args[args.index(name) + 1] if name in args[:-1] else None
@@ -218,7 +229,7 @@ def fail_partition(context, topic: str, partition: int, error_type: str, error: 
 class CompactPartitionOperator(StorageMaintenanceOperator):
     """Clean one partition over the offset range its selection fixed, then emit its asset event.
 
-    The asset event goes through :data:`~storage_maintenance.assets.COMPACTED_ALIAS`, which the mapped task must
+    The asset event goes through :data:`~storage_maintenance.tasks.assets.COMPACTED_ALIAS`, which the mapped task must
     list in ``.partial(outlets=[COMPACTED_ALIAS])`` (outlets set in ``__init__`` never reach a mapped task).
 
     :param topic, partition: the partition (mapped)

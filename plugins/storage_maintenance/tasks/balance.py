@@ -4,7 +4,7 @@
    move from every dir above the threshold to the least-used one (the engine's
    :func:`storage_engine.jobs.lifecycle.balance_plan`). Its return value is the whole plan (usage before
    and after, for the UI and the run summary); with ``dry_run`` nothing more happens. The plan's ``move_kwargs``
-   list goes through a :class:`~storage_maintenance.compaction.PlanPartOperator` to the mapped move tasks.
+   list goes through a :class:`~storage_maintenance.tasks.compaction.PlanPartOperator` to the mapped move tasks.
 2. :class:`MovePartitionOperator` (mapped, one per move: each copies a whole partition) moves one partition while
    it keeps serving (Kafka's alter-log-dirs: a ``-future`` copy, caught up, swapped in crash-safely; see
    :mod:`storage_engine.log.mover`). A move a crashed task left behind is resumed by the next run.

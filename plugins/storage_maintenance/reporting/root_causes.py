@@ -108,13 +108,12 @@ class Where:
         self.base_url = (base_url or "http://localhost:8080").rstrip("/")
 
     @classmethod
-    def current(cls) -> Where:
-        """The config resolved as the tasks resolve it (never fails: an unreadable config leaves no log dirs)."""
+    def current(cls, hook: Any) -> Where:
+        """The config resolved as the tasks resolve it through ``hook`` (a ``StorageEngineHook``; never fails: an
+        unreadable config leaves no log dirs)."""
         config_path: str | None = None
         log_dirs: list[str] = []
         try:
-            from .hooks import StorageEngineHook
-            hook = StorageEngineHook()
             config_path = hook.config_path
             log_dirs = list(hook.config.log_dirs)
         except Exception:
@@ -426,14 +425,12 @@ class AlertRecord:
         self.path = os.path.join(state_dir, ALERT_RECORD_FILE)
 
     @classmethod
-    def locations(cls, hook: Any | None = None) -> list[AlertRecord]:
-        """The record beside the log dirs (or under ``$STORAGE_MAINTENANCE_STATE_DIR``), then the fallback kept
-        under ``$AIRFLOW_HOME`` for when the config cannot be read."""
+    def locations(cls, hook: Any) -> list[AlertRecord]:
+        """The record beside the log dirs of ``hook`` (a ``StorageEngineHook``; or under
+        ``$STORAGE_MAINTENANCE_STATE_DIR``), then the fallback kept under ``$AIRFLOW_HOME`` for when the config
+        cannot be read."""
         out = []
         try:
-            if hook is None:
-                from .hooks import StorageEngineHook
-                hook = StorageEngineHook()
             out.append(cls(hook.state_dir()))
         except Exception:
             pass

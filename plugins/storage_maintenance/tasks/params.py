@@ -256,7 +256,7 @@ def maintenance_params(*, batches: bool = False) -> dict[str, Param]:
 def maintenance_default_args(*, retry_delay_s: int = 30, execution_timeout_min: int = 30) -> dict:
     """``default_args`` of every maintenance DAG: two retries for errors that may pass (errors no retry can
     fix fail at once), a short delay, no per-task alert: each run ends with ``run_report``, which sends one
-    digest alert for the whole run (see :mod:`storage_maintenance.report`)."""
+    digest alert for the whole run (see :mod:`storage_maintenance.tasks.run_report`)."""
     return {
         "retries": 2,
         "retry_delay": datetime.timedelta(seconds=retry_delay_s),

@@ -19,7 +19,7 @@ Config resolution, first match wins:
 (:func:`check_worker_host`, ``$STORAGE_MAINTENANCE_HOST``).
 
 **What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, chosen by
-:func:`storage_maintenance.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
+:func:`storage_maintenance.tasks.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
 logs it, puts it in its XCom; the run report, the alert and the Storage view show it the same way.
 """
 from __future__ import annotations
@@ -29,6 +29,8 @@ import datetime
 import os
 import re
 import shutil
+import sys
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, TypedDict
 
@@ -88,6 +90,16 @@ def check_worker_host(host: str | None) -> None:
             f"this task maintains the log dirs of storage host {host!r} but runs on a worker of storage host "
             f"{worker!r} (${HOST_ENV}); only the workers of {host!r} (airflow celery worker --queues {host},default) "
             "may run it: check the task's queue and the workers' queues")
+
+
+def spark_submit_env(given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The environment a key-map task gives spark-submit, resolved by the worker when the task runs (not by the
+    DAG processor when it parses the DAG file): this interpreter's folder first on ``PATH`` (spark-submit is the
+    pip package's) and ``PYSPARK_PYTHON`` this interpreter unless the worker sets one; ``given`` (the task's own
+    ``env_vars``) over both."""
+    env: dict[str, Any] = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    return {**env, **(given or {})}
 
 
 def declared_topics(path: str | None = None) -> list[str]:
