@@ -56,7 +56,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ALERT_RECORD_FILE = "alerted-failures.json"
@@ -440,7 +440,7 @@ class AlertRecord:
             out.append(fallback)
         return out
 
-    def _update(self, change) -> Any:
+    def _update(self, change: Callable[[dict], tuple[Any, bool]]) -> Any:
         """Run ``change(state) -> (result, changed)`` on the record under its lock; write it back if changed."""
         from storage_engine.durable import atomic_write, read_regular_file
         from storage_engine.errors import UnsafeFileError
@@ -466,7 +466,7 @@ class AlertRecord:
         every cause that was alerted before."""
         now_s = time.time() if now_s is None else now_s
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             new, repeated, changed = [], [], False
             for c in causes:
                 if c["kind"] in RUN_SCOPED:
@@ -498,7 +498,7 @@ class AlertRecord:
         """Forget ``keys`` (their alert was not delivered: the next run alerts them again)."""
         keys = set(keys)
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             gone = [k for k in keys if k in record]
             for k in gone:
                 record.pop(k)
@@ -514,7 +514,7 @@ class AlertRecord:
             return []
         dag = detector.split(".", 1)[0]
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             closed = []
             for key, e in record.items():
                 detectors = e.get("detectors") or []

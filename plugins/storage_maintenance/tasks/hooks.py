@@ -30,7 +30,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import cached_property
 from typing import Any, TypedDict
 
@@ -42,7 +42,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
 from storage_engine.inspection.status import Overview, PartitionDetail, PartitionPage
 from storage_engine.jobs import batches, compaction, housekeeping
-from storage_engine.jobs.batches import BatchResult
+from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
@@ -178,16 +178,18 @@ class StorageEngineHook(BaseHook):
         return batches.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
-    def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> BatchResult:
+    def retention_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
         return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
-    def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> BatchResult:
+    def flush_batch(self, partitions: BatchPartitions, now_ms: int, due_only: bool = True,
+                    dry_run: bool = False) -> BatchResult:
         return batches.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
-    def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> BatchResult:
+    def checkpoint_batch(self, partitions: BatchPartitions, now_ms: int, flush: bool = True,
+                         dry_run: bool = False) -> BatchResult:
         return batches.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
-    def verify_batch(self, partitions) -> BatchResult:
+    def verify_batch(self, partitions: BatchPartitions) -> BatchResult:
         from storage_engine.inspection.verify import verify_batch
         return verify_batch(self.config, partitions)
 
@@ -195,7 +197,7 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection.verify import verify_dir_files
         return verify_dir_files(self.config)
 
-    def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
+    def expire_producers_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> dict:
         return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
@@ -342,13 +344,14 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection import status
         return status.log_dir_status(self.config)
 
-    def overview(self, now_ms: int | None = None, top: int = 10, extra=None) -> Overview:
+    def overview(self, now_ms: int | None = None, top: int = 10,
+                 extra: dict[tuple[str, int], dict[str, Any]] | None = None) -> Overview:
         """The first page's facts (:func:`storage_engine.inspection.status.overview`); ``extra``: what the
         metadata DB adds per partition (damage found by runs), counted with what the files show."""
         from storage_engine.inspection import status
         return status.overview(self.config, now_ms=now_ms, top=top, extra=extra)
 
-    def partition_page(self, **kwargs) -> PartitionPage:
+    def partition_page(self, **kwargs: Any) -> PartitionPage:
         from storage_engine.inspection import status
         return status.list_partition_status(self.config, **kwargs)
 
@@ -356,6 +359,6 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection import status
         return status.partition_detail(self.config, topic, partition, now_ms)
 
-    def plan(self, now_ms: int, topics=None, offset: int = 0, limit: int = 100) -> dict:
+    def plan(self, now_ms: int, topics: Collection[str] | None = None, offset: int = 0, limit: int = 100) -> dict:
         from storage_engine.inspection import status
         return status.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)

@@ -111,9 +111,9 @@ def annotate(alert: dict, where: root_causes.Where | None = None) -> dict:
     return alert
 
 
-def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str | None = None,
-         smtp_conn_id: str = "smtp_default", from_email: str | None = None, timeout_s: float = 10.0,
-         log=None) -> dict:
+def send(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] | None = None,
+         webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
+         timeout_s: float = 10.0, log: Any = None) -> dict:
     """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` (and
     ``"suppressed"``: the root causes not alerted again) or raises :class:`AlertNotDelivered` after trying both.
 
@@ -146,7 +146,7 @@ def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str
     return outcome
 
 
-def _claim(alert: dict, log) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
+def _claim(alert: dict, log: Any) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
     """(the record, causes to alert now, causes alerted before); every cause is new when there is no record."""
     causes = alert["root_causes"]
     seen = {"dag_id": alert.get("dag_id"), "run_id": alert.get("run_id")}
@@ -160,8 +160,9 @@ def _claim(alert: dict, log) -> tuple[root_causes.AlertRecord | None, list[dict]
     return None, list(causes), []
 
 
-def _deliver(alert: dict, subject: str, html_body: str, *, to, webhook_url: str | None, smtp_conn_id: str,
-             from_email: str | None, timeout_s: float, log) -> dict:
+def _deliver(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] | None,
+             webhook_url: str | None, smtp_conn_id: str,
+             from_email: str | None, timeout_s: float, log: Any) -> dict:
     failures: list[str] = []
     outcome: dict[str, Any] = {"emailed": [], "webhook_status": None}
     rcpt = recipients(to)

@@ -41,7 +41,7 @@ import difflib
 import logging
 from typing import Any
 
-from airflow.sdk import Param
+from airflow.sdk import Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 from storage_engine.errors import StorageError
@@ -173,7 +173,7 @@ def check_conf_keys(conf: Any, allowed: Any, dag_id: str | None = None) -> None:
         f"{', '.join(accepted) or 'no key'}. Nothing was done: trigger it again with the right keys")
 
 
-def run_as_of(context, *, strict: bool = True) -> AsOf:
+def run_as_of(context: Context, *, strict: bool = True) -> AsOf:
     """The instant a run acts as of, and which rule chose it (see the module docstring): ``as_of`` from the conf,
     else the trigger time of a run without a data interval or of a manual run, else the data interval end.
     ``strict=False`` (the run report, which must describe even a run whose ``as_of`` was refused) passes over an

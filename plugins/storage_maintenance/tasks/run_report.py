@@ -23,16 +23,19 @@ failure alerts through :class:`.notifiers.MaintenanceFailureNotifier`.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 from ..maintenance_dags import in_group, step_of
 from ..reporting.report import MAX_ROWS, RAN_STATES, markdown_table, partition_rows, run_url, task_url
 from .assets import run_asset
 from .hooks import StorageEngineHook
-from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
+from .notifiers import (AlertNotDelivered, MaintenanceFailureNotifier, digest_html, digest_subject, offline_html,
+                        offline_subject, send)
+from .operators import FailRunIfUpstreamFailedOperator
 from .params import run_as_of
 
 
@@ -49,7 +52,8 @@ class RunReportOperator(BaseOperator):
     template_fields: Sequence[str] = ()
     ui_color = "#eef0e8"
 
-    def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None, to=None,
+    def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None,
+                 to: str | Iterable[str] | None = None,
                  webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -57,7 +61,7 @@ class RunReportOperator(BaseOperator):
         self.label_task = label_task
         self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
 
-    def _task_instances(self, context) -> list[tuple[str, int, str]]:
+    def _task_instances(self, context: Context) -> list[tuple[str, int, str]]:
         """[(task_id, map_index, state)] of the reported tasks in this run's latest try: the mapped instances a
         re-run expanded to fewer items (``removed``) are no part of it."""
         ti = context["ti"]
@@ -74,7 +78,7 @@ class RunReportOperator(BaseOperator):
         order = {t: i for i, t in enumerate(self.report_tasks)}
         return sorted(out, key=lambda x: (order[x[0]], x[1]))
 
-    def execute(self, context) -> dict:
+    def execute(self, context: Context) -> dict:
         ti = context["ti"]
         when = run_as_of(context, strict=False)     # a refused as_of fails the tasks, not the report
         plans: dict[str, list] = {}    # the labels of each label task pulled so far
@@ -83,7 +87,7 @@ class RunReportOperator(BaseOperator):
         ran = []                       # (task_id, map_index) of the instances that ran in this try
         for task_id, map_index, state in self._task_instances(context):
             states[state] = states.get(state, 0) + 1
-            pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
+            pull: dict[str, Any] = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
             # Only an instance that ran in this try has this try's XCom: one that did not run (upstream failed,
             # skipped) still holds the one of the try before, if the run was cleared.
             result = ti.xcom_pull(**pull) if state in RAN_STATES else None
@@ -120,12 +124,12 @@ class RunReportOperator(BaseOperator):
                   "records": sum(r["records"] for r in rows), "task_states": states,
                   "failed_tasks": len(failed_tasks)}
         notable = [r for r in rows if r["status"] != "nothing to do"]
-        report = {"dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
-                  "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
-                  "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks,
-                  "not_run": not_run,
-                  "markdown": markdown_table(notable, totals), "alert": None,
-                  "offline_dirs": offline, "log_dir_alerts": [], "log_dirs_back_online": []}
+        report: dict[str, Any] = {
+            "dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
+            "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
+            "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks, "not_run": not_run,
+            "markdown": markdown_table(notable, totals), "alert": None,
+            "offline_dirs": offline, "log_dir_alerts": [], "log_dirs_back_online": []}
         if offline:
             report["markdown"] = "".join(f"**log dir offline, skipped:** `{d}` ({reason})\n\n"
                                          for d, reason in sorted(offline.items())) + report["markdown"]
@@ -142,7 +146,7 @@ class RunReportOperator(BaseOperator):
                                                                              if k != "task_states"}}
         return report
 
-    def _labels(self, ti, task_id: str, plans: dict[str, list]) -> list:
+    def _labels(self, ti: RuntimeTaskInstanceProtocol, task_id: str, plans: dict[str, list]) -> list:
         """The names of ``task_id``'s mapped instances in map-index order, from the result of ``label_task`` in
         the same host group (``storage-a.retention`` is named by ``storage-a.plan_batches``)."""
         if not self.label_task:
@@ -154,7 +158,7 @@ class RunReportOperator(BaseOperator):
                              if isinstance(b, dict) else None for b in plan] if isinstance(plan, list) else []
         return plans[source]
 
-    def _log_dirs(self, ti, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
+    def _log_dirs(self, ti: RuntimeTaskInstanceProtocol, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
         """The log dirs the task instances that ran in this try (``ran``: their XCom pull arguments) found
         offline (with the error) and online."""
         offline: dict[str, str] = {}
@@ -168,7 +172,7 @@ class RunReportOperator(BaseOperator):
                 online.update(value.get("online_dirs") or value.get("online") or [])
         return offline, sorted(online - set(offline))
 
-    def _log_dir_alerts(self, context, report: dict, offline: dict[str, str], online: list[str],
+    def _log_dir_alerts(self, context: Context, report: dict, offline: dict[str, str], online: list[str],
                         rows: list[dict]) -> tuple[list[dict], list[str]]:
         ti = context["ti"]
         hook = StorageEngineHook()
@@ -199,7 +203,7 @@ class RunReportOperator(BaseOperator):
                 sent.append({"log_dir": d, "sent": False, "error": str(exc)})
         return sent, back
 
-    def _alert(self, context, report: dict) -> dict:
+    def _alert(self, context: Context, report: dict) -> dict:
         dag_run = context.get("dag_run")
         iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
         failed_partitions = sorted({f"{p['topic']}-{p['partition']}" for t in report["failed_tasks"]
@@ -229,7 +233,7 @@ class RunReportOperator(BaseOperator):
             return {"sent": False, "error": str(exc), "failed_partitions": failed_partitions}
 
 
-def _pulled(value) -> list:
+def _pulled(value: Any) -> list:
     """An XCom pull of a mapped task gives a list of its map indexes' values, of an unmapped one the value."""
     if value is None:
         return []
@@ -238,13 +242,11 @@ def _pulled(value) -> list:
     return [value]
 
 
-def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None):
+def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None
+                      ) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
     """The two tasks that end every maintenance DAG: ``run_report`` (summary, digest alert, the run's asset
     event; after everything, also after failures) and ``fail_run_if_upstream_failed`` (keeps the run red).
     The caller sets the maintenance tasks upstream of both."""
-    from .notifiers import MaintenanceFailureNotifier
-    from .operators import FailRunIfUpstreamFailedOperator
-
     report = RunReportOperator(task_id="run_report", report_tasks=report_tasks, label_task=label_task,
                                trigger_rule="all_done", retries=0, outlets=[run_asset(dag_id)],
                                on_failure_callback=[MaintenanceFailureNotifier()])

@@ -38,6 +38,8 @@ from . import actions
 from .web import engine_errors, hook, instant_ms, jsonable, render
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from storage_engine.config import StorageConfig
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def topics_data() -> dict:
             "total_partitions": sum(r["partitions"] for r in rows)}
 
 
-def topic_data(session, topic: str) -> dict:
+def topic_data(session: Session, topic: str) -> dict:
     from storage_engine.inspection import topics
     config = _config()
     detail = engine_errors(topics.topic_detail, config, topic)
@@ -183,12 +185,12 @@ def group_data(group_id: str) -> dict:
 # -- pages --------------------------------------------------------------------------------------------------------
 
 @router.get("/topics", response_class=HTMLResponse)
-def topics_page():
+def topics_page() -> HTMLResponse:
     return render("topics.html", nav="/topics", **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
-def topic_page(session: SessionDep, topic: str):
+def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
     return render("topic.html", nav="/topics", **topic_data(session, topic))
 
 
@@ -196,7 +198,7 @@ def topic_page(session: SessionDep, topic: str):
 def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
                   key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
                          max_bytes=max_bytes)
@@ -204,24 +206,24 @@ def messages_page(topic: str, partition: int, offset: str | None = None, timesta
 
 
 @router.get("/broker", response_class=HTMLResponse)
-def broker_page():
+def broker_page() -> HTMLResponse:
     return render("broker.html", nav="/broker", **broker_data())
 
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
-def group_page(group_id: str):
+def group_page(group_id: str) -> HTMLResponse:
     return render("group.html", nav="/broker", **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
 
 @router.get("/api/topics")
-def api_topics():
+def api_topics() -> JSONResponse:
     return JSONResponse(jsonable(topics_data()))
 
 
 @router.get("/api/topics/{topic}")
-def api_topic(session: SessionDep, topic: str):
+def api_topic(session: SessionDep, topic: str) -> JSONResponse:
     data = topic_data(session, topic)
     data["actions"] = {name: {"permission": a.permission, "dag_id": a.dag_id, "method": a.method}
                        for name, a in actions.ACTIONS.items()}
@@ -229,7 +231,7 @@ def api_topic(session: SessionDep, topic: str):
 
 
 @router.get("/api/topics/{topic}/live")
-def api_topic_live(topic: str):
+def api_topic_live(topic: str) -> JSONResponse:
     return JSONResponse(jsonable(live_data(topic)))
 
 
@@ -237,7 +239,7 @@ def api_topic_live(topic: str):
 def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                 max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+                 max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
     """One page of the message browser; keys and values rendered (``key_shown``, ``value_shown``: at most
     ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
@@ -248,31 +250,31 @@ def api_messages(topic: str, partition: int, offset: str | None = None, timestam
 
 
 @router.get("/api/broker")
-def api_broker():
+def api_broker() -> JSONResponse:
     return JSONResponse(jsonable(broker_data()))
 
 
 @router.get("/api/broker/live")
-def api_broker_live():
+def api_broker_live() -> JSONResponse:
     """The listener's figures only (what the broker page refreshes)."""
     return JSONResponse(jsonable({"listener": _listener(_config())}))
 
 
 @router.get("/api/groups/{group_id}")
-def api_group(group_id: str):
+def api_group(group_id: str) -> JSONResponse:
     return JSONResponse(jsonable(group_data(group_id)))
 
 
 @router.get("/api/actions")
 def api_actions(session: SessionDep, topic: str | None = None,
-                limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JSONResponse:
     """The console actions in Airflow's audit log, newest first."""
     return JSONResponse(jsonable({"actions": actions.recent(session, topic=topic, limit=limit)}))
 
 
 @router.post("/api/actions/{action}")
 def api_action(request: Request, session: SessionDep, user: GetUserDep, action: str,
-               body: Annotated[dict, Body()]):
+               body: Annotated[dict, Body()]) -> JSONResponse:
     """Do one action (:mod:`.actions`) after Airflow's permission check; JSON body only (``{"topic", "partition",
     ..., "confirm": <target name>}``), so a cross-site form cannot post here."""
     spec = actions.ACTIONS.get(action)

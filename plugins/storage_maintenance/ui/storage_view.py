@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -48,6 +49,9 @@ from ..maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
 from ..reporting import history
 from ..tasks.hooks import epoch_ms, iso_ms
 from .web import engine_errors, hook, instant_ms, jsonable, render
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 PAGE_SIZE = 100
 router = APIRouter()
@@ -77,7 +81,7 @@ NUMERIC_COLUMNS = ("size", "segments", "log_start_offset", "log_end_offset", "re
 HISTORY_SORTS = {"last_retention": "last_retention_bytes", "last_compaction": "last_compaction_ms"}
 
 
-def _history_fields(session, problems: dict | None = None) -> tuple[dict, str | None, dict]:
+def _history_fields(session: Session, problems: dict | None = None) -> tuple[dict, str | None, dict]:
     """({(topic, partition): fields}, the last retention run, its results): what the metadata DB knows of every
     partition, for the engine to merge into its rows: damage runs found (``damage``), the bytes the last
     retention run reclaimed (-1 when it failed on the partition) and when it was last compacted (sort keys)."""
@@ -92,7 +96,7 @@ def _history_fields(session, problems: dict | None = None) -> tuple[dict, str | 
     return extra, retention_run, retention
 
 
-def _dir_problems(log_dirs: list, session) -> None:
+def _dir_problems(log_dirs: list, session: Session) -> None:
     """Add to each log dir the problems in its own files that the latest audit found and the files no longer
     show the same way (a checkpoint file the engine reads as damaged is reported once)."""
     for p in history.open_dir_problems(session):
@@ -105,7 +109,7 @@ def _dir_problems(log_dirs: list, session) -> None:
                 break
 
 
-def overview_data(session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE) -> dict:
+def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE) -> dict:
     h = hook()
     extra, _run, _results = _history_fields(session)
     facts = engine_errors(h.overview, top=TOP_DIRTIEST,
@@ -116,7 +120,7 @@ def overview_data(session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE)
     return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
 
 
-def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
+def partitions_data(session: Session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
                     limit: int) -> dict:
     h = hook()
     if sort not in {c[0] for c in COLUMNS}:
@@ -137,7 +141,7 @@ def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, 
     return data
 
 
-def partition_data(session, topic: str, partition: int) -> dict:
+def partition_data(session: Session, topic: str, partition: int) -> dict:
     detail = engine_errors(hook().partition_detail, topic, partition)
     detail["damage"] = list(detail.get("damage") or []) + history.open_problems(session).get((topic, partition), [])
     events = (history.partition_events(session, [(topic, partition)])[(topic, partition)]
@@ -159,7 +163,7 @@ def plan_data(as_of: str | None, topic: list[str] | None, page: int, limit: int)
     return data
 
 
-def run_data(session, dag_id: str, run_id: str) -> dict:
+def run_data(session: Session, dag_id: str, run_id: str) -> dict:
     state = history.run_state(session, dag_id, run_id)
     if state is None:
         raise HTTPException(404, f"no run {run_id!r} of DAG {dag_id!r}")
@@ -181,10 +185,10 @@ def history_chart(events: list[dict], size_now: int, width: int = 720, height: i
     span = (x1 - x0) or 1.0
     pad_l, pad_r, pad_t, pad_b = 70, 20, 14, 36
 
-    def x(v):
+    def x(v: float) -> float:
         return pad_l + (v - x0) / span * (width - pad_l - pad_r) if x1 > x0 else (pad_l + width - pad_r) / 2
 
-    def y(v):
+    def y(v: float) -> float:
         return pad_t + (1 - v / top) * (height - pad_t - pad_b)
 
     bar = max(3.0, min(24.0, (width - pad_l - pad_r) / (2 * len(points))))
@@ -219,49 +223,49 @@ RunsLimit = Annotated[int, Query(ge=1, le=200)]
 
 
 @router.get("/", response_class=HTMLResponse)
-def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
+def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> HTMLResponse:
     return render("overview.html", nav="/", **overview_data(session, runs_page, runs_limit))
 
 
 @router.get("/partitions", response_class=HTMLResponse)
 def partitions_page(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
-                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1):
+                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
     return render("partitions.html", nav="/partitions",
                   **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
 
 
 @router.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
-def partition_page(session: SessionDep, topic: str, partition: int):
+def partition_page(session: SessionDep, topic: str, partition: int) -> HTMLResponse:
     return render("partition.html", nav="/partitions", p=partition_data(session, topic, partition))
 
 
 @router.get("/plan", response_class=HTMLResponse)
 def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
-              page: Annotated[int, Query(ge=1)] = 1):
+              page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
     return render("plan.html", nav="/plan", **plan_data(as_of, topic, page, PAGE_SIZE))
 
 
 @router.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
-def run_page(session: SessionDep, dag_id: str, run_id: str):
+def run_page(session: SessionDep, dag_id: str, run_id: str) -> HTMLResponse:
     return render("run.html", **run_data(session, dag_id, run_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------
 
 @router.get("/api/log-dirs")
-def api_log_dirs(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
+def api_log_dirs(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> JSONResponse:
     return JSONResponse(jsonable(overview_data(session, runs_page, runs_limit)))
 
 
 @router.get("/api/partitions")
 def api_partitions(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
+                   limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE) -> JSONResponse:
     return JSONResponse(jsonable(partitions_data(session, topic, q, sort, desc, page, limit)))
 
 
 @router.get("/api/partitions/{topic}/{partition}")
-def api_partition(session: SessionDep, topic: str, partition: int):
+def api_partition(session: SessionDep, topic: str, partition: int) -> JSONResponse:
     data = partition_data(session, topic, partition)
     data.pop("chart")
     return JSONResponse(jsonable(data))
@@ -269,25 +273,26 @@ def api_partition(session: SessionDep, topic: str, partition: int):
 
 @router.get("/api/plan")
 def api_plan(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
-             page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
+             page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE
+             ) -> JSONResponse:
     return JSONResponse(jsonable(plan_data(as_of, topic, page, limit)))
 
 
 @router.get("/api/runs/{dag_id}/{run_id}")
-def api_run(session: SessionDep, dag_id: str, run_id: str):
+def api_run(session: SessionDep, dag_id: str, run_id: str) -> JSONResponse:
     return JSONResponse(jsonable(run_data(session, dag_id, run_id)))
 
 
 @router.post("/api/partitions/{topic}/{partition}/clear-uncleanable",
           dependencies=[Depends(requires_access_dag("PUT", param_dag_id="log_compaction"))])
-def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]):
+def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]) -> JSONResponse:
     """Forget that cleaning this partition failed, so the next compaction run considers it again. The body
     must be JSON (``{}``): the check that keeps a cross-site form from posting here."""
     result = engine_errors(hook().clear_uncleanable, topic, partition)
     return JSONResponse(jsonable({"topic": topic, "partition": partition, **result}))
 
 
-def _trigger_access(request: Request, body: Annotated[dict, Body()]):
+def _trigger_access(request: Request, body: Annotated[dict, Body()]) -> Callable[..., Any]:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
     dag_id = body.get("dag_id") if isinstance(body, dict) else None
@@ -297,7 +302,7 @@ def _trigger_access(request: Request, body: Annotated[dict, Body()]):
 
 
 @router.post("/api/dry-runs")
-def api_dry_run(request: Request, body: Annotated[dict, Body()], user=Depends(get_user)):
+def api_dry_run(request: Request, body: Annotated[dict, Body()], user: Any = Depends(get_user)) -> JSONResponse:
     """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time."""
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.utils.types import DagRunTriggeredByType
