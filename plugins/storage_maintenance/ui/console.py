@@ -133,7 +133,7 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
     key_bytes = _key_bytes(key, key_format) if key else None
     page = engine_errors(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
-                   key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+                         key=key_bytes, latest=latest, limit=limit, isolation=isolation)
     rows = []
     for r in page["records"]:
         rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),

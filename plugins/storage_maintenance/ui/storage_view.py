@@ -113,7 +113,7 @@ def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_P
     h = hook()
     extra, _run, _results = _history_fields(session)
     facts = engine_errors(h.overview, top=TOP_DIRTIEST,
-                           extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
+                          extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
     _dir_problems(facts["log_dirs"], session)
     runs = history.run_list(session, offset=(runs_page - 1) * runs_limit, limit=runs_limit)
     runs.update(page=runs_page, pages=max(1, math.ceil(runs["total"] / runs_limit)))
@@ -127,8 +127,8 @@ def partitions_data(session: Session, topic: list[str] | None, q: str | None, so
         raise HTTPException(422, f"sort must be one of {[c[0] for c in COLUMNS]}, got {sort!r}")
     extra, retention_run, retention = _history_fields(session)
     data = engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=HISTORY_SORTS.get(sort, sort),
-                          descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
-                          extra_sorts=tuple(HISTORY_SORTS.values()))
+                         descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
+                         extra_sorts=tuple(HISTORY_SORTS.values()))
     tps = [(p["topic"], p["partition"]) for p in data["partitions"]]
     events = history.partition_events(session, tps, limit_per_partition=20)
     for p in data["partitions"]:
