@@ -1,7 +1,7 @@
 """The run summary of a maintenance run, built from its tasks' results: one row per partition that a task
-changed, failed, skipped or found damaged (:func:`partition_rows`), the totals, and the table as markdown
-(:func:`markdown_table`); the links to a run and a task in the Airflow UI. The operator that gathers the results
-and sends the alerts is :class:`storage_maintenance.tasks.run_report.RunReportOperator`.
+changed, failed, skipped or found damaged (:func:`partition_rows`), and the rows with the run's totals as a
+markdown table (:func:`markdown_table`); the links to a run and a task in the Airflow UI. The operator that
+gathers the results and sends the alerts is :class:`storage_maintenance.tasks.run_report.RunReportOperator`.
 """
 from __future__ import annotations
 
