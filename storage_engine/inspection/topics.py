@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
