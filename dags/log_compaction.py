@@ -1,22 +1,19 @@
 """log_compaction: clean the dirtiest compacted logs, with key maps built on Spark."""
 from __future__ import annotations
 
-import os
-import sys
-
 import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
-from storage_maintenance.assets import COMPACTED_ALIAS
-from storage_maintenance.compaction import (
+from storage_maintenance.tasks.assets import COMPACTED_ALIAS
+from storage_maintenance.tasks.compaction import (
     BuildKeyMapOperator,
     CompactPartitionOperator,
     PlanPartOperator,
     SelectDirtiestLogsOperator,
 )
-from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, host_group, storage_hosts
+from storage_maintenance.tasks.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
+from storage_maintenance.tasks.wiring import end_of_run, for_each, host_group, storage_hosts
 
 DOC_MD = """
 ### Log compaction
@@ -89,12 +86,7 @@ with DAG(
             build_key_map = for_each(
                 BuildKeyMapOperator, "build_key_map", spark_submissions, label=partition_label, dry_run=False,
                 conn_id="spark_default",
-                name="build-key-map",
-                env_vars={
-                    # spark-submit is the pip package's; workers run this project's interpreter.
-                    "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-                    "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-                },
+                name="build-key-map",     # PATH and PYSPARK_PYTHON: the worker's, when the task runs
             )
             clean = for_each(CompactPartitionOperator, "clean", clean_kwargs, label=partition_label,
                              trigger_rule="none_failed", outlets=[COMPACTED_ALIAS])

@@ -5,10 +5,10 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 
-from storage_maintenance.balance import MovePartitionOperator, PlanMovesOperator
-from storage_maintenance.compaction import PlanPartOperator
-from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, host_group, storage_hosts
+from storage_maintenance.tasks.balance import MovePartitionOperator, PlanMovesOperator
+from storage_maintenance.tasks.compaction import PlanPartOperator
+from storage_maintenance.tasks.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
+from storage_maintenance.tasks.wiring import end_of_run, for_each, host_group, storage_hosts
 
 DOC_MD = """
 ### Log dir balance

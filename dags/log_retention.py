@@ -6,9 +6,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import ExpireProducersOperator, LogRetentionOperator, PurgeDeletedOperator
-from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import DRY_RUN, end_of_run, for_each, host_group, plan_batches, storage_hosts
+from storage_maintenance.tasks.operators import ExpireProducersOperator, LogRetentionOperator, PurgeDeletedOperator
+from storage_maintenance.tasks.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
+from storage_maintenance.tasks.wiring import DRY_RUN, end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log retention

@@ -5,9 +5,9 @@ import datetime
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
-from storage_maintenance.operators import VerifyLogDirsOperator, VerifyPartitionsOperator
-from storage_maintenance.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
-from storage_maintenance.wiring import end_of_run, for_each, host_group, plan_batches, storage_hosts
+from storage_maintenance.tasks.operators import VerifyLogDirsOperator, VerifyPartitionsOperator
+from storage_maintenance.tasks.params import RUN_INPUT_DOC, maintenance_default_args, maintenance_params
+from storage_maintenance.tasks.wiring import end_of_run, for_each, host_group, plan_batches, storage_hosts
 
 DOC_MD = """
 ### Log verify

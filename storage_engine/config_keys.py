@@ -214,6 +214,20 @@ def non_empty(items: tuple[str, ...]) -> tuple[str, ...]:
     return items
 
 
+def config_text(value: object) -> str | None:
+    """A config value as Kafka's DescribeConfigs prints it: booleans lower case, lists joined by ``,``, None as
+    None (a key without a value). The one rendering of a value: the broker's DescribeConfigs
+    (:mod:`storage_engine.server.handlers.configs`) and the console's topic and broker pages
+    (:mod:`storage_engine.inspection.topics`) both print through it, so they always agree."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def show_value(raw: object) -> str:
     return repr(raw) if isinstance(raw, str) else str(raw)
 

@@ -1,5 +1,6 @@
 """The maintenance DAGs by id, the one list that the run history, the Storage view, the demo and the tests read;
-the two forms of their task ids: ``retention``, and ``storage-a.retention`` in the task group of a storage host.
+the two forms of their task ids: ``retention``, and ``storage-a.retention`` in the task group of a storage host;
+the URIs of their assets (:mod:`.tasks.assets`), which the run history reads.
 
 Plain names with no import, so a program outside Airflow (the demo) can read them without starting it.
 """
@@ -23,3 +24,12 @@ def step_of(task_id: str) -> tuple[str, str]:
 def in_group(group: str, step: str) -> str:
     """The id of ``step``'s task in host group ``group`` (``""``: no group)."""
     return f"{group}.{step}" if group else step
+
+
+PARTITION_URI_PREFIX = "kafka-log://"
+RUN_URI_PREFIX = "kafka-log-maintenance://"
+
+
+def partition_uri(topic: str, partition: int) -> str:
+    """The URI of the asset of a partition: ``kafka-log://<topic>/<partition>``."""
+    return f"{PARTITION_URI_PREFIX}{topic}/{partition}"

@@ -5,7 +5,7 @@ api-server, under ``/storage-maintenance``) and its places in the UI.
 * "Run summary", a tab on every DAG run's page (``/dags/<dag>/runs/<run>/plugin/run-summary``), showing the
   run report of a maintenance run.
 
-The hook, operators and notifiers are imported by the DAG files as ``storage_maintenance.*`` (the plugins
+The hook, operators and notifiers are imported by the DAG files as ``storage_maintenance.tasks.*`` (the plugins
 folder is on ``sys.path``). Airflow loads this file as a top-level module named ``plugin``; ``.airflowignore``
 keeps it from loading the package's other modules the same way. Every Airflow component imports this module
 at start-up: the view's app is built from FastAPI, which the api-server has loaded anyway, and it imports the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from storage_maintenance.storage_view import PREFIX, app
+from storage_maintenance.ui.app import PREFIX, app
 
 
 class StorageMaintenancePlugin(AirflowPlugin):

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import MAX_CONFIG_BYTES
-from storage_engine.config_keys import BROKER_DEFAULTS, BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS
+from storage_engine.config_keys import BROKER_DEFAULTS, BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text
 from storage_engine.durable import read_regular_file
 from storage_engine.errors import PartitionNotFoundError, StorageError
 from storage_engine.inspection.status import PartitionStatus, list_partition_status
@@ -66,17 +66,6 @@ class TopicDetail(TopicSummary):
     records: int                    # sum of (log end offset - log start offset): offsets, compaction leaves gaps
     partition_list: list[PartitionStatus]
     configs: list[ConfigEntry]
-
-
-def text(value: Any) -> str | None:
-    """A config value as Kafka prints it."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def broker_keys_set(config: StorageConfig) -> dict[str, object] | None:
@@ -121,8 +110,8 @@ def topic_configs(config: StorageConfig, topic: str, *, broker_keys: dict[str, o
             elif getattr(config.default_log, spec.attr) != LOG_DEFAULTS[spec.attr]:
                 source = BROKER_OVERRIDE
         default = LOG_DEFAULTS[spec.attr]
-        out.append({"name": name, "value": text(value), "source": source, "kafka_source": KAFKA_SOURCES[source],
-                    "set_by": set_by, "kafka_default": text(default), "differs": value != default})
+        out.append({"name": name, "value": config_text(value), "source": source, "kafka_source": KAFKA_SOURCES[source],
+                    "set_by": set_by, "kafka_default": config_text(default), "differs": value != default})
     return out
 
 
@@ -144,9 +133,9 @@ def broker_configs(config: StorageConfig) -> list[dict]:
         if name in ("log.dirs", "log.dir") and set_in_file:
             value = list(config.log_dirs)      # as resolved (relative to the file, ~ and $VARS expanded)
         secret = "password" in name
-        out.append({"name": name, "value": None if secret else text(value), "secret": secret,
+        out.append({"name": name, "value": None if secret else config_text(value), "secret": secret,
                     "source": "config file" if set_in_file else KAFKA_DEFAULT,
-                    "kafka_default": None if secret else text(BROKER_DEFAULTS[name]),
+                    "kafka_default": None if secret else config_text(BROKER_DEFAULTS[name]),
                     "differs": set_in_file and value != BROKER_DEFAULTS[name]})
     return out
 

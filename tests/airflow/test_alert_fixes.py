@@ -380,7 +380,7 @@ def test_an_alert_not_delivered_is_sent_again_by_the_next_run(storage, alerting)
 
 
 def test_an_open_root_cause_is_alerted_again_after_a_day(tmp_path):
-    from storage_maintenance.root_causes import REMIND_AFTER_S, AlertRecord, Where, classify
+    from storage_maintenance.reporting.root_causes import REMIND_AFTER_S, AlertRecord, Where, classify
 
     where = Where("/etc/storage.yaml", ["/data/dir-a"])
     cause = classify("PartitionUnreadableError", "partition events-0 cannot be read in /data/dir-a: /data/dir-a/"

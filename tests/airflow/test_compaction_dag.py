@@ -159,11 +159,41 @@ def test_spark_strategy_submits_the_key_map_job_and_cleans_with_its_map(keyed, m
     assert by_key == {k: v for k, (_i, v, _ts) in latest.items()}
 
 
+def test_key_map_tasks_take_path_and_pyspark_python_from_the_worker_when_they_run(storage, monkeypatch):
+    # Parsing the DAG file bakes in no environment of the parsing process: the spark-submit a key-map task runs
+    # gets the PATH and PYSPARK_PYTHON of the worker at run time (its interpreter's folder first on PATH, so the
+    # pip package's spark-submit is found), and a task's own env_vars win over both.
+    from storage_maintenance.tasks.compaction import BuildKeyMapOperator
+    monkeypatch.setenv("PATH", "/parser/bin")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/parser/python")
+    (task,) = [t for t in parse_dag("log_compaction").tasks if t.task_id.endswith("build_key_map")]
+    assert not task.partial_kwargs.get("env_vars")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", "/worker/bin")
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    op = BuildKeyMapOperator(task_id="build_key_map", topic="ue", partition=0, conn_id="spark_default",
+                             application_args=["--topic", "ue"])
+    hook = op._get_hook()
+    hook._build_spark_submit_command(op.application)
+    assert hook._env == {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/worker/bin",
+                         "PYSPARK_PYTHON": sys.executable}
+    monkeypatch.setenv("PYSPARK_PYTHON", "/worker/python")
+    hook = op._get_hook()
+    hook._build_spark_submit_command(op.application)
+    assert hook._env is not None and hook._env["PYSPARK_PYTHON"] == "/worker/python"
+    op = BuildKeyMapOperator(task_id="build_key_map", topic="ue", partition=0, conn_id="spark_default",
+                             application_args=["--topic", "ue"], env_vars={"PYSPARK_PYTHON": "/task/python"})
+    hook = op._get_hook()
+    hook._build_spark_submit_command(op.application)
+    assert hook._env is not None and hook._env["PYSPARK_PYTHON"] == "/task/python"
+    assert op.env_vars == {"PYSPARK_PYTHON": "/task/python"}
+
+
 def test_key_map_submissions_carry_the_jobs_spark_settings(monkeypatch):
     # The spark-submit command the provider's hook builds for a key-map task: the job's own settings (no web UI,
     # a C1-only driver JVM), which a DAG's conf can override one by one.
     from spark_jobs.build_key_map import SUBMIT_CONF
-    from storage_maintenance.compaction import BuildKeyMapOperator
+    from storage_maintenance.tasks.compaction import BuildKeyMapOperator
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     commands = []
     for conf in (None, {"spark.ui.enabled": "true"}):

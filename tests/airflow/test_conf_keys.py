@@ -155,7 +155,7 @@ def context_of(*, run_type: str, logical: datetime.datetime | None, run_after: d
 
 
 def test_the_rule_for_each_kind_of_run():
-    from storage_maintenance.params import run_as_of
+    from storage_maintenance.tasks.params import run_as_of
 
     pressed = datetime.datetime(2026, 1, 1, 12, 59, 43, tzinfo=datetime.timezone.utc)
     form_filled = datetime.datetime(2026, 1, 1, 12, 59, 10, tzinfo=datetime.timezone.utc)
@@ -184,7 +184,7 @@ def test_the_rule_for_each_kind_of_run():
 def test_a_bad_as_of_fails_naming_it():
     from airflow.sdk.exceptions import AirflowFailException
 
-    from storage_maintenance.params import run_as_of
+    from storage_maintenance.tasks.params import run_as_of
 
     pressed = T + datetime.timedelta(minutes=5)
     with pytest.raises(AirflowFailException, match=re.escape("as_of must be an ISO date-time such as "

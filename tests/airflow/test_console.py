@@ -153,7 +153,7 @@ def result_of(page, out: str, status: str) -> str:
 # -- every endpoint needs the login --------------------------------------------------------------------------------
 
 def test_every_console_endpoint_needs_the_airflow_login(server):
-    from storage_maintenance import console
+    from storage_maintenance.ui import console
 
     routes = [(m, r.path) for r in console.router.routes for m in sorted(getattr(r, "methods", None) or [])
               if m != "HEAD"]

@@ -36,10 +36,10 @@ def test_plugin_loads_and_only_plugin_py_is_imported_by_the_plugin_manager():
 def test_maintenance_dag_rules(storage, dag_id):
     from airflow.sdk import CronDataIntervalTimetable
 
-    from storage_maintenance.notifiers import MaintenanceFailureNotifier
-    from storage_maintenance.operators import FailRunIfUpstreamFailedOperator
-    from storage_maintenance.params import maintenance_default_args
-    from storage_maintenance.report import RunReportOperator
+    from storage_maintenance.tasks.notifiers import MaintenanceFailureNotifier
+    from storage_maintenance.tasks.operators import FailRunIfUpstreamFailedOperator
+    from storage_maintenance.tasks.params import maintenance_default_args
+    from storage_maintenance.tasks.run_report import RunReportOperator
 
     dag = parse_dag(dag_id)
     assert dag.max_active_runs == 1
@@ -81,7 +81,7 @@ def test_batched_dags_map_one_task_per_batch(storage, dag_id, task_id):
 
 
 def test_retention_and_compaction_declare_their_asset_outlets_where_a_mapped_task_keeps_them(storage):
-    from storage_maintenance.assets import COMPACTED_ALIAS, run_asset
+    from storage_maintenance.tasks.assets import COMPACTED_ALIAS, run_asset
 
     retention = parse_dag("log_retention")
     assert retention.timetable.expression == "*/5 * * * *"

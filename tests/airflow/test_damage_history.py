@@ -1,4 +1,4 @@
-"""Damage and failures that runs found stay reported (:func:`storage_maintenance.history.open_problems`) until a
+"""Damage and failures that runs found stay reported (:func:`storage_maintenance.reporting.history.open_problems`) until a
 later run of the same check finds them gone: the audit of ``log_verify``, and the batches of ``log_retention``
 that failed on a partition; what the files show now is :mod:`storage_engine.inspection.status`'s part."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ DAY = datetime.timedelta(days=1)
 
 def all_open_problems() -> dict:
     from airflow.utils.session import create_session
-    from storage_maintenance import history
+    from storage_maintenance.reporting import history
 
     with create_session() as session:
         return history.open_problems(session)

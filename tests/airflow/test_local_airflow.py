@@ -138,7 +138,7 @@ def epoch_ms(iso: str) -> int:
 
 
 def test_nothing_listens_beyond_loopback_and_a_run_from_the_form_acts_as_of_its_trigger(tmp_path, partitions):
-    from storage_maintenance.hooks import iso_ms
+    from storage_maintenance.tasks.hooks import iso_ms
 
     airflow = Launcher(tmp_path, partitions)
     try:

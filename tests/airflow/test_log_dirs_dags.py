@@ -164,7 +164,7 @@ def test_log_dir_balance_plans_first_then_moves_one_partition_per_task(storage):
 def test_balance_params_are_checked(storage):
     from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
 
-    from storage_maintenance.balance import as_threshold
+    from storage_maintenance.tasks.balance import as_threshold
 
     _fill(storage, {("events", 0): 5})
     for conf, name in (({"max_used_percent": 0}, "max_used_percent"), ({"max_dir_bytes": -1}, "max_dir_bytes"),

@@ -122,7 +122,7 @@ def test_unknown_topic_fails_the_run_at_once(storage):
 def test_batch_arguments_are_checked(value, message):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from storage_maintenance.params import as_partitions
+    from storage_maintenance.tasks.params import as_partitions
 
     with pytest.raises(AirflowFailException, match=re.escape(message)):
         as_partitions(value)

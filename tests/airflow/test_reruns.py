@@ -17,7 +17,7 @@ pytestmark = pytest.mark.airflow
 
 
 def history():
-    from storage_maintenance import history as module
+    from storage_maintenance.reporting import history as module
     return module
 
 

@@ -119,7 +119,7 @@ def test_retention_runs_in_batches_and_advances_the_log_start(storage, three_par
 
 
 def test_expired_segments_become_deleted_files_that_purge_removes_after_the_delay(storage):
-    from storage_maintenance.operators import PurgeDeletedOperator
+    from storage_maintenance.tasks.operators import PurgeDeletedOperator
 
     storage.produce("events", 0, old_then_recent())
     before = storage.describe()[("events", 0)]

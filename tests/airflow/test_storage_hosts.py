@@ -70,7 +70,7 @@ def test_without_hosts_every_dag_keeps_its_task_ids_and_the_default_queue(storag
 
 @pytest.mark.parametrize("dag_id", sorted(TODAY))
 def test_two_hosts_give_each_host_its_own_steps_on_its_queue(two_hosts, dag_id):
-    from storage_maintenance.operators import StorageMaintenanceOperator
+    from storage_maintenance.tasks.operators import StorageMaintenanceOperator
 
     dag = parse_dag(dag_id)
     steps = [s for s in TODAY[dag_id] if s not in END]
@@ -140,7 +140,7 @@ def test_the_report_names_a_hosts_mapped_tasks_from_the_plan_of_the_same_group(t
 
 def test_a_config_without_hosts_gives_its_hook_every_log_dir_and_a_host_only_its_own(two_hosts):
     from storage_engine.errors import ConfigError
-    from storage_maintenance.hooks import StorageEngineHook
+    from storage_maintenance.tasks.hooks import StorageEngineHook
 
     every = tuple(str(d) for d in two_hosts.log_dirs)
     assert StorageEngineHook().config.log_dirs == every
@@ -155,9 +155,9 @@ def test_a_config_without_hosts_gives_its_hook_every_log_dir_and_a_host_only_its
 def test_a_task_of_one_host_refuses_a_worker_of_another(monkeypatch, worker, refused):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from storage_maintenance.compaction import BuildKeyMapOperator
-    from storage_maintenance.hooks import check_worker_host
-    from storage_maintenance.operators import PlanBatchesOperator
+    from storage_maintenance.tasks.compaction import BuildKeyMapOperator
+    from storage_maintenance.tasks.hooks import check_worker_host
+    from storage_maintenance.tasks.operators import PlanBatchesOperator
 
     if worker is None:
         monkeypatch.delenv("STORAGE_MAINTENANCE_HOST", raising=False)

@@ -40,7 +40,7 @@ def host_of(logs) -> dict:
 
 def history(call, *args):
     from airflow.utils.session import create_session
-    from storage_maintenance import history as module
+    from storage_maintenance.reporting import history as module
 
     with create_session() as session:
         return getattr(module, call)(session, *args)

@@ -82,7 +82,7 @@ def describe(config) -> dict:
 
 
 def plugin_routes():
-    from storage_maintenance.storage_view import PREFIX, app
+    from storage_maintenance.ui.app import PREFIX, app
 
     samples = {"topic": "access-log", "partition": "0", "dag_id": "log_retention", "run_id": "x"}
     for route in app.routes:

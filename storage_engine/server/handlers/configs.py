@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS
+from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.catalog import check_configs, store_configs
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code, message
@@ -21,18 +21,6 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
-
-
-def text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, float) and value.is_integer():
-        return str(value)
-    return str(value)
 
 
 def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[dict[str, Any]]:
@@ -50,7 +38,7 @@ def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[dict[str, Any]]:
             source = STATIC_BROKER
         else:
             source = DEFAULT
-        out.append({"name": name, "value": text(value), "read_only": False, "config_source": source,
+        out.append({"name": name, "value": config_text(value), "read_only": False, "config_source": source,
                     "is_sensitive": False, "synonyms": (),
                     "config_type": _TYPES.get(spec.kind.name, 0), "documentation": None})
     return out
@@ -64,7 +52,7 @@ def _broker_configs(ctx: Ctx, keys: Any) -> list[dict[str, Any]]:
         spec = BROKER_KEYS[name]
         sensitive = "password" in name
         source = DEFAULT if value == spec.default else STATIC_BROKER
-        out.append({"name": name, "value": None if sensitive else text(value), "read_only": True,
+        out.append({"name": name, "value": None if sensitive else config_text(value), "read_only": True,
                     "config_source": source, "is_sensitive": sensitive,
                     "synonyms": (), "config_type": _TYPES.get(spec.kind.name, 0), "documentation": None})
     return out

@@ -105,7 +105,7 @@ def test_extension_records_hide_only_the_new_partitions_and_a_damaged_record_is_
 CONSOLE_DELETE = """
 import sys
 from storage_engine.config_file import load_config
-from plugins.storage_maintenance import actions
+from plugins.storage_maintenance.ui import actions
 print(actions.run(load_config(sys.argv[1]), "delete-topic", {"topic": "t"}))
 """
 

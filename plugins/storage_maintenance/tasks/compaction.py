@@ -21,9 +21,9 @@ error; the partition is marked uncleanable with that reason (by the engine for a
 alert names it. ``compact --clear-uncleanable`` or the Storage view's "Clear" button lets it be cleaned again.
 Until then every run fails that partition's clean task (the selection plans it as ``blocked``), and so does a
 partition that cannot be read; the other partitions are cleaned. The failure is the same root cause run after
-run, so it is alerted once (:mod:`storage_maintenance.root_causes`), with the fix.
+run, so it is alerted once (:mod:`storage_maintenance.reporting.root_causes`), with the fix.
 
-Every engine and connection call goes through :class:`~storage_maintenance.hooks.StorageEngineHook`.
+Every engine and connection call goes through :class:`~storage_maintenance.tasks.hooks.StorageEngineHook`.
 Re-running an interval that is done finds the cleaner checkpoint already past it: "nothing to do", no byte
 changes.
 """
@@ -34,8 +34,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from spark_jobs import build_key_map
@@ -44,10 +45,9 @@ from storage_engine import errors
 from storage_engine.units import human_bytes
 
 from .assets import COMPACTED_ALIAS, partition_asset
-from .hooks import StorageEngineHook, check_worker_host, iso_ms
-from .params import run_as_of
+from .hooks import AsOf, StorageEngineHook, check_worker_host, iso_ms, spark_submit_env
 from .operators import StorageMaintenanceOperator, record_error
-from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics
+from .params import as_dry_run, as_map_strategy, as_partition, as_positive_int, as_topic, as_topics, run_as_of
 
 # The job's file where the project is installed (the Spark workers import the project from there too).
 SPARK_JOB = os.path.abspath(build_key_map.__file__)
@@ -67,7 +67,8 @@ class SelectDirtiestLogsOperator(StorageMaintenanceOperator):
     template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "max_partitions",
                                       "map_strategy", "dry_run")
 
-    def __init__(self, *, topics=None, max_partitions: int | str = 10, map_strategy: str = "auto",
+    def __init__(self, *, topics: str | list[str] | None = None, max_partitions: int | str = 10,
+                 map_strategy: str = "auto",
                  dry_run: bool | str = False, spark_conn_id: str = "spark_default", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topics = topics
@@ -76,7 +77,7 @@ class SelectDirtiestLogsOperator(StorageMaintenanceOperator):
         self.dry_run = dry_run
         self.spark_conn_id = spark_conn_id
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         topics, dry_run = as_topics(self.topics), as_dry_run(self.dry_run)
         limit = as_positive_int("max_partitions", self.max_partitions)
         strategy = as_map_strategy(self.map_strategy)
@@ -110,7 +111,7 @@ class SelectDirtiestLogsOperator(StorageMaintenanceOperator):
         plan.update(spark_submissions=spark, clean_kwargs=clean, dry_run=dry_run, spark_partitions=len(spark))
         return plan
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         if result["nothing_to_do"]:
             return (f"compaction selection as of {when['iso']}: nothing to do "
                     f"({len(result['not_dirty'])} compacted partition(s) below their dirty ratio, "
@@ -138,7 +139,7 @@ class PlanPartOperator(BaseOperator):
         self.plan = plan
         self.part = part
 
-    def execute(self, context) -> list:
+    def execute(self, context: Context) -> list:
         if not isinstance(self.plan, dict) or not isinstance(self.plan.get(self.part), list):
             raise AirflowFailException(f"the selection's plan has no list {self.part!r}: {self.plan!r}")
         return self.plan[self.part]
@@ -153,6 +154,8 @@ class BuildKeyMapOperator(SparkSubmitOperator):
     :param application_args: the job's arguments (mapped; the selection wrote them)
     :param conf: Spark settings over the job's own (``spark_jobs.build_key_map.SUBMIT_CONF``)
     :param host: the storage host that has the partition (the driver runs on its worker); None: any
+    :param env_vars: spark-submit's environment over the worker's ``PATH`` and ``PYSPARK_PYTHON``
+        (:func:`~storage_maintenance.tasks.hooks.spark_submit_env`, resolved when the task runs)
     """
 
     def __init__(self, *, topic: str, partition: int, application: str = SPARK_JOB,
@@ -162,7 +165,7 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         self.partition = partition
         self.host = host
 
-    def execute(self, context) -> None:
+    def execute(self, context: Context) -> None:
         # A DAG rendering templates as native objects turns "--partition", "0" into 0; spark-submit takes strings.
         self.application_args = [str(a) for a in (self.application_args or [])]
         try:
@@ -187,6 +190,15 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         record_error(context, error)
         raise error
 
+    def _get_hook(self) -> SparkSubmitHook:
+        # The provider's hook, with the environment of the worker that runs the task (this task's env_vars over it).
+        given = self.env_vars
+        self.env_vars = spark_submit_env(given)
+        try:
+            return super()._get_hook()
+        finally:
+            self.env_vars = given
+
     def _arg(self, name: str) -> str | None:
         args = list(self.application_args or [])
         return args[args.index(name) + 1] if name in args[:-1] else None
@@ -206,7 +218,8 @@ class BuildKeyMapOperator(SparkSubmitOperator):
         return report if isinstance(report, dict) else None
 
 
-def fail_partition(context, topic: str, partition: int, error_type: str, error: str, permanent: bool = True) -> None:
+def fail_partition(context: Context, topic: str, partition: int, error_type: str, error: str,
+                   permanent: bool = True) -> None:
     """Leave a single-partition task's failure where the run report reads a batch's (XCom ``return_value`` with
     ``failures``), so the run's one digest alert names the partition and the error."""
     context["ti"].xcom_push(key="return_value", value={
@@ -218,7 +231,7 @@ def fail_partition(context, topic: str, partition: int, error_type: str, error: 
 class CompactPartitionOperator(StorageMaintenanceOperator):
     """Clean one partition over the offset range its selection fixed, then emit its asset event.
 
-    The asset event goes through :data:`~storage_maintenance.assets.COMPACTED_ALIAS`, which the mapped task must
+    The asset event goes through :data:`~storage_maintenance.tasks.assets.COMPACTED_ALIAS`, which the mapped task must
     list in ``.partial(outlets=[COMPACTED_ALIAS])`` (outlets set in ``__init__`` never reach a mapped task).
 
     :param topic, partition: the partition (mapped)
@@ -243,7 +256,7 @@ class CompactPartitionOperator(StorageMaintenanceOperator):
         self.keymap_path = keymap_path
         self.dry_run = dry_run
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         topic, partition, dry_run = as_topic(self.topic), as_partition(self.partition), as_dry_run(self.dry_run)
         if self.blocked:
             error_type, error = str(self.blocked.get("error_type")), str(self.blocked.get("error"))
@@ -273,7 +286,7 @@ class CompactPartitionOperator(StorageMaintenanceOperator):
             context["outlet_events"][COMPACTED_ALIAS].add(partition_asset(topic, partition), extra=extra)
         return result
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         name = f"{result['topic']}-{result['partition']}"
         if result.get("nothing_to_do"):
             return f"compaction {name} as of {when['iso']}: nothing to do ({result.get('skipped')})"

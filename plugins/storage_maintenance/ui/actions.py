@@ -26,10 +26,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 logger = logging.getLogger(__name__)
 AUDIT_PREFIX = "storage."
@@ -119,7 +122,7 @@ def delete_records(config: StorageConfig, topic: str, partition: int, offset: in
     return {"topic": topic, "partition": partition, "log_start_offset_before": before, "log_start_offset": after}
 
 
-def audit(session, user_name: str, action: Action, t: dict, outcome: str, detail: Any = None) -> None:
+def audit(session: Session, user_name: str, action: Action, t: dict, outcome: str, detail: Any = None) -> None:
     """One entry of Airflow's audit log (and a line of the api-server's log) for an action's outcome: ``refused``,
     ``failed`` or ``done``."""
     from airflow.models.log import Log
@@ -133,7 +136,7 @@ def audit(session, user_name: str, action: Action, t: dict, outcome: str, detail
     logger.info("storage console: %s %s by %s: %s", action.name, json.dumps(t, default=str), user_name, outcome)
 
 
-def recent(session, topic: str | None = None, limit: int = 20) -> list[dict]:
+def recent(session: Session, topic: str | None = None, limit: int = 20) -> list[dict]:
     """The latest console actions from Airflow's audit log, newest first (only those on ``topic`` when given)."""
     from sqlalchemy import select
 

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias
 
+from ..maintenance_dags import RUN_URI_PREFIX, partition_uri
+
 COMPACTED_ALIAS = AssetAlias("kafka-log-compactions")
-PARTITION_URI_PREFIX = "kafka-log://"
-RUN_URI_PREFIX = "kafka-log-maintenance://"
-
-
-def partition_uri(topic: str, partition: int) -> str:
-    return f"{PARTITION_URI_PREFIX}{topic}/{partition}"
 
 
 def partition_asset(topic: str, partition: int) -> Asset:

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from storage_engine.errors import StorageError
 
+from ..maintenance_dags import step_of
 from .hooks import config_path_without_connection
-from .maintenance_dags import step_of
 from .operators import FailRunIfUpstreamFailedOperator, PlanBatchesOperator
-from .report import RunReportOperator, run_outcome_tasks
+from .run_report import RunReportOperator, run_outcome_tasks
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -98,7 +98,7 @@ def for_each(operator: type[BaseOperator], task_id: str, plan: BaseOperator, *, 
 
 def end_of_run(dag_id: str, *tasks: Task, label_task: Task | None = None
                ) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
-    """The two tasks that end the run (:func:`storage_maintenance.report.run_outcome_tasks`), after ``tasks``:
+    """The two tasks that end the run (:func:`.run_report.run_outcome_tasks`), after ``tasks``:
     every step of the DAG, in the order the report lists them, with the order between them already set.
     ``run_report`` follows the steps that no other step follows, ``fail_run_if_upstream_failed`` every step.
     ``label_task``: the step whose result names the mapped tasks in the report (the plan; with host groups, each

@@ -1,6 +1,6 @@
 """The console pages of the Storage view: topics, a message browser, the Kafka listener and its consumer groups,
-and the actions an operator takes from them. Registered on the Storage view's app (:func:`register`), so every
-endpoint sits behind Airflow's login like the rest of ``/storage-maintenance``.
+and the actions an operator takes from them. Its router joins the Storage view's on one app (:mod:`.app`), so
+every endpoint sits behind Airflow's login like the rest of ``/storage-maintenance``.
 
 Pages:
 
@@ -25,130 +25,33 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Body, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
+from ..maintenance_dags import DRY_RUN_DAGS
 from . import actions
+from .web import engine_errors, hook, instant_ms, jsonable, render
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from storage_engine.config import StorageConfig
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 LIVE_INTERVAL_MS = 2000
 MAX_BYTES_SHOWN = 16 * 1024          # of a key or value in the message browser, unless asked for more (up to 1 MiB)
-_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-
-
-def register(app: FastAPI) -> None:
-    """Add the console's pages, JSON API and actions to the Storage view's ``app``."""
-    app.include_router(router)
-
-
-# -- rendering ----------------------------------------------------------------------------------------------------
-
-def _view():
-    from . import storage_view
-    return storage_view
-
-
-_ENV = None
-
-
-def render(name: str, **values: Any) -> HTMLResponse:
-    global _ENV
-    if _ENV is None:
-        _ENV = _env()
-    return HTMLResponse(_ENV.get_template(name).render(prefix=_view().PREFIX, **values))
-
-
-def _env():
-    import jinja2
-
-    from storage_engine.units import human_bytes
-
-    from .hooks import iso_ms
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
-                             undefined=jinja2.ChainableUndefined)
-    env.filters["bytes"] = human_bytes
-    env.filters["ms"] = lambda v: "" if v is None or v < 0 else iso_ms(int(v))
-    env.filters["pct"] = lambda v: "" if v is None else f"{100 * v:.1f}%"
-    env.filters["when"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(v, "strftime") else (v or "")
-    env.filters["duration"] = duration
-    env.filters["config_value"] = config_value
-    return env
-
-
-def duration(ms: int | float | None) -> str:
-    """Milliseconds as people read them: ``3 d``, ``1.5 h``, ``250 ms``."""
-    if ms is None:
-        return ""
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-        if abs(ms) >= size:
-            value = ms / size
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{ms:.0f} ms"
-
-
-def config_value(value: str | None, name: str) -> str:
-    """A config value with its meaning where the raw number hides it (``259200000 (3 d)``, ``262144 (256 KiB)``)."""
-    from storage_engine.units import human_bytes
-
-    if value is None:
-        return "null"
-    try:
-        number = int(value)
-    except ValueError:
-        return value
-    if number in (-1, 2**63 - 1) and (name.endswith(".ms") or name.endswith(".bytes") or name.endswith(".messages")):
-        return f"{value} (unlimited)" if number == -1 or name != "max.compaction.lag.ms" else f"{value} (never)"
-    if name.endswith(".ms") and number >= 1000:
-        return f"{value} ({duration(number)})"
-    if name.endswith(".bytes") and number >= 1024:
-        return f"{value} ({human_bytes(number)})"
-    return value
 
 
 # -- engine calls -------------------------------------------------------------------------------------------------
 
 def _config() -> StorageConfig:
-    return _view().hook().config
-
-
-def _engine(call, *args, **kwargs):
-    """An engine call with its errors as HTTP answers: a missing partition 404, anything else the engine refuses
-    422 naming the error."""
-    from storage_engine.errors import PartitionNotFoundError, StorageError
-
-    try:
-        return call(*args, **kwargs)
-    except PartitionNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except (StorageError, ValueError) as exc:
-        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
-
-
-def _jsonable(value):
-    """Bytes as text (UTF-8) or ``{"hex": ...}``, datetimes ISO, tuples lists: plain JSON."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return {"hex": bytes(value).hex()}
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
+    return hook().config
 
 
 def _listener(config: StorageConfig) -> dict | None:
@@ -158,22 +61,22 @@ def _listener(config: StorageConfig) -> dict | None:
 
 def _groups(config: StorageConfig, listener: dict | None) -> list[dict]:
     from storage_engine.inspection import status
-    return _engine(status.consumer_groups, config, listener)
+    return engine_errors(status.consumer_groups, config, listener)
 
 
 # -- data ---------------------------------------------------------------------------------------------------------
 
 def topics_data() -> dict:
     from storage_engine.inspection import topics
-    rows = _engine(topics.list_topics, _config())
+    rows = engine_errors(topics.list_topics, _config())
     return {"topics": rows, "total_bytes": sum(r["size_bytes"] for r in rows),
             "total_partitions": sum(r["partitions"] for r in rows)}
 
 
-def topic_data(session, topic: str) -> dict:
+def topic_data(session: Session, topic: str) -> dict:
     from storage_engine.inspection import topics
     config = _config()
-    detail = _engine(topics.topic_detail, config, topic)
+    detail = engine_errors(topics.topic_detail, config, topic)
     readers = []
     for g in _groups(config, _listener(config)):
         mine = [p for p in g["partitions"] if p["topic"] == topic]
@@ -181,7 +84,6 @@ def topic_data(session, topic: str) -> dict:
         if mine or assigned:
             readers.append({"group_id": g["group_id"], "state": g["state"], "members": len(assigned),
                             "partitions": mine, "lag": sum(p["lag"] or 0 for p in mine)})
-    from .maintenance_dags import DRY_RUN_DAGS
     return {"t": detail, "groups": readers, "log_dirs": list(config.log_dirs), "actions": actions.ACTIONS,
             "recent": actions.recent(session, topic=topic),
             "dry_run_dags": [d for d in ("log_retention", "log_compaction") if d in DRY_RUN_DAGS],
@@ -191,24 +93,10 @@ def topic_data(session, topic: str) -> dict:
 def live_data(topic: str) -> dict:
     from storage_engine.inspection import topics
     now = datetime.datetime.now(datetime.timezone.utc)
-    rows = _engine(topics.partition_figures, _config(), topic)
+    rows = engine_errors(topics.partition_figures, _config(), topic)
     return {"topic": topic, "sampled_ms": int(now.timestamp() * 1000), "partitions": rows,
             "size_bytes": sum(r["size_bytes"] for r in rows),
             "log_end_offsets": sum(r["log_end_offset"] or 0 for r in rows)}
-
-
-def _parse_timestamp(value: str) -> int:
-    """``2026-01-01T12:00`` / ``...Z`` / epoch ms -> epoch ms (UTC when no zone is given)."""
-    if value.strip().lstrip("-").isdigit():
-        return int(value)
-    try:
-        when = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise HTTPException(422, f"timestamp must be an ISO date-time or epoch milliseconds, got {value!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    from .hooks import epoch_ms
-    return epoch_ms(when)
 
 
 def _key_bytes(key: str, key_format: str) -> bytes:
@@ -242,10 +130,10 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
-    timestamp_ms = _parse_timestamp(timestamp) if timestamp else None
+    timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
     key_bytes = _key_bytes(key, key_format) if key else None
-    page = _engine(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
-                   key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+    page = engine_errors(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+                         key=key_bytes, latest=latest, limit=limit, isolation=isolation)
     rows = []
     for r in page["records"]:
         rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),
@@ -265,11 +153,11 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
 
 def broker_data() -> dict:
     from storage_engine.inspection import topics
-    h = _view().hook()
+    h = hook()
     listener = _listener(h.config)
     return {"listener": listener, "groups": _groups(h.config, listener),
             "transactions": (listener or {}).get("transactions") or {},
-            "configs": _engine(topics.broker_configs, h.config), "config_path": h.config_path,
+            "configs": engine_errors(topics.broker_configs, h.config), "config_path": h.config_path,
             "live_interval_ms": LIVE_INTERVAL_MS}
 
 
@@ -297,12 +185,12 @@ def group_data(group_id: str) -> dict:
 # -- pages --------------------------------------------------------------------------------------------------------
 
 @router.get("/topics", response_class=HTMLResponse)
-def topics_page():
+def topics_page() -> HTMLResponse:
     return render("topics.html", nav="/topics", **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
-def topic_page(session: SessionDep, topic: str):
+def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
     return render("topic.html", nav="/topics", **topic_data(session, topic))
 
 
@@ -310,7 +198,7 @@ def topic_page(session: SessionDep, topic: str):
 def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
                   key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
                          max_bytes=max_bytes)
@@ -318,75 +206,75 @@ def messages_page(topic: str, partition: int, offset: str | None = None, timesta
 
 
 @router.get("/broker", response_class=HTMLResponse)
-def broker_page():
+def broker_page() -> HTMLResponse:
     return render("broker.html", nav="/broker", **broker_data())
 
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
-def group_page(group_id: str):
+def group_page(group_id: str) -> HTMLResponse:
     return render("group.html", nav="/broker", **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
 
 @router.get("/api/topics")
-def api_topics():
-    return JSONResponse(_jsonable(topics_data()))
+def api_topics() -> JSONResponse:
+    return JSONResponse(jsonable(topics_data()))
 
 
 @router.get("/api/topics/{topic}")
-def api_topic(session: SessionDep, topic: str):
+def api_topic(session: SessionDep, topic: str) -> JSONResponse:
     data = topic_data(session, topic)
     data["actions"] = {name: {"permission": a.permission, "dag_id": a.dag_id, "method": a.method}
                        for name, a in actions.ACTIONS.items()}
-    return JSONResponse(_jsonable(data))
+    return JSONResponse(jsonable(data))
 
 
 @router.get("/api/topics/{topic}/live")
-def api_topic_live(topic: str):
-    return JSONResponse(_jsonable(live_data(topic)))
+def api_topic_live(topic: str) -> JSONResponse:
+    return JSONResponse(jsonable(live_data(topic)))
 
 
 @router.get("/api/messages/{topic}/{partition}")
 def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                 max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN):
+                 max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
     """One page of the message browser; keys and values rendered (``key_shown``, ``value_shown``: at most
     ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
                          max_bytes=max_bytes)
     data.pop("action")
-    return JSONResponse(_jsonable(data))
+    return JSONResponse(jsonable(data))
 
 
 @router.get("/api/broker")
-def api_broker():
-    return JSONResponse(_jsonable(broker_data()))
+def api_broker() -> JSONResponse:
+    return JSONResponse(jsonable(broker_data()))
 
 
 @router.get("/api/broker/live")
-def api_broker_live():
+def api_broker_live() -> JSONResponse:
     """The listener's figures only (what the broker page refreshes)."""
-    return JSONResponse(_jsonable({"listener": _listener(_config())}))
+    return JSONResponse(jsonable({"listener": _listener(_config())}))
 
 
 @router.get("/api/groups/{group_id}")
-def api_group(group_id: str):
-    return JSONResponse(_jsonable(group_data(group_id)))
+def api_group(group_id: str) -> JSONResponse:
+    return JSONResponse(jsonable(group_data(group_id)))
 
 
 @router.get("/api/actions")
 def api_actions(session: SessionDep, topic: str | None = None,
-                limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JSONResponse:
     """The console actions in Airflow's audit log, newest first."""
-    return JSONResponse(_jsonable({"actions": actions.recent(session, topic=topic, limit=limit)}))
+    return JSONResponse(jsonable({"actions": actions.recent(session, topic=topic, limit=limit)}))
 
 
 @router.post("/api/actions/{action}")
 def api_action(request: Request, session: SessionDep, user: GetUserDep, action: str,
-               body: Annotated[dict, Body()]):
+               body: Annotated[dict, Body()]) -> JSONResponse:
     """Do one action (:mod:`.actions`) after Airflow's permission check; JSON body only (``{"topic", "partition",
     ..., "confirm": <target name>}``), so a cross-site form cannot post here."""
     spec = actions.ACTIONS.get(action)
@@ -404,12 +292,12 @@ def api_action(request: Request, session: SessionDep, user: GetUserDep, action: 
     except actions.ActionRequestError as exc:
         raise HTTPException(422, str(exc)) from None
     try:
-        result = _engine(actions.run, _config(), action, target)
+        result = engine_errors(actions.run, _config(), action, target)
     except HTTPException as exc:
         actions.audit(session, name, spec, target, "failed", exc.detail)
         raise
     actions.audit(session, name, spec, target, "done", _summary(action, result))
-    return JSONResponse(_jsonable({"action": action, "target": target, "summary": _summary(action, result),
+    return JSONResponse(jsonable({"action": action, "target": target, "summary": _summary(action, result),
                                    "result": result}))
 
 

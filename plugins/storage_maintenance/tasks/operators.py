@@ -1,14 +1,14 @@
 """Operators of the log-storage housekeeping DAGs: templated parameters in, one hook call, a summary out.
 
 Every operator first refuses to run on a worker of another storage host than its own
-(:func:`storage_maintenance.hooks.check_worker_host`), then a run whose ``conf`` holds a key its DAG does not
-declare (:func:`storage_maintenance.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task,
-so nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.params.run_as_of`: the
+(:func:`storage_maintenance.tasks.hooks.check_worker_host`), then a run whose ``conf`` holds a key its DAG does not
+declare (:func:`storage_maintenance.tasks.params.check_conf_keys`: a typo such as ``dryrun`` fails the run's first task,
+so nothing mutates), then acts as of the run's stated instant (:func:`storage_maintenance.tasks.params.run_as_of`: the
 data interval end; the trigger time of a manual run or of a run without an interval; or ``as_of`` from the
 conf), logs it with one human line per partition that changed, and returns a JSON-able summary carrying
 ``as_of`` and ``as_of_source`` (which rule chose it), which Airflow stores as the task's XCom.
 
-A task that finishes tells :mod:`storage_maintenance.root_causes` which partitions it maintained without error,
+A task that finishes tells :mod:`storage_maintenance.reporting.root_causes` which partitions it maintained without error,
 which closes the root causes alerted for them (so the next failure alerts again).
 
 Fan-out follows the cost of the work (ARCHITECTURE.md section 9): :class:`PlanBatchesOperator` cuts the partitions
@@ -28,19 +28,24 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk import Context
+
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from storage_engine import errors
+from storage_engine.jobs.batches import BatchPartitions
 from storage_engine.units import human_bytes
 
-from .hooks import StorageEngineHook, check_worker_host
+from ..reporting.root_causes import note_healthy
+from .hooks import AsOf, StorageEngineHook, check_worker_host
 from .params import as_dry_run, as_partitions, as_positive_int, as_topics, check_conf_keys, run_as_of
-from .root_causes import note_healthy
 
 
-def record_error(context, exc: BaseException) -> None:
+def record_error(context: Context, exc: BaseException) -> None:
     """Keep a failing task's error where the run report finds it (XCom ``error``); never mask ``exc``."""
     ti = context.get("ti")
+    if ti is None:
+        return
     try:
         ti.xcom_push(key="error", value={"error": f"{type(exc).__name__}: {exc}",
                                          "try_number": getattr(ti, "try_number", None)})
@@ -73,7 +78,7 @@ class StorageMaintenanceOperator(BaseOperator):
     """Base of the maintenance operators: the hook, the run's "as of" instant and the error policy.
 
     :param storage_engine_conn_id: connection whose ``extra`` may name the storage config
-        (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.hooks` for the full order
+        (``{"config": "/path/storage.yaml"}``); see :mod:`storage_maintenance.tasks.hooks` for the full order
     :param config_path: storage config file overriding the connection and ``$STORAGE_ENGINE_CONFIG``
         (templated)
     :param host: the storage host (the config's ``hosts:``) whose log dirs the task maintains, given to the tasks of
@@ -99,7 +104,7 @@ class StorageMaintenanceOperator(BaseOperator):
         return StorageEngineHook(storage_engine_conn_id=self.storage_engine_conn_id, config_path=self.config_path,
                                  host=self.host)
 
-    def execute(self, context) -> Any:
+    def execute(self, context: Context) -> Any:
         try:
             check_worker_host(self.host)    # a worker of another host lacks this task's log dirs
             # Before anything else: a mistyped key must not start a run that mutates.
@@ -131,7 +136,7 @@ class StorageMaintenanceOperator(BaseOperator):
             keys |= set(self.dag.params or {})
         return keys
 
-    def note_healthy(self, context, result: Any) -> None:
+    def note_healthy(self, context: Context, result: Any) -> None:
         """Close the root causes alerted for what this task just maintained without error (never fails)."""
         ti = context.get("ti")
         try:
@@ -140,10 +145,10 @@ class StorageMaintenanceOperator(BaseOperator):
         except Exception as exc:      # the record is an aid to alerting; maintenance has already succeeded
             self.log.warning("could not update the record of alerted failures: %s: %s", type(exc).__name__, exc)
 
-    def run(self, now_ms: int, context) -> Any:
+    def run(self, now_ms: int, context: Context) -> Any:
         raise NotImplementedError
 
-    def summary(self, result: Any, when) -> str:
+    def summary(self, result: Any, when: AsOf) -> str:
         raise NotImplementedError
 
 
@@ -160,14 +165,14 @@ class PlanBatchesOperator(StorageMaintenanceOperator):
     template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "topics", "batch_size",
                                       "max_batches")
 
-    def __init__(self, *, topics=None, batch_size: int | str = 500, max_batches: int | str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, topics: str | list[str] | None = None, batch_size: int | str = 500,
+                 max_batches: int | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topics = topics
         self.batch_size = batch_size
         self.max_batches = max_batches
 
-    def run(self, now_ms: int, context) -> list[dict]:
+    def run(self, now_ms: int, context: Context) -> list[dict]:
         size = as_positive_int("batch_size", self.batch_size)
         limit = None if self.max_batches is None else as_positive_int("max_batches", self.max_batches)
         health = self.hook.log_dir_health()
@@ -180,7 +185,7 @@ class PlanBatchesOperator(StorageMaintenanceOperator):
         return [{"partitions": b["partitions"], "batch_label": b["label"], "log_dir": b["log_dir"],
                  "batch_index": b["index"]} for b in batches]
 
-    def summary(self, result: list[dict], when) -> str:
+    def summary(self, result: list[dict], when: AsOf) -> str:
         partitions = sum(len(b["partitions"]) for b in result)
         return f"{partitions} partition(s) in {len(result)} batch(es) as of {when['iso']}"
 
@@ -200,7 +205,7 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
     template_fields: Sequence[str] = (*StorageMaintenanceOperator.template_fields, "partitions", "dry_run")
     verb = "maintain"
 
-    def __init__(self, *, partitions, batch_label: str = "", log_dir: str | None = None,
+    def __init__(self, *, partitions: str | list[Any], batch_label: str = "", log_dir: str | None = None,
                  batch_index: int | None = None, dry_run: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.partitions = partitions
@@ -209,7 +214,7 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
         self.batch_index = batch_index
         self.dry_run = dry_run
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         result = self.run_batch(as_partitions(self.partitions), now_ms, as_dry_run(self.dry_run))
         when = run_as_of(context)
         result.update(label=self.batch_label, log_dir=self.log_dir, batch_index=self.batch_index,
@@ -237,17 +242,17 @@ class PartitionBatchOperator(StorageMaintenanceOperator):
             raise PartitionsFailed(message)
         return result
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         raise NotImplementedError
 
     def partition_line(self, r: dict) -> str | None:
         """One log line for a partition that changed (None: nothing worth a line)."""
         return None
 
-    def on_results(self, result: dict, context) -> None:
+    def on_results(self, result: dict, context: Context) -> None:
         """Hook for subclasses (asset events)."""
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         done = sum(1 for r in result["results"] if not r.get("nothing_to_do", True))
         skipped = len(result.get("skipped", []))
         return (f"{self.verb} {result['label']} as of {when['iso']} ({when['source']}): "
@@ -265,7 +270,7 @@ class LogRetentionOperator(PartitionBatchOperator):
 
     verb = "retention"
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         result: dict[str, Any] = dict(self.hook.retention_batch(partitions, now_ms, dry_run=dry_run))
         result["results"] = [compact_retention(r) for r in result["results"]]
         return result
@@ -297,7 +302,7 @@ class LogFlushOperator(PartitionBatchOperator):
         super().__init__(**kwargs)
         self.due_only = due_only
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         result: dict[str, Any] = dict(self.hook.flush_batch(partitions, now_ms, due_only=self.due_only,
                                                             dry_run=dry_run))
         for r in result["results"]:
@@ -328,7 +333,7 @@ class LogCheckpointOperator(PartitionBatchOperator):
         super().__init__(**kwargs)
         self.flush = flush
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         result: dict[str, Any] = dict(self.hook.checkpoint_batch(partitions, now_ms, flush=self.flush,
                                                                  dry_run=dry_run))
         for r in result["results"]:
@@ -348,7 +353,7 @@ class VerifyPartitionsOperator(PartitionBatchOperator):
 
     verb = "verify"
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         result: dict[str, Any] = dict(self.hook.verify_batch(partitions))
         result["now_ms"] = now_ms
         for r in result["results"]:
@@ -367,7 +372,7 @@ class VerifyPartitionsOperator(PartitionBatchOperator):
 class VerifyLogDirsOperator(StorageMaintenanceOperator):
     """The log-dir half of the audit: checkpoint files parse, every folder is a valid partition name."""
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         result = self.hook.verify_log_dirs()
         result["now_ms"] = now_ms
         if result["damaged"]:
@@ -378,7 +383,7 @@ class VerifyLogDirsOperator(StorageMaintenanceOperator):
                                        + "; ".join(f"{p['file']}: {p['message']}" for p in result["problems"][:5]))
         return result
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         extra = "".join(f"; {f['kind']} folder {f['file']}" for f in result.get("foreign", [])[:10])
         extra += "".join(f"; log dir {d} OFFLINE: {r}" for d, r in result.get("offline_dirs", {}).items())
         return (f"log dirs verified as of {when['iso']}: no damage, {len(result['pending'])} pending item(s)"
@@ -398,10 +403,10 @@ class PurgeDeletedOperator(StorageMaintenanceOperator):
         super().__init__(**kwargs)
         self.dry_run = dry_run
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         return dict(self.hook.purge(now_ms, dry_run=as_dry_run(self.dry_run)))
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         verb = "would remove" if result["dry_run"] else "removed"
         return (f"purge as of {when['iso']}: {verb} {result['files_removed']} file(s) and "
                 f"{len(result.get('folders_removed') or [])} deleted partition folder(s), freed "
@@ -416,7 +421,7 @@ class ExpireProducersOperator(PartitionBatchOperator):
 
     verb = "expire producers"
 
-    def run_batch(self, partitions, now_ms: int, dry_run: bool) -> dict:
+    def run_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool) -> dict:
         return self.hook.expire_producers_batch(partitions, now_ms, dry_run=dry_run)
 
     def partition_line(self, r: dict) -> str | None:
@@ -437,7 +442,7 @@ class FailRunIfUpstreamFailedOperator(BaseOperator):
 
     ui_color = "#f7e8e8"
 
-    def execute(self, context) -> None:
+    def execute(self, context: Context) -> None:
         raise AirflowFailException(
             f"maintenance task(s) upstream of {self.task_id} failed in run {context['run_id']}; "
             "see the run report and its alert")

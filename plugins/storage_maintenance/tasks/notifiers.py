@@ -19,7 +19,7 @@ Both channels are tried independently (e-mail first), so a failing webhook never
 versa; if either failed, :class:`AlertNotDelivered` names both outcomes afterwards.
 
 **Fixes and one alert per root cause.** A run digest's failures are grouped into root causes
-(:mod:`storage_maintenance.root_causes`), each with its fix: a sentence, the commands with the actual topic,
+(:mod:`storage_maintenance.reporting.root_causes`), each with its fix: a sentence, the commands with the actual topic,
 partition, file and log dir, and the Storage view page; the e-mail shows them first ("What to do") and the
 webhook JSON carries them as ``root_causes`` (``key``, ``kind``, ``title``, ``partition``, ``log_dir``,
 ``path``, ``error``, ``fix``, ``commands``, ``page``, ``seen_in``, ``alerted_before``). A root cause already
@@ -41,7 +41,8 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-from . import root_causes
+from ..reporting import root_causes
+from .hooks import StorageEngineHook
 
 ENV_EMAILS = "STORAGE_MAINTENANCE_ALERT_EMAILS"
 ENV_WEBHOOK = "STORAGE_MAINTENANCE_ALERT_WEBHOOK"
@@ -94,20 +95,25 @@ def webhook(value: str | None = None) -> str | None:
     return (str(url).strip() or None) if url else None
 
 
+def _where() -> root_causes.Where:
+    """Where the storage config the tasks use puts things (for the fixes an alert names)."""
+    return root_causes.Where.current(StorageEngineHook())
+
+
 def annotate(alert: dict, where: root_causes.Where | None = None) -> dict:
     """Add the root causes and their fixes to an alert, in place (once: the renderers and :func:`send` all call
     it): ``root_causes`` for a run digest, ``fix``/``commands``/``page`` for an offline log dir."""
     if alert.get("event") == RUN_FAILED and "root_causes" not in alert:
-        alert["root_causes"] = root_causes.causes_of_run(alert, where or root_causes.Where.current())
+        alert["root_causes"] = root_causes.causes_of_run(alert, where or _where())
     elif alert.get("event") == LOG_DIR_OFFLINE and "fix" not in alert:
         alert.update(root_causes.fix_for_offline_dir(alert["log_dir"], alert.get("reason") or "",
-                                                     where or root_causes.Where.current()))
+                                                     where or _where()))
     return alert
 
 
-def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str | None = None,
-         smtp_conn_id: str = "smtp_default", from_email: str | None = None, timeout_s: float = 10.0,
-         log=None) -> dict:
+def send(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] | None = None,
+         webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
+         timeout_s: float = 10.0, log: Any = None) -> dict:
     """Send one alert on both channels; returns ``{"emailed": [...], "webhook_status": int|None}`` (and
     ``"suppressed"``: the root causes not alerted again) or raises :class:`AlertNotDelivered` after trying both.
 
@@ -140,11 +146,11 @@ def send(alert: dict, subject: str, html_body: str, *, to=None, webhook_url: str
     return outcome
 
 
-def _claim(alert: dict, log) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
+def _claim(alert: dict, log: Any) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
     """(the record, causes to alert now, causes alerted before); every cause is new when there is no record."""
     causes = alert["root_causes"]
     seen = {"dag_id": alert.get("dag_id"), "run_id": alert.get("run_id")}
-    for record in root_causes.AlertRecord.locations():
+    for record in root_causes.AlertRecord.locations(StorageEngineHook()):
         try:
             new, repeated = record.claim(causes, seen)
             return record, new, repeated
@@ -154,8 +160,9 @@ def _claim(alert: dict, log) -> tuple[root_causes.AlertRecord | None, list[dict]
     return None, list(causes), []
 
 
-def _deliver(alert: dict, subject: str, html_body: str, *, to, webhook_url: str | None, smtp_conn_id: str,
-             from_email: str | None, timeout_s: float, log) -> dict:
+def _deliver(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] | None,
+             webhook_url: str | None, smtp_conn_id: str,
+             from_email: str | None, timeout_s: float, log: Any) -> dict:
     failures: list[str] = []
     outcome: dict[str, Any] = {"emailed": [], "webhook_status": None}
     rcpt = recipients(to)
@@ -307,7 +314,7 @@ def task_alert(context: Any) -> dict:
     iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
     error_type, text = (type(exc).__name__, str(exc)) if isinstance(exc, BaseException) else ("", exception)
     cause = root_causes.classify(error_type, text, dag_id=getattr(ti, "dag_id", None),
-                                 task_id=getattr(ti, "task_id", None), where=root_causes.Where.current(),
+                                 task_id=getattr(ti, "task_id", None), where=_where(),
                                  log_url=log_url, run_id=getattr(ti, "run_id", None))
     return {
         "event": "storage_maintenance_task_failed",

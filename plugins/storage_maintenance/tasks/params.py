@@ -41,7 +41,7 @@ import difflib
 import logging
 from typing import Any
 
-from airflow.sdk import Param
+from airflow.sdk import Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
 from storage_engine.errors import StorageError
@@ -173,7 +173,7 @@ def check_conf_keys(conf: Any, allowed: Any, dag_id: str | None = None) -> None:
         f"{', '.join(accepted) or 'no key'}. Nothing was done: trigger it again with the right keys")
 
 
-def run_as_of(context, *, strict: bool = True) -> AsOf:
+def run_as_of(context: Context, *, strict: bool = True) -> AsOf:
     """The instant a run acts as of, and which rule chose it (see the module docstring): ``as_of`` from the conf,
     else the trigger time of a run without a data interval or of a manual run, else the data interval end.
     ``strict=False`` (the run report, which must describe even a run whose ``as_of`` was refused) passes over an
@@ -256,7 +256,7 @@ def maintenance_params(*, batches: bool = False) -> dict[str, Param]:
 def maintenance_default_args(*, retry_delay_s: int = 30, execution_timeout_min: int = 30) -> dict:
     """``default_args`` of every maintenance DAG: two retries for errors that may pass (errors no retry can
     fix fail at once), a short delay, no per-task alert: each run ends with ``run_report``, which sends one
-    digest alert for the whole run (see :mod:`storage_maintenance.report`)."""
+    digest alert for the whole run (see :mod:`storage_maintenance.tasks.run_report`)."""
     return {
         "retries": 2,
         "retry_delay": datetime.timedelta(seconds=retry_delay_s),

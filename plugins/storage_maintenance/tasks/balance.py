@@ -4,7 +4,7 @@
    move from every dir above the threshold to the least-used one (the engine's
    :func:`storage_engine.jobs.lifecycle.balance_plan`). Its return value is the whole plan (usage before
    and after, for the UI and the run summary); with ``dry_run`` nothing more happens. The plan's ``move_kwargs``
-   list goes through a :class:`~storage_maintenance.compaction.PlanPartOperator` to the mapped move tasks.
+   list goes through a :class:`~storage_maintenance.tasks.compaction.PlanPartOperator` to the mapped move tasks.
 2. :class:`MovePartitionOperator` (mapped, one per move: each copies a whole partition) moves one partition while
    it keeps serving (Kafka's alter-log-dirs: a ``-future`` copy, caught up, swapped in crash-safely; see
    :mod:`storage_engine.log.mover`). A move a crashed task left behind is resumed by the next run.
@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from storage_engine.units import human_bytes
 
+from .hooks import AsOf
 from .operators import StorageMaintenanceOperator
 from .params import as_dry_run, as_partition, as_positive_int, as_topic, as_topics
 
@@ -48,7 +50,7 @@ class PlanMovesOperator(StorageMaintenanceOperator):
                                       "max_dir_bytes", "max_moves", "topics", "dry_run")
 
     def __init__(self, *, max_used_percent: Any = 85.0, max_dir_bytes: Any = None, max_moves: Any = 5,
-                 topics=None, dry_run: Any = False, **kwargs: Any) -> None:
+                 topics: str | list[str] | None = None, dry_run: Any = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_used_percent = max_used_percent
         self.max_dir_bytes = max_dir_bytes
@@ -56,7 +58,7 @@ class PlanMovesOperator(StorageMaintenanceOperator):
         self.topics = topics
         self.dry_run = dry_run
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         percent, dir_bytes = as_threshold(self.max_used_percent, self.max_dir_bytes)
         dry_run = as_dry_run(self.dry_run)
         plan = self.hook.balance_plan(max_used_percent=percent, max_dir_bytes=dir_bytes,
@@ -77,7 +79,7 @@ class PlanMovesOperator(StorageMaintenanceOperator):
         plan["online_dirs"] = [d["log_dir"] for d in plan["dirs"] if d["status"] == "online"]
         return plan
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         verb = "planned (dry run)" if result["dry_run"] else "planned"
         return (f"balance as of {when['iso']}: {len(result['moves'])} move(s) {verb}"
                 + (f"; still over the limit: {', '.join(result['still_over'])}" if result["still_over"] else "")
@@ -103,7 +105,7 @@ class MovePartitionOperator(StorageMaintenanceOperator):
         self.from_dir = from_dir
         self.move_label = move_label
 
-    def run(self, now_ms: int, context) -> dict:
+    def run(self, now_ms: int, context: Context) -> dict:
         topic, partition = as_topic(self.topic), as_partition(self.partition)
         if not isinstance(self.to_dir, str) or not self.to_dir:
             raise AirflowFailException(f"to_dir must be a log dir, got {self.to_dir!r}")
@@ -111,7 +113,7 @@ class MovePartitionOperator(StorageMaintenanceOperator):
         result["nothing_to_do"] = not result["committed"]
         return result
 
-    def summary(self, result: dict, when) -> str:
+    def summary(self, result: dict, when: AsOf) -> str:
         return (f"moved {result['topic']}-{result['partition']} from {result['source_dir']} to "
                 f"{result['target_dir']} as of {when['iso']}: {human_bytes(result['bytes_copied'])} copied in "
                 f"{result['rounds']} round(s) ({human_bytes(result['final_bytes'])} while writers waited)"

@@ -19,7 +19,7 @@ Config resolution, first match wins:
 (:func:`check_worker_host`, ``$STORAGE_MAINTENANCE_HOST``).
 
 **What "now" is** (ARCHITECTURE.md section 5): a run acts as of one stated instant, chosen by
-:func:`storage_maintenance.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
+:func:`storage_maintenance.tasks.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
 logs it, puts it in its XCom; the run report, the alert and the Storage view show it the same way.
 """
 from __future__ import annotations
@@ -29,6 +29,8 @@ import datetime
 import os
 import re
 import shutil
+import sys
+from collections.abc import Collection, Mapping
 from functools import cached_property
 from typing import Any, TypedDict
 
@@ -40,7 +42,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
 from storage_engine.inspection.status import Overview, PartitionDetail, PartitionPage
 from storage_engine.jobs import batches, compaction, housekeeping
-from storage_engine.jobs.batches import BatchResult
+from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
@@ -88,6 +90,16 @@ def check_worker_host(host: str | None) -> None:
             f"this task maintains the log dirs of storage host {host!r} but runs on a worker of storage host "
             f"{worker!r} (${HOST_ENV}); only the workers of {host!r} (airflow celery worker --queues {host},default) "
             "may run it: check the task's queue and the workers' queues")
+
+
+def spark_submit_env(given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The environment a key-map task gives spark-submit, resolved by the worker when the task runs (not by the
+    DAG processor when it parses the DAG file): this interpreter's folder first on ``PATH`` (spark-submit is the
+    pip package's) and ``PYSPARK_PYTHON`` this interpreter unless the worker sets one; ``given`` (the task's own
+    ``env_vars``) over both."""
+    env: dict[str, Any] = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    return {**env, **(given or {})}
 
 
 def declared_topics(path: str | None = None) -> list[str]:
@@ -166,16 +178,18 @@ class StorageEngineHook(BaseHook):
         return batches.plan_batches(self.config, topics=topics or None, batch_size=batch_size)
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
-    def retention_batch(self, partitions, now_ms: int, dry_run: bool = False) -> BatchResult:
+    def retention_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
         return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
-    def flush_batch(self, partitions, now_ms: int, due_only: bool = True, dry_run: bool = False) -> BatchResult:
+    def flush_batch(self, partitions: BatchPartitions, now_ms: int, due_only: bool = True,
+                    dry_run: bool = False) -> BatchResult:
         return batches.flush_batch(self.config, partitions, now_ms, due_only=due_only, dry_run=dry_run)
 
-    def checkpoint_batch(self, partitions, now_ms: int, flush: bool = True, dry_run: bool = False) -> BatchResult:
+    def checkpoint_batch(self, partitions: BatchPartitions, now_ms: int, flush: bool = True,
+                         dry_run: bool = False) -> BatchResult:
         return batches.checkpoint_batch(self.config, partitions, now_ms, flush=flush, dry_run=dry_run)
 
-    def verify_batch(self, partitions) -> BatchResult:
+    def verify_batch(self, partitions: BatchPartitions) -> BatchResult:
         from storage_engine.inspection.verify import verify_batch
         return verify_batch(self.config, partitions)
 
@@ -183,7 +197,7 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection.verify import verify_dir_files
         return verify_dir_files(self.config)
 
-    def expire_producers_batch(self, partitions, now_ms: int, dry_run: bool = False) -> dict:
+    def expire_producers_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> dict:
         return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
@@ -330,13 +344,14 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection import status
         return status.log_dir_status(self.config)
 
-    def overview(self, now_ms: int | None = None, top: int = 10, extra=None) -> Overview:
+    def overview(self, now_ms: int | None = None, top: int = 10,
+                 extra: dict[tuple[str, int], dict[str, Any]] | None = None) -> Overview:
         """The first page's facts (:func:`storage_engine.inspection.status.overview`); ``extra``: what the
         metadata DB adds per partition (damage found by runs), counted with what the files show."""
         from storage_engine.inspection import status
         return status.overview(self.config, now_ms=now_ms, top=top, extra=extra)
 
-    def partition_page(self, **kwargs) -> PartitionPage:
+    def partition_page(self, **kwargs: Any) -> PartitionPage:
         from storage_engine.inspection import status
         return status.list_partition_status(self.config, **kwargs)
 
@@ -344,6 +359,6 @@ class StorageEngineHook(BaseHook):
         from storage_engine.inspection import status
         return status.partition_detail(self.config, topic, partition, now_ms)
 
-    def plan(self, now_ms: int, topics=None, offset: int = 0, limit: int = 100) -> dict:
+    def plan(self, now_ms: int, topics: Collection[str] | None = None, offset: int = 0, limit: int = 100) -> dict:
         from storage_engine.inspection import status
         return status.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)

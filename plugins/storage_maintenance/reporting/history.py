@@ -22,14 +22,16 @@ host's task group); every query here reads a step under both forms, and keeps th
 """
 from __future__ import annotations
 
+import datetime
 import functools
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
-from .assets import PARTITION_URI_PREFIX, partition_uri
-from .maintenance_dags import MAINTENANCE_DAGS, in_group, step_of
+from ..maintenance_dags import MAINTENANCE_DAGS, PARTITION_URI_PREFIX, in_group, partition_uri, step_of
 
 RAN = ("success", "failed")         # the states of a task instance that ran in its run's latest try
 # The per-partition checks whose problems stay on the pages until a later run of the same check finds the
@@ -42,9 +44,10 @@ DIR_CHECK = ("log_verify", "verify_log_dirs")
 RUNS_LOOKED_AT = 50                 # how far back a check's runs are read for problems still open
 _CACHE_MAX = 256
 _cache: dict[tuple, Any] = {}
+T = TypeVar("T")
 
 
-def _cached(key: tuple, load):
+def _cached(key: tuple, load: Callable[[], T]) -> T:
     """A value read from the XComs of task instances that finished: ``key`` holds their try numbers and end
     dates, so a re-run (new tries) reads them again."""
     value = _cache.get(key, _cache)
@@ -56,12 +59,12 @@ def _cached(key: tuple, load):
     return value
 
 
-def _of_step(column, step: str):
+def _of_step(column: Any, step: str) -> ColumnElement[bool]:
     """The task ids of ``step``: ``step`` itself, and ``<host>.<step>`` in a storage host's task group."""
     return or_(column == step, column.endswith("." + step, autoescape=True))
 
 
-def _ran_tis(session: Session, dag_id: str, run_ids, step: str, states: tuple | None = RAN) -> list:
+def _ran_tis(session: Session, dag_id: str, run_ids: Collection[str], step: str, states: tuple | None = RAN) -> list:
     """(run_id, task_id, map_index, state, try_number, end_date) of the instances of ``step`` (in every host group)
     in these runs that ran (``states=None``: in any state)."""
     from airflow.models.taskinstance import TaskInstance as TI
@@ -97,7 +100,7 @@ def _xcom(session: Session, dag_id: str, run_id: str, task_id: str, map_index: i
 
 # -- runs ---------------------------------------------------------------------------------------------------
 
-def _execution_order():
+def _execution_order() -> tuple[Any, ...]:
     """Runs by when they executed: running ones first, then by when they finished, newest first; runs that have
     not started yet (queued) last, newest first."""
     from airflow.models.dagrun import DagRun
@@ -108,7 +111,7 @@ def _execution_order():
             DagRun.queued_at.desc(), DagRun.id.desc())
 
 
-def run_list(session: Session, dag_ids=MAINTENANCE_DAGS, *, offset: int = 0, limit: int = 20) -> dict:
+def run_list(session: Session, dag_ids: Iterable[str] = MAINTENANCE_DAGS, *, offset: int = 0, limit: int = 20) -> dict:
     """One page of the maintenance runs ordered by when they executed (see :func:`_execution_order`), each
     with its report's totals when the run's latest try has one: ``{"total", "offset", "limit", "runs"}``."""
     from airflow.models.dagrun import DagRun
@@ -130,7 +133,7 @@ def run_list(session: Session, dag_ids=MAINTENANCE_DAGS, *, offset: int = 0, lim
     return {"total": total, "offset": offset, "limit": limit, "runs": out}
 
 
-def recent_runs(session: Session, dag_ids=MAINTENANCE_DAGS, limit: int = 10) -> list[dict]:
+def recent_runs(session: Session, dag_ids: Iterable[str] = MAINTENANCE_DAGS, limit: int = 10) -> list[dict]:
     """The latest ``limit`` maintenance runs, by when they executed (the first page of :func:`run_list`)."""
     return run_list(session, dag_ids, limit=limit)["runs"]
 
@@ -185,7 +188,8 @@ def _batch_results(session: Session, dag_id: str, run_id: str, step: str) -> dic
     return _cached(("batches", dag_id, run_id, step, tuple((t[1], t[2], t[4], t[5]) for t in tis)), load)
 
 
-def last_results(session: Session, dag_id: str, step: str, partitions=None) -> tuple[str | None, dict]:
+def last_results(session: Session, dag_id: str, step: str, partitions: Collection[tuple[str, int]] | None = None
+                 ) -> tuple[str | None, dict]:
     """(run id, {(topic, partition): result}) of ``step``'s batches (``retention``; of every host group) in the
     latest reported run of ``dag_id``, for these partitions (None: every partition the run maintained)."""
     run_id = latest_run_with_report(session, dag_id)
@@ -199,7 +203,7 @@ def last_results(session: Session, dag_id: str, step: str, partitions=None) -> t
 
 # -- problems still open ------------------------------------------------------------------------------------
 
-def _outcomes(batch: Any, dag_id: str, task_id: str, run_id: str, when) -> dict:
+def _outcomes(batch: Any, dag_id: str, task_id: str, run_id: str, when: datetime.datetime | None) -> dict:
     """{(topic, partition): problem dict, or None when the batch maintained it without one} of one batch's
     XCom; partitions it skipped (log dir offline) are left out: nothing was found about them."""
     out: dict = {}
@@ -234,7 +238,7 @@ def _plan(session: Session, dag_id: str, run_id: str) -> dict:
     return _cached(("plan", dag_id, run_id, tuple((t[1], t[4], t[5]) for t in tis)), load)
 
 
-def _batch_outcomes(session: Session, dag_id: str, ti) -> dict:
+def _batch_outcomes(session: Session, dag_id: str, ti: Sequence[Any]) -> dict:
     run_id, task_id, map_index, _state, try_number, end_date = ti
     return _cached(("outcomes", dag_id, run_id, task_id, map_index, try_number, end_date),
                    lambda: _outcomes(_xcom(session, dag_id, run_id, task_id, map_index), dag_id, task_id, run_id,
@@ -278,7 +282,7 @@ def _open_problems_of(session: Session, dag_id: str, step: str, runs: int) -> di
     return out
 
 
-def _sound_in_a_later_run(session: Session, dag_id: str, step: str, tp, later: list[str]) -> bool:
+def _sound_in_a_later_run(session: Session, dag_id: str, step: str, tp: tuple[str, int], later: list[str]) -> bool:
     """Whether a batch that succeeded in one of the ``later`` runs maintained ``tp`` (a failed one that did is
     known already)."""
     for run_id in later:
@@ -327,7 +331,7 @@ def open_dir_problems(session: Session) -> list[dict]:
 
 # -- asset events -------------------------------------------------------------------------------------------
 
-def partition_events(session: Session, partitions, limit_per_partition: int = 200) -> dict:
+def partition_events(session: Session, partitions: Iterable[tuple[str, int]], limit_per_partition: int = 200) -> dict:
     """{(topic, partition): [asset event, newest first]} of the partitions' ``kafka-log://`` assets."""
     from airflow.models.asset import AssetEvent, AssetModel
 

@@ -23,115 +23,20 @@ failure alerts through :class:`.notifiers.MaintenanceFailureNotifier`.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
-from storage_engine.units import human_bytes
-
+from ..maintenance_dags import in_group, step_of
+from ..reporting.report import MAX_ROWS, RAN_STATES, markdown_table, partition_rows, run_url, task_url
 from .assets import run_asset
 from .hooks import StorageEngineHook
-from .maintenance_dags import in_group, step_of
+from .notifiers import (AlertNotDelivered, MaintenanceFailureNotifier, digest_html, digest_subject, offline_html,
+                        offline_subject, send)
+from .operators import FailRunIfUpstreamFailedOperator
 from .params import run_as_of
-from .notifiers import AlertNotDelivered, digest_html, digest_subject, offline_html, offline_subject, send
-
-MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
-RAN_STATES = ("success", "failed")   # a task instance in these states ran in the run's latest try
-MAX_MARKDOWN_ROWS = 200
-
-
-def _base_url() -> str:
-    from airflow.configuration import conf
-    return conf.get("api", "base_url", fallback="http://localhost:8080/").rstrip("/")
-
-
-def run_url(dag_id: str, run_id: str) -> str:
-    return f"{_base_url()}/dags/{dag_id}/runs/{quote(run_id)}"
-
-
-def task_url(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
-    return run_url(dag_id, run_id) + f"/tasks/{task_id}" + (f"/mapped/{map_index}" if map_index >= 0 else "")
-
-
-def partition_rows(task_id: str, result: Any) -> list[dict]:
-    """Summary rows of one task's result: one per partition (or one for a DAG-wide task)."""
-    if not isinstance(result, dict):
-        return []
-    rows = []
-    if "results" in result:                                         # a batch
-        for r in result["results"]:
-            rows.append(_row(task_id, {"dry_run": result.get("dry_run"), **r}))
-        for sk in result.get("skipped", []):
-            rows.append({"task": task_id, "partition": f"{sk['topic']}-{sk['partition']}", "status": "skipped",
-                         "segments": 0, "bytes": 0, "records": 0, "duration_s": None, "detail": sk["reason"]})
-        for f in result.get("failures", []):
-            rows.append({"task": task_id, "partition": f"{f['topic']}-{f['partition']}", "status": "failed",
-                         "segments": 0, "bytes": 0, "records": 0, "duration_s": None,
-                         "detail": f"{f['error_type']}: {f['error']}"})
-    elif "topic" in result and "partition" in result:                # one partition (compaction clean)
-        rows.append(_row(task_id, result))
-    elif "files_removed" in result:                                  # purge
-        folders = len(result.get("folders_removed") or [])
-        rows.append({"task": task_id, "partition": "all partitions",
-                     "status": "changed" if result["files_removed"] or folders else "nothing to do", "segments": 0,
-                     "bytes": result["bytes_freed"], "records": 0, "duration_s": None,
-                     "detail": f"{'would remove' if result.get('dry_run') else 'removed'} "
-                               f"{result['files_removed']} .deleted file(s) and {folders} deleted partition "
-                               f"folder(s), {result['files_waiting']} file(s) waiting"})
-    return rows
-
-
-def _row(task_id: str, r: dict) -> dict:
-    name = f"{r['topic']}-{r['partition']}" + (" (copy being moved)" if r.get("future") is True else "")
-    row = {"task": task_id, "partition": name, "segments": 0, "bytes": 0, "records": 0,
-           "duration_s": r.get("duration_s"), "detail": ""}
-    if "segments_deleted" in r:                                     # retention
-        row.update(segments=r["segments_deleted"], bytes=r["bytes_reclaimed"], records=r.get("records_removed", 0),
-                   detail=(f"log start offset {r['log_start_offset_before']} -> {r['log_start_offset']}"
-                           if r["segments_deleted"] else r.get("skipped", "")))
-    elif "size_bytes_before" in r:                                  # compaction
-        row.update(bytes=r["size_bytes_before"] - r["size_bytes_after"], records=r.get("records_removed", 0),
-                   segments=r.get("segments_removed", 0),
-                   detail=f"cleaned [{r['first_dirty_offset']}, {r.get('end_offset')}) with the {r['map']} map")
-    elif "recovery_point" in r:                                     # flush, checkpoint
-        row["detail"] = f"recovery point {r['recovery_point_before']} -> {r['recovery_point']}"
-    elif "expired_producer_ids" in r:                               # producer-id expiry
-        row["detail"] = (f"{'would expire' if r.get('dry_run') else 'expired'} producer id(s) "
-                         f"{r['expired_producer_ids']}" if r["expired_producer_ids"] else "")
-    elif "target_dir" in r:                                         # a move between log dirs
-        row.update(bytes=r.get("bytes_copied", 0),
-                   detail=(f"{'would move' if r.get('dry_run') else 'moved'} from {r.get('source_dir')} to "
-                           f"{r['target_dir']}" + (f", {r.get('bytes_copied', 0)} bytes copied"
-                                                  f"{' (copy resumed)' if r.get('resumed') else ''}"
-                                                  if r.get("committed") else "")))
-    elif "problems" in r:                                           # verify
-        row["detail"] = (f"{len(r['problems'])} problem(s)" if r["problems"]
-                         else f"{r.get('segments', 0)} segment(s), {r.get('records', 0)} record(s) verified")
-    if r.get("nothing_to_do") is False or r.get("damaged"):
-        row["status"] = "damaged" if r.get("damaged") else ("would change" if r.get("dry_run") else "changed")
-    else:
-        row["status"] = "nothing to do"
-        if r.get("skipped") and not row["detail"]:
-            row["detail"] = r["skipped"]
-    return row
-
-
-def markdown_table(rows: list[dict], totals: dict) -> str:
-    lines = [f"**{totals['partitions']} partition(s)**: {totals['changed']} changed, {totals['failed']} failed, "
-             f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), "
-             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed.", "",
-             "| task | partition | status | segments | bytes | records | duration (s) | detail |",
-             "|---|---|---|---:|---:|---:|---:|---|"]
-    for r in rows[:MAX_MARKDOWN_ROWS]:
-        lines.append(f"| {r['task']} | {r['partition']} | {r['status']} | {r['segments']} | "
-                     f"{human_bytes(r['bytes'])} | "
-                     f"{r['records']} | {'' if r['duration_s'] is None else r['duration_s']} | "
-                     f"{str(r['detail']).replace('|', '/')} |")
-    if len(rows) > MAX_MARKDOWN_ROWS:
-        lines.append(f"| ... | {len(rows) - MAX_MARKDOWN_ROWS} more row(s) in the XCom | | | | | | |")
-    return "\n".join(lines)
 
 
 class RunReportOperator(BaseOperator):
@@ -147,7 +52,8 @@ class RunReportOperator(BaseOperator):
     template_fields: Sequence[str] = ()
     ui_color = "#eef0e8"
 
-    def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None, to=None,
+    def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None,
+                 to: str | Iterable[str] | None = None,
                  webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -155,7 +61,7 @@ class RunReportOperator(BaseOperator):
         self.label_task = label_task
         self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
 
-    def _task_instances(self, context) -> list[tuple[str, int, str]]:
+    def _task_instances(self, context: Context) -> list[tuple[str, int, str]]:
         """[(task_id, map_index, state)] of the reported tasks in this run's latest try: the mapped instances a
         re-run expanded to fewer items (``removed``) are no part of it."""
         ti = context["ti"]
@@ -172,7 +78,7 @@ class RunReportOperator(BaseOperator):
         order = {t: i for i, t in enumerate(self.report_tasks)}
         return sorted(out, key=lambda x: (order[x[0]], x[1]))
 
-    def execute(self, context) -> dict:
+    def execute(self, context: Context) -> dict:
         ti = context["ti"]
         when = run_as_of(context, strict=False)     # a refused as_of fails the tasks, not the report
         plans: dict[str, list] = {}    # the labels of each label task pulled so far
@@ -181,7 +87,7 @@ class RunReportOperator(BaseOperator):
         ran = []                       # (task_id, map_index) of the instances that ran in this try
         for task_id, map_index, state in self._task_instances(context):
             states[state] = states.get(state, 0) + 1
-            pull = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
+            pull: dict[str, Any] = {"task_ids": task_id, **({"map_indexes": map_index} if map_index >= 0 else {})}
             # Only an instance that ran in this try has this try's XCom: one that did not run (upstream failed,
             # skipped) still holds the one of the try before, if the run was cleared.
             result = ti.xcom_pull(**pull) if state in RAN_STATES else None
@@ -218,12 +124,12 @@ class RunReportOperator(BaseOperator):
                   "records": sum(r["records"] for r in rows), "task_states": states,
                   "failed_tasks": len(failed_tasks)}
         notable = [r for r in rows if r["status"] != "nothing to do"]
-        report = {"dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
-                  "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
-                  "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks,
-                  "not_run": not_run,
-                  "markdown": markdown_table(notable, totals), "alert": None,
-                  "offline_dirs": offline, "log_dir_alerts": [], "log_dirs_back_online": []}
+        report: dict[str, Any] = {
+            "dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
+            "now_ms": when["now_ms"], "totals": totals, "rows": notable[:MAX_ROWS],
+            "rows_omitted": max(0, len(notable) - MAX_ROWS), "failed_tasks": failed_tasks, "not_run": not_run,
+            "markdown": markdown_table(notable, totals), "alert": None,
+            "offline_dirs": offline, "log_dir_alerts": [], "log_dirs_back_online": []}
         if offline:
             report["markdown"] = "".join(f"**log dir offline, skipped:** `{d}` ({reason})\n\n"
                                          for d, reason in sorted(offline.items())) + report["markdown"]
@@ -240,7 +146,7 @@ class RunReportOperator(BaseOperator):
                                                                              if k != "task_states"}}
         return report
 
-    def _labels(self, ti, task_id: str, plans: dict[str, list]) -> list:
+    def _labels(self, ti: RuntimeTaskInstanceProtocol, task_id: str, plans: dict[str, list]) -> list:
         """The names of ``task_id``'s mapped instances in map-index order, from the result of ``label_task`` in
         the same host group (``storage-a.retention`` is named by ``storage-a.plan_batches``)."""
         if not self.label_task:
@@ -252,7 +158,7 @@ class RunReportOperator(BaseOperator):
                              if isinstance(b, dict) else None for b in plan] if isinstance(plan, list) else []
         return plans[source]
 
-    def _log_dirs(self, ti, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
+    def _log_dirs(self, ti: RuntimeTaskInstanceProtocol, ran: list[dict]) -> tuple[dict[str, str], list[str]]:
         """The log dirs the task instances that ran in this try (``ran``: their XCom pull arguments) found
         offline (with the error) and online."""
         offline: dict[str, str] = {}
@@ -266,7 +172,7 @@ class RunReportOperator(BaseOperator):
                 online.update(value.get("online_dirs") or value.get("online") or [])
         return offline, sorted(online - set(offline))
 
-    def _log_dir_alerts(self, context, report: dict, offline: dict[str, str], online: list[str],
+    def _log_dir_alerts(self, context: Context, report: dict, offline: dict[str, str], online: list[str],
                         rows: list[dict]) -> tuple[list[dict], list[str]]:
         ti = context["ti"]
         hook = StorageEngineHook()
@@ -297,7 +203,7 @@ class RunReportOperator(BaseOperator):
                 sent.append({"log_dir": d, "sent": False, "error": str(exc)})
         return sent, back
 
-    def _alert(self, context, report: dict) -> dict:
+    def _alert(self, context: Context, report: dict) -> dict:
         dag_run = context.get("dag_run")
         iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
         failed_partitions = sorted({f"{p['topic']}-{p['partition']}" for t in report["failed_tasks"]
@@ -327,7 +233,7 @@ class RunReportOperator(BaseOperator):
             return {"sent": False, "error": str(exc), "failed_partitions": failed_partitions}
 
 
-def _pulled(value) -> list:
+def _pulled(value: Any) -> list:
     """An XCom pull of a mapped task gives a list of its map indexes' values, of an unmapped one the value."""
     if value is None:
         return []
@@ -336,13 +242,11 @@ def _pulled(value) -> list:
     return [value]
 
 
-def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None):
+def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None
+                      ) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
     """The two tasks that end every maintenance DAG: ``run_report`` (summary, digest alert, the run's asset
     event; after everything, also after failures) and ``fail_run_if_upstream_failed`` (keeps the run red).
     The caller sets the maintenance tasks upstream of both."""
-    from .notifiers import MaintenanceFailureNotifier
-    from .operators import FailRunIfUpstreamFailedOperator
-
     report = RunReportOperator(task_id="run_report", report_tasks=report_tasks, label_task=label_task,
                                trigger_rule="all_done", retries=0, outlets=[run_asset(dag_id)],
                                on_failure_callback=[MaintenanceFailureNotifier()])

@@ -56,7 +56,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ALERT_RECORD_FILE = "alerted-failures.json"
@@ -108,13 +108,12 @@ class Where:
         self.base_url = (base_url or "http://localhost:8080").rstrip("/")
 
     @classmethod
-    def current(cls) -> Where:
-        """The config resolved as the tasks resolve it (never fails: an unreadable config leaves no log dirs)."""
+    def current(cls, hook: Any) -> Where:
+        """The config resolved as the tasks resolve it through ``hook`` (a ``StorageEngineHook``; never fails: an
+        unreadable config leaves no log dirs)."""
         config_path: str | None = None
         log_dirs: list[str] = []
         try:
-            from .hooks import StorageEngineHook
-            hook = StorageEngineHook()
             config_path = hook.config_path
             log_dirs = list(hook.config.log_dirs)
         except Exception:
@@ -426,14 +425,12 @@ class AlertRecord:
         self.path = os.path.join(state_dir, ALERT_RECORD_FILE)
 
     @classmethod
-    def locations(cls, hook: Any | None = None) -> list[AlertRecord]:
-        """The record beside the log dirs (or under ``$STORAGE_MAINTENANCE_STATE_DIR``), then the fallback kept
-        under ``$AIRFLOW_HOME`` for when the config cannot be read."""
+    def locations(cls, hook: Any) -> list[AlertRecord]:
+        """The record beside the log dirs of ``hook`` (a ``StorageEngineHook``; or under
+        ``$STORAGE_MAINTENANCE_STATE_DIR``), then the fallback kept under ``$AIRFLOW_HOME`` for when the config
+        cannot be read."""
         out = []
         try:
-            if hook is None:
-                from .hooks import StorageEngineHook
-                hook = StorageEngineHook()
             out.append(cls(hook.state_dir()))
         except Exception:
             pass
@@ -443,7 +440,7 @@ class AlertRecord:
             out.append(fallback)
         return out
 
-    def _update(self, change) -> Any:
+    def _update(self, change: Callable[[dict], tuple[Any, bool]]) -> Any:
         """Run ``change(state) -> (result, changed)`` on the record under its lock; write it back if changed."""
         from storage_engine.durable import atomic_write, read_regular_file
         from storage_engine.errors import UnsafeFileError
@@ -469,7 +466,7 @@ class AlertRecord:
         every cause that was alerted before."""
         now_s = time.time() if now_s is None else now_s
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             new, repeated, changed = [], [], False
             for c in causes:
                 if c["kind"] in RUN_SCOPED:
@@ -501,7 +498,7 @@ class AlertRecord:
         """Forget ``keys`` (their alert was not delivered: the next run alerts them again)."""
         keys = set(keys)
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             gone = [k for k in keys if k in record]
             for k in gone:
                 record.pop(k)
@@ -517,7 +514,7 @@ class AlertRecord:
             return []
         dag = detector.split(".", 1)[0]
 
-        def change(record: dict):
+        def change(record: dict) -> tuple[Any, bool]:
             closed = []
             for key, e in record.items():
                 detectors = e.get("detectors") or []

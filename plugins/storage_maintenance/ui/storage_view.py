@@ -18,7 +18,7 @@ Pages (HTML, shown inside the Airflow UI through the plugin's external views):
 **Damage** shown on the first page, the partition table and the partition page is what the files show
 (:mod:`storage_engine.inspection.status`: unreadable segment files, partitions whose folder is missing, lost
 offsets, uncleanable marks) and what maintenance runs found that no later run of the same check has found
-gone (:func:`.history.open_problems`: the audit of ``log_verify``, failed retention, checkpoint, flush and
+gone (:func:`..reporting.history.open_problems`: the audit of ``log_verify``, failed retention, checkpoint, flush and
 producer-expiry batches), each linked to the run that found it.
 
 The JSON API under ``/storage-maintenance/api`` backs them with the same data. Every endpoint requires
@@ -28,16 +28,16 @@ JSON body (so a cross-site form cannot post them): clearing a partition's unclea
 on ``log_compaction``) and triggering a dry-run DAG run (permission to create runs of that DAG).
 
 Storage figures come from :mod:`storage_engine.inspection.status` through the hook (no lock, no write); the
-maintenance history from the metadata DB (:mod:`.history`).
+maintenance history from the metadata DB (:mod:`..reporting.history`).
 """
 from __future__ import annotations
 
 import datetime
 import math
-import os
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -45,73 +45,23 @@ from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 
 from storage_engine.units import human_bytes
 
-from . import history
-from .hooks import StorageEngineHook, epoch_ms, iso_ms
-from .maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
+from ..maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
+from ..reporting import history
+from ..tasks.hooks import epoch_ms, iso_ms
+from .web import engine_errors, hook, instant_ms, jsonable, render
 
-PREFIX = "/storage-maintenance"
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
 PAGE_SIZE = 100
-_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-
-app = FastAPI(title="Storage maintenance", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None,
-              openapi_url=None)
-
-
-def _env():
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True, undefined=jinja2.ChainableUndefined)
-    env.filters["bytes"] = human_bytes
-    env.filters["ms"] = lambda v: "" if v is None or v < 0 else iso_ms(int(v))
-    env.filters["pct"] = lambda v: "" if v is None else f"{100 * v:.1f}%"
-    env.filters["when"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S UTC") if hasattr(v, "strftime") else (v or "")
-    env.globals["prefix"] = PREFIX
-    return env
-
-
-_ENV = None
-
-
-def render(name: str, **values) -> HTMLResponse:
-    global _ENV
-    if _ENV is None:
-        _ENV = _env()
-    return HTMLResponse(_ENV.get_template(name).render(**values))
-
-
-def hook() -> StorageEngineHook:
-    """The storage config the DAGs use: the ``storage_engine_default`` connection, else the environment."""
-    return StorageEngineHook()
-
-
-def _now_ms() -> int:
-    return epoch_ms(datetime.datetime.now(datetime.timezone.utc))
+router = APIRouter()
 
 
 def _parse_as_of(value: str | None) -> int:
-    """``2026-01-01T12:00`` / ``...Z`` / epoch ms -> epoch ms (UTC when no zone is given); None -> now."""
+    """The ``as_of`` parameter (:func:`.web.instant_ms`) as epoch ms; None or empty: now."""
     if not value:
-        return _now_ms()
-    if value.isdigit():
-        return int(value)
-    try:
-        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise HTTPException(422, f"as_of must be an ISO date-time or epoch milliseconds, got {value!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return epoch_ms(when)
-
-
-def _engine_errors(call, *args, **kwargs):
-    from storage_engine.errors import PartitionNotFoundError, StorageError
-
-    try:
-        return call(*args, **kwargs)
-    except PartitionNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except (StorageError, ValueError) as exc:
-        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+        return epoch_ms(datetime.datetime.now(datetime.timezone.utc))
+    return instant_ms(value, "as_of")
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -131,7 +81,7 @@ NUMERIC_COLUMNS = ("size", "segments", "log_start_offset", "log_end_offset", "re
 HISTORY_SORTS = {"last_retention": "last_retention_bytes", "last_compaction": "last_compaction_ms"}
 
 
-def _history_fields(session, problems: dict | None = None) -> tuple[dict, str | None, dict]:
+def _history_fields(session: Session, problems: dict | None = None) -> tuple[dict, str | None, dict]:
     """({(topic, partition): fields}, the last retention run, its results): what the metadata DB knows of every
     partition, for the engine to merge into its rows: damage runs found (``damage``), the bytes the last
     retention run reclaimed (-1 when it failed on the partition) and when it was last compacted (sort keys)."""
@@ -146,7 +96,7 @@ def _history_fields(session, problems: dict | None = None) -> tuple[dict, str | 
     return extra, retention_run, retention
 
 
-def _dir_problems(log_dirs: list, session) -> None:
+def _dir_problems(log_dirs: list, session: Session) -> None:
     """Add to each log dir the problems in its own files that the latest audit found and the files no longer
     show the same way (a checkpoint file the engine reads as damaged is reported once)."""
     for p in history.open_dir_problems(session):
@@ -159,26 +109,26 @@ def _dir_problems(log_dirs: list, session) -> None:
                 break
 
 
-def overview_data(session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE) -> dict:
+def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_PAGE_SIZE) -> dict:
     h = hook()
     extra, _run, _results = _history_fields(session)
-    facts = _engine_errors(h.overview, top=TOP_DIRTIEST,
-                           extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
+    facts = engine_errors(h.overview, top=TOP_DIRTIEST,
+                          extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
     _dir_problems(facts["log_dirs"], session)
     runs = history.run_list(session, offset=(runs_page - 1) * runs_limit, limit=runs_limit)
     runs.update(page=runs_page, pages=max(1, math.ceil(runs["total"] / runs_limit)))
     return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
 
 
-def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
+def partitions_data(session: Session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
                     limit: int) -> dict:
     h = hook()
     if sort not in {c[0] for c in COLUMNS}:
         raise HTTPException(422, f"sort must be one of {[c[0] for c in COLUMNS]}, got {sort!r}")
     extra, retention_run, retention = _history_fields(session)
-    data = _engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=HISTORY_SORTS.get(sort, sort),
-                          descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
-                          extra_sorts=tuple(HISTORY_SORTS.values()))
+    data = engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=HISTORY_SORTS.get(sort, sort),
+                         descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
+                         extra_sorts=tuple(HISTORY_SORTS.values()))
     tps = [(p["topic"], p["partition"]) for p in data["partitions"]]
     events = history.partition_events(session, tps, limit_per_partition=20)
     for p in data["partitions"]:
@@ -191,8 +141,8 @@ def partitions_data(session, topic: list[str] | None, q: str | None, sort: str, 
     return data
 
 
-def partition_data(session, topic: str, partition: int) -> dict:
-    detail = _engine_errors(hook().partition_detail, topic, partition)
+def partition_data(session: Session, topic: str, partition: int) -> dict:
+    detail = engine_errors(hook().partition_detail, topic, partition)
     detail["damage"] = list(detail.get("damage") or []) + history.open_problems(session).get((topic, partition), [])
     events = (history.partition_events(session, [(topic, partition)])[(topic, partition)]
               + history.retention_history(session, topic, partition))
@@ -205,15 +155,15 @@ def partition_data(session, topic: str, partition: int) -> dict:
 def plan_data(as_of: str | None, topic: list[str] | None, page: int, limit: int) -> dict:
     now_ms = _parse_as_of(as_of)
     h = hook()
-    data = _engine_errors(h.plan, now_ms, topics=topic or None, offset=(page - 1) * limit, limit=limit)
-    groups = _engine_errors(h.consumer_groups, h.listener_status())
+    data = engine_errors(h.plan, now_ms, topics=topic or None, offset=(page - 1) * limit, limit=limit)
+    groups = engine_errors(h.consumer_groups, h.listener_status())
     data["groups_at_risk"] = h.groups_losing_unread(groups, data["retention"]["partitions"])
     data.update(as_of=iso_ms(now_ms), page=page, topics=topic or [],
                 pages=max(1, math.ceil(data["retention"]["total"] / limit)))
     return data
 
 
-def run_data(session, dag_id: str, run_id: str) -> dict:
+def run_data(session: Session, dag_id: str, run_id: str) -> dict:
     state = history.run_state(session, dag_id, run_id)
     if state is None:
         raise HTTPException(404, f"no run {run_id!r} of DAG {dag_id!r}")
@@ -235,10 +185,10 @@ def history_chart(events: list[dict], size_now: int, width: int = 720, height: i
     span = (x1 - x0) or 1.0
     pad_l, pad_r, pad_t, pad_b = 70, 20, 14, 36
 
-    def x(v):
+    def x(v: float) -> float:
         return pad_l + (v - x0) / span * (width - pad_l - pad_r) if x1 > x0 else (pad_l + width - pad_r) / 2
 
-    def y(v):
+    def y(v: float) -> float:
         return pad_t + (1 - v / top) * (height - pad_t - pad_b)
 
     bar = max(3.0, min(24.0, (width - pad_l - pad_r) / (2 * len(points))))
@@ -272,76 +222,77 @@ RunsPage = Annotated[int, Query(ge=1)]
 RunsLimit = Annotated[int, Query(ge=1, le=200)]
 
 
-@app.get("/", response_class=HTMLResponse)
-def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
+@router.get("/", response_class=HTMLResponse)
+def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> HTMLResponse:
     return render("overview.html", nav="/", **overview_data(session, runs_page, runs_limit))
 
 
-@app.get("/partitions", response_class=HTMLResponse)
+@router.get("/partitions", response_class=HTMLResponse)
 def partitions_page(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
-                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1):
+                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
     return render("partitions.html", nav="/partitions",
                   **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
 
 
-@app.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
-def partition_page(session: SessionDep, topic: str, partition: int):
+@router.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
+def partition_page(session: SessionDep, topic: str, partition: int) -> HTMLResponse:
     return render("partition.html", nav="/partitions", p=partition_data(session, topic, partition))
 
 
-@app.get("/plan", response_class=HTMLResponse)
+@router.get("/plan", response_class=HTMLResponse)
 def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
-              page: Annotated[int, Query(ge=1)] = 1):
+              page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
     return render("plan.html", nav="/plan", **plan_data(as_of, topic, page, PAGE_SIZE))
 
 
-@app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
-def run_page(session: SessionDep, dag_id: str, run_id: str):
+@router.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+def run_page(session: SessionDep, dag_id: str, run_id: str) -> HTMLResponse:
     return render("run.html", **run_data(session, dag_id, run_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------
 
-@app.get("/api/log-dirs")
-def api_log_dirs(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE):
-    return JSONResponse(_json(overview_data(session, runs_page, runs_limit)))
+@router.get("/api/log-dirs")
+def api_log_dirs(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> JSONResponse:
+    return JSONResponse(jsonable(overview_data(session, runs_page, runs_limit)))
 
 
-@app.get("/api/partitions")
+@router.get("/api/partitions")
 def api_partitions(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
-    return JSONResponse(_json(partitions_data(session, topic, q, sort, desc, page, limit)))
+                   limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE) -> JSONResponse:
+    return JSONResponse(jsonable(partitions_data(session, topic, q, sort, desc, page, limit)))
 
 
-@app.get("/api/partitions/{topic}/{partition}")
-def api_partition(session: SessionDep, topic: str, partition: int):
+@router.get("/api/partitions/{topic}/{partition}")
+def api_partition(session: SessionDep, topic: str, partition: int) -> JSONResponse:
     data = partition_data(session, topic, partition)
     data.pop("chart")
-    return JSONResponse(_json(data))
+    return JSONResponse(jsonable(data))
 
 
-@app.get("/api/plan")
+@router.get("/api/plan")
 def api_plan(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
-             page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE):
-    return JSONResponse(_json(plan_data(as_of, topic, page, limit)))
+             page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE
+             ) -> JSONResponse:
+    return JSONResponse(jsonable(plan_data(as_of, topic, page, limit)))
 
 
-@app.get("/api/runs/{dag_id}/{run_id}")
-def api_run(session: SessionDep, dag_id: str, run_id: str):
-    return JSONResponse(_json(run_data(session, dag_id, run_id)))
+@router.get("/api/runs/{dag_id}/{run_id}")
+def api_run(session: SessionDep, dag_id: str, run_id: str) -> JSONResponse:
+    return JSONResponse(jsonable(run_data(session, dag_id, run_id)))
 
 
-@app.post("/api/partitions/{topic}/{partition}/clear-uncleanable",
+@router.post("/api/partitions/{topic}/{partition}/clear-uncleanable",
           dependencies=[Depends(requires_access_dag("PUT", param_dag_id="log_compaction"))])
-def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]):
+def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]) -> JSONResponse:
     """Forget that cleaning this partition failed, so the next compaction run considers it again. The body
     must be JSON (``{}``): the check that keeps a cross-site form from posting here."""
-    result = _engine_errors(hook().clear_uncleanable, topic, partition)
-    return JSONResponse(_json({"topic": topic, "partition": partition, **result}))
+    result = engine_errors(hook().clear_uncleanable, topic, partition)
+    return JSONResponse(jsonable({"topic": topic, "partition": partition, **result}))
 
 
-def _trigger_access(request: Request, body: Annotated[dict, Body()]):
+def _trigger_access(request: Request, body: Annotated[dict, Body()]) -> Callable[..., Any]:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
     dag_id = body.get("dag_id") if isinstance(body, dict) else None
@@ -350,8 +301,8 @@ def _trigger_access(request: Request, body: Annotated[dict, Body()]):
     return requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)
 
 
-@app.post("/api/dry-runs")
-def api_dry_run(request: Request, body: Annotated[dict, Body()], user=Depends(get_user)):
+@router.post("/api/dry-runs")
+def api_dry_run(request: Request, body: Annotated[dict, Body()], user: Any = Depends(get_user)) -> JSONResponse:
     """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time."""
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.utils.types import DagRunTriggeredByType
@@ -369,18 +320,3 @@ def api_dry_run(request: Request, body: Annotated[dict, Body()], user=Depends(ge
         raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
     return JSONResponse({"dag_id": body["dag_id"], "run_id": run.run_id if run is not None else None,
                          "conf": conf})
-
-
-def _json(value):
-    """Datetimes as ISO strings, tuples as lists, so every value is plain JSON."""
-    if isinstance(value, dict):
-        return {str(k) if not isinstance(k, tuple) else "-".join(map(str, k)): _json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
-
-
-from . import console  # noqa: E402 - the console pages join the app defined above
-console.register(app)

@@ -1,0 +1,19 @@
+"""The web app of ``/storage-maintenance`` inside Airflow's api-server: the Storage view's pages
+(:mod:`.storage_view`) and the console's (:mod:`.console`) behind Airflow's login (every route depends on
+``get_user``: 401 without a token).
+"""
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+
+from airflow.api_fastapi.core_api.security import get_user
+
+from . import console, storage_view
+from .web import PREFIX
+
+__all__ = ["PREFIX", "app"]
+
+app = FastAPI(title="Storage maintenance", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None,
+              openapi_url=None)
+app.include_router(storage_view.router)
+app.include_router(console.router)
