@@ -12,7 +12,6 @@ Records/s and MB/s count the records and the bytes of the log, the same for ever
 """
 from __future__ import annotations
 
-import os
 
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping

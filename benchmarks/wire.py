@@ -632,7 +632,7 @@ def run(ctx: Context) -> Section:
                     f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
                     f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
                     f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
-            del captured, all_runs, plan
+            captured.clear(), all_runs.clear(), plan.clear()    # the batches go before the fetch cases run
             admin = None        # its client handle goes before the broker does
             gc.collect()
         _report_profile(profile, section)

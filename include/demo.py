@@ -56,7 +56,7 @@ from storage_engine.units import human_bytes
 # puts it on sys.path.
 if str(PLUGINS_FOLDER) not in sys.path:
     sys.path.append(str(PLUGINS_FOLDER))
-from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS  # noqa: E402
+from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS
 
 # Trigger-form values per DAG: the demo builds its compaction key maps on (local) Spark, the mission's path.
 DAG_CONF = {"log_compaction": {"map_strategy": "spark"}}

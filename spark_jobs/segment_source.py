@@ -144,7 +144,7 @@ class SegmentReader(DataSourceReader):
         from storage_engine.maintenance.offset_map import key_hash
         try:
             fr = FileRecords(partition.path, writable=False)
-        except Exception as exc:
+        except Exception as exc:   # noqa: BLE001 - any failure to open a listed segment means it was replaced
             raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
                                     f"compaction replaced it): {exc}") from None
         start = self.start if self.start is not None else -1
@@ -273,7 +273,7 @@ def segment_key_columns(partition: SegmentPartition, start: int | None, end: int
     from storage_engine.segment.file_records import FileRecords
     try:
         fr = FileRecords(partition.path, writable=False)
-    except Exception as exc:
+    except Exception as exc:   # noqa: BLE001 - any failure to open a listed segment means it was replaced
         raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
                                 f"compaction replaced it): {exc}") from None
     start = start if start is not None else -1

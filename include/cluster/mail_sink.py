@@ -66,7 +66,7 @@ class _Handler:
 
 def _http_handler(maildir: Maildir) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):   # noqa: N802 - http.server's naming
+        def do_GET(self):
             messages = maildir.messages()
             if self.path.startswith("/api/v1/messages"):
                 body = json.dumps({"total": len(messages), "messages": messages}).encode()

@@ -318,7 +318,7 @@ class Cluster:
         base = f"http://{'localhost' if self.host in (LOOPBACK, '0.0.0.0') else self.host}"
         lines = [f"Airflow (CeleryExecutor on PostgreSQL and Redis) is up: {base}:{self.ports.airflow}",
                  f"  login:       admin / {self.password()}   ({self.dir / 'airflow' / 'auth' / 'passwords.json'})",
-                 f"  workers:     " + ", ".join(
+                 "  workers:     " + ", ".join(
                      f"{n} (queues {self.services[n].command[self.services[n].command.index('--queues') + 1]})"
                      for n in self.workers()),
                  f"  Spark:       spark://{LOOPBACK}:{self.ports.spark_master} (UI http://{LOOPBACK}:"

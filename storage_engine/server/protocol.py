@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import struct
 import typing
 import uuid

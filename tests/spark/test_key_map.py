@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -455,7 +454,7 @@ def test_bucket_merge_of_many_rows_matches_numpy(monkeypatch, spread):
         got = latest_per_key(data.copy())
         if expected is None:
             expected = got
-            assert len({(h, l) for h, l in zip(hi.tolist(), lo.tolist())}) == len(got)
+            assert len({(h, lo_) for h, lo_ in zip(hi.tolist(), lo.tolist())}) == len(got)
         assert np.array_equal(got, expected), impl
 
 
