@@ -49,7 +49,7 @@ from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
 from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records,
-                      raw_read_files, run_interleaved, scratch_dir, timed)
+                      partition_log, raw_read_files, run_interleaved, scratch_dir, timed)
 
 NAME = "compaction"
 TOPIC = "bench-compaction"
@@ -87,7 +87,7 @@ def _progress(message: str) -> None:
 
 # -- setup -----------------------------------------------------------------------------------------------------
 
-def _append_keys(log, key_ids: list[int], values: list[bytes], first_ts: int, codec: int = codecs.NONE) -> None:
+def _append_keys(log, key_ids: list[int], values: list[bytes | None], first_ts: int, codec: int = codecs.NONE) -> None:
     for start in range(0, len(key_ids), RECORDS_PER_BATCH):
         chunk = key_ids[start:start + RECORDS_PER_BATCH]
         records = [SimpleRecord(b"user-%07d" % k, values[(start + i) % len(values)], first_ts + start + i)
@@ -120,7 +120,7 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     rng.shuffle(second)
     t0 = time.perf_counter()
     with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
-        log = mgr.get_log(TOPIC, 0)
+        log = partition_log(mgr, TOPIC, 0)
         _append_keys(log, rewritten + second, values, BASE_TIMESTAMP_MS + keys, codec)
         log.roll()
         end = log.log_end_offset
@@ -216,7 +216,7 @@ def _measure(work_dir: str, template_dir: str, template: dict, keys: int, segmen
         config = _config(round_dir, segment_bytes)
         mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
-            log = mgr.get_log(TOPIC, 0)
+            log = partition_log(mgr, TOPIC, 0)
             selection = cleaner_manager.select([log], NOW_MS)
             if len(selection["eligible"]) != 1:
                 raise RuntimeError(f"the template log was not selected for cleaning: {selection}")

@@ -41,6 +41,8 @@ def walk_with_read(log) -> int:
         last = None
         for last in iter_batches(fetched.data):
             pass
+        if last is None:
+            raise RuntimeError(f"read at offset {offset} returned {len(fetched.data)} bytes without a batch")
         offset = last.next_offset
         total += len(fetched.data)
 

@@ -42,6 +42,14 @@ def _row(doc: dict, section: str, group: str, name: str) -> dict | None:
     return next((r for r in rows if r["group"] == group and r["name"] == name), None)
 
 
+def _baseline(doc: dict, section: str, row: dict) -> dict:
+    base = _row(doc, section, row["group"], row["baseline"])
+    if base is None:
+        raise ValueError(f"results of {section}: row {row['name']!r} of {row['group']!r} names the baseline "
+                         f"{row['baseline']!r}, which is not among the rows")
+    return base
+
+
 def _facts(doc: dict, section: str) -> dict:
     return doc.get("benchmarks", {}).get(section, {}).get("facts", {})
 
@@ -71,7 +79,7 @@ def _mb_rate(section: str, group_prefix: str, name: str, minimum: float):
         row = next((r for r in rows if r["group"].endswith(group_prefix) and r["name"] == name), None)
         if row is None:
             return None
-        base = _row(doc, section, row["group"], row["baseline"])
+        base = _baseline(doc, section, row)
         return (f"{row['mb_per_s']:,.1f} MB/s", f"raw read: {base['mb_per_s']:,.1f} MB/s",
                 f"{row['ratio_vs_baseline']:.3f}x", row["mb_per_s"] >= minimum)
     return measure
@@ -86,7 +94,7 @@ def _segments_rate(name: str, minimum: float):
         if row is None or "segments" not in facts:
             return None
         rate = facts["segments"] / row["best_s"]
-        base = _row(doc, "load", row["group"], row["baseline"])
+        base = _baseline(doc, "load", row)
         return (f"{rate:,.0f} segments/s ({facts['segments']:,})",
                 f"raw read: {facts['segments'] / base['best_s']:,.0f} segments/s",
                 f"{row['ratio_vs_baseline']:.3f}x", rate >= minimum)

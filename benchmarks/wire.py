@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 
@@ -454,7 +454,7 @@ def _consume_round(broker: BrokerProcess, topic: str, records: int, settings: di
 
         cpu_before = broker.cpu_s()
         sample, result = timed(consume_all)
-        count, last = cast(tuple[int, int], result)
+        count, last = result
         broker_cpu = broker.cpu_s() - cpu_before
     finally:
         consumer.close()
@@ -632,7 +632,9 @@ def run(ctx: Context) -> Section:
                     f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
                     f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
                     f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
-            captured.clear(), all_runs.clear(), plan.clear()    # the batches go before the fetch cases run
+            captured.clear()    # the batches go before the fetch cases run
+            all_runs.clear()
+            plan.clear()
             admin = None        # its client handle goes before the broker does
             gc.collect()
         _report_profile(profile, section)
@@ -669,7 +671,7 @@ def run(ctx: Context) -> Section:
                     cpu_before = broker.cpu_s()
                     sample, result = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records,
                                                                         RAW_FETCHES[name]))
-                    _, got = cast(tuple[int, int], result)
+                    _, got = result
                     if got != size:
                         raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
                     raw_cpu[name].append(broker.cpu_s() - cpu_before)

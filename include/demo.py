@@ -39,6 +39,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
                                         airflow_executable)
@@ -83,7 +84,8 @@ def step(n: int, text: str) -> None:
 def snapshot(config: StorageConfig) -> dict:
     """Per partition: segments, bytes, offsets, .deleted files; per log dir: checkpoint files."""
     audit = verify_log_dirs(config)
-    parts, checkpoints = {}, {}
+    parts: dict = {}
+    checkpoints: dict[str, dict[str, dict[str, Any]]] = {}
     for d in config.log_dirs:
         checkpoints[d] = {}
         for name in CHECKPOINT_FILES:
@@ -96,8 +98,8 @@ def snapshot(config: StorageConfig) -> dict:
             checkpoints[d][name] = {"mtime_ns": st.st_mtime_ns, "entries": {f"{t}-{p}": o for (t, p), o in entries.items()},
                                     "error": err}
     lso_checkpoint = {}
-    for d, files in checkpoints.items():
-        lso_checkpoint.update(files.get(layout.LOG_START_OFFSET_CHECKPOINT, {}).get("entries", {}))
+    for dir_files in checkpoints.values():
+        lso_checkpoint.update(dir_files.get(layout.LOG_START_OFFSET_CHECKPOINT, {}).get("entries", {}))
     for p in audit["partitions"]:
         name = f"{p['topic']}-{p['partition']}"
         log_dir = next(d for d in config.log_dirs if os.path.isdir(os.path.join(d, name)))
@@ -350,7 +352,7 @@ def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated,
     say(f"DAGs in dags/: {', '.join(found['dag_ids']) or 'none'}")
 
     step(6, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
-    results = []
+    results: list[tuple[str, str, float | None]] = []
     for dag_id in args.dags:
         if dag_id not in found["dag_ids"]:
             say(f"{dag_id:15} SKIPPED: no DAG with this id in {display_path(str(DAGS_FOLDER))}/ yet")

@@ -110,9 +110,12 @@ def _api(port: int, path: str, token: str, method: str = "GET", body=None):
 
 
 def measure(port: int, timeout_s: float) -> dict:
-    from include.airflow_standalone import api_token, read_password
+    from include.airflow_standalone import AIRFLOW_HOME, PASSWORD_FILE_NAME, api_token, read_password
 
-    token = api_token(port, "admin", read_password())
+    password = read_password()
+    if password is None:
+        raise SystemExit(f"no admin password in {AIRFLOW_HOME / PASSWORD_FILE_NAME}: is Airflow running (make airflow)?")
+    token = api_token(port, "admin", password)
     dag = "log_retention"
     _api(port, f"/api/v2/dags/{dag}", token, "PATCH", {"is_paused": False})
     deadline = time.monotonic() + timeout_s

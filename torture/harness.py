@@ -29,6 +29,7 @@ A violation is printed, and the trial's log dir, configuration and process outpu
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import random
@@ -41,6 +42,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
@@ -107,13 +109,16 @@ class Child:
                                      stdout=subprocess.PIPE, stderr=self._stderr)
         self.lines: list[str] = []
         self.killed = False
+        self._collected = False         # its exit was checked (_collect_exit)
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
 
     def _read(self) -> None:
         buf = b""
+        stdout = self.proc.stdout
+        assert isinstance(stdout, io.BufferedReader), "started with stdout=PIPE"
         while True:
-            chunk = self.proc.stdout.read1(65536)
+            chunk = stdout.read1(65536)
             if not chunk:
                 break
             buf += chunk
@@ -170,14 +175,15 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
                     PYTHONFAULTHANDLER="1")
     base_env.pop(crashpoints.ENV_VAR, None)
     protocol = crashpoints.STEPS[step][0] if step else None
-    forced_role = rng.choice(STEP_ROLES[protocol]) if step else None
+    forced_role = rng.choice(STEP_ROLES[protocol]) if protocol is not None else None
     t0 = time.monotonic()
     children: list[Child] = []
     kills: Counter = Counter()
     violations: list[str] = []
     serial = 0
 
-    setup_step = rng.choice(SETUP[protocol][1]) if protocol in SETUP else None
+    setup = SETUP.get(protocol) if protocol is not None else None
+    setup_role, setup_step = (setup[0], rng.choice(setup[1])) if setup is not None else (None, None)
 
     def nth(name: str) -> str:
         # appends happen hundreds of times a second: die at a later one, once the other processes run
@@ -189,7 +195,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
             return env
         if setup_step is not None:
             # e.g. the first cleaner dies mid-swap; then whoever resolves that swap dies mid-resolution
-            env[crashpoints.ENV_VAR] = nth(setup_step) if role == SETUP[protocol][0] and first else step
+            env[crashpoints.ENV_VAR] = nth(setup_step) if role == setup_role and first else step
         elif role == forced_role and first:
             env[crashpoints.ENV_VAR] = nth(step)
         return env
@@ -263,8 +269,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
         opener = Child("opener", work, ["--config", str(cfg_path), "--stop-file", str(stop_file)],
                        dict(base_env, **{crashpoints.ENV_VAR: step}), 99)
         opener.wait(120)
-        if opener.crash_step():
-            reached.append(opener.crash_step())
+        opener_step = opener.crash_step()
+        if opener_step:
+            reached.append(opener_step)
             kills["opener"] += 1
     for topic, items in _acks(children).items():
         acks[topic] += items
@@ -308,7 +315,7 @@ def _wait_ready(child: Child, timeout: float = 60.0) -> None:
 
 
 def _collect_exit(child: Child, violations: list[str]) -> None:
-    if getattr(child, "_collected", False):
+    if child._collected:
         return
     rc = child.wait(60)
     child._collected = True
@@ -414,7 +421,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_secon
     """Run ``trials`` trials (or one soak of ``soak_seconds``); returns the totals. ``threads``: the writer
     process runs that many writer threads, with reader, cleaner and maintenance threads, on one manager."""
     started = time.monotonic()
-    totals = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(), "steps_forced": Counter(),
+    totals: dict[str, Any] = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(), "steps_forced": Counter(),
               "steps_reached": Counter(), "acknowledged": 0}
     rng = random.Random(seed)
     count = 1 if soak_seconds else trials

@@ -25,6 +25,7 @@ import time
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
+from typing import Mapping
 
 from include.cluster import native, topology
 from include.cluster.topology import LOOPBACK, Ports, Service
@@ -32,7 +33,7 @@ from include.cluster.topology import LOOPBACK, Ports, Service
 CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 
 
-def cluster_dir(env: dict | None = None) -> Path:
+def cluster_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     return Path(env.get("CLUSTER_DIR") or topology.CLUSTER_DIR).resolve()
 
