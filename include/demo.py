@@ -39,7 +39,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
                                         airflow_executable)
@@ -150,7 +150,7 @@ def before_table(snap: dict, generated: dict | None) -> str:
                   "timestamps (UTC)"], rows, right={3, 4, 5, 6, 7})
 
 
-def _arrow(a, b, fmt=str) -> str:
+def _arrow(a: object, b: object, fmt: Callable[[Any], str] = str) -> str:
     return fmt(a) if a == b else f"{fmt(a)} -> {fmt(b)}"
 
 
@@ -285,7 +285,7 @@ def midnight_utc_ms(now: float | None = None) -> int:
     return int(t // 86400 * 86400 * 1000)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     config_path = Path(args.config or DEFAULT_CONFIG_PATH).resolve()
     config = load_config(config_path)
@@ -322,7 +322,8 @@ def run(args) -> int:
             demo_broker.stop(broker)
 
 
-def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker) -> int:
+def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, config_path: Path, now_ms: int,
+                 logical: datetime, env: dict[str, str], generated: dict, broker: demo_broker.Broker) -> int:
     live = demo_broker.produce_live(broker, "access-log")
     if live["errors"]:
         raise DemoFailed(f"the Kafka client's writes failed: {live['errors'][:3]} (broker log: "
@@ -428,7 +429,7 @@ def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated,
     return 1 if failed else 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="storage config (default: include/config/storage.yaml)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)

@@ -35,7 +35,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
 from storage_engine.log.locks import DirLock
@@ -292,10 +292,11 @@ def reset_log_dirs(config: StorageConfig) -> int:
 class _PartitionStats:
     __slots__ = ("records", "tombstones", "keyless", "keys", "first_ts", "last_ts", "batches")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = self.tombstones = self.keyless = self.batches = 0
         self.keys: Counter = Counter()
-        self.first_ts = self.last_ts = None
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
 
     def add(self, rec: SimpleRecord) -> None:
         self.records += 1
@@ -357,7 +358,8 @@ def _produce(mgr: LogManager, clock: ManualClock, spec: TopicSpec, events: Itera
 
 
 def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | None = None,
-             scale: float = 1.0, reset: bool = False, topics=TOPICS, progress=None) -> dict:
+             scale: float = 1.0, reset: bool = False, topics: Sequence[TopicSpec] = TOPICS,
+             progress: Callable[[str], object] | None = None) -> dict:
     """Write the sample topics into ``config.log_dirs``; returns a JSON-able summary.
 
     Raises :class:`FileExistsError` when the log dirs already hold partitions and ``reset`` is false.
@@ -457,7 +459,7 @@ def format_summary(summary: dict) -> str:
          "offsets", "timestamps (UTC)"], rows, right={3, 4, 5, 6, 7, 8})
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.sample_data", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="storage config (default: $STORAGE_ENGINE_CONFIG or include/config/storage.yaml)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")

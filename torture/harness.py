@@ -42,10 +42,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.inspection.verify import verify_log_dirs
 from torture.child import KEYED, PLAIN, RETAINED, TOPICS, digest, payload_ok
@@ -373,7 +374,8 @@ def _check(cfg_path: Path, acks: dict) -> list[str]:
     return violations
 
 
-def _check_topic(topic: str, log, records, acked) -> list[str]:
+def _check_topic(topic: str, log: Log, records: list[tuple[int, bytes | None, bytes | None]],
+                 acked: list[tuple[int, Any, str]]) -> list[str]:
     out = []
     offsets = [o for o, _, _ in records]
     if offsets != sorted(set(offsets)):
@@ -389,7 +391,8 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
                 latest_acked[k] = (o, d)
         latest_in_log = {}
         for o, k, v in records:
-            latest_in_log[k.decode()] = (o, digest(v))
+            if k is not None and v is not None:     # valueless: damage reported above; keyless: holds no key's value
+                latest_in_log[k.decode()] = (o, digest(v))
         lost = []
         for k, (o, d) in latest_acked.items():
             found = latest_in_log.get(k)
@@ -400,7 +403,7 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
                        f"e.g. {lost[:3]} (log start {log.log_start_offset}, segments "
                        f"{[s.base_offset for s in log.segments][:8]})")
         return out
-    by_offset = {o: digest(v) for o, _, v in records}
+    by_offset = {o: digest(v) for o, _, v in records if v is not None}   # a valueless one: reported above
     start = log.log_start_offset
     missing = [(o, d) for o, _, d in acked if o >= start and by_offset.get(o) != d]
     if missing:
@@ -416,7 +419,7 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
     return out
 
 
-def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_seconds: float | None = None,
+def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], object] = print, soak_seconds: float | None = None,
         threads: int = 0) -> dict:
     """Run ``trials`` trials (or one soak of ``soak_seconds``); returns the totals. ``threads``: the writer
     process runs that many writer threads, with reader, cleaner and maintenance threads, on one manager."""

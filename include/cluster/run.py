@@ -25,7 +25,7 @@ import time
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from include.cluster import native, topology
 from include.cluster.topology import LOOPBACK, Ports, Service
@@ -124,7 +124,7 @@ class Cluster:
         except OSError:
             return ""
 
-    def _wait(self, name: str, ready, timeout: float) -> None:
+    def _wait(self, name: str, ready: Callable[[], object], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if ready():
