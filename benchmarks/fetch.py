@@ -16,6 +16,7 @@ from __future__ import annotations
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 
@@ -30,7 +31,7 @@ FETCH_MAX_BYTES = MIB
 TOPIC = "bench-fetch"
 
 
-def walk_with_read(log) -> int:
+def walk_with_read(log: Log) -> int:
     """Fetch the whole log ``FETCH_MAX_BYTES`` at a time; returns the bytes fetched."""
     offset = log.log_start_offset
     total = 0
@@ -47,7 +48,7 @@ def walk_with_read(log) -> int:
         total += len(fetched.data)
 
 
-def walk_with_read_records(log) -> int:
+def walk_with_read_records(log: Log) -> int:
     count = 0
     for _ in log.read_records(log.log_start_offset):
         count += 1

@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from storage_engine.record.records import SimpleRecord
 
@@ -218,7 +218,7 @@ def format_section(section: Section) -> str:
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     numeric = {2, 3, 4, 5, 6, 7, 9, 10}
 
-    def fmt(cells) -> str:
+    def fmt(cells: Sequence[str]) -> str:
         out = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
         return "  ".join(out).rstrip()
 

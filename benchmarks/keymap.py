@@ -50,8 +50,9 @@ from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
+from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap, SortedHashOffsetMap
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
@@ -127,7 +128,7 @@ def map_memory_bytes(keys: int) -> int:
 
 # -- in process ------------------------------------------------------------------------------------------------
 
-def inprocess_case(log, keys: int) -> Sample:
+def inprocess_case(log: Log, keys: int) -> Sample:
     offset_map = InProcessOffsetMap(map_memory_bytes(keys), LOAD_FACTOR)
     sample, full = timed(build_offset_map, log, 0, keys, offset_map, CleanerStats())
     if full or offset_map.size != keys or offset_map.latest_offset != keys - 1:
@@ -285,7 +286,7 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
     return out
 
 
-def _probe_lookups(offset_map, keys: int) -> dict:
+def _probe_lookups(offset_map: SortedHashOffsetMap, keys: int) -> dict:
     """Lookups per second of ``get_many`` on the loaded map (half the probed keys present, half absent), against
     ``dict.get`` of the same keys in a dict of them (both best of 3)."""
     n = min(keys, PROBE_KEYS)

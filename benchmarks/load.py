@@ -36,6 +36,7 @@ from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.clean_shutdown import clean_shutdown_path
 from storage_engine.config_file import config_from_mapping
+from storage_engine.config import StorageConfig
 from storage_engine.log.manager import LogManager
 from storage_engine.log.locks import lock_path
 from storage_engine.record.record_batch import build_batch
@@ -65,7 +66,7 @@ LARGE_RECORDS_PER_BATCH = 128
 LARGE_BATCHES_PER_APPEND = 64
 
 
-def _config(log_dir: str, segment_bytes: int = SEGMENT_BYTES):
+def _config(log_dir: str, segment_bytes: int = SEGMENT_BYTES) -> StorageConfig:
     return config_from_mapping({"broker": {"log.dirs": [log_dir], "log.segment.bytes": segment_bytes}})
 
 

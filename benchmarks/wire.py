@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -558,7 +558,7 @@ def run(ctx: Context) -> Section:
             all_runs: dict[tuple[int, str], list[tuple[int, int, float, float]]] = {c: [] for c in cases}
             counter = iter(range(1_000_000))
 
-            def wire_case(value_bytes: int, acks: str):
+            def wire_case(value_bytes: int, acks: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     topic = f"wire-produce-{value_bytes}b-acks-{acks}-{next(counter)}"
                     run_ = _produce_round(broker, admin, topic, acks, items[value_bytes])
@@ -571,7 +571,7 @@ def run(ctx: Context) -> Section:
                     return run_.sample
                 return case
 
-            def append_case(value_bytes: int, acks: str):
+            def append_case(value_bytes: int, acks: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     batches = captured[(value_bytes, acks)]
                     return _append_round(ctx, batches, len(items[value_bytes]), sum(len(b) for b in batches))
@@ -652,7 +652,7 @@ def run(ctx: Context) -> Section:
             consume_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
             client_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
 
-            def consume_case(name: str):
+            def consume_case(name: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     sample, cpu = _consume_round(broker, topic, records, CONSUMERS[name])
                     consume_cpu[name].append(cpu)
@@ -666,7 +666,7 @@ def run(ctx: Context) -> Section:
                         pass
             raw_cpu: dict[str, list[float]] = {name: [] for name in RAW_FETCHES}
 
-            def raw_case(name: str):
+            def raw_case(name: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     cpu_before = broker.cpu_s()
                     sample, result = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records,
