@@ -27,7 +27,7 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from spark_jobs.segment_source import SegmentGroup, _KeyColumns
+    from spark_jobs.segment_source import KeyColumns, SegmentGroup
 
 ROWS_PER_CHUNK = 1 << 20     # rows decoded per chunk: 24 MiB of rows in flight per task
 ROWS_PER_ROW_GROUP = 1 << 17  # 3 MiB row groups: what SortedHashOffsetMap.load holds in Arrow buffers at a time
@@ -94,7 +94,7 @@ def damage_of(exc: BaseException) -> dict:
             "path": getattr(exc, "path", None), "position": getattr(exc, "position", None)}
 
 
-def split_by_bucket(cols: _KeyColumns, n: int, drop: int, bits: int, rows: npt.NDArray[np.int64],
+def split_by_bucket(cols: KeyColumns, n: int, drop: int, bits: int, rows: npt.NDArray[np.int64],
                     counts: npt.NDArray[np.int64]) -> int:
     """Rows [0, n) of decoded key columns without ``drop`` flags, as (high, low, offset) rows into ``rows`` grouped
     by bucket (:func:`bucket_of`), in log order within a bucket; ``counts[b]`` = rows of bucket b. Returns the rows

@@ -288,8 +288,8 @@ class SegmentKeysReader(SegmentReader):
 
 
 def segment_key_columns(partition: SegmentPartition, start: int | None, end: int | None,
-                        rows: int = ROWS_PER_ARROW_BATCH) -> Iterator[_KeyColumns]:
-    """The key columns (:class:`_KeyColumns`: numpy hi, lo, offset, flags; ``n`` rows filled) of one segment's records
+                        rows: int = ROWS_PER_ARROW_BATCH) -> Iterator[KeyColumns]:
+    """The key columns (:class:`KeyColumns`: numpy hi, lo, offset, flags; ``n`` rows filled) of one segment's records
     with start <= offset < end, aborted batches left out; fails with an error naming the file if the segment
     disappears or is replaced while it is read. What both the ``kafka_segment_keys`` source and the key-map job's
     tasks read."""
@@ -408,8 +408,8 @@ def key_batches(view: BatchBuffer, size: int, start: int, end: int, path: str, r
 
 def key_columns(view: BatchBuffer, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
                 aborted: Sequence[AbortedTxn] = (), *, base_offset: int | None = None,
-                next_base: int | None = None) -> Iterator[_KeyColumns]:
-    """:func:`key_batches` as :class:`_KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
+                next_base: int | None = None) -> Iterator[KeyColumns]:
+    """:func:`key_batches` as :class:`KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
     per record in compiled code, no Python object per record). Only checked bytes are decoded
     (:func:`_checked_runs`; ``base_offset`` is the segment's, by default from the file name, ``next_base`` the
     next segment's, None for the last one)."""
@@ -419,7 +419,7 @@ def key_columns(view: BatchBuffer, size: int, start: int, end: int, path: str, r
     from storage_engine.record import kernels as _kernels
     from storage_engine.segment.file_records import batch_at
     kernels = _kernels.KERNELS
-    cols = _KeyColumns(np, rows)
+    cols = KeyColumns(np, rows)
     if base_offset is None:
         base_offset = layout.offset_from_filename(os.path.basename(path))
     for pos, limit in _checked_runs(view, size, path, aborted, base_offset, next_base, end):
@@ -429,7 +429,7 @@ def key_columns(view: BatchBuffer, size: int, start: int, end: int, path: str, r
                                                           rows)
                 if status == 1:                     # the arrays are full
                     yield cols
-                    cols = _KeyColumns(np, rows)
+                    cols = KeyColumns(np, rows)
                     continue
                 if status == 0:                     # done
                     break
@@ -442,7 +442,7 @@ def key_columns(view: BatchBuffer, size: int, start: int, end: int, path: str, r
             for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
                 if cols.n == rows:
                     yield cols
-                    cols = _KeyColumns(np, rows)
+                    cols = KeyColumns(np, rows)
                 cols.add(hi, lo, offset, flags)
     if cols.n:
         yield cols
@@ -462,7 +462,7 @@ def _batch_rows(batch: RecordBatch | LegacyBatch, start: int, end: int,
         plain[8:12] = (49 + len(payload)).to_bytes(4, "big")   # length = 61 - 12 + records
         plain += payload
         n = max(batch.records_count, 1)
-        cols = _KeyColumns(np, n)
+        cols = KeyColumns(np, n)
         pos, got, status = kernels.key_columns(plain, 0, len(plain), start, end, cols.columns(), 0, n)
         if status == 0 and pos == len(plain):
             return list(zip(cols.hi[:got].tolist(), cols.lo[:got].tolist(), cols.off[:got].tolist(),
@@ -478,7 +478,7 @@ def _batch_rows(batch: RecordBatch | LegacyBatch, start: int, end: int,
     return out
 
 
-class _KeyColumns:
+class KeyColumns:
     __slots__ = ("n", "hi", "lo", "off", "flags")
 
     def __init__(self, np: ModuleType, rows: int) -> None:
