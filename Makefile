@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser clients java-clients cluster-packages cluster cluster-stop test test-fast typecheck demo broker bench bench-large mutation airflow torture clean
+.PHONY: venv browser clients java-clients cluster-packages cluster cluster-stop test test-fast typecheck lint demo broker bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,11 +42,16 @@ java-clients: $(STAMP)
 	$(BIN)/python -m tests.server.java.build
 
 test: $(STAMP) browser clients cluster-packages
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# ruff's checks of pyproject.toml's [tool.ruff] over every Python folder (lint only; nothing is reformatted).
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # Every test but the slow ones, those that need Spark or Airflow, and those whose processes die by a signal.
 test-fast: $(STAMP)

@@ -19,9 +19,11 @@ that end up in the log.
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 
@@ -39,7 +41,7 @@ PRODUCER_ID = 4242
 TOPIC = "bench-append"
 
 
-def _append_into_fresh_log(ctx: Context, append) -> Sample:
+def _append_into_fresh_log(ctx: Context, append: Callable[[Log], tuple[int, int]]) -> Sample:
     """Open a new log, time ``append(log)``, check the log holds what the caller expects, close."""
     with scratch_dir(ctx, "append") as log_dir:
         config = config_from_mapping({"broker": {"log.dirs": [log_dir]}})
@@ -56,7 +58,7 @@ def _append_into_fresh_log(ctx: Context, append) -> Sample:
         return sample
 
 
-def _raw_case(ctx: Context, pieces: list[bytes]):
+def _raw_case(ctx: Context, pieces: list[bytes]) -> Callable[[], Sample]:
     def case() -> Sample:
         with scratch_dir(ctx, "append-raw") as d:
             return raw_write(os.path.join(d, "raw.log"), pieces)
@@ -87,24 +89,24 @@ def run(ctx: Context) -> Section:
     single_batches = [build_batch([r]) for r in singles]
     single_bytes = sum(len(b) for b in single_batches)
 
-    def append_batches(log):
+    def append_batches(log: Log) -> tuple[int, int]:
         for batch in batches:
             log.append_batches(batch)
         return batched_records, batched_bytes
 
-    def append_idempotent(log):
+    def append_idempotent(log: Log) -> tuple[int, int]:
         for batch in idempotent:
             log.append_batches(batch)
         if log.producer_state.producers[PRODUCER_ID].last_seq != batched_records - 1:
             raise RuntimeError("the producer state did not track every batch")
         return batched_records, idempotent_bytes
 
-    def append_records(log):
+    def append_records(log: Log) -> tuple[int, int]:
         for records in record_lists:
             log.append_records(records)
         return batched_records, batched_bytes
 
-    def append_one_by_one(log):
+    def append_one_by_one(log: Log) -> tuple[int, int]:
         for record in singles:
             log.append_records([record])
         return single_count, single_bytes

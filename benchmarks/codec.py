@@ -16,12 +16,15 @@ compared, so both sides provably do the same work. MB/s counts the uncompressed 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from storage_engine.record import codecs
 from storage_engine.segment.file_records import iter_batches
 from storage_engine.record.record_batch import build_batch
+from storage_engine.record.records import SimpleRecord
 
 from .harness import Context, Row, Sample, Section, Target, chunks, generate_records, run_interleaved, timed
 
@@ -35,14 +38,14 @@ _KAFKA_PYTHON_BATCH_SIZE = 64 << 20
 _NO_HEADERS = ()
 
 
-def engine_encode(batches, codec: int) -> int:
+def engine_encode(batches: list[list[SimpleRecord]], codec: int) -> int:
     size = 0
     for i, records in enumerate(batches):
         size += len(build_batch(records, base_offset=i * RECORDS_PER_BATCH, codec=codec))
     return size
 
 
-def kafka_python_encode(batches, codec: int) -> list[bytes]:
+def kafka_python_encode(batches: list[list[SimpleRecord]], codec: int) -> list[bytes]:
     out = []
     for records in batches:
         builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, _KAFKA_PYTHON_BATCH_SIZE)
@@ -67,15 +70,15 @@ def kafka_python_decode(buf: bytes) -> int:
     return count
 
 
-def _engine_view(buf) -> list[tuple]:
+def _engine_view(buf: bytes) -> list[tuple]:
     return [(r.offset, r.timestamp, r.key, r.value) for b in iter_batches(buf) for r in b.records()]
 
 
-def _kafka_python_view(buf) -> list[tuple]:
+def _kafka_python_view(buf: bytes) -> list[tuple]:
     return [(r.offset, r.timestamp, bytes(r.key), bytes(r.value)) for b in MemoryRecords(buf) for r in b]
 
 
-def _check_agreement(batches, codec: int, engine_buf: bytes) -> None:
+def _check_agreement(batches: list[list[SimpleRecord]], codec: int, engine_buf: bytes) -> None:
     """Both decoders read the engine's bytes alike, and the engine reads kafka-python's batches back."""
     expected = [(i, r.timestamp, r.key, r.value) for i, r in enumerate(r for b in batches for r in b)]
     if _engine_view(engine_buf) != expected or _kafka_python_view(engine_buf) != expected:
@@ -102,7 +105,7 @@ def run(ctx: Context) -> Section:
             _check_agreement(batches, codec, engine_buf)
             group = f"{codecs.CODEC_NAMES[codec]}, {value_bytes} B values"
 
-            def decode_case(decoder):
+            def decode_case(decoder: Callable[[bytes], int]) -> Callable[[], Sample]:
                 def case() -> Sample:
                     sample, count = timed(decoder, engine_buf)
                     if count != len(records):

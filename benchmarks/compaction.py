@@ -41,15 +41,17 @@ import time
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager
 from storage_engine.jobs import compaction, housekeeping
-from storage_engine.maintenance.cleaner import Cleaner
+from storage_engine.maintenance.cleaner import Cleaner, CleanResult
 from storage_engine.config_file import config_from_mapping
+from storage_engine.config import StorageConfig
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record import codecs
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
 from .harness import (BASE_TIMESTAMP_MS, MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records,
-                      raw_read_files, run_interleaved, scratch_dir, timed)
+                      partition_log, raw_read_files, run_interleaved, scratch_dir, timed)
 
 NAME = "compaction"
 TOPIC = "bench-compaction"
@@ -75,7 +77,7 @@ RAW_ROW = "raw copy (read + write + fsync)"
 ENGINE_ROW = "clean round (map + clean)"
 
 
-def _config(log_dir: str, segment_bytes: int):
+def _config(log_dir: str, segment_bytes: int) -> StorageConfig:
     return config_from_mapping({
         "broker": {"log.dirs": [log_dir], "log.segment.bytes": segment_bytes},
         "topics": {TOPIC: {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}}})
@@ -87,7 +89,7 @@ def _progress(message: str) -> None:
 
 # -- setup -----------------------------------------------------------------------------------------------------
 
-def _append_keys(log, key_ids: list[int], values: list[bytes], first_ts: int, codec: int = codecs.NONE) -> None:
+def _append_keys(log: Log, key_ids: list[int], values: list[bytes | None], first_ts: int, codec: int = codecs.NONE) -> None:
     for start in range(0, len(key_ids), RECORDS_PER_BATCH):
         chunk = key_ids[start:start + RECORDS_PER_BATCH]
         records = [SimpleRecord(b"user-%07d" % k, values[(start + i) % len(values)], first_ts + start + i)
@@ -120,7 +122,7 @@ def build_template(log_dir: str, keys: int, value_bytes: int, segment_bytes: int
     rng.shuffle(second)
     t0 = time.perf_counter()
     with LogManager.open(config, clock=ManualClock(NOW_MS)) as mgr:
-        log = mgr.get_log(TOPIC, 0)
+        log = partition_log(mgr, TOPIC, 0)
         _append_keys(log, rewritten + second, values, BASE_TIMESTAMP_MS + keys, codec)
         log.roll()
         end = log.log_end_offset
@@ -180,7 +182,7 @@ def raw_copy(paths: list[str], out_dir: str, chunk_bytes: int) -> int:
     return total
 
 
-def _check_cleaned(log, result, template: dict, keys: int) -> None:
+def _check_cleaned(log: Log, result: CleanResult, template: dict, keys: int) -> None:
     stats = result.stats
     end, first_dirty = template["end_offset"], template["first_dirty"]
     problems = []
@@ -216,7 +218,7 @@ def _measure(work_dir: str, template_dir: str, template: dict, keys: int, segmen
         config = _config(round_dir, segment_bytes)
         mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
-            log = mgr.get_log(TOPIC, 0)
+            log = partition_log(mgr, TOPIC, 0)
             selection = cleaner_manager.select([log], NOW_MS)
             if len(selection["eligible"]) != 1:
                 raise RuntimeError(f"the template log was not selected for cleaning: {selection}")

@@ -12,11 +12,11 @@ Records/s and MB/s count the records and the bytes of the log, the same for ever
 """
 from __future__ import annotations
 
-import os
 
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.segment.file_records import iter_batches
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 
@@ -31,7 +31,7 @@ FETCH_MAX_BYTES = MIB
 TOPIC = "bench-fetch"
 
 
-def walk_with_read(log) -> int:
+def walk_with_read(log: Log) -> int:
     """Fetch the whole log ``FETCH_MAX_BYTES`` at a time; returns the bytes fetched."""
     offset = log.log_start_offset
     total = 0
@@ -42,11 +42,13 @@ def walk_with_read(log) -> int:
         last = None
         for last in iter_batches(fetched.data):
             pass
+        if last is None:
+            raise RuntimeError(f"read at offset {offset} returned {len(fetched.data)} bytes without a batch")
         offset = last.next_offset
         total += len(fetched.data)
 
 
-def walk_with_read_records(log) -> int:
+def walk_with_read_records(log: Log) -> int:
     count = 0
     for _ in log.read_records(log.log_start_offset):
         count += 1

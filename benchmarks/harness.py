@@ -32,14 +32,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from storage_engine.record.records import SimpleRecord
+
+if TYPE_CHECKING:
+    from storage_engine.log.log import Log
+    from storage_engine.log.manager import LogManager
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / "var" / "bench"
 DEFAULT_RESULTS_PATH = BENCH_DIR / "results.json"
 TMP_ROOT = BENCH_DIR / "tmp"
+
+T = TypeVar("T")
 
 MB = 10**6
 MIB = 1 << 20
@@ -66,7 +72,15 @@ class Sample:
     cpu_s: float | None
 
 
-def timed(fn: Callable, *args) -> tuple[Sample, object]:
+def partition_log(mgr: LogManager, topic: str, partition: int) -> Log:
+    """The log of ``topic``-``partition`` that the benchmark wrote; a missing one fails the setup, named."""
+    log = mgr.get_log(topic, partition)
+    if log is None:
+        raise RuntimeError(f"partition {topic}-{partition} is not in the log dirs {list(mgr.dirs)}")
+    return log
+
+
+def timed(fn: Callable[..., T], *args: Any) -> tuple[Sample, T]:
     """(time taken, return value) of ``fn(*args)``."""
     cpu_start = time.process_time()
     start = time.perf_counter()
@@ -96,7 +110,7 @@ class Target:
     minimum: float
     label: str          # as printed, e.g. ">= 10x kafka-python"
 
-    def judge(self, row: "Row", section: "Section") -> tuple[float, bool]:
+    def judge(self, row: "Row", section: "Section") -> tuple[float | None, bool]:
         value = section.ratio(row) if self.metric == "ratio" else getattr(row, self.metric)
         return value, value is not None and value >= self.minimum
 
@@ -204,7 +218,7 @@ def format_section(section: Section) -> str:
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     numeric = {2, 3, 4, 5, 6, 7, 9, 10}
 
-    def fmt(cells) -> str:
+    def fmt(cells: Sequence[str]) -> str:
         out = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
         return "  ".join(out).rstrip()
 

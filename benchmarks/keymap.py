@@ -48,13 +48,15 @@ import time
 from spark_jobs.build_key_map import SUBMIT_CONF
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance.cleaner import CleanerStats, build_offset_map
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap
+from storage_engine.maintenance.offset_map import BYTES_PER_ENTRY, InProcessOffsetMap, SortedHashOffsetMap
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
-from .harness import (MB, MIB, NOW_MS, REPO, Context, Row, Sample, Section, scratch_dir, timed)
+from .harness import (MB, MIB, NOW_MS, REPO, Context, Row, Sample, Section, partition_log, scratch_dir, timed)
 
 NAME = "keymap"
 TOPIC = "bench-keymap"
@@ -97,7 +99,7 @@ def _config_mapping(log_dir: str) -> dict:
             "topics": {TOPIC: {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}}}
 
 
-def build_log(work_dir: str, keys: int) -> tuple[str, object, int]:
+def build_log(work_dir: str, keys: int) -> tuple[str, StorageConfig, int]:
     """Write the log and its YAML config (the Spark job reads the config file). Returns (config path, config,
     log bytes)."""
     import yaml
@@ -126,7 +128,7 @@ def map_memory_bytes(keys: int) -> int:
 
 # -- in process ------------------------------------------------------------------------------------------------
 
-def inprocess_case(log, keys: int) -> Sample:
+def inprocess_case(log: Log, keys: int) -> Sample:
     offset_map = InProcessOffsetMap(map_memory_bytes(keys), LOAD_FACTOR)
     sample, full = timed(build_offset_map, log, 0, keys, offset_map, CleanerStats())
     if full or offset_map.size != keys or offset_map.latest_offset != keys - 1:
@@ -247,13 +249,15 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
     import pyarrow.parquet  # noqa: F401
 
     from storage_engine.maintenance.offset_map import SortedHashOffsetMap
+    if path is None:
+        raise ValueError(f"probe {kind}: the path of the config (inprocess) or of the map (sorted) is required")
     if kind == "inprocess":
         # Filled from the benchmark's log (path = its config) by build_offset_map, as the cleaner fills it. The
         # log's mapped pages are file pages: anonymous RSS (RssAnon) is what the map itself holds; the map
         # allocates nothing but its buffer, so its peak is what it holds once filled.
         from storage_engine.config_file import load_config
         mgr = LogManager.open(load_config(path), clock=ManualClock(NOW_MS))
-        log = mgr.get_log(TOPIC, 0)
+        log = partition_log(mgr, TOPIC, 0)
         before = _status_kib("RssAnon")
         start = time.perf_counter()
         offset_map = InProcessOffsetMap(map_memory_bytes(keys), LOAD_FACTOR)
@@ -269,8 +273,8 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
         raise ValueError(f"probe kind must be 'inprocess' or 'sorted', got {kind!r}")
     before = _status_kib("VmRSS")
     start = time.perf_counter()
-    offset_map = SortedHashOffsetMap.load(path)
-    size = offset_map.size
+    sorted_map = SortedHashOffsetMap.load(path)
+    size = sorted_map.size
     seconds = time.perf_counter() - start
     after = _status_kib("VmRSS")
     peak = _status_kib("VmHWM")
@@ -278,11 +282,11 @@ def probe(kind: str, keys: int, path: str | None = None) -> dict:
         raise RuntimeError(f"{kind} map holds {size} keys, expected {keys}")
     out = {"kind": kind, "keys": keys, "rss_before_kib": before, "rss_peak_kib": peak, "rss_after_kib": after,
            "seconds": seconds}
-    out.update(_probe_lookups(offset_map, keys))
+    out.update(_probe_lookups(sorted_map, keys))
     return out
 
 
-def _probe_lookups(offset_map, keys: int) -> dict:
+def _probe_lookups(offset_map: SortedHashOffsetMap, keys: int) -> dict:
     """Lookups per second of ``get_many`` on the loaded map (half the probed keys present, half absent), against
     ``dict.get`` of the same keys in a dict of them (both best of 3)."""
     n = min(keys, PROBE_KEYS)
@@ -331,6 +335,13 @@ def _mem_available_bytes() -> int:
 
 # -- the section -----------------------------------------------------------------------------------------------
 
+def _cpu_s(sample: Sample) -> float:
+    """The CPU time of a round timed here (only a time another program reports has none)."""
+    if sample.cpu_s is None:
+        raise ValueError(f"a round timed here has no CPU time: {sample}")
+    return sample.cpu_s
+
+
 def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: int, section: Section,
                   results: dict) -> None:
     group = f"{keys:,} keys"
@@ -346,7 +357,7 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
         manifests = []
         mgr = LogManager.open(config, clock=ManualClock(NOW_MS))
         try:
-            log = mgr.get_log(TOPIC, 0)
+            log = partition_log(mgr, TOPIC, 0)
             segments = len(log.segments) - 1
             for i in range(max(inprocess_rounds, spark_rounds)):
                 if i < inprocess_rounds and inprocess_fits:
@@ -373,8 +384,8 @@ def _measure_keys(ctx: Context, keys: int, inprocess_rounds: int, spark_rounds: 
     section.add(Row(group, SPARK_ROW, keys, size, spark, baseline=baseline))
     section.add(Row(group, SPARK_JOB_ROW, keys, size, job, baseline=baseline))
     results[keys] = {"inprocess_s": min(s.wall_s for s in inproc) if inproc else None,
-                     "inprocess_cpu_s": min(s.cpu_s for s in inproc) if inproc else None,
-                     "spark_s": min(s.wall_s for s in spark), "spark_cpu_s": min(s.cpu_s for s in spark),
+                     "inprocess_cpu_s": min(_cpu_s(s) for s in inproc) if inproc else None,
+                     "spark_s": min(s.wall_s for s in spark), "spark_cpu_s": min(_cpu_s(s) for s in spark),
                      "job_s": min(s.wall_s for s in job)}
     notes = section.notes
     notes.append(f"{group}: log of {size / MB:,.1f} MB in {segments} segment(s) (read by {manifests[-1].get('groups', '?')} "
@@ -451,7 +462,8 @@ def crossover(results: dict) -> str:
 
 def run(ctx: Context) -> Section:
     large = ctx.large_keys is not None
-    if large:
+    key_counts: tuple[int, ...]
+    if ctx.large_keys is not None:
         key_counts, inprocess_rounds, spark_rounds = (ctx.large_keys,), 1, 1
     elif ctx.quick:
         key_counts, inprocess_rounds, spark_rounds = KEYS_QUICK, ctx.repeats, 1

@@ -36,12 +36,13 @@ from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.segment.clean_shutdown import clean_shutdown_path
 from storage_engine.config_file import config_from_mapping
+from storage_engine.config import StorageConfig
 from storage_engine.log.manager import LogManager
 from storage_engine.log.locks import lock_path
 from storage_engine.record.record_batch import build_batch
 
 from .harness import (MB, MIB, NOW_MS, Context, Row, Sample, Section, Target, generate_records, open_fd_count,
-                      raw_read_files, run_interleaved, scratch_dir, timed)
+                      partition_log, raw_read_files, run_interleaved, scratch_dir, timed)
 
 NAME = "load"
 TOPIC = "bench-load"
@@ -65,7 +66,7 @@ LARGE_RECORDS_PER_BATCH = 128
 LARGE_BATCHES_PER_APPEND = 64
 
 
-def _config(log_dir: str, segment_bytes: int = SEGMENT_BYTES):
+def _config(log_dir: str, segment_bytes: int = SEGMENT_BYTES) -> StorageConfig:
     return config_from_mapping({"broker": {"log.dirs": [log_dir], "log.segment.bytes": segment_bytes}})
 
 
@@ -114,7 +115,7 @@ def _open_and_check(log_dir: str, *, clean: bool, records: int, segments: int,
     try:
         fds = open_fd_count()
         state = mgr.dirs[log_dir]
-        log = mgr.get_log(TOPIC, 0)
+        log = partition_log(mgr, TOPIC, 0)
         expected_rp = records if clean else 0
         found = (state.had_clean_shutdown, log.log_end_offset, log.recovery_point, len(log.segments))
         if found != (clean, records, expected_rp, segments):

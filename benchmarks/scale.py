@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any, Callable
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
@@ -160,7 +161,7 @@ def run(ctx: Context) -> Section:
         expected_deletions = partitions * (SEALED_SEGMENTS - 1)
         checks: dict[str, object] = {}
 
-        def case(name, fn, check):
+        def case(name: str, fn: Callable[[], Any], check: Callable[[Any], str | None]) -> Callable[[], Sample]:
             def run_case() -> Sample:
                 sample, value = timed(fn)
                 problem = check(value)
@@ -169,16 +170,16 @@ def run(ctx: Context) -> Section:
                 return sample
             return run_case
 
-        def planned(value) -> str | None:
+        def planned(value: Any) -> str | None:
             return None if value == (expected_deletions, 0) else \
                 f"(segments to delete, partitions failed) = {value}, expected {(expected_deletions, 0)}"
 
-        def plan_ok(value) -> str | None:
+        def plan_ok(value: Any) -> str | None:
             got = (value["retention"]["segments_deleted"], value["compaction"]["eligible"])
             return None if got == (expected_deletions, partitions) else \
                 f"(segments to delete, eligible) = {got}, expected {(expected_deletions, partitions)}"
 
-        def selection_ok(value) -> str | None:
+        def selection_ok(value: Any) -> str | None:
             return None if len(value["selected"]) == partitions and not value["unreadable"] else \
                 f"selected {len(value['selected'])} of {partitions}, unreadable {len(value['unreadable'])}"
 
@@ -218,7 +219,7 @@ def run(ctx: Context) -> Section:
                 retention_runs[which].append(sample)
                 shutil.rmtree(copy)
 
-    def add(group, name, samples, baseline=None):
+    def add(group: str, name: str, samples: list[Sample], baseline: str | None = None) -> None:
         section.add(Row(group, name, partitions, size, samples, baseline=baseline, units=partitions))
 
     add("list", "os.scandir of the log dirs", runs["list raw"])

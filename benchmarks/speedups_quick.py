@@ -19,6 +19,7 @@ import argparse
 import os
 import tempfile
 import time
+from typing import Any, Callable
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
@@ -60,11 +61,11 @@ def main() -> None:
     if records._c_decode_records is not None:
         impls["c"] = (records._c_decode_records, records._c_encode_records)
 
-    def kp_decode():
+    def kp_decode() -> None:
         for batch in batches:
             list(DefaultRecordBatch(batch))
 
-    def kp_encode():
+    def kp_encode() -> None:
         for b, recs in enumerate(batch_records):
             builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                                 producer_id=-1, producer_epoch=-1, base_sequence=-1,
@@ -77,20 +78,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, (decode, encode) in impls.items():
             # Default arguments bind this implementation's functions (closures would all see the last one).
-            def decode_all(decode=decode):
+            def decode_all(decode: Callable[..., Any] = decode) -> None:
                 for b, section in enumerate(sections):
                     decode(section, RECORDS_PER_BATCH, b * RECORDS_PER_BATCH, BASE_TIMESTAMP_MS, None)
 
-            def encode_all(encode=encode):
+            def encode_all(encode: Callable[..., Any] = encode) -> None:
                 for recs in batch_records:
                     encode(recs, None, 0, BASE_TIMESTAMP_MS)
 
-            def build_all(encode=encode):
+            def build_all(encode: Callable[..., Any] = encode) -> None:
                 record_batch.encode_records = encode  # what build_batch calls
                 for b, recs in enumerate(batch_records):
                     record_batch.build_batch(recs, base_offset=b * RECORDS_PER_BATCH)
 
-            def append_all(encode=encode, path=os.path.join(tmp, f"{name}.log")):
+            def append_all(encode: Callable[..., Any] = encode, path: str = os.path.join(tmp, f"{name}.log")) -> None:
                 record_batch.encode_records = encode
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
                 try:

@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Callable
 
 import yaml
 
@@ -454,7 +454,7 @@ def _consume_round(broker: BrokerProcess, topic: str, records: int, settings: di
 
         cpu_before = broker.cpu_s()
         sample, result = timed(consume_all)
-        count, last = cast(tuple[int, int], result)
+        count, last = result
         broker_cpu = broker.cpu_s() - cpu_before
     finally:
         consumer.close()
@@ -558,7 +558,7 @@ def run(ctx: Context) -> Section:
             all_runs: dict[tuple[int, str], list[tuple[int, int, float, float]]] = {c: [] for c in cases}
             counter = iter(range(1_000_000))
 
-            def wire_case(value_bytes: int, acks: str):
+            def wire_case(value_bytes: int, acks: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     topic = f"wire-produce-{value_bytes}b-acks-{acks}-{next(counter)}"
                     run_ = _produce_round(broker, admin, topic, acks, items[value_bytes])
@@ -571,7 +571,7 @@ def run(ctx: Context) -> Section:
                     return run_.sample
                 return case
 
-            def append_case(value_bytes: int, acks: str):
+            def append_case(value_bytes: int, acks: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     batches = captured[(value_bytes, acks)]
                     return _append_round(ctx, batches, len(items[value_bytes]), sum(len(b) for b in batches))
@@ -632,7 +632,9 @@ def run(ctx: Context) -> Section:
                     f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
                     f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
                     f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
-            del captured, all_runs, plan
+            captured.clear()    # the batches go before the fetch cases run
+            all_runs.clear()
+            plan.clear()
             admin = None        # its client handle goes before the broker does
             gc.collect()
         _report_profile(profile, section)
@@ -650,7 +652,7 @@ def run(ctx: Context) -> Section:
             consume_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
             client_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
 
-            def consume_case(name: str):
+            def consume_case(name: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     sample, cpu = _consume_round(broker, topic, records, CONSUMERS[name])
                     consume_cpu[name].append(cpu)
@@ -664,12 +666,12 @@ def run(ctx: Context) -> Section:
                         pass
             raw_cpu: dict[str, list[float]] = {name: [] for name in RAW_FETCHES}
 
-            def raw_case(name: str):
+            def raw_case(name: str) -> Callable[[], Sample]:
                 def case() -> Sample:
                     cpu_before = broker.cpu_s()
                     sample, result = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records,
                                                                         RAW_FETCHES[name]))
-                    _, got = cast(tuple[int, int], result)
+                    _, got = result
                     if got != size:
                         raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
                     raw_cpu[name].append(broker.cpu_s() - cpu_before)

@@ -8,19 +8,16 @@ import datetime
 import io
 import socket
 import struct
-import typing
-from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 VERSION = 12
 _SIZE = struct.Struct(">i")
 _ENTRY = struct.Struct(">qi")
-
-
-def _element(cls: type, field: str) -> Any:
-    return typing.get_args(typing.get_type_hints(cls)[field])[0]
 
 
 def _next_offset(records: bytes | memoryview, current: int) -> int:
@@ -37,13 +34,9 @@ def _next_offset(records: bytes | memoryview, current: int) -> int:
 
 def fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes: int) -> tuple[int, int]:
     """Fetch ``topic``-0 from offset 0 to ``end_offset``; returns (responses, record bytes received)."""
-    req_cls = load_request_schema(1, VERSION)
-    resp_cls = load_response_schema(1, VERSION)
-    topic_cls = _element(req_cls, "topics")
-    part_cls = _element(topic_cls, "partitions")
-    header_cls = req_cls.__header_schema__
-    write_header, write_body = entity_writer(header_cls), entity_writer(req_cls)
-    read_header, read_body = entity_reader(resp_cls.__header_schema__), entity_reader(resp_cls)
+    header_cls = FetchRequest.__header_schema__
+    write_header, write_body = entity_writer(header_cls), entity_writer(FetchRequest)
+    read_header, read_body = entity_reader(FetchResponse.__header_schema__), entity_reader(FetchResponse)
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -53,13 +46,14 @@ def fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes: in
         while offset < end_offset:
             out = io.BytesIO()
             out.write(b"\0\0\0\0")
-            write_header(out, header_cls(request_api_key=1, request_api_version=VERSION, correlation_id=responses,
-                                         client_id="bench"))
-            write_body(out, req_cls(
-                max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=partition_max_bytes,
-                isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                topics=(topic_cls(topic=topic, partitions=(part_cls(
-                    partition=0, fetch_offset=offset, partition_max_bytes=partition_max_bytes),)),)))
+            write_header(out, header_cls(request_api_key=FetchRequest.__api_key__, request_api_version=i16(VERSION),
+                                         correlation_id=i32(responses), client_id="bench"))
+            write_body(out, FetchRequest(
+                max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=500)), min_bytes=i32(1),
+                max_bytes=i32(partition_max_bytes), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+                forgotten_topics_data=(), rack_id="",
+                topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
+                    partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(partition_max_bytes)),)),)))
             frame = out.getbuffer()
             _SIZE.pack_into(frame, 0, len(frame) - 4)
             sock.sendall(frame)

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+from types import FrameType
 import socket
 import subprocess
 import sys
@@ -224,7 +225,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 6, others: Sequence[subproces
     The components live in one process group, so SIGTERM goes to all of them at once (``airflow standalone``
     relaying a SIGINT to its components one after the other took about 35 s), then SIGKILL to whatever is left
     after ``timeout``."""
-    def signal_group(sig) -> bool:
+    def signal_group(sig: signal.Signals) -> bool:
         try:
             os.killpg(proc.pid, sig)
             return True
@@ -253,7 +254,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.airflow_standalone", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default=os.environ.get("AIRFLOW_HOST") or DEFAULT_HOST,
                    help="address the api-server listens on (default: $AIRFLOW_HOST or 127.0.0.1, this machine "
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
                 return name, pr.returncode
         return None
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         nonlocal interrupted
         interrupted = True
 

@@ -39,6 +39,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
                                         airflow_executable)
@@ -56,7 +57,7 @@ from storage_engine.units import human_bytes
 # puts it on sys.path.
 if str(PLUGINS_FOLDER) not in sys.path:
     sys.path.append(str(PLUGINS_FOLDER))
-from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS  # noqa: E402
+from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS
 
 # Trigger-form values per DAG: the demo builds its compaction key maps on (local) Spark, the mission's path.
 DAG_CONF = {"log_compaction": {"map_strategy": "spark"}}
@@ -83,7 +84,8 @@ def step(n: int, text: str) -> None:
 def snapshot(config: StorageConfig) -> dict:
     """Per partition: segments, bytes, offsets, .deleted files; per log dir: checkpoint files."""
     audit = verify_log_dirs(config)
-    parts, checkpoints = {}, {}
+    parts: dict = {}
+    checkpoints: dict[str, dict[str, dict[str, Any]]] = {}
     for d in config.log_dirs:
         checkpoints[d] = {}
         for name in CHECKPOINT_FILES:
@@ -96,8 +98,8 @@ def snapshot(config: StorageConfig) -> dict:
             checkpoints[d][name] = {"mtime_ns": st.st_mtime_ns, "entries": {f"{t}-{p}": o for (t, p), o in entries.items()},
                                     "error": err}
     lso_checkpoint = {}
-    for d, files in checkpoints.items():
-        lso_checkpoint.update(files.get(layout.LOG_START_OFFSET_CHECKPOINT, {}).get("entries", {}))
+    for dir_files in checkpoints.values():
+        lso_checkpoint.update(dir_files.get(layout.LOG_START_OFFSET_CHECKPOINT, {}).get("entries", {}))
     for p in audit["partitions"]:
         name = f"{p['topic']}-{p['partition']}"
         log_dir = next(d for d in config.log_dirs if os.path.isdir(os.path.join(d, name)))
@@ -148,7 +150,7 @@ def before_table(snap: dict, generated: dict | None) -> str:
                   "timestamps (UTC)"], rows, right={3, 4, 5, 6, 7})
 
 
-def _arrow(a, b, fmt=str) -> str:
+def _arrow(a: object, b: object, fmt: Callable[[Any], str] = str) -> str:
     return fmt(a) if a == b else f"{fmt(a)} -> {fmt(b)}"
 
 
@@ -283,7 +285,7 @@ def midnight_utc_ms(now: float | None = None) -> int:
     return int(t // 86400 * 86400 * 1000)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     config_path = Path(args.config or DEFAULT_CONFIG_PATH).resolve()
     config = load_config(config_path)
@@ -320,7 +322,8 @@ def run(args) -> int:
             demo_broker.stop(broker)
 
 
-def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker) -> int:
+def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, config_path: Path, now_ms: int,
+                 logical: datetime, env: dict[str, str], generated: dict, broker: demo_broker.Broker) -> int:
     live = demo_broker.produce_live(broker, "access-log")
     if live["errors"]:
         raise DemoFailed(f"the Kafka client's writes failed: {live['errors'][:3]} (broker log: "
@@ -350,7 +353,7 @@ def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated,
     say(f"DAGs in dags/: {', '.join(found['dag_ids']) or 'none'}")
 
     step(6, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
-    results = []
+    results: list[tuple[str, str, float | None]] = []
     for dag_id in args.dags:
         if dag_id not in found["dag_ids"]:
             say(f"{dag_id:15} SKIPPED: no DAG with this id in {display_path(str(DAGS_FOLDER))}/ yet")
@@ -426,7 +429,7 @@ def _with_broker(args, t0, config, config_path, now_ms, logical, env, generated,
     return 1 if failed else 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="storage config (default: include/config/storage.yaml)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)

@@ -98,7 +98,9 @@ def read_back(broker: Broker, topics: list[str]) -> dict[str, dict[str, Any]]:
             if msg is None or msg.error():
                 continue
             seen += 1
-            positions[msg.partition()] = msg.offset() + 1
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None, "a record without an error has its position"
+            positions[partition] = offset + 1
             latest[msg.key()] = msg.value()
         consumer.close()
         out[topic] = {"records": seen, "offset_span": want, "partitions": len(parts), "keys": len(latest),
@@ -106,13 +108,13 @@ def read_back(broker: Broker, topics: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _read_all(broker: Broker, topic: str, isolation: str) -> list[bytes]:
+def _read_all(broker: Broker, topic: str, isolation: str) -> list[bytes | None]:
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"demo-{isolation}",
                          "enable.auto.commit": False, "isolation.level": isolation})
     try:
         lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         consumer.assign([TopicPartition(topic, 0, lo)])
-        values: list[bytes] = []
+        values: list[bytes | None] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)

@@ -35,6 +35,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable, Iterable, Iterator, Sequence
 
 from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
 from storage_engine.log.locks import DirLock
@@ -47,6 +48,8 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 SPAN_MS = 7 * DAY_MS          # timestamps cover the week before ``now``
 DEFAULT_SEED = 42
+# One generated record: (timestamp ms, key, value (None: a tombstone), headers).
+Event = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 LINGER_MS = 120_000           # a producer batch collects records for at most this long (in event time)
 
 
@@ -139,7 +142,7 @@ _DOMAINS = ("example.com", "example.org", "example.net", "mail.example.com", "co
 _EMAIL_SOURCES = (b"signup-service", b"profile-service", b"profile-service", b"support-tool")
 
 
-def _user_emails(rng: random.Random, n: int, now_ms: int, users: int = 3000, skew: float = 1.0):
+def _user_emails(rng: random.Random, n: int, now_ms: int, users: int = 3000, skew: float = 1.0) -> Iterator[Event]:
     ids = list(range(1, users + 1))
     rng.shuffle(ids)                       # the hottest users are not simply the lowest ids
     cum = list(itertools.accumulate(1.0 / (rank + 1) ** skew for rank in range(users)))
@@ -177,7 +180,7 @@ _WORDS = ("lamp", "desk", "chair", "kafka", "airflow", "spark", "notebook", "cab
 _NETS = ("203.0.113", "198.51.100", "192.0.2")     # documentation address ranges
 
 
-def _access_log(rng: random.Random, n: int, now_ms: int, sessions: int = 2000):
+def _access_log(rng: random.Random, n: int, now_ms: int, sessions: int = 2000) -> Iterator[Event]:
     session_ids = [f"sess-{rng.getrandbits(48):012x}" for _ in range(sessions)]
     paths, path_w = [(m, p) for m, p, _ in _PATHS], [w for _, _, w in _PATHS]
     statuses, status_w = [s for s, _ in _STATUSES], [w for _, w in _STATUSES]
@@ -197,8 +200,8 @@ def _access_log(rng: random.Random, n: int, now_ms: int, sessions: int = 2000):
         yield ts, session.encode() if session else None, line.encode(), headers
 
 
-def _user_sessions(rng: random.Random, n: int, now_ms: int):
-    events = []
+def _user_sessions(rng: random.Random, n: int, now_ms: int) -> list[Event]:
+    events: list[Event] = []
     starts = _timestamps(rng, max(1, n // 6), now_ms - SPAN_MS, now_ms)
     for start in starts:
         sid = f"sess-{rng.getrandbits(48):012x}"
@@ -222,7 +225,8 @@ def _user_sessions(rng: random.Random, n: int, now_ms: int):
     return events
 
 
-_STREAMS = {"user-emails": _user_emails, "access-log": _access_log, "user-sessions": _user_sessions}
+_STREAMS: dict[str, Callable[[random.Random, int, int], Iterable[Event]]] = {
+    "user-emails": _user_emails, "access-log": _access_log, "user-sessions": _user_sessions}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -288,10 +292,11 @@ def reset_log_dirs(config: StorageConfig) -> int:
 class _PartitionStats:
     __slots__ = ("records", "tombstones", "keyless", "keys", "first_ts", "last_ts", "batches")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = self.tombstones = self.keyless = self.batches = 0
         self.keys: Counter = Counter()
-        self.first_ts = self.last_ts = None
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
 
     def add(self, rec: SimpleRecord) -> None:
         self.records += 1
@@ -310,7 +315,8 @@ def _record_bytes(rec: SimpleRecord) -> int:
     return size + sum(len(k) + len(v or b"") + 4 for k, v in rec.headers)
 
 
-def _produce(mgr: LogManager, spec: TopicSpec, events, rng: random.Random, stats: dict) -> None:
+def _produce(mgr: LogManager, clock: ManualClock, spec: TopicSpec, events: Iterable[Event], rng: random.Random,
+             stats: dict) -> None:
     """Append ``events`` to the topic's partitions in producer-like batches."""
     cfg = mgr.config.log_config(spec.name)
     max_batch_bytes = max(256, min(cfg.segment_bytes, cfg.max_message_bytes) // 4)
@@ -326,7 +332,7 @@ def _produce(mgr: LogManager, spec: TopicSpec, events, rng: random.Random, stats
         pending_bytes.pop(p, None)
         if not batch:
             return
-        mgr.clock.set(batch[-1].timestamp)  # appended as a producer would have, when its last record was made
+        clock.set(batch[-1].timestamp)  # appended as a producer would have, when its last record was made
         logs[p].append_records(batch)
         st = stats[(spec.name, p)]
         st.batches += 1
@@ -352,7 +358,8 @@ def _produce(mgr: LogManager, spec: TopicSpec, events, rng: random.Random, stats
 
 
 def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | None = None,
-             scale: float = 1.0, reset: bool = False, topics=TOPICS, progress=None) -> dict:
+             scale: float = 1.0, reset: bool = False, topics: Sequence[TopicSpec] = TOPICS,
+             progress: Callable[[str], object] | None = None) -> dict:
     """Write the sample topics into ``config.log_dirs``; returns a JSON-able summary.
 
     Raises :class:`FileExistsError` when the log dirs already hold partitions and ``reset`` is false.
@@ -371,15 +378,16 @@ def generate(config: StorageConfig, *, seed: int = DEFAULT_SEED, now_ms: int | N
         reset_log_dirs(config)
     stats: dict[tuple[str, int], _PartitionStats] = defaultdict(_PartitionStats)
     started = time.monotonic()
-    with LogManager.open(config, clock=ManualClock(now)) as mgr:
+    clock = ManualClock(now)
+    with LogManager.open(config, clock=clock) as mgr:
         for spec in topics:
             if progress:
                 progress(spec.name)
             rng = random.Random(f"{seed}/{spec.name}")
             n = max(spec.partitions, round(spec.events * scale))
             events = _STREAMS[spec.name](rng, n, now)
-            _produce(mgr, spec, events, random.Random(f"{seed}/{spec.name}/batches"), stats)
-        mgr.clock.set(now)
+            _produce(mgr, clock, spec, events, random.Random(f"{seed}/{spec.name}/batches"), stats)
+        clock.set(now)
         described = {(log.topic, log.partition): log.describe() for log in mgr.logs.values()}
         dirs = {tp: mgr.dir_of(tp) for tp in mgr.logs}
     rows = []
@@ -451,7 +459,7 @@ def format_summary(summary: dict) -> str:
          "offsets", "timestamps (UTC)"], rows, right={3, 4, 5, 6, 7, 8})
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.sample_data", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="storage config (default: $STORAGE_ENGINE_CONFIG or include/config/storage.yaml)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")

@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -99,7 +100,7 @@ def generate(root: Path, partitions: int, segments: int, now_ms: int) -> dict:
             "records": records, "now_ms": now_ms, "seconds": round(time.monotonic() - t0, 1)}
 
 
-def _api(port: int, path: str, token: str, method: str = "GET", body=None):
+def _api(port: int, path: str, token: str, method: str = "GET", body: object = None) -> Any:
     import urllib.request
 
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
@@ -110,9 +111,12 @@ def _api(port: int, path: str, token: str, method: str = "GET", body=None):
 
 
 def measure(port: int, timeout_s: float) -> dict:
-    from include.airflow_standalone import api_token, read_password
+    from include.airflow_standalone import AIRFLOW_HOME, PASSWORD_FILE_NAME, api_token, read_password
 
-    token = api_token(port, "admin", read_password())
+    password = read_password()
+    if password is None:
+        raise SystemExit(f"no admin password in {AIRFLOW_HOME / PASSWORD_FILE_NAME}: is Airflow running (make airflow)?")
+    token = api_token(port, "admin", password)
     dag = "log_retention"
     _api(port, f"/api/v2/dags/{dag}", token, "PATCH", {"is_paused": False})
     deadline = time.monotonic() + timeout_s
@@ -133,7 +137,7 @@ def measure(port: int, timeout_s: float) -> dict:
                   token)["value"]
     from datetime import datetime
 
-    def secs(a, b):
+    def secs(a: str, b: str) -> float:
         return round((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds(), 1)
 
     batches = [ti for ti in tis if ti["task_id"] == "retention"]
@@ -143,7 +147,7 @@ def measure(port: int, timeout_s: float) -> dict:
             "totals": {k: v for k, v in report["totals"].items() if k != "task_states"}, "as_of": report["as_of"]}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.scale_store", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate")

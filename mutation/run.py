@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .groups import Group
 
@@ -66,7 +67,7 @@ def module_name(path: str) -> str:
 
 
 def mutmut_section(group: Group) -> str:
-    def toml_list(values) -> str:
+    def toml_list(values: list[str] | tuple[str, ...]) -> str:
         return "[" + ", ".join(json.dumps(v) for v in values) + "]"
     return "\n".join([
         "",
@@ -173,7 +174,7 @@ def _count_done(scratch: Path, group: Group) -> tuple[int, int]:
 
 
 def run_group(group: Group, max_children: int, scratch_root: Path = SCRATCH_ROOT,
-              progress=print, source: Path = REPO) -> GroupResult:
+              progress: Callable[[str], object] = print, source: Path = REPO) -> GroupResult:
     scratch = scratch_root / group.name
     prepare(group, scratch, source)
     log_path = scratch / "mutmut-run.log"

@@ -39,6 +39,14 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+    from storage_engine.config import StorageConfig
+    from storage_engine.inspection.partitions import PartitionInfo
 
 EXIT_BAD_INPUT = 2
 EXIT_DAMAGED = 3            # the source found a damaged batch: no map; see damage_report_path(output)
@@ -51,7 +59,7 @@ DAMAGE_REPORT_SUFFIX = ".damage.json"
 SUBMIT_CONF = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
-def parse_args(argv=None):
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", help="storage engine YAML (default: $STORAGE_ENGINE_CONFIG or the project default)")
     p.add_argument("--topic", required=True)
@@ -64,7 +72,7 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def validate(args):
+def validate(args: argparse.Namespace) -> tuple[StorageConfig, PartitionInfo, str]:
     """Engine-side checks, before any JVM starts. Returns (config, partition info, absolute output)."""
     from storage_engine.config_file import load_config
     from storage_engine.inspection.partitions import check_offset_range, partition_info
@@ -91,7 +99,7 @@ def bucket_bits(records: int, rows_per_bucket: int = ROWS_PER_BUCKET) -> int:
     return bits
 
 
-def build(sc, info, start: int, end: int, out: str, shuffle_partitions: int | None = None,
+def build(sc: SparkContext, info: PartitionInfo, start: int, end: int, out: str, shuffle_partitions: int | None = None,
           rows_per_bucket: int = ROWS_PER_BUCKET) -> dict:
     """Build the map of ``info``'s partition over [start, end) into ``out`` with the SparkContext ``sc`` (see the
     module docstring); returns the manifest. ``shuffle_partitions``: tasks of the bucket phase (default: one per
@@ -106,7 +114,7 @@ def build(sc, info, start: int, end: int, out: str, shuffle_partitions: int | No
     os.makedirs(stage)
     os.makedirs(data)
     groups = SegmentKeysReader({"path": info.dir, "startOffset": str(start), "endOffset": str(end),
-                                "tasks": str(sc.defaultParallelism)}).partitions()
+                                "tasks": str(sc.defaultParallelism)}).groups()
     counts = [0, 0, 0]
     damage = []
     if groups:
@@ -158,7 +166,7 @@ def damage_report_path(output: str) -> str:
     return os.path.abspath(output) + DAMAGE_REPORT_SUFFIX
 
 
-def write_damage_report(info, output: str, exc: Exception) -> str:
+def write_damage_report(info: PartitionInfo, output: str, exc: Exception) -> str:
     path = damage_report_path(output)
     report = {"topic": info.topic, "partition": info.partition, "error_type": type(exc).__name__,
               "error": str(exc), "path": getattr(exc, "path", None), "position": getattr(exc, "position", None)}
@@ -177,7 +185,7 @@ def _rows_written(data_dir: str) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in map_files(data_dir))
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from storage_engine.errors import CorruptRecordError, StorageError
     try:

@@ -20,9 +20,14 @@ the loader's transient Arrow buffers stay small), the layout ``SortedHashOffsetM
 from __future__ import annotations
 
 import os
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from spark_jobs.segment_source import KeyColumns, SegmentGroup
 
 ROWS_PER_CHUNK = 1 << 20     # rows decoded per chunk: 24 MiB of rows in flight per task
 ROWS_PER_ROW_GROUP = 1 << 17  # 3 MiB row groups: what SortedHashOffsetMap.load holds in Arrow buffers at a time
@@ -30,7 +35,7 @@ _ROW = np.dtype("<i8")
 _SIGN = np.uint64(1 << 63)
 
 
-def bucket_of(hi, bits: int):
+def bucket_of(hi: npt.NDArray[np.int64], bits: int) -> npt.NDArray[np.uint16]:
     """Bucket numbers (uint16) of high hashes: their top ``bits`` bits in signed order (0 = most negative)."""
     if bits == 0:
         return np.zeros(len(hi), dtype=np.uint16)
@@ -41,7 +46,7 @@ def stage_file(stage: str, bucket: int, group: int) -> str:
     return os.path.join(stage, f"bucket={bucket}", f"group={group:06d}.rows")
 
 
-def split_group(group_index: int, group, start: int, end: int, bits: int,
+def split_group(group_index: int, group: SegmentGroup, start: int, end: int, bits: int,
                 stage: str) -> tuple[int, int, int, dict | None]:
     """Phase 1 for one segment group (see the module docstring). Returns (records, keyless, tombstones, damage):
     ``damage`` is None, or, when the source found a damaged batch (``CorruptRecordError``: it stops there, no
@@ -89,7 +94,8 @@ def damage_of(exc: BaseException) -> dict:
             "path": getattr(exc, "path", None), "position": getattr(exc, "position", None)}
 
 
-def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:
+def split_by_bucket(cols: KeyColumns, n: int, drop: int, bits: int, rows: npt.NDArray[np.int64],
+                    counts: npt.NDArray[np.int64]) -> int:
     """Rows [0, n) of decoded key columns without ``drop`` flags, as (high, low, offset) rows into ``rows`` grouped
     by bucket (:func:`bucket_of`), in log order within a bucket; ``counts[b]`` = rows of bucket b. Returns the rows
     kept (compiled ``split_rows``, or numpy)."""
@@ -109,7 +115,7 @@ def split_by_bucket(cols, n: int, drop: int, bits: int, rows, counts) -> int:
     return kept
 
 
-def latest_per_key(rows):
+def latest_per_key(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Sort (n, 3) int64 rows (hash high, hash low, offset) by hash in signed order and keep the maximum offset of
     each hash: returns the first ``distinct`` rows of ``rows`` (sorted in place with the compiled kernels)."""
     from storage_engine.record import kernels as _kernels

@@ -37,13 +37,19 @@ is installed in the Spark Python environment, or shipped with ``--py-files``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 if TYPE_CHECKING:
     from storage_engine.maintenance.txn_cleaning import CleanedTransactionMetadata
+    from pyspark.sql.types import StructType
+
+    from storage_engine.record.legacy_records import LegacyBatch
+    from storage_engine.record.record_batch import BatchBuffer, RecordBatch
+    from storage_engine.record.records import Record
     from storage_engine.segment.txn_index import AbortedTxn
 
 NAME = "kafka_segments"
@@ -75,11 +81,11 @@ class SegmentDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> SegmentReader:
         return SegmentReader(self.options)
 
 
-def _opt_int(options, name: str):
+def _opt_int(options: Mapping[str, str], name: str) -> int | None:
     raw = options.get(name)
     if raw is None or raw == "":
         return None
@@ -90,7 +96,7 @@ def _opt_int(options, name: str):
 
 
 class SegmentReader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options: Mapping[str, str]) -> None:
         from storage_engine import layout
         path = options.get("path")
         if not path:
@@ -117,7 +123,11 @@ class SegmentReader(DataSourceReader):
                         out.add(t)
         return tuple(sorted(out, key=lambda t: (t.first_offset, t.producer_id, t.last_offset)))
 
-    def partitions(self):
+    def partitions(self) -> Sequence[InputPartition]:
+        return self._segments()
+
+    def _segments(self) -> list[SegmentPartition]:
+        """The segments overlapping [start, end), each with the aborted transactions its read leaves out."""
         from storage_engine import layout
         bases = sorted(layout.offset_from_filename(n) for n in os.listdir(self.path)
                        if n.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(n))
@@ -135,7 +145,7 @@ class SegmentReader(DataSourceReader):
                                           tuple(t for t in aborted if t.last_offset >= base)))
         return parts
 
-    def read(self, partition: InputPartition):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
         if not isinstance(partition, SegmentPartition):
@@ -144,7 +154,7 @@ class SegmentReader(DataSourceReader):
         from storage_engine.maintenance.offset_map import key_hash
         try:
             fr = FileRecords(partition.path, writable=False)
-        except Exception as exc:
+        except Exception as exc:   # noqa: BLE001 - any failure to open a listed segment means it was replaced
             raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
                                     f"compaction replaced it): {exc}") from None
         start = self.start if self.start is not None else -1
@@ -180,12 +190,21 @@ class SegmentReader(DataSourceReader):
 class _Columns:
     __slots__ = ("n", "offset", "timestamp", "key", "hi", "lo", "value_size", "tomb", "bbase", "blast", "seg")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.n = 0
-        self.offset, self.timestamp, self.key, self.hi, self.lo = [], [], [], [], []
-        self.value_size, self.tomb, self.bbase, self.blast, self.seg = [], [], [], [], []
+        self.offset: list[int] = []
+        self.timestamp: list[int] = []
+        self.key: list[bytes | None] = []
+        self.hi: list[int | None] = []
+        self.lo: list[int | None] = []
+        self.value_size: list[int] = []
+        self.tomb: list[bool] = []
+        self.bbase: list[int] = []
+        self.blast: list[int] = []
+        self.seg: list[int] = []
 
-    def add(self, rec, hi, lo, batch, segment_base) -> None:
+    def add(self, rec: Record, hi: int | None, lo: int | None, batch: RecordBatch | LegacyBatch,
+            segment_base: int) -> None:
         self.n += 1
         self.offset.append(rec.offset)
         self.timestamp.append(rec.timestamp)
@@ -198,7 +217,7 @@ class _Columns:
         self.blast.append(batch.last_offset)
         self.seg.append(segment_base)
 
-    def to_arrow(self, pa):
+    def to_arrow(self, pa: ModuleType) -> Any:
         return pa.RecordBatch.from_arrays(
             [pa.array(self.offset, pa.int64()), pa.array(self.timestamp, pa.int64()),
              pa.array(self.key, pa.binary()), pa.array(self.hi, pa.int64()), pa.array(self.lo, pa.int64()),
@@ -216,7 +235,7 @@ class SegmentKeysDataSource(DataSource):
     def schema(self) -> str:
         return KEYS_SCHEMA
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> SegmentKeysReader:
         return SegmentKeysReader(self.options)
 
 
@@ -234,13 +253,17 @@ class SegmentKeysReader(SegmentReader):
     tasks that run at once, ``local[2]``'s cores) so that no core idles while the last group is read, and never
     more groups than segments."""
 
-    def __init__(self, options):
+    def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
         self.max_partition_bytes = _opt_int(options, "maxPartitionBytes") or MAX_PARTITION_BYTES
         self.tasks = _opt_int(options, "tasks") or 2
 
-    def partitions(self):
-        segments = super().partitions()
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.groups()
+
+    def groups(self) -> list[SegmentGroup]:
+        """The Spark partitions: consecutive segments in groups of about equal bytes (see the class docstring)."""
+        segments = self._segments()
         if not segments:
             return []
         sizes = [os.stat(p.path).st_size for p in segments]
@@ -255,7 +278,7 @@ class SegmentKeysReader(SegmentReader):
             before += size
         return [SegmentGroup(g) for g in groups if g]
 
-    def read(self, partition: InputPartition):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
         if not isinstance(partition, SegmentGroup):
             raise TypeError(f"{KEYS_NAME} reads a SegmentGroup, not {type(partition).__name__}")
@@ -265,15 +288,15 @@ class SegmentKeysReader(SegmentReader):
 
 
 def segment_key_columns(partition: SegmentPartition, start: int | None, end: int | None,
-                        rows: int = ROWS_PER_ARROW_BATCH):
-    """The key columns (:class:`_KeyColumns`: numpy hi, lo, offset, flags; ``n`` rows filled) of one segment's records
+                        rows: int = ROWS_PER_ARROW_BATCH) -> Iterator[KeyColumns]:
+    """The key columns (:class:`KeyColumns`: numpy hi, lo, offset, flags; ``n`` rows filled) of one segment's records
     with start <= offset < end, aborted batches left out; fails with an error naming the file if the segment
     disappears or is replaced while it is read. What both the ``kafka_segment_keys`` source and the key-map job's
     tasks read."""
     from storage_engine.segment.file_records import FileRecords
     try:
         fr = FileRecords(partition.path, writable=False)
-    except Exception as exc:
+    except Exception as exc:   # noqa: BLE001 - any failure to open a listed segment means it was replaced
         raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
                                 f"compaction replaced it): {exc}") from None
     start = start if start is not None else -1
@@ -306,7 +329,7 @@ class _MappedSegment:
     (one with a next segment) is read strictly; the last one may end in a torn tail, not read, as the engine's
     own active segment may."""
 
-    def __init__(self, view, size: int, path: str, base_offset: int, sealed: bool):
+    def __init__(self, view: BatchBuffer, size: int, path: str, base_offset: int, sealed: bool) -> None:
         self.view, self.size, self.path, self.base_offset, self.sealed = view, size, path, base_offset, sealed
         self.index_interval_bytes = 4096
         self.log: Any = self   # FileRecords' read_batches, below
@@ -318,8 +341,8 @@ class _MappedSegment:
                             strict=self.sealed)
 
 
-def _checked_runs(view, size: int, path: str, aborted: Sequence[AbortedTxn], base_offset: int,
-                  next_base: int | None, stop: int):
+def _checked_runs(view: BatchBuffer, size: int, path: str, aborted: Sequence[AbortedTxn], base_offset: int,
+                  next_base: int | None, stop: int) -> Iterator[tuple[int, int]]:
     """Byte ranges of ``view[0:size]`` (a segment, from its first batch) whose batches passed the engine's checked
     read (``checked_read.checked_from``: framing, offsets rising within the segment and below ``next_base``,
     each batch's CRC), up to the first batch at or after offset ``stop``, without the batches of the ``aborted``
@@ -357,7 +380,7 @@ def _partition_name(path: str) -> str:
     return os.path.basename(os.path.dirname(os.path.abspath(path))) or path
 
 
-def _declared_offsets(view, size: int, position: int | None) -> str:
+def _declared_offsets(view: BatchBuffer, size: int, position: int | None) -> str:
     """", declaring offsets [first, last]" of the entry at ``position`` (its header only; "" if unreadable)."""
     from storage_engine.errors import StorageError
     from storage_engine.segment.file_records import batch_at
@@ -373,8 +396,8 @@ def _declared_offsets(view, size: int, position: int | None) -> str:
     return f", declaring offsets [{first}, {batch.last_offset}]"
 
 
-def key_batches(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
-                aborted: Sequence[AbortedTxn] = ()):
+def key_batches(view: BatchBuffer, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
+                aborted: Sequence[AbortedTxn] = ()) -> Iterator[Any]:
     """Arrow record batches (``KEYS_SCHEMA``) of the records in ``view[0:size]`` (a segment, from its first batch)
     with start <= offset < end, leaving out the batches of the ``aborted`` transactions (those not ended before
     the segment's base offset)."""
@@ -383,10 +406,10 @@ def key_batches(view, size: int, start: int, end: int, path: str, rows: int = RO
         yield cols.to_arrow(pa)
 
 
-def key_columns(view, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
+def key_columns(view: BatchBuffer, size: int, start: int, end: int, path: str, rows: int = ROWS_PER_ARROW_BATCH,
                 aborted: Sequence[AbortedTxn] = (), *, base_offset: int | None = None,
-                next_base: int | None = None):
-    """:func:`key_batches` as :class:`_KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
+                next_base: int | None = None) -> Iterator[KeyColumns]:
+    """:func:`key_batches` as :class:`KeyColumns` (numpy arrays, up to ``rows`` rows each; one decode and one hash
     per record in compiled code, no Python object per record). Only checked bytes are decoded
     (:func:`_checked_runs`; ``base_offset`` is the segment's, by default from the file name, ``next_base`` the
     next segment's, None for the last one)."""
@@ -396,7 +419,7 @@ def key_columns(view, size: int, start: int, end: int, path: str, rows: int = RO
     from storage_engine.record import kernels as _kernels
     from storage_engine.segment.file_records import batch_at
     kernels = _kernels.KERNELS
-    cols = _KeyColumns(np, rows)
+    cols = KeyColumns(np, rows)
     if base_offset is None:
         base_offset = layout.offset_from_filename(os.path.basename(path))
     for pos, limit in _checked_runs(view, size, path, aborted, base_offset, next_base, end):
@@ -406,7 +429,7 @@ def key_columns(view, size: int, start: int, end: int, path: str, rows: int = RO
                                                           rows)
                 if status == 1:                     # the arrays are full
                     yield cols
-                    cols = _KeyColumns(np, rows)
+                    cols = KeyColumns(np, rows)
                     continue
                 if status == 0:                     # done
                     break
@@ -419,16 +442,19 @@ def key_columns(view, size: int, start: int, end: int, path: str, rows: int = RO
             for hi, lo, offset, flags in _batch_rows(batch, start, end, kernels):
                 if cols.n == rows:
                     yield cols
-                    cols = _KeyColumns(np, rows)
+                    cols = KeyColumns(np, rows)
                 cols.add(hi, lo, offset, flags)
     if cols.n:
         yield cols
 
 
-def _batch_rows(batch, start: int, end: int, kernels):
+def _batch_rows(batch: RecordBatch | LegacyBatch, start: int, end: int,
+                kernels: Any) -> list[tuple[int, int, int, int]]:
     """(hi, lo, offset, flags) of one batch's records in range, decoded in Python (compressed batches through the
     kernel, once decompressed)."""
-    if kernels is not None and batch.magic >= 2 and batch.compression != 0 and batch.records_count >= 0:
+    from storage_engine.record.record_batch import RecordBatch
+    if (kernels is not None and batch.magic >= 2 and isinstance(batch, RecordBatch) and batch.compression != 0
+            and batch.records_count >= 0):
         import numpy as np
         payload = batch.records_payload()
         plain = bytearray(batch.buf[batch.pos:batch.pos + 61])
@@ -436,7 +462,7 @@ def _batch_rows(batch, start: int, end: int, kernels):
         plain[8:12] = (49 + len(payload)).to_bytes(4, "big")   # length = 61 - 12 + records
         plain += payload
         n = max(batch.records_count, 1)
-        cols = _KeyColumns(np, n)
+        cols = KeyColumns(np, n)
         pos, got, status = kernels.key_columns(plain, 0, len(plain), start, end, cols.columns(), 0, n)
         if status == 0 and pos == len(plain):
             return list(zip(cols.hi[:got].tolist(), cols.lo[:got].tolist(), cols.off[:got].tolist(),
@@ -452,10 +478,10 @@ def _batch_rows(batch, start: int, end: int, kernels):
     return out
 
 
-class _KeyColumns:
+class KeyColumns:
     __slots__ = ("n", "hi", "lo", "off", "flags")
 
-    def __init__(self, np, rows: int):
+    def __init__(self, np: ModuleType, rows: int) -> None:
         self.n = 0
         self.hi = np.empty(rows, dtype=np.int64)
         self.lo = np.empty(rows, dtype=np.int64)
@@ -471,7 +497,7 @@ class _KeyColumns:
         self.hi[n], self.lo[n], self.off[n], self.flags[n] = hi, lo, offset, flags
         self.n = n + 1
 
-    def to_arrow(self, pa):
+    def to_arrow(self, pa: ModuleType) -> Any:
         n = self.n
         return pa.RecordBatch.from_arrays(
             [pa.array(self.hi[:n]), pa.array(self.lo[:n]), pa.array(self.off[:n]), pa.array(self.flags[:n])],

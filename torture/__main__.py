@@ -17,7 +17,7 @@ from pathlib import Path
 from torture import harness
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m torture", description=__doc__)
     p.add_argument("--trials", type=int, default=1000)
     p.add_argument("--soak", type=float, default=None, metavar="SECONDS",

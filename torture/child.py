@@ -30,9 +30,12 @@ import os
 import random
 import sys
 import time
+from typing import Any, Callable
 
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.errors import OffsetOutOfRangeError
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.jobs import compaction, housekeeping
 from storage_engine.record.records import SimpleRecord
@@ -65,7 +68,7 @@ class Stop:
         return time.monotonic() > self.deadline or os.path.exists(self.stop_file)
 
 
-def writer(config, stop: Stop, args) -> None:
+def writer(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     out = sys.stdout
     with LogManager.open(config) as mgr:
@@ -88,7 +91,7 @@ def writer(config, stop: Stop, args) -> None:
                 time.sleep(rng.random() * args.pause_s)
 
 
-def threaded_writer(config, stop: Stop, args) -> None:
+def threaded_writer(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     """Writers, readers, a cleaner and maintenance as threads of one process sharing one manager."""
     import threading
     out = sys.stdout
@@ -100,7 +103,7 @@ def threaded_writer(config, stop: Stop, args) -> None:
             out.write(lines)
             out.flush()
 
-    def guard(fn, *a) -> None:
+    def guard(fn: Callable[..., Any], *a: Any) -> None:
         try:
             fn(*a)
         except BaseException as exc:  # noqa: BLE001 - reported on stderr, the process then fails
@@ -152,13 +155,13 @@ def threaded_writer(config, stop: Stop, args) -> None:
         raise failures[0]
 
 
-def cleaner(config, stop: Stop, args) -> None:
+def cleaner(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     while not stop():
         compaction.compact(config, topics=[KEYED])
         time.sleep(args.pause_s)
 
 
-def maintenance(config, stop: Stop, args) -> None:
+def maintenance(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     ops = [lambda: housekeeping.retention_all(config),
            lambda: housekeeping.checkpoint(config, flush=True),
@@ -169,7 +172,7 @@ def maintenance(config, stop: Stop, args) -> None:
         time.sleep(args.pause_s)
 
 
-def reader(config, stop: Stop, args) -> None:
+def reader(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     out = sys.stdout
     with LogManager.open(config) as mgr:
         out.write("READY\n")
@@ -186,7 +189,7 @@ def reader(config, stop: Stop, args) -> None:
             time.sleep(args.pause_s)
 
 
-def _read_round(log, topic: str) -> str | None:
+def _read_round(log: Log, topic: str) -> str | None:
     log.refresh()
     previous = None
     try:
@@ -203,7 +206,7 @@ def _read_round(log, topic: str) -> str | None:
     return None
 
 
-def opener(config, stop: Stop, args) -> None:
+def opener(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     with LogManager.open(config):
         pass
 
@@ -211,7 +214,7 @@ def opener(config, stop: Stop, args) -> None:
 ROLES = {"writer": writer, "cleaner": cleaner, "maintenance": maintenance, "reader": reader, "opener": opener}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m torture.child")
     p.add_argument("role", choices=sorted(ROLES))
     p.add_argument("--config", required=True)

@@ -29,6 +29,7 @@ A violation is printed, and the trial's log dir, configuration and process outpu
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import random
@@ -41,9 +42,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any, Callable
 
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
+from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.inspection.verify import verify_log_dirs
 from torture.child import KEYED, PLAIN, RETAINED, TOPICS, digest, payload_ok
@@ -107,13 +110,16 @@ class Child:
                                      stdout=subprocess.PIPE, stderr=self._stderr)
         self.lines: list[str] = []
         self.killed = False
+        self._collected = False         # its exit was checked (_collect_exit)
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
 
     def _read(self) -> None:
         buf = b""
+        stdout = self.proc.stdout
+        assert isinstance(stdout, io.BufferedReader), "started with stdout=PIPE"
         while True:
-            chunk = self.proc.stdout.read1(65536)
+            chunk = stdout.read1(65536)
             if not chunk:
                 break
             buf += chunk
@@ -170,14 +176,15 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
                     PYTHONFAULTHANDLER="1")
     base_env.pop(crashpoints.ENV_VAR, None)
     protocol = crashpoints.STEPS[step][0] if step else None
-    forced_role = rng.choice(STEP_ROLES[protocol]) if step else None
+    forced_role = rng.choice(STEP_ROLES[protocol]) if protocol is not None else None
     t0 = time.monotonic()
     children: list[Child] = []
     kills: Counter = Counter()
     violations: list[str] = []
     serial = 0
 
-    setup_step = rng.choice(SETUP[protocol][1]) if protocol in SETUP else None
+    setup = SETUP.get(protocol) if protocol is not None else None
+    setup_role, setup_step = (setup[0], rng.choice(setup[1])) if setup is not None else (None, None)
 
     def nth(name: str) -> str:
         # appends happen hundreds of times a second: die at a later one, once the other processes run
@@ -189,7 +196,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
             return env
         if setup_step is not None:
             # e.g. the first cleaner dies mid-swap; then whoever resolves that swap dies mid-resolution
-            env[crashpoints.ENV_VAR] = nth(setup_step) if role == SETUP[protocol][0] and first else step
+            env[crashpoints.ENV_VAR] = nth(setup_step) if role == setup_role and first else step
         elif role == forced_role and first:
             env[crashpoints.ENV_VAR] = nth(step)
         return env
@@ -263,8 +270,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
         opener = Child("opener", work, ["--config", str(cfg_path), "--stop-file", str(stop_file)],
                        dict(base_env, **{crashpoints.ENV_VAR: step}), 99)
         opener.wait(120)
-        if opener.crash_step():
-            reached.append(opener.crash_step())
+        opener_step = opener.crash_step()
+        if opener_step:
+            reached.append(opener_step)
             kills["opener"] += 1
     for topic, items in _acks(children).items():
         acks[topic] += items
@@ -308,7 +316,7 @@ def _wait_ready(child: Child, timeout: float = 60.0) -> None:
 
 
 def _collect_exit(child: Child, violations: list[str]) -> None:
-    if getattr(child, "_collected", False):
+    if child._collected:
         return
     rc = child.wait(60)
     child._collected = True
@@ -366,7 +374,8 @@ def _check(cfg_path: Path, acks: dict) -> list[str]:
     return violations
 
 
-def _check_topic(topic: str, log, records, acked) -> list[str]:
+def _check_topic(topic: str, log: Log, records: list[tuple[int, bytes | None, bytes | None]],
+                 acked: list[tuple[int, Any, str]]) -> list[str]:
     out = []
     offsets = [o for o, _, _ in records]
     if offsets != sorted(set(offsets)):
@@ -382,7 +391,8 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
                 latest_acked[k] = (o, d)
         latest_in_log = {}
         for o, k, v in records:
-            latest_in_log[k.decode()] = (o, digest(v))
+            if k is not None and v is not None:     # valueless: damage reported above; keyless: holds no key's value
+                latest_in_log[k.decode()] = (o, digest(v))
         lost = []
         for k, (o, d) in latest_acked.items():
             found = latest_in_log.get(k)
@@ -393,7 +403,7 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
                        f"e.g. {lost[:3]} (log start {log.log_start_offset}, segments "
                        f"{[s.base_offset for s in log.segments][:8]})")
         return out
-    by_offset = {o: digest(v) for o, _, v in records}
+    by_offset = {o: digest(v) for o, _, v in records if v is not None}   # a valueless one: reported above
     start = log.log_start_offset
     missing = [(o, d) for o, _, d in acked if o >= start and by_offset.get(o) != d]
     if missing:
@@ -409,12 +419,12 @@ def _check_topic(topic: str, log, records, acked) -> list[str]:
     return out
 
 
-def run(trials: int, seed: int, keep_root: Path | None, *, out=print, soak_seconds: float | None = None,
+def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], object] = print, soak_seconds: float | None = None,
         threads: int = 0) -> dict:
     """Run ``trials`` trials (or one soak of ``soak_seconds``); returns the totals. ``threads``: the writer
     process runs that many writer threads, with reader, cleaner and maintenance threads, on one manager."""
     started = time.monotonic()
-    totals = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(), "steps_forced": Counter(),
+    totals: dict[str, Any] = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(), "steps_forced": Counter(),
               "steps_reached": Counter(), "acknowledged": 0}
     rng = random.Random(seed)
     count = 1 if soak_seconds else trials

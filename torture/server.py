@@ -184,7 +184,8 @@ DATA_DEATHS: dict[str | None, int] = {
     "roll.flushed": 3, "load.resolved": 5, "load.recovered": 5, "atomic.tmp-written": 4, "atomic.renamed": 4,
 }
 # the server trials' deaths: those, and the steps of the topic admin's operations (torture.txn draws DATA_DEATHS)
-DEATHS: dict[str | None, int] = {**DATA_DEATHS, **server_topics.TOPIC_DEATHS}
+DEATHS: dict[str | None, int] = {**DATA_DEATHS}
+DEATHS.update(server_topics.TOPIC_DEATHS.items())
 ADMIN_OPS = (4, 10)      # topic operations of a trial's admin (torture.topic_admin)
 FORCED_STEP_TIMEOUT_S = 20.0
 

@@ -194,11 +194,14 @@ def consume_committed(bootstrap: str, topic: str, partitions: int, timeout_s: fl
                                    f"{partitions} partitions in {timeout_s:.0f} s")
             for m in c.consume(500, 0.1):
                 err = m.error()
+                partition, offset = m.partition(), m.offset()
                 if err is None:
-                    out.append((m.partition(), m.offset(), m.value()))
-                    at_end.discard(m.partition())
+                    assert partition is not None and offset is not None, "a consumed record has its position"
+                    out.append((partition, offset, m.value()))
+                    at_end.discard(partition)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(m.partition())
+                    assert partition is not None, "a partition EOF names its partition"
+                    at_end.add(partition)
     finally:
         c.close()
     return out
@@ -211,8 +214,10 @@ def fill_input(bootstrap: str, records: int, partitions: int, rng: random.Random
     failed: list[str] = []
 
     def report(err: KafkaError | None, msg: Message) -> None:
+        partition, offset = msg.partition(), msg.offset()
         if err is None:
-            ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
+            assert partition is not None and offset is not None, "a delivered record has its position"
+            ends[partition] = max(ends[partition], offset + 1)
         else:
             failed.append(err.name())
 
@@ -375,6 +380,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                 if broker.died() is not None:
                     if step is None or broker.crash_step() != step:
                         check_broker()
+                    assert step is not None, "check_broker raised: the broker died where no step was armed"
                     steps_reached[step] += 1
                     broker.killed = True
                     died = True

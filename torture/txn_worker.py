@@ -218,8 +218,10 @@ class Worker:
             self.retrying("begin_transaction", producer.begin_transaction)
             self.step = "produce"
             for m in batch:
-                value = f"{m.topic()}:{m.partition()}:{m.offset()}:{(m.value() or b'').decode()}".encode()
-                part = (m.partition() + m.offset()) % self.args.out_partitions
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None, "the batch holds records, not errors"
+                value = f"{m.topic()}:{partition}:{offset}:{(m.value() or b'').decode()}".encode()
+                part = (partition + offset) % self.args.out_partitions
                 while True:
                     try:
                         producer.produce(out, value=value, partition=part)

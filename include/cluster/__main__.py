@@ -9,7 +9,7 @@ from include.cluster.run import Cluster, cluster_dir, read_state
 from include.cluster.topology import LOOPBACK, Ports
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.cluster",
                                 description="docker-compose.yaml's deployment as processes on this machine")
     sub = p.add_subparsers(dest="action", required=True)

@@ -19,6 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -59,14 +60,14 @@ class _Handler:
     def __init__(self, maildir: Maildir):
         self.maildir = maildir
 
-    async def handle_DATA(self, server, session, envelope):      # noqa: N802 - aiosmtpd's naming
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:      # noqa: N802 - aiosmtpd's naming
         self.maildir.add(envelope.original_content or envelope.content)
         return "250 Message accepted for delivery"
 
 
 def _http_handler(maildir: Maildir) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):   # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             messages = maildir.messages()
             if self.path.startswith("/api/v1/messages"):
                 body = json.dumps({"total": len(messages), "messages": messages}).encode()
@@ -83,13 +84,13 @@ def _http_handler(maildir: Maildir) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format, *args):   # noqa: A002 - http.server's signature
+        def log_message(self, format: str, *args: Any) -> None:   # noqa: A002 - http.server's signature
             pass
 
     return Handler
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.cluster.mail_sink", description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, required=True, help="where the messages are kept")
     p.add_argument("--smtp-port", type=int, default=1025)

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO, Callable
 
 LOOPBACK = "127.0.0.1"
 
@@ -58,7 +59,7 @@ def _as_postgres(args: list[str]) -> list[str]:
     return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--", *args]
 
 
-def init_postgres(cluster_dir: Path, user: str, password: str, log) -> Path:
+def init_postgres(cluster_dir: Path, user: str, password: str, log: IO[bytes]) -> Path:
     """initdb once (local socket: trust; TCP: scram-sha-256)."""
     data = postgres_data_dir(cluster_dir)
     if (data / "PG_VERSION").exists():
@@ -104,7 +105,7 @@ def redis_command(cluster_dir: Path, port: int) -> list[str]:
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes"]
 
 
-def wait_for_port(port: int, timeout: float, alive=lambda: True) -> bool:
+def wait_for_port(port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive():
         with socket.socket() as s:

@@ -25,6 +25,7 @@ import time
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Mapping
 
 from include.cluster import native, topology
 from include.cluster.topology import LOOPBACK, Ports, Service
@@ -32,7 +33,7 @@ from include.cluster.topology import LOOPBACK, Ports, Service
 CELERY_APP = "airflow.providers.celery.executors.celery_executor.app"
 
 
-def cluster_dir(env: dict | None = None) -> Path:
+def cluster_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     return Path(env.get("CLUSTER_DIR") or topology.CLUSTER_DIR).resolve()
 
@@ -123,7 +124,7 @@ class Cluster:
         except OSError:
             return ""
 
-    def _wait(self, name: str, ready, timeout: float) -> None:
+    def _wait(self, name: str, ready: Callable[[], object], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if ready():
@@ -318,7 +319,7 @@ class Cluster:
         base = f"http://{'localhost' if self.host in (LOOPBACK, '0.0.0.0') else self.host}"
         lines = [f"Airflow (CeleryExecutor on PostgreSQL and Redis) is up: {base}:{self.ports.airflow}",
                  f"  login:       admin / {self.password()}   ({self.dir / 'airflow' / 'auth' / 'passwords.json'})",
-                 f"  workers:     " + ", ".join(
+                 "  workers:     " + ", ".join(
                      f"{n} (queues {self.services[n].command[self.services[n].command.index('--queues') + 1]})"
                      for n in self.workers()),
                  f"  Spark:       spark://{LOOPBACK}:{self.ports.spark_master} (UI http://{LOOPBACK}:"

@@ -25,6 +25,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from include import scale_store
 from include.cluster.run import Cluster, session_members
@@ -46,7 +47,7 @@ def _free_ports() -> Ports:
             s.close()
 
 
-def _api(cluster: Cluster, path: str, token: str | None = None, method: str = "GET", body=None):
+def _api(cluster: Cluster, path: str, token: str | None = None, method: str = "GET", body: object = None) -> Any:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     req = urllib.request.Request(f"http://127.0.0.1:{cluster.ports.airflow}{path}", method=method, headers=headers,
                                  data=None if body is None else json.dumps(body).encode())
@@ -140,7 +141,7 @@ def phase(cdir: Path, partitions: int, now_ms: int, workers: int, timeout: float
         cluster.delete_data()
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m include.cluster.sizing", description=__doc__.split("\n\n")[0])
     p.add_argument("--partitions", type=int, default=10_000)
     p.add_argument("--dir", type=Path, default=REPO / "var" / "cluster-sizing")

@@ -23,7 +23,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -55,7 +55,7 @@ class Ports:
     broker: int = 9092
 
     @classmethod
-    def from_env(cls, env: dict | None = None) -> Ports:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Ports:
         env = os.environ if env is None else env
         values = {}
         for f in fields(cls):
@@ -118,8 +118,8 @@ def translate(value: str, ports: Ports, cluster_dir: Path = CLUSTER_DIR) -> str:
         value = re.sub(rf"(?<![\w.-]){re.escape(host)}:{port}(?!\d)", f"{LOOPBACK}:{local}", value)
     # host without a port: postgres URLs (the default port) and the JSON connections' "host" fields
     value = re.sub(r"@postgres/", f"@{LOOPBACK}:{ports.postgres}/", value)
-    for container, local in path_table(cluster_dir):
-        value = re.sub(rf"(?<![\w/]){re.escape(container)}(?=$|[/\s:'\",;])", local, value)
+    for container, local_path in path_table(cluster_dir):
+        value = re.sub(rf"(?<![\w/]){re.escape(container)}(?=$|[/\s:'\",;])", local_path, value)
     return value
 
 

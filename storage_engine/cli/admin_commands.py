@@ -15,7 +15,7 @@ import sys
 from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
-from storage_engine.errors import InvalidRequestError, PartitionNotFoundError
+from storage_engine.errors import InvalidRequestError
 from storage_engine.cli.args import EXIT_DAMAGE, print_error, print_json, report_failures
 from storage_engine.log import health as log_health
 

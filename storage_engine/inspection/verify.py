@@ -634,7 +634,7 @@ def verify_batch(config: StorageConfig, partitions: Iterable[Sequence[Any] | Map
             skipped.append({"topic": tp[0], "partition": tp[1], "reason": str(exc)})
             offline[exc.log_dir or "?"] = str(exc)
             continue
-        except Exception as exc:
+        except Exception as exc:   # noqa: BLE001 - any other failure is the partition's, the others go on
             failures.append(partition_failure(tp, exc))
             continue
         report["duration_s"] = round(time.monotonic() - started, 4)

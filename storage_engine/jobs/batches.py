@@ -22,7 +22,7 @@ from typing import TypedDict
 
 from storage_engine import layout
 from storage_engine.maintenance import retention as retention_mod
-from storage_engine.clock import Clock, clock_at
+from storage_engine.clock import clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log.log import Log
@@ -109,7 +109,7 @@ def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
                 try:
                     health.check_partition(log)     # a segment file that is no file: failed, not maintained
                     result = act(mgr, log, now)
-                except Exception as exc:
+                except Exception as exc:   # noqa: BLE001 - the partition's failure; the batch goes on
                     if mgr.failures.is_offline(log.log_dir):     # its dir failed meanwhile: offline, skipped
                         skipped.append({"topic": tp[0], "partition": tp[1],
                                         "reason": f"log dir {log.log_dir} went offline: {type(exc).__name__}: {exc}"})
@@ -122,7 +122,7 @@ def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
             if after is not None:
                 try:
                     errors.extend(after(mgr, done))
-                except Exception as exc:
+                except Exception as exc:   # noqa: BLE001 - reported among the run's errors
                     errors.append(f"{type(exc).__name__}: {exc}")
             offline.update(mgr.offline_dirs())
     order = {tp: i for i, tp in enumerate(tps)}

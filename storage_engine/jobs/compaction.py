@@ -84,7 +84,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
                              size_bytes_before=size_before,
                              size_bytes_after=size_before if dry_run else log.size_in_bytes(),
                              log_lines=res.stats.log_lines(log.name, ltc.first_dirty_offset, res.end_offset))
-            except Exception as exc:  # Kafka marks a partition uncleanable on any unexpected error
+            except Exception as exc:  # noqa: BLE001 - Kafka marks a partition uncleanable on any unexpected error
                 if not dry_run:
                     cleaner_manager.mark_uncleanable(log.log_dir, log.name, f"{type(exc).__name__}: {exc}", now)
                 entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -99,7 +99,7 @@ def compact(config: StorageConfig, now_ms: int | None = None, *, topics: Collect
                  for r in results if "error" in r]
     return {"now_ms": now, "dry_run": dry_run, "upper_time_bound_ms": upper_time_bound_ms, "offline_dirs": offline,
             "selected": [r["selection"] for r in results], "results": results,
-            "skipped": selection["skipped"], "not_dirty": [l.as_dict() for l in selection["not_dirty"]],
+            "skipped": selection["skipped"], "not_dirty": [c.as_dict() for c in selection["not_dirty"]],
             "nothing_to_do": not eligible and not failures,
             "failed": [f"{r['topic']}-{r['partition']}" for r in results if "error" in r],
             "failures": sorted(failures, key=lambda f: (f["topic"], f["partition"]))}

@@ -167,7 +167,7 @@ def open_store(config: StorageConfig, clock: Clock, topics: Collection[str] | No
         try:
             mgr = LogManager.open(config, clock=clock, partitions=[tp for tp in tps if tp not in bad],
                                   read_only=read_only)
-        except Exception:
+        except Exception:   # noqa: BLE001 - the first failure is the one reported
             raise first from None
     with mgr:
         failures = unreadable(mgr, topics) + [f for f in load_failures if not topics or f["topic"] in topics]

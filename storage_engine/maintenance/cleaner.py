@@ -52,8 +52,8 @@ from storage_engine.maintenance.cleaner_manager import LogToClean
 from storage_engine.config import CleanerConfig
 from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.log.log import Log
-from storage_engine.maintenance.cleaner_stats import MB, CleanerStats
-from storage_engine.maintenance.offset_map import InProcessOffsetMap, OffsetMap, SortedHashOffsetMap
+from storage_engine.maintenance.cleaner_stats import MB, CleanerStats  # noqa: F401 - MB: part of this module's interface (tests import it from here)
+from storage_engine.maintenance.offset_map import InProcessOffsetMap, OffsetMap
 from storage_engine.maintenance.txn_cleaning import DELETE, RETAIN_EMPTY, CleanedTransactionMetadata, batch_retention
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import RecordBatch, build_batch, build_empty_batch

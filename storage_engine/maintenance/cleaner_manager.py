@@ -337,7 +337,7 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
             log.refresh()
             ltc = log_to_clean(log, checkpoints[log.log_dir].get((log.topic, log.partition)), now_ms,
                                upper_time_bound_ms)
-        except Exception as exc:  # Kafka: an error while selecting marks the partition uncleanable, and
+        except Exception as exc:  # noqa: BLE001 - Kafka: an error while selecting marks the partition uncleanable, and
             reason = f"{type(exc).__name__}: {exc}"  # the other partitions are still considered
             if write_resets:
                 mark_uncleanable(log.log_dir, log.name, reason, now_ms)
@@ -354,5 +354,5 @@ def select(logs: list[Log], now_ms: int, *, upper_time_bound_ms: int | None = No
                                       f"{log.partition})"})
         else:
             not_dirty.append(ltc)
-    eligible.sort(key=lambda l: l.cleanable_ratio, reverse=True)
+    eligible.sort(key=lambda c: c.cleanable_ratio, reverse=True)
     return {"eligible": eligible, "skipped": skipped, "not_dirty": not_dirty}

@@ -67,7 +67,7 @@ def load_meta_properties(log_dirs: list[str], node_id: int) -> str:
             found[d] = props
     clusters = {p.get("cluster.id") for p in found.values()} - {None}
     if len(clusters) > 1:
-        raise ConfigError(f"log dirs belong to different clusters: "
+        raise ConfigError("log dirs belong to different clusters: "
                           + ", ".join(f"{d}: cluster.id={p.get('cluster.id')}" for d, p in found.items()))
     for d, p in found.items():
         stored = p.get("node.id", p.get("broker.id"))

@@ -94,7 +94,7 @@ class _Mailbox:
         self.messages: list[email.message.EmailMessage] = []
         self.envelopes = []
 
-    async def handle_DATA(self, server, session, envelope):
+    async def handle_DATA(self, server, session, envelope):   # noqa: N802 - aiosmtpd's naming
         self.envelopes.append(envelope)
         self.messages.append(email.message_from_bytes(envelope.original_content or envelope.content,
                                                       policy=email.policy.default))
@@ -121,7 +121,7 @@ def smtp_server(monkeypatch):
 
 
 class _WebhookHandler(BaseHTTPRequestHandler):
-    def do_POST(self):   # noqa: N802 - http.server's naming
+    def do_POST(self):
         length = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(length)
         self.server.received.append({"path": self.path, "content_type": self.headers.get("Content-Type"),

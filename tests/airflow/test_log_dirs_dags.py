@@ -8,7 +8,6 @@ engine test ``test_lifecycle_processes.py`` does that under a process without th
 """
 from __future__ import annotations
 
-import json
 import os
 
 import pytest

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import urllib.parse
 
 import pytest

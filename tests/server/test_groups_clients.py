@@ -31,7 +31,7 @@ import pytest
 
 from tests.server.broker_proc import wait_until as _wait_until
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import CommitFailedError, IllegalGenerationError, KafkaError, RebalanceInProgressError
+from aiokafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata

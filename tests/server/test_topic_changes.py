@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from storage_engine import layout
 from storage_engine.server import identity

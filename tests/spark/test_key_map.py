@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -455,7 +454,7 @@ def test_bucket_merge_of_many_rows_matches_numpy(monkeypatch, spread):
         got = latest_per_key(data.copy())
         if expected is None:
             expected = got
-            assert len({(h, l) for h, l in zip(hi.tolist(), lo.tolist())}) == len(got)
+            assert len({(h, lo_) for h, lo_ in zip(hi.tolist(), lo.tolist())}) == len(got)
         assert np.array_equal(got, expected), impl
 
 
@@ -466,11 +465,11 @@ def test_split_by_bucket_both_implementations(monkeypatch, bits):
     import numpy as np
 
     from spark_jobs.key_map_tasks import bucket_of, split_by_bucket
-    from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, _KeyColumns
+    from spark_jobs.segment_source import CONTROL, KEYLESS, TOMBSTONE, KeyColumns
     from tests.storage_engine.kernels import use
     rng = np.random.default_rng(bits)
     n = 5_000
-    cols = _KeyColumns(np, n + 7)                     # longer than n: the rows past n must be ignored
+    cols = KeyColumns(np, n + 7)                     # longer than n: the rows past n must be ignored
     cols.hi[:] = rng.integers(-2**63, 2**63 - 1, n + 7, dtype=np.int64)
     cols.hi[:4] = [-2**63, 2**63 - 1, 0, -1]
     cols.lo[:] = rng.integers(-2**63, 2**63 - 1, n + 7, dtype=np.int64)

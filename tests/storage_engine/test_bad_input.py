@@ -306,7 +306,6 @@ def test_delete_records_of_a_missing_partition(env, capsys, monkeypatch):
 def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field):
     from storage_engine.config import LogConfig
     from storage_engine.errors import InvalidRecordError
-    from storage_engine.log.log import Log
     log, _ = open_log(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
     log.append_records([(b"good", b"record", 1)])
     with pytest.raises(InvalidRecordError, match=re.escape(field)):

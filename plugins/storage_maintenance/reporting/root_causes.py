@@ -116,12 +116,12 @@ class Where:
         try:
             config_path = hook.config_path
             log_dirs = list(hook.config.log_dirs)
-        except Exception:
+        except Exception:   # noqa: BLE001 - never fails: an unreadable config leaves no log dirs
             pass
         try:
             from airflow.configuration import conf
             base_url = conf.get("api", "base_url", fallback=None)
-        except Exception:
+        except Exception:   # noqa: BLE001 - no Airflow config: no base URL
             base_url = None
         return cls(config_path, log_dirs, base_url)
 
@@ -432,7 +432,7 @@ class AlertRecord:
         out = []
         try:
             out.append(cls(hook.state_dir()))
-        except Exception:
+        except Exception:   # noqa: BLE001 - the config cannot be read: the fallback below
             pass
         home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
         fallback = cls(os.path.join(home, FALLBACK_STATE_DIR))
@@ -563,7 +563,7 @@ def note_healthy(hook: Any, dag_id: str, task_id: str, result: Any, *, log_dir: 
     task_ok = not (isinstance(result, dict) and (result.get("failures") or result.get("errors")))
     try:
         config_path = hook.config_path
-    except Exception:
+    except Exception:   # noqa: BLE001 - the config cannot be read: records without a config path
         config_path = None
     closed: list[str] = []
     for record in AlertRecord.locations(hook):

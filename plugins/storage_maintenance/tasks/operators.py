@@ -49,7 +49,7 @@ def record_error(context: Context, exc: BaseException) -> None:
     try:
         ti.xcom_push(key="error", value={"error": f"{type(exc).__name__}: {exc}",
                                          "try_number": getattr(ti, "try_number", None)})
-    except Exception:   # the report then says "see the task log"
+    except Exception:   # noqa: BLE001 - the report then says "see the task log"
         pass
 
 
@@ -142,7 +142,7 @@ class StorageMaintenanceOperator(BaseOperator):
         try:
             note_healthy(self.hook, getattr(ti, "dag_id", None) or self.dag_id, self.task_id, result,
                          log_dir=getattr(self, "log_dir", None))
-        except Exception as exc:      # the record is an aid to alerting; maintenance has already succeeded
+        except Exception as exc:      # noqa: BLE001 - the record is an aid to alerting; maintenance has already succeeded
             self.log.warning("could not update the record of alerted failures: %s: %s", type(exc).__name__, exc)
 
     def run(self, now_ms: int, context: Context) -> Any:

@@ -205,7 +205,7 @@ class RunReportOperator(BaseOperator):
 
     def _alert(self, context: Context, report: dict) -> dict:
         dag_run = context.get("dag_run")
-        iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)
+        iso = (lambda v: v.isoformat() if hasattr(v, "isoformat") else v)   # noqa: E731
         failed_partitions = sorted({f"{p['topic']}-{p['partition']}" for t in report["failed_tasks"]
                                     for p in t["partitions"]})
         alert = {"event": "storage_maintenance_run_failed", "dag_id": report["dag_id"], "run_id": report["run_id"],

@@ -196,7 +196,7 @@ def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
 def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
-                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
+                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                   max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
@@ -237,7 +237,7 @@ def api_topic_live(topic: str) -> JSONResponse:
 
 @router.get("/api/messages/{topic}/{partition}")
 def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
-                 key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",
+                 key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
     """One page of the message browser; keys and values rendered (``key_shown``, ``value_shown``: at most

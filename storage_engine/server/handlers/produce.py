@@ -49,7 +49,7 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
         info = log.append_batches(records)
-    except Exception as exc:   # noqa: BLE001 - every failure becomes the partition's error code
+    except Exception as exc:   # every failure becomes the partition's error code
         code = error_code(exc)
         if code == ErrorCode.unknown_server_error:
             logger.exception("produce to %s-%d failed", topic, partition)

@@ -197,7 +197,7 @@ class TxnCoordinator:
         """At start: complete the transactions found in Prepare* (and whatever else is due)."""
         try:
             await self.sweep(now_ms())
-        except Exception:   # noqa: BLE001 - housekeeping tries again
+        except Exception:   # housekeeping tries again
             logger.exception("completing the transactions found at start failed")
 
     async def _housekeeping(self) -> None:
@@ -207,7 +207,7 @@ class TxnCoordinator:
             await asyncio.sleep(self.abort_check_s)
             try:
                 await self.sweep(now_ms())
-            except Exception:   # noqa: BLE001 - the next round tries again
+            except Exception:   # the next round tries again
                 logger.exception("transaction housekeeping failed")
 
     async def sweep(self, at_ms: int) -> None:

@@ -83,7 +83,7 @@ def test_flush_of_a_topic_whose_only_partition_is_unreadable_reports_it_not_an_e
     cfg, log_dir = store
     path = folder_becomes_file(log_dir, "a-0")
     rc, out, err = run("--config", cfg, "flush", "--topic", "a")
-    assert rc == 1 and f"a-0: PartitionUnreadableError: partition a-0 cannot be read" in error_lines(err)[0]
+    assert rc == 1 and "a-0: PartitionUnreadableError: partition a-0 cannot be read" in error_lines(err)[0]
     assert path in err
     summary = json.loads(out)
     assert summary["flushed"] == [] and [(f["topic"], f["partition"]) for f in summary["failures"]] == [("a", 0)]

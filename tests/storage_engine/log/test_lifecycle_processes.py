@@ -25,10 +25,9 @@ from storage_engine.config_file import load_config
 from storage_engine.log import mover as mover_mod
 from storage_engine.log.locks import LIVE, MOVED, FileLock, lock_path, peek_state
 from storage_engine.log.manager import LogManager
-from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
-from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok
+from tests.storage_engine.procs.payloads import digest, payload_ok
 
 from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_present, children,  # noqa: F401
                                read_log, write_config)

@@ -1260,7 +1260,7 @@ def _killed_at(step: str, load, nth: int = 1) -> bool:
         try:
             crashpoints.arm(step, nth)
             load()
-        except BaseException:
+        except BaseException:   # noqa: BLE001 - the child's exit code is the result
             code = 1
         finally:
             os._exit(code)

@@ -19,7 +19,6 @@ from storage_engine import layout
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
-from storage_engine.segment.file_records import iter_batches
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 

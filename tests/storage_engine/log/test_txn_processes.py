@@ -13,8 +13,6 @@ import sys
 import pytest
 
 from storage_engine import layout
-from storage_engine.clock import ManualClock
-from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import CorruptSnapshotError
 from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager

@@ -1238,7 +1238,7 @@ class RenameCrasher:
         return self._real(src, dst, *args, **kwargs)
 
 
-def V(n: int) -> bytes:
+def V(n: int) -> bytes:  # noqa: N802 - reads as a value in the cases below
     """``n`` incompressible (but reproducible) bytes, so segment sizes do not depend on the codec."""
     import random
     return random.Random(n).randbytes(n)

@@ -8,7 +8,6 @@ import os
 
 import pytest
 
-from storage_engine.log.loader import open_log
 from storage_engine.clock import ManualClock
 from storage_engine.maintenance import cleaner_manager, retention
 from storage_engine.jobs import compaction
@@ -232,7 +231,7 @@ def test_dirty_offset_reset_if_larger_than_end_offset(make_log):
         put(log, str(log.log_end_offset % 3), "v")
     set_checkpoint(log, 200)
     sel = cleaner_manager.select([log], T0)
-    assert [l.log for l in sel["eligible"]] == [log]
+    assert [e.log for e in sel["eligible"]] == [log]
     assert sel["eligible"][0].first_dirty_offset == 0 and sel["eligible"][0].checkpoint_reset
     assert checkpoint_of(log) == 0
 
@@ -335,7 +334,7 @@ def test_strict_ratio_comparison(make_log):
     assert ltc.cleanable_ratio == 0.5 and sel["eligible"] == []
     log.config = compact_cfg(segment_bytes=100, min_cleanable_dirty_ratio=0.49)
     sel = cleaner_manager.select([log], T0)
-    assert [l.log for l in sel["eligible"]] == [log]
+    assert [e.log for e in sel["eligible"]] == [log]
 
 
 def test_select_ranks_dirtiest_first_and_skips_claimed_and_uncleanable(make_log):
@@ -348,19 +347,19 @@ def test_select_ranks_dirtiest_first_and_skips_claimed_and_uncleanable(make_log)
     for p, log in enumerate(logs):
         set_checkpoint(log, log.segments[p].base_offset)     # ratios 5/5, 4/5, 3/5, 2/5
     sel = cleaner_manager.select(logs, T0)
-    assert [l.log.partition for l in sel["eligible"]] == [0, 1, 2, 3]
-    assert [round(l.cleanable_ratio, 2) for l in sel["eligible"]] == [1.0, 0.8, 0.6, 0.4]
+    assert [e.log.partition for e in sel["eligible"]] == [0, 1, 2, 3]
+    assert [round(e.cleanable_ratio, 2) for e in sel["eligible"]] == [1.0, 0.8, 0.6, 0.4]
     cleaner_manager.mark_uncleanable(logs[0].log_dir, logs[0].name, "boom", T0)
     with cleaning_claim(logs[1]) as claim:
         assert claim.try_acquire()
         sel = cleaner_manager.select(logs, T0)
-        assert [l.log.partition for l in sel["eligible"]] == [2, 3]
+        assert [e.log.partition for e in sel["eligible"]] == [2, 3]
         reasons = {s["partition"]: s["reason"] for s in sel["skipped"]}
         assert reasons == {0: "uncleanable: boom", 1: "another run is cleaning this partition"}
     sel = cleaner_manager.select(logs, T0)
-    assert [l.log.partition for l in sel["eligible"]] == [1, 2, 3]
+    assert [e.log.partition for e in sel["eligible"]] == [1, 2, 3]
     cleaner_manager.clear_uncleanable(logs[0].log_dir)
-    assert [l.log.partition for l in cleaner_manager.select(logs, T0)["eligible"]] == [0, 1, 2, 3]
+    assert [e.log.partition for e in cleaner_manager.select(logs, T0)["eligible"]] == [0, 1, 2, 3]
 
 
 def test_non_compacted_logs_are_not_candidates(make_log):
@@ -385,7 +384,7 @@ def test_max_compaction_lag_forces_cleaning_below_the_ratio(make_log):
     ltc = log_to_clean(log, checkpoint_of(log), now)
     assert ltc.need_compaction_now and ltc.max_compaction_delay_ms == 5
     sel = cleaner_manager.select([log], now)
-    assert [l.log for l in sel["eligible"]] == [log]
+    assert [e.log for e in sel["eligible"]] == [log]
     # nothing dirty (checkpoint at the active segment): never forced
     set_checkpoint(log, log.active_segment.base_offset)
     assert cleaner_manager.select([log], now + DAY)["eligible"] == []

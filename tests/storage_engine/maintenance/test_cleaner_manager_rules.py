@@ -172,7 +172,7 @@ def test_select_goes_on_past_a_log_that_is_not_compacted(make_log):
     compacted = make_log()
     segments_of_one_record(compacted, 3)
     sel = cleaner_manager.select([plain, compacted], T0)
-    assert [l.log for l in sel["eligible"]] == [compacted]
+    assert [e.log for e in sel["eligible"]] == [compacted]
 
 
 def test_select_honours_the_upper_time_bound(make_log):
@@ -191,7 +191,7 @@ def test_an_overdue_log_with_nothing_cleanable_below_the_bound_is_not_selected(m
     assert log_to_clean(log, None, now).need_compaction_now
     sel = cleaner_manager.select([log], now, upper_time_bound_ms=T0 - 5 * HOUR)
     assert sel["eligible"] == [] and sel["not_dirty"][0].cleanable_bytes == 0
-    assert [l.log for l in cleaner_manager.select([log], now)["eligible"]] == [log]
+    assert [e.log for e in cleaner_manager.select([log], now)["eligible"]] == [log]
 
 
 def test_an_error_while_selecting_is_reported_and_recorded_with_its_time(tmp_path):

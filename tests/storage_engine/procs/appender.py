@@ -20,11 +20,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, make_payload  # noqa: E402
+from payloads import digest, make_payload
 
-from storage_engine.config_file import load_config  # noqa: E402
-from storage_engine.log.manager import LogManager  # noqa: E402
-from storage_engine.record.records import SimpleRecord  # noqa: E402
+from storage_engine.config_file import load_config
+from storage_engine.log.manager import LogManager
+from storage_engine.record.records import SimpleRecord
 
 
 def main(argv=None) -> int:

@@ -18,12 +18,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import steps  # noqa: E402
+import steps
 
-from storage_engine.config_file import load_config  # noqa: E402
-from storage_engine.log import mover  # noqa: E402
-from storage_engine.log.log import Log  # noqa: E402
-from storage_engine.log.manager import LogManager  # noqa: E402
+from storage_engine.config_file import load_config
+from storage_engine.log import mover
+from storage_engine.log.log import Log
+from storage_engine.log.manager import LogManager
 
 
 def main(argv=None) -> int:

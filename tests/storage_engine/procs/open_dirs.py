@@ -13,11 +13,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import steps  # noqa: E402
+import steps
 
-from storage_engine.clock import ManualClock  # noqa: E402
-from storage_engine.config_file import load_config  # noqa: E402
-from storage_engine.log.manager import LogManager  # noqa: E402
+from storage_engine.clock import ManualClock
+from storage_engine.config_file import load_config
+from storage_engine.log.manager import LogManager
 
 T0 = 1_700_000_000_000
 

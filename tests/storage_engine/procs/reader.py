@@ -23,11 +23,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, payload_ok  # noqa: E402
+from payloads import digest, payload_ok
 
-from storage_engine.config_file import load_config  # noqa: E402
-from storage_engine.errors import PartitionNotFoundError  # noqa: E402
-from storage_engine.log.manager import LogManager  # noqa: E402
+from storage_engine.config_file import load_config
+from storage_engine.errors import PartitionNotFoundError
+from storage_engine.log.manager import LogManager
 
 
 def prefix_digest(pairs) -> str:

@@ -5,7 +5,6 @@ mutation property: damaged segments of every magic raise typed StorageErrors nam
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import struct
 
