@@ -6,7 +6,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from storage_engine.server.groups.coordinator import GROUP_ID_NOT_FOUND, NONE, GroupCoordinator
+from kio.schema.errors import ErrorCode
+
+from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.groups.state import GroupState
 from storage_engine.server.handlers.context import Ctx, has
 
 GROUP, TRANSACTION = 0, 1
@@ -22,8 +25,8 @@ def _coordinator(ctx: Ctx) -> GroupCoordinator:
 async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
     node = {"node_id": ctx.broker.node_id, "host": ctx.host, "port": ctx.port}
     key_type = int(getattr(body, "key_type", GROUP))      # this node coordinates every group and transactional id
-    error = NONE if key_type in (GROUP, TRANSACTION) else INVALID_REQUEST
-    message = None if error == NONE else f"unknown coordinator key type {key_type}"
+    error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else INVALID_REQUEST
+    message = None if error == ErrorCode.none else f"unknown coordinator key type {key_type}"
     if has(body, "coordinator_keys"):
         return {"throttle_time": 0, "coordinators": tuple(
             {"key": key, **node, "error_code": error, "error_message": message} for key in body.coordinator_keys)}
@@ -63,7 +66,7 @@ async def leave_group(ctx: Ctx, body: Any) -> dict[str, Any]:
         results = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                     "error_code": coordinator.leave(body.group_id, m.member_id, m.group_instance_id)}
                    for m in body.members]
-        return {"throttle_time": 0, "error_code": NONE, "members": tuple(results)}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "members": tuple(results)}
     return {"throttle_time": 0, "error_code": coordinator.leave(body.group_id, body.member_id, None)}
 
 
@@ -73,7 +76,7 @@ def offset_entries(topics: Any) -> list[tuple[str, int, int, int, str | None]]:
              p.committed_metadata) for t in topics for p in t.partitions]
 
 
-def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[int]) -> dict[str, Any]:
+def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[ErrorCode]) -> dict[str, Any]:
     """The response of an OffsetCommit or TxnOffsetCommit: one error code per partition, by topic."""
     topics: dict[str, list[dict[str, int]]] = {}
     for (topic, p, *_), code in zip(entries, codes):
@@ -98,7 +101,7 @@ def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: 
             {"partition_index": p, "committed_offset": v.offset if v else -1,
              "committed_leader_epoch": v.leader_epoch if v else -1, "metadata": v.metadata if v else "",
              "error_code": UNSTABLE_OFFSET_COMMIT if stable and coordinator.pending_offset(group_id, topic, p)
-             else NONE} for p, v in parts)})
+             else ErrorCode.none} for p, v in parts)})
     return tuple(out)
 
 
@@ -108,18 +111,18 @@ async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
     if has(body, "groups"):
         return {"throttle_time": 0, "groups": tuple(
             {"group_id": g.group_id, "topics": _fetched(coordinator, g.group_id, g.topics, stable),
-             "error_code": NONE} for g in body.groups)}
-    return {"throttle_time": 0, "error_code": NONE,
+             "error_code": ErrorCode.none} for g in body.groups)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
             "topics": _fetched(coordinator, body.group_id, body.topics, stable)}
 
 
 async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     states = {s.lower() for s in (getattr(body, "states_filter", ()) or ())}
     types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}     # v5+: every group here is classic
-    groups = [g for g in _coordinator(ctx).groups.values() if g.state != "Dead"
-              and (not states or g.state.lower() in states) and (not types or "classic" in types)]
-    return {"throttle_time": 0, "error_code": NONE, "groups": tuple(
-        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
+    groups = [g for g in _coordinator(ctx).groups.values() if g.state != GroupState.DEAD
+              and (not states or g.state.value.lower() in states) and (not types or "classic" in types)]
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(
+        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value,
          "group_type": "classic"} for g in groups)}
 
 
@@ -129,11 +132,13 @@ async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     for group_id in body.groups:
         g = coordinator.group(group_id)
         if g is None:
-            out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": "Dead",
+            out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                        "group_state": GroupState.DEAD.value,
                         "protocol_type": "", "protocol_data": "", "members": (),
                         "authorized_operations": -2147483648})
             continue
-        out.append({"error_code": NONE, "error_message": None, "group_id": group_id, "group_state": g.state,
+        out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                    "group_state": g.state.value,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
                     "authorized_operations": -2147483648, "members": tuple(
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
@@ -146,6 +151,7 @@ async def delete_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
     results = []
     for group_id in body.groups_names:
-        code = await coordinator.delete(group_id) if group_id in coordinator.groups else GROUP_ID_NOT_FOUND
+        code = (await coordinator.delete(group_id) if group_id in coordinator.groups
+                else ErrorCode.group_id_not_found)
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time": 0, "results": tuple(results)}

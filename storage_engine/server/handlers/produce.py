@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.errors import error_code, message
 from storage_engine.server.handlers import transactions
 from storage_engine.server.handlers.context import Ctx
-from storage_engine.server.transactions.coordinator import NONE
 
 logger = logging.getLogger(__name__)
 _PRODUCER = struct.Struct(">qh")         # producer id and epoch at byte 43 of a magic-2 batch header
@@ -64,7 +64,7 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
         broker.stats.produce_bytes += info.bytes
     append_time = -1
     if log.config.message_timestamp_type == "LogAppendTime":
-        append_time = info.max_timestamp if info.max_timestamp >= 0 else int(time.time() * 1000)
+        append_time = info.max_timestamp if info.max_timestamp >= 0 else broker.clock.milliseconds()
     return {"index": partition, "error_code": 0, "base_offset": info.first_offset, "log_append_time": append_time,
             "log_start_offset": log.log_start_offset}
 
@@ -104,7 +104,7 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     txns = ctx.broker.transactions
     code = txns.begin_append(txn_id, producer[0], producer[1], topic, partition)
-    if code != NONE:
+    if code != ErrorCode.none:
         ctx.broker.stats.errors += 1
         return {"index": partition, "error_code": code, "base_offset": -1,
                 "error_message": f"transactional id {txn_id!r} has no open transaction with {topic}-{partition} "

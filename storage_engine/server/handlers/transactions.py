@@ -7,10 +7,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.handlers.groups import offset_codes, offset_entries
-from storage_engine.server.transactions.coordinator import NONE, fenced
+from storage_engine.server.transactions.coordinator import fenced
 
 
 async def init_transactional(ctx: Ctx, body: Any) -> dict[str, Any]:
@@ -28,7 +30,7 @@ async def add_partitions_to_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
     topics: dict[str, list[dict[str, int]]] = {}
     for (topic, p), code in codes.items():
         topics.setdefault(topic, []).append({"partition_index": p, "partition_error_code": code})
-    return {"throttle_time": 0, "error_code": NONE, "results_by_topic_v3_and_below": tuple(
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_topic_v3_and_below": tuple(
         {"name": t, "results_by_partition": tuple(ps)} for t, ps in topics.items())}
 
 
@@ -50,7 +52,7 @@ async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
     entries = offset_entries(body.topics)
     pid, epoch = int(body.producer_id), int(body.producer_epoch)
     code = txns.begin_append(body.transactional_id, pid, epoch, OFFSETS_TOPIC, groups.partition_of(body.group_id))
-    if code == NONE:
+    if code == ErrorCode.none:
         try:
             codes = await groups.txn_commit(body.group_id, pid, epoch, int(getattr(body, "generation_id", -1)),
                                             getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
@@ -58,7 +60,7 @@ async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
         finally:
             txns.end_append(body.transactional_id)
     else:
-        if code == 47:
+        if code == ErrorCode.invalid_producer_epoch:
             code = fenced("TxnOffsetCommit", ctx.version)
         codes = [code] * len(entries)
     return offset_codes(entries, codes)
