@@ -13,11 +13,11 @@ follow as the engine keeps them), and records CompleteCommit or CompleteAbort.
 Every state change is prepared, appended to ``__transaction_state`` (:mod:`.records`, Kafka's schemas; compacted,
 cleaned by the ``log_compaction`` DAG like any topic), then applied, before it is answered: a change whose record
 cannot be written leaves the transactional id as it was (the states and their allowed moves: :mod:`.state`). At
-start the coordinator reads it back: a transaction found in PrepareCommit/PrepareAbort is completed (its markers written again: a second marker for a
-transaction already ended changes nothing), an Ongoing one stays open for its producer to end, or is aborted when
-its timeout passes. Transactions older than their timeout are aborted with the producer's epoch bumped
-(``transaction.abort.timed.out.transaction.cleanup.interval.ms``); transactional ids idle for
-``transactional.id.expiration.ms`` are deleted (a tombstone). "Now" is the broker's clock
+start the coordinator reads it back: a transaction found in PrepareCommit/PrepareAbort is completed (its markers
+written again: a second marker for a transaction already ended changes nothing), an Ongoing one stays open for its
+producer to end, or is aborted when its timeout passes. Transactions older than their timeout are aborted with
+the producer's epoch bumped (``transaction.abort.timed.out.transaction.cleanup.interval.ms``); transactional ids
+idle for ``transactional.id.expiration.ms`` are deleted (a tombstone). "Now" is the broker's clock
 (:mod:`storage_engine.clock`); :meth:`TxnCoordinator.sweep` takes the instant to act as of.
 
 Everything runs on the event loop; a lock per transactional id orders its requests, and engine calls run in the
@@ -136,12 +136,13 @@ class TxnCoordinator:
         as it was) and return False."""
         try:
             await self._write(t.txn_id, None if transit.state == DEAD else rec.value(transit.record()))
-        except BaseException as exc:
+        except Exception as exc:   # noqa: BLE001 - nothing changed: the client retries
             t.abort_transition()
-            if not isinstance(exc, Exception):
-                raise
             logger.warning("transactional id %s: cannot record %s: %s", t.txn_id, transit.state.display, exc)
             return False
+        except BaseException:      # cancelled: nothing changed either
+            t.abort_transition()
+            raise
         t.complete_transition(transit)
         return True
 
