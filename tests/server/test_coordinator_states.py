@@ -246,3 +246,29 @@ def test_a_change_whose_record_cannot_be_written_leaves_the_transaction_as_it_wa
         assert t.state == TxnState.COMPLETE_COMMIT and t.update_ms == NOW + 10
 
     _run(tmp_path, clock, scenario)
+
+
+def test_a_group_deletion_whose_tombstones_cannot_be_written_leaves_the_group_as_it_was(tmp_path):
+    clock = ManualClock(NOW)
+
+    async def scenario(broker: Broker) -> None:
+        c = broker.groups
+        assert await c.commit("g", -1, "", [("orders", 0, 42, -1, None)]) == [0]
+        g = c.groups["g"]
+        assert (g.state, g.state_ms) == (GroupState.EMPTY, NOW)
+
+        def failing_append(group_id: str, records: list[Any], producer: Any) -> int:
+            raise StorageIOError("the disk is gone")
+        writer, c._append = c._append, failing_append     # type: ignore[method-assign]
+        clock.advance(10)
+        assert await c.delete("g") == 15                                    # COORDINATOR_NOT_AVAILABLE
+        assert c.groups["g"] is g and c.group("g") is g
+        assert (g.state, g.pending_state, g.state_ms, g.offsets[("orders", 0)].offset) == (
+            GroupState.EMPTY, None, NOW, 42), "nothing changed, not even the state's timestamp"
+
+        c._append = writer                                # type: ignore[method-assign]
+        assert await c.delete("g") == 0
+        assert "g" not in c.groups and g.state == GroupState.DEAD
+        assert await c.delete("g") == 69                                    # GROUP_ID_NOT_FOUND
+
+    _run(tmp_path, clock, scenario)
