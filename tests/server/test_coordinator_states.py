@@ -73,7 +73,8 @@ def test_a_group_moves_only_where_kafka_allows(source, target):
 def test_a_transaction_moves_only_where_kafka_allows_and_only_once_written(source, target):
     t = Txn("t", 7, 3, 60_000, source, {("orders", 0)}, NOW - 5, NOW - 5)
     if source.name not in KAFKA_TXN_PREVIOUS[target.name]:
-        with pytest.raises(IllegalStateTransition, match=f"cannot move from {source.name} to {target.name}"):
+        with pytest.raises(IllegalStateTransition, match=f"transactional id 't' cannot move from {source.display} "
+                                                         f"to {target.display}"):
             t.prepare_transition(target, NOW)
         assert (t.state, t.pending) == (source, None)
         return

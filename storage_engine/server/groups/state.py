@@ -29,14 +29,15 @@ class IllegalStateTransition(RuntimeError):
     """A coordinator tried a state change its state machine does not allow: a bug, never a client's error."""
 
     def __init__(self, what: str, current: enum.Enum, target: enum.Enum, allowed: frozenset[Any]):
-        names = ", ".join(sorted(s.value if isinstance(s.value, str) else s.name for s in allowed))
+        names = ", ".join(sorted(_name(s) for s in allowed))
         super().__init__(f"{what} cannot move from {_name(current)} to {_name(target)}: {_name(target)} is "
                          f"entered only from {names}")
         self.current, self.target = current, target
 
 
 def _name(state: enum.Enum) -> str:
-    return state.value if isinstance(state.value, str) else state.name
+    """Kafka's name of the state (``PreparingRebalance``, ``PrepareCommit``)."""
+    return str(getattr(state, "display", state.value))
 
 
 class GroupState(enum.Enum):
