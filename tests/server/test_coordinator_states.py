@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -271,5 +272,50 @@ def test_a_group_deletion_whose_tombstones_cannot_be_written_leaves_the_group_as
         assert await c.delete("g") == 0
         assert "g" not in c.groups and g.state == GroupState.DEAD
         assert await c.delete("g") == 69                                    # GROUP_ID_NOT_FOUND
+
+    _run(tmp_path, clock, scenario)
+
+
+def test_appends_to_added_partitions_go_on_while_another_partition_is_being_added(tmp_path):
+    """A producer adds a partition while its appends to the partitions already added are in flight (librdkafka
+    does): those are admitted while the Ongoing -> Ongoing record is written; the new partition only once it is;
+    nothing once PrepareCommit is pending."""
+    clock = ManualClock(NOW)
+
+    async def scenario(broker: Broker) -> None:
+        c = broker.transactions
+        await broker.call(create_topic, broker, "orders", 2, {})
+        _, pid, epoch = await c.init_producer_id("t", 60_000, -1, -1, 4)
+        assert await c.add_partitions("t", pid, epoch, [("orders", 0)], 3) == {("orders", 0): 0}
+        t = c.txns["t"]
+        writing, release = threading.Event(), threading.Event()
+        writer = c._append
+
+        def held_append(txn_id: str, value: bytes | None) -> None:
+            writing.set()
+            release.wait(30)
+            writer(txn_id, value)
+        c._append = held_append                           # type: ignore[method-assign]
+        adding = asyncio.get_running_loop().create_task(c.add_partitions("t", pid, epoch, [("orders", 1)], 3))
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        assert (t.state, t.pending_state) == (TxnState.ONGOING, TxnState.ONGOING)
+        assert c.begin_append("t", pid, epoch, "orders", 0) == 0            # admitted
+        c.end_append("t")
+        assert c.begin_append("t", pid, epoch, "orders", 1) == 48           # INVALID_TXN_STATE: not added yet
+        release.set()
+        assert await adding == {("orders", 1): 0}
+        assert c.begin_append("t", pid, epoch, "orders", 1) == 0
+        c.end_append("t")
+
+        writing.clear()
+        release.clear()
+        ending = asyncio.get_running_loop().create_task(c.end_txn("t", pid, epoch, True, 3))
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        assert (t.state, t.pending_state) == (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
+        assert c.begin_append("t", pid, epoch, "orders", 0) == 48           # the transaction is ending
+        release.set()
+        assert await ending == 0 and t.state == TxnState.COMPLETE_COMMIT
 
     _run(tmp_path, clock, scenario)

@@ -154,8 +154,9 @@ class Txn:
         self.pending = None
 
     def accepts_appends(self) -> bool:
-        """Ongoing and not ending: produces and offset commits of the transaction are admitted."""
-        return self._state == ONGOING and self.pending is None
+        """Ongoing and not ending: produces and offset commits of the transaction are admitted, also while a
+        partition being added is written (an Ongoing -> Ongoing change), never once Prepare* is pending."""
+        return self._state == ONGOING and (self.pending is None or self.pending.state == ONGOING)
 
     def fences(self, epoch: int) -> bool:
         """Whether ``epoch`` is not the producer's current one, or not the one a fencing abort being written
