@@ -20,10 +20,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from storage_engine import layout
+from storage_engine.clock import Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import atomic_write
 from storage_engine.errors import StorageError
@@ -45,7 +46,7 @@ STATUS_INTERVAL_S = 5.0
 class Stats:
     """Counters for the listener's status (the Storage view reads them from the status file)."""
 
-    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    started_ms: int = 0
     connections: int = 0
     connections_total: int = 0
     produce_requests: int = 0
@@ -58,14 +59,19 @@ class Stats:
 
 
 class Broker:
-    def __init__(self, config: StorageConfig, manager: LogManager, *, threads: int = 8):
+    def __init__(self, config: StorageConfig, manager: LogManager, *, threads: int = 8,
+                 clock: Clock | None = None):
         self.config = config
         self.manager = manager
+        # "now" for the coordinators (sessions, rebalances, transaction timeouts, offsets retention), append times
+        # and the status file: the log manager's clock unless another is given. Intervals between samples (rates,
+        # the catalog's age) are measured with time.monotonic.
+        self.clock: Clock = manager.clock if clock is None else clock
         self.node_id: int = config.server["node.id"]
         self.cluster_id = identity.load_meta_properties(manager.online_dirs(), self.node_id)
         self.producer_ids = identity.ProducerIds(list(config.log_dirs))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="engine")
-        self.stats = Stats()
+        self.stats = Stats(started_ms=self.clock.milliseconds())
         self.listeners: list[tuple[str, str, int]] = []   # (security protocol, advertised host, port)
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._catalog: dict[str, list[int]] = {}
@@ -217,7 +223,7 @@ class Broker:
         self._last_sample = (now, figures)
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
-                "updated_ms": int(time.time() * 1000), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
+                "updated_ms": self.clock.milliseconds(), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
                 "groups": self.groups_summary, "transactions": self.txns_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)

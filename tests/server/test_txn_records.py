@@ -13,13 +13,14 @@ import struct
 
 import pytest
 
+from storage_engine.clock import ManualClock
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import Broker
 from storage_engine.server.catalog import create_topic
 from storage_engine.server.groups.records import RecordFormatError, partition_for
 from storage_engine.server.transactions import records as rec
-from storage_engine.server.transactions.coordinator import TXN_TOPIC, TxnCoordinator, now_ms
+from storage_engine.server.transactions.coordinator import TXN_TOPIC, TxnCoordinator
 
 pytestmark = pytest.mark.unit
 
@@ -243,6 +244,8 @@ def test_partition_of_a_transactional_id_is_abs_java_hash_modulo_n(txn_id, java_
 # -- the coordinator's replay of the topic -----------------------------------------------------------------------
 
 class _Broker:
+    clock = ManualClock(LAST_UPDATE)
+
     class config:      # noqa: N801 - the attribute shape the coordinator reads
         server = {"transaction.state.log.num.partitions": 5, "transaction.state.log.segment.bytes": 1 << 20,
                   "transaction.max.timeout.ms": 900_000,
@@ -284,7 +287,7 @@ def test_a_request_waiting_while_its_transactional_id_expires_finds_it_unknown(t
             assert await c.add_partitions("t", pid, epoch, [("orders", 0)], 3) == {("orders", 0): 0}
             assert await c.end_txn("t", pid, epoch, True, 3) == 0
         # the expiration takes the id's lock and writes the tombstone; the request arrives meanwhile
-        sweep = asyncio.get_running_loop().create_task(c.sweep(now_ms() + 10 ** 10))
+        sweep = asyncio.get_running_loop().create_task(c.sweep(broker.clock.milliseconds() + 10 ** 10))
         await asyncio.sleep(0)
         assert c.txns["t"].lock.locked()
         if request_kind == "EndTxn":

@@ -8,6 +8,7 @@ from typing import Any
 
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.groups.state import GroupState
 from storage_engine.server.handlers.context import Ctx, has
 
 GROUP, TRANSACTION = 0, 1
@@ -74,7 +75,7 @@ def offset_entries(topics: Any) -> list[tuple[str, int, int, int, str | None]]:
              p.committed_metadata) for t in topics for p in t.partitions]
 
 
-def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[int]) -> dict[str, Any]:
+def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[ErrorCode]) -> dict[str, Any]:
     """The response of an OffsetCommit or TxnOffsetCommit: one error code per partition, by topic."""
     topics: dict[str, list[dict[str, int]]] = {}
     for (topic, p, *_), code in zip(entries, codes):
@@ -117,10 +118,10 @@ async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
 async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     states = {s.lower() for s in (getattr(body, "states_filter", ()) or ())}
     types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}     # v5+: every group here is classic
-    groups = [g for g in _coordinator(ctx).groups.values() if g.state != "Dead"
-              and (not states or g.state.lower() in states) and (not types or "classic" in types)]
+    groups = [g for g in _coordinator(ctx).groups.values() if g.state != GroupState.DEAD
+              and (not states or g.state.value.lower() in states) and (not types or "classic" in types)]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(
-        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
+        {"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value,
          "group_type": "classic"} for g in groups)}
 
 
@@ -131,11 +132,13 @@ async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
         g = coordinator.group(group_id)
         if g is None:
             out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
-                        "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": (),
+                        "group_state": GroupState.DEAD.value,
+                        "protocol_type": "", "protocol_data": "", "members": (),
                         "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS})
             continue
         out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
-                    "group_state": g.state, "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
+                    "group_state": g.state.value,
+                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
                     "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS, "members": tuple(
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                          "client_host": m.client_host, "member_metadata": m.metadata(g.protocol),

@@ -5,7 +5,6 @@ with the append)."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from storage_engine.errors import PartitionNotFoundError
@@ -60,7 +59,7 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
         broker.stats.produce_bytes += info.bytes
     append_time = -1
     if log.config.message_timestamp_type == "LogAppendTime":
-        append_time = info.max_timestamp if info.max_timestamp >= 0 else int(time.time() * 1000)
+        append_time = info.max_timestamp if info.max_timestamp >= 0 else broker.clock.milliseconds()
     return {"index": partition, "error_code": ErrorCode.none, "base_offset": info.first_offset,
             "log_append_time": append_time, "log_start_offset": log.log_start_offset, "record_errors": ()}
 

@@ -10,13 +10,15 @@ waits for the transaction's appends in flight, writes a COMMIT or ABORT marker t
 into every partition of the transaction (so the ``.txnindex``, the last stable offset and ``read_committed``
 follow as the engine keeps them), and records CompleteCommit or CompleteAbort.
 
-Every state change is appended to ``__transaction_state`` (:mod:`.records`, Kafka's schemas; compacted, cleaned by
-the ``log_compaction`` DAG like any topic) before it is answered. At start the coordinator reads it back: a
-transaction found in PrepareCommit/PrepareAbort is completed (its markers written again: a second marker for a
-transaction already ended changes nothing), an Ongoing one stays open for its producer to end, or is aborted when
-its timeout passes. Transactions older than their timeout are aborted with the producer's epoch bumped
-(``transaction.abort.timed.out.transaction.cleanup.interval.ms``); transactional ids idle for
-``transactional.id.expiration.ms`` are deleted (a tombstone).
+Every state change is prepared, appended to ``__transaction_state`` (:mod:`.records`, Kafka's schemas; compacted,
+cleaned by the ``log_compaction`` DAG like any topic), then applied, before it is answered: a change whose record
+cannot be written leaves the transactional id as it was (the states and their allowed moves: :mod:`.state`). At
+start the coordinator reads it back: a transaction found in PrepareCommit/PrepareAbort is completed (its markers
+written again: a second marker for a transaction already ended changes nothing), an Ongoing one stays open for its
+producer to end, or is aborted when its timeout passes. Transactions older than their timeout are aborted with
+the producer's epoch bumped (``transaction.abort.timed.out.transaction.cleanup.interval.ms``); transactional ids
+idle for ``transactional.id.expiration.ms`` are deleted (a tombstone). "Now" is the broker's clock
+(:mod:`storage_engine.clock`); :meth:`TxnCoordinator.sweep` takes the instant to act as of.
 
 Everything runs on the event loop; a lock per transactional id orders its requests, and engine calls run in the
 broker's thread pool.
@@ -25,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.record.records import SimpleRecord
@@ -36,66 +38,29 @@ from storage_engine.server.groups.coordinator import OFFSETS_TOPIC, GroupCoordin
 from storage_engine.server.groups.records import RecordFormatError, partition_for
 from storage_engine.server.groups.replay import replay
 from storage_engine.server.transactions import records as rec
-from storage_engine.server.transactions.records import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
-                                                        PREPARE_ABORT, PREPARE_COMMIT)
+from storage_engine.server.transactions.state import (COMPLETE_ABORT, COMPLETE_COMMIT, COMPLETED, DEAD, EMPTY,
+                                                      ONGOING, PREPARE_ABORT, PREPARE_COMMIT, PREPARED, Txn,
+                                                      TxnState, TxnTransit)
 
 logger = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
 MAX_EPOCH = 32767        # Short.MaxValue: an id whose epoch would reach it gets a new producer id
 
-# Kafka's error codes used here
-NONE, UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST = 0, 3, 15, 42
-INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 47, 48, 49
-INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 50, 51, 55, 90
-
 # The first version of each API that knows PRODUCER_FENCED; older ones get INVALID_PRODUCER_EPOCH (Kafka's rule).
 FENCED_SINCE = {"InitProducerId": 4, "AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2, "EndTxn": 2,
                 "TxnOffsetCommit": 3}
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def fenced(api: str, version: int) -> int:
-    return PRODUCER_FENCED if version >= FENCED_SINCE[api] else INVALID_PRODUCER_EPOCH
-
-
-@dataclass
-class Txn:
-    txn_id: str
-    producer_id: int
-    epoch: int
-    timeout_ms: int
-    state: int = EMPTY
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    start_ms: int = -1
-    update_ms: int = -1
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-    # the epoch before the producer's own last bump (KIP-360), so a retry of that bump is answered with its result;
-    # -1 after a bump by a new producer instance or a fencing abort (Kafka's lastProducerEpoch; in memory only)
-    last_epoch: int = -1
-    in_flight: int = 0                         # produces and offset commits of this transaction being appended
-    drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    def record(self) -> rec.TxnRecord:
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in sorted(self.partitions):
-            by_topic.setdefault(topic, []).append(p)
-        return rec.TxnRecord(self.producer_id, self.epoch, self.timeout_ms, self.state, by_topic,
-                             self.update_ms, self.start_ms)
-
-    def describe(self) -> dict[str, Any]:
-        return {"transactional_id": self.txn_id, "producer_id": self.producer_id, "producer_epoch": self.epoch,
-                "state": rec.STATE_NAMES[self.state], "timeout_ms": self.timeout_ms, "start_ms": self.start_ms,
-                "partitions": [f"{t}-{p}" for t, p in sorted(self.partitions)]}
+def fenced(api: str, version: int) -> ErrorCode:
+    return ErrorCode.producer_fenced if version >= FENCED_SINCE[api] else ErrorCode.invalid_producer_epoch
 
 
 class TxnCoordinator:
     def __init__(self, broker: Any, groups: GroupCoordinator):
         self.broker = broker
         self.groups = groups
+        self.clock = broker.clock
         s = broker.config.server
         self.partitions: int = s["transaction.state.log.num.partitions"]
         self.segment_bytes: int = s["transaction.state.log.segment.bytes"]
@@ -122,7 +87,7 @@ class TxnCoordinator:
                 count += replay(log, self._replay)[0]
         states: dict[str, int] = {}
         for t in self.txns.values():
-            states[rec.STATE_NAMES[t.state]] = states.get(rec.STATE_NAMES[t.state], 0) + 1
+            states[t.state.display] = states.get(t.state.display, 0) + 1
         logger.info("loaded %d transactional ids (%s; %d records) from %s", len(self.txns), states, count, TXN_TOPIC)
         return count
 
@@ -139,7 +104,7 @@ class TxnCoordinator:
         if r.state == DEAD:
             self.txns.pop(txn_id, None)
             return
-        self.txns[txn_id] = Txn(txn_id, r.producer_id, r.producer_epoch, r.timeout_ms, r.state,
+        self.txns[txn_id] = Txn(txn_id, r.producer_id, r.producer_epoch, r.timeout_ms, TxnState(r.state),
                                 {(t, p) for t, ps in r.partitions.items() for p in ps}, r.start_ms, r.last_update_ms)
 
     def _ensure_topic(self) -> None:
@@ -159,27 +124,31 @@ class TxnCoordinator:
         log = self.broker.manager.get_or_create_log(TXN_TOPIC, partition_for(txn_id, self.partitions))
         log.append_records([SimpleRecord(rec.key(txn_id), value)])
 
-    async def _persist(self, t: Txn, *, tombstone: bool = False) -> None:
-        t.update_ms = now_ms()
-        value = None if tombstone else rec.value(t.record())
-        async with self._locks.setdefault(partition_for(t.txn_id, self.partitions), asyncio.Lock()):
-            await self.broker.call(self._append, t.txn_id, value)
+    def now_ms(self) -> int:
+        return self.clock.milliseconds()
 
-    async def _change(self, t: Txn, state: int, **changes: Any) -> bool:
-        """Record a new state (and fields) of ``t``; on failure ``t`` is left as it was and False returned."""
-        before = {k: getattr(t, k) for k in ("state", "epoch", "producer_id", "timeout_ms", "partitions",
-                                             "start_ms", "update_ms")}
-        t.state = state
-        for k, v in changes.items():
-            setattr(t, k, v)
+    async def _write(self, txn_id: str, value: bytes | None) -> None:
+        async with self._locks.setdefault(partition_for(txn_id, self.partitions), asyncio.Lock()):
+            await self.broker.call(self._append, txn_id, value)
+
+    async def _apply(self, t: Txn, transit: TxnTransit) -> bool:
+        """Write the prepared ``transit`` of ``t``, then apply it; if it cannot be written, drop it (``t`` is left
+        as it was) and return False."""
         try:
-            await self._persist(t)
-            return True
+            await self._write(t.txn_id, None if transit.state == DEAD else rec.value(transit.record()))
         except Exception as exc:   # noqa: BLE001 - nothing changed: the client retries
-            logger.warning("transactional id %s: cannot record %s: %s", t.txn_id, rec.STATE_NAMES[state], exc)
-            for k, v in before.items():
-                setattr(t, k, v)
+            t.abort_transition()
+            logger.warning("transactional id %s: cannot record %s: %s", t.txn_id, transit.state.display, exc)
             return False
+        except BaseException:      # cancelled: nothing changed either
+            t.abort_transition()
+            raise
+        t.complete_transition(transit)
+        return True
+
+    async def _change(self, t: Txn, state: TxnState, **changes: Any) -> bool:
+        """Prepare ``state`` (and ``changes``) for ``t``, write it, apply it; False if it could not be written."""
+        return await self._apply(t, t.prepare_transition(state, self.now_ms(), **changes))
 
     # -- running --------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +165,7 @@ class TxnCoordinator:
     async def recover(self) -> None:
         """At start: complete the transactions found in Prepare* (and whatever else is due)."""
         try:
-            await self.sweep(now_ms())
+            await self.sweep(self.now_ms())
         except Exception:   # housekeeping tries again
             logger.exception("completing the transactions found at start failed")
 
@@ -206,15 +175,15 @@ class TxnCoordinator:
         while True:
             await asyncio.sleep(self.abort_check_s)
             try:
-                await self.sweep(now_ms())
+                await self.sweep(self.now_ms())
             except Exception:   # the next round tries again
                 logger.exception("transaction housekeeping failed")
 
     async def sweep(self, at_ms: int) -> None:
         for t in list(self.txns.values()):
-            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if t.state in PREPARED:
                 async with t.lock:
-                    if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    if t.state in PREPARED:
                         await self._complete(t)
             elif t.state == ONGOING and t.start_ms + t.timeout_ms < at_ms:
                 async with t.lock:
@@ -222,13 +191,11 @@ class TxnCoordinator:
                         logger.info("transactional id %s: aborting its transaction, open since %d, past its "
                                     "timeout of %d ms", t.txn_id, t.start_ms, t.timeout_ms)
                         await self._abort_fencing(t)
-            elif t.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and t.update_ms + self.id_expiration_ms < at_ms:
+            elif t.state in (EMPTY, *COMPLETED) and t.update_ms + self.id_expiration_ms < at_ms:
                 async with t.lock:
                     if self.txns.get(t.txn_id) is t and t.update_ms + self.id_expiration_ms < at_ms:
-                        try:
-                            await self._persist(t, tombstone=True)
-                        except Exception as exc:   # noqa: BLE001 - expires on a later round
-                            logger.warning("transactional id %s: cannot expire it: %s", t.txn_id, exc)
+                        # Dead is written as a tombstone; one that cannot be written expires on a later round
+                        if not await self._change(t, DEAD):
                             continue
                         del self.txns[t.txn_id]
                         logger.info("transactional id %s expired", t.txn_id)
@@ -239,13 +206,16 @@ class TxnCoordinator:
             t.drained.clear()
             await t.drained.wait()
 
-    async def _end(self, t: Txn, commit: bool) -> bool:
-        """Ongoing -> Prepare* (recorded) -> markers -> Complete*. False if Prepare* could not be recorded."""
-        prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
-        t.state = prepare                     # new appends of this transaction are refused from here
-        await self._drain(t)
-        t.state = ONGOING
-        if not await self._change(t, prepare):
+    async def _end(self, t: Txn, commit: bool, **changes: Any) -> bool:
+        """Ongoing -> Prepare* (recorded) -> markers -> Complete*. False if Prepare* could not be recorded, and
+        then nothing changed (``changes`` included)."""
+        transit = t.prepare_transition(PREPARE_COMMIT if commit else PREPARE_ABORT, self.now_ms(), **changes)
+        try:
+            await self._drain(t)              # new appends of this transaction are refused while it is pending
+        except BaseException:
+            t.abort_transition()
+            raise
+        if not await self._apply(t, transit):
             return False
         await self._complete(t)
         return True
@@ -254,7 +224,7 @@ class TxnCoordinator:
         """Write the markers of a Prepare* transaction, then record Complete*. A partition whose marker cannot be
         written keeps the transaction in Prepare* (housekeeping retries); a deleted one needs no marker."""
         commit = t.state == PREPARE_COMMIT
-        failed = []
+        failed: list[tuple[str, int]] = []
         for topic, p in sorted(t.partitions):
             try:
                 if topic == OFFSETS_TOPIC:
@@ -279,31 +249,27 @@ class TxnCoordinator:
         log.append_end_txn(producer_id, epoch, commit=commit)
 
     async def _abort_fencing(self, t: Txn) -> bool:
-        """Abort the Ongoing transaction of ``t`` with the epoch bumped, so its producer is fenced."""
-        before = (t.last_epoch, t.epoch)
-        if t.epoch < MAX_EPOCH - 1:
-            t.last_epoch, t.epoch = -1, t.epoch + 1
-        if await self._end(t, commit=False):
-            return True
-        t.last_epoch, t.epoch = before        # nothing recorded: the producer is not fenced after all
-        return False
+        """Abort the Ongoing transaction of ``t`` with the epoch bumped (written with PrepareAbort), so its
+        producer is fenced; if PrepareAbort cannot be written, the epoch stays and the producer is not fenced."""
+        bump = {"last_epoch": -1, "epoch": t.epoch + 1} if t.epoch < MAX_EPOCH - 1 else {}
+        return await self._end(t, commit=False, **bump)
 
     # -- the APIs -----------------------------------------------------------------------------------------------
-    def _check(self, txn_id: str, producer_id: int, epoch: int, api: str, version: int) -> Txn | int:
+    def _check(self, txn_id: str, producer_id: int, epoch: int, api: str, version: int) -> Txn | ErrorCode:
         t = self.txns.get(txn_id)
         if t is None or t.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
+            return ErrorCode.invalid_producer_id_mapping
         if t.epoch != epoch:
             return fenced(api, version)
         return t
 
     async def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int, epoch: int,
-                               version: int) -> tuple[int, int, int]:
+                               version: int) -> tuple[ErrorCode, int, int]:
         """(error code, producer id, epoch)."""
         if not txn_id:
-            return INVALID_REQUEST, -1, -1
+            return ErrorCode.invalid_request, -1, -1
         if not 0 < timeout_ms <= self.max_timeout_ms:
-            return INVALID_TRANSACTION_TIMEOUT, -1, -1
+            return ErrorCode.invalid_transaction_timeout, -1, -1
         t = self.txns.get(txn_id)
         if t is None:
             new_id = await self.broker.call(self.broker.producer_ids.allocate)
@@ -311,99 +277,101 @@ class TxnCoordinator:
                 t = self.txns[txn_id] = Txn(txn_id, new_id, 0, timeout_ms)
                 async with t.lock:         # taken at once: nothing awaited since the id was added
                     if await self._change(t, EMPTY):
-                        return NONE, t.producer_id, t.epoch
+                        return ErrorCode.none, t.producer_id, t.epoch
                     del self.txns[txn_id]
-                    return COORDINATOR_NOT_AVAILABLE, -1, -1
+                    return ErrorCode.coordinator_not_available, -1, -1
             t = self.txns[txn_id]
         async with t.lock:
             if self.txns.get(txn_id) is not t:
-                return CONCURRENT_TRANSACTIONS, -1, -1                  # expired meanwhile: the client retries
+                return ErrorCode.concurrent_transactions, -1, -1      # expired meanwhile: the client retries
             if producer_id >= 0:                                        # KIP-360: the producer's own bump
                 if producer_id == t.producer_id and epoch == t.last_epoch and t.state != ONGOING:
-                    return NONE, t.producer_id, t.epoch                 # a retry, or after a timeout's fencing
+                    return ErrorCode.none, t.producer_id, t.epoch       # a retry, or after a timeout's fencing
                 if producer_id != t.producer_id or epoch != t.epoch:
                     return fenced("InitProducerId", version), -1, -1
-            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                return CONCURRENT_TRANSACTIONS, -1, -1                  # markers still being written
+            if t.state in PREPARED:
+                return ErrorCode.concurrent_transactions, -1, -1                  # markers still being written
             if t.state == ONGOING and not await self._abort_fencing(t):
-                return CONCURRENT_TRANSACTIONS, -1, -1
-            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                return CONCURRENT_TRANSACTIONS, -1, -1
+                return ErrorCode.concurrent_transactions, -1, -1
+            if t.state in PREPARED:
+                return ErrorCode.concurrent_transactions, -1, -1
             new_pid, new_epoch = t.producer_id, t.epoch + 1
             if new_epoch >= MAX_EPOCH:
                 new_pid, new_epoch = await self.broker.call(self.broker.producer_ids.allocate), 0
-            last = t.epoch
+            # the producer's own bump keeps the epoch it had, so a retry of this request gets the same answer
+            last = t.epoch if producer_id >= 0 else -1
             if not await self._change(t, EMPTY, producer_id=new_pid, epoch=new_epoch, timeout_ms=timeout_ms,
-                                      partitions=set(), start_ms=-1):
-                return COORDINATOR_NOT_AVAILABLE, -1, -1
-            t.last_epoch = last if producer_id >= 0 and new_pid == t.producer_id else -1
-            return NONE, t.producer_id, t.epoch
+                                      partitions=set(), start_ms=-1, last_epoch=last):
+                return ErrorCode.coordinator_not_available, -1, -1
+            return ErrorCode.none, t.producer_id, t.epoch
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
-                             version: int, api: str = "AddPartitionsToTxn") -> dict[tuple[str, int], int]:
-        def every(code: int) -> dict[tuple[str, int], int]:
+                             version: int, api: str = "AddPartitionsToTxn") -> dict[tuple[str, int], ErrorCode]:
+        def every(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
             return {tp: code for tp in partitions}
         checked = self._check(txn_id, producer_id, epoch, api, version)
-        if isinstance(checked, int):
+        if isinstance(checked, ErrorCode):
             return every(checked)
         t = checked
         async with t.lock:
             if self.txns.get(txn_id) is not t:
-                return every(INVALID_PRODUCER_ID_MAPPING)                  # expired meanwhile
+                return every(ErrorCode.invalid_producer_id_mapping)                  # expired meanwhile
             if t.producer_id != producer_id or t.epoch != epoch:
                 return every(fenced(api, version))
-            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                return every(CONCURRENT_TRANSACTIONS)
+            if t.state in PREPARED:
+                return every(ErrorCode.concurrent_transactions)
             new = set(partitions) - t.partitions
             if not new and t.state == ONGOING:
-                return every(NONE)
+                return every(ErrorCode.none)
             catalog = await self.broker.call(self.broker.topics)
             missing = {(tp, p) for tp, p in new if p not in catalog.get(tp, ()) and tp != OFFSETS_TOPIC}
             if missing:
-                return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in missing else OPERATION_NOT_ATTEMPTED
+                return {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
                         for tp in partitions}
-            start = t.start_ms if t.state == ONGOING else now_ms()
+            start = t.start_ms if t.state == ONGOING else self.now_ms()
             if not await self._change(t, ONGOING, partitions=t.partitions | new, start_ms=start):
-                return every(COORDINATOR_NOT_AVAILABLE)
-            return every(NONE)
+                return every(ErrorCode.coordinator_not_available)
+            return every(ErrorCode.none)
 
-    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str, version: int) -> int:
+    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str, version: int
+                          ) -> ErrorCode:
         await self.broker.call(self.groups.ensure_topic)
         tp = (OFFSETS_TOPIC, self.groups.partition_of(group_id))
         return (await self.add_partitions(txn_id, producer_id, epoch, [tp], version, "AddOffsetsToTxn"))[tp]
 
-    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool, version: int) -> int:
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool, version: int) -> ErrorCode:
         checked = self._check(txn_id, producer_id, epoch, "EndTxn", version)
-        if isinstance(checked, int):
+        if isinstance(checked, ErrorCode):
             return checked
         t = checked
         async with t.lock:
             if self.txns.get(txn_id) is not t:
-                return INVALID_PRODUCER_ID_MAPPING                         # expired meanwhile
+                return ErrorCode.invalid_producer_id_mapping                         # expired meanwhile
             if t.producer_id != producer_id or t.epoch != epoch:
                 return fenced("EndTxn", version)
             if t.state == ONGOING:
-                return NONE if await self._end(t, commit) else COORDINATOR_NOT_AVAILABLE
-            if t.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                return CONCURRENT_TRANSACTIONS if (t.state == PREPARE_COMMIT) == commit else INVALID_TXN_STATE
+                return ErrorCode.none if await self._end(t, commit) else ErrorCode.coordinator_not_available
+            if t.state in PREPARED:
+                same = (t.state == PREPARE_COMMIT) == commit
+                return ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state
             if t.state in (COMPLETE_COMMIT, COMPLETE_ABORT) and (t.state == COMPLETE_COMMIT) == commit:
-                return NONE                      # a retried EndTxn that already took effect
-            return INVALID_TXN_STATE
+                return ErrorCode.none                      # a retried EndTxn that already took effect
+            return ErrorCode.invalid_txn_state
 
     # -- appends of a transaction -----------------------------------------------------------------------------------
-    def begin_append(self, txn_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
+    def begin_append(self, txn_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> ErrorCode:
         """Admit one transactional append (a produce, or an offset commit on the group's partition): the
         transaction must be Ongoing with the partition added, from its current producer id and epoch. Pair with
         :meth:`end_append`, which EndTxn waits for before writing markers."""
         t = self.txns.get(txn_id)
         if t is None or t.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
-        if t.epoch != epoch:
-            return INVALID_PRODUCER_EPOCH
-        if t.state != ONGOING or (topic, partition) not in t.partitions:
-            return INVALID_TXN_STATE
+            return ErrorCode.invalid_producer_id_mapping
+        if t.fences(epoch):
+            return ErrorCode.invalid_producer_epoch
+        if not t.accepts_appends() or (topic, partition) not in t.partitions:
+            return ErrorCode.invalid_txn_state
         t.in_flight += 1
-        return NONE
+        return ErrorCode.none
 
     def end_append(self, txn_id: str) -> None:
         t = self.txns.get(txn_id)
@@ -417,8 +385,8 @@ class TxnCoordinator:
         Empty or Complete*), oldest first, at most ``limit``."""
         states: dict[str, int] = {}
         for t in self.txns.values():
-            states[rec.STATE_NAMES[t.state]] = states.get(rec.STATE_NAMES[t.state], 0) + 1
-        open_txns = sorted((t for t in self.txns.values() if t.state in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT)),
+            states[t.state.display] = states.get(t.state.display, 0) + 1
+        open_txns = sorted((t for t in self.txns.values() if t.state in (ONGOING, *PREPARED)),
                            key=lambda t: (t.start_ms, t.txn_id))
         return {"ids": len(self.txns), "states": states, "open": [t.describe() for t in open_txns[:limit]],
                 "open_total": len(open_txns)}
