@@ -9,8 +9,8 @@ from typing import TypedDict
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, StorageError
-from storage_engine.inspection.listing import (PartitionStatus, add_figures, error_row, missing_partitions, offset_named_log,
-                                               scan_partition)
+from storage_engine.inspection.listing import (PartitionStatus, add_figures, error_row, missing_partitions,
+                                               offset_named_log, scan_partition)
 from storage_engine.inspection.snapshot import LogSnapshot
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex

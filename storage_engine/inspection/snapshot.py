@@ -28,7 +28,8 @@ _STATE = struct.Struct(">qqqq")          # see storage_engine.log.locks: generat
 
 
 def uncleanable_marks(log_dir: str) -> dict:
-    """The cleaner's uncleanable marks of a log dir: {partition folder, or ``"<unreadable>"`` when the marks cannot be read: {"reason": ...}}."""
+    """The cleaner's uncleanable marks of a log dir: ``{partition folder: {"reason": ...}}``, keyed
+    ``"<unreadable>"`` when the marks themselves cannot be read."""
     from storage_engine.maintenance.cleaner_manager import read_uncleanable
     return read_uncleanable(log_dir)
 
