@@ -316,7 +316,7 @@ def run(args) -> int:
     try:
         return _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker)
     finally:
-        if broker.proc.poll() is None:
+        if broker.proc is not None and broker.proc.poll() is None:
             demo_broker.stop(broker)
 
 
