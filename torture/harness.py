@@ -5,7 +5,7 @@ A trial (:func:`run_trial`):
 
 1. a fresh log dir (16 KiB segments, small index interval; topics ``plain`` (delete policy, nothing expires),
    ``keyed`` (compacted, every segment cleanable), ``retained`` (delete policy, ``retention.bytes`` 64 KiB)),
-   filled as the issue's reproduction was: 500 unique keys, then 2,500 records over 300 keys, and as many
+   filled as the swap-crash reproduction is: 500 unique keys, then 2,500 records over 300 keys, and as many
    records in the two other topics, so the cleaner and retention have work from the first second;
 2. four processes (:mod:`torture.child`): a writer appending to the three topics, a cleaner compacting in a loop,
    a maintenance loop (retention, checkpoint with flush, flush, purge) and a reader, so maintenance always runs
@@ -283,7 +283,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
 
 
 def _prefill(cfg_path: Path, rng: random.Random) -> dict[str, list]:
-    """The issue's reproduction: 500 unique keys, then 2,500 records over 300 keys (and as many records in the
+    """The swap-crash reproduction's fill: 500 unique keys, then 2,500 records over 300 keys (and as many records in the
     other topics); returns their acknowledgements."""
     from storage_engine.record.records import SimpleRecord
     from torture.child import payload

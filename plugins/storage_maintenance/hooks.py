@@ -18,7 +18,7 @@ Config resolution, first match wins:
 (:meth:`StorageEngineHook.config`), and refuses to work on a worker of another host
 (:func:`check_worker_host`, ``$STORAGE_MAINTENANCE_HOST``).
 
-**What "now" is** (DESIGN.md section 5): a run acts as of one stated instant, chosen by
+**What "now" is** (ARCHITECTURE.md section 5): a run acts as of one stated instant, chosen by
 :func:`storage_maintenance.params.run_as_of` (the ``AS_OF_*`` rules named here). Every task of the run uses it,
 logs it, puts it in its XCom; the run report, the alert and the Storage view show it the same way.
 """

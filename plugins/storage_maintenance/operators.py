@@ -11,7 +11,7 @@ conf), logs it with one human line per partition that changed, and returns a JSO
 A task that finishes tells :mod:`storage_maintenance.root_causes` which partitions it maintained without error,
 which closes the root causes alerted for them (so the next failure alerts again).
 
-Fan-out follows the cost of the work (DESIGN.md section 5): :class:`PlanBatchesOperator` cuts the partitions
+Fan-out follows the cost of the work (ARCHITECTURE.md section 9): :class:`PlanBatchesOperator` cuts the partitions
 into batches (per log dir, ``batch_size`` each) and one mapped batch task per batch does the cheap
 per-partition work (retention, flush, checkpoint, verify). Inside a batch each partition is isolated: its
 failure is recorded, the others still run, and the task fails at the end naming every failed partition. The

@@ -1,6 +1,6 @@
 """What maintenance cannot read: a partition whose folder became a file or vanished, a segment file that is no file.
 
-A maintenance job must not stay green over a partition it could not look at (issue 27 item 3). Two checks:
+A maintenance job must not stay green over a partition it could not look at (ARCHITECTURE.md section 6). Two checks:
 
 * :func:`missing_partitions`: the partitions a log dir's checkpoint files (``recovery-point-offset-checkpoint``,
   ``log-start-offset-checkpoint``) list, or whose partition lock the engine keeps, while no folder of theirs is

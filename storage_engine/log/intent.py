@@ -1,4 +1,4 @@
-"""A partition's pending multi-step change, recorded before its first rename (DESIGN.md section 4).
+"""A partition's pending multi-step change, recorded before its first rename (ARCHITECTURE.md section 4.5).
 
 A change that renames several files (the cleaner's swap today) must be a state every other process can see
 before its first rename, so that a process meeting it half done never derives a segment list, a log start

@@ -43,15 +43,32 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from storage_engine import crashpoints, layout, topic_store
 from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
 from storage_engine.errors import PartitionNotFoundError, StorageError, StorageIOError, UnsafeFileError
 
-if TYPE_CHECKING:
-    from storage_engine.log.manager import LogManager
+from storage_engine.config import StorageConfig
+from storage_engine.log.failure import LogDirFailureChannel
+from storage_engine.log.log import Log
+
+
+class LogManager(Protocol):
+    """What a topic change needs of the set of logs (:class:`storage_engine.log.manager.LogManager` is one; it
+    calls :func:`resolve` as it opens, so this module names the manager by what it uses, not by import)."""
+    config: StorageConfig
+    failures: LogDirFailureChannel
+
+    def online_dirs(self) -> list[str]: ...
+
+    def partitions(self, topic_filter: Collection[str] | None = None) -> list[tuple[str, int]]: ...
+
+    def get_or_create_log(self, topic: str, partition: int) -> Log: ...
+
+    def delete_log(self, topic: str, partition: int) -> dict: ...
+
 
 logger = logging.getLogger(__name__)
 

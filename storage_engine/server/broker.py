@@ -2,7 +2,7 @@
 producer ids, the fetches waiting for appends and the figures the Storage view shows.
 
 Engine calls block (files, fsync, flock), so connections run them in a small thread pool (:meth:`Broker.call`);
-the log manager and its logs are safe to share between threads (``DESIGN.md`` section 4). Topics are what the log
+the log manager and its logs are safe to share between threads (ARCHITECTURE.md section 4). Topics are what the log
 dirs hold: the catalog is rebuilt from the folders at most once a second, so topics that the maintenance DAGs or
 the CLI create or delete from other processes appear and vanish without a restart. A topic change under way or
 left half done by a process that died (:mod:`storage_engine.log.topic_changes`) is hidden: the catalog never

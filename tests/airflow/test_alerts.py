@@ -150,7 +150,7 @@ def test_partition_that_cannot_be_loaded_is_isolated_inside_its_batch(three_part
 
 def test_partition_folder_that_became_a_file_fails_the_retention_run_with_one_alert_naming_it(three_partitions,
                                                                                              alerting, tmp_path):
-    """Issue 27 item 3: a partition folder replaced by a file is not silently left out of the listing (7 of 8
+    """A partition folder replaced by a file is not silently left out of the listing (7 of 8
     partitions maintained, a green run): the dir's checkpoint files still list it, so it fails its batch in every
     task that maintains it, and the run alerts once, naming it."""
     from storage_engine.segment.checkpoint import OffsetCheckpointFile

@@ -222,7 +222,7 @@ def test_a_partition_compaction_cannot_read_fails_its_clean_task_and_the_others_
     assert (failure["topic"], failure["partition"]) == ("ue", 1) and str(broken) in failure["error"]
 
 
-# -- damage under compaction (issue 27, item 2) -------------------------------------------------------------------
+# -- damage under compaction (ARCHITECTURE.md section 6) ----------------------------------------------------------
 
 def damage_a_dirty_batch(fixture) -> tuple[str, int]:
     """Flip one bit inside the records of the second batch of the second sealed segment of ue-0 (a CRC mismatch

@@ -1,4 +1,4 @@
-"""The DAG files import cleanly and every maintenance DAG keeps the rules of DESIGN.md (sections 4, 5)."""
+"""The DAG files import cleanly and every maintenance DAG keeps the rules of ARCHITECTURE.md sections 5 and 9."""
 from __future__ import annotations
 
 import pytest

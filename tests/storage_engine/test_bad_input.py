@@ -1,4 +1,4 @@
-"""Bad input gets a clear error naming what was wrong, and loses nothing already stored (DESIGN.md section 8).
+"""Bad input gets a clear error naming what was wrong, and loses nothing already stored (ARCHITECTURE.md section 6).
 
 Through the API a typed exception; through the CLI (``main.main`` in this process) exit code 2, a message on
 stderr and no traceback. After every rejection the records stored before are all still readable, nothing was
@@ -316,7 +316,7 @@ def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field)
     log.close(clean=True)
 
 
-# -- files read whole: regular files only, with a size bound (issue 27) --------------------------------------------
+# -- files read whole: regular files only, with a size bound (ARCHITECTURE.md section 3) -------------------------
 
 def one_error_line(err: str) -> str:
     """The one line a failing command prints on stderr."""
@@ -407,7 +407,7 @@ def test_state_records_that_are_no_regular_files_are_ignored_or_reported(tmp_pat
         read_snapshot(snap)
 
 
-# -- a log dir that is a file, or cannot be read, is offline; the others serve (issue 27) ----------------------------
+# -- a log dir that is a file, or cannot be read, is offline; the others serve (ARCHITECTURE.md section 6) ---------
 
 def test_a_log_dir_that_is_a_file_is_valid_config_and_only_a_device_is_refused(tmp_path):
     from storage_engine.config_file import config_from_mapping
@@ -484,7 +484,7 @@ def test_no_usable_log_dir_is_exit_2_in_one_line(capsys, monkeypatch, tmp_path):
         assert f"{loop} (OSError: [Errno 40] Too many levels" in line
 
 
-# -- read-only commands write nothing (issue 27) ----------------------------------------------------------------------
+# -- read-only commands write nothing (ARCHITECTURE.md section 4.4) ----------------------------------------------------
 
 def listing(*roots) -> dict:
     """Every folder and file under ``roots`` (the engine's lock and state files included): kind, size, mtime, inode."""
@@ -583,7 +583,7 @@ def test_verify_sees_a_running_cleaner_without_taking_its_claim(populated):
     assert [p for p in pending if "00000000000000000000.log.cleaned, left by a cleaner that died" in p["message"]]
 
 
-# -- every CLI error is one line on stderr, exit 2; the usage is for --help (issue 27) -------------------------------
+# -- every CLI error is one line on stderr, exit 2; the usage is for --help -------------------------------------------
 
 @pytest.mark.parametrize("argv, needle", [
     (["produce", "--topic", "t", "--partition", "x"], "argument --partition: expected an integer, got 'x'"),
@@ -631,7 +631,7 @@ def test_every_command_error_is_one_line(env, capsys, monkeypatch):
     assert rc == 2 and "out of range" in one_error_line(err)
 
 
-# -- a damaged cleaner-offset-checkpoint is ignored, as Kafka ignores it, and replaced (issue 27) -------------------
+# -- a damaged cleaner-offset-checkpoint is ignored, as Kafka ignores it, and replaced (ARCHITECTURE.md section 6) --
 
 GARBAGE = b"\x00\xffnot a checkpoint\n"
 

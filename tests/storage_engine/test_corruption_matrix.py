@@ -1,7 +1,7 @@
 """The corruption matrix: one test per kind of damage, each checking what ``consume``, ``verify`` and the next
 ``produce`` do (RELIABILITY.md lists the cases and the behaviour each test asserts).
 
-The rules (DESIGN.md section 4, issue 10): damage is never returned as data (``consume`` exits 1 naming the file
+The rules (ARCHITECTURE.md section 6): damage is never returned as data (``consume`` exits 1 naming the file
 and the byte position, records before it are printed); ``verify`` reports it (exit 1); a load never lets a
 damaged or incomplete file replace good data, and reports what it repaired; an append acknowledged after a repair
 is readable. Every test damages a real log written by the engine, through the CLI in this process.
@@ -408,7 +408,7 @@ def test_an_unknown_file_in_a_partition_folder_is_reported_and_ignored(capsys, m
     assert_intact(capsys, monkeypatch, store)
 
 
-# -- damage under compaction (issue 27, item 2) ------------------------------------------------------------------
+# -- damage under compaction (ARCHITECTURE.md section 6) ---------------------------------------------------------
 # Every maintenance read is a checked read: the key-map phase (in process and the Spark source) and the clean phase
 # verify each batch before using it. Damage fails the partition's cleaning naming the file, the byte position and
 # the offsets; no damaged byte reaches a cleaned segment or a key map, the damaged segment stays on disk as it is
@@ -566,7 +566,7 @@ def test_the_map_phase_checks_offsets_outside_the_crc(capsys, monkeypatch, kv):
 
 
 def test_issue_reproducer_16_flipped_bytes_in_a_sealed_segment_are_not_compacted_away(capsys, monkeypatch, kv):
-    """Issue 27: 16 bytes flipped inside a batch of a sealed segment of a compacted topic; the next compaction was
+    """The reproducer: 16 bytes flipped inside a batch of a sealed segment of a compacted topic; the next compaction was
     green and the damaged segment became .deleted. The bytes flipped are inside the values of a batch whose records
     all have newer values (it is removed whole), so the records still decode: only the CRC tells."""
     spots = [find_value(kv, f"value-{j:05d}".encode()) for j in (3, 4, 5)]
@@ -586,7 +586,7 @@ def test_issue_reproducer_16_flipped_bytes_in_a_sealed_segment_are_not_compacted
 
 @pytest.mark.parametrize("section", ["dirty", "clean"])
 def test_issue_reproducer_evil_in_a_record_that_survives_compaction_is_not_copied(capsys, monkeypatch, kv, section):
-    """Issue 27: "EVIL" written into a record that survives compaction; compact exited 0, the damaged batch was
+    """The reproducer: "EVIL" written into a record that survives compaction; compact exited 0, the damaged batch was
     copied into the cleaned segment and the checkpoint moved past it. Written into the dirty section the key-map
     phase finds it; into the clean section (a batch an earlier round kept, which this round copies again), the
     clean phase."""

@@ -1,4 +1,4 @@
-"""Hostile input the issue found handled wrong, one test per case: each is a clear error naming the value, exit
+"""Hostile input once handled wrong, one test per case: each is a clear error naming the value, exit
 code 2, no traceback, and nothing written anywhere (no log dir created, no record appended).
 
 (The rest of the hostile-input matrix, topic names, partitions, config values, records and offsets, is in

@@ -1,6 +1,6 @@
-"""Issue 27's bad-input reproducers, each as a real ``python -m storage_engine`` subprocess: a config that is no
-regular file, a log dir that is a file, ``verify --strict`` writing nothing, a usage error, a garbage cleaner
-checkpoint. Every failure is one line on stderr, never a traceback.
+"""Bad-input reproducers (ARCHITECTURE.md section 6), each as a real ``python -m storage_engine`` subprocess: a
+config that is no regular file, a log dir that is a file, ``verify --strict`` writing nothing, a usage error, a
+garbage cleaner checkpoint. Every failure is one line on stderr, never a traceback.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Maintenance commands fail loudly (issue 37, item 3), each as a real ``python -m storage_engine`` subprocess over
-real files: a partition a command cannot read (its folder became a file, a segment file that is a folder) or that
-compaction marked uncleanable makes it exit 1 with one line on stderr per failed partition, naming the partition,
-the file and what is wrong; the JSON summary is still on stdout, and the other partitions are still maintained.
+"""Maintenance commands fail loudly (ARCHITECTURE.md section 6), each as a real ``python -m storage_engine``
+subprocess over real files: a partition a command cannot read (its folder became a file, a segment file that is a
+folder) or that compaction marked uncleanable makes it exit 1 with one line on stderr per failed partition, naming
+the partition, the file and what is wrong; the JSON summary is still on stdout, and the other partitions are still
+maintained.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Compaction's plan over partitions it cannot clean (issue 37, item 3): a partition whose folder became a file and
-one marked uncleanable are ``blocked`` (failures of the run, every run, until an operator acts), the others are
-still selected; clearing the mark makes the partition selectable again."""
+"""Compaction's plan over partitions it cannot clean (ARCHITECTURE.md section 6): a partition whose folder became a
+file and one marked uncleanable are ``blocked`` (failures of the run, every run, until an operator acts), the others
+are still selected; clearing the mark makes the partition selectable again."""
 from __future__ import annotations
 
 import os

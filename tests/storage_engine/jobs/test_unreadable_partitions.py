@@ -1,6 +1,6 @@
-"""Maintenance notices what it cannot read (issue 27 item 3): a partition folder that became a file, a partition
-that vanished while the dir's checkpoint files list it, a segment file that is no file. Each is a failure of that
-partition in the job's summary (every batched job: retention, checkpoint, flush, producer expiry; and the
+"""Maintenance notices what it cannot read (ARCHITECTURE.md section 6): a partition folder that became a file, a
+partition that vanished while the dir's checkpoint files list it, a segment file that is no file. Each is a failure
+of that partition in the job's summary (every batched job: retention, checkpoint, flush, producer expiry; and the
 whole-store jobs), the other partitions are maintained, and the evidence is kept until an operator acts."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several real processes on one partition (DESIGN.md section 4).
+"""Several real processes on one partition (ARCHITECTURE.md section 4).
 
 Every test starts child Python processes (``tests/storage_engine/procs/``) that open the log through
 ``LogManager`` and append or read, while this process rolls, flushes, checkpoints, deletes and reads the same

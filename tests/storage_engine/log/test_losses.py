@@ -1,7 +1,7 @@
-"""Never derive a loss away (issue 27 item 4): a first segment gone or a sealed segment emptied is recorded by the
-load that finds it, the log start offset stays where it was recorded, ``verify`` reports the lost offsets after any
-number of opens, reads of them fail, until an operator runs ``accept-loss``; retention and delete-records still move
-the log start offset as before."""
+"""Never derive a loss away (ARCHITECTURE.md section 6): a first segment gone or a sealed segment emptied is
+recorded by the load that finds it, the log start offset stays where it was recorded, ``verify`` reports the lost
+offsets after any number of opens, reads of them fail, until an operator runs ``accept-loss``; retention and
+delete-records still move the log start offset as before."""
 from __future__ import annotations
 
 import json
@@ -66,7 +66,7 @@ def open_and_read_start(cfg) -> int:
 
 
 def test_a_deleted_first_segment_stays_reported_after_any_number_of_opens_until_accepted(tmp_path, capsys):
-    """The issue's reproducer: the first sealed .log deleted, its index kept."""
+    """The reproducer: the first sealed .log deleted, its index kept."""
     cfg, path = make_store(tmp_path)
     first, second = bases(cfg)[:2]
     assert first == 0 and second > 0

@@ -92,7 +92,7 @@ def assert_clean(cfg, i: int = 0) -> None:
 
 
 def test_a_middle_segment_lost_from_a_compacted_topic_is_never_laundered(tmp_path, capsys):
-    """The issue's reproducer: compacted topic, a cleaning already done (so gaps between segments are normal), more
+    """The reproducer: compacted topic, a cleaning already done (so gaps between segments are normal), more
     records, then a whole sealed segment deleted from the middle with the store closed."""
     cfg, path = make_store(tmp_path, COMPACTED)
     append(cfg, 60, keys=20)

@@ -1,7 +1,7 @@
 """A cleaner killed at every step of its swap, while other processes keep the log dir open (real processes,
 real SIGKILL through ``STORAGE_ENGINE_CRASH_AT``), then maintenance from a third process, then a restart.
 
-The first test is the issue's deterministic reproduction: a compacted partition (500 unique keys, then 2,500
+The first test is a deterministic reproduction: a compacted partition (500 unique keys, then 2,500
 records over 300 keys, small segments); a second process holds the log dir open; ``compact`` dies right after the
 old segments became ``.deleted`` and before the ``.swap`` got its final name; ``flush`` and ``checkpoint --flush``
 run from a third process; then everything restarts. Before the fix the view opened by ``flush`` took the first

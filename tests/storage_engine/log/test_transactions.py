@@ -155,7 +155,7 @@ def test_transactional_state_rules(logs):
 # -- transactions, LSO and reads ------------------------------------------------------------------------------------
 
 def test_interleaved_commit_and_abort_with_an_idempotent_retry(logs):
-    """The issue's scenario: read_committed returns exactly the committed records in offset order,
+    """The whole scenario: read_committed returns exactly the committed records in offset order,
     read_uncommitted every data record and no marker, and the retried batch appears once."""
     log = logs()
     committer, aborter = producer(log, 100), producer(log, 200)

@@ -267,8 +267,8 @@ def test_aborted_transaction_spanning_segments(make_log):
 
 
 def test_interleaved_transactions_and_a_retry_compact_to_the_committed_state(make_log):
-    """The issue's scenario on a compacted topic: aborted data goes in the first round, the markers once no
-    data of their transaction is left and their horizon has passed; reads never change what they return."""
+    """Interleaved transactions and a retry on a compacted topic: aborted data goes in the first round, the markers
+    once no data of their transaction is left and their horizon has passed; reads never change what they return."""
     log = make_log(compact_cfg(segment_bytes=100_000, delete_retention_ms=DAY))
     c, a = appender(log, 100), appender(log, 200)
     idem = appender(log, 300, transactional=False)

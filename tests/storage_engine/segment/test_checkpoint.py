@@ -49,7 +49,7 @@ def test_entries_are_sorted_by_topic_then_partition_number():
     assert data == b"0\n3\na.b-c_d 0 3\nt 9 2\nt 10 1\n"
 
 
-# Kafka's OffsetCheckpointFileWithFailureHandlerTest (reference item 103)
+# Kafka's OffsetCheckpointFileWithFailureHandlerTest
 
 def test_should_persist_and_overwrite_and_reload_file(checkpoint):
     offsets = {("foo", 1): 5, ("bar", 2): 10}
@@ -211,7 +211,7 @@ def test_read_or_empty_falls_back_with_a_warning(checkpoint, caplog):
 
 
 # ---------------------------------------------------------------------------------------------- clean shutdown
-# Kafka's CleanShutdownFileHandlerTest (reference item 104)
+# Kafka's CleanShutdownFileHandlerTest
 
 def test_clean_shutdown_file_basic(log_dir):
     write_clean_shutdown(str(log_dir), 10)

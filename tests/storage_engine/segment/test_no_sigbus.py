@@ -1,6 +1,6 @@
 """Another process may shrink a segment's files at any time (a torn tail cut away, a preallocated file trimmed on
 roll, an index rebuilt). A process reading them must never fault: touching a memory-mapped page past the end of
-a file is SIGBUS, which killed a writer in the issue's torture run. Reads go through ``pread``; each scenario runs
+a file is SIGBUS, which killed a writer in a torture run. Reads go through ``pread``; each scenario runs
 in a child process so a fault would show as its death, not as this test process's.
 """
 from __future__ import annotations
