@@ -34,7 +34,7 @@ from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
 from storage_engine.jobs import batches, compaction
-from storage_engine.inspection import status
+from storage_engine.inspection import plans
 
 from .harness import Context, Row, Sample, Section, run_interleaved, scratch_dir, timed
 
@@ -192,7 +192,7 @@ def run(ctx: Context) -> Section:
             "plan raw": case("retention reads", lambda: raw_retention_reads(config),
                              lambda n: None if n > 0 else "read nothing"),
             "plan dry run": case("retention dry run", lambda: engine_retention(config, dry_run=True), planned),
-            "plan status": case("status.plan", lambda: status.plan(config, NOW_MS, limit=partitions), plan_ok),
+            "plan status": case("status.plan", lambda: plans.plan(config, NOW_MS, limit=partitions), plan_ok),
             "select raw": case("compaction reads", lambda: raw_compaction_reads(config),
                                lambda n: None if n > 0 else "read nothing"),
             "select engine": case("compaction_plan",

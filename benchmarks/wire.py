@@ -37,9 +37,7 @@ import gc
 import glob
 import os
 import pstats
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -54,6 +52,8 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.segment.file_records import iter_batches
+
+from include.broker_launcher import BrokerLauncher
 
 from . import wire_fetch
 from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, chunks, generate_records,
@@ -137,67 +137,44 @@ finally:
 # ---------------------------------------------------------------------------------------------------------------
 # the broker process
 
-class BrokerProcess:
-    """``python -m storage_engine serve`` on a free loopback port over ``log_dir``; ``cpu_s()`` is its CPU so far."""
+class BrokerProcess(BrokerLauncher):
+    """``python -m storage_engine serve`` on a free loopback port over ``log_dir``
+    (:class:`include.broker_launcher.BrokerLauncher`); ``cpu_s()`` is its CPU so far."""
 
     def __init__(self, work_dir: str, log_dir: str, *, profile_to: Path | None = None):
         self.work_dir = work_dir
         self.log_dir = log_dir
         self.profile_to = profile_to
-        self.config_path = os.path.join(work_dir, "storage.yaml")
-        self.log_path = os.path.join(work_dir, "broker.log")
-        self.proc: subprocess.Popen[str] | None = None
-        self.bootstrap = ""
+        command = None if profile_to is None else [sys.executable, "-c", _PROFILE_BOOTSTRAP, str(profile_to)]
+        super().__init__(os.path.join(work_dir, "storage.yaml"), os.path.join(work_dir, "broker.log"),
+                         listeners=LISTENERS, cwd=REPO, command=command)
 
     def __enter__(self) -> "BrokerProcess":
         with open(self.config_path, "w") as f:
             yaml.safe_dump({"broker": {"log.dirs": [self.log_dir], "listeners": LISTENERS}}, f)
-        args = ["--config", self.config_path, "serve", "--listeners", LISTENERS]
-        if self.profile_to is None:
-            cmd = [sys.executable, "-m", "storage_engine", *args]
-        else:
+        if self.profile_to is not None:
             self.profile_to.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-c", _PROFILE_BOOTSTRAP, str(self.profile_to), *args]
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        assert self.proc.stdout is not None
-        timer = threading.Timer(START_TIMEOUT_S, self.proc.kill)
-        timer.start()
-        try:
-            line = self.proc.stdout.readline()
-        finally:
-            timer.cancel()
-        if not line.startswith("serving "):
-            self._kill()
-            raise RuntimeError(f"the broker did not start: {line!r}\n{self.log_tail()}")
-        self.bootstrap = line.split()[1].split(",")[0].split("://", 1)[1]
+        self.start(START_TIMEOUT_S)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self._kill()
             return
-        self.stop()
+        self.stop_clean()
 
-    def stop(self) -> None:
+    def stop_clean(self) -> None:
         """SIGTERM: the broker answers what is in flight and closes its logs clean (exit 0)."""
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            self._kill()
-            raise RuntimeError(f"the broker did not stop on SIGTERM\n{self.log_tail()}") from None
-        self.proc = None
+        rc = self.stop(120)
+        if rc is None:
+            raise RuntimeError(f"the broker did not stop on SIGTERM\n{self.log_tail()}")
         if rc != 0:
             raise RuntimeError(f"the broker exited {rc}\n{self.log_tail()}")
 
     def _kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        self.close()
         self.proc = None
 
     def cpu_s(self) -> float:
@@ -207,13 +184,6 @@ class BrokerProcess:
             text = f.read()
         fields = text[text.rindex(")") + 2:].split()
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
 
     def partition_batches(self, topic: str) -> list[bytes]:
         """The batches of ``topic``-0 as the broker wrote them (read from its segment files)."""

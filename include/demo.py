@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker)
     finally:
-        if broker.proc.poll() is None:
+        if broker.proc is not None and broker.proc.poll() is None:
             demo_broker.stop(broker)
 
 
@@ -414,9 +414,9 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         raise DemoFailed(f"{demo_broker.LIVE_TOPIC}: expected the latest value of {demo_broker.LIVE_KEYS} keys, got "
                          f"{len(latest)} keys, {len(stale)} with an older value")
     say(f"{demo_broker.LIVE_TOPIC}: every key's latest value is the last one written")
-    code = demo_broker.stop(broker)
-    if code != 0:
-        raise DemoFailed(f"the broker exited with code {code} on SIGTERM; see {display_path(str(broker.log_path))}")
+    exit_code = demo_broker.stop(broker)
+    if exit_code != 0:
+        raise DemoFailed(f"the broker exited with code {exit_code} on SIGTERM; see {display_path(str(broker.log_path))}")
     say("broker stopped clean (SIGTERM: requests in flight answered, logs closed clean)")
 
     failed = [d for d, s, _ in results if s == "failed"]

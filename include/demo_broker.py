@@ -10,15 +10,14 @@ log).
 """
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from include.broker_launcher import BrokerLauncher
 
 LIVE_TOPIC = "demo-live-prices"
 TXN_TOPIC = "demo-orders"
@@ -27,25 +26,18 @@ LIVE_ROUNDS = 20
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-class Broker:
-    def __init__(self, proc: subprocess.Popen[str], bootstrap: str, log_path: Path):
-        self.proc = proc
-        self.bootstrap = bootstrap
-        self.log_path = log_path
+class Broker(BrokerLauncher):
+    """The demo's broker (:class:`include.broker_launcher.BrokerLauncher`) on a free loopback port."""
 
 
 def start(config_path: Path, log_path: Path, repo: Path) -> Broker:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "storage_engine", "--config", str(config_path), "serve",
-                             "--listeners", "PLAINTEXT://127.0.0.1:0"], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=log, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("serving PLAINTEXT://"):
-        proc.wait(10)
-        raise RuntimeError(f"the broker did not start (exit {proc.returncode}); see {log_path}")
-    return Broker(proc, line.strip().split("://", 1)[1], log_path)
+    log_path.write_bytes(b"")           # this demo's broker only
+    broker = Broker(config_path, log_path, listeners="PLAINTEXT://127.0.0.1:0", cwd=repo)
+    try:
+        return broker.start()
+    except RuntimeError as exc:
+        raise RuntimeError(f"the broker did not start; see {log_path}") from exc
 
 
 def _check(futures: dict[str, Any]) -> None:
@@ -150,6 +142,6 @@ def transactions(broker: Broker) -> dict[str, Any]:
             "uncommitted": _read_all(broker, TXN_TOPIC, "read_uncommitted")}
 
 
-def stop(broker: Broker) -> int:
-    broker.proc.send_signal(signal.SIGTERM)
-    return broker.proc.wait(60)
+def stop(broker: Broker) -> int | None:
+    """SIGTERM: a clean close of every log (exit 0); None if it did not stop within 60 s (then killed)."""
+    return broker.stop(60)

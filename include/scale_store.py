@@ -73,7 +73,7 @@ def generate(root: Path, partitions: int, segments: int, now_ms: int) -> dict:
     from storage_engine.config_file import load_config
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     from storage_engine.segment.clean_shutdown import write_clean_shutdown
-    from storage_engine.inspection.status import LogSnapshot
+    from storage_engine.inspection.snapshot import LogSnapshot
 
     root.mkdir(parents=True, exist_ok=True)
     config_path = root / "storage.yaml"

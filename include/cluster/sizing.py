@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import sys
 import time
 import urllib.parse
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from include import scale_store
+from include.broker_launcher import free_ports
 from include.cluster.run import Cluster, session_members
 from include.cluster.topology import REPO, Ports
 
@@ -35,16 +35,7 @@ FIVE_MIN_MS = 300_000
 
 
 def _free_ports() -> Ports:
-    socks = []
-    try:
-        for _ in Ports.__dataclass_fields__:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return Ports(*[s.getsockname()[1] for s in socks])
-    finally:
-        for s in socks:
-            s.close()
+    return Ports(*free_ports(len(Ports.__dataclass_fields__)))
 
 
 def _api(cluster: Cluster, path: str, token: str | None = None, method: str = "GET", body: object = None) -> Any:

@@ -19,7 +19,7 @@ CRC-32C (CRC-32 for legacy messages) and the offset-order checks before a record
 the page there: the records before it are returned with ``error`` naming the file and the byte position.
 
 Read-only, like the rest of :mod:`storage_engine.inspection`: segments are opened read-only through
-:class:`~storage_engine.inspection.status.LogSnapshot`, no lock is taken, no file is created or changed, so a
+:class:`~storage_engine.inspection.snapshot.LogSnapshot`, no lock is taken, no file is created or changed, so a
 page may be read from any process (Airflow's api-server) while a writer appends and maintenance runs. A
 segment that retention or the cleaner renamed away during the read makes the read start again on a fresh
 listing (a few times at most); bytes a writer is still appending to the active segment are not read (the page
@@ -42,7 +42,7 @@ from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, PartitionNotFoundError,
                                    StorageIOError)
-from storage_engine.inspection.status import LogSnapshot
+from storage_engine.inspection.snapshot import LogSnapshot
 from storage_engine.log.producer_state_manager import ProducerStateManager, rebuild
 from storage_engine.record import codecs
 from storage_engine.record.legacy_records import LegacyBatch

@@ -29,7 +29,7 @@ from storage_engine.config_file import MAX_CONFIG_BYTES
 from storage_engine.config_keys import BROKER_DEFAULTS, BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text
 from storage_engine.durable import read_regular_file
 from storage_engine.errors import PartitionNotFoundError, StorageError
-from storage_engine.inspection.status import PartitionStatus, list_partition_status
+from storage_engine.inspection.listing import PartitionStatus, list_partition_status
 
 TOPIC_OVERRIDE = "topic override"
 BROKER_OVERRIDE = "broker override"

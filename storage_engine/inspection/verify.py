@@ -26,7 +26,9 @@ The partition is read as the next process would see it once the pending swap is 
 (:func:`storage_engine.log.swap.pending_plan`) is applied to the file names, not to the files. The listing, the
 plan and the active segment are read under the partition lock (its file opened read-only, never created: the
 audit creates and writes no file, lock files included), so a change in flight is never mistaken for damage; sealed segments are read without it, and a partition that changes meanwhile is read again. A partition
-deleted or moved while it is verified is reported as pending, not as damage.
+deleted or moved while it is verified is reported as pending, not as damage. The checks of each file of a
+partition (leftovers, segments, indexes) are :mod:`storage_engine.inspection.verify_files`'s; this module runs
+them per log dir and partition and checks the log's state across them.
 
 Per log dir it also reports: a dir that cannot be read (``offline_dirs``: what an opening process would take
 offline); the copies being made for moves (``-future`` folders, verified like partitions and marked
@@ -42,21 +44,18 @@ import fcntl
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from storage_engine import layout
 from storage_engine.clock import clock_at
 from storage_engine.config import LogConfig, StorageConfig
 from storage_engine.errors import CorruptCheckpointError, PartitionNotFoundError, StorageError, StorageIOError
-from storage_engine.log import health, intent, losses, manifest, swap
+from storage_engine.inspection.verify_files import Changed, Segment, explain_leftovers, verify_segment
+from storage_engine.log import health, losses, manifest
 from storage_engine.log.failure import is_dir_failure, os_error_of
 from storage_engine.log.locks import LIVE, MOVED, UNKNOWN, PartitionState, lock_path, peek_state
 from storage_engine.jobs.batches import BatchResult, SkippedPartition, as_topic_partitions, partition_failure
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
-from storage_engine.segment.file_records import FileRecords
-from storage_engine.segment.leader_epoch import LeaderEpochCheckpointFile
-from storage_engine.segment.offset_index import OffsetIndex
-from storage_engine.segment.time_index import TimeIndex
 
 _CHECKPOINTS = (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT,
                 layout.CLEANER_OFFSET_CHECKPOINT)
@@ -66,10 +65,6 @@ _ATTEMPTS = 3
 TopicPartition = tuple[str, int]
 # The dir's offset checkpoints: {checkpoint file name: {(topic, partition): offset}}.
 Checkpoints = dict[str, dict[TopicPartition, int]]
-
-
-class _Changed(Exception):
-    """A file vanished while it was read: another process changed the partition; read it again."""
 
 
 class _Gone(Exception):
@@ -207,7 +202,7 @@ def _verify_partition_retrying(log_dir: str, name: str, path: str, cfg: LogConfi
             generation = lock.read_state().generation
             try:
                 summary = _verify_partition(lock, log_dir, name, path, cfg, tp, checkpoints, p, q)
-            except _Changed as exc:
+            except Changed as exc:
                 if attempt + 1 < _ATTEMPTS:
                     continue
                 p.append({"file": str(exc), "message": "the file vanished while being read, three times: files "
@@ -266,41 +261,22 @@ class _ReadOnlyLock:
             self._fd = -1
 
 
-def _cleaning_in_progress(log_dir: str, name: str) -> bool:
-    """Whether a cleaner holds the partition's claim, probed without creating the claim file (without one, no
-    cleaner has claimed the partition, so none is cleaning it)."""
-    path = layout.cleaning_claim_file(log_dir, name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StorageIOError("cannot open cleaning claim", path, exc) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)      # releases the probe's shared lock
-    return False
-
-
 def _verify_partition(lock: _ReadOnlyLock, log_dir: str, name: str, path: str, cfg: LogConfig, tp: TopicPartition,
                       checkpoints: Checkpoints, problems: list[dict], pending: list[dict]) -> dict:
     with lock:
         state = lock.read_state()
         if state.status != LIVE or not os.path.isdir(path):
             raise _Gone(f"{name} was deleted or moved while it was verified")
-        files = _explain_leftovers(log_dir, name, path, cfg, problems, pending)
+        files = explain_leftovers(log_dir, name, path, cfg, problems, pending)
         logs = sorted(layout.offset_from_filename(f) for f in files
                       if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f))
-        active = _verify_segment(path, files, logs[-1], None, problems, pending) if logs else _Segment()
+        active = verify_segment(path, files, logs[-1], None, problems, pending) if logs else Segment()
         named = manifest.read(log_dir, name)[0] or []    # as the listing, under the lock (a roll changes both)
     walk = _Walk(cfg.delete and not cfg.compact)
     sizes: list[tuple[int, int]] = []
     for i, base in enumerate(logs):
         upper = logs[i + 1] if i + 1 < len(logs) else None
-        seg = active if upper is None else _verify_segment(path, files, base, upper, problems, pending)
+        seg = active if upper is None else verify_segment(path, files, base, upper, problems, pending)
         walk.add(base, seg, problems)
         sizes.append((base, seg.size))
     _report_losses(log_dir, name, tp, cfg, list(files), sizes, state, problems, named)
@@ -358,199 +334,6 @@ def _read_checkpoints(log_dir: str, problems: list | None, pending: list | None 
     return checkpoints
 
 
-# -- leftovers ---------------------------------------------------------------------------------------------------
-
-def _explain_leftovers(log_dir: str, name: str, path: str, cfg: LogConfig, problems: list[dict],
-                       pending: list[dict]) -> dict[str, str]:
-    """Report what is not plain segments; return {name after pending changes: name now}."""
-    names = sorted(os.listdir(path))
-    plan, messages, _ = swap.pending_plan(log_dir, name, path)
-    for m in messages:
-        damaged = plan is not None and m in plan.damage
-        (problems if damaged else pending).append(
-            {"file": intent.path_of(log_dir, name), "message": f"{m} (by the next process to use the partition)"})
-    files = plan.effective_names(names) if plan is not None else {n: n for n in names}
-    cleaning = _cleaning_in_progress(log_dir, name)
-    visible = [n for n in files if not (cleaning and n.endswith(layout.CLEANED_SUFFIX))]
-    orphans = swap.plan_orphans(path, visible)
-    for m in orphans.messages:
-        (problems if m in orphans.damage else pending).append({"file": path, "message": f"{m} (at the next load)"})
-    if orphans.actions:
-        renamed = orphans.effective_names(visible)
-        files = {k: files[v] for k, v in renamed.items()}
-        if cleaning:
-            files.update({n: n for n in names if n.endswith(layout.CLEANED_SUFFIX)})
-    logs = {layout.offset_from_filename(f) for f in files
-            if f.endswith(layout.LOG_SUFFIX) and layout.is_offset_named(f)}
-    for f, now in sorted(files.items()):
-        full = os.path.join(path, now)
-        if f.endswith(layout.CLEANED_SUFFIX):
-            pending.append({"file": full, "message": "being written by a running cleaner" if cleaning else
-                            "left by a cleaner that died before its swap; removed at the next load"})
-        elif f.endswith(layout.DELETED_SUFFIX):
-            try:
-                at = int(os.stat(full).st_mtime * 1000) + cfg.file_delete_delay_ms
-            except FileNotFoundError:
-                continue
-            pending.append({"file": full, "message": f"scheduled for removal at {at} ms "
-                                                     f"(file.delete.delay.ms {cfg.file_delete_delay_ms})"})
-        elif f.endswith(layout.SWAP_SUFFIX):
-            pending.append({"file": full, "message": "part of a swap that will be completed"})
-        elif layout.is_partition_file(f):
-            _verify_partition_file(full, problems, pending)
-        elif not layout.is_offset_named(f) or not f.endswith(layout.SEGMENT_SUFFIXES + (layout.SNAPSHOT_SUFFIX,)):
-            pending.append({"file": full, "message": "not a file of Kafka's partition layout; ignored"})
-        elif f.endswith(layout.INDEX_SUFFIXES) and layout.offset_from_filename(f) not in logs:
-            pending.append({"file": full, "message": "orphan index file (no .log); deleted at the next load"})
-        elif f.endswith((layout.SNAPSHOT_SUFFIX, layout.TXN_INDEX_SUFFIX)):
-            _verify_producer_file(full, pending)
-    return files
-
-
-def _verify_partition_file(full: str, problems: list, pending: list) -> None:
-    """Kafka's per-partition files: a ``leader-epoch-checkpoint`` must parse (a damaged one is rebuilt from the
-    segments by the next load); a temp file is what a writer that died before its rename left."""
-    if full.endswith(layout.TMP_SUFFIX):
-        pending.append({"file": full, "message": "left by a writer that died before renaming it; replaced at the "
-                                                 "next write"})
-        return
-    if os.path.basename(full) != layout.LEADER_EPOCH_CHECKPOINT:
-        return
-    try:
-        LeaderEpochCheckpointFile(full).read()
-    except StorageError as exc:
-        problems.append({"file": full, "message": f"{exc}; the next load rebuilds it from the segments"})
-
-
-def _verify_producer_file(full: str, pending: list) -> None:
-    """A corrupt producer snapshot or transaction index is derived data: the next load deletes the snapshot
-    (falling back to an older one) or rebuilds the index, so it is reported as pending, not as damage."""
-    from storage_engine.errors import CorruptIndexError, CorruptSnapshotError
-    from storage_engine.segment import producer_snapshot
-    from storage_engine.segment.txn_index import TransactionIndex
-    try:
-        if full.endswith(layout.SNAPSHOT_SUFFIX):
-            producer_snapshot.read_snapshot(full)
-        else:
-            TransactionIndex(full, layout.offset_from_filename(full), writable=False).sanity_check()
-    except CorruptSnapshotError as exc:
-        pending.append({"file": full, "message": f"{exc.reason}; deleted at the next load (an older snapshot or "
-                                                 "a replay of the log takes its place)"})
-    except CorruptIndexError as exc:
-        pending.append({"file": full, "message": f"{exc.reason}; rebuilt at the next load"})
-
-
-# -- segments ----------------------------------------------------------------------------------------------------
-
-class _Segment:
-    __slots__ = ("records", "batches", "size", "first", "next", "gaps")
-
-    def __init__(self) -> None:
-        self.records = self.batches = self.size = 0
-        self.first: int | None = None  # the first batch's first offset
-        self.next: int | None = None   # the offset after the last batch
-        self.gaps: list[tuple[int, int, int]] = []  # (position, expected offset, found offset) between batches
-
-
-def _verify_segment(path: str, files: dict[str, str], base: int, upper: int | None, problems: list[dict],
-                    pending: list[dict]) -> _Segment:
-    name = layout.filename_prefix(base) + layout.LOG_SUFFIX
-    log_path = os.path.join(path, files[name])
-    out = _Segment()
-    positions: dict[int, int] = {}
-    try:
-        fr = FileRecords(log_path, writable=False)
-    except StorageError as exc:
-        if not os.path.exists(log_path):
-            raise _Changed(log_path) from None
-        problems.append({"file": log_path, "message": str(exc)})
-        return out
-    try:
-        try:
-            for batch in fr.read_batches(0, strict=True):
-                batch.ensure_valid()
-                recs = batch.records()
-                where = f"batch at position {batch.file_position}"
-                last = batch.last_offset
-                first = batch.base_offset if batch.magic >= 2 else (recs[0].offset if recs else last)
-                expected = base if out.next is None else out.next
-                if first < expected or last < first:
-                    problems.append({"file": log_path, "position": batch.file_position,
-                                     "message": f"{where}: offsets [{first}, {last}] are out of order (expected "
-                                                f">= {expected})"})
-                elif first > expected and out.next is not None:
-                    out.gaps.append((batch.file_position, expected, first))
-                if last - base > 2**31 - 1 or (upper is not None and last >= upper):
-                    problems.append({"file": log_path, "position": batch.file_position,
-                                     "message": f"{where}: offsets [{first}, {last}] do not fit the segment "
-                                                f"[{base}, {upper if upper is not None else 'log end'})"})
-                positions[batch.file_position] = last
-                out.first = first if out.first is None else out.first
-                out.next = max(last + 1, out.next or 0)
-                out.batches += 1
-                out.records += len(recs)
-        except StorageError as exc:
-            problems.append({"file": log_path, "position": getattr(exc, "position", None), "message": str(exc)})
-        out.size = fr.size
-    finally:
-        fr.close()
-    _verify_indexes(path, files, base, positions, problems, pending)
-    return out
-
-
-def _verify_indexes(path: str, files: dict[str, str], base: int, positions: dict[int, int], problems: list[dict],
-                    pending: list[dict]) -> None:
-    prefix = layout.filename_prefix(base)
-    ipath = os.path.join(path, files.get(prefix + layout.INDEX_SUFFIX, prefix + layout.INDEX_SUFFIX))
-    tpath = os.path.join(path, files.get(prefix + layout.TIME_INDEX_SUFFIX, prefix + layout.TIME_INDEX_SUFFIX))
-    last_offsets = set(positions.values())
-    if not os.path.exists(ipath):
-        pending.append({"file": ipath, "message": "missing offset index; rebuilt at the next load"})
-    else:
-        try:
-            idx = _open_index(OffsetIndex, ipath, base, 8)
-            try:
-                idx.sanity_check()
-                for n in range(idx.entries):
-                    off, pos = idx.entry(n)
-                    if positions.get(pos) != off:
-                        problems.append({"file": ipath, "position": n * 8,
-                                         "message": f"entry {n} maps offset {off} to position {pos}, where the "
-                                                    f"log has batch ending at {positions.get(pos)}"})
-                        break
-            finally:
-                idx.close(trim=False)
-        except StorageError as exc:
-            problems.append({"file": ipath, "message": str(exc)})
-    if os.path.exists(tpath):
-        try:
-            tidx = _open_index(TimeIndex, tpath, base, 12)
-            try:
-                tidx.sanity_check()
-                for n in range(tidx.entries):
-                    _ts, off = tidx.entry(n)
-                    if off not in last_offsets:
-                        problems.append({"file": tpath, "position": n * 12,
-                                         "message": f"entry {n} names offset {off}, not the last offset of a batch"})
-                        break
-            finally:
-                tidx.close(trim=False)
-        except StorageError as exc:
-            problems.append({"file": tpath, "message": str(exc)})
-
-
-_Index = TypeVar("_Index", OffsetIndex, TimeIndex)
-
-
-def _open_index(cls: type[_Index], path: str, base: int, entry_size: int) -> _Index:
-    try:
-        return cls(path, base, max(os.path.getsize(path), entry_size), writable=False)
-    except (FileNotFoundError, StorageError):
-        if not os.path.exists(path):
-            raise _Changed(path) from None
-        raise
-
-
 # -- the log's state ---------------------------------------------------------------------------------------------
 
 class _Walk:
@@ -563,7 +346,7 @@ class _Walk:
         self.first_offset: int | None = None
         self.records = self.batches = self.size = 0
 
-    def add(self, base: int, seg: _Segment, problems: list[dict]) -> None:
+    def add(self, base: int, seg: Segment, problems: list[dict]) -> None:
         self.first_base = base if self.first_base is None else self.first_base
         if self.first_offset is None:
             self.first_offset = seg.first

@@ -169,7 +169,7 @@ def clear_uncleanable(log_dir: str, name: str | None = None) -> list[str]:
 
 class CleanableView(Protocol):
     """What the cleanable-section rules read of a log: a :class:`Log`, or a read-only snapshot of its files
-    (:class:`storage_engine.inspection.status.LogSnapshot`)."""
+    (:class:`storage_engine.inspection.snapshot.LogSnapshot`)."""
 
     @property
     def topic(self) -> str: ...

@@ -48,7 +48,7 @@ def held_by_loss(log: RetentionView) -> LostRange | None:
 
 class RetentionView(Protocol):
     """What :func:`plan` reads of a log: a :class:`Log`, or a read-only snapshot of its files
-    (:class:`storage_engine.inspection.status.LogSnapshot`)."""
+    (:class:`storage_engine.inspection.snapshot.LogSnapshot`)."""
 
     @property
     def config(self) -> LogConfig: ...

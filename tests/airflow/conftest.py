@@ -13,7 +13,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -44,6 +43,8 @@ if str(PLUGINS_FOLDER) not in sys.path:
     sys.path.append(str(PLUGINS_FOLDER))
 
 import pytest  # noqa: E402
+
+from include.broker_launcher import free_port  # noqa: E402
 
 from .storage_fixtures import StorageFixture  # noqa: E402
 
@@ -79,12 +80,6 @@ def parse_dag(dag_id: str):
     bag = DagBag(dag_folder=str(DAGS_FOLDER / f"{dag_id}.py"))
     assert not bag.import_errors, bag.import_errors
     return bag.get_dag(dag_id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Mailbox:

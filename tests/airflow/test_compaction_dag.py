@@ -280,7 +280,7 @@ def assert_failed_once_naming_the_partition(fixture, run, alerting, task_id: str
                                             before: dict) -> str:
     """The task failed at once naming ue-0 and the damage; ue-0 is marked uncleanable with it (shown by the
     Storage view's data); not a byte of the log changed, the checkpoint did not move; one alert names ue-0."""
-    from storage_engine.inspection.status import partition_detail
+    from storage_engine.inspection.detail import partition_detail
     mailbox, webhook = alerting
     assert run.state == "failed"
     tis = task_instances(run)

@@ -13,15 +13,13 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import subprocess
-import sys
 import time
 import urllib.parse
 
 import pytest
 import yaml
 
+from include.broker_launcher import BrokerLauncher
 from storage_engine.config_keys import TOPIC_KEYS
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -392,16 +390,14 @@ def test_damage_ends_the_page_naming_the_file_and_the_position(server, sample, o
 # -- the Kafka listener, a transactional producer, a consumer group -------------------------------------------------
 
 @pytest.fixture(scope="module")
-def broker(sample):
+def broker(sample, tmp_path_factory):
     """``serve`` on the sample's log dirs; its bootstrap address. Stopped cleanly (SIGTERM) at the end."""
-    proc = subprocess.Popen([sys.executable, "-m", "storage_engine", "--config", str(sample["config_path"]), "serve",
-                             "--listeners", "PLAINTEXT://127.0.0.1:0"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    launcher = BrokerLauncher(sample["config_path"], tmp_path_factory.mktemp("broker") / "broker.log",
+                              listeners="PLAINTEXT://127.0.0.1:0", cwd=REPO).start()
     try:
-        yield proc.stdout.readline().strip().split("://", 1)[1]
+        yield launcher.bootstrap
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert launcher.stop(60) == 0, launcher.log_tail()
 
 
 def test_transactions_marked_in_the_browser_with_a_real_producer(server, sample, open_page, broker):

@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from storage_engine.inspection import status
+from storage_engine.inspection import listing, status
 
 from .conftest import parse_dag, run_results
 from .rerun import rerun
@@ -103,7 +103,7 @@ def test_a_partition_maintenance_failed_on_stays_reported_until_a_later_run_main
 
     victim.rmdir()
     victim.write_bytes(saved)                                      # repaired: the files show nothing any more
-    (row,) = [r for r in status.list_partition_status(logs.config(), topics=["events"])["partitions"]
+    (row,) = [r for r in listing.list_partition_status(logs.config(), topics=["events"])["partitions"]
               if r["partition"] == 0]
     assert row["damage"] == []
     assert set(open_problems()) == {("events", 0)}                 # until a later retention run maintains it

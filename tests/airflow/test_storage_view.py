@@ -15,6 +15,7 @@ import urllib.parse
 import pytest
 import yaml
 
+from include.broker_launcher import BrokerLauncher
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
@@ -560,23 +561,19 @@ def test_the_run_list_is_paginated_and_ordered_by_when_runs_ran(server, sample, 
     shot(page, "19-runs-page-2")
 
 
-def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_take(server, sample, browser):
+def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_take(server, sample, browser, tmp_path):
     """A broker serving the sample's log dirs; a group commits offset 5 on access-log-0: the overview lists the
     group with its lag (log end offset minus 5), and the retention plan as of far ahead names the group as losing
     the unread records the deletion would take; an open transaction is listed until it is aborted. (Last in the
     module: the broker leaves __consumer_offsets and __transaction_state, and an aborted batch in access-log-0.)"""
-    import signal
-    import subprocess
-    import sys
     import time
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    proc = subprocess.Popen([sys.executable, "-m", "storage_engine", "--config", str(sample["config_path"]), "serve",
-                             "--listeners", "PLAINTEXT://127.0.0.1:0"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    broker = BrokerLauncher(sample["config_path"], tmp_path / "broker.log", listeners="PLAINTEXT://127.0.0.1:0",
+                            cwd=REPO).start()
     try:
-        bootstrap = proc.stdout.readline().strip().split("://", 1)[1]
+        bootstrap = broker.bootstrap
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "view-group", "enable.auto.commit": False})
         consumer.commit(offsets=[TopicPartition("access-log", 0, 5)], asynchronous=False)
         consumer.close()
@@ -637,5 +634,4 @@ def test_the_console_shows_consumer_groups_their_lag_and_what_retention_would_ta
         assert "CompleteAbort 1" in page.locator("#txn-summary").inner_text()
         del producer            # its connections close before the broker stops
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert broker.stop(60) == 0, broker.log_tail()

@@ -12,10 +12,11 @@ import pytest
 pytest.register_assert_rewrite("tests.cluster.harness", "tests.cluster.clients")
 
 from include.cluster.run import Cluster  # noqa: E402
+from include.broker_launcher import free_ports  # noqa: E402
 from include.cluster.topology import Ports  # noqa: E402
 from tests.cluster.clients import Kafka  # noqa: E402
 from tests.cluster.harness import (  # noqa: E402
-    ARTIFACTS, MAINTENANCE_DAGS, SUMMARY, Api, Ctx, MetadataDb, cluster_env, free_ports, keep_artifacts,
+    ARTIFACTS, MAINTENANCE_DAGS, SUMMARY, Api, Ctx, MetadataDb, cluster_env, keep_artifacts,
     kill_session_leftovers, wait_for)
 
 

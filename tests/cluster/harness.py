@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -63,19 +62,6 @@ def q(value: str) -> str:
 
 
 # -- the cluster -----------------------------------------------------------------------------------------------------
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
 
 def cluster_env(health_port: int) -> dict:
     """This process's environment without the settings of other tests or clusters, plus the test-only ones."""

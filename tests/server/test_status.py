@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from storage_engine.config_file import load_config
-from storage_engine.inspection.status import listener_status
+from storage_engine.inspection.listener import listener_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kills]
 

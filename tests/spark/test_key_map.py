@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from include.broker_launcher import free_ports
 from spark_jobs import build_key_map
 from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
 from storage_engine.clock import ManualClock
@@ -89,12 +90,6 @@ def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
         assert got[b"k%d" % (i % 50)] == (i, b"v%d" % i)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_port(port, timeout=90) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -110,7 +105,7 @@ def test_spark_submit_to_a_real_standalone_cluster(tmp_path):
     cfg_path, cfg = make_config(tmp_path)
     fill(cfg, [(b"k%d" % (i % 20), b"v%d" % i) for i in range(200)])
     sel = compaction.compaction_plan(cfg, T0 + 10_000, strategy="spark")["selected"][0]
-    port, ui, wport, wui = _free_port(), _free_port(), _free_port(), _free_port()
+    port, ui, wport, wui = free_ports(4)
     env = spark_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "spark-logs"),
                     SPARK_WORKER_DIR=str(tmp_path / "spark-work"))
     master_url = f"spark://127.0.0.1:{port}"

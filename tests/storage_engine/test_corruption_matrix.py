@@ -467,7 +467,7 @@ def cleaner_checkpoint(kv):
 
 
 def uncleanable(kv):
-    from storage_engine.inspection.status import partition_detail
+    from storage_engine.inspection.detail import partition_detail
     return partition_detail(kv.config, KV, 0)["uncleanable"]     # what the Storage view shows
 
 

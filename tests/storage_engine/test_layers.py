@@ -85,6 +85,28 @@ def test_the_engine_imports_neither_airflow_nor_spark():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_lower_layer_loads_only_what_it_uses():
+    """The package's public names load on first use: importing the record layer in a fresh interpreter loads
+    neither the jobs layer nor PyYAML (a Spark executor reading batches needs neither)."""
+    code = ("import sys, storage_engine.record.records\n"
+            "print(sorted(m for m in sys.modules if m == 'yaml' or m.startswith(('yaml.', 'storage_engine.jobs',"
+            " 'storage_engine.log', 'storage_engine.inspection', 'storage_engine.config'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    # and the names still resolve, on first use, to the modules that define them
+    code = "import storage_engine as s; print(s.compact.__module__, s.verify_log_dirs.__module__, 'load_config' in dir(s))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["storage_engine.jobs.compaction", "storage_engine.inspection.verify", "True"]
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    name = "no_such_name"
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        getattr(storage_engine, name)
+
+
 def test_every_public_name_resolves():
     missing = [name for name in storage_engine.__all__ if not hasattr(storage_engine, name)]
     assert not missing

@@ -40,7 +40,9 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import DEFAULT_CONFIG_PATH, ENV_VAR, load_config
-from storage_engine.inspection.status import Overview, PartitionDetail, PartitionPage
+from storage_engine.inspection.detail import PartitionDetail
+from storage_engine.inspection.listing import PartitionPage
+from storage_engine.inspection.status import Overview
 from storage_engine.jobs import batches, compaction, housekeeping
 from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
@@ -328,17 +330,17 @@ class StorageEngineHook(BaseHook):
     # -- read-only status (the Storage view) ---------------------------------------------------------------------
     def consumer_groups(self, listener: dict | None) -> list[dict]:
         """The groups the listener reported, with their lag per partition."""
-        from storage_engine.inspection import status
-        return status.consumer_groups(self.config, listener)
+        from storage_engine.inspection.listener import consumer_groups
+        return consumer_groups(self.config, listener)
 
     def groups_losing_unread(self, groups: list[dict], retention_rows: list[dict]) -> list[dict]:
-        from storage_engine.inspection import status
-        return status.groups_losing_unread(groups, retention_rows)
+        from storage_engine.inspection import listener
+        return listener.groups_losing_unread(groups, retention_rows)
 
     def listener_status(self) -> dict | None:
-        """The Kafka-protocol listener's last status (see :func:`storage_engine.inspection.status.listener_status`)."""
-        from storage_engine.inspection import status
-        return status.listener_status(self.config)
+        """The Kafka-protocol listener's last status (see :func:`storage_engine.inspection.listener.listener_status`)."""
+        from storage_engine.inspection import listener
+        return listener.listener_status(self.config)
 
     def log_dir_status(self) -> list:
         from storage_engine.inspection import status
@@ -352,13 +354,13 @@ class StorageEngineHook(BaseHook):
         return status.overview(self.config, now_ms=now_ms, top=top, extra=extra)
 
     def partition_page(self, **kwargs: Any) -> PartitionPage:
-        from storage_engine.inspection import status
-        return status.list_partition_status(self.config, **kwargs)
+        from storage_engine.inspection import listing
+        return listing.list_partition_status(self.config, **kwargs)
 
     def partition_detail(self, topic: str, partition: int, now_ms: int | None = None) -> PartitionDetail:
-        from storage_engine.inspection import status
-        return status.partition_detail(self.config, topic, partition, now_ms)
+        from storage_engine.inspection import detail
+        return detail.partition_detail(self.config, topic, partition, now_ms)
 
     def plan(self, now_ms: int, topics: Collection[str] | None = None, offset: int = 0, limit: int = 100) -> dict:
-        from storage_engine.inspection import status
-        return status.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)
+        from storage_engine.inspection import plans
+        return plans.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)

@@ -55,13 +55,13 @@ def _config() -> StorageConfig:
 
 
 def _listener(config: StorageConfig) -> dict | None:
-    from storage_engine.inspection import status
-    return status.listener_status(config)
+    from storage_engine.inspection import listener
+    return listener.listener_status(config)
 
 
 def _groups(config: StorageConfig, listener: dict | None) -> list[dict]:
-    from storage_engine.inspection import status
-    return engine_errors(status.consumer_groups, config, listener)
+    from storage_engine.inspection.listener import consumer_groups
+    return engine_errors(consumer_groups, config, listener)
 
 
 # -- data ---------------------------------------------------------------------------------------------------------

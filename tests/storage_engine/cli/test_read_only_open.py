@@ -26,6 +26,7 @@ from storage_engine import crashpoints, layout
 from storage_engine.config_file import load_config
 from storage_engine.errors import StorageError
 from storage_engine.inspection import browse, status, topics
+from storage_engine.inspection.listing import list_partition_status
 from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
 from storage_engine.log.read_only import ReadOnlyError
@@ -170,7 +171,7 @@ def console_reads_unchanged(store: Store, topic: str) -> dict:
     """The Storage console's readers, in process: the overview, the topic pages, the message browser."""
     before = listing(store.dirs)
     status.overview(store.config)
-    status.list_partition_status(store.config)
+    list_partition_status(store.config)
     topics.list_topics(store.config)
     topics.topic_detail(store.config, topic)
     page = browse.browse(store.config, topic, 0, limit=500)

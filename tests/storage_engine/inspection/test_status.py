@@ -15,7 +15,8 @@ import pytest
 from storage_engine import layout
 from storage_engine.clock import ManualClock
 from storage_engine.config_file import load_config
-from storage_engine.inspection import status
+from storage_engine.inspection import listing, plans, status
+from storage_engine.inspection.detail import partition_detail
 from storage_engine.jobs.lifecycle import filesystem_usage, log_dir_usage
 from storage_engine.log import losses
 from storage_engine.log.manager import LogManager
@@ -104,18 +105,18 @@ def test_a_log_replaced_by_a_directory_is_marked_and_counted_nowhere(store):
     logs = sorted(n for n in os.listdir(pdir) if n.endswith(".log"))
     victim = os.path.join(pdir, logs[1])
     victim_size = os.path.getsize(victim)
-    before = status.list_partition_status(store, topics=["events"])["partitions"]
+    before = listing.list_partition_status(store, topics=["events"])["partitions"]
     os.remove(victim)
     os.mkdir(victim)                    # a directory where a sealed .log was
 
-    (row,) = [r for r in status.list_partition_status(store, topics=["events"])["partitions"] if r["partition"] == 1]
+    (row,) = [r for r in listing.list_partition_status(store, topics=["events"])["partitions"] if r["partition"] == 1]
     (was,) = [r for r in before if r["partition"] == 1]
     assert row["segments"] == was["segments"] - 1
     assert row["size_bytes"] == was["size_bytes"] - victim_size          # not 4096 bytes of a directory
     assert [x["kind"] for x in row["damage"]] == ["unreadable"]
     assert victim in row["damage"][0]["message"] and "directory" in row["damage"][0]["message"]
     assert "PartitionUnreadableError" in row["error"]                    # its figures are not read: not maintained
-    detail = status.partition_detail(store, "events", 1)
+    detail = partition_detail(store, "events", 1)
     (marked,) = [s for s in detail["segment_list"] if s["problem"]]
     assert marked["base_offset"] == layout.offset_from_filename(logs[1]) and marked["size_bytes"] is None
     assert "is a directory" in marked["problem"]
@@ -125,7 +126,7 @@ def test_a_log_replaced_by_a_directory_is_marked_and_counted_nowhere(store):
     (dir_status,) = [x for x in overview["log_dirs"] if x["path"] == d]
     assert dir_status["damaged_partitions"] == 1 and victim in dir_status["error"]
     # The plan leaves it alone, as maintenance does.
-    plan = status.plan(store, T0)
+    plan = plans.plan(store, T0)
     assert [(u["topic"], u["partition"]) for u in plan["retention"]["unreadable"]] == [("events", 1)]
 
     os.rmdir(victim)                    # fixed (the segment gone): no mark left
@@ -139,12 +140,12 @@ def test_a_partition_folder_replaced_by_a_file_is_listed_with_the_reason(store):
     with open(pdir, "w") as f:
         f.write("not a folder")
 
-    rows = {(r["topic"], r["partition"]): r for r in status.list_partition_status(store, limit=100)["partitions"]}
+    rows = {(r["topic"], r["partition"]): r for r in listing.list_partition_status(store, limit=100)["partitions"]}
     assert ("events", 0) in rows and len(rows) == 5
     row = rows[("events", 0)]
     assert [x["kind"] for x in row["damage"]] == ["missing"] and "is a regular file, not a folder" in row["error"]
     assert row["log_dir"] == d
-    detail = status.partition_detail(store, "events", 0)
+    detail = partition_detail(store, "events", 0)
     assert detail["error"] == row["error"] and detail["segment_list"] == []
     overview = status.overview(store)
     (dir_status,) = [x for x in overview["log_dirs"] if x["path"] == d]
@@ -164,7 +165,7 @@ def test_recorded_losses_uncleanable_marks_and_foreign_entries(store):
     with open(os.path.join(d, "notes.txt"), "w") as f:
         f.write("x")
 
-    (row,) = [r for r in status.list_partition_status(store, topics=["keyed"])["partitions"] if r["partition"] == 0]
+    (row,) = [r for r in listing.list_partition_status(store, topics=["keyed"])["partitions"] if r["partition"] == 0]
     assert [x["kind"] for x in row["damage"]] == ["lost", "uncleanable"]
     assert "offsets [0, 7) were lost (first segment gone)" in row["damage"][0]["message"]
     assert row["uncleanable"] == "CorruptRecordError: CRC mismatch" and "error" not in row
@@ -178,7 +179,7 @@ def test_index_sizes_are_the_entries_written_not_the_preallocated_files(store):
     with LogManager.open(store, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("events", 1)
         log.append_records([SimpleRecord(None, b"e" * 60, T0 + 1000 + i) for i in range(5)])   # active, open
-        detail = status.partition_detail(store, "events", 1)
+        detail = partition_detail(store, "events", 1)
         segments = {s["base_offset"]: s for s in detail["segment_list"]}
         pdir = log.dir
         for base, s in segments.items():
@@ -204,37 +205,37 @@ def test_the_table_sorts_by_every_column(store):
     d = home(store, "events", 0)
     mark_uncleanable(home(store, "keyed", 2), "keyed-2", "damage", T0)
     losses.record(d, "events-0", [{"start": 0, "end": 1, "reason": "x", "found_ms": T0}])
-    for key in status.SORT_KEYS:
+    for key in listing.SORT_KEYS:
         for descending in (False, True):
-            page = status.list_partition_status(store, sort=key, descending=descending, now_ms=T0 + 10_000)
+            page = listing.list_partition_status(store, sort=key, descending=descending, now_ms=T0 + 10_000)
             rows = page["partitions"]
             assert len(rows) == 5 and page["sort"] == key
             names = [(r["topic"], r["partition"]) for r in rows]
             if key == "name":
                 assert names == sorted(truth, reverse=descending)
                 continue
-            values = [status._sort_value(r, key) for r in rows]
+            values = [listing._sort_value(r, key) for r in rows]
             present = [v for v in values if v is not None]
             assert present == sorted(present, reverse=descending), (key, values)
             missing = [i for i, v in enumerate(values) if v is None]
             assert missing == (list(range(len(missing))) if not descending
                                else list(range(len(values) - len(missing), len(values)))), (key, values)
-    by_ratio = status.list_partition_status(store, sort="dirty_ratio", descending=True, now_ms=T0 + 10_000)
+    by_ratio = listing.list_partition_status(store, sort="dirty_ratio", descending=True, now_ms=T0 + 10_000)
     expected = sorted((tp for tp in truth if tp[0] == "keyed"), key=lambda tp: -truth[tp]["dirty_ratio"])
     assert [(r["topic"], r["partition"]) for r in by_ratio["partitions"][:3]] == expected
     assert [r["dirty_ratio"] for r in by_ratio["partitions"][:3]] == [truth[tp]["dirty_ratio"] for tp in expected]
-    by_size = status.list_partition_status(store, sort="size", descending=True, limit=2)
+    by_size = listing.list_partition_status(store, sort="size", descending=True, limit=2)
     assert [r["size_bytes"] for r in by_size["partitions"]] == sorted((t["size"] for t in truth.values()),
                                                                       reverse=True)[:2]
-    by_damage = status.list_partition_status(store, sort="damage", descending=True, limit=2)
+    by_damage = listing.list_partition_status(store, sort="damage", descending=True, limit=2)
     assert {(r["topic"], r["partition"]) for r in by_damage["partitions"]} == {("keyed", 2), ("events", 0)}
     # A caller's own field (what Airflow knows) sorts too, rows without it first.
     extra = {("events", 1): {"last_compaction_ms": 5}, ("keyed", 0): {"last_compaction_ms": 9}}
-    page = status.list_partition_status(store, sort="last_compaction_ms", descending=True, extra=extra,
+    page = listing.list_partition_status(store, sort="last_compaction_ms", descending=True, extra=extra,
                                         extra_sorts=["last_compaction_ms"])
     assert [(r["topic"], r["partition"]) for r in page["partitions"][:2]] == [("keyed", 0), ("events", 1)]
     with pytest.raises(ValueError, match="sort must be one of"):
-        status.list_partition_status(store, sort="bogus")
+        listing.list_partition_status(store, sort="bogus")
 
 
 def test_the_overview_ranks_the_dirtiest_compacted_partitions(store):

@@ -1,0 +1,80 @@
+"""What retention and compaction would do as of a time, read-only (the Storage view's plan page).
+
+Plans run the engine's own rules, :func:`storage_engine.maintenance.retention.plan` and
+:func:`storage_engine.maintenance.cleaner_manager.log_to_clean`, on a read-only snapshot of each partition
+(:class:`~storage_engine.inspection.snapshot.LogSnapshot` offers the attributes those functions read from a
+``Log``), so the view and the maintenance jobs cannot disagree about what a run would do.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from storage_engine.config import StorageConfig
+from storage_engine.errors import StorageError
+from storage_engine.inspection.listing import matching_partitions, missing_partitions
+from storage_engine.inspection.snapshot import LogSnapshot, uncleanable_marks, read_checkpoints
+
+
+def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None = None, offset: int = 0,
+         limit: int = 100) -> dict:
+    """What retention and compaction would do as of ``now_ms``, read-only.
+
+    ``retention``: for one page of partitions (name order, ``offset``/``limit``), the segments
+    :func:`storage_engine.maintenance.retention.plan` would delete and why. ``compaction``: every compacted
+    partition ranked by dirty ratio as the cleaner's selection would rank it with ``now_ms`` as the upper
+    time bound (a DAG run's interval end), those above ``min.cleanable.dirty.ratio`` (or forced by
+    ``max.compaction.lag.ms``) marked ``eligible``; uncleanable partitions are listed as skipped."""
+    from storage_engine.maintenance import cleaner_manager, retention
+    matched = matching_partitions(config, topics)
+    retention_rows, unreadable = [], []
+    cps_by_dir: dict[str, dict] = {}
+    for d, _name, topic, partition in matched[offset:offset + limit]:
+        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
+        try:
+            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
+                deletions, future = retention.plan(snap, now_ms)
+                start_after = snap.log_start_offset
+                if deletions:
+                    last = deletions[-1].segment.base_offset
+                    later = [seg.base_offset for seg in snap.segments if seg.base_offset > last]
+                    start_after = max(start_after, min(later) if later else snap.log_end_offset)
+                retention_rows.append({
+                    "log_start_after": start_after,
+                    "topic": topic, "partition": partition, "log_dir": d,
+                    "segments": [x.as_dict() for x in deletions],
+                    "segments_deleted": len(deletions), "bytes_reclaimed": sum(x.segment.size for x in deletions),
+                    "log_start_offset": snap.log_start_offset, "future_segments": future})
+        except (StorageError, OSError) as exc:
+            unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+    if offset == 0:                     # partitions whose folder is missing: maintenance fails them too
+        unreadable += [{"topic": m["topic"], "partition": m["partition"], "error": m["reason"]}
+                       for m in missing_partitions(config, topics)]
+    ranked, skipped = [], []
+    uncleanable_by_dir: dict[str, dict] = {}
+    for d, name, topic, partition in matched:
+        if not config.log_config(topic).compact:
+            continue
+        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
+        if d not in uncleanable_by_dir:
+            uncleanable_by_dir[d] = uncleanable_marks(d)
+        bad = uncleanable_by_dir[d].get(name)
+        if bad:
+            skipped.append({"topic": topic, "partition": partition, "reason": f"uncleanable: {bad.get('reason')}"})
+            continue
+        try:
+            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
+                ltc = cleaner_manager.log_to_clean(snap, snap.cleaner_checkpoint, now_ms, upper_time_bound_ms=now_ms)
+                row = ltc.as_dict()
+                row["eligible"] = cleaner_manager.is_eligible(ltc)
+                row["size_bytes"] = snap.size_in_bytes()
+                ranked.append(row)
+        except (StorageError, OSError) as exc:
+            skipped.append({"topic": topic, "partition": partition,
+                            "reason": f"cannot be read: {type(exc).__name__}: {exc}"})
+    ranked.sort(key=lambda r: (not r["eligible"], -r["dirty_ratio"], r["topic"], r["partition"]))
+    return {"now_ms": now_ms, "retention": {"total": len(matched), "offset": offset, "limit": limit,
+                                            "partitions": retention_rows, "unreadable": unreadable,
+                                            "segments_deleted": sum(r["segments_deleted"] for r in retention_rows),
+                                            "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in retention_rows)},
+            "compaction": {"partitions": ranked, "skipped": skipped,
+                           "eligible": sum(1 for r in ranked if r["eligible"])}}
