@@ -166,6 +166,41 @@ def test_a_member_whose_session_ends_is_removed_and_the_group_left_empty(tmp_pat
     _run(tmp_path, clock, scenario)
 
 
+def test_restored_members_sessions_begin_when_the_coordinator_starts_serving(tmp_path):
+    """A Stable group's member is restored by the load; time spent before the listener starts (transactions
+    recovered, a loaded machine) does not end its session: it starts when the coordinator serves."""
+    clock = ManualClock(NOW)
+
+    async def stable(broker: Broker) -> str:
+        c = broker.groups
+        joining = await _join(broker)
+        clock.advance(INITIAL_DELAY_MS)
+        assert c.check_rebalances() == ["g"]
+        member = (await joining)["member_id"]
+        assert (await c.sync("g", 1, member, {member: b"assignment"}))["error_code"] == 0
+        assert c.groups["g"].state == GroupState.STABLE
+        return str(member)
+
+    member = _run(tmp_path, clock, stable)
+
+    async def restart(broker: Broker) -> None:
+        c = broker.groups
+        c.load()
+        assert list(c.groups["g"].members) == [member]
+        clock.advance(SESSION_MS + 5000)                        # a slow start: longer than the session
+        c.start()
+        try:
+            assert c.expire_sessions() == [], "the session starts when the coordinator serves"
+            clock.advance(SESSION_MS)
+            assert c.expire_sessions() == []
+            clock.advance(1)
+            assert c.expire_sessions() == [member], "a member that does not come back still expires"
+        finally:
+            await c.stop()
+
+    _run(tmp_path, clock, restart)
+
+
 def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_dropped(tmp_path):
     clock = ManualClock(NOW)
 

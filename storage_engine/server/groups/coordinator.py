@@ -51,6 +51,14 @@ class GroupCoordinator(GroupOffsets):
 
     # -- running ------------------------------------------------------------------------------------------------
     def start(self) -> None:
+        """Begin serving: the sessions of the members :meth:`load` restored start now, as Kafka schedules their
+        heartbeat expiry when the coordinator's load completes and it answers; the time spent between the load
+        and the listener's start (transactions recovered, a slow machine) is not counted against clients that
+        could not reach the broker yet."""
+        now = self.now_ms()
+        for g in self.groups.values():
+            for m in g.members.values():
+                m.touch(now)
         loop = asyncio.get_running_loop()
         self._expiry = loop.create_task(self._expire_loop())
         self._retention = loop.create_task(self._retention_loop())
