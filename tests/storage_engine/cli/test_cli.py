@@ -191,6 +191,7 @@ def test_flush_advances_the_recovery_point(cli):
     with LogManager.open(config) as holder:
         cli.produce("t", 0, records(10))
         log = holder.get_log("t", 0)
+        assert log is not None
         assert log.lock.read_state().recovery_point < 10
         out = cli.json("flush")
         assert out["flushed"] == [{"topic": "t", "partition": 0, "recovery_point_before": 0, "recovery_point": 10}]
@@ -284,9 +285,11 @@ def test_two_processes_creating_the_same_partition_pick_one_dir(cli):
                                "race", "--partition", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, cwd=str(REPO)) for _ in range(4)]
     for i, p in enumerate(procs):
+        assert p.stdin is not None
         p.stdin.write((json.dumps({"key": str(i), "value": str(i)}) + "\n").encode())
         p.stdin.close()
     for p in procs:
+        assert p.stderr is not None
         assert p.wait(120) == 0, p.stderr.read().decode()
     cli.partition_dir("race", 0)                          # exactly one home
     assert sorted(r["value"] for r in cli.consume("race", 0)) == ["0", "1", "2", "3"]

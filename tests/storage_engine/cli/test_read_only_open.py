@@ -247,6 +247,7 @@ def test_writer_killed_mid_append_read_only_commands_change_nothing_and_see_ever
     # The next writable open recovers (truncates the torn tail) and finds the same records.
     with LogManager.open(store.config) as mgr:
         log = mgr.get_log(PLAIN, 0)
+        assert log is not None
         assert {r.offset: digest(r.value) for r in log.read_records()} == acks
 
 
@@ -294,6 +295,7 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     # The next writable open resolves the swap and reads exactly what the read-only open read.
     with LogManager.open(store.config) as mgr:
         log = mgr.get_log(KEYED, 0)
+        assert log is not None
         assert [(r.offset, r.key.decode(), r.value.decode()) for r in log.read_records()] == \
             [(r["offset"], r["key"], r["value"]) for r in records]
 
@@ -308,6 +310,7 @@ def test_read_only_open_while_another_process_holds_the_dir_says_in_use_and_refu
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=child_env())
     try:
+        assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "READY", holder.stderr.read()
         described = json.loads(store.unchanged_by("describe").stdout)
         home = [d for d in described["log_dirs"] if d["partitions"]]
@@ -337,6 +340,7 @@ def test_read_only_log_follows_a_writer_appending_and_rolling_and_reads_only_ack
     writer = subprocess.Popen([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
                                "--tag", "w", "--appends", "150", "--pause-s", "0.005"], env=child_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert writer.stdout is not None
     assert writer.stdout.readline().strip() == "READY", writer.stderr.read()
     seen: dict[int, str] = {}
     reads = 0
@@ -377,6 +381,8 @@ def test_read_only_logs_parked_under_the_open_file_bound_read_again_on_use(tmp_p
     with LogManager.open(store.config, read_only=True, max_open_logs=1) as mgr:
         for _ in range(2):
             keyed, plain = mgr.get_log(KEYED, 0), mgr.get_log(PLAIN, 0)
+            assert keyed is not None
+            assert plain is not None
             assert {r.key.decode(): r.value.decode() for r in keyed.read_records()} == latest
             assert keyed.parked is False
             assert [r.offset for r in plain.read_records()] == list(range(50))

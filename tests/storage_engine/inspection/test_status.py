@@ -177,6 +177,7 @@ def test_recorded_losses_uncleanable_marks_and_foreign_entries(store):
 def test_index_sizes_are_the_entries_written_not_the_preallocated_files(store):
     with LogManager.open(store, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("events", 1)
+        assert log is not None
         log.append_records([SimpleRecord(None, b"e" * 60, T0 + 1000 + i) for i in range(5)])   # active, open
         detail = status.partition_detail(store, "events", 1)
         segments = {s["base_offset"]: s for s in detail["segment_list"]}

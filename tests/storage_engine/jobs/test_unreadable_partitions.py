@@ -16,6 +16,7 @@ from storage_engine.jobs import batches, housekeeping, lifecycle
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from tests.storage_engine.helpers import manual_clock
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -35,7 +36,7 @@ def cfg(tmp_path):
             log = mgr.get_or_create_log("t", p)
             for i in range(40):
                 ts = T0 + (0 if i < 20 else 2 * HOUR)
-                log.clock.set(ts)
+                manual_clock(log).set(ts)
                 log.append_records([SimpleRecord(b"k%d" % i, b"v" * 60, ts)])
     return config
 

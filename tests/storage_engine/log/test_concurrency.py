@@ -69,6 +69,7 @@ class Child:
     def _pump(self) -> None:
         buf = b""
         while True:
+            assert self.proc.stdout is not None
             chunk = self.proc.stdout.read1(65536)
             if not chunk:
                 break
@@ -300,11 +301,13 @@ def test_sigkill_of_a_writer_mid_append_loses_only_the_unacknowledged_batch(tmp_
 
             if keep_open:
                 log = mgr.get_log(TOPIC, 0)
+                assert log is not None
                 with log.locked():     # the next lock holder validates the tail and truncates what is torn
                     pass
             else:
                 mgr = LogManager.open(config)   # first opener: full load, recovery from the recovery point
                 log = mgr.get_log(TOPIC, 0)
+                assert log is not None
             assert_no_damage(cfg)
 
             max_acked = max(a[0] for a in all_acks)
@@ -329,6 +332,7 @@ def test_sigkill_of_a_writer_mid_append_loses_only_the_unacknowledged_batch(tmp_
             mgr.close()
     with LogManager.open(load_config(cfg)) as again:
         log = again.get_log(TOPIC, 0)
+        assert log is not None
         records = read_log(log)
         assert_acks_present(all_acks, records)
         assert sorted(records) == list(range(log.log_end_offset))
@@ -399,11 +403,13 @@ def test_a_writer_killed_inside_a_time_index_entry_leaves_no_damage(tmp_path, ch
         assert any(p["file"] == tindex for p in report["problems"]), report
         if keep_open:
             log = mgr.get_log(TOPIC, 0)
+            assert log is not None
             with log.locked():
                 pass
         else:
             mgr = LogManager.open(config)
             log = mgr.get_log(TOPIC, 0)
+            assert log is not None
         assert_no_damage(cfg)
         records = read_log(log)
         assert_acks_present(acks, records)

@@ -174,6 +174,7 @@ def test_a_move_killed_at_every_step_with_a_live_writer_keeps_every_acknowledged
     assert any(before != after for _e, _rc, before, after in killed), "no kill came after the commit point"
     with LogManager.open(config) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         records = read_log(log)              # offsets strictly increase: no record twice
         assert sorted(records) == list(range(log.log_end_offset)), "offsets are not contiguous"
         assert_acks_present(acks, records)
@@ -208,6 +209,7 @@ def test_a_move_killed_right_after_its_commit_point_is_in_service_in_the_target_
 
     with LogManager.open(config) as mgr:         # the next process to use the partition completes the move
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         assert log.log_dir == target
         records = read_log(log)
         assert sorted(records) == list(range(600))
@@ -243,6 +245,7 @@ def test_a_dir_made_unreadable_goes_offline_while_the_other_dir_keeps_taking_app
         def read_until(pred, timeout_s):
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
+                assert proc.stdout is not None
                 line = proc.stdout.readline().decode()
                 if not line:
                     return False

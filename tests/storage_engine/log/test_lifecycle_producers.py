@@ -205,6 +205,7 @@ def test_a_split_legacy_segment_keeps_its_aborted_transactions_in_the_segment_of
     assert not [n for n in os.listdir(folder) if n.endswith((layout.SWAP_SUFFIX, layout.CLEANED_SUFFIX))]
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         bases = [s.base_offset for s in log.segments]
         assert bases[:2] == [0, INT_MAX + 10], bases
         assert log.segments[0].txn_index.all_aborted_txns() == []

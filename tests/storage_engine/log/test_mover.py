@@ -127,6 +127,7 @@ def test_writers_and_readers_in_other_managers_follow_the_move(tmp_path):
         writer = writer_mgr.get_or_create_log("t", 0)
         _fill(writer, 40)
         reader = reader_mgr.get_log("t", 0)
+        assert reader is not None
         assert len(_records(reader)) == 40
         source = writer.log_dir
         result = lifecycle.move_partition(cfg, "t", 0, _other(cfg, source), now_ms=T0)
@@ -233,6 +234,7 @@ def _move_stopped_at(cfg, step: int):
     try:
         with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
             log = mgr.get_log("t", 0)
+            assert log is not None
             target = _other(cfg, log.log_dir)
             try:
                 mgr.move_log("t", 0, target)
@@ -257,6 +259,7 @@ def test_a_move_stopped_at_every_step_of_its_commit_leaves_one_log_in_service(tm
             source = log.log_dir
         with LogManager.open(cfg, clock=ManualClock(T0)) as holder:      # holds the partition all along
             held = holder.get_log("t", 0)
+            assert held is not None
             finished, names = _move_stopped_at(cfg, step)
             seen = names if finished else seen
             # Exactly one home now; the holder appends where it is, after every record.

@@ -74,6 +74,7 @@ def fill(cfg: str) -> dict[str, bytes]:
 def latest_values(cfg: str) -> tuple[dict[str, bytes], dict]:
     with LogManager.open(load_config(cfg)) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         found = {r.key.decode(): r.value for r in log.read_records(log.log_start_offset)}
         state = {"log_start_offset": log.log_start_offset, "bases": [s.base_offset for s in log.segments]}
     return found, state
@@ -86,6 +87,7 @@ class Holder:
         args = [sys.executable, str(PROCS / "holder.py"), "--config", cfg] + (["--clean"] if clean else [])
         self.proc = subprocess.Popen(args, cwd=str(REPO), env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "READY", self.proc.stderr.read()
 
     def stop(self, kill: bool) -> None:
@@ -156,12 +158,14 @@ def test_a_reader_retries_across_a_swap_in_progress(tmp_path):
     config = load_config(cfg)
     with LogManager.open(config) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         sealed = [s for s in log.segments[:-1]]
         for seg in sealed:
             seg.release()  # lazily opened again when read: by then the swap renamed its files
         compactor = subprocess.Popen([sys.executable, "-c", PAUSING_COMPACT, cfg], cwd=str(REPO), env=env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
+            assert compactor.stdout is not None
             assert compactor.stdout.readline().strip() == "PAUSED", compactor.stderr.read()
             found = {r.key.decode(): r.value for r in log.read_records(log.log_start_offset)}
             out, err = compactor.communicate(timeout=TIMEOUT_S)

@@ -104,6 +104,7 @@ def test_snapshots_and_txn_indexes_follow_a_swap_killed_at_each_step(tmp_path, s
 
     with LogManager.open(load_config(cfg)) as mgr:   # a restart: the load resolves the dead cleaner's swap
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         found = {r.key: r.value for r in log.read_records(isolation_level=READ_COMMITTED)}
         assert found == expected
         bases_after = {s.base_offset for s in log.segments}
@@ -132,5 +133,6 @@ def test_snapshots_and_txn_indexes_follow_a_swap_killed_at_each_step(tmp_path, s
     assert res.returncode == 0, res.stderr
     with LogManager.open(load_config(cfg)) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         found = {r.key: r.value for r in log.read_records(isolation_level=READ_COMMITTED)}
     assert found == {**expected, b"k0": b"next-txn", b"k1": b"next-idem"}

@@ -321,9 +321,11 @@ def test_read_from_the_middle_returns_whole_batches_from_the_one_holding_the_off
     seg = open_segment(tmp_path, 0)
     sizes = [len(append_batch(seg, i, "v", timestamp=1000)) for i in range(4)]
     got = seg.read(2, sizes[2])
+    assert got is not None
     assert (got.position, got.first_offset) == (sum(sizes[:2]), 2)
     assert offsets_in(got.data) == [2]
     got = seg.read(1, sizes[1] + sizes[2] + 1)
+    assert got is not None
     assert offsets_in(got.data) == [1, 2]
     with pytest.raises(ValueError, match="invalid max size -1 for a log read from segment .*00000000000000000000.log"):
         seg.read(0, -1)
@@ -785,8 +787,10 @@ def test_a_read_too_small_for_the_first_batch_returns_no_bytes_at_its_position_u
     seg = open_segment(tmp_path, 0)
     sizes = [len(append_batch(seg, i, "v" * 20)) for i in range(3)]
     got = seg.read(1, sizes[1] - 1, min_one_message=False)
+    assert got is not None
     assert (got.data, got.position, got.first_offset) == (b"", sizes[0], 1)
     got = seg.read(1, sizes[1] - 1)
+    assert got is not None
     assert (offsets_in(got.data), got.position, got.first_offset) == ([1], sizes[0], 1)
     seg.close()
 
