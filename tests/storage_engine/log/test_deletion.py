@@ -17,7 +17,7 @@ from storage_engine.jobs import housekeeping, lifecycle
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.inspection.verify import verify_log_dirs
 
-from ..helpers import recs, get_log
+from ..helpers import recs, get_log, present
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -165,7 +165,7 @@ def test_a_lock_file_left_by_a_gone_partition_does_not_leak_into_a_new_one(tmp_p
             assert (log.log_start_offset, log.log_end_offset) == (0, 0), p
             log.append_records(recs("new", timestamp=T0))
             assert _values(log) == [b"new"]
-    assert peek_state(lock_path(homes[0], "t-0")).status == 0
+    assert present(peek_state(lock_path(homes[0], "t-0"))).status == 0
 
 
 def test_deletion_waits_for_a_cleaning_in_progress(tmp_path):

@@ -29,6 +29,7 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok
+from tests.storage_engine.helpers import present
 
 from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_present, children,  # noqa: F401
                                read_log, write_config)
@@ -202,7 +203,7 @@ def test_a_move_killed_right_after_its_commit_point_is_in_service_in_the_target_
     target = [d for d in config.log_dirs if d != home][0]
     mover = _mover(children, cfg, target, "--stop-before", "durable_rename")
     assert mover.finish() == -signal.SIGKILL, mover.failure("did not die before renaming the copy")
-    assert peek_state(lock_path(home, name)).status == MOVED, "the kill came before the commit point"
+    assert present(peek_state(lock_path(home, name))).status == MOVED, "the kill came before the commit point"
     assert not os.path.isdir(os.path.join(target, name))
     assert [d for d, _folder in mover_mod.future_folders(config.log_dirs, TOPIC, 0)] == [target]
     assert _home(config) == [target]
@@ -287,11 +288,11 @@ def test_a_dir_made_unreadable_goes_offline_while_the_other_dir_keeps_taking_app
         if proc.poll() is None:
             proc.kill()
         proc.wait(CHILD_TIMEOUT_S)
-    acked = {}
+    acked: dict[str, list[tuple[int, str]]] = {}
     for x in lines:
         if x.startswith("ACK"):
-            _, name, offset, dig = x.split()
-            acked.setdefault(name, []).append((int(offset), dig))
+            _, name, ack_offset, dig = x.split()
+            acked.setdefault(name, []).append((int(ack_offset), dig))
     with LogManager.open(config) as mgr:
         for name, acks in acked.items():
             topic, part = name.split("-")

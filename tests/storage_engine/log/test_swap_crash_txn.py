@@ -30,6 +30,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.slow
 
@@ -72,11 +73,11 @@ def fill(cfg: str) -> tuple[dict[bytes, bytes], dict[int, int]]:
             commit = t % 3 != 2
             log.append_end_txn(TXN_PID, 0, commit=commit)
             if commit:
-                latest.update({r.key: r.value for r in recs})
+                latest.update({present(r.key): present(r.value) for r in recs})
             recs = [SimpleRecord(f"k{(t * 7 + j) % 60}".encode(), f"idem{t}.{j}".encode()) for j in range(3)]
             log.append_records(recs, producer_id=IDEM_PID, producer_epoch=0, base_sequence=seq[IDEM_PID])
             seq[IDEM_PID] += len(recs)
-            latest.update({r.key: r.value for r in recs})
+            latest.update({present(r.key): present(r.value) for r in recs})
     return latest, seq
 
 

@@ -15,7 +15,7 @@ from storage_engine.config import CleanerConfig
 from storage_engine.maintenance import cleaner_manager
 from storage_engine.maintenance.cleaner import Cleaner
 from tests.paths import REPO
-from tests.storage_engine.helpers import get_log
+from tests.storage_engine.helpers import get_log, present
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_writers_readers_and_a_cleaner_share_one_manager_beside_a_maintenance_pr
                     for rec in log.read_records(0):
                         if rec.offset <= last:
                             errors.append(f"reader {r}: offset {rec.offset} after {last}")
-                        if rec.value != _value(rec.key):
+                        if rec.value != _value(present(rec.key)):
                             errors.append(f"reader {r}: offset {rec.offset} holds {rec.key!r}={rec.value!r}")
                         last = rec.offset
                     rounds += 1
