@@ -69,7 +69,7 @@ def assert_nothing_lost(env) -> None:
 def run_cli(capsys, monkeypatch, argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
     try:
-        rc = main.main([str(a) for a in argv])
+        rc: int | str | None = main.main([str(a) for a in argv])
     except SystemExit as exc:        # argparse usage errors
         rc = exc.code
     out, err = capsys.readouterr()
@@ -312,10 +312,10 @@ def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field)
     from storage_engine.errors import InvalidRecordError
     from storage_engine.log.log import Log
     log, _ = open_log(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
-    log.append_records([(b"good", b"record", 1)])
+    log.append_records([(b"good", b"record", 1)])  # type: ignore[list-item]  # a plain tuple, accepted as a SimpleRecord is
     with pytest.raises(InvalidRecordError, match=re.escape(field)):
         manual_clock(log).set(2)
-        log.append_records([(b"also-good", b"x", 2), bad])
+        log.append_records([(b"also-good", b"x", 2), bad])  # type: ignore[list-item]  # plain tuples, one of them malformed: refused
     assert [(r.offset, r.key) for r in log.read_records()] == [(0, b"good")]
     log.close(clean=True)
 

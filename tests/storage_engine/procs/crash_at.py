@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, make_payload  # noqa: E402
+from payloads import digest, make_payload  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
 
 from storage_engine.segment import index_file  # noqa: E402
 from storage_engine.log import log as log_module  # noqa: E402
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         log = mgr.get_or_create_log(args.topic, args.partition)
         append(log, 0)
         if args.at == "tindex-entry":
-            index_file.IndexFile._append_entry = torn_time_index_entry(index_file.IndexFile._append_entry)
+            index_file.IndexFile._append_entry = torn_time_index_entry(index_file.IndexFile._append_entry)  # type: ignore[method-assign]  # the crash injection replaces the method in this process
             for n in range(1, 20):        # until an append adds index entries
                 append(log, n)
             return 3

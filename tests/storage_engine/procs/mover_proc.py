@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import steps  # noqa: E402
+import steps  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
 
 from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.log import mover  # noqa: E402
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
             if copied[0] >= args.die_after_bytes:
                 steps.die()
             return info
-        Log.append_as_follower = append
+        Log.append_as_follower = append  # type: ignore[method-assign]  # the crash injection replaces the method in this process
     with LogManager.open(load_config(args.config)) as mgr:
         result = mgr.move_log(args.topic, args.partition, args.to_dir, final_lag_bytes=args.final_lag_bytes)
     sys.stdout.write("MOVED " + json.dumps(result) + "\n")

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, payload_ok  # noqa: E402
+from payloads import digest, payload_ok  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
 
 from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.errors import PartitionNotFoundError  # noqa: E402
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
             try:
                 log.refresh()
                 start = log.log_start_offset
-                pairs, bad = [], None
+                pairs: list[tuple[int, str]] = []
+                bad = None
                 for rec in log.read_records(start):
                     expected = start + len(pairs)
                     if rec.offset != expected:
