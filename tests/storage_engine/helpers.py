@@ -5,7 +5,7 @@ Everything writes real files; nothing is mocked. Time comes from a ``ManualClock
 from __future__ import annotations
 
 import os
-from typing import TypeVar, cast
+from typing import cast
 
 from storage_engine.clock import ManualClock
 from storage_engine import layout
@@ -16,8 +16,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
-
-T = TypeVar("T")
+from tests.typed import present as present   # shared by the engine tests through this module
 
 TOPIC = "topic"
 PARTITION = 0
@@ -68,12 +67,6 @@ def open_log(log_dir, cfg: LogConfig | None = None, *, topic: str = TOPIC, parti
     """``Log.open`` with test defaults; returns (log, load_result)."""
     return load_log(str(log_dir), topic, partition, cfg or LogConfig(), clock=ManualClock(now_ms), exclusive=exclusive,
                     create=create, **kw)
-
-
-def present(value: T | None) -> T:
-    """``value``, which the test expects to be there: None fails the test here."""
-    assert value is not None
-    return value
 
 
 def manual_clock(log: Log) -> ManualClock:
