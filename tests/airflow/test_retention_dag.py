@@ -8,6 +8,7 @@ import pytest
 
 from .conftest import asset_events, parse_dag, partition_results, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, expired_segments, old_then_recent
+from tests.typed import present
 
 pytestmark = pytest.mark.airflow
 
@@ -236,6 +237,7 @@ def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(stora
         log = mgr.get_or_create_log("audit", 0)
         log.append_records([SimpleRecord(b"k", b"v", T_MS - 2 * HOUR_MS)], producer_id=11, producer_epoch=0,
                            base_sequence=0)                              # idle for 2 h at T
+        assert isinstance(log.clock, ManualClock)   # the clock the test opened the store with
         log.clock.set(T_MS - 10 * 60_000)
         log.append_records([SimpleRecord(b"k", b"v", T_MS - 10 * 60_000)], producer_id=12, producer_epoch=0,
                            base_sequence=0)                              # idle for 10 min at T
@@ -253,7 +255,7 @@ def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(stora
                                                           for r in summary["rows"]}
     # the engine's state agrees, and re-running the interval has nothing left to do
     with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
-        assert sorted(mgr.get_log("audit", 0).producer_state.producers) == [12]
+        assert sorted(present(mgr.get_log("audit", 0)).producer_state.producers) == [12]
     again = run_results(parse_dag("log_retention").test(logical_date=T))
     assert all(r["nothing_to_do"] for (task, _), b in again.items() if task == "expire_producers"
                for r in b["results"])
