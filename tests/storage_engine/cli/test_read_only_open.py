@@ -35,7 +35,7 @@ from tests.storage_engine.helpers import get_log, present
 
 PROCS = pathlib.Path(__file__).resolve().parent.parent / "procs"
 sys.path.insert(0, str(PROCS))
-from payloads import digest  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
+from payloads import digest  # noqa: E402
 
 TIMEOUT_S = 120
 PLAIN, KEYED = "plain", "keyed"

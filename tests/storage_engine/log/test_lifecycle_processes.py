@@ -29,10 +29,10 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok
-from tests.storage_engine.helpers import present
 
 from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_present, children,  # noqa: F401
                                read_log, write_config)
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, make_payload  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
+from payloads import digest, make_payload  # noqa: E402
 
 from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.log.manager import LogManager  # noqa: E402

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import steps  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
+import steps  # noqa: E402
 
 from storage_engine.clock import ManualClock  # noqa: E402
 from storage_engine.config_file import load_config  # noqa: E402

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from payloads import digest, payload_ok  # type: ignore[import-not-found]  # noqa: E402 (a script: its own folder is on sys.path)
+from payloads import digest, payload_ok  # noqa: E402
 
 from storage_engine.config_file import load_config  # noqa: E402
 from storage_engine.errors import PartitionNotFoundError  # noqa: E402
