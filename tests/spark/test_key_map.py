@@ -9,13 +9,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_jobs import build_key_map
-from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
+from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentGroup, SegmentPartition, SegmentReader
 from storage_engine.clock import ManualClock
 from storage_engine.jobs import compaction
 from storage_engine.config_file import config_from_mapping
@@ -284,8 +286,8 @@ def test_key_map_tasks_get_consecutive_segments_of_about_equal_bytes(many_segmen
     options = {"path": many_segments}
     if max_bytes is not None:
         options.update(maxPartitionBytes=str(max_bytes), tasks=str(tasks))
-    segments = SegmentReader({"path": many_segments}).partitions()
-    groups = SegmentKeysReader(options).partitions()
+    segments = cast(Sequence[SegmentPartition], SegmentReader({"path": many_segments}).partitions())
+    groups = cast(Sequence[SegmentGroup], SegmentKeysReader(options).partitions())
     assert [s.path for g in groups for s in g.segments] == [s.path for s in segments]   # all, in log order
     if expected_groups is None:
         assert len(segments) - 3 <= len(groups) <= len(segments)
@@ -337,7 +339,7 @@ def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
     fill(cfg, [(b"k%d" % i, b"v" * 50) for i in range(200)])
     pdir = str(tmp_path / "logs" / "kv-0")
     reader = SegmentReader({"path": pdir})
-    parts = reader.partitions()
+    parts = cast(Sequence[SegmentPartition], reader.partitions())
     assert len(parts) > 2
     os.rename(parts[1].path, parts[1].path + ".deleted")   # as retention or a swap does
     with pytest.raises(FileNotFoundError, match="disappeared|deleted|replaced"):
