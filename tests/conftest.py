@@ -6,13 +6,16 @@ the collection of its module, so ``make test-fast`` and the other selections by 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import pytest
 
 # The markers that classify a test; ``kills`` (a test whose processes die by a signal) is said on top of one.
 CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e")
 
 
-def unmarked(nodes: list, *, into_classes: bool = False) -> list[str]:
+def unmarked(nodes: Iterable[Any], *, into_classes: bool = False) -> list[str]:
     """The node ids of the test items among ``nodes`` (and, ``into_classes``, in the classes among them) that
     carry none of :data:`CATEGORY_MARKERS`."""
     out = []

@@ -79,6 +79,7 @@ def _direct_evidence(tree: ast.AST, where: str) -> list[str]:
                 getattr(node, "id", None) == "crashpoints" or getattr(node, "attr", None) == "crashpoints"):
             found.append(f"{where}: arms crash points (storage_engine.crashpoints)")
     for const in _body_strings(tree):
+        assert isinstance(const.value, str)   # _body_strings keeps the str constants
         if KILLING_TEXT.search(const.value):
             found.append(f"{where}: runs code that kills: {const.value.strip()[:60]!r}")
     return found
@@ -115,6 +116,7 @@ class Auditor:
         where = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}"
         found = _direct_evidence(tree, where)
         for const in _body_strings(tree):
+            assert isinstance(const.value, str)
             found += [f"{where}: runs {name}: {why}" for name, why in self.scripts.items()
                       if const.value.endswith(name)]
         namespace = self._namespace(obj)

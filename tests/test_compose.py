@@ -21,6 +21,7 @@ import yaml
 
 from storage_engine.config_file import load_config
 from tests.paths import REPO
+from tests.typed import present
 
 pytestmark = pytest.mark.unit
 COMPOSE = REPO / "docker-compose.yaml"
@@ -219,7 +220,7 @@ def test_the_worker_command_comes_from_the_celery_provider_the_image_installs(se
     """`airflow celery worker` exists once apache-airflow-providers-celery is installed and the executor is
     CeleryExecutor; this venv runs LocalExecutor without it, so check what the image installs (and, where the
     provider happens to be installed, its command table)."""
-    dockerfile = dockerfile_of(services["airflow-worker-a"]).read_text()
+    dockerfile = present(dockerfile_of(services["airflow-worker-a"])).read_text()
     reqs = []
     for src, _ in dockerfile_copies(services["airflow-worker-a"]):
         if src.endswith(".txt"):
@@ -281,7 +282,7 @@ def test_the_build_context_keeps_what_the_dockerfile_copies():
     ignore = REPO / "docker" / "airflow" / "Dockerfile.dockerignore"
     allowed = [ln[1:].rstrip("/") for ln in ignore.read_text().splitlines() if ln.startswith("!")]
     svc = {"build": {"context": ".", "dockerfile": "docker/airflow/Dockerfile"}}
-    assert dockerfile_of(svc).is_file(), "docker/airflow/Dockerfile is missing"
+    assert present(dockerfile_of(svc)).is_file(), "docker/airflow/Dockerfile is missing"
     copies = dockerfile_copies(svc)
     assert {src.rstrip("/") for src, _ in copies} >= {"storage_engine", "requirements.txt"}, copies
     for src, _ in copies:
@@ -326,7 +327,7 @@ def test_the_storage_config_loads_and_puts_the_log_dirs_on_the_shared_volume(com
     assert len(paths) == 1 and None not in paths, f"STORAGE_ENGINE_CONFIG differs between services: {paths}"
     (container_path,) = paths
     for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
-        host = host_path_for(services[name], container_path)
+        host = host_path_for(services[name], present(container_path))
         assert host is not None and host.exists(), f"{name}: {container_path} maps to no file of the repo ({host})"
         assert host.parent == (REPO / "include" / "config").resolve()
     config = load_config(host)
@@ -380,7 +381,7 @@ def test_the_workers_submit_spark_jobs_to_the_cluster(services):
     for name in WORKERS:
         env = env_of(services[name])
         conf_dir = host_path_for(services[name], env["SPARK_CONF_DIR"])
-        conf = (conf_dir / "spark-defaults.conf").read_text()
+        conf = (present(conf_dir) / "spark-defaults.conf").read_text()
         settings = dict(ln.split(None, 1) for ln in conf.splitlines() if ln.strip() and not ln.startswith("#"))
         # Executors reach each worker's driver by the worker's own hostname (Spark's default), not a fixed one.
         assert "spark.driver.host" not in settings

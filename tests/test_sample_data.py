@@ -138,7 +138,7 @@ def test_timestamps_span_the_week_before_now_in_order(generated):
         assert ts[-1] - ts[0] >= 6 * DAY_MS, f"{topic}-{p} spans only {(ts[-1] - ts[0]) / DAY_MS:.1f} days"
     # So retention as of now has expired segments to delete, for the delete policies only.
     plans = maintenance.retention_all(config, NOW_MS, dry_run=True)
-    deleted = Counter()
+    deleted: Counter[str] = Counter()
     for plan in plans:
         deleted[plan["topic"]] += plan["segments_deleted"]
     assert deleted["access-log"] >= 3 and deleted["user-sessions"] >= 1 and deleted["user-emails"] == 0

@@ -119,9 +119,9 @@ class _WebhookHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(length)
-        self.server.received.append({"path": self.path, "content_type": self.headers.get("Content-Type"),
+        self.server.received.append({"path": self.path, "content_type": self.headers.get("Content-Type"),  # type: ignore[attr-defined]  # the webhook fixture's own fields on its server
                                      "body": json.loads(body)})
-        self.send_response(self.server.status)
+        self.send_response(self.server.status)  # type: ignore[attr-defined]  # the webhook fixture's own fields on its server
         self.end_headers()
         self.wfile.write(b"{}")
 
@@ -133,9 +133,9 @@ class _WebhookHandler(BaseHTTPRequestHandler):
 def webhook_server():
     """A real HTTP server on 127.0.0.1 recording the JSON POSTed to it; set ``.status`` to answer differently."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _WebhookHandler)
-    server.received = []
-    server.status = 200
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/alerts"
+    server.received = []  # type: ignore[attr-defined]  # the webhook fixture's own fields on its server
+    server.status = 200  # type: ignore[attr-defined]  # the webhook fixture's own fields on its server
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/alerts"  # type: ignore[attr-defined]  # the webhook fixture's own fields on its server
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -22,10 +22,10 @@ def rerun(dag, dag_run, timeout_s: float = 300):
     from airflow.models.taskinstance import clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
-    from airflow.utils import timezone
+    from airflow.utils import timezone  # type: ignore[attr-defined]  # a deprecated alias Airflow resolves when it is imported
     from airflow.utils.state import DagRunState, TaskInstanceState
 
-    session = settings.Session()
+    session = settings.Session()  # type: ignore[misc]  # None until Airflow configures its ORM, which the tests' Airflow has done
     run = session.scalar(select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == dag_run.run_id))
     clear_task_instances(list(run.get_task_instances(session=session)), session, dag_run_state=DagRunState.QUEUED)
     session.commit()

@@ -16,6 +16,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from tests.typed import present
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -63,6 +64,7 @@ class StorageFixture:
         with LogManager.open(self.config(), clock=ManualClock(T_MS)) as mgr:
             log = mgr.get_or_create_log(topic, partition)
             for i, ts in enumerate(timestamps_ms):
+                assert isinstance(log.clock, ManualClock)   # the clock the test opened the store with
                 log.clock.set(ts)
                 log.append_records([SimpleRecord(f"k{i}".encode(), b"v" * value_size, ts)])
 
@@ -105,6 +107,7 @@ class StorageFixture:
         """)
         proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, env=os.environ.copy())
+        assert proc.stdin is not None and proc.stdout is not None   # both PIPE
         try:
             assert proc.stdout.readline().strip() == "ready", "the writer process did not start"
             yield proc
@@ -115,7 +118,7 @@ class StorageFixture:
 
     def delete_records(self, topic: str, partition: int, offset: int) -> None:
         with LogManager.open(self.config(), clock=ManualClock(T_MS)) as mgr:
-            mgr.get_log(topic, partition).delete_records(offset)
+            present(mgr.get_log(topic, partition)).delete_records(offset)
 
     # -- reading ------------------------------------------------------------------------------------------------
     def partition_dir(self, topic: str, partition: int) -> pathlib.Path:

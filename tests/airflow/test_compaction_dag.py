@@ -17,6 +17,7 @@ from storage_engine.record.records import SimpleRecord
 
 from .conftest import asset_events, parse_dag, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, StorageFixture
+from tests.typed import present
 
 pytestmark = pytest.mark.airflow
 
@@ -36,6 +37,7 @@ def keyed(tmp_path, monkeypatch):
         log = mgr.get_or_create_log("ue", 0)
         for i in range(N):
             key, value, ts = b"k%d" % (i % 20), b"value-%d" % i, start + i * 30_000
+            assert isinstance(log.clock, ManualClock)   # the clock the test opened the store with
             log.clock.set(ts)
             log.append_records([SimpleRecord(key, value, ts)])
             latest[key] = (i, value, ts)
@@ -52,7 +54,7 @@ def checkpoint(fixture) -> int | None:
 
 def read_back(fixture):
     with LogManager.open(fixture.config(), clock=ManualClock(T_MS)) as mgr:
-        return list(mgr.get_log("ue", 0).read_records())
+        return list(present(mgr.get_log("ue", 0)).read_records())
 
 
 def snapshot(fixture) -> dict:
@@ -71,7 +73,7 @@ def test_backfill_sequence_advances_the_checkpoint_in_order_and_a_rerun_is_a_no_
     fixture, latest = keyed
     dag = parse_dag("log_compaction")
     ends = [T - datetime.timedelta(hours=2), T - datetime.timedelta(hours=1), T]
-    checkpoints = []
+    checkpoints: list[int] = []
     for end in ends:
         run = dag.test(logical_date=end, run_conf={"map_strategy": "local"})
         assert run.state == "success"
@@ -80,7 +82,7 @@ def test_backfill_sequence_advances_the_checkpoint_in_order_and_a_rerun_is_a_no_
         plan = results[("select_dirtiest_logs", -1)]
         assert plan["upper_time_bound_ms"] == int(end.timestamp() * 1000)
         cp = checkpoint(fixture)
-        checkpoints.append(cp)
+        checkpoints.append(present(cp))
         # Bounded by the interval end: nothing at or after it was cleaned.
         end_ms = int(end.timestamp() * 1000)
         records = read_back(fixture)
@@ -223,6 +225,7 @@ def test_a_partition_compaction_cannot_read_fails_its_clean_task_and_the_others_
             log = mgr.get_or_create_log("ue", p)
             for i in range(120):
                 ts = T_MS - 3 * HOUR_MS + i * 30_000
+                assert isinstance(mgr.clock, ManualClock)   # the clock the test opened the store with
                 mgr.clock.set(ts)
                 log.append_records([SimpleRecord(b"k%d" % (i % 5), b"v%d" % i, ts)])
     broken = sorted(fixture.partition_dir("ue", 1).glob("*.timeindex"))[-1]

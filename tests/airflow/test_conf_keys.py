@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -13,6 +14,9 @@ from storage_maintenance.maintenance_dags import MAINTENANCE_DAGS
 
 from .conftest import parse_dag, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, expired_segments, old_then_recent
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 pytestmark = pytest.mark.airflow
 
@@ -130,7 +134,7 @@ def test_as_of_without_an_offset_is_utc_and_one_after_the_trigger_is_refused(exp
 
 
 def context_of(*, run_type: str, logical: datetime.datetime | None, run_after: datetime.datetime,
-               user: str | None, as_of: str | None = None) -> dict:
+               user: str | None, as_of: str | None = None) -> Context:
     """A task's context as the task runner builds it: the DAG run the execution API hands out, with the data
     interval of the hourly compaction timetable (a manual run's inferred from its logical date, a scheduled or
     backfill run's the hour its logical date starts), and the params."""
@@ -145,13 +149,15 @@ def context_of(*, run_type: str, logical: datetime.datetime | None, run_after: d
         interval = CronDataIntervalTimetable("0 * * * *", timezone="UTC").infer_manual_data_interval(
             run_after=pendulum.instance(logical))
     elif logical is not None:
-        interval = DataInterval(logical, logical + datetime.timedelta(hours=1))
+        interval = DataInterval(logical, logical + datetime.timedelta(hours=1))  # type: ignore[arg-type]  # aware datetimes, which Airflow accepts for pendulum's
     dag_run = DagRun(dag_id="log_compaction", run_id="r", logical_date=logical,
                      data_interval_start=interval.start if interval else None,
                      data_interval_end=interval.end if interval else None, run_after=run_after, start_date=run_after,
-                     end_date=None, run_type=run_type, state="running", conf={"as_of": as_of} if as_of else {},
+                     end_date=None, run_type=run_type, state="running", conf={"as_of": as_of} if as_of else {},  # type: ignore[arg-type]  # plain strings, as a trigger sends them
                      triggering_user_name=user, consumed_asset_events=[], partition_key=None)
-    return {"dag_run": dag_run, "data_interval_end": dag_run.data_interval_end, "params": {"as_of": as_of}}
+    # the part of the context run_as_of reads
+    return cast("Context", {"dag_run": dag_run, "data_interval_end": dag_run.data_interval_end,
+                            "params": {"as_of": as_of}})
 
 
 def test_the_rule_for_each_kind_of_run():
@@ -159,7 +165,7 @@ def test_the_rule_for_each_kind_of_run():
 
     pressed = datetime.datetime(2026, 1, 1, 12, 59, 43, tzinfo=datetime.timezone.utc)
     form_filled = datetime.datetime(2026, 1, 1, 12, 59, 10, tzinfo=datetime.timezone.utc)
-    cases = [
+    cases: list[tuple[dict[str, Any], str, str]] = [
         # The trigger form (and the REST API) fill in a logical date: the hourly timetable aligns its interval
         # to 12:00, 59 minutes before the button was pressed; the run acts as of the press.
         (dict(run_type="manual", logical=form_filled, run_after=pressed, user="admin"),

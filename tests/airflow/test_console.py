@@ -153,7 +153,7 @@ def result_of(page, out: str, status: str) -> str:
 def test_every_console_endpoint_needs_the_airflow_login(server):
     from storage_maintenance.ui import console
 
-    routes = [(m, r.path) for r in console.router.routes for m in sorted(getattr(r, "methods", None) or [])
+    routes = [(m, r.path) for r in console.router.routes for m in sorted(getattr(r, "methods", None) or [])  # type: ignore[attr-defined]  # the router's routes are APIRoutes, which have a path
               if m != "HEAD"]
     assert len(routes) >= 14 and {m for m, _ in routes} == {"GET", "POST"}
     samples = {"topic": "access-log", "partition": "0", "group_id": "g", "action": "delete-records"}
@@ -181,10 +181,10 @@ def test_topic_pages_show_sizes_and_every_config_with_its_source(server, sample,
     shot(page, "01-topics")
 
     page.goto(server.url + BASE + "/topics/access-log")
-    mine = {p: d for (t, p), d in truth.items() if t == "access-log"}
+    mine_by_partition = {p: d for (t, p), d in truth.items() if t == "access-log"}
     assert page.locator('#facts [data-field="size_bytes"]').get_attribute("title") == (
-        f"{sum(d['size_bytes'] for d in mine.values())} bytes")
-    for p, d in mine.items():
+        f"{sum(d['size_bytes'] for d in mine_by_partition.values())} bytes")
+    for p, d in mine_by_partition.items():
         row = page.locator(f'#partitions tr[data-partition="{p}"]')
         assert row.locator('[data-field="log_end_offset"]').inner_text() == str(d["log_end_offset"])
         assert row.locator('[data-field="log_start_offset"]').inner_text() == str(d["log_start_offset"])

@@ -96,6 +96,7 @@ class Launcher:
         self.output: list[str] = []
 
     def wait_until_up(self) -> None:
+        assert self.proc.stdout is not None   # stdout=PIPE
         for line in self.proc.stdout:
             self.output.append(line)
             if line.startswith("Airflow is up"):
@@ -109,6 +110,7 @@ class Launcher:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait(10)
+        assert self.proc.stdout is not None
         self.output.extend(self.proc.stdout.readlines())
         return code
 

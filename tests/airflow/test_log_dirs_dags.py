@@ -18,6 +18,7 @@ from storage_engine.record.records import SimpleRecord
 
 from .conftest import parse_dag, run_results, task_instances
 from .storage_fixtures import MINUTE_MS, T, T_MS, old_then_recent
+from tests.typed import present
 
 pytestmark = pytest.mark.airflow
 
@@ -95,7 +96,7 @@ def test_an_offline_dir_is_skipped_and_alerted_once_by_all_the_dags(storage, ale
         repair_dir(dir_b, aside)
     assert [len(x) for x in offline_alerts(mailbox, webhook)] == [2, 2]
     with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
-        assert len(list(mgr.get_log("audit", 0).read_records())) == 20, "nothing of the offline dir was touched"
+        assert len(list(present(mgr.get_log("audit", 0)).read_records())) == 20, "nothing of the offline dir was touched"
 
 
 def _fill(storage, placement: dict[tuple[str, int], int]):
@@ -151,7 +152,7 @@ def test_log_dir_balance_plans_first_then_moves_one_partition_per_task(storage):
     assert f"moved from {dir_a} to {dir_b}" in report["rows"][0]["detail"]
     assert _dir_bytes(dir_a) - _dir_bytes(os.path.join(dir_a, moved["deleted_folder"])) <= limit
     with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
-        log = mgr.get_log("events", 0)
+        log = present(mgr.get_log("events", 0))
         assert log.log_dir == dir_b
         offsets = [r.offset for r in log.read_records()]
         assert offsets == list(range(125)), "every record, the writer's five included, once"

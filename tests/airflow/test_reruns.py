@@ -37,6 +37,7 @@ def keyed(tmp_path, monkeypatch):
         log = mgr.get_or_create_log("ue", 0)
         for i in range(360):
             ts = T_MS - 3 * HOUR_MS + i * 30_000
+            assert isinstance(log.clock, ManualClock)   # the clock the test opened the store with
             log.clock.set(ts)
             log.append_records([SimpleRecord(b"k%d" % (i % 20), b"value-%d" % i, ts)])
     return fixture

@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from .conftest import asset_events, parse_dag, partition_results, run_results, task_instances
 from .storage_fixtures import HOUR_MS, T, T_MS, expired_segments, old_then_recent
+from tests.typed import present
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 pytestmark = pytest.mark.airflow
 
@@ -148,7 +153,9 @@ def test_expired_segments_become_deleted_files_that_purge_removes_after_the_dela
 
     # file.delete.delay.ms (60 s) is measured from T, the "now" of the run that scheduled the deletion.
     def purge_at(delay: datetime.timedelta) -> dict:
-        return PurgeDeletedOperator(task_id="purge_deleted").execute({"data_interval_end": T + delay, "ti": None})
+        # the part of the context the operator reads (no task instance: nothing is pushed to XCom)
+        return PurgeDeletedOperator(task_id="purge_deleted").execute(
+            cast("Context", {"data_interval_end": T + delay, "ti": None}))
 
     assert purge_at(datetime.timedelta(seconds=59))["files_removed"] == 0
     assert sorted(f for f in storage.files("events", 0) if f.endswith(".deleted")) == deleted
@@ -236,6 +243,7 @@ def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(stora
         log = mgr.get_or_create_log("audit", 0)
         log.append_records([SimpleRecord(b"k", b"v", T_MS - 2 * HOUR_MS)], producer_id=11, producer_epoch=0,
                            base_sequence=0)                              # idle for 2 h at T
+        assert isinstance(log.clock, ManualClock)   # the clock the test opened the store with
         log.clock.set(T_MS - 10 * 60_000)
         log.append_records([SimpleRecord(b"k", b"v", T_MS - 10 * 60_000)], producer_id=12, producer_epoch=0,
                            base_sequence=0)                              # idle for 10 min at T
@@ -253,7 +261,7 @@ def test_expire_producers_forgets_idle_producer_ids_as_of_the_interval_end(stora
                                                           for r in summary["rows"]}
     # the engine's state agrees, and re-running the interval has nothing left to do
     with LogManager.open(storage.config(), clock=ManualClock(T_MS)) as mgr:
-        assert sorted(mgr.get_log("audit", 0).producer_state.producers) == [12]
+        assert sorted(present(mgr.get_log("audit", 0)).producer_state.producers) == [12]
     again = run_results(parse_dag("log_retention").test(logical_date=T))
     assert all(r["nothing_to_do"] for (task, _), b in again.items() if task == "expire_producers"
                for r in b["results"])

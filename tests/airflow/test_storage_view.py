@@ -23,6 +23,7 @@ from storage_engine.log.manager import LogManager
 from .api_server import ApiServer
 from .conftest import REPO, parse_dag, run_results
 from .storage_fixtures import T, T_MS
+from tests.typed import present
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
@@ -87,7 +88,7 @@ def plugin_routes():
     samples = {"topic": "access-log", "partition": "0", "dag_id": "log_retention", "run_id": "x"}
     for route in app.routes:
         methods = sorted(getattr(route, "methods", None) or [])
-        path = route.path
+        path = route.path  # type: ignore[attr-defined]  # the app's routes are Routes and Mounts, which have a path
         for name, value in samples.items():
             path = path.replace("{%s}" % name, value)
         for method in methods:
@@ -315,7 +316,7 @@ def test_the_overview_shows_a_move_in_progress(server, sample, browser):
             future = mover._prepare_future(log, target, config.log_dirs, config.log_config(tp[0]),
                                            ManualClock(T_MS), mover.MoveProgress(*tp, source, target))
         data = log.read(log.log_start_offset, 4096)
-        future.append_as_follower(data.data)          # a first chunk copied, then the move stopped
+        future.append_as_follower(present(data).data)          # a first chunk copied, then the move stopped
         future.close(clean=False)
     try:
         page = browser.new_page()
@@ -362,7 +363,7 @@ def test_the_first_page_shows_space_damage_and_the_dirtiest_partitions(server, s
 
     with LogManager.open(sample["config"], clock=ManualClock(T_MS)) as mgr:     # new values for old keys: dirty
         for partition, n in ((1, 300), (2, 60)):
-            log = mgr.get_log("user-emails", partition)
+            log = present(mgr.get_log("user-emails", partition))
             log.append_records([SimpleRecord(b"user-%05d" % i, b"changed-%d@example.com" % i, T_MS) for i in range(n)])
             log.roll()
     page = browser.new_page()
@@ -557,7 +558,7 @@ def test_the_run_list_is_paginated_and_ordered_by_when_runs_ran(server, sample, 
     finished = [r["end_date"] for r in listed if r["end_date"] and r["state"] not in ("running", "queued")]
     assert finished == sorted(finished, reverse=True)
     assert [r["end_date"] for r in listed if r["dag_id"] == "log_flush"][:3] == [
-        ends[ran[2].run_id].isoformat(), ends[ran[1].run_id].isoformat(), ends[ran[0].run_id].isoformat()]
+        present(ends[ran[2].run_id]).isoformat(), present(ends[ran[1].run_id]).isoformat(), present(ends[ran[0].run_id]).isoformat()]
     shot(page, "19-runs-page-2")
 
 

@@ -56,7 +56,7 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
     # --profile-broker: one cProfile stats file per broker, with the engine's append in it
     import pstats
     produce_stats = pstats.Stats(str(profiles / "wire-produce.pstats"))
-    assert any(func[2] == "append_batches" for func in produce_stats.stats)
+    assert any(func[2] == "append_batches" for func in produce_stats.stats)  # type: ignore[attr-defined]  # Stats keeps its table in .stats (not in typeshed)
     assert (profiles / "wire-fetch.pstats").exists()
     scratch = tmp_path / "scratch"
     assert not scratch.exists() or not os.listdir(scratch)    # every broker dir and scratch log removed

@@ -11,10 +11,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 from include.cluster.run import Cluster
 from tests.airflow.test_local_airflow import listening_sockets
 from tests.cluster.harness import service_pids
+from tests.typed import present
 
 
 class Kafka:
@@ -62,7 +64,7 @@ class Kafka:
         left = producer.flush(300)
         assert left == 0 and not errors and None not in offsets, (
             f"{topic}-{partition}: {left} record(s) unsent, errors {errors[:5]}")
-        return offsets
+        return cast(list[int], offsets)   # None is not among them (asserted above)
 
     def read(self, topic: str, partition: int, timeout: float = 300) -> dict[int, tuple[bytes, bytes]]:
         """Every record of the partition, from its start to its end as of the read: {offset: (key, value)}."""
@@ -81,10 +83,10 @@ class Kafka:
                 if msg is None:
                     continue
                 if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                    if present(msg.error()).code() == KafkaError._PARTITION_EOF:
                         return out
                     raise AssertionError(f"reading {topic}-{partition}: {msg.error()}")
-                out[msg.offset()] = (msg.key(), msg.value())
+                out[present(msg.offset())] = (present(msg.key()), present(msg.value()))
         finally:
             consumer.close()
 

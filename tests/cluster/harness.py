@@ -41,6 +41,7 @@ def _maintenance_dags() -> tuple[str, ...]:
     """The plugin's list of the maintenance DAGs, read from its file (which imports nothing: no Airflow here)."""
     spec = importlib.util.spec_from_file_location(
         "maintenance_dags", REPO / "plugins" / "storage_maintenance" / "maintenance_dags.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return tuple(module.MAINTENANCE_DAGS)

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from storage_engine import topic_store
 from storage_engine.server.handlers import APIS
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -90,14 +91,14 @@ def consumer(broker, **conf) -> Consumer:
 def consume_until_eof(c: Consumer, *, at_least: int = 0) -> list:
     """Messages until the end of the partition is reported after at least ``at_least`` of them (records that
     arrive in several batches may each be followed by an end); any other error fails."""
-    out = []
+    out: list = []
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         msg = c.poll(0.5)
         if msg is None:
             continue
         if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+            if present(msg.error()).code() == KafkaError._PARTITION_EOF:
                 if len(out) >= at_least:
                     return out
                 continue
@@ -124,7 +125,7 @@ def test_every_codec_and_acks_level_round_trips_keys_values_headers_and_timestam
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     create_topic(admin, "codecs")
     base = int(time.time() * 1000) - 10 * 60_000
-    expected = []      # (key, value, headers, timestamp, codec) in offset order
+    expected: list[tuple] = []      # (key, value, headers, timestamp, codec) in offset order
     for codec in CODECS:
         for acks in ACKS:
             producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "acks": acks,
@@ -135,7 +136,7 @@ def test_every_codec_and_acks_level_round_trips_keys_values_headers_and_timestam
                 value = (f"value {codec} acks={acks} #{i} " * 8).encode()
                 headers = [("codec", codec.encode()), ("acks", acks.encode()), ("empty", None)]
                 ts = base + len(expected) * 1000
-                producer.produce("codecs", key=key, value=value, headers=headers, timestamp=ts, partition=0,
+                producer.produce("codecs", key=key, value=value, headers=headers, timestamp=ts, partition=0,  # type: ignore[arg-type]  # a None header value, which librdkafka sends as a null header
                                  on_delivery=delivered)
                 expected.append((key, value, headers, ts, codec))
             assert producer.flush(TIMEOUT) == 0
@@ -317,8 +318,8 @@ def test_admin_creates_describes_alters_extends_and_deletes_topics(broker):
         assert info.value.args[0].code() == error, info.value
     assert partition_dirs(broker, "replicated") == partition_dirs(broker, "badconf") == []
 
-    topic = ConfigResource(ResourceType.TOPIC, "orders")
-    described = _configs(admin, topic)
+    config_topic = ConfigResource(ResourceType.TOPIC, "orders")
+    described = _configs(admin, config_topic)
     assert described["retention.ms"].value == "3600000"
     assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert described["cleanup.policy"].value == "delete" and described["cleanup.policy"].is_default
@@ -330,7 +331,7 @@ def test_admin_creates_describes_alters_extends_and_deletes_topics(broker):
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([alter]).values():
         future.result(TIMEOUT)
-    described = _configs(admin, topic)
+    described = _configs(admin, config_topic)
     assert described["retention.ms"].value == "7200000"
     assert described["cleanup.policy"].value == "compact"
     assert described["max.message.bytes"].is_default
@@ -379,7 +380,7 @@ def test_metadata_auto_creates_topics_when_enabled_and_answers_unknown_topic_whe
     manual = broker_factory(broker={"auto.create.topics.enable": False})
     admin = AdminClient({"bootstrap.servers": manual.bootstrap})
     md = admin.list_topics("never-created", timeout=TIMEOUT)
-    assert md.topics["never-created"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert present(md.topics["never-created"].error).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     producer = Producer({"bootstrap.servers": manual.bootstrap, "message.timeout.ms": 3000})
     delivered = Delivered()
     producer.produce("never-created", value=b"lost", on_delivery=delivered)

@@ -22,6 +22,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
 from storage_engine import topic_store
+from tests.typed import present
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = Path(__file__).resolve().parent / "js"
@@ -36,7 +37,7 @@ TIMEOUT = 60.0
 def node(script: str, broker, spec: dict) -> list[dict]:
     """Run ``js/<script>`` with ``spec`` (plus the broker address); the per-request or per-call results."""
     env = {**os.environ, "NODE_PATH": str(NODE_MODULES), "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
-    proc = subprocess.run([NODE, str(JS / script), json.dumps({"brokers": [broker.bootstrap], **spec})],
+    proc = subprocess.run([present(NODE), str(JS / script), json.dumps({"brokers": [broker.bootstrap], **spec})],
                           cwd=JS, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{script}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
@@ -81,7 +82,7 @@ def test_kafkajs_produces_uncompressed_and_gzip_at_every_acks_level_idempotently
                                                               topic_configs={"max.message.bytes": "1024"})])
     admin.close()
     base = int(time.time() * 1000) - 10 * 60_000
-    expected = []          # (key, value, headers, timestamp, codec) of js-events-0 in offset order
+    expected: list[tuple] = []          # (key, value, headers, timestamp, codec) of js-events-0 in offset order
     requests = []
     for codec in ("none", "gzip"):
         for acks in (-1, 1, 0):

@@ -81,7 +81,7 @@ def wait_for_end(broker, topic: str, expected: int) -> None:
 
 
 def test_kcat_produces_every_codec_and_acks_level_and_consumes_from_beginning_end_and_time(broker):
-    expected = []      # (key, value, headers, codec) in offset order
+    expected: list[tuple[str, str, list[str] | None, str]] = []      # (key, value, headers, codec) in offset order
     for codec in CODECS:
         for acks in ACKS:
             lines = []

@@ -106,7 +106,7 @@ def kp_read(bootstrap: str, topic: str, *, isolation: str = "read_uncommitted") 
 
 def test_aiokafka_every_codec_and_acks_level_idempotence_and_reading_from_earliest_latest_and_time(broker):
     base = int(time.time() * 1000) - 10 * 60_000
-    expected = []      # (key, value, headers, timestamp, codec) in offset order
+    expected: list[tuple] = []      # (key, value, headers, timestamp, codec) in offset order
 
     async def scenario():
         reader = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False)
@@ -170,7 +170,7 @@ def test_aiokafka_every_codec_and_acks_level_idempotence_and_reading_from_earlie
                 await producer.start()
                 await producer.send_and_wait("aio", b"new", partition=0)
                 await producer.stop()
-                new = []
+                new: list = []
                 deadline = time.monotonic() + TIMEOUT
                 while not new and time.monotonic() < deadline:
                     for records in (await latest.getmany(tp, timeout_ms=200)).values():
@@ -238,7 +238,7 @@ def test_read_committed_skips_a_transaction_aborted_while_the_broker_was_stopped
 
 def test_kafka_python_every_codec_and_acks_level_with_idempotence_and_offset_lookups(broker):
     base = int(time.time() * 1000) - 10 * 60_000
-    expected = []      # (key, value, headers, timestamp, codec, idempotent)
+    expected: list[tuple] = []      # (key, value, headers, timestamp, codec, idempotent)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     tp = TopicPartition("kp", 0)
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -31,6 +31,7 @@ from storage_engine.server.groups.state import Group, GroupState, IllegalStateTr
 from storage_engine.server.groups.store import OFFSETS_TOPIC
 from storage_engine.server.transactions.coordinator import TXN_TOPIC
 from storage_engine.server.transactions.state import Txn, TxnState
+from tests.typed import present
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +104,7 @@ def test_a_transition_that_was_not_prepared_is_refused_and_an_aborted_one_leaves
 
 # -- in process, on the broker's clock -----------------------------------------------------------------------------
 
-def _run(tmp_path, clock: ManualClock, scenario: Callable[[Broker], Awaitable[Any]]) -> Any:
+def _run(tmp_path, clock: ManualClock, scenario: Callable[[Broker], Coroutine[Any, Any, Any]]) -> Any:
     config = config_from_mapping({"broker": {
         "log.dirs": [str(tmp_path / "logs")], "offsets.topic.num.partitions": 1,
         "transaction.state.log.num.partitions": 1, "group.initial.rebalance.delay.ms": INITIAL_DELAY_MS}})
@@ -125,7 +126,7 @@ async def _join(broker: Broker, member_id: str = "", instance: str | None = None
 
 
 def _group_records(broker: Broker) -> list[grec.GroupRecord | None]:
-    log = broker.manager.get_log(OFFSETS_TOPIC, 0)
+    log = present(broker.manager.get_log(OFFSETS_TOPIC, 0))
     return [None if r.value is None else grec.parse_group_value(r.value) for r in log.read_records()
             if r.key is not None and isinstance(grec.parse_key(r.key), grec.GroupKey)]
 
@@ -210,7 +211,7 @@ def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_dropped(t
         clock.advance(INITIAL_DELAY_MS)
         assert c.check_rebalances() == ["g"]
         a, b = (await first)["member_id"], (await second)["member_id"]
-        leader = c.groups["g"].leader
+        leader = present(c.groups["g"].leader)
         assert (await c.sync("g", 1, leader, {a: b"A", b: b"B"}))["error_code"] == 0
 
         rejoining = await _join(broker, member_id=a)             # a rejoins; b keeps heartbeating, never rejoins
@@ -265,7 +266,7 @@ def test_a_change_whose_record_cannot_be_written_leaves_the_transaction_as_it_wa
         assert await c.add_partitions("t", pid, epoch, [("orders", 0)], 3) == {("orders", 0): 0}
         t = c.txns["t"]
         before = (t.state, t.epoch, t.partitions, t.start_ms, t.update_ms)
-        records = len(list(broker.manager.get_log(TXN_TOPIC, 0).read_records()))
+        records = len(list(present(broker.manager.get_log(TXN_TOPIC, 0)).read_records()))
 
         def failing_append(txn_id: str, value: bytes | None) -> None:
             raise StorageIOError("the disk is gone")
@@ -276,7 +277,7 @@ def test_a_change_whose_record_cannot_be_written_leaves_the_transaction_as_it_wa
         code, _, _ = await c.init_producer_id("t", 60_000, pid, epoch, 4)  # a fencing abort cannot be written
         assert code == 51                                                  # CONCURRENT_TRANSACTIONS
         assert (t.state, t.epoch, t.last_epoch) == (TxnState.ONGOING, epoch, -1), "the producer is not fenced"
-        assert len(list(broker.manager.get_log(TXN_TOPIC, 0).read_records())) == records
+        assert len(list(present(broker.manager.get_log(TXN_TOPIC, 0)).read_records())) == records
 
         c._append = writer                                # type: ignore[method-assign]
         assert await c.end_txn("t", pid, epoch, True, 3) == 0

@@ -66,6 +66,7 @@ from kio.index import load_request_schema
 from storage_engine.server.handlers import APIS, SUPPORTED
 from tests.server import wire
 from tests.server.broker_proc import ROOT
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -334,7 +335,7 @@ def consume_all(bootstrap: str, total: int) -> list[tuple[int, bytes, bytes]]:
             if msg is None:
                 continue
             assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.key(), msg.value()))
+            got.append((present(msg.partition()), present(msg.key()), present(msg.value())))
         return got
     finally:
         consumer.close()
@@ -393,7 +394,7 @@ def header_cases(rng: random.Random, fz: Fuzzer, count: int, seed_note: str) -> 
         else:
             key = rng.choice(SERVED)[0]
             version = rng.choice([-1, SUPPORTED[key][0] - 1, SUPPORTED[key][1] + 1, rng.randint(0, 20)])
-        header = header_cls(request_api_key=key, request_api_version=version, correlation_id=i,
+        header = header_cls(request_api_key=key, request_api_version=version, correlation_id=i,  # type: ignore[arg-type]  # plain ints for kio's i16/i32 (nominal ints)
                             client_id=rng.choice(["c", None, ""]))
         payload = wire.encode_entity(header) + bytes(rng.randrange(256) for _ in range(rng.randint(0, 80)))
         check_answers([payload], fz.probe(wire.frame(payload), "header"), f"{seed_note} header case {i}")
@@ -513,13 +514,13 @@ def sasl_token(rng: random.Random, mechanism: str) -> bytes:
         token = rng.choice([b"n,,n=alice,r=abc", b"n,,n=nobody,r=abc", b"y,,n=alice,r=x", b"n,,", b"",
                             b"n,a=bob,n=alice,r=q", "n,,n=ali=ce,r=\u00e9".encode()])
     if rng.random() < 0.5:
-        token = bytearray(token)
+        scrambled = bytearray(token)
         for _ in range(rng.randint(1, 3)):
-            if token:
-                token[rng.randrange(len(token))] = rng.randrange(256)
+            if scrambled:
+                scrambled[rng.randrange(len(scrambled))] = rng.randrange(256)
             else:
-                token += bytes([rng.randrange(256)])
-        token = bytes(token)
+                scrambled += bytes([rng.randrange(256)])
+        token = bytes(scrambled)
     assert token != b"\0alice\0alice-secret"
     return token
 
@@ -548,8 +549,8 @@ def test_fuzz_listener(broker_factory, tmp_path):
     conn = wire.Conn(plain)
     try:
         for version in (3, 9, 11):
-            for topic, records, code in ((ABSENT[0], batch_bytes, 3), (REAL, wire.break_crc(batch_bytes), 2)):
-                answer = conn.request(wire.produce_request(version, topic, 0, records), version)
+            for topic, data, code in ((ABSENT[0], batch_bytes, 3), (REAL, wire.break_crc(batch_bytes), 2)):
+                answer = conn.request(wire.produce_request(version, topic, 0, data), version)
                 assert int(answer.responses[0].partition_responses[0].error_code) == code, answer
     finally:
         conn.close()

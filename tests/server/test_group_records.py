@@ -25,6 +25,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import Broker
 from storage_engine.server.groups import records as rec
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tests.typed import present
 
 pytestmark = pytest.mark.unit
 
@@ -118,8 +119,8 @@ def test_unreadable_and_unknown_records():
 
 def test_assigned_partitions_decodes_a_consumer_protocol_assignment():
     assignment = assignment_v1.ConsumerProtocolAssignment(assigned_partitions=(
-        assignment_v1.TopicPartition(topic="orders", partitions=(3, 1)),
-        assignment_v1.TopicPartition(topic="audit", partitions=(0,))), user_data=None)
+        assignment_v1.TopicPartition(topic="orders", partitions=(3, 1)),  # type: ignore[arg-type]  # plain str/ints for kio's nominal types
+        assignment_v1.TopicPartition(topic="audit", partitions=(0,))), user_data=None)  # type: ignore[arg-type]  # (TopicName, i32)
     buf = io.BytesIO()
     entity_writer(assignment_v1.ConsumerProtocolAssignment)(buf, assignment)
     assert rec.assigned_partitions(b"\x00\x01" + buf.getvalue()) == {"orders": [1, 3], "audit": [0]}
@@ -276,22 +277,22 @@ def test_records_the_coordinator_appends_decode_by_hand_from_the_segment_file(tm
     assert [o for o, _, _ in records] == [0, 1, 2]
     (_, k0, v0), (_, k1, v1), (_, k2, v2) = records
     # The group as the leader's SyncGroup made it Stable.
-    assert _decode_key(k0) == (2, group)
-    version, ptype, gen, protocol, leader, state_ms, members = _decode_group_value(v0)
+    assert _decode_key(present(k0)) == (2, group)
+    version, ptype, gen, protocol, leader, state_ms, members = _decode_group_value(present(v0))
     assert (version, ptype, gen, protocol, leader) == (3, "consumer", generation, "range", member)
     assert state_ms > 1_600_000_000_000
     assert members == [(member, None, "client-a", "127.0.0.1", 9000, 6000, subscription, b"assignment-bytes")]
     # The commit: key version 1, value version 3 with the leader epoch.
-    assert _decode_key(k1) == (1, group, "orders", 2)
-    version, offset, epoch, metadata, commit_ms = _decode_offset_value(v1)
+    assert _decode_key(present(k1)) == (1, group, "orders", 2)
+    version, offset, epoch, metadata, commit_ms = _decode_offset_value(present(v1))
     assert (version, offset, epoch, metadata) == (3, 41, 3, "meta-\u00e9")
     assert commit_ms > 1_600_000_000_000
     # The last member left: Empty, next generation, no protocol, leader or members.
-    assert _decode_key(k2) == (2, group)
-    assert _decode_group_value(v2)[:5] == (3, "consumer", generation + 1, None, None)
-    assert _decode_group_value(v2)[6] == []
+    assert _decode_key(present(k2)) == (2, group)
+    assert _decode_group_value(present(v2))[:5] == (3, "consumer", generation + 1, None, None)
+    assert _decode_group_value(present(v2))[6] == []
     # records.py reads the same.
-    assert rec.parse_offset_value(v1) == rec.OffsetValue(41, 3, "meta-\u00e9", commit_ms)
+    assert rec.parse_offset_value(present(v1)) == rec.OffsetValue(41, 3, "meta-\u00e9", commit_ms)
 
 
 def test_commits_of_a_group_are_appended_in_the_order_they_were_asked_for(tmp_path):
@@ -314,7 +315,7 @@ def test_commits_of_a_group_are_appended_in_the_order_they_were_asked_for(tmp_pa
                 second_appended.set()
             return first
 
-        c._append = append_in_turn
+        c._append = append_in_turn  # type: ignore[method-assign]  # the test interleaves two appends through the coordinator's own
         first = asyncio.create_task(c.commit("ordered", -1, "", [("t", 0, 5, -1, "first")]))
         second = asyncio.create_task(c.commit("ordered", -1, "", [("t", 0, 7, -1, "second")]))
         assert await first == [0] and await second == [0]
@@ -330,7 +331,7 @@ def test_commits_of_a_group_are_appended_in_the_order_they_were_asked_for(tmp_pa
     assert (in_memory.offset, in_memory.metadata) == (7, "second")
 
     records = [r for s in _segments(tmp_path, rec.partition_for("ordered", 3)) for r in _decode_segment(s)]
-    assert [_decode_offset_value(v)[1] for _, _, v in records] == [5, 7]
+    assert [_decode_offset_value(present(v))[1] for _, _, v in records] == [5, 7]
 
     with LogManager.open(config) as mgr:
         broker = Broker(config, mgr)

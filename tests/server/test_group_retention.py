@@ -58,8 +58,10 @@ def test_offsets_of_an_empty_group_expire_and_stay_gone(tmp_path):
             assert set(reloaded.groups) == {"fresh"}
             assert reloaded.fetch_offsets("fresh", None) == [("t", [(0, reloaded.groups["fresh"].offsets[("t", 0)])])]
             p = rec.partition_for("idle", 2)
+            offsets_log = mgr.get_log(OFFSETS_TOPIC, p)
+            assert offsets_log is not None
             kinds = [(rec.parse_key(r.key), r.value is None)
-                     for r in mgr.get_log(OFFSETS_TOPIC, p).read_records() if r.key is not None]
+                     for r in offsets_log.read_records() if r.key is not None]
             idle = [(k, tomb) for k, tomb in kinds if getattr(k, "group", None) == "idle"]
             assert [tomb for _, tomb in idle] == [False, False, True, True, True]   # two commits, three tombstones
         finally:

@@ -37,6 +37,7 @@ from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 
 from storage_engine.server.groups import records as rec
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -307,7 +308,7 @@ def test_kafka_python_commits_with_metadata_and_a_new_member_resumes_after_resta
 
 def node(script: str, broker, spec: dict) -> dict:
     env = {**os.environ, "NODE_PATH": str(NODE_MODULES), "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
-    proc = subprocess.run([NODE, str(JS / script), json.dumps({"brokers": [broker.bootstrap], **spec})],
+    proc = subprocess.run([present(NODE), str(JS / script), json.dumps({"brokers": [broker.bootstrap], **spec})],
                           cwd=JS, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{script}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -36,6 +36,7 @@ from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPar
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from storage_engine.server.groups import records as rec
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def stored_offset_records(broker, group: str) -> list[tuple[int, object, bytes |
     """(offset, parsed key, raw value) of every record of ``group``'s ``__consumer_offsets`` partition, read by
     the engine in another process."""
     partition = rec.partition_for(group, OFFSETS_PARTITIONS)
-    out = []
+    out: list[tuple[int, object, bytes | None]] = []
     for r in engine(broker, "consume", "--topic", OFFSETS_TOPIC, "--partition", str(partition),
                     "--encoding", "base64"):
         key = rec.parse_key(base64.b64decode(r["key"]))
@@ -159,12 +160,12 @@ class Member(threading.Thread):
                 self.member_id, self.assignment = c.memberid(), assignment
                 if msg is not None:
                     if msg.error():
-                        if msg.error().code() != KafkaError._PARTITION_EOF:
+                        if present(msg.error()).code() != KafkaError._PARTITION_EOF:
                             self.errors.append(str(msg.error()))
                     else:
-                        self.read.append((msg.partition(), msg.offset(), msg.value()))
-                        if self.process_below is not None and msg.offset() < self.process_below:
-                            pending[msg.partition()] = msg.offset() + 1
+                        self.read.append((present(msg.partition()), present(msg.offset()), present(msg.value())))
+                        if self.process_below is not None and present(msg.offset()) < self.process_below:
+                            pending[present(msg.partition())] = present(msg.offset()) + 1
                 pending = {p: o for p, o in pending.items() if p in assignment}   # a new owner re-reads the rest
                 if pending:
                     try:
@@ -316,12 +317,12 @@ def test_a_second_process_with_the_same_group_instance_id_fences_the_first(broke
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     create_topic(admin, "static", 2)
     group = "statics"
-    first = Member(broker, group, "static", "first", **{"group.instance.id": "instance-1"})
+    first = Member(broker, group, "static", "first", **{"group.instance.id": "instance-1"})  # type: ignore[arg-type]  # a librdkafka setting (its name has dots), never process_below
     first.start()
     second = None
     try:
         wait_balanced(admin, group, [first], 2)
-        second = Member(broker, group, "static", "second", **{"group.instance.id": "instance-1"})
+        second = Member(broker, group, "static", "second", **{"group.instance.id": "instance-1"})  # type: ignore[arg-type]  # a librdkafka setting (its name has dots), never process_below
         second.start()
         wait_until("the first member to be fenced", lambda: any("fenced" in e for e in first.errors))
         settled = wait_balanced(admin, group, [second], 2)
@@ -338,7 +339,7 @@ def test_a_second_process_with_the_same_group_instance_id_fences_the_first(broke
         assert second.member_id == member_id and second.errors == []
         # Stored: the group's record names the instance with the second member's id.
         [*_, (_, _, value)] = [r for r in stored_offset_records(broker, group) if isinstance(r[1], rec.GroupKey)]
-        [member] = rec.parse_group_value(value).members
+        [member] = rec.parse_group_value(present(value)).members
         assert (member.member_id, member.group_instance_id, member.client_id) == (member_id, "instance-1", "second")
     finally:
         for m in (first, second):

@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from storage_engine import crashpoints
 from torture.producer import config as producer_config
 from torture.server import RETRIED, check_records
+from tests.typed import present
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kills]
 
@@ -74,10 +75,10 @@ def consumer_records(bootstrap: str, partitions: int) -> list[tuple[int, int, by
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            assert msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+            assert msg.error() is None or present(msg.error()).code() == KafkaError._PARTITION_EOF, msg.error()
             if msg.error() is None:
-                out.append((msg.partition(), msg.offset(), msg.value()))
-                last[msg.partition()] = msg.offset()
+                out.append((present(msg.partition()), present(msg.offset()), present(msg.value())))
+                last[present(msg.partition())] = present(msg.offset())
         return out
     finally:
         consumer.close()
@@ -97,9 +98,9 @@ class NumberedProducer(threading.Thread):
         self.remaining = -1
 
     def _report(self, err: KafkaError | None, msg: Message) -> None:
-        seq = int(msg.value().decode().rsplit(":", 1)[1])
+        seq = int(present(msg.value()).decode().rsplit(":", 1)[1])
         if err is None:
-            self.acked[seq] = (msg.partition(), msg.offset())
+            self.acked[seq] = (present(msg.partition()), present(msg.offset()))
         else:
             self.failed.append((seq, err.name()))
 

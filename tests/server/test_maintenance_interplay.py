@@ -26,6 +26,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    OffsetSpec, ResourceType)
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -88,14 +89,14 @@ def read_to_end(bootstrap: str, topic: str, *, isolation: str = "read_uncommitte
                          "isolation.level": isolation})
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        out = []
+        out: list = []
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
             if msg is None:
                 continue
             if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+                if present(msg.error()).code() == KafkaError._PARTITION_EOF:
                     return out
                 raise AssertionError(f"consumer error: {msg.error()}")
             out.append(msg)
@@ -270,9 +271,9 @@ def test_retention_in_another_process_resets_only_consumers_below_the_new_log_st
             if msg is None:
                 return
             if msg.error():
-                current_errors.append(msg.error())
+                current_errors.append(present(msg.error()))
             else:
-                current_seen.append(msg.offset())
+                current_seen.append(present(msg.offset()))
 
     # Producers keep producing while the retention job runs in its own process.
     stop = threading.Event()
@@ -337,8 +338,8 @@ def test_retention_in_another_process_resets_only_consumers_below_the_new_log_st
         while msg is None and time.monotonic() < deadline:
             msg = late.poll(0.5)
         assert msg is not None and msg.error() is not None
-        assert msg.error().code() == KafkaError._AUTO_OFFSET_RESET
-        assert "Offset out of range" in msg.error().str()
+        assert present(msg.error()).code() == KafkaError._AUTO_OFFSET_RESET
+        assert "Offset out of range" in present(msg.error()).str()
     finally:
         late.close()
 

@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.server import wire
 from tests.server.broker_proc import ROOT, BrokerProcess
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +92,7 @@ def consume(conf: dict[str, Any], topic: str, count: int) -> list[bytes]:
             msg = consumer.poll(0.5)
             if msg is not None:
                 assert msg.error() is None, msg.error()
-                got.append(msg.value())
+                got.append(present(msg.value()))
         return got
     finally:
         consumer.close()

@@ -51,6 +51,7 @@ from kafka import KafkaProducer
 from kafka.structs import OffsetAndMetadata
 
 from tests.server.broker_proc import wait_until as _wait_until
+from tests.typed import present
 
 pytestmark = pytest.mark.slow
 
@@ -93,8 +94,8 @@ def stored(broker, topic: str, partition: int) -> tuple[list[tuple[int, str, int
         if line["type"] == "batch":
             batch = line
         elif line["type"] == "record":
-            records.append((line["offset"], line.get("control_type", "data"), batch["producer_id"],
-                            batch["producer_epoch"]))
+            records.append((line["offset"], line.get("control_type", "data"), present(batch)["producer_id"],
+                            present(batch)["producer_epoch"]))
         elif line["type"] == "aborted_txn":
             aborted.append(line)
     return records, aborted
@@ -128,11 +129,11 @@ def read_all(broker, topic: str, partitions: int, isolation: str) -> dict[int, l
             if msg is None:
                 continue
             if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
+                assert present(msg.error()).code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(present(msg.partition()))
                 continue
             at_end.discard(msg.partition())
-            out[msg.partition()].append((msg.offset(), msg.value().decode()))
+            out[present(msg.partition())].append((present(msg.offset()), present(msg.value()).decode()))
     finally:
         c.close()
     return out
@@ -504,7 +505,7 @@ def test_kafkajs_commits_and_aborts_transactions(broker_factory):
     create_topics(broker, js=1, src=1)
 
     def txn(vals: list[str], offset: int | None, end: str) -> dict:
-        t = {"end": end, "topic": "js", "messages": [{"key": v, "value": v, "partition": 0} for v in vals]}
+        t: dict[str, object] = {"end": end, "topic": "js", "messages": [{"key": v, "value": v, "partition": 0} for v in vals]}
         if offset is not None:
             t["offsets"] = {"groupId": "js-group", "topic": "src", "partitions": [{"partition": 0, "offset": offset}]}
         return t
@@ -512,7 +513,7 @@ def test_kafkajs_commits_and_aborts_transactions(broker_factory):
             "transactions": [txn(["c1", "c2"], 3, "commit"), txn(["a1", "a2"], 30, "abort"),
                              txn(["c3"], None, "commit")]}
     env = {**os.environ, "NODE_PATH": str(NODE_MODULES), "KAFKAJS_NO_PARTITIONER_WARNING": "1"}
-    proc = subprocess.run([NODE, str(HERE / "js" / "transactions.js"), json.dumps(spec)], cwd=HERE / "js", env=env,
+    proc = subprocess.run([present(NODE), str(HERE / "js" / "transactions.js"), json.dumps(spec)], cwd=HERE / "js", env=env,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}\n{broker.log_text()[-3000:]}"
     results = json.loads(proc.stdout.strip().splitlines()[-1])["results"]

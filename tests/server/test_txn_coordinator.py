@@ -33,7 +33,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pytest
 
@@ -47,6 +47,7 @@ from storage_engine.server.groups.records import partition_for
 from storage_engine.server.transactions import records as trec
 from tests.server import wire
 from tests.server.broker_proc import wait_until
+from tests.typed import present
 
 pytestmark = pytest.mark.slow
 
@@ -166,10 +167,11 @@ class Client:
             out.append(int(part.offset))
         return out[0], out[1]
 
-    def committed_view(self, topic: str, partition: int) -> list[bytes]:
+    def committed_view(self, topic: str, partition: int) -> list[bytes | None]:
         """The values a read_committed consumer gets from offset 0: fetched up to the last stable offset, the
         batches of the aborted transactions the responses name left out (the Java consumer's rule)."""
-        offset, out = 0, []
+        offset = 0
+        out: list[bytes | None] = []
         while True:
             part = self.fetch(topic, partition, offset)
             data = bytes(part.records or b"")
@@ -285,7 +287,7 @@ def txn_states(broker, txn_id: str) -> list[trec.TxnRecord | None]:
             if log is None:
                 continue
             for r in log.read_records():
-                if trec.parse_key(r.key) == txn_id:
+                if trec.parse_key(present(r.key)) == txn_id:
                     assert p == mine, (txn_id, p, mine)
                     out.append(None if r.value is None else trec.parse_value(r.value))
     return out
@@ -356,12 +358,12 @@ def test_init_producer_id_allocates_bumps_and_checks_its_arguments(broker_factor
     assert broker.stop() == 0
     records = txn_states(broker, "init-a")
     assert states(records) == ["Empty"] * 8
-    assert [(r.producer_id, r.producer_epoch) for r in records] == [(pid, e) for e in range(8)]
-    assert [r.timeout_ms for r in records] == [60_000] * 5 + [900_000] + [60_000] * 2
-    assert all(r.partitions == {} and r.start_ms == -1 for r in records)
-    assert [(r.producer_id, r.producer_epoch) for r in txn_states(broker, "init-b")] == [(other, 0)]
+    assert [(r.producer_id, r.producer_epoch) for r in map(present, records)] == [(pid, e) for e in range(8)]
+    assert [r.timeout_ms for r in map(present, records)] == [60_000] * 5 + [900_000] + [60_000] * 2
+    assert all(r.partitions == {} and r.start_ms == -1 for r in map(present, records))
+    assert [(r.producer_id, r.producer_epoch) for r in map(present, txn_states(broker, "init-b"))] == [(other, 0)]
     assert txn_states(broker, "fresh") == []
-    assert [r.timeout_ms for r in txn_states(broker, "odd")] == [1001]
+    assert [r.timeout_ms for r in map(present, txn_states(broker, "odd"))] == [1001]
 
 
 # -- AddPartitionsToTxn and transactional Produce -------------------------------------------------------------------
@@ -449,10 +451,10 @@ def test_end_txn_commits_with_markers_in_every_partition_and_answers_retries(bro
     assert txn_index_entries(broker, "orders", 0) == []
     records = txn_states(broker, "ender")
     assert states(records) == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
-    assert records[1].partitions == records[2].partitions == {"orders": [0, 1]}
-    assert records[3].partitions == {} and records[3].start_ms == -1
-    assert records[1].start_ms == records[2].start_ms > 0
-    assert {(r.producer_id, r.producer_epoch) for r in records} == {(p.pid, p.epoch)}
+    assert present(records[1]).partitions == present(records[2]).partitions == {"orders": [0, 1]}
+    assert present(records[3]).partitions == {} and present(records[3]).start_ms == -1
+    assert present(records[1]).start_ms == present(records[2]).start_ms > 0
+    assert {(r.producer_id, r.producer_epoch) for r in map(present, records)} == {(p.pid, p.epoch)}
 
 
 def test_an_abort_is_indexed_and_read_committed_fetch_names_it(broker_factory, client_of):
@@ -520,7 +522,7 @@ def test_a_second_init_aborts_the_open_transaction_and_fences_the_old_producer(b
                                                     (3, "COMMIT", new.pid, new.epoch)]
     assert committed_records(broker, "orders", 0) == [b"kept"]
     records = txn_states(broker, "zombie")
-    assert [(trec.STATE_NAMES[r.state], r.producer_epoch) for r in records] == [
+    assert [(trec.STATE_NAMES[r.state], r.producer_epoch) for r in map(present, records)] == [
         ("Empty", 0), ("Ongoing", 0), ("PrepareAbort", 1), ("CompleteAbort", 1), ("Empty", 2),
         ("Ongoing", 2), ("PrepareCommit", 2), ("CompleteCommit", 2)]
 
@@ -557,7 +559,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broke
     assert markers(stored(broker, "orders", 0)) == [(1, "ABORT", p.pid, p.epoch + 1)]
     assert txn_index_entries(broker, "orders", 0) == [(0, p.pid, 0, 1, 2)]
     records = txn_states(broker, "slowpoke")
-    assert [(trec.STATE_NAMES[r.state], r.producer_epoch) for r in records] == [
+    assert [(trec.STATE_NAMES[r.state], r.producer_epoch) for r in map(present, records)] == [
         ("Empty", 0), ("Ongoing", 0), ("PrepareAbort", 1), ("CompleteAbort", 1), ("Empty", 2), ("Empty", 3)]
 
 
@@ -598,7 +600,7 @@ def test_an_idle_transactional_id_is_tombstoned_and_forgotten(broker_factory, cl
     assert broker.stop() == 0
     records = txn_states(broker, "idle")
     assert states(records)[:6] == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "tombstone", "Empty"]
-    assert records[5].producer_id == pid
+    assert present(records[5]).producer_id == pid
     assert "tombstone" not in states(txn_states(broker, "busy"))[:4]
 
 
@@ -644,7 +646,7 @@ def test_txn_offset_commits_are_pending_until_the_commit_and_dropped_by_an_abort
     offsets_partition = partition_for("g1", PARTS)
     batches = stored(broker, OFFSETS_TOPIC, offsets_partition)
     assert [m[1:] for m in markers(batches)] == [("COMMIT", p.pid, p.epoch), ("ABORT", p.pid, p.epoch)]
-    txn_commits = [(grec.parse_key(k).partition, grec.parse_offset_value(v).offset)
+    txn_commits = [(cast(grec.OffsetKey, grec.parse_key(present(k))).partition, grec.parse_offset_value(present(v)).offset)
                    for b in batches if b.transactional and not b.control for _, k, v in b.records]
     assert txn_commits == [(0, 5), (1, 7), (0, 6), (0, 9)]
     assert [e[1:3] for e in txn_index_entries(broker, OFFSETS_TOPIC, offsets_partition)] == [

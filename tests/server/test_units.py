@@ -26,8 +26,8 @@ def frame(key: int, version: int, body_values: dict, correlation: int = 7) -> by
     cls = load_request_schema(key, version)
     out = io.BytesIO()
     header = cls.__header_schema__
-    entity_writer(header)(out, header(request_api_key=key, request_api_version=version,
-                                      correlation_id=correlation, client_id="t"))
+    entity_writer(header)(out, header(request_api_key=key, request_api_version=version,  # type: ignore[arg-type]  # plain ints for kio's i16/i32
+                                      correlation_id=correlation, client_id="t"))  # type: ignore[arg-type]  # (nominal ints)
     entity_writer(cls)(out, protocol.build(cls, body_values))
     return out.getvalue()
 

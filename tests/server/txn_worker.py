@@ -28,6 +28,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from tests.typed import present
 
 WAIT_S = 120.0          # how long one call may keep failing with retriable errors before the worker gives up
 CALL_TIMEOUT_S = 30.0   # the timeout given to each transactional call
@@ -162,7 +163,7 @@ class Worker:
             try:
                 msg = self.consumer.poll(0.5)
                 if msg is not None and msg.error() is not None:
-                    if msg.error().fatal():
+                    if present(msg.error()).fatal():
                         raise Fatal(f"consumer: {msg.error()}")
                 elif msg is not None:
                     self.process(msg)

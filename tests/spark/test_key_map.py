@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from include.broker_launcher import free_ports
 from spark_jobs import build_key_map
-from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentReader
+from spark_jobs.segment_source import NAME, SegmentDataSource, SegmentGroup, SegmentPartition, SegmentReader
 from storage_engine.clock import ManualClock
 from storage_engine.jobs import compaction
 from storage_engine.config_file import config_from_mapping
@@ -23,6 +25,7 @@ from storage_engine.inspection.partitions import partition_info
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from tests.spark.conftest import spark_env
+from tests.storage_engine.helpers import get_log, manual_clock
 
 pytestmark = pytest.mark.spark
 JOB = os.path.abspath(build_key_map.__file__)
@@ -42,10 +45,10 @@ def fill(cfg, records, roll=True):
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("kv", 0)
         for i, (k, v) in enumerate(records):
-            log.clock.set(T0 + i)
+            manual_clock(log).set(T0 + i)
             log.append_records([SimpleRecord(k, v, T0 + i)])
         if roll:
-            log.clock.set(T0 + len(records))
+            manual_clock(log).set(T0 + len(records))
             log.roll()
 
 
@@ -84,7 +87,7 @@ def test_spark_submit_local_mode_builds_the_map_the_cleaner_uses(tmp_path):
     assert report["map"] == "spark" and report["checkpoint_written"]
     assert report["map_keys"] == 50
     with LogManager.open(cfg, clock=ManualClock(T0 + 10_000)) as mgr:
-        got = {r.key: (r.offset, r.value) for r in mgr.get_log("kv", 0).read_records()}
+        got = {r.key: (r.offset, r.value) for r in get_log(mgr, "kv", 0).read_records()}
     assert len(got) == 50
     for i in range(350, 400):
         assert got[b"k%d" % (i % 50)] == (i, b"v%d" % i)
@@ -187,7 +190,7 @@ def fill_transactions(cfg, seed):
         seq = {1: 0, 2: 0, 3: 0, 4: 0}
         open_txn = {1: False, 2: False, 3: False}
         for i in range(120):
-            log.clock.set(T0 + i)
+            manual_clock(log).set(T0 + i)
             key = rng.choice([b"a", b"b", b"c", b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"])
             value = None if rng.random() < 0.1 else b"v%d" % i
             who = rng.choice([1, 2, 3, 4, 0])
@@ -207,7 +210,7 @@ def fill_transactions(cfg, seed):
         for who, is_open in open_txn.items():
             if is_open:
                 log.append_end_txn(who, 0, commit=who % 2 == 0)
-        log.clock.set(T0 + 200)
+        manual_clock(log).set(T0 + 200)
         log.roll()
         assert log.aborted_transactions(0, log.log_end_offset), "the scenario should abort something"
 
@@ -277,8 +280,8 @@ def test_key_map_tasks_get_consecutive_segments_of_about_equal_bytes(many_segmen
     options = {"path": many_segments}
     if max_bytes is not None:
         options.update(maxPartitionBytes=str(max_bytes), tasks=str(tasks))
-    segments = SegmentReader({"path": many_segments}).partitions()
-    groups = SegmentKeysReader(options).partitions()
+    segments = cast(Sequence[SegmentPartition], SegmentReader({"path": many_segments}).partitions())
+    groups = cast(Sequence[SegmentGroup], SegmentKeysReader(options).partitions())
     assert [s.path for g in groups for s in g.segments] == [s.path for s in segments]   # all, in log order
     if expected_groups is None:
         assert len(segments) - 3 <= len(groups) <= len(segments)
@@ -330,7 +333,7 @@ def test_segment_deleted_while_the_job_reads_fails_clearly(tmp_path):
     fill(cfg, [(b"k%d" % i, b"v" * 50) for i in range(200)])
     pdir = str(tmp_path / "logs" / "kv-0")
     reader = SegmentReader({"path": pdir})
-    parts = reader.partitions()
+    parts = cast(Sequence[SegmentPartition], reader.partitions())
     assert len(parts) > 2
     os.rename(parts[1].path, parts[1].path + ".deleted")   # as retention or a swap does
     with pytest.raises(FileNotFoundError, match="disappeared|deleted|replaced"):
@@ -367,7 +370,7 @@ def test_keys_source_rows_match_the_records_both_implementations(tmp_path, monke
     pdir = tmp_path / "logs" / "kv-0"
     for impl in ("c", "python"):
         use(monkeypatch, impl)
-        got = []
+        got: list[tuple] = []
         for name in sorted(os.listdir(pdir)):
             if name.endswith(".log"):
                 fr = FileRecords(str(pdir / name), writable=False)

@@ -5,15 +5,18 @@ Everything writes real files; nothing is mocked. Time comes from a ``ManualClock
 from __future__ import annotations
 
 import os
+from typing import cast
 
 from storage_engine.clock import ManualClock
 from storage_engine import layout
 from storage_engine.config import LogConfig
 from storage_engine.log.loader import open_log as load_log
 from storage_engine.log.log import Log
+from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
+from tests.typed import present as present   # shared by the engine tests through this module
 
 TOPIC = "topic"
 PARTITION = 0
@@ -64,6 +67,18 @@ def open_log(log_dir, cfg: LogConfig | None = None, *, topic: str = TOPIC, parti
     """``Log.open`` with test defaults; returns (log, load_result)."""
     return load_log(str(log_dir), topic, partition, cfg or LogConfig(), clock=ManualClock(now_ms), exclusive=exclusive,
                     create=create, **kw)
+
+
+def manual_clock(log: Log) -> ManualClock:
+    """The ``ManualClock`` the test opened ``log`` with (the engine types a log's clock as any ``Clock``)."""
+    return cast(ManualClock, log.clock)
+
+
+def get_log(mgr: LogManager, topic: str = TOPIC, partition: int = PARTITION) -> Log:
+    """``mgr.get_log`` of a partition the test has written: a missing one fails the test here, by name."""
+    log = mgr.get_log(topic, partition)
+    assert log is not None, f"{topic}-{partition} is not in the store"
+    return log
 
 
 def partition_dir(log_dir, topic: str = TOPIC, partition: int = PARTITION) -> str:

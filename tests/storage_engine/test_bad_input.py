@@ -23,6 +23,7 @@ from storage_engine.errors import (ConfigError, InvalidRecordForTopicError, Inva
                                    OffsetOutOfRangeError, RecordTooLargeError)
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from tests.storage_engine.helpers import get_log, manual_clock
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +69,7 @@ def assert_nothing_lost(env) -> None:
 def run_cli(capsys, monkeypatch, argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
     try:
-        rc = main.main([str(a) for a in argv])
+        rc: int | str | None = main.main([str(a) for a in argv])
     except SystemExit as exc:        # argparse usage errors
         rc = exc.code
     out, err = capsys.readouterr()
@@ -158,6 +159,7 @@ def test_invalid_config_names_the_key_the_value_and_the_range(env, capsys, monke
 def test_an_oversized_record_is_refused_and_nothing_is_written(env, capsys, monkeypatch):
     with LogManager.open(env.config) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
             log.append_records([SimpleRecord(b"k", b"ok"), SimpleRecord(b"big", b"x" * MAX_MESSAGE_BYTES)])
         assert log.log_end_offset == 10
@@ -174,6 +176,7 @@ def test_an_oversized_record_is_refused_and_nothing_is_written(env, capsys, monk
 def test_a_keyless_record_on_a_compacted_topic_is_refused_and_nothing_is_written(env, capsys, monkeypatch):
     with LogManager.open(env.config) as mgr:
         log = mgr.get_log("kv", 0)
+        assert log is not None
         with pytest.raises(InvalidRecordForTopicError, match="without a key"):
             log.append_records([SimpleRecord(b"c", b"3"), SimpleRecord(None, b"no key")])
         assert log.log_end_offset == 2
@@ -262,7 +265,7 @@ def test_consume_outside_the_log(env, capsys, monkeypatch):
     assert rc == 2 and out == "" and "offset 11 is out of range" in err and "log end offset 10" in err
     with LogManager.open(env.config) as mgr:
         with pytest.raises(OffsetOutOfRangeError, match="out of range"):
-            list(mgr.get_log("t", 0).read_records(11))
+            list(get_log(mgr, "t", 0).read_records(11))
     assert_nothing_lost(env)
 
 
@@ -273,6 +276,7 @@ def test_delete_records_beyond_the_high_watermark(env, capsys, monkeypatch, offs
     assert rc == 2 and out == "" and f"to {offset}" in err and "high watermark 10" in err
     with LogManager.open(env.config) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
             log.delete_records(offset)
         assert log.log_start_offset == 0
@@ -307,10 +311,10 @@ def test_records_of_the_wrong_type_are_rejected_by_the_api(tmp_path, bad, field)
     from storage_engine.config import LogConfig
     from storage_engine.errors import InvalidRecordError
     log, _ = open_log(str(tmp_path), "typed", 0, LogConfig(), clock=ManualClock(1), exclusive=True, create=True)
-    log.append_records([(b"good", b"record", 1)])
+    log.append_records([(b"good", b"record", 1)])  # type: ignore[list-item]  # a plain tuple, accepted as a SimpleRecord is
     with pytest.raises(InvalidRecordError, match=re.escape(field)):
-        log.clock.set(2)
-        log.append_records([(b"also-good", b"x", 2), bad])
+        manual_clock(log).set(2)
+        log.append_records([(b"also-good", b"x", 2), bad])  # type: ignore[list-item]  # plain tuples, one of them malformed: refused
     assert [(r.offset, r.key) for r in log.read_records()] == [(0, b"good")]
     log.close(clean=True)
 
@@ -397,6 +401,7 @@ def test_state_records_that_are_no_regular_files_are_ignored_or_reported(tmp_pat
     assert read_broker_epoch(d) is None
     os.mkfifo(intent.path_of(d, "t-0"))
     record, why = intent.read(d, "t-0")
+    assert why is not None
     assert record is None and "not a regular file (a FIFO)" in why and why.endswith("ignored")
     os.mkfifo(os.path.join(d, layout.UNCLEANABLE_FILE))
     assert "not a regular file (a FIFO)" in read_uncleanable(d)["<unreadable>"]["reason"]
@@ -438,7 +443,7 @@ def test_a_log_dir_that_is_a_file_or_unreadable_is_offline_and_the_other_serves(
         mgr.get_or_create_log("t", 0).append_records([SimpleRecord(b"k", b"v0")])
     with LogManager.open(config) as mgr:
         assert list(mgr.offline_dirs()) == [bad]
-        mgr.get_log("t", 0).append_records([SimpleRecord(b"k", b"v0+")])
+        get_log(mgr, "t", 0).append_records([SimpleRecord(b"k", b"v0+")])
         if kind == "link-loop":      # a dir that cannot be read may hold any partition: none is created meanwhile
             with pytest.raises(LogDirOfflineError, match="may hold it"):
                 mgr.get_or_create_log("t", 1)

@@ -322,7 +322,7 @@ def test_with_overrides_validates_and_returns_a_new_config():
     with pytest.raises(ConfigError, match="did you mean segment.ms"):
         base.with_overrides({"segment.mss": 1})
     with pytest.raises(dataclasses.FrozenInstanceError):
-        base.segment_bytes = 1
+        base.segment_bytes = 1  # type: ignore[misc]  # the frozen field the test tries to set
 
 
 # ---------------------------------------------------------------------------------------------- topics
@@ -344,9 +344,9 @@ def test_topic_overrides_are_parsed_and_read_only():
     assert dict(c.topic_overrides["t"]) == {"segment.bytes": 100, "cleanup.policy": ("compact", "delete")}
     assert dict(c.topic_overrides["empty"]) == {}
     with pytest.raises(TypeError):
-        c.topic_overrides["t"]["segment.bytes"] = 1
+        c.topic_overrides["t"]["segment.bytes"] = 1  # type: ignore[index]  # the read-only mapping the test tries to change
     with pytest.raises(TypeError):
-        c.topic_overrides["u"] = {}
+        c.topic_overrides["u"] = {}  # type: ignore[index]  # the read-only mapping the test tries to change
 
 
 def test_topic_overrides_must_be_a_mapping():
@@ -526,7 +526,7 @@ def test_config_objects_are_frozen_and_comparable():
         with_broker({"log.segment.bytes": 100}, {"t": {"segment.ms": 5}})
     assert a == b and hash(a) == hash(b)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        a.log_dirs = ("/x",)
+        a.log_dirs = ("/x",)  # type: ignore[misc]  # the frozen field the test tries to set
     assert os.path.isabs(a.log_dirs[0])
 
 

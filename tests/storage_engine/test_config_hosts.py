@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from storage_engine.config_file import config_from_mapping, load_config
+from storage_engine.config import StorageConfig
 from storage_engine.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.unit
 DIRS = ["/data/dir-a", "/data/dir-b", "/data/dir-c"]
 
 
-def with_hosts(hosts, dirs=DIRS, base_dir="/"):
+def with_hosts(hosts, dirs=DIRS, base_dir="/") -> StorageConfig:
     return config_from_mapping({"broker": {"log.dirs": dirs}, "hosts": hosts}, base_dir=base_dir)
 
 

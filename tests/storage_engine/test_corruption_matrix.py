@@ -644,7 +644,7 @@ def test_damage_under_the_spark_key_map_fails_the_job_and_no_map_is_written(caps
     flip(path, position + 70)
     damaged_first = struct.unpack_from(">q", open(path, "rb").read(), position)[0]
     before = kv_files(kv)
-    written = []
+    written: list[int] = []
     split = key_map_tasks.split_group
 
     def spying_split(index, group, start, end, bits, stage):

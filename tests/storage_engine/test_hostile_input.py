@@ -28,7 +28,7 @@ KAFKA_DEFAULT = "/tmp/kafka-logs"
 def run(capsys, monkeypatch, argv, stdin: bytes = b""):
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(stdin)))
     try:
-        rc = main.main([str(a) for a in argv])
+        rc: int | str | None = main.main([str(a) for a in argv])
     except SystemExit as exc:
         rc = exc.code
     out, err = capsys.readouterr()

@@ -17,7 +17,7 @@ TRIALS = 30
 
 
 def test_thirty_torture_trials_lose_no_acknowledged_record(tmp_path):
-    lines = []
+    lines: list[str] = []
     totals = harness.run(TRIALS, seed=10, keep_root=tmp_path, out=lines.append)
     assert totals["trials"] == TRIALS
     assert totals["violations"] == 0, "\n".join(lines)
@@ -29,7 +29,7 @@ def test_thirty_torture_trials_lose_no_acknowledged_record(tmp_path):
 def test_threads_mode_trials_lose_no_acknowledged_record(tmp_path):
     """``make torture THREADS=3``: the writer process runs three writer threads, two reader threads, a cleaner and a
     maintenance thread on one manager, beside the cleaner, maintenance and reader processes; kills as above."""
-    lines = []
+    lines: list[str] = []
     totals = harness.run(8, seed=11, keep_root=tmp_path, out=lines.append, threads=3)
     assert totals["trials"] == 8
     assert totals["violations"] == 0, "\n".join(lines)

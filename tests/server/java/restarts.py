@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.server.broker_proc import BrokerProcess
 from tests.server.java import build
+from tests.typed import present
 
 ROOT = Path(__file__).resolve().parents[3]
 BROKER = {"transaction.state.log.num.partitions": 5, "offsets.topic.num.partitions": 5,
@@ -190,11 +191,11 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, lis
             if msg is None:
                 continue
             if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
+                assert present(msg.error()).code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(present(msg.partition()))
                 continue
             at_end.discard(msg.partition())
-            out[msg.partition()].append(msg.value().decode())
+            out[present(msg.partition())].append(present(msg.value()).decode())
     finally:
         c.close()
     return out

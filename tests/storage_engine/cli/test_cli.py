@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+from typing import Literal
 
 import pytest
 
@@ -20,6 +21,7 @@ from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +42,7 @@ class Cli:
         path.write_text(json.dumps(data), encoding="utf-8")   # JSON is YAML
         return str(path)
 
-    def run(self, *args, stdin: bytes | str | None = None, config: str | None = None, expect: int | None = 0):
+    def run(self, *args, stdin: bytes | str | None = None, config: str | Literal[False] | None = None, expect: int | None = 0):
         cmd = [sys.executable, "-m", "storage_engine"]
         if config is not False:
             cmd += ["--config", config or self.cfg]
@@ -191,6 +193,7 @@ def test_flush_advances_the_recovery_point(cli):
     with LogManager.open(config) as holder:
         cli.produce("t", 0, records(10))
         log = holder.get_log("t", 0)
+        assert log is not None
         assert log.lock.read_state().recovery_point < 10
         out = cli.json("flush")
         assert out["flushed"] == [{"topic": "t", "partition": 0, "recovery_point_before": 0, "recovery_point": 10}]
@@ -284,9 +287,11 @@ def test_two_processes_creating_the_same_partition_pick_one_dir(cli):
                                "race", "--partition", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, cwd=str(REPO)) for _ in range(4)]
     for i, p in enumerate(procs):
+        assert p.stdin is not None
         p.stdin.write((json.dumps({"key": str(i), "value": str(i)}) + "\n").encode())
         p.stdin.close()
     for p in procs:
+        assert p.stderr is not None
         assert p.wait(120) == 0, p.stderr.read().decode()
     cli.partition_dir("race", 0)                          # exactly one home
     assert sorted(r["value"] for r in cli.consume("race", 0)) == ["0", "1", "2", "3"]
@@ -458,7 +463,7 @@ def test_dump_log_prints_legacy_compressed_and_control_batches_like_kafka(tmp_pa
                                                 r"isValid: true crc: \d+\} key: k\d payload: v\d", ln)]
     assert len(inner) == 3
     wrapper_crc = int.from_bytes(build_legacy_batch(recs, magic=1, base_offset=1, codec=codecs.GZIP)[12:16], "big")
-    crcs = {int(re.search(r"crc: (\d+)", ln).group(1)) for ln in inner}
+    crcs = {int(present(re.search(r"crc: (\d+)", ln)).group(1)) for ln in inner}
     assert len(crcs) == 3 and wrapper_crc not in crcs        # each inner message's own CRC
     assert "| offset: 2 CreateTime: 1700000000001 keySize: 2 valueSize: 2 isValid: true crc: " in out
     assert ("baseOffset: 4 lastOffset: 6 count: 3 baseSequence: 0 lastSequence: 2 producerId: 7 producerEpoch: 1 "

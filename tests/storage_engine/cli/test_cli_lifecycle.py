@@ -84,8 +84,8 @@ def test_stray_and_foreign_folders_are_reported_never_loaded_and_removed_only_on
     os.makedirs(os.path.join(first, "lost+found"))
     with open(os.path.join(first, "lost+found", "00000000000000000000.log"), "wb") as f:
         f.write(b"not a log")
-    with open(os.path.join(first, "notes.txt"), "w") as f:
-        f.write("ops notes")
+    with open(os.path.join(first, "notes.txt"), "w") as notes:
+        notes.write("ops notes")
     described = {d["path"]: d for d in cli.json("describe")["log_dirs"]}[first]
     assert described["strays"] == [stray]
     assert [f["name"] for f in described["foreign"]] == ["lost+found"]

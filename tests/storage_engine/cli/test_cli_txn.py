@@ -89,8 +89,8 @@ def test_transactions_from_the_command_line(cli):
     with open(os.path.join(d, snaps[-1]), "rb") as f:
         data = bytearray(f.read())
     data[-1] ^= 1
-    with open(bad, "wb") as f:
-        f.write(data)
+    with open(bad, "wb") as out:
+        out.write(data)
     _, out, err = cli.dump(bad, expect=1)
     assert "Snapshot is corrupt (CRC is no longer valid)" in err or "snapshot is corrupt (CRC is no longer valid)" in err
 

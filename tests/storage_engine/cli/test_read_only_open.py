@@ -32,6 +32,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.log.read_only import ReadOnlyError
 from storage_engine.record.records import SimpleRecord
 from tests.paths import REPO
+from tests.storage_engine.helpers import get_log, present
 
 PROCS = pathlib.Path(__file__).resolve().parent.parent / "procs"
 sys.path.insert(0, str(PROCS))
@@ -141,7 +142,7 @@ def fill_keyed(config, appends: int = 300) -> dict[str, str]:
             recs = [SimpleRecord((f"u{i * 5 + j}" if i < 50 else f"k{rng.randrange(200)}").encode(),
                                  f"v{i}-{j}".encode()) for j in range(5)]
             log.append_records(recs)
-            latest.update({r.key.decode(): r.value.decode() for r in recs})
+            latest.update({present(r.key).decode(): present(r.value).decode() for r in recs})
     return latest
 
 
@@ -167,7 +168,7 @@ def read_only_commands(store: Store, topic: str) -> list[tuple[str, ...]]:
             ("expire-producers", "--dry-run"), ("purge-deleted", "--dry-run"), ("log-dirs",)]
 
 
-def console_reads_unchanged(store: Store, topic: str) -> dict:
+def console_reads_unchanged(store: Store, topic: str) -> browse.BrowsePage:
     """The Storage console's readers, in process: the overview, the topic pages, the message browser."""
     before = listing(store.dirs)
     status.overview(store.config)
@@ -248,6 +249,7 @@ def test_writer_killed_mid_append_read_only_commands_change_nothing_and_see_ever
     # The next writable open recovers (truncates the torn tail) and finds the same records.
     with LogManager.open(store.config) as mgr:
         log = mgr.get_log(PLAIN, 0)
+        assert log is not None
         assert {r.offset: digest(r.value) for r in log.read_records()} == acks
 
 
@@ -295,7 +297,8 @@ def test_cleaner_killed_mid_swap_read_only_commands_change_nothing_and_read_the_
     # The next writable open resolves the swap and reads exactly what the read-only open read.
     with LogManager.open(store.config) as mgr:
         log = mgr.get_log(KEYED, 0)
-        assert [(r.offset, r.key.decode(), r.value.decode()) for r in log.read_records()] == \
+        assert log is not None
+        assert [(r.offset, present(r.key).decode(), present(r.value).decode()) for r in log.read_records()] == \
             [(r["offset"], r["key"], r["value"]) for r in records]
 
 
@@ -309,6 +312,7 @@ def test_read_only_open_while_another_process_holds_the_dir_says_in_use_and_refu
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=child_env())
     try:
+        assert holder.stdout is not None and holder.stderr is not None
         assert holder.stdout.readline().strip() == "READY", holder.stderr.read()
         described = json.loads(store.unchanged_by("describe").stdout)
         home = [d for d in described["log_dirs"] if d["partitions"]]
@@ -338,6 +342,7 @@ def test_read_only_log_follows_a_writer_appending_and_rolling_and_reads_only_ack
     writer = subprocess.Popen([sys.executable, str(PROCS / "appender.py"), "--config", store.cfg, "--topic", PLAIN,
                                "--tag", "w", "--appends", "150", "--pause-s", "0.005"], env=child_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stderr is not None
     assert writer.stdout.readline().strip() == "READY", writer.stderr.read()
     seen: dict[int, str] = {}
     reads = 0
@@ -378,7 +383,9 @@ def test_read_only_logs_parked_under_the_open_file_bound_read_again_on_use(tmp_p
     with LogManager.open(store.config, read_only=True, max_open_logs=1) as mgr:
         for _ in range(2):
             keyed, plain = mgr.get_log(KEYED, 0), mgr.get_log(PLAIN, 0)
-            assert {r.key.decode(): r.value.decode() for r in keyed.read_records()} == latest
+            assert keyed is not None
+            assert plain is not None
+            assert {present(r.key).decode(): present(r.value).decode() for r in keyed.read_records()} == latest
             assert keyed.parked is False
             assert [r.offset for r in plain.read_records()] == list(range(50))
             assert keyed.parked is True, "used last: the other one"
@@ -406,7 +413,7 @@ def test_missing_and_damaged_indexes_are_read_around_in_memory(tmp_path):
         os.remove(os.path.join(folder, f"{bases[-1]:020d}{suffix}"))
     before = listing(store.dirs)
     with LogManager.open(store.config, read_only=True) as mgr:
-        log = mgr.get_log(PLAIN, 0)
+        log = get_log(mgr, PLAIN, 0)
         assert [r.offset for r in log.read_records()] == list(range(120))
         assert [r.offset for r in log.read_records(bases[1] + 2, 3)] == [bases[1] + 2, bases[1] + 3, bases[1] + 4]
         messages = [m for d in mgr.describe()["log_dirs"] for m in d["load_messages"]]

@@ -15,6 +15,7 @@ from storage_engine.inspection.browse import browse, hex_dump, render_bytes
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.file_records import FileRecords
+from tests.storage_engine.helpers import get_log, present
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ def fill(config, topic: str = "t", records: int = 60, **appends) -> None:
 
 def engine_records(config, topic: str = "t", isolation: str = "read_uncommitted") -> list:
     with LogManager.open(config, partitions=[(topic, 0)]) as mgr:
-        return list(mgr.get_log(topic, 0).read_records(isolation_level=isolation))
+        return list(get_log(mgr, topic, 0).read_records(isolation_level=isolation))
 
 
 def listing(dirs) -> dict:
@@ -102,8 +103,9 @@ def test_seeks_by_timestamp_newest_and_out_of_range_offsets(config):
     fill(config)
     with LogManager.open(config, partitions=[("t", 0)]) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         for ts in (T0 - 5, T0 + 12_345, T0 + 30_000, T0 + 59_000):
-            assert browse(config, "t", 0, timestamp_ms=ts, limit=1)["records"][0]["offset"] == log.offset_for_timestamp(ts)[1]
+            assert browse(config, "t", 0, timestamp_ms=ts, limit=1)["records"][0]["offset"] == present(log.offset_for_timestamp(ts))[1]
         log.delete_records(20)
     late = browse(config, "t", 0, timestamp_ms=T0 + 10**9)
     assert late["records"] == [] and late["notes"] == ["no record has a timestamp at or after that instant"]
@@ -161,6 +163,7 @@ def test_damage_ends_the_page_with_the_records_before_it(config):
         f.write(bytes([b[0] ^ 1]))
     page = browse(config, "t", 0, limit=500)
     assert [r["offset"] for r in page["records"]] == list(range(victim.base_offset))
+    assert page["error"] is not None
     assert page["error"]["path"] == path and page["error"]["position"] == victim.file_position
     assert "crc" in page["error"]["message"] and page["next_offset"] is None
 

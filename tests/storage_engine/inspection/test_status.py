@@ -25,6 +25,7 @@ from storage_engine.maintenance.cleaner_manager import (log_to_clean, mark_uncle
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.time_index import TimeIndex
+from tests.storage_engine.helpers import get_log
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +53,7 @@ def store(tmp_path):
             for i in range(n):
                 log.append_records([SimpleRecord(None, b"e" * 60, T0 + i)])
         for p, offset in ((1, 100), (2, 300)):
-            log = mgr.get_log("keyed", p)
+            log = get_log(mgr, "keyed", p)
             checkpoint = max(s.base_offset for s in log.segments if s.base_offset <= offset)
             update_cleaner_checkpoint(log.log_dir, ("keyed", p), checkpoint)
     return config
@@ -93,6 +94,7 @@ def test_space_is_counted_as_df_counts_it(store):
     assert math.ceil(mine["used_percent"]) == percent
     assert mine["used_percent"] == pytest.approx(100 * used / (used + available), abs=0.001)
     assert (dir_status["used_bytes"], dir_status["free_bytes"]) == (used, available)
+    assert dir_status["used_percent"] is not None
     assert math.ceil(dir_status["used_percent"]) == percent
     assert math.ceil(usage["fs_used_percent"]) == percent and usage["fs_available_bytes"] == available
     statvfs = os.statvfs(d)
@@ -115,15 +117,18 @@ def test_a_log_replaced_by_a_directory_is_marked_and_counted_nowhere(store):
     assert row["size_bytes"] == was["size_bytes"] - victim_size          # not 4096 bytes of a directory
     assert [x["kind"] for x in row["damage"]] == ["unreadable"]
     assert victim in row["damage"][0]["message"] and "directory" in row["damage"][0]["message"]
+    assert row["error"] is not None
     assert "PartitionUnreadableError" in row["error"]                    # its figures are not read: not maintained
     detail = partition_detail(store, "events", 1)
     (marked,) = [s for s in detail["segment_list"] if s["problem"]]
     assert marked["base_offset"] == layout.offset_from_filename(logs[1]) and marked["size_bytes"] is None
+    assert marked["problem"] is not None
     assert "is a directory" in marked["problem"]
     assert len(detail["segment_list"]) == was["segments"]
     overview = status.overview(store)
     assert [(r["topic"], r["partition"]) for r in overview["damaged"]] == [("events", 1)]
     (dir_status,) = [x for x in overview["log_dirs"] if x["path"] == d]
+    assert dir_status["error"] is not None
     assert dir_status["damaged_partitions"] == 1 and victim in dir_status["error"]
     # The plan leaves it alone, as maintenance does.
     plan = plans.plan(store, T0)
@@ -143,6 +148,7 @@ def test_a_partition_folder_replaced_by_a_file_is_listed_with_the_reason(store):
     rows = {(r["topic"], r["partition"]): r for r in listing.list_partition_status(store, limit=100)["partitions"]}
     assert ("events", 0) in rows and len(rows) == 5
     row = rows[("events", 0)]
+    assert row["error"] is not None
     assert [x["kind"] for x in row["damage"]] == ["missing"] and "is a regular file, not a folder" in row["error"]
     assert row["log_dir"] == d
     detail = partition_detail(store, "events", 0)
@@ -178,6 +184,7 @@ def test_recorded_losses_uncleanable_marks_and_foreign_entries(store):
 def test_index_sizes_are_the_entries_written_not_the_preallocated_files(store):
     with LogManager.open(store, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("events", 1)
+        assert log is not None
         log.append_records([SimpleRecord(None, b"e" * 60, T0 + 1000 + i) for i in range(5)])   # active, open
         detail = partition_detail(store, "events", 1)
         segments = {s["base_offset"]: s for s in detail["segment_list"]}
@@ -189,13 +196,14 @@ def test_index_sizes_are_the_entries_written_not_the_preallocated_files(store):
                 assert s["time_index_bytes"] == ti.entries * 12
         last = detail["segment_list"][-1]
         assert last["active"] and last["index_file_bytes"] == 10 * 1024 * 1024      # preallocated while open
+        assert last["index_bytes"] is not None and last["time_index_bytes"] is not None
         assert last["index_bytes"] < 1024 and last["time_index_bytes"] < 1024
         assert any(s["index_bytes"] for s in detail["segment_list"][:-1])          # sealed ones hold entries
         assert all(s["index_bytes"] == s["index_file_bytes"] for s in detail["segment_list"][:-1])
 
 
 def test_the_table_sorts_by_every_column(store):
-    truth = {}
+    truth: dict[tuple[str, int], dict] = {}
     with LogManager.open(store, clock=ManualClock(T0 + 10_000)) as mgr:
         for tp, log in mgr.logs.items():
             truth[tp] = {"size": log.size_in_bytes(), "log_end_offset": log.log_end_offset,

@@ -16,6 +16,7 @@ from storage_engine.jobs import batches, housekeeping, lifecycle
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from tests.storage_engine.helpers import manual_clock
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -35,7 +36,7 @@ def cfg(tmp_path):
             log = mgr.get_or_create_log("t", p)
             for i in range(40):
                 ts = T0 + (0 if i < 20 else 2 * HOUR)
-                log.clock.set(ts)
+                manual_clock(log).set(ts)
                 log.append_records([SimpleRecord(b"k%d" % i, b"v" * 60, ts)])
     return config
 
@@ -71,8 +72,8 @@ def only_failure(failures, partition: int) -> dict:
 def test_a_partition_folder_that_became_a_file_fails_in_every_job_and_the_others_are_maintained(cfg, tmp_path):
     assert ("t", 1) in checkpointed(cfg)
     shutil.move(folder(cfg, 1), tmp_path / "saved")
-    with open(folder(cfg, 1), "w") as f:
-        f.write("not a folder")
+    with open(folder(cfg, 1), "w") as out:
+        out.write("not a folder")
     # The plan lists it (7 of 8 would be a green run that maintains less), with the reason.
     listed = {(p["topic"], p["partition"]): p for p in housekeeping.list_partitions(cfg, include_missing=True)}
     assert "is a regular file, not a folder" in listed[("t", 1)]["missing"]
@@ -103,7 +104,7 @@ def test_a_vanished_partition_stays_reported_until_the_engine_deletes_it(cfg, tm
     # The whole-store jobs say so too.
     only_failure(housekeeping.flush(cfg, T0, due_only=False)["failures"], 2)
     only_failure(housekeeping.expire_producers(cfg, T0)["failures"], 2)
-    failures: list = []
+    failures = []
     housekeeping.retention_all(cfg, T0, failures=failures)
     only_failure(failures, 2)
     # The operator forgets it through the engine's delete path: its entries and engine files go, no failure since.
@@ -142,7 +143,7 @@ def test_a_segment_file_that_is_no_file_fails_the_partition_and_nothing_of_it_is
         assert f"{first} (a directory)" in f["error"], name
         assert done == {("t", 1), ("t", 2)}, name
     assert sorted(os.listdir(pdir)) == before, "nothing of the partition was maintained"
-    failures: list = []
+    failures = []
     housekeeping.retention_all(cfg, T0 + 2 * HOUR + 1, failures=failures)
     only_failure(failures, 0)
     assert sorted(os.listdir(pdir)) == before

@@ -11,6 +11,7 @@ up as a failure, never as a stuck run.
 from __future__ import annotations
 
 import os
+import io
 import pathlib
 import random
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import cast
 
 import pytest
 
@@ -31,6 +33,7 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok, payload_tag
 from tests.storage_engine.procs.reader import prefix_digest
+from tests.storage_engine.helpers import get_log
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +72,8 @@ class Child:
     def _pump(self) -> None:
         buf = b""
         while True:
-            chunk = self.proc.stdout.read1(65536)
+            assert self.proc.stdout is not None
+            chunk = cast(io.BufferedReader, self.proc.stdout).read1(65536)
             if not chunk:
                 break
             buf += chunk
@@ -116,7 +120,7 @@ class Child:
 
     def failure(self, what: str) -> str:
         self._stderr.flush()
-        return f"child {self.proc.args[1:]} {what}; stderr:\n{self.stderr_path.read_text(errors='replace')[-4000:]}"
+        return f"child {cast(list[str], self.proc.args)[1:]} {what}; stderr:\n{self.stderr_path.read_text(errors='replace')[-4000:]}"
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -239,7 +243,7 @@ def test_maintenance_in_this_process_while_a_child_appends(tmp_path, children):
         mgr.close()
     # The checkpoints a new process starts from agree with the log.
     with LogManager.open(load_config(cfg)) as again:
-        log = again.get_log(TOPIC, 0)
+        log = get_log(again, TOPIC, 0)
         assert log.log_start_offset == deleted_below and log.log_end_offset == 1200
         assert_acks_present(acked, read_log(log), deleted_below)
 
@@ -299,12 +303,15 @@ def test_sigkill_of_a_writer_mid_append_loses_only_the_unacknowledged_batch(tmp_
                 assert any(p["file"] == active_path for p in report["problems"]), report["problems"]
 
             if keep_open:
+                assert mgr is not None   # kept open
                 log = mgr.get_log(TOPIC, 0)
+                assert log is not None
                 with log.locked():     # the next lock holder validates the tail and truncates what is torn
                     pass
             else:
                 mgr = LogManager.open(config)   # first opener: full load, recovery from the recovery point
                 log = mgr.get_log(TOPIC, 0)
+                assert log is not None
             assert_no_damage(cfg)
 
             max_acked = max(a[0] for a in all_acks)
@@ -322,6 +329,7 @@ def test_sigkill_of_a_writer_mid_append_loses_only_the_unacknowledged_batch(tmp_
             all_acks.append((info.first_offset, digest(value), "parent", rnd))
             assert_no_damage(cfg)
             if not keep_open:
+                assert mgr is not None
                 mgr.close()
                 mgr = None
     finally:
@@ -329,6 +337,7 @@ def test_sigkill_of_a_writer_mid_append_loses_only_the_unacknowledged_batch(tmp_
             mgr.close()
     with LogManager.open(load_config(cfg)) as again:
         log = again.get_log(TOPIC, 0)
+        assert log is not None
         records = read_log(log)
         assert_acks_present(all_acks, records)
         assert sorted(records) == list(range(log.log_end_offset))
@@ -398,12 +407,15 @@ def test_a_writer_killed_inside_a_time_index_entry_leaves_no_damage(tmp_path, ch
         report = verify_log_dirs(config)
         assert any(p["file"] == tindex for p in report["problems"]), report
         if keep_open:
+            assert mgr is not None   # kept open
             log = mgr.get_log(TOPIC, 0)
+            assert log is not None
             with log.locked():
                 pass
         else:
             mgr = LogManager.open(config)
             log = mgr.get_log(TOPIC, 0)
+            assert log is not None
         assert_no_damage(cfg)
         records = read_log(log)
         assert_acks_present(acks, records)

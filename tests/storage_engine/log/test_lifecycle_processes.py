@@ -31,6 +31,7 @@ from tests.storage_engine.procs.payloads import digest, payload_ok
 
 from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_present, children,  # noqa: F401
                                read_log, write_config)
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.slow
 
@@ -173,6 +174,7 @@ def test_a_move_killed_at_every_step_with_a_live_writer_keeps_every_acknowledged
     assert any(before != after for _e, _rc, before, after in killed), "no kill came after the commit point"
     with LogManager.open(config) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         records = read_log(log)              # offsets strictly increase: no record twice
         assert sorted(records) == list(range(log.log_end_offset)), "offsets are not contiguous"
         assert_acks_present(acks, records)
@@ -200,13 +202,14 @@ def test_a_move_killed_right_after_its_commit_point_is_in_service_in_the_target_
     target = [d for d in config.log_dirs if d != home][0]
     mover = _mover(children, cfg, target, "--stop-before", "durable_rename")
     assert mover.finish() == -signal.SIGKILL, mover.failure("did not die before renaming the copy")
-    assert peek_state(lock_path(home, name)).status == MOVED, "the kill came before the commit point"
+    assert present(peek_state(lock_path(home, name))).status == MOVED, "the kill came before the commit point"
     assert not os.path.isdir(os.path.join(target, name))
     assert [d for d, _folder in mover_mod.future_folders(config.log_dirs, TOPIC, 0)] == [target]
     assert _home(config) == [target]
 
     with LogManager.open(config) as mgr:         # the next process to use the partition completes the move
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         assert log.log_dir == target
         records = read_log(log)
         assert sorted(records) == list(range(600))
@@ -242,6 +245,7 @@ def test_a_dir_made_unreadable_goes_offline_while_the_other_dir_keeps_taking_app
         def read_until(pred, timeout_s):
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
+                assert proc.stdout is not None
                 line = proc.stdout.readline().decode()
                 if not line:
                     return False
@@ -283,11 +287,11 @@ def test_a_dir_made_unreadable_goes_offline_while_the_other_dir_keeps_taking_app
         if proc.poll() is None:
             proc.kill()
         proc.wait(CHILD_TIMEOUT_S)
-    acked = {}
+    acked: dict[str, list[tuple[int, str]]] = {}
     for x in lines:
         if x.startswith("ACK"):
-            _, name, offset, dig = x.split()
-            acked.setdefault(name, []).append((int(offset), dig))
+            _, name, ack_offset, dig = x.split()
+            acked.setdefault(name, []).append((int(ack_offset), dig))
     with LogManager.open(config) as mgr:
         for name, acks in acked.items():
             topic, part = name.split("-")

@@ -22,6 +22,7 @@ from storage_engine.record.record_batch import build_batch, build_control_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.txn_index import AbortedTxn, TransactionIndex
 from storage_engine.inspection.verify import verify_log_dirs
+from tests.storage_engine.helpers import get_log
 
 from .test_split import INT_MAX, legacy_messages
 
@@ -61,7 +62,7 @@ def _observed(log) -> dict:
             "all": [(r.offset, r.value) for r in log.read_records()]}
 
 
-def _fill_with_producers(log) -> dict:
+def _fill_with_producers(log) -> list[int]:
     """Producer 11 writes first (retention removes its batches later); 7 is idempotent; 8 aborts a transaction
     spanning rolls; 9 commits one; 10 leaves one open at the end. Returns the offsets of the aborted records."""
     i, aborted = 0, []
@@ -104,7 +105,7 @@ def test_a_moved_partition_keeps_its_producers_aborted_transactions_lso_and_dupl
         assert _files(home, layout.TXN_INDEX_SUFFIX), "the new home indexes the aborted transaction"
     # A new process loads the moved partition from its new folder alone, with the same state.
     with LogManager.open(cfg, clock=ManualClock(T0 + 10)) as mgr:
-        log = mgr.get_log("t", 0)
+        log = get_log(mgr, "t", 0)
         assert log.log_dir == result["target_dir"]
         assert _observed(log) == before
         end = log.log_end_offset
@@ -205,6 +206,7 @@ def test_a_split_legacy_segment_keeps_its_aborted_transactions_in_the_segment_of
     assert not [n for n in os.listdir(folder) if n.endswith((layout.SWAP_SUFFIX, layout.CLEANED_SUFFIX))]
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         bases = [s.base_offset for s in log.segments]
         assert bases[:2] == [0, INT_MAX + 10], bases
         assert log.segments[0].txn_index.all_aborted_txns() == []

@@ -24,7 +24,7 @@ from storage_engine.segment.file_records import iter_batches
 from storage_engine.log.manager import LogManager
 from storage_engine.segment.segment import LogSegment
 
-from ..helpers import (TOPIC, batch, config, files, open_log, partition_dir, read_all, recs, segment_path)
+from ..helpers import (TOPIC, batch, config, files, open_log, partition_dir, read_all, recs, segment_path, get_log, present)
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +56,7 @@ def bases(log) -> list[int]:
     return [s.base_offset for s in log.segments]
 
 
-def assert_consistent(log, before: list[tuple[int, bytes]], recovery_point: int) -> list[tuple[int, bytes]]:
+def assert_consistent(log, before: list[tuple[int, bytes | None]], recovery_point: int) -> list[tuple[int, bytes | None]]:
     """Offsets strictly increase, nothing is duplicated, every record below the recovery point survived."""
     after = read_all(log)
     offsets = [o for o, _ in after]
@@ -343,7 +343,7 @@ def swap_log(log_dir):
     log.close(clean=True)
     d = partition_dir(log_dir)
 
-    def cleaned(base: int, old_bases: list[int]) -> list[tuple[int, bytes]]:
+    def cleaned(base: int, old_bases: list[int]) -> list[tuple[int, bytes | None]]:
         raw = []
         for ob in old_bases:
             seg = LogSegment.open(d, ob, LogConfig(), now_ms=T0, file_already_exists=True, writable=False)
@@ -351,8 +351,8 @@ def swap_log(log_dir):
             seg.close(trim=False)
         last_of_key = {}
         for off, _, key in raw:
-            last_of_key[bytes(key)] = off
-        keep = [(off, data) for off, data, key in raw if last_of_key[bytes(key)] == off or off == raw[-1][0]]
+            last_of_key[bytes(present(key))] = off
+        keep = [(off, data) for off, data, key in raw if last_of_key[bytes(present(key))] == off or off == raw[-1][0]]
         new = LogSegment.open(d, base, config(index_interval_bytes=1, segment_index_bytes=cfg.segment_index_bytes),
                               now_ms=T0, suffix=layout.CLEANED_SUFFIX)
         for off, data in keep:
@@ -509,7 +509,7 @@ def test_clean_shutdown_skips_recovery(log_dir):
 
     mgr = LogManager.open(cfg, clock=ManualClock(T0))
     assert not has_clean_shutdown(str(log_dir)), "the marker is consumed at startup"
-    log = mgr.get_log(TOPIC, 0)
+    log = get_log(mgr, TOPIC, 0)
     assert log.log_end_offset == 20
     assert log.recovery_point == 20
     assert log_files() == before, "no segment was recovered or truncated"
@@ -520,7 +520,7 @@ def test_clean_shutdown_skips_recovery(log_dir):
     os.remove(os.path.join(str(log_dir), layout.CLEAN_SHUTDOWN_FILE))
     rp_file.write({(TOPIC, 0): 0})
     mgr = LogManager.open(cfg, clock=ManualClock(T0))
-    log = mgr.get_log(TOPIC, 0)
+    log = get_log(mgr, TOPIC, 0)
     assert log.log_end_offset == 0
     assert read_all(log) == []
     assert records  # (the records were there before)
@@ -625,7 +625,7 @@ def test_unclean_close_keeps_flushed_data_and_preallocated_tail_is_cut(log_dir):
     assert read_all(log) == records
     assert log.log_end_offset == 5
     log.close(clean=True)
-    assert os.path.getsize(path) == sum(len(batch(0, v.decode(), timestamp=T0)) for _, v in records)
+    assert os.path.getsize(path) == sum(len(batch(0, present(v).decode(), timestamp=T0)) for _, v in records)
 
 
 # ------------------------------------------------------------------ segments written by real Kafka

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from typing import Any
 
 import pytest
 
@@ -1093,10 +1094,10 @@ def test_recovering_many_segments_lists_the_folder_a_fixed_number_of_times(log_d
     d = partition_dir(log_dir)
     listed = []
     real_listdir = os.listdir
-    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(os.fspath(path)) or real_listdir(path))
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(os.fspath(path)) or real_listdir(path))  # type: ignore[func-returns-value]  # records the call, then delegates
     from storage_engine.segment import producer_snapshot
     reads, real_read = [], producer_snapshot.read_snapshot
-    monkeypatch.setattr(producer_snapshot, "read_snapshot", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(producer_snapshot, "read_snapshot", lambda path: reads.append(path) or real_read(path))  # type: ignore[func-returns-value]  # records the call, then delegates
     log, res = open_log(log_dir, cfg, now_ms=T0, create=False, recovery_point_checkpoint=0)
     assert res.recovered_segments == 20
     assert listed.count(d) <= 4
@@ -1320,7 +1321,7 @@ def test_a_recorded_swap_completed_at_load_stamps_the_deleted_files_with_the_loa
     swap_log = segment_path(pdir, 0, layout.LOG_SUFFIX, layout.SWAP_SUFFIX)
     with open(swap_log, "wb") as f:
         f.write(merged)
-    old = [[0, {s: ino(0, s) for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}],
+    old: list[list[Any]] = [[0, {s: ino(0, s) for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX)}],
            [2, {s: ino(2, s) for s in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX,
                                         layout.SNAPSHOT_SUFFIX)}]]
     intent.write(str(log_dir), os.path.basename(pdir), "swap",

@@ -19,6 +19,7 @@ from storage_engine.log.locks import (UNKNOWN, CleaningClaim, DirLock, FileLock,
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from tests.paths import REPO
+from tests.storage_engine.helpers import get_log
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -174,8 +175,8 @@ def test_engine_files_of_earlier_versions_are_converted_once(tmp_path):
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         messages = mgr.dirs[str(d)].load_messages
         assert "renamed .lock.t-0 to .engine+partition+t-0" in messages
-        assert mgr.get_log("t", 0).generation == 42, "the state kept its generation (one more for this load)"
-        assert [r.value for r in mgr.get_log(".lock.x", 0).read_records()] == [b"x"]
+        assert get_log(mgr, "t", 0).generation == 42, "the state kept its generation (one more for this load)"
+        assert [r.value for r in get_log(mgr, ".lock.x", 0).read_records()] == [b"x"]
     names = set(os.listdir(d))
     assert {".lock.t-0", ".cleaning.t-0", ".create.lock", ".checkpoint.lock", ".cleaner-checkpoint.lock",
             ".uncleanable-partitions.json"}.isdisjoint(names)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import pytest
 
@@ -245,6 +246,7 @@ def test_client_batch_errors_name_the_append_and_the_byte(logs):
     good = batch(0, "a", timestamp=T0)
     bad = bytearray(batch(0, "b", timestamp=T0))
     bad[-3] ^= 0x01
+    err: pytest.ExceptionInfo[Any]   # one name for each refusal below
     with pytest.raises(CorruptRecordError) as err:
         log.append_batches(good + bytes(bad))
     assert str(err.value).startswith("record batch is corrupt (stored crc = ")
@@ -298,6 +300,7 @@ def test_refusals_name_the_topic(logs):
     log = logs(config(cleanup_policy="compact", max_message_bytes=size, segment_bytes=size + 8), topic="orders")
     keyed = recs("x", "y", keys=["k", None], timestamp=T0)
     msg = "compacted topic orders cannot accept a record without a key (record 1 of the batch)"
+    err: pytest.ExceptionInfo[Any]   # one name for each refusal below
     with pytest.raises(InvalidRecordForTopicError) as err:
         log.append_records(keyed)
     assert str(err.value) == msg
@@ -393,7 +396,8 @@ def test_check_records_is_the_records_path_without_the_log(tmp_path):
     cfg = LogConfig()
     check_records("orders", cfg, recs("a", "b"), now_ms=T0)
     check_records("orders", config(message_timestamp_type="LogAppendTime"), recs("a"), now_ms=T0)
-    check_records("orders", cfg, [(None, b"a", -1, [("h", None)])], now_ms=T0)
+    check_records("orders", cfg, [(None, b"a", -1, [("h", None)])], now_ms=T0)  # type: ignore[list-item]  # a plain tuple, accepted as a SimpleRecord is
+    err: pytest.ExceptionInfo[Any]   # one name for each refusal below
     with pytest.raises(InvalidRecordError) as err:
         check_records("orders", cfg, [], now_ms=T0)
     assert str(err.value) == "cannot append an empty list of records"
@@ -401,7 +405,7 @@ def test_check_records_is_the_records_path_without_the_log(tmp_path):
         check_records("orders", config(cleanup_policy="compact"), recs("a"), now_ms=T0)
     assert str(err.value) == "compacted topic orders cannot accept a record without a key (record 0 of the batch)"
     with pytest.raises(InvalidRecordError) as err:
-        check_records("orders", cfg, [(b"k", 5)], now_ms=T0)
+        check_records("orders", cfg, [(b"k", 5)], now_ms=T0)  # type: ignore[list-item]  # a malformed tuple: the test checks it is refused
     assert str(err.value) == "record 0: value must be bytes or None, got int"
     values = ["x" * 300, "x" * 300]
     plain = len(build_batch(recs(*values, timestamp=T0)))

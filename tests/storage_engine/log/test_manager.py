@@ -13,7 +13,7 @@ from storage_engine.errors import StorageError
 from storage_engine.log.manager import LogManager
 from storage_engine.segment.clean_shutdown import clean_shutdown_path
 
-from ..helpers import partition_dir, recs, segment_path
+from ..helpers import partition_dir, recs, segment_path, get_log
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -62,15 +62,15 @@ def test_a_subset_manager_writes_the_marker_only_for_a_dir_it_had_to_itself(log_
 
     with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)]):
         with LogManager.open(cfg, clock=ManualClock(T0)) as other:  # another manager joins, writes, leaves
-            other.get_log("b", 0).append_records(recs("unflushed", timestamp=T0))
+            get_log(other, "b", 0).append_records(recs("unflushed", timestamp=T0))
     assert not os.path.exists(marker), "another manager joined: it cannot vouch for b-0"
 
     with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("a", 0)]):
         pass
     assert not os.path.exists(marker), "the dir was not clean when it opened it"
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        assert [r.value for r in mgr.get_log("a", 0).read_records()] == [b"a-0", b"more"]
-        assert [r.value for r in mgr.get_log("b", 0).read_records()] == [b"b-0", b"unflushed"]
+        assert [r.value for r in get_log(mgr, "a", 0).read_records()] == [b"a-0", b"more"]
+        assert [r.value for r in get_log(mgr, "b", 0).read_records()] == [b"b-0", b"unflushed"]
     assert os.path.exists(marker), "a manager of every partition writes it again"
 
 
@@ -82,6 +82,7 @@ def test_a_partition_not_loaded_since_an_unclean_shutdown_is_recovered_by_a_join
     cfg = _fill(log_dir, [("a", 0), ("b", 0)])
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         b = mgr.get_log("b", 0)
+        assert b is not None
         b.roll()
         b.append_records(recs("later", timestamp=T0))
     os.remove(clean_shutdown_path(str(log_dir)))  # the next open is the first after an unclean shutdown
@@ -94,6 +95,7 @@ def test_a_partition_not_loaded_since_an_unclean_shutdown_is_recovered_by_a_join
         with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("b", 0)]) as joiner:
             assert not joiner.dirs[str(log_dir)].exclusive_at_open
             log = joiner.get_log("b", 0)
+            assert log is not None
             assert log.lock.read_state().loaded_epoch == epoch
             assert [r.value for r in log.read_records()] == [b"b-0", b"later"]
             assert not os.path.exists(segment_path(d, 0, layout.LOG_SUFFIX, layout.SWAP_SUFFIX))
@@ -102,7 +104,7 @@ def test_a_partition_not_loaded_since_an_unclean_shutdown_is_recovered_by_a_join
         # a third process finds b-0 loaded in this epoch: a view, no second load
         with LogManager.open(cfg, clock=ManualClock(T0), partitions=[("b", 0)]) as third:
             assert third.dirs[str(log_dir)].load_messages == []
-            assert [r.value for r in third.get_log("b", 0).read_records()] == [b"b-0", b"later"]
+            assert [r.value for r in get_log(third, "b", 0).read_records()] == [b"b-0", b"later"]
     finally:
         first.close()
 
@@ -116,4 +118,4 @@ def test_a_clean_first_open_keeps_the_epoch_and_an_unclean_one_starts_a_new_one(
     os.remove(clean_shutdown_path(str(log_dir)))
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         assert mgr.dirs[str(log_dir)].epoch != clean_epoch
-        assert mgr.get_log("a", 0).lock.read_state().loaded_epoch == mgr.dirs[str(log_dir)].epoch
+        assert get_log(mgr, "a", 0).lock.read_state().loaded_epoch == mgr.dirs[str(log_dir)].epoch

@@ -24,7 +24,7 @@ from storage_engine.maintenance.cleaner_manager import read_cleaner_checkpoints
 from storage_engine.record.records import SimpleRecord
 from tests.paths import REAL_KAFKA_FIXTURES
 
-from ..helpers import batch
+from ..helpers import batch, get_log
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -80,7 +80,7 @@ def cli(capsys, path: str, *args) -> tuple[int, str, str]:
 
 def offsets_read(cfg, start: int | None = None) -> list[int]:
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        return [r.offset for r in mgr.get_log("t", 0).read_records(start)]
+        return [r.offset for r in get_log(mgr, "t", 0).read_records(start)]
 
 
 def assert_clean(cfg, i: int = 0) -> None:
@@ -111,6 +111,7 @@ def test_a_middle_segment_lost_from_a_compacted_topic_is_never_laundered(tmp_pat
     assert rc == 1 and lost in out
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:       # the load records it
         log = mgr.get_log("t", 0)
+        assert log is not None
         assert [(r["start"], r["end"]) for r in losses.recorded(pdir(cfg))] == [(gone, nxt)]
         with pytest.raises(DataLossError, match=rf"offsets \[{gone}, {nxt}\) were lost"):
             list(log.read_records())
@@ -199,6 +200,7 @@ def test_retention_and_delete_records_raise_no_alarm(tmp_path):
     assert_clean(cfg)
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         log.delete_records(bases(cfg)[2] + 1)
         log.truncate_to(log.log_end_offset - 7)        # a follower's truncation removes segments at the end
     assert housekeeping.retention(cfg, "t", 0, T0 + 3 * HOUR)["segments_deleted"] == 2
@@ -308,6 +310,7 @@ def test_a_kill_at_the_load_after_it_recorded_a_loss_keeps_the_loss(tmp_path):
 def _latest(cfg) -> dict:
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         return {r.key: r.value for r in log.read_records()}
 
 

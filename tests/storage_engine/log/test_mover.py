@@ -22,7 +22,7 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.inspection.verify import verify_log_dirs
 
-from ..helpers import recs
+from ..helpers import recs, get_log
 from ..procs import steps as step_mod
 
 pytestmark = pytest.mark.unit
@@ -87,7 +87,7 @@ def test_a_move_copies_the_same_batches_and_keeps_offsets_log_start_and_gaps(tmp
         info = log.append_records([SimpleRecord(b"k", b"after", T0)])
         assert info.first_offset == 120
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        log = mgr.get_log("keyed", 0)
+        log = get_log(mgr, "keyed", 0)
         assert log.log_dir == result["target_dir"] and log.log_start_offset == start
         assert _records(log)[:-1] == before
     assert not verify_log_dirs(cfg)["damaged"]
@@ -112,7 +112,7 @@ def test_legacy_batches_are_copied_as_they_are(tmp_path):
     with open(os.path.join(folder, "00000000000000000000.log"), "ab") as f:
         f.write(data)
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        log = mgr.get_log("old", 0)
+        log = get_log(mgr, "old", 0)
         before = _records(log)
         assert [r[0] for r in before] == [0, 1, 2, 3]
         mgr.move_log("old", 0, _other(cfg, source))
@@ -127,6 +127,7 @@ def test_writers_and_readers_in_other_managers_follow_the_move(tmp_path):
         writer = writer_mgr.get_or_create_log("t", 0)
         _fill(writer, 40)
         reader = reader_mgr.get_log("t", 0)
+        assert reader is not None
         assert len(_records(reader)) == 40
         source = writer.log_dir
         result = lifecycle.move_partition(cfg, "t", 0, _other(cfg, source), now_ms=T0)
@@ -173,7 +174,7 @@ def test_retention_and_compaction_keep_the_copy_and_describe_shows_the_move(tmp_
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         result = mgr.move_log("t", 0, target)
         assert result["resumed"] and result["bytes_copied"] == 0
-        log = mgr.get_log("t", 0)
+        log = get_log(mgr, "t", 0)
         assert log.log_dir == target and [r[0] for r in _records(log)] == list(range(log.log_start_offset, 60))
 
 
@@ -233,6 +234,7 @@ def _move_stopped_at(cfg, step: int):
     try:
         with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
             log = mgr.get_log("t", 0)
+            assert log is not None
             target = _other(cfg, log.log_dir)
             try:
                 mgr.move_log("t", 0, target)
@@ -257,6 +259,7 @@ def test_a_move_stopped_at_every_step_of_its_commit_leaves_one_log_in_service(tm
             source = log.log_dir
         with LogManager.open(cfg, clock=ManualClock(T0)) as holder:      # holds the partition all along
             held = holder.get_log("t", 0)
+            assert held is not None
             finished, names = _move_stopped_at(cfg, step)
             seen = names if finished else seen
             # Exactly one home now; the holder appends where it is, after every record.

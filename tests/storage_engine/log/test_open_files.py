@@ -144,6 +144,7 @@ def test_the_least_recently_used_idle_logs_are_parked_and_reload_what_they_misse
         assert logs[0].lock.parked and logs[0].lock.is_open
         # another process appends to and rolls a parked partition meanwhile
         theirs = other.get_log("t", 0)
+        assert theirs is not None
         theirs.append_records([SimpleRecord(b"k", b"x", T0)])
         theirs.roll()
         theirs.append_records([SimpleRecord(b"k", b"y", T0)])

@@ -70,6 +70,7 @@ def _config(tmp_path):
 def _check_split(cfg, offsets, log_dir):
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         records = list(log.read_records())
         assert [r.offset for r in records] == offsets
         assert [r.key for r in records] == [str(o).encode() for o in offsets]

@@ -27,6 +27,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +58,7 @@ def cli(cfg: str, *args: str, crash_at: str | None = None) -> subprocess.Complet
                           env=env(**extra), capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
-def fill(cfg: str) -> dict[str, bytes]:
+def fill(cfg: str) -> dict[str, bytes | None]:
     """500 unique keys, then 2,500 records over 300 keys; returns the latest value of every key."""
     rng = random.Random(10)
     keys = [f"key-{i}" for i in range(500)] + [f"key-{500 + rng.randrange(300)}" for _ in range(2500)]
@@ -67,14 +68,15 @@ def fill(cfg: str) -> dict[str, bytes]:
         for start in range(0, len(keys), 5):
             records = [SimpleRecord(k.encode(), f"{k}@{start + j}".encode()) for j, k in enumerate(keys[start:start + 5])]
             log.append_records(records)
-            latest.update({r.key.decode(): r.value for r in records})
+            latest.update({present(r.key).decode(): r.value for r in records})
     return latest
 
 
-def latest_values(cfg: str) -> tuple[dict[str, bytes], dict]:
+def latest_values(cfg: str) -> tuple[dict[str, bytes | None], dict]:
     with LogManager.open(load_config(cfg)) as mgr:
         log = mgr.get_log(TOPIC, 0)
-        found = {r.key.decode(): r.value for r in log.read_records(log.log_start_offset)}
+        assert log is not None
+        found = {present(r.key).decode(): r.value for r in log.read_records(log.log_start_offset)}
         state = {"log_start_offset": log.log_start_offset, "bases": [s.base_offset for s in log.segments]}
     return found, state
 
@@ -86,6 +88,7 @@ class Holder:
         args = [sys.executable, str(PROCS / "holder.py"), "--config", cfg] + (["--clean"] if clean else [])
         self.proc = subprocess.Popen(args, cwd=str(REPO), env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         assert self.proc.stdout.readline().strip() == "READY", self.proc.stderr.read()
 
     def stop(self, kill: bool) -> None:
@@ -156,14 +159,16 @@ def test_a_reader_retries_across_a_swap_in_progress(tmp_path):
     config = load_config(cfg)
     with LogManager.open(config) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         sealed = [s for s in log.segments[:-1]]
         for seg in sealed:
             seg.release()  # lazily opened again when read: by then the swap renamed its files
         compactor = subprocess.Popen([sys.executable, "-c", PAUSING_COMPACT, cfg], cwd=str(REPO), env=env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
+            assert compactor.stdout is not None and compactor.stderr is not None
             assert compactor.stdout.readline().strip() == "PAUSED", compactor.stderr.read()
-            found = {r.key.decode(): r.value for r in log.read_records(log.log_start_offset)}
+            found = {present(r.key).decode(): r.value for r in log.read_records(log.log_start_offset)}
             out, err = compactor.communicate(timeout=TIMEOUT_S)
             assert compactor.returncode == 0, err
         finally:
@@ -206,7 +211,7 @@ def test_a_cleaner_killed_swapping_a_first_group_that_cleaned_to_nothing_loses_n
         for start in range(0, 1500, 5):
             records = [SimpleRecord(f"key-{(start + j) % 50}".encode(), f"v{start + j}".encode()) for j in range(5)]
             log.append_records(records)
-            latest.update({r.key.decode(): r.value for r in records})
+            latest.update({present(r.key).decode(): r.value for r in records})
     compact = cli(cfg, "compact", "--topic", TOPIC, crash_at=step)
     assert compact.returncode == -signal.SIGKILL, (compact.returncode, compact.stderr)
     found, state = latest_values(cfg)

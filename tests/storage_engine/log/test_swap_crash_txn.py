@@ -30,6 +30,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
+from tests.storage_engine.helpers import present
 
 pytestmark = pytest.mark.slow
 
@@ -72,11 +73,11 @@ def fill(cfg: str) -> tuple[dict[bytes, bytes], dict[int, int]]:
             commit = t % 3 != 2
             log.append_end_txn(TXN_PID, 0, commit=commit)
             if commit:
-                latest.update({r.key: r.value for r in recs})
+                latest.update({present(r.key): present(r.value) for r in recs})
             recs = [SimpleRecord(f"k{(t * 7 + j) % 60}".encode(), f"idem{t}.{j}".encode()) for j in range(3)]
             log.append_records(recs, producer_id=IDEM_PID, producer_epoch=0, base_sequence=seq[IDEM_PID])
             seq[IDEM_PID] += len(recs)
-            latest.update({r.key: r.value for r in recs})
+            latest.update({present(r.key): present(r.value) for r in recs})
     return latest, seq
 
 
@@ -104,6 +105,7 @@ def test_snapshots_and_txn_indexes_follow_a_swap_killed_at_each_step(tmp_path, s
 
     with LogManager.open(load_config(cfg)) as mgr:   # a restart: the load resolves the dead cleaner's swap
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         found = {r.key: r.value for r in log.read_records(isolation_level=READ_COMMITTED)}
         assert found == expected
         bases_after = {s.base_offset for s in log.segments}
@@ -132,5 +134,6 @@ def test_snapshots_and_txn_indexes_follow_a_swap_killed_at_each_step(tmp_path, s
     assert res.returncode == 0, res.stderr
     with LogManager.open(load_config(cfg)) as mgr:
         log = mgr.get_log(TOPIC, 0)
+        assert log is not None
         found = {r.key: r.value for r in log.read_records(isolation_level=READ_COMMITTED)}
     assert found == {**expected, b"k0": b"next-txn", b"k1": b"next-idem"}

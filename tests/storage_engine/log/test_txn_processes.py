@@ -18,6 +18,7 @@ from storage_engine.log.reads import READ_COMMITTED
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment import producer_snapshot
+from tests.storage_engine.helpers import present
 
 from ..maintenance.test_cleaner import RenameCrasher, SimulatedCrash, compact_cfg, open_existing
 
@@ -41,11 +42,14 @@ class Client:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         assert json.loads(self.proc.stdout.readline()) == {"ready": True}, self.proc.stderr.read()
 
     def send(self, **cmd) -> dict | None:
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
@@ -117,9 +121,10 @@ def recovered_state(cfg_path: str) -> dict:
     from storage_engine.config_file import load_config
     with LogManager.open(load_config(cfg_path)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         return {"ok": True, **state_of(log),
-                "committed": [(r.offset, r.value.decode()) for r in log.read_records(isolation_level=READ_COMMITTED)],
-                "all": [(r.offset, r.value.decode()) for r in log.read_records()]}
+                "committed": [(r.offset, present(r.value).decode()) for r in log.read_records(isolation_level=READ_COMMITTED)],
+                "all": [(r.offset, present(r.value).decode()) for r in log.read_records()]}
 
 
 def temp_files(pdir: pathlib.Path) -> list[str]:

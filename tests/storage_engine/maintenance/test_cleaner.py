@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import cast
 
 import pytest
 
@@ -33,6 +34,7 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, CREATE_TIME, LOG
                                                 build_control_batch, build_empty_batch)
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.segment import LogSegment
+from ..helpers import manual_clock
 
 
 T0 = 1_700_000_000_000
@@ -58,13 +60,13 @@ def b(x):
 
 def put(log: Log, key, value, ts: int = T0, **kw):
     """Append one single-record batch."""
-    log.clock.set(kw.pop("now_ms", ts))
+    manual_clock(log).set(kw.pop("now_ms", ts))
     return log.append_records([SimpleRecord(b(key), b(value), ts)], **kw)
 
 
 def put_many(log: Log, pairs, ts: int = T0, **kw):
     """Append one batch holding ``pairs`` of (key, value)."""
-    log.clock.set(kw.pop("now_ms", ts))
+    manual_clock(log).set(kw.pop("now_ms", ts))
     return log.append_records([SimpleRecord(b(k), b(v), ts) for k, v in pairs], **kw)
 
 
@@ -74,7 +76,7 @@ def contents(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
 
 def keys_in_log(log: Log) -> list[int]:
     """Keys (as ints) of the records holding a value, as Kafka's LogTestUtils.keysInLog."""
-    return [int(k) for _, k, v in contents(log) if v is not None]
+    return [int(cast(bytes, k)) for _, k, v in contents(log) if v is not None]
 
 
 def batches_of(seg: LogSegment) -> list:
@@ -136,6 +138,7 @@ def build_segment_files(dir_path: str, base: int, datas: list[bytes], *, mtime_m
         for bt in iter_batches(data, 0, len(data)):
             last = bt.last_offset
             max_ts = max(max_ts, bt.max_timestamp)
+        assert last is not None, "every data holds a batch"
         seg.append(last, max_ts, last, data)
     seg.on_become_inactive_segment()
     seg.flush()
@@ -188,7 +191,7 @@ def test_clean_segments(make_log):
     fake = FakeOffsetMap({str(k): LONG_MAX for k in keys}, latest_offset=segs[3].base_offset - 1)
     expected_read = sum(s.size for s in segs[:3])
     should_remain = [k for k in keys_in_log(log) if k not in keys]
-    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, segs[3].base_offset), T0, fake)
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, segs[3].base_offset), T0, fake)  # type: ignore[arg-type]  # a duck-typed key map: clean() reads only get and latest_offset
     assert keys_in_log(log) == should_remain
     assert res.stats.bytes_read == expected_read
     assert res.stats.messages_read == segs[3].base_offset
@@ -245,7 +248,7 @@ def test_cleaning_with_deletes(make_log):
     assert not any(k in keys for k in range(0, leo, 2)), "None of the keys we deleted should still exist."
     assert all(k in keys for k in range(1, leo, 2))
     # first pass: the tombstones stay, their batches carry the delete horizon (bit 6) = cleaning time + retention
-    tombstones = [(o, int(k)) for o, k, v in contents(log) if v is None]
+    tombstones = [(o, int(cast(bytes, k))) for o, k, v in contents(log) if v is None]
     assert [k for _, k in tombstones] == list(range(0, leo, 2))
     for bt in all_batches(log):
         recs = bt.records()
@@ -318,10 +321,10 @@ def test_partial_segment_clean_continues_next_round(make_log):
     # the next round starts at the checkpoint and continues
     res = clean(log, cc=cc)
     assert res.end_offset == 4 == checkpoint_of(log)
-    assert [(o, int(k)) for o, k, _ in contents(log)] == [(2, 0), (3, 1), (4, 0)]
+    assert [(o, int(cast(bytes, k))) for o, k, _ in contents(log)] == [(2, 0), (3, 1), (4, 0)]
     res = clean(log, cc=cc)
     assert res.end_offset == 5 == checkpoint_of(log)
-    assert [(o, int(k)) for o, k, _ in contents(log)] == [(3, 1), (4, 0)]
+    assert [(o, int(cast(bytes, k))) for o, k, _ in contents(log)] == [(3, 1), (4, 0)]
     res = clean(log, cc=cc)
     assert res.end_offset == 5 and not res.checkpoint_written
 
@@ -491,7 +494,7 @@ def append_keyless(log: Log, value: str, ts: int = T0):
     compacted = log.config
     log.config = LogConfig().with_overrides({"cleanup.policy": "delete", "segment.bytes": compacted.segment_bytes})
     try:
-        log.clock.set(ts)
+        manual_clock(log).set(ts)
         return log.append_records([SimpleRecord(None, b(value), ts)])
     finally:
         log.config = compacted
@@ -711,7 +714,7 @@ def test_last_batch_of_round_kept_as_empty_batch(make_log):
     segs = log.segments
     upper = segs[3].base_offset
     fake = FakeOffsetMap({str(k): LONG_MAX for k in keys_in_log(log)}, latest_offset=upper - 1)
-    Cleaner(CleanerConfig()).clean(ltc_for(log, 0, upper), T0, fake)
+    Cleaner(CleanerConfig()).clean(ltc_for(log, 0, upper), T0, fake)  # type: ignore[arg-type]  # a duck-typed key map: clean() reads only get and latest_offset
     cleaned = [s for s in log.segments if s.base_offset < upper]
     bts = [bt for s in cleaned for bt in s.batches(0)]
     assert len(bts) == 1
@@ -1000,7 +1003,7 @@ def reopen_clean_shutdown(log: Log) -> Log:
 
 
 def contents_until_error(log: Log) -> list:
-    out = []
+    out: list[tuple[int, bytes | None, bytes | None]] = []
     for seg in log.segments:
         for bt in seg.batches(0):
             out.extend((r.offset, r.key, r.value) for r in bt.records())
@@ -1191,7 +1194,7 @@ def test_dry_run_fails_on_a_truncated_batch_as_the_round_does(make_log):
     log = reopen_clean_shutdown(log)
     ltc = ltc_for(log, 0, log.active_segment.base_offset)
     with pytest.raises(CorruptRecordError):
-        Cleaner(CleanerConfig()).clean(ltc, T0, FakeOffsetMap({}, log.active_segment.base_offset - 1), dry_run=True)
+        Cleaner(CleanerConfig()).clean(ltc, T0, FakeOffsetMap({}, log.active_segment.base_offset - 1), dry_run=True)  # type: ignore[arg-type]  # a duck-typed key map: clean() reads only get and latest_offset
 
 
 def test_a_truncated_batch_fails_the_copy_with_a_map_built_elsewhere(make_log):
@@ -1210,7 +1213,7 @@ def test_a_truncated_batch_fails_the_copy_with_a_map_built_elsewhere(make_log):
     before = contents_until_error(log)
     end = log.active_segment.base_offset
     with pytest.raises(CorruptRecordError):
-        Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, FakeOffsetMap({}, end - 1))   # a map built elsewhere
+        Cleaner(CleanerConfig()).clean(ltc_for(log, 0, end), T0, FakeOffsetMap({}, end - 1))   # type: ignore[arg-type]  # a duck-typed key map: clean() reads only get and latest_offset; a map built elsewhere
     assert not any(n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX)) for n in segment_files(log.dir))
     assert contents_until_error(log) == before and checkpoint_of(log) is None
 
@@ -1247,7 +1250,7 @@ def V(n: int) -> bytes:  # noqa: N802 - reads as a value in the cases below
 # Segments of batches of (key, value). Built so that one round has three groups: [S0, S1] keeps x but nothing
 # of S1 (the last replaced segment holding data), [S2, S3] loses every record, [S4, S5] keeps everything and
 # stamps a delete horizon on the tombstone's batch.
-CRASH_SEGMENTS = [
+CRASH_SEGMENTS: list[list[list[tuple[str, bytes | None]]]] = [
     [[("a", V(300))], [("x", V(300))]],
     [[("b", V(100))]],
     [[("c", V(300))], [("c", V(300))]],
@@ -1473,6 +1476,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
     ready = threading.Event()
 
     def read_stdout():
+        assert proc.stdout is not None   # stdout=PIPE
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
             if line.startswith("READY"):
@@ -1499,6 +1503,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
             proc.kill()
             proc.wait()
     reader.join(10)
+    assert proc.stderr is not None   # stderr=PIPE
     err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert lines[-1] == "DONE", err
@@ -1507,8 +1512,8 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
     acks = {}
     for line in lines:
         if line.startswith("ACK "):
-            _, off, key, value = line.split(" ", 3)
-            acks[int(off)] = (key.encode(), value.encode())
+            _, ack_off, ack_key, ack_value = line.split(" ", 3)
+            acks[int(ack_off)] = (ack_key.encode(), ack_value.encode())
     assert len(acks) > 300
     assert sorted(acks) == list(range(len(acks)))
     latest = {}
@@ -1517,6 +1522,7 @@ def test_writer_process_loses_nothing_during_compaction(tmp_path):
     assert cleaned_while_writing >= 1 and removed > 0
     with LogManager.open(cfg) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         assert log.log_end_offset == len(acks)
         got = [(r.offset, r.key, r.value) for r in log.read_records()]
     offsets = [o for o, _, _ in got]

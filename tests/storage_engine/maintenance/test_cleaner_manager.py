@@ -21,6 +21,7 @@ from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.maintenance.offset_map import InProcessOffsetMap
 from storage_engine.record.records import SimpleRecord
+from ..helpers import get_log, manual_clock
 
 pytestmark = pytest.mark.unit
 
@@ -37,7 +38,7 @@ def compact_cfg(**overrides) -> LogConfig:
 
 
 def put(log: Log, key: str, value: str | None, ts: int = T0):
-    log.clock.set(ts)
+    manual_clock(log).set(ts)
     return log.append_records([SimpleRecord(key.encode(), None if value is None else value.encode(), ts)])
 
 
@@ -403,21 +404,21 @@ def write(cfg, topic: str, partition: int, records, now: int = T0, roll: bool = 
     with LogManager.open(cfg, clock=ManualClock(now)) as mgr:
         log = mgr.get_or_create_log(topic, partition)
         for k, v, ts in records:
-            log.clock.set(ts)
+            manual_clock(log).set(ts)
             log.append_records([SimpleRecord(k.encode(), None if v is None else v.encode(), ts)])
         if roll:
-            log.clock.set(now)
+            manual_clock(log).set(now)
             log.roll()
 
 
 def read(cfg, topic: str, partition: int = 0) -> list:
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        return [(r.offset, r.key, r.value) for r in mgr.get_log(topic, partition).read_records()]
+        return [(r.offset, r.key, r.value) for r in get_log(mgr, topic, partition).read_records()]
 
 
 def segment_bytes_of(cfg, topic: str, partition: int = 0) -> dict:
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        return {s.base_offset: open(s.path, "rb").read() for s in mgr.get_log(topic, partition).segments}
+        return {s.base_offset: open(s.path, "rb").read() for s in get_log(mgr, topic, partition).segments}
 
 
 def test_compact_job_cleans_and_is_idempotent(tmp_path):
@@ -464,7 +465,7 @@ def test_min_compaction_lag_leaves_recent_segments(tmp_path):
     new = [(f"k{i % 3}", f"new{i}", T0 + lag) for i in range(12)]
     write(cfg, "t", 0, old + new, now=T0 + lag)
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        segs = mgr.get_log("t", 0).segments
+        segs = get_log(mgr, "t", 0).segments
         first_recent = next(s.base_offset for s in segs if s.largest_timestamp() >= T0 + lag)
     before = segment_bytes_of(cfg, "t")
     res = compaction.compact(cfg, T0 + lag + 10)
@@ -575,10 +576,10 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
     write(cfg, "t", 0, [(f"k{i % 3}", f"v{i}", T0) for i in range(30)])
     before = segment_bytes_of(cfg, "t")
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
-        claim = cleaning_claim(mgr.get_log("t", 0))
+        claim = cleaning_claim(get_log(mgr, "t", 0))
         claim.acquire_or_raise()
         try:
-            other = cleaning_claim(mgr.get_log("t", 0))
+            other = cleaning_claim(get_log(mgr, "t", 0))
             assert not other.try_acquire()
             with pytest.raises(LogLockedError):
                 other.acquire_or_raise()
@@ -587,7 +588,7 @@ def test_second_run_skips_a_claimed_partition(tmp_path):
             assert res["skipped"] == [{"topic": "t", "partition": 0,
                                        "reason": "another run is cleaning this partition"}]
             # retention on a compacted topic waits for the cleaning too
-            r = retention.run(mgr.get_log("t", 0), T0)
+            r = retention.run(get_log(mgr, "t", 0), T0)
             assert r["skipped"] == "cleaning in progress on this partition"
         finally:
             claim.release()

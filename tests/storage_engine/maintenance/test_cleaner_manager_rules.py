@@ -25,6 +25,7 @@ from storage_engine.log.log import Log
 from storage_engine.record.records import SimpleRecord
 
 from .test_cleaner_manager import HOUR, T0, corrupt_magic, storage_config, write
+from tests.storage_engine.helpers import manual_clock
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ def segments_of_one_record(log: Log, n: int, ts=lambda i: T0) -> None:
     """One same-sized record per segment (segment.bytes = 100) until the log has ``n`` segments."""
     while len(log.segments) < n:
         t = ts(log.log_end_offset)
-        log.clock.set(max(t, 0))
+        manual_clock(log).set(max(t, 0))
         log.append_records([SimpleRecord(b"1", b"0" * 25, t)])
 
 
@@ -204,6 +205,7 @@ def test_an_error_while_selecting_is_reported_and_recorded_with_its_time(tmp_pat
     now = T0 + 2 * HOUR
     with LogManager.open(cfg, clock=ManualClock(now)) as mgr:
         log = mgr.get_log("t", 0)
+        assert log is not None
         [skipped] = cleaner_manager.select([log], now)["skipped"]
     assert set(skipped) == {"topic", "partition", "reason"}
     assert (skipped["topic"], skipped["partition"]) == ("t", 0)

@@ -247,7 +247,7 @@ def test_a_map_without_utilization_reports_zero(make_log):
     for i in range(4):
         put(log, "k", f"v{i}")
     log.roll()
-    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 4), T0, KeyMap({b"k": 3}, 3))
+    res = Cleaner(CleanerConfig()).clean(ltc_for(log, 0, 4), T0, KeyMap({b"k": 3}, 3))  # type: ignore[arg-type]  # a duck-typed key map: clean() reads only get and latest_offset
     assert contents(log) == [(3, b"k", b"v3")]
     assert res.stats.buffer_utilization == 0.0
     assert res.stats.as_dict()["map_utilization_percent"] == 0.0

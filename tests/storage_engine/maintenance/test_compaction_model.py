@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,7 +61,12 @@ class CompactionModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="compaction-model-")
-        self.log: Log | None = None
+        self._log: Log | None = None
+
+    @property
+    def log(self) -> Log:
+        assert self._log is not None, "the initialize rule opens the log first"
+        return self._log
 
     @initialize(map_entries=st.sampled_from([1, 2, 4, 100_000]), segment_bytes=st.sampled_from([300, 600, 2000]),
                 policy=st.sampled_from(["compact", "compact,delete"]))
@@ -71,7 +77,7 @@ class CompactionModel(RuleBasedStateMachine):
         self.cfg = LogConfig().with_overrides(overrides)
         self.cc = map_config(map_entries)
         self.now = T0
-        self.log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True, create=True)
+        self._log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True, create=True)
         self.history: dict[int, tuple[bytes, bytes | None]] = {}   # every acknowledged record
         self.appended_at: dict[int, int] = {}
         self.first_round_after: dict[int, int] = {}                # offset -> time of the first round after it
@@ -79,8 +85,8 @@ class CompactionModel(RuleBasedStateMachine):
         self.rounds = 0
 
     def teardown(self):
-        if self.log is not None and self.log.lock.is_open:
-            self.log.close(clean=False)
+        if self._log is not None and self._log.lock.is_open:
+            self._log.close(clean=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- operations -------------------------------------------------------------------------------------------
@@ -96,7 +102,7 @@ class CompactionModel(RuleBasedStateMachine):
 
     def _append(self, batch, codec):
         recs = [SimpleRecord(k, v, self.now - 10 * RETENTION if v is None else self.now) for k, v in batch]
-        self.log.clock.set(self.now)
+        cast(ManualClock, self.log.clock).set(self.now)
         info = self.log.append_records(recs, codec=codec)
         assert info.first_offset == len(self.history)
         for i, (k, v) in enumerate(batch):
@@ -107,13 +113,13 @@ class CompactionModel(RuleBasedStateMachine):
     def append_keyless(self):
         leo = self.log.log_end_offset
         with pytest.raises(InvalidRecordForTopicError):
-            self.log.clock.set(self.now)
+            cast(ManualClock, self.log.clock).set(self.now)
             self.log.append_records([SimpleRecord(None, b"no key", self.now)])
         assert self.log.log_end_offset == leo
 
     @rule()
     def roll(self):
-        self.log.clock.set(self.now)
+        cast(ManualClock, self.log.clock).set(self.now)
         self.log.roll()
 
     @rule(ms=st.integers(min_value=1, max_value=2 * RETENTION))
@@ -159,7 +165,7 @@ class CompactionModel(RuleBasedStateMachine):
     def delete_records(self, frac):
         leo = self.log.log_end_offset
         target = self.start + int(frac * (leo - self.start))
-        self.log.clock.set(self.now)
+        cast(ManualClock, self.log.clock).set(self.now)
         self.log.delete_records(target)
         self.start = max(self.start, target)
         assert self.log.log_start_offset >= self.start
@@ -175,7 +181,7 @@ class CompactionModel(RuleBasedStateMachine):
     def reopen_after_crash(self):
         got = self.read()
         self.log.close(clean=False)
-        self.log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True,
+        self._log, _ = open_log(self.dir, TOPIC, 0, self.cfg, clock=ManualClock(self.now), exclusive=True,
                                had_clean_shutdown=False, recovery_point_checkpoint=0,
                                log_start_offset_checkpoint=self.start)
         assert self.read() == got
@@ -187,11 +193,11 @@ class CompactionModel(RuleBasedStateMachine):
         assert start >= self.start
         self.start = start
 
-    def read(self) -> list[tuple[int, bytes, bytes | None]]:
+    def read(self) -> list[tuple[int, bytes | None, bytes | None]]:
         return [(r.offset, r.key, r.value) for r in self.log.read_records()]
 
-    def latest_live(self) -> dict[bytes, int]:
-        latest = {}
+    def latest_live(self) -> dict[bytes | None, int]:
+        latest: dict[bytes | None, int] = {}
         for off in sorted(self.history):
             if off >= self.start:
                 latest[self.history[off][0]] = off
@@ -199,7 +205,7 @@ class CompactionModel(RuleBasedStateMachine):
 
     @invariant()
     def check(self):
-        if self.log is None:
+        if self._log is None:
             return
         log = self.log
         got = self.read()
@@ -209,7 +215,7 @@ class CompactionModel(RuleBasedStateMachine):
         assert all(o >= self.start for o in offsets)
         for o, k, v in got:
             assert self.history[o] == (k, v), f"record at {o} changed"
-        last_read: dict[bytes, tuple[int, bytes | None]] = {}
+        last_read: dict[bytes | None, tuple[int, bytes | None]] = {}
         for o, k, v in got:
             last_read[k] = (o, v)
         for k, off in self.latest_live().items():

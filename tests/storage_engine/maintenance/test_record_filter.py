@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 from array import array
+from types import ModuleType
+from typing import cast
 
 import numpy as np
 import pytest
@@ -32,7 +34,7 @@ from tests.storage_engine.record.test_speedups import mutate
 
 pytestmark = [pytest.mark.unit,
               pytest.mark.skipif(record_kernels.COMPILED is None, reason="C speedups not built")]
-K = record_kernels.COMPILED
+K = cast(ModuleType, record_kernels.COMPILED)   # (every test here is skipped when it is None)
 PROPERTY = settings(deadline=None, max_examples=250,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 KEYS = [b"a", b"b", b"c", b"key-4", b"", b"\x00\x01"]
@@ -201,6 +203,7 @@ def test_mutated_records_sections_identical(monkeypatch, data, draw):
     for impl in ("c", "python"):
         use(monkeypatch, impl)
         m = InProcessOffsetMap(24 * 64)
+        got: tuple[object, ...]
         try:
             got = ("ok", record_filter.map_batch(RecordBatch(bytes(corrupt), 0), m, 0, 10**6), m.table.tobytes(),
                    m.entries, m.latest_offset)

@@ -42,7 +42,9 @@ def test_messages_written_sums_the_records_kept_over_the_rounds_batches():
     second = batch([(b"c", b"3"), (b"b", b"4"), (b"c", b"5")], 3, codecs.GZIP)      # keeps b@4, c@5
     kept = []
     for b in (first, second):
-        data, _max_ts = record_filter.filter_batch(b, m, NOW, 1000, True, False, stats)
+        survived = record_filter.filter_batch(b, m, NOW, 1000, True, False, stats)
+        assert survived is not None, "the batch keeps records"
+        data, _max_ts = survived
         kept.append([(r.offset, r.key, r.value) for r in RecordBatch(bytes(data), 0).records()])
     assert kept == [[(1, b"a", b"1")], [(4, b"b", b"4"), (5, b"c", b"5")]]
     assert (stats.messages_read, stats.messages_written, stats.invalid_messages_read, stats.tombstones_removed) == \
@@ -56,7 +58,9 @@ def test_a_new_delete_horizon_is_capped_at_long_max(codec):
     m = key_map(3, a=1, b=2)
     b = batch([(b"a", b"x"), (b"a", None), (b"b", None)], 0, codec)                 # a@0 superseded
     stats = CleanerStats()
-    data, max_ts = record_filter.filter_batch(b, m, LONG_MAX - 1000, 86_400_000, True, False, stats)
+    survived = record_filter.filter_batch(b, m, LONG_MAX - 1000, 86_400_000, True, False, stats)
+    assert survived is not None, "the batch keeps records"
+    data, max_ts = survived
     out = RecordBatch(bytes(data), 0)
     assert (out.has_delete_horizon, out.delete_horizon_ms, max_ts) == (True, LONG_MAX, 1002)
     assert [(r.offset, r.key, r.value, r.timestamp) for r in out.records()] == \

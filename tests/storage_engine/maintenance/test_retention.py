@@ -16,6 +16,7 @@ from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from ..helpers import get_log, manual_clock
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +37,7 @@ def open_log(tmp_path, overrides, topic="t", now_ms=T0) -> Log:
 
 def append(log: Log, n: int, ts: int, key=b"key") -> None:
     for _ in range(n):
-        log.clock.set(ts)
+        manual_clock(log).set(ts)
         log.append_records([SimpleRecord(key, b"v" * 20, ts)])
 
 
@@ -208,7 +209,7 @@ def test_deletion_delay_is_honoured(tmp_path):
     cp = (tmp_path / "d" / layout.LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()
     assert cp == ["0", "0"]
     with LogManager.open(cfg, clock=ManualClock(now)) as mgr:
-        assert mgr.get_log("t", 0).log_start_offset == 12
+        assert get_log(mgr, "t", 0).log_start_offset == 12
 
 
 def test_retention_of_unknown_partition_is_a_clear_error(tmp_path):

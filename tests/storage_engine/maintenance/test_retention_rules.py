@@ -30,7 +30,7 @@ from storage_engine.maintenance.cleaner_manager import cleaning_claim
 from storage_engine.record.record_batch import build_batch
 from storage_engine.record.records import SimpleRecord
 
-from ..helpers import batch, partition_dir, segment_path
+from ..helpers import batch, partition_dir, segment_path, manual_clock
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def open_log(log_dir, overrides, topic="t", now_ms=T0) -> Log:
 
 def append(log: Log, n: int, ts: int) -> None:
     for _ in range(n):
-        log.clock.set(ts)
+        manual_clock(log).set(ts)
         log.append_records([SimpleRecord(b"key", b"v" * 20, ts)])
 
 

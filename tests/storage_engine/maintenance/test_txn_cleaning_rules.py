@@ -77,7 +77,7 @@ def test_abort_marker_kept_while_aborted_data_was_read_and_its_txn_goes_to_the_c
         append = list.append
     index = Index()
     aborted = AbortedTxn(PID, 0, 2, 3)
-    txn = CleanedTransactionMetadata(index)
+    txn = CleanedTransactionMetadata(index)  # type: ignore[arg-type]  # a list stands in for the index: only append is called
     txn.add_aborted_transactions([aborted])
     assert txn.on_batch_read(data(0, 2)) is True          # aborted data: may be discarded
     assert txn.on_control_batch_read(marker(ABORT, 2)) is False

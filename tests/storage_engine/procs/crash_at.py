@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         log = mgr.get_or_create_log(args.topic, args.partition)
         append(log, 0)
         if args.at == "tindex-entry":
-            index_file.IndexFile._append_entry = torn_time_index_entry(index_file.IndexFile._append_entry)
+            index_file.IndexFile._append_entry = torn_time_index_entry(index_file.IndexFile._append_entry)  # type: ignore[method-assign]  # the crash injection replaces the method in this process
             for n in range(1, 20):        # until an append adds index entries
                 append(log, n)
             return 3

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
             if copied[0] >= args.die_after_bytes:
                 steps.die()
             return info
-        Log.append_as_follower = append
+        Log.append_as_follower = append  # type: ignore[method-assign]  # the crash injection replaces the method in this process
     with LogManager.open(load_config(args.config)) as mgr:
         result = mgr.move_log(args.topic, args.partition, args.to_dir, final_lag_bytes=args.final_lag_bytes)
     sys.stdout.write("MOVED " + json.dumps(result) + "\n")

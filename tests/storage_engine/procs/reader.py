@@ -67,7 +67,8 @@ def main(argv=None) -> int:
             try:
                 log.refresh()
                 start = log.log_start_offset
-                pairs, bad = [], None
+                pairs: list[tuple[int, str]] = []
+                bad = None
                 for rec in log.read_records(start):
                     expected = start + len(pairs)
                     if rec.offset != expected:

@@ -54,7 +54,7 @@ class Steps:
                 if (self.stop_at is not None and self.count == self.stop_at) or name == self.stop_before:
                     self.action()
             return fn(*args, **kwargs)
-        step.__wrapped_step__ = fn
+        step.__wrapped_step__ = fn  # type: ignore[attr-defined]  # marks the wrapper with the step it wraps
         return step
 
 

@@ -36,7 +36,7 @@ def die(*_a, **_k):
 
 def arm(point: str) -> None:
     if point == "txnindex":
-        segment.LogSegment.update_txn_index = lambda self, completed, lso: die() if completed.is_aborted else None
+        segment.LogSegment.update_txn_index = lambda self, completed, lso: die() if completed.is_aborted else None  # type: ignore[method-assign, assignment]  # the crash injection replaces the method in this process
     elif point == "snapshot-tmp":
         def half_written(path, data, sync=True):
             with open(path + ".tmp", "wb") as f:
@@ -49,7 +49,7 @@ def arm(point: str) -> None:
         def then_die(self, **kw):
             original(self, **kw)
             die()
-        producer_state_manager.ProducerStateManager.take_snapshot = then_die
+        producer_state_manager.ProducerStateManager.take_snapshot = then_die  # type: ignore[method-assign]  # the crash injection replaces the method in this process
     elif point:
         raise SystemExit(f"unknown crash point {point}")
 
@@ -80,7 +80,7 @@ def main() -> int:
         try:
             if op == "arm":
                 arm(cmd["point"])
-                out = {"ok": True}
+                out: dict[str, object] = {"ok": True}
             elif op == "append":
                 recs = [SimpleRecord(None, v.encode()) for v in cmd["values"]]
                 info = log.append_records(recs, producer_id=cmd["pid"], producer_epoch=cmd["epoch"],

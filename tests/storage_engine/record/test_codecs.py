@@ -62,6 +62,7 @@ def _assert_only_compression_error(codec: int, data: bytes, magic: int, max_outp
 
 def _lz4_blocks(frame: bytes):
     """(size word, payload) of each block of a frame written by codecs (7-byte header, no checksums)."""
+    blocks: list[tuple[int, bytes]]
     pos, blocks = 7, []
     while True:
         (word,) = struct.unpack_from("<I", frame, pos)
@@ -124,10 +125,10 @@ def test_accepts_memoryview_bytearray_and_wide_formats(codec):
     backing = b"xx" + data + b"yy"
     view = memoryview(backing)[2:-2]
     assert decompress(codec, compress(codec, view)) == data
-    assert decompress(codec, compress(codec, bytearray(data))) == data
+    assert decompress(codec, compress(codec, bytearray(data))) == data  # type: ignore[arg-type]  # a bytearray, which the codecs accept
     compressed = compress(codec, data)
     assert decompress(codec, memoryview(b"_" + compressed)[1:]) == data
-    assert decompress(codec, bytearray(compressed)) == data
+    assert decompress(codec, bytearray(compressed)) == data  # type: ignore[arg-type]  # a bytearray, which the codecs accept
     wide = array.array("H", range(1000))
     assert decompress(codec, compress(codec, memoryview(wide))) == wide.tobytes()
 

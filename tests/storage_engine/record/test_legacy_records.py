@@ -6,6 +6,7 @@ malformed messages (typed errors naming file and position only).
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 import zlib
 
 import pytest
@@ -15,7 +16,7 @@ from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuil
 from kafka.record.memory_records import MemoryRecords
 
 from storage_engine.record import codecs
-from storage_engine.errors import CompressionError, CorruptRecordError, StorageError
+from storage_engine.errors import CompressionError, CorruptRecordError
 from storage_engine.segment.file_records import FileRecords, iter_batches
 from storage_engine.record.legacy_records import LegacyBatch, build_legacy_batch, encode_message
 from storage_engine.record.record_batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
@@ -91,7 +92,7 @@ def log_file(tmp_path):
         fr.close()
 
 
-def assert_located(exc: StorageError, fr: FileRecords, position: int) -> None:
+def assert_located(exc: CorruptRecordError, fr: FileRecords, position: int) -> None:
     assert exc.path == fr.path and exc.position == position
     assert fr.path in str(exc) and f"byte position {position}" in str(exc)
 
@@ -227,8 +228,8 @@ def test_v1_inner_offsets_are_relative(codec):
     batch = LegacyBatch(data)
     assert batch.offset == batch.last_offset == 107 and batch.compression == codec
     assert batch.max_timestamp == max(r.timestamp for r in RECORDS)
-    inner = codecs.decompress(codec, batch.key_value()[1], magic=1)
-    inner_offsets = [b.offset for b in iter_batches(inner, strict=True)]
+    inner = codecs.decompress(codec, cast(bytes, batch.key_value()[1]), magic=1)
+    inner_offsets = [cast(LegacyBatch, b).offset for b in iter_batches(inner, strict=True)]
     assert inner_offsets == list(range(8))
     assert [r.offset for r in batch.records()] == list(range(100, 108))
     assert batch.base_offset == 100 and batch.records_count == 8
@@ -238,8 +239,8 @@ def test_v1_inner_offsets_are_relative(codec):
 def test_v0_inner_offsets_are_absolute(codec):
     data = build_legacy_batch(RECORDS, magic=0, codec=codec, base_offset=100)
     batch = LegacyBatch(data)
-    inner = codecs.decompress(codec, batch.key_value()[1], magic=0)
-    assert [b.offset for b in iter_batches(inner, strict=True)] == list(range(100, 108))
+    inner = codecs.decompress(codec, cast(bytes, batch.key_value()[1]), magic=0)
+    assert [cast(LegacyBatch, b).offset for b in iter_batches(inner, strict=True)] == list(range(100, 108))
     assert [r.offset for r in batch.records()] == list(range(100, 108))
     assert batch.offset == 107 and batch.timestamp == -1
 
@@ -335,7 +336,7 @@ def test_unknown_legacy_codec(log_file, codec):
 def test_garbled_wrapper_value(log_file, codec):
     good = build_legacy_batch(RECORDS, magic=1, codec=codec)
     batch = LegacyBatch(good)
-    value = bytes(b ^ 0x33 for b in batch.key_value()[1])
+    value = bytes(b ^ 0x33 for b in cast(bytes, batch.key_value()[1]))
     fr = log_file(V1_VECTOR + message(batch.offset, 1, codec, batch.timestamp, None, value))
     bad = list(fr.batches(strict=True))[1]
     with pytest.raises((CompressionError, CorruptRecordError)) as info:
@@ -390,9 +391,9 @@ def test_v1_create_time_inner_records_keep_their_timestamps():
 
 def test_lz4_magic_0_wrapper_uses_kafkas_broken_header_checksum():
     data = build_legacy_batch(RECORDS, magic=0, codec=codecs.LZ4)
-    value = LegacyBatch(data).key_value()[1]
+    value = cast(bytes, LegacyBatch(data).key_value()[1])
     assert value[:7] == bytes.fromhex("04224d1860401a")
-    v1 = LegacyBatch(build_legacy_batch(RECORDS, magic=1, codec=codecs.LZ4)).key_value()[1]
+    v1 = cast(bytes, LegacyBatch(build_legacy_batch(RECORDS, magic=1, codec=codecs.LZ4)).key_value()[1])
     assert v1[:7] == bytes.fromhex("04224d18604082")
 
 
@@ -440,7 +441,7 @@ def test_kafka_python_wrapper_with_assigned_offset(magic, codec):
 @pytest.mark.parametrize("magic,codec", MAGIC_CODECS)
 @pytest.mark.parametrize("log_append", [False, True])
 def test_engine_messages_are_read_identically_by_kafka_python(magic, codec, log_append):
-    kw = dict(timestamp_type=LOG_APPEND_TIME, log_append_time_ms=1_700_000_000_000) if log_append else {}
+    kw: dict[str, Any] = dict(timestamp_type=LOG_APPEND_TIME, log_append_time_ms=1_700_000_000_000) if log_append else {}
     data = build_legacy_batch(RECORDS, magic=magic, codec=codec, base_offset=50, **kw)
     data += build_legacy_batch(RECORDS[:2], magic=magic, codec=codec, base_offset=58, **kw)
     theirs = kp_read(data)
@@ -450,6 +451,7 @@ def test_engine_messages_are_read_identically_by_kafka_python(magic, codec, log_
     assert [r[0] for r in ours(batches)] == list(range(50, 60))
     for b, (kb, _) in zip(batches, theirs):
         assert b.is_valid() and kb.magic == magic and kb.compression_type == codec
+        assert isinstance(b, LegacyBatch)
         assert (kb.base_offset, kb._crc, kb.size_in_bytes) == (b.offset, b.crc, b.size_in_bytes)
 
 
@@ -496,7 +498,7 @@ def test_round_trip_property(spec):
 
 # -- per-message checksums (what DumpLogSegments prints for each legacy record) ------------------------------
 
-def _stored_crc(entry: bytes) -> int:
+def _stored_crc(entry: bytes | bytearray) -> int:
     return struct.unpack_from(">I", entry, 12)[0]
 
 

@@ -148,7 +148,7 @@ def log_file(tmp_path):
         fr.close()
 
 
-def assert_located(exc: StorageError, fr: FileRecords, position: int) -> None:
+def assert_located(exc: CorruptRecordError, fr: FileRecords, position: int) -> None:
     assert exc.path == fr.path
     assert exc.position == position
     assert fr.path in str(exc) and f"byte position {position}" in str(exc)
@@ -201,7 +201,7 @@ def test_the_batch_crc_is_crc32c_of_the_bytes_from_the_attributes_to_the_end():
     # transactional batch of a producer.
     for codec in CODECS:
         for producer in ({}, {"producer_id": 7, "producer_epoch": 3, "base_sequence": 11, "is_transactional": True}):
-            built = build_batch(SAMPLE, codec=codec, base_offset=42, **producer)
+            built = build_batch(SAMPLE, codec=codec, base_offset=42, **producer)  # type: ignore[arg-type]  # the fields of a dict of mixed value types
             assert struct.unpack_from(">I", built, CRC_AT)[0] == crc32c_bitwise(built[ATTRS_AT:]), (codec, producer)
             assert RecordBatch(built).compute_crc() == crc32c_bitwise(built[ATTRS_AT:])
 
@@ -563,6 +563,7 @@ def test_engine_batches_are_read_identically_by_kafka_python(codec):
     theirs = kafka_python_read(data)
     assert len(ours) == len(theirs) == 3
     for batch, (kb, krecs) in zip(ours, theirs):
+        assert isinstance(batch, RecordBatch)   # v2 batches, as the test built them
         assert kb.magic == 2 and kb.crc == batch.crc
         assert (kb.base_offset, kb.last_offset, kb.leader_epoch) == (batch.base_offset, batch.last_offset,
                                                                      batch.partition_leader_epoch)
@@ -616,7 +617,7 @@ def test_compressed_batches_compared_with_kafka_python():
 
 # -- property round trips ---------------------------------------------------------------------------------
 
-header_keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+header_keys = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)  # type: ignore[arg-type]  # mypy widens the literal "Cs" to str
 nullable_bytes = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.tuples(header_keys, st.one_of(st.none(), st.binary(max_size=12))), max_size=3).map(tuple)
 timestamps = st.one_of(st.just(-1), st.integers(0, 2**40), st.integers(2**61, 2**62))
@@ -862,6 +863,7 @@ def test_garbled_compressed_payload(log_file, codec):
     bad = list(fr.batches(strict=True))[1]
     with pytest.raises((CompressionError, CorruptRecordError)) as info:
         bad.records()
+    assert info.value.position is not None
     assert info.value.path == fr.path and info.value.position >= 70  # the batch, or a place in its payload
     assert fr.path in str(info.value)
 

@@ -135,7 +135,7 @@ def test_header_keys_that_are_not_utf8_survive_a_round_trip():
 def test_a_batch_can_be_built_from_plain_tuples():
     assert build_batch([(b"k", b"v", 1000, ())], base_offset=40) == BATCH
     legacy = build_legacy_batch([SimpleRecord(b"k", b"v", 5)], magic=1)
-    assert build_legacy_batch([(b"k", b"v", 5, ())], magic=1) == legacy
+    assert build_legacy_batch([(b"k", b"v", 5, ())], magic=1) == legacy  # type: ignore[list-item]  # a plain tuple, accepted as a SimpleRecord is
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,8 +33,8 @@ NOT_BUILT = "storage_engine.record._speedups is not built (no C compiler when th
 
 class Impl(NamedTuple):
     name: str
-    decode: object
-    encode: object
+    decode: Callable[..., Any]
+    encode: Callable[..., Any]
 
 
 PYTHON = Impl("python", records._py_decode_records, records._py_encode_records)
@@ -254,7 +254,7 @@ def test_offsets_and_timestamps_beyond_int64_are_exact(impl):
 
 
 def test_bytes_like_inputs(impl):
-    recs = [SimpleRecord(bytearray(b"key"), memoryview(b"value"), 1, ((bytearray(b"h"), memoryview(b"v")),))]
+    recs = [SimpleRecord(bytearray(b"key"), memoryview(b"value"), 1, ((bytearray(b"h"), memoryview(b"v")),))]  # type: ignore[arg-type]  # bytes-like fields, which the encoders accept
     section = impl.encode(recs, None, 0, 1)
     assert section == impl.encode([SimpleRecord(b"key", b"value", 1, (("h", b"v"),))], None, 0, 1)
     for payload in (section, bytearray(section), memoryview(section)):
@@ -288,14 +288,14 @@ def test_encode_rejects_bad_offsets(impl, offsets, base_offset, message):
 
 
 @pytest.mark.parametrize("record, error", [
-    (SimpleRecord("str key", b"v", 0), TypeError),
-    (SimpleRecord(b"k", 12, 0), TypeError),
+    (SimpleRecord("str key", b"v", 0), TypeError),  # type: ignore[arg-type]  # deliberately the wrong type: the test checks it is refused
+    (SimpleRecord(b"k", 12, 0), TypeError),  # type: ignore[arg-type]  # deliberately the wrong type: the test checks it is refused
     (SimpleRecord(b"k", b"v", 0, (("h", "str value"),)), TypeError),
     (SimpleRecord(b"k", b"v", 0, ((None, b"x"),)), TypeError),
     (SimpleRecord(b"k", b"v", 0, (("a", b"1", b"2"),)), ValueError),
     (SimpleRecord(b"k", b"v", 0, (("a",),)), ValueError),
-    (SimpleRecord(b"k", b"v", 0, 5), TypeError),
-    (SimpleRecord(b"k", b"v", 1.5), TypeError),
+    (SimpleRecord(b"k", b"v", 0, 5), TypeError),  # type: ignore[arg-type]  # deliberately the wrong type: the test checks it is refused
+    (SimpleRecord(b"k", b"v", 1.5), TypeError),  # type: ignore[arg-type]  # deliberately the wrong type: the test checks it is refused
     ((b"k", b"v", 0), ValueError),
     (SimpleRecord(b"k", b"v", 0, (("\ud800", b"x"),)), UnicodeEncodeError),  # not a surrogateescape byte
 ])
@@ -306,7 +306,7 @@ def test_encode_rejects_bad_fields_alike(impl, record, error):
 
 def test_failed_encode_releases_buffers(impl):
     key, value, hval = bytearray(b"k"), bytearray(b"v"), bytearray(b"h")
-    bad = SimpleRecord(key, value, 0, (("h", hval), ("bad", "not bytes")))
+    bad = SimpleRecord(key, value, 0, (("h", hval), ("bad", "not bytes")))  # type: ignore[arg-type]  # bytearray fields (accepted) and a str header value (refused)
     with pytest.raises(TypeError):
         impl.encode([bad], None, 0, 0)
     for buf in (key, value, hval):
@@ -489,7 +489,7 @@ def test_differential_non_canonical_varints():
 def test_no_leaks_in_loops():
     recs = [SimpleRecord(b"k%d" % i, b"v" * 100, i, (("h", b"x"), ("\udcff", None))) for i in range(20)]
     section = C.encode(recs, None, 0, 0)
-    bad_records = [SimpleRecord(b"k", bytearray(b"v"), 0, (("h", b"x"), ("bad", "str")))]
+    bad_records = [SimpleRecord(b"k", bytearray(b"v"), 0, (("h", b"x"), ("bad", "str")))]  # type: ignore[arg-type]  # a str header value: the encode that fails
 
     def work():
         C.encode(recs, None, 0, 0)

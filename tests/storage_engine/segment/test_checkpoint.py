@@ -256,5 +256,5 @@ def test_unreadable_marker_has_no_epoch_but_still_counts_as_present(log_dir, con
 
 def test_write_clean_shutdown_rejects_a_non_integer_epoch(log_dir):
     with pytest.raises(TypeError):
-        write_clean_shutdown(log_dir, "5")
+        write_clean_shutdown(log_dir, "5")  # type: ignore[arg-type]  # deliberately a str: the test checks it is refused
     assert not has_clean_shutdown(log_dir)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.paths import REAL_KAFKA_FIXTURES
 from tests.storage_engine.os_failures import storage_error_when_failing
+from tests.storage_engine.helpers import present
 from storage_engine.record import codecs
 from storage_engine.errors import CorruptRecordError, StorageError
 from storage_engine.segment.file_records import MAX_FILE_SIZE, FileRecords, batch_at, iter_batches
@@ -57,7 +58,7 @@ def new_file(tmp_path):
         fr.close()
 
 
-def assert_located(exc: StorageError, path: str, position: int) -> None:
+def assert_located(exc: CorruptRecordError, path: str, position: int) -> None:
     assert exc.path == path and exc.position == position
     assert path in str(exc) and f"byte position {position}" in str(exc)
 
@@ -467,7 +468,7 @@ def test_real_kafka_segments(tmp_path, fixture):
             assert all(r.value for r in records)
         assert end == fr.size
         next_offset = batches[-1].next_offset
-        assert fr.search_for_offset_with_size(next_offset - 1, 0)[0] == next_offset - 1
+        assert present(fr.search_for_offset_with_size(next_offset - 1, 0))[0] == next_offset - 1
     finally:
         fr.close()
 
@@ -940,8 +941,10 @@ def test_batch_at_positions_and_the_exact_truncation_messages():
     the end is a partial trailing batch. Strict readers report both, with what was found."""
     data = three_batches()
     one = len(data) // 3
-    assert batch_at(data, 0, len(data)).file_position == 0
-    assert batch_at(data, one, len(data), file_offset=100).file_position == 100 + one
+    found = batch_at(data, 0, len(data))
+    assert found is not None and found.file_position == 0
+    found = batch_at(data, one, len(data), file_offset=100)
+    assert found is not None and found.file_position == 100 + one
     head = data[:HEADER_SIZE_UP_TO_MAGIC]                      # exactly the 17-byte header, no more
     assert batch_at(head, 0, len(head)) is None
     with pytest.raises(CorruptRecordError) as err:
@@ -954,7 +957,8 @@ def test_batch_at_positions_and_the_exact_truncation_messages():
     assert str(err.value) == ("truncated entry: only 16 bytes left, fewer than the 17-byte entry header "
                               "(file f.log, byte position 0)")
     legacy = build_legacy_batch([SimpleRecord(None, b"v", 5)], magic=1, base_offset=7)
-    assert batch_at(data + legacy, len(data), len(data) + len(legacy), file_offset=10).file_position == 10 + len(data)
+    found = batch_at(data + legacy, len(data), len(data) + len(legacy), file_offset=10)
+    assert found is not None and found.file_position == 10 + len(data)
 
 
 def test_a_log_file_holding_descriptor_zero_releases_it_and_closing_twice_closes_nothing_else(tmp_path):

@@ -13,6 +13,7 @@ import errno
 import os
 import stat
 import struct
+from typing import Any
 
 import pytest
 
@@ -171,6 +172,7 @@ def test_only_a_writable_index_is_fsynced_and_a_rename_alone_syncs_nothing(oi_pa
 
 def test_messages_of_out_of_range_requests(oi_path, ti_path):
     idx = OffsetIndex(oi_path, BASE, 16)
+    err: pytest.ExceptionInfo[Any]   # one name for each refusal below
     with pytest.raises(IndexOffsetOverflowError) as err:
         idx.append(BASE - 1, 0)
     assert str(err.value) == (f"offset {BASE - 1} does not fit the offset index of base offset {BASE}: relative "

@@ -12,7 +12,7 @@ from storage_engine.segment.file_records import iter_batches
 from storage_engine.segment.recovery import recover_segment
 from storage_engine.segment.segment import INT32_MAX, LogSegment
 
-from ..helpers import append_batch, batch, open_segment, segment_path
+from ..helpers import append_batch, batch, open_segment, present, segment_path
 
 pytestmark = pytest.mark.unit
 
@@ -139,7 +139,7 @@ def test_truncate_full_resets_roll_clock(tmp_path):
     assert not seg.offset_index.is_full and not seg.time_index.is_full
     assert seg.read(0, 1024) is None
     append_batch(seg, 40, "hello", "there")
-    assert offsets_in(seg.read(40, 1024).data) == [40, 41]
+    assert offsets_in(present(seg.read(40, 1024)).data) == [40, 41]
     seg.close()
 
 
@@ -200,18 +200,18 @@ def test_find_offset_by_timestamp(tmp_path):
     assert seg.time_index.entries > 0  # some timestamps are indexed, some are not
     assert seg.largest_timestamp() == 490
     # an indexed timestamp
-    assert seg.find_offset_by_timestamp(420, 0)[1] == 42
-    assert seg.find_offset_by_timestamp(421, 0)[1] == 43
+    assert present(seg.find_offset_by_timestamp(420, 0))[1] == 42
+    assert present(seg.find_offset_by_timestamp(421, 0))[1] == 43
     # an un-indexed timestamp
-    assert seg.find_offset_by_timestamp(430, 0)[1] == 43
-    assert seg.find_offset_by_timestamp(431, 0)[1] == 44
+    assert present(seg.find_offset_by_timestamp(430, 0))[1] == 43
+    assert present(seg.find_offset_by_timestamp(431, 0))[1] == 44
     # beyond the last timestamp
     assert seg.find_offset_by_timestamp(491, 0) is None
     # before the first indexed timestamp, before the first timestamp
-    assert seg.find_offset_by_timestamp(401, 0)[1] == 41
+    assert present(seg.find_offset_by_timestamp(401, 0))[1] == 41
     assert seg.find_offset_by_timestamp(399, 0) == (400, 40)
     # a starting offset skips earlier records
-    assert seg.find_offset_by_timestamp(399, 45)[1] == 45
+    assert present(seg.find_offset_by_timestamp(399, 45))[1] == 45
     seg.close()
 
 
@@ -260,7 +260,7 @@ def test_change_file_suffixes(tmp_path):
     assert os.path.exists(index_path + ".deleted") and not os.path.exists(index_path)
     assert not os.path.exists(time_path + ".deleted") and not os.path.exists(time_path)
     # the segment still reads through its renamed files
-    assert offsets_in(seg.read(40, 1000).data) == [40]
+    assert offsets_in(present(seg.read(40, 1000)).data) == [40]
     seg.change_file_suffixes(layout.DELETED_SUFFIX, "")
     assert os.path.exists(log_path) and os.path.exists(index_path)
     seg.close()
@@ -287,7 +287,7 @@ def test_recovery_fixes_corrupt_index(tmp_path):
     assert seg.offset_index.entries == entries
     seg.offset_index.sanity_check()
     for i in range(100):
-        assert offsets_in(seg.read(i, 1).data)[0] == i
+        assert offsets_in(present(seg.read(i, 1)).data)[0] == i
     seg.close()
 
 
@@ -300,9 +300,9 @@ def test_recovery_fixes_corrupt_time_index(tmp_path):
     recover_segment(seg)
     seg.time_index.sanity_check()
     for i in range(100):
-        assert seg.find_offset_by_timestamp(i * 10, 0)[1] == i
+        assert present(seg.find_offset_by_timestamp(i * 10, 0))[1] == i
         if i < 99:
-            assert seg.find_offset_by_timestamp(i * 10 + 1, 0)[1] == i + 1
+            assert present(seg.find_offset_by_timestamp(i * 10 + 1, 0))[1] == i + 1
     seg.close()
 
 
@@ -313,7 +313,7 @@ def test_recovery_truncates_at_flipped_byte(tmp_path):
     for i in range(20):
         append_batch(seg, i, f"value-{i}")
     size = seg.size
-    _, position, _ = seg.log.search_for_offset_with_size(9, 0)
+    _, position, _ = present(seg.log.search_for_offset_with_size(9, 0))
     path = seg.log.path
     with open(path, "r+b") as f:
         f.seek(position + 70)  # inside the record payload of the batch holding offset 9
@@ -341,7 +341,7 @@ def test_recovery_with_corrupt_message(tmp_path):
         for i in range(20):
             append_batch(seg, i, str(i))
         corrupt_from = rng.randrange(20)
-        _, position, _ = seg.log.search_for_offset_with_size(corrupt_from, 0)
+        _, position, _ = present(seg.log.search_for_offset_with_size(corrupt_from, 0))
         position += rng.randrange(15)
         write_nonsense(seg.log.path, position, seg.size - position, seed=attempt)
         recover_segment(seg)
@@ -397,7 +397,7 @@ def test_preallocated_segment_append_and_read(tmp_path):
     assert seg.size == 0
     append_batch(seg, 50, "hello", "there")
     second = append_batch(seg, 60, "alpha", "beta")
-    assert seg.read(55, 200).data == second
+    assert present(seg.read(55, 200)).data == second
     seg.close()
 
 
@@ -412,7 +412,7 @@ def test_preallocated_segment_trimmed_on_close(tmp_path):
     assert os.path.getsize(segment_path(tmp_path, 40)) == size
     reopened = open_segment(tmp_path, 40, file_already_exists=True, preallocate_bytes=PREALLOCATE)
     assert reopened.size == size == os.path.getsize(reopened.log.path)
-    assert reopened.read(55, 200).data == second
+    assert present(reopened.read(55, 200)).data == second
     assert reopened.read_next_offset() == 62
     reopened.close()
 

@@ -19,7 +19,7 @@ from storage_engine.config import LogConfig
 from storage_engine.segment.recovery import recover_segment
 from storage_engine.segment.segment import INT32_MAX, LogSegment
 
-from ..helpers import append_batch, batch, open_segment, segment_path
+from ..helpers import append_batch, batch, open_segment, present, segment_path
 
 pytestmark = pytest.mark.unit
 
@@ -112,7 +112,7 @@ def test_recovery_of_an_unopened_segment_writes_exactly_the_index_entries(tmp_pa
         os.umask(umask)
         assert os.stat(path).st_mode & 0o777 == 0o644 & ~umask, suffix
     assert [lazy.offset_index.lookup(i)[0] for i in range(5)] == [0, 1, 2, 3, 4]
-    assert lazy.find_offset_by_timestamp(1003)[1] == 3
+    assert present(lazy.find_offset_by_timestamp(1003))[1] == 3
     lazy.close()
 
 
@@ -321,9 +321,11 @@ def test_read_from_the_middle_returns_whole_batches_from_the_one_holding_the_off
     seg = open_segment(tmp_path, 0)
     sizes = [len(append_batch(seg, i, "v", timestamp=1000)) for i in range(4)]
     got = seg.read(2, sizes[2])
+    assert got is not None
     assert (got.position, got.first_offset) == (sum(sizes[:2]), 2)
     assert offsets_in(got.data) == [2]
     got = seg.read(1, sizes[1] + sizes[2] + 1)
+    assert got is not None
     assert offsets_in(got.data) == [1, 2]
     with pytest.raises(ValueError, match="invalid max size -1 for a log read from segment .*00000000000000000000.log"):
         seg.read(0, -1)
@@ -336,7 +338,7 @@ def test_batches_from_includes_the_batch_ending_at_the_offset(tmp_path):
     append_batch(seg, 2, "c", "d")
     assert [b.last_offset for b in seg.batches_from(1)] == [1, 3]
     assert [b.last_offset for b in seg.batches_from(2)] == [3]
-    second = seg.translate_offset(2)[1]
+    second = present(seg.translate_offset(2))[1]
     assert [b.last_offset for b in seg.batches(second)] == [3]
     seg.close()
 
@@ -353,7 +355,8 @@ def test_batches_stop_silently_at_a_torn_tail_unless_strict(tmp_path):
         f.truncate(os.path.getsize(seg.path) - len(torn) // 2)
     again = LogSegment.open(str(tmp_path), 0, LogConfig(), now_ms=0, file_already_exists=True)
     assert [b.last_offset for b in again.batches()] == [0]
-    assert again.log.batch_at(0).last_offset == 0
+    at_zero = again.log.batch_at(0)
+    assert at_zero is not None and at_zero.last_offset == 0
     assert again.log.batch_at(len(first)) is None
     with pytest.raises(CorruptRecordError, match="truncated batch at offset 1") as err:
         list(again.batches(0, strict=True))
@@ -785,8 +788,10 @@ def test_a_read_too_small_for_the_first_batch_returns_no_bytes_at_its_position_u
     seg = open_segment(tmp_path, 0)
     sizes = [len(append_batch(seg, i, "v" * 20)) for i in range(3)]
     got = seg.read(1, sizes[1] - 1, min_one_message=False)
+    assert got is not None
     assert (got.data, got.position, got.first_offset) == (b"", sizes[0], 1)
     got = seg.read(1, sizes[1] - 1)
+    assert got is not None
     assert (offsets_in(got.data), got.position, got.first_offset) == ([1], sizes[0], 1)
     seg.close()
 
@@ -813,7 +818,7 @@ def test_an_append_at_exactly_the_interval_needs_no_index_room(tmp_path):
     assert seg.offset_index.is_full
     seg.bytes_since_last_index_entry = seg.index_interval_bytes
     append_batch(seg, 7, "v")
-    assert seg.offset_index.last_offset == 6 and seg.read(7, 10**6).first_offset == 7
+    assert seg.offset_index.last_offset == 6 and present(seg.read(7, 10**6)).first_offset == 7
     seg.close()
 
 

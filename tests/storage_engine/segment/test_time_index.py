@@ -388,8 +388,10 @@ def test_reader_in_another_process_sees_appends_after_refresh(index_path):
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(target):
+        assert reader.stdin is not None
         reader.stdin.write(f"{target}\n")
         reader.stdin.flush()
+        assert reader.stdout is not None
         return json.loads(reader.stdout.readline())
 
     def expected(n):
@@ -409,8 +411,10 @@ def test_reader_in_another_process_sees_appends_after_refresh(index_path):
         assert answer["entries"] == expected(5) + [[70, BASE_OFFSET + 70]]
         assert answer["lookup"] == [70, BASE_OFFSET + 70]
     finally:
+        assert reader.stdin is not None
         reader.stdin.close()
         assert reader.wait(timeout=60) == 0
+        assert reader.stdout is not None
         reader.stdout.close()
 
 
