@@ -1,5 +1,6 @@
 """Rules of the test suite itself: every test carries a marker (tests/conftest.py refuses to collect one without),
-and ``make test-fast`` runs no test whose processes die by a signal (tests/kill_audit.py finds them)."""
+``make test-fast`` runs no test whose processes die by a signal (tests/kill_audit.py finds them), and every fixture
+wider than a test serves one test file, so ``make test``'s two workers (``--dist loadfile``) build it once."""
 from __future__ import annotations
 
 import json
@@ -82,3 +83,21 @@ def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(tmp_path):
     left_out = {nodeid.split("::")[0] for nodeid in audit["deselected"]}
     assert {"tests/storage_engine/log/test_log_rules.py", "tests/storage_engine/log/test_txn_processes.py",
             "tests/torture/test_torture.py"} <= left_out, sorted(left_out)
+
+
+
+@pytest.mark.slow   # collects the whole suite in a second process (about 10 s)
+def test_every_fixture_wider_than_a_test_serves_one_test_file(tmp_path):
+    """``make test`` runs on two workers with ``--dist loadfile``: a worker runs whole files, so a module or session
+    fixture (an api-server, a broker, a Spark session) is built once only if one file uses it. One used by two
+    files would be built on each worker that runs one of them: share it within a file, or list it in
+    ``PER_WORKER_FIXTURES`` if building it twice is cheap."""
+    out = tmp_path / "fixtures.json"
+    proc = run_pytest("--collect-only", "-q", "-p", "tests.fixture_audit", cwd=str(REPO),
+                      env={"FIXTURE_AUDIT_OUT": str(out)})
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    files = json.loads(out.read_text())
+    assert "tests/airflow/test_storage_view.py::server" in files, "the api-server of the Storage view is one"
+    shared = {fixture: paths for fixture, paths in files.items() if len(paths) > 1}
+    assert not shared, f"fixtures wider than a test used by several files: {shared}"
+
