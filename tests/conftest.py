@@ -5,9 +5,9 @@ Every test carries at least one of the markers that say what it needs and how lo
 the collection of its module, so ``make test-fast`` and the other selections by marker never run it by accident.
 
 ``make test`` runs the suite on two workers (pytest-xdist, ``-n 2 --dist loadfile``): a worker runs a whole test
-file, so a fixture wider than a test (module scope: an api-server, a broker, a Spark session, sample logs) is built
-once, and the tests sharing it never run on two workers at once. tests/test_suite_rules.py checks that each such
-fixture serves one file (a session fixture shared by two files would be built on both workers), but for
+file, so a fixture wider than a test (module or session scope: an api-server, a broker, a Spark session, sample logs)
+is built once, and the tests sharing it never run on two workers at once. tests/test_suite_rules.py checks that each
+such fixture serves one file (a session fixture shared by two files would be built on both workers), but for
 :data:`PER_WORKER_FIXTURES`.
 """
 from __future__ import annotations
