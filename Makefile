@@ -43,7 +43,7 @@ java-clients: $(STAMP)
 
 test: $(STAMP) browser clients cluster-packages
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -101,3 +101,42 @@ def test_every_fixture_wider_than_a_test_serves_one_test_file(tmp_path):
     shared = {fixture: paths for fixture, paths in files.items() if len(paths) > 1}
     assert not shared, f"fixtures wider than a test used by several files: {shared}"
 
+
+
+@pytest.mark.slow   # a pytest run on two workers in a scratch folder (about 5 s)
+def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_is_built_once(tmp_path):
+    """The suite's conftest, loaded as a plugin, on a scratch folder run as ``make test`` runs the suite: the file
+    whose tests share a module fixture (a server) runs first though it is collected last, the unit tests last;
+    its fixture is built once, on one worker."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n"
+                                         + "".join(f"    {name}\n" for name in CATEGORY_MARKERS))
+    log = tmp_path / "ran.txt"
+    note = (f"def note(what):\n    with open({str(log)!r}, 'a') as f:\n"
+            "        f.write(what + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    for name, marker in (("a", "unit"), ("b", "unit"), ("c", "e2e")):
+        (tmp_path / f"test_{name}.py").write_text(
+            f"import os\nimport pytest\n\npytestmark = pytest.mark.{marker}\n\n{note}\n\n"
+            f"@pytest.mark.parametrize('n', range(10))\ndef test_{name}(n):\n    note('{name}')\n")
+    (tmp_path / "tests").mkdir()            # the suite's fixtures are those defined under tests/
+    (tmp_path / "tests" / "test_z.py").write_text(
+        f"import os\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n{note}\n\n"
+        "@pytest.fixture(scope='module')\ndef server():\n    note('built')\n    yield\n\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_z(server, n):\n    note('z')\n")
+    with open(REPO / "Makefile") as f:
+        found = re.search(r"^test:.*\n(?:\t.*\n)*?\t.*pytest -q (.*)$", f.read(), re.M)
+    assert found, "make test runs pytest"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = run_pytest("-q", "-p", "tests.conftest", *found.group(1).split(), "--rootdir", str(tmp_path),
+                      cwd=str(tmp_path), env=env)
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [line.split() for line in log.read_text().splitlines()]
+    assert [what for what, _ in ran].count("built") == 1, ran
+    assert len({worker for what, worker in ran if what in ("built", "z")}) == 1, ran
+    assert len(ran) == 1 + 6 + 30, ran
+    by_worker: dict[str, list[str]] = {}
+    for what, worker in ran:
+        by_worker.setdefault(worker, []).append(what)
+    assert sorted(by_worker) == ["gw0", "gw1"], f"both workers ran tests: {by_worker}"
+    for whats in by_worker.values():
+        order = [{"built": 0, "z": 0, "c": 1}.get(what, 2) for what in whats]
+        assert order == sorted(order), by_worker     # the server's file, then the e2e one, then the unit ones
