@@ -67,16 +67,25 @@ def fast_selection() -> str:
     return found.group(1)
 
 
-@pytest.mark.slow   # collects the whole suite in a second process (about 10 s)
-def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(tmp_path):
+@pytest.fixture(scope="module")
+def suite_audit(tmp_path_factory) -> dict:
+    """One collection of the whole suite, in a second process, as ``make test-fast`` selects it, with the plugins
+    tests/kill_audit.py and tests/fixture_audit.py: {"kills": their audit, "fixtures": theirs}."""
+    out = tmp_path_factory.mktemp("audit")
+    proc = run_pytest("--collect-only", "-q", "-p", "tests.kill_audit", "-p", "tests.fixture_audit", "-m",
+                      fast_selection(), cwd=str(REPO),
+                      env={"KILL_AUDIT_OUT": str(out / "kills.json"), "FIXTURE_AUDIT_OUT": str(out / "fixtures.json")})
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"kills": json.loads((out / "kills.json").read_text()),
+            "fixtures": json.loads((out / "fixtures.json").read_text())}
+
+
+@pytest.mark.slow   # collects the whole suite in a second process (about 10 s, once for the module)
+def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(suite_audit):
     """Collect what ``make test-fast`` would run and look into each test, its fixtures and the suite's helpers and
     scripts they name for a kill, a signal or an armed crash point: there must be none. Such a test is marked
     ``kills`` (or ``slow``). The tests left out must include some that kill, or the look finds nothing anywhere."""
-    out = tmp_path / "audit.json"
-    proc = run_pytest("--collect-only", "-q", "-p", "tests.kill_audit", "-m", fast_selection(), cwd=str(REPO),
-                      env={"KILL_AUDIT_OUT": str(out)})
-    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
-    audit = json.loads(out.read_text())
+    audit = suite_audit["kills"]
     offenders = [f"{nodeid}: {'; '.join(evidence[:2])}" for nodeid, evidence in sorted(audit["selected"].items())]
     assert not offenders, ("make test-fast would run tests whose processes die by a signal; mark them "
                            "@pytest.mark.kills:\n" + "\n".join(offenders))
@@ -85,22 +94,16 @@ def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(tmp_path):
             "tests/torture/test_torture.py"} <= left_out, sorted(left_out)
 
 
-
-@pytest.mark.slow   # collects the whole suite in a second process (about 10 s)
-def test_every_fixture_wider_than_a_test_serves_one_test_file(tmp_path):
+@pytest.mark.slow   # the collection of the whole suite above
+def test_every_fixture_wider_than_a_test_serves_one_test_file(suite_audit):
     """``make test`` runs on two workers with ``--dist loadfile``: a worker runs whole files, so a module or session
     fixture (an api-server, a broker, a Spark session) is built once only if one file uses it. One used by two
     files would be built on each worker that runs one of them: share it within a file, or list it in
     ``PER_WORKER_FIXTURES`` if building it twice is cheap."""
-    out = tmp_path / "fixtures.json"
-    proc = run_pytest("--collect-only", "-q", "-p", "tests.fixture_audit", cwd=str(REPO),
-                      env={"FIXTURE_AUDIT_OUT": str(out)})
-    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
-    files = json.loads(out.read_text())
+    files = suite_audit["fixtures"]
     assert "tests/airflow/test_storage_view.py::server" in files, "the api-server of the Storage view is one"
     shared = {fixture: paths for fixture, paths in files.items() if len(paths) > 1}
     assert not shared, f"fixtures wider than a test used by several files: {shared}"
-
 
 
 @pytest.mark.slow   # a pytest run on two workers in a scratch folder (about 5 s)
