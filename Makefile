@@ -44,7 +44,7 @@ java-clients: $(STAMP)
 test: $(STAMP) browser clients cluster-packages
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -3,6 +3,12 @@
 Every test carries at least one of the markers that say what it needs and how long it takes (``unit``, ``slow``,
 ``spark``, ``airflow``, ``e2e``; see ``[tool.pytest.ini_options]`` in pyproject.toml): a test without one fails
 the collection of its module, so ``make test-fast`` and the other selections by marker never run it by accident.
+
+``make test`` runs the suite on two workers (pytest-xdist, ``-n 2 --dist loadfile --no-loadscope-reorder``): a
+worker runs a whole test file, so a fixture wider than a test (module or session scope: an api-server, a broker, a Spark session, sample logs)
+is built once, and the tests sharing it never run on two workers at once. tests/test_suite_rules.py checks that each
+such fixture serves one file (a session fixture shared by two files would be built on both workers), but for
+:data:`PER_WORKER_FIXTURES`.
 """
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+
+# Session fixtures that each worker builds for itself, cheap enough that keeping their tests on one worker (every
+# Airflow test) would cost more than building them twice: the Airflow metadata DB of tests/airflow/conftest.py.
+PER_WORKER_FIXTURES = frozenset({"airflow_db"})
 
 # The markers that classify a test; ``kills`` (a test whose processes die by a signal) is said on top of one.
 CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e")
@@ -44,6 +54,44 @@ def pytest_make_collect_report(collector: pytest.Collector):
                  "pyproject.toml)"] + [f"  unmarked: {nodeid}" for nodeid in missing])
             report.result = []
     return report
+
+
+def shared_fixtures(item: pytest.Item) -> list[str]:
+    """``"<where it is defined>::<name>"`` of each fixture of the suite wider than one test that ``item`` uses
+    (pytest's own and plugins' fixtures, and :data:`PER_WORKER_FIXTURES`, left out)."""
+    out = []
+    for name, defs in getattr(item, "_fixtureinfo").name2fixturedefs.items():
+        fixture = defs[-1]                                  # the definition this item gets (the closest one)
+        if (fixture.scope != "function" and name not in PER_WORKER_FIXTURES
+                and fixture.baseid.split("/", 1)[0] == "tests"):
+            out.append(f"{fixture.baseid}::{name}")
+    return out
+
+
+def worker_order(items: list[pytest.Item]) -> dict[str, int]:
+    """{test file: where it goes in the workers' queue}: the files with a fixture wider than a test first (the
+    longest units of work: a server, a cluster, sample logs), then those with a test of a category that starts
+    processes or servers, then those of in-process ``unit`` tests only, which fill the end of the run in small
+    pieces so that neither worker idles long before the other finishes."""
+    order: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if shared_fixtures(item):
+            kind = 0
+        else:
+            kind = 1 if any(item.get_closest_marker(name) for name in CATEGORY_MARKERS if name != "unit") else 2
+        order[path] = min(order.get(path, kind), kind)
+    return order
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker (the workers collect, the controller does not): the test files in
+    :func:`worker_order` (a stable sort: collection order within each kind, a file's tests together). The
+    controller keeps that order with ``--no-loadscope-reorder``; by default it would send the files with the most
+    tests first, and a long file of a few tests (a cluster, a torture run) last."""
+    if hasattr(config, "workerinput"):
+        order = worker_order(items)
+        items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture

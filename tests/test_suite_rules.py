@@ -1,5 +1,6 @@
 """Rules of the test suite itself: every test carries a marker (tests/conftest.py refuses to collect one without),
-and ``make test-fast`` runs no test whose processes die by a signal (tests/kill_audit.py finds them)."""
+``make test-fast`` runs no test whose processes die by a signal (tests/kill_audit.py finds them), and every fixture
+wider than a test serves one test file, so ``make test``'s two workers (``--dist loadfile``) build it once."""
 from __future__ import annotations
 
 import json
@@ -66,19 +67,79 @@ def fast_selection() -> str:
     return found.group(1)
 
 
-@pytest.mark.slow   # collects the whole suite in a second process (about 10 s)
-def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(tmp_path):
+@pytest.fixture(scope="module")
+def suite_audit(tmp_path_factory) -> dict:
+    """One collection of the whole suite, in a second process, as ``make test-fast`` selects it, with the plugins
+    tests/kill_audit.py and tests/fixture_audit.py: {"kills": their audit, "fixtures": theirs}."""
+    out = tmp_path_factory.mktemp("audit")
+    proc = run_pytest("--collect-only", "-q", "-p", "tests.kill_audit", "-p", "tests.fixture_audit", "-m",
+                      fast_selection(), cwd=str(REPO),
+                      env={"KILL_AUDIT_OUT": str(out / "kills.json"), "FIXTURE_AUDIT_OUT": str(out / "fixtures.json")})
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"kills": json.loads((out / "kills.json").read_text()),
+            "fixtures": json.loads((out / "fixtures.json").read_text())}
+
+
+@pytest.mark.slow   # collects the whole suite in a second process (about 10 s, once for the module)
+def test_make_test_fast_runs_no_test_whose_processes_die_by_a_signal(suite_audit):
     """Collect what ``make test-fast`` would run and look into each test, its fixtures and the suite's helpers and
     scripts they name for a kill, a signal or an armed crash point: there must be none. Such a test is marked
     ``kills`` (or ``slow``). The tests left out must include some that kill, or the look finds nothing anywhere."""
-    out = tmp_path / "audit.json"
-    proc = run_pytest("--collect-only", "-q", "-p", "tests.kill_audit", "-m", fast_selection(), cwd=str(REPO),
-                      env={"KILL_AUDIT_OUT": str(out)})
-    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
-    audit = json.loads(out.read_text())
+    audit = suite_audit["kills"]
     offenders = [f"{nodeid}: {'; '.join(evidence[:2])}" for nodeid, evidence in sorted(audit["selected"].items())]
     assert not offenders, ("make test-fast would run tests whose processes die by a signal; mark them "
                            "@pytest.mark.kills:\n" + "\n".join(offenders))
     left_out = {nodeid.split("::")[0] for nodeid in audit["deselected"]}
     assert {"tests/storage_engine/log/test_log_rules.py", "tests/storage_engine/log/test_txn_processes.py",
             "tests/torture/test_torture.py"} <= left_out, sorted(left_out)
+
+
+@pytest.mark.slow   # the collection of the whole suite above
+def test_every_fixture_wider_than_a_test_serves_one_test_file(suite_audit):
+    """``make test`` runs on two workers with ``--dist loadfile``: a worker runs whole files, so a module or session
+    fixture (an api-server, a broker, a Spark session) is built once only if one file uses it. One used by two
+    files would be built on each worker that runs one of them: share it within a file, or list it in
+    ``PER_WORKER_FIXTURES`` if building it twice is cheap."""
+    files = suite_audit["fixtures"]
+    assert "tests/airflow/test_storage_view.py::server" in files, "the api-server of the Storage view is one"
+    shared = {fixture: paths for fixture, paths in files.items() if len(paths) > 1}
+    assert not shared, f"fixtures wider than a test used by several files: {shared}"
+
+
+@pytest.mark.slow   # a pytest run on two workers in a scratch folder (about 5 s)
+def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_is_built_once(tmp_path):
+    """The suite's conftest, loaded as a plugin, on a scratch folder run as ``make test`` runs the suite: the file
+    whose tests share a module fixture (a server) runs first though it is collected last, the unit tests last;
+    its fixture is built once, on one worker."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n"
+                                         + "".join(f"    {name}\n" for name in CATEGORY_MARKERS))
+    log = tmp_path / "ran.txt"
+    note = (f"def note(what):\n    with open({str(log)!r}, 'a') as f:\n"
+            "        f.write(what + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    for name, marker in (("a", "unit"), ("b", "unit"), ("c", "e2e")):
+        (tmp_path / f"test_{name}.py").write_text(
+            f"import os\nimport pytest\n\npytestmark = pytest.mark.{marker}\n\n{note}\n\n"
+            f"@pytest.mark.parametrize('n', range(10))\ndef test_{name}(n):\n    note('{name}')\n")
+    (tmp_path / "tests").mkdir()            # the suite's fixtures are those defined under tests/
+    (tmp_path / "tests" / "test_z.py").write_text(
+        f"import os\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n{note}\n\n"
+        "@pytest.fixture(scope='module')\ndef server():\n    note('built')\n    yield\n\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_z(server, n):\n    note('z')\n")
+    with open(REPO / "Makefile") as f:
+        found = re.search(r"^test:.*\n(?:\t.*\n)*?\t.*pytest -q (.*)$", f.read(), re.M)
+    assert found, "make test runs pytest"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = run_pytest("-q", "-p", "tests.conftest", *found.group(1).split(), "--rootdir", str(tmp_path),
+                      cwd=str(tmp_path), env=env)
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [line.split() for line in log.read_text().splitlines()]
+    assert [what for what, _ in ran].count("built") == 1, ran
+    assert len({worker for what, worker in ran if what in ("built", "z")}) == 1, ran
+    assert len(ran) == 1 + 6 + 30, ran
+    by_worker: dict[str, list[str]] = {}
+    for what, worker in ran:
+        by_worker.setdefault(worker, []).append(what)
+    assert sorted(by_worker) == ["gw0", "gw1"], f"both workers ran tests: {by_worker}"
+    for whats in by_worker.values():
+        order = [{"built": 0, "z": 0, "c": 1}.get(what, 2) for what in whats]
+        assert order == sorted(order), by_worker     # the server's file, then the e2e one, then the unit ones

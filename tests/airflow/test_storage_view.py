@@ -373,13 +373,17 @@ def test_the_first_page_shows_space_damage_and_the_dirtiest_partitions(server, s
     frame = page.frame_locator("iframe")
     frame.locator("#dirtiest").wait_for(timeout=60_000)
     for d in sample["config"].log_dirs:
-        for _attempt in range(5):            # other processes write to the same filesystem meanwhile
+        # Other processes write to the same filesystem meanwhile: the page is rendered between two df readings
+        # (a page rendered before the first one could show an older figure that both readings agree against),
+        # and compared when they agree.
+        for _attempt in range(5):
             before = df_percent(d)
+            page.reload()
+            frame = page.frame_locator("iframe")
+            frame.locator("#dirtiest").wait_for(timeout=60_000)
             shown = cell(frame.locator(f'#log-dirs tr[data-path="{d}"]'), "used_percent")
             if df_percent(d) == before:
                 break
-            page.reload()
-            frame = page.frame_locator("iframe")
         assert math.ceil(float(shown.rstrip("%"))) == before, (shown, before)
     rows = frame.locator("#dirtiest tr[data-partition]")
     ratios = dirty_ratios(sample["config"], int(time.time() * 1000))

@@ -34,10 +34,15 @@ HOSTILE_TOPICS = ["../etc", "a/b", "/abs", ".", "..", "x" * 300, "", "with space
 
 @pytest.fixture
 def env(tmp_path):
-    """A log dir with a plain topic ``t`` and a compacted topic ``kv``, each holding a few records."""
-    cfg = tmp_path / "storage.yaml"
+    """A log dir with a plain topic ``t`` and a compacted topic ``kv``, each holding a few records, in
+    ``tmp_path/env``: the tests that look for directories a hostile name created above the log dir's folder walk
+    ``env.tmp.parent``, which then holds this test's files only (``tmp_path``'s parent holds every earlier test's
+    folders, a walk of 13 s late in a run)."""
+    tmp = tmp_path / "env"
+    tmp.mkdir()
+    cfg = tmp / "storage.yaml"
     cfg.write_text(json.dumps({
-        "broker": {"log.dirs": [str(tmp_path / "logs")], "log.segment.bytes": 4096},
+        "broker": {"log.dirs": [str(tmp / "logs")], "log.segment.bytes": 4096},
         "topics": {"t": {"max.message.bytes": MAX_MESSAGE_BYTES}, "kv": {"cleanup.policy": "compact"}},
     }), encoding="utf-8")
     config = load_config(str(cfg))
@@ -45,7 +50,7 @@ def env(tmp_path):
         for i in range(10):
             mgr.get_or_create_log("t", 0).append_records([SimpleRecord(f"k{i}".encode(), f"v{i}".encode(), 1000 + i)])
         mgr.get_or_create_log("kv", 0).append_records([SimpleRecord(b"a", b"1", 5), SimpleRecord(b"b", b"2", 6)])
-    return types.SimpleNamespace(tmp=tmp_path, cfg=str(cfg), config=config, baseline=stored(config))
+    return types.SimpleNamespace(tmp=tmp, cfg=str(cfg), config=config, baseline=stored(config))
 
 
 def stored(config) -> dict:

@@ -178,15 +178,19 @@ def test_a_reader_retries_across_a_swap_in_progress(tmp_path):
         assert json.loads(out.splitlines()[-1])["results"][0]["groups"] >= 1
 
 
-# A compaction whose swap pauses (holding the partition lock) right after the old segments became .deleted.
+# A compaction whose first swap pauses (holding the partition lock) right after the old segments became .deleted.
+# Only the first: the reader starts when it reads PAUSED and is waiting on that lock; a pause in each of the
+# following groups' swaps (about 30 of them) only made the compaction 30 s longer.
 PAUSING_COMPACT = """
 import sys, time
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
 from storage_engine.jobs import compaction
 original = crashpoints.reached
+paused = []
 def reached(step):
-    if step == "swap.old-deleted":
+    if step == "swap.old-deleted" and not paused:
+        paused.append(step)
         print("PAUSED", flush=True)
         time.sleep(1.0)
     original(step)
