@@ -245,7 +245,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, *, seconds: float |
         for role, child in list(live.items()):
             if child.proc.poll() is not None:  # killed by us, died at its step, or failed
                 _collect_exit(child, violations)
-                live[role] = start(role, False)
+                # a forced role killed at random before its step comes back armed again, so whether the step is
+                # reached does not depend on how fast the machine runs the processes
+                rearm = setup_step is None and role == forced_role and not reached_forced()
+                live[role] = start(role, rearm)
         time.sleep(0.01)
     if (rng.random() < 0.5 or protocol == "load") and not soak:
         for child in live.values():
