@@ -143,3 +143,26 @@ def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_
     for whats in by_worker.values():
         order = [{"built": 0, "z": 0, "c": 1}.get(what, 2) for what in whats]
         assert order == sorted(order), by_worker     # the server's file, then the e2e one, then the unit ones
+
+
+@pytest.mark.unit
+def test_scripts_run_by_path_import_nothing_from_the_tests_package():
+    """The processes the tests start by a file's path (``python tests/server/txn_worker.py``, the scripts of
+    tests/storage_engine/procs/) have their own folder as sys.path[0], not the repository: an import of the
+    ``tests`` package works where PYTHONPATH happens to name the repository and fails on a fresh clone."""
+    import ast
+
+    scripts = [REPO / "tests" / "server" / "txn_worker.py", *sorted((REPO / "tests" / "storage_engine" / "procs")
+                                                                    .glob("*.py"))]
+    offending = []
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            offending += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
+                          if n == "tests" or n.startswith("tests.")]
+    assert len(scripts) > 5 and offending == [], offending

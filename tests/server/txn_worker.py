@@ -28,7 +28,6 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from tests.typed import present
 
 WAIT_S = 120.0          # how long one call may keep failing with retriable errors before the worker gives up
 CALL_TIMEOUT_S = 30.0   # the timeout given to each transactional call
@@ -162,9 +161,10 @@ class Worker:
         while True:
             try:
                 msg = self.consumer.poll(0.5)
-                if msg is not None and msg.error() is not None:
-                    if present(msg.error()).fatal():
-                        raise Fatal(f"consumer: {msg.error()}")
+                error = None if msg is None else msg.error()
+                if error is not None:
+                    if error.fatal():
+                        raise Fatal(f"consumer: {error}")
                 elif msg is not None:
                     self.process(msg)
                 elif self.in_txn:
