@@ -110,14 +110,13 @@ def _render_entity(entity: _Entity) -> list[str]:
 
 
 def served() -> dict[str, list[tuple[int, str, int, int]]]:
-    """(api key, name, min version, max version) of each served API with a handler, by the handler module's last
-    name (``groups``; ``versions`` for ApiVersions, which the handlers package answers itself)."""
+    """(api key, name, min version, max version) of each served API, by the handler module's last name
+    (``groups``; ``versions`` for ApiVersions, which the handlers package answers itself; ``sasl`` for the two
+    SASL APIs, which the connection answers)."""
     from storage_engine.server.handlers import APIS     # here, not at the top: handlers import what this writes
     out: dict[str, list[tuple[int, str, int, int]]] = {}
     for api in sorted(APIS.values(), key=lambda a: a.key):
-        if api.handler is None:
-            continue
-        module = api.handler.__module__.rpartition(".")[2]
+        module = "sasl" if api.handler is None else api.handler.__module__.rpartition(".")[2]
         out.setdefault("versions" if module == "handlers" else module, []).append(
             (api.key, api.name, api.min_version, api.max_version))
     return out
