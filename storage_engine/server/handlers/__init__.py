@@ -2,9 +2,11 @@
 which advertises exactly these. Every other key or version closes the connection (Kafka's rule).
 
 A handler answers with its response's values in one shape for every version, error codes as ``ErrorCode``
-members (:mod:`storage_engine.server.errors`); :func:`storage_engine.server.protocol.build` checks them against the
-version asked for (a key no version has, or a required field missing, is a handler bug that closes the
-connection with one line naming it) and builds kio's response class of that version."""
+members (:mod:`storage_engine.server.errors`), typed by its API's ``TypedDict`` in
+:mod:`storage_engine.server.responses` (generated from kio's schemas over the versions below), so mypy checks every
+key and value; :func:`storage_engine.server.protocol.build` then checks them against the version asked for (a key no
+version has, or a required field missing, is a handler bug that closes the connection with one line naming it) and
+builds kio's response class of that version."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
