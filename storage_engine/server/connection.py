@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 from storage_engine.server import protocol
@@ -27,6 +28,7 @@ from storage_engine.server.broker import Broker
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.responses.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import AuthenticationFailed, Authenticator, Users
 from storage_engine.server.settings import Listener
@@ -230,11 +232,12 @@ class Connection:
         version = 0 if request.body is None else request.api_version
         return self._encode(request, result, version)
 
-    def _encode(self, request: protocol.Request, result: dict[str, Any], version: int | None = None) -> list[Buffer]:
+    def _encode(self, request: protocol.Request, result: Mapping[str, object],
+                version: int | None = None) -> list[Buffer]:
         cls = protocol.response_class(request.api_key, request.api_version if version is None else version)
         return protocol.encode_response_parts(request, protocol.build(cls, result))
 
-    def _handshake(self, body: Any) -> dict[str, Any]:
+    def _handshake(self, body: Any) -> SaslHandshakeResponse:
         enabled = tuple(self.broker.config.server["sasl.enabled.mechanisms"])
         if not self.listener.sasl:
             return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
@@ -271,17 +274,18 @@ class Connection:
         try:
             token = self.auth.step(bytes(request.body.auth_bytes))
         except AuthenticationFailed as exc:
-            self.writer.writelines(self._encode(request, {"error_code": ErrorCode.sasl_authentication_failed,
-                                                          "error_message": str(exc), "auth_bytes": b"",
-                                                          "session_lifetime": 0}))
+            failed: SaslAuthenticateResponse = {"error_code": ErrorCode.sasl_authentication_failed,
+                                                "error_message": str(exc), "auth_bytes": b"", "session_lifetime": 0}
+            self.writer.writelines(self._encode(request, failed))
             raise Closing(f"{self.auth.mechanism} authentication failed"
                           f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None
         if self.auth.done:
             self.authenticated = True
             logger.info("%s authenticated as %s with %s on %s", self.peer, self.auth.user, self.auth.mechanism,
                         self.listener)
-        return self._encode(request, {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
-                                      "session_lifetime": 0})
+        done: SaslAuthenticateResponse = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
+                                          "session_lifetime": 0}
+        return self._encode(request, done)
 
 
 def _where(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import struct
+import typing
 
 import pytest
 import yaml
@@ -16,7 +17,7 @@ from kio.serial import entity_writer
 from storage_engine import topic_store
 from storage_engine.config_file import load_config
 from storage_engine.errors import ConfigError
-from storage_engine.server import identity, protocol
+from storage_engine.server import gen_responses, identity, protocol
 from storage_engine.server.handlers import APIS, SUPPORTED
 
 pytestmark = pytest.mark.unit
@@ -31,6 +32,30 @@ def frame(key: int, version: int, body_values: dict, correlation: int = 7) -> by
     entity_writer(cls)(out, protocol.build(cls, body_values))
     return out.getvalue()
 
+
+
+def test_the_typed_responses_are_what_the_generator_writes():
+    """``storage_engine/server/responses/`` is generated from kio's schemas over the served versions: serving a new
+    API or version, or a kio upgrade, without running ``python -m storage_engine.server.gen_responses`` fails
+    here (as does a hand edit of a generated file)."""
+    assert gen_responses.stale() == [], "run python -m storage_engine.server.gen_responses"
+
+
+def test_every_handler_is_typed_with_its_own_apis_response():
+    """mypy checks each handler's keys and values against the TypedDict its return is annotated with; this checks
+    that TypedDict is its own API's (kio's response class name), so a Fetch handler cannot be checked against
+    ListOffsets' shape."""
+    wrong = []
+    for api in APIS.values():
+        if api.handler is None:
+            continue
+        returned = typing.get_type_hints(api.handler)["return"]
+        names = {t.__name__ for t in typing.get_args(returned) if t is not type(None)} or {returned.__name__}
+        wanted = protocol.response_class(api.key, api.max_version).__name__
+        if names != {wanted} or not typing.is_typeddict(next(t for t in typing.get_args(returned) or (returned,)
+                                                             if t is not type(None))):
+            wrong.append(f"{api.name}: {api.handler.__qualname__} returns {returned}, not {wanted}")
+    assert not wrong, wrong
 
 def test_a_served_request_decodes_with_its_header():
     req = protocol.decode_request(frame(3, 12, {"topics": None, "allow_auto_topic_creation": False,

@@ -2,20 +2,23 @@
 which advertises exactly these. Every other key or version closes the connection (Kafka's rule).
 
 A handler answers with its response's values in one shape for every version, error codes as ``ErrorCode``
-members (:mod:`storage_engine.server.errors`); :func:`storage_engine.server.protocol.build` checks them against the
-version asked for (a key no version has, or a required field missing, is a handler bug that closes the
-connection with one line naming it) and builds kio's response class of that version."""
+members (:mod:`storage_engine.server.errors`), typed by its API's ``TypedDict`` in
+:mod:`storage_engine.server.responses` (generated from kio's schemas over the versions below), so mypy checks every
+key and value; :func:`storage_engine.server.protocol.build` then checks them against the version asked for (a key no
+version has, or a required field missing, is a handler bug that closes the connection with one line naming it) and
+builds kio's response class of that version."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.responses.versions import ApiVersionsResponse
 
-Handler = Callable[[Ctx, Any], Awaitable[dict[str, Any] | None]]
+Handler = Callable[[Ctx, Any], Awaitable[Mapping[str, object] | None]]   # a TypedDict of responses/
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Api:
 SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 
 
-async def api_versions(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def api_versions(ctx: Ctx, body: Any) -> ApiVersionsResponse:
     if body is None:     # a version above ours: v0 format, UNSUPPORTED_VERSION, only our ApiVersions range
         api = APIS[API_VERSIONS]
         return {"error_code": ErrorCode.unsupported_version,

@@ -10,18 +10,23 @@ from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
 from storage_engine.server.catalog import add_partitions, create_topic, delete_topic
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.responses.admin import (CreatableTopicResult, CreatePartitionsResponse,
+                                                   CreatePartitionsTopicResult, CreateTopicsResponse,
+                                                   DeletableTopicResult, DeleteRecordsPartitionResult,
+                                                   DeleteRecordsResponse, DeleteRecordsTopicResult,
+                                                   DeleteTopicsResponse)
 
 logger = logging.getLogger(__name__)
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
-async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def create_topics(ctx: Ctx, body: Any) -> CreateTopicsResponse:
     broker = ctx.broker
     results = []
     names = [t.name for t in body.topics]
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
-                                 "topic_id": NO_TOPIC_ID, "num_partitions": -1, "replication_factor": -1,
+        entry: CreatableTopicResult = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
+                                       "topic_id": NO_TOPIC_ID, "num_partitions": -1, "replication_factor": -1,
                                  "topic_config_error_code": ErrorCode.none, "configs": None}
         try:
             if names.count(t.name) > 1:
@@ -36,13 +41,13 @@ async def create_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
                 count = broker.config.server["num.partitions"]
             configs = {c.name: c.value for c in t.configs}
             await broker.call(create_topic, broker, t.name, count, configs, validate_only=bool(body.validate_only))
-            entry.update(num_partitions=count, replication_factor=1)
+            entry.update({"num_partitions": count, "replication_factor": 1})
             if not body.validate_only:
                 entry["topic_id"] = await broker.call(broker.topic_id, t.name)
                 logger.info("created topic %s (%d partitions, configs %s) for %s", t.name, count, configs, ctx.peer)
         except Exception as exc:   # noqa: BLE001 - the topic's error
             code, text = describe(exc)
-            entry.update(error_code=code, error_message=text)
+            entry.update({"error_code": code, "error_message": text})
         results.append(entry)
     return {"throttle_time": 0, "topics": tuple(results)}
 
@@ -56,14 +61,14 @@ def _delete_topic(ctx: Ctx, topic: str) -> None:
     delete_topic(broker, topic)
 
 
-async def delete_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def delete_topics(ctx: Ctx, body: Any) -> DeleteTopicsResponse:
     results = []
     if has(body, "topics"):
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, None) for name in body.topic_names]
     for name, topic_id in wanted:
-        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+        entry: DeletableTopicResult = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                  "error_message": None}
         try:
             if name is None and topic_id is not None:
@@ -78,15 +83,15 @@ async def delete_topics(ctx: Ctx, body: Any) -> dict[str, Any]:
             logger.info("deleted topic %s for %s", name, ctx.peer)
         except Exception as exc:   # noqa: BLE001 - the topic's error
             code, text = describe(exc)
-            entry.update(error_code=code, error_message=text)
+            entry.update({"error_code": code, "error_message": text})
         results.append(entry)
     return {"throttle_time": 0, "responses": tuple(results)}
 
 
-async def create_partitions(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def create_partitions(ctx: Ctx, body: Any) -> CreatePartitionsResponse:
     results = []
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        entry: CreatePartitionsTopicResult = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if t.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not supported (one broker)")
@@ -94,12 +99,12 @@ async def create_partitions(ctx: Ctx, body: Any) -> dict[str, Any]:
                                   validate_only=bool(body.validate_only))
         except Exception as exc:   # noqa: BLE001 - the topic's error
             code, text = describe(exc)
-            entry.update(error_code=code, error_message=text)
+            entry.update({"error_code": code, "error_message": text})
         results.append(entry)
     return {"throttle_time": 0, "results": tuple(results)}
 
 
-def _delete_records(ctx: Ctx, topic: str, p: int, offset: int) -> dict[str, Any]:
+def _delete_records(ctx: Ctx, topic: str, p: int, offset: int) -> DeleteRecordsPartitionResult:
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -113,8 +118,8 @@ def _delete_records(ctx: Ctx, topic: str, p: int, offset: int) -> dict[str, Any]
         return {"partition_index": p, "low_watermark": -1, "error_code": error_code(exc)}
 
 
-async def delete_records(ctx: Ctx, body: Any) -> dict[str, Any]:
-    topics = []
+async def delete_records(ctx: Ctx, body: Any) -> DeleteRecordsResponse:
+    topics: list[DeleteRecordsTopicResult] = []
     for t in body.topics:
         parts = [await ctx.broker.call(_delete_records, ctx, t.name, int(p.partition_index), int(p.offset))
                  for p in t.partitions]

@@ -15,6 +15,11 @@ from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.catalog import check_configs, store_configs
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code, message
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.responses.configs import (AlterConfigsResourceResponse, AlterReplicaLogDirPartitionResult,
+                                                     AlterReplicaLogDirsResponse, DescribeConfigsResourceResult,
+                                                     DescribeConfigsResponse, DescribeConfigsResult,
+                                                     DescribeLogDirsPartition, DescribeLogDirsResponse,
+                                                     DescribeLogDirsResult, IncrementalAlterConfigsResponse)
 
 logger = logging.getLogger(__name__)
 TOPIC, BROKER = 2, 4
@@ -23,11 +28,11 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 
 
-def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[dict[str, Any]]:
+def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[DescribeConfigsResourceResult]:
     config = ctx.broker.config
     effective = config.log_config(topic)
     overrides = config.topic_overrides.get(topic, {})
-    out = []
+    out: list[DescribeConfigsResourceResult] = []
     for name, spec in TOPIC_KEYS.items():
         if keys is not None and name not in keys:
             continue
@@ -44,8 +49,8 @@ def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _broker_configs(ctx: Ctx, keys: Any) -> list[dict[str, Any]]:
-    out = []
+def _broker_configs(ctx: Ctx, keys: Any) -> list[DescribeConfigsResourceResult]:
+    out: list[DescribeConfigsResourceResult] = []
     for name, value in ctx.broker.config.server.items():
         if keys is not None and name not in keys:
             continue
@@ -58,28 +63,28 @@ def _broker_configs(ctx: Ctx, keys: Any) -> list[dict[str, Any]]:
     return out
 
 
-async def describe_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def describe_configs(ctx: Ctx, body: Any) -> DescribeConfigsResponse:
     results = []
     for r in body.resources:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
-                                 "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
+        entry: DescribeConfigsResult = {"error_code": ErrorCode.none, "error_message": None,
+                                        "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
         if r.resource_type == TOPIC:
             catalog = await ctx.broker.call(ctx.broker.topics)
             if r.resource_name not in catalog:
-                entry.update(error_code=ErrorCode.unknown_topic_or_partition,
-                             error_message=f"topic {r.resource_name!r} does not exist")
+                entry.update({"error_code": ErrorCode.unknown_topic_or_partition,
+                              "error_message": f"topic {r.resource_name!r} does not exist"})
             else:
                 entry["configs"] = tuple(_topic_configs(ctx, r.resource_name, keys))
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(ctx.broker.node_id)):
-                entry.update(error_code=ErrorCode.invalid_request,
-                             error_message=f"no broker {r.resource_name!r}; this is node {ctx.broker.node_id}")
+                entry.update({"error_code": ErrorCode.invalid_request,
+                              "error_message": f"no broker {r.resource_name!r}; this is node {ctx.broker.node_id}"})
             else:
                 entry["configs"] = tuple(_broker_configs(ctx, keys))
         else:
-            entry.update(error_code=ErrorCode.invalid_request,
-                         error_message=f"resource type {r.resource_type} is not served (topics: 2, brokers: 4)")
+            entry.update({"error_code": ErrorCode.invalid_request,
+                          "error_message": f"resource type {r.resource_type} is not served (topics: 2, brokers: 4)"})
         results.append(entry)
     return {"throttle_time": 0, "results": tuple(results)}
 
@@ -115,11 +120,11 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
         logger.info("topic %s configs now %s", topic, checked)
 
 
-async def incremental_alter_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def incremental_alter_configs(ctx: Ctx, body: Any) -> IncrementalAlterConfigsResponse:
     results = []
     for r in body.resources:
-        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
-                                 "resource_name": r.resource_name}
+        entry: AlterConfigsResourceResponse = {"error_code": ErrorCode.none, "error_message": None,
+                                               "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
             if r.resource_type != TOPIC:
                 raise TopicError(ErrorCode.invalid_request, "only topic configs can be altered; broker configs are "
@@ -127,15 +132,15 @@ async def incremental_alter_configs(ctx: Ctx, body: Any) -> dict[str, Any]:
             await ctx.broker.call(_alter_topic, ctx, r.resource_name, r.configs, bool(body.validate_only))
         except Exception as exc:   # noqa: BLE001 - the resource's error
             code, text = describe(exc)
-            entry.update(error_code=code, error_message=text)
+            entry.update({"error_code": code, "error_message": text})
         results.append(entry)
     return {"throttle_time": 0, "responses": tuple(results)}
 
 
-def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
+def _log_dirs(ctx: Ctx, wanted: Any) -> list[DescribeLogDirsResult]:
     broker = ctx.broker
     catalog = broker.topics(fresh=True)
-    per_dir: dict[str, dict[str, list[dict[str, Any]]]] = {d: {} for d in broker.config.log_dirs}
+    per_dir: dict[str, dict[str, list[DescribeLogDirsPartition]]] = {d: {} for d in broker.config.log_dirs}
     offline = broker.manager.offline_dirs()
     for topic, parts in catalog.items():
         want = None if wanted is None else wanted.get(topic)
@@ -153,7 +158,7 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
             per_dir.setdefault(log.log_dir, {}).setdefault(topic, []).append(
                 {"partition_index": p, "partition_size": log.size_in_bytes(), "offset_lag": 0,
                  "is_future_key": False})
-    results = []
+    results: list[DescribeLogDirsResult] = []
     for d, topics in per_dir.items():
         total = usable = -1
         try:
@@ -168,7 +173,7 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[dict[str, Any]]:
     return results
 
 
-async def describe_log_dirs(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def describe_log_dirs(ctx: Ctx, body: Any) -> DescribeLogDirsResponse:
     wanted = None if body.topics is None else {t.topic: set(t.partitions) for t in body.topics}
     results = await ctx.broker.call(_log_dirs, ctx, wanted)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": tuple(results)}
@@ -182,10 +187,10 @@ def _move(ctx: Ctx, topic: str, p: int, path: str) -> None:
         logger.error("moving %s-%d to %s failed: %s", topic, p, path, message(exc))
 
 
-async def alter_replica_log_dirs(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def alter_replica_log_dirs(ctx: Ctx, body: Any) -> AlterReplicaLogDirsResponse:
     broker = ctx.broker
     dirs = {os.path.realpath(d): d for d in broker.config.log_dirs}
-    results: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, list[AlterReplicaLogDirPartitionResult]] = {}
     catalog = await broker.call(broker.topics, fresh=True)
     for entry in body.dirs:
         target = dirs.get(os.path.realpath(entry.path))

@@ -20,6 +20,9 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
                                                 RecordBatch)
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
+                                                   ListOffsetsPartitionResponse, ListOffsetsResponse,
+                                                   ListOffsetsTopicResponse, PartitionData)
 
 POLL_S = 0.1
 READ_COMMITTED = 1
@@ -37,11 +40,11 @@ def _cut_at(data: bytes, bound: int) -> bytes:
 
 
 def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
-                    refresh: bool) -> tuple[dict[str, Any], int]:
+                    refresh: bool) -> tuple[PartitionData, int]:
     p = int(part.partition)
-    base: dict[str, Any] = {"partition_index": p, "error_code": ErrorCode.none, "high_watermark": -1,
-                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
-                            "records": b""}
+    base: PartitionData = {"partition_index": p, "error_code": ErrorCode.none, "high_watermark": -1,
+                           "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                           "records": b""}
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -49,7 +52,7 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         if refresh:
             log.refresh()
         hw, lso, start = log.high_watermark, log.last_stable_offset, log.log_start_offset
-        base.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+        base.update({"high_watermark": hw, "last_stable_offset": lso, "log_start_offset": start})
         offset = int(part.fetch_offset)
         bound = lso if isolation == READ_COMMITTED else hw
         limit = max(0, min(int(part.partition_max_bytes), budget))
@@ -70,7 +73,7 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         return base, 0
 
 
-def _aborted(log: Log, offset: int, data: bytes) -> tuple[dict[str, int], ...]:
+def _aborted(log: Log, offset: int, data: bytes) -> tuple[AbortedTransaction, ...]:
     """The aborted transactions overlapping the offsets in ``data`` (Kafka's ``collectAbortedTransactions``)."""
     if not data:
         return ()
@@ -98,7 +101,7 @@ async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
     return out
 
 
-async def fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
     broker = ctx.broker
     broker.stats.fetch_requests += 1
     deadline = time.monotonic() + max(0, int(body.max_wait.total_seconds() * 1000)) / 1000
@@ -117,10 +120,12 @@ async def fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": tuple(responses)}
 
 
-def _read_all(ctx: Ctx, topics: list, isolation: int, max_bytes: int, refresh: bool) -> tuple[list, int, bool]:
-    responses, total, errors = [], 0, False
+def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], isolation: int, max_bytes: int,
+              refresh: bool) -> tuple[list[FetchableTopicResponse], int, bool]:
+    responses: list[FetchableTopicResponse] = []
+    total, errors = 0, False
     for name, topic_id, t in topics:
-        parts = []
+        parts: list[PartitionData] = []
         for part in t.partitions:
             if name is None:
                 parts.append({"partition_index": int(part.partition), "error_code": ErrorCode.unknown_topic_id,
@@ -139,9 +144,9 @@ def _read_all(ctx: Ctx, topics: list, isolation: int, max_bytes: int, refresh: b
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"partition_index": p, "error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
-                             "leader_epoch": -1}
+def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) -> ListOffsetsPartitionResponse:
+    entry: ListOffsetsPartitionResponse = {"partition_index": p, "error_code": ErrorCode.none, "timestamp": -1,
+                                           "offset": -1, "leader_epoch": -1}
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -181,11 +186,11 @@ def _max_timestamp(log: Log) -> tuple[int, int] | None:
     return ts, shallow
 
 
-async def list_offsets(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def list_offsets(ctx: Ctx, body: Any) -> ListOffsetsResponse:
     isolation = int(getattr(body, "isolation_level", 0))
-    topics = []
+    topics: list[ListOffsetsTopicResponse] = []
     for t in body.topics:
-        parts = []
+        parts: list[ListOffsetsPartitionResponse] = []
         for part in t.partitions:
             parts.append(await ctx.broker.call(_offset_for, ctx, t.name, int(part.partition_index),
                                                int(part.timestamp), isolation))

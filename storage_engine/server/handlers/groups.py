@@ -10,6 +10,12 @@ from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.groups.state import GroupState
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.responses.groups import (DeletableGroupResult, DeleteGroupsResponse, DescribedGroup,
+                                                    DescribeGroupsResponse, FindCoordinatorResponse, HeartbeatResponse,
+                                                    JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse,
+                                                    MemberResponse, OffsetCommitResponse, OffsetCommitResponsePartition,
+                                                    OffsetCommitResponseTopic, OffsetFetchResponse,
+                                                    OffsetFetchResponseTopic, SyncGroupResponse)
 
 GROUP, TRANSACTION = 0, 1
 MS = datetime.timedelta(milliseconds=1)
@@ -21,18 +27,25 @@ def _coordinator(ctx: Ctx) -> GroupCoordinator:
     return ctx.broker.groups
 
 
-async def find_coordinator(ctx: Ctx, body: Any) -> dict[str, Any]:
-    node = {"node_id": ctx.broker.node_id, "host": ctx.host, "port": ctx.port}
+async def find_coordinator(ctx: Ctx, body: Any) -> FindCoordinatorResponse:
+    node_id = ctx.broker.node_id
     key_type = int(getattr(body, "key_type", GROUP))      # this node coordinates every group and transactional id
     error = ErrorCode.none if key_type in (GROUP, TRANSACTION) else ErrorCode.invalid_request
     message = None if error == ErrorCode.none else f"unknown coordinator key type {key_type}"
     if has(body, "coordinator_keys"):
         return {"throttle_time": 0, "coordinators": tuple(
-            {"key": key, **node, "error_code": error, "error_message": message} for key in body.coordinator_keys)}
-    return {"throttle_time": 0, "error_code": error, "error_message": message, **node}
+            {"key": key, "node_id": node_id, "host": ctx.host, "port": ctx.port, "error_code": error,
+             "error_message": message} for key in body.coordinator_keys)}
+    return {"throttle_time": 0, "error_code": error, "error_message": message, "node_id": node_id, "host": ctx.host,
+            "port": ctx.port}
 
 
-async def join_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+def _given(value: Any, default: Any) -> Any:
+    """A coordinator's value, or ``default`` where it gave none."""
+    return default if value is None else value
+
+
+async def join_group(ctx: Ctx, body: Any) -> JoinGroupResponse:
     rebalance_ms = body.rebalance_timeout // MS if has(body, "rebalance_timeout") \
         else body.session_timeout // MS
     result = await _coordinator(ctx).join(
@@ -40,31 +53,35 @@ async def join_group(ctx: Ctx, body: Any) -> dict[str, Any]:
         ctx.peer.rsplit(":", 1)[0], body.session_timeout // MS, rebalance_ms,
         body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
         require_known_member=ctx.version >= 4)
-    return {"throttle_time": 0, "generation_id": -1, "protocol_type": None, "protocol_name": None, "leader": "",
-            "skip_assignment": False, "member_id": body.member_id, "members": (),
-            **{k: v for k, v in result.items() if v is not None or k in ("protocol_type", "protocol_name")},
-            **({"protocol_name": result.get("protocol_name") or ""} if ctx.version < 7 else {})}
+    name = result.get("protocol_name")
+    return {"throttle_time": 0, "error_code": result["error_code"],
+            "generation_id": _given(result.get("generation_id"), -1), "protocol_type": result.get("protocol_type"),
+            "protocol_name": name if ctx.version >= 7 else name or "",    # nullable from v7
+            "leader": _given(result.get("leader"), ""), "skip_assignment": _given(result.get("skip_assignment"), False),
+            "member_id": _given(result.get("member_id"), body.member_id), "members": _given(result.get("members"), ())}
 
 
-async def sync_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def sync_group(ctx: Ctx, body: Any) -> SyncGroupResponse:
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
     result = await _coordinator(ctx).sync(body.group_id, int(body.generation_id), body.member_id, assignments,
                                           getattr(body, "group_instance_id", None))
-    return {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b"", **result}
+    return {"throttle_time": 0, "error_code": result["error_code"], "protocol_type": result.get("protocol_type"),
+            "protocol_name": result.get("protocol_name"), "assignment": result.get("assignment", b"")}
 
 
-async def heartbeat(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def heartbeat(ctx: Ctx, body: Any) -> HeartbeatResponse:
     code = _coordinator(ctx).heartbeat(body.group_id, int(body.generation_id), body.member_id,
                                        getattr(body, "group_instance_id", None))
     return {"throttle_time": 0, "error_code": code}
 
 
-async def leave_group(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def leave_group(ctx: Ctx, body: Any) -> LeaveGroupResponse:
     coordinator = _coordinator(ctx)
     if has(body, "members"):
-        results = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                    "error_code": coordinator.leave(body.group_id, m.member_id, m.group_instance_id)}
-                   for m in body.members]
+        results: list[MemberResponse] = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                          "error_code": coordinator.leave(body.group_id, m.member_id,
+                                                                          m.group_instance_id)}
+                                         for m in body.members]
         return {"throttle_time": 0, "error_code": ErrorCode.none, "members": tuple(results)}
     return {"throttle_time": 0, "error_code": coordinator.leave(body.group_id, body.member_id, None)}
 
@@ -75,26 +92,29 @@ def offset_entries(topics: Any) -> list[tuple[str, int, int, int, str | None]]:
              p.committed_metadata) for t in topics for p in t.partitions]
 
 
-def offset_codes(entries: list[tuple[str, int, int, int, str | None]], codes: list[ErrorCode]) -> dict[str, Any]:
-    """The response of an OffsetCommit or TxnOffsetCommit: one error code per partition, by topic."""
-    topics: dict[str, list[dict[str, int]]] = {}
+def offset_codes(entries: list[tuple[str, int, int, int, str | None]],
+                 codes: list[ErrorCode]) -> tuple[OffsetCommitResponseTopic, ...]:
+    """The topics of an OffsetCommit or TxnOffsetCommit response (the two have the same entries): one error code
+    per partition, by topic."""
+    topics: dict[str, list[OffsetCommitResponsePartition]] = {}
     for (topic, p, *_), code in zip(entries, codes):
         topics.setdefault(topic, []).append({"partition_index": p, "error_code": code})
-    return {"throttle_time": 0, "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())}
+    return tuple({"name": t, "partitions": tuple(ps)} for t, ps in topics.items())
 
 
-async def offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def offset_commit(ctx: Ctx, body: Any) -> OffsetCommitResponse:
     entries = offset_entries(body.topics)
     codes = await _coordinator(ctx).commit(body.group_id, int(body.generation_id_or_member_epoch), body.member_id,
                                            entries, getattr(body, "group_instance_id", None))
-    return offset_codes(entries, codes)
+    return {"throttle_time": 0, "topics": offset_codes(entries, codes)}
 
 
-def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: bool) -> tuple[dict[str, Any], ...]:
+def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any,
+             stable: bool) -> tuple[OffsetFetchResponseTopic, ...]:
     """``stable`` (require_stable, v7+): a partition with an offset commit in an open transaction answers
     UNSTABLE_OFFSET_COMMIT, and the client asks again (KIP-447)."""
     wanted = None if topics is None else [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
-    out = []
+    out: list[OffsetFetchResponseTopic] = []
     for topic, parts in coordinator.fetch_offsets(group_id, wanted):
         out.append({"name": topic, "partitions": tuple(
             {"partition_index": p, "committed_offset": v.offset if v else -1,
@@ -104,7 +124,7 @@ def _fetched(coordinator: GroupCoordinator, group_id: str, topics: Any, stable: 
     return tuple(out)
 
 
-async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def offset_fetch(ctx: Ctx, body: Any) -> OffsetFetchResponse:
     coordinator = _coordinator(ctx)
     stable = bool(getattr(body, "require_stable", False))
     if has(body, "groups"):
@@ -115,7 +135,7 @@ async def offset_fetch(ctx: Ctx, body: Any) -> dict[str, Any]:
             "topics": _fetched(coordinator, body.group_id, body.topics, stable)}
 
 
-async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def list_groups(ctx: Ctx, body: Any) -> ListGroupsResponse:
     states = {s.lower() for s in (getattr(body, "states_filter", ()) or ())}
     types = {t.lower() for t in (getattr(body, "types_filter", ()) or ())}     # v5+: every group here is classic
     groups = [g for g in _coordinator(ctx).groups.values() if g.state != GroupState.DEAD
@@ -125,19 +145,17 @@ async def list_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
          "group_type": "classic"} for g in groups)}
 
 
-async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def describe_groups(ctx: Ctx, body: Any) -> DescribeGroupsResponse:
     coordinator = _coordinator(ctx)
-    out = []
+    out: list[DescribedGroup] = []
     for group_id in body.groups:
         g = coordinator.group(group_id)
         if g is None:
-            out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
-                        "group_state": GroupState.DEAD.value,
+            out.append({"error_code": ErrorCode.none, "group_id": group_id, "group_state": GroupState.DEAD.value,
                         "protocol_type": "", "protocol_data": "", "members": (),
                         "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS})
             continue
-        out.append({"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
-                    "group_state": g.state.value,
+        out.append({"error_code": ErrorCode.none, "group_id": group_id, "group_state": g.state.value,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol or "",
                     "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS, "members": tuple(
                         {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
@@ -146,9 +164,9 @@ async def describe_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "groups": tuple(out)}
 
 
-async def delete_groups(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def delete_groups(ctx: Ctx, body: Any) -> DeleteGroupsResponse:
     coordinator = _coordinator(ctx)
-    results = []
+    results: list[DeletableGroupResult] = []
     for group_id in body.groups_names:
         code = await coordinator.delete(group_id) if group_id in coordinator.groups else ErrorCode.group_id_not_found
         results.append({"group_id": group_id, "error_code": code})

@@ -11,6 +11,8 @@ from storage_engine.layout import validate_topic
 from storage_engine.server.catalog import create_topic
 from storage_engine.server.errors import ErrorCode, TopicError
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.responses.metadata import (MetadataResponse, MetadataResponsePartition,
+                                                      MetadataResponseTopic)
 
 logger = logging.getLogger(__name__)
 LEADER_EPOCH = 0
@@ -18,12 +20,12 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648     # Integer.MIN_VALUE: not asked for
 
 
-def partition_entry(node: int, p: int) -> dict[str, Any]:
+def partition_entry(node: int, p: int) -> MetadataResponsePartition:
     return {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
             "replica_nodes": (node,), "isr_nodes": (node,), "offline_replicas": ()}
 
 
-async def metadata(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def metadata(ctx: Ctx, body: Any) -> MetadataResponse:
     broker = ctx.broker
     node = broker.node_id
     catalog = await broker.call(broker.topics)
@@ -42,7 +44,7 @@ async def metadata(ctx: Ctx, body: Any) -> dict[str, Any]:
                     names.append(("", t.topic_id))
                     continue
             names.append(name)
-    topics = []
+    topics: list[MetadataResponseTopic] = []
     for entry in names:
         if isinstance(entry, tuple):
             topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": entry[1],
@@ -70,11 +72,11 @@ async def metadata(ctx: Ctx, body: Any) -> dict[str, Any]:
         topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic_id,
                        "is_internal": name.startswith("__"),
                        "partitions": tuple(partition_entry(node, p) for p in catalog[name])})
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "cluster_id": broker.cluster_id,
+    return {"throttle_time": 0, "cluster_id": broker.cluster_id,
             "controller_id": node,
             "brokers": ({"node_id": node, "host": ctx.host, "port": ctx.port, "rack": None},),
             "topics": tuple(topics), "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS}
 
 
-def _failed(code: ErrorCode, name: str) -> dict[str, Any]:
+def _failed(code: ErrorCode, name: str) -> MetadataResponseTopic:
     return {"error_code": code, "name": name, "topic_id": NO_TOPIC_ID, "partitions": ()}

@@ -13,6 +13,8 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import transactions
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.responses.produce import (InitProducerIdResponse, PartitionProduceResponse,
+                                                     ProduceResponse, TopicProduceResponse)
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
     return batch.producer_id, batch.producer_epoch, batch.is_transactional
 
 
-def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, Any]:
+def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> PartitionProduceResponse:
     broker = ctx.broker
     try:
         log = broker.manager.get_log(topic, partition)
@@ -53,7 +55,7 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
         if code == ErrorCode.unknown_server_error:
             logger.exception("produce to %s-%d failed", topic, partition)
         broker.stats.errors += 1
-        return _failed(partition, code, message(exc), log_start_offset=-1)
+        return {**_failed(partition, code, message(exc)), "log_start_offset": -1}
     if not info.duplicate:
         broker.stats.produce_records += info.count
         broker.stats.produce_bytes += info.bytes
@@ -64,13 +66,12 @@ def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> dict[str, A
             "log_append_time": append_time, "log_start_offset": log.log_start_offset, "record_errors": ()}
 
 
-def _failed(partition: int, code: ErrorCode, text: str, **more: Any) -> dict[str, Any]:
+def _failed(partition: int, code: ErrorCode, text: str) -> PartitionProduceResponse:
     """A partition's answer when nothing was appended."""
-    return {"index": partition, "error_code": code, "base_offset": -1, "error_message": text, "record_errors": (),
-            **more}
+    return {"index": partition, "error_code": code, "base_offset": -1, "error_message": text, "record_errors": ()}
 
 
-def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
+def _missing(ctx: Ctx, topic: str, partition: int) -> PartitionProduceResponse | None:
     """The partition's error when it does not exist (or its dir is offline), else None."""
     try:
         if ctx.broker.manager.get_log(topic, partition) is None:
@@ -81,7 +82,7 @@ def _missing(ctx: Ctx, topic: str, partition: int) -> dict[str, Any] | None:
 
 
 async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition: int,
-                             records: bytes) -> dict[str, Any]:
+                             records: bytes) -> PartitionProduceResponse:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
     count = _batch_count(records)
@@ -116,14 +117,14 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
         txns.end_append(txn_id)
 
 
-async def produce(ctx: Ctx, body: Any) -> dict[str, Any] | None:
+async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
     broker = ctx.broker
     broker.stats.produce_requests += 1
     acks = int(body.acks)
-    responses = []
+    responses: list[TopicProduceResponse] = []
     appended = False
     for topic_data in body.topic_data:
-        parts = []
+        parts: list[PartitionProduceResponse] = []
         for pd in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_failed(pd.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, got {acks}"))
@@ -145,7 +146,7 @@ async def produce(ctx: Ctx, body: Any) -> dict[str, Any] | None:
 MAX_EPOCH = 32767
 
 
-async def init_producer_id(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def init_producer_id(ctx: Ctx, body: Any) -> InitProducerIdResponse:
     """Without a transactional id: a new producer id with epoch 0; a known (id, epoch) gets the next epoch
     (KIP-360), a new id once the epoch would overflow. With one: the transaction coordinator answers."""
     if body.transactional_id is not None:

@@ -11,41 +11,45 @@ from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.handlers.groups import offset_codes, offset_entries
+from storage_engine.server.responses.produce import InitProducerIdResponse
+from storage_engine.server.responses.transactions import (AddOffsetsToTxnResponse, AddPartitionsToTxnPartitionResult,
+                                                          AddPartitionsToTxnResponse, EndTxnResponse,
+                                                          TxnOffsetCommitResponse)
 from storage_engine.server.transactions.coordinator import fenced
 
 
-async def init_transactional(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def init_transactional(ctx: Ctx, body: Any) -> InitProducerIdResponse:
     code, pid, epoch = await ctx.broker.transactions.init_producer_id(
         body.transactional_id, body.transaction_timeout // datetime.timedelta(milliseconds=1),
         int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)), ctx.version)
     return {"throttle_time": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch}
 
 
-async def add_partitions_to_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def add_partitions_to_txn(ctx: Ctx, body: Any) -> AddPartitionsToTxnResponse:
     wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
     codes = await ctx.broker.transactions.add_partitions(
         body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
         int(body.v3_and_below_producer_epoch), wanted, ctx.version)
-    topics: dict[str, list[dict[str, int]]] = {}
+    topics: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for (topic, p), code in codes.items():
         topics.setdefault(topic, []).append({"partition_index": p, "partition_error_code": code})
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_topic_v3_and_below": tuple(
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": tuple(
         {"name": t, "results_by_partition": tuple(ps)} for t, ps in topics.items())}
 
 
-async def add_offsets_to_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def add_offsets_to_txn(ctx: Ctx, body: Any) -> AddOffsetsToTxnResponse:
     code = await ctx.broker.transactions.add_offsets(body.transactional_id, int(body.producer_id),
                                                      int(body.producer_epoch), body.group_id, ctx.version)
     return {"throttle_time": 0, "error_code": code}
 
 
-async def end_txn(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def end_txn(ctx: Ctx, body: Any) -> EndTxnResponse:
     code = await ctx.broker.transactions.end_txn(body.transactional_id, int(body.producer_id),
                                                  int(body.producer_epoch), bool(body.committed), ctx.version)
     return {"throttle_time": 0, "error_code": code}
 
 
-async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
+async def txn_offset_commit(ctx: Ctx, body: Any) -> TxnOffsetCommitResponse:
     broker = ctx.broker
     txns, groups = broker.transactions, broker.groups
     entries = offset_entries(body.topics)
@@ -62,4 +66,4 @@ async def txn_offset_commit(ctx: Ctx, body: Any) -> dict[str, Any]:
         if code == ErrorCode.invalid_producer_epoch:
             code = fenced("TxnOffsetCommit", ctx.version)
         codes = [code] * len(entries)
-    return offset_codes(entries, codes)
+    return {"throttle_time": 0, "topics": offset_codes(entries, codes)}
