@@ -55,7 +55,7 @@ lint: $(STAMP)
 
 # Every test but the slow ones, those that need Spark or Airflow, and those whose processes die by a signal.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e and not kills"
+	$(BIN)/python -m pytest -q -m "not slow and not spark and not airflow and not e2e and not tiered and not kills"
 
 # Sample logs -> Airflow on SQLite -> one run of each maintenance DAG -> what changed on disk (var/ is reset).
 demo: $(STAMP)

@@ -22,7 +22,7 @@ import pytest
 PER_WORKER_FIXTURES = frozenset({"airflow_db"})
 
 # The markers that classify a test; ``kills`` (a test whose processes die by a signal) is said on top of one.
-CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e")
+CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e", "tiered")
 
 
 def unmarked(nodes: Iterable[Any], *, into_classes: bool = False) -> list[str]:
