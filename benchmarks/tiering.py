@@ -197,16 +197,11 @@ def _run(ctx: Context, section: Section, root: str, weed: Any, segments: int, se
     _small_rows(ctx, section, client, store, bucket)
 
 
-def _copied(result: Any) -> int:
-    """Segments the tier job says it copied (its JSON totals, or the sum over its partitions)."""
-    if isinstance(result, dict):
-        totals = result.get("totals") or {}
-        for key in ("copied_segments", "segments_copied", "copied"):
-            if isinstance(totals.get(key), int):
-                return int(totals[key])
-        parts = result.get("results") or result.get("partitions") or []
-        return sum(int(r.get("copied_segments", r.get("segments_copied", 0))) for r in parts if isinstance(r, dict))
-    return -1
+def _copied(result: dict) -> int:
+    """Segments the tier job copied (its summary's total), or -1 if a partition failed."""
+    if result["failures"] or result["errors"]:
+        return -1
+    return int(result["copied_segments"])
 
 
 def _listed(client: Any, bucket: str, prefix: str) -> list[dict]:

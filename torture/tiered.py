@@ -253,6 +253,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             if child.crash_step():
                 kills[child.role] += 1
             remote_read += sum(int(line.split()[1]) for line in child.lines if line.startswith("REMOTE "))
+            failed = [line for line in child.lines if line.startswith("FAIL ")]
+            if failed:
+                violations.append(f"{child.role} (pid {child.proc.pid}): {len(failed)} failed tier run(s) other "
+                                  f"than the store being down, e.g. {failed[:3]}")
             copied += sum(max(0, int(line.split()[1])) for line in child.lines if line.startswith("RUN "))
         store.ensure_up()
         violations += store.errors
@@ -348,6 +352,8 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
         (work / "final-tier.json").write_text(json.dumps(result, indent=1, default=str))
     except Exception as exc:  # noqa: BLE001 - the clean run failing is the finding
         return [f"the clean tier run after the trial failed: {type(exc).__name__}: {exc}"], 0
+    if result["failures"] or result["errors"]:
+        return [f"the clean tier run after the trial failed: {result['failures']} {result['errors']}"], 0
     remote_records = 0
     try:
         mgr = LogManager.open(config)

@@ -6,8 +6,9 @@
   one line per record: ``ACK <topic> <offset> <sha256 of the value>``;
 * ``tier``: the tier job (``storage_engine.jobs.tiering.tier``: copy, local retention, remote retention, orphans)
   in a loop, each run a whole job as the CLI's ``tier`` and the DAG's tasks run it; a run the object store fails
-  (the harness kills it too) prints ``STORE-DOWN <error>`` and the loop goes on, as a retried task would; each
-  finished run prints ``RUN <copied segments>``;
+  (the harness kills it too) prints ``STORE-DOWN <error>`` and the loop goes on, as a retried task would; a
+  partition failing for any other reason prints ``FAIL <error type> <error>``; each run without a failure prints
+  ``RUN <copied segments>``;
 * ``consumer``: one long-lived manager reading every tiered topic from its log start offset to its end over and
   over, the offsets below the local log start from the object store (:func:`read_range`), checking what it reads
   itself (offsets rise without a gap, values are intact payloads); prints ``BAD <reason>``, or ``REMOTE <n>``
@@ -38,6 +39,8 @@ from torture.child import Stop, digest, payload, payload_ok
 TIERED, RETAINED = "tiered", "tiered-retained"
 TOPICS = (TIERED, RETAINED)
 FETCH_BYTES = 64 * 1024
+# What a tier run fails with while the object store is killed and restarting (any other failure is a finding).
+STORE_DOWN = ("RemoteStoreUnreachableError",)
 
 
 def appender(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
@@ -67,23 +70,18 @@ def tier(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
     while not stop():
         try:
             result = tiering.tier(config)
-        except RemoteStorageError as exc:      # the object store is down (killed): the task fails, is retried
-            out.write(f"STORE-DOWN {type(exc).__name__}\n")
-            out.flush()
-            time.sleep(0.2)
-            continue
-        out.write(f"RUN {copied_segments(result)}\n")
+            failures = [(f["error_type"], f["error"]) for f in result["failures"]]
+        except RemoteStorageError as exc:
+            failures = [(type(exc).__name__, str(exc))]
+        down = [f for f in failures if f[0] in STORE_DOWN]
+        if down:      # the object store is down (killed): the task fails, and is retried
+            out.write(f"STORE-DOWN {down[0][0]}\n")
+        for error_type, error in (f for f in failures if f[0] not in STORE_DOWN):
+            out.write(f"FAIL {error_type} {error[:500]!r}\n")
+        if not failures:
+            out.write(f"RUN {result['copied_segments']}\n")
         out.flush()
-        time.sleep(args.pause_s)
-
-
-def copied_segments(result: Any) -> int:
-    """The segments a ``tier`` run copied, from its JSON summary."""
-    totals = result.get("totals", {}) if isinstance(result, dict) else {}
-    for key in ("copied_segments", "segments_copied", "copied"):
-        if isinstance(totals.get(key), int):
-            return int(totals[key])
-    return -1
+        time.sleep(args.pause_s if not failures else 0.2)
 
 
 class RemoteRange:
