@@ -77,6 +77,25 @@ def obstore_get(store: Any, key: str) -> bytes:
     return bytes(obstore.get(store, key).bytes())
 
 
+def boto3_get_ranges(client: Any, bucket: str, key: str, size: int, chunk: int) -> bytes:
+    """The object as consecutive ranged GETs of ``chunk`` bytes (how a remote reader fetches through a chunk
+    cache)."""
+    parts = []
+    for start in range(0, size, chunk):
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{min(size, start + chunk) - 1}")["Body"]
+        try:
+            parts.append(body.read())
+        finally:
+            body.close()
+    return b"".join(parts)
+
+
+def obstore_get_ranges(store: Any, key: str, size: int, chunk: int) -> bytes:
+    import obstore
+    return b"".join(bytes(obstore.get_range(store, key, start=start, end=min(size, start + chunk)))
+                    for start in range(0, size, chunk))
+
+
 def same_bytes(got: bytes, path: str | Path) -> bool:
     with open(path, "rb") as f:
         return got == f.read()

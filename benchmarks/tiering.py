@@ -231,6 +231,8 @@ def _fetch_rows(ctx: Context, section: Section, root: str, weed: Any, client: An
 
     cases["boto3 GET"] = get_case(lambda: oc.boto3_get(client, bucket, key))
     cases["obstore GET"] = get_case(lambda: oc.obstore_get(store, key))
+    cases["boto3 ranges"] = get_case(lambda: oc.boto3_get_ranges(client, bucket, key, seg_bytes, FETCH_MAX_BYTES))
+    cases["obstore ranges"] = get_case(lambda: oc.obstore_get_ranges(store, key, seg_bytes, FETCH_MAX_BYTES))
     reader_ctx: dict[str, Any] = {}
     if modules is not None:
         work = os.path.join(root, "fetch-store")
@@ -279,6 +281,10 @@ def _fetch_rows(ctx: Context, section: Section, root: str, weed: Any, client: An
     base = "boto3 get_object of the .log"
     section.add(Row(group, base, seg_records, seg_bytes, runs["boto3 GET"]))
     section.add(Row(group, "obstore get of the .log", seg_records, seg_bytes, runs["obstore GET"], baseline=base))
+    section.add(Row(group, "boto3 ranged GETs of 1 MiB, in turn", seg_records, seg_bytes, runs["boto3 ranges"],
+                    baseline=base))
+    section.add(Row(group, "obstore get_range of 1 MiB, in turn", seg_records, seg_bytes, runs["obstore ranges"],
+                    baseline=base))
     if "cold fetch" in runs:
         tbase = "boto3 get_object of the tiered .log object"
         section.add(Row(group, tbase, seg_records, seg_bytes, runs["tiered GET"]))
