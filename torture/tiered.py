@@ -435,7 +435,7 @@ def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str) -> list[str]:
     absent = []
     for segment_id, parts in finished.items():
         for suffix, key in parts.items():
-            if key not in listed and suffix != "txnindex":
+            if key not in listed and suffix in remote_keys.REQUIRED_SUFFIXES:
                 absent.append(key)
     if absent:
         out.append(f"{len(absent)} object(s) of finished remote segments missing from the bucket, e.g. {absent[:3]}")
