@@ -4,7 +4,7 @@
 * **boto3** (pinned in requirements.txt; what ``storage_engine.tiered.object_store`` uses): ``upload_file`` is
   s3transfer's managed upload (multipart above 8 MiB, 8 MiB parts, 10 threads), ``get_object`` + ``read()`` a
   plain GET;
-* **obstore** (installed beside it, unpinned, only for this comparison): ``obstore.put`` of an open file (its
+* **obstore** (not in requirements.txt; the rows are skipped, with a note, where it is not installed): ``obstore.put`` of an open file (its
   multipart writer above its chunk size, parts uploaded concurrently), ``obstore.get(...).bytes()`` a plain GET.
 
 Every call checks what it moved (sizes, and the bytes of a GET against the file's), so a client cannot look fast
@@ -27,6 +27,11 @@ def boto3_client(server: WeedServer) -> Any:
     return boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,
                         aws_secret_access_key=server.secret_key, region_name=REGION,
                         config=Config(s3={"addressing_style": "path"}))
+
+
+def has_obstore() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("obstore") is not None
 
 
 def obstore_store(server: WeedServer, bucket: str) -> Any:

@@ -78,6 +78,7 @@ CONFIG = """broker:
   rsm.config.storage.aws.access.key.id: {access_key}
   rsm.config.storage.aws.secret.access.key: {secret_key}
   rsm.config.fetch.chunk.cache.path: {cache}
+  rlmm.config.remote.log.metadata.topic.num.partitions: 5
 topics:
   {tiered}: {{remote.storage.enable: true, retention.ms: -1, retention.bytes: -1,
              local.retention.bytes: {local_bytes}}}
