@@ -226,3 +226,48 @@ def test_moving_a_tiered_partition_copies_its_local_segments_and_keeps_its_log_s
         assert (moved.log_start_offset, moved.local_log_start_offset) == (0, 6)
         with pytest.raises(OffsetInRemoteStorageError):
             moved.read(2)
+
+
+@pytest.mark.kills
+@pytest.mark.parametrize("step", ["retention.published", "retention.manifest", "retention.partial",
+                                  "retention.renamed"])
+def test_local_retention_killed_at_each_step_loses_nothing_and_keeps_the_log_start(logs, log_dir, step):
+    """A tiered log's local retention, killed at each step of deleteSegments: the log start offset never moved, the
+    next load finds no lost offsets (the segments going have a remote copy and the manifest no longer names them),
+    and the local segments left are whole."""
+    log = two_per_segment(logs, 5, **TIERED, local_retention_bytes=0, retention_ms=-1)
+    cfg = log.config
+
+    def retain():
+        retention.run(joiner_of(log_dir, cfg), T0, remote_upper=5)
+
+    assert killed_at(step, retain)
+    assert log.lock.read_state().log_start_offset == 0
+    log.close(clean=False)
+    again, res = loader.open_log(str(log_dir), log.topic, 0, cfg, clock=ManualClock(T0), exclusive=True)
+    assert res is not None and not [m for m in res.messages if "lost" in m], res.messages
+    assert again.log_start_offset == 0 and again.local_log_start_offset in (0, 2, 6)
+    local = again.local_log_start_offset
+    assert [r.offset for r in again.read_records(local)] == list(range(local, 9))
+    # The next pass finishes the deletion.
+    retention.run(again, T0, remote_upper=5)
+    assert (again.log_start_offset, again.local_log_start_offset) == (0, 6)
+    again.close(clean=False)
+
+
+def test_an_index_left_behind_a_locally_deleted_segment_is_no_loss(logs, log_dir):
+    """A kill between the renames of a deleted segment's files, then a purge of its ``.log.deleted``, leaves its
+    index with entries and no ``.log``: below the first local segment of a tiered topic, local retention did it."""
+    log = locally_retained(logs, index_interval_bytes=1)
+    cfg = log.config
+    log.close(clean=False)
+    for name in os.listdir(log.dir):
+        if name.endswith(".log.deleted"):
+            os.remove(os.path.join(log.dir, name))
+        elif name == f"{2:020d}.index.deleted":
+            os.rename(os.path.join(log.dir, name), os.path.join(log.dir, f"{2:020d}.index"))
+    assert os.path.getsize(os.path.join(log.dir, f"{2:020d}.index")) > 0
+    again, res = loader.open_log(str(log_dir), log.topic, 0, cfg, clock=ManualClock(T0), exclusive=True)
+    assert res is not None and not [m for m in res.messages if "lost" in m], res.messages
+    assert (again.log_start_offset, again.local_log_start_offset) == (0, 6)
+    again.close(clean=False)
