@@ -90,10 +90,14 @@ class OffsetInRemoteStorageError(OffsetOutOfRangeError):
     that the fetch path turns into a remote read). A subclass of :class:`OffsetOutOfRangeError`, so a caller that
     knows nothing of remote storage behaves as before; one that does reads ``offset`` from the object store."""
 
-    def __init__(self, message: str, *, offset: int, local_log_start_offset: int):
-        super().__init__(message)
+    def __init__(self, offset: int, local_log_start_offset: int, message: str | None = None):
+        super().__init__(message or f"offset {offset} is in remote storage (the first local offset is "
+                                    f"{local_log_start_offset})")
         self.offset = offset
         self.local_log_start_offset = local_log_start_offset
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.offset, self.local_log_start_offset, str(self))
 
 
 class DataLossError(StorageError):

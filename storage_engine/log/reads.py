@@ -66,9 +66,8 @@ def _check_range(log: LocalLog, offset: int) -> None:
         if offset < local_start:
             # Kafka's local log refuses it the same way; the remote reader serves it from the object store.
             raise OffsetInRemoteStorageError(
-                f"offset {offset} of {log.name} is in remote storage: the log start offset is "
-                f"{log.log_start_offset}, the first local offset {local_start}",
-                offset=offset, local_log_start_offset=local_start)
+                offset, local_start, f"offset {offset} of {log.name} is in remote storage: the log start offset is "
+                                     f"{log.log_start_offset}, the first local offset {local_start}")
     losses.check_read(log, offset)   # offsets the log lost are an error, never skipped
 
 

@@ -245,7 +245,8 @@ def test_local_retention_killed_at_each_step_loses_nothing_and_keeps_the_log_sta
     assert log.lock.read_state().log_start_offset == 0
     log.close(clean=False)
     again, res = loader.open_log(str(log_dir), log.topic, 0, cfg, clock=ManualClock(T0), exclusive=True)
-    assert res is not None and not [m for m in res.messages if "lost" in m], res.messages
+    assert res is not None
+    assert not [m for m in res.messages if "lost" in m], res.messages
     assert again.log_start_offset == 0 and again.local_log_start_offset in (0, 2, 6)
     local = again.local_log_start_offset
     assert [r.offset for r in again.read_records(local)] == list(range(local, 9))
@@ -268,6 +269,16 @@ def test_an_index_left_behind_a_locally_deleted_segment_is_no_loss(logs, log_dir
             os.rename(os.path.join(log.dir, name), os.path.join(log.dir, f"{2:020d}.index"))
     assert os.path.getsize(os.path.join(log.dir, f"{2:020d}.index")) > 0
     again, res = loader.open_log(str(log_dir), log.topic, 0, cfg, clock=ManualClock(T0), exclusive=True)
-    assert res is not None and not [m for m in res.messages if "lost" in m], res.messages
+    assert res is not None
+    assert not [m for m in res.messages if "lost" in m], res.messages
     assert (again.log_start_offset, again.local_log_start_offset) == (0, 6)
     again.close(clean=False)
+
+
+def test_the_remote_storage_error_survives_a_pickle():
+    """(Raised in a worker process and handed back: the offsets come along.)"""
+    import pickle
+    e = pickle.loads(pickle.dumps(OffsetInRemoteStorageError(3, 6, "offset 3 of t-0 is in remote storage")))
+    assert (type(e), e.offset, e.local_log_start_offset, str(e)) == (OffsetInRemoteStorageError, 3, 6,
+                                                                     "offset 3 of t-0 is in remote storage")
+    assert str(OffsetInRemoteStorageError(1, 2)) == "offset 1 is in remote storage (the first local offset is 2)"
