@@ -64,7 +64,7 @@ SEGMENT_BYTES = 16 * 1024
 LOCAL_RETENTION_BYTES = 32 * 1024
 RETENTION_BYTES = 256 * 1024
 PREFILL_BYTES = 100 * 1024
-FORCED_STEP_TIMEOUT_S = 20.0
+FORCED_STEP_TIMEOUT_S = 12.0
 MODULE = "torture.tiered_child"
 
 CONFIG = """broker:
@@ -89,7 +89,7 @@ topics:
 # The protocols each role reaches (its forced steps): the tier job's own steps (any ``tier.*``/``remote.*``
 # protocol the tier job declares in crashpoints.STEPS), the local retention and checkpoint writes it makes, and the
 # appender's appends and rolls.
-TIER_PROTOCOLS = ("retention", "checkpoint", "purge")
+TIER_PROTOCOLS = ("retention", "checkpoint")
 APPENDER_PROTOCOLS = ("append", "roll")
 
 
@@ -172,7 +172,7 @@ class _Weed:
 def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -> TrialResult:
     rng = random.Random(seed)
     forced_role, step = pick_step(rng)
-    duration = rng.uniform(2.0, 5.0)
+    duration = rng.uniform(1.5, 4.0)
     work = Path(tempfile.mkdtemp(prefix=f"tiered-torture-{trial}-"))
     bucket = f"torture-{trial}-{seed}"[:63]
     store = _Weed(weed)
