@@ -314,8 +314,10 @@ def _walk(reader: Any, start: int, end: int) -> int:
     from storage_engine.segment.file_records import iter_batches
     offset, total = start, 0
     while offset < end:
-        data = reader.read(TOPIC, 0, offset, FETCH_MAX_BYTES)
-        data = getattr(data, "data", data)
+        fetched = reader.read(TOPIC, 0, offset, FETCH_MAX_BYTES)
+        if fetched is None:
+            raise RuntimeError(f"a remote read at {offset} returned nothing")
+        data = fetched.data
         last = None
         for batch in iter_batches(data):
             if batch.base_offset >= end:

@@ -117,8 +117,8 @@ class RemoteRange:
                 remote = True
                 if self.view.segment_for(log.topic, log.partition, offset) is None:
                     self.refresh()      # local retention deleted what this view had not yet seen tiered
-                data = self.reader.read(log.topic, log.partition, offset, FETCH_BYTES)
-                data = getattr(data, "data", data)
+                remote_fetch = self.reader.read(log.topic, log.partition, offset, FETCH_BYTES)
+                data = None if remote_fetch is None else remote_fetch.data
             if not data:
                 return
             last = None
