@@ -22,7 +22,9 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
    consumer, or the object store (``WeedServer.kill9``, then started again on the same folder and ports after
    0-1 s); every killed process is restarted;
 4. the end: every process killed (half the trials) or stopped cleanly; the object store started if it is down;
-   then **one more clean tier run** in the harness;
+   then, 2 s after the last kill and the store's last start (a PUT of a killed process can still be completing
+   inside the store: weed holds a write until a volume server takes it), **one more clean tier run** in the
+   harness;
 5. the checks: the log dir reopens; every acknowledged record of ``tiered`` is readable at its offset with the same
    bytes (locally, or from the object store below the local log start) and the log start offset is 0; in
    ``tiered-retained`` every acknowledged record from the log start offset on is; both topics read contiguously
@@ -65,6 +67,7 @@ LOCAL_RETENTION_BYTES = 32 * 1024
 RETENTION_BYTES = 256 * 1024
 PREFILL_BYTES = 100 * 1024
 FORCED_STEP_TIMEOUT_S = 12.0
+SETTLE_S = 2.0          # after the last kill and the store's last start, before the clean run
 MODULE = "torture.tiered_child"
 
 CONFIG = """broker:
@@ -143,6 +146,7 @@ class _Weed:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.errors: list[str] = []
+        self.up_since = time.monotonic()
 
     def kill_and_restart(self, pause_s: float) -> None:
         self.wait()
@@ -153,6 +157,7 @@ class _Weed:
             time.sleep(pause_s)
             try:
                 self.server.start()
+                self.up_since = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - a store that does not come back is the finding
                 self.errors.append(f"weed did not restart: {type(exc).__name__}: {exc}")
         self.thread = threading.Thread(target=restart, daemon=True)
@@ -167,6 +172,7 @@ class _Weed:
         self.wait()
         if self.server.proc is None or self.server.proc.poll() is not None:
             self.server.start()
+            self.up_since = time.monotonic()
 
 
 def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -> TrialResult:
@@ -214,6 +220,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
 
     acks: dict[str, list[tuple[int, str]]] = defaultdict(list)
     remote_read = copied = 0
+    last_kill = [0.0]
     try:
         _prefill(cfg_path, rng, acks)
         live = {"appender": start("appender", forced_role == "appender")}
@@ -234,6 +241,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             if kill_times and now >= kill_times[0]:
                 kill_times.pop(0)
                 victim = rng.choice(KILLABLE)
+                last_kill[0] = time.monotonic()
                 if victim == "weed":
                     store.kill_and_restart(rng.uniform(0.0, 1.0))
                 else:
@@ -250,6 +258,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
                 if child.proc.poll() is None:
                     child.kill9()
                     kills["all at the end"] += 1
+            last_kill[0] = time.monotonic()
         else:
             stop_file.write_text("stop")
         for child in live.values():
@@ -270,6 +279,12 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             copied += sum(max(0, int(line.split()[1])) for line in child.lines if line.startswith("RUN "))
         store.ensure_up()
         violations += store.errors
+        # A PUT a killed tier process sent may still be completing inside the store (weed holds a write until a
+        # volume server can take it, e.g. just after its own restart): the clean run comes once that has settled,
+        # else such an object can appear after the run's orphan sweep (the next run's sweep would delete it).
+        settle = max(store.up_since, last_kill[0]) + SETTLE_S - time.monotonic()
+        if settle > 0:
+            time.sleep(settle)
         for line in (line for c in children if c.role == "appender" for line in c.lines):
             if line.startswith("ACK "):
                 _, topic, offset, dig = line.split()
