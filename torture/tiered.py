@@ -39,6 +39,7 @@ A failing trial's dir (log dir, config, process outputs, a listing of the bucket
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import random
@@ -372,6 +373,7 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
     from storage_engine.jobs import tiering
     config = load_config(str(cfg_path))
     out: list[str] = []
+    clean_run_at = datetime.datetime.now(datetime.timezone.utc)
     try:
         result = tiering.tier(config)
         (work / "final-tier.json").write_text(json.dumps(result, indent=1, default=str))
@@ -399,7 +401,7 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
                 continue
             remote_records += sum(1 for remote, _, _ in records if remote)
             out += check_topic(topic, start, end, records, acks.get(topic, []))
-        out += check_bucket(rr, weed, bucket)
+        out += check_bucket(rr, weed, bucket, clean_run_at)
     finally:
         mgr.close()
     for problem in verify_log_dirs(config)["problems"]:
@@ -434,7 +436,7 @@ def check_topic(topic: str, start: int, end: int, records: list[tuple[bool, int,
     return out
 
 
-def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str) -> list[str]:
+def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str, clean_run_at: datetime.datetime) -> list[str]:
     """No object the metadata does not track as a finished segment; every finished segment whole; no copy or
     delete left half done after the clean run."""
     from storage_engine.tiered import keys as remote_keys
@@ -451,12 +453,15 @@ def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str) -> list[str]:
         if unfinished:
             out.append(f"{topic}: {len(unfinished)} remote segment(s) left started but unfinished after the clean "
                        f"run, e.g. {unfinished[:2]}")
-    listed = {o["Key"]: o["Size"] for o in _list(weed, bucket)}
+    objects = _list(weed, bucket)
+    listed = {o["Key"]: o["Size"] for o in objects}
+    written = {o["Key"]: o["LastModified"] for o in objects}
     tracked = {key for parts in finished.values() for key in parts.values()}
     untracked = sorted(k for k in listed if k not in tracked)
     if untracked:
         out.append(f"{len(untracked)} object(s) in the bucket that no finished remote segment names, e.g. "
-                   f"{untracked[:3]}")
+                   f"{[(k, written[k].isoformat()) for k in untracked[:3]]} (the clean run started at "
+                   f"{clean_run_at.isoformat()})")
     absent = []
     for segment_id, parts in finished.items():
         for suffix, key in parts.items():
