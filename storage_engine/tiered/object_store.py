@@ -20,6 +20,7 @@ and never answers after :data:`READ_TIMEOUT_S` per try (30 s in all against a st
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import threading
@@ -272,10 +273,10 @@ class ObjectStore:
             if not page.get("IsTruncated") or not token:
                 return
 
-    def incomplete_uploads(self, prefix: str = "") -> list[tuple[str, str, int]]:
+    def incomplete_uploads(self, prefix: str = "") -> builtins.list[tuple[str, str, int]]:
         """``(key, upload id, started at epoch ms)`` of the multipart uploads under ``prefix`` never completed nor
         aborted (a process killed mid-upload leaves one: its parts take space but are no object)."""
-        out: list[tuple[str, str, int]] = []
+        out: builtins.list[tuple[str, str, int]] = []
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         while True:
             page = self._call(lambda: self.client.list_multipart_uploads(**kwargs))
