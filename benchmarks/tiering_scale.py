@@ -48,8 +48,9 @@ def tiered_store_config(root: str, weed: Any, bucket: str) -> StorageConfig:
         "rsm.config.storage.aws.secret.access.key": weed.secret_key,
         "log.retention.ms": -1,
     })
-    topics = sorted({name.rsplit("-", 1)[0] for d in data["broker"]["log.dirs"] if os.path.isdir(d)
-                     for name in os.listdir(d) if "-" in name and not name.startswith("__")})
+    from storage_engine import layout
+    topics = sorted({tp[0] for d in data["broker"]["log.dirs"] if os.path.isdir(d)
+                     for _name, tp in layout.partition_dirs(d) if not tp[0].startswith("__")})
     data["topics"] = {t: {"remote.storage.enable": True} for t in topics}
     return config_from_mapping(data)
 
