@@ -18,7 +18,8 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
 3. deaths: in most trials a **forced step** (:mod:`storage_engine.crashpoints`): the tier process armed to die at
    a step of the copy, expiry or orphan protocols (or of the local retention and checkpoint writes it makes), or
    the appender at a step of an append or a roll; a forced role killed at random before its step comes back armed
-   again; plus 1-3 ``kill -9`` at random moments of a random one of: the tier process, the appender, the
+   again; a trial runs 1.5-4 s, longer until its forced step is reached (at most 12 s) and until the looping tier
+   job finished a run (at most 30 s); plus 1-3 ``kill -9`` at random moments of a random one of: the tier process, the appender, the
    consumer, or the object store (``WeedServer.kill9``, then started again on the same folder and ports after
    0-1 s); every killed process is restarted;
 4. the end: every process killed (half the trials) or stopped cleanly; the object store started if it is down;
@@ -68,6 +69,7 @@ LOCAL_RETENTION_BYTES = 32 * 1024
 RETENTION_BYTES = 256 * 1024
 PREFILL_BYTES = 100 * 1024
 FORCED_STEP_TIMEOUT_S = 12.0
+MIN_RUN_WAIT_S = 30.0   # a trial goes on until the looping tier job finished a run, at most this long
 SETTLE_S = 2.0          # after the last kill and the store's last start, before the clean run
 MODULE = "torture.tiered_child"
 
@@ -203,6 +205,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
     def nth(name: str) -> str:
         return f"{name}:{rng.randint(20, 300)}" if name.startswith("append.") else f"{name}:{rng.randint(1, 3)}"
 
+    def tier_ran() -> bool:
+        return any(line.startswith(("RUN ", "STORE-DOWN ", "FAIL ")) for c in children if c.role == "tier"
+                   for line in c.lines)
+
     def reached_forced() -> bool:
         return any(c.crash_step() == step for c in children)
 
@@ -232,7 +238,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
         kill_times = sorted(rng.uniform(0.3, duration) for _ in range(rng.randint(1, 3)))
         deadline = started + (FORCED_STEP_TIMEOUT_S if step is not None else duration)
         checked, extended = 0.0, False
-        while time.monotonic() < deadline:
+        # the trial lasts until the looping tier job finished a run (at most MIN_RUN_WAIT_S), so the kills and
+        # the consumer meet copies and expiries made while the appender appends, not only the clean run's
+        while time.monotonic() < deadline or (not tier_ran() and time.monotonic() < started + MIN_RUN_WAIT_S):
             now = time.monotonic() - started
             if step is not None and not extended and now - checked > 0.1:
                 checked = now
@@ -277,7 +285,6 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             if failed:
                 violations.append(f"{child.role} (pid {child.proc.pid}): {len(failed)} failed tier run(s) other "
                                   f"than the store being down, e.g. {failed[:3]}")
-            copied += sum(max(0, int(line.split()[1])) for line in child.lines if line.startswith("RUN "))
         store.ensure_up()
         violations += store.errors
         # A PUT a killed tier process sent may still be completing inside the store (weed holds a write until a
@@ -290,7 +297,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             if line.startswith("ACK "):
                 _, topic, offset, dig = line.split()
                 acks[topic].append((int(offset), dig))
-        found, remote_checked = check(cfg_path, acks, weed, bucket, work)
+        found, remote_checked, copied = check(cfg_path, acks, weed, bucket, work)
         violations += found
         remote_read += remote_checked
     except Exception as exc:  # noqa: BLE001 - any failure of the trial itself is the finding
@@ -367,9 +374,10 @@ def _wait_ready(child: Child, timeout: float = 60.0) -> None:
 
 
 def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServer, bucket: str,
-          work: Path) -> tuple[list[str], int]:
+          work: Path) -> tuple[list[str], int, int]:
     """One clean tier run, then the checks of the module docstring; returns (violations, records read from the
-    object store)."""
+    object store, segments of ``tiered`` the looping tier job copied during the trial: its finished remote
+    segments less those the clean run copied)."""
     from storage_engine.jobs import tiering
     config = load_config(str(cfg_path))
     out: list[str] = []
@@ -378,14 +386,16 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
         result = tiering.tier(config)
         (work / "final-tier.json").write_text(json.dumps(result, indent=1, default=str))
     except Exception as exc:  # noqa: BLE001 - the clean run failing is the finding
-        return [f"the clean tier run after the trial failed: {type(exc).__name__}: {exc}"], 0
+        return [f"the clean tier run after the trial failed: {type(exc).__name__}: {exc}"], 0, 0
     if result["failures"] or result["errors"]:
-        return [f"the clean tier run after the trial failed: {result['failures']} {result['errors']}"], 0
+        return [f"the clean tier run after the trial failed: {result['failures']} {result['errors']}"], 0, 0
+    clean_copies = sum(p["copied_segments"] for p in result["partitions"] if p["topic"] == TIERED)
+    loop_copies = 0
     remote_records = 0
     try:
         mgr = LogManager.open(config)
     except Exception as exc:  # noqa: BLE001
-        return [f"reopening the log dir failed: {type(exc).__name__}: {exc}"], 0
+        return [f"reopening the log dir failed: {type(exc).__name__}: {exc}"], 0, 0
     try:
         rr = RemoteRange(config, mgr)
         for topic in TOPICS:
@@ -402,13 +412,14 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
             remote_records += sum(1 for remote, _, _ in records if remote)
             out += check_topic(topic, start, end, records, acks.get(topic, []))
         out += check_bucket(rr, weed, bucket, clean_run_at)
+        loop_copies = len(rr.view.segments(TIERED, 0)) - clean_copies
     finally:
         mgr.close()
     for problem in verify_log_dirs(config)["problems"]:
         out.append(f"verify: {problem}")
     if remote_records == 0 and not out:
         out.append("no record was read from the object store: the trial did not test tiered reads")
-    return out, remote_records
+    return out, remote_records, loop_copies
 
 
 def check_topic(topic: str, start: int, end: int, records: list[tuple[bool, int, bytes | None]],
@@ -519,8 +530,8 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
 def summary(totals: dict[str, Any]) -> str:
     kills = totals["kills"]
     line = (f"tiered torture: {totals['trials']} trials, {totals['acknowledged']} acknowledged records checked, "
-            f"{totals['remote_read']} records read from the object store, {totals['copied']} segment copies "
-            f"finished by the looping tier job, {sum(kills.values())} kills ("
+            f"{totals['remote_read']} records read from the object store, {totals['copied']} segments of "
+            f"'{TIERED}' copied by the looping tier job during the trials, {sum(kills.values())} kills ("
             + ", ".join(f"{k} {v}" for k, v in sorted(kills.items())) + f"), {totals['violations']} violations, "
             f"{totals['seconds']} s")
     line += "\n  forced: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_forced"].items())) or "-")
