@@ -241,7 +241,13 @@ def remote_upper_from_view(mgr: LogManager) -> RemoteUpperFor:
 
     def upper(topic: str, partition: int) -> int:
         log = mgr.logs.get((topic, partition))
-        topic_id = read_topic_id(log.dir) if log is not None else None
+        if log is not None:
+            topic_id = read_topic_id(log.dir)
+        else:   # a manager that did not load it (a read-only look at the metadata topic alone)
+            from storage_engine import layout
+            name = layout.partition_dir_name(topic, partition)
+            topic_id = next((tid for d in mgr.online_dirs()
+                             if (tid := read_topic_id(os.path.join(d, name))) is not None), None)
         if topic_id is None:
             return -1
         if not views:

@@ -199,7 +199,7 @@ def test_the_retention_jobs_delete_up_to_what_remote_upper_for_says(tmp_path):
         assert (log.log_start_offset, log.local_log_start_offset) == (0, 4)
 
 
-def publish_copies(cfg, topic: str, finished: list[tuple[int, int]], started: list[tuple[int, int]] = (),
+def publish_copies(cfg, topic: str, finished: list[tuple[int, int]], started: tuple[tuple[int, int], ...] = (),
                    topic_id=None):
     """Record remote copies of ``topic``-0's offset ranges in ``__remote_log_metadata`` as the tiering job does
     (COPY_SEGMENT_STARTED, then FINISHED for ``finished``); returns the partition's topic id."""
@@ -223,9 +223,11 @@ def test_the_retention_jobs_read_the_remote_view_when_the_store_is_tiered(tmp_pa
     """Without a caller's bound, the jobs ask ``__remote_log_metadata``: only segments with a finished copy go; a
     copy started and never finished (an upload cut short, the store down) protects its segment."""
     cfg, now = store(tmp_path)
-    publish_copies(cfg, "tiered", finished=[(0, 1), (2, 3)], started=[(4, 5)])
+    publish_copies(cfg, "tiered", finished=[(0, 1), (2, 3)], started=((4, 5),))
     dry = batches.retention_batch(cfg, [["tiered", 0]], now, dry_run=True)["results"][0]
     assert (dry["segments_deleted"], dry["remote_upper"]) == (2, 3)
+    view = plans.plan(cfg, now, topics=["tiered"])["retention"]["partitions"][0]      # the Storage view agrees
+    assert [s["base_offset"] for s in view["segments"]] == [0, 2] and view["log_start_after"] == 0
     result = batches.retention_batch(cfg, [["tiered", 0], ["plain", 0]], now)
     by_topic = {r["topic"]: r for r in result["results"]}
     assert (by_topic["tiered"]["segments_deleted"], by_topic["tiered"]["remote_upper"]) == (2, 3)
@@ -236,9 +238,9 @@ def test_the_retention_jobs_read_the_remote_view_when_the_store_is_tiered(tmp_pa
     assert housekeeping.retention(cfg, "tiered", 0, now)["remote_upper"] == 3
 
 
-def test_copies_of_a_topic_deleted_and_created_again_protect_nothing(tmp_path):
+def test_copies_of_a_topic_deleted_and_created_again_do_not_count_for_the_new_one(tmp_path):
     """The view is asked for the partition's own topic id: finished copies recorded under another id (the topic of
-    that name before it was deleted) are not this partition's."""
+    that name before it was deleted) are not this partition's, so none of its segments goes."""
     import uuid
     cfg, now = store(tmp_path)
     own = publish_copies(cfg, "tiered", finished=[(0, 5)], topic_id=uuid.UUID(int=0xDEAD))
