@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ from storage_engine.segment.segment import LogSegment
 
 if TYPE_CHECKING:
     from storage_engine.tiered.context import TierContext
+    from storage_engine.tiered.object_store import Uploaded
 
 # The parts of Kafka's LogSegmentData and the local file each comes from (suffix of the object key).
 SEGMENT_PARTS = (("log", layout.LOG_SUFFIX), ("index", layout.INDEX_SUFFIX), ("timeindex", layout.TIME_INDEX_SUFFIX))
@@ -203,6 +205,33 @@ def prepare(log: Log, cand: Candidate) -> Iterator[Prepared | None]:
         yield Prepared(cand, paths, sizes, epochs)
 
 
+def _upload_all(ctx: TierContext, prep: Prepared, keys: dict[str, str]) -> list[Uploaded]:
+    """Upload every part at once (the store's client is shared by the threads); each uploaded size must be the
+    local file's. The first failure is raised once every upload has ended (none is left running)."""
+    cand = prep.candidate
+    with ThreadPoolExecutor(max_workers=len(prep.paths), thread_name_prefix="tier-upload") as pool:
+        futures = {pool.submit(ctx.store.upload, keys[part], path): part for part, path in prep.paths.items()}
+        uploaded, failure = [], None
+        for fut in as_completed(futures):
+            try:
+                up = fut.result()
+            except Exception as exc:    # noqa: BLE001 - raised below, after the other uploads ended
+                failure = failure or exc
+                continue
+            part = futures[fut]
+            if up.size != prep.sizes[part]:
+                from storage_engine.errors import RemoteObjectDamagedError
+                failure = failure or RemoteObjectDamagedError(
+                    up.key, (cand.base_offset, cand.end_offset),
+                    f"uploaded {up.size} bytes of a {prep.sizes[part]}-byte file")
+                continue
+            uploaded.append(up)
+            crashpoints.reached("tier.uploaded-part")
+    if failure is not None:
+        raise failure
+    return sorted(uploaded, key=lambda u: u.key)
+
+
 def still_there(log: Log, cand: Candidate) -> bool:
     with log.locked():
         return _find(log, cand) is not None
@@ -219,20 +248,12 @@ def copy_segment(ctx: TierContext, log: Log, cand: Candidate) -> dict | None:
         ctx.copy_started(seg)
         crashpoints.reached("tier.copy-started")
         keys = ctx.keys_of(seg)
-        uploaded = []
-        for part, path in prep.paths.items():
-            up = ctx.store.upload(keys[part], path)
-            if up.size != prep.sizes[part]:
-                from storage_engine.errors import RemoteObjectDamagedError
-                raise RemoteObjectDamagedError(keys[part], (cand.base_offset, cand.end_offset),
-                                               f"uploaded {up.size} bytes of a {prep.sizes[part]}-byte file")
-            uploaded.append(up)
-            crashpoints.reached("tier.uploaded-part")
+        uploaded = _upload_all(ctx, prep, keys)
         for up in uploaded:
-            ctx.store.verify(up.key, up.size, up.checksum)
+            ctx.store.verify(up.key, up.size, up.checksum, (cand.base_offset, cand.end_offset))
         crashpoints.reached("tier.verified")
     if not still_there(log, cand):
-        ctx.abandon(seg, [up.key for up in uploaded])
+        ctx.abandon(seg)
         return None
     ctx.copy_finished(seg)
     crashpoints.reached("tier.copy-finished")

@@ -1,0 +1,49 @@
+"""Objects left by interrupted runs, found and deleted so that after a run no object is untracked.
+
+Three kinds, per partition (the caller holds the partition's tiering claim, so no copy of it runs meanwhile):
+
+* a copy that never finished (``COPY_SEGMENT_STARTED`` without ``FINISHED``: the run died or the store failed
+  during the upload): ``DELETE_SEGMENT_STARTED``, its objects deleted, ``DELETE_SEGMENT_FINISHED``, as Kafka's
+  ``RemoteLogManager`` cleans up a failed copy;
+* a deletion that never finished (``DELETE_SEGMENT_STARTED`` without ``FINISHED``): its objects deleted again
+  (deleting a missing object is no error), then ``DELETE_SEGMENT_FINISHED``;
+* objects under the partition's key prefix (``<prefix><topic>-<topic id>/<partition>/``) that no live segment
+  names (no metadata at all, or a segment whose deletion finished): deleted. Every copy publishes
+  ``COPY_SEGMENT_STARTED`` before its first upload, so a copy in progress is never taken for one of these.
+"""
+from __future__ import annotations
+
+import uuid
+
+from storage_engine.log.log import Log
+from storage_engine.tiered import keys as remote_keys
+from storage_engine.tiered import metadata as md
+from storage_engine.tiered.context import TierContext
+
+LIVE_STATES = (md.COPY_SEGMENT_STARTED, md.COPY_SEGMENT_FINISHED, md.DELETE_SEGMENT_STARTED)
+ALL_STATES = LIVE_STATES + (md.DELETE_SEGMENT_FINISHED,)
+
+
+def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
+    """Clean one partition's orphans (module docstring); what was (with ``dry_run``: would be) deleted."""
+    if tid is None:
+        return {"orphan_segments": 0, "orphan_objects": 0, "orphans": [], "orphan_keys": []}
+    unfinished = ctx.segments(log, tid, states=(md.COPY_SEGMENT_STARTED, md.DELETE_SEGMENT_STARTED))
+    found = [{"segment_id": ctx.segment_id_text(s), "start_offset": s.start_offset, "end_offset": s.end_offset,
+              "state": md.SEGMENT_STATES.get(s.state, str(s.state))} for s in unfinished]
+    if not ctx.dry_run:
+        for seg in unfinished:
+            ctx.delete_objects(seg, started=seg.state == md.DELETE_SEGMENT_STARTED)
+    live = {s.segment_id for s in ctx.segments(log, tid, states=(md.COPY_SEGMENT_FINISHED,))}
+    if ctx.dry_run:     # the unfinished ones are not deleted yet: their objects are counted above
+        live |= {s.segment_id for s in unfinished}
+    strays = []
+    for obj in ctx.store.list(ctx.partition_prefix(log, tid)):
+        parts = remote_keys.parse_key(obj.key, ctx.settings.key_prefix)
+        if parts is not None and parts.segment_id in live:
+            continue
+        strays.append(obj.key)
+    if strays and not ctx.dry_run:
+        ctx.store.delete(strays)
+    return {"orphan_segments": len(unfinished), "orphan_objects": len(strays), "orphans": found,
+            "orphan_keys": strays[:20]}
