@@ -48,7 +48,7 @@ from storage_engine.tiered.settings import RemoteStorageSettings
 
 METADATA_TOPIC = remote_log.TOPIC
 FIGURES = ("copied_segments", "copied_bytes", "local_segments_deleted", "local_bytes_deleted",
-           "remote_segments_deleted", "remote_bytes_deleted", "orphan_segments", "orphan_objects")
+           "remote_segments_deleted", "remote_bytes_deleted", "orphan_segments", "orphan_objects", "orphan_uploads")
 
 
 def _base(log: Log, dry_run: bool) -> dict:
@@ -86,7 +86,8 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
             return result
         result["tiered"] = True
         cleaned = orphans.clean(ctx, log, tid)
-        result.update(orphan_segments=cleaned["orphan_segments"], orphan_objects=cleaned["orphan_objects"])
+        result.update(orphan_segments=cleaned["orphan_segments"], orphan_objects=cleaned["orphan_objects"],
+                      orphan_uploads=cleaned["orphan_uploads"])
         if cleaned["orphans"] or cleaned["orphan_keys"]:
             result["orphans"] = cleaned["orphans"]
             result["orphan_keys"] = cleaned["orphan_keys"]

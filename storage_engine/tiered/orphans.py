@@ -8,8 +8,10 @@ Three kinds, per partition (the caller holds the partition's tiering claim, so n
 * a deletion that never finished (``DELETE_SEGMENT_STARTED`` without ``FINISHED``): its objects deleted again
   (deleting a missing object is no error), then ``DELETE_SEGMENT_FINISHED``;
 * objects under the partition's key prefix (``<prefix><topic>-<topic id>/<partition>/``) that no live segment
-  names (no metadata at all, or a segment whose deletion finished): deleted. Every copy publishes
-  ``COPY_SEGMENT_STARTED`` before its first upload, so a copy in progress is never taken for one of these.
+  names (no metadata at all, or a segment whose deletion finished): deleted; and multipart uploads under it that
+  never completed (a process killed during the upload of a large part), aborted. Every copy publishes
+  ``COPY_SEGMENT_STARTED`` before its first upload, and no other run tiers the partition meanwhile, so a copy
+  in progress is never taken for one of these.
 """
 from __future__ import annotations
 
@@ -45,5 +47,9 @@ def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
         strays.append(obj.key)
     if strays and not ctx.dry_run:
         ctx.store.delete(strays)
+    # A multipart upload cut short (a part of 8 MiB or more, its process killed) is no object but takes space.
+    prefix = ctx.partition_prefix(log, tid)
+    aborted = (len(ctx.store.incomplete_uploads(prefix)) if ctx.dry_run
+               else ctx.store.abort_incomplete_uploads(prefix))
     return {"orphan_segments": len(unfinished), "orphan_objects": len(strays), "orphans": found,
-            "orphan_keys": strays[:20]}
+            "orphan_keys": strays[:20], "orphan_uploads": aborted}
