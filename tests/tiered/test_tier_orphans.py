@@ -20,7 +20,7 @@ from storage_engine.log.topic_id import random_uuid, uuid_text
 from storage_engine.tiered.locks import TieringClaim
 from tests.tiered.conftest import s3_client
 from tests.tiered.tier_helpers import (TOPIC, assert_every_object_tracked, bucket_objects, cli, fill, remote_segments,
-                                       seg_id_text, tier_cli, write_config)
+                                       tier_cli, write_config)
 
 pytestmark = [pytest.mark.tiered]
 
