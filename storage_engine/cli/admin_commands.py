@@ -122,7 +122,7 @@ def cmd_tier(args: argparse.Namespace, config: StorageConfig) -> int:
     if args.partition is not None and not args.topic:
         raise InvalidRequestError("--partition needs --topic")
     result = tiering.tier(config, args.now_ms, topics=[args.topic] if args.topic else None,
-                          partition=args.partition, dry_run=args.dry_run)
+                          partition=args.partition, dry_run=args.dry_run, sweep_orphans=args.sweep_orphans)
     print_json(result)
     # Failed: the partitions whose tiering failed (an object-store fault names its fix), or that cannot be read.
     return report_failures(result["failures"])

@@ -85,7 +85,7 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
             result.update(_remote_figures(ctx, log, tid))
             return result
         result["tiered"] = True
-        cleaned = orphans.clean(ctx, log, tid)
+        cleaned = orphans.clean(ctx, log, tid, sweep=ctx.sweep_orphans)
         result.update(orphan_segments=cleaned["orphan_segments"], orphan_objects=cleaned["orphan_objects"],
                       orphan_uploads=cleaned["orphan_uploads"])
         if cleaned["orphans"] or cleaned["orphan_keys"]:
@@ -143,9 +143,11 @@ def _remote_figures(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
 
 
 def tier_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
-               dry_run: bool = False) -> BatchResult:
+               dry_run: bool = False, sweep_orphans: bool = False) -> BatchResult:
     """Tiering of each partition of a batch, each isolated (a failure is the partition's, and the others go
-    on); an object-store fault fails every partition it touches with the same ``RemoteStorageError``."""
+    on); an object-store fault fails every partition it touches with the same ``RemoteStorageError``.
+    ``sweep_orphans``: list every partition's objects, for objects no metadata record announced (one LIST per
+    partition; without it only partitions with an unfinished copy or deletion are listed)."""
     settings = RemoteStorageSettings.of(config)
     store = ObjectStore(settings) if settings.enabled else None
     contexts: dict[int, TierContext] = {}
@@ -157,7 +159,7 @@ def tier_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
             if store is None:
                 return {**_base(log, dry_run), "skipped": "remote.log.storage.system.enable is false"}
             ctx = TierContext(mgr, settings, store, RemoteLogView.load(mgr), now, broker_id=broker_id,
-                              dry_run=dry_run)
+                              dry_run=dry_run, sweep_orphans=sweep_orphans)
             contexts[id(mgr)] = ctx
         return tier_partition(ctx, log)
 
@@ -186,7 +188,7 @@ def _has_work(config: StorageConfig, topic: str) -> bool:
 
 
 def tier(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
-         partition: int | None = None, dry_run: bool = False) -> dict:
+         partition: int | None = None, dry_run: bool = False, sweep_orphans: bool = False) -> dict:
     """The ``tier`` command: every partition (of ``topics``; ``partition`` only that one) tiered in one batch, and
     the totals. Unknown topics or partitions raise :class:`PartitionNotFoundError`."""
     if partition is not None and not topics:
@@ -198,7 +200,7 @@ def tier(config: StorageConfig, now_ms: int | None = None, *, topics: Collection
         raise PartitionNotFoundError(f"partition {sorted(topics or [])[0]}-{partition} does not exist in "
                                      f"{list(config.log_dirs)}")
     now = clock_at(now_ms).milliseconds()
-    batch = tier_batch(config, tps, now, dry_run=dry_run)
+    batch = tier_batch(config, tps, now, dry_run=dry_run, sweep_orphans=sweep_orphans)
     results = batch["results"]
     totals = {k: sum(r.get(k, 0) for r in results) for k in FIGURES}
     totals["lag_segments"] = sum(r.get("lag_segments", 0) for r in results)

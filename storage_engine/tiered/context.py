@@ -29,6 +29,7 @@ class TierContext:
     now_ms: int
     broker_id: int = 0
     dry_run: bool = False
+    sweep_orphans: bool = False     # list every partition's objects for ones no record announced
     _topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     metadata: RemoteLogMetadata = field(init=False)
 

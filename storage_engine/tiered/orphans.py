@@ -22,15 +22,20 @@ from storage_engine.tiered import keys as remote_keys
 from storage_engine.tiered import metadata as md
 from storage_engine.tiered.context import TierContext
 
-LIVE_STATES = (md.COPY_SEGMENT_STARTED, md.COPY_SEGMENT_FINISHED, md.DELETE_SEGMENT_STARTED)
-ALL_STATES = LIVE_STATES + (md.DELETE_SEGMENT_FINISHED,)
+def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None, *, sweep: bool = False) -> dict:
+    """Clean one partition's orphans (module docstring); what was (with ``dry_run``: would be) deleted.
 
-
-def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
-    """Clean one partition's orphans (module docstring); what was (with ``dry_run``: would be) deleted."""
+    The partition's objects are listed only when the metadata shows a copy or deletion left unfinished, or with
+    ``sweep``: every object is announced by ``COPY_SEGMENT_STARTED`` before it is uploaded, so an interrupted run
+    always leaves such a state, and a run over partitions with nothing unfinished lists nothing (its cost grows
+    with the segments to copy, not with the partitions). ``sweep`` also finds objects no record announced (put
+    there behind the store's back, or whose metadata was lost)."""
+    empty = {"orphan_segments": 0, "orphan_objects": 0, "orphans": [], "orphan_keys": [], "orphan_uploads": 0}
     if tid is None:
-        return {"orphan_segments": 0, "orphan_objects": 0, "orphans": [], "orphan_keys": []}
+        return empty
     unfinished = ctx.segments(log, tid, states=(md.COPY_SEGMENT_STARTED, md.DELETE_SEGMENT_STARTED))
+    if not unfinished and not sweep:
+        return empty
     found = [{"segment_id": ctx.segment_id_text(s), "start_offset": s.start_offset, "end_offset": s.end_offset,
               "state": md.SEGMENT_STATES.get(s.state, str(s.state))} for s in unfinished]
     if not ctx.dry_run:
@@ -39,8 +44,9 @@ def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
     live = {s.segment_id for s in ctx.segments(log, tid, states=(md.COPY_SEGMENT_FINISHED,))}
     if ctx.dry_run:     # the unfinished ones are not deleted yet: their objects are counted above
         live |= {s.segment_id for s in unfinished}
+    prefix = ctx.partition_prefix(log, tid)
     strays = []
-    for obj in ctx.store.list(ctx.partition_prefix(log, tid)):
+    for obj in ctx.store.list(prefix):
         parts = remote_keys.parse_key(obj.key, ctx.settings.key_prefix)
         if parts is not None and parts.segment_id in live:
             continue
@@ -48,7 +54,6 @@ def clean(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
     if strays and not ctx.dry_run:
         ctx.store.delete(strays)
     # A multipart upload cut short (a part of 8 MiB or more, its process killed) is no object but takes space.
-    prefix = ctx.partition_prefix(log, tid)
     aborted = (len(ctx.store.incomplete_uploads(prefix)) if ctx.dry_run
                else ctx.store.abort_incomplete_uploads(prefix))
     return {"orphan_segments": len(unfinished), "orphan_objects": len(strays), "orphans": found,

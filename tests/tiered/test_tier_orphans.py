@@ -1,6 +1,6 @@
 """Objects no metadata names under a partition's key prefix (put there behind the store's back, as a run that lost
-its metadata would leave them) and a multipart upload never completed: a dry run reports them, the next run deletes
-and aborts them, and the finished segments are untouched. A segment deleted by another process while it is being
+its metadata would leave them) and a multipart upload never completed: a sweep's dry run reports them, a sweep
+deletes and aborts them, and the finished segments are untouched. A segment deleted by another process while it is being
 uploaded is abandoned: its objects deleted, its states closed. And a partition another run is tiering is skipped."""
 from __future__ import annotations
 
@@ -43,16 +43,18 @@ def test_untracked_objects_and_cut_uploads_are_cleaned(tmp_path, weed, bucket):
     upload = s3.create_multipart_upload(Bucket=bucket, Key=f"{prefix}{998:020d}-{uuid_text(random_uuid())}.log")
     s3.upload_part(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
 
-    plan = tier_cli(cfg, "--dry-run")["partitions"][0]
+    quick = tier_cli(cfg)["partitions"][0]     # nothing unfinished: the objects are not listed
+    assert quick["orphan_objects"] == 0 and quick["orphan_uploads"] == 0
+    plan = tier_cli(cfg, "--dry-run", "--sweep-orphans")["partitions"][0]
     assert plan["orphan_objects"] == 2 and plan["orphan_uploads"] == 1
     assert sorted(plan["orphan_keys"]) == sorted([stray_segment, prefix + "notes.txt"])
     assert set(bucket_objects(weed, bucket)) == set(tracked) | {stray_segment, prefix + "notes.txt", elsewhere}
 
-    done = tier_cli(cfg)["partitions"][0]
+    done = tier_cli(cfg, "--sweep-orphans")["partitions"][0]
     assert done["orphan_objects"] == 2 and done["orphan_uploads"] == 1 and done["copied_segments"] == 0
     assert set(bucket_objects(weed, bucket)) == set(tracked) | {elsewhere}
     assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
-    again = tier_cli(cfg)["partitions"][0]
+    again = tier_cli(cfg, "--sweep-orphans")["partitions"][0]
     assert again["orphan_objects"] == 0 and again["orphan_uploads"] == 0
 
 
