@@ -83,6 +83,9 @@ STEPS: dict[str, tuple[str, str]] = {
     "tier.log-start-raised": ("tier", "the log start offset is raised and checkpointed, no remote segment deleted"),
     "tier.delete-started": ("tier", "DELETE_SEGMENT_STARTED is durable, no object deleted"),
     "tier.objects-deleted": ("tier", "a segment's objects are deleted, DELETE_SEGMENT_FINISHED not yet published"),
+    # tiered.remote_log.RemoteLogMetadata.publish (a record of __remote_log_metadata)
+    "remote.metadata.appended": ("remote-metadata", "a remote log metadata record is appended, not yet flushed"),
+    "remote.metadata.flushed": ("remote-metadata", "a remote log metadata record is flushed, publish not returned"),
 }
 
 
