@@ -102,16 +102,24 @@ def local_retention(ctx: TierContext, log: Log, remote_upper: int) -> dict:
 
 def delete_on_disable(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
     """``remote.storage.enable`` turned off with ``remote.log.delete.on.disable``: every remote segment of the
-    partition is deleted under Kafka's partition delete states (MARKED, STARTED, segments, FINISHED). The log
-    start offset first moves up to the first local offset: the remote offsets are no longer readable."""
+    partition is deleted under Kafka's partition delete states (MARKED, STARTED, each segment's deletion,
+    FINISHED), resumed from the state a run killed midway left. The log start offset first moves up to the first
+    local offset: the remote offsets are no longer readable."""
+    if tid is None:
+        return {"remote_segments_deleted": 0, "remote_bytes_deleted": 0, "partition_deleted": False}
+    state = ctx.view.partition_delete_state(log.topic, log.partition, topic_id=tid)
+    if state == md.DELETE_PARTITION_FINISHED:
+        state = None        # deleted before: segments copied since (re-enabled meanwhile) start a new deletion
     live = ctx.segments(log, tid, states=(md.COPY_SEGMENT_STARTED, md.COPY_SEGMENT_FINISHED,
                                           md.DELETE_SEGMENT_STARTED))
-    if tid is None or not live:
+    if not live and state is None:
         return {"remote_segments_deleted": 0, "remote_bytes_deleted": 0, "partition_deleted": False}
     if not ctx.dry_run:
-        ctx.partition_state(log, tid, md.DELETE_PARTITION_MARKED)
+        if state is None:
+            ctx.partition_state(log, tid, md.DELETE_PARTITION_MARKED)
         raise_log_start(ctx, log, log.local_log_start_offset)
-        ctx.partition_state(log, tid, md.DELETE_PARTITION_STARTED)
+        if state in (None, md.DELETE_PARTITION_MARKED):
+            ctx.partition_state(log, tid, md.DELETE_PARTITION_STARTED)
         for seg in live:
             ctx.delete_objects(seg, started=seg.state == md.DELETE_SEGMENT_STARTED)
         ctx.partition_state(log, tid, md.DELETE_PARTITION_FINISHED)
