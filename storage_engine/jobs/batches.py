@@ -3,7 +3,7 @@
 :func:`plan_batches` cuts the store's partitions into batches; :func:`retention_batch`,
 :func:`expire_producers_batch`, :func:`flush_batch` and :func:`checkpoint_batch` are jobs of
 :mod:`storage_engine.jobs.housekeeping` for one batch, each returning a :class:`BatchResult`. Under them the
-isolation (:func:`open_isolating`, :func:`_run_batch`); each failure says whether a retry may fix it
+isolation (:func:`open_isolating`, :func:`run_batch`); each failure says whether a retry may fix it
 (:func:`storage_engine.errors.is_retriable`).
 
 A batch opens only its own partitions (``LogManager.open(..., partitions=...)``). If one of them cannot be
@@ -78,7 +78,7 @@ def as_topic_partitions(partitions: BatchPartitions) -> list[TopicPartition]:
     return out
 
 
-def _run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None,
+def run_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None,
                act: Callable[[LogManager, Log, int], dict], *, dry_run: bool = False,
                after: Callable[[LogManager, list[dict]], list[str]] | None = None) -> BatchResult:
     """``act(mgr, log, now) -> dict`` per partition, then ``after(mgr, results) -> list[str]`` per manager."""
@@ -201,7 +201,7 @@ def retention_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: 
         if not dry_run and dirs:
             mgr.checkpoint(dirs)
         return []
-    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
+    return run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
 
 
 def expire_producers_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
@@ -222,7 +222,7 @@ def expire_producers_batch(config: StorageConfig, partitions: BatchPartitions, n
                                 "expired_producer_ids": future.expire_producers(now, expiration_ms,
                                                                                 dry_run=dry_run)}
         return result
-    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
+    return run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 
 def flush_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
@@ -236,7 +236,7 @@ def flush_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int 
         return {"topic": log.topic, "partition": log.partition, "due": due, "recovery_point_before": before,
                 "recovery_point": after, "flushed": after > before, "log_end_offset": log.log_end_offset,
                 "dry_run": dry_run}
-    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run)
+    return run_batch(config, partitions, now_ms, act, dry_run=dry_run)
 
 
 def checkpoint_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
@@ -256,4 +256,4 @@ def checkpoint_batch(config: StorageConfig, partitions: BatchPartitions, now_ms:
         if not dry_run and dirs:
             mgr.checkpoint(dirs)
         return []
-    return _run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
+    return run_batch(config, partitions, now_ms, act, dry_run=dry_run, after=after)
