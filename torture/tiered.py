@@ -516,7 +516,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
             elif (trial + 1) % 10 == 0:
                 out(f"trial {trial + 1}/{trials}: ok ({res.acked} acknowledged, {sum(res.kills.values())} kills, "
                     f"{res.remote_read} records read remotely, {res.seconds} s)")
-            if (trial + 1) % 25 == 0 and trial + 1 < trials:
+            if (trial + 1) % 10 == 0 and trial + 1 < trials:
                 totals["seconds"] = round(time.monotonic() - started, 1)
                 out("so far: " + summary(totals))
     finally:
