@@ -31,7 +31,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import Broker
 from storage_engine.server.catalog import create_topic
 from storage_engine.server.groups import records as grec
-from storage_engine.server.groups.state import Group, GroupState, IllegalStateTransition
+from storage_engine.server.groups.state import Group, GroupState, IllegalStateTransition, JoinResult
 from storage_engine.server.groups.store import OFFSETS_TOPIC
 from storage_engine.server.transactions.coordinator import TXN_TOPIC
 from storage_engine.server.transactions.state import Txn, TxnState
@@ -120,7 +120,7 @@ def _run(tmp_path, clock: ManualClock, scenario: Callable[[Broker], Coroutine[An
             broker.close()
 
 
-async def _join(broker: Broker, member_id: str = "", instance: str | None = None) -> asyncio.Task[dict[str, Any]]:
+async def _join(broker: Broker, member_id: str = "", instance: str | None = None) -> asyncio.Task[JoinResult]:
     task = asyncio.get_running_loop().create_task(broker.groups.join(
         "g", member_id, instance, "client", "127.0.0.1", SESSION_MS, REBALANCE_MS, "consumer",
         [("range", b"meta")], require_known_member=False))
