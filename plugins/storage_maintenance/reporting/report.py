@@ -13,6 +13,9 @@ from storage_engine.units import human_bytes
 MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
 RAN_STATES = ("success", "failed")   # a task instance in these states ran in the run's latest try
 MAX_MARKDOWN_ROWS = 200
+# What one partition's tiering did (the ``log_tiering`` DAG's batch XCom), summed over the run into its totals.
+TIER_FIGURES = ("copied_segments", "copied_bytes", "local_segments_deleted", "local_bytes_deleted",
+                "remote_segments_deleted", "remote_bytes_deleted", "orphans_cleaned", "lag_segments", "lag_bytes")
 
 
 def _base_url() -> str:
@@ -64,6 +67,12 @@ def _row(task_id: str, r: dict) -> dict:
         row.update(segments=r["segments_deleted"], bytes=r["bytes_reclaimed"], records=r.get("records_removed", 0),
                    detail=(f"log start offset {r['log_start_offset_before']} -> {r['log_start_offset']}"
                            if r["segments_deleted"] else r.get("skipped", "")))
+    elif "copied_segments" in r:                                    # tiering: what local disk got back
+        row.update(segments=r["local_segments_deleted"], bytes=r["local_bytes_deleted"],
+                   figures={k: r.get(k, 0) for k in TIER_FIGURES},
+                   detail=(f"{'would copy' if r.get('dry_run') else 'copied'} {r['copied_segments']} segment(s) "
+                           f"({r['copied_bytes']} bytes), {r['remote_segments_deleted']} remote segment(s) deleted, "
+                           f"{r['orphans_cleaned']} orphan(s) cleaned, {r['lag_segments']} segment(s) to copy"))
     elif "size_bytes_before" in r:                                  # compaction
         row.update(bytes=r["size_bytes_before"] - r["size_bytes_after"], records=r.get("records_removed", 0),
                    segments=r.get("segments_removed", 0),
@@ -91,10 +100,25 @@ def _row(task_id: str, r: dict) -> dict:
     return row
 
 
+def figure_totals(rows: list[dict]) -> dict[str, int]:
+    """The sums of the rows' ``figures`` (tiering's copied segments and bytes, deletions, orphans, lag); empty
+    when no row has any."""
+    totals: dict[str, int] = {}
+    for r in rows:
+        for key, value in (r.get("figures") or {}).items():
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
 def markdown_table(rows: list[dict], totals: dict) -> str:
     lines = [f"**{totals['partitions']} partition(s)**: {totals['changed']} changed, {totals['failed']} failed, "
              f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), "
-             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed.", "",
+             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed."
+             + (f" Tiering: {totals['copied_segments']} segment(s) ({human_bytes(totals['copied_bytes'])}) copied "
+                f"to the object store, {totals['remote_segments_deleted']} remote segment(s) "
+                f"({human_bytes(totals['remote_bytes_deleted'])}) deleted, {totals['orphans_cleaned']} orphaned "
+                f"object(s) cleaned, {totals['lag_segments']} segment(s) ({human_bytes(totals['lag_bytes'])}) "
+                "still to copy." if "copied_segments" in totals else ""), "",
              "| task | partition | status | segments | bytes | records | duration (s) | detail |",
              "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows[:MAX_MARKDOWN_ROWS]:

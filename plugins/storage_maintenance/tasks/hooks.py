@@ -32,7 +32,7 @@ import shutil
 import sys
 from collections.abc import Collection, Mapping
 from functools import cached_property
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -46,6 +46,9 @@ from storage_engine.inspection.status import Overview
 from storage_engine.jobs import batches, compaction, housekeeping
 from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
+
+if TYPE_CHECKING:
+    from storage_engine.tiered.settings import RemoteStorageSettings
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
@@ -201,6 +204,26 @@ class StorageEngineHook(BaseHook):
 
     def expire_producers_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> dict:
         return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
+
+    def tier_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
+        """Tiered storage for a batch (:func:`storage_engine.jobs.tiering.tier_batch`): copy the eligible sealed
+        segments to the object store, then local retention, remote retention and orphan clean-up."""
+        from storage_engine.jobs import tiering
+        return tiering.tier_batch(self.config, partitions, now_ms, dry_run=dry_run)
+
+    def remote_storage(self) -> RemoteStorageSettings:
+        """The object store the config names (``rsm.config.*``) and whether remote storage is enabled
+        (``remote.log.storage.system.enable``); ``ConfigError`` names a missing key."""
+        from storage_engine.tiered.settings import RemoteStorageSettings
+        return RemoteStorageSettings.of(self.config)
+
+    def check_object_store(self) -> None:
+        """One real request to the object store (a listing under the key prefix, at most one page): raises the
+        engine's ``RemoteStorageError`` subclass that names the fix (unreachable, bucket missing, credentials
+        refused) before any batch starts."""
+        from storage_engine.tiered.object_store import ObjectStore
+        settings = self.remote_storage()
+        next(iter(ObjectStore(settings).list(settings.key_prefix)), None)
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""

@@ -1,0 +1,278 @@
+"""log_tiering end to end with dag.test(): real log dirs, a real SeaweedFS (``weed server -s3``), the real metadata DB
+and a real SMTP server. A run copies the sealed segments of a tiered topic into the bucket and deletes the local
+copies past ``local.retention.ms``; its asset event carries the totals; a dry run changes nothing; a backfilled run
+acts as of its interval; with the object store down the run fails with one alert naming the fix, and neither it
+nor the retention DAG deletes a segment that has no finished remote copy."""
+from __future__ import annotations
+
+import datetime
+import html
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from include.seaweedfs import WeedServer
+
+from .conftest import asset_events, parse_dag, partition_results, run_results, task_instances, without_retry_delay
+from .storage_fixtures import HOUR_MS, MINUTE_MS, T, T_MS, StorageFixture
+
+pytestmark = [pytest.mark.airflow, pytest.mark.e2e, pytest.mark.tiered]
+
+TOPIC = "tiered"
+TOPICS = {
+    # local copies kept 1 h once tiered, the whole log (local and remote) 3 h
+    TOPIC: {"remote.storage.enable": True, "local.retention.ms": HOUR_MS, "retention.ms": 3 * HOUR_MS,
+            "segment.bytes": 1024},
+    "plain": {"retention.ms": -1, "segment.bytes": 1024},
+}
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedServer]:
+    server = WeedServer(tmp_path_factory.mktemp("weed")).start()
+    yield server
+    server.kill9()      # its folder is thrown away: a graceful stop only costs time
+
+
+def s3(server: WeedServer) -> Any:
+    return boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,
+                        aws_secret_access_key=server.secret_key, region_name="us-east-1")
+
+
+def objects(server: WeedServer, bucket: str) -> dict[str, int]:
+    """{key: size} of every object in ``bucket``."""
+    out = {}
+    for page in s3(server).get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        out.update({o["Key"]: o["Size"] for o in page.get("Contents", [])})
+    return out
+
+
+def tiered_config(storage: StorageFixture, server: WeedServer, bucket: str, endpoint_url: str | None = None) -> None:
+    storage.write_config(TOPICS, **{
+        "remote.log.storage.system.enable": True,
+        "remote.log.metadata.topic.num.partitions": 2,
+        "rsm.config.storage.s3.endpoint.url": endpoint_url or server.endpoint_url,
+        "rsm.config.storage.s3.bucket.name": bucket,
+        "rsm.config.storage.aws.access.key.id": server.access_key,
+        "rsm.config.storage.aws.secret.access.key": server.secret_key,
+    })
+
+
+def new_bucket(server: WeedServer, request: pytest.FixtureRequest) -> str:
+    name = "dag-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    s3(server).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def tiered(storage: StorageFixture, weed: WeedServer, request: pytest.FixtureRequest) -> tuple[StorageFixture, str]:
+    """``tiered-0``: 24 records at T-4h, 24 at T-150min, 4 at T-10min (1 KiB segments: several sealed segments of
+    each age, the last one active); ``plain-0`` (not tiered); a fresh bucket."""
+    bucket = new_bucket(weed, request)
+    tiered_config(storage, weed, bucket)
+    storage.produce(TOPIC, 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)]
+                    + [T_MS - 150 * MINUTE_MS + i * 1000 for i in range(24)]
+                    + [T_MS - 10 * MINUTE_MS + i * 1000 for i in range(4)])
+    storage.produce("plain", 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)])
+    return storage, bucket
+
+
+def sealed(describe: dict) -> list[dict]:
+    return describe["segments"][:-1]
+
+
+def log_keys(found: dict[str, int], partition: int = 0) -> dict[int, int]:
+    """{base offset: size} of the ``.log`` objects of ``tiered-<partition>``."""
+    out = {}
+    for key, size in found.items():
+        name = key.rsplit("/", 1)[-1]
+        if key.startswith(f"{TOPIC}-") and key.split("/")[-2] == str(partition) and name.endswith(".log"):
+            out[int(name[:20])] = size
+    return out
+
+
+def local_bases(storage: StorageFixture) -> list[int]:
+    return [s["base_offset"] for s in storage.describe()[(TOPIC, 0)]["segments"]]
+
+
+def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_local_retention(tiered, weed):
+    storage, bucket = tiered
+    before = storage.describe()[(TOPIC, 0)]
+    copied = {s["base_offset"]: s["size_bytes"] for s in sealed(before)}
+    # past local.retention.ms (1 h) at T: the segments of T-4h and T-150min; the active one stays local
+    locally_expired = [s["base_offset"] for s in sealed(before) if s["largest_timestamp"] < T_MS - HOUR_MS]
+    # past retention.ms (3 h) at T: the segments of T-4h only
+    expired = [s["base_offset"] for s in sealed(before) if s["largest_timestamp"] < T_MS - 3 * HOUR_MS]
+    assert len(copied) >= 4 and expired and len(expired) < len(locally_expired)
+
+    run = without_retry_delay(parse_dag("log_tiering")).test(logical_date=T)
+
+    assert run.state == "success"
+    results = run_results(run)
+    by_partition = partition_results(results, "tier")
+    r = by_partition[(TOPIC, 0)]
+    assert r["copied_segments"] == len(copied) and r["copied_bytes"] >= sum(copied.values())
+    assert r["local_segments_deleted"] == len(locally_expired)
+    assert by_partition[("plain", 0)]["nothing_to_do"] is True
+    # In the bucket: every sealed segment's .log, byte for byte the size it had locally.
+    found = objects(weed, bucket)
+    assert log_keys(found) == {b: size for b, size in copied.items() if b not in expired} | {
+        b: size for b, size in copied.items() if b in expired and r["remote_segments_deleted"] == 0}
+    # Locally: only the segments within local.retention.ms and the active one; the log's start stays where the
+    # remote copies begin (remote retention raised it past what expired from the whole log).
+    after = storage.describe()[(TOPIC, 0)]
+    assert [s["base_offset"] for s in after["segments"]] == [b for b in local_bases_from(before)
+                                                              if b not in locally_expired]
+    assert after["log_end_offset"] == before["log_end_offset"]
+    assert storage.describe()[("plain", 0)] == {**storage.describe()[("plain", 0)]}
+
+    # The run's asset event, read back from the metadata DB, carries the totals.
+    (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
+    extra = event["extra"]
+    assert (extra["copied_segments"], extra["copied_bytes"]) == (r["copied_segments"], r["copied_bytes"])
+    assert extra["local_segments_deleted"] == len(locally_expired)
+    assert extra["remote_segments_deleted"] == r["remote_segments_deleted"]
+    assert extra["orphans_cleaned"] == 0 and extra["lag_segments"] == 0
+    assert extra["as_of"] == "2026-01-01T12:00:00.000Z"
+    report = results[("run_report", -1)]
+    assert report["totals"]["copied_segments"] == len(copied) and report["alert"] is None
+
+    # The next interval: nothing left to copy or delete.
+    later = parse_dag("log_tiering").test(logical_date=T + datetime.timedelta(minutes=5))
+    assert later.state == "success"
+    (later_event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=later.run_id)
+    assert later_event["extra"]["copied_segments"] == 0 and later_event["extra"]["local_segments_deleted"] == 0
+    assert objects(weed, bucket) == found
+
+
+def local_bases_from(describe: dict) -> list[int]:
+    return [s["base_offset"] for s in describe["segments"]]
+
+
+def test_a_dry_run_reports_the_plan_and_changes_nothing(tiered, weed):
+    storage, bucket = tiered
+    before = storage.snapshot()
+    sealed_count = len(sealed(storage.describe()[(TOPIC, 0)]))
+
+    run = parse_dag("log_tiering").test(logical_date=T, run_conf={"dry_run": True})
+
+    assert run.state == "success"
+    r = partition_results(run_results(run), "tier")[(TOPIC, 0)]
+    assert r["copied_segments"] == sealed_count and r["nothing_to_do"] is False
+    assert objects(weed, bucket) == {}
+    assert storage.snapshot() == before
+
+
+def test_a_backfilled_run_acts_as_of_its_interval(tiered, weed):
+    storage, bucket = tiered
+    before = storage.describe()[(TOPIC, 0)]
+    old = [s["base_offset"] for s in sealed(before) if s["largest_timestamp"] < T_MS - 3 * HOUR_MS]
+    # As of T - 2h only the segments of T-4h are past local.retention.ms, and nothing is past retention.ms yet.
+    backfill = parse_dag("log_tiering").test(logical_date=T - 2 * datetime.timedelta(hours=1))
+
+    assert backfill.state == "success"
+    r = partition_results(run_results(backfill), "tier")[(TOPIC, 0)]
+    assert r["copied_segments"] == len(sealed(before))
+    assert r["local_segments_deleted"] == len(old) and r["remote_segments_deleted"] == 0
+    assert local_bases(storage)[0] == [b for b in local_bases_from(before) if b not in old][0]
+    assert set(log_keys(objects(weed, bucket))) == {s["base_offset"] for s in sealed(before)}
+    # As of T the segments of T-4h have expired from the whole log: their remote copies go, the log start moves.
+    run = parse_dag("log_tiering").test(logical_date=T)
+    assert run.state == "success"
+    r = partition_results(run_results(run), "tier")[(TOPIC, 0)]
+    assert r["copied_segments"] == 0 and r["remote_segments_deleted"] == len(old)
+    assert set(log_keys(objects(weed, bucket))) == {s["base_offset"] for s in sealed(before)} - set(old)
+    assert storage.describe()[(TOPIC, 0)]["log_start_offset"] == [
+        b for b in local_bases_from(before) if b not in old][0]
+
+
+@pytest.mark.kills
+def test_with_the_store_down_the_run_fails_with_one_alert_naming_the_fix_and_nothing_uncopied_is_deleted(
+        storage, tmp_path: pathlib.Path, monkeypatch, smtp_server, request):
+    """A private weed: the first run copies the sealed segments; then weed dies (kill -9), more records come in,
+    and the next tiering run fails at once with one alert naming the fix; the retention DAG then deletes the local
+    copies that have a finished remote copy and none of the others."""
+    monkeypatch.setenv("STORAGE_MAINTENANCE_ALERT_EMAILS", "ops@example.com")
+    server = WeedServer(tmp_path / "weed").start()
+    try:
+        bucket = new_bucket(server, request)
+        tiered_config(storage, server, bucket)
+        storage.produce(TOPIC, 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)]
+                        + [T_MS - 150 * MINUTE_MS + i * 1000 for i in range(2)])
+        first = parse_dag("log_tiering").test(logical_date=T - 3 * datetime.timedelta(hours=1))
+        assert first.state == "success"
+        tiered_bases = set(log_keys(objects(server, bucket)))
+        assert tiered_bases
+    finally:
+        server.kill9()
+    storage.produce(TOPIC, 0, [T_MS - 150 * MINUTE_MS + i * 1000 for i in range(24)]
+                    + [T_MS - 10 * MINUTE_MS + i * 1000 for i in range(4)])
+    before = storage.describe()[(TOPIC, 0)]
+    files_before = storage.files(TOPIC, 0)
+    uncopied = [s["base_offset"] for s in sealed(before) if s["base_offset"] not in tiered_bases]
+    assert uncopied
+
+    run = without_retry_delay(parse_dag("log_tiering")).test(logical_date=T)
+
+    assert run.state == "failed"
+    tis = task_instances(run)
+    assert tis[("plan_batches", -1)].state == "failed"
+    assert storage.files(TOPIC, 0) == files_before
+    (message,) = smtp_server.messages
+    body = html.unescape(message.get_body(preferencelist=("html",)).get_content())
+    assert "object store unreachable" in body
+    assert f"The object store at {server.endpoint_url} does not answer: start it" in body
+    assert f"rsm.config.storage.s3.endpoint.url in {storage.config_path}" in body
+    report = run_results(run)[("run_report", -1)]
+    assert report["alert"]["sent"] is True
+
+    # A second run with the store still down: the same root cause, no second alert.
+    again = without_retry_delay(parse_dag("log_tiering")).test(logical_date=T + datetime.timedelta(minutes=5))
+    assert again.state == "failed" and len(smtp_server.messages) == 1
+
+    # Retention as of T (every sealed segment is past local.retention.ms): only tiered segments go.
+    retention = parse_dag("log_retention").test(logical_date=T)
+    assert retention.state == "success"
+    left = local_bases(storage)
+    assert set(uncopied) <= set(left)
+    assert not set(left) & (tiered_bases - {before["segments"][-1]["base_offset"]})
+    assert storage.describe()[(TOPIC, 0)]["log_end_offset"] == before["log_end_offset"]
+
+
+def test_the_store_causes_are_one_root_cause_per_store_whatever_met_them(tmp_path):
+    """Every batch of a run that meets the store down is one root cause, keyed by the store, naming the fix."""
+    from storage_maintenance.reporting.root_causes import Where, causes_of_run
+
+    where = Where(str(tmp_path / "storage.yaml"), [], None,
+                  {"endpoint_url": "http://weed:8333", "bucket": "logs"})
+    failure = {"topic": TOPIC, "partition": 0, "error_type": "RemoteStoreUnreachableError",
+               "error": "cannot reach the object store at http://weed:8333", "permanent": False}
+    alert = {"dag_id": "log_tiering", "run_id": "r", "failed_tasks": [
+        {"task_id": "tier", "label": "a", "partitions": [failure, {**failure, "partition": 1}]},
+        {"task_id": "tier", "label": "b", "partitions": [{**failure, "partition": 2}]},
+        {"task_id": "plan_batches", "error": "RemoteStoreUnreachableError: cannot reach http://weed:8333"}]}
+    (cause,) = causes_of_run(alert, where)
+    assert cause["key"] == "store-unreachable:http://weed:8333" and cause["scope"] == "store"
+    assert cause["seen_in"] == ["tier [a]", "tier [b]", "plan_batches"]
+    assert "start it" in cause["fix"] and f"rsm.config.storage.s3.endpoint.url in {tmp_path}" in cause["fix"]
+
+    bucket = {"topic": TOPIC, "partition": 0, "error_type": "RemoteBucketMissingError", "error": "no bucket logs",
+              "permanent": True}
+    credentials = {**bucket, "error_type": "RemoteCredentialsError", "error": "access denied"}
+    damaged = {**bucket, "error_type": "RemoteObjectDamagedError",
+               "error": "object tiered-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000042-BBBBBBBBBBBBBBBBBBBBBB.log "
+                        "offsets 42-57: checksum mismatch"}
+    alert["failed_tasks"] = [{"task_id": "tier", "partitions": [bucket, credentials, damaged]}]
+    kinds = {c["kind"]: c for c in causes_of_run(alert, where)}
+    assert set(kinds) == {"store-bucket", "store-credentials", "remote-damaged"}
+    assert kinds["store-bucket"]["key"] == "store-bucket:http://weed:8333/logs"
+    assert "Bucket logs does not exist in the object store at http://weed:8333: create it" in \
+        kinds["store-bucket"]["fix"]
+    assert "rsm.config.storage.aws.access.key.id" in kinds["store-credentials"]["fix"]
+    assert kinds["remote-damaged"]["key"] == f"remote-damaged:{TOPIC}-0"
+    assert "(offsets 42-57)" in kinds["remote-damaged"]["fix"]
+    assert any("delete-records --topic tiered --partition 0 --offset 58" in c
+               for c in kinds["remote-damaged"]["commands"])
