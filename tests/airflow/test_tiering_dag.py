@@ -51,14 +51,15 @@ def objects(server: WeedServer, bucket: str) -> dict[str, int]:
 
 
 def tiered_config(storage: StorageFixture, server: WeedServer, bucket: str, endpoint_url: str | None = None) -> None:
-    storage.write_config(TOPICS, **{
+    broker: dict[str, Any] = {
         "remote.log.storage.system.enable": True,
-        "remote.log.metadata.topic.num.partitions": 2,
+        "rlmm.config.remote.log.metadata.topic.num.partitions": 2,
         "rsm.config.storage.s3.endpoint.url": endpoint_url or server.endpoint_url,
         "rsm.config.storage.s3.bucket.name": bucket,
         "rsm.config.storage.aws.access.key.id": server.access_key,
         "rsm.config.storage.aws.secret.access.key": server.secret_key,
-    })
+    }
+    storage.write_config(TOPICS, **broker)
 
 
 def new_bucket(server: WeedServer, request: pytest.FixtureRequest) -> str:
@@ -248,23 +249,26 @@ def test_the_store_causes_are_one_root_cause_per_store_whatever_met_them(tmp_pat
 
     where = Where(str(tmp_path / "storage.yaml"), [], None,
                   {"endpoint_url": "http://weed:8333", "bucket": "logs"})
-    failure = {"topic": TOPIC, "partition": 0, "error_type": "RemoteStoreUnreachableError",
-               "error": "cannot reach the object store at http://weed:8333", "permanent": False}
+    from storage_engine.errors import (RemoteBucketMissingError, RemoteCredentialsError, RemoteObjectDamagedError,
+                                       RemoteStoreUnreachableError)
+    from storage_engine.jobs.summaries import partition_failure
+
+    down = RemoteStoreUnreachableError("http://weed:8333", "Could not connect to the endpoint URL")
+    failure = partition_failure((TOPIC, 0), down)
     alert = {"dag_id": "log_tiering", "run_id": "r", "failed_tasks": [
         {"task_id": "tier", "label": "a", "partitions": [failure, {**failure, "partition": 1}]},
         {"task_id": "tier", "label": "b", "partitions": [{**failure, "partition": 2}]},
-        {"task_id": "plan_batches", "error": "RemoteStoreUnreachableError: cannot reach http://weed:8333"}]}
+        {"task_id": "plan_batches", "error": f"AirflowFailException: RemoteStoreUnreachableError: {down}"}]}
     (cause,) = causes_of_run(alert, where)
     assert cause["key"] == "store-unreachable:http://weed:8333" and cause["scope"] == "store"
     assert cause["seen_in"] == ["tier [a]", "tier [b]", "plan_batches"]
     assert "start it" in cause["fix"] and f"rsm.config.storage.s3.endpoint.url in {tmp_path}" in cause["fix"]
 
-    bucket = {"topic": TOPIC, "partition": 0, "error_type": "RemoteBucketMissingError", "error": "no bucket logs",
-              "permanent": True}
-    credentials = {**bucket, "error_type": "RemoteCredentialsError", "error": "access denied"}
-    damaged = {**bucket, "error_type": "RemoteObjectDamagedError",
-               "error": "object tiered-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000042-BBBBBBBBBBBBBBBBBBBBBB.log "
-                        "offsets 42-57: checksum mismatch"}
+    bucket = partition_failure((TOPIC, 0), RemoteBucketMissingError("logs", "http://weed:8333"))
+    credentials = partition_failure((TOPIC, 0), RemoteCredentialsError("InvalidAccessKeyId: unknown key"))
+    damaged = partition_failure((TOPIC, 0), RemoteObjectDamagedError(
+        "tiered-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000042-BBBBBBBBBBBBBBBBBBBBBB.log", (42, 57),
+        "ETag 1 expected, 2 found"))
     alert["failed_tasks"] = [{"task_id": "tier", "partitions": [bucket, credentials, damaged]}]
     kinds = {c["kind"]: c for c in causes_of_run(alert, where)}
     assert set(kinds) == {"store-bucket", "store-credentials", "remote-damaged"}

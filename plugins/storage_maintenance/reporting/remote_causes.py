@@ -16,6 +16,7 @@ kind                   from                          fix
 ``remote-missing``     ``RemoteObjectMissingError``  restore the object from a backup or a replica of the bucket;
                                                      if it is gone for good, move the log start offset past it
 ``remote-damaged``     ``RemoteObjectDamagedError``  the same, for an object whose bytes no longer match
+``store-error``        ``RemoteStorageError``        the store failed on its own (a 5xx): its log
 =====================  ============================  ===========================================================
 
 A store-wide cause (the first three) is one root cause for every partition and batch that met it, keyed by the
@@ -34,12 +35,13 @@ REMOTE_KINDS = {
     "RemoteCredentialsError": "store-credentials",
     "RemoteObjectMissingError": "remote-missing",
     "RemoteObjectDamagedError": "remote-damaged",
+    "RemoteStorageError": "store-error",
 }
-STORE_KINDS = frozenset({"store-unreachable", "store-bucket", "store-credentials"})
+STORE_KINDS = frozenset({"store-unreachable", "store-bucket", "store-credentials", "store-error"})
 TITLES = {
     "store-unreachable": "object store unreachable", "store-bucket": "object store bucket missing",
     "store-credentials": "object store refused the credentials", "remote-missing": "remote object missing",
-    "remote-damaged": "remote object damaged",
+    "remote-damaged": "remote object damaged", "store-error": "object store failed",
 }
 ENDPOINT_KEY = "rsm.config.storage.s3.endpoint.url"
 BUCKET_KEY = "rsm.config.storage.s3.bucket.name"
@@ -94,6 +96,9 @@ def remote_fix(cause: dict, store: dict[str, str | None], config_path: str | Non
                f"buckets), or correct {BUCKET_KEY} in {config}; the next run copies what is waiting.")
         if store.get("endpoint_url") and store.get("bucket"):
             commands.append(shlex.join(["aws", "--endpoint-url", url, "s3api", "create-bucket", "--bucket", bucket]))
+    elif kind == "store-error":
+        fix = (f"The object store at {url} answered with an error of its own: see its log (for SeaweedFS, the volume "
+               "servers' free space and the filer); the next run retries.")
     elif kind == "store-credentials":
         fix = (f"The object store at {url} refused the access key: correct {ACCESS_KEY_KEY} and {SECRET_KEY_KEY} in "
                f"{config} (or give that key access to bucket {bucket} in the store); the next run copies what is "

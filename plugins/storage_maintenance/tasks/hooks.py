@@ -223,7 +223,11 @@ class StorageEngineHook(BaseHook):
         refused) before any batch starts."""
         from storage_engine.tiered.object_store import ObjectStore
         settings = self.remote_storage()
-        next(iter(ObjectStore(settings).list(settings.key_prefix)), None)
+        store = ObjectStore(settings)
+        try:
+            next(iter(store.list(settings.key_prefix)), None)
+        finally:
+            store.close()
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""
