@@ -50,16 +50,16 @@ def objects(server: WeedServer, bucket: str) -> dict[str, int]:
     return out
 
 
-def tiered_config(storage: StorageFixture, server: WeedServer, bucket: str, endpoint_url: str | None = None) -> None:
+def tiered_config(storage: StorageFixture, server: WeedServer, bucket: str, topics: dict | None = None) -> None:
     broker: dict[str, Any] = {
         "remote.log.storage.system.enable": True,
         "rlmm.config.remote.log.metadata.topic.num.partitions": 2,
-        "rsm.config.storage.s3.endpoint.url": endpoint_url or server.endpoint_url,
+        "rsm.config.storage.s3.endpoint.url": server.endpoint_url,
         "rsm.config.storage.s3.bucket.name": bucket,
         "rsm.config.storage.aws.access.key.id": server.access_key,
         "rsm.config.storage.aws.secret.access.key": server.secret_key,
     }
-    storage.write_config(TOPICS, **broker)
+    storage.write_config(topics or TOPICS, **broker)
 
 
 def new_bucket(server: WeedServer, request: pytest.FixtureRequest) -> str:
@@ -95,18 +95,23 @@ def log_keys(found: dict[str, int], partition: int = 0) -> dict[int, int]:
     return out
 
 
+def bases(describe: dict) -> list[int]:
+    return [s["base_offset"] for s in describe["segments"]]
+
+
 def local_bases(storage: StorageFixture) -> list[int]:
-    return [s["base_offset"] for s in storage.describe()[(TOPIC, 0)]["segments"]]
+    return bases(storage.describe()[(TOPIC, 0)])
 
 
 def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_local_retention(tiered, weed):
     storage, bucket = tiered
-    before = storage.describe()[(TOPIC, 0)]
-    copied = {s["base_offset"]: s["size_bytes"] for s in sealed(before)}
+    before = storage.describe()
+    log = before[(TOPIC, 0)]
+    copied = {s["base_offset"]: s["size_bytes"] for s in sealed(log)}
     # past local.retention.ms (1 h) at T: the segments of T-4h and T-150min; the active one stays local
-    locally_expired = [s["base_offset"] for s in sealed(before) if s["largest_timestamp"] < T_MS - HOUR_MS]
-    # past retention.ms (3 h) at T: the segments of T-4h only
-    expired = [s["base_offset"] for s in sealed(before) if s["largest_timestamp"] < T_MS - 3 * HOUR_MS]
+    locally_expired = [s["base_offset"] for s in sealed(log) if s["largest_timestamp"] < T_MS - HOUR_MS]
+    # past retention.ms (3 h) at T, so gone from the whole log: the segments of T-4h only
+    expired = [s["base_offset"] for s in sealed(log) if s["largest_timestamp"] < T_MS - 3 * HOUR_MS]
     assert len(copied) >= 4 and expired and len(expired) < len(locally_expired)
 
     run = without_retry_delay(parse_dag("log_tiering")).test(logical_date=T)
@@ -115,29 +120,30 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
     results = run_results(run)
     by_partition = partition_results(results, "tier")
     r = by_partition[(TOPIC, 0)]
-    assert r["copied_segments"] == len(copied) and r["copied_bytes"] >= sum(copied.values())
-    assert r["local_segments_deleted"] == len(locally_expired)
+    assert (r["copied_segments"], r["local_segments_deleted"], r["remote_segments_deleted"]) == (
+        len(copied), len(locally_expired), len(expired))
+    assert r["copied_bytes"] >= sum(copied.values()) and r["lag_segments"] == 0
     assert by_partition[("plain", 0)]["nothing_to_do"] is True
-    # In the bucket: every sealed segment's .log, byte for byte the size it had locally.
+    # In the bucket: the .log of every sealed segment that has not expired from the whole log, of its local size.
     found = objects(weed, bucket)
-    assert log_keys(found) == {b: size for b, size in copied.items() if b not in expired} | {
-        b: size for b, size in copied.items() if b in expired and r["remote_segments_deleted"] == 0}
-    # Locally: only the segments within local.retention.ms and the active one; the log's start stays where the
-    # remote copies begin (remote retention raised it past what expired from the whole log).
-    after = storage.describe()[(TOPIC, 0)]
-    assert [s["base_offset"] for s in after["segments"]] == [b for b in local_bases_from(before)
-                                                              if b not in locally_expired]
-    assert after["log_end_offset"] == before["log_end_offset"]
-    assert storage.describe()[("plain", 0)] == {**storage.describe()[("plain", 0)]}
+    assert log_keys(found) == {b: size for b, size in copied.items() if b not in expired}
+    # Locally: the segments within local.retention.ms and the active one. The log starts where the remote copies
+    # begin (remote retention raised it past the expired ones), not at the first local segment.
+    after = storage.describe()
+    assert bases(after[(TOPIC, 0)]) == [b for b in bases(log) if b not in locally_expired]
+    assert after[(TOPIC, 0)]["log_start_offset"] == min(b for b in copied if b not in expired)
+    assert after[(TOPIC, 0)]["log_end_offset"] == log["log_end_offset"]
+    assert after[("plain", 0)] == before[("plain", 0)]
 
     # The run's asset event, read back from the metadata DB, carries the totals.
     (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
     extra = event["extra"]
-    assert (extra["copied_segments"], extra["copied_bytes"]) == (r["copied_segments"], r["copied_bytes"])
-    assert extra["local_segments_deleted"] == len(locally_expired)
-    assert extra["remote_segments_deleted"] == r["remote_segments_deleted"]
-    assert extra["orphans_cleaned"] == 0 and extra["lag_segments"] == 0
-    assert extra["as_of"] == "2026-01-01T12:00:00.000Z"
+    assert {k: extra[k] for k in ("copied_segments", "copied_bytes", "local_segments_deleted",
+                                  "remote_segments_deleted", "orphans_cleaned", "lag_segments")} == {
+        "copied_segments": len(copied), "copied_bytes": r["copied_bytes"],
+        "local_segments_deleted": len(locally_expired), "remote_segments_deleted": len(expired),
+        "orphans_cleaned": 0, "lag_segments": 0}
+    assert extra["as_of"] == "2026-01-01T12:00:00.000Z" and event["source_task_id"] == "run_report"
     report = results[("run_report", -1)]
     assert report["totals"]["copied_segments"] == len(copied) and report["alert"] is None
 
@@ -147,10 +153,6 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
     (later_event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=later.run_id)
     assert later_event["extra"]["copied_segments"] == 0 and later_event["extra"]["local_segments_deleted"] == 0
     assert objects(weed, bucket) == found
-
-
-def local_bases_from(describe: dict) -> list[int]:
-    return [s["base_offset"] for s in describe["segments"]]
 
 
 def test_a_dry_run_reports_the_plan_and_changes_nothing(tiered, weed):
@@ -178,7 +180,7 @@ def test_a_backfilled_run_acts_as_of_its_interval(tiered, weed):
     r = partition_results(run_results(backfill), "tier")[(TOPIC, 0)]
     assert r["copied_segments"] == len(sealed(before))
     assert r["local_segments_deleted"] == len(old) and r["remote_segments_deleted"] == 0
-    assert local_bases(storage)[0] == [b for b in local_bases_from(before) if b not in old][0]
+    assert local_bases(storage)[0] == [b for b in bases(before) if b not in old][0]
     assert set(log_keys(objects(weed, bucket))) == {s["base_offset"] for s in sealed(before)}
     # As of T the segments of T-4h have expired from the whole log: their remote copies go, the log start moves.
     run = parse_dag("log_tiering").test(logical_date=T)
@@ -187,7 +189,7 @@ def test_a_backfilled_run_acts_as_of_its_interval(tiered, weed):
     assert r["copied_segments"] == 0 and r["remote_segments_deleted"] == len(old)
     assert set(log_keys(objects(weed, bucket))) == {s["base_offset"] for s in sealed(before)} - set(old)
     assert storage.describe()[(TOPIC, 0)]["log_start_offset"] == [
-        b for b in local_bases_from(before) if b not in old][0]
+        b for b in bases(before) if b not in old][0]
 
 
 @pytest.mark.kills
@@ -200,10 +202,12 @@ def test_with_the_store_down_the_run_fails_with_one_alert_naming_the_fix_and_not
     server = WeedServer(tmp_path / "weed").start()
     try:
         bucket = new_bucket(server, request)
-        tiered_config(storage, server, bucket)
+        # nothing expires from the whole log: only local retention deletes
+        tiered_config(storage, server, bucket, {TOPIC: {**TOPICS[TOPIC], "retention.ms": -1}})
         storage.produce(TOPIC, 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)]
                         + [T_MS - 150 * MINUTE_MS + i * 1000 for i in range(2)])
-        first = parse_dag("log_tiering").test(logical_date=T - 3 * datetime.timedelta(hours=1))
+        # as of T - 3h30: every segment is within local.retention.ms (1 h): copied, none deleted locally
+        first = parse_dag("log_tiering").test(logical_date=T - datetime.timedelta(hours=3, minutes=30))
         assert first.state == "success"
         tiered_bases = set(log_keys(objects(server, bucket)))
         assert tiered_bases
@@ -239,7 +243,8 @@ def test_with_the_store_down_the_run_fails_with_one_alert_naming_the_fix_and_not
     assert retention.state == "success"
     left = local_bases(storage)
     assert set(uncopied) <= set(left)
-    assert not set(left) & (tiered_bases - {before["segments"][-1]["base_offset"]})
+    assert not set(left) & tiered_bases
+    assert storage.describe()[(TOPIC, 0)]["log_start_offset"] == 0
     assert storage.describe()[(TOPIC, 0)]["log_end_offset"] == before["log_end_offset"]
 
 
