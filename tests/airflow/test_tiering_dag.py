@@ -139,10 +139,10 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
     (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
     extra = event["extra"]
     assert {k: extra[k] for k in ("copied_segments", "copied_bytes", "local_segments_deleted",
-                                  "remote_segments_deleted", "orphans_cleaned", "lag_segments")} == {
+                                  "remote_segments_deleted", "orphan_segments", "orphan_objects", "lag_segments")} == {
         "copied_segments": len(copied), "copied_bytes": r["copied_bytes"],
         "local_segments_deleted": len(locally_expired), "remote_segments_deleted": len(expired),
-        "orphans_cleaned": 0, "lag_segments": 0}
+        "orphan_segments": 0, "orphan_objects": 0, "lag_segments": 0}
     assert extra["as_of"] == "2026-01-01T12:00:00.000Z" and event["source_task_id"] == "run_report"
     report = results[("run_report", -1)]
     assert report["totals"]["copied_segments"] == len(copied) and report["alert"] is None

@@ -13,8 +13,8 @@ and XCom of every maintenance task of its run, and
    each with the partitions it could not maintain and why, try, log link; instead of one alert per task;
 3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals (for ``log_tiering`` also
    the sums of its figures: ``copied_segments``, ``copied_bytes``, ``local_segments_deleted``,
-   ``local_bytes_deleted``, ``remote_segments_deleted``, ``remote_bytes_deleted``, ``orphans_cleaned``,
-   ``lag_segments``, ``lag_bytes``);
+   ``local_bytes_deleted``, ``remote_segments_deleted``, ``remote_bytes_deleted``, ``orphan_segments``,
+   ``orphan_objects``, ``orphan_uploads``, ``lag_segments``, ``lag_bytes``);
 4. alerts **once per offline log dir**: the tasks of the run report the log dirs they found offline (an I/O
    error; their partitions are skipped, not failed) and the ones they found online; a dir seen offline for the
    first time is alerted (one alert per dir), and not again, by this DAG or any other, until a run has seen it

@@ -37,12 +37,13 @@ def compact_tiering(r: dict) -> dict:
     for key in TIER_FIGURES:
         value = r.get(key, 0)
         out[key] = len(value) if isinstance(value, (list, tuple)) else int(value or 0)
-    for key in ("tiered", "skipped", "duration_s", "highest_tiered_offset", "log_start_offset",
-                "local_log_start_offset"):
+    for key in ("tiered", "skipped", "copy_skipped", "duration_s", "remote_segments", "remote_bytes",
+                "highest_remote_offset", "remote_log_start_offset", "log_start_offset", "local_log_start_offset",
+                "log_end_offset", "remote_partition_deleted"):
         if key in r:
             out[key] = r[key]
     changed = any(out[k] for k in ("copied_segments", "local_segments_deleted", "remote_segments_deleted",
-                                   "orphans_cleaned"))
+                                   "orphan_segments", "orphan_objects", "orphan_uploads"))
     out["nothing_to_do"] = bool(r.get("nothing_to_do", not changed))
     return out
 
@@ -54,7 +55,9 @@ def tiering_line(r: dict, dry_run: bool) -> str | None:
              r["local_bytes_deleted"]),
             (r["remote_segments_deleted"], ("would delete", "deleted"), "remote segment(s)",
              r["remote_bytes_deleted"]),
-            (r["orphans_cleaned"], ("would clean", "cleaned"), "orphaned object(s)", None)]
+            (r["orphan_segments"], ("would clean", "cleaned"), "segment(s) of interrupted copies or deletions", None),
+            (r["orphan_objects"], ("would delete", "deleted"), "untracked object(s)", None),
+            (r["orphan_uploads"], ("would abort", "aborted"), "multipart upload(s) cut short", None)]
     parts = [f"{verbs[0] if dry_run else verbs[1]} {count} {what}"
              + ("" if size is None else f" ({human_bytes(size)}, {size} bytes)")
              for count, verbs, what, size in done if count]
