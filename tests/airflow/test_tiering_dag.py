@@ -247,6 +247,40 @@ def test_with_the_store_down_the_run_fails_with_one_alert_naming_the_fix_and_not
     assert storage.describe()[(TOPIC, 0)]["log_end_offset"] == before["log_end_offset"]
 
 
+@pytest.mark.parametrize("fault", ["bucket missing", "credentials refused"])
+def test_a_missing_bucket_or_refused_credentials_fail_the_run_at_once_with_one_alert_naming_the_fix(
+        storage, weed, monkeypatch, smtp_server, fault):
+    monkeypatch.setenv("STORAGE_MAINTENANCE_ALERT_EMAILS", "ops@example.com")
+    tiered_config(storage, weed, "no-such-bucket")
+    storage.produce(TOPIC, 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)])
+    if fault == "credentials refused":
+        bucket = "dag-credentials"
+        s3(weed).create_bucket(Bucket=bucket)
+        text = storage.config_path.read_text().replace("no-such-bucket", bucket)
+        storage.config_path.write_text(text.replace(weed.secret_key, "not-the-secret"))
+    before = storage.snapshot()
+
+    run = without_retry_delay(parse_dag("log_tiering")).test(logical_date=T)
+
+    assert run.state == "failed"
+    plan = task_instances(run)[("plan_batches", -1)]
+    assert plan.state == "failed" and plan.try_number == 1        # no retry can fix it
+    assert storage.snapshot() == before
+    (message,) = smtp_server.messages
+    body = html.unescape(message.get_body(preferencelist=("html",)).get_content())
+    if fault == "bucket missing":
+        assert "object store bucket missing" in body
+        assert (f"Bucket no-such-bucket does not exist in the object store at {weed.endpoint_url}: create it (the "
+                f"engine never creates buckets), or correct rsm.config.storage.s3.bucket.name in "
+                f"{storage.config_path}") in body
+        assert f"aws --endpoint-url {weed.endpoint_url} s3api create-bucket --bucket no-such-bucket" in body
+    else:
+        assert "object store refused the credentials" in body
+        assert (f"correct rsm.config.storage.aws.access.key.id and rsm.config.storage.aws.secret.access.key in "
+                f"{storage.config_path}") in body
+        assert "not-the-secret" not in body
+
+
 def test_the_store_causes_are_one_root_cause_per_store_whatever_met_them(tmp_path):
     """Every batch of a run that meets the store down is one root cause, keyed by the store, naming the fix."""
     from storage_maintenance.reporting.root_causes import Where, causes_of_run
