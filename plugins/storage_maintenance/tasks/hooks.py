@@ -48,7 +48,6 @@ from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
 
 if TYPE_CHECKING:
-    from storage_engine.maintenance.retention import RemoteUpperFor
     from storage_engine.tiered.settings import RemoteStorageSettings
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
@@ -186,28 +185,8 @@ class StorageEngineHook(BaseHook):
     # -- the maintenance jobs -----------------------------------------------------------------------------------
     def retention_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
         """Retention of a batch; a tiered topic's local segments go only up to the highest offset with a finished
-        remote copy (:meth:`remote_upper_for`), so a segment that was never copied is never deleted."""
-        return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run,
-                                       remote_upper_for=self.remote_upper_for())
-
-    def remote_upper_for(self) -> RemoteUpperFor | None:
-        """``(topic, partition) -> the highest offset with a finished remote copy`` (-1: none), read once from
-        ``__remote_log_metadata`` (read-only) for the retention of tiered topics; None when tiered storage is off.
-        A remote view that cannot be read answers -1 everywhere (the error is logged): the local segments of
-        tiered topics then stay, the other topics' retention goes on."""
-        from storage_engine.log.manager import LogManager
-        from storage_engine.tiered.remote_log import RemoteLogView
-
-        if not self.remote_storage().enabled:
-            return None
-        try:
-            with LogManager.open(self.config, partitions=[], read_only=True) as mgr:
-                view = RemoteLogView.load(mgr)
-        except Exception as exc:  # noqa: BLE001 - retention of the other topics goes on; tiered ones keep their segments
-            self.log.error("cannot read __remote_log_metadata (%s: %s): no local segment of a tiered topic is "
-                           "deleted by this task", type(exc).__name__, exc)
-            return lambda topic, partition: -1
-        return lambda topic, partition: view.highest_offset(topic, partition)
+        remote copy (the engine reads it from ``__remote_log_metadata``), so a segment never copied stays."""
+        return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
     def flush_batch(self, partitions: BatchPartitions, now_ms: int, due_only: bool = True,
                     dry_run: bool = False) -> BatchResult:
@@ -413,5 +392,4 @@ class StorageEngineHook(BaseHook):
 
     def plan(self, now_ms: int, topics: Collection[str] | None = None, offset: int = 0, limit: int = 100) -> dict:
         from storage_engine.inspection import plans
-        return plans.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit,
-                          remote_upper_for=self.remote_upper_for())
+        return plans.plan(self.config, now_ms, topics=topics, offset=offset, limit=limit)
