@@ -21,7 +21,10 @@ store has `remote.log.storage.system.enable=true` and an object store under `rsm
    credentials fail the task at once, naming the fix; no partition is touched), then lists the partitions of the
    log dirs and cuts them into batches per log dir (`batch_size` partitions each; more than `max_batches`
    batches make the batches bigger instead). With remote storage disabled there is nothing to plan.
-2. **tier**, one mapped task per batch (named after its first and last partition), for each partition:
+2. **tier**, one mapped task per batch (named after its first and last partition), for each partition (holding
+   its tiering claim: a partition another run is tiering is skipped and reported):
+   - cleans up what an interrupted run left (a copy or deletion started and never finished, objects no metadata
+     names, multipart uploads cut short), so no object stays untracked;
    - copies the sealed segments below the last stable offset and the high watermark that have no remote copy
      yet (unless `remote.log.copy.disable`), each with its indexes, producer snapshot and leader-epoch entries;
      every object is checked after upload (size and checksum) before the copy is marked finished in
@@ -30,12 +33,13 @@ store has `remote.log.storage.system.enable=true` and an object store under `rsm
      copy has finished (never one without);
    - remote retention: deletes remote segments past `retention.ms` / `retention.bytes` (over the whole log,
      local and remote) or below the log start offset, and raises the log start offset;
-   - cleans up the objects of an interrupted copy, so no object stays untracked.
+   - a topic whose `remote.storage.enable` was turned off with `remote.log.delete.on.disable=true` has its remote
+     segments deleted.
    A partition that fails (a remote object missing or damaged: the error names the offsets) does not stop the
    others; the task then fails naming every failed partition. Per-partition figures are in the batch's XCom.
 3. **run_report** writes the run summary, emits the run's asset event `kafka-log-maintenance://log_tiering`
-   with the totals (segments and bytes copied, local and remote deletions, orphans cleaned, the lag still to
-   copy) and, if anything failed, sends **one** alert per root cause naming the fix (the object store
+   with the totals (segments and bytes copied, local and remote deletions, orphaned segments, objects and
+   uploads cleaned, the lag still to copy) and, if anything failed, sends **one** alert per root cause naming the fix (the object store
    unreachable, its bucket missing, the credentials refused, a remote object missing or damaged).
    **fail_run_if_upstream_failed** keeps the run red when any step failed.
 
