@@ -155,6 +155,21 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
     assert objects(weed, bucket) == found
 
 
+def test_without_tiered_storage_a_run_has_nothing_to_do(storage):
+    """remote.log.storage.system.enable off (every store before tiering): no batch, no object store asked, the run
+    green with zero totals."""
+    storage.produce("events", 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)])
+    before = storage.snapshot()
+
+    run = parse_dag("log_tiering").test(logical_date=T)
+
+    assert run.state == "success"
+    results = run_results(run)
+    assert results[("plan_batches", -1)] == [] and storage.snapshot() == before
+    (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
+    assert all(event["extra"][k] == 0 for k in ("partitions", "copied_segments", "copied_bytes", "lag_segments"))
+
+
 def test_a_dry_run_reports_the_plan_and_changes_nothing(tiered, weed):
     storage, bucket = tiered
     before = storage.snapshot()
