@@ -17,10 +17,12 @@ Kafka's tiered storage (KIP-405): the work of the broker's `RemoteLogManager` th
 `remote.log.manager.task.interval.ms`) as a DAG, for the topics with `remote.storage.enable=true`, once the
 store has `remote.log.storage.system.enable=true` and an object store under `rsm.config.storage.s3.*`:
 
-1. **plan_batches** checks the object store with one request (a store that is down, a missing bucket or refused
-   credentials fail the task at once, naming the fix; no partition is touched), then lists the partitions of the
-   log dirs and cuts them into batches per log dir (`batch_size` partitions each; more than `max_batches`
-   batches make the batches bigger instead). With remote storage disabled there is nothing to plan.
+1. **plan_batches** lists the partitions of the topics tiering has work for (`remote.storage.enable`, or
+   `remote.log.delete.on.disable` after it was turned off; none while remote storage is disabled: the run then
+   has nothing to do and asks no object store), checks the object store with one request (a store that is down,
+   a missing bucket or refused credentials fail the task at once, naming the fix; no partition is touched), and
+   cuts the partitions into batches per log dir (`batch_size` partitions each; more than `max_batches` batches
+   make the batches bigger instead). A run's cost follows the tiered partitions, not the store's.
 2. **tier**, one mapped task per batch (named after its first and last partition), for each partition (holding
    its tiering claim: a partition another run is tiering is skipped and reported):
    - cleans up what an interrupted run left (a copy or deletion started and never finished, objects no metadata

@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
+from include.broker_launcher import free_port
 from include.seaweedfs import WeedServer
 
 from .conftest import asset_events, parse_dag, partition_results, run_results, task_instances, without_retry_delay
@@ -123,7 +124,8 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
     assert (r["copied_segments"], r["local_segments_deleted"], r["remote_segments_deleted"]) == (
         len(copied), len(locally_expired), len(expired))
     assert r["copied_bytes"] == sum(copied.values()) and r["lag_segments"] == 0
-    assert by_partition[("plain", 0)]["nothing_to_do"] is True
+    assert set(by_partition) == {(TOPIC, 0)}                 # only the tiered topic's partitions are planned
+    assert [b["partitions"] for b in results[("plan_batches", -1)]] == [[[TOPIC, 0]]]
     # In the bucket: the .log of every sealed segment that has not expired from the whole log, of its local size.
     found = objects(weed, bucket)
     assert log_keys(found) == {b: size for b, size in copied.items() if b not in expired}
@@ -156,18 +158,23 @@ def test_a_run_copies_the_sealed_segments_and_deletes_the_local_copies_past_loca
 
 
 def test_without_tiered_storage_a_run_has_nothing_to_do(storage):
-    """remote.log.storage.system.enable off (every store before tiering): no batch, no object store asked, the run
-    green with zero totals."""
+    """remote.log.storage.system.enable off (every store before tiering), or on with no topic tiered: no batch, no
+    object store asked (none runs here), the run green with zero totals."""
     storage.produce("events", 0, [T_MS - 4 * HOUR_MS + i * 1000 for i in range(24)])
     before = storage.snapshot()
 
-    run = parse_dag("log_tiering").test(logical_date=T)
+    dag = parse_dag("log_tiering")
+    runs = [dag.test(logical_date=T)]
+    storage.write_config(**{"remote.log.storage.system.enable": True,        # a store nothing listens on
+                            "rsm.config.storage.s3.endpoint.url": f"http://127.0.0.1:{free_port()}",
+                            "rsm.config.storage.s3.bucket.name": "tiered-storage"})
+    runs.append(dag.test(logical_date=T + datetime.timedelta(minutes=5)))
 
-    assert run.state == "success"
-    results = run_results(run)
-    assert results[("plan_batches", -1)] == [] and storage.snapshot() == before
-    (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
-    assert all(event["extra"][k] == 0 for k in ("partitions", "copied_segments", "copied_bytes", "lag_segments"))
+    for run in runs:
+        assert run.state == "success"
+        assert run_results(run)[("plan_batches", -1)] == [] and storage.snapshot() == before
+        (event,) = asset_events("kafka-log-maintenance://log_tiering", run_id=run.run_id)
+        assert all(event["extra"][k] == 0 for k in ("partitions", "copied_segments", "copied_bytes", "lag_segments"))
 
 
 def test_a_dry_run_reports_the_plan_and_changes_nothing(tiered, weed):

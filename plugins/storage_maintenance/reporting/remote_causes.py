@@ -57,10 +57,9 @@ def remote_store(config: Any) -> dict[str, str | None]:
     """``{"endpoint_url", "bucket"}`` the storage config names for its object store (None when it names none or
     cannot say); never raises."""
     try:
-        from storage_engine.tiered.settings import RemoteStorageSettings
-        settings = RemoteStorageSettings.of(config)
-        return {"endpoint_url": settings.endpoint_url or None, "bucket": settings.bucket or None}
-    except Exception:   # noqa: BLE001 - an alert must go out even when the settings cannot be read
+        remote = config.remote
+        return {"endpoint_url": remote.get(ENDPOINT_KEY) or None, "bucket": remote.get(BUCKET_KEY) or None}
+    except Exception:   # noqa: BLE001 - an alert must go out even when the config cannot say
         return {"endpoint_url": None, "bucket": None}
 
 

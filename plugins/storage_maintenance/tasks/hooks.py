@@ -32,7 +32,7 @@ import shutil
 import sys
 from collections.abc import Collection, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -46,9 +46,6 @@ from storage_engine.inspection.status import Overview
 from storage_engine.jobs import batches, compaction, housekeeping
 from storage_engine.jobs.batches import BatchPartitions, BatchResult
 from storage_engine.jobs.summaries import PurgeResult
-
-if TYPE_CHECKING:
-    from storage_engine.tiered.settings import RemoteStorageSettings
 
 KEYMAP_DIR_ENV = "STORAGE_ENGINE_KEYMAP_DIR"
 STATE_DIR_ENV = "STORAGE_MAINTENANCE_STATE_DIR"
@@ -213,23 +210,19 @@ class StorageEngineHook(BaseHook):
         from storage_engine.jobs import tiering
         return tiering.tier_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
-    def remote_storage(self) -> RemoteStorageSettings:
-        """The object store the config names (``rsm.config.*``) and whether remote storage is enabled
-        (``remote.log.storage.system.enable``); ``ConfigError`` names a missing key."""
-        from storage_engine.tiered.settings import RemoteStorageSettings
-        return RemoteStorageSettings.of(self.config)
+    def tiering_topics(self, topics: Collection[str]) -> list[str]:
+        """The topics among ``topics`` that tiering has work for (``remote.storage.enable``, or
+        ``remote.log.delete.on.disable`` after it was turned off); none while ``remote.log.storage.system.enable``
+        is off."""
+        from storage_engine.jobs import tiering
+        return tiering.tiering_topics(self.config, topics)
 
-    def check_object_store(self) -> None:
-        """One real request to the object store (a listing under the key prefix, at most one page): raises the
-        engine's ``RemoteStorageError`` subclass that names the fix (unreachable, bucket missing, credentials
-        refused) before any batch starts."""
-        from storage_engine.tiered.object_store import ObjectStore
-        settings = self.remote_storage()
-        store = ObjectStore(settings)
-        try:
-            next(iter(store.list(settings.key_prefix)), None)
-        finally:
-            store.close()
+    def check_object_store(self) -> dict[str, str | None]:
+        """One real request to the object store (a listing of one page under the key prefix): raises the engine's
+        ``RemoteStorageError`` subclass that names the fix (unreachable, bucket missing, credentials refused)
+        before any batch starts; returns ``{"endpoint_url", "bucket"}``."""
+        from storage_engine.jobs import tiering
+        return tiering.check_object_store(self.config)
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""

@@ -1,11 +1,13 @@
 """Operators of the ``log_tiering`` DAG: tiered storage (Kafka's KIP-405 remote log manager) as batches of partitions.
 
-1. :class:`TierPlanOperator` (``plan_batches``) cuts the partitions into batches as every batched DAG does, after
-   two checks that concern the whole store: with ``remote.log.storage.system.enable`` off there is nothing to tier
-   (no batch: the run succeeds with nothing to do); otherwise one real request to the object store (a listing
-   of one page under the key prefix) must succeed. A store that is down, a missing bucket or refused credentials
-   fail this task with the engine's ``RemoteStorageError`` naming the fix, so the run alerts once for the store
-   instead of once per partition, and no batch touches a partition.
+1. :class:`TierPlanOperator` (``plan_batches``) cuts into batches, as every batched DAG does, the partitions of
+   the topics tiering has work for (``remote.storage.enable``, or ``remote.log.delete.on.disable`` after it was
+   turned off): a run's cost follows the tiered partitions, not the store's. None (or
+   ``remote.log.storage.system.enable`` off): no batch, the run succeeds with nothing to do and the object store
+   is not asked. Otherwise one real request to the object store (a listing of one page under the key prefix)
+   must succeed first: a store that is down, a missing bucket or refused credentials fail this task with the
+   engine's ``RemoteStorageError`` naming the fix, so the run alerts once for the store instead of once per
+   partition, and no batch touches a partition.
 2. :class:`TierOperator` (``tier``, one mapped task per batch) runs the engine's tiering job
    (:func:`storage_engine.jobs.tiering.tier_batch`) for each partition of its batch, isolated: copy the eligible
    sealed segments (each object checked after upload), local retention (only segments whose remote copy has
@@ -17,7 +19,6 @@ asset event ``kafka-log-maintenance://log_tiering``.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context
@@ -28,6 +29,7 @@ from storage_engine.units import human_bytes
 from ..reporting.report import TIER_FIGURES
 from .hooks import AsOf
 from .operators import PartitionBatchOperator, PlanBatchesOperator
+from .params import as_topics
 
 
 def compact_tiering(r: dict) -> dict:
@@ -69,26 +71,29 @@ def tiering_line(r: dict, dry_run: bool) -> str | None:
 
 
 class TierPlanOperator(PlanBatchesOperator):
-    """``plan_batches`` of ``log_tiering``: the batches, once remote storage is enabled and the object store
-    answers (see the module docstring). Its XCom ``object_store`` says which store was checked."""
-
-    template_fields: Sequence[str] = PlanBatchesOperator.template_fields
+    """``plan_batches`` of ``log_tiering``: batches of the partitions of the topics tiering has work for, once the
+    object store answers (see the module docstring). Its XCom ``object_store`` says which store was checked."""
 
     def run(self, now_ms: int, context: Context) -> list[dict]:
-        settings = self.hook.remote_storage()
-        if not settings.enabled:
-            self.log.info("remote.log.storage.system.enable is false in %s: nothing to tier", self.hook.config_path)
-            context["ti"].xcom_push(key="object_store", value={"enabled": False})
+        asked = as_topics(self.topics)
+        listed = sorted({p["topic"] for p in self.hook.list_partitions(asked)})   # an unknown topic fails here
+        topics = self.hook.tiering_topics(listed)
+        if not topics:
+            why = ("remote.log.storage.system.enable is false" if not self.hook.config.remote_storage_system_enabled
+                   else "no topic has remote.storage.enable (or remote.log.delete.on.disable) set")
+            self.log.info("nothing to tier in %s: %s", self.hook.config_path, why)
+            context["ti"].xcom_push(key="object_store", value={"checked": False, "why": why})
             return []
-        self.log.info("checking the object store %s, bucket %s", settings.endpoint_url, settings.bucket)
-        self.hook.check_object_store()
-        context["ti"].xcom_push(key="object_store", value={"enabled": True, "endpoint_url": settings.endpoint_url,
-                                                           "bucket": settings.bucket})
+        self.log.info("topics with tiering work: %s; checking the object store", ", ".join(topics))
+        store = self.hook.check_object_store()
+        self.log.info("object store %s, bucket %s: reachable", store["endpoint_url"], store["bucket"])
+        context["ti"].xcom_push(key="object_store", value={"checked": True, **store})
+        self.topics = topics
         return super().run(now_ms, context)
 
     def summary(self, result: list[dict], when: AsOf) -> str:
         if not result:
-            return f"nothing to tier as of {when['iso']} (remote storage disabled, or no partition)"
+            return f"nothing to tier as of {when['iso']}"
         return super().summary(result, when)
 
 
