@@ -212,6 +212,20 @@ class ChunkCache:
             return False
 
 
+class NoCache:
+    """No cache at all: every ``get`` loads (a process that must write nothing, such as a Spark executor)."""
+
+    def __init__(self) -> None:
+        self.stats = CacheStats()
+
+    def get(self, name: str, load: Callable[[], bytes]) -> bytes:
+        self.stats.misses += 1
+        return load()
+
+    def size_bytes(self) -> int:
+        return 0
+
+
 def _unwrap(raw: bytes) -> bytes | None:
     """The bytes of an entry file, or None when its trailer does not vouch for them."""
     if len(raw) < TRAILER.size:
