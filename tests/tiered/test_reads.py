@@ -56,8 +56,7 @@ def _fill(log) -> None:
     log.roll()
 
 
-@pytest.fixture
-def tiered(tmp_path, weed, bucket):
+def _tiered(tmp_path, weed, bucket):
     config = _config(tmp_path, weed, bucket)
     settings = RemoteStorageSettings.of(config)
     store = PlainStore(settings)
@@ -69,8 +68,21 @@ def tiered(tmp_path, weed, bucket):
         yield log, reader, segments, settings
 
 
-def test_remote_fetch_bytes_equal_the_local_ones(tiered):
-    log, reader, segments, _ = tiered
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, weed):
+    """One copied log for the tests that only read (the others damage objects: :func:`tiered`)."""
+    bucket = f"reads-shared-{uuid.uuid4().hex[:12]}"
+    s3_client(weed).create_bucket(Bucket=bucket)
+    yield from _tiered(tmp_path_factory.mktemp("shared"), weed, bucket)
+
+
+@pytest.fixture
+def tiered(tmp_path, weed, bucket):
+    yield from _tiered(tmp_path, weed, bucket)
+
+
+def test_remote_fetch_bytes_equal_the_local_ones(shared):
+    log, reader, segments, _ = shared
     assert len(segments) > 12
     end = segments[-1].end_offset
     for offset in range(0, end + 1, 3):
@@ -82,8 +94,8 @@ def test_remote_fetch_bytes_equal_the_local_ones(tiered):
     assert reader.cache.stats.hits > 0
 
 
-def test_remote_offsets_for_timestamps_and_aborted_transactions_equal_the_local_ones(tiered):
-    log, reader, segments, _ = tiered
+def test_remote_offsets_for_timestamps_and_aborted_transactions_equal_the_local_ones(shared):
+    log, reader, segments, _ = shared
     end = segments[-1].end_offset
     for ts in range(1_699_999_999_000, 1_700_000_004_500, 97):
         assert reader.offset_for_timestamp(TOPIC, 0, ts, 0) == log.offset_for_timestamp(ts), ts
@@ -98,8 +110,8 @@ def test_remote_offsets_for_timestamps_and_aborted_transactions_equal_the_local_
     assert found_any
 
 
-def test_remote_batches_are_the_local_batches(tiered):
-    log, reader, segments, _ = tiered
+def test_remote_batches_are_the_local_batches(shared):
+    log, reader, segments, _ = shared
     remote = [(b.base_offset, b.raw()) for b in reader.batches(TOPIC, 0, 57)]
     local: list[tuple[int, bytes]] = []
     for seg in log.segments[:-1]:
@@ -174,8 +186,8 @@ def test_a_missing_object_raises_with_its_offsets(tiered, weed, bucket, tmp_path
     assert str(seg.start_offset) in str(info.value) and str(seg.end_offset) in str(info.value)
 
 
-def test_the_cache_stays_within_its_bound_over_a_whole_read(tiered, tmp_path):
-    log, reader, segments, _ = tiered
+def test_the_cache_stays_within_its_bound_over_a_whole_read(shared, tmp_path):
+    log, reader, segments, _ = shared
     bound = 5 * 4096
     small = RemoteReader(reader.settings, reader.store, reader.view, cache=ChunkCache(str(tmp_path / "c5"), bound))
     offset = 0
@@ -197,9 +209,9 @@ def _next_offset(data: bytes) -> int:
     return last + 1
 
 
-def test_an_offset_in_no_remote_segment_is_out_of_range(tiered):
+def test_an_offset_in_no_remote_segment_is_out_of_range(shared):
     from storage_engine.errors import OffsetOutOfRangeError
-    _, reader, segments, _ = tiered
+    _, reader, segments, _ = shared
     with pytest.raises(OffsetOutOfRangeError):
         reader.read(TOPIC, 0, segments[-1].end_offset + 1, 100)
     gone = RemoteReader(reader.settings, reader.store, StaticView(segments[3:]), cache=reader.cache)
