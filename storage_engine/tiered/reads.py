@@ -59,7 +59,7 @@ BatchT = RecordBatch | LegacyBatch
 
 
 class RemoteSegment(Protocol):
-    """What the reader uses of a finished remote segment (:class:`~storage_engine.tiered.remote_log.RemoteSegment`:
+    """What the reader uses of a finished remote segment (:class:`~storage_engine.tiered.metadata.RemoteSegment`:
     offsets inclusive, as Kafka's metadata has them)."""
 
     @property
@@ -90,15 +90,17 @@ class RemoteSegment(Protocol):
 class ObjectReader(Protocol):
     """What the reader uses of :class:`~storage_engine.tiered.object_store.ObjectStore`."""
 
-    def get(self, key: str) -> bytes: ...
+    def get(self, key: str, offsets: tuple[int, int] | None = None) -> bytes: ...
 
-    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes: ...
+    def get_range(self, key: str, start: int, end_exclusive: int,
+                  offsets: tuple[int, int] | None = None) -> bytes: ...
 
 
 class SegmentSource(Protocol):
     """What the reader uses of :class:`~storage_engine.tiered.remote_log.RemoteLogView`."""
 
-    def segments(self, topic: str, partition: int) -> Sequence[RemoteSegment]: ...
+    def segments(self, topic: str, partition: int, *,
+                 topic_id: uuid.UUID | None = None) -> Sequence[RemoteSegment]: ...
 
 
 class RemoteReader:
@@ -115,25 +117,27 @@ class RemoteReader:
         self._parsed_mutex = threading.Lock()
 
     # -- which segment --------------------------------------------------------------------------------------------
-    def segments_from(self, topic: str, partition: int, offset: int) -> list[RemoteSegment]:
-        """The finished remote segments whose end offset is at or above ``offset``, by start offset."""
-        return [s for s in self.view.segments(topic, partition) if s.end_offset >= offset]
+    def segments_from(self, topic: str, partition: int, offset: int, *,
+                      topic_id: uuid.UUID | None = None) -> list[RemoteSegment]:
+        """The finished remote segments whose end offset is at or above ``offset``, by start offset; of the topic
+        with id ``topic_id`` (None: the latest topic of that name the view knows)."""
+        return [s for s in self.view.segments(topic, partition, topic_id=topic_id) if s.end_offset >= offset]
 
-    def _holding(self, topic: str, partition: int, offset: int) -> list[RemoteSegment]:
-        segs = self.segments_from(topic, partition, offset)
+    def _holding(self, topic: str, partition: int, offset: int, topic_id: uuid.UUID | None) -> list[RemoteSegment]:
+        segs = self.segments_from(topic, partition, offset, topic_id=topic_id)
         if not segs or segs[0].start_offset > offset:
-            remote = self.view.segments(topic, partition)
+            remote = self.view.segments(topic, partition, topic_id=topic_id)
             held = f"[{remote[0].start_offset}, {remote[-1].end_offset}]" if remote else "none"
             raise OffsetOutOfRangeError(f"offset {offset} of {topic}-{partition} does not exist in remote storage "
                                         f"(finished remote segments hold {held})")
         return segs
 
     # -- Fetch ---------------------------------------------------------------------------------------------------
-    def read(self, topic: str, partition: int, offset: int, max_bytes: int, *,
-             min_one_message: bool = True) -> FetchData | None:
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int, *, min_one_message: bool = True,
+             topic_id: uuid.UUID | None = None) -> FetchData | None:
         """Whole checked batches from the one holding ``offset``, from one remote segment (Kafka reads one per
         fetch), at most ``max_bytes`` unless the first batch alone is larger and ``min_one_message``."""
-        for seg in self._holding(topic, partition, offset):
+        for seg in self._holding(topic, partition, offset, topic_id):
             rseg = self._segment(seg)
             pos = self._position(seg, offset)
             data = self._scan(seg, rseg, pos, offset, lambda p: read_from(rseg, p, offset, max_bytes, None,
@@ -161,10 +165,11 @@ class RemoteReader:
         except (CorruptRecordError, CorruptIndexError) as exc:
             raise self._damaged(seg, rseg.key, exc) from exc
 
-    def batches(self, topic: str, partition: int, offset: int) -> Iterator[BatchT]:
+    def batches(self, topic: str, partition: int, offset: int, *,
+                topic_id: uuid.UUID | None = None) -> Iterator[BatchT]:
         """Every checked batch from the one holding ``offset`` to the end of the last finished remote segment."""
         previous: RemoteSegment | None = None
-        for i, seg in enumerate(self._holding(topic, partition, offset)):
+        for i, seg in enumerate(self._holding(topic, partition, offset, topic_id)):
             if previous is not None and seg.start_offset > previous.end_offset + 1:
                 raise DataLossError(f"offsets [{previous.end_offset + 1}, {seg.start_offset - 1}] of {topic}-"
                                     f"{partition} are in no finished remote segment")
@@ -187,12 +192,13 @@ class RemoteReader:
                     raise self._damaged(seg, rseg.key, again) from again
 
     # -- transactions ---------------------------------------------------------------------------------------------
-    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> TxnIndexSearchResult:
+    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int, *,
+                             topic_id: uuid.UUID | None = None) -> TxnIndexSearchResult:
         """Aborted transactions overlapping [start, upper) from the remote ``.txnindex`` objects of the segment
         holding ``start`` on; ``complete`` when one entry proves no later segment (remote or local) holds another
         (Kafka's ``collectAbortedTransactions``, remote part)."""
         out: list[AbortedTxn] = []
-        for seg in self.segments_from(topic, partition, start):
+        for seg in self.segments_from(topic, partition, start, topic_id=topic_id):
             if seg.start_offset >= upper:
                 break
             keys = self._keys(seg)
@@ -214,11 +220,11 @@ class RemoteReader:
         return TxnIndexSearchResult(out, False)
 
     # -- timestamps -----------------------------------------------------------------------------------------------
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int,
-                             start_offset: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int, start_offset: int, *,
+                             topic_id: uuid.UUID | None = None) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record at or above ``start_offset`` whose timestamp is >=
         ``timestamp``, in the remote segments (Kafka's ``RemoteLogManager.findOffsetByTimestamp``), or None."""
-        for seg in self.segments_from(topic, partition, start_offset):
+        for seg in self.segments_from(topic, partition, start_offset, topic_id=topic_id):
             if seg.max_timestamp_ms < timestamp:
                 continue
             first = max(seg.start_offset, start_offset)
@@ -251,7 +257,7 @@ class RemoteReader:
     def _object(self, seg: RemoteSegment, key: str, *, optional: bool = False) -> bytes | None:
         """A whole (index) object through the cache."""
         try:
-            data = self.cache.get(key, lambda: self.store.get(key))
+            data = self.cache.get(key, lambda: self.store.get(key, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             if optional:
                 return None
@@ -266,7 +272,7 @@ class RemoteReader:
         start = n * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, seg.size_bytes)
         try:
-            data = self.cache.get(f"{key}#{n}", lambda: self.store.get_range(key, start, end))
+            data = self.cache.get(f"{key}#{n}", lambda: self.store.get_range(key, start, end, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
         if len(data) != end - start:

@@ -11,7 +11,7 @@ from storage_engine import layout
 from storage_engine.log.log import Log
 from storage_engine.tiered.keys import segment_keys
 from storage_engine.tiered.settings import RemoteStorageSettings
-from storage_engine.errors import RemoteObjectMissingError
+from storage_engine.tiered.object_store import ObjectStore
 
 SUFFIXES = {"log": layout.LOG_SUFFIX, "index": layout.INDEX_SUFFIX, "timeindex": layout.TIME_INDEX_SUFFIX,
             "txnindex": layout.TXN_INDEX_SUFFIX}
@@ -20,7 +20,7 @@ FINISHED = 1
 
 @dataclasses.dataclass(frozen=True)
 class CopiedSegment:
-    """A copied segment as the remote view describes one (:class:`storage_engine.tiered.remote_log.RemoteSegment`'s
+    """A copied segment as the remote view describes one (:class:`storage_engine.tiered.metadata.RemoteSegment`'s
     fields)."""
     topic: str
     topic_id: uuid.UUID
@@ -36,43 +36,17 @@ class CopiedSegment:
     state: int
 
 
-class PlainStore:
-    """A plain boto3 client with the object store's read calls (until the store lands, for the reader's tests)."""
-
-    def __init__(self, settings: RemoteStorageSettings):
-        import boto3
-        self.bucket = settings.bucket
-        self.client = boto3.client("s3", endpoint_url=settings.endpoint_url, aws_access_key_id=settings.access_key_id,
-                                   aws_secret_access_key=settings.secret_access_key, region_name=settings.region)
-
-    def upload(self, key: str, path: str) -> None:
-        self.client.upload_file(path, self.bucket, key)
-
-    def get(self, key: str) -> bytes:
-        return self.get_range(key, 0, -1)
-
-    def get_range(self, key: str, start: int, end_exclusive: int) -> bytes:
-        import botocore.exceptions
-        kw = {} if end_exclusive < 0 else {"Range": f"bytes={start}-{end_exclusive - 1}"}
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=key, **kw)["Body"].read()
-        except botocore.exceptions.ClientError as exc:
-            if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
-                raise RemoteObjectMissingError(key) from exc
-            raise
-
-
 class StaticView:
     """The segments a test copied, answered as :class:`RemoteLogView` answers ``segments``."""
 
     def __init__(self, segments: list[CopiedSegment]):
         self.copied = sorted(segments, key=lambda s: s.start_offset)
 
-    def segments(self, topic: str, partition: int) -> list[CopiedSegment]:
+    def segments(self, topic: str, partition: int, *, topic_id: uuid.UUID | None = None) -> list[CopiedSegment]:
         return [s for s in self.copied if (s.topic, s.partition) == (topic, partition)]
 
 
-def copy_sealed(log: Log, settings: RemoteStorageSettings, store: PlainStore, topic_id: uuid.UUID,
+def copy_sealed(log: Log, settings: RemoteStorageSettings, store: ObjectStore, topic_id: uuid.UUID,
                 upto: int | None = None) -> list[CopiedSegment]:
     """Upload every sealed segment of ``log`` (those ending below ``upto``, if given) and return them as
     FINISHED remote segments."""

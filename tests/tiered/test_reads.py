@@ -16,10 +16,11 @@ from storage_engine.record import codecs
 from storage_engine.record.records import SimpleRecord
 from storage_engine.tiered.cache import ChunkCache
 from storage_engine.tiered.keys import segment_keys
+from storage_engine.tiered.object_store import ObjectStore
 from storage_engine.tiered.reads import RemoteReader
 from storage_engine.tiered.settings import RemoteStorageSettings
 from tests.tiered.conftest import s3_client
-from tests.tiered.remote_copy import PlainStore, StaticView, copy_sealed
+from tests.tiered.remote_copy import StaticView, copy_sealed
 
 pytestmark = [pytest.mark.tiered]
 
@@ -59,7 +60,7 @@ def _fill(log) -> None:
 def _tiered(tmp_path, weed, bucket):
     config = _config(tmp_path, weed, bucket)
     settings = RemoteStorageSettings.of(config)
-    store = PlainStore(settings)
+    store = ObjectStore(settings)
     with LogManager.open(config, clock=ManualClock(1_700_000_000_000)) as mgr:
         log = mgr.get_or_create_log(TOPIC, 0)
         _fill(log)
