@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20        # Aiven's default fetch chunk: a cold fetch costs one GET of this much
 PARSED_INDEXES = 64          # segments whose parsed offset/time index stays in memory
+PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -114,6 +115,7 @@ class RemoteReader:
         self.cache: ChunkCache | NoCache = (cache if cache is not None
                                             else ChunkCache(settings.cache_dir, settings.cache_bytes))
         self._parsed: collections.OrderedDict[str, _Index] = collections.OrderedDict()
+        self._txns: collections.OrderedDict[str, list[AbortedTxn]] = collections.OrderedDict()
         self._parsed_mutex = threading.Lock()
 
     # -- which segment --------------------------------------------------------------------------------------------
@@ -196,23 +198,11 @@ class RemoteReader:
                              topic_id: uuid.UUID | None = None) -> TxnIndexSearchResult:
         """Aborted transactions overlapping [start, upper) from the remote ``.txnindex`` objects of the segment
         holding ``start`` on; ``complete`` when one entry proves no later segment (remote or local) holds another
-        (Kafka's ``collectAbortedTransactions``, remote part)."""
+        (Kafka's ``collectAbortedTransactions``, remote part). The search does not stop at the segment holding
+        ``upper``: a transaction aborted below it is indexed where its marker went, which may be a later segment."""
         out: list[AbortedTxn] = []
         for seg in self.segments_from(topic, partition, start, topic_id=topic_id):
-            if seg.start_offset >= upper:
-                break
-            keys = self._keys(seg)
-            key = keys.get("txnindex")
-            if key is None:
-                continue
-            raw = self._object(seg, key, optional=True)
-            if raw is None:
-                continue
-            try:
-                entries = decode_entries(raw, self._where(key))
-            except CorruptIndexError as exc:
-                raise self._damaged(seg, key, exc) from exc
-            for txn in entries:
+            for txn in self._aborted_of(seg):
                 if txn.last_offset >= start and txn.first_offset < upper:
                     out.append(txn)
                 if txn.last_stable_offset >= upper:
@@ -254,13 +244,39 @@ class RemoteReader:
         key = self._keys(seg)["log"]
         return RemoteSegmentFile(seg.start_offset, RemoteFileRecords(self, seg, key), key)
 
-    def _object(self, seg: RemoteSegment, key: str, *, optional: bool = False) -> bytes | None:
-        """A whole (index) object through the cache."""
+    def _aborted_of(self, seg: RemoteSegment) -> list[AbortedTxn]:
+        """The entries of ``seg``'s ``.txnindex`` object (none when it has none), kept in memory."""
+        key = self._keys(seg)["txnindex"]
+        with self._parsed_mutex:
+            found = self._txns.get(key)
+            if found is not None:
+                self._txns.move_to_end(key)
+                return found
+        raw = self._object(seg, key, optional=True)
         try:
-            data = self.cache.get(key, lambda: self.store.get(key, _offsets(seg)))
+            entries = decode_entries(raw or b"", self._where(key))
+        except CorruptIndexError as exc:
+            raise self._damaged(seg, key, exc) from exc
+        with self._parsed_mutex:
+            self._txns[key] = entries
+            while len(self._txns) > PARSED_TXN_INDEXES:
+                self._txns.popitem(last=False)
+        return entries
+
+    def _object(self, seg: RemoteSegment, key: str, *, optional: bool = False) -> bytes | None:
+        """A whole (index) object through the cache. ``optional``: a missing object is no error and is cached as
+        empty (a ``.txnindex`` exists only for segments with aborted transactions; object keys name the segment's
+        id, so the answer never changes)."""
+        def load() -> bytes:
+            try:
+                return self.store.get(key, _offsets(seg))
+            except RemoteObjectMissingError:
+                if optional:
+                    return b""
+                raise
+        try:
+            data = self.cache.get(key, load)
         except RemoteObjectMissingError as exc:
-            if optional:
-                return None
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
         if len(data) > MAX_INDEX_OBJECT_BYTES:
             raise RemoteObjectDamagedError(key, _offsets(seg), f"index object of {len(data)} bytes, more than "

@@ -39,8 +39,9 @@ def _config(tmp_path, weed, bucket, **broker):
 
 
 def _fill(log) -> None:
-    """~40 segments of 4 KiB: plain and compressed batches, one aborted and one committed transaction that span
-    segment boundaries, timestamps rising with a few out of order."""
+    """~17 segments of 4 KiB: plain and compressed batches, one aborted and one committed transaction that span
+    segment boundaries (the aborted one's marker in the segment after its records), timestamps rising with a few
+    out of order."""
     clock_ts = 1_700_000_000_000
     seq = 0
     for i in range(400):
@@ -51,6 +52,8 @@ def _fill(log) -> None:
             log.append_records(recs, producer_id=PID, producer_epoch=0, base_sequence=seq, is_transactional=True)
             seq += n
             if i in (102, 251):
+                if i == 102:
+                    log.roll()          # the ABORT marker goes to the next segment, its txnindex with it
                 log.append_end_txn(PID, 0, commit=(i == 251))
         else:
             log.append_records(recs, codec=codecs.GZIP if i % 3 == 0 else codecs.NONE)
@@ -102,8 +105,9 @@ def test_remote_offsets_for_timestamps_and_aborted_transactions_equal_the_local_
         assert reader.offset_for_timestamp(TOPIC, 0, ts, 0) == log.offset_for_timestamp(ts), ts
     assert reader.offset_for_timestamp(TOPIC, 0, 1_800_000_000_000, 0) is None
     found_any = False
+    bounds = [s.end_offset + 1 for s in segments]             # a fetch of one segment asks up to its end
     for start in range(0, end, 37):
-        for upper in (start + 1, start + 200, end + 1):
+        for upper in (start + 1, start + 200, end + 1, *(b for b in bounds if start < b <= start + 400)):
             remote = reader.aborted_transactions(TOPIC, 0, start, upper)
             local = log.aborted_transactions(start, upper)
             assert sorted(remote.aborted) == sorted(local), (start, upper)
@@ -163,7 +167,7 @@ def test_a_truncated_log_object_is_damage(tiered, weed, bucket, tmp_path):
 
 def test_a_damaged_index_object_is_damage(tiered, weed, bucket, tmp_path):
     _, reader, segments, settings = tiered
-    seg = segments[4]
+    seg = max(segments[:-1], key=lambda s: s.size_bytes)        # a full segment: several index entries
     key = _keys(settings, seg)["index"]
     s3 = s3_client(weed)
     raw = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

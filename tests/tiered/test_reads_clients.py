@@ -44,23 +44,48 @@ def value(i: int) -> bytes:
     return b"record-%05d-" % i + b"p" * (i % 50)
 
 
+HALF = RECORDS // 2
+T0 = 1_700_000_000_000
+ABORTED = [b"aborted-%d" % j for j in range(20)]
+COMMITTED = [b"committed-%d" % j for j in range(20)]
+# What a consumer reads, in order: the plain records around an aborted and a committed transaction (both within the
+# part that ends up remote only).
+READ_COMMITTED = [value(i) for i in range(HALF)] + COMMITTED + [value(i) for i in range(HALF, RECORDS)]
+READ_UNCOMMITTED = [value(i) for i in range(HALF)] + ABORTED + COMMITTED + [value(i) for i in range(HALF, RECORDS)]
+LOG_END = len(READ_UNCOMMITTED) + 2            # and the two transaction markers
+
+
+def produce(bootstrap: str) -> None:
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 50})
+    for i in range(HALF):
+        plain.produce(TOPIC, value(i), key=b"k%d" % (i % 10), timestamp=T0 + i)
+    assert plain.flush(30) == 0
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tiered-writer"})
+    txn.init_transactions(30)
+    for values, commit in ((ABORTED, False), (COMMITTED, True)):
+        txn.begin_transaction()
+        for v in values:
+            txn.produce(TOPIC, v, timestamp=T0 + HALF)
+        assert txn.flush(30) == 0
+        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
+    for i in range(HALF, RECORDS):
+        plain.produce(TOPIC, value(i), key=b"k%d" % (i % 10), timestamp=T0 + i)
+    assert plain.flush(30) == 0
+
+
 @pytest.fixture(scope="module")
 def tiered_broker(tmp_path_factory, weed):
-    """A broker serving ``tiered`` (RECORDS records in ~25 segments), whose sealed segments were then copied to the
-    object store and deleted locally by another process. Shared by the module's tests (the last one damages the
-    bucket)."""
+    """A broker serving ``tiered`` (:data:`READ_UNCOMMITTED` in ~25 segments), whose sealed segments were then copied
+    to the object store and deleted locally by another process. Shared by the module's tests (the last one damages
+    the bucket)."""
     bucket = f"clients-{uuid.uuid4().hex[:12]}"
     s3_client(weed).create_bucket(Bucket=bucket)
     broker = BrokerProcess(tmp_path_factory.mktemp("broker"), broker=remote_keys(weed, bucket), log_dirs=1, topics={
         TOPIC: {"segment.bytes": 16384, "remote.storage.enable": True, "local.retention.ms": 1}})
     broker.start()
     try:
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
-                             "batch.num.messages": 50})
-        for i in range(RECORDS):
-            producer.produce(TOPIC, value(i), key=b"k%d" % (i % 10), timestamp=1_700_000_000_000 + i)
-        assert producer.flush(30) == 0
-        assert tier_partition(load_config(broker.config_path), TOPIC, 0) > 0
+        produce(broker.bootstrap)
+        assert tier_partition(load_config(broker.config_path), TOPIC, 0) > HALF + 42
         yield broker, bucket
     finally:
         broker.close()
@@ -84,38 +109,54 @@ def test_list_offsets_answers_as_kafka_3_9(tiered_broker):
     got = offsets(broker)
     latest, earliest, local, tiered = (got[t][1] for t in (-1, -2, -4, -5))
     assert all(got[t][0] == 0 for t in got), got
-    assert (earliest, latest) == (0, RECORDS)
+    assert (earliest, latest) == (0, LOG_END)
     assert 0 < local <= tiered + 1 <= latest, got          # the first segments are remote only
     assert got[-5][2] == 0 and got[-4][2] == 0
+    conn = wire.Conn(broker.bootstrap)                    # a timestamp is found in the remote part
+    try:
+        for ts, offset in ((T0, 0), (T0 + 5, 5), (T0 + HALF - 1, HALF - 1)):
+            part = conn.request(wire.list_offsets_request(9, TOPIC, [0], ts)).topics[0].partitions[0]
+            assert (part.error_code, part.offset) == (0, offset), ts
+    finally:
+        conn.close()
     v7 = offsets(broker, version=7)               # -4 needs v8, -5 needs v9: per partition, not fatal
     assert v7[-4] == (35, -1, -1) and v7[-5] == (35, -1, -1) and v7[-2][1] == 0
     assert offsets(broker, version=8)[-5] == (35, -1, -1)
 
 
-def test_librdkafka_consumes_from_offset_0(tiered_broker):
-    broker, _ = tiered_broker
-    local = offsets(broker)[-4][1]
-    assert local > 0
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "remote-readers",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "check.crcs": True,
-                         "fetch.max.bytes": 65536, "message.max.bytes": 65536,
-                         "max.partition.fetch.bytes": 32768})
+def librdkafka_read(bootstrap: str, isolation: str) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record of ``tiered``-0 from offset 0, small fetches (many remote reads)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "remote-readers", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "check.crcs": True, "isolation.level": isolation,
+                         "fetch.max.bytes": 65536, "message.max.bytes": 65536, "max.partition.fetch.bytes": 32768})
     consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
     got: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + TIMEOUT
     try:
-        while len(got) < RECORDS and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
             error = msg.error()
             if error is not None:
                 assert error.code() == KafkaError._PARTITION_EOF, error
+                if got and got[-1][0] >= LOG_END - 2:
+                    return got
                 continue
             got.append((present(msg.offset()), present(msg.value())))
     finally:
         consumer.close()
-    assert got == [(i, value(i)) for i in range(RECORDS)]
+    raise AssertionError(f"the end of the partition was not reached within {TIMEOUT} s: {len(got)} records")
+
+
+@pytest.mark.parametrize("isolation, expected", [("read_committed", READ_COMMITTED),
+                                                 ("read_uncommitted", READ_UNCOMMITTED)])
+def test_librdkafka_consumes_from_offset_0(tiered_broker, isolation, expected):
+    broker, _ = tiered_broker
+    assert offsets(broker)[-4][1] > HALF + 42            # the transactions are in the remote part
+    got = librdkafka_read(broker.bootstrap, isolation)
+    assert [v for _, v in got] == expected
+    assert [o for o, _ in got] == sorted({o for o, _ in got}) and got[0][0] == 0
 
 
 def test_the_java_client_consumes_from_offset_0_and_lists_tiered_offsets(tiered_broker):
@@ -130,11 +171,12 @@ def test_the_java_client_consumes_from_offset_0_and_lists_tiered_offsets(tiered_
     listed = json.loads(lines[0])
     wire_offsets = offsets(broker)
     assert listed == {"earliest": 0, "earliest_local": wire_offsets[-4][1], "latest_tiered": wire_offsets[-5][1],
-                      "latest": RECORDS}
+                      "latest": LOG_END}
     assert listed["earliest_local"] > 0
-    assert json.loads(lines[-1]) == {"done": RECORDS}
+    assert json.loads(lines[-1]) == {"done": len(READ_UNCOMMITTED)}
     records = [line.split("\t", 1) for line in lines[1:-1]]
-    assert [(int(o), v.encode()) for o, v in records] == [(i, value(i)) for i in range(RECORDS)]
+    assert [v.encode() for _, v in records] == READ_UNCOMMITTED         # its default: read_uncommitted
+    assert [int(o) for o, _ in records][:HALF] == list(range(HALF))
 
 
 def test_the_cli_consumes_the_remote_part(tiered_broker):
@@ -144,7 +186,7 @@ def test_the_cli_consumes_the_remote_part(tiered_broker):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [(r["offset"], r["value"].encode()) for r in rows] == [(i, value(i)) for i in range(RECORDS)]
+    assert [r["value"].encode() for r in rows] == READ_UNCOMMITTED and rows[0]["offset"] == 0
 
 
 def fetch(broker, offset: int, isolation: int = 0):
