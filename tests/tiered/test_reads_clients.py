@@ -81,7 +81,7 @@ def tiered_broker(tmp_path_factory, weed):
     bucket = f"clients-{uuid.uuid4().hex[:12]}"
     s3_client(weed).create_bucket(Bucket=bucket)
     broker = BrokerProcess(tmp_path_factory.mktemp("broker"), broker=remote_keys(weed, bucket), log_dirs=1, topics={
-        TOPIC: {"segment.bytes": 16384, "remote.storage.enable": True, "local.retention.ms": 1}})
+        TOPIC: {"segment.bytes": 16384, "remote.storage.enable": True, "local.retention.ms": 1, "retention.ms": -1}})
     broker.start()
     try:
         produce(broker.bootstrap)

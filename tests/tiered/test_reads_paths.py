@@ -42,6 +42,7 @@ def _write_config(tmp_path: Path, weed, bucket) -> Path:
                    "rsm.config.storage.aws.access.key.id": weed.access_key,
                    "rsm.config.storage.aws.secret.access.key": weed.secret_key},
         "topics": {TOPIC: {"segment.bytes": 4096, "index.interval.bytes": 300, "remote.storage.enable": True,
+                           "retention.ms": -1,
                            "local.retention.bytes": 4096}}}))
     return path
 
