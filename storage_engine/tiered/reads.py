@@ -28,6 +28,7 @@ message browser.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import struct
 import threading
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20        # Aiven's default fetch chunk: a cold fetch costs one GET of this much
 PARSED_INDEXES = 64          # segments whose parsed offset/time index stays in memory
+PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read (the Spark source)
 PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -288,7 +290,9 @@ class RemoteReader:
         start = n * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, seg.size_bytes)
         try:
-            data = self.cache.get(f"{key}#{n}", lambda: self.store.get_range(key, start, end, _offsets(seg)))
+            # The chunk size is part of the name: entries cut at another size are never taken for these.
+            data = self.cache.get(f"{key}#{CHUNK_BYTES}#{n}",
+                                  lambda: self.store.get_range(key, start, end, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
         if len(data) != end - start:
@@ -302,7 +306,12 @@ class RemoteReader:
         caller checks its batches (the Spark source reads it as a local segment file)."""
         key = self._keys(seg)["log"]
         chunks = (seg.size_bytes + CHUNK_BYTES - 1) // CHUNK_BYTES
-        return b"".join(self.chunk(seg, key, n) for n in range(chunks)), self._where(key)
+        if chunks <= 1:
+            return b"".join(self.chunk(seg, key, n) for n in range(chunks)), self._where(key)
+        # Several ranged GETs at once (the store's client is thread-safe): a whole segment costs about one GET.
+        with concurrent.futures.ThreadPoolExecutor(min(chunks, PARALLEL_CHUNKS)) as pool:
+            parts = list(pool.map(lambda n: self.chunk(seg, key, n), range(chunks)))
+        return b"".join(parts), self._where(key)
 
     def _parsed_index(self, seg: RemoteSegment, part: str) -> _Index:
         """The ``part`` (``index`` or ``timeindex``) object of ``seg``, parsed and checked, kept in memory."""

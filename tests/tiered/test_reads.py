@@ -223,3 +223,20 @@ def test_an_offset_in_no_remote_segment_is_out_of_range(shared):
     with pytest.raises(OffsetOutOfRangeError):
         gone.read(TOPIC, 0, segments[0].start_offset, 100)
     assert dataclasses.is_dataclass(segments[0])
+
+
+def test_reads_across_chunk_boundaries_equal_the_local_ones(shared, tmp_path, monkeypatch):
+    """Chunks smaller than a segment and not aligned with its batches (the 4 MiB default holds these whole)."""
+    from storage_engine.tiered import reads
+    log, reader, segments, _ = shared
+    monkeypatch.setattr(reads, "CHUNK_BYTES", 777)
+    small = _fresh(reader, tmp_path, "chunks")
+    for offset in range(0, segments[-1].end_offset + 1, 5):
+        for max_bytes in (1, 1500):
+            local, remote = log.read(offset, max_bytes), small.read(TOPIC, 0, offset, max_bytes)
+            assert local is not None and remote is not None and remote.data == local.data, (offset, max_bytes)
+    for seg, local_seg in zip(segments, log.segments):
+        data, where = small.segment_bytes(seg)
+        with open(local_seg.path, "rb") as f:
+            assert data == f.read(), where
+    assert small.cache.stats.misses > 3 * len(segments)      # several chunks per segment were fetched
