@@ -22,6 +22,7 @@ LAYERS = [
     {"segment"},
     {"log"},
     {"maintenance"},
+    {"tiered"},
     {"jobs"},
     {"inspection"},
     {"server"},
