@@ -336,7 +336,14 @@ def test_the_store_causes_are_one_root_cause_per_store_whatever_met_them(tmp_pat
     assert "Bucket logs does not exist in the object store at http://weed:8333: create it" in \
         kinds["store-bucket"]["fix"]
     assert "rsm.config.storage.aws.access.key.id" in kinds["store-credentials"]["fix"]
-    assert kinds["remote-damaged"]["key"] == f"remote-damaged:{TOPIC}-0"
-    assert "(offsets 42-57)" in kinds["remote-damaged"]["fix"]
-    assert any("delete-records --topic tiered --partition 0 --offset 58" in c
-               for c in kinds["remote-damaged"]["commands"])
+    damaged_cause = kinds["remote-damaged"]
+    assert damaged_cause["key"] == f"remote-damaged:{TOPIC}-0"
+    # met by a copy's check after upload: the copy is not finished, the next run copies again
+    assert "(offsets 42-57) in bucket logs no longer matches what was copied (size or checksum) right after its " \
+        "upload" in damaged_cause["fix"] and "the next run removes the objects and copies the segment again" in \
+        damaged_cause["fix"]
+    # met by another reader: restore it, or move the log start offset past it
+    (read_cause,) = causes_of_run({**alert, "dag_id": "log_verify",
+                                   "failed_tasks": [{"task_id": "verify", "partitions": [damaged]}]}, where)
+    assert "Restore the object from a backup" in read_cause["fix"]
+    assert any("delete-records --topic tiered --partition 0 --offset 58" in c for c in read_cause["commands"])

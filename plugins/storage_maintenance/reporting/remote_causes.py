@@ -13,9 +13,11 @@ kind                   from                          fix
                                                      ``rsm.config.storage.s3.bucket.name``
 ``store-credentials``  ``RemoteCredentialsError``    correct ``rsm.config.storage.aws.access.key.id`` / ``.secret.
                                                      access.key`` (or the store's identity for that key)
-``remote-missing``     ``RemoteObjectMissingError``  restore the object from a backup or a replica of the bucket;
-                                                     if it is gone for good, move the log start offset past it
-``remote-damaged``     ``RemoteObjectDamagedError``  the same, for an object whose bytes no longer match
+``remote-missing``     ``RemoteObjectMissingError``  met by a copy's check after upload: check the store (the copy
+                                                     is not finished, the next run copies again); met reading:
+                                                     restore the object from a backup or a replica of the bucket,
+                                                     or move the log start offset past it
+``remote-damaged``     ``RemoteObjectDamagedError``  the same, for an object whose bytes do not match
 ``store-error``        ``RemoteStorageError``        the store failed on its own (a 5xx): its log
 =====================  ============================  ===========================================================
 
@@ -108,11 +110,18 @@ def remote_fix(cause: dict, store: dict[str, str | None], config_path: str | Non
         obj = m.group(1) if m else "a remote object"
         offsets = _OFFSETS.search(error)
         span = f" (offsets {offsets.group(1)}-{offsets.group(2)})" if offsets else ""
-        fix = (f"{obj}{span} in bucket {bucket} {what}: it was changed behind the store's back and its records are "
-               "never handed out. Restore the object from a backup or a replica of the bucket; if it is gone for "
-               "good, move the partition's log start offset past it, and remote retention then forgets it.")
         tp = cause.get("topic_partition")
-        if tp and offsets:
+        if cause.get("dag_id") == "log_tiering":
+            # met while copying: the object was checked right after its upload, so the copy never finished
+            fix = (f"{obj}{span} in bucket {bucket} {what} right after its upload: the object store did not keep "
+                   "what it was sent. Check the store (its volume servers' disks and free space, its log). The copy "
+                   "was not marked finished, so the local segment stays; the next run removes the objects and "
+                   "copies the segment again.")
+        else:
+            fix = (f"{obj}{span} in bucket {bucket} {what}: it was changed behind the store's back and its records "
+                   "are never handed out. Restore the object from a backup or a replica of the bucket; if it is gone "
+                   "for good, move the partition's log start offset past it, and remote retention then forgets it.")
+        if tp and offsets and cause.get("dag_id") != "log_tiering":
             commands.append(cli("delete-records", "--topic", str(tp[0]), "--partition", str(tp[1]), "--offset",
                                 str(int(offsets.group(2)) + 1)))
     commands.append(cli("tier", "--dry-run"))
