@@ -64,6 +64,12 @@ class LogConfig:
     preallocate: bool = LOG_DEFAULTS["preallocate"]
     compression_type: str = LOG_DEFAULTS["compression_type"]
     message_timestamp_type: str = LOG_DEFAULTS["message_timestamp_type"]   # "CreateTime" | "LogAppendTime"
+    # Tiered storage (KIP-405): local.retention.* -2 follows retention.* (see effective_local_retention_*).
+    remote_storage_enable: bool = LOG_DEFAULTS["remote_storage_enable"]
+    local_retention_ms: int = LOG_DEFAULTS["local_retention_ms"]
+    local_retention_bytes: int = LOG_DEFAULTS["local_retention_bytes"]
+    remote_log_copy_disable: bool = LOG_DEFAULTS["remote_log_copy_disable"]
+    remote_log_delete_on_disable: bool = LOG_DEFAULTS["remote_log_delete_on_disable"]
     partition_leader_epoch: int = BROKER_DEFAULTS["log.partition.leader.epoch"]   # broker key only
 
     @property
@@ -73,6 +79,17 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """Kafka's ``localRetentionMs``: ``local.retention.ms``, or ``retention.ms`` when it is -2."""
+        return self.retention_ms if self.local_retention_ms == LOCAL_FOLLOWS_RETENTION else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """Kafka's ``localRetentionBytes``: ``local.retention.bytes``, or ``retention.bytes`` when it is -2."""
+        return (self.retention_bytes if self.local_retention_bytes == LOCAL_FOLLOWS_RETENTION
+                else self.local_retention_bytes)
 
     def random_segment_jitter_ms(self) -> int:
         """Kafka's ``randomSegmentJitter``: drawn for every segment opened, in [0, min(segment.jitter.ms,
@@ -88,7 +105,8 @@ class LogConfig:
     def with_overrides(self, overrides: Mapping[str, object] | None) -> "LogConfig":
         """This config with topic-key ``overrides`` applied (Kafka's names, e.g. ``{"retention.ms": 1000}``).
 
-        Raises :class:`ConfigError` for an unknown key, a bad value, or min lag > max lag.
+        Raises :class:`ConfigError` for an unknown key, a bad value, min lag > max lag, or a combination Kafka
+        refuses for a topic with remote storage (:func:`check_remote_storage`).
         """
         if not overrides:
             return self
@@ -101,7 +119,66 @@ class LogConfig:
         result = dataclasses.replace(self, **changes)
         check_compaction_lags(result.min_compaction_lag_ms, result.max_compaction_lag_ms,
                                "min.compaction.lag.ms", "max.compaction.lag.ms")
+        check_remote_storage(result)
         return result
+
+
+LOCAL_FOLLOWS_RETENTION = -2     # local.retention.* = -2: the local log follows retention.* (Kafka's default)
+
+
+def check_local_retention(log: LogConfig, prefix: str = "") -> None:
+    """Kafka's rule (``LogConfig.validateRemoteStorageRetentionSize``/``Time``): ``local.retention.*`` must not be
+    more than ``retention.*`` and must not be -1 (unlimited) while ``retention.*`` is limited; -2 follows it.
+    ``prefix`` "log." names the broker keys (checked when the store has remote storage on)."""
+    for unit, limit, local in (("bytes", log.retention_bytes, log.local_retention_bytes),
+                               ("ms", log.retention_ms, log.local_retention_ms)):
+        if limit <= -1 or local == LOCAL_FOLLOWS_RETENTION:
+            continue
+        local_key, key = f"{prefix}local.retention.{unit}", f"{prefix}retention.{unit}"
+        if local == -1:
+            raise ConfigError(f"{local_key} = -1: must not be -1 (unlimited) as {key} is set as {limit}; "
+                              f"use -2 to follow {key}")
+        if local > limit:
+            raise ConfigError(f"{local_key} = {local}: must not be more than {key} = {limit} (the local log is "
+                              "part of the whole log)")
+
+
+def check_remote_storage(log: LogConfig) -> None:
+    """Kafka's rules for a topic with ``remote.storage.enable=true`` (``LogConfig.validateTopicLogConfigValues``):
+    not compacted, local retention within retention, and with ``remote.log.copy.disable=true`` local retention
+    equal to retention (nothing more is copied)."""
+    if not log.remote_storage_enable:
+        return
+    if log.compact:
+        raise ConfigError(f"remote.storage.enable = true: remote log storage is unsupported for compacted topics "
+                          f"(cleanup.policy = {','.join(log.cleanup_policy)}); set cleanup.policy=delete or "
+                          "remote.storage.enable=false")
+    check_local_retention(log)
+    if log.remote_log_copy_disable:
+        for unit, limit, local in (("bytes", log.retention_bytes, log.local_retention_bytes),
+                                   ("ms", log.retention_ms, log.local_retention_ms)):
+            if local not in (LOCAL_FOLLOWS_RETENTION, limit):
+                raise ConfigError(f"local.retention.{unit} = {local}: must equal retention.{unit} = {limit} (or be "
+                                  f"-2) while remote.log.copy.disable = true: nothing more is copied to remote storage")
+
+
+def check_remote_storage_change(was_enabled: bool, new: LogConfig) -> None:
+    """Kafka's rule when a topic's configs change (``validateTurningOffRemoteStorageWithDelete``): remote storage is
+    turned off only together with ``remote.log.delete.on.disable=true``, which deletes the remote data."""
+    if was_enabled and not new.remote_storage_enable and not new.remote_log_delete_on_disable:
+        raise ConfigError("remote.storage.enable = false: it is invalid to disable remote storage without deleting "
+                          "remote data; to keep the remote data read-only set remote.storage.enable=true and "
+                          "remote.log.copy.disable=true, to delete it set remote.storage.enable=false and "
+                          "remote.log.delete.on.disable=true")
+
+
+def check_remote_storage_allowed(log: LogConfig, system_enabled: bool) -> None:
+    """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled``: a topic enables remote storage only on a store with
+    ``remote.log.storage.system.enable=true``."""
+    if log.remote_storage_enable and not system_enabled:
+        raise ConfigError("remote.storage.enable = true: tiered storage is disabled for this store "
+                          "(remote.log.storage.system.enable = false); a topic cannot be configured with remote log "
+                          "storage until it is enabled")
 
 
 @dataclass(frozen=True)
@@ -148,6 +225,9 @@ class StorageConfig:
     # In one host's part of the store (:meth:`for_host`): the log dirs of the other hosts. A topic filter naming a
     # topic that only they hold gives this host nothing to do rather than "unknown topic".
     other_host_dirs: tuple[str, ...] = field(default=(), hash=False, compare=False)
+    # Tiered storage's broker keys (BROKER_KEYS feeding "remote": remote.log.storage.system.enable, rsm.config.*,
+    # ...), by Kafka name; storage_engine.tiered.settings.RemoteStorageSettings reads them.
+    remote: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -175,6 +255,24 @@ class StorageConfig:
     def log_config(self, topic: str) -> LogConfig:
         """The effective LogConfig of ``topic``: its overrides on top of the broker-level defaults."""
         return self._topic_logs.get(validate_topic(topic), self.default_log)
+
+    @property
+    def remote_storage_system_enabled(self) -> bool:
+        """The broker key ``remote.log.storage.system.enable`` (False when the config has no remote keys)."""
+        return bool(self.remote.get("remote.log.storage.system.enable", False))
+
+    def check_topic_configs(self, topic: str, overrides: Mapping[str, object], *, creating: bool) -> LogConfig:
+        """The LogConfig ``topic`` would have with ``overrides`` (Kafka topic keys, raw or parsed) as its configs
+        set over the wire, checked by Kafka's rules for CreateTopics (``creating``) or IncrementalAlterConfigs:
+        every value, the combinations (:meth:`LogConfig.with_overrides`), remote storage only when the store has it
+        enabled, and remote storage turned off only with ``remote.log.delete.on.disable``. Raises ConfigError."""
+        dynamic = self.dynamic_topics.get(topic, {})
+        from_file = {k: v for k, v in self.topic_overrides.get(topic, {}).items() if k not in dynamic}
+        new = self.default_log.with_overrides({**from_file, **overrides})
+        check_remote_storage_allowed(new, self.remote_storage_system_enabled)
+        if not creating:
+            check_remote_storage_change(self.log_config(topic).remote_storage_enable, new)
+        return new
 
     def replace_log_dirs(self, log_dirs: object) -> "StorageConfig":
         """A copy using ``log_dirs`` (a list, or a comma-separated string); relative paths resolve against the cwd."""

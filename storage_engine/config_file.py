@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 
 from storage_engine import topic_store
-from storage_engine.config import CleanerConfig, LogConfig, StorageConfig, resolve_hosts, resolve_log_dirs
+from storage_engine.config import (CleanerConfig, LogConfig, StorageConfig, check_local_retention, resolve_hosts,
+                                   resolve_log_dirs)
 from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broker_key, check_compaction_lags,
                                         log_values, unknown_key)
 from storage_engine.durable import read_regular_file
@@ -98,13 +99,31 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
         dynamic_topics=stored,
         cleaner=CleanerConfig(**{k.attr: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "cleaner"}),
         server={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "server"},
+        remote={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "remote"},
         hosts=hosts,
         **storage,
     )
+    _check_remote_storage(built)
     if not configured:  # last, so any other mistake in the file is reported first
         raise ConfigError("no log.dirs (or log.dir) is set under 'broker:': refusing to fall back to Kafka's "
                           f"default {BROKER_KEYS['log.dir'].default!r}, which nobody configured")
     return built
+
+
+def _check_remote_storage(config: StorageConfig) -> None:
+    """Kafka's broker-level rules of tiered storage: with it enabled, log.local.retention.* within log.retention.*
+    (``validateBrokerLogConfigValues``); with it disabled, no topic has remote.storage.enable=true (Kafka refuses to
+    start so: "delete all topics with the property remote.storage.enable=true before disabling tiered storage")."""
+    if config.remote_storage_system_enabled:
+        check_local_retention(config.default_log, prefix="log.")
+        return
+    for topic in config.topic_overrides:
+        if config.log_config(topic).remote_storage_enable:
+            where = "set over the wire" if "remote.storage.enable" in config.dynamic_topics.get(topic, {}) \
+                else "in 'topics:'"
+            raise ConfigError(f"topic {topic!r} has remote.storage.enable = true ({where}) but "
+                              "remote.log.storage.system.enable = false: enable tiered storage for the store, or "
+                              "turn remote storage off for the topic (with remote.log.delete.on.disable=true)")
 
 
 def config_from_mapping(data: Mapping | None, source: str | None = None,

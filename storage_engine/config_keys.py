@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from storage_engine.errors import ConfigError
 
-__all__ = ["BROKER_KEYS", "TOPIC_KEYS"]
+__all__ = ["BROKER_KEYS", "TOPIC_KEYS", "is_sensitive"]
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -144,6 +144,8 @@ DOUBLE = _Kind("DOUBLE", _parse_double)
 BOOLEAN = _Kind("BOOLEAN", _parse_boolean)
 STRING = _Kind("STRING", _parse_string)
 LIST = _Kind("LIST", _parse_list)
+# Kafka's PASSWORD: a string never shown (DescribeConfigs answers null with is_sensitive, the console leaves it out).
+PASSWORD = _Kind("PASSWORD", _parse_string)
 
 
 _Number = TypeVar("_Number", int, float)
@@ -228,6 +230,12 @@ def config_text(value: object) -> str | None:
     return str(value)
 
 
+def is_sensitive(name: str) -> bool:
+    """Whether broker key ``name`` holds a secret (Kafka's PASSWORD type): its value is never displayed."""
+    spec = BROKER_KEYS.get(name)
+    return spec is not None and spec.kind is PASSWORD
+
+
 def show_value(raw: object) -> str:
     return repr(raw) if isinstance(raw, str) else str(raw)
 
@@ -240,7 +248,8 @@ def parse_value(key: str, kind: _Kind, check: Callable[[Any], Any] | None, raw: 
             value = check(value)
         return kind.bound(value)
     except _Invalid as exc:
-        raise ConfigError(f"{key} = {show_value(raw)}: {exc}") from None
+        shown = "(hidden)" if kind is PASSWORD else show_value(raw)    # a secret is never echoed, not even a bad one
+        raise ConfigError(f"{key} = {shown}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -253,7 +262,8 @@ class _BrokerKey:
     default: object          # None: unset, a lower-precedence synonym applies
     check: Callable | None
     feeds: str               # "log": a topic key's synonym (see TOPIC_KEYS); "cleaner"; "storage"; "dirs"; "server";
-                             # "leader": the partition leader epoch stamped on appends (LogConfig, no topic key)
+                             # "leader": the partition leader epoch stamped on appends (LogConfig, no topic key);
+                             # "remote": tiered storage (StorageConfig.remote, read by storage_engine.tiered.settings)
 
     @property
     def attr(self) -> str:
@@ -273,6 +283,7 @@ class _TopicKey:
     check: Callable | None
     synonyms: tuple           # broker keys, highest precedence first; (name, unit factor) or name
     negative_is_unlimited: bool = False
+    default: object = None    # Kafka's default of a key without a broker synonym (empty ``synonyms``)
 
     @property
     def attr(self) -> str:
@@ -367,7 +378,7 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     # Not a Kafka key (Kafka takes JAAS config and SCRAM credentials from its controller): a YAML file of users.
     _B("sasl.credentials.file",                     STRING,  None,                None,                    "server"),
     _B("ssl.keystore.location",                     STRING,  None,                None,                    "server"),
-    _B("ssl.key.password",                          STRING,  None,                None,                    "server"),
+    _B("ssl.key.password",                          PASSWORD, None,                None,                    "server"),
     _B("ssl.truststore.location",                   STRING,  None,                None,                    "server"),
     # The group coordinator (Kafka's group.* and offsets.* keys and defaults).
     _B("offsets.topic.num.partitions",              INT,     50,                  at_least(1),             "server"),
@@ -386,6 +397,26 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("transactional.id.expiration.ms",            INT,     604_800_000,         at_least(1),             "server"),
     _B("ssl.client.auth",                           STRING,  "none",              _OneOf(("none", "requested", "required")),
        "server"),
+    # Tiered storage (KIP-405). Local retention of a tiered topic: -2 follows log.retention.* (Kafka's default).
+    _B("log.local.retention.ms",                    LONG,    -2,                  at_least(-2),            "log"),
+    _B("log.local.retention.bytes",                 LONG,    -2,                  at_least(-2),            "log"),
+    _B("remote.log.storage.system.enable",          BOOLEAN, False,               None,                    "remote"),
+    # Kafka passes its metadata manager's keys under the rlmm.config. prefix (TopicBasedRemoteLogMetadataManager).
+    _B("rlmm.config.remote.log.metadata.topic.num.partitions", INT, 50,           at_least(1),             "remote"),
+    _B("remote.log.index.file.cache.total.size.bytes", LONG, GIB,                 at_least(1),             "remote"),
+    # The object store, under Kafka's rsm.config. prefix with the names of Aiven's S3 RemoteStorageManager (both
+    # credentials are PASSWORD there too). No endpoint: AWS's own; the bucket is never created by the engine.
+    _B("rsm.config.storage.s3.endpoint.url",        STRING,  None,                None,                    "remote"),
+    _B("rsm.config.storage.s3.bucket.name",         STRING,  None,                None,                    "remote"),
+    _B("rsm.config.storage.s3.region",              STRING,  "us-east-1",         None,                    "remote"),
+    _B("rsm.config.storage.s3.path.style.access.enabled", BOOLEAN, True,          None,                    "remote"),
+    _B("rsm.config.storage.aws.access.key.id",      PASSWORD, None,               None,                    "remote"),
+    _B("rsm.config.storage.aws.secret.access.key",  PASSWORD, None,               None,                    "remote"),
+    _B("rsm.config.key.prefix",                     STRING,  "",                  None,                    "remote"),
+    # Aiven's chunk cache of remote segment bytes; its folder defaults to <first log dir>/remote-log-index-cache,
+    # the folder Kafka keeps its remote index cache in (and skips when it scans a log dir).
+    _B("rsm.config.fetch.chunk.cache.size",         LONG,    256 * MIB,           at_least(1),             "remote"),
+    _B("rsm.config.fetch.chunk.cache.path",         STRING,  None,                None,                    "remote"),
 )
 
 _T = _TopicKey
@@ -412,6 +443,12 @@ TOPIC_KEYS: Mapping[str, _TopicKey] = _by_name(
     _T("preallocate",            BOOLEAN, None,                              ("log.preallocate",)),
     _T("compression.type",       STRING,  _OneOf(COMPRESSION_TYPES),         ("compression.type",)),
     _T("message.timestamp.type", STRING,  _OneOf(TIMESTAMP_TYPES),           ("log.message.timestamp.type",)),
+    # Tiered storage (KIP-405); the three switches have no broker synonym in Kafka.
+    _T("remote.storage.enable",  BOOLEAN, None,                              (), default=False),
+    _T("local.retention.ms",     LONG,    at_least(-2),                      ("log.local.retention.ms",)),
+    _T("local.retention.bytes",  LONG,    at_least(-2),                      ("log.local.retention.bytes",)),
+    _T("remote.log.copy.disable", BOOLEAN, None,                             (), default=False),
+    _T("remote.log.delete.on.disable", BOOLEAN, None,                        (), default=False),
 )
 
 # broker key -> the topic key it is a synonym of (for "did you mean" hints)
@@ -437,7 +474,9 @@ def broker_key(key: object) -> _BrokerKey:
         return spec
     hint = None
     if isinstance(key, str) and key in TOPIC_KEYS:
-        hint = f"{key} is a topic key, its broker key is {TOPIC_KEYS[key].chain()[0][0]}"
+        chain = TOPIC_KEYS[key].chain()
+        hint = (f"{key} is a topic key, its broker key is {chain[0][0]}" if chain
+                else f"{key} is a topic key and has no broker key (set it per topic)")
     raise unknown_key(key, BROKER_KEYS, "broker", hint)
 
 
@@ -457,6 +496,8 @@ def log_values(broker: Mapping[str, Any]) -> dict[str, Any]:
     """LogConfig attributes from complete broker values, following each topic key's synonym chain."""
     out: dict[str, Any] = {}
     for key in TOPIC_KEYS.values():
+        value: Any = key.default
+        factor = 1
         for name, factor in key.chain():
             value = broker[name]
             if value is not None:

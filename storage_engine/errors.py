@@ -217,6 +217,70 @@ class StorageIOError(StorageError):
         super().__init__(text)
 
 
+class RemoteStorageError(StorageError):
+    """A failure of the object store holding tiered segments (:mod:`storage_engine.tiered.object_store`). ``fix``
+    says what the operator does about it (the alert of a tiering task names it); the message ends with it.
+    Nothing local is deleted because of one: the local copies stay until their remote copy is verified."""
+
+    def __init__(self, message: str, fix: str | None = None):
+        self.reason = message
+        self.fix = fix
+        super().__init__(f"{message}; fix: {fix}" if fix else message)
+
+
+class RemoteStoreUnreachableError(RemoteStorageError):
+    """The object store does not answer (connection refused, timed out, reset): retriable, it may come back."""
+
+    retriable = True
+
+    def __init__(self, endpoint: str | None, detail: str):
+        self.endpoint = endpoint
+        where = endpoint or "the default AWS S3 endpoint"
+        super().__init__(f"the object store at {where} is unreachable: {detail}",
+                         f"start the object store at {where} or fix rsm.config.storage.s3.endpoint.url")
+
+
+class RemoteBucketMissingError(RemoteStorageError):
+    """The configured bucket does not exist (the engine never creates one: an operator's decision)."""
+
+    def __init__(self, bucket: str, endpoint: str | None):
+        self.bucket = bucket
+        super().__init__(f"bucket {bucket!r} does not exist in the object store at {endpoint or 'AWS S3'}",
+                         f"create bucket {bucket} or fix rsm.config.storage.s3.bucket.name")
+
+
+class RemoteCredentialsError(RemoteStorageError):
+    """The object store refuses the configured credentials (unknown key id, wrong secret, access denied)."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"the object store refuses the credentials: {detail}",
+                         "fix rsm.config.storage.aws.access.key.id and rsm.config.storage.aws.secret.access.key "
+                         "(or the bucket's access rights)")
+
+
+def _offsets_text(offsets: tuple[int, int] | None) -> str:
+    return f" (offsets {offsets[0]} to {offsets[1]})" if offsets else ""
+
+
+class RemoteObjectMissingError(RemoteStorageError):
+    """An object the metadata names is not in the store (deleted behind the store's back): the records in
+    ``offsets`` (first, last; None when unknown) are lost from remote storage."""
+
+    def __init__(self, key: str, offsets: tuple[int, int] | None = None):
+        self.key, self.offsets = key, offsets
+        super().__init__(f"remote object {key} is missing{_offsets_text(offsets)}",
+                         "restore the object from a backup, or accept the loss (its records are gone)")
+
+
+class RemoteObjectDamagedError(RemoteStorageError):
+    """An object in the store is not what was uploaded (size, checksum or record CRC wrong): never handed out."""
+
+    def __init__(self, key: str, offsets: tuple[int, int] | None = None, detail: str = ""):
+        self.key, self.offsets, self.detail = key, offsets, detail
+        super().__init__(f"remote object {key} is damaged{_offsets_text(offsets)}: {detail}",
+                         "restore the object from a backup, or accept the loss (its records are gone)")
+
+
 def is_retriable(exc: BaseException) -> bool:
     """Whether retrying the operation that raised ``exc`` may succeed: a :class:`StorageError` by its
     ``retriable``; anything else (not raised on purpose, so not known to be permanent) is retriable."""

@@ -90,7 +90,8 @@ LEGACY_UNCLEANABLE_FILE = ".uncleanable-partitions.json"
 NAME_MAX = 255
 
 # Folders LogManager never treats as partitions.
-IGNORED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache", TOPIC_CHANGES_DIR})
+REMOTE_LOG_INDEX_CACHE_DIR = "remote-log-index-cache"   # Kafka's remote index cache; tiered storage's cache
+IGNORED_DIRS = frozenset({"__cluster_metadata-0", REMOTE_LOG_INDEX_CACHE_DIR, TOPIC_CHANGES_DIR})
 # Files Kafka keeps in a log dir root that this engine does not write (a broker's dir may be opened).
 KAFKA_DIR_FILES = frozenset({META_PROPERTIES, "replication-offset-checkpoint", "meta.properties.tmp"})
 

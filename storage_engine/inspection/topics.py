@@ -26,7 +26,7 @@ from typing import TypedDict
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.config_file import MAX_CONFIG_BYTES
-from storage_engine.config_keys import BROKER_DEFAULTS, BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text
+from storage_engine.config_keys import BROKER_DEFAULTS, BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text, is_sensitive
 from storage_engine.durable import read_regular_file
 from storage_engine.errors import PartitionNotFoundError, StorageError
 from storage_engine.inspection.listing import PartitionStatus, list_partition_status
@@ -132,7 +132,7 @@ def broker_configs(config: StorageConfig) -> list[dict]:
         value = values[name] if set_in_file else BROKER_DEFAULTS[name]
         if name in ("log.dirs", "log.dir") and set_in_file:
             value = list(config.log_dirs)      # as resolved (relative to the file, ~ and $VARS expanded)
-        secret = "password" in name
+        secret = is_sensitive(name)
         out.append({"name": name, "value": None if secret else config_text(value), "secret": secret,
                     "source": "config file" if set_in_file else KAFKA_DEFAULT,
                     "kafka_default": None if secret else config_text(BROKER_DEFAULTS[name]),

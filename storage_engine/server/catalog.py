@@ -43,8 +43,11 @@ class Broker(Protocol):
     def topic_id(self, topic: str) -> uuid.UUID: ...
 
 
-def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Raw values checked against Kafka's topic keys; INVALID_CONFIG names the first bad one."""
+def check_configs(configs: Mapping[str, str | None], config: StorageConfig | None = None, topic: str | None = None,
+                  *, creating: bool = True) -> dict[str, str]:
+    """Raw values checked against Kafka's topic keys; INVALID_CONFIG names the first bad one. Given the store's
+    ``config`` and the ``topic``, also Kafka's rules on their combination (:meth:`StorageConfig.check_topic_configs`:
+    min/max compaction lag, remote storage)."""
     out = {}
     for key, value in configs.items():
         if value is None:
@@ -54,6 +57,11 @@ def check_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         out[key] = value
+    if config is not None and topic is not None:
+        try:
+            config.check_topic_configs(topic, out, creating=creating)
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
     return out
 
 
@@ -98,7 +106,7 @@ def create_topic(broker: Broker, topic: str, partitions: int, configs: Mapping[s
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be in [1, {MAX_PARTITIONS}], "
                                                f"got {partitions}")
-    checked = check_configs(configs)
+    checked = check_configs(configs, broker.config, topic)
     if validate_only:
         if topic in broker.topics(fresh=True):
             raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")

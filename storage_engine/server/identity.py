@@ -1,46 +1,26 @@
 """Who this broker is, kept as KRaft keeps it: ``meta.properties`` in every log dir (``version=1``, ``node.id``,
-``cluster.id``, ``directory.id``), a topic id per topic in each partition folder's ``partition.metadata``, and
-producer ids handed out in blocks whose next start is kept in the first log dir, so no id is handed out twice
-across restarts.
-
-Ids are Kafka's ``Uuid``: 16 random bytes shown as URL-safe base64 without padding (22 characters), never the
-reserved zero or one ids, never starting with ``-``.
+``cluster.id``, ``directory.id``), a topic id per topic in each partition folder's ``partition.metadata`` (kept by
+:mod:`storage_engine.log.topic_id`, whose functions are re-exported here), and producer ids handed out in blocks
+whose next start is kept in the first log dir, so no id is handed out twice across restarts.
 """
 from __future__ import annotations
 
-import base64
 import logging
 import os
-import secrets
 import threading
 import time
-import uuid
 
 from storage_engine import layout
 from storage_engine.durable import atomic_write, read_regular_file
 from storage_engine.errors import ConfigError, StorageError
+from storage_engine.log.topic_id import (parse_uuid, random_uuid, read_topic_id, uuid_text,
+                                         write_topic_id)
+
+__all__ = ["PRODUCER_ID_BLOCK", "ProducerIds", "load_meta_properties", "parse_uuid", "random_uuid", "read_topic_id",
+           "uuid_text", "write_topic_id"]
 
 PRODUCER_ID_BLOCK = 1000
 _MAX_BYTES = 64 * 1024
-
-
-def random_uuid() -> uuid.UUID:
-    while True:
-        raw = secrets.token_bytes(16)
-        value = uuid.UUID(bytes=raw)
-        if value.int > 1 and not uuid_text(value).startswith("-"):
-            return value
-
-
-def uuid_text(value: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
-
-
-def parse_uuid(text: str) -> uuid.UUID:
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"{text!r} is not a 16-byte id")
-    return uuid.UUID(bytes=raw)
 
 
 def _properties(path: str) -> dict[str, str] | None:
@@ -83,29 +63,6 @@ def load_meta_properties(log_dirs: list[str], node_id: int) -> str:
                 f"cluster.id={cluster_id}\n")
         atomic_write(os.path.join(d, layout.META_PROPERTIES), text.encode("utf-8"))
     return cluster_id
-
-
-def read_topic_id(partition_dir: str) -> uuid.UUID | None:
-    """The topic id in ``<partition_dir>/partition.metadata`` (``version: 0`` / ``topic_id: <id>``), or None."""
-    try:
-        props = read_regular_file(os.path.join(partition_dir, layout.PARTITION_METADATA), _MAX_BYTES)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, StorageError):
-        return None
-    for line in props.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            try:
-                return parse_uuid(value.strip())
-            except ValueError:
-                return None
-    return None
-
-
-def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
-    atomic_write(os.path.join(partition_dir, layout.PARTITION_METADATA),
-                 f"version: 0\ntopic_id: {uuid_text(topic_id)}\n".encode("ascii"))
 
 
 class ProducerIds:

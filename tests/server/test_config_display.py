@@ -20,7 +20,7 @@ BROKER_FILE = {"log.cleaner.min.cleanable.ratio": 0.25, "log.retention.hours": 7
                "log.preallocate": True, "log.cleanup.policy": ["compact", "delete"], "compression.type": "lz4",
                "log.roll.ms": 7_200_000, "auto.create.topics.enable": False, "num.partitions": 3,
                "sasl.enabled.mechanisms": ["PLAIN", "SCRAM-SHA-256"], "connections.max.idle.ms": 300_000}
-SERVER_KEYS = {k.name for k in BROKER_KEYS.values() if k.feeds == "server"}
+SERVER_KEYS = {k.name for k in BROKER_KEYS.values() if k.feeds in ("server", "remote")}   # broker configs
 TOPIC_FILE = {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.125, "preallocate": True,
               "segment.bytes": 4096, "retention.ms": 3_600_000, "message.timestamp.type": "LogAppendTime"}
 OVER_THE_WIRE = {"min.cleanable.dirty.ratio": "0.375", "cleanup.policy": "delete", "max.message.bytes": "2048",

@@ -54,6 +54,11 @@ KAFKA_TOPIC_DEFAULTS = {
     "preallocate": False,
     "compression_type": "producer",
     "message_timestamp_type": "CreateTime",
+    "remote_storage_enable": False,
+    "local_retention_ms": -2,       # -2: follow retention.ms
+    "local_retention_bytes": -2,
+    "remote_log_copy_disable": False,
+    "remote_log_delete_on_disable": False,
     "partition_leader_epoch": 0,    # the engine's log.partition.leader.epoch: what a single-leader broker stamps
 }
 

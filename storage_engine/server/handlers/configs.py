@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text
+from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text, is_sensitive
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.catalog import check_configs, store_configs
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code, message
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
+_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
 def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[DescribeConfigsResourceResult]:
@@ -51,11 +51,12 @@ def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[DescribeConfigsResou
 
 def _broker_configs(ctx: Ctx, keys: Any) -> list[DescribeConfigsResourceResult]:
     out: list[DescribeConfigsResourceResult] = []
-    for name, value in ctx.broker.config.server.items():
+    config = ctx.broker.config
+    for name, value in {**config.server, **config.remote}.items():
         if keys is not None and name not in keys:
             continue
         spec = BROKER_KEYS[name]
-        sensitive = "password" in name
+        sensitive = is_sensitive(name)
         source = DEFAULT if value == spec.default else STATIC_BROKER
         out.append({"name": name, "value": None if sensitive else config_text(value), "read_only": True,
                     "config_source": source, "is_sensitive": sensitive,
@@ -114,7 +115,7 @@ def _alter_topic(ctx: Ctx, topic: str, ops: Any, validate_only: bool) -> None:
             current[name] = ",".join(items)
         else:
             raise TopicError(ErrorCode.invalid_request, f"unknown config operation {kind} for {name}")
-    checked = check_configs(current)
+    checked = check_configs(current, broker.config, topic, creating=False)
     if not validate_only:
         store_configs(broker, topic, checked)
         logger.info("topic %s configs now %s", topic, checked)
