@@ -129,6 +129,7 @@ def test_the_storage_config_is_composes_with_local_log_dirs(compose, local, tmp_
                                                  for d in original.log_dirs]
     assert set(config.hosts) == set(original.hosts)
     assert config.server["advertised.listeners"] == f"PLAINTEXT://127.0.0.1:{PORTS.broker}"
+    assert config.remote["rsm.config.storage.s3.endpoint.url"] == f"http://127.0.0.1:{PORTS.seaweedfs_s3}"
     for topic in original.topic_overrides:
         assert config.log_config(topic) == original.log_config(topic), topic
 

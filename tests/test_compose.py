@@ -504,3 +504,25 @@ def test_seaweedfs_init_creates_the_bucket_before_airflow_and_the_broker_start(s
     assert identities and all(i["credentials"] for i in identities)
     assert services["seaweedfs-s3"]["ports"] == ["127.0.0.1:8333:8333"]
     assert services["seaweedfs-master"]["ports"] == ["127.0.0.1:9333:9333"]
+
+
+def test_the_storage_config_names_the_s3_gateway_its_bucket_and_identity(services):
+    """Compose's storage config tiers into compose's SeaweedFS: its endpoint is the seaweedfs-s3 service at the
+    port it listens on, its bucket the one seaweedfs-init creates, its key and secret an identity of the gateway."""
+    from urllib.parse import urlsplit
+
+    from storage_engine.tiered.settings import RemoteStorageSettings
+
+    settings = RemoteStorageSettings.of(load_config(REPO / "include" / "config" / "storage.compose.yaml"))
+    assert settings.enabled
+    url = urlsplit(settings.endpoint_url or "")
+    s3 = command_of(services["seaweedfs-s3"])
+    assert (url.scheme, url.hostname, str(url.port)) == ("http", "seaweedfs-s3", _flag(s3, "port"))
+    script = command_of(services["seaweedfs-init"])[-1]
+    assert re.findall(r"s3\.bucket\.create -name ([\w.-]+)", script) == [settings.bucket]
+    identities = json.loads(present(host_path_for(services["seaweedfs-s3"], _flag(s3, "config"))).read_text())
+    creds = [(c["accessKey"], c["secretKey"]) for i in identities["identities"] for c in i["credentials"]]
+    assert (settings.access_key_id, settings.secret_access_key) in creds
+    for name in ("airflow-worker-a", "kafka-broker"):    # the processes that tier and read remote bytes start after
+        deps = services[name]["depends_on"]
+        assert "airflow-init" in deps and services["airflow-init"]["depends_on"]["seaweedfs-init"]
