@@ -46,6 +46,9 @@ STEPS: dict[str, tuple[str, str]] = {
     "retention.manifest": ("retention", "the segment manifest no longer names the doomed segments, none renamed"),
     "retention.partial": ("retention", "the first doomed segment is .deleted"),
     "retention.renamed": ("retention", "every doomed segment is .deleted, the dir not yet fsynced"),
+    # truncation.set_log_start_offset_from_remote (remote retention raising a tiered log's start)
+    "remote-start.published": ("remote-start", "the raised log start offset is in the partition state, not fsynced"),
+    "remote-start.synced": ("remote-start", "the partition state is fsynced, the leader epoch cache not yet cut"),
     # durable.atomic_write (checkpoint files, the clean-shutdown marker, intents)
     "atomic.tmp-written": ("checkpoint", "the temp file is written and fsynced, not yet renamed"),
     "atomic.renamed": ("checkpoint", "the temp file is renamed over the target, the dir not yet fsynced"),

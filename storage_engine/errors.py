@@ -84,6 +84,22 @@ class OffsetOutOfRangeError(StorageError):
     """A read or delete-records request names an offset outside [log start, log end]."""
 
 
+class OffsetInRemoteStorageError(OffsetOutOfRangeError):
+    """A read of a tiered partition names an offset in ``[log start offset, local log start offset)``: its records
+    are no longer in a local segment, only in the remote copy (Kafka: the local log's ``OffsetOutOfRangeException``
+    that the fetch path turns into a remote read). A subclass of :class:`OffsetOutOfRangeError`, so a caller that
+    knows nothing of remote storage behaves as before; one that does reads ``offset`` from the object store."""
+
+    def __init__(self, offset: int, local_log_start_offset: int, message: str | None = None):
+        super().__init__(message or f"offset {offset} is in remote storage (the first local offset is "
+                                    f"{local_log_start_offset})")
+        self.offset = offset
+        self.local_log_start_offset = local_log_start_offset
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.offset, self.local_log_start_offset, str(self))
+
+
 class DataLossError(StorageError):
     """A read of offsets the log once held and lost (a segment deleted or emptied outside the engine), recorded
     at load (:mod:`storage_engine.log.losses`): the read fails instead of skipping them, until an operator

@@ -57,6 +57,7 @@ class PartitionStatus(TypedDict, total=False):
     damage: list[Damage]            # see the module docstring
     # Computed for a page of partitions only:
     log_start_offset: int
+    local_log_start_offset: int     # the first local offset (below it and above the log start: remote storage)
     log_end_offset: int
     recovery_point: int
     cleaner_checkpoint: int | None
@@ -312,6 +313,7 @@ def add_figures(config: StorageConfig, rows: list[PartitionStatus], now_ms: int 
         try:
             with LogSnapshot(config, d, row["topic"], row["partition"], checkpoints=per_dir[d]) as snap:
                 row["log_start_offset"] = snap.log_start_offset
+                row["local_log_start_offset"] = snap.local_log_start_offset
                 row["log_end_offset"] = snap.log_end_offset
                 row["recovery_point"] = snap.recovery_point
                 row["cleaner_checkpoint"] = snap.cleaner_checkpoint

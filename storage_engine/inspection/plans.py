@@ -8,22 +8,28 @@ Plans run the engine's own rules, :func:`storage_engine.maintenance.retention.pl
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from storage_engine.config import StorageConfig
 from storage_engine.errors import StorageError
 from storage_engine.inspection.listing import matching_partitions, missing_partitions
 from storage_engine.inspection.snapshot import LogSnapshot, uncleanable_marks, read_checkpoints
 
+if TYPE_CHECKING:
+    from storage_engine.maintenance.retention import RemoteUpperFor
+
 
 def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None = None, offset: int = 0,
-         limit: int = 100) -> dict:
+         limit: int = 100, remote_upper_for: RemoteUpperFor | None = None) -> dict:
     """What retention and compaction would do as of ``now_ms``, read-only.
 
     ``retention``: for one page of partitions (name order, ``offset``/``limit``), the segments
     :func:`storage_engine.maintenance.retention.plan` would delete and why. ``compaction``: every compacted
     partition ranked by dirty ratio as the cleaner's selection would rank it with ``now_ms`` as the upper
     time bound (a DAG run's interval end), those above ``min.cleanable.dirty.ratio`` (or forced by
-    ``max.compaction.lag.ms``) marked ``eligible``; uncleanable partitions are listed as skipped."""
+    ``max.compaction.lag.ms``) marked ``eligible``; uncleanable partitions are listed as skipped.
+    ``remote_upper_for(topic, partition)``: for a tiered topic, the highest offset with a finished remote copy, as
+    the retention job is given it (without it, a tiered topic's segments go by the log start offset only)."""
     from storage_engine.maintenance import cleaner_manager, retention
     matched = matching_partitions(config, topics)
     retention_rows, unreadable = [], []
@@ -32,9 +38,11 @@ def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None =
         cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
         try:
             with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
-                deletions, future = retention.plan(snap, now_ms)
+                tiered = retention.is_tiered(snap.config)
+                upper = remote_upper_for(topic, partition) if tiered and remote_upper_for is not None else None
+                deletions, future = retention.plan(snap, now_ms, remote_upper=upper)
                 start_after = snap.log_start_offset
-                if deletions:
+                if deletions and not tiered:     # a tiered topic's local deletions keep the log start offset
                     last = deletions[-1].segment.base_offset
                     later = [seg.base_offset for seg in snap.segments if seg.base_offset > last]
                     start_after = max(start_after, min(later) if later else snap.log_end_offset)

@@ -78,7 +78,9 @@ class LogSnapshot:
                 start = max(start, state[0])
             if state[1] != UNKNOWN:
                 recovery = state[1]
-        self.log_start_offset = max(start, bases[0])
+        # As the loader: raised to the first segment, except for a tiered topic (below it, remote storage).
+        self.log_start_offset = start if self.config.remote_storage_enable else max(start, bases[0])
+        self.local_log_start_offset = max(start, bases[0])
         self.log_end_offset = self.segments[-1].read_next_offset()
         self.high_watermark = self.log_end_offset
         self.recovery_point = min(recovery, self.log_end_offset)

@@ -378,12 +378,13 @@ def _check_state(path: str, tp: TopicPartition, cfg: LogConfig, state: Partition
     cleaner_cp = checkpoints[layout.CLEANER_OFFSET_CHECKPOINT].get(tp)
     if in_use and state.log_start_offset != UNKNOWN:
         lso = state.log_start_offset
-    else:  # as the next load would set it (a checkpoint past the end is reported below)
-        lso = min(max(lso_cp or 0, first), leo)
+    else:  # as the next load would set it (a checkpoint past the end is reported below); tiered: as is
+        lso = min((lso_cp or 0) if cfg.remote_storage_enable else max(lso_cp or 0, first), leo)
     first_offset = walk.first_offset if walk.first_offset is not None else leo
     if lso > leo:
         problems.append({"file": path, "message": f"log start offset {lso} is past the log end offset {leo}"})
-    elif walk.contiguous and lso < first_offset:
+    elif walk.contiguous and lso < first_offset and not cfg.remote_storage_enable:
+        # (a tiered topic's offsets below its first local segment are in remote storage)
         problems.append({"file": path, "message": f"offsets [{lso}, {first_offset}) are missing at the start of "
                                                   "a delete-policy topic (its first segment or batches are gone)"})
     for what, value in (("log-start-offset checkpoint", lso_cp), ("recovery-point checkpoint", rp_cp)):

@@ -27,7 +27,8 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.jobs.housekeeping import list_partitions
+from storage_engine.jobs.housekeeping import list_partitions, remote_upper
+from storage_engine.maintenance.retention import RemoteUpperFor
 from storage_engine.jobs.partition import open_isolating
 from storage_engine.jobs.summaries import PartitionFailure, partition_failure
 from storage_engine.log import health
@@ -157,24 +158,28 @@ def _short(name: str, keep: int = 80) -> str:
 
 
 def retention_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int | None = None, *,
-                    dry_run: bool = False) -> BatchResult:
+                    dry_run: bool = False, remote_upper_for: RemoteUpperFor | None = None) -> BatchResult:
     """Retention of each partition of a batch (see :func:`retention`); the log start offsets of the dirs
-    where segments went are checkpointed once at the end."""
+    where segments went are checkpointed once at the end. ``remote_upper_for(topic, partition)``: for a tiered
+    topic, the highest offset with a finished remote copy (see :func:`storage_engine.jobs.housekeeping.retention`;
+    without it, a tiered topic's segments go by the log start offset only)."""
     def act(mgr: LogManager, log: Log, now: int) -> dict:
-        result: dict = dict(retention_mod.run(log, now, dry_run=dry_run))
+        result: dict = dict(retention_mod.run(log, now, dry_run=dry_run,
+                                              remote_upper=remote_upper(log, remote_upper_for)))
         result["size_bytes_after"] = log.size_in_bytes() - (result["bytes_reclaimed"] if dry_run else 0)
         result["segments_after"] = len(log.segments) - (result["segments_deleted"] if dry_run else 0)
         result["log_dir"] = log.log_dir
-        # Offsets below the new log start offset are gone: what an operator calls records removed.
+        # Offsets below the new log start offset are gone: what an operator calls records removed (a tiered
+        # topic's local deletions remove none: their records are in remote storage).
         new_start = result["log_start_offset"]
-        if dry_run and result["segments_deleted"]:        # retention deletes a prefix of the segments
+        if dry_run and result["segments_deleted"] and not result.get("tiered"):   # a prefix of the segments
             kept = log.segments[result["segments_deleted"]:]
             new_start = max(new_start, kept[0].base_offset if kept else log.log_end_offset)
         result["records_removed"] = new_start - result["log_start_offset_before"]
         future = mgr.future_logs.get((log.topic, log.partition))
         if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
             # The copy being made for a move is kept like its partition (Kafka retains future logs too).
-            copy = retention_mod.run(future, now, dry_run=dry_run)
+            copy = retention_mod.run(future, now, dry_run=dry_run, remote_upper=remote_upper(future, remote_upper_for))
             result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
                                 "segments_deleted": copy["segments_deleted"],
                                 "bytes_reclaimed": copy["bytes_reclaimed"]}

@@ -20,7 +20,7 @@ from typing import TypedDict, TypeVar
 from storage_engine.jobs.summaries import (CheckpointResult, ExpireProducersResult, FlushedPartition, FlushResult,
                                            PartitionFailure, ProducerExpiry, partition_failure)
 from storage_engine.maintenance import retention as retention_mod
-from storage_engine.maintenance.retention import PurgeResult, RetentionResult
+from storage_engine.maintenance.retention import PurgeResult, RemoteUpperFor, RetentionResult
 from storage_engine.clock import Clock, clock_at
 from storage_engine.config import StorageConfig
 from storage_engine.errors import PartitionNotFoundError, PartitionUnreadableError
@@ -221,33 +221,46 @@ def flush(config: StorageConfig, now_ms: int | None = None, *, topics: Collectio
             "offline_dirs": offline, "failures": failures}
 
 
+def remote_upper(log: Log, remote_upper_for: RemoteUpperFor | None) -> int | None:
+    """What retention is told of ``log``'s remote copy: for a tiered topic, ``remote_upper_for``'s answer (none
+    known without it: then size and time delete nothing, :mod:`storage_engine.maintenance.retention`)."""
+    if not retention_mod.is_tiered(log.config) or remote_upper_for is None:
+        return None
+    return remote_upper_for(log.topic, log.partition)
+
+
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
-              dry_run: bool = False) -> RetentionResult:
-    """Retention for one partition; advances and checkpoints the log start offset."""
+              dry_run: bool = False, remote_upper_for: RemoteUpperFor | None = None) -> RetentionResult:
+    """Retention for one partition; advances and checkpoints the log start offset. ``remote_upper_for(topic,
+    partition)``: for a tiered topic, the highest offset with a finished remote copy (see :func:`remote_upper`)."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with open_partition(config, clock, topic, partition, read_only=dry_run) as (mgr, log):
         log_health.check_partition(log)
-        result = retention_mod.run(log, now, dry_run=dry_run)
+        result = retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, remote_upper_for))
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])
     return result
 
 
 def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
-                  dry_run: bool = False, failures: list[PartitionFailure] | None = None) -> list[RetentionResult]:
+                  dry_run: bool = False, failures: list[PartitionFailure] | None = None,
+                  remote_upper_for: RemoteUpperFor | None = None) -> list[RetentionResult]:
     """Retention for every partition, and for the copies being made of partitions moving between log dirs
     (Kafka applies retention to future logs too; their results say ``"future": true``). The partitions that
-    cannot be read (:func:`unreadable`) are left alone and added to ``failures``."""
+    cannot be read (:func:`unreadable`) are left alone and added to ``failures``. ``remote_upper_for``: see
+    :func:`retention`."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
+
+    def run(log: Log) -> RetentionResult:
+        return retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, remote_upper_for))
     with open_store(config, clock, topics, read_only=dry_run) as (mgr, bad):
         check_topics(mgr, topics, bad)
         if failures is not None:
             failures += bad
-        results = [retention_mod.run(mgr.logs[tp], now, dry_run=dry_run) for tp in mgr.partitions(topics)
-                   if tp not in _skip(bad)]
-        results += [_future_result(retention_mod.run(mgr.future_logs[tp], now, dry_run=dry_run), mgr.future_logs[tp])
+        results = [run(mgr.logs[tp]) for tp in mgr.partitions(topics) if tp not in _skip(bad)]
+        results += [_future_result(run(mgr.future_logs[tp]), mgr.future_logs[tp])
                     for tp in future_partitions(mgr, topics)]
         if not dry_run and any(r["segments_deleted"] for r in results):
             mgr.checkpoint()

@@ -6,7 +6,8 @@ While the dir is in use (:func:`checkpoint_dir`) the values come from each parti
 the dir's checkpoint lock with the entries of partitions other processes own; entries of partitions no longer in
 the dir are dropped, except those of a partition whose folder vanished or became a file while the engine keeps it
 live there (:mod:`.health`: the evidence stays until an operator acts). The last process to leave a dir (:func:`write_checkpoints_after_close`) writes the values of
-the logs it has just flushed. A log start offset is written only when it is above the first segment's base.
+the logs it has just flushed. A log start offset is written only when it is above the first segment's base, or
+when the topic is tiered (Kafka's rule: its log start offset lies below the first local segment, and must stay).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def checkpoint_dir(log_dir: str, candidates: list[tuple[TopicPartition, Log]]) -
                 continue
             rp[tp] = state.recovery_point if state.recovery_point != UNKNOWN else log.recovery_point
             start = state.log_start_offset if state.log_start_offset != UNKNOWN else log.log_start_offset
-            if start > first_base:
+            if start > first_base or log.remote_log_enabled:
                 lso[tp] = start
         rp_file.write(rp)
         crashpoints.reached("checkpoint.between-files")
@@ -79,7 +80,7 @@ def write_checkpoints_after_close(log_dir: str, logs: list[Log]) -> None:
         tp = (log.topic, log.partition)
         rp[tp] = log.recovery_point
         lso.pop(tp, None)
-        if log.log_start_offset > log.segments[0].base_offset:
+        if log.log_start_offset > log.segments[0].base_offset or log.remote_log_enabled:
             lso[tp] = log.log_start_offset
     rp_file.write(rp)
     lso_file.write(lso)

@@ -12,7 +12,9 @@
    later segment deleted. After a clean shutdown the active segment's tail is validated anyway (from its last
    index entry: cheap), since the marker vouches for nothing written after it: a torn or garbage tail, or an
    index pointing past the data, gets the segment recovered and is reported.
-4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka), except over data found
+4. The log start offset is the checkpoint's, raised to the first segment's base (Kafka; for a topic with
+   ``remote.storage.enable`` the checkpoint as is, Kafka's rule too: the offsets below the first local segment
+   are in remote storage, see ``LocalLog.local_log_start_offset``), except over data found
    lost: a first segment gone, a sealed segment emptied, or a segment the partition's segment manifest names gone
    from the middle (:mod:`storage_engine.log.manifest`; the load then writes the manifest of what it holds) is
    recorded before anything repairs the evidence, and the
@@ -276,7 +278,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     crashpoints.reached("load.resolved")
     # Data found gone is recorded before anything that would erase the evidence (orphan indexes, recovery).
     losses.note(dir_path, losses.orphan_index_losses(dir_path, listing, result.deleted_files, recorded_log_start,
-                                                     now_ms), result.messages)
+                                                     now_ms, tiered=cfg.remote_storage_enable), result.messages)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result), listing=listing)
     log_dir, folder = os.path.split(os.path.abspath(dir_path))
@@ -395,9 +397,14 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     active = segments[-1]
     active.offset_index.resize(cfg.segment_index_bytes)
     active.time_index.resize(cfg.segment_index_bytes)
-    # Kafka's rule (the checkpoint raised to the first segment), unless data found lost lies in between.
-    log_start = losses.kept_log_start(max(log_start_offset_checkpoint, segments[0].base_offset),
-                                      log_start_offset_checkpoint, losses.recorded(dir_path))
+    if cfg.remote_storage_enable:
+        # Kafka's rule for a tiered topic: the checkpoint as is. The offsets below the first local segment are in
+        # remote storage (local retention moved only the local log start offset).
+        log_start = log_start_offset_checkpoint
+    else:
+        # Kafka's rule (the checkpoint raised to the first segment), unless data found lost lies in between.
+        log_start = losses.kept_log_start(max(log_start_offset_checkpoint, segments[0].base_offset),
+                                          log_start_offset_checkpoint, losses.recorded(dir_path))
     # Kafka's load: the epoch cache loses the entries past the log end and below the log start.
     epochs.truncate_from_end(next_offset, write=False)
     epochs.truncate_from_start(log_start, write=False)

@@ -305,6 +305,21 @@ class LocalLog:
         return self.log_end_offset
 
     @property
+    def remote_log_enabled(self) -> bool:
+        """Whether the topic keeps remote copies of its sealed segments (``remote.storage.enable``): its log start
+        offset may then lie below its first local segment, the offsets in between being read from the remote copy."""
+        return self.config.remote_storage_enable
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """Kafka's ``localLogStartOffset``: the first offset a local segment holds, the first segment's base (or the
+        log start offset when above it). Below it and at or above the log start offset, a tiered topic's records
+        are only in remote storage; elsewhere it equals the log start offset (unless offsets were lost below the
+        first segment, :mod:`storage_engine.log.losses`)."""
+        first = self.segment_list[0].base_offset if len(self.segment_list) else self.log_start_offset
+        return max(first, self.log_start_offset)
+
+    @property
     def last_stable_offset(self) -> int:
         """The LSO: the first offset of the earliest open transaction, else the high watermark."""
         first = self.producer_state.first_unstable_offset()

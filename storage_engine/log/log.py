@@ -6,7 +6,9 @@ removing files), with the locking rule in its docstring. The work of each operat
 functions that take the ``LocalLog``: :mod:`storage_engine.log.appends`, :mod:`storage_engine.log.reads`,
 :mod:`storage_engine.log.truncation` and :mod:`storage_engine.log.replace`.
 
-Offsets: the log start offset (first readable offset, raised by delete-records and retention), the recovery
+Offsets: the log start offset (first readable offset, raised by delete-records and retention; for a tiered topic,
+by remote retention, while local retention raises only the local log start offset, the first offset a local
+segment holds: the offsets in between are read from remote storage), the recovery
 point (everything below it is fsynced), the log end offset (LEO, the next offset to assign). This engine is a
 single node with no replicas, so the **high watermark is the log end offset**: every appended record is
 "committed" as soon as it is written, and retention may delete up to the active segment.
@@ -156,16 +158,20 @@ class Log(LocalLog):
         return truncation.truncate_to(self, offset)
 
     @guarded
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        """Delete every segment and start the log empty at ``offset``; the log start offset becomes
+        ``log_start_offset`` (at most ``offset``; default ``offset``)."""
         now = self.clock.milliseconds()
         with self.locked():
-            truncation.truncate_fully_locked(self, offset, now)
+            truncation.truncate_fully_locked(self, offset, now, log_start_offset)
 
-    def delete_segments_locked(self, segments: list[LogSegment], now: int) -> list[LogSegment]:
+    def delete_segments_locked(self, segments: list[LogSegment], now: int, *,
+                               move_log_start: bool = True) -> list[LogSegment]:
         """Delete a prefix of segments (retention; caller holds the lock with a fresh view), rolling first if
-        every segment would go (:func:`storage_engine.log.truncation.delete_segments_locked`). Returns the
+        every segment would go (:func:`storage_engine.log.truncation.delete_segments_locked`); ``move_log_start``
+        False: a tiered topic's local retention, which moves only the local log start offset. Returns the
         segments actually deleted."""
-        return truncation.delete_segments_locked(self, segments, now)
+        return truncation.delete_segments_locked(self, segments, now, move_log_start=move_log_start)
 
     def replace_segments(self, new_segment: LogSegment | None, old_segments: list[LogSegment],
                          identity: list[tuple[int, int]], now_ms: int, *, delete_after: bool = False) -> bool:
@@ -183,6 +189,13 @@ class Log(LocalLog):
         """Raise the log start offset (DeleteRecords). ``-1`` means the high watermark. Segments below it go
         at the next retention pass. Returns the new log start offset."""
         return truncation.delete_records(self, offset)
+
+    @guarded
+    def set_log_start_offset_from_remote(self, offset: int) -> int:
+        """Raise a tiered log's start offset after remote retention deleted the remote segments below ``offset``
+        (Kafka's ``updateLogStartOffsetFromRemoteTier``), durably; never lowers it
+        (:func:`storage_engine.log.truncation.set_log_start_offset_from_remote`). Returns the log start offset."""
+        return truncation.set_log_start_offset_from_remote(self, offset)
 
     def expire_producers(self, now_ms: int, expiration_ms: int, *, dry_run: bool = False) -> list[int]:
         """Forget the producers without an open transaction whose last write is ``expiration_ms`` old (Kafka's
@@ -239,7 +252,8 @@ class Log(LocalLog):
     def _describe(self) -> dict:
         return {
             "topic": self.topic, "partition": self.partition, "dir": self.dir, "future": self.is_future,
-            "log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
+            "log_start_offset": self.log_start_offset, "local_log_start_offset": self.local_log_start_offset,
+            "remote_storage_enable": self.remote_log_enabled, "log_end_offset": self.log_end_offset,
             "high_watermark": self.high_watermark, "last_stable_offset": self.last_stable_offset,
             "recovery_point": self.recovery_point, "producers": len(self.producer_state.producers),
             "open_transactions": len(self.producer_state.ongoing_txns),

@@ -151,9 +151,11 @@ def _explained(names: Iterable[str], removed: Iterable[str]) -> set[int]:
 
 
 def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[str], recorded_start: int | None,
-                        now_ms: int) -> list[LostRange]:
+                        now_ms: int, *, tiered: bool = False) -> list[LostRange]:
     """Ranges whose ``.log`` is gone while an index holding entries is left (see the module docstring). ``names``:
-    the folder's names; ``removed``: names a load removed just before (``.deleted`` files past their delay)."""
+    the folder's names; ``removed``: names a load removed just before (``.deleted`` files past their delay).
+    ``tiered`` (``remote.storage.enable``): below the first ``.log`` local retention deleted it (its offsets are
+    in remote storage; the log start offset stays below them), which is no loss."""
     logs = sorted(o for n in names if n.endswith(layout.LOG_SUFFIX) and (o := layout.named_offset(n)) is not None)
     if not logs:
         return []
@@ -168,6 +170,8 @@ def orphan_index_losses(dir_path: str, names: Sequence[str], removed: Iterable[s
             continue
         if recorded_start is not None and base < recorded_start:
             continue     # below the log start offset: retention deleted it (a kill between its renames)
+        if tiered and base < logs[0]:
+            continue     # below the local log start offset: local retention deleted it (likewise)
         if not _holds_entries(os.path.join(dir_path, n)):
             continue
         seen.add(base)
@@ -209,8 +213,8 @@ def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base
     the load's swap resolution just removed: a swap of the first group whose output was empty and dropped (its
     ``.log.swap`` or the ``.log`` it replaced is among them) explains the range, as the finished swap would have
     moved the log start past it."""
-    if recorded_start is None or recorded_start >= first_base:
-        return []
+    if recorded_start is None or recorded_start >= first_base or cfg.remote_storage_enable:
+        return []   # a tiered topic's offsets below its first local segment are in remote storage
     removed = list(removed)
     going = [n for n in names if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX,
                                              layout.LOG_SUFFIX + layout.SWAP_SUFFIX))]
@@ -284,7 +288,7 @@ def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases
     manifest's bases read with ``names`` (None: read it now)."""
     dir_path = os.path.join(log_dir, folder)
     known, err = read(log_dir, folder)
-    found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms)
+    found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms, tiered=cfg.remote_storage_enable)
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)

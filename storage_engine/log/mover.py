@@ -347,14 +347,22 @@ def discard_future(log_dir: str, folder: str, topic: str, partition: int, now_ms
     return renamed
 
 
+def _copy_start(log: Log) -> int:
+    """The first offset a copy holds: the log start offset, or a tiered log's local log start offset (only the local
+    segments are copied: the offsets below them are in remote storage)."""
+    return log.local_log_start_offset if log.remote_log_enabled else log.log_start_offset
+
+
 def _first_batch_base(log: Log) -> int:
-    """The base offset of the batch holding the log start offset (the log start offset if the log is empty)."""
-    data = log.read(log.log_start_offset, 1)
+    """The base offset of the batch holding the copy's first offset (:func:`_copy_start`; that offset if the log is
+    empty)."""
+    start = _copy_start(log)
+    data = log.read(start, 1)
     if data is None or not data.data:
-        return log.log_start_offset
+        return start
     for batch in iter_batches(data.data, 0, len(data.data), log.name):
-        return min(batch.base_offset, log.log_start_offset)
-    return log.log_start_offset
+        return min(batch.base_offset, start)
+    return start
 
 
 def _last_batch_bytes(log: Log) -> tuple[int, bytes] | None:
@@ -376,7 +384,7 @@ def _same_tail(current: Log, future: Log) -> bool:
     if tail is None:
         return True
     last_offset, raw = tail
-    if last_offset >= current.log_end_offset or last_offset < current.log_start_offset:
+    if last_offset >= current.log_end_offset or last_offset < _copy_start(current):
         return False
     data = current.read(last_offset, 1)
     if data is None:
@@ -392,14 +400,16 @@ def _reconcile(current: Log, future: Log) -> None:
     """Make the future log a prefix of the current one: start it over when the current log was truncated
     under it, or its start moved past the future's end (retention), or it was never written."""
     restart = (future.log_end_offset > current.log_end_offset
-               or future.log_end_offset < current.log_start_offset
+               or future.log_end_offset < _copy_start(current)
                or (future.log_end_offset == future.log_start_offset and future.size_in_bytes() == 0)
                or not _same_tail(current, future))
     if restart:
         start = _first_batch_base(current)
         if future.size_in_bytes() or future.log_end_offset != start:
             logger.info("starting the copy of %s over at offset %d", current.name, start)
-        future.truncate_fully_and_start_at(start)
+        # A tiered log's copy keeps its log start offset below the local segments (Kafka's logStartOffsetOpt).
+        future.truncate_fully_and_start_at(start, min(current.log_start_offset, start)
+                                           if current.remote_log_enabled else None)
         _seed_producer_state(current, future, start)
     _carry_log_start(current, future)
 
@@ -429,7 +439,7 @@ def _carry_log_start(current: Log, future: Log) -> None:
 def _copy_round(current: Log, future: Log) -> int:
     """Copy what the current log holds now, from the future's end; returns the bytes copied."""
     current.refresh()
-    if future.log_end_offset < current.log_start_offset or future.log_end_offset > current.log_end_offset:
+    if future.log_end_offset < _copy_start(current) or future.log_end_offset > current.log_end_offset:
         _reconcile(current, future)
     copied = 0
     end = current.log_end_offset

@@ -16,7 +16,9 @@ recovery runs. Each partition is read as the next writable open would find it, i
 * the bytes at the end of the active segment that do not parse (a writer killed mid-append) are not read; the
   next writable open truncates them;
 * the log start offset is the shared state's (else the checkpoint's), raised to the first segment's base except
-  over offsets recorded lost (:func:`storage_engine.log.losses.kept_log_start`), as the loader does; the
+  over offsets recorded lost (:func:`storage_engine.log.losses.kept_log_start`), and kept as is for a tiered
+  topic (``remote.storage.enable``: the offsets below the first local segment are in remote storage), as the
+  loader does; the
   producer state is rebuilt from the snapshots and the batches after them without writing a snapshot.
 
 A read-only log refreshes itself as a reader does (:mod:`storage_engine.log.view`): growth of the active segment
@@ -129,7 +131,9 @@ def _read_once(log_dir: str, folder: str, name: str, config: LogConfig, state: P
     for seg in found[:-1]:
         if seg.is_open:
             seg.release()
-    log_start = losses.kept_log_start(max(lso_cp, segments[0].base_offset), lso_cp, recorded + unrecorded)
+    # As the loader: a tiered topic keeps the recorded log start offset as is (below it, remote storage).
+    log_start = (lso_cp if config.remote_storage_enable else
+                 losses.kept_log_start(max(lso_cp, segments[0].base_offset), lso_cp, recorded + unrecorded))
     psm = ProducerStateManager(dir_path, name)
     # The end: the last whole batch of the active segment (a torn tail is not read).
     holder = _TailReader(name, dir_path, config, segments, psm)
@@ -287,6 +291,9 @@ class ReadOnlyLog(Log):
 
     def delete_records(self, *args: Any, **kwargs: Any) -> Any:
         self._refused("deleting records")
+
+    def set_log_start_offset_from_remote(self, *args: Any, **kwargs: Any) -> Any:
+        self._refused("raising the log start offset")
 
     def publish(self, *, bump: bool) -> None:
         self._refused("publishing the shared state")

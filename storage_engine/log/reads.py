@@ -1,7 +1,9 @@
 """Reading a log as Kafka's fetch and consumer do: whole checked batches, records in offset order, the
 ``read_committed`` filter, aborted transactions, the offset for a timestamp.
 
-Reads take no lock. Every batch is checked (CRC and offset order, Kafka's consumer ``check.crcs``): damage is a
+A tiered topic's offsets in ``[log start offset, local log start offset)`` are only in remote storage: a read of
+them raises :class:`OffsetInRemoteStorageError` (an :class:`OffsetOutOfRangeError`), which the remote reader
+catches. Reads take no lock. Every batch is checked (CRC and offset order, Kafka's consumer ``check.crcs``): damage is a
 :class:`CorruptRecordError` naming file and position. A read that fails because another process changed the
 partition under it (a segment renamed away, a torn tail cut) refreshes the view and retries, up to
 :data:`READ_ATTEMPTS` times: the change moved the generation before its first rename, so the refresh waits for
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from storage_engine.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, StorageIOError
+from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetInRemoteStorageError,
+                                   OffsetOutOfRangeError, StorageIOError)
 from storage_engine.log import losses
 from storage_engine.log.local_log import LocalLog
 from storage_engine.record.legacy_records import LegacyBatch
@@ -58,6 +61,13 @@ def _check_range(log: LocalLog, offset: int) -> None:
         raise OffsetOutOfRangeError(
             f"offset {offset} is out of range for {log.name}: log start offset "
             f"{log.log_start_offset}, log end offset {log.log_end_offset}")
+    if log.remote_log_enabled:
+        local_start = log.local_log_start_offset
+        if offset < local_start:
+            # Kafka's local log refuses it the same way; the remote reader serves it from the object store.
+            raise OffsetInRemoteStorageError(
+                offset, local_start, f"offset {offset} of {log.name} is in remote storage: the log start offset is "
+                                     f"{log.log_start_offset}, the first local offset {local_start}")
     losses.check_read(log, offset)   # offsets the log lost are an error, never skipped
 
 

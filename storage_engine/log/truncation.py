@@ -73,8 +73,13 @@ def _ensure_active_writable(log: LocalLog, now: int) -> None:
     log.segment_list.add(seg)
 
 
-def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
-    """Delete every segment and start the log empty at ``offset`` (the lock is held)."""
+def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset: int | None = None) -> None:
+    """Delete every segment and start the log empty at ``offset`` (the lock is held). ``log_start_offset``: the
+    log start offset to keep, at or below ``offset`` (Kafka's ``logStartOffsetOpt``: a tiered log's copy starts at
+    its first local offset while its log start offset stays below, in remote storage); default ``offset``."""
+    if log_start_offset is not None and log_start_offset > offset:
+        raise OffsetOutOfRangeError(f"cannot start {log.name} at offset {offset} with a log start offset "
+                                    f"{log_start_offset} above it")
     log.publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()
@@ -93,7 +98,7 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
         keep.truncate_to(offset, now)
     else:
         log.segment_list.add(seg)
-    log.log_start_offset = offset
+    log.log_start_offset = offset if log_start_offset is None else log_start_offset
     log.log_end_offset = offset
     log.recovery_point = offset
     log.leader_epochs.clear()   # Kafka's clearAndFlush: 0\n0\n
@@ -104,12 +109,15 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int) -> None:
     log.publish(bump=True)
 
 
-def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) -> list[LogSegment]:
+def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int, *,
+                           move_log_start: bool = True) -> list[LogSegment]:
     """Delete a prefix of segments (retention; the caller holds the lock with a fresh view).
 
     Kafka's ``deleteSegments``: if every segment would go, roll first so an empty active segment remains; the
     log start offset moves to the base of the segment after the last one deleted; files are renamed to
-    ``.deleted`` and purged after ``file.delete.delay.ms``. Returns the segments actually deleted."""
+    ``.deleted`` and purged after ``file.delete.delay.ms``. Returns the segments actually deleted.
+    ``move_log_start`` False (local retention of a tiered topic, whose deleted segments have a remote copy): only
+    the local log start offset moves (it is the first segment's base), the log start offset stays."""
     if not segments:
         return []
     if len(segments) == len(log.segment_list):
@@ -124,7 +132,7 @@ def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) 
     # done (this one died) sees segments below the log start offset, which the next pass deletes.
     before = log.log_start_offset
     following = log.segment_list.base_after(segments[-1])
-    if following is not None and following > log.log_start_offset:
+    if move_log_start and following is not None and following > log.log_start_offset:
         log.log_start_offset = following
     log.publish(bump=True)
     crashpoints.reached("retention.published")
@@ -155,6 +163,29 @@ def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int) 
         log.leader_epochs.sync(log.view.generation).truncate_from_start(log.log_start_offset)
     log.publish(bump=True)
     return segments
+
+
+def set_log_start_offset_from_remote(log: LocalLog, offset: int) -> int:
+    """Raise a tiered log's start offset to ``offset`` after remote retention deleted the remote segments below it
+    (Kafka's ``updateLogStartOffsetFromRemoteTier``): never lowered, at most to the high watermark. Durable when it
+    returns: the new start is published in the partition's state with the lock file fsynced (the load takes the
+    larger of it and the dir's checkpoint, which the next checkpoint writes), so no crash, of the process or the
+    machine, brings back offsets whose remote copy is gone. Local segments wholly below it go at the next retention
+    pass. Also for a topic whose remote storage was turned off (``remote.log.delete.on.disable``), once its remote
+    segments are deleted. Returns the log start offset."""
+    with log.locked():
+        if offset < 0 or offset > log.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot raise the log start offset of {log.name} to {offset} from remote storage: it must be in "
+                f"[0, high watermark {log.high_watermark}]")
+        if offset > log.log_start_offset:
+            log.log_start_offset = offset
+            log.publish(bump=True)
+            crashpoints.reached("remote-start.published")
+            log.lock.sync_state()
+            crashpoints.reached("remote-start.synced")
+            log.leader_epochs.sync(log.view.generation).truncate_from_start(offset)
+        return log.log_start_offset
 
 
 def delete_records(log: LocalLog, offset: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 
 import pytest
 
@@ -21,9 +22,10 @@ from tests.storage_engine.helpers import manual_clock
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
-BATCH_JOBS = {"retention": batches.retention_batch, "checkpoint": batches.checkpoint_batch,
-              "flush": lambda cfg, parts, now: batches.flush_batch(cfg, parts, now, due_only=False),
-              "expire_producers": batches.expire_producers_batch}
+BATCH_JOBS: dict[str, Callable[..., batches.BatchResult]] = {
+    "retention": batches.retention_batch, "checkpoint": batches.checkpoint_batch,
+    "flush": lambda cfg, parts, now: batches.flush_batch(cfg, parts, now, due_only=False),
+    "expire_producers": batches.expire_producers_batch}
 
 
 @pytest.fixture

@@ -166,7 +166,8 @@ def test_describe(logs):
     d = log.describe()
     segs = d.pop("segments")
     assert d == {"topic": log.topic, "partition": log.partition, "dir": log.dir, "future": False,
-                 "log_start_offset": 0, "log_end_offset": 3, "high_watermark": 3, "last_stable_offset": 2,
+                 "log_start_offset": 0, "local_log_start_offset": 0, "remote_storage_enable": False,
+                 "log_end_offset": 3, "high_watermark": 3, "last_stable_offset": 2,
                  "recovery_point": 2, "producers": 1, "open_transactions": 1, "size_bytes": log.size_in_bytes()}
     assert [(s["base_offset"], s["size_bytes"], s["largest_timestamp"]) for s in segs] == [
         (0, 2 * size_of("a"), T0 + 2), (2, log.active_segment.size, T0 + 3)]

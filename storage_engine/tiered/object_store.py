@@ -1,0 +1,304 @@
+"""The S3 object store holding remote segments (SeaweedFS's S3 gateway, or any S3), through boto3.
+
+Client: boto3 with s3transfer (pinned ``boto3``: the S3 client every Python S3 user knows, with multipart uploads
+of parallel parts and ranged GETs; how it compares with ``obstore`` is measured by the benchmarks), one client per
+:class:`ObjectStore`, shared by threads (boto3 clients are thread-safe). Uploads of files of :data:`PART_BYTES` or more go up in parts, several at once.
+
+Verification (:meth:`ObjectStore.verify`): the object's size and its ETag, read back with a HEAD, must equal the
+file's size and the ETag computed locally from the same bytes with the same part size: the MD5 of the file for a
+single PUT, the MD5 of the parts' MD5s followed by ``-<parts>`` for a multipart upload. The store computes its ETag
+from the bytes it received (boto3 sends no Content-MD5 for it to echo), so an equal ETag means the store holds what
+was read locally; an object replaced behind the store's back has another ETag, and one missing answers 404.
+SeaweedFS computes both forms as S3 does (tests/tiered/test_object_store.py checks it against a real ``weed``).
+
+Failures are the :class:`~storage_engine.errors.RemoteStorageError` subclasses, each with the operator's fix:
+unreachable (connection refused, timed out, reset: retriable), bucket missing, credentials refused, object missing,
+object damaged. A write first checks that the bucket exists: SeaweedFS creates a missing bucket on a PUT, and the
+engine never creates one (a mistyped bucket name must fail, not start a new bucket). Timeouts are short and retries bounded, so a dead store fails a task in seconds: a refused
+connection fails after :data:`MAX_ATTEMPTS` tries (0.1 s measured against a killed ``weed``), a store that accepts
+and never answers after :data:`READ_TIMEOUT_S` per try (30 s in all against a stopped one).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, TypeVar
+
+import boto3
+import botocore.exceptions as bex
+from boto3.s3.transfer import TransferConfig, create_transfer_manager
+from botocore.config import Config
+from s3transfer.utils import ChunksizeAdjuster
+
+from storage_engine.errors import (RemoteBucketMissingError, RemoteCredentialsError, RemoteObjectDamagedError,
+                                   RemoteObjectMissingError, RemoteStorageError, RemoteStoreUnreachableError)
+from storage_engine.tiered.settings import RemoteStorageSettings
+
+__all__ = ["ObjectStore", "Uploaded", "ListedObject", "etag_of_file", "PART_BYTES"]
+
+PART_BYTES = 8 * 1024 * 1024        # multipart threshold and part size (s3transfer's defaults)
+CONCURRENT_PARTS = 4
+CONNECT_TIMEOUT_S = 3.0
+READ_TIMEOUT_S = 10.0
+MAX_ATTEMPTS = 3                    # botocore's "standard" retry mode: the first try and two retries
+DELETE_BATCH = 1000                 # S3's DeleteObjects limit
+_READ_BYTES = 1024 * 1024
+
+_T = TypeVar("_T")
+Offsets = tuple[int, int] | None
+_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden",
+                     "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed"}
+_MISSING_OBJECT_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+class Uploaded(NamedTuple):
+    key: str
+    size: int
+    checksum: str          # the ETag the store must give back (see the module docstring), without quotes
+
+
+class ListedObject(NamedTuple):
+    key: str
+    size: int
+
+
+def etag_of_file(path: str, part_bytes: int = PART_BYTES) -> tuple[int, str]:
+    """``(size, ETag)`` of the file as S3 computes the ETag of an upload of it by :meth:`ObjectStore.upload` (whole
+    when smaller than ``part_bytes``, else in parts of s3transfer's size for it)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < part_bytes:
+            md5 = hashlib.md5(usedforsecurity=False)
+            while chunk := f.read(_READ_BYTES):
+                md5.update(chunk)
+            return size, md5.hexdigest()
+        part = ChunksizeAdjuster().adjust_chunksize(part_bytes, size)
+        digests = []
+        while True:
+            md5, got = hashlib.md5(usedforsecurity=False), 0
+            while got < part and (chunk := f.read(min(part - got, _READ_BYTES))):
+                md5.update(chunk)
+                got += len(chunk)
+            if got:
+                digests.append(md5.digest())
+            if got < part:
+                break
+        return size, f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
+
+
+class ObjectStore:
+    """The bucket of ``settings`` (:class:`RemoteStorageSettings`). Never creates the bucket."""
+
+    def __init__(self, settings: RemoteStorageSettings, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 read_timeout_s: float = READ_TIMEOUT_S, max_attempts: int = MAX_ATTEMPTS) -> None:
+        self.settings = settings
+        self.bucket = settings.bucket
+        self.endpoint_url = settings.endpoint_url
+        config = Config(connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
+                        retries={"mode": "standard", "total_max_attempts": max_attempts},
+                        s3={"addressing_style": "path" if settings.path_style else "virtual"},
+                        max_pool_connections=2 * CONCURRENT_PARTS + 4, tcp_keepalive=True)
+        self.client: Any = boto3.session.Session().client(
+            "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config,
+            aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key)
+        self._transfer_config = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES,
+                                               max_concurrency=CONCURRENT_PARTS, use_threads=True,
+                                               preferred_transfer_client="classic")
+        self._manager: Any = None
+        self._mutex = threading.Lock()
+
+    # -- errors ------------------------------------------------------------------------------------------------
+
+    def _translate(self, exc: Exception, key: str | None, offsets: Offsets) -> Exception:
+        """The :class:`RemoteStorageError` ``exc`` (a botocore failure) stands for."""
+        if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
+                            bex.ConnectionClosedError, bex.ProxyConnectionError)):
+            return RemoteStoreUnreachableError(self.endpoint_url, str(exc))
+        if isinstance(exc, bex.HTTPClientError):      # a connection reset or another transport failure
+            return RemoteStoreUnreachableError(self.endpoint_url, str(exc))
+        if isinstance(exc, bex.NoCredentialsError):
+            return RemoteCredentialsError("no credentials are configured (rsm.config.storage.aws.access.key.id)")
+        if not isinstance(exc, bex.ClientError):
+            return exc
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code == "NoSuchBucket":
+            return RemoteBucketMissingError(self.bucket, self.endpoint_url)
+        if code in _CREDENTIAL_CODES or status == 403:
+            return RemoteCredentialsError(f"{code}: {error.get('Message') or 'access denied'}")
+        if key is not None and (code in _MISSING_OBJECT_CODES or status == 404):
+            return RemoteObjectMissingError(key, offsets)
+        failed = RemoteStorageError(f"the object store at {self.endpoint_url} failed: {code} "
+                                    f"{error.get('Message') or ''}".rstrip(),
+                                    "see the object store's log; the operation is retried by the next run")
+        failed.retriable = status is None or status >= 500
+        return failed
+
+    def _call(self, operation: Callable[[], _T], key: str | None = None, offsets: Offsets = None) -> _T:
+        try:
+            return operation()
+        except (bex.BotoCoreError, bex.ClientError) as exc:
+            translated = self._translate(exc, key, offsets)
+            if isinstance(translated, RemoteObjectMissingError) and not self._bucket_exists():
+                raise RemoteBucketMissingError(self.bucket, self.endpoint_url) from exc
+            raise translated from exc
+
+    def _require_bucket(self) -> None:
+        """Raise :class:`RemoteBucketMissingError` unless the bucket exists. Asked before every write: SeaweedFS
+        (like some other S3 stores) creates a missing bucket on a PUT, which would hide a mistyped bucket name."""
+        def head() -> None:
+            self.client.head_bucket(Bucket=self.bucket)
+        try:
+            self._call(head)
+        except RemoteStorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, bex.ClientError) and str(cause.response.get("Error", {}).get("Code")) in (
+                    "404", "NoSuchBucket", "NotFound"):
+                raise RemoteBucketMissingError(self.bucket, self.endpoint_url) from cause
+            raise
+
+    def _bucket_exists(self) -> bool:
+        """Whether the bucket exists (a 404 of a HEAD says not which is missing, the bucket or the object)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return True
+        except bex.ClientError as exc:
+            return str(exc.response.get("Error", {}).get("Code")) not in ("404", "NoSuchBucket", "NotFound")
+        except bex.BotoCoreError:
+            return True
+
+    # -- writing -----------------------------------------------------------------------------------------------
+
+    def _transfer_manager(self) -> Any:
+        with self._mutex:
+            if self._manager is None:
+                self._manager = create_transfer_manager(self.client, self._transfer_config)
+            return self._manager
+
+    def upload(self, key: str, path: str) -> Uploaded:
+        """Upload the file at ``path`` as ``key`` (in parts when large) and return its size and the ETag the store
+        must have computed for it (:meth:`verify` checks both). The ETag is computed locally while the upload runs."""
+        self._require_bucket()
+        with ThreadPoolExecutor(1, thread_name_prefix="etag") as hasher:
+            expected = hasher.submit(etag_of_file, path, PART_BYTES)
+            future = self._transfer_manager().upload(path, self.bucket, key)
+            self._call(future.result, key)
+            size, etag = expected.result()
+        return Uploaded(key, size, etag)
+
+    def put(self, key: str, data: bytes) -> Uploaded:
+        """Store ``data`` as ``key`` in one request (small objects)."""
+        self._require_bucket()
+        self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data), key)
+        return Uploaded(key, len(data), hashlib.md5(data, usedforsecurity=False).hexdigest())
+
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete ``keys`` (absent ones are no error, as in S3), in batches of :data:`DELETE_BATCH`."""
+        pending = list(dict.fromkeys(keys))
+        for start in range(0, len(pending), DELETE_BATCH):
+            batch = [{"Key": k} for k in pending[start:start + DELETE_BATCH]]
+            answer = self._call(lambda: self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}))
+            errors = answer.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise RemoteStorageError(f"the object store did not delete {len(errors)} of {len(batch)} objects; "
+                                         f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}",
+                                         "see the object store's log; the next run deletes them again")
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    def head(self, key: str, offsets: Offsets = None) -> tuple[int, str]:
+        """``(size, ETag without quotes)`` of ``key``; :class:`RemoteObjectMissingError` when absent."""
+        answer = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=key), key, offsets)
+        return int(answer["ContentLength"]), str(answer.get("ETag", "")).strip('"')
+
+    def verify(self, key: str, size: int, checksum: str, offsets: Offsets = None) -> None:
+        """Check that ``key`` holds what was uploaded (``size`` and ``checksum`` from :meth:`upload`): raises
+        :class:`RemoteObjectMissingError` or :class:`RemoteObjectDamagedError` naming ``offsets``."""
+        found_size, found = self.head(key, offsets)
+        if found_size != size:
+            raise RemoteObjectDamagedError(key, offsets, f"{found_size} bytes where {size} were uploaded")
+        if found != checksum:
+            raise RemoteObjectDamagedError(key, offsets, f"its ETag is {found!r} where the uploaded bytes give "
+                                                         f"{checksum!r}")
+
+    def get(self, key: str, offsets: Offsets = None) -> bytes:
+        """The whole object ``key``."""
+        def read() -> bytes:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key)
+            return bytes(answer["Body"].read())
+        return self._call(read, key, offsets)
+
+    def get_range(self, key: str, start: int, end_exclusive: int, offsets: Offsets = None) -> bytes:
+        """Bytes ``[start, end_exclusive)`` of ``key``; :class:`RemoteObjectDamagedError` when the object is shorter
+        than that (it was whole when verified)."""
+        if start < 0 or end_exclusive < start:
+            raise ValueError(f"bad byte range [{start}, {end_exclusive}) of {key}")
+        if end_exclusive == start:
+            return b""
+
+        def read() -> bytes:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end_exclusive - 1}")
+            return bytes(answer["Body"].read())
+        try:
+            data = self._call(read, key, offsets)
+        except RemoteStorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, bex.ClientError) and cause.response.get("Error", {}).get("Code") == "InvalidRange":
+                raise RemoteObjectDamagedError(key, offsets, f"it ends before byte {start}") from exc
+            raise
+        if len(data) != end_exclusive - start:
+            raise RemoteObjectDamagedError(key, offsets, f"bytes [{start}, {end_exclusive}) asked, "
+                                                         f"{len(data)} given: the object is shorter")
+        return data
+
+    def list(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Every object whose key starts with ``prefix``, in key order."""
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call(lambda: self.client.list_objects_v2(**kwargs))
+            for item in page.get("Contents") or ():
+                yield ListedObject(str(item["Key"]), int(item["Size"]))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    # -- health ------------------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """The store as an operator sees it; never raises: ``{"endpoint", "bucket", "reachable", "bucket_exists",
+        "credentials_ok", "latency_ms", "error", "fix"}`` (None where the check could not get that far)."""
+        out: dict[str, Any] = {"endpoint": self.endpoint_url, "bucket": self.bucket, "reachable": False,
+                               "bucket_exists": None, "credentials_ok": None, "latency_ms": None, "error": None,
+                               "fix": None}
+        began = time.monotonic()
+        try:
+            self._call(lambda: self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1))
+            out.update(reachable=True, bucket_exists=True, credentials_ok=True)
+        except RemoteStoreUnreachableError as exc:
+            out.update(error=exc.reason, fix=exc.fix)
+        except RemoteBucketMissingError as exc:
+            out.update(reachable=True, bucket_exists=False, credentials_ok=True, error=exc.reason, fix=exc.fix)
+        except RemoteCredentialsError as exc:
+            out.update(reachable=True, credentials_ok=False, error=exc.reason, fix=exc.fix)
+        except Exception as exc:   # noqa: BLE001 - health answers, whatever went wrong
+            out.update(reachable=isinstance(exc, RemoteStorageError), error=str(exc),
+                       fix=getattr(exc, "fix", None))
+        out["latency_ms"] = round((time.monotonic() - began) * 1000, 1)
+        return out
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._manager is not None:
+                self._manager.shutdown()
+                self._manager = None
+        self.client.close()
