@@ -21,6 +21,7 @@ import random
 import re
 import stat
 import types
+from urllib.parse import urlsplit
 from collections.abc import Mapping
 from typing import Any
 from dataclasses import dataclass, field
@@ -123,6 +124,7 @@ class LogConfig:
         return result
 
 
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")    # S3's bucket naming rules (3 to 63 characters)
 LOCAL_FOLLOWS_RETENTION = -2     # local.retention.* = -2: the local log follows retention.* (Kafka's default)
 
 
@@ -170,6 +172,38 @@ def check_remote_storage_change(was_enabled: bool, new: LogConfig) -> None:
                           "remote data; to keep the remote data read-only set remote.storage.enable=true and "
                           "remote.log.copy.disable=true, to delete it set remote.storage.enable=false and "
                           "remote.log.delete.on.disable=true")
+
+
+def check_remote_store(remote: Mapping[str, Any]) -> None:
+    """With ``remote.log.storage.system.enable``, the object store must be named well enough to reach it: an
+    http(s) endpoint URL, a valid S3 bucket name, both credentials or neither. ConfigError naming the key."""
+    endpoint = remote.get("rsm.config.storage.s3.endpoint.url") or None
+    bucket = remote.get("rsm.config.storage.s3.bucket.name") or ""
+    key_id = remote.get("rsm.config.storage.aws.access.key.id") or None
+    secret = remote.get("rsm.config.storage.aws.secret.access.key") or None
+    on = "remote.log.storage.system.enable = true"
+    if not endpoint:
+        raise ConfigError(f"{on} but rsm.config.storage.s3.endpoint.url is not set: name the object store "
+                          "(e.g. http://127.0.0.1:8333)")
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"rsm.config.storage.s3.endpoint.url = {endpoint!r}: must be an http:// or https:// URL "
+                          "with a host")
+    try:
+        parts.port        # raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise ConfigError(f"rsm.config.storage.s3.endpoint.url = {endpoint!r}: the port is not valid") from None
+    if not bucket:
+        raise ConfigError(f"{on} but rsm.config.storage.s3.bucket.name is not set: name the bucket (the engine "
+                          "never creates one)")
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise ConfigError(f"rsm.config.storage.s3.bucket.name = {bucket!r}: not a valid S3 bucket name (3 to 63 "
+                          "lower-case letters, digits, '.' or '-', starting and ending with a letter or digit)")
+    if (key_id is None) != (secret is None):
+        given, missing = (("rsm.config.storage.aws.access.key.id", "rsm.config.storage.aws.secret.access.key")
+                          if secret is None else
+                          ("rsm.config.storage.aws.secret.access.key", "rsm.config.storage.aws.access.key.id"))
+        raise ConfigError(f"{given} is set but {missing} is not: give both credentials or neither")
 
 
 def check_remote_storage_allowed(log: LogConfig, system_enabled: bool) -> None:

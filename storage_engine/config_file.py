@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 
 from storage_engine import topic_store
-from storage_engine.config import (CleanerConfig, LogConfig, StorageConfig, check_local_retention, resolve_hosts,
-                                   resolve_log_dirs)
+from storage_engine.config import (CleanerConfig, LogConfig, StorageConfig, check_local_retention,
+                                   check_remote_store, resolve_hosts, resolve_log_dirs)
 from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broker_key, check_compaction_lags,
                                         log_values, unknown_key)
 from storage_engine.durable import read_regular_file
@@ -111,10 +111,11 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
 
 
 def _check_remote_storage(config: StorageConfig) -> None:
-    """Kafka's broker-level rules of tiered storage: with it enabled, log.local.retention.* within log.retention.*
-    (``validateBrokerLogConfigValues``); with it disabled, no topic has remote.storage.enable=true (Kafka refuses to
+    """Kafka's broker-level rules of tiered storage: with it enabled, the object store named well enough to reach it
+    and log.local.retention.* within log.retention.* (``validateBrokerLogConfigValues``); with it disabled, no topic has remote.storage.enable=true (Kafka refuses to
     start so: "delete all topics with the property remote.storage.enable=true before disabling tiered storage")."""
     if config.remote_storage_system_enabled:
+        check_remote_store(config.remote)
         check_local_retention(config.default_log, prefix="log.")
         return
     for topic in config.topic_overrides:

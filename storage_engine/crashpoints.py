@@ -75,6 +75,9 @@ STEPS: dict[str, tuple[str, str]] = {
     "load.resolved": ("load", "temp files and swaps are handled, no segment recovered yet"),
     "load.recovered": ("load", "a segment is recovered, the shared state not yet written"),
     "load.manifest": ("load", "lost segments are recorded and the segment manifest names what the load holds"),
+    # tiered.remote_log.RemoteLogMetadata.publish (a record of __remote_log_metadata)
+    "remote.metadata.appended": ("remote-metadata", "a remote log metadata record is appended, not yet flushed"),
+    "remote.metadata.flushed": ("remote-metadata", "a remote log metadata record is flushed, publish not returned"),
 }
 
 

@@ -20,6 +20,7 @@ and never answers after :data:`READ_TIMEOUT_S` per try (30 s in all against a st
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import threading
@@ -271,6 +272,31 @@ class ObjectStore:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return
+
+    def incomplete_uploads(self, prefix: str = "") -> builtins.list[tuple[str, str, int]]:
+        """``(key, upload id, started at epoch ms)`` of the multipart uploads under ``prefix`` never completed nor
+        aborted (a process killed mid-upload leaves one: its parts take space but are no object)."""
+        out: builtins.list[tuple[str, str, int]] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            page = self._call(lambda: self.client.list_multipart_uploads(**kwargs))
+            for u in page.get("Uploads") or ():
+                out.append((str(u["Key"]), str(u["UploadId"]), int(u["Initiated"].timestamp() * 1000)))
+            if not page.get("IsTruncated"):
+                return out
+            kwargs.update(KeyMarker=page.get("NextKeyMarker"), UploadIdMarker=page.get("NextUploadIdMarker"))
+
+    def abort_incomplete_uploads(self, prefix: str = "", started_before_ms: int | None = None) -> int:
+        """Abort the incomplete multipart uploads under ``prefix`` (those started before ``started_before_ms``
+        only, when given, so an upload under way elsewhere is left alone); returns how many."""
+        aborted = 0
+        for key, upload_id, started in self.incomplete_uploads(prefix):
+            if started_before_ms is not None and started >= started_before_ms:
+                continue
+            self._call(lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+                       key)
+            aborted += 1
+        return aborted
 
     # -- health ------------------------------------------------------------------------------------------------
 

@@ -10,17 +10,12 @@ never appears in a ``repr`` or an error.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-from storage_engine.config import StorageConfig
-from storage_engine.errors import ConfigError
+from storage_engine.config import StorageConfig, check_remote_store
 from storage_engine.layout import REMOTE_LOG_INDEX_CACHE_DIR
 
 __all__ = ["RemoteStorageSettings"]
-
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")    # S3's bucket naming rules (3 to 63 characters)
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,7 @@ class RemoteStorageSettings:
         key_id = r.get("rsm.config.storage.aws.access.key.id") or None
         secret = r.get("rsm.config.storage.aws.secret.access.key") or None
         if enabled:
-            _check_store(endpoint, bucket, key_id, secret)
+            check_remote_store(r)
         cache_dir = r.get("rsm.config.fetch.chunk.cache.path") or ""
         if cache_dir:
             base = os.path.dirname(os.path.abspath(config.source)) if config.source else os.getcwd()
@@ -65,29 +60,3 @@ class RemoteStorageSettings:
                    metadata_partitions=int(r.get("rlmm.config.remote.log.metadata.topic.num.partitions", 50)),
                    cache_dir=cache_dir, cache_bytes=int(r.get("rsm.config.fetch.chunk.cache.size", 256 * 1024 * 1024)),
                    index_cache_bytes=int(r.get("remote.log.index.file.cache.total.size.bytes", 1024 ** 3)))
-
-
-def _check_store(endpoint: str | None, bucket: str, key_id: str | None, secret: str | None) -> None:
-    on = "remote.log.storage.system.enable = true"
-    if not endpoint:
-        raise ConfigError(f"{on} but rsm.config.storage.s3.endpoint.url is not set: name the object store "
-                          "(e.g. http://127.0.0.1:8333)")
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"rsm.config.storage.s3.endpoint.url = {endpoint!r}: must be an http:// or https:// URL "
-                          "with a host")
-    try:
-        parts.port        # raises ValueError for a port that is not a number in range
-    except ValueError:
-        raise ConfigError(f"rsm.config.storage.s3.endpoint.url = {endpoint!r}: the port is not valid") from None
-    if not bucket:
-        raise ConfigError(f"{on} but rsm.config.storage.s3.bucket.name is not set: name the bucket (the engine "
-                          "never creates one)")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
-        raise ConfigError(f"rsm.config.storage.s3.bucket.name = {bucket!r}: not a valid S3 bucket name (3 to 63 "
-                          "lower-case letters, digits, '.' or '-', starting and ending with a letter or digit)")
-    if (key_id is None) != (secret is None):
-        given, missing = (("rsm.config.storage.aws.access.key.id", "rsm.config.storage.aws.secret.access.key")
-                          if secret is None else
-                          ("rsm.config.storage.aws.secret.access.key", "rsm.config.storage.aws.access.key.id"))
-        raise ConfigError(f"{given} is set but {missing} is not: give both credentials or neither")

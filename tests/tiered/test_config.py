@@ -216,11 +216,15 @@ def test_settings_of_a_config(tmp_path):
      "rsm.config.storage.aws.access.key.id is set but rsm.config.storage.aws.secret.access.key is not"),
 ])
 def test_enabled_settings_name_the_key_at_fault(change, named):
+    """Refused when the config is loaded (a broker or job never starts with a store it cannot reach), and by
+    RemoteStorageSettings.of for a config built otherwise."""
     broker = {k: v for k, v in {**STORE, **change}.items() if v is not None}
-    c = config_from_mapping({"broker": {"log.dirs": "/nonexistent-logs", **broker}}, base_dir="/")
     with pytest.raises(ConfigError) as err:
-        RemoteStorageSettings.of(c)
+        config_from_mapping({"broker": {"log.dirs": "/nonexistent-logs", **broker}}, base_dir="/")
     assert named in str(err.value) and SECRET not in str(err.value)
+    built = dataclasses.replace(config(), remote={**config().remote, **change})
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        RemoteStorageSettings.of(built)
 
 
 @pytest.mark.unit

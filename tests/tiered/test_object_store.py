@@ -67,6 +67,18 @@ def test_put_list_and_delete(store):
     store.verify(uploaded.key, 10, uploaded.checksum)
 
 
+def test_incomplete_multipart_uploads_are_listed_and_aborted(store, weed, bucket):
+    client = s3_client(weed)
+    started = [client.create_multipart_upload(Bucket=bucket, Key=f"t/0/{name}")["UploadId"] for name in "ab"]
+    client.upload_part(Bucket=bucket, Key="t/0/a", UploadId=started[0], PartNumber=1, Body=b"x" * 100)
+    client.create_multipart_upload(Bucket=bucket, Key="u/0/c")
+    assert sorted((k, u) for k, u, _ in store.incomplete_uploads("t/")) == [("t/0/a", started[0]), ("t/0/b", started[1])]
+    assert store.abort_incomplete_uploads("t/", started_before_ms=0) == 0      # none started before 1970
+    assert store.abort_incomplete_uploads("t/") == 2
+    assert store.incomplete_uploads("t/") == [] and [k for k, _, _ in store.incomplete_uploads("")] == ["u/0/c"]
+    assert list(store.list("")) == []                                       # parts were never objects
+
+
 def test_delete_goes_in_batches(store, monkeypatch):
     monkeypatch.setattr(object_store, "DELETE_BATCH", 2)
     keys = [f"k/{i}" for i in range(5)]
