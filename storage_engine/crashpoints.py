@@ -75,6 +75,14 @@ STEPS: dict[str, tuple[str, str]] = {
     "load.resolved": ("load", "temp files and swaps are handled, no segment recovered yet"),
     "load.recovered": ("load", "a segment is recovered, the shared state not yet written"),
     "load.manifest": ("load", "lost segments are recorded and the segment manifest names what the load holds"),
+    # storage_engine.tiered (the tiering job: copy, delete, log start raised after remote retention)
+    "tier.copy-started": ("tier", "COPY_SEGMENT_STARTED is durable, no object uploaded"),
+    "tier.uploaded-part": ("tier", "a part of the segment is uploaded (:n for the n-th), the others not yet"),
+    "tier.verified": ("tier", "every object is uploaded and verified, COPY_SEGMENT_FINISHED not yet published"),
+    "tier.copy-finished": ("tier", "COPY_SEGMENT_FINISHED is durable"),
+    "tier.log-start-raised": ("tier", "the log start offset is raised and checkpointed, no remote segment deleted"),
+    "tier.delete-started": ("tier", "DELETE_SEGMENT_STARTED is durable, no object deleted"),
+    "tier.objects-deleted": ("tier", "a segment's objects are deleted, DELETE_SEGMENT_FINISHED not yet published"),
     # tiered.remote_log.RemoteLogMetadata.publish (a record of __remote_log_metadata)
     "remote.metadata.appended": ("remote-metadata", "a remote log metadata record is appended, not yet flushed"),
     "remote.metadata.flushed": ("remote-metadata", "a remote log metadata record is flushed, publish not returned"),

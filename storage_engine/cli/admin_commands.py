@@ -1,7 +1,7 @@
 """The inspection, maintenance and lifecycle commands of the command line.
 
 Inspection: ``status``, ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``,
-``delete-records``, ``retention``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of
+``delete-records``, ``retention``, ``tier``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of
 :mod:`storage_engine.maintenance`).
 Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
 (:mod:`storage_engine.jobs.lifecycle`).
@@ -115,6 +115,17 @@ def cmd_retention(args: argparse.Namespace, config: StorageConfig) -> int:
           "segments_deleted": sum(r["segments_deleted"] for r in results),
           "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in results), "failures": failures})
     return report_failures(failures)
+
+
+def cmd_tier(args: argparse.Namespace, config: StorageConfig) -> int:
+    from storage_engine.jobs import tiering
+    if args.partition is not None and not args.topic:
+        raise InvalidRequestError("--partition needs --topic")
+    result = tiering.tier(config, args.now_ms, topics=[args.topic] if args.topic else None,
+                          partition=args.partition, dry_run=args.dry_run, sweep_orphans=args.sweep_orphans)
+    print_json(result)
+    # Failed: the partitions whose tiering failed (an object-store fault names its fix), or that cannot be read.
+    return report_failures(result["failures"])
 
 
 def cmd_compact(args: argparse.Namespace, config: StorageConfig) -> int:

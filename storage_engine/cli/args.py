@@ -183,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--partition", type=_non_negative, default=None)
     rt.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
     rt.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    tr = sub.add_parser("tier", help="copy sealed segments to the object store, apply local and remote retention, "
+                                     "clean up objects of interrupted runs")
+    tr.add_argument("--topic", help="only this topic (with --partition: only that partition)")
+    tr.add_argument("--partition", type=_non_negative, default=None)
+    tr.add_argument("--now-ms", type=_non_negative, default=None, help="act as of this time (default: now)")
+    tr.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    tr.add_argument("--sweep-orphans", action="store_true",
+                    help="list every partition's objects for ones no metadata names (else only after an "
+                         "interrupted copy or deletion)")
     cp = sub.add_parser("compact", help="clean the dirtiest compacted logs (latest value per key survives)")
     cp.add_argument("--topic", help="only this topic (with --partition: only that partition)")
     cp.add_argument("--partition", type=_non_negative, default=None)

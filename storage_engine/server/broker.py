@@ -30,6 +30,7 @@ from storage_engine.durable import atomic_write
 from storage_engine.errors import StorageError
 from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
+from storage_engine.log import topic_id as topic_id_mod
 from storage_engine.server import identity
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.transactions.coordinator import TxnCoordinator
@@ -187,14 +188,22 @@ class Broker:
                 path = os.path.join(d, layout.partition_dir_name(topic, p))
                 if os.path.isdir(path):
                     folders.append(path)
-        ids = [i for i in (identity.read_topic_id(f) for f in folders) if i is not None]
-        topic_id = ids[0] if ids else identity.random_uuid()
+        # A folder without an id gets the topic's (under the store's creation lock, as every process gives ids); an
+        # id once written is never replaced: the topic's remote segments are named by it.
+        topic_id: uuid.UUID | None = None
         for folder in folders:
-            if identity.read_topic_id(folder) != topic_id:
-                try:
-                    identity.write_topic_id(folder, topic_id)
-                except Exception as exc:   # noqa: BLE001 - a folder deleted meanwhile; the id still serves
-                    logger.info("cannot write the topic id into %s: %s", folder, exc)
+            try:
+                found = topic_id_mod.ensure_topic_id(folder, self.manager.online_dirs())
+            except Exception as exc:   # noqa: BLE001 - a folder deleted meanwhile, or a damaged file kept for the operator
+                logger.info("cannot read or give the topic id of %s: %s", folder, exc)
+                continue
+            if topic_id is None:
+                topic_id = found
+            elif found != topic_id:
+                logger.warning("partition folder %s holds topic id %s, not the topic's %s; kept as it is", folder,
+                               identity.uuid_text(found), identity.uuid_text(topic_id))
+        if topic_id is None:
+            topic_id = identity.random_uuid()
         self._topic_ids[topic] = topic_id
         return topic_id
 

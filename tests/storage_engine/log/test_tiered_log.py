@@ -20,6 +20,9 @@ from .test_log_rules import joiner_of, killed_at, shared_generation, size_of
 pytestmark = pytest.mark.unit
 
 T0 = 1_700_000_000_000
+# A store with tiered storage on (no object store is reached here: the engine's part needs none).
+TIERED_STORE = {"remote.log.storage.system.enable": True, "rsm.config.storage.s3.endpoint.url": "http://127.0.0.1:9",
+                "rsm.config.storage.s3.bucket.name": "tiered"}
 TIERED = {"remote_storage_enable": True}
 
 
@@ -124,7 +127,7 @@ def test_a_log_start_offset_raised_from_remote_is_in_the_dir_checkpoint(tmp_path
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     from storage_engine import layout
     d = tmp_path / "logs"
-    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], "remote.log.storage.system.enable": True},
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True, "segment.bytes": 2 * size_of("a")}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("t", 0)
@@ -185,7 +188,7 @@ def test_the_remote_log_index_cache_folder_of_a_log_dir_is_never_a_partition(tmp
              cache / "00000000000000000000_AAAAAAAAAAAAAAAAAAAAAA.timeindex.deleted": b"x"}
     for path, data in files.items():
         path.write_bytes(data)
-    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], "remote.log.storage.system.enable": True},
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         mgr.get_or_create_log("t", 0).append_records(recs("a", timestamp=T0))
@@ -205,7 +208,7 @@ def test_moving_a_tiered_partition_copies_its_local_segments_and_keeps_its_log_s
     from storage_engine.config_file import config_from_mapping
     from storage_engine.log.manager import LogManager
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path / "a"), str(tmp_path / "b")],
-                                          "remote.log.storage.system.enable": True},
+                                          **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True, "segment.bytes": 2 * size_of("a"),
                                                 "local.retention.bytes": 0, "retention.ms": -1}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:

@@ -1,0 +1,46 @@
+"""The broker's topic ids: a partition folder without ``partition.metadata`` (made by the CLI or the library) gets
+the topic's id, and an id once written is never replaced, since tiered storage names a topic's remote segments by
+it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from storage_engine import layout
+from storage_engine.config_file import config_from_mapping
+from storage_engine.log.manager import LogManager
+from storage_engine.log.topic_id import random_uuid, read_topic_id, write_topic_id
+from storage_engine.server.broker import Broker
+
+pytestmark = pytest.mark.unit
+
+
+def _folder(log_dir: str, topic: str, partition: int) -> str:
+    return os.path.join(log_dir, layout.partition_dir_name(topic, partition))
+
+
+def test_folders_without_an_id_get_the_topics_and_a_written_id_is_never_replaced(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    config = config_from_mapping({"broker": {"log.dirs": [log_dir]}})
+    with LogManager.open(config) as mgr:
+        for p in range(3):
+            mgr.get_or_create_log("made-by-cli", p)
+        for p in range(2):
+            mgr.get_or_create_log("disagreeing", p)
+    assert all(read_topic_id(_folder(log_dir, "made-by-cli", p)) is None for p in range(3))
+    first, second = random_uuid(), random_uuid()
+    write_topic_id(_folder(log_dir, "disagreeing", 0), first)
+    write_topic_id(_folder(log_dir, "disagreeing", 1), second)
+
+    with LogManager.open(config) as mgr:
+        broker = Broker(config, mgr)
+        try:
+            broker.topics(fresh=True)      # what Metadata does before it asks for ids
+            given = broker.topic_id("made-by-cli")
+            kept = broker.topic_id("disagreeing")
+        finally:
+            broker.close()
+    assert [read_topic_id(_folder(log_dir, "made-by-cli", p)) for p in range(3)] == [given] * 3
+    assert kept == first
+    assert read_topic_id(_folder(log_dir, "disagreeing", 1)) == second, "an existing id was replaced"

@@ -1,0 +1,66 @@
+"""The object store failing under the tiering job (a real SeaweedFS killed, a bucket that does not exist, credentials
+it refuses): the partition fails with the ``RemoteStorageError`` that names the fix, the command exits 1, and
+nothing local is deleted, though local retention would delete every sealed segment."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.tiered.tier_helpers import TOPIC, cli, fill, write_config
+
+pytestmark = [pytest.mark.tiered]
+
+
+def _files(tmp_path) -> dict[str, int]:
+    folder = tmp_path / "logs" / f"{TOPIC}-0"
+    # (partition.metadata aside: the topic id is written once, before anything reaches the store)
+    return {n: os.path.getsize(folder / n) for n in os.listdir(folder) if n != "partition.metadata"}
+
+
+def _failed(cfg: str) -> tuple[dict, str]:
+    done = cli(cfg, "tier")
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    out = json.loads(done.stdout)
+    (failure,) = out["failures"]
+    assert failure["topic"] == TOPIC and failure["partition"] == 0
+    assert out["local_segments_deleted"] == 0
+    return failure, done.stderr
+
+
+@pytest.mark.kills
+def test_a_dead_object_store_fails_the_partition_and_deletes_nothing(tmp_path, weed_factory):
+    server = weed_factory()
+    from tests.tiered.conftest import s3_client
+    s3_client(server).create_bucket(Bucket="segments")
+    cfg = write_config(tmp_path, server, "segments", local_retention_bytes=0)
+    fill(cfg, 60)
+    before = _files(tmp_path)
+    assert server.kill9()
+    failure, stderr = _failed(cfg)
+    assert failure["error_type"] == "RemoteStoreUnreachableError"
+    assert "rsm.config.storage.s3.endpoint.url" in failure["error"] and "fix" in stderr
+    assert failure["permanent"] is False
+    assert _files(tmp_path) == before
+
+
+def test_a_missing_bucket_fails_the_partition_naming_it(tmp_path, weed, bucket):
+    cfg = write_config(tmp_path, weed, bucket + "-absent", local_retention_bytes=0)
+    fill(cfg, 60)
+    before = _files(tmp_path)
+    failure, _ = _failed(cfg)
+    assert failure["error_type"] == "RemoteBucketMissingError"
+    assert f"create bucket {bucket}-absent" in failure["error"]
+    assert _files(tmp_path) == before
+
+
+def test_refused_credentials_fail_the_partition_naming_the_keys(tmp_path, weed, bucket):
+    cfg = write_config(tmp_path, weed, bucket, secret="not-the-secret", local_retention_bytes=0)
+    fill(cfg, 60)
+    before = _files(tmp_path)
+    failure, _ = _failed(cfg)
+    assert failure["error_type"] == "RemoteCredentialsError"
+    assert "rsm.config.storage.aws.secret.access.key" in failure["error"]
+    assert "not-the-secret" not in failure["error"]
+    assert _files(tmp_path) == before
