@@ -13,7 +13,7 @@
 6. initialises Airflow (``airflow db migrate`` on SQLite, the project's ``dags/`` and ``plugins/``, no example
    DAGs, parallelism 4);
 7. runs each maintenance DAG once with ``airflow dags test <dag_id> <midnight UTC>`` (``log_checkpoint``,
-   ``log_flush``, ``log_retention``, ``log_compaction``, ``log_verify``, ``log_dir_balance``; a DAG id not in
+   ``log_flush``, ``log_retention``, ``log_tiering``, ``log_compaction``, ``log_verify``, ``log_dir_balance``; a DAG id not in
    ``dags/`` yet is skipped
    and said so). The DAGs read
    ``STORAGE_ENGINE_CONFIG`` and act as of their run's ``data_interval_end``, the same instant the sample data
