@@ -187,6 +187,28 @@ def _has_work(config: StorageConfig, topic: str) -> bool:
     return bool(cfg.remote_storage_enable or cfg.remote_log_delete_on_disable)
 
 
+def tiering_topics(config: StorageConfig, topics: Collection[str]) -> list[str]:
+    """The topics among ``topics`` that a run has work for (tiered, or deleting their remote data after remote
+    storage was turned off), none while ``remote.log.storage.system.enable`` is off: what the ``log_tiering``
+    DAG plans batches for."""
+    if not config.remote_storage_system_enabled:
+        return []
+    return sorted(t for t in set(topics) if _has_work(config, t))
+
+
+def check_object_store(config: StorageConfig) -> dict[str, str | None]:
+    """One request to the configured object store (a listing of one page under the key prefix) before a run
+    touches any partition: raises the ``RemoteStorageError`` subclass that names the fix (the store unreachable,
+    the bucket missing, the credentials refused). Returns the store checked: ``{"endpoint_url", "bucket"}``."""
+    settings = RemoteStorageSettings.of(config)
+    store = ObjectStore(settings)
+    try:
+        next(iter(store.list(settings.key_prefix)), None)
+    finally:
+        store.close()
+    return {"endpoint_url": settings.endpoint_url, "bucket": settings.bucket}
+
+
 def tier(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,
          partition: int | None = None, dry_run: bool = False, sweep_orphans: bool = False) -> dict:
     """The ``tier`` command: every partition (of ``topics``; ``partition`` only that one) tiered in one batch, and
