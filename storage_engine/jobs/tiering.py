@@ -95,7 +95,6 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
         result["copied"] = copied
         result["copied_segments"] = len(copied)
         result["copied_bytes"] = sum(c["size_bytes"] for c in copied)
-        ctx.refresh()
         upper = ctx.highest_offset(log, tid)
         if ctx.dry_run:     # what the copies would finish
             upper = max([upper] + [c["end_offset"] for c in copied])
@@ -131,8 +130,7 @@ def _copy(ctx: TierContext, log: Log, tid: uuid.UUID | None, result: dict) -> li
 
 
 def _remote_figures(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
-    if not ctx.dry_run:
-        ctx.refresh()
+    # (the view is current: every record of this run was published through it, and no other run tiers the partition)
     segs = ctx.segments(log, tid)
     return {"remote_segments": len(segs), "remote_bytes": sum(s.size_bytes for s in segs),
             "highest_remote_offset": max((s.end_offset for s in segs), default=-1),
@@ -163,11 +161,17 @@ def tier_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
             contexts[id(mgr)] = ctx
         return tier_partition(ctx, log)
 
+    def after(mgr: LogManager, done: list[dict]) -> list[str]:
+        ctx = contexts.get(id(mgr))
+        if ctx is not None and ctx.dirty_dirs and not dry_run:
+            mgr.checkpoint(sorted(ctx.dirty_dirs))     # once per batch: a checkpoint lists its whole log dir
+        return []
+
     # A topic neither tiered nor deleting its remote data has nothing to do: its partitions are not even opened,
     # so a run over thousands of partitions costs what its tiered ones cost.
     tps = as_topic_partitions(partitions)
     work = [tp for tp in tps if _has_work(config, tp[0])]
-    batch = run_batch(config, work, now_ms, act, dry_run=dry_run)
+    batch = run_batch(config, work, now_ms, act, dry_run=dry_run, after=after)
     idle = [tp for tp in tps if not _has_work(config, tp[0])]
     if idle:
         by_tp = {(r["topic"], r["partition"]): r for r in batch["results"]}
