@@ -85,7 +85,7 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
             result.update(_remote_figures(ctx, log, tid))
             return result
         result["tiered"] = True
-        cleaned = orphans.clean(ctx, log, tid, sweep=ctx.sweep_orphans)
+        cleaned = orphans.clean(ctx, log, tid, sweep=ctx.sweep_orphans, claim=claim)
         result.update(orphan_segments=cleaned["orphan_segments"], orphan_objects=cleaned["orphan_objects"],
                       orphan_uploads=cleaned["orphan_uploads"])
         if cleaned["orphans"] or cleaned["orphan_keys"]:
