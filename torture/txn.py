@@ -24,7 +24,10 @@ A trial (:func:`run_trial`):
    epoch is fenced; with static membership its group.instance.id is taken too) and ends with a fatal error, or
    finds the work done (with static membership a resumed zombie's consumer may rejoin with the slot's
    group.instance.id first, which fences the newer worker's consumer, as Kafka does: that worker is started
-   again);
+   again). A worker's consumer whose own session timed out while the broker was away or slow to restart is fenced
+   too, by its next heartbeat (librdkafka sends it with an empty member id and the instance id while the
+   coordinator still holds the instance's member, and Kafka's rule fences it): such a worker is started again in
+   its slot as well, once its stderr shows the session timeout before the fence (:func:`fenced_after_session_timeout`);
 4. once the workers are done (the group's committed offsets reached the input's end offsets), the output is read
    by a read_committed confluent consumer; the broker is stopped with SIGTERM (exit 0 expected) and
    ``python -m storage_engine --config CFG verify`` must pass;
@@ -32,7 +35,7 @@ A trial (:func:`run_trial`):
    written, once each; every input record's output is in the output read ``read_committed`` exactly once, and
    nothing else is there; the consumer's read equals the engine's; no transaction is left open (last stable
    offset = log end offset in the output and in ``__consumer_offsets``). A worker that exits with an error
-   without having been killed or made a zombie, or does not finish, a broker that dies on its own, fails to
+   without having been killed or made a zombie (other than the two fences above), or does not finish, a broker that dies on its own, fails to
    start or to stop clean, a failed ``verify`` or a traceback in the broker's log is a violation too.
 
 The totals count the aborted output records (read_uncommitted minus read_committed), the transactions
@@ -99,6 +102,7 @@ class TrialResult:
     zombies: int
     zombie_ends: Counter[str]
     instance_fenced: int
+    session_fenced: int
     violations: list[str]
     seconds: float
     kept: str | None = None
@@ -264,6 +268,24 @@ class Slot:
         return not self.done and self.current.proc.poll() is None
 
 
+def fenced_after_session_timeout(stderr: str) -> bool:
+    """Whether a worker's consumer was fenced after its own session had timed out: in the worker's stderr,
+    librdkafka's ``SESSTMOUT`` warning of that consumer instance comes before its ``FATAL`` line (the consumer then
+    heartbeats with an empty member id and the instance id until its revocation is served, and the coordinator
+    answers FENCED_INSTANCE_ID while it holds the instance's member, as Kafka's ``isStaticMemberFenced`` does).
+    A fence with no such timeout before it is not explained by that, and stays a violation."""
+    timed_out: set[str] = set()
+    for line in stderr.splitlines():
+        fields = line.split("|", 4)          # %<level>|<time>|<facility>|<client instance>| <text>
+        if len(fields) < 5 or "#consumer-" not in fields[3]:
+            continue
+        if fields[2] == "SESSTMOUT":
+            timed_out.add(fields[3])
+        elif fields[2] == "FATAL":
+            return fields[3] in timed_out
+    return False
+
+
 def committed_records(slots: list[Slot]) -> int:
     """Output records in committed transactions, as the workers reported them."""
     total = 0
@@ -313,7 +335,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     slots: list[Slot] = []
     inputs_written = committed_out = aborted_out = 0
     zombie_ends: Counter[str] = Counter()
-    instance_fenced = 0
+    instance_fenced = session_fenced = 0
     info: dict[str, Any] = {"partitions": [in_parts, out_parts], "records": records, "workers": workers,
                             "static": static, "max_batch": max_batch, "segment_bytes": segment_bytes,
                             "plan": plan, "disruptions": list(disruptions)}
@@ -456,6 +478,13 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
                     # newer member (static membership): the slot's worker is started again
                     instance_fenced += 1
                     slot.spawn()
+                elif rc == EXIT_FATAL and last.startswith("FATAL ") and INSTANCE_FENCED in last and \
+                        fenced_after_session_timeout(slot.current.stderr()):
+                    # its consumer's session timed out first (the broker away or slow): librdkafka's heartbeats
+                    # with an empty member id are fenced while the coordinator holds the instance's member, as
+                    # Kafka's are; the slot's worker is started again, as a supervisor restarts an application
+                    session_fenced += 1
+                    slot.spawn()
                 else:
                     violations.append(f"worker {slot.current.name} exited {rc} on its own: "
                                       f"{slot.current.lines[-3:]} {slot.current.stderr()[-1500:]}")
@@ -529,8 +558,8 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     zombies = sum(len(s.zombies) for s in slots)
     result = TrialResult(trial, seed, inputs_written, committed_out, aborted_out, len(worker_lines(slots, "TXN")),
                          len(worker_lines(slots, "ABORT")), kills, kills_before_serving, steps_reached,
-                         steps_missed, worker_kills, zombies, zombie_ends, instance_fenced, violations,
-                         round(time.monotonic() - t0, 2))
+                         steps_missed, worker_kills, zombies, zombie_ends, instance_fenced, session_fenced,
+                         violations, round(time.monotonic() - t0, 2))
     if violations and keep_root is not None:
         dest = keep_root / f"txn-trial-{trial}-seed-{seed}"
         shutil.copytree(work, dest, dirs_exist_ok=True)
@@ -548,7 +577,8 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
     totals: dict[str, Any] = {"trials": 0, "inputs": 0, "committed": 0, "aborted": 0, "txns_committed": 0,
                               "txns_aborted": 0, "kills": 0, "kills_before_serving": 0,
                               "steps_reached": Counter(), "steps_missed": Counter(), "worker_kills": 0,
-                              "zombies": 0, "zombie_ends": Counter(), "instance_fenced": 0, "violations": 0,
+                              "zombies": 0, "zombie_ends": Counter(), "instance_fenced": 0, "session_fenced": 0,
+                              "violations": 0,
                               "failed_trials": []}
     rng = random.Random(seed)
     for trial in range(trials):
@@ -556,7 +586,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
         res = run_trial(trial, trial_seed, keep_root)
         totals["trials"] += 1
         for key in ("inputs", "committed", "aborted", "txns_committed", "txns_aborted", "kills",
-                    "kills_before_serving", "worker_kills", "zombies", "instance_fenced"):
+                    "kills_before_serving", "worker_kills", "zombies", "instance_fenced", "session_fenced"):
             totals[key] += getattr(res, key)
         totals["steps_reached"].update(res.steps_reached)
         totals["steps_missed"].update(res.steps_missed)
@@ -586,7 +616,8 @@ def summary(totals: dict[str, Any]) -> str:
             f"({totals['kills']} SIGKILL at random moments, {totals['kills_before_serving']} of them before the "
             f"restarted broker served; {sum(reached.values())} at a named step), {totals['worker_kills']} worker "
             f"kills, {totals['zombies']} zombie workers ({totals['zombie_ends']['fenced']} ended fenced; "
-            f"{totals['instance_fenced']} workers started again after a zombie took their group.instance.id), "
+            f"{totals['instance_fenced']} workers started again after a zombie took their group.instance.id, "
+            f"{totals['session_fenced']} after their consumer was fenced following its own session timeout), "
             f"{totals['violations']} violations, {totals['seconds']} s")
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(reached.items())) or "-")
     line += "\n  zombies ended: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["zombie_ends"].items())) or "-")

@@ -9,8 +9,9 @@ record per input record naming it (``<topic>:<partition>:<offset>:<value>``), ``
 with the consumer's positions and group metadata, ``commit_transaction``. An error that needs an abort aborts the
 transaction and rewinds the consumer to the group's committed offsets; a retriable one retries the step; a fatal
 one (the producer fenced by a newer worker of the slot, the consumer's static membership taken over) ends the
-worker. The worker is done when the group's committed offsets reach ``--ends`` (the input's end offsets) on
-every input partition: every input record has its output committed, by this worker or another.
+worker, which the harness may start again in its slot (:mod:`torture.txn`). The worker is done when the group's
+committed offsets reach ``--ends`` (the input's end offsets) on every input partition: every input record has its
+output committed, by this worker or another.
 
 Its stdout, one line per event::
 
@@ -18,7 +19,7 @@ Its stdout, one line per event::
     TXN <records>                             a transaction committed with that many output records
     ABORT <step> <error>                      a transaction aborted (then the consumer rewound)
     RETRY <step> <error>                      a retriable error, the step tried again
-    FATAL <step> <error> <text>               a fatal error: exit 3
+    FATAL <step> <error> <text>               a fatal error: exit 3 (a consumer's: the error under ``_FATAL``)
     UNEXPECTED <step> <what>                  an error the loop has no answer for: exit 4
     DEADLINE <transactions> <records>         not done within --deadline: exit 5
     HUNG <step>                               a client call blocked for HUNG_S: exit 6
@@ -27,6 +28,18 @@ Its stdout, one line per event::
 Exit codes: 0 done, 3 fatal error (:data:`EXIT_FATAL`), 4 an error the loop has no answer for (neither fatal nor
 retriable nor abortable, or a rewind that keeps failing), 5 not done within ``--deadline`` seconds, 6 a client
 call that did not return within :data:`HUNG_S` (``HUNG <step>`` and the threads' stacks on stderr).
+
+A consumer's fatal error does not reach the error callback: librdkafka hands it to the application as a consumer
+error of code ``_FATAL`` returned by ``consume()`` (the underlying error named in its text), once, and
+confluent-kafka's ``KafkaError.fatal()`` is False for it; :func:`fatal_name` recognises it by its code. A
+worker that skipped it would go on polling a consumer that no longer takes part in the group, for ever.
+
+With static membership the consumer's fatal error is FENCED_INSTANCE_ID: when a resumed zombie of the slot took
+the slot's ``group.instance.id``, or after the consumer's own session timed out (no heartbeat answered within
+``session.timeout.ms``, the broker away or slow to restart): librdkafka then drops its member id and, until the
+application's next ``consume()`` has served the revocation, goes on heartbeating with an empty member id and the
+instance id, which the coordinator answers FENCED_INSTANCE_ID while it still holds the instance's member (Kafka's
+``isStaticMemberFenced``). A worker blocked in a transaction's calls meanwhile is the usual case.
 
 Both clients set ``metadata.recovery.strategy=none``. With librdkafka's default (``rebootstrap``, 2.10 on) the
 death of the only broker makes the client re-bootstrap, which decommissions the broker object the group
@@ -56,6 +69,18 @@ EXIT_HUNG = 6
 HUNG_S = 60.0                     # a client call (each has a timeout of CALL_TIMEOUT_S) blocked this long is hung
 CALL_TIMEOUT_S = 10.0
 DEBUG_ENV = "TXN_WORKER_DEBUG"      # librdkafka debug contexts for the producer (e.g. "eos,protocol"), on stderr
+
+
+def fatal_name(err: KafkaError) -> str | None:
+    """The name of the fatal error ``err`` is or stands for (a consumer's ``_FATAL``: the error its text names),
+    or None if ``err`` is not fatal."""
+    if err.code() != KafkaError._FATAL and not err.fatal():
+        return None
+    if err.code() == KafkaError._FATAL:
+        for code in (KafkaError.FENCED_INSTANCE_ID,):
+            if KafkaError(code).str() in err.str():
+                return str(KafkaError(code).name())
+    return str(err.name())
 
 
 def transactional_id(slot: int) -> str:
@@ -115,8 +140,7 @@ class Worker:
         self.rng = random.Random(args.seed)
         self.ends = {int(p): int(e) for p, _, e in (x.partition(":") for x in args.ends.split(","))}
         self.deadline = time.monotonic() + args.deadline
-        self.fatal_error: KafkaError | None = None      # a fatal error of the consumer (its error callback)
-        self.consumer = Consumer(dict(consumer_config(args), error_cb=self.on_error))
+        self.consumer = Consumer(consumer_config(args))
         self.producer = Producer(producer_config(args))
         self.txns = self.records = 0
         self.step = ""
@@ -132,12 +156,6 @@ class Worker:
                 sys.stderr.flush()
                 os._exit(EXIT_HUNG)
 
-    def on_error(self, err: KafkaError) -> None:
-        """The consumer's errors: a fatal one (its static membership taken by another member) ends the worker at
-        its next poll; the others (a broker away) librdkafka recovers from."""
-        if err.fatal() and self.fatal_error is None:
-            self.fatal_error = err
-
     # -- output -------------------------------------------------------------------------------------------------
     @staticmethod
     def say(line: str) -> None:
@@ -145,7 +163,7 @@ class Worker:
         sys.stdout.flush()
 
     def fatal(self, step: str, err: KafkaError) -> NoReturn:
-        self.say(f"FATAL {step} {err.name()} {err.str()!r}")
+        self.say(f"FATAL {step} {fatal_name(err) or err.name()} {err.str()!r}")
         sys.exit(EXIT_FATAL)
 
     def unexpected(self, step: str, what: str) -> NoReturn:
@@ -153,8 +171,6 @@ class Worker:
         sys.exit(EXIT_UNEXPECTED)
 
     def check_deadline(self) -> None:
-        if self.fatal_error is not None:
-            self.fatal(self.step, self.fatal_error)
         if time.monotonic() > self.deadline:
             self.say(f"DEADLINE {self.txns} {self.records}")
             sys.exit(EXIT_DEADLINE)
@@ -173,7 +189,7 @@ class Worker:
             except KafkaException as exc:
                 self.since = time.monotonic()
                 err: KafkaError = exc.args[0]
-                if err.fatal():
+                if fatal_name(err):
                     self.fatal(step, err)
                 if err.txn_requires_abort():
                     raise
@@ -199,7 +215,7 @@ class Worker:
                 err = m.error()
                 if err is None:
                     batch.append(m)
-                elif err.fatal():
+                elif fatal_name(err):
                     self.fatal("consume", err)
                 # other consumer errors are informational (a broker away): librdkafka carries on
             if batch:
@@ -266,7 +282,7 @@ class Worker:
             except KafkaException as exc:
                 self.since = time.monotonic()
                 err = exc.args[0]
-                if isinstance(err, KafkaError) and err.fatal():
+                if isinstance(err, KafkaError) and fatal_name(err):
                     self.fatal("rewind", err)
                 self.say(f"RETRY rewind {err.name() if isinstance(err, KafkaError) else err}")
                 time.sleep(0.1)
@@ -282,7 +298,7 @@ class Worker:
         except KafkaException as exc:
             self.since = time.monotonic()
             err = exc.args[0]
-            if isinstance(err, KafkaError) and err.fatal():
+            if isinstance(err, KafkaError) and fatal_name(err):
                 self.fatal("committed", err)
             return False
         return all(tp.error is None and tp.offset >= self.ends[tp.partition] for tp in committed)

@@ -7,6 +7,7 @@ Plans run the engine's own rules, :func:`storage_engine.maintenance.retention.pl
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -28,36 +29,26 @@ def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None =
     partition ranked by dirty ratio as the cleaner's selection would rank it with ``now_ms`` as the upper
     time bound (a DAG run's interval end), those above ``min.cleanable.dirty.ratio`` (or forced by
     ``max.compaction.lag.ms``) marked ``eligible``; uncleanable partitions are listed as skipped.
-    ``remote_upper_for(topic, partition)``: for a tiered topic, the highest offset with a finished remote copy, as
-    the retention job is given it (without it, a tiered topic's segments go by the log start offset only)."""
+    ``remote_upper_for(topic, partition)``: for a tiered topic, the highest offset with a finished remote copy;
+    default, as the retention jobs: the remote view's when the store has tiered storage on (read-only), else none
+    (a tiered topic's segments then go by the log start offset only)."""
     from storage_engine.maintenance import cleaner_manager, retention
     matched = matching_partitions(config, topics)
-    retention_rows, unreadable = [], []
-    cps_by_dir: dict[str, dict] = {}
-    for d, _name, topic, partition in matched[offset:offset + limit]:
-        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
-        try:
-            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
-                tiered = retention.is_tiered(snap.config)
-                upper = remote_upper_for(topic, partition) if tiered and remote_upper_for is not None else None
-                deletions, future = retention.plan(snap, now_ms, remote_upper=upper)
-                start_after = snap.log_start_offset
-                if deletions and not tiered:     # a tiered topic's local deletions keep the log start offset
-                    last = deletions[-1].segment.base_offset
-                    later = [seg.base_offset for seg in snap.segments if seg.base_offset > last]
-                    start_after = max(start_after, min(later) if later else snap.log_end_offset)
-                retention_rows.append({
-                    "log_start_after": start_after,
-                    "topic": topic, "partition": partition, "log_dir": d,
-                    "segments": [x.as_dict() for x in deletions],
-                    "segments_deleted": len(deletions), "bytes_reclaimed": sum(x.segment.size for x in deletions),
-                    "log_start_offset": snap.log_start_offset, "future_segments": future})
-        except (StorageError, OSError) as exc:
-            unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+    with contextlib.ExitStack() as stack:
+        page = matched[offset:offset + limit]
+        if remote_upper_for is None and config.remote_storage_system_enabled and any(
+                retention.is_tiered(config.log_config(t)) for _d, _n, t, _p in page):
+            # As the retention jobs: the remote view, read from __remote_log_metadata alone (read-only).
+            from storage_engine.jobs.housekeeping import remote_upper_from_view
+            from storage_engine.log.manager import LogManager
+            mgr = stack.enter_context(LogManager.open(config, partitions=[], read_only=True))
+            remote_upper_for = remote_upper_from_view(mgr)
+        retention_rows, unreadable = _retention_rows(config, now_ms, page, remote_upper_for)
     if offset == 0:                     # partitions whose folder is missing: maintenance fails them too
         unreadable += [{"topic": m["topic"], "partition": m["partition"], "error": m["reason"]}
                        for m in missing_partitions(config, topics)]
     ranked, skipped = [], []
+    cps_by_dir: dict[str, dict] = {}
     uncleanable_by_dir: dict[str, dict] = {}
     for d, name, topic, partition in matched:
         if not config.log_config(topic).compact:
@@ -86,3 +77,34 @@ def plan(config: StorageConfig, now_ms: int, *, topics: Collection[str] | None =
                                             "bytes_reclaimed": sum(r["bytes_reclaimed"] for r in retention_rows)},
             "compaction": {"partitions": ranked, "skipped": skipped,
                            "eligible": sum(1 for r in ranked if r["eligible"])}}
+
+
+def _retention_rows(config: StorageConfig, now_ms: int, page: list,
+                    remote_upper_for: RemoteUpperFor | None) -> tuple[list[dict], list[dict]]:
+    """The retention plan of each partition of ``page`` (``(log dir, folder, topic, partition)``), and those that
+    cannot be read."""
+    from storage_engine.maintenance import retention
+    retention_rows: list[dict] = []
+    unreadable: list[dict] = []
+    cps_by_dir: dict[str, dict] = {}
+    for d, _name, topic, partition in page:
+        cps = cps_by_dir[d] if d in cps_by_dir else cps_by_dir.setdefault(d, read_checkpoints(d))
+        try:
+            with LogSnapshot(config, d, topic, partition, checkpoints=cps) as snap:
+                tiered = retention.is_tiered(snap.config)
+                upper = remote_upper_for(topic, partition) if tiered and remote_upper_for is not None else None
+                deletions, future = retention.plan(snap, now_ms, remote_upper=upper)
+                start_after = snap.log_start_offset
+                if deletions and not tiered:     # a tiered topic's local deletions keep the log start offset
+                    last = deletions[-1].segment.base_offset
+                    later = [seg.base_offset for seg in snap.segments if seg.base_offset > last]
+                    start_after = max(start_after, min(later) if later else snap.log_end_offset)
+                retention_rows.append({
+                    "log_start_after": start_after,
+                    "topic": topic, "partition": partition, "log_dir": d,
+                    "segments": [x.as_dict() for x in deletions],
+                    "segments_deleted": len(deletions), "bytes_reclaimed": sum(x.segment.size for x in deletions),
+                    "log_start_offset": snap.log_start_offset, "future_segments": future})
+        except (StorageError, OSError) as exc:
+            unreadable.append({"topic": topic, "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+    return retention_rows, unreadable

@@ -27,7 +27,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import LogDirOfflineError, PartitionNotFoundError
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
-from storage_engine.jobs.housekeeping import list_partitions, remote_upper
+from storage_engine.jobs.housekeeping import list_partitions, remote_upper, remote_upper_of
 from storage_engine.maintenance.retention import RemoteUpperFor
 from storage_engine.jobs.partition import open_isolating
 from storage_engine.jobs.summaries import PartitionFailure, partition_failure
@@ -161,11 +161,19 @@ def retention_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: 
                     dry_run: bool = False, remote_upper_for: RemoteUpperFor | None = None) -> BatchResult:
     """Retention of each partition of a batch (see :func:`retention`); the log start offsets of the dirs
     where segments went are checkpointed once at the end. ``remote_upper_for(topic, partition)``: for a tiered
-    topic, the highest offset with a finished remote copy (see :func:`storage_engine.jobs.housekeeping.retention`;
-    without it, a tiered topic's segments go by the log start offset only)."""
+    topic, the highest offset with a finished remote copy (default: the remote view's,
+    :func:`storage_engine.jobs.housekeeping.remote_upper_of`; none known, a tiered topic's segments go by the log
+    start offset only)."""
+    source: list[tuple[LogManager, RemoteUpperFor | None]] = []
+
+    def uppers(mgr: LogManager) -> RemoteUpperFor | None:
+        if not source or source[0][0] is not mgr:   # one per manager the batch opens (a split batch opens several)
+            source[:] = [(mgr, remote_upper_of(config, mgr, remote_upper_for))]
+        return source[0][1]
+
     def act(mgr: LogManager, log: Log, now: int) -> dict:
         result: dict = dict(retention_mod.run(log, now, dry_run=dry_run,
-                                              remote_upper=remote_upper(log, remote_upper_for)))
+                                              remote_upper=remote_upper(log, uppers(mgr))))
         result["size_bytes_after"] = log.size_in_bytes() - (result["bytes_reclaimed"] if dry_run else 0)
         result["segments_after"] = len(log.segments) - (result["segments_deleted"] if dry_run else 0)
         result["log_dir"] = log.log_dir
@@ -179,7 +187,7 @@ def retention_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: 
         future = mgr.future_logs.get((log.topic, log.partition))
         if future is not None and future.lock.is_open and not mgr.failures.is_offline(future.log_dir):
             # The copy being made for a move is kept like its partition (Kafka retains future logs too).
-            copy = retention_mod.run(future, now, dry_run=dry_run, remote_upper=remote_upper(future, remote_upper_for))
+            copy = retention_mod.run(future, now, dry_run=dry_run, remote_upper=remote_upper(future, uppers(mgr)))
             result["future"] = {"folder": future.folder, "log_dir": future.log_dir,
                                 "segments_deleted": copy["segments_deleted"],
                                 "bytes_reclaimed": copy["bytes_reclaimed"]}

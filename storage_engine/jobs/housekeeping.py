@@ -229,15 +229,53 @@ def remote_upper(log: Log, remote_upper_for: RemoteUpperFor | None) -> int | Non
     return remote_upper_for(log.topic, log.partition)
 
 
+def remote_upper_from_view(mgr: LogManager) -> RemoteUpperFor:
+    """Kafka's highest offset in remote storage of a partition ``mgr`` holds: the last offset of its segments with a
+    finished copy in ``__remote_log_metadata`` (the remote view, read through ``mgr`` on the first question, so a job
+    over topics that are not tiered never reads it), for the partition's own topic id (a topic deleted and created
+    again does not inherit the old one's copies). -1 when none is known: a partition without a topic id has no
+    remote copy (the tiering job gives one to every partition it copies)."""
+    from storage_engine.log.topic_id import read_topic_id
+    from storage_engine.tiered.remote_log import RemoteLogView
+    views: list[RemoteLogView] = []
+
+    def upper(topic: str, partition: int) -> int:
+        log = mgr.logs.get((topic, partition))
+        if log is not None:
+            topic_id = read_topic_id(log.dir)
+        else:   # a manager that did not load it (a read-only look at the metadata topic alone)
+            from storage_engine import layout
+            name = layout.partition_dir_name(topic, partition)
+            topic_id = next((tid for d in mgr.online_dirs()
+                             if (tid := read_topic_id(os.path.join(d, name))) is not None), None)
+        if topic_id is None:
+            return -1
+        if not views:
+            views.append(RemoteLogView.load(mgr))
+        return views[0].highest_offset(topic, partition, topic_id=topic_id)
+    return upper
+
+
+def remote_upper_of(config: StorageConfig, mgr: LogManager,
+                    remote_upper_for: RemoteUpperFor | None) -> RemoteUpperFor | None:
+    """The retention jobs' source of remote upper bounds: the caller's, else the remote view when the store has
+    tiered storage on (``remote.log.storage.system.enable``), else none."""
+    if remote_upper_for is not None or not config.remote_storage_system_enabled:
+        return remote_upper_for
+    return remote_upper_from_view(mgr)
+
+
 def retention(config: StorageConfig, topic: str, partition: int, now_ms: int | None = None, *,
               dry_run: bool = False, remote_upper_for: RemoteUpperFor | None = None) -> RetentionResult:
     """Retention for one partition; advances and checkpoints the log start offset. ``remote_upper_for(topic,
-    partition)``: for a tiered topic, the highest offset with a finished remote copy (see :func:`remote_upper`)."""
+    partition)``: for a tiered topic, the highest offset with a finished remote copy (default: the remote view's,
+    :func:`remote_upper_of`)."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
     with open_partition(config, clock, topic, partition, read_only=dry_run) as (mgr, log):
         log_health.check_partition(log)
-        result = retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, remote_upper_for))
+        uppers = remote_upper_of(config, mgr, remote_upper_for)
+        result = retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, uppers))
         if not dry_run and result["segments_deleted"]:
             mgr.checkpoint([log.log_dir])
     return result
@@ -252,10 +290,11 @@ def retention_all(config: StorageConfig, now_ms: int | None = None, *, topics: C
     :func:`retention`."""
     clock = clock_at(now_ms)
     now = clock.milliseconds()
-
-    def run(log: Log) -> RetentionResult:
-        return retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, remote_upper_for))
     with open_store(config, clock, topics, read_only=dry_run) as (mgr, bad):
+        uppers = remote_upper_of(config, mgr, remote_upper_for)
+
+        def run(log: Log) -> RetentionResult:
+            return retention_mod.run(log, now, dry_run=dry_run, remote_upper=remote_upper(log, uppers))
         check_topics(mgr, topics, bad)
         if failures is not None:
             failures += bad

@@ -5,8 +5,9 @@ segment leaves a log one way only: :meth:`~storage_engine.log.local_log.LocalLog
 
 Each runs under the partition lock and bumps the generation before its first rename, so a process that meets
 the change half done (this one died) reloads instead of trusting a segment list or a log start offset derived
-from it. A log start offset only moves forward here through retention or ``delete-records``; truncation may
-only lower it to the new log end. The partition's leader epoch cache (``leader-epoch-checkpoint``) follows, after
+from it. A log start offset only moves forward here through retention, ``delete-records`` or remote retention
+(:func:`set_log_start_offset_from_remote`); truncation may only lower it to the new log end. A tiered log's local
+retention (``move_log_start=False``) leaves it where it is: only the local log start offset moves. The partition's leader epoch cache (``leader-epoch-checkpoint``) follows, after
 the log as in Kafka: its end is truncated with the log end, its start with the log start offset, and a full
 truncation clears it.
 

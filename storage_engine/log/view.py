@@ -16,8 +16,8 @@ publishes its view (:func:`publish`). The functions take the ``Log`` whose view 
 
 A reload first resolves a change another process left half done (:func:`storage_engine.log.swap.resolve`: the
 process that recorded it held the lock until done, so if the record is still there, it died), and never derives
-the log start offset from the files: it is the shared state's, which only retention, ``delete-records`` and a
-load's checkpoint (within the log's range) move.
+the log start offset from the files: it is the shared state's, which only retention, ``delete-records``, remote
+retention and a load's checkpoint (within the log's range) move (a tiered log's start lies below its files).
 
 The producer state travels the same way: the batches another process appended are replayed into this process's
 copy as they are validated (under the lock, an ABORT marker whose ``.txnindex`` entry its writer did not live to

@@ -127,7 +127,8 @@ class RetentionResult(TypedDict):
     remote_upper: NotRequired[int]      # the highest offset with a finished remote copy, as given (-1: none known)
     local_log_start_offset_before: NotRequired[int]
     local_log_start_offset: NotRequired[int]
-    rolled_active: NotRequired[bool]    # the active segment breached local retention: rolled so it can be copied
+    rolled_active: NotRequired[bool]    # the active segment breached local retention: rolled (would be, in a dry
+                                        # run) so that it can be copied
 
 
 class PurgeResult(TypedDict):
@@ -292,8 +293,8 @@ def _run(log: Log, now_ms: int, dry_run: bool, remote_upper: int | None) -> Rete
         else:
             done = (log.delete_segments_locked([d.segment for d in deletions], now_ms, move_log_start=not p.tiered)
                     if deletions else [])
-        rolled = p.roll_active and not dry_run and log.active_segment.size > 0
-        if rolled:
+        rolled = p.roll_active and log.active_segment.size > 0     # (a dry run says it would)
+        if rolled and not dry_run:
             log.roll_locked(now_ms)     # Kafka: the active segment breached local retention; copied, then deleted
         segments = [summaries[id(s)] for s in done]
         lost = held_by_loss(log)

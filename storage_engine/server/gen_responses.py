@@ -20,11 +20,11 @@ import dataclasses
 import pathlib
 import sys
 import textwrap
-import typing
 from importlib.metadata import version as package_version
-from typing import Any
 
 from kio.index import load_response_schema
+
+from storage_engine.server.protocol import KioField, kio_fields
 
 PACKAGE = pathlib.Path(__file__).parent / "responses"
 _SCALARS = {"int8": "int", "int16": "int", "int32": "int", "int64": "int", "uint16": "int", "float64": "float",
@@ -46,24 +46,17 @@ class _Entity:
     versions: list[int]
 
 
-def _type_of(cls: type, f: dataclasses.Field[Any], hint: Any, entities: dict[str, _Entity], version: int) -> str:
-    args = typing.get_args(hint)
-    nullable = type(None) in args
-    base = next((a for a in args if a is not type(None)), hint) if nullable else hint
-    array = typing.get_origin(base) is tuple
-    elem = typing.get_args(base)[0] if array else base
-    if dataclasses.is_dataclass(elem):
-        assert isinstance(elem, type)
-        _collect(elem, version, entities)
-        text = elem.__name__
+def _type_of(cls: type, f: KioField, entities: dict[str, _Entity], version: int) -> str:
+    if f.struct is not None:
+        _collect(f.struct, version, entities)
+        text = f.struct.__name__
     else:
-        kind = f.metadata.get("kafka_type", "")
-        if kind not in _SCALARS:
-            raise TypeError(f"{cls.__module__}.{cls.__name__}.{f.name}: no Python type for kafka_type {kind!r}")
-        text = _SCALARS[kind]
-    if array:
+        if f.kind not in _SCALARS:
+            raise TypeError(f"{cls.__module__}.{cls.__name__}.{f.name}: no Python type for kafka_type {f.kind!r}")
+        text = _SCALARS[f.kind]
+    if f.array:
         text = f"Sequence[{text}]"
-    return f"{text} | None" if nullable else text
+    return f"{text} | None" if f.nullable else text
 
 
 def _collect(cls: type, version: int, entities: dict[str, _Entity]) -> None:
@@ -72,12 +65,11 @@ def _collect(cls: type, version: int, entities: dict[str, _Entity]) -> None:
     if version in entity.versions:
         return
     entity.versions.append(version)
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in kio_fields(cls):
         field = entity.fields.setdefault(f.name, _Field(set(), [], []))
-        field.types.add(_type_of(cls, f, hints[f.name], entities, version))
+        field.types.add(_type_of(cls, f, entities, version))
         field.versions.append(version)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        if f.required:
             field.required_in.append(version)
 
 

@@ -96,21 +96,25 @@ class _Bad(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Field:
+class KioField:
+    """A field of a kio message class, its type hint unwrapped: ``X | None`` is nullable, ``tuple[X, ...]`` an
+    array, and the element ``X`` a nested entity (kind ``"struct"``, ``struct`` its class) or a scalar (kind its
+    ``kafka_type``: ``int32``, ``string``, ``error_code``, ...)."""
     name: str
     kind: str                 # a kafka_type, or "struct"
     nullable: bool
     array: bool
-    struct: Any               # the element class for "struct"
-    tag: int | None
+    struct: Any               # the element class for "struct", else None
+    tag: int | None           # a tagged field's tag
+    required: bool            # no schema default: a value must be given
 
 
 @functools.cache
-def _plan(cls: type) -> tuple[tuple[_Field, ...], dict[int, _Field]]:
-    """``cls``'s fields in wire order, and its tagged fields by tag."""
+def kio_fields(cls: type) -> tuple[KioField, ...]:
+    """The fields of the kio message class ``cls`` in declaration order (the wire order of its untagged ones),
+    each unwrapped (:class:`KioField`): what the length check walks and the response types are generated from."""
     hints = typing.get_type_hints(cls)
-    regular: list[_Field] = []
-    tagged: dict[int, _Field] = {}
+    out: list[KioField] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         args = typing.get_args(hint)
@@ -118,13 +122,20 @@ def _plan(cls: type) -> tuple[tuple[_Field, ...], dict[int, _Field]]:
         base = next((a for a in args if a is not type(None)), hint) if nullable else hint
         array = typing.get_origin(base) is tuple
         elem = typing.get_args(base)[0] if array else base
-        if dataclasses.is_dataclass(elem):
-            kind, struct = "struct", elem
-        else:
-            kind, struct = f.metadata.get("kafka_type", ""), None
-            if kind not in _FIXED and kind not in ("string", "bytes", "records"):
-                raise TypeError(f"{cls.__name__}.{f.name}: no length rule for kafka_type {kind!r}")
-        field = _Field(f.name, kind, nullable, array, struct, f.metadata.get("tag"))
+        kind, struct = ("struct", elem) if dataclasses.is_dataclass(elem) else (f.metadata.get("kafka_type", ""), None)
+        out.append(KioField(f.name, kind, nullable, array, struct, f.metadata.get("tag"),
+                            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING))
+    return tuple(out)
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[KioField, ...], dict[int, KioField]]:
+    """``cls``'s fields in wire order, and its tagged fields by tag."""
+    regular: list[KioField] = []
+    tagged: dict[int, KioField] = {}
+    for field in kio_fields(cls):
+        if field.kind != "struct" and field.kind not in _FIXED and field.kind not in ("string", "bytes", "records"):
+            raise TypeError(f"{cls.__name__}.{field.name}: no length rule for kafka_type {field.kind!r}")
         if field.tag is None:
             regular.append(field)
         else:
@@ -163,7 +174,7 @@ def _length(buf: memoryview, pos: int, end: int, flexible: bool, width: int) -> 
     return n, pos
 
 
-def _walk_value(field: _Field, flexible: bool, buf: memoryview, pos: int, end: int) -> int:
+def _walk_value(field: KioField, flexible: bool, buf: memoryview, pos: int, end: int) -> int:
     kind = field.kind
     size = _FIXED.get(kind)
     if size is not None:
@@ -201,7 +212,7 @@ def _walk(cls: Any, buf: memoryview, pos: int, end: int) -> int:
     return pos
 
 
-def _walk_tags(tagged: Mapping[int, _Field], buf: memoryview, pos: int, end: int) -> int:
+def _walk_tags(tagged: Mapping[int, KioField], buf: memoryview, pos: int, end: int) -> int:
     count, pos = _uvarint(buf, pos, end)
     if count > end - pos:
         raise _Bad(f"{count} tagged fields at byte {pos} but {end - pos} bytes left")

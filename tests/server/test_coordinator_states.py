@@ -9,6 +9,10 @@ a ManualClock: time passes only when a test moves it, so no test sleeps for a ti
 * A member whose session ends is removed and its group rebalances; a member that does not rejoin within the
   rebalance timeout is dropped from the new generation; a transaction open past its timeout is aborted with
   its producer's epoch bumped.
+* A static member restored by the load is fenced as Kafka's ``isStaticMemberFenced`` fences: a request naming its
+  group.instance.id with another member id (an empty one included) is answered FENCED_INSTANCE_ID while the
+  member holds the instance; a JoinGroup with an empty member id takes the instance over under a new member id;
+  once the member has expired nothing is fenced.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import Broker
 from storage_engine.server.catalog import create_topic
 from storage_engine.server.groups import records as grec
-from storage_engine.server.groups.state import Group, GroupState, IllegalStateTransition
+from storage_engine.server.groups.state import Group, GroupState, IllegalStateTransition, JoinResult
 from storage_engine.server.groups.store import OFFSETS_TOPIC
 from storage_engine.server.transactions.coordinator import TXN_TOPIC
 from storage_engine.server.transactions.state import Txn, TxnState
@@ -116,7 +120,7 @@ def _run(tmp_path, clock: ManualClock, scenario: Callable[[Broker], Coroutine[An
             broker.close()
 
 
-async def _join(broker: Broker, member_id: str = "", instance: str | None = None) -> asyncio.Task[dict[str, Any]]:
+async def _join(broker: Broker, member_id: str = "", instance: str | None = None) -> asyncio.Task[JoinResult]:
     task = asyncio.get_running_loop().create_task(broker.groups.join(
         "g", member_id, instance, "client", "127.0.0.1", SESSION_MS, REBALANCE_MS, "consumer",
         [("range", b"meta")], require_known_member=False))
@@ -196,6 +200,44 @@ def test_restored_members_sessions_begin_when_the_coordinator_starts_serving(tmp
             assert c.expire_sessions() == []
             clock.advance(1)
             assert c.expire_sessions() == [member], "a member that does not come back still expires"
+        finally:
+            await c.stop()
+
+    _run(tmp_path, clock, restart)
+
+
+def test_a_restored_static_member_is_fenced_only_by_another_member_id_while_it_holds_the_instance(tmp_path):
+    clock = ManualClock(NOW)
+
+    async def stable(broker: Broker) -> str:
+        c = broker.groups
+        joining = await _join(broker, instance="static-1")
+        clock.advance(INITIAL_DELAY_MS)
+        assert c.check_rebalances() == ["g"]
+        member = (await joining)["member_id"]
+        assert (await c.sync("g", 1, member, {member: b"assignment"}, "static-1"))["error_code"] == 0
+        return str(member)
+
+    member = _run(tmp_path, clock, stable)
+
+    async def restart(broker: Broker) -> None:
+        c = broker.groups
+        c.load()
+        c.start()
+        try:
+            assert c.heartbeat("g", 1, member, "static-1") == 0, "the restored member keeps its place"
+            # a client whose own session ended heartbeats with no member id: the instance is still held
+            assert c.heartbeat("g", 1, "", "static-1") == 82                  # FENCED_INSTANCE_ID
+            assert c.heartbeat("g", 1, "other", "static-1") == 82
+            assert c.heartbeat("g", 1, member, "static-1") == 0, "the fenced requests took nothing from it"
+            # a JoinGroup with no member id takes the instance over
+            answer = await (await _join(broker, instance="static-1"))
+            assert answer["error_code"] == 0 and answer["member_id"] != member
+            assert list(c.groups["g"].members) == [answer["member_id"]]
+            assert c.heartbeat("g", answer["generation_id"], member, "static-1") == 82
+            clock.advance(SESSION_MS + 1)
+            assert c.expire_sessions() == [answer["member_id"]]
+            assert c.heartbeat("g", 1, "", "static-1") == 25, "no member holds the instance: UNKNOWN_MEMBER_ID"
         finally:
             await c.stop()
 

@@ -32,7 +32,9 @@ from kio.schema.errors import ErrorCode
 
 from storage_engine.server.groups import records as rec
 from storage_engine.server.groups.offsets import GroupOffsets
-from storage_engine.server.groups.state import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member
+from storage_engine.server.groups.state import (COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, JoinResult, Member,
+                                                SyncResult)
+from storage_engine.server.responses.groups import JoinGroupResponseMember
 from storage_engine.server.groups.store import OFFSETS_TOPIC
 
 logger = logging.getLogger(__name__)
@@ -99,9 +101,10 @@ class GroupCoordinator(GroupOffsets):
         m = g.members.pop(member_id, None)
         if m is None:
             return
-        for waiter in (m.join_waiter, m.sync_waiter):
-            if waiter is not None and not waiter.done():
-                waiter.set_result({"error_code": error})
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result({"error_code": error})
+        if m.sync_waiter is not None and not m.sync_waiter.done():
+            m.sync_waiter.set_result({"error_code": error})
         if g.leader == member_id:
             g.leader = next(iter(g.members), None)
 
@@ -188,8 +191,8 @@ class GroupCoordinator(GroupOffsets):
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.transition_to(COMPLETING, now)
-        everyone = tuple({"member_id": m.member_id, "group_instance_id": m.instance_id,
-                          "metadata": m.metadata(g.protocol)} for m in g.members.values())
+        everyone = tuple(JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.instance_id,
+                                                 metadata=m.metadata(g.protocol)) for m in g.members.values())
         for m in g.members.values():
             m.touch(now)
             waiter, m.join_waiter = m.join_waiter, None
@@ -237,7 +240,7 @@ class GroupCoordinator(GroupOffsets):
     # -- the APIs ----------------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
                    session_ms: int, rebalance_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-                   require_known_member: bool) -> dict[str, Any]:
+                   require_known_member: bool) -> JoinResult:
         if not group_id:
             return {"error_code": ErrorCode.invalid_group_id}
         if not self.min_session_ms <= session_ms <= self.max_session_ms:
@@ -271,7 +274,7 @@ class GroupCoordinator(GroupOffsets):
                 m.join_waiter.set_result({"error_code": ErrorCode.unknown_member_id})    # superseded by this join
         g.protocol_type = protocol_type
         m.touch(self.now_ms())
-        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         m.join_waiter = waiter
         if g.state != PREPARING:
             self._prepare_rebalance(g)
@@ -280,7 +283,7 @@ class GroupCoordinator(GroupOffsets):
         return await waiter
 
     async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes], instance_id: str | None = None) -> dict[str, Any]:
+                   assignments: dict[str, bytes], instance_id: str | None = None) -> SyncResult:
         g = self.group(group_id)
         if self.fenced(g, member_id, instance_id):
             return {"error_code": ErrorCode.fenced_instance_id}
@@ -295,7 +298,7 @@ class GroupCoordinator(GroupOffsets):
         if g.state == STABLE:
             return {"error_code": ErrorCode.none, "protocol_type": g.protocol_type, "protocol_name": g.protocol,
                     "assignment": m.assignment}
-        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         m.sync_waiter = waiter
         if member_id == g.leader:
             for other in g.members.values():

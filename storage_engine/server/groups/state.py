@@ -20,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict
+
+from kio.schema.errors import ErrorCode
 
 from storage_engine.server.groups import records as rec
+from storage_engine.server.responses.groups import JoinGroupResponseMember
 
 
 class IllegalStateTransition(RuntimeError):
@@ -69,6 +72,28 @@ _GROUP_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
+class JoinResult(TypedDict, total=False):
+    """The coordinator's answer to a JoinGroup: the error, and once the join completes the generation, the
+    group's protocol, its leader, the member's id and (to the leader) every member; the handler gives the
+    response's defaults for what an error leaves out."""
+    error_code: Required[ErrorCode]
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str | None
+    member_id: str
+    members: tuple[JoinGroupResponseMember, ...]
+
+
+class SyncResult(TypedDict, total=False):
+    """The coordinator's answer to a SyncGroup: the error, and once the group is Stable its protocol and the
+    member's assignment."""
+    error_code: Required[ErrorCode]
+    protocol_type: str | None
+    protocol_name: str | None
+    assignment: bytes
+
+
 @dataclass
 class Member:
     member_id: str
@@ -80,8 +105,8 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_waiter: asyncio.Future[dict[str, Any]] | None = None
-    sync_waiter: asyncio.Future[dict[str, Any]] | None = None
+    join_waiter: asyncio.Future[JoinResult] | None = None
+    sync_waiter: asyncio.Future[SyncResult] | None = None
     deadline_ms: int = 0                    # the session's end: a heartbeat (or any request of the member) moves it
 
     def touch(self, now_ms: int) -> None:

@@ -20,9 +20,8 @@ from typing import Any
 
 from storage_engine.clock import Clock
 from storage_engine.record.records import SimpleRecord
-from storage_engine.server.catalog import TopicError, create_topic
 from storage_engine.server.groups import records as rec
-from storage_engine.server.groups.replay import replay
+from storage_engine.server.groups.replay import create_internal_topic, load_topic
 from storage_engine.server.groups.state import STABLE, Group, Member
 
 logger = logging.getLogger(__name__)
@@ -87,22 +86,14 @@ class GroupStore:
         """Rebuild groups and offsets from ``__consumer_offsets`` (blocking; at start). Returns records read.
         Transactional offset commits count once their COMMIT marker is read; those of a transaction still open
         stay pending until its marker is written."""
-        catalog = self.broker.topics(fresh=True)
-        parts = catalog.get(OFFSETS_TOPIC)
-        if not parts:
+        loaded = load_topic(self.broker, OFFSETS_TOPIC, self._replay)
+        if loaded is None:
             return 0
         self._topic_ready = True
-        self.partitions = max(parts) + 1
-        count = 0
-        for p in parts:
-            log = self.broker.manager.get_log(OFFSETS_TOPIC, p)
-            if log is None:
-                continue
-            read, open_txns = replay(log, self._replay)
-            count += read
-            for producer_id, held in open_txns.items():
-                for k, v, at in held:
-                    self._replay_pending(producer_id, k, v, at)
+        self.partitions, count = loaded.partitions, loaded.records
+        for producer_id, held in loaded.open_txns.items():
+            for k, v, at in held:
+                self._replay_pending(producer_id, k, v, at)
         for g in list(self.groups.values()):
             g.members.clear()
             recorded = self._loaded_members.pop(g.group_id, None)
@@ -172,14 +163,8 @@ class GroupStore:
     def ensure_topic(self) -> None:
         if self._topic_ready:
             return
-        s = self.broker.config.server
-        try:
-            create_topic(self.broker, OFFSETS_TOPIC, self.partitions,
-                         {"cleanup.policy": "compact", "segment.bytes": str(s["offsets.topic.segment.bytes"])})
-        except TopicError as exc:
-            if exc.code != "topic_already_exists":
-                raise
-            self.partitions = max(self.broker.topics(fresh=True)[OFFSETS_TOPIC]) + 1
+        self.partitions = create_internal_topic(self.broker, OFFSETS_TOPIC, self.partitions,
+                                                self.broker.config.server["offsets.topic.segment.bytes"])
         self._topic_ready = True
 
     def _append(self, group_id: str, records: list[SimpleRecord], producer: tuple[int, int] | None) -> int:

@@ -4,7 +4,7 @@ OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, answered by the broker's
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import GroupCoordinator
@@ -40,7 +40,10 @@ async def find_coordinator(ctx: Ctx, body: Any) -> FindCoordinatorResponse:
             "port": ctx.port}
 
 
-def _given(value: Any, default: Any) -> Any:
+T = TypeVar("T")
+
+
+def _given(value: T | None, default: T) -> T:
     """A coordinator's value, or ``default`` where it gave none."""
     return default if value is None else value
 
@@ -57,7 +60,7 @@ async def join_group(ctx: Ctx, body: Any) -> JoinGroupResponse:
     return {"throttle_time": 0, "error_code": result["error_code"],
             "generation_id": _given(result.get("generation_id"), -1), "protocol_type": result.get("protocol_type"),
             "protocol_name": name if ctx.version >= 7 else name or "",    # nullable from v7
-            "leader": _given(result.get("leader"), ""), "skip_assignment": _given(result.get("skip_assignment"), False),
+            "leader": _given(result.get("leader"), ""), "skip_assignment": False,
             "member_id": _given(result.get("member_id"), body.member_id), "members": _given(result.get("members"), ())}
 
 

@@ -33,10 +33,9 @@ from kio.schema.errors import ErrorCode
 
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.record.records import SimpleRecord
-from storage_engine.server.catalog import TopicError, create_topic
 from storage_engine.server.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from storage_engine.server.groups.records import RecordFormatError, partition_for
-from storage_engine.server.groups.replay import replay
+from storage_engine.server.groups.replay import create_internal_topic, load_topic
 from storage_engine.server.transactions import records as rec
 from storage_engine.server.transactions.state import (COMPLETE_ABORT, COMPLETE_COMMIT, COMPLETED, DEAD, EMPTY,
                                                       ONGOING, PREPARE_ABORT, PREPARE_COMMIT, PREPARED, Txn,
@@ -75,16 +74,11 @@ class TxnCoordinator:
     # -- the state topic ----------------------------------------------------------------------------------------
     def load(self) -> int:
         """Rebuild the transactional ids from ``__transaction_state`` (blocking; at start). Returns records read."""
-        parts = self.broker.topics(fresh=True).get(TXN_TOPIC)
-        if not parts:
+        loaded = load_topic(self.broker, TXN_TOPIC, self._replay)
+        if loaded is None:
             return 0
         self._topic_ready = True
-        self.partitions = max(parts) + 1
-        count = 0
-        for p in parts:
-            log = self.broker.manager.get_log(TXN_TOPIC, p)
-            if log is not None:
-                count += replay(log, self._replay)[0]
+        self.partitions, count = loaded.partitions, loaded.records
         states: dict[str, int] = {}
         for t in self.txns.values():
             states[t.state.display] = states.get(t.state.display, 0) + 1
@@ -110,13 +104,7 @@ class TxnCoordinator:
     def _ensure_topic(self) -> None:
         if self._topic_ready:
             return
-        try:
-            create_topic(self.broker, TXN_TOPIC, self.partitions,
-                         {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
-        except TopicError as exc:
-            if exc.code != "topic_already_exists":
-                raise
-            self.partitions = max(self.broker.topics(fresh=True)[TXN_TOPIC]) + 1
+        self.partitions = create_internal_topic(self.broker, TXN_TOPIC, self.partitions, self.segment_bytes)
         self._topic_ready = True
 
     def _append(self, txn_id: str, value: bytes | None) -> None:

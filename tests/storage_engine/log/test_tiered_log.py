@@ -20,6 +20,9 @@ from .test_log_rules import joiner_of, killed_at, shared_generation, size_of
 pytestmark = pytest.mark.unit
 
 T0 = 1_700_000_000_000
+# A store with tiered storage on (no object store is reached here: the engine's part needs none).
+TIERED_STORE = {"remote.log.storage.system.enable": True, "rsm.config.storage.s3.endpoint.url": "http://127.0.0.1:9",
+                "rsm.config.storage.s3.bucket.name": "tiered"}
 TIERED = {"remote_storage_enable": True}
 
 
@@ -124,7 +127,7 @@ def test_a_log_start_offset_raised_from_remote_is_in_the_dir_checkpoint(tmp_path
     from storage_engine.segment.checkpoint import OffsetCheckpointFile
     from storage_engine import layout
     d = tmp_path / "logs"
-    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], "remote.log.storage.system.enable": True},
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True, "segment.bytes": 2 * size_of("a")}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         log = mgr.get_or_create_log("t", 0)
@@ -185,7 +188,7 @@ def test_the_remote_log_index_cache_folder_of_a_log_dir_is_never_a_partition(tmp
              cache / "00000000000000000000_AAAAAAAAAAAAAAAAAAAAAA.timeindex.deleted": b"x"}
     for path, data in files.items():
         path.write_bytes(data)
-    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], "remote.log.storage.system.enable": True},
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(d)], **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
         mgr.get_or_create_log("t", 0).append_records(recs("a", timestamp=T0))
@@ -205,7 +208,7 @@ def test_moving_a_tiered_partition_copies_its_local_segments_and_keeps_its_log_s
     from storage_engine.config_file import config_from_mapping
     from storage_engine.log.manager import LogManager
     cfg = config_from_mapping({"broker": {"log.dirs": [str(tmp_path / "a"), str(tmp_path / "b")],
-                                          "remote.log.storage.system.enable": True},
+                                          **TIERED_STORE},
                                "topics": {"t": {"remote.storage.enable": True, "segment.bytes": 2 * size_of("a"),
                                                 "local.retention.bytes": 0, "retention.ms": -1}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
@@ -282,3 +285,27 @@ def test_the_remote_storage_error_survives_a_pickle():
     assert (type(e), e.offset, e.local_log_start_offset, str(e)) == (OffsetInRemoteStorageError, 3, 6,
                                                                      "offset 3 of t-0 is in remote storage")
     assert str(OffsetInRemoteStorageError(1, 2)) == "offset 1 is in remote storage (the first local offset is 2)"
+
+
+def test_a_topic_whose_remote_storage_was_turned_off_reloads_without_a_false_loss(logs, log_dir):
+    """remote.storage.enable turned off with remote.log.delete.on.disable (Kafka's only way): until the tiering job
+    deletes the remote segments and raises the log start offset, a load finds the recorded start below the first
+    local segment. That is the remote part, not a loss: Kafka's rule for a log without remote storage applies (the
+    start raised to the first segment) and nothing is recorded lost; verify reports no damage."""
+    from storage_engine.inspection.verify import verify_log_dirs
+    from storage_engine.config_file import config_from_mapping
+    log = locally_retained(logs)
+    log.close(clean=False)
+    off = config(segment_bytes=2 * size_of("a"), local_retention_bytes=0, retention_ms=-1,
+                 remote_log_delete_on_disable=True)
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(log_dir)], **TIERED_STORE},
+                               "topics": {log.topic: {"remote.log.delete.on.disable": True,
+                                                      "segment.bytes": 2 * size_of("a")}}})
+    assert not verify_log_dirs(cfg)["damaged"]              # read-only, before the load
+    again, res = loader.open_log(str(log_dir), log.topic, 0, off, clock=ManualClock(T0), exclusive=True)
+    assert res is not None
+    assert not [m for m in res.messages if "lost" in m], res.messages
+    assert (again.log_start_offset, again.local_log_start_offset) == (6, 6)
+    assert [r.offset for r in again.read_records()] == [6, 7, 8]
+    again.close(clean=False)
+    assert not verify_log_dirs(cfg)["damaged"]

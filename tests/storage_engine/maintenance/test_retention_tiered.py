@@ -21,6 +21,9 @@ pytestmark = pytest.mark.unit
 
 DAY_MS = 86_400_000
 T0 = 1_700_000_000_000
+# A store with tiered storage on (no object store is reached here: the engine's part needs none).
+TIERED_STORE = {"remote.log.storage.system.enable": True, "rsm.config.storage.s3.endpoint.url": "http://127.0.0.1:9",
+                "rsm.config.storage.s3.bucket.name": "tiered"}
 
 
 def _size() -> int:
@@ -121,7 +124,7 @@ def test_an_active_segment_that_breaches_local_retention_is_rolled_then_deleted_
     fill(log, 1)
     assert bases(log) == [0]
     dry = retention.run(log, T0 + 2 * DAY_MS, remote_upper=-1, dry_run=True)
-    assert not dry["rolled_active"] and bases(log) == [0]
+    assert dry["rolled_active"] and bases(log) == [0]          # would roll; a dry run changes nothing
     result = retention.run(log, T0 + 2 * DAY_MS, remote_upper=-1)
     assert result["rolled_active"] and not result["nothing_to_do"] and result["segments_deleted"] == 0
     assert bases(log) == [0, 1]             # sealed: the tiering job can copy it now
@@ -146,7 +149,7 @@ def store(tmp_path) -> tuple:
     d = tmp_path / "logs"
     seg = 2 * _size()
     cfg = config_from_mapping({
-        "broker": {"log.dirs": [str(d)], "remote.log.storage.system.enable": True},
+        "broker": {"log.dirs": [str(d)], **TIERED_STORE},
         "topics": {"tiered": {"remote.storage.enable": True, "segment.bytes": seg, "retention.ms": DAY_MS},
                    "plain": {"segment.bytes": seg, "retention.ms": DAY_MS}}})
     with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
@@ -194,3 +197,54 @@ def test_the_retention_jobs_delete_up_to_what_remote_upper_for_says(tmp_path):
     with LogManager.open(cfg, clock=ManualClock(now)) as mgr:       # reopened: the log start offset stayed
         log = mgr.logs[("tiered", 0)]
         assert (log.log_start_offset, log.local_log_start_offset) == (0, 4)
+
+
+def publish_copies(cfg, topic: str, finished: list[tuple[int, int]], started: tuple[tuple[int, int], ...] = (),
+                   topic_id=None):
+    """Record remote copies of ``topic``-0's offset ranges in ``__remote_log_metadata`` as the tiering job does
+    (COPY_SEGMENT_STARTED, then FINISHED for ``finished``); returns the partition's topic id."""
+    import uuid
+    from storage_engine.log.topic_id import ensure_topic_id
+    from storage_engine.tiered import metadata as m
+    from storage_engine.tiered.remote_log import RemoteLogMetadata, RemoteLogView
+    with LogManager.open(cfg, clock=ManualClock(T0)) as mgr:
+        own = ensure_topic_id(mgr.logs[(topic, 0)].dir)
+        tid = topic_id or own
+        meta, view = RemoteLogMetadata(3), RemoteLogView()
+        for n, (start, end) in enumerate(list(finished) + list(started)):
+            seg = m.RemoteSegment(topic, tid, 0, uuid.UUID(int=n + 1), start, end, T0, T0, 0, {0: start}, 100)
+            meta.publish(mgr, seg, view)
+            if (start, end) in finished:
+                meta.publish(mgr, seg.update(m.COPY_SEGMENT_FINISHED, T0 + 1), view)
+    return own
+
+
+def test_the_retention_jobs_read_the_remote_view_when_the_store_is_tiered(tmp_path):
+    """Without a caller's bound, the jobs ask ``__remote_log_metadata``: only segments with a finished copy go; a
+    copy started and never finished (an upload cut short, the store down) protects its segment."""
+    cfg, now = store(tmp_path)
+    publish_copies(cfg, "tiered", finished=[(0, 1), (2, 3)], started=((4, 5),))
+    dry = batches.retention_batch(cfg, [["tiered", 0]], now, dry_run=True)["results"][0]
+    assert (dry["segments_deleted"], dry["remote_upper"]) == (2, 3)
+    view = plans.plan(cfg, now, topics=["tiered"])["retention"]["partitions"][0]      # the Storage view agrees
+    assert [s["base_offset"] for s in view["segments"]] == [0, 2] and view["log_start_after"] == 0
+    result = batches.retention_batch(cfg, [["tiered", 0], ["plain", 0]], now)
+    by_topic = {r["topic"]: r for r in result["results"]}
+    assert (by_topic["tiered"]["segments_deleted"], by_topic["tiered"]["remote_upper"]) == (2, 3)
+    assert by_topic["plain"]["segments_deleted"] == 4 and not result["failures"]
+    assert segments_of(cfg, "tiered") == [4, 6]
+    again = {r["topic"]: r for r in housekeeping.retention_all(cfg, now)}
+    assert again["tiered"]["nothing_to_do"] and again["tiered"]["remote_upper"] == 3
+    assert housekeeping.retention(cfg, "tiered", 0, now)["remote_upper"] == 3
+
+
+def test_copies_of_a_topic_deleted_and_created_again_do_not_count_for_the_new_one(tmp_path):
+    """The view is asked for the partition's own topic id: finished copies recorded under another id (the topic of
+    that name before it was deleted) are not this partition's, so none of its segments goes."""
+    import uuid
+    cfg, now = store(tmp_path)
+    own = publish_copies(cfg, "tiered", finished=[(0, 5)], topic_id=uuid.UUID(int=0xDEAD))
+    assert own != uuid.UUID(int=0xDEAD)
+    result = batches.retention_batch(cfg, [["tiered", 0]], now)["results"][0]
+    assert (result["segments_deleted"], result["remote_upper"]) == (0, -1)
+    assert segments_of(cfg, "tiered") == [0, 2, 4, 6]
