@@ -4,14 +4,16 @@ maintenance jobs instead of hidden broker threads).
 Per partition (:func:`tier_partition`), holding the partition's tiering claim (:mod:`storage_engine.tiered.locks`;
 a partition another run is tiering is skipped and reported), never its write lock during an upload:
 
-1. orphans: copies and deletions an earlier run left half done, and objects no metadata names, are deleted
-   (:mod:`storage_engine.tiered.orphans`);
+1. orphans: copies and deletions an earlier run left half done are finished (their objects deleted); the
+   partition's objects are listed, and those no live segment names deleted, after such a run, on the run after
+   it, or with ``sweep_orphans`` (:mod:`storage_engine.tiered.orphans`);
 2. copy: the eligible sealed segments, oldest first (:mod:`storage_engine.tiered.copy`), unless
    ``remote.log.copy.disable``;
 3. local retention: the local copies past ``local.retention.*`` whose remote copy is finished
    (:func:`storage_engine.tiered.expire.local_retention`);
 4. remote retention: the remote segments past ``retention.*`` (over local + remote) or below the log start offset,
-   after which the log start offset is raised (:func:`storage_engine.tiered.expire.remote_retention`).
+   the log start offset raised past them before their objects are deleted, as Kafka does
+   (:func:`storage_engine.tiered.expire.remote_retention`).
 
 A topic whose ``remote.storage.enable`` is off is not tiered; with ``remote.log.delete.on.disable`` its remote
 segments are deleted (:func:`storage_engine.tiered.expire.delete_on_disable`). Nothing is done while the broker's
@@ -22,7 +24,8 @@ orphans cleaned, the remote log (segments, bytes, highest offset) and how far ti
 bytes above the highest remote offset). An object-store failure fails the partition with the
 ``RemoteStorageError`` subclass that names the fix (the store down, the bucket missing, credentials refused);
 since the local retention of step 3 only deletes what has a finished remote copy, nothing local is deleted for
-a store that fails. ``now_ms`` (``--now-ms``; the DAG's data interval end) is the time the run acts as of.
+a store that fails. ``now_ms`` (``--now-ms``; the DAG's data interval end) is the time the run acts as of. The log
+dirs' checkpoint files are written once per batch (a raised log start offset is durable before that).
 """
 from __future__ import annotations
 
