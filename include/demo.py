@@ -5,27 +5,33 @@
 1. resets the demo's state: the log dirs of the default storage config (``var/logs/dir-a``, ``dir-b``) and
    ``var/airflow`` (AIRFLOW_HOME, with its SQLite metadata DB);
 2. generates a week of sample logs ending at today's midnight UTC (:mod:`include.sample_data`);
-3. prints the logs as they are: per partition segments, bytes, log start and end offsets;
-4. initialises Airflow (``airflow db migrate`` on SQLite, the project's ``dags/`` and ``plugins/``, no example
+3. starts the object store of tiered storage, a SeaweedFS under ``var/seaweedfs`` at the storage config's
+   ``rsm.config.storage.s3.endpoint.url``, with its bucket (:mod:`include.demo_tiered`);
+4. serves the store over Kafka's protocol (below) and tiers ``access-log`` over the wire (``remote.storage.enable``,
+   a one-day ``local.retention.ms``);
+5. prints the logs as they are: per partition segments, bytes, log start and end offsets;
+6. initialises Airflow (``airflow db migrate`` on SQLite, the project's ``dags/`` and ``plugins/``, no example
    DAGs, parallelism 4);
-5. runs each maintenance DAG once with ``airflow dags test <dag_id> <midnight UTC>`` (``log_checkpoint``,
-   ``log_flush``, ``log_retention``, ``log_compaction``, ``log_verify``, ``log_dir_balance``; a DAG id not in
+7. runs each maintenance DAG once with ``airflow dags test <dag_id> <midnight UTC>`` (``log_checkpoint``,
+   ``log_flush``, ``log_retention``, ``log_tiering``, ``log_compaction``, ``log_verify``, ``log_dir_balance``; a DAG id not in
    ``dags/`` yet is skipped
    and said so). The DAGs read
    ``STORAGE_ENGINE_CONFIG`` and act as of their run's ``data_interval_end``, the same instant the sample data
    ends at. A failed run stops the demo with exit code 1 and the end of its output;
-6. prints what changed on disk: segments deleted and bytes reclaimed, log start offsets, checkpoint files
+8. prints what changed on disk: segments deleted and bytes reclaimed, log start offsets, checkpoint files
    written, ``.deleted`` files waiting for their purge; and checks the logs with the engine's read-only
-   ``verify``.
+   ``verify``;
+9. prints the tiered topic's local and remote figures as the Storage view shows them, and reads a partition from
+   its log start with a Kafka consumer: the first records lie below the local log start, in the object store.
 
-Between 2 and 3 the store is served over Kafka's protocol (``serve`` on a free loopback port,
+From 4 on the store is served over Kafka's protocol (``serve`` on a free loopback port,
 :mod:`include.demo_broker`) and a real Kafka client (librdkafka) creates a compacted topic over the wire and writes
 to it and to a sample topic; the broker keeps serving while the DAGs maintain the same partitions from their own
 processes, and after them the same client reads everything back before the broker stops clean. The week of
 history is written through the engine's API because it is backdated (a client cannot set the broker's clock).
 
 Each Airflow command's full output is kept in ``var/airflow/demo/<name>.log``. Afterwards ``make airflow``
-shows the same runs in the UI (same AIRFLOW_HOME).
+shows the same runs in the UI (same AIRFLOW_HOME); the object store keeps running for it.
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ from typing import Any, Callable
 
 from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
                                         airflow_executable)
-from include import demo_broker
+from include import demo_broker, demo_tiered
+from include.seaweedfs import WeedServer
 from include.sample_data import (DEFAULT_SEED, display_path, format_summary, generate, reset_log_dirs,
                                  short_time, table)
 from storage_engine import StorageError, layout, verify_log_dirs
@@ -313,17 +320,31 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         say(format_summary(generated))
 
-    step(3, "Serve the store over Kafka's protocol; write live data with a Kafka client (librdkafka)")
-    broker = demo_broker.start(config_path, RUN_LOGS / "broker.log", REPO)
+    step(3, "Start the object store for tiered storage: SeaweedFS (weed server -s3) under var/seaweedfs")
     try:
-        return _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker)
+        weed = demo_tiered.start_object_store(config)
+    except (demo_tiered.ObjectStoreError, RuntimeError, TimeoutError) as exc:
+        raise DemoFailed(f"the object store did not start: {exc}") from exc
+    say(f"S3 API at {weed.endpoint_url} (bucket {config.remote['rsm.config.storage.s3.bucket.name']}, access key "
+        f"{weed.access_key}), master http://{weed.host}:{weed.master}, data in {display_path(str(weed.folder))}")
+
+    step(4, "Serve the store over Kafka's protocol; write live data with a Kafka client (librdkafka)")
+    broker = demo_broker.start(config_path, RUN_LOGS / "broker.log", REPO)
+    finished = False
+    try:
+        code = _with_broker(args, t0, config, config_path, now_ms, logical, env, generated, broker, weed)
+        finished = True
+        return code
     finally:
         if broker.proc is not None and broker.proc.poll() is None:
             demo_broker.stop(broker)
+        if not finished:
+            weed.kill9()
 
 
 def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, config_path: Path, now_ms: int,
-                 logical: datetime, env: dict[str, str], generated: dict, broker: demo_broker.Broker) -> int:
+                 logical: datetime, env: dict[str, str], generated: dict, broker: demo_broker.Broker,
+                 weed: WeedServer) -> int:
     live = demo_broker.produce_live(broker, "access-log")
     if live["errors"]:
         raise DemoFailed(f"the Kafka client's writes failed: {live['errors'][:3]} (broker log: "
@@ -332,13 +353,16 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         f"{demo_broker.LIVE_TOPIC} over the wire (cleanup.policy=compact) and delivered {live['delivered']:,} "
         f"records to it and to access-log with idempotent producers in {', '.join(demo_broker.CODECS)} "
         f"in {live['seconds']} s")
+    demo_tiered.enable_tiering(broker.bootstrap)
+    say(f"tiered {demo_tiered.TOPIC} over the wire (IncrementalAlterConfigs): remote.storage.enable=true, "
+        f"local.retention.ms={demo_tiered.LOCAL_RETENTION_MS} (a day on local disk, retention.ms over the whole log)")
     config = load_config(config_path)    # the topic configs set over the wire are part of it now
 
-    step(4, "The logs before maintenance")
+    step(5, "The logs before maintenance")
     before = snapshot(config)
     say(before_table(before, generated))
 
-    step(5, "Initialise Airflow (SQLite metadata DB)")
+    step(6, "Initialise Airflow (SQLite metadata DB)")
     airflow = airflow_executable()
     code, secs, log_path = _run_logged("db-migrate", [airflow, "db", "migrate"], env, 600)
     if code != 0:
@@ -352,7 +376,7 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         raise DemoFailed(f"dags/ has import errors:\n{errors}")
     say(f"DAGs in dags/: {', '.join(found['dag_ids']) or 'none'}")
 
-    step(6, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
+    step(7, f"Run the maintenance DAGs once: airflow dags test <dag_id> {logical.isoformat()}")
     results: list[tuple[str, str, float | None]] = []
     for dag_id in args.dags:
         if dag_id not in found["dag_ids"]:
@@ -386,7 +410,7 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
             say(f"  note: {dag_id} acted as of {end}, not {logical:%Y-%m-%d %H:%M:%S} (its timetable aligned the "
                 "interval); records after that instant count as 'in the future' for it")
 
-    step(7, "What changed on disk")
+    step(8, "What changed on disk")
     after = snapshot(config)
     report, _ = changes_report(config, before, after)
     say(report)
@@ -395,7 +419,13 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         raise DemoFailed(f"verify found damage after maintenance:\n{problems}")
     say("verify (read-only audit of every batch, index and checkpoint): no damage found")
 
-    step(8, "Read back with the Kafka client while the broker serves, then stop it")
+    step(9, f"Tiered storage: {demo_tiered.TOPIC} on local disk and in the object store")
+    try:
+        tiered = demo_tiered.report(config, broker.bootstrap, say)
+    except demo_tiered.ObjectStoreError as exc:
+        raise DemoFailed(str(exc)) from exc
+
+    step(10, "Read back with the Kafka client while the broker serves, then stop it")
     txn = demo_broker.transactions(broker)
     committed, uncommitted = txn["committed"], txn["uncommitted"]
     if len(committed) != 10 or any(b"cancelled" in v for v in committed) or len(uncommitted) != 15:
@@ -425,7 +455,13 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         f"{sum(1 for _, s, _ in results if s == 'success')} DAG run(s) succeeded"
         + (f", {len(skipped)} skipped ({', '.join(skipped)})" if skipped else "")
         + (f", {len(failed)} FAILED ({', '.join(failed)})" if failed else "")
-        + ". `make airflow` shows these runs in the UI.")
+        + ". `make airflow` shows these runs in the UI (its Storage view's \"Tiered storage\" page: the figures "
+          "above).")
+    say(f"Object store: S3 API {weed.endpoint_url} (SeaweedFS; bucket {tiered['bucket']}, access key "
+        f"{weed.access_key}, secret in {display_path(str(config_path))}), master UI http://{weed.host}:{weed.master}; "
+        f"{tiered['remote_bytes_h']} of {demo_tiered.TOPIC} in it. It keeps running (pid "
+        f"{weed.proc.pid if weed.proc else '?'}, data in {display_path(str(weed.folder))}) for `make airflow` and "
+        f"`make broker`; the next `make demo` restarts it, `kill {weed.proc.pid if weed.proc else '<pid>'}` stops it.")
     return 1 if failed else 0
 
 

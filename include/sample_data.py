@@ -255,7 +255,8 @@ def existing_partitions(config: StorageConfig) -> dict[str, list[str]]:
 
 
 def reset_log_dirs(config: StorageConfig) -> int:
-    """Delete what the engine keeps in the configured log dirs: partition folders and the files
+    """Delete what the engine keeps in the configured log dirs: partition folders, the cache of remote segment
+    bytes (``remote-log-index-cache``: the objects it caches belong to the logs being deleted) and the files
     :mod:`storage_engine.layout` names (checkpoints, the clean-shutdown marker, ``meta.properties``, the engine's
     lock, state, claim and uncleanable files, and those of earlier versions); anything else is left alone.
     Refuses a dir another process has open. Returns the number of partition folders removed."""
@@ -273,6 +274,9 @@ def reset_log_dirs(config: StorageConfig) -> int:
                 if _is_partition_dir(path, name):
                     shutil.rmtree(path)
                     removed += 1
+                elif name == layout.REMOTE_LOG_INDEX_CACHE_DIR and os.path.isdir(path) \
+                        and not os.path.islink(path):
+                    shutil.rmtree(path)
                 elif os.path.isfile(path) and name != layout.DIR_LOCK_FILE and (
                         layout.is_engine_file(name) or layout.is_legacy_engine_file(name)
                         or name == layout.META_PROPERTIES):

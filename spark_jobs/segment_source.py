@@ -33,6 +33,12 @@ read (``storage_engine.segment.checked_read``): every batch's framing, offset or
 at a time just before its records are decoded, so no damaged batch reaches a key map; damage raises
 ``CorruptRecordError`` naming the partition, the file, the byte position and the batch's offsets. This module must be importable on the executors (the project
 is installed in the Spark Python environment, or shipped with ``--py-files``).
+
+Tiered topics: with the option ``storageConfig`` (the storage config file), ``kafka_segments`` also reads the
+offsets below the partition's local log start from the object store, one Spark partition per remote segment
+(:class:`RemoteSegmentPartition`), checked by the same reads; the driver learns the remote segments from
+``__remote_log_metadata`` through a read-only open, and the executors fetch the ``.log`` objects without keeping a
+cache (they write nothing but their output).
 """
 from __future__ import annotations
 
@@ -73,6 +79,18 @@ class SegmentPartition(InputPartition):
         self.aborted = aborted   # the aborted transactions not ended before base_offset, by first offset
 
 
+class RemoteSegmentPartition(InputPartition):
+    """A remote segment (its metadata and the store's settings: the executor fetches its ``.log`` object)."""
+
+    def __init__(self, settings: Any, segment: Any, next_base: int, aborted: tuple[AbortedTxn, ...] = ()):
+        super().__init__(f"remote:{segment.start_offset}")
+        self.settings = settings
+        self.segment = segment
+        self.base_offset = segment.start_offset
+        self.next_base = next_base
+        self.aborted = aborted
+
+
 class SegmentDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -107,6 +125,7 @@ class SegmentReader(DataSourceReader):
         layout.parse_partition_dir(os.path.basename(self.path))
         self.start = _opt_int(options, "startOffset")
         self.end = _opt_int(options, "endOffset")
+        self.storage_config = options.get("storageConfig") or None
 
     def _aborted(self) -> tuple[AbortedTxn, ...]:
         """Aborted transactions overlapping [start, end) from every ``.txnindex`` of the folder, by first offset."""
@@ -124,7 +143,37 @@ class SegmentReader(DataSourceReader):
         return tuple(sorted(out, key=lambda t: (t.first_offset, t.producer_id, t.last_offset)))
 
     def partitions(self) -> Sequence[InputPartition]:
-        return self._segments()
+        return [*self._remote_segments(), *self._segments()]
+
+    def _remote_segments(self) -> list[RemoteSegmentPartition]:
+        """The remote segments below the local log start overlapping [start, end) (``storageConfig`` given and the
+        topic tiered), each with the aborted transactions its read leaves out."""
+        if self.storage_config is None:
+            return []
+        from storage_engine import layout
+        from storage_engine.config_file import load_config
+        from storage_engine.inspection.snapshot import LogSnapshot
+        from storage_engine.tiered.whole_log import remote_part
+        config = load_config(self.storage_config)
+        topic, partition = layout.parse_partition_dir(os.path.basename(self.path))
+        start = self.start if self.start is not None else -1
+        end = self.end if self.end is not None else 2**63 - 1
+        with LogSnapshot(config, os.path.dirname(self.path), topic, partition) as snap, \
+                remote_part(config, self.path, topic, partition, snap.log_start_offset,
+                            snap.local_log_start_offset) as part:
+            if part is None:
+                return []
+            self.start = max(start, part.log_start)
+            aborted = sorted({*part.aborted_transactions(max(start, part.log_start), end), *self._aborted()},
+                             key=lambda t: (t.first_offset, t.producer_id, t.last_offset))
+            segs = [s for s in part.reader.segments_from(topic, partition, self.start, topic_id=part.topic_id)
+                    if s.start_offset < min(part.local_start, end)]
+            out = []
+            for i, seg in enumerate(segs):
+                nxt = segs[i + 1].start_offset if i + 1 < len(segs) else part.local_start
+                out.append(RemoteSegmentPartition(part.reader.settings, seg, nxt,
+                                                  tuple(t for t in aborted if t.last_offset >= seg.start_offset)))
+            return out
 
     def _segments(self) -> list[SegmentPartition]:
         """The segments overlapping [start, end), each with the aborted transactions its read leaves out."""
@@ -148,35 +197,23 @@ class SegmentReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
+        if isinstance(partition, RemoteSegmentPartition):
+            yield from self._read_remote(partition, pa)
+            return
         if not isinstance(partition, SegmentPartition):
             raise TypeError(f"{NAME} reads a SegmentPartition, not {type(partition).__name__}")
         from storage_engine.segment.file_records import FileRecords
-        from storage_engine.maintenance.offset_map import key_hash
         try:
             fr = FileRecords(partition.path, writable=False)
         except Exception as exc:   # noqa: BLE001 - any failure to open a listed segment means it was replaced
-            raise FileNotFoundError(f"segment {partition.path} disappeared while the job ran (retention or "
+            raise FileNotFoundError(f"segment {partition.path} disappeared while the job read it (retention or "
                                     f"compaction replaced it): {exc}") from None
-        start = self.start if self.start is not None else -1
-        end = self.end if self.end is not None else 2**63 - 1
         cols = _Columns()
-        from storage_engine.segment.file_records import iter_batches
         try:
             view = fr.view()
-            # Only byte ranges whose batches all passed the checked read, aborted transactions left out.
-            for pos, limit in _checked_runs(view, fr.size, partition.path, partition.aborted,
-                                            partition.base_offset, partition.next_base, end):
-                for batch in iter_batches(view, pos, limit, partition.path):
-                    if batch.is_control or batch.last_offset < start:
-                        continue
-                    for rec in batch.records():
-                        if rec.offset < start or rec.offset >= end:
-                            continue
-                        hi, lo = key_hash(rec.key) if rec.key is not None else (None, None)
-                        cols.add(rec, hi, lo, batch, partition.base_offset)
-                    if cols.n >= ROWS_PER_ARROW_BATCH:
-                        yield cols.to_arrow(pa)
-                        cols = _Columns()
+            for cols in self._rows(view, fr.size, partition.path, partition, pa):
+                if cols.n >= ROWS_PER_ARROW_BATCH:
+                    yield cols.to_arrow(pa)
         finally:
             fr.close()
         if os.path.exists(partition.path) and os.stat(partition.path).st_ino != partition.inode:
@@ -185,6 +222,57 @@ class SegmentReader(DataSourceReader):
             raise FileNotFoundError(f"segment {partition.path} was deleted while the job read it")
         if cols.n:
             yield cols.to_arrow(pa)
+
+    def _rows(self, view: BatchBuffer, size: int, path: str, partition: SegmentPartition | RemoteSegmentPartition,
+              pa: ModuleType) -> Iterator[_Columns]:
+        """The rows of one segment's bytes, in column batches: each batch yielded as it grows (the caller sends it
+        on once full), the last one at the end. Only byte ranges whose batches all passed the checked read are
+        decoded, aborted transactions left out."""
+        from storage_engine.maintenance.offset_map import key_hash
+        from storage_engine.segment.file_records import iter_batches
+        start = self.start if self.start is not None else -1
+        end = self.end if self.end is not None else 2**63 - 1
+        cols = _Columns()
+        for pos, limit in _checked_runs(view, size, path, partition.aborted, partition.base_offset,
+                                        partition.next_base, end):
+            for batch in iter_batches(view, pos, limit, path):
+                if batch.is_control or batch.last_offset < start:
+                    continue
+                for rec in batch.records():
+                    if rec.offset < start or rec.offset >= end:
+                        continue
+                    hi, lo = key_hash(rec.key) if rec.key is not None else (None, None)
+                    cols.add(rec, hi, lo, batch, partition.base_offset)
+                if cols.n >= ROWS_PER_ARROW_BATCH:
+                    yield cols
+                    cols = _Columns()
+        yield cols
+
+    def _read_remote(self, partition: RemoteSegmentPartition, pa: ModuleType) -> Iterator[Any]:
+        """A remote segment's rows: its ``.log`` object fetched whole (no cache on an executor), then read as a
+        local one; a missing or damaged object fails the task naming the object and the segment's offsets."""
+        from storage_engine.tiered.cache import NoCache
+        from storage_engine.tiered.object_store import ObjectStore
+        from storage_engine.tiered.reads import RemoteReader
+        seg = partition.segment
+        reader = RemoteReader(partition.settings, ObjectStore(partition.settings), _OneSegment(seg), cache=NoCache())
+        data, where = reader.segment_bytes(seg)
+        cols = _Columns()
+        for cols in self._rows(data, len(data), where, partition, pa):
+            if cols.n >= ROWS_PER_ARROW_BATCH:
+                yield cols.to_arrow(pa)
+        if cols.n:
+            yield cols.to_arrow(pa)
+
+
+class _OneSegment:
+    """The remote view of one segment, as an executor's reader needs it."""
+
+    def __init__(self, seg: Any) -> None:
+        self.seg = seg
+
+    def segments(self, topic: str, partition: int, *, topic_id: Any = None) -> list[Any]:
+        return [self.seg]
 
 
 class _Columns:

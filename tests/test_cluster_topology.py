@@ -19,7 +19,9 @@ pytestmark = pytest.mark.unit
 
 PORTS = Ports(airflow=18080, postgres=15432, redis=16379, smtp=11025, mail_http=18025, spark_master=17077,
               spark_master_ui=18081, spark_worker_ui=18082, spark_driver=17078, spark_block_manager=17079,
-              broker=19092)
+              broker=19092, seaweedfs_master=19333, seaweedfs_master_grpc=29333, seaweedfs_volume_1=18083,
+              seaweedfs_volume_1_grpc=28083, seaweedfs_volume_2=18084, seaweedfs_volume_2_grpc=28084,
+              seaweedfs_filer=18888, seaweedfs_filer_grpc=28888, seaweedfs_s3=18333, seaweedfs_s3_grpc=28333)
 BASE = {"PATH": "/usr/bin", "HOME": "/root"}
 
 
@@ -127,6 +129,7 @@ def test_the_storage_config_is_composes_with_local_log_dirs(compose, local, tmp_
                                                  for d in original.log_dirs]
     assert set(config.hosts) == set(original.hosts)
     assert config.server["advertised.listeners"] == f"PLAINTEXT://127.0.0.1:{PORTS.broker}"
+    assert config.remote["rsm.config.storage.s3.endpoint.url"] == f"http://127.0.0.1:{PORTS.seaweedfs_s3}"
     for topic in original.topic_overrides:
         assert config.log_config(topic) == original.log_config(topic), topic
 
@@ -149,3 +152,25 @@ def test_make_cluster_runs_this_module():
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^cluster: .*\n\t\$\(BIN\)/python -m include\.cluster up", makefile, re.M)
     assert re.search(r"^cluster-stop: .*\n\t\$\(BIN\)/python -m include\.cluster down", makefile, re.M)
+
+
+def test_seaweedfs_servers_listen_and_meet_on_their_local_ports(local):
+    """Each weed server binds to and advertises loopback on its own local HTTP and gRPC ports, and the others
+    reach it there (weed's host:port.grpcPort addresses carry both)."""
+    _, services = local
+    own = {"seaweedfs-master": (PORTS.seaweedfs_master, PORTS.seaweedfs_master_grpc),
+           "seaweedfs-volume-1": (PORTS.seaweedfs_volume_1, PORTS.seaweedfs_volume_1_grpc),
+           "seaweedfs-volume-2": (PORTS.seaweedfs_volume_2, PORTS.seaweedfs_volume_2_grpc),
+           "seaweedfs-filer": (PORTS.seaweedfs_filer, PORTS.seaweedfs_filer_grpc),
+           "seaweedfs-s3": (PORTS.seaweedfs_s3, PORTS.seaweedfs_s3_grpc)}
+    assert set(own) == set(topology.SEAWEEDFS)
+    master = f"-master=127.0.0.1:{PORTS.seaweedfs_master}.{PORTS.seaweedfs_master_grpc}"
+    for name, (http, grpc) in own.items():
+        cmd = services[name].command
+        assert Path(cmd[0]).name == "weed"
+        assert {"-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-port={http}", f"-port.grpc={grpc}"} <= set(cmd), cmd
+        if name in ("seaweedfs-volume-1", "seaweedfs-volume-2", "seaweedfs-filer"):
+            assert master in cmd, cmd
+    assert f"-filer=127.0.0.1:{PORTS.seaweedfs_filer}.{PORTS.seaweedfs_filer_grpc}" in services["seaweedfs-s3"].command
+    assert services["seaweedfs-init"].command[:2] == ["/bin/sh", "-c"]
+    assert services["seaweedfs-init"].command[2].count(f"{master} -filer=127.0.0.1:{PORTS.seaweedfs_filer}.") == 2

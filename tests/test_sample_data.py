@@ -186,6 +186,8 @@ def test_reset_removes_exactly_the_files_layout_names(tmp_path):
         (d / legacy).write_bytes(b"{}")
     (d / "operator-notes.txt").write_text("keep me")
     (d / "lost+found").mkdir()
+    (d / layout.REMOTE_LOG_INDEX_CACHE_DIR / "ab").mkdir(parents=True)     # cached bytes of the deleted logs' objects
+    (d / layout.REMOTE_LOG_INDEX_CACHE_DIR / "ab" / "chunk").write_bytes(b"cached")
     engine_files = {n for n in os.listdir(d) if (d / n).is_file() and n != "operator-notes.txt"}
     assert {layout.UNCLEANABLE_FILE, os.path.basename(claim.path), layout.RECOVERY_POINT_CHECKPOINT} <= engine_files
     assert all(layout.is_engine_file(n) or layout.is_legacy_engine_file(n) for n in engine_files), engine_files

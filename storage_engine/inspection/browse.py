@@ -18,6 +18,11 @@ Reads are checked as the engine's own are (:mod:`storage_engine.segment.checked_
 CRC-32C (CRC-32 for legacy messages) and the offset-order checks before a record of it is shown. Damage ends
 the page there: the records before it are returned with ``error`` naming the file and the byte position.
 
+Offsets below the local log start of a tiered topic (their segments only in the object store) are read through
+:mod:`storage_engine.tiered.whole_log`, checked the same way; a remote object missing or damaged ends the page as
+local damage does, with ``error`` naming the object and the segment's offsets. The newest records of a key are
+searched in the local segments only.
+
 Read-only, like the rest of :mod:`storage_engine.inspection`: segments are opened read-only through
 :class:`~storage_engine.inspection.snapshot.LogSnapshot`, no lock is taken, no file is created or changed, so a
 page may be read from any process (Airflow's api-server) while a writer appends and maintenance runs. A
@@ -32,6 +37,7 @@ control characters, else hex).
 from __future__ import annotations
 
 import collections
+import contextvars
 import json
 import os
 import struct
@@ -41,7 +47,7 @@ from typing import TypedDict
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, PartitionNotFoundError,
-                                   StorageIOError)
+                                   RemoteStorageError, StorageIOError)
 from storage_engine.inspection.snapshot import LogSnapshot
 from storage_engine.log.producer_state_manager import ProducerStateManager, rebuild
 from storage_engine.record import codecs
@@ -49,6 +55,7 @@ from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import NO_SEQUENCE, TIMESTAMP_TYPE_NAMES, RecordBatch, increment_sequence
 from storage_engine.segment.segment import LogSegment
 from storage_engine.segment.txn_index import AbortedTxn
+from storage_engine.tiered.whole_log import RemotePart, remote_part
 
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
@@ -62,6 +69,8 @@ READ_ATTEMPTS = 3            # fresh listings after segments were renamed away u
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 _ABORT, _COMMIT = 0, 1
+# The remote part of the partition being browsed (None: all of it is local), for the read helpers below.
+_REMOTE: contextvars.ContextVar[RemotePart | None] = contextvars.ContextVar("browse_remote", default=None)
 
 
 class BrowsedRecord(TypedDict):
@@ -129,8 +138,14 @@ def browse(config: StorageConfig, topic: str, partition: int, *, offset: int | N
     attempt = 0
     while True:
         try:
-            with LogSnapshot(config, log_dir, topic, partition) as snap:
-                return _browse(snap, offset, timestamp_ms, key, latest, limit, isolation, max_scan_bytes)
+            with LogSnapshot(config, log_dir, topic, partition) as snap, \
+                    remote_part(config, snap.dir, topic, partition, snap.log_start_offset,
+                                snap.local_log_start_offset) as part:
+                token = _REMOTE.set(part)
+                try:
+                    return _browse(snap, offset, timestamp_ms, key, latest, limit, isolation, max_scan_bytes)
+                finally:
+                    _REMOTE.reset(token)
         except (StorageIOError, FileNotFoundError):
             # A segment renamed away (retention, a swap) between the listing and the read: list again.
             attempt += 1
@@ -149,7 +164,7 @@ def _locate(config: StorageConfig, topic: str, partition: int) -> str:
 
 def _browse(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, key: bytes | None, latest: bool,
             limit: int, isolation: str, max_scan_bytes: int) -> BrowsePage:
-    start_offset, leo = snap.log_start_offset, snap.log_end_offset
+    start_offset, leo = _log_start(snap), snap.log_end_offset
     notes: list[str] = []
     ongoing = _open_transactions(snap, notes)
     lso = min([leo, *ongoing.values()])
@@ -176,6 +191,9 @@ def _browse(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, key
     except CorruptRecordError as exc:
         page["error"] = {"message": str(exc), "path": exc.path, "position": exc.position}
         page["next_offset"] = None
+    except RemoteStorageError as exc:
+        page["error"] = {"message": str(exc), "path": getattr(exc, "key", None), "position": None}
+        page["next_offset"] = None
     if isolation == READ_COMMITTED and end < leo and page["next_offset"] is None and page["error"] is None:
         notes.append(f"read_committed stops at the last stable offset {lso}: a transaction is still open there")
     return page
@@ -183,7 +201,7 @@ def _browse(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, key
 
 def _start(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, latest: bool, limit: int,
            notes: list[str]) -> int:
-    start_offset, leo = snap.log_start_offset, snap.log_end_offset
+    start_offset, leo = _log_start(snap), snap.log_end_offset
     if offset is not None:
         if offset < start_offset:
             notes.append(f"offset {offset} is below the log start offset {start_offset}: shown from there")
@@ -268,8 +286,20 @@ def _newest_with_key(snap: LogSnapshot, page: BrowsePage, end: int, key: bytes, 
     page["next_offset"] = None
 
 
+def _log_start(snap: LogSnapshot) -> int:
+    """The first offset a page can show: the remote part's start, else the local log start (a tiered topic
+    whose remote part cannot be read shows its local part)."""
+    part = _REMOTE.get()
+    return part.log_start if part is not None else snap.local_log_start_offset
+
+
 def _checked_batches(snap: LogSnapshot, start: int) -> Iterator[RecordBatch | LegacyBatch]:
-    """Every checked batch from the one holding ``start`` to the last whole batch of the active segment."""
+    """Every checked batch from the one holding ``start`` to the last whole batch of the active segment (the
+    remote part first, when ``start`` lies below the local log start)."""
+    part = _REMOTE.get()
+    if part is not None and start < part.local_start:
+        yield from part.batches(start)
+        start = part.local_start
     segments = snap.segments
     for i, seg in enumerate(segments):
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
@@ -293,7 +323,12 @@ def _whole_batches_end(seg: LogSegment) -> int | None:
 
 
 def _offset_for_timestamp(snap: LogSnapshot, timestamp_ms: int) -> int | None:
-    """The offset of the first record with timestamp >= ``timestamp_ms`` (Kafka's ``fetchOffsetByTimestamp``)."""
+    """The offset of the first record with timestamp >= ``timestamp_ms`` (Kafka's ``fetchOffsetByTimestamp``:
+    the remote part first)."""
+    part = _REMOTE.get()
+    found_remote = part.offset_for_timestamp(timestamp_ms) if part is not None else None
+    if found_remote is not None:
+        return found_remote[1]
     last = len(snap.segments) - 1
     for i, seg in enumerate(snap.segments):
         if i < last and seg.largest_timestamp() < timestamp_ms:
@@ -322,8 +357,12 @@ def _open_transactions(snap: LogSnapshot, notes: list[str]) -> dict[int, int]:
 
 def _aborted_transactions(snap: LogSnapshot, start: int, end: int) -> list[AbortedTxn]:
     """Aborted transactions overlapping [start, end), from the ``.txnindex`` of the segment holding ``start`` on,
-    until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
+    until one proves the search complete (Kafka's ``collectAbortedTransactions``; the remote part's first)."""
     out: list[AbortedTxn] = []
+    part = _REMOTE.get()
+    if part is not None and start < part.local_start:
+        out.extend(part.aborted_transactions(start, end))
+        start = part.local_start
     segments = snap.segments
     for i, seg in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start:

@@ -383,7 +383,7 @@ def _check_state(path: str, tp: TopicPartition, cfg: LogConfig, state: Partition
     first_offset = walk.first_offset if walk.first_offset is not None else leo
     if lso > leo:
         problems.append({"file": path, "message": f"log start offset {lso} is past the log end offset {leo}"})
-    elif walk.contiguous and lso < first_offset and not cfg.remote_storage_enable:
+    elif walk.contiguous and lso < first_offset and not losses.remote_below(cfg):
         # (a tiered topic's offsets below its first local segment are in remote storage)
         problems.append({"file": path, "message": f"offsets [{lso}, {first_offset}) are missing at the start of "
                                                   "a delete-policy topic (its first segment or batches are gone)"})

@@ -4,14 +4,16 @@ maintenance jobs instead of hidden broker threads).
 Per partition (:func:`tier_partition`), holding the partition's tiering claim (:mod:`storage_engine.tiered.locks`;
 a partition another run is tiering is skipped and reported), never its write lock during an upload:
 
-1. orphans: copies and deletions an earlier run left half done, and objects no metadata names, are deleted
-   (:mod:`storage_engine.tiered.orphans`);
+1. orphans: copies and deletions an earlier run left half done are finished (their objects deleted); the
+   partition's objects are listed, and those no live segment names deleted, after such a run, on the run after
+   it, or with ``sweep_orphans`` (:mod:`storage_engine.tiered.orphans`);
 2. copy: the eligible sealed segments, oldest first (:mod:`storage_engine.tiered.copy`), unless
    ``remote.log.copy.disable``;
 3. local retention: the local copies past ``local.retention.*`` whose remote copy is finished
    (:func:`storage_engine.tiered.expire.local_retention`);
 4. remote retention: the remote segments past ``retention.*`` (over local + remote) or below the log start offset,
-   after which the log start offset is raised (:func:`storage_engine.tiered.expire.remote_retention`).
+   the log start offset raised past them before their objects are deleted, as Kafka does
+   (:func:`storage_engine.tiered.expire.remote_retention`).
 
 A topic whose ``remote.storage.enable`` is off is not tiered; with ``remote.log.delete.on.disable`` its remote
 segments are deleted (:func:`storage_engine.tiered.expire.delete_on_disable`). Nothing is done while the broker's
@@ -22,7 +24,8 @@ orphans cleaned, the remote log (segments, bytes, highest offset) and how far ti
 bytes above the highest remote offset). An object-store failure fails the partition with the
 ``RemoteStorageError`` subclass that names the fix (the store down, the bucket missing, credentials refused);
 since the local retention of step 3 only deletes what has a finished remote copy, nothing local is deleted for
-a store that fails. ``now_ms`` (``--now-ms``; the DAG's data interval end) is the time the run acts as of.
+a store that fails. ``now_ms`` (``--now-ms``; the DAG's data interval end) is the time the run acts as of. The log
+dirs' checkpoint files are written once per batch (a raised log start offset is durable before that).
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
             result.update(_remote_figures(ctx, log, tid))
             return result
         result["tiered"] = True
-        cleaned = orphans.clean(ctx, log, tid, sweep=ctx.sweep_orphans)
+        cleaned = orphans.clean(ctx, log, tid, sweep=ctx.sweep_orphans, claim=claim)
         result.update(orphan_segments=cleaned["orphan_segments"], orphan_objects=cleaned["orphan_objects"],
                       orphan_uploads=cleaned["orphan_uploads"])
         if cleaned["orphans"] or cleaned["orphan_keys"]:
@@ -95,7 +98,6 @@ def tier_partition(ctx: TierContext, log: Log) -> dict:
         result["copied"] = copied
         result["copied_segments"] = len(copied)
         result["copied_bytes"] = sum(c["size_bytes"] for c in copied)
-        ctx.refresh()
         upper = ctx.highest_offset(log, tid)
         if ctx.dry_run:     # what the copies would finish
             upper = max([upper] + [c["end_offset"] for c in copied])
@@ -131,8 +133,7 @@ def _copy(ctx: TierContext, log: Log, tid: uuid.UUID | None, result: dict) -> li
 
 
 def _remote_figures(ctx: TierContext, log: Log, tid: uuid.UUID | None) -> dict:
-    if not ctx.dry_run:
-        ctx.refresh()
+    # (the view is current: every record of this run was published through it, and no other run tiers the partition)
     segs = ctx.segments(log, tid)
     return {"remote_segments": len(segs), "remote_bytes": sum(s.size_bytes for s in segs),
             "highest_remote_offset": max((s.end_offset for s in segs), default=-1),
@@ -163,11 +164,17 @@ def tier_batch(config: StorageConfig, partitions: BatchPartitions, now_ms: int |
             contexts[id(mgr)] = ctx
         return tier_partition(ctx, log)
 
+    def after(mgr: LogManager, done: list[dict]) -> list[str]:
+        ctx = contexts.get(id(mgr))
+        if ctx is not None and ctx.dirty_dirs and not dry_run:
+            mgr.checkpoint(sorted(ctx.dirty_dirs))     # once per batch: a checkpoint lists its whole log dir
+        return []
+
     # A topic neither tiered nor deleting its remote data has nothing to do: its partitions are not even opened,
     # so a run over thousands of partitions costs what its tiered ones cost.
     tps = as_topic_partitions(partitions)
     work = [tp for tp in tps if _has_work(config, tp[0])]
-    batch = run_batch(config, work, now_ms, act, dry_run=dry_run)
+    batch = run_batch(config, work, now_ms, act, dry_run=dry_run, after=after)
     idle = [tp for tp in tps if not _has_work(config, tp[0])]
     if idle:
         by_tp = {(r["topic"], r["partition"]): r for r in batch["results"]}
@@ -185,6 +192,28 @@ def _has_work(config: StorageConfig, topic: str) -> bool:
         return False
     cfg = config.log_config(topic)
     return bool(cfg.remote_storage_enable or cfg.remote_log_delete_on_disable)
+
+
+def tiering_topics(config: StorageConfig, topics: Collection[str]) -> list[str]:
+    """The topics among ``topics`` that a run has work for (tiered, or deleting their remote data after remote
+    storage was turned off), none while ``remote.log.storage.system.enable`` is off: what the ``log_tiering``
+    DAG plans batches for."""
+    if not config.remote_storage_system_enabled:
+        return []
+    return sorted(t for t in set(topics) if _has_work(config, t))
+
+
+def check_object_store(config: StorageConfig) -> dict[str, str | None]:
+    """One request to the configured object store (a listing of one page under the key prefix) before a run
+    touches any partition: raises the ``RemoteStorageError`` subclass that names the fix (the store unreachable,
+    the bucket missing, the credentials refused). Returns the store checked: ``{"endpoint_url", "bucket"}``."""
+    settings = RemoteStorageSettings.of(config)
+    store = ObjectStore(settings)
+    try:
+        next(iter(store.list(settings.key_prefix)), None)
+    finally:
+        store.close()
+    return {"endpoint_url": settings.endpoint_url, "bucket": settings.bucket}
 
 
 def tier(config: StorageConfig, now_ms: int | None = None, *, topics: Collection[str] | None = None,

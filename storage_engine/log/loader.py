@@ -278,7 +278,7 @@ def _load(dir_path: str, cfg: LogConfig, opened: list, *, recovery_point_checkpo
     crashpoints.reached("load.resolved")
     # Data found gone is recorded before anything that would erase the evidence (orphan indexes, recovery).
     losses.note(dir_path, losses.orphan_index_losses(dir_path, listing, result.deleted_files, recorded_log_start,
-                                                     now_ms, tiered=cfg.remote_storage_enable), result.messages)
+                                                     now_ms, tiered=losses.remote_below(cfg)), result.messages)
     segments, needs_recovery = open_segments(dir_path, cfg, now_ms, repair=True,
                                              remove=lambda path: _remove(path, result), listing=listing)
     log_dir, folder = os.path.split(os.path.abspath(dir_path))

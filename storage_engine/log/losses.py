@@ -129,6 +129,14 @@ def recorded(dir_path: str) -> list[LostRange]:
 
 # -- evidence ------------------------------------------------------------------------------------------------------
 
+def remote_below(cfg: LogConfig) -> bool:
+    """Whether the offsets below the first local segment may be in remote storage, so that a log start offset below
+    it is no evidence of loss: a tiered topic (``remote.storage.enable``), or one whose remote storage was turned
+    off with ``remote.log.delete.on.disable`` (its remote segments exist until the tiering job deletes them and
+    raises the log start offset)."""
+    return cfg.remote_storage_enable or cfg.remote_log_delete_on_disable
+
+
 def _holds_entries(path: str) -> bool:
     """Whether an index file holds an entry (a nonzero byte near its start; a preallocated tail is zeros)."""
     try:
@@ -213,7 +221,7 @@ def start_losses(dir_path: str, cfg: LogConfig, names: Iterable[str], first_base
     the load's swap resolution just removed: a swap of the first group whose output was empty and dropped (its
     ``.log.swap`` or the ``.log`` it replaced is among them) explains the range, as the finished swap would have
     moved the log start past it."""
-    if recorded_start is None or recorded_start >= first_base or cfg.remote_storage_enable:
+    if recorded_start is None or recorded_start >= first_base or remote_below(cfg):
         return []   # a tiered topic's offsets below its first local segment are in remote storage
     removed = list(removed)
     going = [n for n in names if n.endswith((layout.LOG_SUFFIX + layout.DELETED_SUFFIX,
@@ -288,7 +296,7 @@ def audit(log_dir: str, folder: str, cfg: LogConfig, names: Sequence[str], bases
     manifest's bases read with ``names`` (None: read it now)."""
     dir_path = os.path.join(log_dir, folder)
     known, err = read(log_dir, folder)
-    found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms, tiered=cfg.remote_storage_enable)
+    found = orphan_index_losses(dir_path, names, (), recorded_start, now_ms, tiered=remote_below(cfg))
     if bases_and_sizes:
         found += emptied_segment_losses(dir_path, bases_and_sizes, cfg, now_ms)
         found += start_losses(dir_path, cfg, names, bases_and_sizes[0][0], recorded_start, now_ms)

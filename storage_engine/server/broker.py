@@ -33,6 +33,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.log import topic_id as topic_id_mod
 from storage_engine.server import identity
 from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.remote_tier import RemoteTier
 from storage_engine.server.transactions.coordinator import TxnCoordinator
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class Broker:
         self._topic_id_mutex = threading.Lock()    # one writer of partition.metadata at a time (its temp file)
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
+        # Tiered storage (remote.log.storage.system.enable): the remote view and reader, None when off.
+        self.remote: RemoteTier | None = RemoteTier.open(config, manager)
         self.groups = GroupCoordinator(self)
         self.transactions = TxnCoordinator(self, self.groups)
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status

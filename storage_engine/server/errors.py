@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 from storage_engine.errors import (CompressionError, CorruptRecordError, DataLossError, InvalidRecordError,
                                    InvalidRecordForTopicError, InvalidTopicError, LogDirOfflineError, LogLockedError,
                                    OffsetOutOfRangeError, PartitionNotFoundError, PartitionUnreadableError,
-                                   ProducerStateError, RecordTooLargeError, StorageError, StorageIOError)
+                                   ProducerStateError, RecordTooLargeError, RemoteObjectDamagedError, StorageError,
+                                   StorageIOError)
 from storage_engine.log.topic_changes import TopicChangeError
 
 __all__ = ["ErrorCode", "TopicError", "describe", "error_code", "message"]
@@ -30,6 +31,7 @@ class TopicError(Exception):
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (CompressionError, ErrorCode.corrupt_message),
     (CorruptRecordError, ErrorCode.corrupt_message),
+    (RemoteObjectDamagedError, ErrorCode.corrupt_message),    # as local damage (Kafka: UNKNOWN_SERVER_ERROR)
     (InvalidRecordForTopicError, ErrorCode.invalid_record),
     (InvalidRecordError, ErrorCode.invalid_record),
     (RecordTooLargeError, ErrorCode.message_too_large),

@@ -7,10 +7,14 @@ Every step of :mod:`~storage_engine.tiered.copy`, :mod:`~storage_engine.tiered.e
 """
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 
+from storage_engine import layout
+
 from storage_engine.log import topic_id as topic_ids
+from storage_engine.log.locks import FileLock
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.tiered import keys as remote_keys
@@ -30,7 +34,9 @@ class TierContext:
     broker_id: int = 0
     dry_run: bool = False
     sweep_orphans: bool = False     # list every partition's objects for ones no record announced
-    _topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    dirty_dirs: set[str] = field(default_factory=set)   # log dirs whose checkpoint files are to be written
+    _topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)       # partition folder -> topic id
+    _by_topic: dict[str, uuid.UUID] = field(default_factory=dict)        # topic -> its id, as found this run
     metadata: RemoteLogMetadata = field(init=False)
 
     def __post_init__(self) -> None:
@@ -39,13 +45,30 @@ class TierContext:
     # -- identities ---------------------------------------------------------------------------------------------
     def topic_id(self, log: Log) -> uuid.UUID | None:
         """The partition's topic id (``partition.metadata``): written when missing, except in a dry run (None)."""
-        if log.dir not in self._topic_ids:
-            tid = (topic_ids.read_topic_id(log.dir) if self.dry_run
-                   else topic_ids.ensure_topic_id(log.dir, self.mgr.config.log_dirs))
-            if tid is None:
-                return None
+        if log.dir in self._topic_ids:
+            return self._topic_ids[log.dir]
+        tid = topic_ids.read_topic_id(log.dir)
+        if tid is None and not self.dry_run:
+            tid = self._give_topic_id(log)
+        if tid is not None:
             self._topic_ids[log.dir] = tid
-        return self._topic_ids[log.dir]
+            self._by_topic.setdefault(log.topic, tid)
+        return tid
+
+    def _give_topic_id(self, log: Log) -> uuid.UUID:
+        """A topic id for a folder without one: the one another partition of the topic showed this run (written
+        under the store's creation lock, as ``ensure_topic_id`` writes it), else ``ensure_topic_id``'s search of
+        the log dirs, made once per topic (a search per partition would list every log dir per partition)."""
+        known = self._by_topic.get(log.topic)
+        dirs = self.mgr.config.log_dirs
+        if known is None or os.path.lexists(os.path.join(log.dir, layout.PARTITION_METADATA)):
+            return topic_ids.ensure_topic_id(log.dir, dirs)     # (a damaged file is refused there, not replaced)
+        with FileLock(os.path.join(dirs[0], layout.CREATE_LOCK_FILE)):
+            found = topic_ids.read_topic_id(log.dir)
+            if found is None:
+                topic_ids.write_topic_id(log.dir, known)
+                found = known
+        return found
 
     def topic_id_text(self, log: Log) -> str:
         tid = self.topic_id(log)

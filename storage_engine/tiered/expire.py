@@ -16,7 +16,7 @@ as Kafka's ``RemoteLogManager`` decides:
 
 Size and time stop at the first segment that must stay (only a prefix is deleted). Order of the steps, so a
 reader is never sent to an object that is gone and a crash leaves nothing it cannot finish: the log start offset
-is first raised past the doomed segments (checkpointed: Kafka's ``updateLogStartOffsetFromRemoteTier``), then for
+is first raised past the doomed segments (durably: Kafka's ``updateLogStartOffsetFromRemoteTier``), then for
 each segment ``DELETE_SEGMENT_STARTED``, its objects deleted, ``DELETE_SEGMENT_FINISHED``. A run killed between
 two of them leaves a ``DELETE_SEGMENT_STARTED`` the next run finishes (:mod:`storage_engine.tiered.orphans`).
 """
@@ -62,12 +62,13 @@ def remote_plan(log: Log, segments: list[md.RemoteSegment], now_ms: int) -> list
 
 
 def raise_log_start(ctx: TierContext, log: Log, offset: int) -> bool:
-    """Raise the log start offset to ``offset`` (never lowers it) and checkpoint it; True if it moved."""
+    """Raise the log start offset to ``offset`` (never lowers it); True if it moved. Durable when it returns (the
+    partition state is fsynced, and a load takes the larger of it and the checkpoint file); the dir's checkpoint
+    files are written once at the end of the batch."""
     if offset <= log.log_start_offset:
         return False
-    # durable when it returns (the partition state is fsynced); the checkpoint file follows at once
     log.set_log_start_offset_from_remote(min(offset, log.high_watermark))
-    ctx.mgr.checkpoint([log.log_dir])
+    ctx.dirty_dirs.add(log.log_dir)
     crashpoints.reached("tier.log-start-raised")
     return True
 
@@ -92,7 +93,7 @@ def local_retention(ctx: TierContext, log: Log, remote_upper: int) -> dict:
     """The engine's retention with the tiered rules: only segments with a finished remote copy go locally."""
     result = retention_mod.run(log, ctx.now_ms, dry_run=ctx.dry_run, remote_upper=remote_upper)
     if result["segments_deleted"] and not ctx.dry_run:
-        ctx.mgr.checkpoint([log.log_dir])
+        ctx.dirty_dirs.add(log.log_dir)     # checkpointed once at the end of the batch
     out = {"local_segments_deleted": result["segments_deleted"], "local_bytes_deleted": result["bytes_reclaimed"],
            "local_deleted": result["segments"]}
     if result.get("rolled_active"):     # the active segment breached local retention: rolled, copied next run

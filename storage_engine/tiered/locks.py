@@ -10,7 +10,8 @@ partition (``try_acquire``), as a second cleaner skips a partition being cleaned
 
 ``flock`` dies with its process: a tiering process killed with ``kill -9`` leaves nothing held, and the next run
 finds its half-done copy in the metadata (``COPY_SEGMENT_STARTED`` without ``FINISHED``) and cleans it up
-(:mod:`storage_engine.tiered.orphans`). The file lives in the log dir root beside the engine's other lock files
+(:mod:`storage_engine.tiered.orphans`). The file's first byte says whether the next run owes the partition a
+listing of its objects (``S``; :meth:`TieringClaim.owe_sweep`), read and written only while the claim is held. The file lives in the log dir root beside the engine's other lock files
 (names starting ``.engine+``, which every scan of a log dir skips), never inside the partition folder.
 """
 from __future__ import annotations
@@ -54,6 +55,25 @@ class TieringClaim:
             return False
         self._fd = fd
         return True
+
+    # -- a sweep owed to the partition (while the claim is held) --------------------------------------------------
+    def sweep_pending(self) -> bool:
+        """Whether an earlier run asked the next one to list the partition's objects (:meth:`owe_sweep`)."""
+        assert self._fd is not None, "the claim must be held"
+        return os.pread(self._fd, 1, 0) == b"S"
+
+    def owe_sweep(self, owed: bool) -> None:
+        """Ask the next run to list the partition's objects, or clear that. A run that closed a copy a dead process
+        left unfinished sets it: an upload that process had in flight may still land after its objects were
+        deleted, so the next run (later) lists the prefix again and deletes what landed."""
+        assert self._fd is not None, "the claim must be held"
+        if self.sweep_pending() == owed:
+            return
+        try:
+            os.pwrite(self._fd, b"S" if owed else b"-", 0)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageIOError("cannot write tiering claim", self.path, exc) from exc
 
     def acquire_or_raise(self) -> None:
         if not self.try_acquire():

@@ -28,7 +28,9 @@ the old one's segments. Queries take ``topic_id``; without it, the id of that na
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -53,6 +55,7 @@ logger = logging.getLogger(__name__)
 TOPIC = "__remote_log_metadata"
 TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 MAX_REJECTED = 1000
+RESCAN_S = 10.0
 Key = tuple[str, uuid.UUID, int]          # topic, topic id, partition
 
 
@@ -133,6 +136,12 @@ class RemoteLogView:
     def __init__(self) -> None:
         self._partitions: dict[Key, _Partition] = {}
         self._positions: dict[int, int] = {}           # metadata partition -> next offset to read
+        # The topic's partitions as last listed: it is created whole and never extended, so a refresh lists the log
+        # dirs only once a first partition folder exists, then again every RESCAN_S (a creation another process
+        # had half done when they were listed); a listing per refresh made a run over N partitions cost N listings
+        # of N folders.
+        self._metadata_partitions: list[int] = []
+        self._listed_at = 0.0
         self._ids: dict[str, dict[uuid.UUID, int]] = {}  # topic -> {topic id: latest event time seen}
         self.rejected: deque[str] = deque(maxlen=MAX_REJECTED)
         self.records_applied = 0
@@ -150,7 +159,11 @@ class RemoteLogView:
         """Apply what was appended to the topic since the last load or refresh; returns the records applied."""
         applied = 0
         with self._mutex:
-            for p in topic_changes.existing_partitions(mgr, TOPIC):
+            if (time.monotonic() - self._listed_at > RESCAN_S if self._metadata_partitions
+                    else any(os.path.isdir(os.path.join(d, f"{TOPIC}-0")) for d in mgr.online_dirs())):
+                self._metadata_partitions = topic_changes.existing_partitions(mgr, TOPIC)
+                self._listed_at = time.monotonic()
+            for p in self._metadata_partitions:
                 log = mgr.get_log(TOPIC, p)
                 if log is None:
                     continue

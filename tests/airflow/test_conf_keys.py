@@ -23,7 +23,7 @@ pytestmark = pytest.mark.airflow
 # The tasks each DAG starts with (no upstream); every other maintenance task depends on them.
 FIRST_TASKS = {"log_checkpoint": {"plan_batches"}, "log_flush": {"plan_batches"}, "log_retention": {"plan_batches"},
                "log_compaction": {"select_dirtiest_logs"}, "log_verify": {"verify_log_dirs", "plan_batches"},
-               "log_dir_balance": {"plan_moves"}}
+               "log_dir_balance": {"plan_moves"}, "log_tiering": {"plan_batches"}}
 END_TASKS = {"run_report", "fail_run_if_upstream_failed"}
 
 

@@ -9,7 +9,8 @@ from .conftest import DAGS_FOLDER, parse_dag
 
 pytestmark = pytest.mark.airflow
 
-BATCHED = {"log_checkpoint": "checkpoint", "log_flush": "flush", "log_retention": "retention", "log_verify": "verify"}
+BATCHED = {"log_checkpoint": "checkpoint", "log_flush": "flush", "log_retention": "retention", "log_verify": "verify",
+           "log_tiering": "tier"}
 
 
 def test_dags_folder_imports_without_errors(storage):
@@ -96,6 +97,7 @@ def test_retention_and_compaction_declare_their_asset_outlets_where_a_mapped_tas
 def test_schedules(storage):
     assert parse_dag("log_checkpoint").timetable.expression == "* * * * *"
     assert parse_dag("log_flush").timetable.expression == "*/5 * * * *"
+    assert parse_dag("log_tiering").timetable.expression == "*/5 * * * *"
     assert parse_dag("log_compaction").timetable.expression == "0 * * * *"
     assert parse_dag("log_verify").timetable.expression == "30 3 * * *"
     assert parse_dag("log_dir_balance").timetable.expression == "17 * * * *"

@@ -32,6 +32,8 @@ TODAY = {
                       "expire_producers": ["plan_batches"], "run_report": ["expire_producers", "purge_deleted"],
                       "fail_run_if_upstream_failed": ["expire_producers", "plan_batches", "purge_deleted",
                                                       "retention"]},
+    "log_tiering": {"plan_batches": [], "tier": ["plan_batches"], "run_report": ["tier"],
+                    "fail_run_if_upstream_failed": ["plan_batches", "tier"]},
     "log_verify": {"verify_log_dirs": [], "plan_batches": [], "verify": ["plan_batches"],
                    "run_report": ["verify", "verify_log_dirs"],
                    "fail_run_if_upstream_failed": ["plan_batches", "verify", "verify_log_dirs"]},
@@ -44,6 +46,7 @@ REPORTED = {
     "log_dir_balance": (["plan_moves", "moves", "move_partition"], "moves"),
     "log_flush": (["plan_batches", "flush"], "plan_batches"),
     "log_retention": (["plan_batches", "retention", "purge_deleted", "expire_producers"], "plan_batches"),
+    "log_tiering": (["plan_batches", "tier"], "plan_batches"),
     "log_verify": (["verify_log_dirs", "plan_batches", "verify"], "plan_batches"),
 }
 

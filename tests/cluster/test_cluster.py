@@ -51,7 +51,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.spark, pytest.m
 
 def test_the_topology_comes_up_on_loopback(ctx):
     cluster = ctx.cluster
-    expected = set(cluster.services) - {"airflow-init"}          # the one-off job has exited
+    expected = set(cluster.services) - {"airflow-init", "seaweedfs-init"}     # the one-off jobs have exited
     assert set(cluster.state["processes"]) == expected
     dead = [name for name in expected if cluster.pid(name) is None]
     assert not dead, f"not running: {dead}" + tails(cluster, *dead)

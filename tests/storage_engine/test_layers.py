@@ -22,6 +22,7 @@ LAYERS = [
     {"segment"},
     {"log"},
     {"maintenance"},
+    {"tiered"},
     {"jobs"},
     {"inspection"},
     {"server"},
@@ -194,12 +195,15 @@ def test_the_private_import_check_sees_every_spelling(tmp_path):
 # the base modules; they never touch a log, a segment or a mechanism directly. The Spark job reads segment files
 # and the record layer, and shares with the cleaner the key map's format (maintenance.offset_map) and the rule
 # for aborted transactions (maintenance.txn_cleaning); it never takes part in the log's locking (log/), and runs no
-# job or command.
+# job or command. For a tiered topic it reads the remote segments below the local log start through the remote
+# reader (tiered.reads, its cache module, tiered.object_store) and learns them through tiered.whole_log's read-only
+# open.
 BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store"}
 CLIENT_ALLOWED = {
     "plugins": BASE | {"jobs", "inspection"},
     "dags": BASE | {"jobs", "inspection"},
-    "spark_jobs": BASE | {"record", "segment", "inspection", "maintenance.offset_map", "maintenance.txn_cleaning"},
+    "spark_jobs": BASE | {"record", "segment", "inspection", "maintenance.offset_map", "maintenance.txn_cleaning",
+                          "tiered.reads", "tiered.cache", "tiered.object_store", "tiered.whole_log"},
 }
 
 

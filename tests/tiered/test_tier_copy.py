@@ -3,6 +3,7 @@ byte for byte, each state in ``__remote_log_metadata``; local retention of a tie
 finished remote copy; a dry run changes nothing; a second run has nothing to do; the ``tier`` command's JSON."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -13,7 +14,7 @@ from storage_engine.jobs import tiering
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.tiered import remote_log
-from tests.tiered.tier_helpers import (T0, TOPIC, assert_every_object_tracked, bucket_objects, fill, object_bytes,
+from tests.tiered.tier_helpers import (T0, TOPIC, assert_every_object_tracked, cli, bucket_objects, fill, object_bytes,
                                        records_of, remote_segments, seg_id_text, tier_cli, write_config)
 
 pytestmark = [pytest.mark.tiered]
@@ -95,6 +96,11 @@ def test_local_retention_deletes_only_segments_whose_copy_finished(tmp_path, wee
     assert _local(cfg) == {}
     finished = assert_every_object_tracked(cfg, weed, bucket)
     assert finished[0].start_offset == 0
+    # every record, the tiered ones from the object store, as the CLI's consumer reads them from offset 0
+    read = cli(cfg, "consume", "--topic", TOPIC, "--partition", "0", "--from-offset", "0")
+    assert read.returncode == 0, read.stderr
+    offsets = [json.loads(line)["offset"] for line in read.stdout.splitlines()]
+    assert offsets == sorted(set(offsets)) and len(offsets) == 131 and offsets[0] == 0
 
 
 def test_a_dry_run_plans_and_changes_nothing(tmp_path, weed, bucket):

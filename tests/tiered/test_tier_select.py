@@ -160,4 +160,11 @@ def test_the_tiering_claim_is_exclusive_across_processes(tmp_path):
         holder.kill()
         holder.wait()
     assert claim.try_acquire(), "a claim dies with its process"
+    assert not claim.sweep_pending()
+    claim.owe_sweep(True)       # a run closed a dead process's copy: the next run lists the partition's objects
     claim.release()
+    again = TieringClaim(str(tmp_path), "t-0")
+    assert again.try_acquire() and again.sweep_pending()
+    again.owe_sweep(False)
+    assert not again.sweep_pending()
+    again.release()

@@ -11,7 +11,8 @@ before. So every XCom read here is one of a task instance that ran in the run's 
 or ``failed``), and a run's report is its ``run_report``'s only once that task has run again.
 
 **Damage stays until a later run finds it gone** (:func:`open_problems`): for each per-partition check
-(:data:`CHECKS`: ``log_verify``'s audit, the batches of retention, producer expiry, checkpoint and flush), a
+(:data:`CHECKS`: ``log_verify``'s audit, the batches of retention, producer expiry, checkpoint, flush and
+tiering: a remote object missing or damaged stays on the partition's page until a tiering run finds it sound), a
 partition that a run found damaged or failed on is reported until a later run of the same check has
 maintained it without a problem. Its log dir's own problems found by ``verify_log_dirs`` stay the same way
 (:func:`open_dir_problems`).
@@ -38,7 +39,7 @@ RAN = ("success", "failed")         # the states of a task instance that ran in 
 # partition sound: (DAG, mapped batch step). Their batches are the runs' ``plan_batches`` XCom (of the same host
 # group).
 CHECKS = (("log_verify", "verify"), ("log_retention", "retention"), ("log_retention", "expire_producers"),
-          ("log_checkpoint", "checkpoint"), ("log_flush", "flush"))
+          ("log_checkpoint", "checkpoint"), ("log_flush", "flush"), ("log_tiering", "tier"))
 PLAN_TASK = "plan_batches"
 DIR_CHECK = ("log_verify", "verify_log_dirs")
 RUNS_LOOKED_AT = 50                 # how far back a check's runs are read for problems still open

@@ -13,6 +13,11 @@ from storage_engine.units import human_bytes
 MAX_ROWS = 1000          # rows kept in the summary XCom; totals always cover every partition
 RAN_STATES = ("success", "failed")   # a task instance in these states ran in the run's latest try
 MAX_MARKDOWN_ROWS = 200
+# What one partition's tiering did (the ``log_tiering`` DAG's batch XCom), summed over the run into its totals.
+# (storage_engine.jobs.tiering's per-partition figures, and the lag: sealed segments and bytes not yet copied.)
+TIER_FIGURES = ("copied_segments", "copied_bytes", "local_segments_deleted", "local_bytes_deleted",
+                "remote_segments_deleted", "remote_bytes_deleted", "orphan_segments", "orphan_objects",
+                "orphan_uploads", "lag_segments", "lag_bytes")
 
 
 def _base_url() -> str:
@@ -64,6 +69,14 @@ def _row(task_id: str, r: dict) -> dict:
         row.update(segments=r["segments_deleted"], bytes=r["bytes_reclaimed"], records=r.get("records_removed", 0),
                    detail=(f"log start offset {r['log_start_offset_before']} -> {r['log_start_offset']}"
                            if r["segments_deleted"] else r.get("skipped", "")))
+    elif "copied_segments" in r:                                    # tiering: what local disk got back
+        orphans = r.get("orphan_segments", 0) + r.get("orphan_objects", 0) + r.get("orphan_uploads", 0)
+        row.update(segments=r["local_segments_deleted"], bytes=r["local_bytes_deleted"],
+                   figures={k: r.get(k, 0) for k in TIER_FIGURES},
+                   detail=(f"{'would copy' if r.get('dry_run') else 'copied'} {r['copied_segments']} segment(s) "
+                           f"({r['copied_bytes']} bytes), {r['remote_segments_deleted']} remote segment(s) deleted, "
+                           f"{orphans} orphan(s) cleaned, {r.get('lag_segments', 0)} segment(s) to copy"
+                           if r.get("tiered", True) or r.get("remote_segments_deleted") else r.get("skipped", "")))
     elif "size_bytes_before" in r:                                  # compaction
         row.update(bytes=r["size_bytes_before"] - r["size_bytes_after"], records=r.get("records_removed", 0),
                    segments=r.get("segments_removed", 0),
@@ -91,10 +104,25 @@ def _row(task_id: str, r: dict) -> dict:
     return row
 
 
+def figure_totals(rows: list[dict]) -> dict[str, int]:
+    """The sums of the rows' ``figures`` (tiering's copied segments and bytes, deletions, orphans, lag); empty
+    when no row has any."""
+    totals: dict[str, int] = {}
+    for r in rows:
+        for key, value in (r.get("figures") or {}).items():
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
 def markdown_table(rows: list[dict], totals: dict) -> str:
     lines = [f"**{totals['partitions']} partition(s)**: {totals['changed']} changed, {totals['failed']} failed, "
              f"{totals['unchanged']} with nothing to do; {totals['segments']} segment(s), "
-             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed.", "",
+             f"{human_bytes(totals['bytes'])}, {totals['records']} record(s) reclaimed."
+             + (f" Tiering: {totals['copied_segments']} segment(s) ({human_bytes(totals['copied_bytes'])}) copied "
+                f"to the object store, {totals['remote_segments_deleted']} remote segment(s) "
+                f"({human_bytes(totals['remote_bytes_deleted'])}) deleted, {totals['orphan_segments']} orphaned "
+                f"segment(s) cleaned, {totals['lag_segments']} segment(s) ({human_bytes(totals['lag_bytes'])}) "
+                "still to copy." if "copied_segments" in totals else ""), "",
              "| task | partition | status | segments | bytes | records | duration (s) | detail |",
              "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows[:MAX_MARKDOWN_ROWS]:

@@ -29,6 +29,9 @@ kind              from                                                    fix
 ``config``        ``ConfigError`` (the storage config)                    correct the file, check with ``describe``
 ``run-conf``      an unknown conf key, a bad param, an unknown topic      trigger again with what the DAG accepts
 ``spark``         a missing or wrong ``spark_default`` connection         define the connection
+``store-*``,      the object store of tiered storage unreachable, its     see :mod:`.remote_causes`
+``remote-*``      bucket missing, the credentials refused; a remote
+                  object missing or damaged
 ``task``          anything else                                           the task log
 ================  ======================================================  ==========================================
 
@@ -59,6 +62,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import remote_causes
+
 ALERT_RECORD_FILE = "alerted-failures.json"
 FALLBACK_STATE_DIR = "storage-maintenance-state"     # under $AIRFLOW_HOME, when the config cannot be read
 REMIND_AFTER_S = 24 * 3600
@@ -87,7 +92,7 @@ TITLES = {
     "in-the-way": "a path the engine does not own is in the way", "disk-error": "disk I/O error",
     "open-files": "out of file descriptors", "offline": "log dir offline", "locked": "partition locked",
     "config": "invalid storage config", "run-conf": "the run was triggered with input it does not accept",
-    "spark": "Spark connection", "task": "task failed",
+    "spark": "Spark connection", "task": "task failed", **remote_causes.TITLES,
 }
 
 _ERRNO = re.compile(r"\[Errno (\d+)\]")
@@ -102,10 +107,12 @@ _UNREADABLE_PARTITION = re.compile(r"partition (\S+)-(\d+) (?:vanished from|cann
 class Where:
     """What a fix needs to name places: the storage config the DAGs use, its log dirs, the UI's base URL."""
 
-    def __init__(self, config_path: str | None = None, log_dirs: Iterable[str] = (), base_url: str | None = None):
+    def __init__(self, config_path: str | None = None, log_dirs: Iterable[str] = (), base_url: str | None = None,
+                 store: dict[str, str | None] | None = None):
         self.config_path = config_path
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.base_url = (base_url or "http://localhost:8080").rstrip("/")
+        self.store = store or {"endpoint_url": None, "bucket": None}   # the object store of tiered storage
 
     @classmethod
     def current(cls, hook: Any) -> Where:
@@ -113,9 +120,11 @@ class Where:
         unreadable config leaves no log dirs)."""
         config_path: str | None = None
         log_dirs: list[str] = []
+        store = None
         try:
             config_path = hook.config_path
             log_dirs = list(hook.config.log_dirs)
+            store = remote_causes.remote_store(hook.config)
         except Exception:   # noqa: BLE001 - never fails: an unreadable config leaves no log dirs
             pass
         try:
@@ -123,7 +132,7 @@ class Where:
             base_url = conf.get("api", "base_url", fallback=None)
         except Exception:   # noqa: BLE001 - no Airflow config: no base URL
             base_url = None
-        return cls(config_path, log_dirs, base_url)
+        return cls(config_path, log_dirs, base_url, store)
 
     def cli(self, *args: str) -> str:
         config = ["--config", self.config_path] if self.config_path else []
@@ -174,6 +183,9 @@ def _path_of(text: str) -> str | None:
 
 
 def _kind(error_type: str, error: str) -> str:
+    remote = remote_causes.remote_kind(error_type)
+    if remote is not None:
+        return remote
     if error_type == "DataLossError" or (error_type == "DamageFound" and "were lost" in error):
         return "data-loss"
     if error_type in CORRUPT_TYPES or error_type == "DamageFound":
@@ -289,6 +301,9 @@ def _fix(cause: dict, where: Where, *, detected_by_compaction: bool = False) -> 
         fix = ("Trigger the DAG again with only the keys and values it accepts (its trigger form lists them); "
                "nothing was changed by this run.")
         page = f"{where.base_url}/dags/{cause.get('dag_id')}" if cause.get("dag_id") else None
+    elif kind in remote_causes.TITLES:
+        fix, commands = remote_causes.remote_fix(cause, where.store, where.config_path, where.cli)
+        page = where.view("/")
     elif kind == "spark":
         fix = ("Define the spark_default connection (local[*] or spark://host:port); without it spark-submit would "
                "go to YARN.")
@@ -347,13 +362,18 @@ def classify(error_type: str, error: str, *, topic: str | None = None, partition
         scope, key_place = "config", where.config_path or "?"
     elif kind == "run-conf":
         scope, key_place = "run", f"{dag_id}/{run_id}"
+    elif kind in remote_causes.STORE_KINDS:
+        # the store, not who met it: every partition and batch of a run with the store down is one cause, which
+        # the next task that reaches the store closes
+        scope, key_place = "store", remote_causes.store_key(kind, where.store, error)
     elif kind in ("spark", "task"):
         scope = "task" if not name else "partition"
         key_place = f"{dag_id}.{task_id}" + (f":{name}" if name else "") + f":{error_type or 'error'}"
     else:
         key_place = name or path or f"{dag_id}.{task_id}"
     cause: dict[str, Any] = {
-        "key": f"{kind}:{key_place}", "kind": kind, "title": TITLES[kind], "scope": scope, "partition": name,
+        "key": f"{kind}:{key_place}", "kind": kind, "title": TITLES[kind], "scope": scope,
+        "partition": None if scope == "store" else name,
         "log_dir": log_dir, "path": path, "config": where.config_path, "error": f"{error_type}: {error}"
         if error_type else error, "detectors": [f"{dag_id}.{task_id}"], "seen_in": [], "dag_id": dag_id,
         "log_url": log_url, "alerted_before": None,

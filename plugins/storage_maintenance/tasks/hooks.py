@@ -181,6 +181,8 @@ class StorageEngineHook(BaseHook):
 
     # -- the maintenance jobs -----------------------------------------------------------------------------------
     def retention_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
+        """Retention of a batch; a tiered topic's local segments go only up to the highest offset with a finished
+        remote copy (the engine reads it from ``__remote_log_metadata``), so a segment never copied stays."""
         return batches.retention_batch(self.config, partitions, now_ms, dry_run=dry_run)
 
     def flush_batch(self, partitions: BatchPartitions, now_ms: int, due_only: bool = True,
@@ -201,6 +203,26 @@ class StorageEngineHook(BaseHook):
 
     def expire_producers_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> dict:
         return dict(batches.expire_producers_batch(self.config, partitions, now_ms, dry_run=dry_run))
+
+    def tier_batch(self, partitions: BatchPartitions, now_ms: int, dry_run: bool = False) -> BatchResult:
+        """Tiered storage for a batch (:func:`storage_engine.jobs.tiering.tier_batch`): copy the eligible sealed
+        segments to the object store, then local retention, remote retention and orphan clean-up."""
+        from storage_engine.jobs import tiering
+        return tiering.tier_batch(self.config, partitions, now_ms, dry_run=dry_run)
+
+    def tiering_topics(self, topics: Collection[str]) -> list[str]:
+        """The topics among ``topics`` that tiering has work for (``remote.storage.enable``, or
+        ``remote.log.delete.on.disable`` after it was turned off); none while ``remote.log.storage.system.enable``
+        is off."""
+        from storage_engine.jobs import tiering
+        return tiering.tiering_topics(self.config, topics)
+
+    def check_object_store(self) -> dict[str, str | None]:
+        """One real request to the object store (a listing of one page under the key prefix): raises the engine's
+        ``RemoteStorageError`` subclass that names the fix (unreachable, bucket missing, credentials refused)
+        before any batch starts; returns ``{"endpoint_url", "bucket"}``."""
+        from storage_engine.jobs import tiering
+        return tiering.check_object_store(self.config)
 
     def purge(self, now_ms: int, dry_run: bool = False) -> PurgeResult:
         """``.deleted`` files and ``-delete`` folders (deleted partitions) past ``file.delete.delay.ms``."""

@@ -11,7 +11,10 @@ and XCom of every maintenance task of its run, and
    "Run summary" tab of every run of a maintenance DAG;
 2. sends **one digest alert** (e-mail and webhook, :mod:`.notifiers`) when any task failed: the failed tasks,
    each with the partitions it could not maintain and why, try, log link; instead of one alert per task;
-3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals;
+3. emits the run's asset event (``kafka-log-maintenance://<dag_id>``) with the totals (for ``log_tiering`` also
+   the sums of its figures: ``copied_segments``, ``copied_bytes``, ``local_segments_deleted``,
+   ``local_bytes_deleted``, ``remote_segments_deleted``, ``remote_bytes_deleted``, ``orphan_segments``,
+   ``orphan_objects``, ``orphan_uploads``, ``lag_segments``, ``lag_bytes``);
 4. alerts **once per offline log dir**: the tasks of the run report the log dirs they found offline (an I/O
    error; their partitions are skipped, not failed) and the ones they found online; a dir seen offline for the
    first time is alerted (one alert per dir), and not again, by this DAG or any other, until a run has seen it
@@ -30,7 +33,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 from ..maintenance_dags import in_group, step_of
-from ..reporting.report import MAX_ROWS, RAN_STATES, markdown_table, partition_rows, run_url, task_url
+from ..reporting.report import (MAX_ROWS, RAN_STATES, figure_totals, markdown_table, partition_rows, run_url,
+                                task_url)
 from .assets import run_asset
 from .hooks import StorageEngineHook
 from .notifiers import (AlertNotDelivered, MaintenanceFailureNotifier, digest_html, digest_subject, offline_html,
@@ -46,6 +50,8 @@ class RunReportOperator(BaseOperator):
     :param label_task: a task whose XCom lists the mapped tasks' arguments in map-index order (the batch
         plan), used to name a failed mapped task that left no result; its id without a host group: a task of
         group ``storage-a`` is named by ``storage-a.<label_task>``
+    :param figures: per-partition figures summed into the totals (and the asset event) even when no partition
+        reported any (``log_tiering``'s :data:`~storage_maintenance.reporting.report.TIER_FIGURES`: zeros)
     :param to, webhook_url, smtp_conn_id, from_email: alert settings (see :mod:`.notifiers`)
     """
 
@@ -53,12 +59,13 @@ class RunReportOperator(BaseOperator):
     ui_color = "#eef0e8"
 
     def __init__(self, *, report_tasks: Sequence[str], label_task: str | None = None,
-                 to: str | Iterable[str] | None = None,
+                 figures: Sequence[str] = (), to: str | Iterable[str] | None = None,
                  webhook_url: str | None = None, smtp_conn_id: str = "smtp_default", from_email: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.report_tasks = list(report_tasks)
         self.label_task = label_task
+        self.figures = list(figures)
         self.to, self.webhook_url, self.smtp_conn_id, self.from_email = to, webhook_url, smtp_conn_id, from_email
 
     def _task_instances(self, context: Context) -> list[tuple[str, int, str]]:
@@ -122,7 +129,8 @@ class RunReportOperator(BaseOperator):
                   "skipped": len(skipped_names),
                   "segments": sum(r["segments"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
                   "records": sum(r["records"] for r in rows), "task_states": states,
-                  "failed_tasks": len(failed_tasks)}
+                  "failed_tasks": len(failed_tasks),
+                  **dict.fromkeys(self.figures, 0), **figure_totals(rows)}
         notable = [r for r in rows if r["status"] != "nothing to do"]
         report: dict[str, Any] = {
             "dag_id": ti.dag_id, "run_id": ti.run_id, "as_of": when["iso"], "as_of_source": when["source"],
@@ -242,12 +250,13 @@ def _pulled(value: Any) -> list:
     return [value]
 
 
-def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None
-                      ) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
+def run_outcome_tasks(dag_id: str, report_tasks: Sequence[str], label_task: str | None = None,
+                      figures: Sequence[str] = ()) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
     """The two tasks that end every maintenance DAG: ``run_report`` (summary, digest alert, the run's asset
     event; after everything, also after failures) and ``fail_run_if_upstream_failed`` (keeps the run red).
     The caller sets the maintenance tasks upstream of both."""
     report = RunReportOperator(task_id="run_report", report_tasks=report_tasks, label_task=label_task,
+                               figures=figures,
                                trigger_rule="all_done", retries=0, outlets=[run_asset(dag_id)],
                                on_failure_callback=[MaintenanceFailureNotifier()])
     run_failed = FailRunIfUpstreamFailedOperator(task_id="fail_run_if_upstream_failed", trigger_rule="one_failed",

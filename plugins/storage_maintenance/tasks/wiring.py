@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_engine.errors import StorageError
@@ -75,10 +76,11 @@ def host_group(host: str | None) -> Any:
                      tooltip=f"the steps on storage host {host} (Celery queue {host!r})")
 
 
-def plan_batches() -> PlanBatchesOperator:
+def plan_batches(operator: type[PlanBatchesOperator] = PlanBatchesOperator) -> PlanBatchesOperator:
     """``plan_batches``: the run's batches of partitions, from the form's ``topics``, ``batch_size`` and
-    ``max_batches`` (``maintenance_params(batches=True)``)."""
-    return PlanBatchesOperator(
+    ``max_batches`` (``maintenance_params(batches=True)``); ``operator``: a planner that checks more first (the
+    tiering DAG's checks the object store)."""
+    return operator(
         task_id="plan_batches",
         topics="{{ params.topics }}",
         batch_size="{{ params.batch_size }}",
@@ -96,15 +98,17 @@ def for_each(operator: type[BaseOperator], task_id: str, plan: BaseOperator, *, 
     return operator.partial(task_id=task_id, map_index_template=label, **kwargs).expand_kwargs(plan.output)
 
 
-def end_of_run(dag_id: str, *tasks: Task, label_task: Task | None = None
+def end_of_run(dag_id: str, *tasks: Task, label_task: Task | None = None, figures: Sequence[str] = ()
                ) -> tuple[RunReportOperator, FailRunIfUpstreamFailedOperator]:
     """The two tasks that end the run (:func:`.run_report.run_outcome_tasks`), after ``tasks``:
     every step of the DAG, in the order the report lists them, with the order between them already set.
     ``run_report`` follows the steps that no other step follows, ``fail_run_if_upstream_failed`` every step.
     ``label_task``: the step whose result names the mapped tasks in the report (the plan; with host groups, each
-    group's copy names that group's mapped tasks)."""
+    group's copy names that group's mapped tasks). ``figures``: per-partition figures the run's totals and asset
+    event always carry (see :class:`.run_report.RunReportOperator`)."""
     report, run_failed = run_outcome_tasks(dag_id, [t.task_id for t in tasks],
-                                           label_task=None if label_task is None else step_of(label_task.task_id)[1])
+                                           label_task=None if label_task is None else step_of(label_task.task_id)[1],
+                                           figures=figures)
     ids = {t.task_id for t in tasks}
     last = [t for t in tasks if not ids & set(t.downstream_task_ids)]
     for task in last:

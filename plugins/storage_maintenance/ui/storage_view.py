@@ -13,6 +13,8 @@ Pages (HTML, shown inside the Airflow UI through the plugin's external views):
   awaiting purge, and a chart of its size and of the bytes reclaimed over time (compaction's asset events, the
   last retention runs' XComs);
 * ``/plan`` what retention and compaction would do as of a chosen instant (read-only, the engine's rules);
+* ``/tiered`` tiered storage: the object store's health, and per topic and partition the bytes, segments and
+  offsets kept locally and remotely and how far tiering lags (:mod:`storage_engine.inspection.tiering`);
 * ``/runs/<dag_id>/<run_id>`` a run's summary (the "Run summary" tab of every run page).
 
 **Damage** shown on the first page, the partition table and the partition page is what the files show
@@ -163,6 +165,14 @@ def plan_data(as_of: str | None, topic: list[str] | None, page: int, limit: int)
     return data
 
 
+def tiered_data(topic: list[str] | None) -> dict:
+    """Tiered storage's figures (the remote log metadata and the files, read-only) and the object store's health."""
+    from storage_engine.inspection.tiering import tiering_status
+
+    data = engine_errors(tiering_status, hook().config, topics=topic or None)
+    return {**data, "topic_filter": topic or []}
+
+
 def run_data(session: Session, dag_id: str, run_id: str) -> dict:
     state = history.run_state(session, dag_id, run_id)
     if state is None:
@@ -245,6 +255,11 @@ def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query
     return render("plan.html", nav="/plan", **plan_data(as_of, topic, page, PAGE_SIZE))
 
 
+@router.get("/tiered", response_class=HTMLResponse)
+def tiered_page(topic: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
+    return render("tiered.html", nav="/tiered", **tiered_data(topic))
+
+
 @router.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
 def run_page(session: SessionDep, dag_id: str, run_id: str) -> HTMLResponse:
     return render("run.html", **run_data(session, dag_id, run_id))
@@ -276,6 +291,11 @@ def api_plan(as_of: str | None = None, topic: Annotated[list[str] | None, Query(
              page: Annotated[int, Query(ge=1)] = 1, limit: Annotated[int, Query(ge=1, le=1000)] = PAGE_SIZE
              ) -> JSONResponse:
     return JSONResponse(jsonable(plan_data(as_of, topic, page, limit)))
+
+
+@router.get("/api/tiered")
+def api_tiered(topic: Annotated[list[str] | None, Query()] = None) -> JSONResponse:
+    return JSONResponse(jsonable(tiered_data(topic)))
 
 
 @router.get("/api/runs/{dag_id}/{run_id}")

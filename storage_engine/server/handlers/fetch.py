@@ -7,15 +7,33 @@ with data is sent even above the byte limits (KIP-74). The answer waits up to ``
 are there, woken by every append through this broker and re-checking the logs every
 :data:`POLL_S` for appends by other processes. No fetch sessions: every reply has session id 0, which clients
 accept as "full fetches only" (KIP-227).
+
+Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
+from the object store (:mod:`storage_engine.tiered.reads`, through :class:`~storage_engine.server.remote_tier.
+RemoteTier`), in the same thread pool, as whole CRC-checked batches of one remote segment, with the aborted
+transactions of the remote ``.txnindex`` objects (and the local ones after them). A remote object that is missing
+answers KAFKA_STORAGE_ERROR, as a local loss does, and a damaged one CORRUPT_MESSAGE, as local damage does (Kafka
+itself answers UNKNOWN_SERVER_ERROR for any remote read failure); either is logged with the partition, the fetch
+offset and the segment's offsets, and no byte of it is sent.
+
+ListOffsets answers as Kafka 3.9's ``UnifiedLog.fetchOffsetByTimestamp``: EARLIEST (-2) the log start offset,
+remote part included; EARLIEST_LOCAL (-4) the local log start offset of a tiered partition (the log start of any
+other); LATEST_TIERED (-5) the highest offset copied to remote storage (-1, leader epoch -1, when none is or the
+partition is not tiered); a timestamp is searched in the remote segments first, then locally. A special timestamp
+the request's version does not know (``ReplicaManager.timestampMinSupportedVersion``: -3 from v7, -4 from v8, -5
+from v9) answers UNSUPPORTED_VERSION for that partition.
 """
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
 
-from storage_engine.errors import PartitionNotFoundError
+from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
 from storage_engine.log.log import Log
+from storage_engine.segment.checked_read import FetchData
+from storage_engine.tiered import whole_log
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 RecordBatch)
 from storage_engine.server.errors import ErrorCode, error_code
@@ -26,6 +44,7 @@ from storage_engine.server.responses.fetch import (AbortedTransaction, Fetchable
 
 POLL_S = 0.1
 READ_COMMITTED = 1
+logger = logging.getLogger(__name__)
 
 
 def _cut_at(data: bytes, bound: int) -> bytes:
@@ -57,14 +76,15 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         bound = lso if isolation == READ_COMMITTED else hw
         limit = max(0, min(int(part.partition_max_bytes), budget))
         data = b""
+        remote = False
         if offset < bound or offset < start or offset > hw:
-            fetched = log.read(offset, max(limit, 1), min_one_message=first)
+            fetched, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first)
             data = _cut_at(fetched.data, bound) if fetched is not None else b""
             if not first and len(data) > limit:
                 data = b""
         base["records"] = data
         if isolation == READ_COMMITTED:
-            base["aborted_transactions"] = _aborted(log, offset, data)
+            base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, data, remote)
         return base, len(data)
     except Exception as exc:   # noqa: BLE001 - the partition's error code
         base["error_code"] = code = error_code(exc)
@@ -73,7 +93,24 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         return base, 0
 
 
-def _aborted(log: Log, offset: int, data: bytes) -> tuple[AbortedTransaction, ...]:
+def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int,
+          first: bool) -> tuple[FetchData | None, bool]:
+    """The log's read, or the remote tier's below the local log start; True when the bytes came from remote."""
+    try:
+        return log.read(offset, max_bytes, min_one_message=first), False
+    except OffsetInRemoteStorageError:
+        tier = ctx.broker.remote
+        if tier is None:
+            raise
+    try:
+        return tier.read(topic, p, offset, max_bytes, first, ctx.broker.topic_id(topic)), True
+    except RemoteStorageError as exc:
+        logger.error("fetch of %s-%d at offset %d from remote storage failed: %s", topic, p, offset, exc)
+        raise
+
+
+def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, data: bytes,
+             remote: bool) -> tuple[AbortedTransaction, ...]:
     """The aborted transactions overlapping the offsets in ``data`` (Kafka's ``collectAbortedTransactions``)."""
     if not data:
         return ()
@@ -86,8 +123,10 @@ def _aborted(log: Log, offset: int, data: bytes) -> tuple[AbortedTransaction, ..
             last = RecordBatch(data, pos).last_offset
         upper = max(upper, last + 1)
         pos += LOG_OVERHEAD + length
-    return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset}
-                 for a in log.aborted_transactions(offset, upper))
+    tier = ctx.broker.remote
+    found = (whole_log.aborted_transactions(log, tier.reader, topic, p, offset, upper)
+             if remote and tier is not None else log.aborted_transactions(offset, upper))
+    return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found)
 
 
 async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
@@ -142,26 +181,42 @@ def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], isolation: in
 
 # -- ListOffsets --------------------------------------------------------------------------------------------------
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+# Kafka's ReplicaManager.timestampMinSupportedVersion: the first request version that may ask for each one.
+MIN_VERSION = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int) -> ListOffsetsPartitionResponse:
+def _offset_for(ctx: Ctx, topic: str, p: int, timestamp: int, isolation: int,
+                version: int) -> ListOffsetsPartitionResponse:
     entry: ListOffsetsPartitionResponse = {"partition_index": p, "error_code": ErrorCode.none, "timestamp": -1,
                                            "offset": -1, "leader_epoch": -1}
+    if timestamp < 0 and version < MIN_VERSION.get(timestamp, 1 << 15):
+        entry["error_code"] = ErrorCode.unsupported_version
+        return entry
     try:
         log = ctx.broker.manager.get_log(topic, p)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{p} does not exist")
         log.refresh()
-        if timestamp in (LATEST, LATEST_TIERED):
+        tier = ctx.broker.remote if log.config.remote_storage_enable else None
+        if timestamp == LATEST:
             entry["offset"] = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
-        elif timestamp in (EARLIEST, EARLIEST_LOCAL):
+        elif timestamp == EARLIEST:
             entry["offset"] = log.log_start_offset
+        elif timestamp == EARLIEST_LOCAL:
+            entry["offset"] = log.local_log_start_offset if tier is not None else log.log_start_offset
+        elif timestamp == LATEST_TIERED:
+            if tier is not None:
+                tier.refresh()
+                entry["offset"] = tier.view.highest_offset(topic, p, topic_id=ctx.broker.topic_id(topic))
         elif timestamp == MAX_TIMESTAMP:
             found = _max_timestamp(log)
             if found is not None:
                 entry["timestamp"], entry["offset"] = found
         else:
-            found = log.offset_for_timestamp(timestamp)
+            if tier is not None and log.log_start_offset < log.local_log_start_offset:
+                tier.refresh()
+            found = whole_log.offset_for_timestamp(log, tier.reader if tier is not None else None, topic, p,
+                                                      timestamp)
             if found is not None:
                 entry["timestamp"], entry["offset"] = found
         if entry["offset"] >= 0:
@@ -193,7 +248,7 @@ async def list_offsets(ctx: Ctx, body: Any) -> ListOffsetsResponse:
         parts: list[ListOffsetsPartitionResponse] = []
         for part in t.partitions:
             parts.append(await ctx.broker.call(_offset_for, ctx, t.name, int(part.partition_index),
-                                               int(part.timestamp), isolation))
+                                               int(part.timestamp), isolation, ctx.version))
         topics.append({"name": t.name, "partitions": tuple(parts)})
     return {"throttle_time": 0, "topics": tuple(topics)}
 

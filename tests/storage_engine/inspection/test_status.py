@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import os
 import shutil
 import subprocess
@@ -80,14 +81,20 @@ def test_space_is_counted_as_df_counts_it(store):
     """used = size - free, and use% = used / (used + available), which df rounds up: not used / size (which
     reads far lower on a filesystem that reserves blocks for root)."""
     d = store.log_dirs[0]
-    for _attempt in range(5):           # other processes write to the same filesystem meanwhile
+    # Other processes (the suite's other worker) write to the same filesystem meanwhile, so the figures are compared
+    # from a moment when nothing changed: df before and after, and the engine's own reading between them, all
+    # equal. Such moments come between another process's writes; a wrong formula never gives one.
+    for _attempt in range(200):
         before = df(d)
         mine = filesystem_usage(d)
         (dir_status,) = [x for x in status.log_dir_status(store) if x["path"] == d]
         usage = {u["log_dir"]: u for u in log_dir_usage(store)}[d]
         after = df(d)
-        if before == after:
+        if before == after and (mine["used_bytes"], mine["available_bytes"]) == before[:2] \
+                and (dir_status["used_bytes"], dir_status["free_bytes"]) == before[:2] \
+                and usage["fs_available_bytes"] == before[1]:
             break
+        time.sleep(0.02 * (_attempt % 5))
     assert before == after, "the filesystem kept changing"
     used, available, percent = before
     assert (mine["used_bytes"], mine["available_bytes"]) == (used, available)

@@ -285,3 +285,27 @@ def test_the_remote_storage_error_survives_a_pickle():
     assert (type(e), e.offset, e.local_log_start_offset, str(e)) == (OffsetInRemoteStorageError, 3, 6,
                                                                      "offset 3 of t-0 is in remote storage")
     assert str(OffsetInRemoteStorageError(1, 2)) == "offset 1 is in remote storage (the first local offset is 2)"
+
+
+def test_a_topic_whose_remote_storage_was_turned_off_reloads_without_a_false_loss(logs, log_dir):
+    """remote.storage.enable turned off with remote.log.delete.on.disable (Kafka's only way): until the tiering job
+    deletes the remote segments and raises the log start offset, a load finds the recorded start below the first
+    local segment. That is the remote part, not a loss: Kafka's rule for a log without remote storage applies (the
+    start raised to the first segment) and nothing is recorded lost; verify reports no damage."""
+    from storage_engine.inspection.verify import verify_log_dirs
+    from storage_engine.config_file import config_from_mapping
+    log = locally_retained(logs)
+    log.close(clean=False)
+    off = config(segment_bytes=2 * size_of("a"), local_retention_bytes=0, retention_ms=-1,
+                 remote_log_delete_on_disable=True)
+    cfg = config_from_mapping({"broker": {"log.dirs": [str(log_dir)], **TIERED_STORE},
+                               "topics": {log.topic: {"remote.log.delete.on.disable": True,
+                                                      "segment.bytes": 2 * size_of("a")}}})
+    assert not verify_log_dirs(cfg)["damaged"]              # read-only, before the load
+    again, res = loader.open_log(str(log_dir), log.topic, 0, off, clock=ManualClock(T0), exclusive=True)
+    assert res is not None
+    assert not [m for m in res.messages if "lost" in m], res.messages
+    assert (again.log_start_offset, again.local_log_start_offset) == (6, 6)
+    assert [r.offset for r in again.read_records()] == [6, 7, 8]
+    again.close(clean=False)
+    assert not verify_log_dirs(cfg)["damaged"]
