@@ -65,11 +65,11 @@ def appender(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> Non
 
 
 def tier(config: StorageConfig, stop: Stop, args: argparse.Namespace) -> None:
-    from storage_engine.jobs import tiering
+    from storage_engine.jobs.tiering import tier as tier_run
     out = sys.stdout
     while not stop():
         try:
-            result = tiering.tier(config)
+            result = tier_run(config)
             failures = [(f["error_type"], f["error"]) for f in result["failures"]]
         except RemoteStorageError as exc:
             failures = [(type(exc).__name__, str(exc))]
