@@ -117,9 +117,11 @@ bench-large: $(STAMP)
 # killed and restarted (torture/server.py).
 # TXN=1 TRIALS=100 make torture runs the transaction trials: confluent-kafka consume-transform-produce workers with
 # transactional producers while the broker and the workers are killed and restarted (torture/txn.py).
+# TIERED=1 TRIALS=100 make torture runs the tiered-storage trials: the tier job, the appender and SeaweedFS killed while
+# records are tiered and read back from offset 0 (torture/tiered.py).
 TRIALS ?= 1000
 torture: $(STAMP)
-	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS)) $(if $(SERVER),--server) $(if $(TXN),--txn)
+	$(BIN)/python -m torture --trials $(TRIALS) $(if $(SOAK),--soak $(SOAK)) $(if $(THREADS),--threads $(THREADS)) $(if $(SERVER),--server) $(if $(TXN),--txn) $(if $(TIERED),--tiered)
 
 # Mutation testing of the engine's decision modules (MUTATION.md): every group of modules against the tests that
 # pin it, 2 mutants at a time; prints killed / survived / timeout per module and fails if one scores below 90%.

@@ -102,11 +102,12 @@ class TrialResult:
 class Child:
     """A role process whose stdout lines are collected by a thread as they arrive."""
 
-    def __init__(self, role: str, workdir: Path, args: list[str], env: dict, n: int):
+    def __init__(self, role: str, workdir: Path, args: list[str], env: dict, n: int, *,
+                 module: str = "torture.child"):
         self.role = role
         self.stderr_path = workdir / f"{n:02d}-{role}.stderr"
         self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "torture.child", role, *args], cwd=str(REPO), env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", module, role, *args], cwd=str(REPO), env=env,
                                      stdout=subprocess.PIPE, stderr=self._stderr)
         self.lines: list[str] = []
         self.killed = False

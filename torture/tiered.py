@@ -1,0 +1,549 @@
+"""Kill -9 torture of tiered storage (``python -m torture --tiered``): the tier job, the appender and the object
+store killed while records are appended, tiered, expired locally and read back from offset 0.
+
+One SeaweedFS (``weed server -s3``, :class:`include.seaweedfs.WeedServer`) serves every trial of a run, each
+trial in a bucket of its own. A trial (:func:`run_trial`):
+
+1. a fresh log dir (16 KiB segments, index entries every 1 KiB) with two tiered topics
+   (``remote.storage.enable``, ``local.retention.bytes`` 32 KiB, so every sealed segment is deleted locally once
+   its remote copy is finished): ``tiered`` (nothing ever expires: every acknowledged record must stay readable,
+   locally or remotely) and ``tiered-retained`` (``retention.bytes`` 256 KiB over local and remote, so remote
+   retention deletes objects and raises the log start offset); both prefilled with ~100 KiB so the tier job has
+   segments to copy from the first second;
+2. three processes (:mod:`torture.tiered_child`): the **appender** (a long-lived manager appending acknowledged
+   records, as a broker's produce does), the **tier** job in a loop (copy, local retention, remote retention,
+   orphans: ``storage_engine.jobs.tiering.tier``, a whole job per run as the CLI and the DAG run it; a run the
+   object store fails is retried) and a **consumer** reading both topics from their log start over and over, the
+   offsets below the local log start from the object store, checking what it reads;
+3. deaths: in most trials a **forced step** (:mod:`storage_engine.crashpoints`): the tier process armed to die at
+   a step of the copy, expiry or orphan protocols (or of the local retention and checkpoint writes it makes), or
+   the appender at a step of an append or a roll; a forced role killed at random before its step comes back armed
+   again; a trial runs 1.5-4 s, longer until its forced step is reached (at most 12 s) and until the looping tier
+   job finished a run (at most 30 s); plus 1-3 ``kill -9`` at random moments of a random one of: the tier process, the appender, the
+   consumer, or the object store (``WeedServer.kill9``, then started again on the same folder and ports after
+   0-1 s); every killed process is restarted;
+4. the end: every process killed (half the trials) or stopped cleanly; the object store started if it is down;
+   then, 2 s after the last kill and the store's last start (a PUT of a killed process can still be completing
+   inside the store: weed holds a write until a volume server takes it), **one more clean tier run** in the
+   harness;
+5. the checks: the log dir reopens; every acknowledged record of ``tiered`` is readable at its offset with the same
+   bytes (locally, or from the object store below the local log start) and the log start offset is 0; in
+   ``tiered-retained`` every acknowledged record from the log start offset on is; both topics read contiguously
+   from the log start to the end, every value an intact self-checking payload (nothing handed out that was not
+   written); some records were read from the object store; no object in the bucket that the remote log metadata
+   does not track as a finished segment, every finished segment has all its objects, and no copy or delete is
+   left started but unfinished; ``verify`` reports no problem; no process failed other than by a kill (a
+   traceback, a consumer's ``BAD`` line).
+
+A failing trial's dir (log dir, config, process outputs, a listing of the bucket) is kept under ``--keep``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from include.seaweedfs import WeedServer
+from storage_engine import crashpoints
+from storage_engine.config_file import load_config
+from storage_engine.inspection.verify import verify_log_dirs
+from storage_engine.log.manager import LogManager
+from torture.child import digest, payload, payload_ok
+from torture.harness import Child, _collect_exit
+from torture.tiered_child import RETAINED, TIERED, TOPICS, RemoteRange, read_range
+
+REPO = Path(__file__).resolve().parent.parent
+ROLES = ("appender", "tier", "consumer")
+KILLABLE = ROLES + ("weed",)
+SEGMENT_BYTES = 16 * 1024
+LOCAL_RETENTION_BYTES = 32 * 1024
+RETENTION_BYTES = 256 * 1024
+PREFILL_BYTES = 100 * 1024
+FORCED_STEP_TIMEOUT_S = 12.0
+MIN_RUN_WAIT_S = 30.0   # a trial goes on until the looping tier job finished a run, at most this long
+SETTLE_S = 2.0          # after the last kill and the store's last start, before the clean run
+MODULE = "torture.tiered_child"
+
+CONFIG = """broker:
+  log.dirs: [logs]
+  log.segment.bytes: {segment_bytes}
+  log.index.interval.bytes: 1024
+  log.segment.delete.delay.ms: 300
+  remote.log.storage.system.enable: true
+  rsm.config.storage.s3.endpoint.url: {endpoint}
+  rsm.config.storage.s3.bucket.name: {bucket}
+  rsm.config.storage.aws.access.key.id: {access_key}
+  rsm.config.storage.aws.secret.access.key: {secret_key}
+  rsm.config.fetch.chunk.cache.path: {cache}
+  rlmm.config.remote.log.metadata.topic.num.partitions: 5
+topics:
+  {tiered}: {{remote.storage.enable: true, retention.ms: -1, retention.bytes: -1,
+             local.retention.bytes: {local_bytes}}}
+  {retained}: {{remote.storage.enable: true, retention.ms: -1, retention.bytes: {retention_bytes},
+               local.retention.bytes: {local_bytes}}}
+"""
+
+# The protocols each role reaches (its forced steps): the tier job's own steps (any ``tier.*``/``remote.*``
+# protocol the tier job declares in crashpoints.STEPS), the local retention and checkpoint writes it makes, and the
+# appender's appends and rolls.
+TIER_PROTOCOLS = ("retention", "checkpoint")
+APPENDER_PROTOCOLS = ("append", "roll")
+
+
+def tier_steps() -> list[str]:
+    return sorted(name for name, (protocol, _) in crashpoints.STEPS.items()
+                  if protocol.startswith(("tier", "remote")) or protocol in TIER_PROTOCOLS)
+
+
+def appender_steps() -> list[str]:
+    return sorted(name for name, (protocol, _) in crashpoints.STEPS.items() if protocol in APPENDER_PROTOCOLS)
+
+
+def pick_step(rng: random.Random) -> tuple[str | None, str | None]:
+    """(role, step) for 80% of the trials, three in four of them in the tier process; else (None, None)."""
+    if rng.random() < 0.2:
+        return None, None
+    if rng.random() < 0.75 and tier_steps():
+        return "tier", rng.choice(tier_steps())
+    return "appender", rng.choice(appender_steps())
+
+
+@dataclasses.dataclass
+class TrialResult:
+    trial: int
+    seed: int
+    step: str | None
+    kills: Counter
+    steps_reached: list
+    acked: int
+    remote_read: int
+    copied: int
+    violations: list
+    seconds: float
+    kept: str | None = None
+
+
+class TortureWeed(WeedServer):
+    """The run's ``weed server -s3`` with a 1 s master election timeout: its single master re-elects itself only
+    after the election timeout once restarted, and at the default 10 s (plus the volume server's 5 s heartbeat
+    retry) every death of the store would be a 15-25 s outage; at 1 s a restart serves again in 3-7 s."""
+
+    def argv(self) -> list[str]:
+        return super().argv() + ["-master.electionTimeout=1s"]
+
+
+class _Weed:
+    """The run's object store and its restarts (a restart runs in a thread: the other processes go on)."""
+
+    def __init__(self, server: WeedServer):
+        self.server = server
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.errors: list[str] = []
+        self.up_since = time.monotonic()
+
+    def kill_and_restart(self, pause_s: float) -> None:
+        self.wait()
+        with self.lock:
+            self.server.kill9()
+
+        def restart() -> None:
+            time.sleep(pause_s)
+            try:
+                self.server.start()
+                self.up_since = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - a store that does not come back is the finding
+                self.errors.append(f"weed did not restart: {type(exc).__name__}: {exc}")
+        self.thread = threading.Thread(target=restart, daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join(120)
+            self.thread = None
+
+    def ensure_up(self) -> None:
+        self.wait()
+        if self.server.proc is None or self.server.proc.poll() is not None:
+            self.server.start()
+            self.up_since = time.monotonic()
+
+
+def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -> TrialResult:
+    rng = random.Random(seed)
+    forced_role, step = pick_step(rng)
+    duration = rng.uniform(1.5, 4.0)
+    work = Path(tempfile.mkdtemp(prefix=f"tiered-torture-{trial}-"))
+    bucket = f"torture-{trial}-{seed}"[:63]
+    store = _Weed(weed)
+    store.ensure_up()
+    _s3(weed).create_bucket(Bucket=bucket)
+    cfg_path = work / "storage.yaml"
+    cfg_path.write_text(CONFIG.format(segment_bytes=SEGMENT_BYTES, endpoint=weed.endpoint_url, bucket=bucket,
+                                      access_key=weed.access_key, secret_key=weed.secret_key, cache=work / "cache",
+                                      tiered=TIERED, retained=RETAINED, local_bytes=LOCAL_RETENTION_BYTES,
+                                      retention_bytes=RETENTION_BYTES), encoding="utf-8")
+    stop_file = work / "stop"
+    base_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    PYTHONFAULTHANDLER="1")
+    base_env.pop(crashpoints.ENV_VAR, None)
+    t0 = time.monotonic()
+    children: list[Child] = []
+    kills: Counter = Counter()
+    violations: list[str] = []
+    serial = 0
+
+    def nth(name: str) -> str:
+        return f"{name}:{rng.randint(20, 300)}" if name.startswith("append.") else f"{name}:{rng.randint(1, 3)}"
+
+    def tier_ran() -> bool:
+        return any(line.startswith(("RUN ", "STORE-DOWN ", "FAIL ")) for c in children if c.role == "tier"
+                   for line in c.lines)
+
+    def reached_forced() -> bool:
+        return any(c.crash_step() == step for c in children)
+
+    def start(role: str, armed: bool) -> Child:
+        nonlocal serial
+        serial += 1
+        env = dict(base_env)
+        if armed and step is not None:
+            env[crashpoints.ENV_VAR] = nth(step)
+        args = ["--config", str(cfg_path), "--stop-file", str(stop_file), "--seconds", str(duration + 60),
+                "--seed", str(rng.randrange(2**31)), "--tag", f"{role[0]}{serial}",
+                "--pause-s", "0.002" if role == "appender" else "0.05"]
+        child = Child(role, work, args, env, serial, module=MODULE)
+        children.append(child)
+        return child
+
+    acks: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    remote_read = copied = 0
+    last_kill = [0.0]
+    try:
+        _prefill(cfg_path, rng, acks)
+        live = {"appender": start("appender", forced_role == "appender")}
+        _wait_ready(live["appender"])
+        for role in ROLES[1:]:
+            live[role] = start(role, forced_role == role)
+        started = time.monotonic()
+        kill_times = sorted(rng.uniform(0.3, duration) for _ in range(rng.randint(1, 3)))
+        deadline = started + (FORCED_STEP_TIMEOUT_S if step is not None else duration)
+        checked, extended = 0.0, False
+        # the trial lasts until the looping tier job finished a run (at most MIN_RUN_WAIT_S), so the kills and
+        # the consumer meet copies and expiries made while the appender appends, not only the clean run's
+        while time.monotonic() < deadline or (not tier_ran() and time.monotonic() < started + MIN_RUN_WAIT_S):
+            now = time.monotonic() - started
+            if step is not None and not extended and now - checked > 0.1:
+                checked = now
+                if reached_forced():
+                    extended = True
+                    deadline = max(started + duration, time.monotonic() + rng.uniform(0.3, 2.0))
+            if kill_times and now >= kill_times[0]:
+                kill_times.pop(0)
+                victim = rng.choice(KILLABLE)
+                last_kill[0] = time.monotonic()
+                if victim == "weed":
+                    store.kill_and_restart(rng.uniform(0.0, 1.0))
+                else:
+                    live[victim].kill9()
+                kills[victim] += 1
+            for role, child in list(live.items()):
+                if child.proc.poll() is not None:
+                    _collect_exit(child, violations)
+                    rearm = role == forced_role and not reached_forced()
+                    live[role] = start(role, rearm)
+            time.sleep(0.01)
+        if rng.random() < 0.5:
+            for child in live.values():
+                if child.proc.poll() is None:
+                    child.kill9()
+                    kills["all at the end"] += 1
+            last_kill[0] = time.monotonic()
+        else:
+            stop_file.write_text("stop")
+        for child in live.values():
+            if child.wait(90) is None:
+                violations.append(f"{child.role} did not stop within 90 s after the trial ended")
+                child.kill9()
+                child.wait(10)
+            _collect_exit(child, violations)
+        for child in children:
+            child.wait(10)
+            if child.crash_step():
+                kills[child.role] += 1
+            remote_read += sum(int(line.split()[1]) for line in child.lines if line.startswith("REMOTE "))
+            failed = [line for line in child.lines if line.startswith("FAIL ")]
+            if failed:
+                violations.append(f"{child.role} (pid {child.proc.pid}): {len(failed)} failed tier run(s) other "
+                                  f"than the store being down, e.g. {failed[:3]}")
+        store.ensure_up()
+        violations += store.errors
+        # A PUT a killed tier process sent may still be completing inside the store (weed holds a write until a
+        # volume server can take it, e.g. just after its own restart): the clean run comes once that has settled,
+        # else such an object can appear after the run's orphan sweep (the next run's sweep would delete it).
+        settle = max(store.up_since, last_kill[0]) + SETTLE_S - time.monotonic()
+        if settle > 0:
+            time.sleep(settle)
+        for line in (line for c in children if c.role == "appender" for line in c.lines):
+            if line.startswith("ACK "):
+                _, topic, offset, dig = line.split()
+                acks[topic].append((int(offset), dig))
+        found, remote_checked, copied = check(cfg_path, acks, weed, bucket, work)
+        violations += found
+        remote_read += remote_checked
+    except Exception as exc:  # noqa: BLE001 - any failure of the trial itself is the finding
+        import traceback
+        violations.append(f"the trial failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}")
+    finally:
+        for child in children:
+            if child.proc.poll() is None:
+                child.kill9()
+                child.wait(10)
+    reached = [s for s in (c.crash_step() for c in children) if s]
+    result = TrialResult(trial, seed, step, kills, reached, sum(len(v) for v in acks.values()), remote_read,
+                         copied, violations, round(time.monotonic() - t0, 2))
+    if violations and keep_root is not None:
+        dest = keep_root / f"tiered-trial-{trial}-seed-{seed}"
+        shutil.copytree(work, dest, dirs_exist_ok=True)
+        try:
+            listing = [(o["Key"], o["Size"]) for o in _list(weed, bucket)]
+        except Exception as exc:  # noqa: BLE001
+            listing = [(f"listing failed: {exc}", 0)]
+        (dest / "bucket.json").write_text(json.dumps(listing, indent=1))
+        (dest / "violations.json").write_text(json.dumps(
+            {"trial": trial, "seed": seed, "step": step, "bucket": bucket, "kills": dict(kills),
+             "steps_reached": reached, "violations": violations}, indent=2))
+        result.kept = str(dest)
+    shutil.rmtree(work, ignore_errors=True)
+    if not violations:
+        _drop_bucket(weed, bucket)
+    return result
+
+
+def _s3(weed: WeedServer) -> Any:
+    import boto3
+    return boto3.client("s3", endpoint_url=weed.endpoint_url, aws_access_key_id=weed.access_key,
+                        aws_secret_access_key=weed.secret_key, region_name="us-east-1")
+
+
+def _list(weed: WeedServer, bucket: str) -> list[dict]:
+    out: list[dict] = []
+    for page in _s3(weed).get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        out += page.get("Contents", [])
+    return out
+
+
+def _drop_bucket(weed: WeedServer, bucket: str) -> None:
+    try:
+        client = _s3(weed)
+        keys = [o["Key"] for o in _list(weed, bucket)]
+        for i in range(0, len(keys), 1000):
+            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
+        client.delete_bucket(Bucket=bucket)
+    except Exception:  # noqa: BLE001 - a leftover bucket costs space, not correctness
+        pass
+
+
+def _prefill(cfg_path: Path, rng: random.Random, acks: dict[str, list[tuple[int, str]]]) -> None:
+    from storage_engine.record.records import SimpleRecord
+    with LogManager.open(load_config(str(cfg_path))) as mgr:
+        for topic in TOPICS:
+            log = mgr.get_or_create_log(topic, 0)
+            written = n = 0
+            while written < PREFILL_BYTES:
+                values = [payload("prefill", n + j, rng, 200) for j in range(20)]
+                info = log.append_records([SimpleRecord(f"p{n + j}".encode(), v) for j, v in enumerate(values)])
+                acks[topic] += [(info.first_offset + j, digest(v)) for j, v in enumerate(values)]
+                written += sum(len(v) for v in values)
+                n += 20
+
+
+def _wait_ready(child: Child, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while "READY" not in child.lines and child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServer, bucket: str,
+          work: Path) -> tuple[list[str], int, int]:
+    """One clean tier run, then the checks of the module docstring; returns (violations, records read from the
+    object store, segments of ``tiered`` the looping tier job copied during the trial: its finished remote
+    segments less those the clean run copied)."""
+    from storage_engine.jobs import tiering
+    config = load_config(str(cfg_path))
+    out: list[str] = []
+    clean_run_at = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        result = tiering.tier(config)
+        (work / "final-tier.json").write_text(json.dumps(result, indent=1, default=str))
+    except Exception as exc:  # noqa: BLE001 - the clean run failing is the finding
+        return [f"the clean tier run after the trial failed: {type(exc).__name__}: {exc}"], 0, 0
+    if result["failures"] or result["errors"]:
+        return [f"the clean tier run after the trial failed: {result['failures']} {result['errors']}"], 0, 0
+    clean_copies = sum(p["copied_segments"] for p in result["partitions"] if p["topic"] == TIERED)
+    loop_copies = 0
+    remote_records = 0
+    try:
+        mgr = LogManager.open(config)
+    except Exception as exc:  # noqa: BLE001
+        return [f"reopening the log dir failed: {type(exc).__name__}: {exc}"], 0, 0
+    try:
+        rr = RemoteRange(config, mgr)
+        for topic in TOPICS:
+            log = mgr.get_log(topic, 0)
+            if log is None:
+                out.append(f"{topic}: the partition is gone, {len(acks.get(topic, []))} records were acknowledged")
+                continue
+            start, end = log.log_start_offset, log.log_end_offset
+            try:
+                records = list(read_range(rr, log, start, end))
+            except Exception as exc:  # noqa: BLE001 - a failed read of a tracked segment is a loss
+                out.append(f"{topic}: reading [{start}, {end}) failed: {type(exc).__name__}: {exc}")
+                continue
+            remote_records += sum(1 for remote, _, _ in records if remote)
+            out += check_topic(topic, start, end, records, acks.get(topic, []))
+        out += check_bucket(rr, weed, bucket, clean_run_at)
+        loop_copies = len(rr.view.segments(TIERED, 0)) - clean_copies
+    finally:
+        mgr.close()
+    for problem in verify_log_dirs(config)["problems"]:
+        out.append(f"verify: {problem}")
+    if remote_records == 0 and not out:
+        out.append("no record was read from the object store: the trial did not test tiered reads")
+    return out, remote_records, loop_copies
+
+
+def check_topic(topic: str, start: int, end: int, records: list[tuple[bool, int, bytes | None]],
+                acked: list[tuple[int, str]]) -> list[str]:
+    out = []
+    offsets = [o for _, o, _ in records]
+    if offsets != list(range(start, start + len(offsets))) or (offsets and offsets[-1] != end - 1) or \
+            (not offsets and end > start):
+        gaps = [(a, b) for a, b in zip(offsets, offsets[1:]) if b != a + 1][:3]
+        out.append(f"{topic}: [{start}, {end}) read as {len(offsets)} records "
+                   f"({offsets[:1]}..{offsets[-1:]}, gaps {gaps})")
+    damaged = [(o, remote) for remote, o, v in records if not payload_ok(v)]
+    if damaged:
+        out.append(f"{topic}: {len(damaged)} value(s) that no writer wrote (damaged), e.g. (offset, remote) "
+                   f"{damaged[:3]}")
+    by_offset = {o: digest(v) for _, o, v in records if v is not None}
+    remote = {o for r, o, _ in records if r}
+    missing = [(o, d[:12], "remote" if o in remote else "local") for o, d in acked
+               if o >= start and by_offset.get(o) != d]
+    if missing:
+        out.append(f"{topic}: {len(missing)} of {len(acked)} acknowledged records are missing or differ, e.g. "
+                   f"{missing[:3]} (log start {start}, log end {end})")
+    if topic == TIERED and start != 0:
+        out.append(f"{topic}: log start offset {start}, but nothing may expire in this topic")
+    return out
+
+
+def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str, clean_run_at: datetime.datetime) -> list[str]:
+    """No object the metadata does not track as a finished segment; every finished segment whole; no copy or
+    delete left half done after the clean run."""
+    from storage_engine.tiered import keys as remote_keys
+    out = []
+    view = rr.view
+    view.refresh(rr.mgr)
+    finished: dict[str, dict[str, str]] = {}
+    for topic in TOPICS:
+        for seg in view.segments(topic, 0):
+            finished[str(seg.segment_id)] = remote_keys.segment_keys(rr.settings.key_prefix, seg.topic,
+                                                                     seg.topic_id, seg.partition,
+                                                                     seg.start_offset, seg.segment_id)
+        unfinished = list(view.copy_started_unfinished(topic, 0)) + list(view.delete_started_unfinished(topic, 0))
+        if unfinished:
+            out.append(f"{topic}: {len(unfinished)} remote segment(s) left started but unfinished after the clean "
+                       f"run, e.g. {unfinished[:2]}")
+    objects = _list(weed, bucket)
+    listed = {o["Key"]: o["Size"] for o in objects}
+    written = {o["Key"]: o["LastModified"] for o in objects}
+    tracked = {key for parts in finished.values() for key in parts.values()}
+    untracked = sorted(k for k in listed if k not in tracked)
+    if untracked:
+        out.append(f"{len(untracked)} object(s) in the bucket that no finished remote segment names, e.g. "
+                   f"{[(k, written[k].isoformat()) for k in untracked[:3]]} (the clean run started at "
+                   f"{clean_run_at.isoformat()})")
+    absent = []
+    for segment_id, parts in finished.items():
+        for suffix, key in parts.items():
+            if key not in listed and suffix in remote_keys.REQUIRED_SUFFIXES:
+                absent.append(key)
+    if absent:
+        out.append(f"{len(absent)} object(s) of finished remote segments missing from the bucket, e.g. {absent[:3]}")
+    return out
+
+
+def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], Any] = print,
+        weed_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``trials`` tiered trials against one ``weed`` (started in ``weed_dir`` or a temporary folder)."""
+    started = time.monotonic()
+    totals: dict[str, Any] = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(),
+                              "steps_forced": Counter(), "steps_reached": Counter(), "acknowledged": 0,
+                              "remote_read": 0, "copied": 0}
+    rng = random.Random(seed)
+    folder = weed_dir or Path(tempfile.mkdtemp(prefix="tiered-torture-weed-"))
+    weed = TortureWeed(folder).start()
+    try:
+        for trial in range(trials):
+            trial_seed = rng.randrange(2**31)
+            res = run_trial(trial, trial_seed, keep_root, weed)
+            totals["trials"] += 1
+            totals["kills"].update(res.kills)
+            totals["acknowledged"] += res.acked
+            totals["remote_read"] += res.remote_read
+            totals["copied"] += res.copied
+            if res.step:
+                totals["steps_forced"][res.step] += 1
+            totals["steps_reached"].update(res.steps_reached)
+            if res.violations:
+                totals["violations"] += len(res.violations)
+                totals["failed_trials"].append({"trial": trial, "seed": trial_seed, "step": res.step,
+                                                "violations": res.violations, "kept": res.kept})
+                out(f"trial {trial} (seed {trial_seed}, step {res.step}): {len(res.violations)} violation(s), "
+                    f"kept in {res.kept}")
+                for v in res.violations:
+                    out(f"    {v[:3000]}")
+            elif (trial + 1) % 10 == 0:
+                out(f"trial {trial + 1}/{trials}: ok ({res.acked} acknowledged, {sum(res.kills.values())} kills, "
+                    f"{res.remote_read} records read remotely, {res.seconds} s)")
+            if (trial + 1) % 10 == 0 and trial + 1 < trials:
+                totals["seconds"] = round(time.monotonic() - started, 1)
+                out("so far: " + summary(totals))
+    finally:
+        weed.kill9()
+        if weed_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    totals["seconds"] = round(time.monotonic() - started, 1)
+    return totals
+
+
+def summary(totals: dict[str, Any]) -> str:
+    kills = totals["kills"]
+    line = (f"tiered torture: {totals['trials']} trials, {totals['acknowledged']} acknowledged records checked, "
+            f"{totals['remote_read']} records read from the object store, {totals['copied']} segments of "
+            f"'{TIERED}' copied by the looping tier job during the trials, {sum(kills.values())} kills ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(kills.items())) + f"), {totals['violations']} violations, "
+            f"{totals['seconds']} s")
+    line += "\n  forced: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_forced"].items())) or "-")
+    line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_reached"].items())) or "-")
+    return line
+
+
+def main(trials: int, seed: int, keep_root: Path) -> int:
+    """``python -m torture --tiered``: failing trials as they happen, then the summary; 1 if any violation."""
+    import logging
+    logging.getLogger("storage_engine").setLevel(logging.ERROR)
+    keep_root.mkdir(parents=True, exist_ok=True)
+    totals = run(trials, seed, keep_root, out=lambda s: print(s, flush=True))
+    print(summary(totals), flush=True)
+    return 1 if totals["violations"] else 0
