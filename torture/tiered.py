@@ -132,15 +132,6 @@ class TrialResult:
     kept: str | None = None
 
 
-class TortureWeed(WeedServer):
-    """The run's ``weed server -s3`` with a 1 s master election timeout: its single master re-elects itself only
-    after the election timeout once restarted, and at the default 10 s (plus the volume server's 5 s heartbeat
-    retry) every death of the store would be a 15-25 s outage; at 1 s a restart serves again in 3-7 s."""
-
-    def argv(self) -> list[str]:
-        return super().argv() + ["-master.electionTimeout=1s"]
-
-
 class _Weed:
     """The run's object store and its restarts (a restart runs in a thread: the other processes go on)."""
 
@@ -492,7 +483,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
                               "remote_read": 0, "copied": 0}
     rng = random.Random(seed)
     folder = weed_dir or Path(tempfile.mkdtemp(prefix="tiered-torture-weed-"))
-    weed = TortureWeed(folder).start()
+    weed = WeedServer(folder).start()
     try:
         for trial in range(trials):
             trial_seed = rng.randrange(2**31)
