@@ -18,7 +18,9 @@ Kafka's "offset ... does not exist in remote tier".
 
 Every byte comes through the bounded local cache (:mod:`storage_engine.tiered.cache`): index objects whole (their
 parsed form also kept in memory for the last :data:`PARSED_INDEXES` segments), ``.log`` objects in
-:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk.
+:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk, and the
+chunks after the one a read needs are fetched in the background (:meth:`RemoteReader.read_ahead`). A chunk is read
+from its cache file and CRC-checked once per process, not once per read (the cache keeps checked entries in memory).
 
 Which segments exist comes from the remote view (:class:`~storage_engine.tiered.remote_log.RemoteLogView`,
 rebuilt from ``__remote_log_metadata``): only segments in state ``COPY_SEGMENT_FINISHED`` are read.
