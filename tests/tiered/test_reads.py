@@ -240,3 +240,44 @@ def test_reads_across_chunk_boundaries_equal_the_local_ones(shared, tmp_path, mo
         with open(local_seg.path, "rb") as f:
             assert data == f.read(), where
     assert small.cache.stats.misses > 3 * len(segments)      # several chunks per segment were fetched
+
+
+class _CountingStore:
+    """The real object store, counting the ranged GETs per (key, start)."""
+
+    def __init__(self, store):
+        self.store, self.ranges = store, []
+
+    def get(self, key, offsets=None):
+        return self.store.get(key, offsets)
+
+    def get_range(self, key, start, end_exclusive, offsets=None):
+        self.ranges.append((key, start))
+        return self.store.get_range(key, start, end_exclusive, offsets)
+
+
+def test_a_cold_walk_in_small_fetches_gets_and_checks_each_chunk_once(shared, tmp_path, monkeypatch):
+    """A consumer's fetch loop over cold segments (with read-ahead): each chunk is one ranged GET and its cache
+    file is never read back and re-checked per fetch (this process keeps the chunks it checked in memory)."""
+    from storage_engine.tiered import reads
+    log, reader, segments, _ = shared
+    monkeypatch.setattr(reads, "CHUNK_BYTES", 777)
+    counting = _CountingStore(reader.store)
+    walker = RemoteReader(reader.settings, counting, reader.view, cache=ChunkCache(str(tmp_path / "walk"), 1 << 30))
+    offset = 0
+    while offset <= segments[-1].end_offset:
+        data = walker.read(TOPIC, 0, offset, 300)
+        assert data is not None and data.data == log.read(offset, 300).data
+        offset = _next_offset(data.data)
+    chunks = sum((s.size_bytes + 776) // 777 for s in segments)
+    assert len(counting.ranges) == len(set(counting.ranges)) == chunks
+    stats = walker.cache.stats
+    assert stats.hits > 5 * stats.misses and stats.hits == stats.memory_hits     # no chunk file was read back
+    walker.clear_cache()                       # a new process's view: the folder's entries, checked once each
+    offset = 0
+    while offset <= segments[-1].end_offset:
+        data = walker.read(TOPIC, 0, offset, 300)
+        assert data is not None
+        offset = _next_offset(data.data)
+    assert len(counting.ranges) == chunks
+    assert stats.hits - stats.memory_hits == chunks + len(segments)     # each chunk and .index file read once
