@@ -3,7 +3,6 @@ entry that a crash or damage left incomplete."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 import subprocess
 import sys
 
@@ -87,11 +86,8 @@ def test_an_incomplete_or_damaged_entry_is_never_used(tmp_path, damage):
 def test_an_entry_is_read_and_checked_once_then_served_from_memory_within_its_bound(tmp_path):
     entry = 1000
     cache = ChunkCache(str(tmp_path / "c"), 1 << 20, memory_bytes=3 * entry)
-    def filler(i: int) -> Callable[[], bytes]:
-        return lambda: bytes([i]) * entry
-
     for i in range(4):
-        cache.get(f"k{i}", filler(i))
+        cache.get(f"k{i}", lambda i=i: bytes([i]) * entry)
     assert [cache.in_memory(f"k{i}") for i in range(4)] == [False, True, True, True]   # bounded: k0 dropped
     again = ChunkCache(str(tmp_path / "c"), 1 << 20, memory_bytes=3 * entry)
     for _ in range(5):
