@@ -17,16 +17,9 @@ process sharing the folder (the broker, the CLI, an Airflow task) sees one order
 into place, under the folder's flock (``.lock``), the folder is listed and the oldest entries are deleted until the
 new one fits under ``max_bytes``. An entry larger than the whole bound is used once and not kept. A reader that
 has an entry open when another process evicts it still reads it whole (POSIX unlink).
-
-Checked once per process, not once per read: the entries a process has checked (or loaded itself) are also kept in
-memory, the most recently used first, up to ``memory_bytes`` (never more than ``max_bytes``, and only entries the
-folder keeps), so a consumer reading a 4 MiB chunk in 1 MiB fetches reads and CRC-checks its file once, not once
-per fetch. Bytes in memory are the bytes that passed the check; an entry damaged on disk afterwards is found by
-the next process that opens it. A hit from memory still touches the file, so the folder's LRU order stays true.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import fcntl
@@ -51,14 +44,12 @@ TRAILER = struct.Struct(">4sqI")
 SUFFIX = ".entry"
 TMP_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
-MEMORY_BYTES = 32 << 20       # checked entries kept in memory per process (8 chunks of 4 MiB)
 
 
 @dataclass
 class CacheStats:
     """Counters of one process's use of the cache (for tests and the broker's status)."""
     hits: int = 0
-    memory_hits: int = 0      # of ``hits``: served from the checked entries kept in memory
     misses: int = 0
     evictions: int = 0
     damaged: int = 0          # entries whose trailer did not match: deleted and fetched again
@@ -67,19 +58,12 @@ class CacheStats:
 class ChunkCache:
     """A size-bounded, least-recently-used cache of byte strings in ``folder`` (see the module docstring)."""
 
-    def __init__(self, folder: str, max_bytes: int, *, memory_bytes: int = MEMORY_BYTES):
+    def __init__(self, folder: str, max_bytes: int):
         if max_bytes < 0:
             raise ValueError(f"the cache bound must be >= 0 bytes, got {max_bytes}")
-        if memory_bytes < 0:
-            raise ValueError(f"the cache's memory bound must be >= 0 bytes, got {memory_bytes}")
         self.folder = os.path.abspath(folder)
         self.max_bytes = max_bytes
-        self.memory_bytes = min(memory_bytes, max_bytes)
         self.stats = CacheStats()
-        self._memory: collections.OrderedDict[str, bytes] = collections.OrderedDict()
-        self._memory_size = 0
-        self._memory_mutex = threading.Lock()
-        self._stats_mutex = threading.Lock()     # the read-ahead threads count too: no lost increments
         self._loading: dict[str, threading.Lock] = {}
         self._loading_mutex = threading.Lock()
         try:
@@ -93,35 +77,19 @@ class ChunkCache:
         """The bytes cached under ``name``, else ``load()``'s, kept for next time. Concurrent calls for one name in
         this process load once. An error of ``load`` propagates and nothing is cached."""
         path = self.path_of(name)
-        data = self._in_memory(name, path)
+        data = self._read(path)
         if data is not None:
+            self.stats.hits += 1
             return data
-        with self._name_lock(name):           # one thread per name reads its file or loads it
-            data = self._checked(name, path)
+        with self._name_lock(name):
+            data = self._read(path)            # another thread loaded it meanwhile
             if data is not None:
+                self.stats.hits += 1
                 return data
-            self._count("misses")
+            self.stats.misses += 1
             data = load()
-            if len(data) + TRAILER.size <= self.max_bytes:
-                self._remember(name, data)
             self._put(path, data)
             return data
-
-    def _count(self, *fields: str) -> None:
-        with self._stats_mutex:
-            for f in fields:
-                setattr(self.stats, f, getattr(self.stats, f) + 1)
-
-    def in_memory(self, name: str) -> bool:
-        """Whether ``name``'s checked bytes are held in memory now (a ``get`` of it would read no file)."""
-        with self._memory_mutex:
-            return name in self._memory
-
-    def forget_memory(self) -> None:
-        """Drop the checked entries kept in memory (the folder's entries stay; the next ``get`` re-checks them)."""
-        with self._memory_mutex:
-            self._memory.clear()
-            self._memory_size = 0
 
     def path_of(self, name: str) -> str:
         return os.path.join(self.folder, hashlib.sha256(name.encode()).hexdigest() + SUFFIX)
@@ -131,40 +99,6 @@ class ChunkCache:
         return sum(size for _, size, _ in self._entries())
 
     # -- reading --------------------------------------------------------------------------------------------------
-    def _in_memory(self, name: str, path: str) -> bytes | None:
-        with self._memory_mutex:
-            data = self._memory.get(name)
-            if data is not None:
-                self._memory.move_to_end(name)
-        if data is not None:
-            self._count("hits", "memory_hits")
-            _touch(path)
-        return data
-
-    def _checked(self, name: str, path: str) -> bytes | None:
-        """The entry's bytes from memory (checked before), else from its file (checked now, then kept in memory)."""
-        data = self._in_memory(name, path)
-        if data is not None:
-            return data
-        data = self._read(path)
-        if data is not None:
-            self._count("hits")
-            self._remember(name, data)
-        return data
-
-    def _remember(self, name: str, data: bytes) -> None:
-        if len(data) > self.memory_bytes:
-            return
-        with self._memory_mutex:
-            old = self._memory.pop(name, None)
-            if old is not None:
-                self._memory_size -= len(old)
-            self._memory[name] = data
-            self._memory_size += len(data)
-            while self._memory_size > self.memory_bytes:
-                _, dropped = self._memory.popitem(last=False)
-                self._memory_size -= len(dropped)
-
     def _read(self, path: str) -> bytes | None:
         try:
             with open(path, "rb") as f:
@@ -177,7 +111,7 @@ class ChunkCache:
             return None
         data = _unwrap(raw)
         if data is None:
-            self._count("damaged")
+            self.stats.damaged += 1
             logger.warning("remote storage cache: entry %s fails its length/CRC check (a crash or damage); "
                            "deleted and fetched again", path)
             self._remove(path)
@@ -186,11 +120,10 @@ class ChunkCache:
         return data
 
     # -- writing --------------------------------------------------------------------------------------------------
-    def _put(self, path: str, data: bytes) -> bool:
-        """Keep ``data`` as the entry at ``path``; False when it is not kept (too large, or the folder fails)."""
+    def _put(self, path: str, data: bytes) -> None:
         size = len(data) + TRAILER.size
         if size > self.max_bytes:
-            return False                    # larger than the whole bound: used once, not kept
+            return                          # larger than the whole bound: used once, not kept
         tmp = os.path.join(self.folder, f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
         try:
             with open(tmp, "wb") as f:
@@ -200,12 +133,10 @@ class ChunkCache:
                 self._evict_for(size)
                 _touch(tmp)
                 os.replace(tmp, path)
-            return True
         except OSError as exc:
             # A cache that cannot write (full disk, read-only folder) slows reads down but fails none.
             logger.warning("remote storage cache: cannot keep an entry in %s: %s", self.folder, exc)
             self._remove(tmp)
-            return False
 
     def _evict_for(self, size: int) -> None:
         """Delete the least recently used entries until ``size`` more bytes fit (the folder lock held)."""
@@ -215,7 +146,7 @@ class ChunkCache:
             if total + size <= self.max_bytes:
                 break
             if self._remove(path):
-                self._count("evictions")
+                self.stats.evictions += 1
             total -= s
 
     def _entries(self) -> Iterator[tuple[str, int, int]]:
@@ -290,9 +221,6 @@ class NoCache:
     def get(self, name: str, load: Callable[[], bytes]) -> bytes:
         self.stats.misses += 1
         return load()
-
-    def forget_memory(self) -> None:
-        pass
 
     def size_bytes(self) -> int:
         return 0

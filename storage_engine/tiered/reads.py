@@ -18,9 +18,7 @@ Kafka's "offset ... does not exist in remote tier".
 
 Every byte comes through the bounded local cache (:mod:`storage_engine.tiered.cache`): index objects whole (their
 parsed form also kept in memory for the last :data:`PARSED_INDEXES` segments), ``.log`` objects in
-:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk, and the
-chunks after the one a read needs are fetched in the background (:meth:`RemoteReader.read_ahead`). A chunk is read
-from its cache file and CRC-checked once per process, not once per read (the cache keeps checked entries in memory).
+:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk.
 
 Which segments exist comes from the remote view (:class:`~storage_engine.tiered.remote_log.RemoteLogView`,
 rebuilt from ``__remote_log_metadata``): only segments in state ``COPY_SEGMENT_FINISHED`` are read.
@@ -39,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, DataLossError, OffsetOutOfRangeError,
-                                   RemoteObjectDamagedError, RemoteObjectMissingError, StorageError)
+                                   RemoteObjectDamagedError, RemoteObjectMissingError)
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
@@ -56,7 +54,6 @@ logger = logging.getLogger(__name__)
 CHUNK_BYTES = 4 << 20        # Aiven's default fetch chunk: a cold fetch costs one GET of this much
 PARSED_INDEXES = 64          # segments whose parsed offset/time index stays in memory
 PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read (the Spark source)
-READ_AHEAD_CHUNKS = 3        # chunks of a segment fetched in the background ahead of a read that needs the store
 PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -122,16 +119,6 @@ class RemoteReader:
         self._parsed: collections.OrderedDict[str, _Index] = collections.OrderedDict()
         self._txns: collections.OrderedDict[str, list[AbortedTxn]] = collections.OrderedDict()
         self._parsed_mutex = threading.Lock()
-        self._ahead: concurrent.futures.ThreadPoolExecutor | None = None
-        self._ahead_names: set[str] = set()
-        self._ahead_mutex = threading.Lock()
-
-    def clear_cache(self) -> None:
-        """Forget what this process keeps in memory (parsed indexes, checked chunks); the cache folder stays."""
-        with self._parsed_mutex:
-            self._parsed.clear()
-            self._txns.clear()
-        self.cache.forget_memory()
 
     # -- which segment --------------------------------------------------------------------------------------------
     def segments_from(self, topic: str, partition: int, offset: int, *,
@@ -298,17 +285,13 @@ class RemoteReader:
                                                                 f"{MAX_INDEX_OBJECT_BYTES}")
         return data
 
-    @staticmethod
-    def _chunk_name(key: str, n: int) -> str:
-        # The chunk size is part of the name: entries cut at another size are never taken for these.
-        return f"{key}#{CHUNK_BYTES}#{n}"
-
     def chunk(self, seg: RemoteSegment, key: str, n: int) -> bytes:
         """Chunk ``n`` of the ``.log`` object ``key`` (short only at the object's end, as the metadata sizes it)."""
         start = n * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, seg.size_bytes)
         try:
-            data = self.cache.get(self._chunk_name(key, n),
+            # The chunk size is part of the name: entries cut at another size are never taken for these.
+            data = self.cache.get(f"{key}#{CHUNK_BYTES}#{n}",
                                   lambda: self.store.get_range(key, start, end, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
@@ -317,37 +300,6 @@ class RemoteReader:
                                                                 f"{len(data)} bytes: the object is shorter than the "
                                                                 f"{seg.size_bytes} bytes its metadata records")
         return data
-
-    def read_ahead(self, seg: RemoteSegment, key: str, n: int) -> None:
-        """Start fetching the :data:`READ_AHEAD_CHUNKS` chunks after chunk ``n`` into the cache in the background
-        (a consumer reading a cold segment reads on: its next fetches then find their chunks loaded or in flight,
-        and the ranged GETs overlap instead of running one after the other). Only with a cache that keeps what
-        is loaded; a failure is left to the read that needs the chunk, which fetches it again and reports it."""
-        if not isinstance(self.cache, ChunkCache) or self.cache.memory_bytes < 2 * CHUNK_BYTES:
-            return
-        last = min((seg.size_bytes - 1) // CHUNK_BYTES, n + READ_AHEAD_CHUNKS)
-        for m in range(n + 1, last + 1):
-            name = self._chunk_name(key, m)
-            if self.cache.in_memory(name):
-                continue
-            with self._ahead_mutex:
-                if name in self._ahead_names:
-                    continue
-                self._ahead_names.add(name)
-                if self._ahead is None:
-                    self._ahead = concurrent.futures.ThreadPoolExecutor(READ_AHEAD_CHUNKS,
-                                                                        thread_name_prefix="remote-read-ahead")
-                pool = self._ahead
-            pool.submit(self._load_ahead, seg, key, m, name)
-
-    def _load_ahead(self, seg: RemoteSegment, key: str, n: int, name: str) -> None:
-        try:
-            self.chunk(seg, key, n)
-        except (StorageError, OSError) as exc:   # the read that needs this chunk fetches it again and raises
-            logger.debug("read-ahead of chunk %d of %s failed: %s", n, self._where(key), exc)
-        finally:
-            with self._ahead_mutex:
-                self._ahead_names.discard(name)
 
     def segment_bytes(self, seg: RemoteSegment) -> tuple[bytes, str]:
         """The whole ``.log`` object of ``seg`` (every chunk, sized as its metadata says) and where it is; the
@@ -417,27 +369,16 @@ class RemoteFileRecords(FileRecords):
         self._map = None
         self._map_len = 0
         self._reader, self._seg, self._key = reader, seg, key
-        self._held: tuple[int, bytes] | None = None    # the last chunk read, for the scan's next small reads
 
     def read(self, position: int, size: int) -> bytes:
         size = max(0, min(size, self.size - position))
         if size == 0:
             return b""
         first, last = position // CHUNK_BYTES, (position + size - 1) // CHUNK_BYTES
-        parts = [self._chunk(n) for n in range(first, last + 1)]
+        parts = [self._reader.chunk(self._seg, self._key, n) for n in range(first, last + 1)]
         buf = parts[0] if len(parts) == 1 else b"".join(parts)
         skip = position - first * CHUNK_BYTES
         return buf[skip:skip + size]
-
-    def _chunk(self, n: int) -> bytes:
-        """Chunk ``n``: a scan reads each batch's header and then its bytes, many reads per chunk, so the chunk
-        last read is held for the life of this object (one fetch) and the cache is asked once per chunk."""
-        if self._held is not None and self._held[0] == n:
-            return self._held[1]
-        data = self._reader.chunk(self._seg, self._key, n)
-        self._held = (n, data)
-        self._reader.read_ahead(self._seg, self._key, n)
-        return data
 
     def physical_size(self) -> int:
         return self.size
