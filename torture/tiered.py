@@ -40,7 +40,8 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
    does not track as a finished segment, every finished segment has all its objects, and no copy or delete is
    left started but unfinished; ``verify`` reports no problem; no process failed other than by a kill (a
    traceback, a ``BAD`` line of either consumer, killed or not); the broker never exited on its own and failed no
-   remote read other than while the store was down (:meth:`torture.tiered_broker.TrialBroker.log_violations`).
+   remote read because an object was damaged or missing from ``tiered``
+   (:meth:`torture.tiered_broker.TrialBroker.log_violations`).
 
 A failing trial's dir (log dir, config, process outputs, a listing of the bucket) is kept under ``--keep``.
 """
@@ -437,7 +438,7 @@ def summary(totals: dict[str, Any]) -> str:
              f"from offset 0, {served['remote']} of them below the local log start (from the object store), "
              f"{served['resets']} out-of-range answers past the log start followed; {kills['broker']} broker kills "
              f"({served['kills_before_serving']} before a restart served), {served['remote_failed_store_down']} "
-             f"remote reads failed while the object store was down")
+             f"remote reads failed while the object store was down or failing (answered KAFKA_STORAGE_ERROR)")
     line += "\n  forced: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_forced"].items())) or "-")
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_reached"].items())) or "-")
     return line
