@@ -24,7 +24,8 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
    the appender at a step of an append or a roll; a forced role killed at random before its step comes back armed
    again; a trial runs 1.5-4 s, longer until its forced step is reached (at most 12 s) and until the looping tier
    job finished a run and the Kafka client read remote records through the broker (at most 30 s); plus 1-3
-   ``kill -9`` at random moments of one of (:data:`KILLABLE`): the broker (restarted on its port after 0-1 s), the
+   ``kill -9`` at random moments of one of (:data:`KILLABLE`): the broker (restarted on its port after 0-1 s; a third of its
+   kills followed by a second one soon after the restart, often before it serves), the
    tier process, the appender, the object store (``WeedServer.kill9``, then started again on the same folder and
    ports after 0-1 s), the consumer or the Kafka client; every killed process is restarted;
 4. the end: every process killed, the broker too (half the trials), or stopped cleanly (the broker by SIGTERM,
@@ -268,16 +269,17 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
                 if victim == "weed":
                     store.kill_and_restart(rng.uniform(0.0, 1.0))
                 elif victim == "broker":
-                    broker.kill9(rng)
+                    broker.kill9(rng)       # counted by the broker (a broker not running is not killed)
                 else:
                     live[victim].kill9()
-                kills[victim] += 1
+                if victim != "broker":
+                    kills[victim] += 1
             for role, child in list(live.items()):
                 if child.proc.poll() is not None:
                     _collect_exit(child, violations)
                     rearm = role == forced_role and not reached_forced()
                     live[role] = start(role, rearm)
-            broker.tick()
+            broker.tick(rng)
             time.sleep(0.01)
         kill_all = rng.random() < 0.5
         if kill_all:

@@ -33,6 +33,8 @@ class TrialBroker:
     def __init__(self, cfg_path: Path, work: Path, env: dict[str, str]):
         self.broker = Broker(cfg_path, work, env)
         self.restart_at: float | None = None
+        self.kill_again: float | None = None    # seconds after the restart: a kill that may come before it serves
+        self.kill_at: float | None = None
         self.kills = 0
         self.kills_before_serving = 0
         self.violations: list[str] = []
@@ -53,27 +55,37 @@ class TrialBroker:
         return self.broker.proc is not None and self.broker.proc.poll() is None
 
     def kill9(self, rng: random.Random) -> None:
-        """SIGKILL now (possibly before a restart served), restart after 0-1 s (:meth:`tick`)."""
+        """SIGKILL now (possibly before a restart served), restart after 0-1 s (:meth:`tick`); one kill in three
+        (not itself such a second kill) is followed by another 0-1.5 s after the restart, which often lands while
+        the restarted broker opens the log dir and rebuilds its remote view, before it serves."""
         if not self.running():
             return
         self.kills += 1
         self.kills_before_serving += self.broker.kill9()
         self.restart_at = time.monotonic() + rng.uniform(0.0, 1.0)
+        again = self.kill_at is None and self.kill_again is None and rng.random() < 1 / 3
+        self.kill_again = rng.uniform(0.0, 1.5) if again else None
+        self.kill_at = None
 
-    def tick(self) -> None:
-        """A due restart; a broker that exited on its own is a violation, and is restarted."""
+    def tick(self, rng: random.Random) -> None:
+        """A due restart or second kill; a broker that exited on its own is a violation, and is restarted."""
         rc = self.broker.died()
         if rc is not None:
             self.violations.append(f"the broker exited on its own ({rc}): {self.broker.log_tail()}")
             self.broker.killed = True
             self.restart_at = time.monotonic()
-        if self.restart_at is not None and time.monotonic() >= self.restart_at:
+        now = time.monotonic()
+        if self.restart_at is not None and now >= self.restart_at:
             self.restart_at = None
             self.broker.spawn()
+            if self.kill_again is not None:
+                self.kill_at, self.kill_again = now + self.kill_again, None
+        elif self.kill_at is not None and now >= self.kill_at:
+            self.kill9(rng)
 
     def end(self, kill: bool) -> bool:
         """The end of the trial: SIGKILL (True if it was running), or SIGTERM and a clean exit expected."""
-        self.restart_at = None
+        self.restart_at = self.kill_at = self.kill_again = None
         if not self.running():
             return False
         if kill:
