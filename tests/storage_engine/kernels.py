@@ -36,3 +36,8 @@ def split_by_process_fixture():
         use(monkeypatch, "python")
         return "python"
     return kernels
+
+
+# The same single run (this process on the Python twins, the children on the default kernels) for one test of a
+# module whose other tests run once per implementation: its work is in child processes.
+child_processes_once = pytest.mark.parametrize("kernels", ["python"], indirect=True)
