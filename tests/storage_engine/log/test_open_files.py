@@ -98,7 +98,7 @@ def run_child(body: str, limit: int, dirs: list[str], **values) -> dict:
 
 # Partitions of the test below, five times its descriptor limit. The suite runs 20,000 partitions under a limit
 # of 4,000 descriptors; OPEN_FILES_PARTITIONS=100000 runs the README's 100,000 under 20,000 (the same code path at
-# five times the size: about 70 s of the suite's time on a quiet machine for no further claim).
+# five times the size: 68 s of the suite's time on a quiet machine when the suite ran it, for no further claim).
 PARTITIONS = int(os.environ.get("OPEN_FILES_PARTITIONS", "20000"))
 PARTITIONS_PER_DESCRIPTOR = 5
 
