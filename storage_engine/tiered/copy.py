@@ -46,6 +46,7 @@ from storage_engine.log.producer_state_manager import ProducerStateManager, rebu
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.leader_epoch import EpochEntry, LeaderEpochFileCache, format_leader_epoch_checkpoint
 from storage_engine.segment.segment import LogSegment
+from storage_engine.tiered import parts
 
 if TYPE_CHECKING:
     from storage_engine.tiered.context import TierContext
@@ -255,7 +256,8 @@ def copy_segment(ctx: TierContext, log: Log, cand: Candidate) -> dict | None:
     if not still_there(log, cand):
         ctx.abandon(seg)
         return None
-    ctx.copy_finished(seg)
+    # The parts uploaded, in the FINISHED record: a part it lists that goes missing is loss (tiered/parts.py).
+    ctx.copy_finished(seg, parts.from_uploads(keys, [(u.key, u.size, u.checksum) for u in uploaded]).encode())
     crashpoints.reached("tier.copy-finished")
     return {**cand.as_dict(), "segment_id": ctx.segment_id_text(seg), "objects": len(uploaded),
             "object_bytes": sum(up.size for up in uploaded)}
