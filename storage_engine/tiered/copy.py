@@ -23,7 +23,9 @@ How (:func:`copy_segment`), every state durable before the action it announces:
 4. under the partition lock again: if the segment is no longer the one uploaded (retention or a truncation
    removed it meanwhile), the copy is abandoned: ``DELETE_SEGMENT_STARTED``, its objects deleted,
    ``DELETE_SEGMENT_FINISHED``;
-5. otherwise ``COPY_SEGMENT_FINISHED`` is published: only now may local retention delete the local copy.
+5. otherwise ``COPY_SEGMENT_FINISHED`` is published, with the parts uploaded (names, sizes, ETags: the parts
+   manifest of :mod:`storage_engine.tiered.parts`) as its custom metadata: only now may local retention delete the
+   local copy.
 
 A process killed anywhere in between leaves at worst a ``COPY_SEGMENT_STARTED`` without ``FINISHED`` and some
 objects: the next run's orphan step deletes them (:mod:`storage_engine.tiered.orphans`). An object-store error
