@@ -80,13 +80,17 @@ def verify_remote(config: StorageConfig, *, deep: bool = False) -> dict:
         out["error"] = f"the remote log metadata ({METADATA_TOPIC}) cannot be read: {type(exc).__name__}: {exc}"
         return out
     from storage_engine.tiered.object_store import ObjectStore
+    work = _segments(settings, view, out, METADATA_TOPIC)
+    if not work:
+        out["checked"] = True       # nothing is remote: the store is not asked
+        return out
     store = ObjectStore(settings)
     try:
         health = store.health()     # one request first: a dead store costs one timeout, not one per object
         if not (health["reachable"] and health["bucket_exists"] and health["credentials_ok"]):
             _store_down(out, str(health["error"]), health["fix"])
         else:
-            _check_all(settings, store, view, deep, out, METADATA_TOPIC)
+            _check_all(settings, store, work, deep, out)
     finally:
         store.close()
     return out
@@ -99,8 +103,10 @@ def _store_down(out: dict, reason: str, fix: str | None) -> None:
     out["fix"] = fix
 
 
-def _check_all(settings: Any, store: Any, view: Any, deep: bool, out: dict, metadata_topic: str) -> None:
-    work: list[tuple[Any, Any]] = []
+def _segments(settings: Any, view: Any, out: dict, metadata_topic: str) -> list[tuple[Any, "_OneSegment"]]:
+    """Every finished segment to check (each with a view of it alone), the partitions' summaries and the gaps
+    between segments into ``out``."""
+    work: list[tuple[Any, _OneSegment]] = []
     for topic, topic_id, partition in view.partitions():
         if topic == metadata_topic:
             continue
@@ -113,6 +119,10 @@ def _check_all(settings: Any, store: Any, view: Any, deep: bool, out: dict, meta
                                   "end_offset": max(s.end_offset for s in segs)})
         out["problems"].extend(_gaps(settings, segs))
         work.extend((s, _OneSegment(s)) for s in segs)
+    return work
+
+
+def _check_all(settings: Any, store: Any, work: list[tuple[Any, "_OneSegment"]], deep: bool, out: dict) -> None:
     with ThreadPoolExecutor(HEAD_THREADS if not deep else 2, thread_name_prefix="verify-remote") as pool:
         results = list(pool.map(lambda item: _check_segment(settings, store, item[0], item[1], deep), work))
     for r in results:
