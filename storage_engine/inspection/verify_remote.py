@@ -16,7 +16,9 @@ read) is checked:
   offsets in order inside the segment's range, the offset index's entries; the ``.txnindex`` decoded), and each
   part whose ETag is a single PUT's MD5 is hashed and compared with the manifest. Nothing is cached or written.
 
-A missing object is reported as loss, a wrong one as damage, each with the topic, partition, offset range, segment
+A segment that remote retention deletes while the check runs is not reported: the problems found are kept only
+for segments still finished in the metadata read again after the objects were (its deletion is announced before
+its objects go). A missing object is reported as loss, a wrong one as damage, each with the topic, partition, offset range, segment
 id and object key, in the report's ``problems`` as local damage is (``verify`` exits 1). An object store that
 cannot be used (unreachable, bucket missing, credentials refused) stops the remote check with ``error`` (naming the
 endpoint) and ``fix``; the local report is unaffected: like an offline log dir, this is no damage to stored data,
@@ -93,7 +95,25 @@ def verify_remote(config: StorageConfig, *, deep: bool = False) -> dict:
             _check_all(settings, store, work, deep, out)
     finally:
         store.close()
+    if any(p["kind"] != "gap" for p in out["problems"]):
+        _drop_deleted_meanwhile(config, out, load_view)
     return out
+
+
+def _drop_deleted_meanwhile(config: StorageConfig, out: dict, load_view: Any) -> None:
+    """Keep only the problems of segments still finished in the metadata read after the objects were: remote
+    retention (or a topic's deletion) publishes DELETE_SEGMENT_STARTED, fsynced, before it deletes a segment's
+    objects, so a segment it deleted while this check ran is no longer finished now, and its objects' absence is
+    no loss."""
+    try:
+        now = load_view(config)
+    except (StorageError, OSError):
+        return                      # the first read worked; report what was found
+    finished = {(s.topic, s.partition, uuid_text(s.segment_id))
+                for topic, topic_id, partition in now.partitions()
+                for s in now.segments(topic, partition, topic_id=topic_id)}
+    out["problems"] = [p for p in out["problems"] if p["kind"] == "gap"
+                       or (p["topic"], p["partition"], p["segment_id"]) in finished]
 
 
 def _store_down(out: dict, reason: str, fix: str | None) -> None:

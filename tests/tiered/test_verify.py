@@ -163,6 +163,45 @@ def test_segments_copied_before_manifests_still_read_and_deep_finds_same_size_da
     assert f"s3://{bucket}/{key}" in stderr
 
 
+def test_a_segment_remote_retention_deletes_during_the_check_is_no_loss(tmp_path, weed, bucket, monkeypatch):
+    """Remote retention announces a deletion (DELETE_SEGMENT_STARTED, fsynced) before its objects go: a segment
+    deleted between the check's reading of the metadata and its HEADs is not reported. (In process: the deletion
+    is run, by the tiering job's own step, at the moment the first HEAD is sent.)"""
+    import threading
+
+    from storage_engine.clock import clock_at
+    from storage_engine.inspection.verify_remote import verify_remote
+    from storage_engine.tiered.object_store import ObjectStore
+    from storage_engine.tiered.remote_log import RemoteLogView
+    from storage_engine.tiered.settings import RemoteStorageSettings
+
+    cfg = write_config(tmp_path, weed, bucket)
+    _fill(cfg)
+    _tier(cfg)
+    config = load_config(cfg)
+    segs = remote_segments(cfg)
+    doomed, lost = segs[0], segs[1]
+    s3_client(weed).delete_object(Bucket=bucket, Key=_keys(lost)["log"])      # a real loss, for contrast
+    head, mutex, done = ObjectStore.head, threading.Lock(), list[bool]()
+
+    def head_after_retention(self: ObjectStore, key: str, offsets: tuple[int, int] | None = None) -> tuple[int, str]:
+        with mutex:
+            if not done:
+                settings = RemoteStorageSettings.of(config)
+                store = ObjectStore(settings)
+                with LogManager.open(config) as mgr:
+                    ctx = TierContext(mgr, settings, store, RemoteLogView.load(mgr), clock_at(None).milliseconds())
+                    ctx.delete_objects(doomed)
+                store.close()
+                done.append(True)
+        return head(self, key, offsets)
+
+    monkeypatch.setattr(ObjectStore, "head", head_after_retention)
+    report = verify_remote(config)
+    assert done and report["checked"]
+    assert [(p["kind"], p["start_offset"]) for p in report["problems"]] == [("missing", lost.start_offset)]
+
+
 def _dead_endpoint() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
