@@ -4,8 +4,8 @@ For every partition ``__remote_log_metadata`` names (every topic id: an older in
 data is still kept is checked too), each segment whose copy finished (``COPY_SEGMENT_FINISHED``; the only ones
 read) is checked:
 
-* the finished segments of a partition leave no offset out between the first and the last (a gap is offsets no
-  read can serve);
+* the finished segments of a partition leave no offset out between the first and the last, nor between the
+  partition's log start offset and its first local offset (offsets no read can serve);
 * each object the segment needs is in the bucket (a HEAD per object): the parts its parts manifest lists
   (:mod:`storage_engine.tiered.parts`), or, for a segment copied before manifests, every part but the ``.txnindex``
   (whose absence cannot be told from "no aborted transactions" for those: they are counted as
@@ -27,17 +27,20 @@ and ``verify`` exits 1 for it only with ``--strict``.
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage_engine import layout
 from storage_engine.config import StorageConfig
 from storage_engine.errors import (RemoteBucketMissingError, RemoteCredentialsError, RemoteObjectDamagedError,
                                    RemoteObjectMissingError, RemoteStorageError, RemoteStoreUnreachableError,
                                    StorageError)
-from storage_engine.log.topic_id import uuid_text
+from storage_engine.inspection.snapshot import LogSnapshot
+from storage_engine.log.topic_id import read_topic_id, uuid_text
 from storage_engine.tiered import parts as manifests
 from storage_engine.tiered.keys import LOG, REQUIRED_SUFFIXES, segment_keys
 
@@ -76,6 +79,7 @@ def verify_remote(config: StorageConfig, *, deep: bool = False) -> dict:
     if not settings.enabled:
         out["error"] = "remote.log.storage.system.enable is false: no remote segment is checked"
         return out
+    firsts = _local_offsets(config, METADATA_TOPIC)      # read before the metadata: see _boundaries
     try:
         view = load_view(config)
     except (StorageError, OSError) as exc:
@@ -83,6 +87,7 @@ def verify_remote(config: StorageConfig, *, deep: bool = False) -> dict:
         return out
     from storage_engine.tiered.object_store import ObjectStore
     work = _segments(settings, view, out, METADATA_TOPIC)
+    out["problems"].extend(_boundaries(config, view, firsts))
     if not work:
         out["checked"] = True       # nothing is remote: the store is not asked
         return out
@@ -157,6 +162,61 @@ def _check_all(settings: Any, store: Any, work: list[tuple[Any, "_OneSegment"]],
         out["txnindex_unchecked"] += r.txnindex_unchecked
     out["segments"] = len(work)
     out["checked"] = True
+
+
+def _local_offsets(config: StorageConfig, metadata_topic: str) -> dict[tuple[str, int], tuple[str, int]]:
+    """{(topic, partition): (log dir, first local offset)} of every tiered partition with a readable local log (one
+    that cannot be read is the local audit's to report)."""
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    for d in config.log_dirs:
+        try:
+            listed = layout.scan_log_dir(d).partitions
+        except OSError:
+            continue
+        for _name, (topic, partition) in listed:
+            if topic == metadata_topic or not config.log_config(topic).remote_storage_enable:
+                continue
+            try:
+                with LogSnapshot(config, d, topic, partition) as snap:
+                    out[(topic, partition)] = (d, snap.local_log_start_offset)
+            except (StorageError, OSError):
+                continue
+    return out
+
+
+def _boundaries(config: StorageConfig, view: Any, firsts: dict[tuple[str, int], tuple[str, int]]) -> list[dict]:
+    """Offsets of a tiered partition from its log start offset up to its first local offset that no finished
+    remote segment holds, below the first remote segment or between the last one and the local log (the gaps
+    between remote segments are :func:`_gaps`'). No race makes one up: the first local offset is read before the
+    metadata (local retention deletes a segment only once its COPY_SEGMENT_FINISHED is written), the log start
+    offset after it (remote retention raises it before it announces a deletion)."""
+    out = []
+    for (topic, partition), (log_dir, first_local) in sorted(firsts.items()):
+        try:
+            with LogSnapshot(config, log_dir, topic, partition) as snap:
+                start = snap.log_start_offset
+        except (StorageError, OSError):
+            continue
+        if start >= first_local:
+            continue
+        topic_id = read_topic_id(os.path.join(log_dir, layout.partition_dir_name(topic, partition)))
+        segs = view.segments(topic, partition, topic_id=topic_id) if topic_id is not None else []
+        holes = []
+        if not segs:
+            holes.append((start, first_local - 1))
+        else:
+            if start < segs[0].start_offset:
+                holes.append((start, min(segs[0].start_offset, first_local) - 1))
+            end = max(s.end_offset for s in segs)
+            if end + 1 < first_local:
+                holes.append((max(end + 1, start), first_local - 1))
+        for low, high in holes:
+            out.append({"file": os.path.join(log_dir, layout.partition_dir_name(topic, partition)), "topic": topic,
+                        "partition": partition, "start_offset": low, "end_offset": high, "segment_id": None,
+                        "kind": "gap", "message": f"offsets [{low}, {high}] of {topic}-{partition} lie between its "
+                        f"log start offset {start} and its first local offset {first_local} but in no finished "
+                        "remote segment: they are lost (reads of them fail)"})
+    return out
 
 
 def _where(settings: Any, key: str) -> str:

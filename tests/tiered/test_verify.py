@@ -202,6 +202,41 @@ def test_a_segment_remote_retention_deletes_during_the_check_is_no_loss(tmp_path
     assert [(p["kind"], p["start_offset"]) for p in report["problems"]] == [("missing", lost.start_offset)]
 
 
+def _delete_remote(cfg: str, seg: object) -> None:
+    """Delete a finished segment as the tiering job's deletion does (DELETE_SEGMENT_STARTED, its objects,
+    DELETE_SEGMENT_FINISHED): what a mistaken remote retention would leave."""
+    from storage_engine.clock import clock_at
+    from storage_engine.tiered.object_store import ObjectStore
+    from storage_engine.tiered.remote_log import RemoteLogView
+    from storage_engine.tiered.settings import RemoteStorageSettings
+
+    config = load_config(cfg)
+    settings = RemoteStorageSettings.of(config)
+    store = ObjectStore(settings)
+    try:
+        with LogManager.open(config) as mgr:
+            TierContext(mgr, settings, store, RemoteLogView.load(mgr), clock_at(None).milliseconds()
+                        ).delete_objects(seg)  # type: ignore[arg-type]
+    finally:
+        store.close()
+
+
+def test_offsets_between_the_remote_segments_and_the_local_log_that_neither_holds_are_reported_lost(
+        tmp_path, weed, bucket):
+    cfg = write_config(tmp_path, weed, bucket, local_retention_bytes=0)
+    _fill(cfg)
+    _tier(cfg)
+    segs = remote_segments(cfg)
+    last = segs[-1]
+    _delete_remote(cfg, last)           # every local copy below the active segment is gone: these offsets too
+    rc, report, stderr = _verify(cfg)
+    assert rc == 1
+    (problem,) = report["problems"]
+    assert (problem["kind"], problem["topic"], problem["partition"], problem["start_offset"],
+            problem["end_offset"]) == ("gap", TOPIC, 0, last.start_offset, last.end_offset)
+    assert f"offsets [{last.start_offset}, {last.end_offset}] of {TOPIC}-0" in stderr and "lost" in stderr
+
+
 def _dead_endpoint() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
