@@ -167,3 +167,21 @@ def test_a_cli_delete_killed_half_way_is_completed_by_the_retried_command(tmp_pa
                             "--topic", "t"], cwd=str(REPO), capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "a delete of it left half done was completed" in again.stderr
     assert partitions_of(cfg, "t") == [] and record_names(cfg) == []
+
+
+@pytest.mark.unit
+def test_a_new_topic_takes_its_id_from_the_one_topic_id_writer(tmp_path, monkeypatch):
+    """Topic ids come from :mod:`storage_engine.log.topic_id` alone (Kafka's ``Uuid.randomUuid``: never a
+    reserved id, never text starting with ``-``), written as it writes ``partition.metadata``."""
+    from storage_engine.log import topic_id
+    chosen = topic_id.random_uuid()
+    monkeypatch.setattr(topic_id, "random_uuid", lambda: chosen)
+    cfg = load_config(write_config(tmp_path))
+    with LogManager.open(cfg) as mgr:
+        assert topic_changes.create(mgr, "fresh", 3)["topic_id"] == chosen
+    assert ids(cfg, "fresh") == {chosen}
+    for d in cfg.log_dirs:
+        for name, (t, _p) in layout.partition_dirs(d):
+            if t == "fresh":
+                with open(os.path.join(d, name, layout.PARTITION_METADATA), "rb") as f:
+                    assert f.read() == f"version: 0\ntopic_id: {topic_id.uuid_text(chosen)}\n".encode()
