@@ -18,6 +18,7 @@ from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
 from tests.paths import REPO
+from tests.storage_engine.kernels import child_processes_once
 
 
 def write_config(tmp_path) -> str:
@@ -121,6 +122,7 @@ def _delete_killed(cfg_path: str, step: str, how: str) -> subprocess.CompletedPr
 
 @pytest.mark.e2e
 @pytest.mark.kills
+@child_processes_once
 @pytest.mark.parametrize("how, step, left", [
     ("cli", "topic.delete.intent", 4), ("cli", "topic.delete.partition:2", 2), ("cli", "topic.delete.configs", 0),
     ("cli", "topic.delete.done", 0), ("console", "topic.delete.partition:1", 3),
@@ -153,6 +155,7 @@ def test_a_delete_topic_killed_at_each_step_is_completed_at_the_next_open(tmp_pa
 
 @pytest.mark.e2e
 @pytest.mark.kills
+@child_processes_once
 def test_a_cli_delete_killed_half_way_is_completed_by_the_retried_command(tmp_path):
     cfg_path = write_config(tmp_path)
     cfg = load_config(cfg_path)
