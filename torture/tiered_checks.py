@@ -1,7 +1,8 @@
 """The checks of a tiered torture trial (:mod:`torture.tiered`) after its one clean tier run, and the bucket
 helpers they use: the log dir reopens; every acknowledged record is readable at its offset with its bytes, locally
 or from the object store; both topics read contiguously and intact; the bucket holds exactly the objects of the
-finished remote segments; ``verify`` reports nothing."""
+finished remote segments; ``verify`` reports nothing, nor does its remote half with ``--deep`` (every object
+downloaded and checked)."""
 from __future__ import annotations
 
 import datetime
@@ -13,6 +14,7 @@ from typing import Any
 from include.seaweedfs import WeedServer
 from storage_engine.config_file import load_config
 from storage_engine.inspection.verify import verify_log_dirs
+from storage_engine.inspection.verify_remote import verify_remote
 from storage_engine.log.manager import LogManager
 from torture.child import digest, payload, payload_ok
 from torture.tiered_child import TIERED, TOPICS, RemoteRange, read_range
@@ -112,6 +114,14 @@ def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServ
         mgr.close()
     for problem in verify_log_dirs(config)["problems"]:
         out.append(f"verify: {problem}")
+    # verify's remote half, deep: every finished segment's objects downloaded and checked as a read checks them
+    # (sizes, ETags, each batch's CRC and offsets), and no offset between the log start and the first local one
+    # that no finished remote segment holds
+    remote = verify_remote(config, deep=True)
+    if not remote["checked"]:
+        out.append(f"verify --deep (remote) did not check: {remote['error']}")
+    for problem in remote["problems"]:
+        out.append(f"verify --deep (remote): {problem}")
     if remote_records == 0 and not out:
         out.append("no record was read from the object store: the trial did not test tiered reads")
     return out, remote_records, loop_copies
