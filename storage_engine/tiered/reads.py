@@ -18,7 +18,11 @@ Kafka's "offset ... does not exist in remote tier".
 
 Every byte comes through the bounded local cache (:mod:`storage_engine.tiered.cache`): index objects whole (their
 parsed form also kept in memory for the last :data:`PARSED_INDEXES` segments), ``.log`` objects in
-:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk.
+:data:`CHUNK_BYTES` chunks. A read that needs a chunk the cache does not hold opens one ranged GET over it and the
+chunks after it the cache lacks (:data:`READ_AHEAD_CHUNKS` in all) and takes its chunk from the body; the next
+reads take theirs from the same body, which the kernel kept receiving meanwhile
+(:mod:`storage_engine.tiered.chunk_fetch`): a consumer reading a cold segment from its start costs about one GET of
+it, each chunk fetched once.
 
 Which segments exist comes from the remote view (:class:`~storage_engine.tiered.remote_log.RemoteLogView`,
 rebuilt from ``__remote_log_metadata``): only segments in state ``COPY_SEGMENT_FINISHED`` are read.
@@ -43,7 +47,8 @@ from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.txn_index import AbortedTxn, TxnIndexSearchResult, decode_entries
-from storage_engine.tiered.cache import ChunkCache, NoCache
+from storage_engine.tiered.cache import TRAILER, ChunkCache, NoCache
+from storage_engine.tiered.chunk_fetch import ChunkFetcher, chunk_name
 from storage_engine.tiered.keys import segment_keys
 
 if TYPE_CHECKING:
@@ -53,8 +58,10 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20        # Aiven's default fetch chunk: a cold fetch costs one GET of this much
 PARSED_INDEXES = 64          # segments whose parsed offset/time index stays in memory
-PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read (the Spark source)
+PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read without a cache (the Spark source)
+READ_AHEAD_CHUNKS = 4        # a cold read's ranged GET covers its chunk and up to 3 after it
 PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
+FETCH_ENDS = 4096            # segments whose last fetch's end is remembered (where the next one starts)
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -98,6 +105,9 @@ class ObjectReader(Protocol):
     def get_range(self, key: str, start: int, end_exclusive: int,
                   offsets: tuple[int, int] | None = None) -> bytes: ...
 
+    def get_range_pieces(self, key: str, start: int, end_exclusive: int, piece_bytes: int,
+                         offsets: tuple[int, int] | None = None) -> Iterator[bytes]: ...
+
 
 class SegmentSource(Protocol):
     """What the reader uses of :class:`~storage_engine.tiered.remote_log.RemoteLogView`."""
@@ -118,7 +128,18 @@ class RemoteReader:
                                             else ChunkCache(settings.cache_dir, settings.cache_bytes))
         self._parsed: collections.OrderedDict[str, _Index] = collections.OrderedDict()
         self._txns: collections.OrderedDict[str, list[AbortedTxn]] = collections.OrderedDict()
+        # .log key -> (the offset after the last fetch of it, the byte where that fetch ended)
+        self._ends: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._parsed_mutex = threading.Lock()
+        self._fetcher = ChunkFetcher(store, self.cache) if isinstance(self.cache, ChunkCache) else None
+
+    def clear_cache(self) -> None:
+        """Forget what this process holds in memory (parsed indexes, checked chunks); the cache folder stays."""
+        with self._parsed_mutex:
+            self._parsed.clear()
+            self._txns.clear()
+            self._ends.clear()
+        self.cache.forget_memory()
 
     # -- which segment --------------------------------------------------------------------------------------------
     def segments_from(self, topic: str, partition: int, offset: int, *,
@@ -143,12 +164,30 @@ class RemoteReader:
         fetch), at most ``max_bytes`` unless the first batch alone is larger and ``min_one_message``."""
         for seg in self._holding(topic, partition, offset, topic_id):
             rseg = self._segment(seg)
-            pos = self._position(seg, offset)
+            pos = self._resume_position(rseg.key, offset)
+            if pos is None:
+                pos = self._position(seg, offset)
             data = self._scan(seg, rseg, pos, offset, lambda p: read_from(rseg, p, offset, max_bytes, None,
                                                                            min_one_message, seg.end_offset + 1))
             if data is not None:        # (empty when the first batch does not fit and not min_one_message)
+                if data.data:
+                    self._remember_end(rseg.key, data)
                 return data
         return None
+
+    def _resume_position(self, key: str, offset: int) -> int | None:
+        """The byte where an earlier fetch of ``key`` ended, when ``offset`` is the offset after it (a consumer's
+        next fetch): no index lookup needed. None otherwise."""
+        with self._parsed_mutex:
+            found = self._ends.get(key)
+        return found[1] if found is not None and found[0] == offset else None
+
+    def _remember_end(self, key: str, data: FetchData) -> None:
+        with self._parsed_mutex:
+            self._ends[key] = (_next_offset(data.data), data.position + len(data.data))
+            self._ends.move_to_end(key)
+            while len(self._ends) > FETCH_ENDS:
+                self._ends.popitem(last=False)
 
     def _scan(self, seg: RemoteSegment, rseg: RemoteSegmentFile, pos: int, offset: int,
               scan: Callable[[int], FetchData | None]) -> FetchData | None:
@@ -290,9 +329,11 @@ class RemoteReader:
         start = n * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, seg.size_bytes)
         try:
-            # The chunk size is part of the name: entries cut at another size are never taken for these.
-            data = self.cache.get(f"{key}#{CHUNK_BYTES}#{n}",
-                                  lambda: self.store.get_range(key, start, end, _offsets(seg)))
+            if self._fetcher is not None:
+                data = self._fetcher.chunk(key, n, seg.size_bytes, CHUNK_BYTES, self._window(), _offsets(seg))
+            else:
+                data = self.cache.get(chunk_name(key, CHUNK_BYTES, n),
+                                      lambda: self.store.get_range(key, start, end, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
         if len(data) != end - start:
@@ -300,6 +341,12 @@ class RemoteReader:
                                                                 f"{len(data)} bytes: the object is shorter than the "
                                                                 f"{seg.size_bytes} bytes its metadata records")
         return data
+
+    def _window(self) -> int:
+        """Chunks one cold read fetches (its own and those after it): :data:`READ_AHEAD_CHUNKS`, fewer when they
+        would take more than a quarter of the cache's bound (read-ahead must not evict what is being read)."""
+        fits = self.cache.max_bytes // (4 * (CHUNK_BYTES + TRAILER.size)) if isinstance(self.cache, ChunkCache) else 1
+        return max(1, min(READ_AHEAD_CHUNKS, fits))
 
     def segment_bytes(self, seg: RemoteSegment) -> tuple[bytes, str]:
         """The whole ``.log`` object of ``seg`` (every chunk, sized as its metadata says) and where it is; the
@@ -335,6 +382,8 @@ class RemoteReader:
         return index
 
     def _position(self, seg: RemoteSegment, offset: int) -> int:
+        if offset <= seg.start_offset:
+            return 0            # a read from the segment's start needs no index (the next segment of a walk)
         return self._parsed_index(seg, "index").position(offset)
 
     def _time_index(self, seg: RemoteSegment) -> _Index:
@@ -350,6 +399,18 @@ class RemoteReader:
 def _first_base(data: bytes) -> int:
     """The base offset of the first entry of ``data`` (its first 8 bytes, any magic)."""
     return int.from_bytes(data[:8], "big", signed=True)
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole batches of any magic): its last offset + 1."""
+    pos = last = 0
+    while pos + 12 <= len(data):
+        last = pos
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    base = int.from_bytes(data[last:last + 8], "big", signed=True)
+    if data[last + 16] >= 2:       # a v2 batch: base offset + last offset delta (bytes 23-26)
+        return base + int.from_bytes(data[last + 23:last + 27], "big", signed=True) + 1
+    return base + 1                # a legacy entry's offset is its last (a compressed wrapper's: the inner last)
 
 
 def _offsets(seg: RemoteSegment) -> tuple[int, int]:
@@ -369,16 +430,32 @@ class RemoteFileRecords(FileRecords):
         self._map = None
         self._map_len = 0
         self._reader, self._seg, self._key = reader, seg, key
+        self._held: tuple[int, bytes] | None = None    # the chunk read last, for the scan's next small reads
 
     def read(self, position: int, size: int) -> bytes:
         size = max(0, min(size, self.size - position))
         if size == 0:
             return b""
         first, last = position // CHUNK_BYTES, (position + size - 1) // CHUNK_BYTES
-        parts = [self._reader.chunk(self._seg, self._key, n) for n in range(first, last + 1)]
-        buf = parts[0] if len(parts) == 1 else b"".join(parts)
         skip = position - first * CHUNK_BYTES
-        return buf[skip:skip + size]
+        if first == last:
+            return self._chunk(first)[skip:skip + size]
+        parts, left = [], size             # across chunks: each chunk's slice copied once, into the result
+        for n in range(first, last + 1):
+            view = memoryview(self._chunk(n))[skip:skip + left]
+            parts.append(view)
+            left -= len(view)
+            skip = 0
+        return b"".join(parts)
+
+    def _chunk(self, n: int) -> bytes:
+        """Chunk ``n``: a scan reads each batch's header, then its bytes, so the chunk read last is held for the
+        life of this object (one fetch) and the reader is asked once per chunk, not once per read."""
+        if self._held is not None and self._held[0] == n:
+            return self._held[1]
+        data = self._reader.chunk(self._seg, self._key, n)
+        self._held = (n, data)
+        return data
 
     def physical_size(self) -> int:
         return self.size
