@@ -1,33 +1,35 @@
 """Fetching the chunks of remote ``.log`` objects into the cache: one ranged GET per run of missing chunks, read
-chunk by chunk as the reads need them.
+in the background as it arrives, each chunk taken by the read that needs it.
 
 A consumer reading a cold segment reads it from its start in small fetches. One GET per chunk, each waited for
 in turn, pays a request's latency per chunk and leaves the connection idle while the bytes fetched are checked;
 a plain GET of the whole object streams at the store's speed. So a read that needs chunk ``n`` (not in the cache,
 not in a GET already open) opens ONE ranged GET for the run of chunks from ``n`` that the cache does not hold, up
-to ``window - 1`` after it, within the object (a *stream*), reads chunk ``n`` from its body, keeps it in the cache
-and returns it. The body stays open: the kernel keeps receiving the next chunks into the socket's buffer while the
-reader checks the batches it got, and the next read takes its chunk from the same body. No thread is involved (a
-background reader would fight the checking thread for the interpreter lock, and lose the socket's speed).
+to ``window - 1`` after it, within the object (a *stream*). A thread reads its body as fast as it comes, chunk by
+chunk, into the stream's queue (the store sends no faster than its body is read); the reads take the chunks from
+the queue in order, keep each in the cache, and go on with the batches while the next chunks arrive.
 
 Each chunk is fetched once: a chunk belongs to at most one open stream (registered before its GET starts, and
-until it is in the cache), and a read of it reads that stream (in order: the chunks before it go to the cache on
-the way), under the stream's lock. Every chunk read is kept by the cache before it leaves the registry: its file
-renamed into the folder, then held in memory (the cache's rule: memory holds nothing the folder does not), so a
-read finds a chunk in the cache or in a stream, never in neither while it is being kept.
+until it is in the cache), and a read of it takes the stream's chunks up to it (the ones before it go to the cache
+on the way), under the stream's lock. Every chunk taken is kept by the cache before it leaves the registry: its
+file renamed into the folder, then held in memory (the cache's rule: memory holds nothing the folder does not), so
+a read finds a chunk in the cache or in a stream, never in neither while it is being kept. A stream is read by
+the reads that follow it closely: one no read took a chunk from for :data:`STALE_S` is closed, and its chunks are
+fetched again by the next read that needs them, so bytes received before an object was deleted or damaged
+behind the store's back are not handed out later than that.
 
-Failures: a stream that fails (the object missing, damaged, shorter than its metadata, the store unreachable, an
-idle connection the store closed) is closed and its chunks leave the registry; nothing of it is cached. The read
-that opened it gets the error; a read of a later chunk, whose stream was opened by an earlier read, opens its own
-GET from its chunk and gets that one's answer (so an old stream's failure is never taken for the object's state).
-At most :data:`OPEN_STREAMS` streams stay open (each holds a connection); the least recently read is closed when
-another opens, and so is any left idle for :data:`IDLE_S`. Bytes are not checked here: the reader checks every
-batch it hands out (framing, offsets, CRC), whatever its chunk came from.
+Failures: a stream that fails (the object missing, damaged, shorter than its metadata, the store unreachable) is
+closed and its chunks leave the registry; nothing of it is cached. The read that opened it gets the error; a read
+of a later chunk, whose stream was opened by an earlier read, opens its own GET from its chunk and gets that one's
+answer. At most :data:`OPEN_STREAMS` streams stay open (each holds a connection); the least recently read is
+closed when another opens. Bytes are not checked here: the reader checks every batch it hands out (framing,
+offsets, CRC), whatever its chunk came from.
 """
 from __future__ import annotations
 
 import collections
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ from storage_engine.tiered.cache import ChunkCache
 logger = logging.getLogger(__name__)
 
 OPEN_STREAMS = 4             # ranged GETs left open for the reads to come (each holds one connection)
-IDLE_S = 30.0                # an open GET no read took a chunk from for this long is closed
+STALE_S = 1.0                # an open GET no read took a chunk from for this long is closed, not read on
 
 
 class PieceReader(Protocol):
@@ -66,6 +68,29 @@ class _Stream:
         self.closed = False
         self.used = time.monotonic()
         self.lock = threading.Lock()
+        self.queue: queue.SimpleQueue[bytes | Exception] = queue.SimpleQueue()
+        self.stop = False
+
+    def pump(self) -> None:
+        """Read the body's pieces into ``queue`` as fast as they come (the stream's thread; the reads take them from
+        the queue). Ends at the body's end, at its failure (queued for the read that takes it), or once closed."""
+        assert self.pieces is not None
+        try:
+            for piece in self.pieces:
+                self.queue.put(piece)
+                if self.stop:
+                    break
+        except Exception as exc:   # noqa: BLE001 - handed to the read that takes the next piece
+            self.queue.put(exc)
+        finally:
+            self.pieces.close()   # type: ignore[attr-defined]
+
+    def take(self) -> bytes:
+        """The body's next piece, waiting for it; its failure raised."""
+        got = self.queue.get()
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def names(self, start: int) -> list[str]:
         return [chunk_name(self.key, self.chunk_bytes, m) for m in range(start, self.last + 1)]
@@ -110,13 +135,18 @@ class ChunkFetcher:
             raise stream.failure or RuntimeError(f"chunk {n} of {key} could not be read")
         return data
 
-    def close(self) -> None:
-        """Close every open GET (their chunks leave the registry)."""
+    def prefetch(self, key: str, n: int, size: int, chunk_bytes: int, window: int,
+                 offsets: tuple[int, int]) -> None:
+        """Start the GET of chunk ``n`` (and the run after it, as :meth:`chunk`) unless the cache or an open stream
+        holds it; do not wait for it. Its failure is left to the read that takes the chunk."""
+        name = chunk_name(key, chunk_bytes, n)
         with self._mutex:
-            streams = list(self._open.values())
-        for stream in streams:
-            with stream.lock:
-                self._close(stream)
+            if self._held(name):
+                return
+            stream = self._start(key, n, min((size - 1) // chunk_bytes, n + window - 1), size, chunk_bytes, offsets)
+        with stream.lock:
+            if not stream.closed:
+                self._open_body(stream)
 
     # -- streams --------------------------------------------------------------------------------------------------
     def _start(self, key: str, first: int, end: int, size: int, chunk_bytes: int, offsets: tuple[int, int], *,
@@ -143,7 +173,7 @@ class ChunkFetcher:
         now = time.monotonic()
         for stream in list(self._open.values()):
             excess = len(self._open) > OPEN_STREAMS
-            if stream is keep or not (excess or now - stream.used > IDLE_S):
+            if stream is keep or not (excess or now - stream.used > STALE_S):
                 continue
             if stream.lock.acquire(blocking=False):
                 try:
@@ -155,18 +185,16 @@ class ChunkFetcher:
         """Chunk ``n`` read from ``stream`` (the chunks before it kept on the way), or None when the stream has
         passed it (kept by another read), was closed, or failed (``stream.failure``)."""
         with stream.lock:
+            if not stream.closed and stream.pieces is not None and time.monotonic() - stream.used > STALE_S:
+                self._close(stream)         # left unread too long: the next read asks the store again
             if stream.closed or stream.next > n:
                 return None
             data = b""
             while stream.next <= n:
                 m = stream.next
                 try:
-                    if stream.pieces is None:
-                        stream.pieces = self.store.get_range_pieces(
-                            stream.key, stream.first * stream.chunk_bytes,
-                            min(stream.size, (stream.last + 1) * stream.chunk_bytes), stream.chunk_bytes,
-                            stream.offsets)
-                    data = next(stream.pieces)
+                    self._open_body(stream)
+                    data = stream.take()
                 except Exception as exc:   # noqa: BLE001 - the stream's failure, raised by the read that owns it
                     stream.failure = exc if not isinstance(exc, StopIteration) else RuntimeError(
                         f"the ranged GET of {stream.key} ended before chunk {m}")
@@ -187,16 +215,22 @@ class ChunkFetcher:
                 self._close(stream)
             return data
 
+    def _open_body(self, stream: _Stream) -> None:
+        """Start ``stream``'s GET and the thread reading its body, unless started (its lock held)."""
+        if stream.pieces is None:
+            stream.used = time.monotonic()
+            stream.pieces = self.store.get_range_pieces(
+                stream.key, stream.first * stream.chunk_bytes,
+                min(stream.size, (stream.last + 1) * stream.chunk_bytes), stream.chunk_bytes, stream.offsets)
+            threading.Thread(target=stream.pump, name=f"remote-get-{stream.first}", daemon=True).start()
+
     def _close(self, stream: _Stream, *, mutex_held: bool = False) -> None:
-        """Close ``stream``'s body and drop its chunks not read from the registry (its lock held)."""
+        """Close ``stream`` (its thread stops after the piece it is reading, and closes the body) and drop its
+        chunks not taken from the registry (its lock held)."""
         if stream.closed:
             return
         stream.closed = True
-        if stream.pieces is not None and hasattr(stream.pieces, "close"):
-            try:
-                stream.pieces.close()           # the generator's ``finally`` closes the response body
-            except Exception as exc:   # noqa: BLE001 - closing a dead connection may fail; it is dropped anyway
-                logger.debug("closing the ranged GET of %s: %s", stream.key, exc)
+        stream.stop = True
         if mutex_held:
             self._unregister(stream)
         else:

@@ -166,6 +166,10 @@ class RemoteReader:
             rseg = self._segment(seg)
             pos = self._resume_position(rseg.key, offset)
             if pos is None:
+                if offset <= seg.start_offset and self._fetcher is not None:
+                    # From the segment's start (a walk entering it): its first chunk is on its way while the
+                    # offset index is fetched and checked.
+                    self._fetcher.prefetch(rseg.key, 0, seg.size_bytes, CHUNK_BYTES, self._window(), _offsets(seg))
                 pos = self._position(seg, offset)
             data = self._scan(seg, rseg, pos, offset, lambda p: read_from(rseg, p, offset, max_bytes, None,
                                                                            min_one_message, seg.end_offset + 1))
@@ -382,8 +386,6 @@ class RemoteReader:
         return index
 
     def _position(self, seg: RemoteSegment, offset: int) -> int:
-        if offset <= seg.start_offset:
-            return 0            # a read from the segment's start needs no index (the next segment of a walk)
         return self._parsed_index(seg, "index").position(offset)
 
     def _time_index(self, seg: RemoteSegment) -> _Index:
