@@ -22,7 +22,9 @@ parsed form also kept in memory for the last :data:`PARSED_INDEXES` segments), `
 chunks after it the cache lacks (:data:`READ_AHEAD_CHUNKS` in all) and takes its chunk from the body; the next
 reads take theirs from the same body, which the kernel kept receiving meanwhile
 (:mod:`storage_engine.tiered.chunk_fetch`): a consumer reading a cold segment from its start costs about one GET of
-it, each chunk fetched once.
+it, each chunk fetched once. A fetch at the offset right after the previous fetch of a segment (a consumer's next
+fetch) starts at the byte where that one ended, found without the index (the last :data:`FETCH_ENDS` segments'
+ends are remembered); a read from a segment's start has its first chunk on the way while the index is fetched.
 
 Which segments exist comes from the remote view (:class:`~storage_engine.tiered.remote_log.RemoteLogView`,
 rebuilt from ``__remote_log_metadata``): only segments in state ``COPY_SEGMENT_FINISHED`` are read.
@@ -34,7 +36,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,7 @@ from storage_engine.segment.txn_index import AbortedTxn, TxnIndexSearchResult, d
 from storage_engine.tiered.cache import TRAILER, ChunkCache, NoCache
 from storage_engine.tiered.chunk_fetch import ChunkFetcher, chunk_name
 from storage_engine.tiered.keys import segment_keys
+from storage_engine.tiered.remote_index import SegmentIndex
 
 if TYPE_CHECKING:
     from storage_engine.tiered.settings import RemoteStorageSettings
@@ -63,8 +65,6 @@ READ_AHEAD_CHUNKS = 4        # a cold read's ranged GET covers its chunk and up 
 PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
 FETCH_ENDS = 4096            # segments whose last fetch's end is remembered (where the next one starts)
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
 BatchT = RecordBatch | LegacyBatch
 
 
@@ -126,7 +126,7 @@ class RemoteReader:
         self.view = view
         self.cache: ChunkCache | NoCache = (cache if cache is not None
                                             else ChunkCache(settings.cache_dir, settings.cache_bytes))
-        self._parsed: collections.OrderedDict[str, _Index] = collections.OrderedDict()
+        self._parsed: collections.OrderedDict[str, SegmentIndex] = collections.OrderedDict()
         self._txns: collections.OrderedDict[str, list[AbortedTxn]] = collections.OrderedDict()
         # .log key -> (the offset after the last fetch of it, the byte where that fetch ended)
         self._ends: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
@@ -364,7 +364,7 @@ class RemoteReader:
             parts = list(pool.map(lambda n: self.chunk(seg, key, n), range(chunks)))
         return b"".join(parts), self._where(key)
 
-    def _parsed_index(self, seg: RemoteSegment, part: str) -> _Index:
+    def _parsed_index(self, seg: RemoteSegment, part: str) -> SegmentIndex:
         """The ``part`` (``index`` or ``timeindex``) object of ``seg``, parsed and checked, kept in memory."""
         key = self._keys(seg)[part]
         with self._parsed_mutex:
@@ -375,8 +375,8 @@ class RemoteReader:
         raw = self._object(seg, key)
         assert raw is not None
         try:
-            index = (_Index.offsets_of(seg, raw, self._where(key)) if part == "index"
-                     else _Index.times_of(seg, raw, self._where(key)))
+            index = (SegmentIndex.offsets_of(seg, raw, self._where(key)) if part == "index"
+                     else SegmentIndex.times_of(seg, raw, self._where(key)))
         except CorruptIndexError as exc:
             raise self._damaged(seg, key, exc) from exc
         with self._parsed_mutex:
@@ -388,7 +388,7 @@ class RemoteReader:
     def _position(self, seg: RemoteSegment, offset: int) -> int:
         return self._parsed_index(seg, "index").position(offset)
 
-    def _time_index(self, seg: RemoteSegment) -> _Index:
+    def _time_index(self, seg: RemoteSegment) -> SegmentIndex:
         return self._parsed_index(seg, "timeindex")
 
     def _damaged(self, seg: RemoteSegment, key: str, exc: Exception) -> RemoteObjectDamagedError:
@@ -482,66 +482,3 @@ class RemoteSegmentFile:
     @property
     def path(self) -> str:
         return self.log.path
-
-
-class _Index:
-    """A remote segment's offset index (``keys``: offsets, ``values``: positions) or time index (``keys``:
-    timestamps, ``values``: offsets), parsed and checked once: entries in order, inside the segment's offsets and
-    bytes. Trailing zero slots (a preallocated index copied untrimmed) end it, as Kafka's index loading ends it."""
-
-    def __init__(self, base: int, keys: list[int], values: list[int]):
-        self.base, self.keys, self.values = base, keys, values
-
-    @classmethod
-    def offsets_of(cls, seg: RemoteSegment, raw: bytes, where: str) -> _Index:
-        base, offsets, positions = seg.start_offset, [], []
-        prev_rel, prev_pos = -1, 0
-        for slot, (rel, pos) in enumerate(_OFFSET_ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 8])):
-            if rel == 0 and pos == 0 and slot > 0:
-                break
-            if rel <= prev_rel or pos < prev_pos or pos >= seg.size_bytes or base + rel > seg.end_offset:
-                raise CorruptIndexError(f"offset index entry {slot} (offset {base + rel}, position {pos}) is out of "
-                                        f"order or outside the segment [{base}, {seg.end_offset}] of "
-                                        f"{seg.size_bytes} bytes", where, slot * _OFFSET_ENTRY.size)
-            offsets.append(base + rel)
-            positions.append(pos)
-            prev_rel, prev_pos = rel, pos
-        return cls(base, offsets, positions)
-
-    @classmethod
-    def times_of(cls, seg: RemoteSegment, raw: bytes, where: str) -> _Index:
-        base, times, offsets = seg.start_offset, [], []
-        prev_ts, prev_off = -1, base
-        for slot, (ts, rel) in enumerate(_TIME_ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 12])):
-            if ts == 0 and rel == 0 and slot > 0:
-                break
-            if ts < prev_ts or base + rel < prev_off or base + rel > seg.end_offset:
-                raise CorruptIndexError(f"time index entry {slot} ({ts}, offset {base + rel}) is out of order or "
-                                        f"outside the segment [{base}, {seg.end_offset}]", where,
-                                        slot * _TIME_ENTRY.size)
-            times.append(ts)
-            offsets.append(base + rel)
-            prev_ts, prev_off = ts, base + rel
-        return cls(base, times, offsets)
-
-    def position(self, offset: int) -> int:
-        """(offset index) The position of the largest entry with offset <= ``offset``, 0 if none: where a scan
-        for ``offset`` starts."""
-        i = _floor(self.keys, offset)
-        return self.values[i] if i >= 0 else 0
-
-    def offset_for_time(self, timestamp: int) -> int:
-        """(time index) The offset of the entry with the largest timestamp <= ``timestamp``, the base if none."""
-        i = _floor(self.keys, timestamp)
-        return self.values[i] if i >= 0 else self.base
-
-
-def _floor(values: Sequence[int], target: int) -> int:
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if values[mid] <= target:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - 1
