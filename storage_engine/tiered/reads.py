@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Protocol
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, DataLossError, OffsetOutOfRangeError,
                                    RemoteObjectDamagedError, RemoteObjectMissingError)
 from storage_engine.record.legacy_records import LegacyBatch
-from storage_engine.record.record_batch import RecordBatch
+from storage_engine.record.record_batch import BatchBuffer, RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.txn_index import AbortedTxn, TxnIndexSearchResult, decode_entries
@@ -449,6 +449,16 @@ class RemoteFileRecords(FileRecords):
             left -= len(view)
             skip = 0
         return b"".join(parts)
+
+    def read_view(self, position: int, size: int) -> BatchBuffer:
+        """As :meth:`read`, without copying when the range lies in one chunk (the scan parses the view; what it
+        returns is copied out of it once)."""
+        size = max(0, min(size, self.size - position))
+        first = position // CHUNK_BYTES
+        if size == 0 or (position + size - 1) // CHUNK_BYTES != first:
+            return self.read(position, size)
+        skip = position - first * CHUNK_BYTES
+        return memoryview(self._chunk(first))[skip:skip + size]
 
     def _chunk(self, n: int) -> bytes:
         """Chunk ``n``: a scan reads each batch's header, then its bytes, so the chunk read last is held for the
