@@ -79,9 +79,11 @@ class _Stream:
             for piece in self.pieces:
                 self.queue.put(piece)
                 if self.stop:
-                    break
-        except Exception as exc:   # noqa: BLE001 - handed to the read that takes the next piece
-            self.queue.put(exc)
+                    return
+            self.queue.put(RuntimeError(f"the ranged GET of {self.key} has no chunk after {self.last}"))
+        except BaseException as exc:   # noqa: BLE001 - handed to the read that takes the next piece: none hangs
+            self.queue.put(exc if isinstance(exc, Exception) else RuntimeError(f"the ranged GET of {self.key} "
+                                                                               f"was interrupted: {exc!r}"))
         finally:
             self.pieces.close()   # type: ignore[attr-defined]
 
