@@ -11,8 +11,9 @@ partition of a tiered topic (``remote.storage.enable``) holding ``SEGMENTS`` sea
   upload, the same client library the object store uses) of the same segments' files (``.log``, ``.index``,
   ``.timeindex``, ``.snapshot``); MB counts each row's own bytes, so the ratio is of throughputs;
 * **cold fetch** (target >= 0.7x): a consumer's fetch loop over the first remote segment through
-  ``RemoteReader.read(topic, 0, offset, 1 MiB)`` with an empty cache (emptied before every round), against one
-  plain ``get_object`` of the same ``.log`` object;
+  ``RemoteReader.read(topic, 0, offset, 1 MiB)`` with an empty cache (the folder emptied and the reader's memory
+  dropped with ``RemoteReader.clear_cache`` before every round: each round GETs the offset index and every chunk
+  as a new process would), against one plain ``get_object`` of the same ``.log`` object;
 * **clients**: boto3 against obstore, with the same files, the same object and 200 small objects of 8 KiB (a
   segment's index, time index, snapshot and epoch parts are small: per-request cost counts), so the object
   store's client can be chosen on figures.
@@ -265,7 +266,7 @@ def _fetch_rows(ctx: Context, section: Section, root: str, weed: Any, client: An
             os.makedirs(cache, exist_ok=True)
             clear = getattr(reader, "clear_cache", None)
             if callable(clear):
-                clear()
+                clear()           # parsed indexes, checked chunks, where the last fetch ended: a new process
             sample, got = timed(_walk, reader, sealed[0][0], sealed[0][1])
             if got != seg_bytes:
                 raise RuntimeError(f"the remote fetch walk returned {got} bytes, the segment holds {seg_bytes}")

@@ -279,6 +279,39 @@ class ObjectStore:
                                                          f"{len(data)} given: the object is shorter")
         return data
 
+    def get_range_pieces(self, key: str, start: int, end_exclusive: int, piece_bytes: int,
+                         offsets: Offsets = None) -> Iterator[bytes]:
+        """Bytes ``[start, end_exclusive)`` of ``key`` by ONE ranged GET, yielded as they arrive in consecutive
+        pieces of ``piece_bytes`` (the last one shorter): a reader uses the first piece while the rest stream in.
+        Errors as :meth:`get_range`, a short object included (raised where it ends)."""
+        if start < 0 or end_exclusive < start or piece_bytes <= 0:
+            raise ValueError(f"bad byte range [{start}, {end_exclusive}) in pieces of {piece_bytes} of {key}")
+        if end_exclusive == start:
+            return
+        try:
+            answer = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
+                                                               Range=f"bytes={start}-{end_exclusive - 1}"),
+                                key, offsets)
+        except RemoteStorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, bex.ClientError) and cause.response.get("Error", {}).get("Code") == "InvalidRange":
+                raise RemoteObjectDamagedError(key, offsets, f"it ends before byte {start}") from exc
+            raise
+        body = answer["Body"]
+        try:
+            pos = start
+            while pos < end_exclusive:
+                want = min(piece_bytes, end_exclusive - pos)
+                piece = self._call(lambda: _read_up_to(body, want), key, offsets)
+                if len(piece) != want:
+                    raise RemoteObjectDamagedError(key, offsets, f"bytes [{start}, {end_exclusive}) asked, "
+                                                                 f"{pos - start + len(piece)} given: the object is "
+                                                                 f"shorter")
+                yield piece
+                pos += want
+        finally:
+            body.close()
+
     def list(self, prefix: str = "") -> Iterator[ListedObject]:
         """Every object whose key starts with ``prefix``, in key order."""
         token: str | None = None
@@ -348,3 +381,17 @@ class ObjectStore:
                 self._manager.shutdown()
                 self._manager = None
         self.client.close()
+
+
+def _read_up_to(body: Any, size: int) -> bytes:
+    """``size`` bytes of a streaming response body, fewer only where it ends."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        part = body.read(size - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
