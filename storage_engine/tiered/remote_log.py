@@ -108,19 +108,19 @@ class RemoteLogMetadata:
         """Append ``record`` to its partition and fsync it; returns ``(metadata partition, offset)``. With ``view``,
         the record is first checked against Kafka's transition rules in the view brought up to date (raises
         :class:`InvalidRemoteStateError`), and the view is refreshed after."""
-        if view is not None:
-            view.refresh(mgr)
+        partition = self.partition_for(mgr, record)
+        if view is not None:    # (every earlier record of the record's partition is in this metadata partition)
+            view.refresh(mgr, metadata_partitions=[partition])
             problem = view.problem(record)
             if problem is not None:
                 raise InvalidRemoteStateError(f"cannot publish {_describe(record)}: {problem}")
-        partition = self.partition_for(mgr, record)
         log = mgr.get_or_create_log(TOPIC, partition)
         info = log.append_records([SimpleRecord(None, encode(record), record.event_timestamp_ms)])
         crashpoints.reached("remote.metadata.appended")
         log.flush()
         crashpoints.reached("remote.metadata.flushed")
         if view is not None:
-            view.refresh(mgr)
+            view.refresh(mgr, metadata_partitions=[partition])
         return partition, info.first_offset
 
 
@@ -155,15 +155,20 @@ class RemoteLogView:
 
     # -- reading the topic ------------------------------------------------------------------------------------
 
-    def refresh(self, mgr: LogManager) -> int:
-        """Apply what was appended to the topic since the last load or refresh; returns the records applied."""
+    def refresh(self, mgr: LogManager, *, metadata_partitions: Iterable[int] | None = None) -> int:
+        """Apply what was appended to the topic since the last load or refresh; returns the records applied.
+        ``metadata_partitions``: only those partitions of the topic (the others are brought up to date by a later
+        refresh of theirs)."""
         applied = 0
         with self._mutex:
-            if (time.monotonic() - self._listed_at > RESCAN_S if self._metadata_partitions
+            asked = None if metadata_partitions is None else set(metadata_partitions)
+            if asked and not asked <= set(self._metadata_partitions):   # one not listed yet: list the dirs now
+                self._list(mgr, reuse=False)
+            elif (time.monotonic() - self._listed_at > RESCAN_S if self._metadata_partitions
                     else any(os.path.isdir(os.path.join(d, f"{TOPIC}-0")) for d in mgr.online_dirs())):
-                self._metadata_partitions = topic_changes.existing_partitions(mgr, TOPIC)
-                self._listed_at = time.monotonic()
-            for p in self._metadata_partitions:
+                self._list(mgr, reuse=True)
+            wanted = self._metadata_partitions if asked is None else sorted(asked & set(self._metadata_partitions))
+            for p in wanted:
                 log = mgr.get_log(TOPIC, p)
                 if log is None:
                     continue
@@ -189,6 +194,27 @@ class RemoteLogView:
                 self._positions[p] = max(position, end)   # read_records read at least to ``end``
             self.records_applied += applied
         return applied
+
+    def _list(self, mgr: LogManager, *, reuse: bool) -> None:
+        """List the topic's partitions; ``reuse``: the listing the manager took of its dirs as it opened them will
+        do if it is recent (a batch then lists each dir once, not once more for its view)."""
+        listed = mgr.listed_partitions(TOPIC, RESCAN_S) if reuse else None
+        if listed is None or not listed[0]:
+            listed = topic_changes.existing_partitions(mgr, TOPIC), time.monotonic()
+        self._metadata_partitions, self._listed_at = listed
+
+    def refresh_partition(self, mgr: LogManager, topic_id: uuid.UUID, partition: int, expected_count: int) -> int:
+        """Bring the view up to date for one tiered partition: :meth:`refresh` of the one metadata partition that
+        holds every record of ``topic_id``-``partition`` (Kafka's partitioner over the topic's partition count),
+        when the topic's partitions are listed as exactly ``0 .. expected_count - 1`` (the count it is created
+        with); otherwise (a topic with another count, or listed while another process was creating it) of every
+        partition. Returns the records applied."""
+        with self._mutex:
+            applied = self.refresh(mgr, metadata_partitions=())    # (lists the topic when due)
+            if self._metadata_partitions != list(range(expected_count)):
+                return applied + self.refresh(mgr)
+            return applied + self.refresh(mgr, metadata_partitions=[
+                metadata_partition(topic_id, partition, expected_count)])
 
     def _reject(self, text: str) -> None:
         logger.warning("remote log metadata: %s", text)
