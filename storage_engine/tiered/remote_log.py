@@ -12,7 +12,11 @@ configured partition count; an existing topic keeps its count. One writer per ti
 tiering job holds a per-partition lock), so checking a transition against the view and then appending is not raced.
 
 The view: :meth:`RemoteLogView.load` reads every partition of the topic, :meth:`RemoteLogView.refresh` only what was
-appended since (a partition whose log end offset did not move costs a look at its shared state). Records apply in
+appended since (a partition whose log end offset did not move costs a look at its shared state), of every partition
+or of those named; :meth:`RemoteLogView.refresh_partition` of the one that holds a tiered partition's records (a
+tiering run refreshes one metadata partition per partition it tiers, not the whole topic). The topic's partitions
+are listed once a first one exists, then every ``RESCAN_S``; the listing the manager took of its log dirs as it
+opened them is used when it is that recent, so a batch lists its dirs once. Records apply in
 each metadata partition's order, and every record of one tiered partition is in one metadata partition, so its
 states apply in the order they were published. Kafka's rules hold when a record is applied (Kafka's
 ``RemoteLogMetadataCache``): a segment record must be COPY_SEGMENT_STARTED, an update must name a known segment and
@@ -108,12 +112,14 @@ class RemoteLogMetadata:
         """Append ``record`` to its partition and fsync it; returns ``(metadata partition, offset)``. With ``view``,
         the record is first checked against Kafka's transition rules in the view brought up to date (raises
         :class:`InvalidRemoteStateError`), and the view is refreshed after."""
-        partition = self.partition_for(mgr, record)
-        if view is not None:    # (every earlier record of the record's partition is in this metadata partition)
-            view.refresh(mgr, metadata_partitions=[partition])
+        if view is not None:
+            # Every earlier record of the record's partition is in one metadata partition: only that one is read,
+            # once the topic's count is known (the topic is not created for a record that is refused).
+            view.refresh(mgr, metadata_partitions=None if self._count is None else [self.partition_for(mgr, record)])
             problem = view.problem(record)
             if problem is not None:
                 raise InvalidRemoteStateError(f"cannot publish {_describe(record)}: {problem}")
+        partition = self.partition_for(mgr, record)
         log = mgr.get_or_create_log(TOPIC, partition)
         info = log.append_records([SimpleRecord(None, encode(record), record.event_timestamp_ms)])
         crashpoints.reached("remote.metadata.appended")
