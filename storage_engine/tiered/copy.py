@@ -19,9 +19,10 @@ How (:func:`copy_segment`), every state durable before the action it announces:
    names meanwhile) and the small files are written to a temp dir; the lock is then released, so appends, rolls
    and reads go on during the upload;
 2. ``COPY_SEGMENT_STARTED`` is published (fsynced into ``__remote_log_metadata``);
-3. each part is uploaded (all at once) and its object verified against the bytes read from the local file: the
-   store's ETag for every request is the MD5 of what was sent, read once from the file, and a HEAD of the finished
-   object gives back the file's size and that ETag (:mod:`storage_engine.tiered.object_store`);
+3. each part is uploaded (all at once), each object checked against the bytes read from the local file (read
+   once): the store's answer to every request must be the MD5 of the bytes sent, and to the multipart upload's
+   completion the MD5 of the parts' MD5s, so the object holds exactly the file's bytes (its size and checksum;
+   :mod:`storage_engine.tiered.object_store`);
 4. under the partition lock again: if the segment is no longer the one uploaded (retention or a truncation
    removed it meanwhile), the copy is abandoned: ``DELETE_SEGMENT_STARTED``, its objects deleted,
    ``DELETE_SEGMENT_FINISHED``;
@@ -208,21 +209,22 @@ def prepare(log: Log, cand: Candidate) -> Iterator[Prepared | None]:
 
 
 def _upload_part(ctx: TierContext, prep: Prepared, part: str, key: str) -> Uploaded:
-    """Upload one part and verify the object as stored: the store acknowledged the MD5 of every byte read from the
-    local file (:meth:`ObjectStore.upload`), the size read is the file's, and a HEAD of the object gives that size
-    and ETag back (:meth:`ObjectStore.verify`)."""
+    """Upload one part, checked against the bytes read from the local file: the store answered every request with
+    the MD5 of the bytes sent (and the multipart ETag of the parts' MD5s; :meth:`ObjectStore.upload` raises
+    :class:`RemoteObjectDamagedError` otherwise), so the object holds exactly the bytes read, and those were the
+    whole file (its size when the segment was chosen). No HEAD follows: it would only repeat, one round trip later
+    on each segment's path, the size and ETag the store has just answered."""
     cand = prep.candidate
     offsets = (cand.base_offset, cand.end_offset)
     up = ctx.store.upload(key, prep.paths[part], offsets, check_bucket=False)
     if up.size != prep.sizes[part]:
         from storage_engine.errors import RemoteObjectDamagedError
         raise RemoteObjectDamagedError(up.key, offsets, f"uploaded {up.size} bytes of a {prep.sizes[part]}-byte file")
-    ctx.store.verify(up.key, up.size, up.checksum, offsets)
     return up
 
 
 def _upload_all(ctx: TierContext, prep: Prepared, keys: dict[str, str]) -> list[Uploaded]:
-    """Upload and verify every part at once (the store's client is shared by the threads), after one check that the
+    """Upload and check every part at once (the store's client is shared by the threads), after one check that the
     bucket exists. The first failure is raised once every upload has ended (none is left running)."""
     ctx.store.require_bucket()
     with ThreadPoolExecutor(max_workers=len(prep.paths), thread_name_prefix="tier-upload") as pool:
