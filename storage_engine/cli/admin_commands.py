@@ -155,11 +155,22 @@ def cmd_purge_deleted(args: argparse.Namespace, config: StorageConfig) -> int:
 
 def cmd_verify(args: argparse.Namespace, config: StorageConfig) -> int:
     from storage_engine.inspection.verify import verify_log_dirs
+    from storage_engine.inspection.verify_remote import verify_remote
     report = verify_log_dirs(config)
+    remote = None
+    if not args.local_only and config.remote.get("remote.log.storage.system.enable"):
+        # Remote segments: a missing or damaged one is a problem like local damage (inspection/verify_remote.py).
+        remote = report["remote"] = verify_remote(config, deep=args.deep)
+        report["problems"].extend(remote["problems"])
+        report["damaged"] = bool(report["problems"])
     print_json(report)
-    strict_fail = args.strict and (report["offline_dirs"] or report["foreign"])
+    unchecked = remote is not None and not remote["checked"]
+    strict_fail = args.strict and (report["offline_dirs"] or report["foreign"] or unchecked)
     for p in report["problems"]:        # each problem names its file and what is wrong
         print_error(f"{p['file']}: {p['message']}")
+    if unchecked:
+        assert remote is not None
+        print_error(remote["error"] + (f"; fix: {remote['fix']}" if remote["fix"] else ""))
     if args.strict:
         for d, reason in report["offline_dirs"].items():
             print_error(f"log dir {d} is offline: {reason}")

@@ -167,7 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--offset", type=_non_negative, default=0, help="skip this many partitions first")
     vf = sub.add_parser("verify", help="read-only integrity audit of every log dir; exit 1 on damage")
     vf.add_argument("--strict", action="store_true",
-                    help="also exit 1 for offline log dirs and stray or foreign folders")
+                    help="also exit 1 for offline log dirs, stray or foreign folders, and an object store that "
+                         "cannot be checked")
+    vf.add_argument("--deep", action="store_true",
+                    help="tiered storage: download every remote segment and check its batches (CRC, offsets) "
+                         "and indexes, not only that each object is there with its recorded size and ETag")
+    vf.add_argument("--local-only", action="store_true", help="do not check remote segments in the object store")
     ck = sub.add_parser("checkpoint", help="write recovery-point and log-start-offset checkpoints")
     ck.add_argument("--flush", action="store_true", help="flush every log to its end first")
     fl = sub.add_parser("flush", help="fsync logs and advance their recovery points")

@@ -49,6 +49,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, InvalidRequestError, PartitionNotFoundError,
                                    RemoteStorageError, StorageIOError)
 from storage_engine.inspection.snapshot import LogSnapshot
+from storage_engine.log.aborted_filter import AbortedFilter
 from storage_engine.log.producer_state_manager import ProducerStateManager, rebuild
 from storage_engine.record import codecs
 from storage_engine.record.legacy_records import LegacyBatch
@@ -225,8 +226,7 @@ def _scan(snap: LogSnapshot, page: BrowsePage, start: int, end: int, key: bytes 
           max_scan_bytes: int, ongoing: dict[int, int], *, newest: bool = False) -> list[BrowsedRecord]:
     """The records of [start, end), checked batch by batch (see :func:`browse`): the first ``limit``, or with
     ``newest`` the last ``limit`` (the whole range is read); counts and ``next_offset`` go to ``page``."""
-    aborted = sorted(_aborted_transactions(snap, start, end), key=lambda t: t.first_offset)
-    aborted_pids: set[int] = set()
+    aborted = AbortedFilter(_aborted_transactions(snap, start, end))
     # Forward, records go straight into the page, so those before a damaged batch are kept when it raises.
     found: collections.deque[BrowsedRecord] | list[BrowsedRecord] = (collections.deque(maxlen=limit) if newest
                                                                       else page["records"])
@@ -236,7 +236,7 @@ def _scan(snap: LogSnapshot, page: BrowsePage, start: int, end: int, key: bytes 
             break
         page["batches_checked"] += 1
         page["bytes_scanned"] += batch.size_in_bytes
-        status = _transaction_status(batch, aborted, aborted_pids, ongoing)
+        status = _transaction_status(batch, aborted, ongoing)
         if isolation == READ_COMMITTED and (batch.is_control or status == "aborted"):
             next_offset = max(next_offset, batch.next_offset)
             continue
@@ -374,22 +374,13 @@ def _aborted_transactions(snap: LogSnapshot, start: int, end: int) -> list[Abort
     return out
 
 
-def _transaction_status(batch: RecordBatch | LegacyBatch, aborted: list[AbortedTxn], aborted_pids: set[int],
-                        ongoing: dict[int, int]) -> str | None:
+def _transaction_status(batch: RecordBatch | LegacyBatch, aborted: AbortedFilter, ongoing: dict[int, int]) -> str | None:
     """committed, aborted or open for a transactional batch (None otherwise); advances Kafka's consumer-side
-    tracking of aborted producers (``aborted`` and ``aborted_pids``) past ``batch``."""
-    if batch.magic < 2 or batch.producer_id < 0:
-        return None
-    while aborted and aborted[0].first_offset <= batch.last_offset:
-        aborted_pids.add(aborted.pop(0).producer_id)
-    if batch.is_control:
-        if _control_type(batch) == "ABORT":
-            aborted_pids.discard(batch.producer_id)
-        return None
-    if not batch.is_transactional:
-        return None
-    if batch.producer_id in aborted_pids:
+    tracking of aborted producers (``aborted``) past ``batch``."""
+    if aborted.is_aborted(batch):
         return "aborted"
+    if batch.magic < 2 or batch.producer_id < 0 or batch.is_control or not batch.is_transactional:
+        return None
     first = ongoing.get(batch.producer_id)
     if first is not None and batch.base_offset >= first:
         return "open"

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from storage_engine.errors import (CorruptRecordError, InvalidRecordError, OffsetInRemoteStorageError,
                                    OffsetOutOfRangeError, StorageIOError)
 from storage_engine.log import losses
+from storage_engine.log.aborted_filter import AbortedFilter
 from storage_engine.log.local_log import LocalLog
 from storage_engine.record.legacy_records import LegacyBatch
 from storage_engine.record.record_batch import RecordBatch
@@ -106,9 +107,7 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
         # Per attempt (a retry follows another process's change): every aborted transaction overlapping
         # [offset, end) is listed again, including one begun before ``offset`` whose marker is still ahead.
         end = log.last_stable_offset if committed else log.log_end_offset
-        aborted = (sorted(aborted_transactions(log, offset, end), key=lambda t: t.first_offset) if committed
-                   else [])
-        aborted_pids: set[int] = set()
+        aborted = AbortedFilter(aborted_transactions(log, offset, end) if committed else ())
         generation = log.view.generation
         try:
             for batch in _checked_batches(log, offset):
@@ -116,17 +115,10 @@ def read_records(log: LocalLog, start_offset: int | None, max_records: int | Non
                     return
                 want = offset
                 offset = max(offset, batch.next_offset)
-                if committed and batch.magic >= 2 and batch.producer_id >= 0:
+                if aborted.is_aborted(batch):
                     # Kafka's consumer: transactions whose first offset is reached become aborted for their
                     # producer until that producer's ABORT marker.
-                    while aborted and aborted[0].first_offset <= batch.last_offset:
-                        aborted_pids.add(aborted.pop(0).producer_id)
-                    if batch.is_control:
-                        recs = batch.records()
-                        if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":  # ABORT
-                            aborted_pids.discard(batch.producer_id)
-                    elif batch.is_transactional and batch.producer_id in aborted_pids:
-                        continue
+                    continue
                 if batch.is_control:
                     continue
                 for rec in batch.records():

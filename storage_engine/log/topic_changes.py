@@ -52,6 +52,7 @@ from storage_engine.errors import PartitionNotFoundError, StorageError, StorageI
 
 from storage_engine.config import StorageConfig
 from storage_engine.log.failure import LogDirFailureChannel
+from storage_engine.log import topic_id as topic_ids
 from storage_engine.log.log import Log
 
 
@@ -224,18 +225,11 @@ def _default_store(mgr: "LogManager") -> StoreConfigs:
     return store
 
 
-def _write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
-    """``partition.metadata`` as Kafka writes it (the format :mod:`storage_engine.server.identity` reads)."""
-    import base64
-    text = base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
-    atomic_write(os.path.join(partition_dir, layout.PARTITION_METADATA),
-                 f"version: 0\ntopic_id: {text}\n".encode("ascii"))
-
-
 def _create_partitions(mgr: "LogManager", topic: str, partitions: range, topic_id: uuid.UUID, step: str) -> None:
     for p in partitions:
         log = mgr.get_or_create_log(topic, p)
-        _write_topic_id(log.dir, topic_id)
+        if topic_ids.read_topic_id(log.dir) != topic_id:     # (a roll-forward finds most already written)
+            topic_ids.write_topic_id(log.dir, topic_id)
         crashpoints.reached(step)
 
 
@@ -313,7 +307,7 @@ def create(mgr: "LogManager", topic: str, partitions: int, configs: Mapping[str,
                 return {"topic_id": uuid.UUID(hex=r["topic_id"]), "completed_half_done": True}
         if existing_partitions(mgr, topic):
             raise TopicChangeError("topic_already_exists", f"topic {topic!r} already exists")
-        tid = topic_id or uuid.uuid4()
+        tid = topic_id or topic_ids.random_uuid()     # Kafka's Uuid.randomUuid: never a reserved id
         record = {"op": "create", "topic": topic, "partitions": partitions, "topic_id": tid.hex,
                   "configs": dict(configs or {})}
         _change(mgr, record, store, on_record, "create")

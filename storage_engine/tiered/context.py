@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from storage_engine import layout
 
@@ -119,16 +119,19 @@ class TierContext:
         rules in the view brought up to date (the view is refreshed after)."""
         self.metadata.publish(self.mgr, record, self.view)
 
-    def _publish_state(self, seg: md.RemoteSegment, state: int) -> md.RemoteSegment:
-        update = seg.update(state, self.now_ms, self.broker_id)
+    def _publish_state(self, seg: md.RemoteSegment, state: int, custom_metadata: bytes | None = None
+                       ) -> md.RemoteSegment:
+        update = replace(seg.update(state, self.now_ms, self.broker_id), custom_metadata=custom_metadata)
         self._publish(update)
         return seg.updated(update)
 
     def copy_started(self, seg: md.RemoteSegment) -> None:
         self._publish(seg)
 
-    def copy_finished(self, seg: md.RemoteSegment) -> md.RemoteSegment:
-        return self._publish_state(seg, md.COPY_SEGMENT_FINISHED)
+    def copy_finished(self, seg: md.RemoteSegment, custom_metadata: bytes | None = None) -> md.RemoteSegment:
+        """``custom_metadata``: the copy's parts manifest (:mod:`storage_engine.tiered.parts`), kept in the FINISHED
+        record as Kafka keeps what its storage plugin returns."""
+        return self._publish_state(seg, md.COPY_SEGMENT_FINISHED, custom_metadata)
 
     def delete_started(self, seg: md.RemoteSegment) -> md.RemoteSegment:
         return self._publish_state(seg, md.DELETE_SEGMENT_STARTED)

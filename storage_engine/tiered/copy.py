@@ -26,7 +26,9 @@ How (:func:`copy_segment`), every state durable before the action it announces:
 4. under the partition lock again: if the segment is no longer the one uploaded (retention or a truncation
    removed it meanwhile), the copy is abandoned: ``DELETE_SEGMENT_STARTED``, its objects deleted,
    ``DELETE_SEGMENT_FINISHED``;
-5. otherwise ``COPY_SEGMENT_FINISHED`` is published: only now may local retention delete the local copy.
+5. otherwise ``COPY_SEGMENT_FINISHED`` is published, with the parts uploaded (names, sizes, ETags: the parts
+   manifest of :mod:`storage_engine.tiered.parts`) as its custom metadata: only now may local retention delete the
+   local copy.
 
 A process killed anywhere in between leaves at worst a ``COPY_SEGMENT_STARTED`` without ``FINISHED`` and some
 objects: the next run's orphan step deletes them (:mod:`storage_engine.tiered.orphans`). An object-store error
@@ -49,6 +51,7 @@ from storage_engine.log.producer_state_manager import ProducerStateManager, rebu
 from storage_engine.segment import producer_snapshot
 from storage_engine.segment.leader_epoch import EpochEntry, LeaderEpochFileCache, format_leader_epoch_checkpoint
 from storage_engine.segment.segment import LogSegment
+from storage_engine.tiered import parts
 
 if TYPE_CHECKING:
     from storage_engine.tiered.context import TierContext
@@ -263,7 +266,8 @@ def copy_segment(ctx: TierContext, log: Log, cand: Candidate) -> dict | None:
     if not still_there(log, cand):
         ctx.abandon(seg)
         return None
-    ctx.copy_finished(seg)
+    # The parts uploaded, in the FINISHED record: a part it lists that goes missing is loss (tiered/parts.py).
+    ctx.copy_finished(seg, parts.from_uploads(keys, [(u.key, u.size, u.checksum) for u in uploaded]).encode())
     crashpoints.reached("tier.copy-finished")
     return {**cand.as_dict(), "segment_id": ctx.segment_id_text(seg), "objects": len(uploaded),
             "object_bytes": sum(up.size for up in uploaded)}

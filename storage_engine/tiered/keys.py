@@ -5,7 +5,9 @@
 Topic id and segment id are Kafka's ``Uuid`` text (22 characters of URL-safe base64). The suffixes are the parts of
 Kafka's ``LogSegmentData``: ``log`` (the segment), ``index``, ``timeindex``, ``txnindex`` (only when the segment has
 aborted transactions), ``snapshot`` (the producer snapshot at the segment's end offset + 1) and
-``leader-epoch-checkpoint`` (the leader epoch entries up to the segment's end).
+``leader-epoch-checkpoint`` (the leader epoch entries up to the segment's end). Which parts a copy uploaded is
+recorded in its metadata (:mod:`storage_engine.tiered.parts`), so an absent ``txnindex`` object is told from a
+deleted one.
 
 :func:`parse_key` reads a key back (None for a key that is not a segment part under the prefix), so the objects of
 a partition can be listed and matched against the metadata to find orphans.

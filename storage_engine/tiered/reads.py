@@ -43,6 +43,7 @@ from storage_engine.record.record_batch import RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.txn_index import AbortedTxn, TxnIndexSearchResult, decode_entries
+from storage_engine.tiered import parts
 from storage_engine.tiered.cache import ChunkCache, NoCache
 from storage_engine.tiered.keys import segment_keys
 
@@ -254,7 +255,17 @@ class RemoteReader:
             if found is not None:
                 self._txns.move_to_end(key)
                 return found
-        raw = self._object(seg, key, optional=True)
+        try:
+            # A segment with a parts manifest: its .txnindex exists only if listed, and then must (a missing one
+            # is loss, never "no aborted transactions"). Without one (copied before manifests): absent means none.
+            listed = parts.of_segment(seg)
+        except parts.ManifestError as exc:
+            raise self._damaged(seg, key, exc) from exc
+        raw = b"" if listed is not None and not listed.has("txnindex") else self._object(seg, key,
+                                                                                          optional=listed is None)
+        if listed is not None and listed.has("txnindex") and len(raw or b"") != listed.parts["txnindex"].size:
+            raise RemoteObjectDamagedError(key, _offsets(seg), f"{len(raw or b'')} bytes where the copy uploaded "
+                                                                f"{listed.parts['txnindex'].size}")
         try:
             entries = decode_entries(raw or b"", self._where(key))
         except CorruptIndexError as exc:

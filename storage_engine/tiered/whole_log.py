@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from storage_engine.errors import DataLossError, InvalidRecordError, OffsetInRemoteStorageError, OffsetOutOfRangeError
+from storage_engine.log.aborted_filter import AbortedFilter
 from storage_engine.log.reads import ISOLATION_LEVELS, READ_COMMITTED
 from storage_engine.log.topic_id import read_topic_id
 from storage_engine.record.records import Record
@@ -129,9 +130,7 @@ def _remote_records(log: Any, reader: RemoteReader, topic: str, partition: int, 
     """The records of [offset, local_start) from the remote segments (:func:`read_records`' remote part)."""
     committed = isolation_level == READ_COMMITTED
     end = min(local_start, log.last_stable_offset if committed else log.log_end_offset)
-    aborted = (sorted(aborted_transactions(log, reader, topic, partition, offset, end), key=lambda t: t.first_offset)
-               if committed else [])
-    aborted_pids: set[int] = set()
+    aborted = AbortedFilter(aborted_transactions(log, reader, topic, partition, offset, end) if committed else ())
     produced = 0
     topic_id = topic_id_of(log)
     remote = reader.segments_from(topic, partition, offset, topic_id=topic_id)
@@ -142,17 +141,8 @@ def _remote_records(log: Any, reader: RemoteReader, topic: str, partition: int, 
     for batch in reader.batches(topic, partition, offset, topic_id=topic_id):
         if batch.base_offset >= end:
             return
-        if committed and batch.magic >= 2 and batch.producer_id >= 0:
-            # Kafka's consumer: a transaction whose first offset is reached is aborted for its producer until
-            # that producer's ABORT marker (the rule of the local read, storage_engine.log.reads).
-            while aborted and aborted[0].first_offset <= batch.last_offset:
-                aborted_pids.add(aborted.pop(0).producer_id)
-            if batch.is_control:
-                recs = batch.records()
-                if recs and recs[0].key is not None and recs[0].key[2:4] == b"\x00\x00":   # ABORT
-                    aborted_pids.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted_pids:
-                continue
+        if aborted.is_aborted(batch):   # the rule of the local read (storage_engine.log.aborted_filter)
+            continue
         if batch.is_control:
             continue
         for rec in batch.records():

@@ -22,3 +22,22 @@ def kernels_fixture():
         use(monkeypatch, request.param)
         return request.param
     return kernels
+
+
+def split_by_process_fixture():
+    """For a module whose tests do their work in child processes (writers, movers, cleaners killed by signals): an
+    autouse ``kernels`` that runs each test once, with this process on the pure-Python twins. The children run the
+    default kernels (the compiled ones when built: they are separate interpreters, which the parameter of
+    :func:`kernels_fixture` never reached), so a second run per implementation only repeated the same child
+    processes; in this one run the compiled kernels write, recover and read in the children and the Python twins
+    reopen, recover and read back the same files here."""
+    @pytest.fixture(autouse=True)
+    def kernels(monkeypatch):
+        use(monkeypatch, "python")
+        return "python"
+    return kernels
+
+
+# The same single run (this process on the Python twins, the children on the default kernels) for one test of a
+# module whose other tests run once per implementation: its work is in child processes.
+child_processes_once = pytest.mark.parametrize("kernels", ["python"], indirect=True)

@@ -34,8 +34,12 @@ from storage_engine.inspection.verify import verify_log_dirs
 from tests.storage_engine.procs.payloads import digest, make_payload, payload_ok, payload_tag
 from tests.storage_engine.procs.reader import prefix_digest
 from tests.storage_engine.helpers import get_log
+from tests.storage_engine.kernels import split_by_process_fixture
 
 pytestmark = pytest.mark.slow
+
+# Once, not once per kernel implementation: the work is in child processes (see split_by_process_fixture).
+kernels = split_by_process_fixture()
 
 PROCS = pathlib.Path(__file__).resolve().parent.parent / "procs"
 TOPIC = "events"

@@ -18,8 +18,12 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.leader_epoch import EpochEntry as E
 
 from ...paths import REPO
+from ..kernels import split_by_process_fixture
 
 pytestmark = pytest.mark.slow
+
+# Once, not once per kernel implementation: the work is in child processes (see split_by_process_fixture).
+kernels = split_by_process_fixture()
 
 T0 = 1_700_000_000_000
 CHILD = textwrap.dedent("""

@@ -32,8 +32,12 @@ from tests.storage_engine.procs.payloads import digest, payload_ok
 from .test_concurrency import (CHILD_TIMEOUT_S, TOPIC, appender, assert_acks_present, children,  # noqa: F401
                                read_log, write_config)
 from tests.storage_engine.helpers import present
+from tests.storage_engine.kernels import split_by_process_fixture
 
 pytestmark = pytest.mark.slow
+
+# Once, not once per kernel implementation: the work is in child processes (see split_by_process_fixture).
+kernels = split_by_process_fixture()
 
 
 def _home(config, topic=TOPIC, partition=0) -> list[str]:

@@ -1,7 +1,7 @@
 """Descriptors bounded by work, not by partition count (:mod:`storage_engine.log.open_logs`).
 
 The scale tests run in a child process whose ``RLIMIT_NOFILE`` is lowered (a limit cannot be raised again, and
-the test process must keep its own): the child prints what it measured as JSON, the test judges it. The two
+the test process must keep its own): the child prints what it measured as JSON, the test judges it. The three
 largest put their log dirs on a memory file system when one has room (:func:`scale_dirs`).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def kernels():
 
 
 MEMORY_FS = "/dev/shm"
-MEMORY_FS_ROOM = 6 << 30    # bytes free there and in RAM; the 100,000 partitions take about 1.6 GB of it
+MEMORY_FS_ROOM = 6 << 30    # bytes free there and in RAM; 100,000 partitions take about 1.6 GB of it
 
 
 def memory_fs_has_room() -> bool:
@@ -53,7 +53,7 @@ def memory_fs_has_room() -> bool:
 
 @pytest.fixture
 def scale_dirs(tmp_path):
-    """The parent of the log dirs of a test that creates tens of thousands of partitions: a folder on a tmpfs when
+    """The parent of the log dirs of a test that creates thousands of partitions: a folder on a tmpfs when
     one has room (removed after the test), else ``tmp_path``. These tests count descriptors, and the engine
     creates a partition durably (six fsyncs: its files, the manifest, the leader-epoch checkpoint, the directory
     entries), which on a disk took 3.2 times as long as the rest of the work (4,000 partitions: 72 s on disk,
@@ -96,8 +96,22 @@ def run_child(body: str, limit: int, dirs: list[str], **values) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# Partitions of the test below, five times its descriptor limit. The suite runs 20,000 partitions under a limit
+# of 4,000 descriptors; OPEN_FILES_PARTITIONS=100000 runs the README's 100,000 under 20,000 (the same code path at
+# five times the size: 68 s of the suite's time on a quiet machine when the suite ran it, for no further claim).
+PARTITIONS = int(os.environ.get("OPEN_FILES_PARTITIONS", "20000"))
+PARTITIONS_PER_DESCRIPTOR = 5
+
+
 @pytest.mark.slow
-def test_one_process_appends_to_100000_partitions_under_a_limit_of_20000_descriptors(scale_dirs):
+def test_one_process_appends_to_five_times_more_partitions_than_its_descriptor_limit(scale_dirs):
+    """One process appends to :data:`PARTITIONS` partitions under an ``RLIMIT_NOFILE`` a fifth of that, and reads
+    every 97th back. What it proves is a ratio, not a size: the manager keeps at most a sixteenth of the limit open
+    (``max_open``), so more than 98% of the partitions must be parked and reopened (80 partitions per open slot at
+    any size), the descriptors never reach the limit, and the two log dirs share the partitions evenly. 20,000
+    under 4,000 crosses the limit by the same factor as 100,000 under 20,000 did, parks the same share, and
+    takes a fifth of the time."""
+    limit = PARTITIONS // PARTITIONS_PER_DESCRIPTOR
     out = run_child("""
         peak = 0
         mgr = LogManager.open(cfg, clock=ManualClock(T0))
@@ -113,12 +127,12 @@ def test_one_process_appends_to_100000_partitions_under_a_limit_of_20000_descrip
                           "parked": mgr.open_logs.parked_total, "wrong": wrong, "limit": LIMIT}))
         sys.stdout.flush()
         os._exit(0)   # the unclean end of a process: the next opener recovers (a clean close is tested below)
-        """, 20_000, [str(scale_dirs / "a"), str(scale_dirs / "b")], N=100_000)
-    assert out["logs"] == 100_000
+        """, limit, [str(scale_dirs / "a"), str(scale_dirs / "b")], N=PARTITIONS)
+    assert out["logs"] == PARTITIONS
     assert out["wrong"] == []
-    assert out["peak"] < out["limit"] <= 20_000
+    assert out["peak"] < out["limit"] <= limit
     assert out["max_open"] == out["limit"] // 16
-    assert out["parked"] >= 100_000 - out["max_open"]
+    assert out["parked"] >= PARTITIONS - out["max_open"]
     # the two dirs share the partitions evenly (Kafka's placement: the dir with fewest partitions)
     counts = [len(os.listdir(scale_dirs / d)) for d in ("a", "b")]
     assert abs(counts[0] - counts[1]) <= 20, counts
@@ -218,10 +232,12 @@ def test_a_bad_bound_is_refused_with_its_name(bad):
 
 
 @pytest.mark.slow
-def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_path):
+def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(scale_dirs):
     # Ranking compacted logs opened every one at once: past the limit the loads failed, and the halving that
     # isolates a damaged partition reported healthy ones as unreadable while the halves already loaded held the
-    # descriptors. Each job must see every healthy partition and report only the damaged one.
+    # descriptors. Each job must see every healthy partition and report only the damaged one. On a tmpfs when one
+    # has room (scale_dirs): its 2,400 segments are created durably, fsyncs that on a busy disk made most of the
+    # test's time and that nothing here checks.
     out = run_child("""
         from storage_engine.config_file import config_from_mapping
         from storage_engine.jobs import batches, compaction
@@ -247,7 +263,7 @@ def test_maintenance_jobs_cover_a_store_larger_than_the_descriptor_limit(tmp_pat
                           "skipped": plan["skipped"][:3], "retention": len(retention["results"]),
                           "retention_failures": retention["failures"][:3], "peak": fds(), "limit": LIMIT,
                           "dry_cleaned": len(dry["results"]), "dry_failed": dry["failed"][:3]}))
-        """, 256, [str(tmp_path / "a")], N=600)
+        """, 256, [str(scale_dirs / "a")], N=600)
     assert out["unreadable"] == [["t0", 300]], out
     assert out["skipped"] == [{"topic": "t0", "partition": 300, "reason": out["skipped"][0]["reason"]}]
     assert "cannot be read" in out["skipped"][0]["reason"]

@@ -21,6 +21,7 @@ from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
+from tests.storage_engine.kernels import child_processes_once
 
 pytestmark = pytest.mark.unit
 T0 = 1_700_000_000_000
@@ -135,6 +136,7 @@ def _split_in_child(cfg_path: str, stop_at: int) -> int:
 
 
 @pytest.mark.kills
+@child_processes_once
 def test_a_crash_at_every_step_of_a_split_loads_to_the_same_records(tmp_path):
     """testRecoveryAfterCrashDuringSplitPhase1..5, with a real process killed at each rename and fsync."""
     step = 0

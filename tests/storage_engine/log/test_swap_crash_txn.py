@@ -31,8 +31,12 @@ from storage_engine.record.records import SimpleRecord
 from storage_engine.inspection.verify import verify_log_dirs
 from tests.paths import REPO
 from tests.storage_engine.helpers import present
+from tests.storage_engine.kernels import split_by_process_fixture
 
 pytestmark = pytest.mark.slow
+
+# Once, not once per kernel implementation: the work is in child processes (see split_by_process_fixture).
+kernels = split_by_process_fixture()
 
 TOPIC = "txn"
 TIMEOUT_S = 120

@@ -18,6 +18,7 @@ from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.server import identity
 from tests.paths import REPO
+from tests.storage_engine.kernels import child_processes_once
 
 
 def write_config(tmp_path) -> str:
@@ -121,6 +122,7 @@ def _delete_killed(cfg_path: str, step: str, how: str) -> subprocess.CompletedPr
 
 @pytest.mark.e2e
 @pytest.mark.kills
+@child_processes_once
 @pytest.mark.parametrize("how, step, left", [
     ("cli", "topic.delete.intent", 4), ("cli", "topic.delete.partition:2", 2), ("cli", "topic.delete.configs", 0),
     ("cli", "topic.delete.done", 0), ("console", "topic.delete.partition:1", 3),
@@ -153,6 +155,7 @@ def test_a_delete_topic_killed_at_each_step_is_completed_at_the_next_open(tmp_pa
 
 @pytest.mark.e2e
 @pytest.mark.kills
+@child_processes_once
 def test_a_cli_delete_killed_half_way_is_completed_by_the_retried_command(tmp_path):
     cfg_path = write_config(tmp_path)
     cfg = load_config(cfg_path)
@@ -164,3 +167,21 @@ def test_a_cli_delete_killed_half_way_is_completed_by_the_retried_command(tmp_pa
                             "--topic", "t"], cwd=str(REPO), capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "a delete of it left half done was completed" in again.stderr
     assert partitions_of(cfg, "t") == [] and record_names(cfg) == []
+
+
+@pytest.mark.unit
+def test_a_new_topic_takes_its_id_from_the_one_topic_id_writer(tmp_path, monkeypatch):
+    """Topic ids come from :mod:`storage_engine.log.topic_id` alone (Kafka's ``Uuid.randomUuid``: never a
+    reserved id, never text starting with ``-``), written as it writes ``partition.metadata``."""
+    from storage_engine.log import topic_id
+    chosen = topic_id.random_uuid()
+    monkeypatch.setattr(topic_id, "random_uuid", lambda: chosen)
+    cfg = load_config(write_config(tmp_path))
+    with LogManager.open(cfg) as mgr:
+        assert topic_changes.create(mgr, "fresh", 3)["topic_id"] == chosen
+    assert ids(cfg, "fresh") == {chosen}
+    for d in cfg.log_dirs:
+        for name, (t, _p) in layout.partition_dirs(d):
+            if t == "fresh":
+                with open(os.path.join(d, name, layout.PARTITION_METADATA), "rb") as f:
+                    assert f.read() == f"version: 0\ntopic_id: {topic_id.uuid_text(chosen)}\n".encode()

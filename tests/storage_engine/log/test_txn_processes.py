@@ -19,6 +19,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment import producer_snapshot
 from tests.storage_engine.helpers import present
+from tests.storage_engine.kernels import child_processes_once
 
 from ..maintenance.test_cleaner import RenameCrasher, SimulatedCrash, compact_cfg, open_existing
 
@@ -81,6 +82,7 @@ def clients():
 
 
 @pytest.mark.slow
+@child_processes_once
 def test_two_processes_appending_for_one_producer_see_one_state(tmp_path, clients):
     cfg = write_config(tmp_path)
     a = clients(cfg)
@@ -139,6 +141,7 @@ SCRIPT = [dict(op="append", pid=1, epoch=0, seq=0, values=["p1-0", "p1-1"], txn=
 
 
 @pytest.mark.slow
+@child_processes_once
 @pytest.mark.parametrize("point,last_op", [
     ("txnindex", dict(op="end", pid=2, epoch=0, commit=False)),      # the marker written, its index entry not
     ("snapshot-tmp", dict(op="roll")),                               # a roll's snapshot half written

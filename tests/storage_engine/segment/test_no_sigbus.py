@@ -12,8 +12,12 @@ import sys
 import pytest
 
 from tests.paths import REPO
+from tests.storage_engine.kernels import split_by_process_fixture
 
 pytestmark = pytest.mark.unit
+
+# Once, not once per kernel implementation: the work is in child processes (see split_by_process_fixture).
+kernels = split_by_process_fixture()
 
 SETUP = """
 import os, sys
