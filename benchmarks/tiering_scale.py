@@ -5,7 +5,9 @@ can be read apart.
 Setup (timed only as a note): ``include.scale_store.generate`` with no sealed segment per partition (4 records in
 the active segment: nothing a tiering run may copy), two log dirs, every topic ``remote.storage.enable``, the
 object store a ``weed server -s3`` in the scratch directory. A first run of each store (not timed) writes what a
-first run writes once (the topic ids, the ``__remote_log_metadata`` topic). Then, interleaved:
+first run writes once (the topic ids); then ``SEEDED`` partitions get one sealed segment each and a second run
+copies them, so ``__remote_log_metadata`` exists with records in it, as in any store that has ever tiered a
+segment (every batch of a run then reads the topic's partitions). Then, interleaved:
 
 * **nothing to copy**: the ``log_tiering`` DAG's work as its tasks run it: ``plan_batches`` (batches of 500) and
   ``tier_batch`` of every batch: each partition's orphans, copy, local and remote retention, with its claim;
@@ -35,6 +37,7 @@ COPY_PARTITIONS = 100
 NOW_MS = 1_700_006_400_000
 BATCH_SIZE = 500
 ROUNDS_MAX = 2          # a 10,000-partition run takes tens of seconds: at most 2 rounds of each case
+SEEDED = [("t00", 1), ("t00", 2)]     # copied during the setup: the metadata topic exists before any timed run
 
 
 def tiered_store_config(root: str, weed: Any, bucket: str) -> StorageConfig:
@@ -112,6 +115,11 @@ def run(ctx: Context) -> Section:
                 if (tiered, copied, failed) != (n, 0, 0):
                     raise RuntimeError(f"first run over {n} partitions: (tiered, copied, failed) = "
                                        f"{(tiered, copied, failed)}, expected {(n, 0, 0)}")
+                seal_one_segment(config, SEEDED, -1)            # the metadata topic made by real copies, not timed
+                got = tier_all(config)
+                if got != (n, len(SEEDED), 0):
+                    raise RuntimeError(f"seeding run over {n} partitions: (tiered, copied, failed) = {got}, "
+                                       f"expected {(n, len(SEEDED), 0)}")
                 stores[n] = (config, _store_bytes(str(Path(root) / f"store-{n}")))
                 section.notes.append(f"setup: {n:,} partitions generated in {made['seconds']} s")
             targets = [(f"t{i // 1000:02d}", i % 1000) for i in range(0, large, large // COPY_PARTITIONS)]

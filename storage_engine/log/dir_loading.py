@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,7 +29,7 @@ from storage_engine.log.failure import LogDirFailureChannel, is_dir_failure
 from storage_engine.log.loader import LoadResult, open_log
 from storage_engine.log.locks import LIVE, UNKNOWN, DirLock, convert_legacy_engine_files
 from storage_engine.log.log import Log
-from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from storage_engine.log.dir_checkpoints import CheckpointCache
 from storage_engine.segment.clean_shutdown import consume_clean_shutdown
 
 TopicPartition = tuple[str, int]
@@ -48,6 +49,10 @@ class DirState:
     load_messages: list = field(default_factory=list)
     # A read-only open: how the dir was left (read_only.dir_condition), never consumed.
     condition: dict | None = None
+    # The dir's folders as listed for the load, and when (time.monotonic()): what a caller that needs a recent
+    # listing of the dir can use instead of listing it again (LogManager.listed_partitions).
+    listing: layout.LogDirListing | None = None
+    listed_at: float = 0.0
 
 
 class LoadingManager(Protocol):
@@ -60,6 +65,7 @@ class LoadingManager(Protocol):
     load_errors: list[str]
     logs: dict[TopicPartition, Log]
     future_logs: dict[TopicPartition, Log]
+    checkpoint_files: CheckpointCache
 
     def wanted(self, items: list) -> list: ...
 
@@ -123,7 +129,8 @@ def _load_dir_read_only(mgr: LoadingManager, state: DirState, loaded: list[Log])
     state.had_clean_shutdown = state.condition["clean_shutdown"]
     epoch = state.lock.epoch()
     state.epoch = epoch if epoch != UNKNOWN else None
-    listing = layout.scan_log_dir(log_dir)
+    state.listed_at = time.monotonic()
+    state.listing = listing = layout.scan_log_dir(log_dir)
     mgr.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
     rp_cp, lso_cp, errors = read_only.read_dir_checkpoints(log_dir)
     state.load_messages.extend(f"{err}; read as if absent" for err in errors)
@@ -175,7 +182,8 @@ def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list[Log]) ->
     else:
         epoch = lock.epoch()
         state.epoch = epoch if epoch != UNKNOWN else None
-    listing = layout.scan_log_dir(log_dir)
+    state.listed_at = time.monotonic()
+    state.listing = listing = layout.scan_log_dir(log_dir)
     mgr.load_errors.extend(f"{os.path.join(log_dir, name)}: {reason}" for name, reason in listing.foreign)
     if exclusive and listing.deleting:
         # Kafka deletes -delete folders after file.delete.delay.ms: the first opener removes those due.
@@ -183,9 +191,8 @@ def _load_dir_locked(mgr: LoadingManager, state: DirState, loaded: list[Log]) ->
                                             lambda t: mgr.config.log_config(t).file_delete_delay_ms)
         state.load_messages.extend(f"removed {os.path.basename(p)} (deleted partition)"
                                    for p in purged["removed"])
-    rp_cp, rp_err = OffsetCheckpointFile(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
-    lso_cp, lso_err = OffsetCheckpointFile(
-        os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
+    rp_cp, rp_err = mgr.checkpoint_files.read(os.path.join(log_dir, layout.RECOVERY_POINT_CHECKPOINT))
+    lso_cp, lso_err = mgr.checkpoint_files.read(os.path.join(log_dir, layout.LOG_START_OFFSET_CHECKPOINT))
     for err in (rp_err, lso_err):
         if err:
             state.load_messages.append(f"{err}; recovering affected logs from offset 0")

@@ -33,6 +33,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypedDict, TypeVar
 
@@ -49,7 +50,6 @@ from storage_engine.log.loader import open_log
 from storage_engine.log.locks import DELETED, FileLock
 from storage_engine.log.log import Log
 from storage_engine.log.open_logs import OpenLogs
-from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from storage_engine.segment.clean_shutdown import write_clean_shutdown
 
 logger = logging.getLogger(__name__)
@@ -100,6 +100,8 @@ class LogManager:
         self._closed = False
         self.mutex = threading.RLock()
         self.resolved_topic_changes: list[dict[str, Any]] = []   # completed at open (log.topic_changes)
+        # The dirs' offset checkpoint files as this manager read them: parsed again only when their bytes change.
+        self.checkpoint_files = dir_checkpoints.CheckpointCache()
 
     # -- opening ----------------------------------------------------------------------------------------------
     @classmethod
@@ -243,8 +245,9 @@ class LogManager:
                              create_lock_held=create_lock_held, skip=set(self.failures.offline_dirs()))
             if d is None:
                 return None
-            rp_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT)).read_or_empty()
-            lso_cp, _ = OffsetCheckpointFile(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT)).read_or_empty()
+            # The whole dir's files: parsed once per manager while they do not change (a batch adopts dozens).
+            rp_cp, _ = self.checkpoint_files.read(os.path.join(d, layout.RECOVERY_POINT_CHECKPOINT))
+            lso_cp, _ = self.checkpoint_files.read(os.path.join(d, layout.LOG_START_OFFSET_CHECKPOINT))
             try:
                 log, _ = open_log(d, topic, partition, self.config.log_config(topic), clock=self.clock,
                                   exclusive=False, dir_epoch=self._epoch(d),
@@ -347,6 +350,21 @@ class LogManager:
             tps = [tp for tp in tps if tp[0] in topic_filter]
         return tps
 
+    def listed_partitions(self, topic: str, max_age_s: float) -> tuple[list[int], float] | None:
+        """``(partitions of topic, when listed)`` from the listings of the online log dirs this manager took as it
+        opened them (``-delete`` and ``-future`` folders left out, as :func:`layout.partition_dirs` does), plus
+        the logs it has; None when a dir has no such listing or one older than ``max_age_s`` seconds."""
+        found: set[int] = set()
+        oldest = time.monotonic()
+        for d in self.online_dirs():
+            state = self.dirs.get(d)
+            if state is None or state.listing is None or time.monotonic() - state.listed_at > max_age_s:
+                return None
+            found.update(p for _, (t, p) in state.listing.partitions if t == topic)
+            oldest = min(oldest, state.listed_at)
+        found.update(p for t, p in self.partitions([topic]))
+        return sorted(found), oldest
+
     def dir_of(self, tp: TopicPartition) -> str:
         return self.logs[tp].log_dir
 
@@ -446,7 +464,7 @@ class LogManager:
                 with self.mutex:
                     candidates = [(tp, log) for tp, log in self.future_logs.items() if log.log_dir == d]
                     candidates += [(tp, log) for tp, log in self.logs.items() if log.log_dir == d]
-                written[d] = dir_checkpoints.checkpoint_dir(d, candidates)
+                written[d] = dir_checkpoints.checkpoint_dir(d, candidates, self.checkpoint_files)
             except (OSError, StorageIOError) as exc:
                 self._dir_failed(d, exc)
         return written
@@ -496,7 +514,7 @@ class LogManager:
                     log.close(clean=last)
                     self.open_logs.forget(log)
                 if last and not self.failures.is_offline(d):
-                    dir_checkpoints.write_checkpoints_after_close(d, logs)
+                    dir_checkpoints.write_checkpoints_after_close(d, logs, self.checkpoint_files)
                     if self._may_vouch_for(state, logs):
                         write_clean_shutdown(d)
             except (OSError, StorageError) as exc:

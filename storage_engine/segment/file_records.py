@@ -211,6 +211,11 @@ class FileRecords:
         except OSError as exc:
             raise StorageIOError("cannot read log file", self.path, exc) from exc
 
+    def read_view(self, position: int, size: int) -> BatchBuffer:
+        """The bytes :meth:`read` returns, for a scan that only parses them: a subclass whose bytes are already in
+        memory may return a view of them instead of a copy (the remote reader's cached chunks)."""
+        return self.read(position, size)
+
     def read_batches(self, start: int = 0, end: int | None = None, *, strict: bool = False,
                      window: int = READ_WINDOW_BYTES) -> Iterator:
         """Yield the batches in [start, end) (default: to the logical size), read ``window`` bytes at a time with
@@ -219,7 +224,7 @@ class FileRecords:
         end = self.size if end is None else min(end, self.size)
         pos = start
         while pos < end:
-            buf = self.read(pos, min(end - pos, window))
+            buf = self.read_view(pos, min(end - pos, window))
             if pos + len(buf) < end and len(buf) < min(end - pos, window):
                 end = pos + len(buf)  # the file shrank under us
             p = 0

@@ -19,7 +19,10 @@ How (:func:`copy_segment`), every state durable before the action it announces:
    names meanwhile) and the small files are written to a temp dir; the lock is then released, so appends, rolls
    and reads go on during the upload;
 2. ``COPY_SEGMENT_STARTED`` is published (fsynced into ``__remote_log_metadata``);
-3. each part is uploaded, then each object is verified against the local file (size and checksum);
+3. each part is uploaded (all at once), each object checked against the bytes read from the local file (read
+   once): the store's answer to every request must be the MD5 of the bytes sent, and to the multipart upload's
+   completion the MD5 of the parts' MD5s, so the object holds exactly the file's bytes (its size and checksum;
+   :mod:`storage_engine.tiered.object_store`);
 4. under the partition lock again: if the segment is no longer the one uploaded (retention or a truncation
    removed it meanwhile), the copy is abandoned: ``DELETE_SEGMENT_STARTED``, its objects deleted,
    ``DELETE_SEGMENT_FINISHED``;
@@ -208,27 +211,34 @@ def prepare(log: Log, cand: Candidate) -> Iterator[Prepared | None]:
         yield Prepared(cand, paths, sizes, epochs)
 
 
-def _upload_all(ctx: TierContext, prep: Prepared, keys: dict[str, str]) -> list[Uploaded]:
-    """Upload every part at once (the store's client is shared by the threads); each uploaded size must be the
-    local file's. The first failure is raised once every upload has ended (none is left running)."""
+def _upload_part(ctx: TierContext, prep: Prepared, part: str, key: str) -> Uploaded:
+    """Upload one part, checked against the bytes read from the local file: the store answered every request with
+    the MD5 of the bytes sent (and the multipart ETag of the parts' MD5s; :meth:`ObjectStore.upload` raises
+    :class:`RemoteObjectDamagedError` otherwise), so the object holds exactly the bytes read, and those were the
+    whole file (its size when the segment was chosen). No HEAD follows: it would only repeat, one round trip later
+    on each segment's path, the size and ETag the store has just answered."""
     cand = prep.candidate
+    offsets = (cand.base_offset, cand.end_offset)
+    up = ctx.store.upload(key, prep.paths[part], offsets, check_bucket=False)
+    if up.size != prep.sizes[part]:
+        from storage_engine.errors import RemoteObjectDamagedError
+        raise RemoteObjectDamagedError(up.key, offsets, f"uploaded {up.size} bytes of a {prep.sizes[part]}-byte file")
+    return up
+
+
+def _upload_all(ctx: TierContext, prep: Prepared, keys: dict[str, str]) -> list[Uploaded]:
+    """Upload and check every part at once (the store's client is shared by the threads), after one check that the
+    bucket exists. The first failure is raised once every upload has ended (none is left running)."""
+    ctx.store.require_bucket()
     with ThreadPoolExecutor(max_workers=len(prep.paths), thread_name_prefix="tier-upload") as pool:
-        futures = {pool.submit(ctx.store.upload, keys[part], path): part for part, path in prep.paths.items()}
+        futures = [pool.submit(_upload_part, ctx, prep, part, keys[part]) for part in prep.paths]
         uploaded, failure = [], None
         for fut in as_completed(futures):
             try:
-                up = fut.result()
+                uploaded.append(fut.result())
             except Exception as exc:    # noqa: BLE001 - raised below, after the other uploads ended
                 failure = failure or exc
                 continue
-            part = futures[fut]
-            if up.size != prep.sizes[part]:
-                from storage_engine.errors import RemoteObjectDamagedError
-                failure = failure or RemoteObjectDamagedError(
-                    up.key, (cand.base_offset, cand.end_offset),
-                    f"uploaded {up.size} bytes of a {prep.sizes[part]}-byte file")
-                continue
-            uploaded.append(up)
             crashpoints.reached("tier.uploaded-part")
     if failure is not None:
         raise failure
@@ -252,8 +262,6 @@ def copy_segment(ctx: TierContext, log: Log, cand: Candidate) -> dict | None:
         crashpoints.reached("tier.copy-started")
         keys = ctx.keys_of(seg)
         uploaded = _upload_all(ctx, prep, keys)
-        for up in uploaded:
-            ctx.store.verify(up.key, up.size, up.checksum, (cand.base_offset, cand.end_offset))
         crashpoints.reached("tier.verified")
     if not still_there(log, cand):
         ctx.abandon(seg)

@@ -1,15 +1,24 @@
 """The S3 object store holding remote segments (SeaweedFS's S3 gateway, or any S3), through boto3.
 
-Client: boto3 with s3transfer (pinned ``boto3``: the S3 client every Python S3 user knows, with multipart uploads
-of parallel parts and ranged GETs; how it compares with ``obstore`` is measured by the benchmarks), one client per
-:class:`ObjectStore`, shared by threads (boto3 clients are thread-safe). Uploads of files of :data:`PART_BYTES` or more go up in parts, several at once.
+Client: boto3 (pinned: the S3 client every Python S3 user knows; how it compares with ``obstore`` is measured by
+the benchmarks), one client per :class:`ObjectStore`, shared by threads (boto3 clients are thread-safe).
+
+Uploads (:meth:`ObjectStore.upload`) read each file once: a file below :data:`PART_BYTES` goes up in one PUT, a
+larger one in parts of s3transfer's size for it (:data:`CONCURRENT_PARTS` at once, each part read into memory,
+hashed and sent from that same buffer). Every request's bytes are hashed (MD5) as they are read, and the ETag the
+store answers to that request (its MD5 of the bytes it received) must equal it; the ETag answered to the
+CompleteMultipartUpload must equal the MD5 of the parts' MD5s followed by ``-<parts>``. So an upload that returns
+has been acknowledged byte for byte, with no second read of the file. botocore's own request checksum (a CRC32
+trailer in aws-chunked encoding, on by default) is turned off: it would hash the same bytes a second time for a
+check the MD5 already makes, and its chunked body costs CPU per request.
 
 Verification (:meth:`ObjectStore.verify`): the object's size and its ETag, read back with a HEAD, must equal the
-file's size and the ETag computed locally from the same bytes with the same part size: the MD5 of the file for a
-single PUT, the MD5 of the parts' MD5s followed by ``-<parts>`` for a multipart upload. The store computes its ETag
-from the bytes it received (boto3 sends no Content-MD5 for it to echo), so an equal ETag means the store holds what
-was read locally; an object replaced behind the store's back has another ETag, and one missing answers 404.
-SeaweedFS computes both forms as S3 does (tests/tiered/test_object_store.py checks it against a real ``weed``).
+size and ETag of what was read locally (from :meth:`ObjectStore.upload`, or :func:`etag_of_file` for the same part
+size): the MD5 of the bytes for a single PUT, the MD5 of the parts' MD5s followed by ``-<parts>`` for a multipart
+upload. The store computes its ETag from the bytes it received (no Content-MD5 is sent for it to echo), so an equal
+ETag means the store holds what was read locally; an object replaced behind the store's back has another ETag, and
+one missing answers 404. SeaweedFS computes both forms as S3 does (tests/tiered/test_object_store.py checks it
+against a real ``weed``).
 
 Failures are the :class:`~storage_engine.errors.RemoteStorageError` subclasses, each with the operator's fix:
 unreachable (connection refused, timed out, reset: retriable), bucket missing, credentials refused, object missing,
@@ -26,25 +35,25 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 import boto3
 import botocore.exceptions as bex
 import botocore.loaders
 import botocore.session
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.config import Config
 from s3transfer.utils import ChunksizeAdjuster
 
 from storage_engine.errors import (RemoteBucketMissingError, RemoteCredentialsError, RemoteObjectDamagedError,
-                                   RemoteObjectMissingError, RemoteStorageError, RemoteStoreUnreachableError)
+                                   RemoteObjectMissingError, RemoteStorageError, RemoteStoreUnreachableError,
+                                   StorageError)
 from storage_engine.tiered.settings import RemoteStorageSettings
 
 __all__ = ["ObjectStore", "Uploaded", "ListedObject", "etag_of_file", "PART_BYTES"]
 
 PART_BYTES = 8 * 1024 * 1024        # multipart threshold and part size (s3transfer's defaults)
-CONCURRENT_PARTS = 4
+CONCURRENT_PARTS = 4                # parts of one file in flight (and in memory) at once
 CONNECT_TIMEOUT_S = 3.0
 READ_TIMEOUT_S = 10.0
 MAX_ATTEMPTS = 3                    # botocore's "standard" retry mode: the first try and two retries
@@ -111,6 +120,20 @@ def etag_of_file(path: str, part_bytes: int = PART_BYTES) -> tuple[int, str]:
         return size, f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
 
 
+def _pread_exactly(fd: int, path: str, length: int, start: int) -> bytes:
+    """``length`` bytes of the open file from ``start``; a file shorter than when it was measured is an error (a
+    sealed segment never shrinks: something else changed it)."""
+    chunks, got = [], 0
+    while got < length:
+        chunk = os.pread(fd, length - got, start + got)
+        if not chunk:
+            raise StorageError(f"{path} ended at byte {start + got} while it was uploaded (it had more when the "
+                               f"upload began): the file was changed by something else")
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class ObjectStore:
     """The bucket of ``settings`` (:class:`RemoteStorageSettings`). Never creates the bucket."""
 
@@ -122,15 +145,12 @@ class ObjectStore:
         config = Config(connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
                         retries={"mode": "standard", "total_max_attempts": max_attempts},
                         s3={"addressing_style": "path" if settings.path_style else "virtual"},
-                        max_pool_connections=2 * CONCURRENT_PARTS + 4, tcp_keepalive=True)
+                        max_pool_connections=2 * CONCURRENT_PARTS + 4, tcp_keepalive=True,
+                        # the uploads check every request's bytes by MD5 against the store's ETag (module docstring)
+                        request_checksum_calculation="when_required")
         self.client: Any = _session().client(
             "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config,
             aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key)
-        self._transfer_config = TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES,
-                                               max_concurrency=CONCURRENT_PARTS, use_threads=True,
-                                               preferred_transfer_client="classic")
-        self._manager: Any = None
-        self._mutex = threading.Lock()
 
     # -- errors ------------------------------------------------------------------------------------------------
 
@@ -169,7 +189,7 @@ class ObjectStore:
                 raise RemoteBucketMissingError(self.bucket, self.endpoint_url) from exc
             raise translated from exc
 
-    def _require_bucket(self) -> None:
+    def require_bucket(self) -> None:
         """Raise :class:`RemoteBucketMissingError` unless the bucket exists. Asked before every write: SeaweedFS
         (like some other S3 stores) creates a missing bucket on a PUT, which would hide a mistyped bucket name."""
         def head() -> None:
@@ -195,26 +215,81 @@ class ObjectStore:
 
     # -- writing -----------------------------------------------------------------------------------------------
 
-    def _transfer_manager(self) -> Any:
-        with self._mutex:
-            if self._manager is None:
-                self._manager = create_transfer_manager(self.client, self._transfer_config)
-            return self._manager
+    def upload(self, key: str, path: str, offsets: Offsets = None, *, check_bucket: bool = True) -> Uploaded:
+        """Upload the file at ``path`` as ``key``, reading it once (module docstring), and return its size and the
+        ETag the store computed for it (:meth:`verify` checks both against the object as stored). Raises
+        :class:`RemoteObjectDamagedError` naming ``offsets`` when the store's answer is not the MD5 of the bytes
+        sent. ``check_bucket=False`` when the caller has just checked the bucket (:meth:`require_bucket`)."""
+        if check_bucket:
+            self.require_bucket()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size < PART_BYTES:
+                return self._put_whole(key, path, fd, size, offsets)
+            return self._put_parts(key, path, fd, size, offsets)
+        finally:
+            os.close(fd)
 
-    def upload(self, key: str, path: str) -> Uploaded:
-        """Upload the file at ``path`` as ``key`` (in parts when large) and return its size and the ETag the store
-        must have computed for it (:meth:`verify` checks both). The ETag is computed locally while the upload runs."""
-        self._require_bucket()
-        with ThreadPoolExecutor(1, thread_name_prefix="etag") as hasher:
-            expected = hasher.submit(etag_of_file, path, PART_BYTES)
-            future = self._transfer_manager().upload(path, self.bucket, key)
-            self._call(future.result, key)
-            size, etag = expected.result()
-        return Uploaded(key, size, etag)
+    def _answered(self, key: str, offsets: Offsets, what: str, answer: dict, expected: str) -> str:
+        """The ETag of ``answer``, which must be ``expected`` (the MD5 of the bytes sent, or the parts' ETag)."""
+        got = str(answer.get("ETag", "")).strip('"')
+        if got != expected:
+            raise RemoteObjectDamagedError(key, offsets, f"the store answered the {what} with ETag {got!r} where "
+                                                         f"the bytes sent give {expected!r}")
+        return got
+
+    def _put_whole(self, key: str, path: str, fd: int, size: int, offsets: Offsets) -> Uploaded:
+        data = _pread_exactly(fd, path, size, 0)
+        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        answer = self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data), key, offsets)
+        return Uploaded(key, size, self._answered(key, offsets, "PUT", answer, md5))
+
+    def _put_parts(self, key: str, path: str, fd: int, size: int, offsets: Offsets) -> Uploaded:
+        part_size = ChunksizeAdjuster().adjust_chunksize(PART_BYTES, size)
+        count = -(-size // part_size)
+        created = self._call(lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key), key, offsets)
+        upload_id = str(created["UploadId"])
+
+        def send(number: int) -> bytes:
+            """Part ``number`` (from 1) read, hashed, sent; its MD5 digest once the store's ETag matched it."""
+            start = (number - 1) * part_size
+            data = _pread_exactly(fd, path, min(part_size, size - start), start)
+            md5 = hashlib.md5(data, usedforsecurity=False)
+            answer = self._call(lambda: self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                                                PartNumber=number, Body=data), key, offsets)
+            self._answered(key, offsets, f"part {number}", answer, md5.hexdigest())
+            return md5.digest()
+
+        try:
+            with ThreadPoolExecutor(min(CONCURRENT_PARTS, count), thread_name_prefix="upload-part") as pool:
+                futures: builtins.list[Future[bytes]] = [pool.submit(send, n) for n in range(1, count + 1)]
+                try:
+                    digests = [f.result() for f in futures]
+                except BaseException:
+                    for f in futures:
+                        f.cancel()      # the parts not begun are not sent; the pool waits for the others
+                    raise
+            etag = f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{count}"
+            parts = [{"ETag": f'"{d.hex()}"', "PartNumber": n} for n, d in enumerate(digests, 1)]
+            answer = self._call(lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}), key, offsets)
+            return Uploaded(key, size, self._answered(key, offsets, "CompleteMultipartUpload", answer, etag))
+        except BaseException:
+            self._abort_quietly(key, upload_id)
+            raise
+
+    def _abort_quietly(self, key: str, upload_id: str) -> None:
+        """Abort a failed multipart upload so its parts take no space; if even that fails (the store is down), the
+        orphan step aborts it later (:meth:`abort_incomplete_uploads`)."""
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except (bex.BotoCoreError, bex.ClientError):
+            pass
 
     def put(self, key: str, data: bytes) -> Uploaded:
         """Store ``data`` as ``key`` in one request (small objects)."""
-        self._require_bucket()
+        self.require_bucket()
         self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data), key)
         return Uploaded(key, len(data), hashlib.md5(data, usedforsecurity=False).hexdigest())
 
@@ -278,6 +353,39 @@ class ObjectStore:
             raise RemoteObjectDamagedError(key, offsets, f"bytes [{start}, {end_exclusive}) asked, "
                                                          f"{len(data)} given: the object is shorter")
         return data
+
+    def get_range_pieces(self, key: str, start: int, end_exclusive: int, piece_bytes: int,
+                         offsets: Offsets = None) -> Iterator[bytes]:
+        """Bytes ``[start, end_exclusive)`` of ``key`` by ONE ranged GET, yielded as they arrive in consecutive
+        pieces of ``piece_bytes`` (the last one shorter): a reader uses the first piece while the rest stream in.
+        Errors as :meth:`get_range`, a short object included (raised where it ends)."""
+        if start < 0 or end_exclusive < start or piece_bytes <= 0:
+            raise ValueError(f"bad byte range [{start}, {end_exclusive}) in pieces of {piece_bytes} of {key}")
+        if end_exclusive == start:
+            return
+        try:
+            answer = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=key,
+                                                               Range=f"bytes={start}-{end_exclusive - 1}"),
+                                key, offsets)
+        except RemoteStorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, bex.ClientError) and cause.response.get("Error", {}).get("Code") == "InvalidRange":
+                raise RemoteObjectDamagedError(key, offsets, f"it ends before byte {start}") from exc
+            raise
+        body = answer["Body"]
+        try:
+            pos = start
+            while pos < end_exclusive:
+                want = min(piece_bytes, end_exclusive - pos)
+                piece = self._call(lambda: _read_up_to(body, want), key, offsets)
+                if len(piece) != want:
+                    raise RemoteObjectDamagedError(key, offsets, f"bytes [{start}, {end_exclusive}) asked, "
+                                                                 f"{pos - start + len(piece)} given: the object is "
+                                                                 f"shorter")
+                yield piece
+                pos += want
+        finally:
+            body.close()
 
     def list(self, prefix: str = "") -> Iterator[ListedObject]:
         """Every object whose key starts with ``prefix``, in key order."""
@@ -343,8 +451,18 @@ class ObjectStore:
         return out
 
     def close(self) -> None:
-        with self._mutex:
-            if self._manager is not None:
-                self._manager.shutdown()
-                self._manager = None
         self.client.close()
+
+
+def _read_up_to(body: Any, size: int) -> bytes:
+    """``size`` bytes of a streaming response body, fewer only where it ends."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        part = body.read(size - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+

@@ -18,7 +18,13 @@ Kafka's "offset ... does not exist in remote tier".
 
 Every byte comes through the bounded local cache (:mod:`storage_engine.tiered.cache`): index objects whole (their
 parsed form also kept in memory for the last :data:`PARSED_INDEXES` segments), ``.log`` objects in
-:data:`CHUNK_BYTES` chunks, so a consumer reading a cold segment from its start issues one GET per chunk.
+:data:`CHUNK_BYTES` chunks. A read that needs a chunk the cache does not hold opens one ranged GET over it and the
+chunks after it the cache lacks (:data:`READ_AHEAD_CHUNKS` in all) and takes its chunk from the body; the next
+reads take theirs from the same body, which the kernel kept receiving meanwhile
+(:mod:`storage_engine.tiered.chunk_fetch`): a consumer reading a cold segment from its start costs about one GET of
+it, each chunk fetched once. A fetch at the offset right after the previous fetch of a segment (a consumer's next
+fetch) starts at the byte where that one ended, found without the index (the last :data:`FETCH_ENDS` segments'
+ends are remembered); a read from a segment's start has its first chunk on the way while the index is fetched.
 
 Which segments exist comes from the remote view (:class:`~storage_engine.tiered.remote_log.RemoteLogView`,
 rebuilt from ``__remote_log_metadata``): only segments in state ``COPY_SEGMENT_FINISHED`` are read.
@@ -30,7 +36,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
-import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -39,13 +44,15 @@ from typing import TYPE_CHECKING, Protocol
 from storage_engine.errors import (CorruptIndexError, CorruptRecordError, DataLossError, OffsetOutOfRangeError,
                                    RemoteObjectDamagedError, RemoteObjectMissingError)
 from storage_engine.record.legacy_records import LegacyBatch
-from storage_engine.record.record_batch import RecordBatch
+from storage_engine.record.record_batch import BatchBuffer, RecordBatch
 from storage_engine.segment.checked_read import FetchData, checked_from, read_from
 from storage_engine.segment.file_records import FileRecords
 from storage_engine.segment.txn_index import AbortedTxn, TxnIndexSearchResult, decode_entries
 from storage_engine.tiered import parts
-from storage_engine.tiered.cache import ChunkCache, NoCache
+from storage_engine.tiered.cache import TRAILER, ChunkCache, NoCache
+from storage_engine.tiered.chunk_fetch import ChunkFetcher, chunk_name
 from storage_engine.tiered.keys import segment_keys
+from storage_engine.tiered.remote_index import SegmentIndex
 
 if TYPE_CHECKING:
     from storage_engine.tiered.settings import RemoteStorageSettings
@@ -54,11 +61,11 @@ logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 4 << 20        # Aiven's default fetch chunk: a cold fetch costs one GET of this much
 PARSED_INDEXES = 64          # segments whose parsed offset/time index stays in memory
-PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read (the Spark source)
+PARALLEL_CHUNKS = 4          # ranged GETs in flight when a whole segment is read without a cache (the Spark source)
+READ_AHEAD_CHUNKS = 4        # a cold read's ranged GET covers its chunk and up to 3 after it
 PARSED_TXN_INDEXES = 4096    # segments whose aborted transactions (usually none) stay in memory
+FETCH_ENDS = 4096            # segments whose last fetch's end is remembered (where the next one starts)
 MAX_INDEX_OBJECT_BYTES = 64 << 20   # segment.index.bytes is at most 2 GiB in Kafka, 10 MiB by default
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
 BatchT = RecordBatch | LegacyBatch
 
 
@@ -99,6 +106,9 @@ class ObjectReader(Protocol):
     def get_range(self, key: str, start: int, end_exclusive: int,
                   offsets: tuple[int, int] | None = None) -> bytes: ...
 
+    def get_range_pieces(self, key: str, start: int, end_exclusive: int, piece_bytes: int,
+                         offsets: tuple[int, int] | None = None) -> Iterator[bytes]: ...
+
 
 class SegmentSource(Protocol):
     """What the reader uses of :class:`~storage_engine.tiered.remote_log.RemoteLogView`."""
@@ -117,9 +127,20 @@ class RemoteReader:
         self.view = view
         self.cache: ChunkCache | NoCache = (cache if cache is not None
                                             else ChunkCache(settings.cache_dir, settings.cache_bytes))
-        self._parsed: collections.OrderedDict[str, _Index] = collections.OrderedDict()
+        self._parsed: collections.OrderedDict[str, SegmentIndex] = collections.OrderedDict()
         self._txns: collections.OrderedDict[str, list[AbortedTxn]] = collections.OrderedDict()
+        # .log key -> (the offset after the last fetch of it, the byte where that fetch ended)
+        self._ends: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._parsed_mutex = threading.Lock()
+        self._fetcher = ChunkFetcher(store, self.cache) if isinstance(self.cache, ChunkCache) else None
+
+    def clear_cache(self) -> None:
+        """Forget what this process holds in memory (parsed indexes, checked chunks); the cache folder stays."""
+        with self._parsed_mutex:
+            self._parsed.clear()
+            self._txns.clear()
+            self._ends.clear()
+        self.cache.forget_memory()
 
     # -- which segment --------------------------------------------------------------------------------------------
     def segments_from(self, topic: str, partition: int, offset: int, *,
@@ -144,12 +165,34 @@ class RemoteReader:
         fetch), at most ``max_bytes`` unless the first batch alone is larger and ``min_one_message``."""
         for seg in self._holding(topic, partition, offset, topic_id):
             rseg = self._segment(seg)
-            pos = self._position(seg, offset)
+            pos = self._resume_position(rseg.key, offset)
+            if pos is None:
+                if offset <= seg.start_offset and self._fetcher is not None:
+                    # From the segment's start (a walk entering it): its first chunk is on its way while the
+                    # offset index is fetched and checked.
+                    self._fetcher.prefetch(rseg.key, 0, seg.size_bytes, CHUNK_BYTES, self._window(), _offsets(seg))
+                pos = self._position(seg, offset)
             data = self._scan(seg, rseg, pos, offset, lambda p: read_from(rseg, p, offset, max_bytes, None,
                                                                            min_one_message, seg.end_offset + 1))
             if data is not None:        # (empty when the first batch does not fit and not min_one_message)
+                if data.data:
+                    self._remember_end(rseg.key, data)
                 return data
         return None
+
+    def _resume_position(self, key: str, offset: int) -> int | None:
+        """The byte where an earlier fetch of ``key`` ended, when ``offset`` is the offset after it (a consumer's
+        next fetch): no index lookup needed. None otherwise."""
+        with self._parsed_mutex:
+            found = self._ends.get(key)
+        return found[1] if found is not None and found[0] == offset else None
+
+    def _remember_end(self, key: str, data: FetchData) -> None:
+        with self._parsed_mutex:
+            self._ends[key] = (_next_offset(data.data), data.position + len(data.data))
+            self._ends.move_to_end(key)
+            while len(self._ends) > FETCH_ENDS:
+                self._ends.popitem(last=False)
 
     def _scan(self, seg: RemoteSegment, rseg: RemoteSegmentFile, pos: int, offset: int,
               scan: Callable[[int], FetchData | None]) -> FetchData | None:
@@ -301,9 +344,11 @@ class RemoteReader:
         start = n * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, seg.size_bytes)
         try:
-            # The chunk size is part of the name: entries cut at another size are never taken for these.
-            data = self.cache.get(f"{key}#{CHUNK_BYTES}#{n}",
-                                  lambda: self.store.get_range(key, start, end, _offsets(seg)))
+            if self._fetcher is not None:
+                data = self._fetcher.chunk(key, n, seg.size_bytes, CHUNK_BYTES, self._window(), _offsets(seg))
+            else:
+                data = self.cache.get(chunk_name(key, CHUNK_BYTES, n),
+                                      lambda: self.store.get_range(key, start, end, _offsets(seg)))
         except RemoteObjectMissingError as exc:
             raise RemoteObjectMissingError(key, _offsets(seg)) from exc
         if len(data) != end - start:
@@ -311,6 +356,12 @@ class RemoteReader:
                                                                 f"{len(data)} bytes: the object is shorter than the "
                                                                 f"{seg.size_bytes} bytes its metadata records")
         return data
+
+    def _window(self) -> int:
+        """Chunks one cold read fetches (its own and those after it): :data:`READ_AHEAD_CHUNKS`, fewer when they
+        would take more than a quarter of the cache's bound (read-ahead must not evict what is being read)."""
+        fits = self.cache.max_bytes // (4 * (CHUNK_BYTES + TRAILER.size)) if isinstance(self.cache, ChunkCache) else 1
+        return max(1, min(READ_AHEAD_CHUNKS, fits))
 
     def segment_bytes(self, seg: RemoteSegment) -> tuple[bytes, str]:
         """The whole ``.log`` object of ``seg`` (every chunk, sized as its metadata says) and where it is; the
@@ -324,7 +375,7 @@ class RemoteReader:
             parts = list(pool.map(lambda n: self.chunk(seg, key, n), range(chunks)))
         return b"".join(parts), self._where(key)
 
-    def _parsed_index(self, seg: RemoteSegment, part: str) -> _Index:
+    def _parsed_index(self, seg: RemoteSegment, part: str) -> SegmentIndex:
         """The ``part`` (``index`` or ``timeindex``) object of ``seg``, parsed and checked, kept in memory."""
         key = self._keys(seg)[part]
         with self._parsed_mutex:
@@ -335,8 +386,8 @@ class RemoteReader:
         raw = self._object(seg, key)
         assert raw is not None
         try:
-            index = (_Index.offsets_of(seg, raw, self._where(key)) if part == "index"
-                     else _Index.times_of(seg, raw, self._where(key)))
+            index = (SegmentIndex.offsets_of(seg, raw, self._where(key)) if part == "index"
+                     else SegmentIndex.times_of(seg, raw, self._where(key)))
         except CorruptIndexError as exc:
             raise self._damaged(seg, key, exc) from exc
         with self._parsed_mutex:
@@ -348,7 +399,7 @@ class RemoteReader:
     def _position(self, seg: RemoteSegment, offset: int) -> int:
         return self._parsed_index(seg, "index").position(offset)
 
-    def _time_index(self, seg: RemoteSegment) -> _Index:
+    def _time_index(self, seg: RemoteSegment) -> SegmentIndex:
         return self._parsed_index(seg, "timeindex")
 
     def _damaged(self, seg: RemoteSegment, key: str, exc: Exception) -> RemoteObjectDamagedError:
@@ -361,6 +412,18 @@ class RemoteReader:
 def _first_base(data: bytes) -> int:
     """The base offset of the first entry of ``data`` (its first 8 bytes, any magic)."""
     return int.from_bytes(data[:8], "big", signed=True)
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole batches of any magic): its last offset + 1."""
+    pos = last = 0
+    while pos + 12 <= len(data):
+        last = pos
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    base = int.from_bytes(data[last:last + 8], "big", signed=True)
+    if data[last + 16] >= 2:       # a v2 batch: base offset + last offset delta (bytes 23-26)
+        return base + int.from_bytes(data[last + 23:last + 27], "big", signed=True) + 1
+    return base + 1                # a legacy entry's offset is its last (a compressed wrapper's: the inner last)
 
 
 def _offsets(seg: RemoteSegment) -> tuple[int, int]:
@@ -380,16 +443,42 @@ class RemoteFileRecords(FileRecords):
         self._map = None
         self._map_len = 0
         self._reader, self._seg, self._key = reader, seg, key
+        self._held: tuple[int, bytes] | None = None    # the chunk read last, for the scan's next small reads
 
     def read(self, position: int, size: int) -> bytes:
         size = max(0, min(size, self.size - position))
         if size == 0:
             return b""
         first, last = position // CHUNK_BYTES, (position + size - 1) // CHUNK_BYTES
-        parts = [self._reader.chunk(self._seg, self._key, n) for n in range(first, last + 1)]
-        buf = parts[0] if len(parts) == 1 else b"".join(parts)
         skip = position - first * CHUNK_BYTES
-        return buf[skip:skip + size]
+        if first == last:
+            return self._chunk(first)[skip:skip + size]
+        parts, left = [], size             # across chunks: each chunk's slice copied once, into the result
+        for n in range(first, last + 1):
+            view = memoryview(self._chunk(n))[skip:skip + left]
+            parts.append(view)
+            left -= len(view)
+            skip = 0
+        return b"".join(parts)
+
+    def read_view(self, position: int, size: int) -> BatchBuffer:
+        """As :meth:`read`, without copying when the range lies in one chunk (the scan parses the view; what it
+        returns is copied out of it once)."""
+        size = max(0, min(size, self.size - position))
+        first = position // CHUNK_BYTES
+        if size == 0 or (position + size - 1) // CHUNK_BYTES != first:
+            return self.read(position, size)
+        skip = position - first * CHUNK_BYTES
+        return memoryview(self._chunk(first))[skip:skip + size]
+
+    def _chunk(self, n: int) -> bytes:
+        """Chunk ``n``: a scan reads each batch's header, then its bytes, so the chunk read last is held for the
+        life of this object (one fetch) and the reader is asked once per chunk, not once per read."""
+        if self._held is not None and self._held[0] == n:
+            return self._held[1]
+        data = self._reader.chunk(self._seg, self._key, n)
+        self._held = (n, data)
+        return data
 
     def physical_size(self) -> int:
         return self.size
@@ -414,66 +503,3 @@ class RemoteSegmentFile:
     @property
     def path(self) -> str:
         return self.log.path
-
-
-class _Index:
-    """A remote segment's offset index (``keys``: offsets, ``values``: positions) or time index (``keys``:
-    timestamps, ``values``: offsets), parsed and checked once: entries in order, inside the segment's offsets and
-    bytes. Trailing zero slots (a preallocated index copied untrimmed) end it, as Kafka's index loading ends it."""
-
-    def __init__(self, base: int, keys: list[int], values: list[int]):
-        self.base, self.keys, self.values = base, keys, values
-
-    @classmethod
-    def offsets_of(cls, seg: RemoteSegment, raw: bytes, where: str) -> _Index:
-        base, offsets, positions = seg.start_offset, [], []
-        prev_rel, prev_pos = -1, 0
-        for slot, (rel, pos) in enumerate(_OFFSET_ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 8])):
-            if rel == 0 and pos == 0 and slot > 0:
-                break
-            if rel <= prev_rel or pos < prev_pos or pos >= seg.size_bytes or base + rel > seg.end_offset:
-                raise CorruptIndexError(f"offset index entry {slot} (offset {base + rel}, position {pos}) is out of "
-                                        f"order or outside the segment [{base}, {seg.end_offset}] of "
-                                        f"{seg.size_bytes} bytes", where, slot * _OFFSET_ENTRY.size)
-            offsets.append(base + rel)
-            positions.append(pos)
-            prev_rel, prev_pos = rel, pos
-        return cls(base, offsets, positions)
-
-    @classmethod
-    def times_of(cls, seg: RemoteSegment, raw: bytes, where: str) -> _Index:
-        base, times, offsets = seg.start_offset, [], []
-        prev_ts, prev_off = -1, base
-        for slot, (ts, rel) in enumerate(_TIME_ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 12])):
-            if ts == 0 and rel == 0 and slot > 0:
-                break
-            if ts < prev_ts or base + rel < prev_off or base + rel > seg.end_offset:
-                raise CorruptIndexError(f"time index entry {slot} ({ts}, offset {base + rel}) is out of order or "
-                                        f"outside the segment [{base}, {seg.end_offset}]", where,
-                                        slot * _TIME_ENTRY.size)
-            times.append(ts)
-            offsets.append(base + rel)
-            prev_ts, prev_off = ts, base + rel
-        return cls(base, times, offsets)
-
-    def position(self, offset: int) -> int:
-        """(offset index) The position of the largest entry with offset <= ``offset``, 0 if none: where a scan
-        for ``offset`` starts."""
-        i = _floor(self.keys, offset)
-        return self.values[i] if i >= 0 else 0
-
-    def offset_for_time(self, timestamp: int) -> int:
-        """(time index) The offset of the entry with the largest timestamp <= ``timestamp``, the base if none."""
-        i = _floor(self.keys, timestamp)
-        return self.values[i] if i >= 0 else self.base
-
-
-def _floor(values: Sequence[int], target: int) -> int:
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if values[mid] <= target:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - 1

@@ -12,7 +12,11 @@ configured partition count; an existing topic keeps its count. One writer per ti
 tiering job holds a per-partition lock), so checking a transition against the view and then appending is not raced.
 
 The view: :meth:`RemoteLogView.load` reads every partition of the topic, :meth:`RemoteLogView.refresh` only what was
-appended since (a partition whose log end offset did not move costs a look at its shared state). Records apply in
+appended since (a partition whose log end offset did not move costs a look at its shared state), of every partition
+or of those named; :meth:`RemoteLogView.refresh_partition` of the one that holds a tiered partition's records (a
+tiering run refreshes one metadata partition per partition it tiers, not the whole topic). The topic's partitions
+are listed once a first one exists, then every ``RESCAN_S``; the listing the manager took of its log dirs as it
+opened them is used when it is that recent, so a batch lists its dirs once. Records apply in
 each metadata partition's order, and every record of one tiered partition is in one metadata partition, so its
 states apply in the order they were published. Kafka's rules hold when a record is applied (Kafka's
 ``RemoteLogMetadataCache``): a segment record must be COPY_SEGMENT_STARTED, an update must name a known segment and
@@ -109,7 +113,9 @@ class RemoteLogMetadata:
         the record is first checked against Kafka's transition rules in the view brought up to date (raises
         :class:`InvalidRemoteStateError`), and the view is refreshed after."""
         if view is not None:
-            view.refresh(mgr)
+            # Every earlier record of the record's partition is in one metadata partition: only that one is read,
+            # once the topic's count is known (the topic is not created for a record that is refused).
+            view.refresh(mgr, metadata_partitions=None if self._count is None else [self.partition_for(mgr, record)])
             problem = view.problem(record)
             if problem is not None:
                 raise InvalidRemoteStateError(f"cannot publish {_describe(record)}: {problem}")
@@ -120,7 +126,7 @@ class RemoteLogMetadata:
         log.flush()
         crashpoints.reached("remote.metadata.flushed")
         if view is not None:
-            view.refresh(mgr)
+            view.refresh(mgr, metadata_partitions=[partition])
         return partition, info.first_offset
 
 
@@ -155,15 +161,20 @@ class RemoteLogView:
 
     # -- reading the topic ------------------------------------------------------------------------------------
 
-    def refresh(self, mgr: LogManager) -> int:
-        """Apply what was appended to the topic since the last load or refresh; returns the records applied."""
+    def refresh(self, mgr: LogManager, *, metadata_partitions: Iterable[int] | None = None) -> int:
+        """Apply what was appended to the topic since the last load or refresh; returns the records applied.
+        ``metadata_partitions``: only those partitions of the topic (the others are brought up to date by a later
+        refresh of theirs)."""
         applied = 0
         with self._mutex:
-            if (time.monotonic() - self._listed_at > RESCAN_S if self._metadata_partitions
+            asked = None if metadata_partitions is None else set(metadata_partitions)
+            if asked and not asked <= set(self._metadata_partitions):   # one not listed yet: list the dirs now
+                self._list(mgr, reuse=False)
+            elif (time.monotonic() - self._listed_at > RESCAN_S if self._metadata_partitions
                     else any(os.path.isdir(os.path.join(d, f"{TOPIC}-0")) for d in mgr.online_dirs())):
-                self._metadata_partitions = topic_changes.existing_partitions(mgr, TOPIC)
-                self._listed_at = time.monotonic()
-            for p in self._metadata_partitions:
+                self._list(mgr, reuse=True)
+            wanted = self._metadata_partitions if asked is None else sorted(asked & set(self._metadata_partitions))
+            for p in wanted:
                 log = mgr.get_log(TOPIC, p)
                 if log is None:
                     continue
@@ -189,6 +200,27 @@ class RemoteLogView:
                 self._positions[p] = max(position, end)   # read_records read at least to ``end``
             self.records_applied += applied
         return applied
+
+    def _list(self, mgr: LogManager, *, reuse: bool) -> None:
+        """List the topic's partitions; ``reuse``: the listing the manager took of its dirs as it opened them will
+        do if it is recent (a batch then lists each dir once, not once more for its view)."""
+        listed = mgr.listed_partitions(TOPIC, RESCAN_S) if reuse else None
+        if listed is None or not listed[0]:
+            listed = topic_changes.existing_partitions(mgr, TOPIC), time.monotonic()
+        self._metadata_partitions, self._listed_at = listed
+
+    def refresh_partition(self, mgr: LogManager, topic_id: uuid.UUID, partition: int, expected_count: int) -> int:
+        """Bring the view up to date for one tiered partition: :meth:`refresh` of the one metadata partition that
+        holds every record of ``topic_id``-``partition`` (Kafka's partitioner over the topic's partition count),
+        when the topic's partitions are listed as exactly ``0 .. expected_count - 1`` (the count it is created
+        with); otherwise (a topic with another count, or listed while another process was creating it) of every
+        partition. Returns the records applied."""
+        with self._mutex:
+            applied = self.refresh(mgr, metadata_partitions=())    # (lists the topic when due)
+            if self._metadata_partitions != list(range(expected_count)):
+                return applied + self.refresh(mgr)
+            return applied + self.refresh(mgr, metadata_partitions=[
+                metadata_partition(topic_id, partition, expected_count)])
 
     def _reject(self, text: str) -> None:
         logger.warning("remote log metadata: %s", text)

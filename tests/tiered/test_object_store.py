@@ -16,6 +16,7 @@ from storage_engine.tiered import object_store
 from storage_engine.tiered.object_store import PART_BYTES, ObjectStore, etag_of_file
 from storage_engine.tiered.settings import RemoteStorageSettings
 from tests.tiered.conftest import s3_client
+from tests.tiered.etag_proxy import EtagProxy
 
 pytestmark = pytest.mark.tiered
 
@@ -170,3 +171,31 @@ def test_a_dead_store_is_unreachable_with_its_fix_and_health_says_so(weed_factor
     assert health["fix"].startswith("start the object store at")
     server.start()                       # back, with the object: nothing was deleted meanwhile
     store.verify("k", uploaded.size, uploaded.checksum)
+
+
+@pytest.mark.parametrize("size", [100, PART_BYTES + 1])
+def test_an_upload_answered_with_another_etag_is_damaged_and_leaves_nothing(weed, bucket, tmp_path, size):
+    """The upload checks the store's answer to each request (PUT, or each part) against the MD5 of the bytes it read
+    and sent: a store answering another ETag (it kept other bytes) fails the upload as damaged, naming the key and
+    offsets, and a multipart upload is aborted (no object, no parts left). The same file then uploads and verifies
+    through the same path once the answers are right again."""
+    data = write(tmp_path / "seg", size)
+    with EtagProxy(weed.endpoint_url) as proxy:
+        store = ObjectStore(settings_of(weed, bucket, endpoint_url=proxy.endpoint_url))
+        proxy.damage_uploads = True
+        with pytest.raises(RemoteObjectDamagedError) as err:
+            store.upload("t/seg", str(tmp_path / "seg"), (7, 9))
+        assert proxy.damaged >= 1
+        assert err.value.key == "t/seg" and err.value.offsets == (7, 9)
+        what = "PUT" if size < PART_BYTES else "part "
+        assert f"the store answered the {what}" in str(err.value) and "where the bytes sent give" in str(err.value)
+        assert store.incomplete_uploads("") == []
+        if size < PART_BYTES:       # a single PUT's object exists (S3 has no way to refuse it after the fact):
+            store.delete(["t/seg"])     # the caller (the copy) deletes it with the segment's other objects
+        assert list(store.list("")) == []
+        proxy.damage_uploads = False
+        uploaded = store.upload("t/seg", str(tmp_path / "seg"))
+        assert (uploaded.size, uploaded.checksum) == etag_of_file(str(tmp_path / "seg"))
+        store.verify(uploaded.key, uploaded.size, uploaded.checksum)
+        assert store.get("t/seg") == data
+        store.close()

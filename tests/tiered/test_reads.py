@@ -240,3 +240,113 @@ def test_reads_across_chunk_boundaries_equal_the_local_ones(shared, tmp_path, mo
         with open(local_seg.path, "rb") as f:
             assert data == f.read(), where
     assert small.cache.stats.misses > 3 * len(segments)      # several chunks per segment were fetched
+
+
+class _CountingStore:
+    """The real object store, recording every GET: whole objects by key, ranged GETs by (key, start, end)."""
+
+    def __init__(self, store):
+        self.store, self.gets, self.ranges = store, [], []
+
+    def get(self, key, offsets=None):
+        self.gets.append(key)
+        return self.store.get(key, offsets)
+
+    def get_range(self, key, start, end_exclusive, offsets=None):
+        self.ranges.append((key, start, end_exclusive))
+        return self.store.get_range(key, start, end_exclusive, offsets)
+
+    def get_range_pieces(self, key, start, end_exclusive, piece_bytes, offsets=None):
+        self.ranges.append((key, start, end_exclusive))
+        return self.store.get_range_pieces(key, start, end_exclusive, piece_bytes, offsets)
+
+
+def _walk(reader, segments, log=None, max_bytes=300):
+    offset = 0
+    while offset <= segments[-1].end_offset:
+        data = reader.read(TOPIC, 0, offset, max_bytes)
+        assert data is not None and data.data
+        if log is not None:
+            assert data.data == log.read(offset, max_bytes).data, offset
+        offset = _next_offset(data.data)
+
+
+def test_a_cold_walk_in_small_fetches_gets_each_chunk_once_and_checks_its_file_once(shared, tmp_path, monkeypatch):
+    """A consumer's fetch loop over cold segments: one ranged GET per run of READ_AHEAD_CHUNKS chunks (each chunk
+    fetched once, read from the GET's body as the fetches need it), one GET of each segment's offset index, and no
+    cache file read back during the walk (the chunks this process checked are served from memory while their
+    files are in the folder). A new process's view (memory dropped) reads each file once and asks the store
+    nothing."""
+    from storage_engine.tiered import chunk_fetch, reads
+    log, reader, segments, settings = shared
+    chunk = 777
+    monkeypatch.setattr(reads, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(chunk_fetch, "STALE_S", 3600.0)      # a loaded machine's pause never closes a stream here
+    counting = _CountingStore(reader.store)
+    walker = RemoteReader(settings, counting, reader.view, cache=ChunkCache(str(tmp_path / "walk"), 1 << 30))
+    _walk(walker, segments, log)
+    window = reads.READ_AHEAD_CHUNKS
+    expected = []
+    for seg in segments:
+        key = _keys(settings, seg)["log"]
+        for first in range(0, seg.size_bytes, window * chunk):
+            expected.append((key, first, min(seg.size_bytes, first + window * chunk)))
+    assert sorted(counting.ranges) == sorted(expected)
+    assert sorted(counting.gets) == sorted(_keys(settings, s)["index"] for s in segments)
+    chunks = sum((s.size_bytes + chunk - 1) // chunk for s in segments)
+    stats = walker.cache.stats
+    assert stats.misses == chunks + len(segments)                  # every chunk and index kept once
+    assert stats.hits > 0 and stats.hits == stats.memory_hits      # no file read back
+    walker.clear_cache()
+    before = stats.hits - stats.memory_hits
+    _walk(walker, segments)
+    assert len(counting.ranges) == len(expected) and len(counting.gets) == len(segments)
+    assert stats.hits - stats.memory_hits - before == chunks + len(segments)   # each file read and checked once
+
+
+def test_memory_holds_no_chunk_the_cache_folder_does_not(tiered, weed, bucket, tmp_path):
+    """An entry removed from the folder (evicted by another process, deleted by an operator) is gone for this
+    process too: the next read goes to the store, so a .log object deleted behind the store's back is then an error
+    with its offsets, never data this process read before."""
+    log, reader, segments, settings = tiered
+    seg = segments[4]
+    key = _keys(settings, seg)["log"]
+    counting = _CountingStore(reader.store)
+    cache = ChunkCache(str(tmp_path / "c6"), 1 << 30)
+    walker = RemoteReader(settings, counting, reader.view, cache=cache)
+    first = walker.read(TOPIC, 0, seg.start_offset, 100)
+    assert first is not None and first.data == log.read(seg.start_offset, 100).data
+    again = walker.read(TOPIC, 0, seg.start_offset, 100)
+    assert again is not None and again.data == first.data and len(counting.ranges) == 1   # from memory
+    for entry in (tmp_path / "c6").glob("*.entry"):
+        entry.unlink()
+    again = walker.read(TOPIC, 0, seg.start_offset, 100)
+    assert again is not None and again.data == first.data
+    assert [r[0] for r in counting.ranges] == [key, key]        # fetched again, not served from memory
+    for entry in (tmp_path / "c6").glob("*.entry"):
+        entry.unlink()
+    s3_client(weed).delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(RemoteObjectMissingError) as info:
+        walker.read(TOPIC, 0, seg.start_offset, 100)
+    assert key in str(info.value) and f"{seg.start_offset} to {seg.end_offset}" in str(info.value)
+
+
+def test_a_ranged_get_left_unread_is_not_read_on(tiered, weed, bucket, tmp_path, monkeypatch):
+    """Chunks a GET received ahead of the reads are taken only by reads that follow closely (within STALE_S):
+    later, the read asks the store again, so an object deleted meanwhile is an error, not bytes received before."""
+    from storage_engine.tiered import chunk_fetch, reads
+    _, reader, segments, settings = tiered
+    monkeypatch.setattr(reads, "CHUNK_BYTES", 512)
+    seg = max(segments, key=lambda s: s.size_bytes)
+    key = _keys(settings, seg)["log"]
+    counting = _CountingStore(reader.store)
+    walker = RemoteReader(settings, counting, reader.view, cache=ChunkCache(str(tmp_path / "c7"), 1 << 30))
+    assert len(walker.chunk(seg, key, 0)) == 512                  # its GET covers chunks 0-3
+    assert counting.ranges == [(key, 0, 4 * 512)]
+    assert len(walker.chunk(seg, key, 1)) == 512                  # read on from the same GET
+    assert len(counting.ranges) == 1
+    s3_client(weed).delete_object(Bucket=bucket, Key=key)
+    monkeypatch.setattr(chunk_fetch, "STALE_S", 0.0)             # as if the next read came much later
+    with pytest.raises(RemoteObjectMissingError):
+        walker.chunk(seg, key, 2)
+    assert counting.ranges[1:] == [(key, 2 * 512, min(seg.size_bytes, 6 * 512))]

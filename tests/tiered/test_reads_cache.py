@@ -105,3 +105,42 @@ def test_two_processes_sharing_the_folder_keep_one_bound(tmp_path):
     cache = ChunkCache(folder, bound)
     assert 0 < cache.size_bytes() <= bound
     assert all(n.endswith(SUFFIX) or n == ".lock" for n in os.listdir(folder))
+
+
+def test_an_entry_is_checked_once_then_served_from_memory_only_while_its_file_is_untouched(tmp_path):
+    """Memory holds an entry this process checked while the folder holds the very file it checked, untouched: a
+    removed file, a file written to, or one another process used (touched) is read and checked again, or loaded."""
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 20)
+    path = cache.path_of("seg#0")
+    calls: list[str] = []
+    data = os.urandom(4096)
+    assert cache.get("seg#0", _loader(data, calls, "first")) == data
+    for _ in range(3):
+        assert cache.get("seg#0", _loader(b"", calls, "never")) == data
+    assert (cache.stats.hits, cache.stats.memory_hits, cache.stats.misses) == (3, 3, 1)     # no file read
+    os.utime(path, ns=(1, 1))                      # another process's use: the file is read and checked again
+    assert cache.get("seg#0", _loader(b"", calls, "never")) == data
+    assert (cache.stats.hits, cache.stats.memory_hits) == (4, 3)
+    other = ChunkCache(str(tmp_path / "c"), 1 << 20)           # another process replaces the entry
+    os.remove(path)
+    newer = os.urandom(4096)
+    assert other.get("seg#0", _loader(newer, calls, "other")) == newer
+    assert cache.get("seg#0", _loader(b"", calls, "never")) == newer       # the folder's bytes, not memory's
+    os.remove(path)                                                         # evicted: loaded again
+    assert cache.get("seg#0", _loader(data, calls, "again")) == data
+    assert calls == ["first", "other", "again"]
+
+
+def test_memory_keeps_the_most_recent_entries_within_its_bound_and_never_more_than_the_folder(tmp_path):
+    entry = 1000
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 20, memory_bytes=3 * entry)
+    for i in range(4):
+        cache.get(f"k{i}", _loader(bytes([i]) * entry, [], f"k{i}"))
+    assert [cache.in_memory(f"k{i}") for i in range(4)] == [False, True, True, True]
+    assert cache.get("k0", _loader(b"", [], "k0")) == b"\x00" * entry       # its file, checked again
+    assert (cache.stats.hits, cache.stats.memory_hits) == (1, 0)
+    small = ChunkCache(str(tmp_path / "s"), 100)        # an entry the folder cannot keep is not held in memory
+    calls: list[str] = []
+    small.get("big", _loader(b"b" * 500, calls, "big"))
+    small.get("big", _loader(b"b" * 500, calls, "big"))
+    assert calls == ["big", "big"] and not small.in_memory("big")

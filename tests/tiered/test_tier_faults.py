@@ -64,3 +64,28 @@ def test_refused_credentials_fail_the_partition_naming_the_keys(tmp_path, weed, 
     assert "rsm.config.storage.aws.secret.access.key" in failure["error"]
     assert "not-the-secret" not in failure["error"]
     assert _files(tmp_path) == before
+
+
+def test_a_store_answering_other_etags_fails_the_copy_as_damaged_and_finishes_nothing(tmp_path, weed, bucket):
+    """Every object is checked against the bytes read from the local file before COPY_SEGMENT_FINISHED: a store
+    whose answers to the uploads carry another ETag than the MD5 of the bytes sent (it kept other bytes) fails the
+    partition as damage, with no segment finished and nothing local deleted. Once the answers are right, the next
+    run copies every segment and no object is left untracked."""
+    from tests.tiered.etag_proxy import EtagProxy
+    from tests.tiered.tier_helpers import assert_every_object_tracked, remote_segments, tier_cli
+    with EtagProxy(weed.endpoint_url) as proxy:
+        cfg = write_config(tmp_path, weed, bucket, endpoint=proxy.endpoint_url, local_retention_bytes=0)
+        fill(cfg, 60)
+        before = _files(tmp_path)
+        proxy.damage_uploads = True
+        failure, _ = _failed(cfg)
+        assert proxy.damaged >= 1
+        assert failure["error_type"] == "RemoteObjectDamagedError"
+        assert "where the bytes sent give" in failure["error"]
+        assert remote_segments(cfg) == []
+        assert _files(tmp_path) == before
+        proxy.damage_uploads = False
+        out = tier_cli(cfg)
+        assert out["copied_segments"] >= 2 and not out["failures"]
+        finished = assert_every_object_tracked(cfg, weed, bucket)
+        assert len(finished) == out["copied_segments"]
