@@ -22,7 +22,8 @@ How (:func:`copy_segment`), every state durable before the action it announces:
 3. each part is uploaded (all at once), each object checked against the bytes read from the local file (read
    once): the store's answer to every request must be the MD5 of the bytes sent, and to the multipart upload's
    completion the MD5 of the parts' MD5s, so the object holds exactly the file's bytes (its size and checksum;
-   :mod:`storage_engine.tiered.object_store`);
+   :mod:`storage_engine.tiered.object_store`); then one listing of the segment's keys reads back what the store
+   kept: every part there with its size and ETag;
 4. under the partition lock again: if the segment is no longer the one uploaded (retention or a truncation
    removed it meanwhile), the copy is abandoned: ``DELETE_SEGMENT_STARTED``, its objects deleted,
    ``DELETE_SEGMENT_FINISHED``;
@@ -215,8 +216,8 @@ def _upload_part(ctx: TierContext, prep: Prepared, part: str, key: str) -> Uploa
     """Upload one part, checked against the bytes read from the local file: the store answered every request with
     the MD5 of the bytes sent (and the multipart ETag of the parts' MD5s; :meth:`ObjectStore.upload` raises
     :class:`RemoteObjectDamagedError` otherwise), so the object holds exactly the bytes read, and those were the
-    whole file (its size when the segment was chosen). No HEAD follows: it would only repeat, one round trip later
-    on each segment's path, the size and ETag the store has just answered."""
+    whole file (its size when the segment was chosen). What the store kept is read back once per segment, by one
+    listing of its keys after every part's upload (:meth:`ObjectStore.check_stored`), not by a HEAD per part."""
     cand = prep.candidate
     offsets = (cand.base_offset, cand.end_offset)
     up = ctx.store.upload(key, prep.paths[part], offsets, check_bucket=False)
@@ -262,6 +263,9 @@ def copy_segment(ctx: TierContext, log: Log, cand: Candidate) -> dict | None:
         crashpoints.reached("tier.copy-started")
         keys = ctx.keys_of(seg)
         uploaded = _upload_all(ctx, prep, keys)
+        # Read back what the store kept (one listing of the segment's keys): sizes and ETags as uploaded.
+        ctx.store.check_stored(os.path.commonprefix(list(keys.values())), uploaded,
+                               (cand.base_offset, cand.end_offset))
         crashpoints.reached("tier.verified")
     if not still_there(log, cand):
         ctx.abandon(seg)

@@ -94,6 +94,7 @@ class Uploaded(NamedTuple):
 class ListedObject(NamedTuple):
     key: str
     size: int
+    etag: str = ""         # without quotes
 
 
 def etag_of_file(path: str, part_bytes: int = PART_BYTES) -> tuple[int, str]:
@@ -324,6 +325,21 @@ class ObjectStore:
             raise RemoteObjectDamagedError(key, offsets, f"its ETag is {found!r} where the uploaded bytes give "
                                                          f"{checksum!r}")
 
+    def check_stored(self, prefix: str, uploaded: Iterable[Uploaded], offsets: Offsets = None) -> None:
+        """Check, by one listing of ``prefix`` after the uploads, that the store holds each of ``uploaded`` with its
+        size and ETag: :class:`RemoteObjectMissingError` or :class:`RemoteObjectDamagedError` naming ``offsets``
+        otherwise. The uploads' own answers said what the store received; this reads back what it kept."""
+        stored = {obj.key: obj for obj in self.list(prefix)}
+        for up in uploaded:
+            found = stored.get(up.key)
+            if found is None:
+                raise RemoteObjectMissingError(up.key, offsets)
+            if found.size != up.size:
+                raise RemoteObjectDamagedError(up.key, offsets, f"{found.size} bytes where {up.size} were uploaded")
+            if found.etag != up.checksum:
+                raise RemoteObjectDamagedError(up.key, offsets, f"its ETag is {found.etag!r} where the uploaded bytes "
+                                                                f"give {up.checksum!r}")
+
     def get(self, key: str, offsets: Offsets = None) -> bytes:
         """The whole object ``key``."""
         def read() -> bytes:
@@ -396,7 +412,7 @@ class ObjectStore:
                 kwargs["ContinuationToken"] = token
             page = self._call(lambda: self.client.list_objects_v2(**kwargs))
             for item in page.get("Contents") or ():
-                yield ListedObject(str(item["Key"]), int(item["Size"]))
+                yield ListedObject(str(item["Key"]), int(item["Size"]), str(item.get("ETag", "")).strip('"'))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return

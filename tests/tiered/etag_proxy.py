@@ -1,9 +1,11 @@
 """An HTTP proxy in front of a real ``weed`` S3 gateway that can change the ETag of the store's answers to uploads,
 as a store (or a path to it) that kept other bytes than those sent would answer: the upload's check of every
-answer against the MD5 of the bytes it sent must catch it. Requests and their bodies pass unchanged (the SigV4
+answer against the MD5 of the bytes it sent must catch it; or acknowledge whole-object PUTs it never stores, as a
+store that lost acknowledged writes: the copy's read-back of what the store kept must catch that. Requests and their bodies pass unchanged (the SigV4
 signature covers the Host header, which is forwarded as the client sent it)."""
 from __future__ import annotations
 
+import hashlib
 import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,13 +23,17 @@ def _flipped(etag: str) -> str:
 
 class EtagProxy:
     """``EtagProxy(weed.endpoint_url)``: listens on 127.0.0.1; while :attr:`damage_uploads` is set, every answer to
-    a PUT (PutObject, UploadPart) carries another ETag than the store computed. :attr:`damaged` counts them."""
+    a PUT (PutObject, UploadPart) carries another ETag than the store computed. :attr:`damaged` counts them. While
+    :attr:`lose_puts` is set, a whole-object PUT is answered as a store that acknowledged it and then lost it would
+    (200 and the MD5 of the body sent) and never reaches the store; :attr:`lost` counts them."""
 
     def __init__(self, upstream_url: str) -> None:
         target = urlsplit(upstream_url)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.damage_uploads = False
         self.damaged = 0
+        self.lose_puts = False      # answer a whole-object PUT as stored (its right ETag) without passing it on
+        self.lost = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,6 +45,13 @@ class EtagProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if self.command == "PUT" and proxy.lose_puts and "uploadId=" not in self.path:
+                    proxy.lost += 1
+                    self.send_response(200, "OK")
+                    self.send_header("ETag", '"' + hashlib.md5(body or b"").hexdigest() + '"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
                 try:
                     conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)

@@ -4,6 +4,7 @@ died, each reported as its own error with the operator's fix."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def test_the_etag_computed_locally_is_the_one_weed_computes(store, weed, bucket,
         str(tmp_path / "segment.log"))
     assert ("-" in uploaded.checksum) == (size >= PART_BYTES)       # multipart from the part size on
     store.verify(uploaded.key, uploaded.size, uploaded.checksum)
+    store.check_stored("t/0/", [uploaded])          # a listing carries the same size and ETag as the HEAD
     assert store.get(uploaded.key) == data
     if size > 10:
         assert store.get_range(uploaded.key, 3, size - 2) == data[3:size - 2]
@@ -61,7 +63,9 @@ def test_the_etag_computed_locally_is_the_one_weed_computes(store, weed, bucket,
 def test_put_list_and_delete(store):
     for name in ("a/1", "a/2", "a/3", "b/1"):
         store.put(name, name.encode() * 3)
-    assert list(store.list("a/")) == [("a/1", 9), ("a/2", 9), ("a/3", 9)]
+    assert [(o.key, o.size) for o in store.list("a/")] == [("a/1", 9), ("a/2", 9), ("a/3", 9)]
+    # A listing carries each object's ETag as the store computed it: the MD5 of a whole-object PUT.
+    assert [o.etag for o in store.list("a/")] == [hashlib.md5(n.encode() * 3).hexdigest() for n in ("a/1", "a/2", "a/3")]
     store.delete(["a/1", "a/2", "a/missing"])          # absent keys are no error
     assert [o.key for o in store.list("")] == ["a/3", "b/1"]
     uploaded = store.put("c", b"0123456789")

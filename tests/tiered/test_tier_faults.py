@@ -89,3 +89,28 @@ def test_a_store_answering_other_etags_fails_the_copy_as_damaged_and_finishes_no
         assert out["copied_segments"] >= 2 and not out["failures"]
         finished = assert_every_object_tracked(cfg, weed, bucket)
         assert len(finished) == out["copied_segments"]
+
+
+def test_a_store_losing_acknowledged_uploads_fails_the_copy_as_missing_and_finishes_nothing(tmp_path, weed, bucket):
+    """A store that acknowledges an upload with the right ETag and then does not keep the object (weed's gateway
+    answering before a volume server took the write, then losing it) is caught by the copy's read-back of what
+    the store kept (one listing of the segment's keys) before COPY_SEGMENT_FINISHED: the partition fails with the
+    missing object named, no segment finished, nothing local deleted; the next run copies every segment."""
+    from tests.tiered.etag_proxy import EtagProxy
+    from tests.tiered.tier_helpers import assert_every_object_tracked, remote_segments, tier_cli
+    with EtagProxy(weed.endpoint_url) as proxy:
+        cfg = write_config(tmp_path, weed, bucket, endpoint=proxy.endpoint_url, local_retention_bytes=0)
+        fill(cfg, 60)
+        before = _files(tmp_path)
+        proxy.lose_puts = True
+        failure, _ = _failed(cfg)
+        assert proxy.lost >= 1
+        assert failure["error_type"] == "RemoteObjectMissingError"
+        assert "is missing" in failure["error"] and "offsets" in failure["error"]
+        assert remote_segments(cfg) == []
+        assert _files(tmp_path) == before
+        proxy.lose_puts = False
+        out = tier_cli(cfg)
+        assert out["copied_segments"] >= 2 and not out["failures"]
+        finished = assert_every_object_tracked(cfg, weed, bucket)
+        assert len(finished) == out["copied_segments"]
