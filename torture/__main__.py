@@ -2,8 +2,9 @@
 ``python -m torture --server [--trials N]``: the broker killed under idempotent producers (:mod:`torture.server`).
 ``python -m torture --txn [--trials N]``: the broker and transactional consume-transform-produce workers killed
 (:mod:`torture.txn`).
-``python -m torture --tiered [--trials N]``: the tier job, the appender and the object store (SeaweedFS) killed
-while records are tiered and read back from offset 0 (:mod:`torture.tiered`).
+``python -m torture --tiered [--trials N]``: the tier job, the appender, the ``serve`` broker and the object store
+(SeaweedFS) killed while records are tiered and read back from offset 0, by the engine and by a Kafka client
+through the broker (:mod:`torture.tiered`).
 
 Prints each failing trial's violations as they happen, and at the end the totals: trials, kills per process type,
 forced steps and the steps actually reached, acknowledged records checked, violations, duration. Exits 1 if any
@@ -36,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                         "broker and the workers are killed with SIGKILL and restarted; then every input record's "
                         "output committed exactly once (torture/txn.py)")
     p.add_argument("--tiered", action="store_true",
-                   help="tiered-storage trials instead: the tier job, the appender and the object store (weed) "
-                        "killed with SIGKILL while records are tiered and read back from offset 0; then every "
+                   help="tiered-storage trials instead: the tier job, the appender, the broker and the object store "
+                        "(weed) killed with SIGKILL while records are tiered and read back from offset 0, also by a "
+                        "Kafka client through the broker; then every "
                         "acknowledged record readable, locally or remotely, and no object left untracked after "
                         "one more clean tier run (torture/tiered.py)")
     p.add_argument("--seed", type=int, default=20261123)

@@ -1,5 +1,6 @@
-"""Kill -9 torture of tiered storage (``python -m torture --tiered``): the tier job, the appender and the object
-store killed while records are appended, tiered, expired locally and read back from offset 0.
+"""Kill -9 torture of tiered storage (``python -m torture --tiered``): the tier job, the appender, the ``serve``
+broker and the object store killed while records are appended, tiered, expired locally and read back from offset
+0, through the engine and through the broker by a Kafka client.
 
 One SeaweedFS (``weed server -s3``, :class:`include.seaweedfs.WeedServer`) serves every trial of a run, each
 trial in a bucket of its own. A trial (:func:`run_trial`):
@@ -8,21 +9,27 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
    (``remote.storage.enable``, ``local.retention.bytes`` 32 KiB, so every sealed segment is deleted locally once
    its remote copy is finished): ``tiered`` (nothing ever expires: every acknowledged record must stay readable,
    locally or remotely) and ``tiered-retained`` (``retention.bytes`` 256 KiB over local and remote, so remote
-   retention deletes objects and raises the log start offset); both prefilled with ~100 KiB so the tier job has
-   segments to copy from the first second;
-2. three processes (:mod:`torture.tiered_child`): the **appender** (a long-lived manager appending acknowledged
+   retention deletes objects and raises the log start offset); both prefilled with ~100 KiB, then tiered by one
+   run in the harness, so every read from offset 0 crosses the remote part from the first round;
+2. five processes (:mod:`torture.tiered_child`): the **appender** (a long-lived manager appending acknowledged
    records, as a broker's produce does), the **tier** job in a loop (copy, local retention, remote retention,
    orphans: ``storage_engine.jobs.tiering.tier``, a whole job per run as the CLI and the DAG run it; a run the
    object store fails is retried) and a **consumer** reading both topics from their log start over and over, the
-   offsets below the local log start from the object store, checking what it reads;
+   offsets below the local log start from the object store, checking what it reads; the **broker**
+   (:mod:`torture.tiered_broker`: ``serve`` on the trial's log dir and tiered config, its own port) and a **Kafka
+   client** (:mod:`torture.tiered_kafka`: librdkafka reading both topics from offset 0 through the broker, round
+   after round, checking offsets, values and out-of-range answers itself);
 3. deaths: in most trials a **forced step** (:mod:`storage_engine.crashpoints`): the tier process armed to die at
    a step of the copy, expiry or orphan protocols (or of the local retention and checkpoint writes it makes), or
    the appender at a step of an append or a roll; a forced role killed at random before its step comes back armed
    again; a trial runs 1.5-4 s, longer until its forced step is reached (at most 12 s) and until the looping tier
-   job finished a run (at most 30 s); plus 1-3 ``kill -9`` at random moments of a random one of: the tier process, the appender, the
-   consumer, or the object store (``WeedServer.kill9``, then started again on the same folder and ports after
-   0-1 s); every killed process is restarted;
-4. the end: every process killed (half the trials) or stopped cleanly; the object store started if it is down;
+   job finished a run and the Kafka client read remote records through the broker (at most 30 s); plus 1-3
+   ``kill -9`` at random moments of one of (:data:`KILLABLE`): the broker (restarted on its port after 0-1 s; a third of its
+   kills followed by a second one soon after the restart, often before it serves), the
+   tier process, the appender, the object store (``WeedServer.kill9``, then started again on the same folder and
+   ports after 0-1 s), the consumer or the Kafka client; every killed process is restarted;
+4. the end: every process killed, the broker too (half the trials), or stopped cleanly (the broker by SIGTERM,
+   exit 0 expected); the object store started if it is down;
    then, 2 s after the last kill and the store's last start (a PUT of a killed process can still be completing
    inside the store: weed holds a write until a volume server takes it), **one more clean tier run** in the
    harness;
@@ -33,14 +40,15 @@ trial in a bucket of its own. A trial (:func:`run_trial`):
    written); some records were read from the object store; no object in the bucket that the remote log metadata
    does not track as a finished segment, every finished segment has all its objects, and no copy or delete is
    left started but unfinished; ``verify`` reports no problem; no process failed other than by a kill (a
-   traceback, a consumer's ``BAD`` line).
+   traceback, a ``BAD`` line of either consumer, killed or not); the broker never exited on its own and failed no
+   remote read because an object was damaged or missing from ``tiered``
+   (:meth:`torture.tiered_broker.TrialBroker.log_violations`).
 
 A failing trial's dir (log dir, config, process outputs, a listing of the bucket) is kept under ``--keep``.
 """
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import random
@@ -54,24 +62,23 @@ from typing import Any, Callable
 
 from include.seaweedfs import WeedServer
 from storage_engine import crashpoints
-from storage_engine.config_file import load_config
-from storage_engine.inspection.verify import verify_log_dirs
-from storage_engine.log.manager import LogManager
-from torture.child import digest, payload, payload_ok
 from torture.harness import Child, _collect_exit
-from torture.tiered_child import RETAINED, TIERED, TOPICS, RemoteRange, read_range
+from torture.tiered_broker import TrialBroker
+from torture.tiered_checks import check, drop_bucket, first_tier_run, list_bucket, prefill, s3
+from torture.tiered_child import RETAINED, TIERED
 
 REPO = Path(__file__).resolve().parent.parent
-ROLES = ("appender", "tier", "consumer")
-KILLABLE = ROLES + ("weed",)
+ROLES = ("appender", "tier", "consumer", "kafka-consumer")
+# who a random kill hits, with its weight: the broker and the object store more often than a client process
+KILLABLE = {"appender": 2, "tier": 2, "consumer": 1, "kafka-consumer": 1, "weed": 2, "broker": 3}
 SEGMENT_BYTES = 16 * 1024
 LOCAL_RETENTION_BYTES = 32 * 1024
 RETENTION_BYTES = 256 * 1024
-PREFILL_BYTES = 100 * 1024
 FORCED_STEP_TIMEOUT_S = 12.0
 MIN_RUN_WAIT_S = 30.0   # a trial goes on until the looping tier job finished a run, at most this long
 SETTLE_S = 2.0          # after the last kill and the store's last start, before the clean run
 MODULE = "torture.tiered_child"
+KAFKA_MODULE = "torture.tiered_kafka"
 
 CONFIG = """broker:
   log.dirs: [logs]
@@ -128,6 +135,7 @@ class TrialResult:
     remote_read: int
     copied: int
     violations: list
+    broker: Counter
     seconds: float
     kept: str | None = None
 
@@ -177,7 +185,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
     bucket = f"torture-{trial}-{seed}"[:63]
     store = _Weed(weed)
     store.ensure_up()
-    _s3(weed).create_bucket(Bucket=bucket)
+    s3(weed).create_bucket(Bucket=bucket)
     cfg_path = work / "storage.yaml"
     cfg_path.write_text(CONFIG.format(segment_bytes=SEGMENT_BYTES, endpoint=weed.endpoint_url, bucket=bucket,
                                       access_key=weed.access_key, secret_key=weed.secret_key, cache=work / "cache",
@@ -192,6 +200,8 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
     kills: Counter = Counter()
     violations: list[str] = []
     serial = 0
+    broker = TrialBroker(cfg_path, work, base_env)
+    served: Counter = Counter()     # what the Kafka client read through the broker (see summary())
 
     def nth(name: str) -> str:
         return f"{name}:{rng.randint(20, 300)}" if name.startswith("append.") else f"{name}:{rng.randint(1, 3)}"
@@ -199,6 +209,10 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
     def tier_ran() -> bool:
         return any(line.startswith(("RUN ", "STORE-DOWN ", "FAIL ")) for c in children if c.role == "tier"
                    for line in c.lines)
+
+    def broker_read_remote() -> bool:
+        return any(line.startswith("ROUND ") and line.split()[2] != "0" for c in children
+                   if c.role == "kafka-consumer" for line in c.lines)
 
     def reached_forced() -> bool:
         return any(c.crash_step() == step for c in children)
@@ -209,10 +223,13 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
         env = dict(base_env)
         if armed and step is not None:
             env[crashpoints.ENV_VAR] = nth(step)
-        args = ["--config", str(cfg_path), "--stop-file", str(stop_file), "--seconds", str(duration + 60),
-                "--seed", str(rng.randrange(2**31)), "--tag", f"{role[0]}{serial}",
+        args = ["--stop-file", str(stop_file), "--seconds", str(duration + 60), "--tag", f"{role[0]}{serial}",
                 "--pause-s", "0.002" if role == "appender" else "0.05"]
-        child = Child(role, work, args, env, serial, module=MODULE)
+        if role == "kafka-consumer":
+            args += ["--bootstrap", broker.address, "--log-dir", str(work / "logs")]
+        else:
+            args += ["--config", str(cfg_path), "--seed", str(rng.randrange(2**31))]
+        child = Child(role, work, args, env, serial, module=KAFKA_MODULE if role == "kafka-consumer" else MODULE)
         children.append(child)
         return child
 
@@ -220,18 +237,25 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
     remote_read = copied = 0
     last_kill = [0.0]
     try:
-        _prefill(cfg_path, rng, acks)
+        prefill(cfg_path, rng, acks)
+        first_failed = first_tier_run(cfg_path)
+        if first_failed:
+            raise _Abort(first_failed)
         live = {"appender": start("appender", forced_role == "appender")}
         _wait_ready(live["appender"])
+        if not broker.start():
+            raise _Abort("the broker did not start")
         for role in ROLES[1:]:
             live[role] = start(role, forced_role == role)
         started = time.monotonic()
         kill_times = sorted(rng.uniform(0.3, duration) for _ in range(rng.randint(1, 3)))
         deadline = started + (FORCED_STEP_TIMEOUT_S if step is not None else duration)
         checked, extended = 0.0, False
-        # the trial lasts until the looping tier job finished a run (at most MIN_RUN_WAIT_S), so the kills and
-        # the consumer meet copies and expiries made while the appender appends, not only the clean run's
-        while time.monotonic() < deadline or (not tier_ran() and time.monotonic() < started + MIN_RUN_WAIT_S):
+        # the trial lasts until the looping tier job finished a run and the Kafka client read records of the
+        # remote part through the broker (at most MIN_RUN_WAIT_S), so the kills and the consumers meet copies and
+        # expiries made while the appender appends, not only the clean run's
+        while time.monotonic() < deadline or ((not tier_ran() or not broker_read_remote())
+                                              and time.monotonic() < started + MIN_RUN_WAIT_S):
             now = time.monotonic() - started
             if step is not None and not extended and now - checked > 0.1:
                 checked = now
@@ -240,24 +264,30 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
                     deadline = max(started + duration, time.monotonic() + rng.uniform(0.3, 2.0))
             if kill_times and now >= kill_times[0]:
                 kill_times.pop(0)
-                victim = rng.choice(KILLABLE)
+                victim = rng.choices(list(KILLABLE), weights=list(KILLABLE.values()))[0]
                 last_kill[0] = time.monotonic()
                 if victim == "weed":
                     store.kill_and_restart(rng.uniform(0.0, 1.0))
+                elif victim == "broker":
+                    broker.kill9(rng)       # counted by the broker (a broker not running is not killed)
                 else:
                     live[victim].kill9()
-                kills[victim] += 1
+                if victim != "broker":
+                    kills[victim] += 1
             for role, child in list(live.items()):
                 if child.proc.poll() is not None:
                     _collect_exit(child, violations)
                     rearm = role == forced_role and not reached_forced()
                     live[role] = start(role, rearm)
+            broker.tick(rng)
             time.sleep(0.01)
-        if rng.random() < 0.5:
+        kill_all = rng.random() < 0.5
+        if kill_all:
             for child in live.values():
                 if child.proc.poll() is None:
                     child.kill9()
                     kills["all at the end"] += 1
+            kills["all at the end"] += broker.end(kill=True)
             last_kill[0] = time.monotonic()
         else:
             stop_file.write_text("stop")
@@ -267,11 +297,24 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
                 child.kill9()
                 child.wait(10)
             _collect_exit(child, violations)
+        if not kill_all:
+            broker.end(kill=False)
+        kills["broker"] += broker.kills
         for child in children:
             child.wait(10)
             if child.crash_step():
                 kills[child.role] += 1
             remote_read += sum(int(line.split()[1]) for line in child.lines if line.startswith("REMOTE "))
+            if child.killed or child.crash_step():   # its exit is not checked (_collect_exit): what it read is
+                violations += [f"{child.role} (pid {child.proc.pid}) read {line}" for line in child.lines
+                               if line.startswith("BAD ")]
+            for line in child.lines:
+                if line.startswith("ROUND "):
+                    served["rounds"] += 1
+                    served["read"] += int(line.split()[1])
+                    served["remote"] += int(line.split()[2])
+                elif line.startswith("RESET "):
+                    served["resets"] += 1
             failed = [line for line in child.lines if line.startswith("FAIL ")]
             if failed:
                 violations.append(f"{child.role} (pid {child.proc.pid}): {len(failed)} failed tier run(s) other "
@@ -291,6 +334,12 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
         found, remote_checked, copied = check(cfg_path, acks, weed, bucket, work)
         violations += found
         remote_read += remote_checked
+        found, served["remote_failed_store_down"] = broker.log_violations()
+        violations += found
+        violations += broker.violations
+    except _Abort as exc:
+        violations.append(str(exc))
+        violations += broker.violations
     except Exception as exc:  # noqa: BLE001 - any failure of the trial itself is the finding
         import traceback
         violations.append(f"the trial failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}")
@@ -299,14 +348,18 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
             if child.proc.poll() is None:
                 child.kill9()
                 child.wait(10)
+        broker.close()
     reached = [s for s in (c.crash_step() for c in children) if s]
+    served["kills_before_serving"] = broker.kills_before_serving
     result = TrialResult(trial, seed, step, kills, reached, sum(len(v) for v in acks.values()), remote_read,
-                         copied, violations, round(time.monotonic() - t0, 2))
+                         copied, violations, served, round(time.monotonic() - t0, 2))
     if violations and keep_root is not None:
+        for child in children:
+            child.stderr_path.with_suffix(".stdout").write_text("".join(line + "\n" for line in child.lines))
         dest = keep_root / f"tiered-trial-{trial}-seed-{seed}"
         shutil.copytree(work, dest, dirs_exist_ok=True)
         try:
-            listing = [(o["Key"], o["Size"]) for o in _list(weed, bucket)]
+            listing = [(o["Key"], o["Size"]) for o in list_bucket(weed, bucket)]
         except Exception as exc:  # noqa: BLE001
             listing = [(f"listing failed: {exc}", 0)]
         (dest / "bucket.json").write_text(json.dumps(listing, indent=1))
@@ -316,46 +369,12 @@ def run_trial(trial: int, seed: int, keep_root: Path | None, weed: WeedServer) -
         result.kept = str(dest)
     shutil.rmtree(work, ignore_errors=True)
     if not violations:
-        _drop_bucket(weed, bucket)
+        drop_bucket(weed, bucket)
     return result
 
 
-def _s3(weed: WeedServer) -> Any:
-    import boto3
-    return boto3.client("s3", endpoint_url=weed.endpoint_url, aws_access_key_id=weed.access_key,
-                        aws_secret_access_key=weed.secret_key, region_name="us-east-1")
-
-
-def _list(weed: WeedServer, bucket: str) -> list[dict]:
-    out: list[dict] = []
-    for page in _s3(weed).get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        out += page.get("Contents", [])
-    return out
-
-
-def _drop_bucket(weed: WeedServer, bucket: str) -> None:
-    try:
-        client = _s3(weed)
-        keys = [o["Key"] for o in _list(weed, bucket)]
-        for i in range(0, len(keys), 1000):
-            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
-        client.delete_bucket(Bucket=bucket)
-    except Exception:  # noqa: BLE001 - a leftover bucket costs space, not correctness
-        pass
-
-
-def _prefill(cfg_path: Path, rng: random.Random, acks: dict[str, list[tuple[int, str]]]) -> None:
-    from storage_engine.record.records import SimpleRecord
-    with LogManager.open(load_config(str(cfg_path))) as mgr:
-        for topic in TOPICS:
-            log = mgr.get_or_create_log(topic, 0)
-            written = n = 0
-            while written < PREFILL_BYTES:
-                values = [payload("prefill", n + j, rng, 200) for j in range(20)]
-                info = log.append_records([SimpleRecord(f"p{n + j}".encode(), v) for j, v in enumerate(values)])
-                acks[topic] += [(info.first_offset + j, digest(v)) for j, v in enumerate(values)]
-                written += sum(len(v) for v in values)
-                n += 20
+class _Abort(Exception):
+    """The trial cannot go on (the broker does not start)."""
 
 
 def _wait_ready(child: Child, timeout: float = 60.0) -> None:
@@ -364,123 +383,13 @@ def _wait_ready(child: Child, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def check(cfg_path: Path, acks: dict[str, list[tuple[int, str]]], weed: WeedServer, bucket: str,
-          work: Path) -> tuple[list[str], int, int]:
-    """One clean tier run, then the checks of the module docstring; returns (violations, records read from the
-    object store, segments of ``tiered`` the looping tier job copied during the trial: its finished remote
-    segments less those the clean run copied)."""
-    from storage_engine.jobs import tiering
-    config = load_config(str(cfg_path))
-    out: list[str] = []
-    clean_run_at = datetime.datetime.now(datetime.timezone.utc)
-    try:
-        result = tiering.tier(config)
-        (work / "final-tier.json").write_text(json.dumps(result, indent=1, default=str))
-    except Exception as exc:  # noqa: BLE001 - the clean run failing is the finding
-        return [f"the clean tier run after the trial failed: {type(exc).__name__}: {exc}"], 0, 0
-    if result["failures"] or result["errors"]:
-        return [f"the clean tier run after the trial failed: {result['failures']} {result['errors']}"], 0, 0
-    clean_copies = sum(p["copied_segments"] for p in result["partitions"] if p["topic"] == TIERED)
-    loop_copies = 0
-    remote_records = 0
-    try:
-        mgr = LogManager.open(config)
-    except Exception as exc:  # noqa: BLE001
-        return [f"reopening the log dir failed: {type(exc).__name__}: {exc}"], 0, 0
-    try:
-        rr = RemoteRange(config, mgr)
-        for topic in TOPICS:
-            log = mgr.get_log(topic, 0)
-            if log is None:
-                out.append(f"{topic}: the partition is gone, {len(acks.get(topic, []))} records were acknowledged")
-                continue
-            start, end = log.log_start_offset, log.log_end_offset
-            try:
-                records = list(read_range(rr, log, start, end))
-            except Exception as exc:  # noqa: BLE001 - a failed read of a tracked segment is a loss
-                out.append(f"{topic}: reading [{start}, {end}) failed: {type(exc).__name__}: {exc}")
-                continue
-            remote_records += sum(1 for remote, _, _ in records if remote)
-            out += check_topic(topic, start, end, records, acks.get(topic, []))
-        out += check_bucket(rr, weed, bucket, clean_run_at)
-        loop_copies = len(rr.view.segments(TIERED, 0)) - clean_copies
-    finally:
-        mgr.close()
-    for problem in verify_log_dirs(config)["problems"]:
-        out.append(f"verify: {problem}")
-    if remote_records == 0 and not out:
-        out.append("no record was read from the object store: the trial did not test tiered reads")
-    return out, remote_records, loop_copies
-
-
-def check_topic(topic: str, start: int, end: int, records: list[tuple[bool, int, bytes | None]],
-                acked: list[tuple[int, str]]) -> list[str]:
-    out = []
-    offsets = [o for _, o, _ in records]
-    if offsets != list(range(start, start + len(offsets))) or (offsets and offsets[-1] != end - 1) or \
-            (not offsets and end > start):
-        gaps = [(a, b) for a, b in zip(offsets, offsets[1:]) if b != a + 1][:3]
-        out.append(f"{topic}: [{start}, {end}) read as {len(offsets)} records "
-                   f"({offsets[:1]}..{offsets[-1:]}, gaps {gaps})")
-    damaged = [(o, remote) for remote, o, v in records if not payload_ok(v)]
-    if damaged:
-        out.append(f"{topic}: {len(damaged)} value(s) that no writer wrote (damaged), e.g. (offset, remote) "
-                   f"{damaged[:3]}")
-    by_offset = {o: digest(v) for _, o, v in records if v is not None}
-    remote = {o for r, o, _ in records if r}
-    missing = [(o, d[:12], "remote" if o in remote else "local") for o, d in acked
-               if o >= start and by_offset.get(o) != d]
-    if missing:
-        out.append(f"{topic}: {len(missing)} of {len(acked)} acknowledged records are missing or differ, e.g. "
-                   f"{missing[:3]} (log start {start}, log end {end})")
-    if topic == TIERED and start != 0:
-        out.append(f"{topic}: log start offset {start}, but nothing may expire in this topic")
-    return out
-
-
-def check_bucket(rr: RemoteRange, weed: WeedServer, bucket: str, clean_run_at: datetime.datetime) -> list[str]:
-    """No object the metadata does not track as a finished segment; every finished segment whole; no copy or
-    delete left half done after the clean run."""
-    from storage_engine.tiered import keys as remote_keys
-    out = []
-    view = rr.view
-    view.refresh(rr.mgr)
-    finished: dict[str, dict[str, str]] = {}
-    for topic in TOPICS:
-        for seg in view.segments(topic, 0):
-            finished[str(seg.segment_id)] = remote_keys.segment_keys(rr.settings.key_prefix, seg.topic,
-                                                                     seg.topic_id, seg.partition,
-                                                                     seg.start_offset, seg.segment_id)
-        unfinished = list(view.copy_started_unfinished(topic, 0)) + list(view.delete_started_unfinished(topic, 0))
-        if unfinished:
-            out.append(f"{topic}: {len(unfinished)} remote segment(s) left started but unfinished after the clean "
-                       f"run, e.g. {unfinished[:2]}")
-    objects = _list(weed, bucket)
-    listed = {o["Key"]: o["Size"] for o in objects}
-    written = {o["Key"]: o["LastModified"] for o in objects}
-    tracked = {key for parts in finished.values() for key in parts.values()}
-    untracked = sorted(k for k in listed if k not in tracked)
-    if untracked:
-        out.append(f"{len(untracked)} object(s) in the bucket that no finished remote segment names, e.g. "
-                   f"{[(k, written[k].isoformat()) for k in untracked[:3]]} (the clean run started at "
-                   f"{clean_run_at.isoformat()})")
-    absent = []
-    for segment_id, parts in finished.items():
-        for suffix, key in parts.items():
-            if key not in listed and suffix in remote_keys.REQUIRED_SUFFIXES:
-                absent.append(key)
-    if absent:
-        out.append(f"{len(absent)} object(s) of finished remote segments missing from the bucket, e.g. {absent[:3]}")
-    return out
-
-
 def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], Any] = print,
         weed_dir: Path | None = None) -> dict[str, Any]:
     """Run ``trials`` tiered trials against one ``weed`` (started in ``weed_dir`` or a temporary folder)."""
     started = time.monotonic()
     totals: dict[str, Any] = {"trials": 0, "violations": 0, "failed_trials": [], "kills": Counter(),
                               "steps_forced": Counter(), "steps_reached": Counter(), "acknowledged": 0,
-                              "remote_read": 0, "copied": 0}
+                              "remote_read": 0, "copied": 0, "broker": Counter()}
     rng = random.Random(seed)
     folder = weed_dir or Path(tempfile.mkdtemp(prefix="tiered-torture-weed-"))
     weed = WeedServer(folder).start()
@@ -493,6 +402,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
             totals["acknowledged"] += res.acked
             totals["remote_read"] += res.remote_read
             totals["copied"] += res.copied
+            totals["broker"].update(res.broker)
             if res.step:
                 totals["steps_forced"][res.step] += 1
             totals["steps_reached"].update(res.steps_reached)
@@ -525,6 +435,12 @@ def summary(totals: dict[str, Any]) -> str:
             f"'{TIERED}' copied by the looping tier job during the trials, {sum(kills.values())} kills ("
             + ", ".join(f"{k} {v}" for k, v in sorted(kills.items())) + f"), {totals['violations']} violations, "
             f"{totals['seconds']} s")
+    served = totals["broker"]
+    line += (f"\n  broker: {served['read']} records read through it by the Kafka client in {served['rounds']} rounds "
+             f"from offset 0, {served['remote']} of them below the local log start (from the object store), "
+             f"{served['resets']} out-of-range answers past the log start followed; {kills['broker']} broker kills "
+             f"({served['kills_before_serving']} before a restart served), {served['remote_failed_store_down']} "
+             f"remote reads failed while the object store was down or failing (answered KAFKA_STORAGE_ERROR)")
     line += "\n  forced: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_forced"].items())) or "-")
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(totals["steps_reached"].items())) or "-")
     return line
