@@ -19,7 +19,7 @@ How (:func:`copy_segment`), every state durable before the action it announces:
    names meanwhile) and the small files are written to a temp dir; the lock is then released, so appends, rolls
    and reads go on during the upload;
 2. ``COPY_SEGMENT_STARTED`` is published (fsynced into ``__remote_log_metadata``);
-3. each part is uploaded (all at once), each object checked against the bytes read from the local file (read
+3. each part is uploaded (one after the other), each object checked against the bytes read from the local file (read
    once): the store's answer to every request must be the MD5 of the bytes sent, and to the multipart upload's
    completion the MD5 of the parts' MD5s, so the object holds exactly the file's bytes (its size and checksum;
    :mod:`storage_engine.tiered.object_store`); then one listing of the segment's keys reads back what the store
@@ -41,7 +41,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -228,21 +227,15 @@ def _upload_part(ctx: TierContext, prep: Prepared, part: str, key: str) -> Uploa
 
 
 def _upload_all(ctx: TierContext, prep: Prepared, keys: dict[str, str]) -> list[Uploaded]:
-    """Upload and check every part at once (the store's client is shared by the threads), after one check that the
-    bucket exists. The first failure is raised once every upload has ended (none is left running)."""
+    """Upload and check every part, one after the other, after one check that the bucket exists (a large ``.log``
+    goes up in parts, several at once: :meth:`ObjectStore.upload`). One part at a time, a process killed between two
+    parts has no request in flight, so no object of its copy can land after the next run's orphan step has
+    deleted the copy's objects (a PUT whose body was sent is completed by the store even after its client died)."""
     ctx.store.require_bucket()
-    with ThreadPoolExecutor(max_workers=len(prep.paths), thread_name_prefix="tier-upload") as pool:
-        futures = [pool.submit(_upload_part, ctx, prep, part, keys[part]) for part in prep.paths]
-        uploaded, failure = [], None
-        for fut in as_completed(futures):
-            try:
-                uploaded.append(fut.result())
-            except Exception as exc:    # noqa: BLE001 - raised below, after the other uploads ended
-                failure = failure or exc
-                continue
-            crashpoints.reached("tier.uploaded-part")
-    if failure is not None:
-        raise failure
+    uploaded = []
+    for part in prep.paths:
+        uploaded.append(_upload_part(ctx, prep, part, keys[part]))
+        crashpoints.reached("tier.uploaded-part")
     return sorted(uploaded, key=lambda u: u.key)
 
 
