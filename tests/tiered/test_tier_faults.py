@@ -66,29 +66,37 @@ def test_refused_credentials_fail_the_partition_naming_the_keys(tmp_path, weed, 
     assert _files(tmp_path) == before
 
 
-def test_a_store_answering_other_etags_fails_the_copy_as_damaged_and_finishes_nothing(tmp_path, weed, bucket):
-    """Every object is checked against the bytes read from the local file before COPY_SEGMENT_FINISHED: a store
-    whose answers to the uploads carry another ETag than the MD5 of the bytes sent (it kept other bytes) fails the
-    partition as damage, with no segment finished and nothing local deleted. Once the answers are right, the next
-    run copies every segment and no object is left untracked."""
+def _faulty_store_fails_the_copy_then_recovers(tmp_path, weed, bucket, fault: str) -> dict:
+    """Copy through an :class:`EtagProxy` with ``fault`` (its flag) set: the partition's failure (returned) must
+    leave no segment finished and the local files as they were; with the fault cleared, the next run copies every
+    segment and leaves no object untracked. Returns the failure and the proxy's counters."""
     from tests.tiered.etag_proxy import EtagProxy
     from tests.tiered.tier_helpers import assert_every_object_tracked, remote_segments, tier_cli
     with EtagProxy(weed.endpoint_url) as proxy:
         cfg = write_config(tmp_path, weed, bucket, endpoint=proxy.endpoint_url, local_retention_bytes=0)
         fill(cfg, 60)
         before = _files(tmp_path)
-        proxy.damage_uploads = True
+        setattr(proxy, fault, True)
         failure, _ = _failed(cfg)
-        assert proxy.damaged >= 1
-        assert failure["error_type"] == "RemoteObjectDamagedError"
-        assert "where the bytes sent give" in failure["error"]
         assert remote_segments(cfg) == []
         assert _files(tmp_path) == before
-        proxy.damage_uploads = False
+        setattr(proxy, fault, False)
         out = tier_cli(cfg)
         assert out["copied_segments"] >= 2 and not out["failures"]
         finished = assert_every_object_tracked(cfg, weed, bucket)
         assert len(finished) == out["copied_segments"]
+        return {**failure, "damaged": proxy.damaged, "lost": proxy.lost}
+
+
+def test_a_store_answering_other_etags_fails_the_copy_as_damaged_and_finishes_nothing(tmp_path, weed, bucket):
+    """Every object is checked against the bytes read from the local file before COPY_SEGMENT_FINISHED: a store
+    whose answers to the uploads carry another ETag than the MD5 of the bytes sent (it kept other bytes) fails the
+    partition as damage, with no segment finished and nothing local deleted. Once the answers are right, the next
+    run copies every segment and no object is left untracked."""
+    failure = _faulty_store_fails_the_copy_then_recovers(tmp_path, weed, bucket, "damage_uploads")
+    assert failure["damaged"] >= 1
+    assert failure["error_type"] == "RemoteObjectDamagedError"
+    assert "where the bytes sent give" in failure["error"]
 
 
 def test_a_store_losing_acknowledged_uploads_fails_the_copy_as_missing_and_finishes_nothing(tmp_path, weed, bucket):
@@ -96,21 +104,7 @@ def test_a_store_losing_acknowledged_uploads_fails_the_copy_as_missing_and_finis
     answering before a volume server took the write, then losing it) is caught by the copy's read-back of what
     the store kept (one listing of the segment's keys) before COPY_SEGMENT_FINISHED: the partition fails with the
     missing object named, no segment finished, nothing local deleted; the next run copies every segment."""
-    from tests.tiered.etag_proxy import EtagProxy
-    from tests.tiered.tier_helpers import assert_every_object_tracked, remote_segments, tier_cli
-    with EtagProxy(weed.endpoint_url) as proxy:
-        cfg = write_config(tmp_path, weed, bucket, endpoint=proxy.endpoint_url, local_retention_bytes=0)
-        fill(cfg, 60)
-        before = _files(tmp_path)
-        proxy.lose_puts = True
-        failure, _ = _failed(cfg)
-        assert proxy.lost >= 1
-        assert failure["error_type"] == "RemoteObjectMissingError"
-        assert "is missing" in failure["error"] and "offsets" in failure["error"]
-        assert remote_segments(cfg) == []
-        assert _files(tmp_path) == before
-        proxy.lose_puts = False
-        out = tier_cli(cfg)
-        assert out["copied_segments"] >= 2 and not out["failures"]
-        finished = assert_every_object_tracked(cfg, weed, bucket)
-        assert len(finished) == out["copied_segments"]
+    failure = _faulty_store_fails_the_copy_then_recovers(tmp_path, weed, bucket, "lose_puts")
+    assert failure["lost"] >= 1
+    assert failure["error_type"] == "RemoteObjectMissingError"
+    assert "is missing" in failure["error"] and "offsets" in failure["error"]
