@@ -32,6 +32,7 @@ from storage_engine.log import topic_changes
 from storage_engine.log.manager import LogManager
 from storage_engine.log import topic_id as topic_id_mod
 from storage_engine.server import identity
+from storage_engine.server.access import Authorizer
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.remote_tier import RemoteTier
 from storage_engine.server.transactions.coordinator import TxnCoordinator
@@ -83,6 +84,8 @@ class Broker:
         self._topic_id_mutex = threading.Lock()    # one writer of partition.metadata at a time (its temp file)
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
+        # Authorization (authorizer.class.name): None allows everything, as Kafka without an authorizer does.
+        self.authorizer: Authorizer | None = None
         # Tiered storage (remote.log.storage.system.enable): the remote view and reader, None when off.
         self.remote: RemoteTier | None = RemoteTier.open(config, manager)
         self.groups = GroupCoordinator(self)

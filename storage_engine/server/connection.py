@@ -225,12 +225,20 @@ class Connection:
             return self._authenticate(request)
         api = APIS[key]
         assert api.handler is not None
-        ctx = Ctx(self.broker, request, self.advertised[0], self.advertised[1], self.peer)
+        ctx = Ctx(self.broker, request, self.advertised[0], self.advertised[1], self.peer, self.principal, self.ip)
         result = await api.handler(ctx, request.body)
         if result is None:
             return None
         version = 0 if request.body is None else request.api_version
         return self._encode(request, result, version)
+
+    @property
+    def principal(self) -> str:
+        """Kafka's principal of this connection: ``User:<name>`` once SASL authenticated it, else
+        ``User:ANONYMOUS``."""
+        if self.auth is not None and self.auth.done and self.auth.user:
+            return f"User:{self.auth.user}"
+        return "User:ANONYMOUS"
 
     def _encode(self, request: protocol.Request, result: Mapping[str, object],
                 version: int | None = None) -> list[Buffer]:

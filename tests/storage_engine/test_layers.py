@@ -23,6 +23,7 @@ LAYERS = [
     {"log"},
     {"maintenance"},
     {"tiered"},
+    {"acl"},
     {"jobs"},
     {"inspection"},
     {"server"},

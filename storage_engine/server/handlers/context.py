@@ -15,6 +15,14 @@ class Ctx:
     host: str                 # advertised host and port of the listener the connection came on
     port: int
     peer: str
+    principal: str = "User:ANONYMOUS"   # Kafka's principal: User:<SASL user>, or User:ANONYMOUS without SASL
+    client_host: str = ""               # the client's IP, as ACL hosts name it
+
+    @property
+    def api_name(self) -> str:
+        from storage_engine.server.handlers import APIS
+        api = APIS.get(self.request.api_key)
+        return api.name if api is not None else str(self.request.api_key)
 
     @property
     def version(self) -> int:
