@@ -1,0 +1,184 @@
+"""Kafka's own AdminClient (kafka-clients 3.9.1, through java/Driver.java: one JVM for the file) against one broker
+without authentication or authorizer: topics, configs (describe, incremental and whole-config alter), partitions,
+records and offsets, log dirs, consumer groups and their offsets, the cluster's description and features, and the
+calls for APIs the broker does not serve, which the client must refuse with UnsupportedVersionException. Each
+expected answer is what a one-broker Kafka 4.x cluster (node 1) answers. Transactions, producers, leader
+elections, reassignments and the metadata quorum are in tests/server/test_java_admin_more.py."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.java.driver import JavaDriver, serving
+
+pytestmark = pytest.mark.e2e
+
+NODE = 1
+# AclEntry.supportedOperations in Kafka: what an authorized-operations answer holds when nothing is refused.
+TOPIC_OPS = {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+GROUP_OPS = {"READ", "DESCRIBE", "DELETE"}
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, JavaDriver]]:
+    broker_conf = {"auto.create.topics.enable": False, "group.initial.rebalance.delay.ms": 0}
+    with serving(tmp_path_factory.mktemp("java-admin"), broker=broker_conf) as (broker, java):
+        java.call("admin", name="admin", config={"bootstrap.servers": broker.bootstrap})
+        java.call("producer", name="producer", config={"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        yield broker, java
+
+
+def make_topic(broker: BrokerProcess, name: str, partitions: int = 1) -> None:
+    """Made with librdkafka's admin, so that tests of other calls do not rest on the Java client's createTopics."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+
+
+@pytest.fixture
+def java(kafka: tuple[BrokerProcess, JavaDriver]) -> JavaDriver:
+    return kafka[1]
+
+
+def test_create_partitions(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-grow", 1)
+    java.call("createPartitions", topic="adm-grow", count=3)
+    assert len(java.call("describeTopics", topics=["adm-grow"])["adm-grow"]["partitions"]) == 3
+    assert java.error("createPartitions", topic="adm-grow", count=2).kind == "InvalidPartitionsException"
+    assert java.error("createPartitions", topic="adm-none", count=2).kind == "UnknownTopicOrPartitionException"
+
+
+def test_describe_and_incrementally_alter_topic_configs(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-conf", 1)
+    java.call("incrementalAlterConfigs", resource="adm-conf", ops=[
+        ["retention.ms", "7200000", "SET"], ["cleanup.policy", "compact", "SET"]])
+    conf = java.call("describeConfigs", resource="adm-conf")
+    assert conf["retention.ms"]["value"] == "7200000" and conf["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert conf["cleanup.policy"]["value"] == "compact"
+    java.call("incrementalAlterConfigs", resource="adm-conf", ops=[["cleanup.policy", "delete", "APPEND"],
+                                                                   ["retention.ms", "", "DELETE"]])
+    conf = java.call("describeConfigs", resource="adm-conf")
+    assert conf["cleanup.policy"]["value"] == "compact,delete"
+    assert conf["retention.ms"] == {"value": "604800000", "source": "DEFAULT_CONFIG", "read_only": False,
+                                    "sensitive": False}
+    bad = java.error("incrementalAlterConfigs", resource="adm-conf", ops=[["retention.ms", "soon", "SET"]])
+    assert bad.kind == "InvalidConfigurationException", bad
+    assert java.call("describeConfigs", resource="adm-conf")["retention.ms"]["value"] == "604800000"
+    assert java.error("describeConfigs", resource="adm-none").kind == "UnknownTopicOrPartitionException"
+
+
+def test_describe_broker_configs(java):
+    conf = java.call("describeConfigs", type="BROKER", resource=str(NODE))
+    assert conf["node.id"]["value"] == str(NODE)
+    assert conf["auto.create.topics.enable"]["value"] == "false"        # as this broker's config file says
+    assert conf["num.partitions"]["value"] == "1"
+
+
+def test_records_offsets_and_delete_records(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-rec", 1)
+    sent = java.call("send", name="producer", topic="adm-rec", partition=0, values=[f"v{i}" for i in range(10)])
+    assert [s["offset"] for s in sent] == list(range(10))
+    got = java.call("listOffsets", specs={"adm-rec:0": "earliest"})["adm-rec:0"]
+    assert got["offset"] == 0
+    assert java.call("listOffsets", specs={"adm-rec:0": "latest"})["adm-rec:0"]["offset"] == 10
+    newest = java.call("listOffsets", specs={"adm-rec:0": "max_timestamp"})["adm-rec:0"]
+    assert 0 <= newest["offset"] < 10 and newest["timestamp"] > 0
+    by_time = java.call("listOffsets", specs={"adm-rec:0": str(newest["timestamp"])})["adm-rec:0"]
+    assert by_time["offset"] <= newest["offset"] and by_time["timestamp"] == newest["timestamp"]
+    future = java.call("listOffsets", specs={"adm-rec:0": str(newest["timestamp"] + 86_400_000)})["adm-rec:0"]
+    assert future["offset"] == -1                              # no record that late: Kafka's -1
+    assert java.call("deleteRecords", before={"adm-rec:0": 4}) == {"adm-rec:0": 4}
+    assert java.call("listOffsets", specs={"adm-rec:0": "earliest"})["adm-rec:0"]["offset"] == 4
+    assert java.error("deleteRecords", before={"adm-rec:0": 11}).kind == "OffsetOutOfRangeException"
+
+
+def test_log_dirs_describe_and_move_a_replica(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-dirs", 2)
+    java.call("send", name="producer", topic="adm-dirs", partition=0, values=["x" * 100] * 5)
+    dirs = java.call("describeLogDirs", brokers=[NODE])[str(NODE)]
+    assert set(dirs) == set(broker.log_dirs)
+    holders = {d: r for d, desc in dirs.items() for r in desc["replicas"] if r.startswith("adm-dirs:")}
+    assert sorted(holders.values()) == ["adm-dirs:0", "adm-dirs:1"]
+    for desc in dirs.values():
+        assert desc["error"] is None and desc["total_bytes"] >= desc["usable_bytes"] > 0
+    here = next(d for d, r in holders.items() if r == "adm-dirs:0")
+    assert dirs[here]["replicas"]["adm-dirs:0"]["size"] > 500
+    there = next(d for d in broker.log_dirs if d != here)
+    assert java.call("describeReplicaLogDirs", partitions=["adm-dirs:0"], broker=NODE)["adm-dirs:0"]["current"] == here
+    java.call("alterReplicaLogDirs", moves={"adm-dirs:0": there}, broker=NODE)
+
+    def moved() -> bool:
+        return java.call("describeReplicaLogDirs", partitions=["adm-dirs:0"], broker=NODE)["adm-dirs:0"] == \
+            {"current": there, "future": None}
+    wait_until("the replica's move to the other log dir", moved, 60)
+    assert java.call("listOffsets", specs={"adm-dirs:0": "latest"})["adm-dirs:0"]["offset"] == 5
+
+
+def consume_as_group(java: JavaDriver, bootstrap: str, name: str, group: str, topic: str, count: int,
+                     **config: str) -> list[dict]:
+    java.call("consumer", name=name, config={"bootstrap.servers": bootstrap, "group.id": group,
+                                             "auto.offset.reset": "earliest", "enable.auto.commit": "false",
+                                             **config})
+    java.call("subscribe", name=name, topics=[topic])
+    records = java.call("poll", name=name, count=count, timeout_ms=60000)
+    java.call("commit_sync", name=name)
+    return records
+
+
+def test_consumer_groups_and_their_offsets(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-grp", 2)
+    for p in range(2):
+        java.call("send", name="producer", topic="adm-grp", partition=p, values=[f"{p}-{i}" for i in range(5)])
+    assert len(consume_as_group(java, broker.bootstrap, "adm-c1", "adm-group", "adm-grp", 10)) == 10
+    assert java.call("listConsumerGroups")["adm-group"] == "STABLE"
+    described = java.call("describeConsumerGroups", groups=["adm-group"])["adm-group"]
+    assert described["state"] == "STABLE" and described["coordinator"] == NODE and described["simple"] is False
+    assert described["assignor"] == "range" or described["assignor"] == "cooperative-sticky", described
+    assert [m["assignment"] for m in described["members"]] == [["adm-grp:0", "adm-grp:1"]]
+    assert java.call("listConsumerGroupOffsets", group="adm-group") == {"adm-grp:0": 5, "adm-grp:1": 5}
+    # Offsets of a group with members cannot be altered (Kafka: UNKNOWN_MEMBER_ID from the coordinator).
+    assert java.error("alterConsumerGroupOffsets", group="adm-group", offsets={"adm-grp:0": 1}).kind == \
+        "UnknownMemberIdException"
+    assert java.error("deleteConsumerGroups", groups=["adm-group"]).kind == "GroupNotEmptyException"
+    java.call("close", name="adm-c1")
+    assert java.call("listConsumerGroups")["adm-group"] == "EMPTY"
+    java.call("alterConsumerGroupOffsets", group="adm-group", offsets={"adm-grp:0": 1, "adm-grp:1": 2})
+    assert java.call("listConsumerGroupOffsets", group="adm-group") == {"adm-grp:0": 1, "adm-grp:1": 2}
+    java.call("deleteConsumerGroups", groups=["adm-group"])
+    assert "adm-group" not in java.call("listConsumerGroups")
+    assert java.error("deleteConsumerGroups", groups=["adm-group"]).kind == "GroupIdNotFoundException"
+
+
+def test_remove_a_static_member_from_its_group(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-static", 1)
+    java.call("send", name="producer", topic="adm-static", values=["a", "b"])
+    consume_as_group(java, broker.bootstrap, "adm-s1", "adm-static-group", "adm-static", 2,
+                     **{"group.instance.id": "adm-instance"})
+    members = java.call("describeConsumerGroups", groups=["adm-static-group"])["adm-static-group"]["members"]
+    assert [m["instance"] for m in members] == ["adm-instance"]
+    java.call("removeMembersFromConsumerGroup", group="adm-static-group", instances=["adm-instance"])
+    assert java.call("describeConsumerGroups", groups=["adm-static-group"])["adm-static-group"]["members"] == []
+    refused = java.error("removeMembersFromConsumerGroup", group="adm-static-group", instances=["adm-instance"])
+    assert "UnknownMemberIdException" in refused.kind or "UNKNOWN_MEMBER_ID" in refused.message, refused
+    java.call("close", name="adm-s1", timeout_ms=5000)
+
+
+def test_describe_features_answers(java):
+    features = java.call("describeFeatures")
+    assert set(features) == {"finalized", "supported", "epoch"}
+
+
+@pytest.mark.parametrize("call", ["describeClientQuotas", "createDelegationToken", "describeDelegationToken",
+                                  "updateFeatures"])
+def test_calls_for_apis_not_served_fail_with_unsupported_version(java, call):
+    refused = java.error(call)
+    assert refused.kind == "UnsupportedVersionException", refused

@@ -1,0 +1,197 @@
+"""Kafka's own producer and consumer (kafka-clients 3.9.1, through java/Driver.java: one JVM for the file) against
+one broker: the idempotent producer with every codec (what it wrote read back by the Java consumer and by
+librdkafka), transactions committed and aborted as read_committed and read_uncommitted consumers see them,
+consume-transform-produce with the group's offsets in the transaction, and consumer groups sharing and handing
+over partitions."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.java.driver import JavaDriver, serving
+from tests.typed import present
+
+pytestmark = pytest.mark.e2e
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, JavaDriver]]:
+    broker_conf = {"auto.create.topics.enable": False, "group.initial.rebalance.delay.ms": 0}
+    with serving(tmp_path_factory.mktemp("java-clients"), broker=broker_conf) as kafka:
+        yield kafka
+
+
+def make_topic(broker: BrokerProcess, name: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+
+
+def java_consumer(java: JavaDriver, broker: BrokerProcess, name: str, **config: str) -> None:
+    java.call("consumer", name=name, config={"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest",
+                                             "enable.auto.commit": "false", **config})
+
+
+def librdkafka_read(broker: BrokerProcess, topic: str, partition: int, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"rd-{topic}", "log_level": 0,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(count - len(got), 0.5):
+                assert msg.error() is None, msg.error()
+                got.append(present(msg.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_idempotent_producer_with_each_codec(kafka, codec):
+    broker, java = kafka
+    topic = f"java-codec-{codec}"
+    make_topic(broker, topic, 2)
+    java.call("producer", name=f"p-{codec}", config={
+        "bootstrap.servers": broker.bootstrap, "enable.idempotence": "true", "acks": "all",
+        "compression.type": codec, "linger.ms": "20", "batch.size": "16384",
+        "max.in.flight.requests.per.connection": "5"})
+    values = [f"{codec}-{i}-" + "x" * (i % 50) for i in range(2000)]
+    sent = java.call("send", name=f"p-{codec}", topic=topic, partition=1, values=values,
+                     keys=[str(i) for i in range(len(values))])
+    assert [s["offset"] for s in sent] == list(range(len(values)))     # no gap, no duplicate, in order
+    java.call("close", name=f"p-{codec}")
+    java_consumer(java, broker, f"c-{codec}")
+    java.call("assign", name=f"c-{codec}", partitions=[f"{topic}:1"])
+    records = java.call("poll", name=f"c-{codec}", count=len(values), timeout_ms=60000)
+    java.call("close", name=f"c-{codec}")
+    assert [r["value"] for r in records] == values
+    assert [r["key"] for r in records] == [str(i) for i in range(len(values))]
+    assert [r["offset"] for r in records] == list(range(len(values)))
+    assert [v.decode() for v in librdkafka_read(broker, topic, 1, len(values))] == values
+
+
+def test_transactions_committed_and_aborted_as_each_isolation_level_sees_them(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-txn", 1)
+    java.call("producer", name="txn", config={"bootstrap.servers": broker.bootstrap,
+                                              "transactional.id": "java-txn-1", "compression.type": "lz4"})
+    java.call("init_transactions", name="txn")
+    java.call("begin", name="txn")
+    java.call("send", name="txn", topic="java-txn", values=["c0", "c1", "c2"])
+    java.call("commit", name="txn")
+    java.call("begin", name="txn")
+    java.call("send", name="txn", topic="java-txn", values=["a0", "a1"])
+    java.call("abort", name="txn")
+    java.call("begin", name="txn")
+    java.call("send", name="txn", topic="java-txn", values=["c3"])
+    java.call("commit", name="txn")
+    java.call("close", name="txn")
+    java_consumer(java, broker, "committed", **{"isolation.level": "read_committed"})
+    java_consumer(java, broker, "uncommitted", **{"isolation.level": "read_uncommitted"})
+    for name in ("committed", "uncommitted"):
+        java.call("assign", name=name, partitions=["java-txn:0"])
+    # Offsets: c0-c2 at 0-2, their commit marker at 3, a0-a1 at 4-5, the abort marker at 6, c3 at 7, a marker 8.
+    committed = java.call("poll", name="committed", count=4, timeout_ms=60000)
+    assert [(r["offset"], r["value"]) for r in committed] == [(0, "c0"), (1, "c1"), (2, "c2"), (7, "c3")]
+    uncommitted = java.call("poll", name="uncommitted", count=6, timeout_ms=60000)
+    assert [(r["offset"], r["value"]) for r in uncommitted] == \
+        [(0, "c0"), (1, "c1"), (2, "c2"), (4, "a0"), (5, "a1"), (7, "c3")]
+    assert java.call("position", name="committed", partition="java-txn:0") == 9
+    for name in ("committed", "uncommitted"):
+        java.call("close", name=name)
+
+
+def test_a_new_producer_with_the_same_transactional_id_fences_the_old_one(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-fence", 1)
+    conf = {"bootstrap.servers": broker.bootstrap, "transactional.id": "java-fence-1"}
+    java.call("producer", name="old", config=conf)
+    java.call("init_transactions", name="old")
+    java.call("begin", name="old")
+    java.call("send", name="old", topic="java-fence", values=["old"])
+    java.call("producer", name="new", config=conf)
+    java.call("init_transactions", name="new")            # aborts the old one's open transaction
+    assert java.error("commit", name="old").kind == "ProducerFencedException"
+    java.call("begin", name="new")
+    java.call("send", name="new", topic="java-fence", values=["new"])
+    java.call("commit", name="new")
+    for name in ("old", "new"):
+        java.call("close", name=name)
+    java_consumer(java, broker, "fence-reader", **{"isolation.level": "read_committed"})
+    java.call("assign", name="fence-reader", partitions=["java-fence:0"])
+    assert [r["value"] for r in java.call("poll", name="fence-reader", count=1, timeout_ms=30000)] == ["new"]
+    java.call("close", name="fence-reader")
+
+
+def test_consume_transform_produce_commits_the_group_offsets_in_the_transaction(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-ctp-in", 2)
+    make_topic(broker, "java-ctp-out", 2)
+    java.call("producer", name="ctp-feed", config={"bootstrap.servers": broker.bootstrap})
+    for p in range(2):
+        java.call("send", name="ctp-feed", topic="java-ctp-in", partition=p, values=[f"{p}:{i}" for i in range(20)])
+    java.call("close", name="ctp-feed")
+    java_consumer(java, broker, "ctp-in", **{"group.id": "java-ctp", "isolation.level": "read_committed"})
+    java.call("subscribe", name="ctp-in", topics=["java-ctp-in"])
+    java.call("producer", name="ctp", config={"bootstrap.servers": broker.bootstrap, "transactional.id": "java-ctp"})
+    java.call("init_transactions", name="ctp")
+    records = java.call("poll", name="ctp-in", count=40, timeout_ms=60000)
+    assert len(records) == 40
+    java.call("begin", name="ctp")
+    for r in records:
+        java.call("send", name="ctp", topic="java-ctp-out", partition=r["partition"], values=[r["value"].upper()])
+    java.call("send_offsets", name="ctp", consumer="ctp-in", offsets={"java-ctp-in:0": 20, "java-ctp-in:1": 20})
+    java.call("commit", name="ctp")
+    java.call("close", name="ctp")
+    java.call("close", name="ctp-in")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("java-ctp")])["java-ctp"].result(60)
+    assert {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions} == \
+        {("java-ctp-in", 0): 20, ("java-ctp-in", 1): 20}
+    java_consumer(java, broker, "ctp-out", **{"isolation.level": "read_committed"})
+    java.call("assign", name="ctp-out", partitions=["java-ctp-out:0", "java-ctp-out:1"])
+    out = java.call("poll", name="ctp-out", count=40, timeout_ms=60000)
+    java.call("close", name="ctp-out")
+    assert sorted(r["value"] for r in out) == sorted(f"{p}:{i}".upper() for p in range(2) for i in range(20))
+
+
+def test_a_group_shares_the_partitions_and_hands_them_over_when_a_member_leaves(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-group", 4)
+    java.call("producer", name="g-feed", config={"bootstrap.servers": broker.bootstrap})
+    for p in range(4):
+        java.call("send", name="g-feed", topic="java-group", partition=p, values=[f"{p}-{i}" for i in range(5)])
+    java.call("close", name="g-feed")
+    conf = {"group.id": "java-group", "session.timeout.ms": "10000", "heartbeat.interval.ms": "500"}
+    java_consumer(java, broker, "g1", **conf)
+    java_consumer(java, broker, "g2", **conf)
+    for name in ("g1", "g2"):
+        java.call("subscribe", name=name, topics=["java-group"])
+    seen: dict[str, list] = {"g1": [], "g2": []}
+
+    def settled() -> bool:
+        # Both members poll in turn until the group has assigned each of them two partitions.
+        for name in ("g1", "g2"):
+            seen[name] += java.call("poll", name=name, count=0, timeout_ms=300)
+        a1, a2 = java.call("assignment", name="g1"), java.call("assignment", name="g2")
+        return len(a1) == 2 and len(a2) == 2
+    wait_until("the group to give each member two partitions", settled, 90)
+    a1, a2 = set(java.call("assignment", name="g1")), set(java.call("assignment", name="g2"))
+    assert a1 | a2 == {f"java-group:{p}" for p in range(4)} and not a1 & a2
+    g1 = java.call("group_metadata", name="g1")
+    assert g1["generation"] == java.call("group_metadata", name="g2")["generation"] and g1["generation"] > 0
+    for name in ("g1", "g2"):
+        java.call("commit_sync", name=name)
+    java.call("close", name="g1")                         # a dynamic member leaves the group: g2 takes all
+    wait_until("g2 to own every partition", lambda: (java.call("poll", name="g2", count=0, timeout_ms=300) or True)
+               and len(java.call("assignment", name="g2")) == 4, 90)
+    assert java.call("group_metadata", name="g2")["generation"] > g1["generation"]
+    java.call("close", name="g2")
