@@ -131,6 +131,26 @@ def test_a_new_producer_with_the_same_transactional_id_fences_the_old_one(kafka)
     java.call("close", name="fence-reader")
 
 
+def test_the_admin_fences_the_producers_of_a_transactional_id(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-admin-fence", 1)
+    java.call("admin", name="fencer", config={"bootstrap.servers": broker.bootstrap})
+    java.call("producer", name="fenced", config={"bootstrap.servers": broker.bootstrap,
+                                                 "transactional.id": "java-admin-fence"})
+    java.call("init_transactions", name="fenced")
+    java.call("begin", name="fenced")
+    java.call("send", name="fenced", topic="java-admin-fence", values=["open"])
+    java.call("fenceProducers", client="fencer", ids=["java-admin-fence"])   # bumps the epoch, aborts the open txn
+    assert java.error("commit", name="fenced").kind == "ProducerFencedException"
+    java.call("close", name="fenced")
+    java.call("close", name="fencer")
+    java_consumer(java, broker, "fence-check", **{"isolation.level": "read_committed"})
+    java.call("assign", name="fence-check", partitions=["java-admin-fence:0"])
+    assert java.call("poll", name="fence-check", count=1, timeout_ms=3000) == []
+    assert java.call("position", name="fence-check", partition="java-admin-fence:0") == 2   # record + abort marker
+    java.call("close", name="fence-check")
+
+
 def test_consume_transform_produce_commits_the_group_offsets_in_the_transaction(kafka):
     broker, java = kafka
     make_topic(broker, "java-ctp-in", 2)

@@ -258,9 +258,13 @@ def test_a_static_member_restarted_gets_its_assignment_back_without_a_rebalance(
     java.call("close", name="s1")                      # a static member sends no LeaveGroup: its place is kept
     java_consumer(java, broker.bootstrap, "s1b", **conf, **{"group.instance.id": "i1"})
     java.call("subscribe", name="s1b", topics=["pend-static"])
-    wait_until("the restarted member's assignment",
-               lambda: (java.call("poll", name="s1b", count=0, timeout_ms=300) or True)
-               and java.call("assignment", name="s1b"), 60)
+
+    def rejoined() -> bool:
+        # Both poll (a broker that rebalanced instead would need s2 to rejoin too): then the generation tells.
+        for name in ("s1b", "s2"):
+            java.call("poll", name=name, count=0, timeout_ms=300)
+        return bool(java.call("assignment", name="s1b"))
+    wait_until("the restarted member's assignment", rejoined, 60)
     assert java.call("assignment", name="s1b") == before["s1"][0]
     again = java.call("group_metadata", name="s1b")
     assert again["generation"] == generation and again["member"] != before["s1"][1]["member"]
