@@ -365,11 +365,11 @@ def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
         [deny]
     assert [s["offset"] for s in java.call("send", name="alice-p", topic="alice-t", values=["d"])] == [2]
     java.call("close", name="alice-p")
+    ops = java.call("describeTopics", client="alice", topics=["alice-t"], authorized_operations=True)
+    assert set(ops["alice-t"]["authorized_operations"]) == {"READ", "WRITE", "DESCRIBE"}
     assert java.call("describeCluster", client="alice", authorized_operations=True)["authorized_operations"] == []
     assert set(java.call("describeCluster", client="admin", authorized_operations=True)["authorized_operations"]) \
         == CLUSTER_OPS
-    ops = java.call("describeTopics", client="alice", topics=["alice-t"], authorized_operations=True)
-    assert set(ops["alice-t"]["authorized_operations"]) == {"READ", "WRITE", "DESCRIBE"}
 
 
 def test_transactional_id_needs_its_acl(secured):
