@@ -172,13 +172,16 @@ def test_remove_a_static_member_from_its_group(kafka):
     java.call("close", name="adm-s1", timeout_ms=5000)
 
 
-def test_describe_features_answers(java):
+def test_describe_features_is_answered(java):
     features = java.call("describeFeatures")
     assert set(features) == {"finalized", "supported", "epoch"}
 
 
-@pytest.mark.parametrize("call", ["describeClientQuotas", "createDelegationToken", "describeDelegationToken",
-                                  "updateFeatures"])
+@pytest.mark.parametrize("call", [
+    "describeClientQuotas", "alterClientQuotas",                                    # 48, 49
+    "createDelegationToken", "renewDelegationToken", "expireDelegationToken", "describeDelegationToken",  # 38-41
+    "describeUserScramCredentials", "alterUserScramCredentials",                    # 50, 51
+    "updateFeatures", "unregisterBroker", "addRaftVoter", "removeRaftVoter"])       # 57, 64, 80, 81
 def test_calls_for_apis_not_served_fail_with_unsupported_version(java, call):
     refused = java.error(call)
     assert refused.kind == "UnsupportedVersionException", refused

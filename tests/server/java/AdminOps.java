@@ -585,6 +585,32 @@ public final class AdminOps {
                 return null;
             case "listClientMetricsResources":
                 return String.valueOf(admin.listClientMetricsResources().all().get());
+            case "alterClientQuotas":
+                admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(
+                        new org.apache.kafka.common.quota.ClientQuotaEntity(Map.of("user", "alice")),
+                        List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("producer_byte_rate",
+                                1024.0))))).all().get();
+                return null;
+            case "renewDelegationToken":
+                admin.renewDelegationToken(new byte[]{1, 2, 3}).expiryTimestamp().get();
+                return null;
+            case "expireDelegationToken":
+                admin.expireDelegationToken(new byte[]{1, 2, 3}).expiryTimestamp().get();
+                return null;
+            case "alterUserScramCredentials":
+                admin.alterUserScramCredentials(List.of(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(
+                        "alice", new org.apache.kafka.clients.admin.ScramCredentialInfo(
+                                org.apache.kafka.clients.admin.ScramMechanism.SCRAM_SHA_256, 4096), "secret")))
+                        .all().get();
+                return null;
+            case "addRaftVoter":
+                admin.addRaftVoter(2, org.apache.kafka.common.Uuid.randomUuid(), Set.of(
+                        new org.apache.kafka.clients.admin.RaftVoterEndpoint("CONTROLLER", "localhost", 9093)))
+                        .all().get();
+                return null;
+            case "removeRaftVoter":
+                admin.removeRaftVoter(2, org.apache.kafka.common.Uuid.randomUuid()).all().get();
+                return null;
             case "unregisterBroker": admin.unregisterBroker(num(cmd, "broker", 1)).all().get(); return null;
             default: throw new IllegalArgumentException("unknown op " + op);
         }
