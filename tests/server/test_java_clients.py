@@ -215,3 +215,69 @@ def test_a_group_shares_the_partitions_and_hands_them_over_when_a_member_leaves(
                and len(java.call("assignment", name="g2")) == 4, 90)
     assert java.call("group_metadata", name="g2")["generation"] > g1["generation"]
     java.call("close", name="g2")
+
+
+def test_read_committed_stops_at_an_open_transaction_until_it_commits(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-lso", 1)
+    java.call("producer", name="lso-plain", config={"bootstrap.servers": broker.bootstrap})
+    java.call("send", name="lso-plain", topic="java-lso", values=["before"])
+    java.call("producer", name="lso-tx", config={"bootstrap.servers": broker.bootstrap, "transactional.id": "java-lso"})
+    java.call("init_transactions", name="lso-tx")
+    java.call("begin", name="lso-tx")
+    java.call("send", name="lso-tx", topic="java-lso", values=["t0", "t1"])
+    java.call("send", name="lso-plain", topic="java-lso", values=["after"])    # behind the open transaction
+    java_consumer(java, broker, "lso-c", **{"isolation.level": "read_committed"})
+    java.call("assign", name="lso-c", partitions=["java-lso:0"])
+    assert [r["value"] for r in java.call("poll", name="lso-c", count=2, timeout_ms=2000)] == ["before"]
+    assert java.call("position", name="lso-c", partition="java-lso:0") == 1        # the last stable offset
+    java.call("commit", name="lso-tx")
+    got = java.call("poll", name="lso-c", count=3, timeout_ms=30000)
+    assert [(r["offset"], r["value"]) for r in got] == [(1, "t0"), (2, "t1"), (3, "after")]
+    for name in ("lso-c", "lso-tx", "lso-plain"):
+        java.call("close", name=name)
+
+
+def test_a_consumer_restarted_in_its_group_resumes_at_the_committed_offset(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-resume", 1)
+    java.call("producer", name="resume-p", config={"bootstrap.servers": broker.bootstrap})
+    java.call("send", name="resume-p", topic="java-resume", values=[f"r{i}" for i in range(6)])
+    conf = {"group.id": "java-resume", "max.poll.records": "4"}
+    java_consumer(java, broker, "resume-1", **conf)
+    java.call("subscribe", name="resume-1", topics=["java-resume"])
+    first = java.call("poll", name="resume-1", count=4, timeout_ms=60000)
+    assert [r["value"] for r in first] == ["r0", "r1", "r2", "r3"]
+    java.call("commit_sync", name="resume-1")
+    java.call("close", name="resume-1")
+    java_consumer(java, broker, "resume-2", **conf)
+    java.call("subscribe", name="resume-2", topics=["java-resume"])
+    assert [r["value"] for r in java.call("poll", name="resume-2", count=2, timeout_ms=60000)] == ["r4", "r5"]
+    java.call("close", name="resume-2")
+    java.call("close", name="resume-p")
+
+
+def test_cooperative_sticky_members_share_the_partitions(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-coop", 6)
+    conf = {"group.id": "java-coop", "heartbeat.interval.ms": "300",
+            "partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
+    names = ["coop-1", "coop-2", "coop-3"]
+    for name in names:
+        java_consumer(java, broker, name, **conf)
+        java.call("subscribe", name=name, topics=["java-coop"])
+
+    def balanced() -> bool:
+        for name in names:
+            java.call("poll", name=name, count=0, timeout_ms=200)
+        return [len(java.call("assignment", name=n)) for n in names] == [2, 2, 2]
+    wait_until("three cooperative members with two partitions each", balanced, 90)
+    owned = [set(java.call("assignment", name=n)) for n in names]
+    assert set.union(*owned) == {f"java-coop:{p}" for p in range(6)} and sum(map(len, owned)) == 6
+    java.call("admin", name="coop-admin", config={"bootstrap.servers": broker.bootstrap})
+    described = java.call("describeConsumerGroups", client="coop-admin", groups=["java-coop"])["java-coop"]
+    java.call("close", name="coop-admin")
+    assert described["assignor"] == "cooperative-sticky" and described["state"] == "STABLE"
+    assert sorted(tuple(m["assignment"]) for m in described["members"]) == sorted(tuple(sorted(o)) for o in owned)
+    for name in names:
+        java.call("close", name=name)
