@@ -185,3 +185,10 @@ def test_describe_features_is_answered(java):
 def test_calls_for_apis_not_served_fail_with_unsupported_version(java, call):
     refused = java.error(call)
     assert refused.kind == "UnsupportedVersionException", refused
+
+
+def test_acl_calls_without_an_authorizer_are_security_disabled(java):
+    assert java.error("describeAcls").kind == "SecurityDisabledException"
+    rule = {"resource_type": "TOPIC", "name": "t", "principal": "User:a", "operation": "READ"}
+    assert java.error("createAcls", acls=[rule]).kind == "SecurityDisabledException"
+    assert java.error("deleteAcls", filters=[{}]).kind == "SecurityDisabledException"

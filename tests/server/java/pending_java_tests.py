@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.java import acl_setup
 from tests.server.java.driver import JavaDriver, serving
 
 pytestmark = pytest.mark.e2e
@@ -281,55 +281,21 @@ def test_a_static_member_restarted_gets_its_assignment_back_without_a_rebalance(
         java.call("close", name=name)
 
 
-# -- SASL users and the ACL authorizer -----------------------------------------------------------------------------
-
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-
+# -- the ACL authorizer on every API (Produce, Fetch, Metadata, InitProducerId, groups, DescribeCluster) ------------
+# The broker, users and helpers are those of tests/server/test_java_acls.py (java/acl_setup.py).
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, JavaDriver]]:
-    tmp = tmp_path_factory.mktemp("java-acl")
-    users = tmp / "users.yaml"
-    users.write_text(yaml.safe_dump({"users": {u: {"password": p} for u, p in PASSWORDS.items()}}))
-    broker_conf = {"auto.create.topics.enable": False, "group.initial.rebalance.delay.ms": 0,
-                   "sasl.credentials.file": str(users),
-                   "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                   "super.users": "User:admin"}
-    with serving(tmp, broker=broker_conf, listeners="SASL_PLAINTEXT://127.0.0.1:0") as (broker, java):
-        for user, mechanism in (("admin", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-256"), ("bob", "PLAIN")):
-            java.call("admin", name=user, config=sasl(broker, user, mechanism))
-        yield broker, java
-
-
-def sasl(broker: BrokerProcess, user: str, mechanism: str = "PLAIN") -> dict[str, str]:
-    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mechanism == "PLAIN" else
-              "org.apache.kafka.common.security.scram.ScramLoginModule")
-    return {"bootstrap.servers": broker.address("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": mechanism,
-            "sasl.jaas.config": f'{module} required username="{user}" password="{PASSWORDS[user]}";'}
-
-
-def make_topics(broker: BrokerProcess, *names: str) -> None:
-    """Made by the super user with librdkafka's admin (the Java client's createTopics is tested on its own)."""
-    admin = AdminClient({"bootstrap.servers": broker.address("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": PASSWORDS["admin"],
-                         "log_level": 0})
-    for future in admin.create_topics([NewTopic(name, 1, 1) for name in names]).values():
-        future.result(60)
-
-
-def allow(principal: str, resource_type: str, name: str, operation: str, pattern: str = "LITERAL",
-          permission: str = "ALLOW") -> dict[str, str]:
-    return {"resource_type": resource_type, "name": name, "pattern": pattern, "principal": principal, "host": "*",
-            "operation": operation, "permission": permission}
+    with acl_setup.secured_broker(tmp_path_factory.mktemp("java-acl")) as kafka:
+        yield kafka
 
 
 def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
     broker, java = secured
-    make_topics(broker, "alice-t", "other-t")
-    acls = [allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED"),
-            allow("User:alice", "TOPIC", "alice-", "READ", "PREFIXED"),
-            allow("User:alice", "GROUP", "alice-group", "READ")]
+    acl_setup.make_topics(broker, "alice-t", "other-t")
+    acls = [acl_setup.allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED"),
+            acl_setup.allow("User:alice", "TOPIC", "alice-", "READ", "PREFIXED"),
+            acl_setup.allow("User:alice", "GROUP", "alice-group", "READ")]
     java.call("createAcls", client="admin", acls=acls)
     listed = java.call("describeAcls", client="admin", filter={"principal": "User:alice"})
     assert sorted(map(str, listed)) == sorted(map(str, acls))
@@ -337,15 +303,16 @@ def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
     assert java.call("listTopics", client="alice") == ["alice-t"]
     assert java.call("listTopics", client="bob") == []
     assert {"alice-t", "other-t"} <= set(java.call("listTopics", client="admin"))
-    java.call("producer", name="alice-p", config={**sasl(broker, "alice", "SCRAM-SHA-256"), "acks": "all"})
+    java.call("producer", name="alice-p", config={**acl_setup.sasl(broker, "alice", "SCRAM-SHA-256"), "acks": "all"})
     assert [s["offset"] for s in java.call("send", name="alice-p", topic="alice-t", values=["a", "b"])] == [0, 1]
     assert java.error("send", name="alice-p", topic="other-t", values=["x"]).kind == "TopicAuthorizationException"
-    java_consumer(java, "", "alice-c", **sasl(broker, "alice", "SCRAM-SHA-256"), **{"group.id": "alice-group"})
+    alice = acl_setup.sasl(broker, "alice", "SCRAM-SHA-256")
+    java_consumer(java, alice["bootstrap.servers"], "alice-c", **alice, **{"group.id": "alice-group"})
     java.call("subscribe", name="alice-c", topics=["alice-t"])
     assert [r["value"] for r in java.call("poll", name="alice-c", count=2, timeout_ms=60000)] == ["a", "b"]
     java.call("commit_sync", name="alice-c")
     java.call("close", name="alice-c")
-    java.call("producer", name="bob-p", config={**sasl(broker, "bob"), "enable.idempotence": "false",
+    java.call("producer", name="bob-p", config={**acl_setup.sasl(broker, "bob"), "enable.idempotence": "false",
                                                 "max.block.ms": "10000"})
     assert java.error("send", name="bob-p", topic="alice-t", values=["b"]).kind == "TopicAuthorizationException"
     java.call("close", name="bob-p")
@@ -355,10 +322,10 @@ def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
     assert java.error("createTopics", client="alice", topics=[{"name": "alice-new", "partitions": 1}]).kind == \
         "TopicAuthorizationException"
     assert java.error("describeAcls", client="alice").kind == "ClusterAuthorizationException"
-    assert java.error("createAcls", client="bob", acls=[allow("User:bob", "TOPIC", "*", "ALL")]).kind == \
+    assert java.error("createAcls", client="bob", acls=[acl_setup.allow("User:bob", "TOPIC", "*", "ALL")]).kind == \
         "ClusterAuthorizationException"
     # a DENY wins over the prefixed ALLOW
-    deny = allow("User:alice", "TOPIC", "alice-t", "WRITE", permission="DENY")
+    deny = acl_setup.allow("User:alice", "TOPIC", "alice-t", "WRITE", permission="DENY")
     java.call("createAcls", client="admin", acls=[deny])
     assert java.error("send", name="alice-p", topic="alice-t", values=["c"]).kind == "TopicAuthorizationException"
     assert java.call("deleteAcls", client="admin", filters=[{"principal": "User:alice", "permission": "DENY"}]) == \
@@ -374,26 +341,18 @@ def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
 
 def test_transactional_id_needs_its_acl(secured):
     broker, java = secured
-    make_topics(broker, "alice-tx-t")
-    conf = {**sasl(broker, "alice", "SCRAM-SHA-256"), "transactional.id": "alice-tx", "max.block.ms": "10000"}
+    acl_setup.make_topics(broker, "alice-tx-t")
+    conf = {**acl_setup.sasl(broker, "alice", "SCRAM-SHA-256"), "transactional.id": "alice-tx",
+            "max.block.ms": "10000"}
     java.call("producer", name="alice-tx", config=conf)
     assert java.error("init_transactions", name="alice-tx").kind == "TransactionalIdAuthorizationException"
     java.call("close", name="alice-tx", timeout_ms=1000)
-    java.call("createAcls", client="admin", acls=[allow("User:alice", "TRANSACTIONAL_ID", "alice-tx", "WRITE"),
-                                                  allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED")])
+    java.call("createAcls", client="admin", acls=[
+        acl_setup.allow("User:alice", "TRANSACTIONAL_ID", "alice-tx", "WRITE"),
+        acl_setup.allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED")])
     java.call("producer", name="alice-tx2", config=conf)
     java.call("init_transactions", name="alice-tx2")
     java.call("begin", name="alice-tx2")
     java.call("send", name="alice-tx2", topic="alice-tx-t", values=["t"])
     java.call("commit", name="alice-tx2")
     java.call("close", name="alice-tx2")
-
-
-def test_acls_survive_a_broker_restart(secured):
-    broker, java = secured
-    rule = allow("User:bob", "TOPIC", "bob-", "DESCRIBE", "PREFIXED")
-    java.call("createAcls", client="admin", acls=[rule])
-    assert broker.stop() == 0
-    broker.restart()
-    got = java.call("describeAcls", client="admin", filter={"principal": "User:bob"})
-    assert got == [rule]
