@@ -356,3 +356,37 @@ def test_transactional_id_needs_its_acl(secured):
     java.call("send", name="alice-tx2", topic="alice-tx-t", values=["t"])
     java.call("commit", name="alice-tx2")
     java.call("close", name="alice-tx2")
+
+
+def test_consumers_and_admin_calls_refused_by_acls(secured):
+    broker, java = secured
+    acl_setup.make_topics(broker, "alice-read", "secret-t")
+    java.call("createAcls", client="admin", acls=[
+        acl_setup.allow("User:alice", "TOPIC", "alice-read", "READ"),
+        acl_setup.allow("User:alice", "GROUP", "alice-g2", "READ")])
+    alice = acl_setup.sasl(broker, "alice", "SCRAM-SHA-256")
+    # a topic she may not read: the consumer's poll raises TopicAuthorizationException
+    java_consumer(java, alice["bootstrap.servers"], "alice-secret", **alice)
+    java.call("assign", name="alice-secret", partitions=["secret-t:0"])
+    assert java.error("poll", name="alice-secret", count=1, timeout_ms=10000).kind == "TopicAuthorizationException"
+    java.call("close", name="alice-secret")
+    # a group she may not use: GroupAuthorizationException
+    java_consumer(java, alice["bootstrap.servers"], "alice-badgroup", **alice, **{"group.id": "not-hers"})
+    java.call("subscribe", name="alice-badgroup", topics=["alice-read"])
+    assert java.error("poll", name="alice-badgroup", count=1, timeout_ms=10000).kind == "GroupAuthorizationException"
+    java.call("close", name="alice-badgroup")
+    # configs need DESCRIBE_CONFIGS / ALTER_CONFIGS; records DELETE; offsets DESCRIBE
+    assert java.error("describeConfigs", client="alice", resource="alice-read").kind == "TopicAuthorizationException"
+    assert java.error("incrementalAlterConfigs", client="alice", resource="alice-read",
+                      ops=[["retention.ms", "1000", "SET"]]).kind == "TopicAuthorizationException"
+    assert java.error("deleteRecords", client="alice", before={"alice-read:0": 0}).kind == \
+        "TopicAuthorizationException"
+    assert java.error("createPartitions", client="alice", topic="alice-read", count=2).kind == \
+        "TopicAuthorizationException"
+    assert java.call("listOffsets", client="alice", specs={"alice-read:0": "latest"})["alice-read:0"]["offset"] == 0
+    assert java.error("describeConfigs", client="alice", type="BROKER", resource="1").kind == \
+        "ClusterAuthorizationException"
+    assert java.error("describeLogDirs", client="alice", brokers=[1]).kind == "ClusterAuthorizationException"
+    # the super user may do all of it
+    java.call("incrementalAlterConfigs", client="admin", resource="alice-read", ops=[["retention.ms", "1000", "SET"]])
+    assert java.call("describeConfigs", client="admin", resource="alice-read")["retention.ms"]["value"] == "1000"
