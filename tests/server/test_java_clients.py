@@ -54,6 +54,14 @@ def librdkafka_read(broker: BrokerProcess, topic: str, partition: int, count: in
         consumer.close()
 
 
+def settle_position(java: JavaDriver, consumer: str, partition: str, expected: int) -> None:
+    """Polls until the consumer's position is ``expected``; no record may come meanwhile."""
+    def there() -> bool:
+        assert java.call("poll", name=consumer, count=0, timeout_ms=200) == []
+        return bool(java.call("position", name=consumer, partition=partition) == expected)
+    wait_until(f"{consumer}'s position at {expected}", there, 60)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_idempotent_producer_with_each_codec(kafka, codec):
     broker, java = kafka
@@ -104,7 +112,7 @@ def test_transactions_committed_and_aborted_as_each_isolation_level_sees_them(ka
     uncommitted = java.call("poll", name="uncommitted", count=6, timeout_ms=60000)
     assert [(r["offset"], r["value"]) for r in uncommitted] == \
         [(0, "c0"), (1, "c1"), (2, "c2"), (4, "a0"), (5, "a1"), (7, "c3")]
-    assert java.call("position", name="committed", partition="java-txn:0") == 9
+    settle_position(java, "committed", "java-txn:0", 9)        # past the last marker
     for name in ("committed", "uncommitted"):
         java.call("close", name=name)
 
@@ -146,8 +154,7 @@ def test_the_admin_fences_the_producers_of_a_transactional_id(kafka):
     java.call("close", name="fencer")
     java_consumer(java, broker, "fence-check", **{"isolation.level": "read_committed"})
     java.call("assign", name="fence-check", partitions=["java-admin-fence:0"])
-    assert java.call("poll", name="fence-check", count=1, timeout_ms=3000) == []
-    assert java.call("position", name="fence-check", partition="java-admin-fence:0") == 2   # record + abort marker
+    settle_position(java, "fence-check", "java-admin-fence:0", 2)   # past the aborted record and its marker
     java.call("close", name="fence-check")
 
 
@@ -229,7 +236,8 @@ def test_read_committed_stops_at_an_open_transaction_until_it_commits(kafka):
     java.call("send", name="lso-plain", topic="java-lso", values=["after"])    # behind the open transaction
     java_consumer(java, broker, "lso-c", **{"isolation.level": "read_committed"})
     java.call("assign", name="lso-c", partitions=["java-lso:0"])
-    assert [r["value"] for r in java.call("poll", name="lso-c", count=2, timeout_ms=2000)] == ["before"]
+    assert [r["value"] for r in java.call("poll", name="lso-c", count=1, timeout_ms=30000)] == ["before"]
+    assert java.call("poll", name="lso-c", count=1, timeout_ms=1000) == []
     assert java.call("position", name="lso-c", partition="java-lso:0") == 1        # the last stable offset
     java.call("commit", name="lso-tx")
     got = java.call("poll", name="lso-c", count=3, timeout_ms=30000)
