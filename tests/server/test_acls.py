@@ -1,5 +1,5 @@
-"""The ACL APIs on the wire (DescribeAcls 29, CreateAcls 30, DeleteAcls 31) with confluent-kafka's,
-kafka-python's and kafkajs's admin clients and raw requests: created ACLs are described and deleted through Kafka's filters,
+"""The ACL APIs on the wire (DescribeAcls 29, CreateAcls 30, DeleteAcls 31) with confluent-kafka's, kafka-python's
+and kafkajs's admin clients and raw requests: created ACLs are described and deleted through Kafka's filters,
 decide what a SASL user may do, survive a clean stop and a kill -9; Kafka's errors for a user without the cluster
 operation, for invalid ACLs and for a broker without an authorizer."""
 from __future__ import annotations
