@@ -190,7 +190,10 @@ class AclStore:
             self._damaged = str(exc)
             return
         self._damaged = None
-        logger.info("ACLs reloaded from %s: %d", self.path, len(self._acls))
+        if self._stamp is None:
+            logger.warning("the ACL file %s was removed: no ACLs now", self.path)
+        else:
+            logger.info("ACLs reloaded from %s: %d", self.path, len(self._acls))
 
     def _change(self, fn: Callable[[list[AclBinding]], bool]) -> None:
         """Apply ``fn`` to the stored ACLs (re-read under the lock) and write them if it says they changed."""
