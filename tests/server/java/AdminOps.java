@@ -238,6 +238,24 @@ public final class AdminOps {
                 return out;
             }
             case "deleteTopics": admin.deleteTopics(strings(cmd.get("topics"))).all().get(); return null;
+            case "describeTopicsById": {
+                List<org.apache.kafka.common.Uuid> ids = new ArrayList<>();
+                for (String id : strings(cmd.get("ids"))) ids.add(org.apache.kafka.common.Uuid.fromString(id));
+                Map<String, Object> out = new TreeMap<>();
+                admin.describeTopics(org.apache.kafka.common.TopicCollection.ofTopicIds(ids)).allTopicIds().get()
+                        .forEach((id, t) -> out.put(id.toString(), Map.of("name", t.name(),
+                                "partitions", t.partitions().size())));
+                return out;
+            }
+            case "deleteTopicsById": {
+                List<org.apache.kafka.common.Uuid> ids = new ArrayList<>();
+                for (String id : strings(cmd.get("ids"))) ids.add(org.apache.kafka.common.Uuid.fromString(id));
+                for (org.apache.kafka.common.KafkaFuture<Void> f : admin.deleteTopics(
+                        org.apache.kafka.common.TopicCollection.ofTopicIds(ids)).topicIdValues().values()) {
+                    f.get();
+                }
+                return null;
+            }
             case "describeConfigs": {
                 Map<ConfigResource, Config> d = admin.describeConfigs(List.of(resource(cmd))).all().get();
                 return config(d.values().iterator().next());

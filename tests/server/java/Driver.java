@@ -39,6 +39,7 @@ public final class Driver {
                 Object result = clients.handles(op) ? clients.run(op, cmd) : admin.run(op, cmd);
                 answer.put("ok", result);
             } catch (Throwable t) {
+                t.printStackTrace();                 // the whole trace to stderr (the driver's log)
                 Throwable cause = t;
                 while ((cause instanceof ExecutionException || cause instanceof java.util.concurrent.CompletionException)
                         && cause.getCause() != null) {
