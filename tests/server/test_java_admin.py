@@ -43,17 +43,6 @@ def java(kafka: tuple[BrokerProcess, JavaDriver]) -> JavaDriver:
     return kafka[1]
 
 
-def test_describe_and_delete_topics_by_id(kafka):
-    broker, java = kafka
-    make_topic(broker, "adm-byid", 2)
-    topic_id = java.call("describeTopics", topics=["adm-byid"])["adm-byid"]["topic_id"]
-    assert java.call("describeTopicsById", ids=[topic_id]) == {topic_id: {"name": "adm-byid", "partitions": 2}}
-    java.call("deleteTopicsById", ids=[topic_id])
-    assert "adm-byid" not in java.call("listTopics")
-    assert java.error("describeTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
-    assert java.error("deleteTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
-
-
 def test_create_partitions(kafka):
     broker, java = kafka
     make_topic(broker, "adm-grow", 1)

@@ -1,10 +1,11 @@
 """Tests of Kafka's own Java client (through java/Driver.java) for pieces of the broker still being built when
 they were written: the CreateTopics answer with configs, replica assignments naming this broker, AlterConfigs,
-DescribeCluster, ListConfigResources, authorized operations without an authorizer, OffsetDelete, static
-membership (KIP-345), DescribeProducers/DescribeTransactions/ListTransactions/WriteTxnMarkers, ElectLeaders, the
-reassignment APIs, DescribeQuorum, and the ACL authorizer with SASL users. Not collected by the suite (the name
-does not start with test_); run with ``pytest tests/server/java/pending_java_tests.py``. Each test moves into
-tests/server/test_java_*.py once it passes. The expected answers are a one-broker Kafka 4.x cluster's (node 1)."""
+DescribeCluster, ListConfigResources, authorized operations without an authorizer, Metadata by topic id,
+OffsetDelete, static membership (KIP-345), DescribeProducers/DescribeTransactions/ListTransactions/WriteTxnMarkers,
+ElectLeaders, the reassignment APIs, DescribeQuorum, and the ACL authorizer on every API. Not collected by the
+suite (the name does not start with test_); run with ``pytest tests/server/java/pending_java_tests.py``. Each test
+moves into tests/server/test_java_*.py once it passes. The expected answers are a one-broker Kafka 4.x cluster's
+(node 1)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -143,6 +144,17 @@ def test_describe_cluster(kafka):
 def test_list_client_metrics_resources_is_empty(java):
     assert java.call("listClientMetricsResources") == "[]"
 
+
+
+def test_describe_and_delete_topics_by_id(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-byid", 2)
+    topic_id = java.call("describeTopics", topics=["adm-byid"])["adm-byid"]["topic_id"]
+    assert java.call("describeTopicsById", ids=[topic_id]) == {topic_id: {"name": "adm-byid", "partitions": 2}}
+    java.call("deleteTopicsById", ids=[topic_id])
+    assert "adm-byid" not in java.call("listTopics")
+    assert java.error("describeTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
+    assert java.error("deleteTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
 
 
 # -- leader elections, reassignments, the quorum ------------------------------------------------------------------
