@@ -11,7 +11,9 @@ This node is the only replica, the leader and the whole ISR of every partition, 
 - DescribeQuorum: the metadata quorum (``__cluster_metadata-0``) is this node alone, leader and only voter, no
   observers. This store keeps no metadata log, so its epoch, high watermark and end offset are 0.
 - OffsetForLeaderEpoch (KIP-320's truncation check, used by librdkafka and the Java consumer): answered from the
-  partition's ``leader-epoch-checkpoint`` as Kafka's ``LeaderEpochFileCache.endOffsetFor``.
+  partition's ``leader-epoch-checkpoint`` as Kafka's ``LeaderEpochFileCache.endOffsetFor``; a client's
+  ``current_leader_epoch`` is checked against the leader epoch Metadata gives it (FENCED_LEADER_EPOCH below,
+  UNKNOWN_LEADER_EPOCH above), as Kafka checks it against the partition's.
 
 Authorization is Kafka's: ALTER on the cluster for ElectLeaders and AlterPartitionReassignments, DESCRIBE on the
 cluster for ListPartitionReassignments and DescribeQuorum (a refusal is the whole request's
@@ -30,6 +32,7 @@ from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.handlers.metadata import LEADER_EPOCH
 from storage_engine.server.identity import directory_id
 from storage_engine.server.responses.cluster import (AlterPartitionReassignmentsResponse, DescribeClusterResponse,
                                                      DescribeQuorumResponse, ElectLeadersResponse, EpochEndOffset,
@@ -235,7 +238,7 @@ def _end_offset(ctx: Ctx, topic: str, p: Any) -> EpochEndOffset:
             raise PartitionNotFoundError(f"partition {topic}-{p.partition} does not exist")
         log.refresh()
         current = int(getattr(p, "current_leader_epoch", NO_EPOCH))
-        leader_epoch = log.config.partition_leader_epoch
+        leader_epoch = LEADER_EPOCH    # the epoch Metadata gives clients, which they send back as current
         if current != NO_EPOCH and current < leader_epoch:
             entry["error_code"] = ErrorCode.fenced_leader_epoch
             return entry

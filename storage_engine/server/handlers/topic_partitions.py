@@ -26,6 +26,7 @@ from storage_engine.layout import validate_topic
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.handlers.metadata import LEADER_EPOCH
 from storage_engine.server.responses.topic_partitions import (ConfigResource, Cursor, DescribeTopicPartitionsResponse,
                                                               DescribeTopicPartitionsResponsePartition,
                                                               DescribeTopicPartitionsResponseTopic,
@@ -42,7 +43,7 @@ V0_TYPES, V1_TYPES = (CLIENT_METRICS,), (TOPIC, BROKER, BROKER_LOGGER, CLIENT_ME
 def _partition(ctx: Ctx, p: int) -> DescribeTopicPartitionsResponsePartition:
     node = ctx.broker.node_id
     return {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node,
-            "leader_epoch": ctx.broker.config.default_log.partition_leader_epoch, "replica_nodes": (node,),
+            "leader_epoch": LEADER_EPOCH, "replica_nodes": (node,),
             "isr_nodes": (node,), "eligible_leader_replicas": (), "last_known_elr": (), "offline_replicas": ()}
 
 
