@@ -13,18 +13,19 @@ import datetime
 import uuid
 
 import pytest
+import yaml
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
-from confluent_kafka import ElectionType, KafkaException
+from confluent_kafka import ElectionType
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType
 from kafka.admin import NewPartitions as KNewPartitions
 from kafka.admin import NewTopic as KNewTopic
-from kafka.errors import InvalidReplicationAssignmentError
+from kafka.errors import InvalidReplicationAssignmentError, MessageSizeTooLargeError, RecordListTooLargeError
 
 from tests.server import wire
 from tests.server.broker_proc import BrokerProcess
@@ -111,7 +112,7 @@ def test_a_created_topics_answer_lists_its_configs_as_kafka_does(bootstrap):
     # v4 has no configs: the same request answers without them
     v4 = raw(bootstrap, 19, 4, **{**fields, "topics": [{**fields["topics"][0], "name": name + "-v4"}],
                                  "validate_only": False}).topics[0]
-    assert v4.error_code == 0 and not hasattr(v4, "configs")
+    assert v4.error_code == 0 and "configs" not in type(v4).__dataclass_fields__
 
 
 def test_replica_assignments_naming_this_broker_are_accepted(kadmin, cadmin, bootstrap):
@@ -224,3 +225,206 @@ def test_alter_configs_refusals_change_nothing(kadmin, bootstrap):
         (42, "AlterConfigs is deprecated and does not support the resource type BROKER_LOGGER")]
     assert described(kadmin, name)["retention.ms"] == ("3600000", 1)
     assert described(kadmin, name)["segment.ms"] == ("604800000", 5)
+
+
+# -- ElectLeaders, reassignments, DescribeQuorum, DescribeCluster ------------------------------------------------
+
+def test_elect_leaders_is_never_needed(kadmin, cadmin, bootstrap):
+    """This node leads every partition: a named partition is ELECTION_NOT_NEEDED (kafka-python and confluent-kafka
+    take it as success), an unknown one UNKNOWN_TOPIC_OR_PARTITION, an election over all partitions answers no
+    partition; an unknown election type is INVALID_REQUEST on each partition and at the top."""
+    name = topic_name("elect")
+    create(kadmin, name, partitions=2)
+    answer = kadmin.elect_leaders(0, {name: [0, 1], "no-such-topic": [0]}, raise_errors=False)
+    codes = {(r.topic, p.partition_id): p.error_code for r in answer.replica_election_results
+             for p in r.partition_result}
+    assert answer.error_code == 0
+    assert codes == {(name, 0): 84, (name, 1): 84, ("no-such-topic", 0): 3}
+    assert kadmin.elect_leaders(1, {name: [1]}).replica_election_results[0].partition_result[0].error_code == 84
+
+    result = cadmin.elect_leaders(ElectionType.PREFERRED, [CTopicPartition(name, 0),
+                                                           CTopicPartition("no-such-topic", 0)]).result(TIMEOUT)
+    errors = {tp.topic: err.code() for tp, err in result.items()}
+    assert errors[name] == 84 and errors["no-such-topic"] == 3
+    assert cadmin.elect_leaders(ElectionType.UNCLEAN, None).result(TIMEOUT) == {}
+
+    every = raw(bootstrap, 43, 2, election_type=0, topic_partitions=None, timeout=datetime.timedelta(seconds=5))
+    assert every.error_code == 0 and all(not r.partition_result for r in every.replica_election_results)
+    assert name in {r.topic for r in every.replica_election_results}
+    odd = raw(bootstrap, 43, 2, election_type=5, topic_partitions=[{"topic": name, "partitions": [0]}],
+              timeout=datetime.timedelta(seconds=5))
+    assert odd.error_code == 42
+    assert [(p.error_code, p.error_message) for p in odd.replica_election_results[0].partition_result] == [
+        (42, "Unknown election type 5")]
+
+
+def test_reassignments_to_this_broker_are_no_ops_and_none_is_ever_listed(kadmin, bootstrap):
+    name = topic_name("reassign")
+    create(kadmin, name, partitions=3)
+    answer = kadmin.alter_partition_reassignments({TopicPartition(name, 0): [3], TopicPartition(name, 1): [1],
+                                                   TopicPartition(name, 2): None,
+                                                   TopicPartition("no-such-topic", 0): [3]})
+    assert answer[TopicPartition(name, 0)] is None
+    assert {tp.partition: err.__name__ for tp, err in answer.items() if err is not None and tp.topic == name} == {
+        1: "InvalidReplicationAssignmentError", 2: "NoReassignmentInProgressError"}
+    assert answer[TopicPartition("no-such-topic", 0)].__name__ == "UnknownTopicOrPartitionError"
+    assert kadmin.list_partition_reassignments() == {}
+    assert kadmin.list_partition_reassignments([TopicPartition(name, 0)]) == {}
+    bad = raw(bootstrap, 45, 0, timeout=datetime.timedelta(seconds=5),
+              topics=[{"name": name, "partitions": [{"partition_index": 0, "replicas": []},
+                                                    {"partition_index": 1, "replicas": [3, 4]}]}])
+    assert [(p.error_code, p.error_message) for p in bad.responses[0].partitions] == [
+        (39, "The manual partition assignment includes an empty replica list."),
+        (39, "The manual partition assignment includes broker 4, but no such broker is registered.")]
+
+
+def test_describe_quorum_names_this_node_the_only_voter(kadmin, bootstrap):
+    quorum = kadmin.describe_metadata_quorum()
+    partition = quorum["topics"][0]["partitions"][0]
+    assert quorum["topics"][0]["topic_name"] == "__cluster_metadata" and partition["error"] is None
+    assert partition["leader_id"] == 3 and [v["replica_id"] for v in partition["current_voters"]] == [3]
+    assert partition["observers"] == []
+    assert partition["current_voters"][0]["replica_directory_id"] != "00000000-0000-0000-0000-000000000000"
+    host, port = bootstrap.rsplit(":", 1)
+    assert quorum["nodes"] == [{"node_id": 3, "listeners": [{"name": "PLAINTEXT", "host": host, "port": int(port)}]}]
+    other = raw(bootstrap, 55, 2, topics=[{"topic_name": "t", "partitions": [{"partition_index": 0}]}])
+    assert other.error_code == 0 and other.topics[0].partitions[0].error_code == 3
+
+
+def test_describe_cluster_answers_this_broker_and_its_authorized_operations(kadmin, cadmin, bootstrap):
+    cluster = kadmin.describe_cluster()
+    host, port = bootstrap.rsplit(":", 1)
+    assert cluster["controller_id"] == 3
+    assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [(3, host, int(port))]
+    # no authorizer: every cluster operation (Kafka's AclEntry.supportedOperations for CLUSTER), never bit 31
+    assert sorted(cluster["authorized_operations"]) == sorted(
+        ["CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"])
+    described_cluster = cadmin.describe_cluster().result(TIMEOUT)
+    assert described_cluster.controller.id == 3 and [n.id for n in described_cluster.nodes] == [3]
+    assert described_cluster.cluster_id == cluster["cluster_id"]
+    not_asked = raw(bootstrap, 60, 1, include_cluster_authorized_operations=False, endpoint_type=1)
+    assert not_asked.cluster_authorized_operations == -2147483648
+    assert raw(bootstrap, 60, 1, include_cluster_authorized_operations=True,
+               endpoint_type=2).error_code == 114     # MISMATCHED_ENDPOINT_TYPE
+    assert raw(bootstrap, 60, 1, include_cluster_authorized_operations=True,
+               endpoint_type=7).error_code == 115     # UNSUPPORTED_ENDPOINT_TYPE
+
+
+# -- ListConfigResources, DescribeTopicPartitions ------------------------------------------------------------------
+
+def test_list_config_resources_lists_topics_and_this_broker(kadmin, bootstrap):
+    name = topic_name("listed")
+    create(kadmin, name)
+    listed = kadmin.list_config_resources()
+    assert name in listed["topic"] and listed["broker"] == ["3"]
+    assert not listed.get("group") and not listed.get("client_metrics")
+    assert kadmin.list_config_resources(["broker"]) == {"broker": ["3"]}
+    v0 = raw(bootstrap, 74, 0)
+    assert v0.error_code == 0 and v0.config_resources == ()
+    assert raw(bootstrap, 74, 1, resource_types=[3]).error_code == 35      # not a type Kafka lists: UNSUPPORTED_VERSION
+
+
+def test_describe_topic_partitions_pages_with_its_cursor(kadmin, bootstrap):
+    """Partitions by topic name then index, at most response_partition_limit per answer; the cursor resumes
+    exactly where the last answer stopped, inside a topic or at the next one."""
+    prefix = topic_name("pages")
+    topics = {f"{prefix}-a": 3, f"{prefix}-b": 2, f"{prefix}-c": 1}
+    for name, count in topics.items():
+        create(kadmin, name, partitions=count)
+    expected = [(name, p) for name in sorted(topics) for p in range(topics[name])]
+    for limit in (1, 2, 4, 6):
+        seen, cursors, cursor = [], [], None
+        while True:
+            answer = kadmin.describe_topic_partitions(sorted(topics), response_partition_limit=limit, cursor=cursor)
+            assert all(t["error_code"] == 0 and t["topic_authorized_operations"] > 0 for t in answer["topics"])
+            page = [(t["name"], p["partition_index"]) for t in answer["topics"] for p in t["partitions"]]
+            assert 0 < len(page) <= limit and all(p["leader_id"] == 3 for t in answer["topics"]
+                                                  for p in t["partitions"])
+            seen += page
+            cursor = answer["next_cursor"]
+            if cursor is None:
+                break
+            cursors.append((cursor["topic_name"], cursor["partition_index"]))
+        assert seen == expected, limit
+        assert len(cursors) == -(-len(expected) // limit) - 1
+    # a limit ending exactly at a topic's end points the cursor at the next topic's partition 0
+    first = kadmin.describe_topic_partitions(sorted(topics), response_partition_limit=3)
+    assert first["next_cursor"] == {"topic_name": f"{prefix}-b", "partition_index": 0}
+    # named topics that do not exist, or cannot, are named as such; a cursor outside the list is INVALID_REQUEST
+    odd = kadmin.describe_topic_partitions([f"{prefix}-zz", "bad/name"])
+    assert {t["name"]: t["error_code"] for t in odd["topics"]} == {f"{prefix}-zz": 3, "bad/name": 17}
+    out = raw(bootstrap, 75, 0, topics=[{"name": f"{prefix}-a"}], response_partition_limit=10,
+              cursor={"topic_name": f"{prefix}-b", "partition_index": 0})
+    assert [t.error_code for t in out.topics] == [42]
+    # no topic named: every topic, this module's among them
+    everything = kadmin.describe_topic_partitions([], response_partition_limit=2000)
+    assert set(topics) <= {t["name"] for t in everything["topics"]}
+
+
+# -- OffsetForLeaderEpoch ------------------------------------------------------------------------------------------
+
+def end_offsets(bootstrap: str, topic: str, asks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """(error code, leader epoch, end offset) for each (partition, current leader epoch, leader epoch) asked."""
+    answer = raw(bootstrap, 23, 4, replica_id=-1, topics=[{"topic": topic, "partitions": [
+        {"partition": p, "current_leader_epoch": current, "leader_epoch": epoch} for p, current, epoch in asks]}])
+    return [(int(p.error_code), p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions]
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> int:
+    answer = raw(bootstrap, 0, 9, **{"transactional_id": None, "acks": -1, "timeout": datetime.timedelta(seconds=5),
+                                     "topic_data": [{"name": topic, "partition_data": [
+                                         {"index": partition, "records": wire.batch(values)}]}]})
+    return int(answer.responses[0].partition_responses[0].error_code)
+
+
+def test_offset_for_leader_epoch_answers_from_the_leader_epoch_cache(broker_factory):
+    """Three records at leader epoch 0, then (restarted with ``log.partition.leader.epoch: 2``) two at epoch 2:
+    Kafka's endOffsetFor answers the start of the next epoch for an older one, the log end for the latest, -1 for
+    a newer one or an empty partition; a current leader epoch other than Metadata's is UNKNOWN_LEADER_EPOCH."""
+    b = broker_factory(log_dirs=1)
+    bootstrap = b.address("PLAINTEXT")
+    created = raw(bootstrap, 19, 7, topics=[{"name": "epochs", "num_partitions": 2, "replication_factor": 1,
+                                             "assignments": [], "configs": []}],
+                  timeout=datetime.timedelta(seconds=30), validate_only=False)
+    assert created.topics[0].error_code == 0
+    assert produce(bootstrap, "epochs", 0, [b"a", b"b", b"c"]) == 0
+    assert end_offsets(bootstrap, "epochs", [(0, 0, 0), (0, -1, 0)]) == [(0, 0, 3), (0, 0, 3)]
+    b.stop()
+    conf = yaml.safe_load(b.config_path.read_text())
+    conf["broker"]["log.partition.leader.epoch"] = 2
+    b.config_path.write_text(yaml.safe_dump(conf))
+    b.restart()
+    bootstrap = b.address("PLAINTEXT")
+    assert produce(bootstrap, "epochs", 0, [b"d", b"e"]) == 0
+    assert end_offsets(bootstrap, "epochs", [(0, 0, 0), (0, 0, 1), (0, 0, 2), (0, -1, 3), (1, 0, 0), (9, 0, 0),
+                                             (0, 1, 2)]) == [
+        (0, 0, 3), (0, 0, 3), (0, 2, 5), (0, -1, -1), (0, -1, -1), (3, -1, -1), (75, -1, -1)]
+    unknown = raw(bootstrap, 23, 4, replica_id=-1, topics=[{"topic": "no-such-topic", "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}])
+    assert unknown.topics[0].partitions[0].error_code == 3
+
+
+# -- RECORD_LIST_TOO_LARGE -----------------------------------------------------------------------------------------
+
+def test_an_append_larger_than_the_segment_is_record_list_too_large(kadmin, bootstrap):
+    """Kafka's two rules: a batch over max.message.bytes is MESSAGE_TOO_LARGE (10); an append over segment.bytes
+    (it could not fit in one segment) is RECORD_LIST_TOO_LARGE (18). Raw and through kafka-python's producer;
+    nothing of a refused append is stored."""
+    small_segment, small_message = topic_name("segment"), topic_name("message")
+    create(kadmin, small_segment, configs={"segment.bytes": "1024"})
+    create(kadmin, small_message, configs={"max.message.bytes": "512"})
+    assert produce(bootstrap, small_segment, 0, [b"x" * 2000]) == 18
+    assert produce(bootstrap, small_message, 0, [b"x" * 600]) == 10
+    producer = KafkaProducer(bootstrap_servers=bootstrap, retries=0, max_request_size=10_000)
+    try:
+        with pytest.raises(RecordListTooLargeError):
+            producer.send(small_segment, b"v" * 2000).get(TIMEOUT)
+        with pytest.raises(MessageSizeTooLargeError):
+            producer.send(small_message, b"v" * 600).get(TIMEOUT)
+        producer.send(small_segment, b"fits").get(TIMEOUT)
+    finally:
+        producer.close()
+    latest = raw(bootstrap, 2, 9, replica_id=-1, isolation_level=0, topics=[
+        {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}
+        for t in (small_segment, small_message)])
+    assert [t.partitions[0].offset for t in latest.topics] == [1, 0]
