@@ -93,9 +93,10 @@ def test_a_created_topics_answer_lists_its_configs_as_kafka_does(bootstrap):
     and failed with a NullPointerException without them): the request's overrides as DYNAMIC_TOPIC_CONFIG (1),
     the others as DEFAULT_CONFIG (5); validate_only answers the same and creates nothing."""
     name = topic_name("configs")
-    fields: dict[str, Any] = {"topics": [{"name": name, "num_partitions": 2, "replication_factor": 1, "assignments": [],
-                          "configs": [{"name": "retention.ms", "value": "3600000"}]}],
-              "timeout": datetime.timedelta(seconds=30), "validate_only": True}
+    fields: dict[str, Any] = {
+        "topics": [{"name": name, "num_partitions": 2, "replication_factor": 1, "assignments": [],
+                    "configs": [{"name": "retention.ms", "value": "3600000"}]}],
+        "timeout": datetime.timedelta(seconds=30), "validate_only": True}
     checked = raw(bootstrap, 19, 7, **fields).topics[0]
     created = raw(bootstrap, 19, 7, **{**fields, "validate_only": False}).topics[0]
     for answer in (checked, created):
