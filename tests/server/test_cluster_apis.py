@@ -146,7 +146,13 @@ def test_replica_assignments_naming_this_broker_are_accepted(kadmin, cadmin, boo
                       timeout=datetime.timedelta(seconds=30), validate_only=False).topics[0]
     assert (with_factor.error_code, with_factor.error_message) == (42, "A manual partition assignment was "
                                                                    "specified, but replication factor was not set to -1.")
+    metadata_topic = raw(bootstrap, 19, 7, topics=[{"name": "__cluster_metadata", "num_partitions": 1,
+                                                    "replication_factor": 1, "configs": [], "assignments": []}],
+                         timeout=datetime.timedelta(seconds=30), validate_only=False).topics[0]
+    assert (metadata_topic.error_code, metadata_topic.error_message) == (
+        42, "Creation of internal topic __cluster_metadata is prohibited.")
     listed = set(kadmin.list_topics())
+    assert "__cluster_metadata" not in listed
     assert not listed & ({t.name for t in refused.values()} | {with_factor.name})
 
     kadmin.create_partitions({k_topic: KNewPartitions(3, [[3]])})

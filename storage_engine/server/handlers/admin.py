@@ -13,7 +13,7 @@ from storage_engine.errors import OffsetOutOfRangeError, PartitionNotFoundError
 from storage_engine.server import access
 from storage_engine.server.catalog import add_partitions, create_topic, delete_topic
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code
-from storage_engine.server.handlers.cluster import replica_assignment_error
+from storage_engine.server.handlers.cluster import METADATA_TOPIC, replica_assignment_error
 from storage_engine.server.handlers.configs import topic_config_entries
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.responses.admin import (CreatableTopicConfigs, CreatableTopicResult, CreatePartitionsResponse,
@@ -76,6 +76,9 @@ async def create_topics(ctx: Ctx, body: Any) -> CreateTopicsResponse:
         try:
             if names.count(t.name) > 1:
                 raise TopicError(ErrorCode.invalid_request, f"topic {t.name!r} is named more than once in the request")
+            if t.name == METADATA_TOPIC:     # the name DescribeQuorum describes; Kafka's controller refuses it too
+                raise TopicError(ErrorCode.invalid_request,
+                                 f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
             if t.assignments:
                 count = _assigned_count(ctx, t)
             else:
