@@ -163,10 +163,13 @@ def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) 
         raise CorruptRecordError(f"invalid batch in append to {name}: {exc.reason}", None, exc.position) from None
     if not batches:
         raise InvalidRecordError(f"append to {name} holds no record batch")
+    for batch in batches:      # Kafka's analyzeAndValidateRecords: each batch's size first (MESSAGE_TOO_LARGE)
+        if batch.size_in_bytes > config.max_message_bytes:
+            check_size(topic, config, batch.size_in_bytes)
     if len(buf) > config.segment_bytes:
-        # Kafka checks the whole append: it goes into one segment, which must not exceed segment.bytes.
+        # Then the whole append: it goes into one segment, which must not exceed segment.bytes (RECORD_LIST_TOO_LARGE).
         raise RecordBatchTooLargeError(f"the append of {len(buf)} bytes to {name} is larger than "
-                                  f"segment.bytes ({config.segment_bytes}) of topic {topic}")
+                                       f"segment.bytes ({config.segment_bytes}) of topic {topic}")
     return buf, batches
 
 

@@ -415,24 +415,22 @@ def test_offset_for_leader_epoch_answers_from_the_leader_epoch_cache(broker_fact
 # -- RECORD_LIST_TOO_LARGE -----------------------------------------------------------------------------------------
 
 def test_an_append_larger_than_the_segment_is_record_list_too_large(kadmin, bootstrap):
-    """Kafka's two rules: a batch over max.message.bytes is MESSAGE_TOO_LARGE (10); an append over segment.bytes
-    (it could not fit in one segment) is RECORD_LIST_TOO_LARGE (18). Raw and through kafka-python's producer;
-    nothing of a refused append is stored."""
-    small_segment, small_message = topic_name("segment"), topic_name("message")
-    create(kadmin, small_segment, configs={"segment.bytes": "1024"})
-    create(kadmin, small_message, configs={"max.message.bytes": "512"})
-    assert produce(bootstrap, small_segment, 0, [b"x" * 2000]) == 18
-    assert produce(bootstrap, small_message, 0, [b"x" * 600]) == 10
+    """Kafka's two rules, in Kafka's order: a batch over max.message.bytes is MESSAGE_TOO_LARGE (10), checked
+    first; then an append over segment.bytes (it could not fit in one segment) is RECORD_LIST_TOO_LARGE (18).
+    Raw and through kafka-python's producer; nothing of a refused append is stored."""
+    name = topic_name("segment")
+    create(kadmin, name, configs={"segment.bytes": "1024", "max.message.bytes": "1500"})
+    assert produce(bootstrap, name, 0, [b"x" * 1200]) == 18       # over the segment, within max.message.bytes
+    assert produce(bootstrap, name, 0, [b"x" * 2000]) == 10       # over both: the batch's size is checked first
     producer = KafkaProducer(bootstrap_servers=bootstrap, retries=0, max_request_size=10_000)
     try:
         with pytest.raises(RecordListTooLargeError):
-            producer.send(small_segment, b"v" * 2000).get(TIMEOUT)
+            producer.send(name, b"v" * 1200).get(TIMEOUT)
         with pytest.raises(MessageSizeTooLargeError):
-            producer.send(small_message, b"v" * 600).get(TIMEOUT)
-        producer.send(small_segment, b"fits").get(TIMEOUT)
+            producer.send(name, b"v" * 2000).get(TIMEOUT)
+        producer.send(name, b"fits").get(TIMEOUT)
     finally:
         producer.close()
     latest = raw(bootstrap, 2, 9, replica_id=-1, isolation_level=0, topics=[
-        {"name": t, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}
-        for t in (small_segment, small_message)])
-    assert [t.partitions[0].offset for t in latest.topics] == [1, 0]
+        {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+    assert latest.topics[0].partitions[0].offset == 1
