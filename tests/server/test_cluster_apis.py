@@ -2,7 +2,7 @@
 (AlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, DescribeQuorum, DescribeCluster, ListConfigResources,
 DescribeTopicPartitions, CreateTopics/CreatePartitions with replica assignments), confluent-kafka's AdminClient
 (alter_configs, describe_cluster, elect_leaders, create_topics with replica assignments), aiokafka's
-``alter_configs``, and raw requests (tests/server/wire.py) for what no Python client sends: OffsetForLeaderEpoch,
+``alter_configs``, kafkajs (alterConfigs, createTopics/createPartitions with assignments), and raw requests (tests/server/wire.py) for what no Python client sends: OffsetForLeaderEpoch,
 the CreateTopics response's ``configs``, DescribeTopicPartitions paging with its cursor, and a produce larger than
 the topic's segment.bytes (RECORD_LIST_TOO_LARGE). One broker serves the whole module; each test uses its own
 topics."""
@@ -28,6 +28,7 @@ from kafka.admin import NewPartitions as KNewPartitions
 from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import InvalidReplicationAssignmentError, MessageSizeTooLargeError, RecordListTooLargeError
 
+from tests.server import test_clients_kafkajs as kafkajs
 from tests.server import wire
 from tests.server.broker_proc import BrokerProcess
 
@@ -434,3 +435,34 @@ def test_an_append_larger_than_the_segment_is_record_list_too_large(kadmin, boot
     latest = raw(bootstrap, 2, 9, replica_id=-1, isolation_level=0, topics=[
         {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
     assert latest.topics[0].partitions[0].offset == 1
+
+
+# -- kafkajs ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(kafkajs.NODE is None or not (kafkajs.NODE_MODULES / "kafkajs").is_dir(),
+                    reason="node and kafkajs are needed (make clients)")
+def test_kafkajs_alter_configs_and_replica_assignments(broker, kadmin):
+    """kafkajs's alterConfigs is AlterConfigs (33): the given configs replace the topic's; its createTopics and
+    createPartitions with replica assignments naming this broker are accepted, naming another one refused."""
+    name, other = topic_name("js"), topic_name("js-other")
+    results = kafkajs.node("admin.js", broker, {"calls": [
+        {"call": "createTopics", "args": [{"topics": [
+            {"topic": name, "replicaAssignment": [{"partition": 0, "replicas": [3]}, {"partition": 1, "replicas": [3]}],
+             "configEntries": [{"name": "retention.ms", "value": "3600000"}]}]}]},
+        {"call": "createTopics", "args": [{"topics": [
+            {"topic": other, "replicaAssignment": [{"partition": 0, "replicas": [1]}]}]}]},
+        {"call": "createPartitions", "args": [{"topicPartitions": [{"topic": name, "count": 3,
+                                                                    "assignments": [[3]]}]}]},
+        {"call": "alterConfigs", "args": [{"validateOnly": False, "resources": [
+            {"type": 2, "name": name, "configEntries": [{"name": "segment.ms", "value": "600000"}]}]}]},
+    ]})
+    assert results[0] == {"ok": True}
+    # kafkajs wraps the topic's INVALID_REPLICA_ASSIGNMENT (checked with the other clients above) in one error
+    assert (results[1]["error"]["name"], results[1]["error"]["message"]) == ("KafkaJSAggregateError",
+                                                                            "Topic creation errors"), results[1]
+    assert results[2] == {"ok": None}
+    assert results[3]["ok"]["resources"][0]["errorCode"] == 0, results[3]
+    configs = described(kadmin, name)
+    assert configs["segment.ms"] == ("600000", 1) and configs["retention.ms"] == ("604800000", 5)
+    assert len(kadmin.describe_topics([name])[0]["partitions"]) == 3
+    assert other not in kadmin.list_topics()
