@@ -1,9 +1,10 @@
 """Kafka's own AdminClient (kafka-clients 3.9.1, through java/Driver.java: one JVM for the file) against one broker
-without authentication or authorizer: topics, configs (describe, incremental and whole-config alter), partitions,
-records and offsets, log dirs, consumer groups and their offsets, the cluster's description and features, and the
-calls for APIs the broker does not serve, which the client must refuse with UnsupportedVersionException. Each
-expected answer is what a one-broker Kafka 4.x cluster (node 1) answers. Transactions, producers, leader
-elections, reassignments and the metadata quorum are in tests/server/test_java_admin_more.py."""
+without authentication or authorizer: topics (created with configs and with replica assignments, described with
+authorized operations, deleted), configs (describe, incremental and whole-config alter), partitions, records and
+offsets, log dirs, consumer groups and their offsets, the cluster, the metadata quorum and features, leader
+elections and reassignments, the ACL calls (SECURITY_DISABLED), and the calls for APIs the broker does not serve,
+which the client must refuse with UnsupportedVersionException. Each expected answer is what a one-broker Kafka 4.x
+cluster (node 1) answers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -192,3 +193,109 @@ def test_acl_calls_without_an_authorizer_are_security_disabled(java):
     rule = {"resource_type": "TOPIC", "name": "t", "principal": "User:a", "operation": "READ"}
     assert java.error("createAcls", acls=[rule]).kind == "SecurityDisabledException"
     assert java.error("deleteAcls", filters=[{}]).kind == "SecurityDisabledException"
+
+
+def test_create_describe_list_and_delete_topics(java):
+    created = java.call("createTopics", topics=[
+        {"name": "adm-a", "partitions": 3, "replication": 1, "configs": {"retention.ms": "3600000"}},
+        {"name": "adm-b"}])                                  # broker defaults for partitions and replication
+    assert created["adm-a"]["partitions"] == 3 and created["adm-a"]["replication"] == 1
+    assert created["adm-b"]["partitions"] == 1 and created["adm-b"]["replication"] == 1
+    # The answer carries the topic's configs (Kafka's CreateTopics v5+): the one set and the defaults.
+    assert created["adm-a"]["configs"]["retention.ms"]["value"] == "3600000"
+    assert created["adm-a"]["configs"]["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert created["adm-b"]["configs"]["cleanup.policy"] == {"value": "delete", "source": "DEFAULT_CONFIG",
+                                                            "read_only": False, "sensitive": False}
+    assert {"adm-a", "adm-b"} <= set(java.call("listTopics"))
+    described = java.call("describeTopics", topics=["adm-a"])["adm-a"]
+    assert described["topic_id"] == created["adm-a"]["topic_id"] and described["internal"] is False
+    assert described["partitions"] == [{"partition": p, "leader": NODE, "replicas": [NODE], "isr": [NODE]}
+                                       for p in range(3)]
+    assert described["authorized_operations"] is None          # not asked for
+    assert java.error("createTopics", topics=[{"name": "adm-a", "partitions": 1}]).kind == "TopicExistsException"
+    java.call("deleteTopics", topics=["adm-a", "adm-b"])
+    assert not {"adm-a", "adm-b"} & set(java.call("listTopics"))
+    assert java.error("describeTopics", topics=["adm-a"]).kind == "UnknownTopicOrPartitionException"
+    assert java.error("deleteTopics", topics=["adm-a"]).kind == "UnknownTopicOrPartitionException"
+
+
+def test_create_topics_and_partitions_with_assignments_naming_this_broker(java):
+    created = java.call("createTopics", topics=[{"name": "adm-assigned", "assignments": {"0": [NODE], "1": [NODE]}}])
+    assert created["adm-assigned"]["partitions"] == 2
+    java.call("createPartitions", topic="adm-assigned", count=4, assignments=[[NODE], [NODE]])
+    parts = java.call("describeTopics", topics=["adm-assigned"])["adm-assigned"]["partitions"]
+    assert [p["replicas"] for p in parts] == [[NODE]] * 4
+    # Another broker is not registered: Kafka's INVALID_REPLICA_ASSIGNMENT, and nothing is created.
+    refused = java.error("createTopics", topics=[{"name": "adm-elsewhere", "assignments": {"0": [NODE + 1]}}])
+    assert refused.kind == "InvalidReplicaAssignmentException", refused
+    assert "adm-elsewhere" not in java.call("listTopics")
+    refused = java.error("createPartitions", topic="adm-assigned", count=5, assignments=[[NODE + 1]])
+    assert refused.kind == "InvalidReplicaAssignmentException", refused
+    assert len(java.call("describeTopics", topics=["adm-assigned"])["adm-assigned"]["partitions"]) == 4
+
+
+def test_describe_topics_with_authorized_operations_and_no_authorizer_is_every_topic_operation(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-ops", 1)
+    got = java.call("describeTopics", topics=["adm-ops"], authorized_operations=True)["adm-ops"]
+    assert set(got["authorized_operations"]) == TOPIC_OPS
+
+
+def test_alter_configs_replaces_the_whole_topic_config(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-whole", 1)
+    java.call("incrementalAlterConfigs", resource="adm-whole", ops=[
+        ["retention.ms", "7200000", "SET"], ["cleanup.policy", "compact", "SET"]])
+    java.call("alterConfigs", resource="adm-whole", configs={"segment.bytes": "1048576"})
+    conf = java.call("describeConfigs", resource="adm-whole")
+    assert conf["segment.bytes"]["value"] == "1048576" and conf["segment.bytes"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    # AlterConfigs sets the topic's config to exactly what it names: the keys left out return to their defaults.
+    assert conf["retention.ms"]["source"] == "DEFAULT_CONFIG" and conf["retention.ms"]["value"] == "604800000"
+    assert conf["cleanup.policy"]["value"] == "delete"
+    bad = java.error("alterConfigs", resource="adm-whole", configs={"segment.bytes": "many"})
+    assert bad.kind == "InvalidConfigurationException", bad
+    assert java.call("describeConfigs", resource="adm-whole")["segment.bytes"]["value"] == "1048576"
+
+
+def test_describe_cluster(kafka):
+    broker, java = kafka
+    cluster = java.call("describeCluster", authorized_operations=True)
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
+    assert cluster["nodes"] == [{"id": NODE, "host": "127.0.0.1", "port": port, "rack": None}]
+    assert cluster["controller"]["id"] == NODE
+    assert cluster["cluster_id"] and len(cluster["cluster_id"]) == 22
+    assert set(cluster["authorized_operations"]) == {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+                                                    "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
+
+
+def test_list_client_metrics_resources_is_empty(java):
+    assert java.call("listClientMetricsResources") == "[]"
+
+
+def test_elect_leaders_is_not_needed_with_one_broker(kafka):
+    broker, java = kafka
+    make_topic(broker, "pend-elect", 2)
+    assert java.call("electLeaders", partitions=["pend-elect:0", "pend-elect:1"]) == \
+        {"pend-elect:0": "ElectionNotNeededException", "pend-elect:1": "ElectionNotNeededException"}
+    assert java.call("electLeaders", type="UNCLEAN", partitions=["pend-elect:0"]) == \
+        {"pend-elect:0": "ElectionNotNeededException"}
+    assert java.call("electLeaders", partitions=["pend-none:0"]) == \
+        {"pend-none:0": "UnknownTopicOrPartitionException"}
+
+
+def test_reassignments_to_this_broker_are_no_ops_and_none_is_listed(kafka):
+    broker, java = kafka
+    make_topic(broker, "pend-move", 1)
+    java.call("alterPartitionReassignments", reassignments={"pend-move:0": [NODE]})
+    assert java.call("listPartitionReassignments") == {}
+    refused = java.error("alterPartitionReassignments", reassignments={"pend-move:0": [NODE + 1]})
+    assert refused.kind == "InvalidReplicaAssignmentException", refused
+    refused = java.error("alterPartitionReassignments", reassignments={"pend-move:0": None})
+    assert refused.kind == "NoReassignmentInProgressException", refused
+    assert java.call("describeTopics", topics=["pend-move"])["pend-move"]["partitions"][0]["replicas"] == [NODE]
+
+
+def test_describe_metadata_quorum_names_this_node_the_only_voter(java):
+    quorum = java.call("describeMetadataQuorum")
+    assert quorum["leader"] == NODE and [v["id"] for v in quorum["voters"]] == [NODE]
+    assert quorum["observers"] == 0
