@@ -55,12 +55,12 @@ async def join_group(ctx: Ctx, body: Any) -> JoinGroupResponse:
         body.group_id, body.member_id, getattr(body, "group_instance_id", None), ctx.request.client_id,
         ctx.peer.rsplit(":", 1)[0], body.session_timeout // MS, rebalance_ms,
         body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
-        require_known_member=ctx.version >= 4)
+        require_known_member=ctx.version >= 4, skip_assignment_ok=ctx.version >= 9)
     name = result.get("protocol_name")
     return {"throttle_time": 0, "error_code": result["error_code"],
             "generation_id": _given(result.get("generation_id"), -1), "protocol_type": result.get("protocol_type"),
             "protocol_name": name if ctx.version >= 7 else name or "",    # nullable from v7
-            "leader": _given(result.get("leader"), ""), "skip_assignment": False,
+            "leader": _given(result.get("leader"), ""), "skip_assignment": result.get("skip_assignment", False),
             "member_id": _given(result.get("member_id"), body.member_id), "members": _given(result.get("members"), ())}
 
 
