@@ -472,3 +472,4 @@ class GroupCoordinator(GroupOffsets):
         self._remove(g, member_id)
         self._after_members_left(g)
         return ErrorCode.none
+

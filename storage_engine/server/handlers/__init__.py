@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
-from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
+from storage_engine.server.handlers import (admin, configs, fetch, groups, list_transactions, metadata, produce,
+                                            producers, transactions)
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
@@ -81,6 +82,12 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+    # producer, transaction and group admin APIs
+    Api(27, "WriteTxnMarkers", 1, 1, producers.write_txn_markers),
+    Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(61, "DescribeProducers", 0, 0, producers.describe_producers),
+    Api(65, "DescribeTransactions", 0, 0, producers.describe_transactions),
+    Api(66, "ListTransactions", 0, 1, list_transactions.list_transactions),
 )}
 
 SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS.values()}
