@@ -250,3 +250,86 @@ def test_a_known_follower_rejoining_a_stable_group_gets_the_current_generation(t
         assert (await (await _join(broker, a, "inst-x")))["error_code"] == UNKNOWN_MEMBER
 
     _run(tmp_path, clock, scenario)
+
+
+# -- with librdkafka on the wire -----------------------------------------------------------------------------------
+
+def _last_group_record(broker: Any, group: str) -> grec.GroupRecord:
+    config = config_from_mapping({"broker": {"log.dirs": broker.log_dirs}})
+    found: list[grec.GroupRecord] = []
+    with LogManager.open(config) as mgr:
+        for p in range(3):
+            log = mgr.get_log(OFFSETS_TOPIC, p)
+            if log is None:
+                continue
+            for r in log.read_records():
+                key = grec.parse_key(r.key) if r.key is not None else None
+                if isinstance(key, grec.GroupKey) and key.group == group and r.value is not None:
+                    found.append(grec.parse_group_value(r.value))
+    return found[-1]
+
+
+@pytest.mark.e2e
+def test_a_restarted_static_leader_with_librdkafka_gets_its_partitions_back_with_no_rebalance(broker_factory):
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.server.broker_proc import wait_until
+
+    broker = broker_factory(broker={"offsets.topic.num.partitions": 3, "group.initial.rebalance.delay.ms": 0})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("st", 4, 1)])["st"].result(60)
+    events: dict[str, list[str]] = {}
+
+    def consumer(instance: str) -> Any:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "statics", "group.instance.id": instance,
+                      "session.timeout.ms": 30_000, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "partition.assignment.strategy": "range"})
+        events[instance] = []
+        c.subscribe(["st"], on_assign=lambda _c, ps: events[instance].append(
+            "assign " + ",".join(str(p.partition) for p in ps)),
+            on_revoke=lambda _c, ps: events[instance].append("revoke"))
+        return c
+
+    live = {"a": consumer("a"), "b": consumer("b")}
+
+    def poll_all() -> None:
+        for c in live.values():
+            c.poll(0.05)
+
+    def settled() -> bool:
+        poll_all()
+        got = {i: c.assignment() for i, c in live.items()}
+        if not all(got.values()) or sum(len(v) for v in got.values()) != 4:
+            return False
+        record = _last_group_record(broker, "statics")
+        return len(record.members) == 2 and all(m.assignment for m in record.members)
+
+    try:
+        wait_until("both members assigned", settled)
+        before = _last_group_record(broker, "statics")
+        leader = next(m for m in before.members if m.member_id == before.leader)
+        restarted, other = present(leader.group_instance_id), "b" if leader.group_instance_id == "a" else "a"
+        partitions = sorted(p.partition for p in live[restarted].assignment())
+        other_events = list(events[other])
+        live.pop(restarted).close()           # a static member's close sends no LeaveGroup: it keeps its place
+        live[restarted] = consumer(restarted)
+        def assigned() -> bool:
+            poll_all()
+            return bool(live[restarted].assignment())
+
+        wait_until("the restarted leader's partitions", assigned)
+        assert sorted(p.partition for p in live[restarted].assignment()) == partitions
+        after = _last_group_record(broker, "statics")
+        assert after.generation == before.generation, "no rebalance: the same generation"
+        ids = {m.group_instance_id: m.member_id for m in after.members}
+        old = {m.group_instance_id: m.member_id for m in before.members}
+        assert ids[other] == old[other] and ids[restarted] != old[restarted]
+        assert after.leader == ids[restarted], "the leader's place went to its new member id"
+        for _ in range(20):
+            poll_all()
+        assert events[other] == other_events, "the other member saw no revoke and no new assignment"
+        assert events[restarted] == [f"assign {','.join(str(p) for p in partitions)}"]
+    finally:
+        for c in live.values():
+            c.close()

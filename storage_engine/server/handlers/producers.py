@@ -93,9 +93,11 @@ async def describe_transactions(ctx: Ctx, body: Any) -> DescribeTransactionsResp
     coordinator = ctx.broker.transactions
     out: list[TransactionState] = []
     for txn_id in body.transactional_ids:
+        # an error's entry has the schema's defaults (0, ""), as Kafka's; -1 start time only for an id with no
+        # open transaction
         state: TransactionState = {"error_code": ErrorCode.none, "transactional_id": txn_id, "transaction_state": "",
-                                   "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
-                                   "producer_epoch": -1, "topics": ()}
+                                   "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
+                                   "producer_epoch": 0, "topics": ()}
         t = coordinator.txns.get(txn_id)
         if not access.allowed(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
             state["error_code"] = ErrorCode.transactional_id_authorization_failed
