@@ -12,9 +12,17 @@ librdkafka transactional producer, and raw requests (tests/server/wire.py) for t
   live consumer group subscribes to (GROUP_SUBSCRIBED_TO_TOPIC), and answers GROUP_ID_NOT_FOUND and
   UNKNOWN_TOPIC_OR_PARTITION;
 * the error answers: an invalid or unknown topic, an empty or unknown transactional id, an unknown state
-  filter, a marker for a partition that does not exist.
+  filter, a marker for a partition that does not exist;
+* authorization as Kafka's KafkaApis checks it, in process with an authorizer of fixed rules (the broker's
+  ``Authorizer`` interface): READ on the topic (DescribeProducers), DESCRIBE on the transactional id and its topics
+  (DescribeTransactions, ListTransactions), ALTER or CLUSTER_ACTION on the cluster (WriteTxnMarkers), DELETE on
+  the group and READ on the topic (OffsetDelete), with Kafka's error codes.
 """
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -24,16 +32,20 @@ from kafka.admin import AbortTransactionSpec, NewTopic
 from kafka.errors import GroupIdNotFoundError, InvalidRequestError, NoError, TransactionalIdNotFoundError, TransactionCoordinatorFencedError
 from kafka.structs import OffsetAndMetadata
 
+from storage_engine.acl.model import CLUSTER_NAME, Operation, ResourceType
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from storage_engine.server.broker import Broker
+from storage_engine.server.catalog import create_topic
 from storage_engine.server.groups import records as grec
 from storage_engine.server.groups.store import OFFSETS_TOPIC
+from storage_engine.server.handlers import APIS
+from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.protocol import Request
 from tests.server import wire
 from tests.server.broker_proc import wait_until
 from tests.typed import present
-
-pytestmark = pytest.mark.e2e
 
 HANGING_PID = 777_777
 
@@ -47,6 +59,7 @@ def _committed_end(bootstrap: str, tp: TopicPartition) -> int:
         consumer.close()
 
 
+@pytest.mark.e2e
 def test_transactions_listed_described_and_a_hanging_one_aborted(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("pay", 1, 1)])
@@ -126,6 +139,7 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(broker):
     producer.flush(10)
 
 
+@pytest.mark.e2e
 def test_offset_delete_of_empty_and_live_groups(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("seen", 1, 1), NewTopic("other", 1, 1)])
@@ -167,6 +181,7 @@ def test_offset_delete_of_empty_and_live_groups(broker):
     admin.close()
 
 
+@pytest.mark.e2e
 def test_error_answers_on_the_wire(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("t", 1, 1)])
@@ -198,3 +213,101 @@ def test_error_answers_on_the_wire(broker):
                 for m in answer.markers for t in m.topics] == [("t", [(3, 3)])]
     finally:
         conn.close()
+
+
+# -- authorization, in process ---------------------------------------------------------------------------------
+
+class Rules:
+    """An authorizer allowing exactly the (principal, operation, resource type, name) it is given."""
+
+    def __init__(self, allowed: set[tuple[str, Operation, ResourceType, str]]):
+        self.allowed = allowed
+
+    def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
+                  name: str) -> bool:
+        return (principal, operation, resource_type, name) in self.allowed
+
+    def authorized_operations(self, principal: str, host: str, resource_type: ResourceType, name: str) -> int:
+        return 0
+
+
+ALICE = "User:alice"
+TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
+
+
+def _in_process(tmp_path, scenario: Callable[[Broker, Callable[[int, int, Any], Any]], Coroutine[Any, Any, None]]
+                ) -> None:
+    config = config_from_mapping({"broker": {"log.dirs": [str(tmp_path / "logs")], "offsets.topic.num.partitions": 1,
+                                             "transaction.state.log.num.partitions": 1}})
+    with LogManager.open(config) as mgr:
+        broker = Broker(config, mgr)
+
+        async def ask(key: int, version: int, body: Any) -> Any:
+            request = Request(key, version, 1, "authz-test", body, 0)
+            return await APIS[key].handler(Ctx(broker, request, "localhost", 9092, "127.0.0.1:1", ALICE,  # type: ignore[misc]
+                                               "127.0.0.1"), body)
+        try:
+            create_topic(broker, "t", 1, {})
+            create_topic(broker, "secret", 1, {})
+            asyncio.run(scenario(broker, ask))
+        finally:
+            broker.close()
+
+
+@pytest.mark.unit
+def test_each_api_checks_kafkas_operation_and_answers_its_code(tmp_path):
+    async def scenario(broker: Broker, ask: Callable[[int, int, Any], Any]) -> None:
+        rules = Rules(set())
+        broker.authorizer = rules
+        txns = broker.transactions
+        for txn_id in ("x", "y"):
+            code, pid, epoch = await txns.init_producer_id(txn_id, 60_000, -1, -1, 4)
+            assert code == 0
+            assert set((await txns.add_partitions(txn_id, pid, epoch, [("t", 0), ("secret", 0)], 3)).values()) == {0}
+
+        topic_req = wire.nested(type(wire.req(61, 0, topics=())), "topics")
+        producers = wire.req(61, 0, topics=(topic_req(name="t", partition_indexes=(0,)),))
+        assert (await ask(61, 0, producers))["topics"][0]["partitions"][0]["error_code"] == 29
+        rules.allowed.add((ALICE, Operation.READ, TOPIC, "t"))
+        assert (await ask(61, 0, producers))["topics"][0]["partitions"][0]["error_code"] == 0
+
+        described = await ask(65, 0, wire.req(65, 0, transactional_ids=("x",)))
+        assert described["transaction_states"][0]["error_code"] == 53     # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        rules.allowed |= {(ALICE, Operation.DESCRIBE, TXN, "x"), (ALICE, Operation.DESCRIBE, TOPIC, "t")}
+        [state] = (await ask(65, 0, wire.req(65, 0, transactional_ids=("x",))))["transaction_states"]
+        assert (state["error_code"], state["transaction_state"], state["topics"]) == (
+            0, "Ongoing", ({"topic": "t", "partitions": (0,)},)), "the topic it may not describe is left out"
+
+        listed = await ask(66, 1, wire.req(66, 1, state_filters=(), producer_id_filters=(), duration_filter=-1))
+        assert [t["transactional_id"] for t in listed["transaction_states"]] == ["x"], "y is not listed"
+
+        marker_cls = wire.nested(type(wire.req(27, 1, markers=())), "markers")
+        marker = wire.req(27, 1, markers=(marker_cls(
+            producer_id=txns.txns["y"].producer_id, producer_epoch=txns.txns["y"].epoch, transaction_result=False,
+            coordinator_epoch=0, topics=(wire.nested(marker_cls, "topics")(name="t", partition_indexes=(0,)),)),))
+
+        def marker_codes(answer: Any) -> list[int]:
+            return [p["error_code"] for m in answer["markers"] for t in m["topics"] for p in t["partitions"]]
+
+        assert marker_codes(await ask(27, 1, marker)) == [31]             # CLUSTER_AUTHORIZATION_FAILED
+        assert present(broker.manager.get_log("t", 0)).log_end_offset == 0, "nothing written"
+        rules.allowed.add((ALICE, Operation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME))
+        assert marker_codes(await ask(27, 1, marker)) == [0]
+        rules.allowed = {(ALICE, Operation.ALTER, CLUSTER, CLUSTER_NAME)}
+        assert marker_codes(await ask(27, 1, marker)) == [0]
+        assert present(broker.manager.get_log("t", 0)).log_end_offset == 2, "two ABORT markers"
+
+        await broker.groups.commit("g", -1, "", [("t", 0, 5, -1, ""), ("secret", 0, 6, -1, "")])
+        part_cls = wire.nested(wire.nested(type(wire.req(47, 0, group_id="g", topics=())), "topics"), "partitions")
+        topic_cls = wire.nested(type(wire.req(47, 0, group_id="g", topics=())), "topics")
+        delete = wire.req(47, 0, group_id="g", topics=tuple(
+            topic_cls(name=n, partitions=(part_cls(partition_index=0),)) for n in ("t", "secret")))
+        answer = await ask(47, 0, delete)
+        assert (answer["error_code"], answer["topics"]) == (30, ())       # GROUP_AUTHORIZATION_FAILED
+        rules.allowed |= {(ALICE, Operation.DELETE, GROUP, "g"), (ALICE, Operation.READ, TOPIC, "t")}
+        answer = await ask(47, 0, delete)
+        assert answer["error_code"] == 0
+        assert {t["name"]: t["partitions"][0]["error_code"] for t in answer["topics"]} == {"t": 0, "secret": 29}
+        assert set(broker.groups.groups["g"].offsets) == {("secret", 0)}
+
+    _in_process(tmp_path, scenario)
