@@ -311,3 +311,57 @@ def test_each_api_checks_kafkas_operation_and_answers_its_code(tmp_path):
         assert set(broker.groups.groups["g"].offsets) == {("secret", 0)}
 
     _in_process(tmp_path, scenario)
+
+
+@pytest.mark.e2e
+def test_with_the_standard_authorizer_a_user_without_acls_is_refused_and_an_acl_lets_it_describe(broker_factory,
+                                                                                                   tmp_path):
+    """The broker's StandardAuthorizer on, bob (SCRAM) without ACLs, ANONYMOUS (PLAINTEXT) a super user: bob's
+    kafka-python admin is refused each API with Kafka's error, and sees a transaction once an ACL lets him
+    DESCRIBE its transactional id (by prefix)."""
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern
+    from kafka.admin import ResourceType as KpType
+    from kafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+                              TopicAuthorizationFailedError)
+
+    from tests.server.test_security import PASSWORDS, write_users
+
+    users = write_users(tmp_path / "users.yaml")
+    server = broker_factory(broker={"sasl.credentials.file": str(users), "super.users": "User:ANONYMOUS",
+                                    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
+                            listeners="SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0")
+    plain = server.address("PLAINTEXT")
+    root = KafkaAdminClient(bootstrap_servers=plain)
+    root.create_topics([NewTopic("pay", 1, 1)])
+    producer = Producer({"bootstrap.servers": plain, "transactional.id": "payer"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("pay", b"a", partition=0)
+    assert producer.flush(30) == 0
+    root.alter_group_offsets("quiet", {TopicPartition("pay", 0): OffsetAndMetadata(1, "", -1)})
+    [state] = root.describe_producers([TopicPartition("pay", 0)])[TopicPartition("pay", 0)].active_producers
+
+    bob = KafkaAdminClient(bootstrap_servers=server.address("SASL_PLAINTEXT"), security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="bob",
+                           sasl_plain_password=PASSWORDS["bob"])
+    try:
+        assert [t for ts in bob.list_transactions().values() for t in ts] == [], "ids bob may not describe are hidden"
+        with pytest.raises(TopicAuthorizationFailedError):
+            bob.describe_producers([TopicPartition("pay", 0)])
+        with pytest.raises(ClusterAuthorizationFailedError):
+            bob.abort_transaction(AbortTransactionSpec(TopicPartition("pay", 0), state.producer_id, 0))
+        with pytest.raises(GroupAuthorizationFailedError):
+            bob.delete_group_offsets("quiet", [TopicPartition("pay", 0)])
+        assert [t.transactional_id for ts in root.list_transactions().values() for t in ts] == ["payer"]
+
+        root.create_acls([ACL("User:bob", "*", ACLOperation.DESCRIBE, ACLPermissionType.ALLOW,
+                              ResourcePattern(KpType.TRANSACTIONAL_ID, "pay", ACLResourcePatternType.PREFIXED))])
+        wait_until("bob's ACL", lambda: [t.transactional_id for ts in bob.list_transactions().values()
+                                         for t in ts] == ["payer"])
+        described = bob.describe_transactions(["payer"])["payer"]
+        assert (described.state.value, described.topic_partitions) == ("Ongoing", set()), \
+            "the partitions of a topic bob may not describe are left out"
+    finally:
+        bob.close()
+        root.close()
+        producer.abort_transaction(30)

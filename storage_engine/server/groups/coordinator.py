@@ -9,7 +9,16 @@ members have up to the largest rebalance timeout to rejoin; a group's first reba
 gets the members and their metadata; the group waits for the leader's SyncGroup) -> **Stable** (assignments
 written, then handed out; heartbeats keep members alive). A join, a leave or a member whose session expired
 sends the group back to PreparingRebalance, and a rebalance that ends with no member leaves it Empty; **Dead**
-is a deleted group. The generation grows with each completed join.
+is a deleted group. The generation grows with each completed join. A known member's JoinGroup is answered as
+Kafka's ``classicGroupJoinExistingMember`` answers it: a follower rejoining a Stable (or CompletingRebalance)
+group with unchanged metadata gets the current generation back, the leader's JoinGroup or changed metadata
+rebalances.
+
+Static members (``group.instance.id``, KIP-345): a known instance that joins with no member id (its process
+restarted) takes its old member's place under a new id, with the old one's assignment; in a Stable group whose
+protocol would not change this is no rebalance at all (the group's record is written with the new id first),
+in CompletingRebalance it rebalances. The old id is fenced (FENCED_INSTANCE_ID), and a static member that does
+not rejoin in time keeps its place until its session ends.
 
 Time is the broker's clock (:mod:`storage_engine.clock`): session deadlines, the initial delay and the
 rebalance timeout are epoch milliseconds from it, checked every :data:`EXPIRY_CHECK_S` (sessions) and
