@@ -230,6 +230,10 @@ class Rules:
     def authorized_operations(self, principal: str, host: str, resource_type: ResourceType, name: str) -> int:
         return 0
 
+    def authorize_by_resource_type(self, principal: str, host: str, operation: Operation,
+                                   resource_type: ResourceType) -> bool:
+        return any(p == principal and o == operation and t == resource_type for p, o, t, _ in self.allowed)
+
 
 ALICE = "User:alice"
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
