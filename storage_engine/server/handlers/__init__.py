@@ -15,7 +15,7 @@ from typing import Any
 
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import (acls, admin, configs, fetch, groups, list_transactions, metadata,
-                                            produce, producers, transactions)
+                                            produce, producers, scram, transactions)
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
@@ -88,6 +88,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     # producer, transaction and group admin APIs
     Api(27, "WriteTxnMarkers", 1, 1, producers.write_txn_markers),
     Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(50, "DescribeUserScramCredentials", 0, 0, scram.describe_user_scram_credentials),
     Api(61, "DescribeProducers", 0, 0, producers.describe_producers),
     Api(65, "DescribeTransactions", 0, 0, producers.describe_transactions),
     Api(66, "ListTransactions", 0, 1, list_transactions.list_transactions),
