@@ -64,7 +64,7 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("pay", 1, 1)])
     tp = TopicPartition("pay", 0)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "payer",
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "payer", "log_level": 0,
                          "transaction.timeout.ms": 45_000})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -337,7 +337,7 @@ def test_with_the_standard_authorizer_a_user_without_acls_is_refused_and_an_acl_
     plain = server.address("PLAINTEXT")
     root = KafkaAdminClient(bootstrap_servers=plain)
     root.create_topics([NewTopic("pay", 1, 1)])
-    producer = Producer({"bootstrap.servers": plain, "transactional.id": "payer"})
+    producer = Producer({"bootstrap.servers": plain, "transactional.id": "payer", "log_level": 0})
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce("pay", b"a", partition=0)
