@@ -1,8 +1,9 @@
 """Kafka's own producer and consumer (kafka-clients 3.9.1, through java/Driver.java: one JVM for the file) against
 one broker: the idempotent producer with every codec (what it wrote read back by the Java consumer and by
-librdkafka), transactions committed and aborted as read_committed and read_uncommitted consumers see them,
-consume-transform-produce with the group's offsets in the transaction, and consumer groups sharing and handing
-over partitions."""
+librdkafka), transactions committed and aborted as read_committed and read_uncommitted consumers see them (and the
+last stable offset of an open one), fencing by a new producer and by the Admin, consume-transform-produce with the
+group's offsets in the transaction, consumer groups sharing and handing over partitions (eager and cooperative),
+resuming at the committed offset, and a static member (KIP-345) restarted without a rebalance."""
 from __future__ import annotations
 
 import time
@@ -288,4 +289,46 @@ def test_cooperative_sticky_members_share_the_partitions(kafka):
     assert described["assignor"] == "cooperative-sticky" and described["state"] == "STABLE"
     assert sorted(tuple(m["assignment"]) for m in described["members"]) == sorted(tuple(sorted(o)) for o in owned)
     for name in names:
+        java.call("close", name=name)
+
+
+def test_a_static_member_restarted_gets_its_assignment_back_without_a_rebalance(kafka):
+    broker, java = kafka
+    make_topic(broker, "java-static", 4)
+    conf = {"group.id": "java-static", "session.timeout.ms": "30000", "heartbeat.interval.ms": "500"}
+    java_consumer(java, broker, "s1", **conf, **{"group.instance.id": "i1"})
+    java_consumer(java, broker, "s2", **conf, **{"group.instance.id": "i2"})
+    for name in ("s1", "s2"):
+        java.call("subscribe", name=name, topics=["java-static"])
+
+    def settled() -> bool:
+        for name in ("s1", "s2"):
+            java.call("poll", name=name, count=0, timeout_ms=300)
+        return len(java.call("assignment", name="s1")) == 2 and len(java.call("assignment", name="s2")) == 2
+    wait_until("each static member to own two partitions", settled, 90)
+    before = {n: (java.call("assignment", name=n), java.call("group_metadata", name=n)) for n in ("s1", "s2")}
+    generation = before["s1"][1]["generation"]
+    assert before["s2"][1]["generation"] == generation
+    java.call("close", name="s1")                      # a static member sends no LeaveGroup: its place is kept
+    java_consumer(java, broker, "s1b", **conf, **{"group.instance.id": "i1"})
+    java.call("subscribe", name="s1b", topics=["java-static"])
+
+    def rejoined() -> bool:
+        # Both poll (a broker that rebalanced instead would need s2 to rejoin too): then the generation tells.
+        for name in ("s1b", "s2"):
+            java.call("poll", name=name, count=0, timeout_ms=300)
+        return bool(java.call("assignment", name="s1b"))
+    wait_until("the restarted member's assignment", rejoined, 60)
+    assert java.call("assignment", name="s1b") == before["s1"][0]
+    again = java.call("group_metadata", name="s1b")
+    assert again["generation"] == generation and again["member"] != before["s1"][1]["member"]
+    for _ in range(5):                                  # the other member keeps polling: nothing changes for it
+        java.call("poll", name="s2", count=0, timeout_ms=300)
+    assert java.call("assignment", name="s2") == before["s2"][0]
+    assert java.call("group_metadata", name="s2")["generation"] == generation
+    java.call("admin", name="static-admin", config={"bootstrap.servers": broker.bootstrap})
+    group = java.call("describeConsumerGroups", client="static-admin", groups=["java-static"])["java-static"]
+    java.call("close", name="static-admin")
+    assert group["state"] == "STABLE" and sorted(m["instance"] for m in group["members"]) == ["i1", "i2"]
+    for name in ("s1b", "s2"):
         java.call("close", name=name)

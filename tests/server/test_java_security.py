@@ -1,7 +1,8 @@
 """Kafka's own Java client (kafka-clients 3.9.1, through java/Driver.java: one JVM for the file) on a SASL_PLAINTEXT
 listener: with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 its AdminClient, idempotent producer and group consumer
 work (alice has a password; carol only a stored SCRAM-SHA-512 credential, so the broker never saw her password);
-a wrong password or an unknown user is the client's SaslAuthenticationException, and nothing reaches the log."""
+a wrong password or an unknown user is the client's SaslAuthenticationException, and nothing reaches the log;
+describeUserScramCredentials lists each user's SCRAM mechanisms and iterations."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -109,3 +110,18 @@ def test_wrong_credentials_are_an_authentication_error_and_store_nothing(kafka, 
     assert java.error("send", name="refused-p", topic=topic, values=["nope"]).kind == "SaslAuthenticationException"
     java.call("close", name="refused-p", timeout_ms=1000)
     assert log_end(broker, topic) == 0
+
+
+def test_describe_user_scram_credentials(kafka):
+    broker, java = kafka
+    java.call("admin", name="scram-admin", config=sasl(broker, "SCRAM-SHA-256", "alice", PASSWORDS["alice"]))
+    got = java.call("describeUserScramCredentials", client="scram-admin")
+    assert got["carol"] == [["SCRAM_SHA_512", 8192]]                       # only her stored key
+    assert sorted(m for m, _ in got["alice"]) == ["SCRAM_SHA_256", "SCRAM_SHA_512"]   # from her password
+    assert java.call("describeUserScramCredentials", client="scram-admin", users=["carol"]) == \
+        {"carol": [["SCRAM_SHA_512", 8192]]}
+    assert java.call("describeUserScramCredential", client="scram-admin", user="carol") == [["SCRAM_SHA_512", 8192]]
+    # an unknown user is RESOURCE_NOT_FOUND, which description(user) raises (all() leaves it with no credential)
+    refused = java.error("describeUserScramCredential", client="scram-admin", user="mallory")
+    assert refused.kind == "ResourceNotFoundException", refused
+    java.call("close", name="scram-admin")

@@ -595,8 +595,27 @@ public final class AdminOps {
                 return String.valueOf(admin.createDelegationToken().delegationToken().get());
             case "describeDelegationToken":
                 return String.valueOf(admin.describeDelegationToken().delegationTokens().get());
-            case "describeUserScramCredentials":
-                return String.valueOf(admin.describeUserScramCredentials().all().get());
+            case "describeUserScramCredential": {     // one user, through the result's description(user)
+                String user = (String) cmd.get("user");
+                List<Object> infos = new ArrayList<>();
+                for (org.apache.kafka.clients.admin.ScramCredentialInfo i : admin.describeUserScramCredentials(
+                        List.of(user)).description(user).get().credentialInfos()) {
+                    infos.add(List.of(i.mechanism().name(), i.iterations()));
+                }
+                return infos;
+            }
+            case "describeUserScramCredentials": {
+                Map<String, Object> out = new TreeMap<>();
+                List<String> users = cmd.containsKey("users") ? strings(cmd.get("users")) : null;
+                admin.describeUserScramCredentials(users).all().get().forEach((user, d) -> {
+                    List<Object> infos = new ArrayList<>();
+                    for (org.apache.kafka.clients.admin.ScramCredentialInfo i : d.credentialInfos()) {
+                        infos.add(List.of(i.mechanism().name(), i.iterations()));
+                    }
+                    out.put(user, infos);
+                });
+                return out;
+            }
             case "updateFeatures":
                 admin.updateFeatures(Map.of("metadata.version", new FeatureUpdate((short) 1,
                         FeatureUpdate.UpgradeType.UPGRADE)), new UpdateFeaturesOptions()).all().get();

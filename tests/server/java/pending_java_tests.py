@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.server.broker_proc import BrokerProcess, wait_until
+from tests.server.broker_proc import BrokerProcess
 from tests.server.java import acl_setup
 from tests.server.java.driver import JavaDriver, serving
 
@@ -59,14 +59,6 @@ def test_describe_groups_with_authorized_operations_and_no_authorizer_is_every_g
     assert set(got["adm-gops-group"]["authorized_operations"]) == GROUP_OPS
 
 
-def test_delete_consumer_group_offsets(kafka):
-    broker, java = kafka
-    make_topic(broker, "adm-odel", 2)
-    java.call("alterConsumerGroupOffsets", group="adm-odel-group", offsets={"adm-odel:0": 3, "adm-odel:1": 4})
-    java.call("deleteConsumerGroupOffsets", group="adm-odel-group", partitions=["adm-odel:0"])
-    assert java.call("listConsumerGroupOffsets", group="adm-odel-group") == {"adm-odel:1": 4}
-
-
 def test_describe_and_delete_topics_by_id(kafka):
     broker, java = kafka
     make_topic(broker, "adm-byid", 2)
@@ -80,108 +72,7 @@ def test_describe_and_delete_topics_by_id(kafka):
 
 # -- producers and transactions (DescribeProducers 61, DescribeTransactions 65, ListTransactions 66, 27) ---------
 
-def test_describe_producers_of_a_partition(kafka):
-    broker, java = kafka
-    make_topic(broker, "pend-prod", 1)
-    java.call("producer", name="pend-idem", config={"bootstrap.servers": broker.bootstrap,
-                                                    "enable.idempotence": "true"})
-    java.call("send", name="pend-idem", topic="pend-prod", values=[f"v{i}" for i in range(7)])
-    [state] = java.call("describeProducers", partitions=["pend-prod:0"])["pend-prod:0"]
-    assert state["producer_id"] >= 0 and state["epoch"] == 0 and state["last_sequence"] == 6
-    assert state["txn_start_offset"] is None and state["last_timestamp"] > 0
-    java.call("close", name="pend-idem")
-
-
-def test_describe_and_list_transactions(kafka):
-    broker, java = kafka
-    make_topic(broker, "pend-txn", 2)
-    java.call("producer", name="pend-tx", config={"bootstrap.servers": broker.bootstrap,
-                                                  "transactional.id": "pend-tx", "transaction.timeout.ms": "60000"})
-    java.call("init_transactions", name="pend-tx")
-    java.call("begin", name="pend-tx")
-    java.call("send", name="pend-tx", topic="pend-txn", partition=1, values=["a", "b"])
-    described = java.call("describeTransactions", ids=["pend-tx"])["pend-tx"]
-    assert described["state"] == "ONGOING" and described["coordinator"] == NODE
-    assert described["partitions"] == ["pend-txn:1"] and described["timeout_ms"] == 60000
-    assert described["start_ms"] is not None
-    pid = described["producer_id"]
-    assert java.call("listTransactions", states=["ONGOING"])["pend-tx"] == {"producer_id": pid, "state": "ONGOING"}
-    assert "pend-tx" in java.call("listTransactions", producer_ids=[pid])
-    assert java.call("listTransactions", producer_ids=[pid + 1000]) == {}
-    [state] = java.call("describeProducers", partitions=["pend-txn:1"])["pend-txn:1"]
-    assert state["producer_id"] == pid and state["txn_start_offset"] == 0
-    java.call("commit", name="pend-tx")
-    assert java.call("describeTransactions", ids=["pend-tx"])["pend-tx"]["state"] == "COMPLETE_COMMIT"
-    assert "pend-tx" not in java.call("listTransactions", states=["ONGOING"])
-    assert java.error("describeTransactions", ids=["pend-unknown"]).kind == "TransactionalIdNotFoundException"
-    java.call("close", name="pend-tx")
-
-
-def test_abort_a_hanging_transaction_with_the_admin(kafka):
-    broker, java = kafka
-    make_topic(broker, "pend-hang", 1)
-    java.call("producer", name="pend-hang", config={"bootstrap.servers": broker.bootstrap,
-                                                    "transactional.id": "pend-hang"})
-    java.call("init_transactions", name="pend-hang")
-    java.call("begin", name="pend-hang")
-    java.call("send", name="pend-hang", topic="pend-hang", values=["x", "y", "z"])
-    [state] = java.call("describeProducers", partitions=["pend-hang:0"])["pend-hang:0"]
-    assert state["txn_start_offset"] == 0
-    lso = java.call("listOffsets", specs={"pend-hang:0": "latest"}, isolation="READ_COMMITTED")["pend-hang:0"]
-    assert lso["offset"] == 0                                   # the open transaction holds the LSO
-    # No marker was written for this producer yet: no coordinator epoch, and kafka-transactions.sh's abort
-    # then passes 0, as here.
-    assert state["coordinator_epoch"] is None
-    java.call("abortTransaction", partition="pend-hang:0", producer_id=state["producer_id"], epoch=state["epoch"],
-              coordinator_epoch=0)
-    # The abort marker follows the three records: the LSO is the log end again and nothing is left open.
-    after = java.call("listOffsets", specs={"pend-hang:0": "latest"}, isolation="READ_COMMITTED")["pend-hang:0"]
-    assert after["offset"] == 4
-    assert java.call("describeProducers", partitions=["pend-hang:0"])["pend-hang:0"][0]["txn_start_offset"] is None
-    java.call("close", name="pend-hang", timeout_ms=1000)
-
-
 # -- static membership (KIP-345) -----------------------------------------------------------------------------------
-
-def test_a_static_member_restarted_gets_its_assignment_back_without_a_rebalance(kafka):
-    broker, java = kafka
-    make_topic(broker, "pend-static", 4)
-    conf = {"group.id": "pend-static", "session.timeout.ms": "30000", "heartbeat.interval.ms": "500"}
-    java_consumer(java, broker.bootstrap, "s1", **conf, **{"group.instance.id": "i1"})
-    java_consumer(java, broker.bootstrap, "s2", **conf, **{"group.instance.id": "i2"})
-    for name in ("s1", "s2"):
-        java.call("subscribe", name=name, topics=["pend-static"])
-
-    def settled() -> bool:
-        for name in ("s1", "s2"):
-            java.call("poll", name=name, count=0, timeout_ms=300)
-        return len(java.call("assignment", name="s1")) == 2 and len(java.call("assignment", name="s2")) == 2
-    wait_until("each static member to own two partitions", settled, 90)
-    before = {n: (java.call("assignment", name=n), java.call("group_metadata", name=n)) for n in ("s1", "s2")}
-    generation = before["s1"][1]["generation"]
-    assert before["s2"][1]["generation"] == generation
-    java.call("close", name="s1")                      # a static member sends no LeaveGroup: its place is kept
-    java_consumer(java, broker.bootstrap, "s1b", **conf, **{"group.instance.id": "i1"})
-    java.call("subscribe", name="s1b", topics=["pend-static"])
-
-    def rejoined() -> bool:
-        # Both poll (a broker that rebalanced instead would need s2 to rejoin too): then the generation tells.
-        for name in ("s1b", "s2"):
-            java.call("poll", name=name, count=0, timeout_ms=300)
-        return bool(java.call("assignment", name="s1b"))
-    wait_until("the restarted member's assignment", rejoined, 60)
-    assert java.call("assignment", name="s1b") == before["s1"][0]
-    again = java.call("group_metadata", name="s1b")
-    assert again["generation"] == generation and again["member"] != before["s1"][1]["member"]
-    for _ in range(5):                                  # the other member keeps polling: nothing changes for it
-        java.call("poll", name="s2", count=0, timeout_ms=300)
-    assert java.call("assignment", name="s2") == before["s2"][0]
-    assert java.call("group_metadata", name="s2")["generation"] == generation
-    members = java.call("describeConsumerGroups", groups=["pend-static"])["pend-static"]["members"]
-    assert sorted(m["instance"] for m in members) == ["i1", "i2"]
-    for name in ("s1b", "s2"):
-        java.call("close", name=name)
-
 
 # -- the ACL authorizer on every API (Produce, Fetch, Metadata, InitProducerId, groups, DescribeCluster) ------------
 # The broker, users and helpers are those of tests/server/test_java_acls.py (java/acl_setup.py).
