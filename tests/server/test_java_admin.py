@@ -21,7 +21,6 @@ pytestmark = pytest.mark.e2e
 NODE = 1
 # AclEntry.supportedOperations in Kafka: what an authorized-operations answer holds when nothing is refused.
 TOPIC_OPS = {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
-GROUP_OPS = {"READ", "DESCRIBE", "DELETE"}
 
 
 @pytest.fixture(scope="module")
