@@ -24,9 +24,13 @@ class Client:
             login = self.call(36, 2, auth_bytes=b"\0" + user.encode() + b"\0" + (password or "").encode())
             assert login.error_code == 0, f"{user} could not log in: {login}"
 
-    def call(self, key: int, version: int, **fields: Any) -> Any:
+    def call(self, api_key: int, version: int, /, **fields: Any) -> Any:
+        return self.send(wire.build_request(api_key, version, **fields))
+
+    def send(self, body: Any) -> Any:
+        """A request body built by the caller (FindCoordinator v0-3 has a field named ``key``)."""
         self.correlation += 1
-        return self.conn.request(wire.build_request(key, version, **fields), self.correlation)
+        return self.conn.request(body, self.correlation)
 
     def close(self) -> None:
         self.conn.close()

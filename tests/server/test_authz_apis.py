@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kio.index import load_request_schema
 
 from tests.server import wire
 from tests.server.authz_client import (ALL, ALLOW, CLUSTER, DELETE, DENY, GROUP, LITERAL, PREFIXED, READ, TOPIC,
@@ -194,7 +195,7 @@ def test_find_coordinator_needs_describe_on_the_group_or_transactional_id(server
     port = int(server.address("SASL_PLAINTEXT").rsplit(":", 1)[1])
     for user, group_code, txn_code in (("bob", GROUP_AUTH, TXN_AUTH), ("alice", NONE, NONE)):
         with login(server, user) as c:
-            old = c.call(10, 3, key="ok-g", key_type=0)
+            old = c.send(load_request_schema(10, 3)(key="ok-g", key_type=0))
             assert (old.error_code, old.port) == ((GROUP_AUTH, -1) if group_code else (NONE, port))
             for key_type, key, code in ((0, "ok-g", group_code), (1, "ok-tx", txn_code)):
                 [found] = c.call(10, 4, key_type=key_type, coordinator_keys=[key]).coordinators
@@ -412,7 +413,7 @@ def test_configs_need_describe_configs_and_alter_configs_on_the_topic_or_cluster
         assert alter_config(alice, 2, "ok-data", "retention.ms", "1000") == NONE
         assert alter_config(alice, 4, "0", "log.retention.ms", "1000") == CLUSTER_AUTH
     with login(server, "carol") as carol:
-        code, _, count = describe_config(carol, 4, "0")
+        code, _, count = describe_config(carol, 4, "")       # the broker's configs (this node's id or "")
         assert code == NONE and count > 0
         assert describe_config(carol, 2, "ok-data")[0] == TOPIC_AUTH
 
