@@ -444,3 +444,61 @@ def test_every_refusal_names_principal_operation_resource_and_api(server):
                    "api=DescribeLogDirs"):
         assert any(wanted in line for line in lines), (wanted, lines[-10:])
 
+
+
+# -- a real client ----------------------------------------------------------------------------------------------------
+
+def test_confluent_kafka_sees_kafkas_authorization_errors(server):
+    """librdkafka as alice: an idempotent producer (InitProducerId by WRITE on her topics) and a consumer group
+    (FindCoordinator, JoinGroup, SyncGroup, OffsetCommit, OffsetFetch by READ on ``ok-`` groups); as bob a
+    producer's delivery fails with TOPIC_AUTHORIZATION_FAILED (nothing stored) and his consumer in the same group
+    with GROUP_AUTHORIZATION_FAILED. (An idempotent producer refused its producer id is a fatal error that
+    confluent-kafka raises from inside its callbacks; the raw InitProducerId test covers that refusal.)"""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+    def conf(user: str) -> dict[str, Any]:
+        return {"bootstrap.servers": server.address("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": f"{user}-secret"}
+
+    def send(user: str, values: list[bytes], idempotent: bool) -> list[int]:
+        errors: list[int] = []
+        producer = Producer({**conf(user), "enable.idempotence": idempotent, "message.timeout.ms": 20000})
+        for v in values:
+            producer.produce("ok-data", value=v, partition=1,
+                             on_delivery=lambda err, msg: errors.append(err.code()) if err else None)
+        producer.flush(30)
+        return errors
+
+    assert send("alice", [b"a1", b"a2"], idempotent=True) == []
+    assert set(send("bob", [b"b1"], idempotent=False)) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+    consumer = Consumer({**conf("alice"), "group.id": "ok-cg", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["ok-data"])
+        got: list[bytes] = []
+        for _ in range(300):
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+                consumer.commit(msg, asynchronous=False)
+            if {b"a1", b"a2"} <= set(got):
+                break
+        assert [v for v in got if v in (b"a1", b"a2", b"b1")] == [b"a1", b"a2"]    # bob's b1 was never stored
+    finally:
+        consumer.close()
+
+    consumer = Consumer({**conf("bob"), "group.id": "ok-cg", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["ok-data"])
+        seen = None
+        for _ in range(300):
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is not None:
+                seen = msg.error()
+                break
+        assert seen is not None and seen.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, seen
+    except KafkaException as exc:
+        assert exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
