@@ -7,7 +7,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from storage_engine.acl.model import CLUSTER_NAME, WILDCARD, AclBinding, Operation, PatternType, Permission, ResourceType
+from storage_engine.acl.model import (CLUSTER_NAME, WILDCARD, AclBinding, Operation, PatternType, Permission,
+                                      ResourceType)
 
 if TYPE_CHECKING:
     from storage_engine.server.handlers.context import Ctx

@@ -195,8 +195,8 @@ def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], refused: set[
         parts: list[PartitionData] = []
         for part in t.partitions:
             if name in refused:
-                parts.append({"partition_index": int(part.partition), "error_code": ErrorCode.topic_authorization_failed,
-                              "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                parts.append({"partition_index": int(part.partition),
+                              "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
                               "records": b"", "aborted_transactions": None})
                 continue
             if name is None:

@@ -21,12 +21,12 @@ from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.groups.state import GroupState
 from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.responses.groups import (Coordinator, DeletableGroupResult, DeleteGroupsResponse, DescribedGroup,
-                                                    DescribeGroupsResponse, FindCoordinatorResponse, HeartbeatResponse,
-                                                    JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse,
-                                                    MemberResponse, OffsetCommitResponse, OffsetCommitResponsePartition,
-                                                    OffsetCommitResponseTopic, OffsetFetchResponse,
-                                                    OffsetFetchResponseTopic, SyncGroupResponse)
+from storage_engine.server.responses.groups import (Coordinator, DeletableGroupResult, DeleteGroupsResponse,
+                                                    DescribedGroup, DescribeGroupsResponse, FindCoordinatorResponse,
+                                                    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+                                                    ListGroupsResponse, MemberResponse, OffsetCommitResponse,
+                                                    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+                                                    OffsetFetchResponse, OffsetFetchResponseTopic, SyncGroupResponse)
 
 GROUP, TRANSACTION = 0, 1
 MS = datetime.timedelta(milliseconds=1)
