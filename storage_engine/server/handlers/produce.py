@@ -189,7 +189,7 @@ async def init_producer_id(ctx: Ctx, body: Any) -> InitProducerIdResponse:
         return await transactions.init_transactional(ctx, body)
     # WRITE on any topic does instead of IDEMPOTENT_WRITE, so the first refusal is logged only if both fail
     if not (access.allowed_cluster(ctx, Operation.IDEMPOTENT_WRITE, log=False)
-            or access.allowed_by_resource_type(ctx, Operation.WRITE, ResourceType.TOPIC)):
+            or access.allowed_any(ctx, Operation.WRITE, ResourceType.TOPIC, log=False)):
         access.log_refusal(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
         return _no_producer_id(ErrorCode.cluster_authorization_failed)
     pid = int(getattr(body, "producer_id", -1))
