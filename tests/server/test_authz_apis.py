@@ -158,6 +158,29 @@ def test_fetch_needs_read_and_a_followers_fetch_cluster_action(server):
         assert fetch(carol, "ok-data", replica_id=0) == NONE
 
 
+def test_a_followers_fetch_by_topic_id_names_itself_in_replica_state(server):
+    """Fetch v15+ carries the replica id in ``replica_state``: a follower there needs CLUSTER_ACTION too."""
+    with login(server, "admin") as admin:
+        [meta] = admin.call(3, 12, topics=[{"name": "ok-data", "topic_id": uuid.UUID(int=0)}],
+                            allow_auto_topic_creation=False, include_topic_authorized_operations=False).topics
+
+    def fetch_v15(c: Client, replica_id: int) -> int:
+        response = c.call(1, 15, cluster_id=None, replica_state={"replica_id": replica_id, "replica_epoch": -1},
+                          max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                          session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                          topics=[{"topic_id": meta.topic_id, "partitions": [
+                              {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                               "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}])
+        return int(response.responses[0].partitions[0].error_code)
+
+    with login(server, "alice") as alice:
+        assert fetch_v15(alice, -1) == NONE
+        assert fetch_v15(alice, 0) == TOPIC_AUTH
+    with login(server, "carol") as carol:
+        assert fetch_v15(carol, 0) == NONE
+        assert fetch_v15(carol, -1) == TOPIC_AUTH
+
+
 def test_list_offsets_needs_describe(server):
     with login(server, "bob") as bob:
         assert list_offsets(bob, "ok-data") == (TOPIC_AUTH, -1)
