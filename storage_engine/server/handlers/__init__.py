@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
-from storage_engine.server.handlers import (acls, admin, alter_configs, cluster, configs, fetch, groups, metadata,
-                                           produce, topic_partitions, transactions)
+from storage_engine.server.handlers import (acls, admin, alter_configs, cluster, configs, fetch, groups,
+                                            list_transactions, metadata, produce, producers, scram,
+                                            topic_partitions, transactions)
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
@@ -95,6 +96,13 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(60, "DescribeCluster", 0, 2, cluster.describe_cluster),
     Api(74, "ListConfigResources", 0, 1, topic_partitions.list_config_resources),
     Api(75, "DescribeTopicPartitions", 0, 0, topic_partitions.describe_topic_partitions),
+    # producer, transaction and group admin APIs
+    Api(27, "WriteTxnMarkers", 1, 1, producers.write_txn_markers),
+    Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(50, "DescribeUserScramCredentials", 0, 0, scram.describe_user_scram_credentials),
+    Api(61, "DescribeProducers", 0, 0, producers.describe_producers),
+    Api(65, "DescribeTransactions", 0, 0, producers.describe_transactions),
+    Api(66, "ListTransactions", 0, 1, list_transactions.list_transactions),
 )}
 
 SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS.values()}
