@@ -1,8 +1,10 @@
-"""The ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) through Kafka's own AdminClient (kafka-clients 3.9.1, one
-JVM for the file: java/Driver.java) on a SASL broker with Kafka's StandardAuthorizer (java/acl_setup.py: admin is
-a super user, alice and bob are not): the super user creates, describes with Kafka's filters (LITERAL, PREFIXED,
-ANY, MATCH) and deletes ACLs, which survive a restart; the others are refused with ClusterAuthorizationException;
-bad bindings are InvalidRequestException; without an authorizer the calls are SecurityDisabledException."""
+"""Kafka's own Java client (kafka-clients 3.9.1, one JVM for the file: java/Driver.java) on a SASL broker with
+Kafka's StandardAuthorizer (java/acl_setup.py: admin is a super user, alice and bob are not). The ACL APIs: the
+super user creates, describes with Kafka's filters (LITERAL, PREFIXED, ANY, MATCH) and deletes ACLs, which survive a
+restart; the others are refused with ClusterAuthorizationException; bad bindings are InvalidRequestException
+(without an authorizer the calls are SecurityDisabledException: test_java_admin). The ACLs at work: a
+transactional id needs WRITE on it; a consumer needs READ on its topic and its group; configs, records,
+partitions, log dirs and the broker's configs need their operations, which the super user has."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -10,16 +12,25 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server.broker_proc import BrokerProcess
+from tests.server.java import acl_setup
 from tests.server.java.acl_setup import allow, secured_broker
 from tests.server.java.driver import JavaDriver
 
 pytestmark = pytest.mark.e2e
+
+CLUSTER_OPS = {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER",
+               "DESCRIBE"}
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, JavaDriver]]:
     with secured_broker(tmp_path_factory.mktemp("java-acls")) as kafka:
         yield kafka
+
+
+def java_consumer(java: JavaDriver, bootstrap: str, name: str, **config: str) -> None:
+    java.call("consumer", name=name, config={"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+                                             "enable.auto.commit": "false", **config})
 
 
 def key(acl: dict) -> tuple:
@@ -102,3 +113,56 @@ def test_acls_survive_a_broker_restart(secured):
     broker.restart()
     assert java.call("describeAcls", client="admin", filter={"principal": "User:bob"}) == [rule]
     java.call("deleteAcls", client="admin", filters=[{"principal": "User:bob"}])
+
+
+def test_transactional_id_needs_its_acl(secured):
+    broker, java = secured
+    acl_setup.make_topics(broker, "alice-tx-t")
+    conf = {**acl_setup.sasl(broker, "alice", "SCRAM-SHA-256"), "transactional.id": "alice-tx",
+            "max.block.ms": "10000"}
+    java.call("producer", name="alice-tx", config=conf)
+    assert java.error("init_transactions", name="alice-tx").kind == "TransactionalIdAuthorizationException"
+    java.call("close", name="alice-tx", timeout_ms=1000)
+    java.call("createAcls", client="admin", acls=[
+        acl_setup.allow("User:alice", "TRANSACTIONAL_ID", "alice-tx", "WRITE"),
+        acl_setup.allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED")])
+    java.call("producer", name="alice-tx2", config=conf)
+    java.call("init_transactions", name="alice-tx2")
+    java.call("begin", name="alice-tx2")
+    java.call("send", name="alice-tx2", topic="alice-tx-t", values=["t"])
+    java.call("commit", name="alice-tx2")
+    java.call("close", name="alice-tx2")
+
+
+def test_consumers_and_admin_calls_refused_by_acls(secured):
+    broker, java = secured
+    acl_setup.make_topics(broker, "alice-read", "secret-t")
+    java.call("createAcls", client="admin", acls=[
+        acl_setup.allow("User:alice", "TOPIC", "alice-read", "READ"),
+        acl_setup.allow("User:alice", "GROUP", "alice-g2", "READ")])
+    alice = acl_setup.sasl(broker, "alice", "SCRAM-SHA-256")
+    # a topic she may not read: the consumer's poll raises TopicAuthorizationException
+    java_consumer(java, alice["bootstrap.servers"], "alice-secret", **alice)
+    java.call("assign", name="alice-secret", partitions=["secret-t:0"])
+    assert java.error("poll", name="alice-secret", count=1, timeout_ms=10000).kind == "TopicAuthorizationException"
+    java.call("close", name="alice-secret")
+    # a group she may not use: GroupAuthorizationException
+    java_consumer(java, alice["bootstrap.servers"], "alice-badgroup", **alice, **{"group.id": "not-hers"})
+    java.call("subscribe", name="alice-badgroup", topics=["alice-read"])
+    assert java.error("poll", name="alice-badgroup", count=1, timeout_ms=10000).kind == "GroupAuthorizationException"
+    java.call("close", name="alice-badgroup")
+    # configs need DESCRIBE_CONFIGS / ALTER_CONFIGS; records DELETE; offsets DESCRIBE
+    assert java.error("describeConfigs", client="alice", resource="alice-read").kind == "TopicAuthorizationException"
+    assert java.error("incrementalAlterConfigs", client="alice", resource="alice-read",
+                      ops=[["retention.ms", "1000", "SET"]]).kind == "TopicAuthorizationException"
+    assert java.error("deleteRecords", client="alice", before={"alice-read:0": 0}).kind == \
+        "TopicAuthorizationException"
+    assert java.error("createPartitions", client="alice", topic="alice-read", count=2).kind == \
+        "TopicAuthorizationException"
+    assert java.call("listOffsets", client="alice", specs={"alice-read:0": "latest"})["alice-read:0"]["offset"] == 0
+    assert java.error("describeConfigs", client="alice", type="BROKER", resource="1").kind == \
+        "ClusterAuthorizationException"
+    assert java.error("describeLogDirs", client="alice", brokers=[1]).kind == "ClusterAuthorizationException"
+    # the super user may do all of it
+    java.call("incrementalAlterConfigs", client="admin", resource="alice-read", ops=[["retention.ms", "1000", "SET"]])
+    assert java.call("describeConfigs", client="admin", resource="alice-read")["retention.ms"]["value"] == "1000"

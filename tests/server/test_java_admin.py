@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 NODE = 1
 # AclEntry.supportedOperations in Kafka: what an authorized-operations answer holds when nothing is refused.
+GROUP_OPS = {"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}   # Kafka 4.x: group configs
 TOPIC_OPS = {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
 
 
@@ -367,3 +368,11 @@ def test_abort_a_hanging_transaction_with_the_admin(kafka):
     assert after["offset"] == 4
     assert java.call("describeProducers", partitions=["adm-hang:0"])["adm-hang:0"][0]["txn_start_offset"] is None
     java.call("close", name="adm-hang", timeout_ms=1000)
+
+
+def test_describe_groups_with_authorized_operations_and_no_authorizer_is_every_group_operation(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-gops", 1)
+    java.call("alterConsumerGroupOffsets", group="adm-gops-group", offsets={"adm-gops:0": 0})
+    got = java.call("describeConsumerGroups", groups=["adm-gops-group"], authorized_operations=True)
+    assert set(got["adm-gops-group"]["authorized_operations"]) == GROUP_OPS
