@@ -175,7 +175,7 @@ def test_ids_look_like_kafkas_and_round_trip(tmp_path):
         assert len(text) == 22 and not text.startswith("-") and identity.parse_uuid(text) == value
     identity.write_topic_id(str(tmp_path), value)
     assert identity.read_topic_id(str(tmp_path)) == value
-    assert (tmp_path / "partition.metadata").read_text() == f"version: 0\ntopic_id: {text}\n"
+    assert (tmp_path / "partition.metadata").read_text() == f"version: 0\ntopic_id: {text}"   # as Kafka: no line end
 
 
 def test_producer_ids_never_repeat_across_restarts(tmp_path):
