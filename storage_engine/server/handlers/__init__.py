@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
+from storage_engine.server.protocol import Encoded
 from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
-Handler = Callable[[Ctx, Any], Awaitable[Mapping[str, object] | None]]   # a TypedDict of responses/
+# A TypedDict of responses/, or the body already encoded (Metadata: handlers/metadata_wire.py)
+Handler = Callable[[Ctx, Any], Awaitable[Mapping[str, object] | Encoded | None]]
 
 
 @dataclass(frozen=True)
