@@ -4,6 +4,7 @@ without the cached partition arrays."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.unit
 TOPIC_ID = uuid.UUID(int=(34 << 64) | 98)
 
 
-def _response(version: int, node: int) -> tuple[dict, list]:
+def _response(version: int, node: int) -> tuple[Any, list]:
     plain = (0, 1, 2, 7, 300)
     topics = [
         {"error_code": ErrorCode.none, "name": "orders", "topic_id": TOPIC_ID, "is_internal": False,
@@ -60,13 +61,13 @@ def test_many_partitions_and_an_empty_answer():
     for version in (1, 9, 12):
         request = protocol.Request(3, version, 1, "client", None, 0)
         ids = tuple(range(200))     # array lengths past one varint byte
-        response = {"throttle_time": 0, "cluster_id": "c", "controller_id": 0, "brokers": (),
+        response: Any = {"throttle_time": 0, "cluster_id": "c", "controller_id": 0, "brokers": (),
                     "topics": ({"error_code": ErrorCode.none, "name": "t" * 200, "topic_id": TOPIC_ID,
                                 "is_internal": False, "partitions": tuple(partition_entry(0, p) for p in ids)},)}
         kio = b"".join(protocol.encode_response_parts(request, protocol.build(protocol.response_class(3, version),
                                                                               response)))
         assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, response, 0, 0, [ids]))) == kio
-        empty = {**response, "topics": ()}
+        empty: Any = {**response, "topics": ()}
         kio = b"".join(protocol.encode_response_parts(request, protocol.build(protocol.response_class(3, version),
                                                                               empty)))
         assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, empty))) == kio
