@@ -62,9 +62,22 @@ def test_the_catalog_lists_a_log_dir_again_only_when_it_changed(tmp_path):
             os.mkdir(_folder(log_dir, "orders", 1))                  # made by another process: the mtime moves
             again = broker._partition_dirs(log_dir)
             assert [tp for _, tp in again] == [("orders", 0), ("orders", 1)]
-            # changed less than a second before it was listed: listed again every time (a change in the same
-            # timestamp tick would not move the mtime)
-            assert broker._partition_dirs(log_dir) is not again
+            # changed less than a second before it was listed: its names are read again every time (a change in
+            # the same timestamp tick would not move the mtime); the same names, the same listing
+            assert broker._partition_dirs(log_dir) is again
+            checkpoint = os.path.join(log_dir, "replication-offset-checkpoint")
+            with open(checkpoint, "wb"):             # a new name: sorted again
+                pass
+            again = broker._partition_dirs(log_dir)
+            with open(checkpoint + ".tmp", "wb"):    # the file replaced as checkpoints are: the same names after
+                pass
+            os.replace(checkpoint + ".tmp", checkpoint)
+            os.utime(log_dir, (past, past))
+            assert broker._partition_dirs(log_dir) is again
+            os.mkdir(_folder(log_dir, "orders", 2))
+            os.utime(log_dir, (past + 1, past + 1))  # settled again, another mtime: names differ, sorted again
+            assert [tp for _, tp in broker._partition_dirs(log_dir)] == [("orders", 0), ("orders", 1), ("orders", 2)]
+            os.rmdir(_folder(log_dir, "orders", 2))
             assert broker.topics(fresh=True) == {"orders": [0, 1]}
             assert broker._partition_dirs(str(tmp_path / "missing")) == []
         finally:
