@@ -5,7 +5,8 @@ Each configured listener is an asyncio server; a connection past ``max.connectio
 request frames from one memory pool (``queued.max.request.bytes``); the limits and their derived defaults are
 in :mod:`storage_engine.server.limits` and are logged at start. On SIGTERM/SIGINT the listeners stop
 accepting, idle connections are closed, requests in flight are answered (up to :data:`DRAIN_S`), the high
-watermarks are checkpointed (:mod:`storage_engine.server.replica_checkpoints`), and the log manager is closed clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
+watermarks are checkpointed (:mod:`storage_engine.server.replica_checkpoints`), and the log manager is closed
+clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Server:
                 from storage_engine.errors import ConfigError
                 raise ConfigError("a SASL listener needs sasl.credentials.file (the users and their credentials)")
             self.users = load_users(path)
+            broker.users = self.users       # DescribeUserScramCredentials reads them
         self.tls = tls_context(server) if any(lst.tls for lst in listeners) else None
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
