@@ -164,3 +164,9 @@ def test_without_an_authorizer_everything_is_described_with_every_operation(brok
     # Kafka's AuthHelper.authorizedOperations without an authorizer: every operation the resource type supports
     assert response.topics[0].topic_authorized_operations == sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
     assert response.cluster_authorized_operations == sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+    # topic ids before v12: Kafka's InvalidRequestException, answered for every topic asked (a null name as "")
+    some_id = uuid.uuid4()
+    for version in (10, 11):
+        answer = _ask(broker, version, None, ids=[some_id]).topics
+        assert [(t.error_code, t.name, t.topic_id) for t in answer] == [(ErrorCode.invalid_request, "", some_id)]
+    assert [t.error_code for t in _ask(broker, 12, None, ids=[some_id]).topics] == [ErrorCode.unknown_topic_id]

@@ -70,6 +70,9 @@ async def metadata(ctx: Ctx, body: Any) -> MetadataResponse | Encoded:
     version = ctx.version
     requested = body.topics
     all_topics = requested is None or (version == 0 and not requested)
+    if not all_topics and version < 12 and any(
+            t.name is None or (has(t, "topic_id") and t.topic_id not in (None, NO_TOPIC_ID)) for t in requested):
+        return metadata_wire.encode(version, _invalid_request(requested))
     named: dict[str, None] = {}        # the names asked for, once each, in the request's order (Kafka: a set)
     ids: list[uuid.UUID] = []
     nameless = False                   # v12: neither a name nor an id
@@ -176,6 +179,17 @@ async def metadata(ctx: Ctx, body: Any) -> MetadataResponse | Encoded:
         "topics": (*unknown_ids, *described, *refused), "cluster_authorized_operations": cluster_ops}
     return metadata_wire.encode(version, response, node, LEADER_EPOCH,
                                 [None] * len(unknown_ids) + shared)
+
+
+def _invalid_request(requested: Any) -> MetadataResponse:
+    """Kafka's answer to topic ids, or a topic without a name, before v12 (``InvalidRequestException``, answered
+    by ``MetadataRequest.getErrorResponse``): every topic asked for with INVALID_REQUEST, a null name as ""."""
+    topics: list[MetadataResponseTopic] = [
+        {"error_code": ErrorCode.invalid_request, "name": t.name or "",
+         "topic_id": (t.topic_id if has(t, "topic_id") else None) or NO_TOPIC_ID, "is_internal": False,
+         "partitions": ()} for t in requested]
+    return {"throttle_time": 0, "brokers": (), "cluster_id": None, "controller_id": -1, "topics": tuple(topics),
+            "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS}
 
 
 def _failed(code: ErrorCode, name: str) -> MetadataResponseTopic:
