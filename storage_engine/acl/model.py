@@ -67,12 +67,14 @@ class AclBinding:
     permission: Permission
 
 
-# The operations each resource type has (Kafka's ``AclEntry.supportedOperations``): what an authorized
-# operations bit field may contain, and what a broker without an authorizer reports.
+# The operations each resource type has (Kafka 4.x's ``AclEntry.supportedOperations``): what an authorized
+# operations bit field may contain, and what a broker without an authorizer reports. Groups have
+# DESCRIBE_CONFIGS and ALTER_CONFIGS in Kafka 4.x (group configs, KIP-848), so DescribeGroups reports them.
 SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
     ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
                          Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
-    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
     ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
                            Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
     ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),

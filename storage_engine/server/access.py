@@ -4,9 +4,10 @@ Kafka. A refusal is logged with the principal, host, operation, resource and API
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from storage_engine.acl.model import SUPPORTED_OPERATIONS, Operation, ResourceType
+from storage_engine.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 
 if TYPE_CHECKING:
     from storage_engine.server.handlers.context import Ctx
@@ -48,9 +49,14 @@ def allowed(ctx: Ctx, operation: Operation, resource_type: ResourceType, name: s
         return True
     ok = authorizer.authorize(ctx.principal, ctx.client_host, operation, resource_type, name)
     if not ok and log:
-        logger.info("refused: principal=%s host=%s operation=%s resource=%s:%s api=%s", ctx.principal,
-                    ctx.client_host, operation.name, resource_type.name, name, ctx.api_name)
+        log_refusal(ctx, operation, resource_type, name)
     return ok
+
+
+def log_refusal(ctx: Ctx, operation: Operation, resource_type: ResourceType, name: str) -> None:
+    """The one line every refusal leaves (for a check made with ``log=False`` that turned out to decide)."""
+    logger.info("refused: principal=%s host=%s operation=%s resource=%s:%s api=%s", ctx.principal,
+                ctx.client_host, operation.name, resource_type.name, name, ctx.api_name)
 
 
 def allowed_any(ctx: Ctx, operation: Operation, resource_type: ResourceType, *, log: bool = True) -> bool:
@@ -72,3 +78,16 @@ def authorized_operations(ctx: Ctx, resource_type: ResourceType, name: str) -> i
     if authorizer is None:
         return bits(SUPPORTED[resource_type])
     return authorizer.authorized_operations(ctx.principal, ctx.client_host, resource_type, name)
+
+
+def allowed_names(ctx: Ctx, operation: Operation, resource_type: ResourceType, names: Iterable[str | None], *,
+                  log: bool = True) -> set[str]:
+    """The names among ``names`` the principal may do ``operation`` on, each asked once (Kafka's
+    ``AuthHelper.filterByAuthorized``); None entries (an unresolved topic id) are never allowed."""
+    return {name for name in dict.fromkeys(n for n in names if n is not None)
+            if allowed(ctx, operation, resource_type, name, log=log)}
+
+
+def allowed_cluster(ctx: Ctx, operation: Operation, *, log: bool = True) -> bool:
+    """``operation`` on the cluster resource (``kafka-cluster``)."""
+    return allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, log=log)

@@ -6,8 +6,8 @@
   (v3+) with a stale producer id and epoch gives PRODUCER_FENCED (90) on v4, INVALID_PRODUCER_EPOCH (47) before;
 * AddPartitionsToTxn v0 and v3: UNKNOWN_TOPIC_OR_PARTITION (3) and OPERATION_NOT_ATTEMPTED (55) for the rest, a
   wrong epoch 47 (v0/v1) or 90 (v2+), an unknown producer id INVALID_PRODUCER_ID_MAPPING (49); transactional
-  Produce only to added partitions (else INVALID_TXN_STATE 48), never without the transactional id (INVALID_RECORD
-  87);
+  Produce only to added partitions (else INVALID_TXN_STATE 48), never without the transactional id
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED 53, as Kafka's handleProduceRequest answers it even without an authorizer);
 * EndTxn: INVALID_TXN_STATE on an Empty transaction and for an abort after a commit; a retried commit is NONE;
   COMMIT/ABORT markers in every partition (read back by the engine after a clean stop), the ``.txnindex`` entry of
   an abort, the last stable offset and read_committed Fetch's aborted_transactions;
@@ -59,6 +59,7 @@ TXN_TOPIC, OFFSETS_TOPIC = "__transaction_state", "__consumer_offsets"
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = 0, 3, 42
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT = 47, 48, 49, 50
 OPERATION_NOT_ATTEMPTED, INVALID_RECORD, UNSTABLE_OFFSET_COMMIT, PRODUCER_FENCED = 55, 87, 88, 90
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 # -- the wire ---------------------------------------------------------------------------------------------------
@@ -394,7 +395,7 @@ def test_add_partitions_errors_and_transactional_produce(broker_factory, client_
     assert p.send("orders", 0, [b"in-3"]) == (NONE, 2)
     # the same batch in a Produce request without the transactional id
     batch = wire.producer_batch([b"sneaky"], p.pid, p.epoch, p.seq[("orders", 0)])
-    assert c.produce(None, "orders", 0, batch)[0] == INVALID_RECORD
+    assert c.produce(None, "orders", 0, batch)[0] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert c.produce("other-id", "orders", 0, batch)[0] == INVALID_PRODUCER_ID_MAPPING
     assert c.offsets("orders", 0) == (3, 0) and c.offsets("orders", 1) == (0, 0)
 
@@ -610,6 +611,7 @@ def test_txn_offset_commits_are_pending_until_the_commit_and_dropped_by_an_abort
     broker = broker_factory(broker=BROKER)
     c = client_of(broker)
     c.create_topic("orders", 1)
+    c.create_topic("in", 2)         # offsets of a topic that does not exist are UNKNOWN_TOPIC_OR_PARTITION (Kafka)
     p = Producer(c, "offsets")
     wanted = {"in": [0, 1]}
     assert c.txn_offset_commit("offsets", "g1", p.pid, p.epoch, {("in", 0): 5}) == {("in", 0): INVALID_TXN_STATE}
@@ -660,6 +662,7 @@ def test_a_transaction_open_at_a_sigkill_is_committed_after_the_restart(broker_f
     broker = broker_factory(broker=BROKER)
     c = client_of(broker)
     c.create_topic("orders", 2)
+    c.create_topic("in", 4)         # the consumed topic the offsets are for (an unknown one is refused)
     p = Producer(c, "survivor")
     p.add({"orders": [0, 1]})
     assert c.add_offsets("survivor", p.pid, p.epoch, "readers") == NONE
@@ -782,6 +785,7 @@ def test_compacting_the_coordinator_topics_changes_no_coordinator_state(broker_f
                                     "offsets.topic.segment.bytes": 1024})
     c = client_of(broker)
     c.create_topic("orders", 1)
+    c.create_topic("in", 2)         # the consumed topic the offsets are for (an unknown one is refused)
     p = Producer(c, "compacted")
     for i in range(12):
         p.add({"orders": [0]})
@@ -827,6 +831,7 @@ def test_a_plain_commit_made_after_a_transactions_offset_commit_wins_live_and_af
     broker = broker_factory(broker=BROKER)
     c = client_of(broker)
     c.create_topic("orders", 1)
+    c.create_topic("in", 1)         # the consumed topic the offsets are for (an unknown one is refused)
     p = Producer(c, "overtaken")
     wanted = {"in": [0]}
 

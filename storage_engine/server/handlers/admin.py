@@ -1,7 +1,16 @@
 """CreateTopics, DeleteTopics, CreatePartitions and DeleteRecords. Replication factor: this node is the only
 replica, so -1 and 1 are accepted and anything else is INVALID_REPLICATION_FACTOR; manual replica assignments are
 accepted when each names this broker alone (what every partition has here), else INVALID_REPLICA_ASSIGNMENT with
-Kafka's controller's message. A created topic's answer (v5+) lists its configs, as Kafka's does."""
+Kafka's controller's message. A created topic's answer (v5+) lists its configs, as Kafka's does.
+
+Authorization as a Kafka 4.x (KRaft) cluster decides it (``ControllerApis`` for the first three, which brokers
+forward to the controller; ``KafkaApis.handleDeleteRecordsRequest``): CreateTopics needs CREATE on the cluster or
+on each topic (TOPIC_AUTHORIZATION_FAILED, "Authorization failed."), and a created topic the principal may not
+DESCRIBE_CONFIGS answers its config error as TOPIC_AUTHORIZATION_FAILED, without configs or counts; DeleteTopics needs DELETE on the cluster,
+or DESCRIBE and DELETE on each topic: a topic named that may not be described is TOPIC_AUTHORIZATION_FAILED whether
+or not it exists, one that may be is UNKNOWN_TOPIC_OR_PARTITION if missing, and a topic named by id that may not be
+described answers without its name; CreatePartitions needs ALTER on each topic; DeleteRecords DELETE on each topic
+(then UNKNOWN_TOPIC_OR_PARTITION for what does not exist)."""
 from __future__ import annotations
 
 import logging
@@ -69,6 +78,9 @@ async def create_topics(ctx: Ctx, body: Any) -> CreateTopicsResponse:
     broker = ctx.broker
     results = []
     names = [t.name for t in body.topics]
+    creatable = set(names) if access.allowed_cluster(ctx, Operation.CREATE, log=False) else \
+        access.allowed_names(ctx, Operation.CREATE, ResourceType.TOPIC, names)
+    describable = access.allowed_names(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log=False)
     for t in body.topics:
         entry: CreatableTopicResult = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                        "topic_id": NO_TOPIC_ID, "num_partitions": -1, "replication_factor": -1,
@@ -79,6 +91,8 @@ async def create_topics(ctx: Ctx, body: Any) -> CreateTopicsResponse:
             if t.name == METADATA_TOPIC:     # the name DescribeQuorum describes; Kafka's controller refuses it too
                 raise TopicError(ErrorCode.invalid_request,
                                  f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
+            if t.name not in creatable:
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if t.assignments:
                 count = _assigned_count(ctx, t)
             else:
@@ -90,7 +104,7 @@ async def create_topics(ctx: Ctx, body: Any) -> CreateTopicsResponse:
                     count = broker.config.server["num.partitions"]
             configs = {c.name: c.value for c in t.configs}
             await broker.call(create_topic, broker, t.name, count, configs, validate_only=bool(body.validate_only))
-            if access.allowed(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+            if t.name in describable:
                 entry.update({"num_partitions": count, "replication_factor": 1,
                               "configs": await broker.call(_created_configs, ctx, t.name, configs)})
             else:      # created, but the principal may not see its configs (Kafka's controller answers so)
@@ -114,13 +128,47 @@ def _delete_topic(ctx: Ctx, topic: str) -> None:
     delete_topic(broker, topic)
 
 
+async def _delete_refused(ctx: Ctx, wanted: list[tuple[str | None, Any]]) -> dict[int, DeletableTopicResult]:
+    """The DeleteTopics entries (by position) refused as Kafka's ``ControllerApis.deleteTopics`` refuses them:
+    DELETE on the cluster allows all; else a name needs DESCRIBE (TOPIC_AUTHORIZATION_FAILED before its existence
+    is looked at) and DELETE; an id that resolves needs DELETE, and its name is answered only with DESCRIBE."""
+    if not ctx.broker.config.server["delete.topic.enable"] or access.allowed_cluster(ctx, Operation.DELETE, log=False):
+        return {}     # deletion disabled answers every topic so, before any authorization
+    resolved: list[tuple[str | None, Any, bool]] = []      # (name, id, named by id)
+    for name, topic_id in wanted:
+        by_id = name is None and topic_id is not None and topic_id.int != 0
+        if by_id:
+            name = await ctx.broker.call(ctx.broker.topic_by_id, topic_id)
+        resolved.append((name, topic_id, by_id))
+    names = [name for name, _, _ in resolved]
+    describable = access.allowed_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+    deletable = access.allowed_names(ctx, Operation.DELETE, ResourceType.TOPIC, names)
+    catalog = await ctx.broker.call(ctx.broker.topics)
+    refused: dict[int, DeletableTopicResult] = {}
+    for i, (name, topic_id, by_id) in enumerate(resolved):
+        if name is None:
+            continue                                          # an unknown id: UNKNOWN_TOPIC_ID below
+        if by_id:
+            if name not in deletable:
+                refused[i] = {"name": name if name in describable else None, "topic_id": topic_id,
+                              "error_code": ErrorCode.topic_authorization_failed, "error_message": None}
+        elif name not in describable or (name in catalog and name not in deletable):
+            refused[i] = {"name": name, "topic_id": NO_TOPIC_ID,
+                          "error_code": ErrorCode.topic_authorization_failed, "error_message": None}
+    return refused
+
+
 async def delete_topics(ctx: Ctx, body: Any) -> DeleteTopicsResponse:
     results = []
     if has(body, "topics"):
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, None) for name in body.topic_names]
-    for name, topic_id in wanted:
+    refused = await _delete_refused(ctx, wanted)
+    for i, (name, topic_id) in enumerate(wanted):
+        if i in refused:
+            results.append(refused[i])
+            continue
         entry: DeletableTopicResult = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                  "error_message": None}
         try:
@@ -160,8 +208,13 @@ def _check_new_assignments(ctx: Ctx, topic: str, count: int, assignments: Any) -
 
 async def create_partitions(ctx: Ctx, body: Any) -> CreatePartitionsResponse:
     results = []
+    alterable = access.allowed_names(ctx, Operation.ALTER, ResourceType.TOPIC, (t.name for t in body.topics))
     for t in body.topics:
         entry: CreatePartitionsTopicResult = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        if t.name not in alterable:
+            entry["error_code"] = ErrorCode.topic_authorization_failed
+            results.append(entry)
+            continue
         try:
             if t.assignments is not None:
                 await ctx.broker.call(_check_new_assignments, ctx, t.name, int(t.count), t.assignments)
@@ -190,7 +243,13 @@ def _delete_records(ctx: Ctx, topic: str, p: int, offset: int) -> DeleteRecordsP
 
 async def delete_records(ctx: Ctx, body: Any) -> DeleteRecordsResponse:
     topics: list[DeleteRecordsTopicResult] = []
+    deletable = access.allowed_names(ctx, Operation.DELETE, ResourceType.TOPIC, (t.name for t in body.topics))
     for t in body.topics:
+        if t.name not in deletable:
+            topics.append({"name": t.name, "partitions": tuple(
+                {"partition_index": int(p.partition_index), "low_watermark": -1,
+                 "error_code": ErrorCode.topic_authorization_failed} for p in t.partitions)})
+            continue
         parts = [await ctx.broker.call(_delete_records, ctx, t.name, int(p.partition_index), int(p.offset))
                  for p in t.partitions]
         topics.append({"name": t.name, "partitions": tuple(parts)})

@@ -3,16 +3,25 @@
 
 Config sources as Kafka names them: 1 DYNAMIC_TOPIC_CONFIG (a topic override: set over the wire or in the config
 file's ``topics:``), 4 STATIC_BROKER_CONFIG (a broker key in the config file), 5 DEFAULT_CONFIG (Kafka's default).
-Broker configs are static here (the config file); altering one is INVALID_REQUEST naming the file."""
+Broker configs are static here (the config file); altering one is INVALID_REQUEST naming the file.
+
+Authorization as Kafka's ``ConfigHelper`` and ``ControllerApis.authorizeAlterResource``: DESCRIBE_CONFIGS (describe)
+or ALTER_CONFIGS (alter) on the topic, on the cluster for a broker, broker logger or client metrics resource, on
+the group for a group resource, else TOPIC_ / CLUSTER_ / GROUP_AUTHORIZATION_FAILED with Kafka's message, before
+anything else about the resource is looked at (an unauthorized client does not learn whether a topic exists).
+AlterReplicaLogDirs needs ALTER on the cluster (every partition CLUSTER_AUTHORIZATION_FAILED), DescribeLogDirs
+DESCRIBE on the cluster (no dirs, CLUSTER_AUTHORIZATION_FAILED)."""
 from __future__ import annotations
 
 import logging
 import os
 from typing import Any
 
+from storage_engine.acl.model import CLUSTER_NAME, Operation, ResourceType
 from storage_engine.config import LogConfig
 from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text, is_sensitive
 from storage_engine.errors import PartitionNotFoundError
+from storage_engine.server import access
 from storage_engine.server.catalog import check_configs, store_configs
 from storage_engine.server.errors import ErrorCode, TopicError, describe, error_code, message
 from storage_engine.server.handlers.context import Ctx
@@ -26,6 +35,12 @@ logger = logging.getLogger(__name__)
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+BROKER_LOGGER, CLIENT_METRICS, GROUP = 8, 16, 32
+# Kafka's ConfigResource types: the ACL resource each is authorized on, and the code of a refusal
+_ACL_RESOURCE = {TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic authorization failed."),
+                 GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
+                 **{t: (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+                    for t in (BROKER, BROKER_LOGGER, CLIENT_METRICS)}}
 _TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
@@ -72,13 +87,28 @@ def _broker_configs(ctx: Ctx, keys: Any) -> list[DescribeConfigsResourceResult]:
     return out
 
 
+def config_refusal(ctx: Ctx, operation: Operation, resource_type: int, name: str) -> tuple[ErrorCode, str] | None:
+    """(code, message) when the principal may not do ``operation`` on the config resource; None when it may (or
+    the type is not one Kafka authorizes: the caller answers it)."""
+    acl = _ACL_RESOURCE.get(resource_type)
+    if acl is None:
+        return None
+    acl_name = CLUSTER_NAME if acl[0] == ResourceType.CLUSTER else name
+    if access.allowed(ctx, operation, acl[0], acl_name):
+        return None
+    return acl[1], acl[2]
+
+
 async def describe_configs(ctx: Ctx, body: Any) -> DescribeConfigsResponse:
     results = []
     for r in body.resources:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
         entry: DescribeConfigsResult = {"error_code": ErrorCode.none, "error_message": None,
                                         "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
-        if r.resource_type == TOPIC:
+        refused = config_refusal(ctx, Operation.DESCRIBE_CONFIGS, int(r.resource_type), r.resource_name)
+        if refused is not None:
+            entry.update({"error_code": refused[0], "error_message": refused[1]})
+        elif r.resource_type == TOPIC:
             catalog = await ctx.broker.call(ctx.broker.topics)
             if r.resource_name not in catalog:
                 entry.update({"error_code": ErrorCode.unknown_topic_or_partition,
@@ -135,6 +165,9 @@ async def incremental_alter_configs(ctx: Ctx, body: Any) -> IncrementalAlterConf
         entry: AlterConfigsResourceResponse = {"error_code": ErrorCode.none, "error_message": None,
                                                "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
+            refused = config_refusal(ctx, Operation.ALTER_CONFIGS, int(r.resource_type), r.resource_name)
+            if refused is not None:
+                raise TopicError(*refused)
             if r.resource_type != TOPIC:
                 raise TopicError(ErrorCode.invalid_request, "only topic configs can be altered; broker configs are "
                                  f"read from {ctx.broker.config.source or 'the config file'}")
@@ -183,6 +216,8 @@ def _log_dirs(ctx: Ctx, wanted: Any) -> list[DescribeLogDirsResult]:
 
 
 async def describe_log_dirs(ctx: Ctx, body: Any) -> DescribeLogDirsResponse:
+    if not access.allowed_cluster(ctx, Operation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": ()}
     wanted = None if body.topics is None else {t.topic: set(t.partitions) for t in body.topics}
     results = await ctx.broker.call(_log_dirs, ctx, wanted)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": tuple(results)}
@@ -198,8 +233,13 @@ def _move(ctx: Ctx, topic: str, p: int, path: str) -> None:
 
 async def alter_replica_log_dirs(ctx: Ctx, body: Any) -> AlterReplicaLogDirsResponse:
     broker = ctx.broker
-    dirs = {os.path.realpath(d): d for d in broker.config.log_dirs}
     results: dict[str, list[AlterReplicaLogDirPartitionResult]] = {}
+    if not access.allowed_cluster(ctx, Operation.ALTER):       # AlterReplicaLogDirsRequest.getErrorResponse
+        return {"throttle_time": 0, "results": tuple(
+            {"topic_name": t.name, "partitions": tuple(
+                {"partition_index": p, "error_code": ErrorCode.cluster_authorization_failed} for p in t.partitions)}
+            for entry in body.dirs for t in entry.topics)}
+    dirs = {os.path.realpath(d): d for d in broker.config.log_dirs}
     catalog = await broker.call(broker.topics, fresh=True)
     for entry in body.dirs:
         target = dirs.get(os.path.realpath(entry.path))

@@ -16,6 +16,12 @@ answers KAFKA_STORAGE_ERROR, as a local loss does, and a damaged one CORRUPT_MES
 itself answers UNKNOWN_SERVER_ERROR for any remote read failure); either is logged with the partition, the fetch
 offset and the segment's offsets, and no byte of it is sent.
 
+Authorization as Kafka's ``KafkaApis.handleFetchRequest``: a consumer needs READ on each topic (an unknown topic
+id is UNKNOWN_TOPIC_ID first; a refused topic answers TOPIC_AUTHORIZATION_FAILED whether or not it exists, then an
+unknown one UNKNOWN_TOPIC_OR_PARTITION); a follower's fetch (replica id >= 0) needs CLUSTER_ACTION on the cluster,
+else every partition answers TOPIC_AUTHORIZATION_FAILED. ListOffsets needs DESCRIBE on each topic
+(``handleListOffsetRequest``), else its partitions answer TOPIC_AUTHORIZATION_FAILED.
+
 ListOffsets answers as Kafka 3.9's ``UnifiedLog.fetchOffsetByTimestamp``: EARLIEST (-2) the log start offset,
 remote part included; EARLIEST_LOCAL (-4) the local log start offset of a tiered partition (the log start of any
 other); LATEST_TIERED (-5) the highest offset copied to remote storage (-1, leader epoch -1, when none is or the
@@ -30,12 +36,14 @@ import time
 import uuid
 from typing import Any
 
+from storage_engine.acl.model import Operation, ResourceType
 from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
 from storage_engine.log.log import Log
 from storage_engine.segment.checked_read import FetchData
 from storage_engine.tiered import whole_log
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 RecordBatch)
+from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
@@ -140,6 +148,23 @@ async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
     return out
 
 
+def _replica_id(body: Any) -> int:
+    """Kafka's ``FetchRequest.replicaId``: in ``replica_state`` from v15, a field of its own before."""
+    if has(body, "replica_state"):
+        return int(body.replica_state.replica_id)
+    return int(getattr(body, "replica_id", -1))
+
+
+def _refused_topics(ctx: Ctx, body: Any, topics: list[tuple[str | None, Any, Any]]) -> set[str | None]:
+    """The topics whose partitions answer TOPIC_AUTHORIZATION_FAILED (None: the unresolved topic ids, refused
+    too in a follower's fetch)."""
+    names = [name for name, _, _ in topics]
+    if _replica_id(body) >= 0:      # a follower: CLUSTER_ACTION on the cluster, READ not asked
+        return set() if access.allowed_cluster(ctx, Operation.CLUSTER_ACTION) else set(names)
+    readable = access.allowed_names(ctx, Operation.READ, ResourceType.TOPIC, names)
+    return {name for name in names if name is not None and name not in readable}
+
+
 async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
     broker = ctx.broker
     broker.stats.fetch_requests += 1
@@ -147,11 +172,14 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
     min_bytes = int(body.min_bytes)
     isolation = int(getattr(body, "isolation_level", 0))
     topics = await _names(ctx, body.topics)
+    refused = _refused_topics(ctx, body, topics)
     refresh = False
     while True:
-        responses, total, errors = await broker.call(_read_all, ctx, topics, isolation, int(body.max_bytes), refresh)
+        responses, total, errors = await broker.call(_read_all, ctx, topics, refused, isolation, int(body.max_bytes),
+                                                     refresh)
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or remaining <= 0 or not topics:
+        # refused topics do not end the wait (Kafka leaves them out of the delayed fetch), unless nothing is left
+        if total >= min_bytes or errors or remaining <= 0 or all(name in refused for name, _, _ in topics):
             break
         woken = await broker.wait_append(min(remaining, POLL_S))
         refresh = not woken
@@ -159,13 +187,18 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": tuple(responses)}
 
 
-def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], isolation: int, max_bytes: int,
-              refresh: bool) -> tuple[list[FetchableTopicResponse], int, bool]:
+def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], refused: set[str | None], isolation: int,
+              max_bytes: int, refresh: bool) -> tuple[list[FetchableTopicResponse], int, bool]:
     responses: list[FetchableTopicResponse] = []
     total, errors = 0, False
     for name, topic_id, t in topics:
         parts: list[PartitionData] = []
         for part in t.partitions:
+            if name in refused:
+                parts.append({"partition_index": int(part.partition),
+                              "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                              "records": b"", "aborted_transactions": None})
+                continue
             if name is None:
                 parts.append({"partition_index": int(part.partition), "error_code": ErrorCode.unknown_topic_id,
                               "high_watermark": -1, "records": b"", "aborted_transactions": None})
@@ -244,8 +277,14 @@ def _max_timestamp(log: Log) -> tuple[int, int] | None:
 async def list_offsets(ctx: Ctx, body: Any) -> ListOffsetsResponse:
     isolation = int(getattr(body, "isolation_level", 0))
     topics: list[ListOffsetsTopicResponse] = []
+    describable = access.allowed_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in body.topics))
     for t in body.topics:
         parts: list[ListOffsetsPartitionResponse] = []
+        if t.name not in describable:
+            topics.append({"name": t.name, "partitions": tuple(
+                {"partition_index": int(part.partition_index), "error_code": ErrorCode.topic_authorization_failed,
+                 "timestamp": -1, "offset": -1, "leader_epoch": -1} for part in t.partitions)})
+            continue
         for part in t.partitions:
             parts.append(await ctx.broker.call(_offset_for, ctx, t.name, int(part.partition_index),
                                                int(part.timestamp), isolation, ctx.version))

@@ -1,15 +1,24 @@
 """Produce and InitProducerId: client batches appended through the engine's leader append (validated, offsets
 assigned in place, producer sequence and epoch checked; a retried batch answers its first offsets and writes
 nothing), answered per acks (0: no response; 1 and all: after the append; on one node the high watermark moves
-with the append)."""
+with the append).
+
+Authorization as Kafka's ``KafkaApis.handleProduceRequest``: a request whose partitions hold a transactional batch
+(the first batch of each partition is looked at) needs WRITE on its transactional id, else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (also when the request has no transactional id); then WRITE on each topic,
+else its partitions answer TOPIC_AUTHORIZATION_FAILED before anyone learns whether the topic exists.
+InitProducerId as ``handleInitProducerIdRequest``: WRITE on the transactional id, or without one IDEMPOTENT_WRITE
+on the cluster or WRITE on some topic (``authorizeByResourceType``), else CLUSTER_AUTHORIZATION_FAILED."""
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from storage_engine.acl.model import CLUSTER_NAME, Operation, ResourceType
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 MIN_ENTRY_SIZE_FIELD, RecordBatch)
+from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import transactions
 from storage_engine.server.handlers.context import Ctx
@@ -97,10 +106,7 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
         return _failed(partition, ErrorCode.invalid_record,
                        "Produce v3 and above takes exactly one record batch per partition")
     producer = _producer_of(records)
-    if txn_id is None:
-        if producer is not None and producer[2]:
-            return _failed(partition, ErrorCode.invalid_record,
-                           "transactional records need the producer's transactional.id")
+    if txn_id is None:     # a transactional batch without the id was refused in produce()
         return await ctx.broker.call(_append, ctx, topic, partition, records)
     if producer is None or producer[0] < 0:    # no producer id: not part of the transaction, appended as Kafka does
         return await ctx.broker.call(_append, ctx, topic, partition, records)
@@ -117,16 +123,44 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
         txns.end_append(txn_id)
 
 
+def _refused(partition: int, code: ErrorCode) -> PartitionProduceResponse:
+    """A partition's answer when the request or its topic is not authorized (Kafka's ``PartitionResponse(error)``:
+    no message)."""
+    return {"index": partition, "error_code": code, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1,
+            "error_message": None, "record_errors": ()}
+
+
+def _has_transactional(body: Any) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of some partition is transactional."""
+    for topic_data in body.topic_data:
+        for pd in topic_data.partition_data:
+            producer = _producer_of(bytes(pd.records)) if pd.records else None
+            if producer is not None and producer[2]:
+                return True
+    return False
+
+
 async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
     broker = ctx.broker
     broker.stats.produce_requests += 1
     acks = int(body.acks)
     responses: list[TopicProduceResponse] = []
+    if _has_transactional(body) and (body.transactional_id is None or not access.allowed(
+            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)):
+        if acks == 0:
+            return None
+        return {"throttle_time": 0, "responses": tuple(
+            {"name": t.name, "partition_responses": tuple(
+                _refused(int(pd.index), ErrorCode.transactional_id_authorization_failed) for pd in t.partition_data)}
+            for t in body.topic_data)}
+    writable = access.allowed_names(ctx, Operation.WRITE, ResourceType.TOPIC, (t.name for t in body.topic_data))
     appended = False
     for topic_data in body.topic_data:
         parts: list[PartitionProduceResponse] = []
         for pd in topic_data.partition_data:
-            if acks not in (-1, 0, 1):
+            if topic_data.name not in writable:
+                parts.append(_refused(int(pd.index), ErrorCode.topic_authorization_failed))
+            elif acks not in (-1, 0, 1):
                 parts.append(_failed(pd.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, got {acks}"))
             elif not pd.records:
                 parts.append(_failed(pd.index, ErrorCode.invalid_record, "no records in the request"))
@@ -150,10 +184,22 @@ async def init_producer_id(ctx: Ctx, body: Any) -> InitProducerIdResponse:
     """Without a transactional id: a new producer id with epoch 0; a known (id, epoch) gets the next epoch
     (KIP-360), a new id once the epoch would overflow. With one: the transaction coordinator answers."""
     if body.transactional_id is not None:
+        if not access.allowed(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            return _no_producer_id(ErrorCode.transactional_id_authorization_failed)
         return await transactions.init_transactional(ctx, body)
+    # WRITE on any topic does instead of IDEMPOTENT_WRITE, so the first refusal is logged only if both fail
+    if not (access.allowed_cluster(ctx, Operation.IDEMPOTENT_WRITE, log=False)
+            or access.allowed_any(ctx, Operation.WRITE, ResourceType.TOPIC, log=False)):
+        access.log_refusal(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+        return _no_producer_id(ErrorCode.cluster_authorization_failed)
     pid = int(getattr(body, "producer_id", -1))
     epoch = int(getattr(body, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}
     new = await ctx.broker.call(ctx.broker.producer_ids.allocate)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": new, "producer_epoch": 0}
+
+
+def _no_producer_id(code: ErrorCode) -> InitProducerIdResponse:
+    """InitProducerIdRequest.getErrorResponse: no producer id, no epoch."""
+    return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}

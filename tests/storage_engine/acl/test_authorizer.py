@@ -140,7 +140,9 @@ def test_authorized_operations_bit_field():
     assert bits == (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.ALTER_CONFIGS) | (1 << Op.DESCRIBE_CONFIGS)
     assert a.authorized_operations(BOB, HOST, T, "foo") == 0
     full = authz(super_users=(ALICE,)).authorized_operations(ALICE, HOST, G, "g")
-    assert full == (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.DELETE)
+    # Kafka 4.x's group operations (AclEntry.supportedOperations): group configs add DESCRIBE/ALTER_CONFIGS
+    assert full == (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.DELETE) | (1 << Op.DESCRIBE_CONFIGS) \
+        | (1 << Op.ALTER_CONFIGS)
     assert not full & (1 << 31)
 
 
