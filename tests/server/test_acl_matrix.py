@@ -1,0 +1,222 @@
+"""The ACL matrix: every API the broker serves, for each resource it authorizes (tests/server/acl_matrix.py's
+rows, read from Kafka's KafkaApis), against a broker with Kafka's StandardAuthorizer, once with
+``allow.everyone.if.no.acl.found`` false and once true. Each row runs every case of :data:`CASES` through raw
+requests on SASL/PLAIN connections (``User:alice`` the subject, ``User:admin`` the super user, ``User:bob``
+someone else), the ACLs set through CreateAcls and cleared through DeleteAcls by the super user between cases,
+and the row's whole table of answers is compared with Kafka's at once: allowed (the row's ``ok``) or refused
+(Kafka's error code for that resource)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from storage_engine.acl.model import Operation as Op, PatternType, Permission, ResourceType as RT
+from tests.server import acl_matrix as M, wire
+from tests.server.broker_proc import BrokerProcess
+
+pytestmark = pytest.mark.e2e
+
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+ALICE, BOB, ADMIN, ANYONE = "User:alice", "User:bob", "User:admin", "User:*"
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+OTHER_HOST = "10.0.0.9"             # the test's connections come from 127.0.0.1
+
+
+class Client:
+    """One authenticated connection (SaslHandshake v1 + SaslAuthenticate PLAIN)."""
+
+    def __init__(self, address: str, user: str | None):
+        self.address, self.user, self.corr = address, user, 0
+        self.conn = self._connect()
+
+    def _connect(self) -> wire.Conn:
+        conn = wire.Conn(self.address)
+        if self.user is not None:
+            assert int(conn.request(wire.req(17, 1, mechanism="PLAIN"), 0).error_code) == 0
+            token = f"\0{self.user}\0{PASSWORDS[self.user]}".encode()
+            assert int(conn.request(wire.req(36, 2, auth_bytes=token), 0).error_code) == 0
+        return conn
+
+    def call(self, api: int, version: int, **fields: Any) -> Any:
+        self.corr += 1
+        try:
+            return self.conn.request(wire.build_request(api, version, **fields), self.corr)
+        except wire.Closed:
+            self.conn = self._connect()      # the next call gets a fresh connection; this one fails
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@dataclass(frozen=True)
+class Acl:
+    principal: str
+    need: M.Need
+    op: Op | None = None                 # None: the need's operation
+    name: str | None = None              # None: the need's resource name
+    pattern: PatternType = PatternType.LITERAL
+    host: str = "*"
+    permission: Permission = Permission.ALLOW
+
+    def creation(self) -> dict[str, Any]:
+        return {"resource_type": int(self.need.rtype), "resource_name": self.name or self.need.name,
+                "resource_pattern_type": int(self.pattern), "principal": self.principal, "host": self.host,
+                "operation": int(self.op or self.need.op), "permission_type": int(self.permission)}
+
+
+def _other_op(op: Op) -> Op:
+    return Op.DELETE if op == Op.ALTER else Op.ALTER
+
+
+ALLOWED, DENIED, SETTING = "allowed", "denied", "setting"
+
+# name -> (who asks, the ACLs on the subject, the answer); SETTING: as allow.everyone.if.no.acl.found says
+CASES: dict[str, tuple[str, Any, str]] = {
+    "literal": ("alice", lambda s: [Acl(ALICE, s)], ALLOWED),
+    "prefixed": ("alice", lambda s: [Acl(ALICE, s, name=s.name[:-3], pattern=PatternType.PREFIXED)], ALLOWED),
+    "wildcard-resource": ("alice", lambda s: [Acl(ALICE, s, name="*")], ALLOWED),
+    "wildcard-principal": ("alice", lambda s: [Acl(ANYONE, s)], ALLOWED),
+    "all-operations": ("alice", lambda s: [Acl(ALICE, s, op=Op.ALL)], ALLOWED),
+    "host-match": ("alice", lambda s: [Acl(ALICE, s, host="127.0.0.1")], ALLOWED),
+    "deny-other-operation": ("alice", lambda s: [Acl(ALICE, s), Acl(ALICE, s, op=_other_op(s.op),
+                                                                    permission=Permission.DENY)], ALLOWED),
+    "host-other": ("alice", lambda s: [Acl(ALICE, s, host=OTHER_HOST)], DENIED),
+    "other-principal": ("alice", lambda s: [Acl(BOB, s)], DENIED),
+    "deny-wins": ("alice", lambda s: [Acl(ANYONE, s, op=Op.ALL), Acl(ALICE, s, permission=Permission.DENY)],
+                  DENIED),
+    "deny-prefixed": ("alice", lambda s: [Acl(ALICE, s), Acl(ALICE, s, name=s.name[:-3],
+                                                             pattern=PatternType.PREFIXED,
+                                                             permission=Permission.DENY)], DENIED),
+    "deny-all-operations": ("alice", lambda s: [Acl(ALICE, s), Acl(ALICE, s, op=Op.ALL,
+                                                                   permission=Permission.DENY)], DENIED),
+    "no-acl": ("alice", lambda s: [], SETTING),
+    "super-user": ("admin", lambda s: [], ALLOWED),
+    "super-user-despite-deny": ("admin", lambda s: [Acl(ADMIN, s, op=Op.ALL, permission=Permission.DENY)],
+                                ALLOWED),
+}
+# ALLOW on these implies the row's operation (StandardAuthorizerData.IMPLIES_DESCRIBE / IMPLIES_DESCRIBE_CONFIGS)
+IMPLIED = {Op.DESCRIBE: Op.ALTER, Op.DESCRIBE_CONFIGS: Op.ALTER_CONFIGS}
+
+
+def cases_of(row: M.Row) -> dict[str, tuple[str, list[Acl], str]]:
+    out = {name: (who, acls(row.subject), answer) for name, (who, acls, answer) in CASES.items()}
+    if row.subject.op in IMPLIED:
+        out["implied"] = ("alice", [Acl(ALICE, row.subject, op=IMPLIED[row.subject.op])], ALLOWED)
+    return out
+
+
+@dataclass
+class Matrix:
+    broker: BrokerProcess
+    everyone: bool
+    env: M.Env
+    clients: dict[str, Client]
+
+    def clear_acls(self) -> None:
+        r = self.clients["admin"].call(31, 3, filters=[{
+            "resource_type_filter": int(RT.ANY), "resource_name_filter": None,
+            "pattern_type_filter": int(PatternType.ANY), "principal_filter": None, "host_filter": None,
+            "operation": int(Op.ANY), "permission_type": int(Permission.ANY)}])
+        assert [int(f.error_code) for f in r.filter_results] == [0], r
+
+    def add_acls(self, acls: list[Acl]) -> None:
+        if acls:
+            r = self.clients["admin"].call(30, 3, creations=[a.creation() for a in acls])
+            assert [int(x.error_code) for x in r.results] == [0] * len(acls), r
+
+    def answer(self, row: M.Row, who: str) -> int | str:
+        try:
+            response = self.clients[who].call(row.key, row.version, **row.build(self.env))
+        except wire.Closed:
+            return "connection closed"
+        return row.code(response)
+
+
+def start_matrix(tmp: Path, broker: dict[str, Any]) -> Matrix:
+    users = tmp / "users.yaml"
+    users.write_text(yaml.safe_dump({"users": {u: {"password": p} for u, p in PASSWORDS.items()}}))
+    server = BrokerProcess(tmp, broker={"auto.create.topics.enable": False, "sasl.credentials.file": str(users),
+                                        **broker}, listeners="SASL_PLAINTEXT://127.0.0.1:0", log_dirs=1)
+    server.start()
+    address = server.address("SASL_PLAINTEXT")
+    clients = {u: Client(address, u) for u in PASSWORDS}
+    admin = clients["admin"]
+    made = admin.call(19, 7, topics=[{"name": M.TOPIC, "num_partitions": 1, "replication_factor": 1,
+                                      "assignments": [], "configs": []}], timeout=M.SEC, validate_only=False)
+    assert int(made.topics[0].error_code) == 0, made
+    env = M.Env(broker_id=int(admin.call(3, 12, **M.metadata(None)(M.Env(0))).brokers[0].node_id))
+    assert M.topics_partition(admin.call(8, 8, **M.offset_commit(env))) == 0    # GROUP exists, with offsets
+    return Matrix(server, bool(broker.get("allow.everyone.if.no.acl.found")), env, clients)
+
+
+def stop_matrix(m: Matrix) -> None:
+    for c in m.clients.values():
+        c.close()
+    try:
+        assert m.broker.stop() == 0
+    finally:
+        m.broker.close()
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["no-acl-found-denies", "no-acl-found-allows"])
+def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
+    tmp = tmp_path_factory.mktemp("acl-matrix")
+    m = start_matrix(tmp, {"authorizer.class.name": STANDARD, "super.users": f"{ADMIN};User:nobody-else",
+                           "allow.everyone.if.no.acl.found": request.param})
+    yield m
+    stop_matrix(m)
+
+
+def expected_answer(row: M.Row, answer: str, everyone: bool) -> int | str:
+    if answer == SETTING:
+        answer = ALLOWED if everyone else DENIED
+    if row.everyone_allows and everyone:
+        answer = ALLOWED
+    return row.ok if answer == ALLOWED else row.denied
+
+
+@pytest.mark.parametrize("row", M.ROWS, ids=[r.id for r in M.ROWS])
+def test_acl_matrix(matrix: Matrix, row: M.Row) -> None:
+    got: dict[str, int | str] = {}
+    want: dict[str, int | str] = {}
+    for name, (who, acls, answer) in cases_of(row).items():
+        matrix.clear_acls()
+        grants = [Acl(ALICE, need) for need in row.grants]
+        blocks = [Acl(BOB, need) for need in row.blocks]
+        matrix.add_acls(acls + grants + blocks)
+        got[name] = matrix.answer(row, who)
+        want[name] = expected_answer(row, answer, matrix.everyone)
+    matrix.clear_acls()
+    assert got == want, f"{row.id} (Kafka: {row.kafka}): " + ", ".join(
+        f"{k}: got {got[k]!r}, Kafka answers {want[k]!r}" for k in want if got[k] != want[k])
+
+
+def test_refusals_are_logged_with_principal_operation_and_resource(matrix: Matrix) -> None:
+    """A refused DeleteRecords leaves one log line naming who, from where, what and on which resource."""
+    row = next(r for r in M.ROWS if r.id == "delete-records/topic")
+    matrix.clear_acls()
+    matrix.add_acls([Acl(BOB, row.subject)])
+    assert matrix.answer(row, "alice") == M.TOPIC_AUTH
+    matrix.clear_acls()
+    lines = [line for line in matrix.broker.log_text().splitlines()
+             if "refused" in line and "User:alice" in line and "DELETE" in line and M.TOPIC in line]
+    assert lines and "127.0.0.1" in lines[-1], matrix.broker.log_text()[-3000:]
+
+
+def test_without_an_authorizer_every_row_is_allowed(tmp_path: Path) -> None:
+    """No ``authorizer.class.name``: Kafka allows everything, whoever asks; each row answers its ``ok``."""
+    m = start_matrix(tmp_path, {})
+    try:
+        got = {row.id: m.answer(row, "alice") for row in M.ROWS if row.key not in (29, 30, 31)}
+        acl_apis = {row.id: m.answer(row, "alice") for row in M.ROWS if row.key in (29, 30, 31)}
+    finally:
+        stop_matrix(m)
+    assert got == {row.id: row.ok for row in M.ROWS if row.key not in (29, 30, 31)}
+    # the ACL APIs without an authorizer: SECURITY_DISABLED (54), as Kafka's AclApis answers
+    assert set(acl_apis.values()) == {54}, acl_apis
