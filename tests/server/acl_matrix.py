@@ -25,6 +25,7 @@ NEW_TOPIC = "matrix-new"          # never created (CreateTopics validate-only)
 GONE_TOPIC = "matrix-gone"        # never created (DeleteTopics after authorization: UNKNOWN_TOPIC_OR_PARTITION)
 GROUP = "matrix-group"            # has committed offsets (the admin commits at setup)
 NO_GROUP = "matrix-nogroup"       # never has members or offsets (DeleteGroups)
+OFFSETS_GROUP = "matrix-offsets"  # has committed offsets and never a member (OffsetDelete)
 TXN = "matrix-txn"
 UNKNOWN_PID = 987654321           # no producer has it: transactional calls get past authorization and fail after
 
@@ -97,13 +98,17 @@ def produce(txn: str | None) -> Callable[[Env], dict[str, Any]]:
     return build
 
 
-def fetch(env: Env) -> dict[str, Any]:
-    return {"replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
+def fetch(env: Env, replica_id: int = -1) -> dict[str, Any]:
+    return {"replica_id": replica_id, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
             "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1,
                                                         "fetch_offset": 0, "last_fetched_epoch": -1,
                                                         "log_start_offset": -1,
                                                         "partition_max_bytes": 1 << 20}]}]}
+
+
+def follower_fetch(env: Env) -> dict[str, Any]:
+    return fetch(env, replica_id=env.broker_id)
 
 
 def list_offsets(env: Env) -> dict[str, Any]:
@@ -123,6 +128,12 @@ def offset_commit(env: Env) -> dict[str, Any]:
     return {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
             "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 0,
                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+
+
+def offset_commit_to(group: str) -> Callable[[Env], dict[str, Any]]:
+    def build(env: Env) -> dict[str, Any]:
+        return {**offset_commit(env), "group_id": group}
+    return build
 
 
 def offset_fetch(env: Env) -> dict[str, Any]:
@@ -260,6 +271,64 @@ def delete_acls(env: Env) -> dict[str, Any]:
     return {"filters": [dict(ACL_FILTER)]}
 
 
+def create_topics_with_configs(env: Env) -> dict[str, Any]:
+    return {**create_topics(env), "topics": [{"name": NEW_TOPIC, "num_partitions": 1, "replication_factor": 1,
+                                              "assignments": [], "configs": [{"name": "retention.ms",
+                                                                              "value": "86400000"}]}]}
+
+
+def offset_for_leader_epoch(env: Env) -> dict[str, Any]:
+    return {"replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                                        "leader_epoch": 0}]}]}
+
+
+def write_txn_markers(env: Env) -> dict[str, Any]:
+    return {"markers": [{"producer_id": UNKNOWN_PID, "producer_epoch": 0, "transaction_result": False,
+                         "topics": [{"name": TOPIC, "partition_indexes": [0]}], "coordinator_epoch": 0}]}
+
+
+def alter_configs(env: Env) -> dict[str, Any]:
+    return {"resources": [{"resource_type": 2, "resource_name": TOPIC,
+                           "configs": [{"name": "retention.ms", "value": "86400000"}]}], "validate_only": True}
+
+
+def elect_leaders(env: Env) -> dict[str, Any]:
+    return {"election_type": 0, "topic_partitions": [{"topic": TOPIC, "partitions": [0]}], "timeout": SEC}
+
+
+def alter_reassignments(env: Env) -> dict[str, Any]:
+    return {"timeout": SEC, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0,
+                                                                       "replicas": [env.broker_id]}]}]}
+
+
+def list_reassignments(env: Env) -> dict[str, Any]:
+    return {"timeout": SEC, "topics": None}
+
+
+def offset_delete(env: Env) -> dict[str, Any]:
+    return {"group_id": OFFSETS_GROUP, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]}
+
+
+def describe_quorum(env: Env) -> dict[str, Any]:
+    return {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+
+
+def describe_producers(env: Env) -> dict[str, Any]:
+    return {"topics": [{"name": TOPIC, "partition_indexes": [0]}]}
+
+
+def describe_transactions(env: Env) -> dict[str, Any]:
+    return {"transactional_ids": [TXN]}
+
+
+def list_transactions(env: Env) -> dict[str, Any]:
+    return {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}
+
+
+def describe_topic_partitions(env: Env) -> dict[str, Any]:
+    return {"topics": [{"name": TOPIC}], "response_partition_limit": 100, "cursor": None}
+
+
 # -- answers --------------------------------------------------------------------------------------------------------
 
 def top(r: Any) -> int:
@@ -324,6 +393,32 @@ def replica_dirs_code(r: Any) -> int:
     return int(r.results[0].partitions[0].error_code)
 
 
+def topic_config_code(r: Any) -> int:
+    return int(r.topics[0].topic_config_error_code)
+
+
+def epoch_code(r: Any) -> int:
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def markers_code(r: Any) -> int:
+    return int(r.markers[0].topics[0].partitions[0].error_code)
+
+
+def txn_state0(r: Any) -> int:
+    return int(r.transaction_states[0].error_code)
+
+
+def txns_listed(r: Any) -> int | str:
+    if int(r.error_code):
+        return int(r.error_code)
+    return LISTED if any(t.transactional_id == TXN for t in r.transaction_states) else HIDDEN
+
+
+def topic0(r: Any) -> int:
+    return int(r.topics[0].error_code)
+
+
 def filter_results0(r: Any) -> int:
     return int(r.filter_results[0].error_code)
 
@@ -337,6 +432,8 @@ ROWS: list[Row] = [
     Row("produce/transactional-id", "handleProduceRequest", 0, 9, on_txn(W), TXN_AUTH, PID_MAPPING, produce(TXN),
         produce_code, grants=(on_topic(W),)),
     Row("fetch/topic", "handleFetchRequest", 1, 12, on_topic(R), TOPIC_AUTH, 0, fetch, fetch_code),
+    Row("fetch-follower/cluster", "handleFetchRequest (a follower's fetch: CLUSTER_ACTION)", 1, 12,
+        on_cluster(Op.CLUSTER_ACTION), TOPIC_AUTH, 0, follower_fetch, fetch_code),
     Row("list-offsets/topic", "handleListOffsetRequestV1AndAbove", 2, 7, on_topic(D), TOPIC_AUTH, 0, list_offsets,
         topics_partition),
     Row("metadata/topic", "handleTopicMetadataRequest", 3, 12, on_topic(D), TOPIC_AUTH, 0, metadata([TOPIC]),
@@ -372,6 +469,9 @@ ROWS: list[Row] = [
     Row("create-topics/topic", "handleCreateTopicsRequest (CREATE cluster, else CREATE topic)", 19, 7,
         on_topic(Op.CREATE, NEW_TOPIC), TOPIC_AUTH, 0, create_topics, lambda r: int(r.topics[0].error_code),
         blocks=(on_cluster(Op.CREATE),)),
+    Row("create-topics-configs/topic", "handleCreateTopicsRequest (the configs in the answer need "
+        "DESCRIBE_CONFIGS on the topic)", 19, 7, on_topic(Op.DESCRIBE_CONFIGS, NEW_TOPIC), TOPIC_AUTH, 0,
+        create_topics_with_configs, topic_config_code, grants=(on_cluster(Op.CREATE),)),
     Row("delete-topics/topic", "handleDeleteTopicsRequest (authorized before the topic is looked up)", 20, 6,
         on_topic(Op.DELETE, GONE_TOPIC), TOPIC_AUTH, 3, delete_topics, lambda r: int(r.responses[0].error_code)),
     Row("delete-records/topic", "handleDeleteRecordsRequest", 21, 2, on_topic(Op.DELETE), TOPIC_AUTH, 0, delete_records,
@@ -417,4 +517,38 @@ ROWS: list[Row] = [
         TOPIC_AUTH, 0, incremental_alter_configs(False), responses0),
     Row("incremental-alter-configs/cluster", "handleIncrementalAlterConfigsRequest (broker resource)", 44, 1,
         on_cluster(Op.ALTER_CONFIGS), CLUSTER_AUTH, INVALID_REQUEST, incremental_alter_configs(True), responses0),
+]
+
+# The APIs added by issue 40 (served once their handlers land), each with Kafka's rule.
+ROWS += [
+    Row("offset-for-leader-epoch/topic", "handleOffsetForLeaderEpochRequest (CLUSTER_ACTION, else DESCRIBE topic)",
+        23, 4, on_topic(D), TOPIC_AUTH, 0, offset_for_leader_epoch, epoch_code,
+        blocks=(on_cluster(Op.CLUSTER_ACTION),)),
+    Row("offset-for-leader-epoch/cluster", "handleOffsetForLeaderEpochRequest (CLUSTER_ACTION, else DESCRIBE "
+        "topic)", 23, 4, on_cluster(Op.CLUSTER_ACTION), TOPIC_AUTH, 0, offset_for_leader_epoch, epoch_code,
+        blocks=(on_topic(D),)),
+    Row("write-txn-markers/cluster", "handleWriteTxnMarkersRequest (ALTER, else CLUSTER_ACTION on the cluster)", 27,
+        1, on_cluster(Op.CLUSTER_ACTION), CLUSTER_AUTH, 0, write_txn_markers, markers_code),
+    Row("alter-configs/topic", "handleAlterConfigsRequest", 33, 2, on_topic(Op.ALTER_CONFIGS), TOPIC_AUTH, 0,
+        alter_configs, responses0),
+    Row("elect-leaders/cluster", "handleElectLeaders", 43, 2, on_cluster(Op.ALTER), CLUSTER_AUTH, 0, elect_leaders,
+        top),
+    Row("alter-partition-reassignments/cluster", "handleAlterPartitionReassignmentsRequest", 45, 0,
+        on_cluster(Op.ALTER), CLUSTER_AUTH, 0, alter_reassignments, top),
+    Row("list-partition-reassignments/cluster", "handleListPartitionReassignmentsRequest", 46, 0, on_cluster(D),
+        CLUSTER_AUTH, 0, list_reassignments, top),
+    Row("offset-delete/group", "handleOffsetDeleteRequest", 47, 0, on_group(Op.DELETE, OFFSETS_GROUP), GROUP_AUTH, 0,
+        offset_delete, top, grants=(on_topic(R),)),
+    Row("offset-delete/topic", "handleOffsetDeleteRequest", 47, 0, on_topic(R), TOPIC_AUTH, 0, offset_delete,
+        epoch_code, grants=(on_group(Op.DELETE, OFFSETS_GROUP),)),
+    Row("describe-quorum/cluster", "ControllerApis.handleDescribeQuorum", 55, 1, on_cluster(D), CLUSTER_AUTH, 0,
+        describe_quorum, top),
+    Row("describe-producers/topic", "handleDescribeProducersRequest", 61, 0, on_topic(R), TOPIC_AUTH, 0,
+        describe_producers, epoch_code),
+    Row("describe-transactions/transactional-id", "handleDescribeTransactionsRequest", 65, 0, on_txn(D), TXN_AUTH,
+        0, describe_transactions, txn_state0),
+    Row("list-transactions/transactional-id", "handleListTransactionsRequest (left out without DESCRIBE)", 66, 1,
+        on_txn(D), HIDDEN, LISTED, list_transactions, txns_listed),
+    Row("describe-topic-partitions/topic", "DescribeTopicPartitionsRequestHandler", 75, 0, on_topic(D), TOPIC_AUTH,
+        0, describe_topic_partitions, topic0),
 ]
