@@ -203,6 +203,18 @@ class _NonEmptySubsetOf:
         return tuple(v for v in self.values if v in items)
 
 
+# authorizer.class.name's values: none, or a Kafka class with StandardAuthorizer's semantics (storage_engine.acl)
+AUTHORIZER_CLASSES = ("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
+
+
+def _authorizer_class(value: str) -> str:
+    if value not in AUTHORIZER_CLASSES:
+        raise _Invalid(f"no such authorizer: leave it empty for none, or set {AUTHORIZER_CLASSES[1]} "
+                       f"(or {AUTHORIZER_CLASSES[2]}, same semantics)")
+    return value
+
+
 def _unlimited_or_positive(value: int) -> int:
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, equal or greater than 1"; any negative is -1.
     if value == 0:
@@ -380,6 +392,11 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("ssl.keystore.location",                     STRING,  None,                None,                    "server"),
     _B("ssl.key.password",                          PASSWORD, None,                None,                    "server"),
     _B("ssl.truststore.location",                   STRING,  None,                None,                    "server"),
+    # Authorization (storage_engine.acl): Kafka's keys. Empty authorizer.class.name: no authorizer, everything
+    # allowed (Kafka's default); Kafka's StandardAuthorizer (or ZooKeeper-era Kafka's AclAuthorizer) turns ACLs on.
+    _B("authorizer.class.name",                     STRING,  "",                  _authorizer_class,       "server"),
+    _B("super.users",                               STRING,  None,                None,                    "server"),
+    _B("allow.everyone.if.no.acl.found",            BOOLEAN, False,               None,                    "server"),
     # The group coordinator (Kafka's group.* and offsets.* keys and defaults).
     _B("offsets.topic.num.partitions",              INT,     50,                  at_least(1),             "server"),
     _B("offsets.topic.segment.bytes",               INT,     100 * MIB,           at_least(14),            "server"),

@@ -86,6 +86,10 @@ STEPS: dict[str, tuple[str, str]] = {
     # tiered.remote_log.RemoteLogMetadata.publish (a record of __remote_log_metadata)
     "remote.metadata.appended": ("remote-metadata", "a remote log metadata record is appended, not yet flushed"),
     "remote.metadata.flushed": ("remote-metadata", "a remote log metadata record is flushed, publish not returned"),
+    # acl.store.AclStore (CreateAcls, DeleteAcls: the whole ACL file rewritten)
+    "acl.tmp-written": ("acl", "the new ACL file is written and fsynced as .tmp, not yet renamed"),
+    "acl.renamed": ("acl", "the new ACL file is renamed over the old, the dir not yet fsynced"),
+    "acl.synced": ("acl", "the dir is fsynced, the change not yet answered"),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from storage_engine.acl.model import Operation, ResourceType
+from storage_engine.acl.model import SUPPORTED_OPERATIONS, Operation, ResourceType
 
 if TYPE_CHECKING:
     from storage_engine.server.handlers.context import Ctx
@@ -22,19 +22,15 @@ class Authorizer(Protocol):
         """Kafka's bit field: bit ``op`` set for each operation of the resource type the principal may do."""
         ...
 
+    def authorize_by_resource_type(self, principal: str, host: str, operation: Operation,
+                                   resource_type: ResourceType) -> bool:
+        """Kafka's ``authorizeByResourceType``: may the principal do ``operation`` on some resource of the type."""
+        ...
+
 
 # The operations each resource type has (Kafka's ``AclEntry.supportedOperations``): what authorized operations
 # may contain, and what a broker without an authorizer reports.
-SUPPORTED: dict[ResourceType, tuple[Operation, ...]] = {
-    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
-                         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
-    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
-    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
-                           Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
-    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
-    ResourceType.DELEGATION_TOKEN: (Operation.DESCRIBE,),
-    ResourceType.USER: (Operation.CREATE_TOKENS, Operation.DESCRIBE_TOKENS),
-}
+SUPPORTED = SUPPORTED_OPERATIONS
 
 
 def bits(operations: tuple[Operation, ...] | list[Operation]) -> int:
@@ -54,6 +50,19 @@ def allowed(ctx: Ctx, operation: Operation, resource_type: ResourceType, name: s
     if not ok and log:
         logger.info("refused: principal=%s host=%s operation=%s resource=%s:%s api=%s", ctx.principal,
                     ctx.client_host, operation.name, resource_type.name, name, ctx.api_name)
+    return ok
+
+
+def allowed_any(ctx: Ctx, operation: Operation, resource_type: ResourceType, *, log: bool = True) -> bool:
+    """May the principal do ``operation`` on at least one resource of the type (Kafka's
+    ``authorizeByResourceType``, e.g. InitProducerId's "WRITE on any topic" without IDEMPOTENT_WRITE)?"""
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
+        return True
+    ok = authorizer.authorize_by_resource_type(ctx.principal, ctx.client_host, operation, resource_type)
+    if not ok and log:
+        logger.info("refused: principal=%s host=%s operation=%s resource=%s:(any) api=%s", ctx.principal,
+                    ctx.client_host, operation.name, resource_type.name, ctx.api_name)
     return ok
 
 

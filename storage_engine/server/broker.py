@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from storage_engine import layout
+from storage_engine.acl.settings import open_authorizer
+from storage_engine.acl.store import AclStore
 from storage_engine.clock import Clock
 from storage_engine.config import StorageConfig
 from storage_engine.durable import atomic_write
@@ -85,7 +87,12 @@ class Broker:
         self._waiters: set[asyncio.Future[None]] = set()
         self.config_mutex = threading.Lock()
         # Authorization (authorizer.class.name): None allows everything, as Kafka without an authorizer does.
+        # The ACL store is opened here: a damaged ACL file stops the start with a ConfigError naming it.
         self.authorizer: Authorizer | None = None
+        self.acls: AclStore | None = None
+        opened = open_authorizer(config.server, list(config.log_dirs))
+        if opened is not None:
+            self.acls, self.authorizer = opened
         # Tiered storage (remote.log.storage.system.enable): the remote view and reader, None when off.
         self.remote: RemoteTier | None = RemoteTier.open(config, manager)
         self.groups = GroupCoordinator(self)
