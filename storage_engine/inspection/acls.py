@@ -33,7 +33,7 @@ def acl_listing(config: StorageConfig, *, principal: str | None = None,
     """``{"file", "exists", "authorizer": {...}, "total", "acls": [...]}``: every stored ACL (``total`` counts
     them), those of ``principal`` and/or ``resource_type`` (a name such as ``TOPIC``, any case) in ``acls``. An
     unknown resource type is a ``ValueError`` naming the known ones."""
-    from storage_engine.acl import store
+    from storage_engine.acl.store import path_in, read_acls
 
     wanted_type: ResourceType | None = None
     if resource_type:
@@ -42,8 +42,8 @@ def acl_listing(config: StorageConfig, *, principal: str | None = None,
         except KeyError:
             known = ", ".join(t.name for t in ResourceType if t not in (ResourceType.UNKNOWN, ResourceType.ANY))
             raise ValueError(f"unknown resource type {resource_type!r}; one of {known}") from None
-    path = store.path_in(config.log_dirs)
-    acls = store.read_acls(config.log_dirs)
+    path = path_in(config.log_dirs)
+    acls = read_acls(config.log_dirs)
     rows = sorted((acl_dict(a) for a in acls
                    if (principal is None or a.principal == principal)
                    and (wanted_type is None or a.resource_type == wanted_type)),
