@@ -26,8 +26,7 @@ from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    InvalidTopicError, OffsetOutOfRangeError, PartitionNotFoundError, ProducerStateError,
                                    RecordTooLargeError, StorageError)
-from storage_engine.cli.acl_commands import cmd_acls
-from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
+from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_acls, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_status, cmd_tier,
