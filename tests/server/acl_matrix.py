@@ -33,7 +33,7 @@ UNKNOWN_PID = 987654321           # no producer has it: transactional calls get 
 TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH, TXN_AUTH = 29, 30, 31, 53
 # what the broker answers once authorized (the requests name unknown producers, members, groups, dirs)
 PID_MAPPING, UNKNOWN_MEMBER, MEMBER_ID_REQUIRED, GROUP_ID_NOT_FOUND = 49, 25, 79, 69
-LOG_DIR_NOT_FOUND, INVALID_REQUEST = 57, 42
+LOG_DIR_NOT_FOUND, INVALID_REQUEST, UNKNOWN_TOPIC = 57, 42, 3
 LISTED, HIDDEN = "listed", "hidden"   # the answer of rows whose refusal filters instead of failing
 
 
@@ -66,6 +66,9 @@ class Row:
     # TOPIC), whose first step authorizes a topic named "hardcode": with allow.everyone.if.no.acl.found=true and no
     # ACL on that name, it is allowed whatever the cluster's ACLs say.
     everyone_allows: bool = False
+    # The answer when the subject's operation is refused but DESCRIBE on it is allowed (KRaft's DeleteTopics looks a
+    # describable name up first: a topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION before DELETE is asked).
+    if_describable: int | None = None
     applies: Callable[[Any], bool] = field(default=lambda _served: True)
 
 
@@ -472,8 +475,13 @@ ROWS: list[Row] = [
     Row("create-topics-configs/topic", "handleCreateTopicsRequest (the configs in the answer need "
         "DESCRIBE_CONFIGS on the topic)", 19, 7, on_topic(Op.DESCRIBE_CONFIGS, NEW_TOPIC), TOPIC_AUTH, 0,
         create_topics_with_configs, topic_config_code, grants=(on_cluster(Op.CREATE),)),
-    Row("delete-topics/topic", "handleDeleteTopicsRequest (authorized before the topic is looked up)", 20, 6,
-        on_topic(Op.DELETE, GONE_TOPIC), TOPIC_AUTH, 3, delete_topics, lambda r: int(r.responses[0].error_code)),
+    Row("delete-topics/topic", "ControllerApis.deleteTopics (DELETE on the cluster; else a name not DESCRIBE-able "
+        "is refused, else unknown, else DELETE)", 20, 6, on_topic(Op.DELETE, GONE_TOPIC), TOPIC_AUTH, UNKNOWN_TOPIC,
+        delete_topics, lambda r: int(r.responses[0].error_code), blocks=(on_cluster(Op.DELETE),),
+        if_describable=UNKNOWN_TOPIC),
+    Row("delete-topics/cluster", "ControllerApis.handleDeleteTopics (DELETE on the cluster allows every topic)", 20,
+        6, on_cluster(Op.DELETE), TOPIC_AUTH, UNKNOWN_TOPIC, delete_topics, lambda r: int(r.responses[0].error_code),
+        blocks=(on_topic(Op.DELETE, GONE_TOPIC),)),
     Row("delete-records/topic", "handleDeleteRecordsRequest", 21, 2, on_topic(Op.DELETE), TOPIC_AUTH, 0, delete_records,
         topics_partition),
     Row("init-producer-id/transactional-id", "handleInitProducerIdRequest", 22, 4, on_txn(W), TXN_AUTH, 0,
