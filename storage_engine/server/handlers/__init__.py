@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
-from storage_engine.server.handlers import admin, configs, fetch, groups, metadata, produce, transactions
+from storage_engine.server.handlers import acls, admin, configs, fetch, groups, metadata, produce, transactions
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
@@ -74,6 +74,9 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(25, "AddOffsetsToTxn", 0, 4, transactions.add_offsets_to_txn),
     Api(26, "EndTxn", 0, 4, transactions.end_txn),
     Api(28, "TxnOffsetCommit", 0, 4, transactions.txn_offset_commit),
+    Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
+    Api(30, "CreateAcls", 1, 3, acls.create_acls),
+    Api(31, "DeleteAcls", 1, 3, acls.delete_acls),
     Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
     Api(34, "AlterReplicaLogDirs", 1, 2, configs.alter_replica_log_dirs),
     Api(35, "DescribeLogDirs", 1, 4, configs.describe_log_dirs),
