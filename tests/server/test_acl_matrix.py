@@ -107,6 +107,9 @@ CASES: dict[str, tuple[str, Any, str]] = {
 DESCRIBE_KEPT = {"deny-wins", "deny-prefixed"}
 IMPLIES_DESCRIBE = {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.DESCRIBE}
 
+# A CLUSTER ACL names kafka-cluster, literally (Kafka's AclApis refuses any other name, test below).
+NOT_FOR_CLUSTER = {"prefixed", "wildcard-resource", "deny-prefixed"}
+
 # ALLOW on these implies the row's operation (StandardAuthorizerData.IMPLIES_DESCRIBE / IMPLIES_DESCRIBE_CONFIGS)
 IMPLIED = {Op.DESCRIBE: Op.ALTER, Op.DESCRIBE_CONFIGS: Op.ALTER_CONFIGS}
 
@@ -119,7 +122,8 @@ EVERYONE_CASES = {"literal", "host-other", "other-principal", "deny-wins", "deny
 
 def cases_of(row: M.Row, everyone: bool) -> dict[str, tuple[str, list[Acl], str]]:
     out = {name: (who, acls(row.subject), answer) for name, (who, acls, answer) in CASES.items()
-           if not everyone or name in EVERYONE_CASES}
+           if (not everyone or name in EVERYONE_CASES)
+           and not (row.subject.rtype == RT.CLUSTER and name in NOT_FOR_CLUSTER)}
     if row.subject.op in IMPLIED and not everyone:
         out["implied"] = ("alice", [Acl(ALICE, row.subject, op=IMPLIED[row.subject.op])], ALLOWED)
     return out
@@ -251,3 +255,23 @@ def test_refusals_are_logged_with_principal_operation_and_resource(matrix: Matri
     matrix.clear_acls()
     lines = refusals()
     assert len(lines) > before and "127.0.0.1" in lines[-1], matrix.broker.log_text()[-3000:]
+
+
+def test_a_cluster_acl_must_name_kafka_cluster(matrix: Matrix) -> None:
+    """CreateAcls refuses a CLUSTER ACL of any other name (a prefix, ``*``) with INVALID_REQUEST and keeps the
+    valid ones of the same request (AclApis.handleCreateAcls); without an authorizer it is SECURITY_DISABLED."""
+    cluster = M.on_cluster(Op.DESCRIBE)
+    acls = [Acl(ALICE, cluster, name="kafka-clus", pattern=PatternType.PREFIXED), Acl(ALICE, cluster, name="*"),
+            Acl(ALICE, cluster)]
+    r = matrix.clients["admin"].call(30, 3, creations=[a.creation() for a in acls])
+    codes = [int(x.error_code) for x in r.results]
+    if not matrix.authorizer:
+        assert codes == [SECURITY_DISABLED] * 3
+        return
+    assert codes == [M.INVALID_REQUEST, M.INVALID_REQUEST, 0], r
+    listed = matrix.clients["admin"].call(29, 3, resource_type_filter=int(RT.CLUSTER), resource_name_filter=None,
+                                          pattern_type_filter=int(PatternType.ANY), principal_filter=None,
+                                          host_filter=None, operation=int(Op.ANY), permission_type=int(Permission.ANY))
+    assert [(res.resource_name, int(res.pattern_type)) for res in listed.resources] == [
+        ("kafka-cluster", int(PatternType.LITERAL))], listed
+    matrix.clear_acls()
