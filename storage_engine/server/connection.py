@@ -32,6 +32,7 @@ from storage_engine.server.responses.sasl import SaslAuthenticateResponse, SaslH
 from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import AuthenticationFailed, Authenticator, Users
 from storage_engine.server.settings import Listener
+from storage_engine.server.tls_principal import principal_of
 
 logger = logging.getLogger(__name__)
 Buffer = bytes | bytearray | memoryview
@@ -59,6 +60,7 @@ class Connection:
         self.ip = peer[0] if isinstance(peer, tuple) else str(peer)
         self.authenticated = not listener.sasl
         self.auth: Authenticator | None = None
+        self._tls_principal: str | None = None     # the client certificate's, taken at the first request
         self.busy = False
         self.max_bytes: int = broker.config.server["socket.request.max.bytes"]
         self.current = "reading a request"     # what the connection is doing, for the log line of a failure
@@ -234,10 +236,15 @@ class Connection:
 
     @property
     def principal(self) -> str:
-        """Kafka's principal of this connection: ``User:<name>`` once SASL authenticated it, else
+        """Kafka's principal of this connection: ``User:<name>`` once SASL authenticated it; on an SSL listener
+        ``User:<the client certificate's subject DN>`` (:mod:`storage_engine.server.tls_principal`); else
         ``User:ANONYMOUS``."""
         if self.auth is not None and self.auth.done and self.auth.user:
             return f"User:{self.auth.user}"
+        if self.listener.tls and not self.listener.sasl:
+            if self._tls_principal is None:
+                self._tls_principal = principal_of(self.writer.get_extra_info("peercert"))
+            return self._tls_principal
         return "User:ANONYMOUS"
 
     def _encode(self, request: protocol.Request, result: Mapping[str, object],

@@ -55,31 +55,34 @@ def described(b: BrokerProcess) -> list[str]:
 
 @pytest.mark.parametrize("step, done", [("acl.tmp-written", False), ("acl.renamed", True), ("acl.synced", True)])
 @pytest.mark.parametrize("change", ["create", "delete"])
-def test_killed_at_each_step_of_a_change(broker_factory, step, done, change):
-    b = broker_factory(broker=BROKER, log_dirs=1)
-    got = send(b, 30, creations=[creation("kept"), creation("doomed")])
-    assert [r.error_code for r in got.results] == [ErrorCode.none] * 2       # acknowledged: must survive
-    assert b.stop() == 0
-    b.env = {"STORAGE_ENGINE_CRASH_AT": step}
-    b.start()
-    b.env = {}
-    if change == "create":
-        before, after = ["doomed", "kept"], ["doomed", "fresh", "kept"]
-        answer = send(b, 30, creations=[creation("fresh")])
-    else:
-        before, after = ["doomed", "kept"], ["kept"]
-        answer = send(b, 31, filters=[deletion("doomed")])
-    assert answer is None, "the broker answered instead of dying"
-    assert b.proc is not None and b.proc.wait(60) == -signal.SIGKILL
-    b.proc = None
-    assert f"CRASHPOINT {step}" in b.log_text()
-    # the file is whole, the old set or the new one
-    assert names(b) == (after if done else before)
-    b.start()
-    assert not os.path.exists(os.path.join(b.log_dirs[0], ACLS_FILE + TMP_SUFFIX))
-    assert described(b) == (after if done else before)
-    # the client retries what it was not told succeeded: done once, whatever the crash left
-    retry = send(b, 30, creations=[creation("fresh")]) if change == "create" else send(b, 31, filters=[deletion("doomed")])
-    assert retry is not None
-    assert described(b) == after
-    assert b.stop() == 0
+def test_killed_at_each_step_of_a_change(tmp_path, step, done, change):
+    b = BrokerProcess(tmp_path, broker=BROKER, log_dirs=1)
+    b.env = {"STORAGE_ENGINE_CRASH_AT": f"{step}:2"}     # the first change passes the step, the second dies there
+    try:
+        b.start()
+        b.env = {}
+        got = send(b, 30, creations=[creation("kept"), creation("doomed")])
+        assert [r.error_code for r in got.results] == [ErrorCode.none] * 2       # acknowledged: must survive
+        if change == "create":
+            before, after = ["doomed", "kept"], ["doomed", "fresh", "kept"]
+            answer = send(b, 30, creations=[creation("fresh")])
+        else:
+            before, after = ["doomed", "kept"], ["kept"]
+            answer = send(b, 31, filters=[deletion("doomed")])
+        assert answer is None, "the broker answered instead of dying"
+        assert b.proc is not None and b.proc.wait(60) == -signal.SIGKILL
+        b.proc = None
+        assert f"CRASHPOINT {step}" in b.log_text()
+        # the file is whole, the old set or the new one
+        assert names(b) == (after if done else before)
+        b.start()
+        assert not os.path.exists(os.path.join(b.log_dirs[0], ACLS_FILE + TMP_SUFFIX))
+        assert described(b) == (after if done else before)
+        # the client retries what it was not told succeeded: done once, whatever the crash left
+        retry = (send(b, 30, creations=[creation("fresh")]) if change == "create"
+                 else send(b, 31, filters=[deletion("doomed")]))
+        assert retry is not None
+        assert described(b) == after
+        assert b.stop() == 0
+    finally:
+        b.close()
