@@ -8,6 +8,7 @@ between cases, and the row's whole table of answers is compared with Kafka's at 
 or refused (Kafka's error code for that resource)."""
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,3 +276,91 @@ def test_a_cluster_acl_must_name_kafka_cluster(matrix: Matrix) -> None:
     assert [(res.resource_name, int(res.pattern_type)) for res in listed.resources] == [
         ("kafka-cluster", int(PatternType.LITERAL))], listed
     matrix.clear_acls()
+
+
+# -- authorized operations --------------------------------------------------------------------------------------------
+
+# Kafka's AclEntry.supportedOperations: what an authorized-operations field may hold (GROUP has the config operations
+# since group configs, KAFKA-14510).
+KAFKA_SUPPORTED = {
+    RT.TOPIC: {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS},
+    RT.GROUP: {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS},
+    RT.CLUSTER: {Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
+                 Op.DESCRIBE},
+}
+# (the API that reports them, its version, the resource) per field
+OPS_FIELDS = {
+    "describe-groups": (15, 5, M.on_group(Op.DESCRIBE)),
+    "metadata-topic": (3, 10, M.on_topic(Op.DESCRIBE)),
+    "metadata-cluster": (3, 10, M.on_cluster(Op.DESCRIBE)),
+    "describe-cluster": (60, 1, M.on_cluster(Op.DESCRIBE)),
+}
+# the operation each resource type's "all but one" case denies
+DENIED_ONE = {RT.TOPIC: Op.WRITE, RT.GROUP: Op.DELETE, RT.CLUSTER: Op.ALTER}
+
+
+def ops_of(bits: int) -> set[Op]:
+    return {op for op in Op if op.value > 1 and bits & (1 << op.value)}
+
+
+def reported(matrix: Matrix, field: str, who: str) -> tuple[int, set[Op] | None]:
+    """(the error code, the authorized operations reported) of ``field``'s API for ``who``."""
+    key, version, need = OPS_FIELDS[field]
+    client = matrix.clients[who]
+    if field == "describe-groups":
+        g = client.call(key, version, groups=[need.name], include_authorized_operations=True).groups[0]
+        return int(g.error_code), None if int(g.error_code) else ops_of(int(g.authorized_operations))
+    if field == "describe-cluster":
+        r = client.call(key, version, include_cluster_authorized_operations=True, endpoint_type=1)
+        return int(r.error_code), ops_of(int(r.cluster_authorized_operations))
+    r = client.call(key, version, topics=[{"name": M.TOPIC, "topic_id": uuid.UUID(int=0)}],
+                    allow_auto_topic_creation=False, include_cluster_authorized_operations=field == "metadata-cluster",
+                    include_topic_authorized_operations=field == "metadata-topic")
+    if field == "metadata-cluster":
+        return 0, ops_of(int(r.cluster_authorized_operations))
+    t = r.topics[0]
+    return int(t.error_code), None if int(t.error_code) else ops_of(int(t.topic_authorized_operations))
+
+
+def ops_cases(need: M.Need) -> dict[str, tuple[str, list[Acl], set[Op] | None]]:
+    """name -> (who, ACLs, the operations Kafka reports; None: the resource is refused, no operations)."""
+    supported = KAFKA_SUPPORTED[need.rtype]
+    first = Op.ALTER if need.rtype == RT.CLUSTER else Op.READ       # an operation that implies DESCRIBE
+    return {
+        "one-operation": ("alice", [Acl(ALICE, need, op=first)], {first, Op.DESCRIBE}),
+        "configs": ("alice", [Acl(ALICE, need), Acl(ALICE, need, op=Op.ALTER_CONFIGS)],
+                    {Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS} & supported),
+        "all": ("alice", [Acl(ALICE, need, op=Op.ALL)], supported),
+        "all-but-one": ("alice", [Acl(ALICE, need, op=Op.ALL),
+                                  Acl(ALICE, need, op=DENIED_ONE[need.rtype], permission=Permission.DENY)],
+                        supported - {DENIED_ONE[need.rtype]}),
+        "super-user": ("admin", [], supported),
+        "no-acl": ("alice", [], None),
+    }
+
+
+@pytest.mark.parametrize("field", list(OPS_FIELDS))
+def test_authorized_operations(matrix: Matrix, field: str) -> None:
+    """The authorized operations of a group, a topic and the cluster, as Kafka's AuthHelper.authorizedOperations
+    computes them: each supported operation the principal may do, implied ones included; a resource the principal
+    may not DESCRIBE is refused (group, topic) or reports none (the cluster's fields: 0). Without an authorizer
+    every supported operation."""
+    need = OPS_FIELDS[field][2]
+    supported = KAFKA_SUPPORTED[need.rtype]
+    refused: tuple[int, set[Op] | None] = {RT.TOPIC: (M.TOPIC_AUTH, None), RT.GROUP: (M.GROUP_AUTH, None), RT.CLUSTER: (0, set())}[need.rtype]
+    got: dict[str, tuple[int, set[Op] | None]] = {}
+    want: dict[str, tuple[int, set[Op] | None]] = {}
+    for name, (who, acls, ops) in ops_cases(need).items():
+        if not matrix.authorizer:
+            ops = supported
+        elif name == "no-acl" and matrix.everyone:
+            ops = supported
+        if matrix.authorizer:
+            matrix.clear_acls()
+            matrix.add_acls(acls)
+        got[name] = reported(matrix, field, who)
+        want[name] = refused if ops is None else (0, ops)
+    if matrix.authorizer:
+        matrix.clear_acls()
+    assert got == want, field + ": " + ", ".join(
+        f"{k}: got {got[k]}, Kafka answers {want[k]}" for k in want if got[k] != want[k])
