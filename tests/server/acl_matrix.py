@@ -11,6 +11,7 @@ chosen so that this is a fixed code, e.g. UNKNOWN_TOPIC_OR_PARTITION for deletin
 Kafka authorizes before it looks)."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
@@ -560,3 +561,29 @@ ROWS += [
     Row("describe-topic-partitions/topic", "DescribeTopicPartitionsRequestHandler", 75, 0, on_topic(D), TOPIC_AUTH,
         0, describe_topic_partitions, topic0),
 ]
+
+
+# -- an unauthorized client must not learn whether a topic exists ---------------------------------------------------
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    if value == old:
+        return new
+    if isinstance(value, dict):
+        return {k: _renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, old, new) for v in value]
+    return value
+
+
+def on_unknown_topic(row: Row) -> Row:
+    """``row`` naming a topic that does not exist: Kafka checks the topic's operation before it looks the topic up,
+    so the refusal is the same as for one that exists, and once allowed the answer is UNKNOWN_TOPIC_OR_PARTITION."""
+    build = row.build
+    return dataclasses.replace(row, id=row.id.replace("/topic", "/unknown-topic"),
+                               subject=on_topic(row.subject.op, GONE_TOPIC), ok=UNKNOWN_TOPIC,
+                               build=lambda env: _renamed(build(env), TOPIC, GONE_TOPIC))
+
+
+ROWS += [on_unknown_topic(r) for r in ROWS if r.id in (
+    "produce/topic", "fetch/topic", "list-offsets/topic", "delete-records/topic", "describe-configs/topic",
+    "create-partitions/topic", "incremental-alter-configs/topic")]
