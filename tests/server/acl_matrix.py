@@ -151,8 +151,10 @@ def find_coordinator(key_type: int) -> Callable[[Env], dict[str, Any]]:
     return build
 
 
-def find_coordinator_v4(env: Env) -> dict[str, Any]:
-    return {"key_type": 0, "coordinator_keys": [GROUP]}
+def find_coordinator_v4(key_type: int) -> Callable[[Env], dict[str, Any]]:
+    def build(env: Env) -> dict[str, Any]:
+        return {"key_type": key_type, "coordinator_keys": [TXN if key_type else GROUP]}
+    return build
 
 
 def join_group(env: Env) -> dict[str, Any]:
@@ -226,20 +228,34 @@ def txn_offset_commit(env: Env) -> dict[str, Any]:
                                                       "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
 
 
-def describe_configs(broker: bool) -> Callable[[Env], dict[str, Any]]:
+BROKER_RESOURCE, GROUP_RESOURCE = "broker", "group"
+
+
+def _config_resource(env: Env, kind: str | bool) -> tuple[int, str]:
+    """ConfigResource.Type and name: TOPIC 2, BROKER 4, GROUP 32."""
+    if kind is True or kind == BROKER_RESOURCE:
+        return 4, str(env.broker_id)
+    if kind == GROUP_RESOURCE:
+        return 32, GROUP
+    return 2, TOPIC
+
+
+def describe_configs(broker: bool | str) -> Callable[[Env], dict[str, Any]]:
     def build(env: Env) -> dict[str, Any]:
-        resource = (4, str(env.broker_id)) if broker else (2, TOPIC)
+        resource = _config_resource(env, broker)
         return {"resources": [{"resource_type": resource[0], "resource_name": resource[1],
                                "configuration_keys": None}], "include_synonyms": False,
                 "include_documentation": False}
     return build
 
 
-def incremental_alter_configs(broker: bool) -> Callable[[Env], dict[str, Any]]:
+def incremental_alter_configs(broker: bool | str) -> Callable[[Env], dict[str, Any]]:
     def build(env: Env) -> dict[str, Any]:
-        resource = (4, str(env.broker_id)) if broker else (2, TOPIC)
+        resource = _config_resource(env, broker)
+        name, value = ("consumer.session.timeout.ms", "45000") if broker == GROUP_RESOURCE else ("retention.ms",
+                                                                                                  "86400000")
         return {"resources": [{"resource_type": resource[0], "resource_name": resource[1],
-                               "configs": [{"name": "retention.ms", "config_operation": 0, "value": "86400000"}]}],
+                               "configs": [{"name": name, "config_operation": 0, "value": value}]}],
                 "validate_only": True}
     return build
 
@@ -456,7 +472,9 @@ ROWS: list[Row] = [
     Row("find-coordinator/transactional-id", "getCoordinator", 10, 3, on_txn(D), TXN_AUTH, 0, find_coordinator(1),
         top),
     Row("find-coordinator-v4/group", "handleFindCoordinatorRequestV4AndAbove", 10, 4, on_group(D), GROUP_AUTH, 0,
-        find_coordinator_v4, coordinator_v4),
+        find_coordinator_v4(0), coordinator_v4),
+    Row("find-coordinator-v4/transactional-id", "handleFindCoordinatorRequestV4AndAbove", 10, 4, on_txn(D), TXN_AUTH,
+        0, find_coordinator_v4(1), coordinator_v4),
     Row("join-group/group", "handleJoinGroupRequest", 11, 5, on_group(R), GROUP_AUTH, MEMBER_ID_REQUIRED, join_group, top),
     Row("heartbeat/group", "handleHeartbeatRequest", 12, 4, on_group(R), GROUP_AUTH, UNKNOWN_MEMBER, heartbeat, top),
     Row("leave-group/group", "handleLeaveGroupRequest", 13, 4, on_group(R), GROUP_AUTH, 0, leave_group, top),
@@ -514,6 +532,9 @@ ROWS: list[Row] = [
         describe_configs(False), results0),
     Row("describe-configs/cluster", "ConfigHelper.describeConfigs (broker resource)", 32, 4,
         on_cluster(Op.DESCRIBE_CONFIGS), CLUSTER_AUTH, 0, describe_configs(True), results0),
+    # group configs (KIP-848) are not kept by this broker: INVALID_REQUEST once authorized
+    Row("describe-configs/group", "ConfigHelper.describeConfigs (group resource: DESCRIBE_CONFIGS on the group)",
+        32, 4, on_group(Op.DESCRIBE_CONFIGS), GROUP_AUTH, INVALID_REQUEST, describe_configs(GROUP_RESOURCE), results0),
     Row("alter-replica-log-dirs/cluster", "handleAlterReplicaLogDirsRequest", 34, 2, on_cluster(Op.ALTER), CLUSTER_AUTH,
         LOG_DIR_NOT_FOUND, alter_replica_log_dirs, replica_dirs_code),
     Row("describe-log-dirs/cluster", "handleDescribeLogDirsRequest", 35, 4, on_cluster(D), CLUSTER_AUTH, 0,
@@ -524,6 +545,8 @@ ROWS: list[Row] = [
         delete_groups, results0),
     Row("incremental-alter-configs/topic", "handleIncrementalAlterConfigsRequest", 44, 1, on_topic(Op.ALTER_CONFIGS),
         TOPIC_AUTH, 0, incremental_alter_configs(False), responses0),
+    Row("incremental-alter-configs/group", "handleIncrementalAlterConfigsRequest (group resource)", 44, 1,
+        on_group(Op.ALTER_CONFIGS), GROUP_AUTH, INVALID_REQUEST, incremental_alter_configs(GROUP_RESOURCE), responses0),
     Row("incremental-alter-configs/cluster", "handleIncrementalAlterConfigsRequest (broker resource)", 44, 1,
         on_cluster(Op.ALTER_CONFIGS), CLUSTER_AUTH, INVALID_REQUEST, incremental_alter_configs(True), responses0),
 ]
