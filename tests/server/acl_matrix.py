@@ -70,6 +70,12 @@ class Row:
     # The answer when the subject's operation is refused but DESCRIBE on it is allowed (KRaft's DeleteTopics looks a
     # describable name up first: a topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION before DELETE is asked).
     if_describable: int | None = None
+    # Other operations on the subject's resource that allow the request as well (WriteTxnMarkers: ALTER, else
+    # CLUSTER_ACTION): an ALLOW of ALL to everyone grants them, a DENY of the subject's operation alone does not
+    # take them away.
+    also_allowed_by: tuple[Op, ...] = ()
+    # The answer read from the response frame's bytes, for responses kio cannot decode (a timestamp of -1)
+    raw: Callable[[bytes], int | str] | None = None
     applies: Callable[[Any], bool] = field(default=lambda _served: True)
 
 
@@ -425,8 +431,12 @@ def markers_code(r: Any) -> int:
     return int(r.markers[0].topics[0].partitions[0].error_code)
 
 
-def txn_state0(r: Any) -> int:
-    return int(r.transaction_states[0].error_code)
+def txn_state0_raw(frame: bytes) -> int:
+    """DescribeTransactions v0 (flexible): correlation id, header tags (0), throttle time, the states' compact
+    array length (one byte for one entry), then the first state's error code. kio refuses the frame whole when a
+    transaction's start time is -1 (no transaction open), which Kafka sends."""
+    assert frame[4] == 0 and frame[9] == 2, frame[:12].hex()     # no header tags; one state
+    return int.from_bytes(frame[10:12], "big", signed=True)
 
 
 def txns_listed(r: Any) -> int | str:
@@ -560,7 +570,8 @@ ROWS += [
         "topic)", 23, 4, on_cluster(Op.CLUSTER_ACTION), TOPIC_AUTH, 0, offset_for_leader_epoch, epoch_code,
         blocks=(on_topic(D),)),
     Row("write-txn-markers/cluster", "handleWriteTxnMarkersRequest (ALTER, else CLUSTER_ACTION on the cluster)", 27,
-        1, on_cluster(Op.CLUSTER_ACTION), CLUSTER_AUTH, 0, write_txn_markers, markers_code),
+        1, on_cluster(Op.CLUSTER_ACTION), CLUSTER_AUTH, 0, write_txn_markers, markers_code,
+        also_allowed_by=(Op.ALTER,)),
     Row("alter-configs/topic", "handleAlterConfigsRequest", 33, 2, on_topic(Op.ALTER_CONFIGS), TOPIC_AUTH, 0,
         alter_configs, responses0),
     Row("elect-leaders/cluster", "handleElectLeaders", 43, 2, on_cluster(Op.ALTER), CLUSTER_AUTH, 0, elect_leaders,
@@ -578,7 +589,7 @@ ROWS += [
     Row("describe-producers/topic", "handleDescribeProducersRequest", 61, 0, on_topic(R), TOPIC_AUTH, 0,
         describe_producers, epoch_code),
     Row("describe-transactions/transactional-id", "handleDescribeTransactionsRequest", 65, 0, on_txn(D), TXN_AUTH,
-        0, describe_transactions, txn_state0),
+        0, describe_transactions, top, raw=txn_state0_raw),
     Row("list-transactions/transactional-id", "handleListTransactionsRequest (left out without DESCRIBE)", 66, 1,
         on_txn(D), HIDDEN, LISTED, list_transactions, txns_listed),
     Row("describe-topic-partitions/topic", "DescribeTopicPartitionsRequestHandler", 75, 0, on_topic(D), TOPIC_AUTH,
