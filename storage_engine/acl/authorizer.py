@@ -40,6 +40,9 @@ CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                # ZooKeeper-era Kafka's name (removed in Kafka 4.0): same semantics for a config carried over
                "kafka.security.authorizer.AclAuthorizer")
 
+_MAX_DECIDED = 100_000     # decisions remembered; past it the memo starts afresh
+_Question = tuple[str, str, Operation, ResourceType, str]    # principal, host, operation, resource type, name
+
 _IMPLIES_DESCRIBE = frozenset({Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE,
                                Operation.ALTER})
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS})
@@ -82,17 +85,21 @@ def _counts(acl: AclBinding, principal: str, host: str, operation: Operation) ->
 
 @dataclass
 class _Index:
-    """The ACLs of one resource type: LITERAL by name, PREFIXED by prefix."""
+    """The ACLs of one resource type: LITERAL by name, PREFIXED by prefix (and the lengths the prefixes have, so
+    a lookup tries only those)."""
     literal: dict[str, list[AclBinding]] = field(default_factory=dict)
     prefixed: dict[str, list[AclBinding]] = field(default_factory=dict)
-    max_prefix: int = 0
+    prefix_lengths: tuple[int, ...] = ()
 
-    def applying(self, name: str) -> Iterable[AclBinding]:
-        yield from self.literal.get(name, ())
+    def applying(self, name: str) -> list[AclBinding]:
+        out = list(self.literal.get(name, ()))
         if name != WILDCARD:
-            yield from self.literal.get(WILDCARD, ())
-        for end in range(1, min(len(name), self.max_prefix) + 1):
-            yield from self.prefixed.get(name[:end], ())
+            out.extend(self.literal.get(WILDCARD, ()))
+        for length in self.prefix_lengths:
+            if length > len(name):
+                break
+            out.extend(self.prefixed.get(name[:length], ()))
+        return out
 
 
 def _build(acls: Iterable[AclBinding]) -> dict[ResourceType, _Index]:
@@ -103,7 +110,8 @@ def _build(acls: Iterable[AclBinding]) -> dict[ResourceType, _Index]:
             entry.literal.setdefault(acl.name, []).append(acl)
         elif acl.pattern_type is PatternType.PREFIXED:
             entry.prefixed.setdefault(acl.name, []).append(acl)
-            entry.max_prefix = max(entry.max_prefix, len(acl.name))
+    for entry in index.values():
+        entry.prefix_lengths = tuple(sorted({len(p) for p in entry.prefixed}))
     return index
 
 
@@ -116,24 +124,41 @@ class StandardAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._mutex = threading.Lock()
-        self._indexed: Sequence[AclBinding] | None = None
-        self._index: dict[ResourceType, _Index] = {}
+        # (the ACL set, its index, the decisions taken over it): swapped whole when the set changes, so a decision
+        # is never remembered against a set it was not taken over. Metadata asks the same questions every request.
+        self._state: tuple[Sequence[AclBinding] | None, dict[ResourceType, _Index], dict[_Question, bool]] = (
+            None, {}, {})
 
-    def _current(self) -> dict[ResourceType, _Index]:
+    def _current(self) -> tuple[dict[ResourceType, _Index], dict[_Question, bool]]:
         acls = self._acls()
-        with self._mutex:
-            if acls is not self._indexed:
-                self._index = _build(acls)
-                self._indexed = acls
-            return self._index
+        state = self._state
+        if acls is not state[0]:
+            with self._mutex:
+                state = self._state
+                if acls is not state[0]:
+                    state = (acls, _build(acls), {})
+                    self._state = state
+        return state[1], state[2]
 
     def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
                   name: str) -> bool:
         if principal in self.super_users:
             return True
-        index = self._current().get(resource_type)
+        index, decided = self._current()
+        key = (principal, host, operation, resource_type, name)
+        known = decided.get(key)
+        if known is None:
+            known = self._decide(index.get(resource_type), principal, host, operation, name)
+            if len(decided) >= _MAX_DECIDED:
+                decided.clear()
+            decided[key] = known
+        return known
+
+    def _decide(self, index: _Index | None, principal: str, host: str, operation: Operation, name: str) -> bool:
+        if index is None:
+            return self.allow_if_no_acl
         found_any = allowed = False
-        for acl in index.applying(name) if index is not None else ():
+        for acl in index.applying(name):
             found_any = True
             result = _counts(acl, principal, host, operation)
             if result is Permission.DENY:
@@ -159,7 +184,7 @@ class StandardAuthorizer:
         same literal name or of a prefix of it covers; a DENY of the literal ``*`` refuses at once."""
         if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        index = self._current().get(resource_type)
+        index = self._current()[0].get(resource_type)
         if index is None:
             return False
         deny_literal: set[str] = set()

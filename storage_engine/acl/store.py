@@ -14,7 +14,8 @@ A file that cannot be parsed, fails its checksum or names a value Kafka does not
 :class:`~storage_engine.errors.ConfigError` naming the file: ``serve`` does not start on it (a damaged ACL
 file never reads as "no ACLs", which with ``allow.everyone.if.no.acl.found`` would allow everything). A file
 changed on disk while the broker runs is reloaded within :data:`RELOAD_S`; if that copy is damaged the broker
-keeps the set it had, logs the error and refuses changes until the file is repaired.
+keeps the set it had, logs the error and refuses changes until the file is repaired. An ACL file in another log
+dir while the first has none (``log.dirs`` reordered) is refused the same way.
 """
 from __future__ import annotations
 
@@ -44,7 +45,16 @@ _FIELDS = ("resource_type", "name", "pattern_type", "principal", "host", "operat
 
 
 def path_in(log_dirs: Sequence[str]) -> str:
-    return os.path.join(log_dirs[0], ACLS_FILE)
+    """The ACL file's path: in the first log dir. An ACL file in another log dir while the first has none (the
+    dirs reordered in ``log.dirs``) is a :class:`ConfigError`: starting without it would read as "no ACLs"."""
+    path = os.path.join(log_dirs[0], ACLS_FILE)
+    if not os.path.lexists(path):
+        for other in log_dirs[1:]:
+            misplaced = os.path.join(other, ACLS_FILE)
+            if os.path.lexists(misplaced):
+                raise ConfigError(f"the ACL file is {misplaced}, not in the first log dir {log_dirs[0]} (log.dirs "
+                                  f"reordered?): put {log_dirs[0]} first again in log.dirs, or move the file there")
+    return path
 
 
 def _to_json(acl: AclBinding) -> dict[str, str]:
@@ -180,7 +190,10 @@ class AclStore:
             self._damaged = str(exc)
             return
         self._damaged = None
-        logger.info("ACLs reloaded from %s: %d", self.path, len(self._acls))
+        if self._stamp is None:
+            logger.warning("the ACL file %s was removed: no ACLs now", self.path)
+        else:
+            logger.info("ACLs reloaded from %s: %d", self.path, len(self._acls))
 
     def _change(self, fn: Callable[[list[AclBinding]], bool]) -> None:
         """Apply ``fn`` to the stored ACLs (re-read under the lock) and write them if it says they changed."""

@@ -32,7 +32,7 @@ from storage_engine.server.responses.sasl import SaslAuthenticateResponse, SaslH
 from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import AuthenticationFailed, Authenticator, Users
 from storage_engine.server.settings import Listener
-from storage_engine.server.tls_principal import principal_of
+from storage_engine.server.peer import acl_host, principal_of
 
 logger = logging.getLogger(__name__)
 Buffer = bytes | bytearray | memoryview
@@ -58,6 +58,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.ip = peer[0] if isinstance(peer, tuple) else str(peer)
+        self.acl_host = acl_host(self.ip)      # the IP as Kafka's ACL hosts write it
         self.authenticated = not listener.sasl
         self.auth: Authenticator | None = None
         self._tls_principal: str | None = None     # the client certificate's, taken at the first request
@@ -227,7 +228,8 @@ class Connection:
             return self._authenticate(request)
         api = APIS[key]
         assert api.handler is not None
-        ctx = Ctx(self.broker, request, self.advertised[0], self.advertised[1], self.peer, self.principal, self.ip)
+        ctx = Ctx(self.broker, request, self.advertised[0], self.advertised[1], self.peer, self.principal,
+                  self.acl_host)
         result = await api.handler(ctx, request.body)
         if result is None:
             return None
@@ -237,7 +239,7 @@ class Connection:
     @property
     def principal(self) -> str:
         """Kafka's principal of this connection: ``User:<name>`` once SASL authenticated it; on an SSL listener
-        ``User:<the client certificate's subject DN>`` (:mod:`storage_engine.server.tls_principal`); else
+        ``User:<the client certificate's subject DN>`` (:mod:`storage_engine.server.peer`); else
         ``User:ANONYMOUS``."""
         if self.auth is not None and self.auth.done and self.auth.user:
             return f"User:{self.auth.user}"

@@ -1,5 +1,5 @@
-"""The ACL APIs on the wire (DescribeAcls 29, CreateAcls 30, DeleteAcls 31) with confluent-kafka's and
-kafka-python's admin clients and raw requests: created ACLs are described and deleted through Kafka's filters,
+"""The ACL APIs on the wire (DescribeAcls 29, CreateAcls 30, DeleteAcls 31) with confluent-kafka's, kafka-python's
+and kafkajs's admin clients and raw requests: created ACLs are described and deleted through Kafka's filters,
 decide what a SASL user may do, survive a clean stop and a kill -9; Kafka's errors for a user without the cluster
 operation, for invalid ACLs and for a broker without an authorizer."""
 from __future__ import annotations
@@ -22,6 +22,7 @@ from storage_engine.acl.store import read_acls
 from storage_engine.server.errors import ErrorCode
 from tests.server import wire
 from tests.server.broker_proc import BrokerProcess
+from tests.server.test_clients_kafkajs import NODE, NODE_MODULES, node
 from tests.server.test_security import PASSWORDS, sasl_conf, write_users
 
 pytestmark = pytest.mark.e2e
@@ -219,3 +220,21 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(broker):
     finally:
         kp.close()
     assert not Path(broker.log_dirs[0], ".engine+acls.json").exists()
+
+
+@pytest.mark.skipif(NODE is None or not (NODE_MODULES / "kafkajs").is_dir(), reason="node and kafkajs are needed")
+def test_kafkajs_create_describe_delete(acl_server):
+    acl = {"resourceType": 2, "resourceName": "js", "resourcePatternType": 3, "principal": "User:js", "host": "*",
+           "operation": 3, "permissionType": 3}
+    flt = {"resourceType": 2, "resourceName": "js", "resourcePatternType": 3, "operation": 1, "permissionType": 1}
+    created, described, deleted, after = node("admin.js", acl_server, {
+        "brokers": [acl_server.address("PLAINTEXT")],
+        "calls": [{"call": "createAcls", "args": [{"acl": [acl]}]}, {"call": "describeAcls", "args": [flt]},
+                  {"call": "deleteAcls", "args": [{"filters": [flt]}]}, {"call": "describeAcls", "args": [flt]}]})
+    assert "ok" in created, created
+    assert described["ok"]["resources"] == [{"resourceType": 2, "resourceName": "js", "resourcePatternType": 3,
+                                             "acls": [{"principal": "User:js", "host": "*", "operation": 3,
+                                                       "permissionType": 3}]}]
+    [result] = deleted["ok"]["filterResponses"]
+    assert result["errorCode"] == 0 and [m["principal"] for m in result["matchingAcls"]] == ["User:js"]
+    assert after["ok"]["resources"] == []

@@ -1,5 +1,6 @@
 """The principal of an SSL connection with a client certificate is ``User:`` and the certificate's subject DN as
-Kafka prints it (RFC 2253, last RDN first): ACLs name it, and the broker's refusals log it."""
+Kafka prints it (RFC 2253, last RDN first): ACLs name it, and the broker's refusals log it. The client's host
+as Java writes an address."""
 from __future__ import annotations
 
 import datetime
@@ -11,7 +12,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourceType)
 
 from storage_engine.server.errors import ErrorCode
-from storage_engine.server.tls_principal import subject_dn
+from storage_engine.server.peer import acl_host, subject_dn
 from tests.server import wire
 from tests.server.test_security import make_certificate
 
@@ -55,6 +56,13 @@ def test_subject_dn_text():
     assert subject_dn(((("commonName", "#x "),),)) == "CN=\\#x\\ "          # a leading # and a trailing space
     assert subject_dn(((("commonName", " #x;"), ("emailAddress", "a@b.c")),)) == \
         "CN=\\ #x\\;+1.2.840.113549.1.9.1=#16056140622e63"
+
+
+@pytest.mark.parametrize("ip, host", [("127.0.0.1", "127.0.0.1"), ("::1", "0:0:0:0:0:0:0:1"),
+                                      ("fe80::1%eth0", "fe80:0:0:0:0:0:0:1%eth0"), ("::ffff:10.1.2.3", "10.1.2.3"),
+                                      ("2001:db8::a:0:0:1", "2001:db8:0:0:a:0:0:1")])
+def test_acl_host_is_written_as_java_writes_the_address(ip, host):
+    assert acl_host(ip) == host
 
 
 def test_the_client_certificate_is_the_principal(broker_factory, tmp_path):

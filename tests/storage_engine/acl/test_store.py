@@ -153,3 +153,13 @@ def test_settings_keys(dirs):
     store.create([A])
     assert not authz.authorize("User:x", "1.2.3.4", Operation.READ, T, "orders")
     assert authz.authorize("User:admin", "1.2.3.4", Operation.READ, T, "orders")
+
+
+def test_an_acl_file_outside_the_first_log_dir_is_refused(dirs):
+    AclStore(dirs).create([A])
+    swapped = [dirs[1], dirs[0]]          # log.dirs reordered: the file is not in the first dir any more
+    with pytest.raises(ConfigError, match=re.escape(f"the ACL file is {os.path.join(dirs[0], ACLS_FILE)}, not in "
+                                                    f"the first log dir {dirs[1]}")):
+        AclStore(swapped)
+    with pytest.raises(ConfigError, match="reordered"):
+        read_acls(swapped)

@@ -1,4 +1,11 @@
-"""The principal of a TLS connection whose client presented a certificate (``ssl.client.auth`` requested or
+"""Who the peer of a connection is, as Kafka's ACLs name it.
+
+The host: the client's IP as Java's ``InetAddress.getHostAddress()`` writes it (:func:`acl_host`): IPv4 dotted,
+an IPv4-mapped IPv6 address as its IPv4 (Java makes it an ``Inet4Address``), other IPv6 addresses as eight
+hexadecimal groups without zero compression (``0:0:0:0:0:0:0:1``, not ``::1``), so an ACL written for a Kafka
+broker matches here.
+
+The principal of a TLS connection whose client presented a certificate (``ssl.client.auth`` requested or
 required), as Kafka's ``DefaultKafkaPrincipalBuilder`` makes it with the default ``ssl.principal.mapping.rules``:
 ``User:`` and the certificate's subject as Java's ``X500Principal.getName()`` prints it (RFC 2253): the RDNs from
 the last to the first, ``,`` between them, ``+`` inside a multi-valued one, the attribute keywords CN, C, L, ST,
@@ -7,6 +14,7 @@ An attribute without a keyword is written as its OID with its DER value in hex, 
 appear in client certificates (emailAddress, serialNumber). Without a certificate: ``User:ANONYMOUS``."""
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,3 +64,17 @@ def principal_of(peercert: Any) -> str:
     if not peercert or not isinstance(peercert, dict) or not peercert.get("subject"):
         return ANONYMOUS
     return "User:" + subject_dn(peercert["subject"])
+
+
+def acl_host(ip: str) -> str:
+    """The client IP as Kafka's ACLs compare it (Java's ``getHostAddress``); anything not an IP as it is."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return str(addr.ipv4_mapped)
+        text = ":".join(f"{int(group, 16):x}" for group in addr.exploded.split(":"))
+        return text + ("%" + ip.split("%", 1)[1] if "%" in ip else "")
+    return str(addr)
