@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from storage_engine.acl.model import Operation as Op, PatternType, Permission, ResourceType as RT
-from tests.server import acl_matrix as M, wire
+from tests.server import acl_matrix as M, acl_matrix_requests as Q, wire
 from tests.server.broker_proc import BrokerProcess
 
 pytestmark = pytest.mark.e2e
@@ -156,7 +156,7 @@ class Matrix:
     broker: BrokerProcess
     authorizer: bool
     everyone: bool
-    env: M.Env
+    env: Q.Env
     clients: dict[str, Client]
 
     def clear_acls(self) -> None:
@@ -191,13 +191,13 @@ def start_matrix(tmp: Path, broker: dict[str, Any]) -> Matrix:
     address = server.address("SASL_PLAINTEXT")
     clients = {u: Client(address, u) for u in PASSWORDS}
     admin = clients["admin"]
-    made = admin.call(19, 7, topics=[{"name": M.TOPIC, "num_partitions": 1, "replication_factor": 1,
-                                      "assignments": [], "configs": []}], timeout=M.SEC, validate_only=False)
+    made = admin.call(19, 7, topics=[{"name": Q.TOPIC, "num_partitions": 1, "replication_factor": 1,
+                                      "assignments": [], "configs": []}], timeout=Q.SEC, validate_only=False)
     assert int(made.topics[0].error_code) == 0, made
-    env = M.Env(broker_id=int(admin.call(3, 12, **M.metadata(None)(M.Env(0))).brokers[0].node_id))
-    for group in (M.GROUP, M.OFFSETS_GROUP):       # groups with committed offsets
-        assert M.topics_partition(admin.call(8, 8, **M.offset_commit_to(group)(env))) == 0
-    assert M.top(admin.call(22, 4, **M.init_producer_id(M.TXN)(env))) == 0      # the transactional id exists
+    env = Q.Env(broker_id=int(admin.call(3, 12, **Q.metadata(None)(Q.Env(0))).brokers[0].node_id))
+    for group in (Q.GROUP, Q.OFFSETS_GROUP):       # groups with committed offsets
+        assert Q.topics_partition(admin.call(8, 8, **Q.offset_commit_to(group)(env))) == 0
+    assert Q.top(admin.call(22, 4, **Q.init_producer_id(Q.TXN)(env))) == 0      # the transactional id exists
     return Matrix(server, bool(broker.get("authorizer.class.name")), bool(broker.get("allow.everyone.if.no.acl.found")),
                   env, clients)
 
@@ -269,7 +269,7 @@ def test_refusals_are_logged_with_principal_operation_and_resource(matrix: Matri
 
     def refusals() -> list[str]:
         return [line for line in matrix.broker.log_text().splitlines()
-                if "refused" in line and "User:alice" in line and "DELETE" in line and M.TOPIC in line]
+                if "refused" in line and "User:alice" in line and "DELETE" in line and Q.TOPIC in line]
 
     if not matrix.authorizer:
         assert matrix.answer(row, "alice") == row.ok
@@ -278,7 +278,7 @@ def test_refusals_are_logged_with_principal_operation_and_resource(matrix: Matri
     matrix.clear_acls()
     matrix.add_acls([Acl(BOB, row.subject)])
     before = len(refusals())
-    assert matrix.answer(row, "alice") == M.TOPIC_AUTH
+    assert matrix.answer(row, "alice") == Q.TOPIC_AUTH
     matrix.clear_acls()
     lines = refusals()
     assert len(lines) > before and "127.0.0.1" in lines[-1], matrix.broker.log_text()[-3000:]
@@ -295,7 +295,7 @@ def test_a_cluster_acl_must_name_kafka_cluster(matrix: Matrix) -> None:
     if not matrix.authorizer:
         assert codes == [SECURITY_DISABLED] * 3
         return
-    assert codes == [M.INVALID_REQUEST, M.INVALID_REQUEST, 0], r
+    assert codes == [Q.INVALID_REQUEST, Q.INVALID_REQUEST, 0], r
     listed = matrix.clients["admin"].call(29, 3, resource_type_filter=int(RT.CLUSTER), resource_name_filter=None,
                                           pattern_type_filter=int(PatternType.ANY), principal_filter=None,
                                           host_filter=None, operation=int(Op.ANY), permission_type=int(Permission.ANY))
@@ -339,7 +339,7 @@ def reported(matrix: Matrix, field: str, who: str) -> tuple[int, set[Op] | None]
     if field == "describe-cluster":
         r = client.call(key, version, include_cluster_authorized_operations=True, endpoint_type=1)
         return int(r.error_code), ops_of(int(r.cluster_authorized_operations))
-    r = client.call(key, version, topics=[{"name": M.TOPIC, "topic_id": uuid.UUID(int=0)}],
+    r = client.call(key, version, topics=[{"name": Q.TOPIC, "topic_id": uuid.UUID(int=0)}],
                     allow_auto_topic_creation=False, include_cluster_authorized_operations=field == "metadata-cluster",
                     include_topic_authorized_operations=field == "metadata-topic")
     if field == "metadata-cluster":
@@ -373,7 +373,7 @@ def test_authorized_operations(matrix: Matrix, field: str) -> None:
     every supported operation."""
     need = OPS_FIELDS[field][2]
     supported = KAFKA_SUPPORTED[need.rtype]
-    refused: tuple[int, set[Op] | None] = {RT.TOPIC: (M.TOPIC_AUTH, None), RT.GROUP: (M.GROUP_AUTH, None), RT.CLUSTER: (0, set())}[need.rtype]
+    refused: tuple[int, set[Op] | None] = {RT.TOPIC: (Q.TOPIC_AUTH, None), RT.GROUP: (Q.GROUP_AUTH, None), RT.CLUSTER: (0, set())}[need.rtype]
     got: dict[str, tuple[int, set[Op] | None]] = {}
     want: dict[str, tuple[int, set[Op] | None]] = {}
     for name, (who, acls, ops) in ops_cases(need).items():
