@@ -115,6 +115,12 @@ class RecordTooLargeError(StorageError):
     """A batch is larger than ``max.message.bytes`` or ``segment.bytes`` allows."""
 
 
+class RecordBatchTooLargeError(RecordTooLargeError):
+    """An append larger than ``segment.bytes``: it could not fit in one segment (Kafka's
+    ``RecordBatchTooLargeException``, RECORD_LIST_TOO_LARGE on the wire; a batch over ``max.message.bytes`` is
+    MESSAGE_TOO_LARGE)."""
+
+
 class InvalidRecordForTopicError(StorageError):
     """A record that the topic does not accept, such as a keyless record on a compacted topic."""
 

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from storage_engine.config import LogConfig
-from storage_engine.errors import CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError, RecordTooLargeError
+from storage_engine.errors import (CorruptRecordError, InvalidRecordError, InvalidRecordForTopicError,
+                                   RecordBatchTooLargeError, RecordTooLargeError)
 from storage_engine.record import codecs
 from storage_engine.record.record_batch import (BATCH_HEADER, CRC_OFFSET, LOG_APPEND_TIME, MAGIC_V2,
                                                 TIMESTAMP_TYPE_MASK, RecordBatch, build_batch, set_base_offset,
@@ -100,7 +101,7 @@ def check_size(topic: str, config: LogConfig, size: int) -> None:
         raise RecordTooLargeError(f"the record batch is {size} bytes, larger than max.message.bytes "
                                   f"({config.max_message_bytes}) of topic {topic}")
     if size > config.segment_bytes:
-        raise RecordTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
+        raise RecordBatchTooLargeError(f"the record batch is {size} bytes, larger than segment.bytes "
                                   f"({config.segment_bytes}) of topic {topic}")
 
 
@@ -162,10 +163,13 @@ def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) 
         raise CorruptRecordError(f"invalid batch in append to {name}: {exc.reason}", None, exc.position) from None
     if not batches:
         raise InvalidRecordError(f"append to {name} holds no record batch")
+    for batch in batches:      # Kafka's analyzeAndValidateRecords: each batch's size first (MESSAGE_TOO_LARGE)
+        if batch.size_in_bytes > config.max_message_bytes:
+            check_size(topic, config, batch.size_in_bytes)
     if len(buf) > config.segment_bytes:
-        # Kafka checks the whole append: it goes into one segment, which must not exceed segment.bytes.
-        raise RecordTooLargeError(f"the append of {len(buf)} bytes to {name} is larger than "
-                                  f"segment.bytes ({config.segment_bytes}) of topic {topic}")
+        # Then the whole append: it goes into one segment, which must not exceed segment.bytes (RECORD_LIST_TOO_LARGE).
+        raise RecordBatchTooLargeError(f"the append of {len(buf)} bytes to {name} is larger than "
+                                       f"segment.bytes ({config.segment_bytes}) of topic {topic}")
     return buf, batches
 
 

@@ -37,6 +37,7 @@ from storage_engine.server import identity
 from storage_engine.server.access import Authorizer
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.remote_tier import RemoteTier
+from storage_engine.server.sasl import Users
 from storage_engine.server.transactions.coordinator import TxnCoordinator
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Broker:
         # The ACL store is opened here: a damaged ACL file stops the start with a ConfigError naming it.
         self.authorizer: Authorizer | None = None
         self.acls: AclStore | None = None
+        self.users: Users | None = None     # sasl.credentials.file's users, set by the server when a listener uses SASL
         opened = open_authorizer(config.server, list(config.log_dirs))
         if opened is not None:
             self.acls, self.authorizer = opened

@@ -10,8 +10,8 @@ from kio.schema.errors import ErrorCode
 from storage_engine.errors import (CompressionError, CorruptRecordError, DataLossError, InvalidRecordError,
                                    InvalidRecordForTopicError, InvalidTopicError, LogDirOfflineError, LogLockedError,
                                    OffsetOutOfRangeError, PartitionNotFoundError, PartitionUnreadableError,
-                                   ProducerStateError, RecordTooLargeError, RemoteObjectDamagedError, StorageError,
-                                   StorageIOError)
+                                   ProducerStateError, RecordBatchTooLargeError, RecordTooLargeError,
+                                   RemoteObjectDamagedError, StorageError, StorageIOError)
 from storage_engine.log.topic_changes import TopicChangeError
 
 __all__ = ["ErrorCode", "TopicError", "describe", "error_code", "message"]
@@ -34,6 +34,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (RemoteObjectDamagedError, ErrorCode.corrupt_message),    # as local damage (Kafka: UNKNOWN_SERVER_ERROR)
     (InvalidRecordForTopicError, ErrorCode.invalid_record),
     (InvalidRecordError, ErrorCode.invalid_record),
+    (RecordBatchTooLargeError, ErrorCode.record_list_too_large),   # larger than segment.bytes (Kafka's rule)
     (RecordTooLargeError, ErrorCode.message_too_large),
     (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (PartitionNotFoundError, ErrorCode.unknown_topic_or_partition),

@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 
 from storage_engine import layout
 from storage_engine.durable import atomic_write, read_regular_file
@@ -63,6 +64,13 @@ def load_meta_properties(log_dirs: list[str], node_id: int) -> str:
                 f"cluster.id={cluster_id}\n")
         atomic_write(os.path.join(d, layout.META_PROPERTIES), text.encode("utf-8"))
     return cluster_id
+
+
+def directory_id(log_dir: str) -> uuid.UUID | None:
+    """The ``directory.id`` of ``log_dir``'s ``meta.properties``; None when the file or the key is missing."""
+    props = _properties(os.path.join(log_dir, layout.META_PROPERTIES))
+    text = (props or {}).get("directory.id")
+    return parse_uuid(text) if text else None
 
 
 class ProducerIds:

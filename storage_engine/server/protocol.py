@@ -372,6 +372,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
+        if inner and inner[0] is datetime.datetime and not isinstance(value, datetime.datetime) and int(value) < 0:
+            return None                     # a nullable time: -1 (none) is null, which kio writes as -1
         return _convert(inner[0], value, where) if inner else value
     if origin is tuple:
         return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
@@ -387,7 +389,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if issubclass(hint, datetime.datetime):
             if isinstance(value, datetime.datetime):
                 return value
-            return None if int(value) < 0 else datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC)
+            # a time that cannot be null keeps Kafka's -1 (none, as DescribeTransactions' start time of an id with
+            # no open transaction): the instant 1 ms before the epoch, which kio writes back as -1
+            return datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC)
         if hint is uuid.UUID:
             return value
         if hint is bool:

@@ -41,6 +41,7 @@ class Server:
                 from storage_engine.errors import ConfigError
                 raise ConfigError("a SASL listener needs sasl.credentials.file (the users and their credentials)")
             self.users = load_users(path)
+            broker.users = self.users       # DescribeUserScramCredentials reads them
         self.tls = tls_context(server) if any(lst.tls for lst in listeners) else None
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()

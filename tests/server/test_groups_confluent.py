@@ -337,10 +337,11 @@ def test_a_second_process_with_the_same_group_instance_id_fences_the_first(broke
             assert d.state == ConsumerGroupState.STABLE
             time.sleep(0.25)
         assert second.member_id == member_id and second.errors == []
-        # Stored: the group's record names the instance with the second member's id.
+        # Stored: the group's record names the instance with the second member's id; the client id stays the
+        # first one's, as Kafka's replaceStaticMember keeps the replaced member's client id and host.
         [*_, (_, _, value)] = [r for r in stored_offset_records(broker, group) if isinstance(r[1], rec.GroupKey)]
         [member] = rec.parse_group_value(present(value)).members
-        assert (member.member_id, member.group_instance_id, member.client_id) == (member_id, "instance-1", "second")
+        assert (member.member_id, member.group_instance_id, member.client_id) == (member_id, "instance-1", "first")
     finally:
         for m in (first, second):
             if m is not None and m.is_alive():

@@ -248,7 +248,10 @@ class Targets:
     produce_records: Any             # (rng, topic) -> records: broken CRC for a readable topic
 
 
-READ_ONLY = {1, 2, 3, 17, 18, 32, 35, 36}     # Fetch, ListOffsets, Metadata, SASL, ApiVersions, Describe*
+# Fetch, ListOffsets, Metadata, SASL, ApiVersions, Describe*, and the cluster APIs that only read:
+# OffsetForLeaderEpoch, ListPartitionReassignments, DescribeQuorum, DescribeCluster, ListConfigResources,
+# DescribeTopicPartitions
+READ_ONLY = {1, 2, 3, 17, 18, 23, 32, 35, 36, 46, 55, 60, 74, 75}
 
 
 def sample_request(rng: random.Random, key: int, version: int, targets: Targets) -> Any:

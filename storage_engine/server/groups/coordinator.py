@@ -9,7 +9,16 @@ members have up to the largest rebalance timeout to rejoin; a group's first reba
 gets the members and their metadata; the group waits for the leader's SyncGroup) -> **Stable** (assignments
 written, then handed out; heartbeats keep members alive). A join, a leave or a member whose session expired
 sends the group back to PreparingRebalance, and a rebalance that ends with no member leaves it Empty; **Dead**
-is a deleted group. The generation grows with each completed join.
+is a deleted group. The generation grows with each completed join. A known member's JoinGroup is answered as
+Kafka's ``classicGroupJoinExistingMember`` answers it: a follower rejoining a Stable (or CompletingRebalance)
+group with unchanged metadata gets the current generation back, the leader's JoinGroup or changed metadata
+rebalances.
+
+Static members (``group.instance.id``, KIP-345): a known instance that joins with no member id (its process
+restarted) takes its old member's place under a new id, with the old one's assignment; in a Stable group whose
+protocol would not change this is no rebalance at all (the group's record is written with the new id first),
+in CompletingRebalance it rebalances. The old id is fenced (FENCED_INSTANCE_ID), and a static member that does
+not rejoin in time keeps its place until its session ends.
 
 Time is the broker's clock (:mod:`storage_engine.clock`): session deadlines, the initial delay and the
 rebalance timeout are epoch milliseconds from it, checked every :data:`EXPIRY_CHECK_S` (sessions) and
@@ -43,6 +52,11 @@ __all__ = ["OFFSETS_TOPIC", "GroupCoordinator"]
 
 EXPIRY_CHECK_S = 0.5
 REBALANCE_POLL_S = 0.05
+
+
+def present_holder(g: Group, instance_id: str | None) -> str:
+    m = g.static_member(instance_id)
+    return m.member_id if m is not None else "nobody"
 
 
 class GroupCoordinator(GroupOffsets):
@@ -155,10 +169,18 @@ class GroupCoordinator(GroupOffsets):
         if now < g.not_before_ms:
             return False
         if now >= g.rebalance_deadline_ms:
-            for m in [m for m in g.members.values() if m.join_waiter is None]:
+            # Kafka's completeClassicGroupJoin: dynamic members that did not rejoin are dropped; a static one
+            # keeps its place (and its assignment) until its session ends
+            for m in [m for m in g.members.values() if m.join_waiter is None and m.instance_id is None]:
                 logger.info("group %s: member %s did not rejoin within the rebalance timeout", g.group_id,
                             m.member_id)
                 self._remove(g, m.member_id)
+            if g.members and not any(m.join_waiter is not None for m in g.members.values()):
+                # nobody rejoined (only static members, silent): wait another rebalance timeout, as Kafka
+                # reschedules, until their sessions end
+                logger.info("group %s: no member rejoined; the rebalance waits", g.group_id)
+                g.rebalance_deadline_ms = now + max(m.rebalance_timeout_ms for m in g.members.values())
+                return False
             self._complete_join(g)
             return True
         if self._all_joined(g):
@@ -188,8 +210,11 @@ class GroupCoordinator(GroupOffsets):
             asyncio.get_running_loop().create_task(self._persist_quietly(g))
             return
         g.protocol = self._select_protocol(g)
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members))
+        leader = g.members.get(g.leader) if g.leader is not None else None
+        if leader is None or leader.join_waiter is None:
+            # Kafka's maybeElectNewJoinedLeader: a leader that did not rejoin gives its place to one that did
+            g.leader = next((m.member_id for m in g.members.values() if m.join_waiter is not None),
+                            next(iter(g.members)))
         g.transition_to(COMPLETING, now)
         everyone = tuple(JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.instance_id,
                                                  metadata=m.metadata(g.protocol)) for m in g.members.values())
@@ -240,43 +265,152 @@ class GroupCoordinator(GroupOffsets):
     # -- the APIs ----------------------------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str, client_host: str,
                    session_ms: int, rebalance_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-                   require_known_member: bool) -> JoinResult:
+                   require_known_member: bool, skip_assignment_ok: bool = False) -> JoinResult:
+        """Kafka's ``classicGroupJoinToClassicGroup``. ``skip_assignment_ok``: the request is v9+, so a static
+        leader that takes its place back in a Stable group is told so (``skip_assignment``) with the members."""
         if not group_id:
             return {"error_code": ErrorCode.invalid_group_id}
         if not self.min_session_ms <= session_ms <= self.max_session_ms:
             return {"error_code": ErrorCode.invalid_session_timeout}
+        if member_id and self.group(group_id) is None:
+            return {"error_code": ErrorCode.unknown_member_id, "member_id": member_id}
         g = self.live_group(group_id)
-        if g.members and (protocol_type != g.protocol_type or
-                          not any({n for n, _ in protocols} & {n for n, _ in m.protocols} for m in g.members.values())):
-            return {"error_code": ErrorCode.inconsistent_group_protocol}
+        if not g.supports_protocols(protocol_type, {n for n, _ in protocols}):
+            return {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": member_id}
         if not member_id:
-            if instance_id is not None:
-                old = next((m for m in g.members.values() if m.instance_id == instance_id), None)
-                if old is not None:      # a static member's restart takes over its place
-                    self._remove(g, old.member_id, ErrorCode.fenced_instance_id)
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_member and instance_id is None:
+            if instance_id is not None:
+                old = g.static_member(instance_id)
+                if old is not None:
+                    return await self._rejoin_static(g, old, member_id, session_ms, rebalance_ms, protocols,
+                                                     skip_assignment_ok)
+            elif require_known_member:
                 g.pending.add(member_id)
                 return {"error_code": ErrorCode.member_id_required, "member_id": member_id}
-        elif self.fenced(g, member_id, instance_id):
+            return await self._add_member(g, Member(member_id, instance_id, client_id, client_host, rebalance_ms,
+                                                    session_ms, protocol_type, protocols))
+        if member_id in g.pending:
+            g.pending.discard(member_id)
+            return await self._add_member(g, Member(member_id, instance_id, client_id, client_host, rebalance_ms,
+                                                    session_ms, protocol_type, protocols))
+        if self.fenced(g, member_id, instance_id):
+            logger.info("group %s: member %s of instance %s fenced by member %s", group_id, member_id, instance_id,
+                        present_holder(g, instance_id))
             return {"error_code": ErrorCode.fenced_instance_id, "member_id": member_id}
-        elif member_id not in g.members and member_id not in g.pending:
-            return {"error_code": ErrorCode.unknown_member_id, "member_id": member_id}
-        g.pending.discard(member_id)
         m = g.members.get(member_id)
-        if m is None:
-            m = Member(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
-                       protocols)
-            g.members[member_id] = m
-        else:
-            m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_ms, rebalance_ms
-            if m.join_waiter is not None and not m.join_waiter.done():
-                m.join_waiter.set_result({"error_code": ErrorCode.unknown_member_id})    # superseded by this join
-        g.protocol_type = protocol_type
+        if m is None or (instance_id is not None and g.static_member(instance_id) is None):
+            return {"error_code": ErrorCode.unknown_member_id, "member_id": member_id}
         m.touch(self.now_ms())
+        if g.state == PREPARING:
+            return await self._update_member(g, m, session_ms, rebalance_ms, protocols)
+        if g.state == COMPLETING:
+            if m.matches(protocols):       # the JoinGroup answer was lost: this generation's answer again
+                return self._current(g, m, with_members=m.member_id == g.leader)
+            return await self._update_member(g, m, session_ms, rebalance_ms, protocols)
+        if g.state == STABLE:
+            if m.member_id == g.leader or not m.matches(protocols):
+                # the leader's JoinGroup always rebalances: it may have seen a change the metadata does not show
+                return await self._update_member(g, m, session_ms, rebalance_ms, protocols)
+            return self._current(g, m, with_members=False)
+        logger.warning("group %s: member %s rejoins in state %s", group_id, member_id, g.state)
+        return {"error_code": ErrorCode.unknown_member_id, "member_id": member_id}
+
+    @staticmethod
+    def _current(g: Group, m: Member, with_members: bool, skip_assignment: bool = False) -> JoinResult:
+        """The current generation's JoinGroup answer for ``m``, with no rebalance."""
+        members = tuple(JoinGroupResponseMember(member_id=o.member_id, group_instance_id=o.instance_id,
+                                                metadata=o.metadata(g.protocol)) for o in g.members.values())
+        return {"error_code": ErrorCode.none, "generation_id": g.generation, "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol, "leader": g.leader, "member_id": m.member_id,
+                "members": members if with_members else (), "skip_assignment": skip_assignment}
+
+    def _await_join(self, g: Group, m: Member) -> asyncio.Future[JoinResult]:
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result({"error_code": ErrorCode.unknown_member_id})    # superseded by this join
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         m.join_waiter = waiter
-        if g.state != PREPARING:
+        return waiter
+
+    def _rebalance_or_complete(self, g: Group) -> None:
+        """Kafka's ``maybePrepareRebalanceOrCompleteJoin``."""
+        if g.state == PREPARING:
+            self._maybe_complete_join(g)
+        else:
+            self._prepare_rebalance(g)
+
+    async def _add_member(self, g: Group, m: Member) -> JoinResult:
+        m.touch(self.now_ms())
+        g.members[m.member_id] = m
+        g.protocol_type = m.protocol_type
+        waiter = self._await_join(g, m)
+        self._rebalance_or_complete(g)
+        return await waiter
+
+    async def _update_member(self, g: Group, m: Member, session_ms: int, rebalance_ms: int,
+                             protocols: list[tuple[str, bytes]]) -> JoinResult:
+        m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_ms, rebalance_ms
+        waiter = self._await_join(g, m)
+        self._rebalance_or_complete(g)
+        return await waiter
+
+    def _replace_static(self, g: Group, old_id: str, new_id: str) -> Member:
+        """Kafka's ``replaceStaticMember``: the instance's member under a new id, with the old one's client,
+        timeouts, protocols and assignment (and its place as leader); a JoinGroup or SyncGroup of the old id
+        still waiting is answered FENCED_INSTANCE_ID."""
+        old = g.members.pop(old_id)
+        for waiter in (old.join_waiter, old.sync_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result({"error_code": ErrorCode.fenced_instance_id})
+        new = Member(new_id, old.instance_id, old.client_id, old.client_host, old.rebalance_timeout_ms,
+                     old.session_timeout_ms, old.protocol_type, old.protocols, old.assignment)
+        new.deadline_ms = old.deadline_ms
+        g.members[new_id] = new
+        if g.leader == old_id:
+            g.leader = new_id
+        return new
+
+    async def _rejoin_static(self, g: Group, old: Member, new_id: str, session_ms: int, rebalance_ms: int,
+                             protocols: list[tuple[str, bytes]], skip_assignment_ok: bool) -> JoinResult:
+        """Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin`` (KIP-345): a known group.instance.id joins
+        with no member id (its process restarted). It takes the old member's place under a new id; the old id is
+        fenced. In a Stable group whose protocol would not change, nothing rebalances: the group's record is
+        written with the new member id, and the member gets the current generation back (its assignment follows
+        in SyncGroup); if the record cannot be written, the old member is put back. In CompletingRebalance the
+        leader may already be assigning to the old id, so the group rebalances; in PreparingRebalance the member
+        simply counts as rejoined."""
+        old_id, leader_before = old.member_id, g.leader
+        logger.info("group %s: static member %s (instance %s) rejoins in state %s as %s", g.group_id, old_id,
+                    old.instance_id, g.state, new_id)
+        m = self._replace_static(g, old_id, new_id)
+        before = (m.protocols, m.rebalance_timeout_ms, m.session_timeout_ms)
+        m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_ms, rebalance_ms
+        m.touch(self.now_ms())
+        if g.state == STABLE:
+            if self._select_protocol(g) != g.protocol:
+                waiter = self._await_join(g, m)
+                self._prepare_rebalance(g)
+                return await waiter
+            try:
+                await self.persist(g.group_id, [self.group_record(g)])
+            except Exception as exc:   # noqa: BLE001 - the old member id stands; the client retries
+                logger.warning("group %s: cannot write static member %s (instance %s): %s; member %s stays",
+                               g.group_id, new_id, m.instance_id, exc, old_id)
+                if g.members.get(new_id) is m:
+                    m.protocols, m.rebalance_timeout_ms, m.session_timeout_ms = before
+                    self._replace_static(g, new_id, old_id)
+                return {"error_code": ErrorCode.coordinator_not_available, "member_id": "",
+                        "generation_id": g.generation, "protocol_type": g.protocol_type, "protocol_name": g.protocol,
+                        "leader": leader_before}
+            if g.members.get(new_id) is not m:     # fenced in turn while the record was written
+                return {"error_code": ErrorCode.fenced_instance_id, "member_id": new_id}
+            if skip_assignment_ok:
+                leader = m.member_id == g.leader
+                return self._current(g, m, with_members=leader, skip_assignment=leader)
+            answer = self._current(g, m, with_members=False)
+            answer["leader"] = leader_before
+            return answer
+        waiter = self._await_join(g, m)
+        if g.state == COMPLETING:
             self._prepare_rebalance(g)
         else:
             self._maybe_complete_join(g)
@@ -347,3 +481,4 @@ class GroupCoordinator(GroupOffsets):
         self._remove(g, member_id)
         self._after_members_left(g)
         return ErrorCode.none
+

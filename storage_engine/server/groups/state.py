@@ -83,6 +83,7 @@ class JoinResult(TypedDict, total=False):
     leader: str | None
     member_id: str
     members: tuple[JoinGroupResponseMember, ...]
+    skip_assignment: bool      # v9+: a static leader back in a Stable group gets the members but keeps the assignment
 
 
 class SyncResult(TypedDict, total=False):
@@ -114,6 +115,10 @@ class Member:
 
     def metadata(self, protocol: str | None) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's ``ClassicGroupMember.matches``: the same protocols, in the same order, with the same metadata."""
+        return list(self.protocols) == list(protocols)
 
 
 @dataclass
@@ -173,6 +178,20 @@ class Group:
 
     def abort_transition(self) -> None:
         self.pending_state = None
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        """The member holding ``instance_id`` (Kafka's ``staticMemberId``), if any."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's ``supportsProtocols``: a group without members takes any non-empty protocol type and list;
+        otherwise the type must be the group's and one of ``names`` supported by every member."""
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and any(
+            all(name in {n for n, _ in m.protocols} for m in self.members.values()) for name in names)
 
     def describe(self) -> dict[str, Any]:
         return {"group_id": self.group_id, "state": self.state.value, "protocol_type": self.protocol_type or "",

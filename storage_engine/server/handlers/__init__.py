@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
-from storage_engine.server.handlers import acls, admin, configs, fetch, groups, metadata, produce, transactions
+from storage_engine.server.handlers import (acls, admin, alter_configs, cluster, configs, fetch, groups,
+                                            list_transactions, metadata, produce, producers, scram,
+                                            topic_partitions, transactions)
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
@@ -84,6 +86,23 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
     Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
     Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+    # The cluster and topic APIs of a one-broker Kafka 4.x (Kafka's versions, within kio's).
+    Api(23, "OffsetForLeaderEpoch", 2, 4, cluster.offset_for_leader_epoch),
+    Api(33, "AlterConfigs", 0, 2, alter_configs.alter_configs),
+    Api(43, "ElectLeaders", 0, 2, cluster.elect_leaders),
+    Api(45, "AlterPartitionReassignments", 0, 0, cluster.alter_partition_reassignments),
+    Api(46, "ListPartitionReassignments", 0, 0, cluster.list_partition_reassignments),
+    Api(55, "DescribeQuorum", 0, 2, cluster.describe_quorum),
+    Api(60, "DescribeCluster", 0, 2, cluster.describe_cluster),
+    Api(74, "ListConfigResources", 0, 1, topic_partitions.list_config_resources),
+    Api(75, "DescribeTopicPartitions", 0, 0, topic_partitions.describe_topic_partitions),
+    # producer, transaction and group admin APIs
+    Api(27, "WriteTxnMarkers", 1, 1, producers.write_txn_markers),
+    Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+    Api(50, "DescribeUserScramCredentials", 0, 0, scram.describe_user_scram_credentials),
+    Api(61, "DescribeProducers", 0, 0, producers.describe_producers),
+    Api(65, "DescribeTransactions", 0, 0, producers.describe_transactions),
+    Api(66, "ListTransactions", 0, 1, list_transactions.list_transactions),
 )}
 
 SUPPORTED: dict[int, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS.values()}

@@ -10,6 +10,7 @@ import logging
 import os
 from typing import Any
 
+from storage_engine.config import LogConfig
 from storage_engine.config_keys import BROKER_KEYS, LOG_DEFAULTS, TOPIC_KEYS, config_text, is_sensitive
 from storage_engine.errors import PartitionNotFoundError
 from storage_engine.server.catalog import check_configs, store_configs
@@ -30,14 +31,21 @@ _TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 
 
 def _topic_configs(ctx: Ctx, topic: str, keys: Any) -> list[DescribeConfigsResourceResult]:
     config = ctx.broker.config
-    effective = config.log_config(topic)
-    overrides = config.topic_overrides.get(topic, {})
+    return topic_config_entries(ctx, config.log_config(topic), set(config.topic_overrides.get(topic, {})), keys)
+
+
+def topic_config_entries(ctx: Ctx, effective: LogConfig, overridden: set[str],
+                         keys: Any = None) -> list[DescribeConfigsResourceResult]:
+    """Every topic key (or those in ``keys``) of a topic whose LogConfig is ``effective`` and whose overrides are
+    the keys ``overridden``, with Kafka's config source: what DescribeConfigs and the CreateTopics response
+    (``configs``, v5+) list."""
+    config = ctx.broker.config
     out: list[DescribeConfigsResourceResult] = []
     for name, spec in TOPIC_KEYS.items():
         if keys is not None and name not in keys:
             continue
         value = getattr(effective, spec.attr)
-        if name in overrides:
+        if name in overridden:
             source = DYNAMIC_TOPIC
         elif getattr(config.default_log, spec.attr) != LOG_DEFAULTS[spec.attr]:
             source = STATIC_BROKER

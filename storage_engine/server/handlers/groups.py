@@ -6,14 +6,18 @@ from __future__ import annotations
 import datetime
 from typing import Any, TypeVar
 
+from storage_engine.acl.model import Operation, ResourceType
+from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.groups.offset_delete import delete_offsets
 from storage_engine.server.groups.state import GroupState
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.responses.groups import (DeletableGroupResult, DeleteGroupsResponse, DescribedGroup,
                                                     DescribeGroupsResponse, FindCoordinatorResponse, HeartbeatResponse,
                                                     JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse,
                                                     MemberResponse, OffsetCommitResponse, OffsetCommitResponsePartition,
+                                                    OffsetDeleteResponse, OffsetDeleteResponsePartition,
                                                     OffsetCommitResponseTopic, OffsetFetchResponse,
                                                     OffsetFetchResponseTopic, SyncGroupResponse)
 
@@ -55,12 +59,12 @@ async def join_group(ctx: Ctx, body: Any) -> JoinGroupResponse:
         body.group_id, body.member_id, getattr(body, "group_instance_id", None), ctx.request.client_id,
         ctx.peer.rsplit(":", 1)[0], body.session_timeout // MS, rebalance_ms,
         body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
-        require_known_member=ctx.version >= 4)
+        require_known_member=ctx.version >= 4, skip_assignment_ok=ctx.version >= 9)
     name = result.get("protocol_name")
     return {"throttle_time": 0, "error_code": result["error_code"],
             "generation_id": _given(result.get("generation_id"), -1), "protocol_type": result.get("protocol_type"),
             "protocol_name": name if ctx.version >= 7 else name or "",    # nullable from v7
-            "leader": _given(result.get("leader"), ""), "skip_assignment": False,
+            "leader": _given(result.get("leader"), ""), "skip_assignment": result.get("skip_assignment", False),
             "member_id": _given(result.get("member_id"), body.member_id), "members": _given(result.get("members"), ())}
 
 
@@ -174,3 +178,37 @@ async def delete_groups(ctx: Ctx, body: Any) -> DeleteGroupsResponse:
         code = await coordinator.delete(group_id) if group_id in coordinator.groups else ErrorCode.group_id_not_found
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time": 0, "results": tuple(results)}
+
+
+async def offset_delete(ctx: Ctx, body: Any) -> OffsetDeleteResponse:
+    """Kafka's ``handleOffsetDeleteRequest``: DELETE on the group (else GROUP_AUTHORIZATION_FAILED for the whole
+    request), READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions), a topic or partition that
+    does not exist UNKNOWN_TOPIC_OR_PARTITION; the rest go to the coordinator."""
+    if not access.allowed(ctx, Operation.DELETE, ResourceType.GROUP, body.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": ()}
+    catalog = await ctx.broker.call(ctx.broker.topics)
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    valid: list[tuple[str, int]] = []
+    for t in body.topics:
+        topic_code = None
+        if not access.allowed(ctx, Operation.READ, ResourceType.TOPIC, t.name):
+            topic_code = ErrorCode.topic_authorization_failed
+        elif t.name not in catalog:
+            topic_code = ErrorCode.unknown_topic_or_partition
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            if topic_code is not None:
+                codes[tp] = topic_code
+            elif tp[1] not in catalog[t.name]:
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                valid.append(tp)
+    error, deleted = await delete_offsets(_coordinator(ctx), body.group_id, valid)
+    if error != ErrorCode.none:
+        return {"throttle_time": 0, "error_code": error, "topics": ()}
+    codes.update(deleted)
+    by_topic: dict[str, list[OffsetDeleteResponsePartition]] = {}
+    for (topic, p), code in codes.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": code})
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
+            "topics": tuple({"name": t, "partitions": tuple(ps)} for t, ps in by_topic.items())}
