@@ -189,6 +189,19 @@ def _probe(v: dict) -> tuple:
             f"{v['lookups_per_s'] / v['dict_lookups_per_s']:.3f}x", v["lookups_per_s"] >= 3_000_000)
 
 
+def _request_time(section: str, group: str, name: str, limit_s: float) -> Measure:
+    """A row of one request per round: its best round in ms against ``limit_s``, its baseline's beside it."""
+    def measure(doc: dict) -> tuple | None:
+        row = _row(doc, section, group, name)
+        if row is None:
+            return None
+        base = _baseline(doc, section, row)
+        ratio = row.get("ratio_vs_baseline")
+        return (f"{row['best_s'] * 1000:,.1f} ms a request", f"{row['baseline']}: {base['best_s'] * 1000:,.1f} ms",
+                "-" if ratio is None else f"{ratio:.3f}x", row["best_s"] <= limit_s)
+    return measure
+
+
 METRICS = [
     Metric("Compaction round, 100 B values", ">= 1,650,000 records/s (2x Kafka's 825,000)", "run",
            _records_rate("compaction", "100 B values", "clean round (map + clean)", 1_650_000)),
@@ -231,6 +244,9 @@ METRICS = [
            _wire_fetch("librdkafka consumer, 64 MiB fetches", 0.7)),
     Metric("Produce latency at half the peak rate, 1 KiB values, acks=all", "- (no target)", "wire",
            _fact("wire", "latency", _latency)),
+    Metric("Metadata v12 over the wire, all topics, 10,000 partitions (1,000 topics x 10)", "<= 50 ms a request",
+           "run", _request_time("metadata", "10,000 partitions (1000 topics x 10)", "Metadata v12, all topics",
+                                0.050)),
 ]
 
 

@@ -412,6 +412,8 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("transaction.max.timeout.ms",                INT,     900_000,             at_least(1),             "server"),
     _B("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10_000, at_least(1),           "server"),
     _B("transactional.id.expiration.ms",            INT,     604_800_000,         at_least(1),             "server"),
+    # How often serve writes each log dir's replication-offset-checkpoint (Kafka's ReplicaManager).
+    _B("replica.high.watermark.checkpoint.interval.ms", LONG, 5000,               at_least(1),             "server"),
     _B("ssl.client.auth",                           STRING,  "none",              _OneOf(("none", "requested", "required")),
        "server"),
     # Tiered storage (KIP-405). Local retention of a tiered topic: -2 follows log.retention.* (Kafka's default).

@@ -11,7 +11,8 @@ Kafka's layout (``LogFileUtils``/``LocalLog``):
   ``.index``, ``.timeindex``, ``.txnindex``, ``.snapshot``;
 * crash-protocol suffixes are appended after the normal one: ``.cleaned`` (being written), ``.swap``
   (ready to replace), ``.deleted`` (scheduled for removal), e.g. ``00000000000000000000.log.swap``;
-* log-dir files: the three offset checkpoints and the clean-shutdown marker;
+* log-dir files: the three offset checkpoints, ``replication-offset-checkpoint`` (the high watermarks ``serve``
+  writes) and the clean-shutdown marker;
 * per-partition files beside the segments: ``leader-epoch-checkpoint`` (kept by
   :mod:`storage_engine.segment.leader_epoch`) and ``partition.metadata`` (Kafka's topic id; the engine reads
   neither it nor writes it, and keeps it where it finds it), each with its transient ``<name>.tmp``.
@@ -56,6 +57,7 @@ STRAY_DIR_SUFFIX = "-stray"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"   # written by serve, as Kafka's ReplicaManager
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 # Per-partition files (inside the partition folder) that are not named by an offset.
@@ -95,7 +97,7 @@ NAME_MAX = 255
 REMOTE_LOG_INDEX_CACHE_DIR = "remote-log-index-cache"   # Kafka's remote index cache; tiered storage's cache
 IGNORED_DIRS = frozenset({"__cluster_metadata-0", REMOTE_LOG_INDEX_CACHE_DIR, TOPIC_CHANGES_DIR})
 # Files Kafka keeps in a log dir root that this engine does not write (a broker's dir may be opened).
-KAFKA_DIR_FILES = frozenset({META_PROPERTIES, "replication-offset-checkpoint", "meta.properties.tmp"})
+KAFKA_DIR_FILES = frozenset({META_PROPERTIES, "meta.properties.tmp"})
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
@@ -353,7 +355,8 @@ def is_engine_file(name: str) -> bool:
         return True
     base = name[:-len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name
     return base in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
-                    CLEAN_SHUTDOWN_FILE) or (base != name and base.startswith(ENGINE_PREFIX))
+                    HIGH_WATERMARK_CHECKPOINT, CLEAN_SHUTDOWN_FILE) \
+        or (base != name and base.startswith(ENGINE_PREFIX))
 
 
 def legacy_engine_file(name: str) -> str | None:

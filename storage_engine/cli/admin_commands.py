@@ -1,6 +1,6 @@
 """The inspection, maintenance and lifecycle commands of the command line.
 
-Inspection: ``status``, ``describe``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``,
+Inspection: ``status``, ``describe``, ``acls``, ``verify``, ``dump-log``. Maintenance: ``checkpoint``, ``flush``,
 ``delete-records``, ``retention``, ``tier``, ``compact``, ``purge-deleted``, ``expire-producers`` (the jobs of
 :mod:`storage_engine.maintenance`).
 Lifecycle: ``delete-topic``, ``move-partition``, ``log-dirs``, ``remove-folder``
@@ -57,6 +57,14 @@ def cmd_describe(args: argparse.Namespace, config: StorageConfig) -> int:
         for p in parts:
             p["cleaner_checkpoint"] = cleaner.get((p["topic"], p["partition"]))
     print_json(out)
+    return 0
+
+
+def cmd_acls(args: argparse.Namespace, config: StorageConfig) -> int:
+    """The ACLs the broker's authorizer reads and its settings, as JSON (read-only: no lock, nothing written, so
+    it runs beside a serving broker); a damaged ACL file is an error naming it, never an empty list."""
+    from storage_engine.inspection.acls import acl_listing
+    print_json(acl_listing(config, principal=args.principal, resource_type=args.resource_type))
     return 0
 
 

@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--limit", type=_positive, default=None,
                     help="at most this many partitions (in topic, partition order); only those logs are opened")
     ds.add_argument("--offset", type=_non_negative, default=0, help="skip this many partitions first")
+    ac = sub.add_parser("acls", help="the ACLs the broker's authorizer reads, and its settings (read-only)")
+    ac.add_argument("--principal", default=None, help="only this principal's ACLs (e.g. User:alice)")
+    ac.add_argument("--resource-type", default=None, help="only this resource type (TOPIC, GROUP, CLUSTER, ...)")
     vf = sub.add_parser("verify", help="read-only integrity audit of every log dir; exit 1 on damage")
     vf.add_argument("--strict", action="store_true",
                     help="also exit 1 for offline log dirs, stray or foreign folders, and an object store that "

@@ -26,7 +26,7 @@ from storage_engine.config_file import load_config
 from storage_engine.errors import (ConfigError, InvalidRecordError, InvalidRecordForTopicError, InvalidRequestError,
                                    InvalidTopicError, OffsetOutOfRangeError, PartitionNotFoundError, ProducerStateError,
                                    RecordTooLargeError, StorageError)
-from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
+from storage_engine.cli.admin_commands import (cmd_accept_loss, cmd_acls, cmd_checkpoint, cmd_compact, cmd_delete_records, cmd_delete_topic,
                                                cmd_describe, cmd_dump_log, cmd_expire_producers, cmd_flush,
                                                cmd_log_dirs, cmd_move_partition, cmd_purge_deleted,
                                                cmd_remove_folder, cmd_retention, cmd_status, cmd_tier,
@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace, config: StorageConfig) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, StorageConfig], int]] = {
     "produce": cmd_produce, "consume": cmd_consume, "status": cmd_status, "describe": cmd_describe, "verify": cmd_verify,
-    "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
+    "acls": cmd_acls, "checkpoint": cmd_checkpoint, "flush": cmd_flush, "delete-records": cmd_delete_records,
     "retention": cmd_retention, "tier": cmd_tier, "compact": cmd_compact, "purge-deleted": cmd_purge_deleted,
     "end-txn": cmd_end_txn, "expire-producers": cmd_expire_producers,
     "delete-topic": cmd_delete_topic, "move-partition": cmd_move_partition, "log-dirs": cmd_log_dirs,

@@ -1,5 +1,10 @@
-"""Topic ids as Kafka keeps them: a :class:`uuid.UUID` per topic, in every partition folder's ``partition.metadata``
-(``version: 0`` / ``topic_id: <id>``).
+"""Topic ids as Kafka keeps them: a :class:`uuid.UUID` per topic, in every partition folder's ``partition.metadata``.
+
+The file is byte for byte what Kafka's ``PartitionMetadataFile`` writes (``PartitionMetadata.encode``):
+``version: 0\ntopic_id: <id>`` in UTF-8, with no newline after the id. It is read as Kafka's
+``PartitionMetadataReadBuffer`` reads it: the first line is ``version: <n>`` with ``n >= 0``, the second
+``topic_id: <id>`` with an id that is not the zero id, each split on whitespace into exactly two fields; a line end
+after the id (files written by earlier versions of this engine) is accepted, as Kafka's line reader accepts it.
 
 Ids are Kafka's ``Uuid``: 16 random bytes shown as URL-safe base64 without padding (22 characters), never the
 reserved zero or one ids, never starting with ``-``.
@@ -22,7 +27,8 @@ from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
 from storage_engine.errors import StorageError
 from storage_engine.log.locks import FileLock
 
-__all__ = ["random_uuid", "uuid_text", "parse_uuid", "read_topic_id", "write_topic_id", "ensure_topic_id"]
+__all__ = ["random_uuid", "uuid_text", "parse_uuid", "read_topic_id", "parse_partition_metadata",
+           "partition_metadata_bytes", "write_topic_id", "ensure_topic_id"]
 
 _MAX_BYTES = 64 * 1024
 
@@ -46,27 +52,39 @@ def parse_uuid(text: str) -> uuid.UUID:
 
 
 def read_topic_id(partition_dir: str) -> uuid.UUID | None:
-    """The topic id in ``<partition_dir>/partition.metadata`` (``version: 0`` / ``topic_id: <id>``), or None."""
+    """The topic id in ``<partition_dir>/partition.metadata``, or None if there is none or it does not read as
+    Kafka reads it (see the module docstring)."""
     try:
         props = read_regular_file(os.path.join(partition_dir, layout.PARTITION_METADATA), _MAX_BYTES)
     except (OSError, StorageError):
         return None
-    for line in props.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            try:
-                return parse_uuid(value.strip())
-            except ValueError:
-                return None
-    return None
+    return parse_partition_metadata(props)
 
 
-def _metadata_text(topic_id: uuid.UUID) -> bytes:
-    return f"version: 0\ntopic_id: {uuid_text(topic_id)}\n".encode("ascii")
+def parse_partition_metadata(data: bytes) -> uuid.UUID | None:
+    """The topic id of a ``partition.metadata`` file's bytes, None when Kafka's reader would refuse them."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    if len(lines) < 2:
+        return None
+    version, topic = lines[0].split(), lines[1].split()
+    if len(version) != 2 or len(topic) != 2:
+        return None
+    try:
+        if int(version[1]) < 0:
+            return None
+        found = parse_uuid(topic[1])
+    except ValueError:
+        return None
+    return None if found.int == 0 else found
+
+
+def partition_metadata_bytes(topic_id: uuid.UUID) -> bytes:
+    """Kafka's ``PartitionMetadata(0, id).encode()`` in UTF-8: no line end after the id."""
+    return f"version: 0\ntopic_id: {uuid_text(topic_id)}".encode("utf-8")
 
 
 def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
-    atomic_write(os.path.join(partition_dir, layout.PARTITION_METADATA), _metadata_text(topic_id))
+    atomic_write(os.path.join(partition_dir, layout.PARTITION_METADATA), partition_metadata_bytes(topic_id))
 
 
 def _write_if_absent(partition_dir: str, topic_id: uuid.UUID) -> None:
@@ -76,7 +94,7 @@ def _write_if_absent(partition_dir: str, topic_id: uuid.UUID) -> None:
     tmp = f"{target}.{secrets.token_hex(6)}{layout.TMP_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, _metadata_text(topic_id))
+        os.write(fd, partition_metadata_bytes(topic_id))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -249,8 +249,10 @@ class Connection:
             return self._tls_principal
         return "User:ANONYMOUS"
 
-    def _encode(self, request: protocol.Request, result: Mapping[str, object],
+    def _encode(self, request: protocol.Request, result: Mapping[str, object] | protocol.Encoded,
                 version: int | None = None) -> list[Buffer]:
+        if isinstance(result, protocol.Encoded):     # a handler that encodes its own response (Metadata)
+            return protocol.frame_encoded(request, result)
         cls = protocol.response_class(request.api_key, request.api_version if version is None else version)
         return protocol.encode_response_parts(request, protocol.build(cls, result))
 

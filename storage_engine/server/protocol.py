@@ -322,6 +322,22 @@ def encode_response_parts(request: Request, response: Any) -> list[bytes | bytea
     return [p for p in out.parts if len(p)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """A response body its handler encoded itself (Metadata: :mod:`.handlers.metadata_wire`), with the version
+    of the response header to put before it (1 for the flexible versions of the API, else 0)."""
+
+    body: bytes
+    header_version: int
+
+
+def frame_encoded(request: Request, encoded: Encoded) -> list[bytes | bytearray | memoryview]:
+    """The frame of a body encoded by its handler: size, correlation id, the header's empty tagged fields in
+    header v1, then the body."""
+    header = _SIZE.pack(request.correlation_id) + (b"\x00" if encoded.header_version >= 1 else b"")
+    return [_SIZE.pack(len(header) + len(encoded.body)) + header, encoded.body]
+
+
 def encode_response(request: Request, response: Any) -> bytes:
     """:func:`encode_response_parts` as one ``bytes``."""
     return b"".join(encode_response_parts(request, response))

@@ -4,8 +4,9 @@ Each configured listener is an asyncio server; a connection past ``max.connectio
 ``max.connections.per.ip`` is closed at once with one log line. Every connection of every listener takes its
 request frames from one memory pool (``queued.max.request.bytes``); the limits and their derived defaults are
 in :mod:`storage_engine.server.limits` and are logged at start. On SIGTERM/SIGINT the listeners stop
-accepting, idle connections are closed, requests in flight are answered (up to :data:`DRAIN_S`), and the log
-manager is closed clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
+accepting, idle connections are closed, requests in flight are answered (up to :data:`DRAIN_S`), the high
+watermarks are checkpointed (:mod:`storage_engine.server.replica_checkpoints`), and the log manager is closed
+clean (producer snapshots, flush, clean-shutdown marker), so the next start recovers nothing.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from storage_engine.config import StorageConfig
 from storage_engine.log.manager import LogManager
 from storage_engine.server.broker import STATUS_INTERVAL_S, Broker
 from storage_engine.server.connection import Connection
+from storage_engine.server import replica_checkpoints
 from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import Users, load_users
 from storage_engine.server.settings import Listener, parse_listeners, tls_context
@@ -156,10 +158,13 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     await broker.call(broker.groups.load)
     await broker.call(broker.transactions.load)
     await broker.transactions.recover()         # transactions a stop left in Prepare* are completed before serving
+    await broker.call(replica_checkpoints.at_start, broker.manager)
     broker.groups.start()
     broker.transactions.start()
     await server.start()
     status = asyncio.create_task(server.status_loop())
+    high_watermarks = asyncio.create_task(replica_checkpoints.run(
+        broker.manager, broker.config.server["replica.high.watermark.checkpoint.interval.ms"], server.stopping))
     print("serving " + ", ".join(f"{p}://{h}:{port}" for p, h, port in server.broker.listeners), flush=True)
     if ready is not None:
         ready.set()
@@ -169,6 +174,8 @@ async def _run(server: Server, ready: asyncio.Event | None = None) -> None:
     await server.broker.transactions.stop()
     await server.broker.groups.stop()
     await status
+    await high_watermarks
+    await broker.call(replica_checkpoints.checkpoint, broker.manager)   # as Kafka's ReplicaManager.shutdown
 
 
 def serve(config: StorageConfig, *, listeners: str | None = None) -> int:

@@ -4,6 +4,7 @@ it."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -44,3 +45,40 @@ def test_folders_without_an_id_get_the_topics_and_a_written_id_is_never_replaced
     assert [read_topic_id(_folder(log_dir, "made-by-cli", p)) for p in range(3)] == [given] * 3
     assert kept == first
     assert read_topic_id(_folder(log_dir, "disagreeing", 1)) == second, "an existing id was replaced"
+
+
+def test_the_catalog_lists_a_log_dir_again_only_when_it_changed(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    config = config_from_mapping({"broker": {"log.dirs": [log_dir]}})
+    with LogManager.open(config) as mgr:
+        mgr.get_or_create_log("orders", 0)
+        broker = Broker(config, mgr)
+        try:
+            past = time.time() - 10
+            os.utime(log_dir, (past, past))           # settled: last changed well before the listing
+            first = broker._partition_dirs(log_dir)
+            assert [tp for _, tp in first] == [("orders", 0)]
+            assert broker._partition_dirs(log_dir) is first          # unchanged dir: the listing is reused
+            os.mkdir(_folder(log_dir, "orders", 1))                  # made by another process: the mtime moves
+            again = broker._partition_dirs(log_dir)
+            assert [tp for _, tp in again] == [("orders", 0), ("orders", 1)]
+            # changed less than a second before it was listed: its names are read again every time (a change in
+            # the same timestamp tick would not move the mtime); the same names, the same listing
+            assert broker._partition_dirs(log_dir) is again
+            checkpoint = os.path.join(log_dir, "replication-offset-checkpoint")
+            with open(checkpoint, "wb"):             # a new name: sorted again
+                pass
+            again = broker._partition_dirs(log_dir)
+            with open(checkpoint + ".tmp", "wb"):    # the file replaced as checkpoints are: the same names after
+                pass
+            os.replace(checkpoint + ".tmp", checkpoint)
+            os.utime(log_dir, (past, past))
+            assert broker._partition_dirs(log_dir) is again
+            os.mkdir(_folder(log_dir, "orders", 2))
+            os.utime(log_dir, (past + 1, past + 1))  # settled again, another mtime: names differ, sorted again
+            assert [tp for _, tp in broker._partition_dirs(log_dir)] == [("orders", 0), ("orders", 1), ("orders", 2)]
+            os.rmdir(_folder(log_dir, "orders", 2))
+            assert broker.topics(fresh=True) == {"orders": [0, 1]}
+            assert broker._partition_dirs(str(tmp_path / "missing")) == []
+        finally:
+            broker.close()

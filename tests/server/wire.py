@@ -377,10 +377,10 @@ def _build(rng: random.Random, cls: type, key: int, targets: Targets, path: str,
 
 # -- transactions ---------------------------------------------------------------------------------------------------
 
-def build_request(key: int, version: int, **fields: Any) -> Any:
+def build_request(api_key: int, version: int, /, **fields: Any) -> Any:
     """Like :func:`req`, with nested fields given as dicts (or lists of dicts) built into the version's nested
     classes, and lists of plain values as tuples. A field the version lacks is an error (nothing is dropped)."""
-    return _made(load_request_schema(key, version), fields)
+    return _made(load_request_schema(api_key, version), fields)
 
 
 def _made(cls: type, values: dict[str, Any]) -> Any:

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_engine.server.errors import ErrorCode
+from storage_engine.server.protocol import Encoded
 from storage_engine.server.handlers import (acls, admin, alter_configs, cluster, configs, fetch, groups,
                                             list_transactions, metadata, produce, producers, scram,
                                             topic_partitions, transactions)
 from storage_engine.server.handlers.context import Ctx
 from storage_engine.server.responses.versions import ApiVersionsResponse
 
-Handler = Callable[[Ctx, Any], Awaitable[Mapping[str, object] | None]]   # a TypedDict of responses/
+# A TypedDict of responses/, or the body already encoded (Metadata: handlers/metadata_wire.py)
+Handler = Callable[[Ctx, Any], Awaitable[Mapping[str, object] | Encoded | None]]
 
 
 @dataclass(frozen=True)

@@ -184,4 +184,4 @@ def test_a_new_topic_takes_its_id_from_the_one_topic_id_writer(tmp_path, monkeyp
         for name, (t, _p) in layout.partition_dirs(d):
             if t == "fresh":
                 with open(os.path.join(d, name, layout.PARTITION_METADATA), "rb") as f:
-                    assert f.read() == f"version: 0\ntopic_id: {topic_id.uuid_text(chosen)}\n".encode()
+                    assert f.read() == f"version: 0\ntopic_id: {topic_id.uuid_text(chosen)}".encode()
