@@ -2,9 +2,12 @@
 Kafka's StandardAuthorizer (java/acl_setup.py: admin is a super user, alice and bob are not). The ACL APIs: the
 super user creates, describes with Kafka's filters (LITERAL, PREFIXED, ANY, MATCH) and deletes ACLs, which survive a
 restart; the others are refused with ClusterAuthorizationException; bad bindings are InvalidRequestException
-(without an authorizer the calls are SecurityDisabledException: test_java_admin). The ACLs at work: a
-transactional id needs WRITE on it; a consumer needs READ on its topic and its group; configs, records,
-partitions, log dirs and the broker's configs need their operations, which the super user has."""
+(without an authorizer the calls are SecurityDisabledException: test_java_admin). The ACLs at work: a user allowed
+by prefixed ACLs produces, consumes in her group and sees only her topics, one with no ACL is refused
+(TopicAuthorizationException, GroupAuthorizationException) and sees none, a DENY wins over an ALLOW, the super user
+does anything, authorized operations of a topic and of the cluster come from the ACLs; a transactional id needs
+WRITE on it; a consumer needs READ on its topic and its group; configs, records, partitions, log dirs and the
+broker's configs need their operations."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -132,6 +135,7 @@ def test_transactional_id_needs_its_acl(secured):
     java.call("send", name="alice-tx2", topic="alice-tx-t", values=["t"])
     java.call("commit", name="alice-tx2")
     java.call("close", name="alice-tx2")
+    java.call("deleteAcls", client="admin", filters=[{"principal": "User:alice"}])
 
 
 def test_consumers_and_admin_calls_refused_by_acls(secured):
@@ -166,3 +170,56 @@ def test_consumers_and_admin_calls_refused_by_acls(secured):
     # the super user may do all of it
     java.call("incrementalAlterConfigs", client="admin", resource="alice-read", ops=[["retention.ms", "1000", "SET"]])
     assert java.call("describeConfigs", client="admin", resource="alice-read")["retention.ms"]["value"] == "1000"
+    java.call("deleteAcls", client="admin", filters=[{"principal": "User:alice"}])
+
+
+def test_acls_allow_a_user_deny_another_and_a_super_user_does_anything(secured):
+    broker, java = secured
+    acl_setup.make_topics(broker, "alice-t", "other-t")
+    assert java.call("describeAcls", client="admin", filter={"principal": "User:alice"}) == []
+    acls = [acl_setup.allow("User:alice", "TOPIC", "alice-", "WRITE", "PREFIXED"),
+            acl_setup.allow("User:alice", "TOPIC", "alice-", "READ", "PREFIXED"),
+            acl_setup.allow("User:alice", "GROUP", "alice-group", "READ")]
+    java.call("createAcls", client="admin", acls=acls)
+    listed = java.call("describeAcls", client="admin", filter={"principal": "User:alice"})
+    assert sorted(map(str, listed)) == sorted(map(str, acls))
+    # alice sees only her topics (those her prefix names); bob sees none; the super user every one
+    every = set(java.call("listTopics", client="admin"))
+    assert {"alice-t", "other-t"} <= every
+    assert set(java.call("listTopics", client="alice")) == {t for t in every if t.startswith("alice-")}
+    assert java.call("listTopics", client="bob") == []
+    java.call("producer", name="alice-p", config={**acl_setup.sasl(broker, "alice", "SCRAM-SHA-256"), "acks": "all"})
+    assert [s["offset"] for s in java.call("send", name="alice-p", topic="alice-t", values=["a", "b"])] == [0, 1]
+    assert java.error("send", name="alice-p", topic="other-t", values=["x"]).kind == "TopicAuthorizationException"
+    alice = acl_setup.sasl(broker, "alice", "SCRAM-SHA-256")
+    java_consumer(java, alice["bootstrap.servers"], "alice-c", **alice, **{"group.id": "alice-group"})
+    java.call("subscribe", name="alice-c", topics=["alice-t"])
+    assert [r["value"] for r in java.call("poll", name="alice-c", count=2, timeout_ms=60000)] == ["a", "b"]
+    java.call("commit_sync", name="alice-c")
+    java.call("close", name="alice-c")
+    java.call("producer", name="bob-p", config={**acl_setup.sasl(broker, "bob"), "enable.idempotence": "false",
+                                                "max.block.ms": "10000"})
+    assert java.error("send", name="bob-p", topic="alice-t", values=["b"]).kind == "TopicAuthorizationException"
+    java.call("close", name="bob-p")
+    assert java.error("describeConsumerGroups", client="bob", groups=["alice-group"]).kind == \
+        "GroupAuthorizationException"
+    assert java.error("deleteTopics", client="alice", topics=["other-t"]).kind == "TopicAuthorizationException"
+    assert java.error("createTopics", client="alice", topics=[{"name": "alice-new", "partitions": 1}]).kind == \
+        "TopicAuthorizationException"
+    assert java.error("describeAcls", client="alice").kind == "ClusterAuthorizationException"
+    assert java.error("createAcls", client="bob", acls=[acl_setup.allow("User:bob", "TOPIC", "*", "ALL")]).kind == \
+        "ClusterAuthorizationException"
+    # a DENY wins over the prefixed ALLOW
+    deny = acl_setup.allow("User:alice", "TOPIC", "alice-t", "WRITE", permission="DENY")
+    java.call("createAcls", client="admin", acls=[deny])
+    assert java.error("send", name="alice-p", topic="alice-t", values=["c"]).kind == "TopicAuthorizationException"
+    assert java.call("deleteAcls", client="admin", filters=[{"principal": "User:alice", "permission": "DENY"}]) == \
+        [deny]
+    assert [s["offset"] for s in java.call("send", name="alice-p", topic="alice-t", values=["d"])] == [2]
+    java.call("close", name="alice-p")
+    ops = java.call("describeTopics", client="alice", topics=["alice-t"], authorized_operations=True)
+    assert set(ops["alice-t"]["authorized_operations"]) == {"READ", "WRITE", "DESCRIBE"}
+    assert java.call("describeCluster", client="alice", authorized_operations=True)["authorized_operations"] == []
+    assert set(java.call("describeCluster", client="admin", authorized_operations=True)["authorized_operations"]) \
+        == CLUSTER_OPS
+    java.call("deleteAcls", client="admin", filters=[{"principal": "User:alice"}])

@@ -376,3 +376,14 @@ def test_describe_groups_with_authorized_operations_and_no_authorizer_is_every_g
     java.call("alterConsumerGroupOffsets", group="adm-gops-group", offsets={"adm-gops:0": 0})
     got = java.call("describeConsumerGroups", groups=["adm-gops-group"], authorized_operations=True)
     assert set(got["adm-gops-group"]["authorized_operations"]) == GROUP_OPS
+
+
+def test_describe_and_delete_topics_by_id(kafka):
+    broker, java = kafka
+    make_topic(broker, "adm-byid", 2)
+    topic_id = java.call("describeTopics", topics=["adm-byid"])["adm-byid"]["topic_id"]
+    assert java.call("describeTopicsById", ids=[topic_id]) == {topic_id: {"name": "adm-byid", "partitions": 2}}
+    java.call("deleteTopicsById", ids=[topic_id])
+    assert "adm-byid" not in java.call("listTopics")
+    assert java.error("describeTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
+    assert java.error("deleteTopicsById", ids=[topic_id]).kind == "UnknownTopicIdException"
