@@ -10,7 +10,7 @@
  *
  * Clients are named and kept between commands: {"op": "admin" | "producer" | "consumer", "name": n, "config":
  * {...}} makes one (String keys and values), {"op": "close", "name": n} closes it. Producer, consumer and group
- * operations live in Clients.java, the Admin API's in AdminOps.java.
+ * operations live in Clients.java, the Admin API's in AdminOps.java and AdminGroupOps.java.
  */
 
 import java.io.BufferedReader;

@@ -4,7 +4,7 @@ answer into a result or a :class:`JavaError` naming the Java exception's class (
 ``UnsupportedVersionException``, ``TopicAuthorizationException``), so tests assert what the Java client itself
 raised. Clients are named: ``driver.call("admin", name="admin", config={...})`` makes one, later commands name it
 (``client=`` for Admin calls, ``name=`` for producers and consumers). The commands are those of Clients.java and
-AdminOps.java (Admin calls carry the Admin method's name)."""
+AdminOps.java and AdminGroupOps.java (Admin calls carry the Admin method's name)."""
 from __future__ import annotations
 
 import json
