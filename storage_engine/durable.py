@@ -89,8 +89,10 @@ def read_regular_file(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically: write ``<path>.tmp``, fsync it, rename, fsync the dir."""
+def atomic_write(path: str, data: bytes, *, sync: bool = True, steps: str = "atomic", what: str = "file") -> None:
+    """Replace ``path`` with ``data`` atomically: write ``<path>.tmp``, fsync it, rename, fsync the dir. ``steps``
+    names the crash points (``<steps>.tmp-written``, ``<steps>.renamed``, and ``<steps>.synced`` for a caller with
+    its own), ``what`` the file in an error."""
     tmp = path + TMP_SUFFIX
     try:
         with open(tmp, "wb") as f:
@@ -98,13 +100,15 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-        crashpoints.reached("atomic.tmp-written")
+        crashpoints.reached(f"{steps}.tmp-written")
         os.replace(tmp, path)
     except OSError as exc:
-        raise StorageIOError("cannot write file atomically", path, exc) from exc
-    crashpoints.reached("atomic.renamed")
+        raise StorageIOError(f"cannot write {what} atomically", path, exc) from exc
+    crashpoints.reached(f"{steps}.renamed")
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if steps != "atomic":
+        crashpoints.reached(f"{steps}.synced")
 
 
 def durable_rename(src: str, dst: str, *, sync: bool = True, missing_ok: bool = False) -> bool:

@@ -29,11 +29,10 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from storage_engine import crashpoints
 from storage_engine.acl.filters import AclBindingFilter
 from storage_engine.acl.model import AclBinding, Operation, PatternType, Permission, ResourceType, invalid_reason
-from storage_engine.durable import fsync_dir, read_regular_file
-from storage_engine.errors import ConfigError, StorageIOError
+from storage_engine.durable import atomic_write, fsync_dir, read_regular_file
+from storage_engine.errors import ConfigError
 from storage_engine.layout import ACLS_FILE, ACLS_LOCK_FILE, TMP_SUFFIX
 
 logger = logging.getLogger(__name__)
@@ -127,20 +126,7 @@ def read_acls(log_dirs: Sequence[str]) -> tuple[AclBinding, ...]:
 
 def write_file(path: str, acls: Sequence[AclBinding]) -> None:
     """Replace the file with ``acls``: temp, fsync, rename, dir fsync (a crash leaves the old or the new)."""
-    tmp = path + TMP_SUFFIX
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        with open(tmp, "wb") as f:
-            f.write(encode(acls))
-            f.flush()
-            os.fsync(f.fileno())
-        crashpoints.reached("acl.tmp-written")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StorageIOError("cannot write the ACL file", path, exc) from exc
-    crashpoints.reached("acl.renamed")
-    fsync_dir(directory)
-    crashpoints.reached("acl.synced")
+    atomic_write(path, encode(acls), steps="acl", what="the ACL file")
 
 
 class AclStore:

@@ -194,7 +194,7 @@ ROWS: list[Row] = [
         on_cluster(Op.ALTER_CONFIGS), CLUSTER_AUTH, INVALID_REQUEST, incremental_alter_configs(True), responses0),
 ]
 
-# The APIs added by issue 40 (served once their handlers land), each with Kafka's rule.
+# The cluster, producer and transaction admin APIs, each with Kafka's rule.
 ROWS += [
     Row("offset-for-leader-epoch/topic", "handleOffsetForLeaderEpochRequest (CLUSTER_ACTION, else DESCRIBE topic)",
         23, 4, on_topic(D), TOPIC_AUTH, 0, offset_for_leader_epoch, epoch_code,

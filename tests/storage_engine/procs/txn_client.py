@@ -38,7 +38,7 @@ def arm(point: str) -> None:
     if point == "txnindex":
         segment.LogSegment.update_txn_index = lambda self, completed, lso: die() if completed.is_aborted else None  # type: ignore[method-assign, assignment]  # the crash injection replaces the method in this process
     elif point == "snapshot-tmp":
-        def half_written(path, data, sync=True):
+        def half_written(path, data, sync=True, steps="atomic", what="file"):
             with open(path + ".tmp", "wb") as f:
                 f.write(data[: len(data) // 2])
             die()
