@@ -1,9 +1,9 @@
 /*
  * The Admin API's commands of Driver.java (topics, configs, records, offsets, log dirs, ACLs here; groups,
- * transactions, the cluster and the unserved APIs in AdminGroupOps.java): each takes {"op": <Admin method name>, "client": <admin name, default
- * "admin">, ...arguments} and answers plain JSON of the result (partitions are "topic:partition" strings,
- * authorized operations sorted AclOperation names, absent optionals null). The arguments per op are read below;
- * tests/server/java/driver.py documents them beside the Python helpers.
+ * transactions, the cluster and the unserved APIs in AdminGroupOps.java): each takes {"op": <Admin method name>,
+ * "client": <admin name, default "admin">, ...arguments} and answers plain JSON of the result (partitions are
+ * "topic:partition" strings, authorized operations sorted AclOperation names, absent optionals null). The
+ * arguments of each op are read below; the tests (tests/server/test_java_*.py) show them in use.
  */
 
 import java.util.ArrayList;
