@@ -2,7 +2,8 @@
 
 The jars come from the PyPI package ``shigawire-apache-flink-libraries`` (pinned in requirements.txt), which ships
 kafka-clients 3.9.1 with the codec jars it loads (lz4-java, snappy-java, zstd-jni) and slf4j-api under
-``pyflink/lib/``; nothing else of it is used. The sources are compiled with the machine's ``javac`` into
+``pyflink/lib/``, and Jackson (core, databind, annotations) for the JSON the drivers speak; nothing else of it is
+used. The sources are compiled with the machine's ``javac`` into
 ``var/java/<hash of the sources>/`` (never committed), once per change of a source: ``python -m
 tests.server.java.build`` (``make java-clients``) or the first test that needs them.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 PACKAGE = "shigawire-apache-flink-libraries"
-JARS = ("kafka-clients.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar", "slf4j-api.jar")
+JARS = ("kafka-clients.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar", "slf4j-api.jar",
+        "jackson-core.jar", "jackson-databind.jar", "jackson-annotations.jar")
 
 
 class JavaUnavailable(Exception):
