@@ -27,7 +27,7 @@ from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
-from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.handlers.context import CloseConnection, Ctx
 from storage_engine.server.responses.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from storage_engine.server.limits import Limits, MemoryPool
 from storage_engine.server.sasl import AuthenticationFailed, Authenticator, Users
@@ -192,6 +192,8 @@ class Connection:
                     self.last_active = asyncio.get_running_loop().time()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except CloseConnection as exc:
+            logger.info("closing connection from %s on %s: %s", self.peer, self.listener, exc)
         except (protocol.MalformedRequest, Closing) as exc:
             self.broker.stats.malformed += 1
             logger.warning("closing connection from %s on %s: %s", self.peer, self.listener, _line(exc))

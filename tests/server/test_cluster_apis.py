@@ -30,7 +30,7 @@ from kafka.errors import InvalidReplicationAssignmentError, MessageSizeTooLargeE
 
 from tests.server import test_clients_kafkajs as kafkajs
 from tests.server import wire
-from tests.server.broker_proc import BrokerProcess
+from tests.server.broker_proc import BrokerProcess, wait_until
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 30.0
@@ -435,6 +435,32 @@ def test_an_append_larger_than_the_segment_is_record_list_too_large(kadmin, boot
     latest = raw(bootstrap, 2, 9, replica_id=-1, isolation_level=0, topics=[
         {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
     assert latest.topics[0].partitions[0].offset == 1
+
+
+def test_a_failed_produce_with_acks_0_closes_its_connection(kadmin, bootstrap, broker):
+    """A client that asked for no answer learns of a failure by its connection closing (KafkaApis closes it on
+    any error of an acks=0 Produce); a successful one keeps the connection and is stored."""
+    name = topic_name("acks0")
+    create(kadmin, name, configs={"segment.bytes": "1024", "max.message.bytes": "1500"})
+    conn = wire.Conn(bootstrap)
+    try:
+        conn.send(wire.request_frame(wire.produce_request(9, name, 0, wire.batch([b"ok"]), acks=0), 1))
+        assert int(conn.request(wire.api_versions(), 2).error_code) == 0, "answered after the stored acks=0 batch"
+        conn.send(wire.request_frame(wire.produce_request(9, name, 0, wire.batch([b"x" * 1200]), acks=0), 3))
+        assert conn.expect_closed(TIMEOUT) == b"", "RECORD_LIST_TOO_LARGE with acks=0: closed, no answer"
+    finally:
+        conn.close()
+    conn = wire.Conn(bootstrap)
+    try:
+        conn.send(wire.request_frame(wire.produce_request(9, "absent-" + name, 0, wire.batch([b"v"]), acks=0), 1))
+        assert conn.expect_closed(TIMEOUT) == b"", "UNKNOWN_TOPIC_OR_PARTITION with acks=0: closed"
+    finally:
+        conn.close()
+    latest = raw(bootstrap, 2, 9, replica_id=-1, isolation_level=0, topics=[
+        {"name": name, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+    assert latest.topics[0].partitions[0].offset == 1, "the good batch stored, the refused one not"
+    wait_until("the closing line naming the failure",
+               lambda: "a Produce with acks=0 failed: RECORD_LIST_TOO_LARGE" in broker.log_text(), TIMEOUT)
 
 
 # -- kafkajs ------------------------------------------------------------------------------------------------------

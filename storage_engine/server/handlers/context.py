@@ -8,6 +8,11 @@ from storage_engine.server.broker import Broker
 from storage_engine.server.protocol import Request
 
 
+class CloseConnection(Exception):
+    """Close this connection after logging this line, without an answer: how a broker tells a client that expects
+    no response (a Produce with acks=0) that its request failed, as Kafka does."""
+
+
 @dataclass
 class Ctx:
     broker: Broker

@@ -1,6 +1,7 @@
 """Produce and InitProducerId: client batches appended through the engine's leader append (validated, offsets
 assigned in place, producer sequence and epoch checked; a retried batch answers its first offsets and writes
-nothing), answered per acks (0: no response; 1 and all: after the append; on one node the high watermark moves
+nothing), answered per acks (0: no response, and the connection closed if any partition failed, as Kafka
+tells such a client; 1 and all: after the append; on one node the high watermark moves
 with the append).
 
 Authorization as Kafka's ``KafkaApis.handleProduceRequest``: a request whose partitions hold a transactional batch
@@ -21,7 +22,7 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import transactions
-from storage_engine.server.handlers.context import Ctx
+from storage_engine.server.handlers.context import CloseConnection, Ctx
 from storage_engine.server.responses.produce import (InitProducerIdResponse, PartitionProduceResponse,
                                                      ProduceResponse, TopicProduceResponse)
 
@@ -148,7 +149,7 @@ async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
     if _has_transactional(body) and (body.transactional_id is None or not access.allowed(
             ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)):
         if acks == 0:
-            return None
+            raise CloseConnection("a Produce with acks=0 refused: TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         return {"throttle_time": 0, "responses": tuple(
             {"name": t.name, "partition_responses": tuple(
                 _refused(int(pd.index), ErrorCode.transactional_id_authorization_failed) for pd in t.partition_data)}
@@ -173,6 +174,10 @@ async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
     if appended:
         broker.notify_append()
     if acks == 0:
+        failed = sorted({ErrorCode(p["error_code"]).name.upper() for t in responses for p in t["partition_responses"]}
+                        - {"NONE"})
+        if failed:    # the client expects no answer: closing the connection is how it learns (KafkaApis)
+            raise CloseConnection(f"a Produce with acks=0 failed: {', '.join(failed)}")
         return None
     return {"responses": tuple(responses), "throttle_time": 0}
 
