@@ -10,8 +10,10 @@ import errno
 import html
 import json
 import os
+import shlex
 import shutil
 import struct
+import sys
 
 import pytest
 
@@ -57,7 +59,8 @@ def variables():
 
 
 def cli(storage, *args: str) -> str:
-    return " ".join(["python", "-m", "storage_engine", "--config", str(storage.config_path), *args])
+    """A fix's command: the full path of the Python running the tasks, so that it works from any shell."""
+    return shlex.join([sys.executable, "-m", "storage_engine", "--config", str(storage.config_path), *args])
 
 
 def digests(webhook) -> list[dict]:

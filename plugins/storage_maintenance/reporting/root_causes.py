@@ -2,8 +2,9 @@
 
 **Classes.** A run's failures (each failed partition of a batch, or a task's own error) are sorted into root
 causes by the engine's typed errors and, for I/O errors, by their errno. Each class carries its fix: a sentence,
-the commands that resolve it with the topic, partition, file and log dir filled in (``python -m storage_engine
---config <the config the DAGs use> ...``) and the Storage view page where it shows (and, for an uncleanable
+the commands that resolve it with the topic, partition, file and log dir filled in (``<the workers' python,
+full path> -m storage_engine --config <the config the DAGs use> ...``, which works from any shell; see
+:func:`engine_command`) and the Storage view page where it shows (and, for an uncleanable
 partition, its "Clear" button):
 
 ================  ======================================================  ==========================================
@@ -58,6 +59,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -104,6 +106,20 @@ _FOLDER_IS_FILE = re.compile(r"(/\S+) is [^,;]+?, not a folder")
 _UNREADABLE_PARTITION = re.compile(r"partition (\S+)-(\d+) (?:vanished from|cannot be read in) ")
 
 
+ENV_ENGINE_COMMAND = "STORAGE_MAINTENANCE_ENGINE_COMMAND"
+
+
+def engine_command() -> list[str]:
+    """How a fix's commands start the engine's CLI: ``$STORAGE_MAINTENANCE_ENGINE_COMMAND`` (split as a shell
+    splits it) where the operators' shells reach the engine differently from the workers (another host, a
+    container), else ``<the full path of this Python> -m storage_engine``."""
+    configured = os.environ.get(ENV_ENGINE_COMMAND, "").strip()
+    if configured:
+        return shlex.split(configured)
+    python = sys.executable or "python3"      # not resolved: a venv's python is a link out of the venv
+    return [os.path.abspath(python) if os.sep in python else python, "-m", "storage_engine"]
+
+
 class Where:
     """What a fix needs to name places: the storage config the DAGs use, its log dirs, the UI's base URL."""
 
@@ -135,8 +151,11 @@ class Where:
         return cls(config_path, log_dirs, base_url, store)
 
     def cli(self, *args: str) -> str:
-        config = ["--config", self.config_path] if self.config_path else []
-        return shlex.join(["python", "-m", "storage_engine", *config, *args])
+        """An engine command that works as printed from any shell and folder: the full path of the Python
+        that runs the tasks (the venv's, where the engine is installed), not a bare ``python`` that a shell
+        outside the venv does not have, and the config's absolute path."""
+        config = ["--config", os.path.abspath(self.config_path)] if self.config_path else []
+        return shlex.join([*engine_command(), *config, *args])
 
     def view(self, path: str = "/") -> str:
         return f"{self.base_url}{VIEW_PREFIX}{path}"
@@ -483,7 +502,8 @@ class AlertRecord:
     def claim(self, causes: list[dict], seen: dict, now_s: float | None = None) -> tuple[list[dict], list[dict]]:
         """Split ``causes`` into (to alert now, alerted before and still open); record the first ones. A cause
         alerted more than :data:`REMIND_AFTER_S` ago is alerted again (a reminder). Sets ``alerted_before`` on
-        every cause that was alerted before."""
+        every cause that was alerted before, and ``last_alert`` (``at``, ``dag_id``, ``run_id``: the alert that
+        makes this one a duplicate) on each one not alerted now."""
         now_s = time.time() if now_s is None else now_s
 
         def change(record: dict) -> tuple[Any, bool]:
@@ -499,9 +519,13 @@ class AlertRecord:
                     if detectors != set(entry.get("detectors") or []):
                         entry["detectors"], changed = sorted(detectors), True
                     if now_s - float(entry.get("alerted_at_s", 0)) < REMIND_AFTER_S:
+                        c["last_alert"] = {"at": _now_iso(float(entry.get("alerted_at_s", 0))),
+                                           "dag_id": entry.get("last_dag_id", entry.get("dag_id")),
+                                           "run_id": entry.get("last_run_id", entry.get("run_id"))}
                         repeated.append(c)
                         continue
-                    entry["alerted_at_s"], changed = now_s, True
+                    entry.update(alerted_at_s=now_s, last_dag_id=seen.get("dag_id"), last_run_id=seen.get("run_id"))
+                    changed = True
                     new.append(c)
                     continue
                 record[c["key"]] = {"kind": c["kind"], "scope": c["scope"], "partition": c.get("partition"),

@@ -15,6 +15,9 @@ re-parse); first match wins:
 (Variables are looked up as Airflow looks them up: secrets backends, ``AIRFLOW_VAR_...`` in the environment,
 then the metadata DB, where ``airflow variables set`` and the UI's Admin > Variables put them.)
 
+The e-mail is multipart/alternative: a text/plain part with the same facts and fix as the HTML part (made from
+it, :mod:`.notifiers_text`), for clients and terminals that show text only.
+
 Both channels are tried independently (e-mail first), so a failing webhook never masks the e-mail and vice
 versa; if either failed, :class:`AlertNotDelivered` names both outcomes afterwards.
 
@@ -35,14 +38,17 @@ from __future__ import annotations
 import html
 import json
 import os
+import smtplib
 import urllib.request
 from collections.abc import Iterable
-from typing import Any
+from email.message import EmailMessage
+from typing import Any, cast
 
 from airflow.sdk import BaseNotifier
 
 from ..reporting import root_causes
 from .hooks import StorageEngineHook
+from .notifiers_text import alert_message
 
 ENV_EMAILS = "STORAGE_MAINTENANCE_ALERT_EMAILS"
 ENV_WEBHOOK = "STORAGE_MAINTENANCE_ALERT_WEBHOOK"
@@ -119,7 +125,9 @@ def send(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] |
 
     A run digest (event ``storage_maintenance_run_failed``) is first reduced to what is new: when every root
     cause of it was alerted before and is still open, nothing is sent (``"suppressed"`` lists them); otherwise
-    its subject and body are rendered here, with the old causes marked as still failing. ``subject`` and
+    its subject and body are rendered here, with the old causes marked as still failing. A suppressed digest's
+    outcome says why in ``"suppressed_causes"``: per cause, its ``title`` and ``where``, and the alert it
+    repeats (``alerted_at``, ``dag_id``, ``run_id``); the run page shows that. ``subject`` and
     ``html_body`` are used as given for every other alert."""
     annotate(alert)
     record, claimed = None, []
@@ -132,7 +140,8 @@ def send(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] |
             if log is not None:
                 log.info("every root cause of this failure was alerted before and is still open: %s",
                          ", ".join(keys))
-            return {"emailed": [], "webhook_status": None, "suppressed": keys}
+            return {"emailed": [], "webhook_status": None, "suppressed": keys,
+                    "suppressed_causes": [suppressed_cause(c) for c in repeated]}
         subject, html_body = digest_subject(alert), digest_html(alert)
     try:
         outcome = _deliver(alert, subject, html_body, to=to, webhook_url=webhook_url, smtp_conn_id=smtp_conn_id,
@@ -144,6 +153,15 @@ def send(alert: dict, subject: str, html_body: str, *, to: str | Iterable[str] |
     if alert.get("event") == RUN_FAILED:
         outcome["root_causes"] = alert["new_root_causes"]
     return outcome
+
+
+def suppressed_cause(cause: dict) -> dict:
+    """What the run summary keeps of a root cause not alerted again: what it is, and which alert it repeats."""
+    last = cause.get("last_alert") or {}
+    return {"key": cause["key"], "title": cause.get("title"),
+            "where": cause.get("partition") or cause.get("log_dir") or cause.get("path"),
+            "alerted_at": last.get("at") or cause.get("alerted_before"), "first_alerted": cause.get("alerted_before"),
+            "dag_id": last.get("dag_id"), "run_id": last.get("run_id")}
 
 
 def _claim(alert: dict, log: Any) -> tuple[root_causes.AlertRecord | None, list[dict], list[dict]]:
@@ -171,8 +189,8 @@ def _deliver(alert: dict, subject: str, html_body: str, *, to: str | Iterable[st
             from airflow.providers.smtp.hooks.smtp import SmtpHook
 
             with SmtpHook(smtp_conn_id=smtp_conn_id) as smtp:
-                smtp.send_email_smtp(to=rcpt, subject=subject, html_content=html_body,
-                                     from_email=from_email or smtp.from_email or DEFAULT_FROM)
+                sender = from_email or smtp.from_email or DEFAULT_FROM
+                _send_mail(smtp, alert_message(subject, html_body, sender, rcpt), sender, rcpt)
             outcome["emailed"] = rcpt
         except Exception as exc:   # noqa: BLE001 - each channel's failure is named in AlertNotDelivered
             failures.append(f"e-mail via {smtp_conn_id}: {type(exc).__name__}: {exc}")
@@ -190,6 +208,21 @@ def _deliver(alert: dict, subject: str, html_body: str, *, to: str | Iterable[st
     if failures:
         raise AlertNotDelivered("alert not fully delivered: " + "; ".join(failures))
     return outcome
+
+
+def _send_mail(smtp: Any, message: EmailMessage, sender: str, rcpt: list[str]) -> None:
+    """Send ``message`` through the SMTP connection ``smtp`` (an entered ``SmtpHook``: connected, TLS and login as
+    the connection says), retrying as the connection's ``retry_limit`` says (as the hook's own sending does). The hook's own ``send_email_smtp``
+    builds an HTML-only message; the alert has a text part too (:func:`.notifiers_text.alert_message`)."""
+    client = cast(smtplib.SMTP, smtp._smtp_client)   # the hook's logged-in client (set by entering the hook)
+    limit = int(smtp.smtp_retry_limit)
+    for attempt in range(limit + 1):
+        try:
+            client.send_message(message, from_addr=sender, to_addrs=rcpt)
+            return
+        except smtplib.SMTPException:
+            if attempt == limit:
+                raise
 
 
 def _table(rows: list[tuple[str, Any]]) -> str:
