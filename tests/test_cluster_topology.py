@@ -18,7 +18,7 @@ from tests.paths import REPO
 pytestmark = pytest.mark.unit
 
 PORTS = Ports(airflow=18080, postgres=15432, redis=16379, smtp=11025, mail_http=18025, spark_master=17077,
-              spark_master_ui=18081, spark_worker_ui=18082, spark_driver=17078, spark_block_manager=17079,
+              spark_master_ui=18081, spark_master_rest=16066, spark_worker=17080, spark_worker_ui=18082, spark_driver=17078, spark_block_manager=17079,
               broker=19092, seaweedfs_master=19333, seaweedfs_master_grpc=29333, seaweedfs_volume_1=18083,
               seaweedfs_volume_1_grpc=28083, seaweedfs_volume_2=18084, seaweedfs_volume_2_grpc=28084,
               seaweedfs_filer=18888, seaweedfs_filer_grpc=28888, seaweedfs_s3=18333, seaweedfs_s3_grpc=28333)
@@ -146,6 +146,24 @@ def test_spark_client_settings_are_the_images_with_local_paths(local):
     assert set(local_conf) == set(ours)
     assert local_conf["spark.driver.bindAddress"].strip() == "127.0.0.1"
     assert local_conf["spark.executorEnv.PYTHONPATH"].strip() == str(REPO)
+
+
+def test_spark_daemons_listen_on_their_local_ports_only(local):
+    """Every port the Spark master and worker open is one of :class:`Ports`: the master's REST submission server
+    through ``spark.master.rest.port`` (the master has no flag for it), the worker's RPC port through ``--port``
+    (Spark picks a random one without it). tests/cluster/test_cluster.py checks what they listen on."""
+    _, services = local
+
+    def flag(command: list[str], name: str) -> str:
+        return command[command.index(name) + 1]
+
+    master, worker = services["spark-master"], services["spark-worker"]
+    assert (flag(master.command, "--port"), flag(master.command, "--webui-port")) == ("17077", "18081")
+    assert master.environment["SPARK_MASTER_OPTS"] == "-Dspark.master.rest.port=16066"
+    assert (flag(worker.command, "--port"), flag(worker.command, "--webui-port")) == ("17080", "18082")
+    assert "SPARK_MASTER_OPTS" not in worker.environment
+    kept = topology.services(PORTS, compose=topology.load_compose(), base={**BASE, "SPARK_MASTER_OPTS": "-Xmx1g"})
+    assert kept["spark-master"].environment["SPARK_MASTER_OPTS"] == "-Xmx1g -Dspark.master.rest.port=16066"
 
 
 def test_make_cluster_runs_this_module():
