@@ -4,7 +4,9 @@ include/cluster/topology.py names with their reasons. A service, a hostname, a p
 compose without its local counterpart fails here."""
 from __future__ import annotations
 
+import dataclasses
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,35 @@ def test_seaweedfs_servers_listen_and_meet_on_their_local_ports(local):
     assert f"-filer=127.0.0.1:{PORTS.seaweedfs_filer}.{PORTS.seaweedfs_filer_grpc}" in services["seaweedfs-s3"].command
     assert services["seaweedfs-init"].command[:2] == ["/bin/sh", "-c"]
     assert services["seaweedfs-init"].command[2].count(f"{master} -filer=127.0.0.1:{PORTS.seaweedfs_filer}.") == 2
+
+
+def test_the_readme_ports_table_names_every_port_with_its_default_and_variable():
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## Ports\n"):]
+    rows = [r for r in section.splitlines() if r.startswith("| `make cluster` |")]
+    defaults = Ports()
+    for f in dataclasses.fields(Ports):
+        variable = Ports.variable(f.name)
+        row = [r for r in rows if re.search(rf"`{variable}`", r)]
+        assert len(row) == 1, f"the README's Ports table has no single make cluster row naming {variable}"
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        assert f"`{getattr(defaults, f.name)}`" in cells[2], f"{variable}: the table's default {cells[2]!r}"
+
+
+def test_make_cluster_refuses_a_port_in_use_before_starting_anything(tmp_path):
+    """A port something else listens on fails `make cluster` at once, naming the variable that moves it; without
+    the check a readiness probe would reach the other server and pass."""
+    from include.broker_launcher import free_ports
+    from include.cluster.run import Cluster
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        ports = Ports(*free_ports(len(dataclasses.fields(Ports)) - 1), seaweedfs_s3_grpc=taken)
+        assert ports.in_use() == [f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"]
+        cluster = Cluster(tmp_path, ports, base_env=BASE)
+        with pytest.raises(RuntimeError, match=f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"):
+            cluster.up(timeout=5)
+    assert cluster.state["processes"] == {}
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())

@@ -53,7 +53,8 @@ class Ports:
     spark_master: int = 7077
     spark_master_ui: int = 8081
     spark_master_rest: int = 6066          # the master's REST submission server (Spark's default port)
-    spark_worker: int = 7080               # the worker's RPC port (Spark picks a random one unless told)
+    spark_worker: int = 7076               # the worker's RPC port (Spark picks a random one unless told); below 7077:
+    #                                        drivers and executors retry upwards from 7078 and 7079 when taken
     spark_worker_ui: int = 8082
     spark_driver: int = 7078
     spark_block_manager: int = 7079
@@ -74,7 +75,7 @@ class Ports:
         env = os.environ if env is None else env
         values = {}
         for f in fields(cls):
-            name = "AIRFLOW_PORT" if f.name == "airflow" else f"CLUSTER_{f.name.upper()}_PORT"
+            name = cls.variable(f.name)
             if env.get(name):
                 try:
                     values[f.name] = int(env[name])
@@ -83,6 +84,24 @@ class Ports:
                 if not 0 < values[f.name] < 65536:
                     raise SystemExit(f"{name}={env[name]} is not a port number (1-65535)")
         return cls(**values)
+
+    @staticmethod
+    def variable(name: str) -> str:
+        """The environment variable that moves the port of field ``name``."""
+        return "AIRFLOW_PORT" if name == "airflow" else f"CLUSTER_{name.upper()}_PORT"
+
+    def in_use(self) -> list[str]:
+        """``VARIABLE=port`` of each port something already listens on at 127.0.0.1: a service started there would
+        fail to bind, or a readiness check would reach the other server and pass."""
+        import socket
+
+        taken = []
+        for f in fields(self):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                if s.connect_ex((LOOPBACK, getattr(self, f.name))) == 0:
+                    taken.append(f"{self.variable(f.name)}={getattr(self, f.name)}")
+        return taken
 
 
 def address_table(ports: Ports) -> dict[tuple[str, int], int]:

@@ -111,3 +111,29 @@ def test_airflow_cli_without_a_command_names_what_is_missing():
     done = make("airflow-cli", [])
     assert done.returncode != 0
     assert "no airflow command given" in done.stderr
+
+
+def test_the_demos_closing_lines_name_the_url_a_login_airflow_keeps_and_the_storage_view(tmp_path, monkeypatch):
+    """``make demo`` ends with where ``make airflow`` serves: the URL, the login and the Storage view. The password
+    is written before the api-server ever ran; Airflow's own SimpleAuthManager, started on that file as the
+    api-server starts it, keeps it (it generates passwords only for users the file lacks)."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    from include.airflow_standalone import PASSWORD_FILE_NAME, where_to_look
+    from storage_maintenance.plugin import StorageMaintenancePlugin
+
+    lines = where_to_look(tmp_path, "127.0.0.1", 8123)
+    password = json.loads((tmp_path / PASSWORD_FILE_NAME).read_text())["admin"]
+    assert (tmp_path / PASSWORD_FILE_NAME).stat().st_mode & 0o777 == 0o600
+    assert lines[0].split() == ["Airflow:", "http://localhost:8123"]
+    assert lines[1].split()[:4] == ["login:", "admin", "/", password]
+    assert lines[2].split()[:2] == ["Storage:", "http://localhost:8123/plugin/storage"]
+    assert where_to_look(tmp_path, "127.0.0.1", 8123) == lines          # the same login every time
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(tmp_path / PASSWORD_FILE_NAME))
+    SimpleAuthManager().init()
+    assert SimpleAuthManager.get_passwords() == {"admin": password}
+    # /plugin/<url_route> is where Airflow's UI shows a plugin's navigation entry
+    routes = [v["url_route"] for v in StorageMaintenancePlugin.external_views if v["name"] == "Storage"]
+    assert routes == ["storage"]
