@@ -219,7 +219,7 @@ def test_make_cluster_refuses_a_port_in_use_before_starting_anything(tmp_path):
         other.bind(("127.0.0.1", 0))
         other.listen()
         taken = other.getsockname()[1]
-        ports = Ports(*free_ports(len(dataclasses.fields(Ports)) - 1), seaweedfs_s3_grpc=taken)
+        ports = dataclasses.replace(Ports(*free_ports(len(dataclasses.fields(Ports)))), seaweedfs_s3_grpc=taken)
         assert ports.in_use() == [f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"]
         cluster = Cluster(tmp_path, ports, base_env=BASE)
         with pytest.raises(RuntimeError, match=f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"):
