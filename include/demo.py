@@ -31,7 +31,9 @@ processes, and after them the same client reads everything back before the broke
 history is written through the engine's API because it is backdated (a client cannot set the broker's clock).
 
 Each Airflow command's full output is kept in ``var/airflow/demo/<name>.log``. Afterwards ``make airflow``
-shows the same runs in the UI (same AIRFLOW_HOME); the object store keeps running for it.
+shows the same runs in the UI (same AIRFLOW_HOME); the object store keeps running for it. The demo ends with where
+``make airflow`` will serve: its URL, the admin login (written to AIRFLOW_HOME's password file now, which the
+api-server keeps at its first start) and the Storage view's address.
 """
 from __future__ import annotations
 
