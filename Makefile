@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser clients java-clients cluster-packages cluster cluster-stop test test-fast typecheck lint demo broker bench bench-large mutation airflow torture clean
+.PHONY: venv browser clients java-clients cluster-packages cluster cluster-stop airflow-cli cluster-cli test test-fast typecheck lint demo broker bench bench-large mutation airflow torture clean
 
 $(STAMP): requirements.txt pyproject.toml setup.py $(wildcard storage_engine/record/*.c storage_engine/record/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,16 @@ AIRFLOW_PORT ?= 8080
 # exec: Ctrl-C reaches the Python process directly, which stops every component within seconds.
 airflow: $(STAMP)
 	exec $(BIN)/python -m include.airflow_standalone --host $(AIRFLOW_HOST) --port $(AIRFLOW_PORT) $(ARGS)
+
+# Airflow's own CLI against `make airflow`'s metadata DB, DAGs and settings (AIRFLOW_HOME=var/airflow, its SQLite DB):
+# make airflow-cli ARGS="variables set NAME VALUE", ARGS="backfill create --dag-id log_compaction ...";
+# ARGS="--print-env" prints the environment as export lines (eval "$$(make -s airflow-cli ARGS=--print-env)").
+airflow-cli: $(STAMP)
+	@exec $(BIN)/python -m include.airflow_cli $(ARGS)
+
+# The same against `make cluster`'s (its scheduler's environment: PostgreSQL on the port the last `make cluster` used).
+cluster-cli: $(STAMP)
+	@exec $(BIN)/python -m include.airflow_cli --cluster $(ARGS)
 
 # docker-compose.yaml's deployment as processes on this machine (no container engine needed): PostgreSQL, Redis, an
 # SMTP catcher, the Spark master and worker, Airflow with the CeleryExecutor and one worker per storage host, and the

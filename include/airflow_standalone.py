@@ -147,6 +147,46 @@ def read_password(home: Path = AIRFLOW_HOME, user: str = "admin") -> str | None:
         return None
 
 
+# The simple auth manager's alphabet and length for the passwords it generates (no look-alike characters).
+PASSWORD_ALPHABET = "abcdefghkmnpqrstuvwxyzABCDEFGHKMNPQRSTUVWXYZ23456789"
+STORAGE_VIEW_PATH = "/plugin/storage"
+
+
+def ensure_password(home: Path = AIRFLOW_HOME, user: str = "admin") -> str:
+    """``user``'s password in ``home``'s password file, written first if missing: a random one of the kind the
+    api-server generates at its first start (which keeps a password the file already holds), so ``make demo`` can
+    print the login before Airflow's api-server has ever run. The file is readable by its owner only."""
+    import secrets
+
+    existing = read_password(home, user)
+    if existing is not None:
+        return existing
+    path = home / PASSWORD_FILE_NAME
+    try:
+        passwords = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        raise SystemExit(f"{path} is not JSON: fix or delete it (the api-server writes a new one)") from None
+    passwords[user] = "".join(secrets.choice(PASSWORD_ALPHABET) for _ in range(16))
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(passwords) + "\n")
+    os.replace(tmp, path)
+    return passwords[user]
+
+
+def where_to_look(home: Path = AIRFLOW_HOME, host: str | None = None, port: int | None = None) -> list[str]:
+    """The lines that tell where ``make airflow`` serves: its URL, the login and the Storage view's address
+    (``AIRFLOW_HOST`` and ``AIRFLOW_PORT`` as ``make airflow`` reads them, unless given)."""
+    host = host or os.environ.get("AIRFLOW_HOST") or DEFAULT_HOST
+    port = port if port is not None else int(os.environ.get("AIRFLOW_PORT") or 8080)
+    url = airflow_env(port=port, home=home, host=host)["AIRFLOW__API__BASE_URL"]
+    return [f"  Airflow:  {url}",
+            f"  login:    admin / {ensure_password(home)}  (in {os.path.relpath(home / PASSWORD_FILE_NAME)})",
+            f"  Storage:  {url}{STORAGE_VIEW_PATH}  (the Storage view: \"Storage\" in Airflow's navigation)"]
+
+
 def api_token(port: int, user: str, password: str, host: str = DEFAULT_HOST) -> str:
     req = urllib.request.Request(f"http://{url_host(host)}:{port}/auth/token", method="POST",
                                  data=json.dumps({"username": user, "password": password}).encode(),
@@ -332,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"  login:    admin / {password}", flush=True)
             print(f"  password: {os.path.relpath(home / PASSWORD_FILE_NAME)}", flush=True)
+        print(f"  Storage:  {url}{STORAGE_VIEW_PATH}  (the Storage view: \"Storage\" in Airflow's navigation)",
+              flush=True)
         print(f"  health:   {url}{HEALTH_PATH} -> " +
               ", ".join(f"{k} {v.get('status')}" for k, v in (h or {}).items() if isinstance(v, dict)), flush=True)
         if args.check and not no_login:

@@ -31,7 +31,9 @@ processes, and after them the same client reads everything back before the broke
 history is written through the engine's API because it is backdated (a client cannot set the broker's clock).
 
 Each Airflow command's full output is kept in ``var/airflow/demo/<name>.log``. Afterwards ``make airflow``
-shows the same runs in the UI (same AIRFLOW_HOME); the object store keeps running for it.
+shows the same runs in the UI (same AIRFLOW_HOME); the object store keeps running for it. The demo ends with where
+``make airflow`` will serve: its URL, the admin login (written to AIRFLOW_HOME's password file now, which the
+api-server keeps at its first start) and the Storage view's address.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env,
+from include.airflow_standalone import (AIRFLOW_HOME, DAGS_FOLDER, PLUGINS_FOLDER, REPO, airflow_env, where_to_look,
                                         airflow_executable)
 from include import demo_broker, demo_tiered
 from include.seaweedfs import WeedServer
@@ -462,6 +464,8 @@ def _with_broker(args: argparse.Namespace, t0: float, config: StorageConfig, con
         f"{tiered['remote_bytes_h']} of {demo_tiered.TOPIC} in it. It keeps running (pid "
         f"{weed.proc.pid if weed.proc else '?'}, data in {display_path(str(weed.folder))}) for `make airflow` and "
         f"`make broker`; the next `make demo` restarts it, `kill {weed.proc.pid if weed.proc else '<pid>'}` stops it.")
+    say("\nTo look at these runs and the store: `make airflow` (Ctrl-C stops it), then\n"
+        + "\n".join(where_to_look(AIRFLOW_HOME)))
     return 1 if failed else 0
 
 

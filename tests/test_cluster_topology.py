@@ -4,7 +4,9 @@ include/cluster/topology.py names with their reasons. A service, a hostname, a p
 compose without its local counterpart fails here."""
 from __future__ import annotations
 
+import dataclasses
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from tests.paths import REPO
 pytestmark = pytest.mark.unit
 
 PORTS = Ports(airflow=18080, postgres=15432, redis=16379, smtp=11025, mail_http=18025, spark_master=17077,
-              spark_master_ui=18081, spark_worker_ui=18082, spark_driver=17078, spark_block_manager=17079,
+              spark_master_ui=18081, spark_master_rest=16066, spark_worker=17080, spark_worker_ui=18082, spark_driver=17078, spark_block_manager=17079,
               broker=19092, seaweedfs_master=19333, seaweedfs_master_grpc=29333, seaweedfs_volume_1=18083,
               seaweedfs_volume_1_grpc=28083, seaweedfs_volume_2=18084, seaweedfs_volume_2_grpc=28084,
               seaweedfs_filer=18888, seaweedfs_filer_grpc=28888, seaweedfs_s3=18333, seaweedfs_s3_grpc=28333)
@@ -148,6 +150,24 @@ def test_spark_client_settings_are_the_images_with_local_paths(local):
     assert local_conf["spark.executorEnv.PYTHONPATH"].strip() == str(REPO)
 
 
+def test_spark_daemons_listen_on_their_local_ports_only(local):
+    """Every port the Spark master and worker open is one of :class:`Ports`: the master's REST submission server
+    through ``spark.master.rest.port`` (the master has no flag for it), the worker's RPC port through ``--port``
+    (Spark picks a random one without it). tests/cluster/test_cluster.py checks what they listen on."""
+    _, services = local
+
+    def flag(command: list[str], name: str) -> str:
+        return command[command.index(name) + 1]
+
+    master, worker = services["spark-master"], services["spark-worker"]
+    assert (flag(master.command, "--port"), flag(master.command, "--webui-port")) == ("17077", "18081")
+    assert master.environment["SPARK_MASTER_OPTS"] == "-Dspark.master.rest.port=16066"
+    assert (flag(worker.command, "--port"), flag(worker.command, "--webui-port")) == ("17080", "18082")
+    assert "SPARK_MASTER_OPTS" not in worker.environment
+    kept = topology.services(PORTS, compose=topology.load_compose(), base={**BASE, "SPARK_MASTER_OPTS": "-Xmx1g"})
+    assert kept["spark-master"].environment["SPARK_MASTER_OPTS"] == "-Xmx1g -Dspark.master.rest.port=16066"
+
+
 def test_make_cluster_runs_this_module():
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^cluster: .*\n\t\$\(BIN\)/python -m include\.cluster up", makefile, re.M)
@@ -174,3 +194,35 @@ def test_seaweedfs_servers_listen_and_meet_on_their_local_ports(local):
     assert f"-filer=127.0.0.1:{PORTS.seaweedfs_filer}.{PORTS.seaweedfs_filer_grpc}" in services["seaweedfs-s3"].command
     assert services["seaweedfs-init"].command[:2] == ["/bin/sh", "-c"]
     assert services["seaweedfs-init"].command[2].count(f"{master} -filer=127.0.0.1:{PORTS.seaweedfs_filer}.") == 2
+
+
+def test_the_readme_ports_table_names_every_port_with_its_default_and_variable():
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## Ports\n"):]
+    rows = [r for r in section.splitlines() if r.startswith("| `make cluster` |")]
+    defaults = Ports()
+    for f in dataclasses.fields(Ports):
+        variable = Ports.variable(f.name)
+        row = [r for r in rows if re.search(rf"`{variable}`", r)]
+        assert len(row) == 1, f"the README's Ports table has no single make cluster row naming {variable}"
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        assert f"`{getattr(defaults, f.name)}`" in cells[2], f"{variable}: the table's default {cells[2]!r}"
+
+
+def test_make_cluster_refuses_a_port_in_use_before_starting_anything(tmp_path):
+    """A port something else listens on fails `make cluster` at once, naming the variable that moves it; without
+    the check a readiness probe would reach the other server and pass."""
+    from include.broker_launcher import free_ports
+    from include.cluster.run import Cluster
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        ports = dataclasses.replace(Ports(*free_ports(len(dataclasses.fields(Ports)))), seaweedfs_s3_grpc=taken)
+        assert ports.in_use() == [f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"]
+        cluster = Cluster(tmp_path, ports, base_env=BASE)
+        with pytest.raises(RuntimeError, match=f"CLUSTER_SEAWEEDFS_S3_GRPC_PORT={taken}"):
+            cluster.up(timeout=5)
+    assert cluster.state["processes"] == {}
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())

@@ -290,6 +290,10 @@ class Cluster:
         if running:
             raise RuntimeError(f"a cluster already runs from {self.dir} ({', '.join(running)}): "
                                f"`make cluster-stop` first")
+        taken = self.ports.in_use()
+        if taken:
+            raise RuntimeError(f"already in use on {LOOPBACK}: {', '.join(taken)}; stop what listens there or move "
+                               f"the port (e.g. {taken[0].split('=')[0]}=<free port> make cluster)")
         self.state = {"processes": {}, "ports": asdict(self.ports), "host": self.host}
         self.prepare()
         _write_state(self.dir, self.state)

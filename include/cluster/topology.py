@@ -52,6 +52,9 @@ class Ports:
     mail_http: int = 8025
     spark_master: int = 7077
     spark_master_ui: int = 8081
+    spark_master_rest: int = 6066          # the master's REST submission server (Spark's default port)
+    spark_worker: int = 7076               # the worker's RPC port (Spark picks a random one unless told); below 7077:
+    #                                        drivers and executors retry upwards from 7078 and 7079 when taken
     spark_worker_ui: int = 8082
     spark_driver: int = 7078
     spark_block_manager: int = 7079
@@ -72,7 +75,7 @@ class Ports:
         env = os.environ if env is None else env
         values = {}
         for f in fields(cls):
-            name = "AIRFLOW_PORT" if f.name == "airflow" else f"CLUSTER_{f.name.upper()}_PORT"
+            name = cls.variable(f.name)
             if env.get(name):
                 try:
                     values[f.name] = int(env[name])
@@ -82,12 +85,31 @@ class Ports:
                     raise SystemExit(f"{name}={env[name]} is not a port number (1-65535)")
         return cls(**values)
 
+    @staticmethod
+    def variable(name: str) -> str:
+        """The environment variable that moves the port of field ``name``."""
+        return "AIRFLOW_PORT" if name == "airflow" else f"CLUSTER_{name.upper()}_PORT"
+
+    def in_use(self) -> list[str]:
+        """``VARIABLE=port`` of each port something already listens on at 127.0.0.1: a service started there would
+        fail to bind, or a readiness check would reach the other server and pass."""
+        import socket
+
+        taken = []
+        for f in fields(self):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                if s.connect_ex((LOOPBACK, getattr(self, f.name))) == 0:
+                    taken.append(f"{self.variable(f.name)}={getattr(self, f.name)}")
+        return taken
+
 
 def address_table(ports: Ports) -> dict[tuple[str, int], int]:
     """(compose host, container port) -> local port: every network address the services use."""
     return {("postgres", 5432): ports.postgres, ("redis", 6379): ports.redis, ("mailpit", 1025): ports.smtp,
             ("mailpit", 8025): ports.mail_http, ("spark-master", 7077): ports.spark_master,
-            ("spark-master", 8080): ports.spark_master_ui, ("spark-worker", 8081): ports.spark_worker_ui,
+            ("spark-master", 8080): ports.spark_master_ui, ("spark-master", 6066): ports.spark_master_rest,
+            ("spark-worker", 8081): ports.spark_worker_ui,
             ("airflow-apiserver", 8080): ports.airflow, ("kafka-broker", 9092): ports.broker,
             ("localhost", 9092): ports.broker, ("0.0.0.0", 9092): ports.broker,
             # SeaweedFS: every server's HTTP and gRPC port (weed's clients are given both: host:port.grpc)
@@ -128,6 +150,8 @@ LOCAL_ONLY = {
     "PYSPARK_PYTHON": "the venv's interpreter (compose: the image's `python`)",
     "SPARK_LOCAL_IP": "Spark's daemons, web UIs and drivers bind to loopback (compose: the container's address)",
     "SPARK_LOCAL_HOSTNAME": "executors reach the driver at 127.0.0.1 (compose: the worker's hostname)",
+    "SPARK_MASTER_OPTS": "the spark-master's REST submission server on CLUSTER_SPARK_MASTER_REST_PORT "
+                         "(spark.master.rest.port; the master has no flag for it; compose: 6066 in the container)",
     "AIRFLOW__CORE__HOSTNAME_CALLABLE": "task instances record the service's compose `hostname:` "
                                         "(CLUSTER_SERVICE_HOSTNAME) as in its container; here all share one",
     "CLUSTER_SERVICE_HOSTNAME": "the service's compose `hostname:`",
@@ -242,7 +266,8 @@ def local_command(name: str, command: list[str], ports: Ports, cluster_dir: Path
         out[0] = spark_class()
         flags = {"spark-master": {"--host": LOOPBACK, "--port": str(ports.spark_master),
                                   "--webui-port": str(ports.spark_master_ui)},
-                 "spark-worker": {"--webui-port": str(ports.spark_worker_ui), "--host": LOOPBACK}}.get(name, {})
+                 "spark-worker": {"--webui-port": str(ports.spark_worker_ui), "--host": LOOPBACK,
+                                  "--port": str(ports.spark_worker)}}.get(name, {})
         for flag, value in flags.items():
             if flag in out:
                 out[out.index(flag) + 1] = value
@@ -316,6 +341,9 @@ def services(ports: Ports, *, host: str = LOOPBACK, cluster_dir: Path = CLUSTER_
             continue
         env = local_environment(compose_environment(svc, base), ports, host=host, cluster_dir=cluster_dir,
                                 base=base)
+        if name == "spark-master":
+            env["SPARK_MASTER_OPTS"] = " ".join(
+                o for o in (env.get("SPARK_MASTER_OPTS", ""), f"-Dspark.master.rest.port={ports.spark_master_rest}") if o)
         if svc.get("hostname"):
             env["CLUSTER_SERVICE_HOSTNAME"] = svc["hostname"]
             env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] = "include.cluster.topology.service_hostname"

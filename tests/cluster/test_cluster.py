@@ -1,8 +1,9 @@
 """``make cluster`` for real: docker-compose.yaml's deployment as local processes (include/cluster), one cluster
 for the whole module, used the way an operator uses it and broken the way machines break.
 
-1. The topology comes up: every service alive, every listening socket of their processes on 127.0.0.1, both
-   Celery workers answering, the Spark master with one alive worker.
+1. The topology comes up: every service alive, every listening socket of their processes on 127.0.0.1, the Spark
+   daemons on their configured ports only (REST and worker RPC ports included), both Celery workers answering,
+   the Spark master with one alive worker; ``make cluster-cli`` sets and reads a Variable in its PostgreSQL.
 2. Every maintenance DAG runs once on Celery and succeeds; log_compaction builds its key maps with spark-submit on
    the standalone master and leaves exactly the latest value of every key. Every task of a storage host's group
    ran on that host's worker, on the host's queue; the run's end ran on ``default``.
@@ -32,14 +33,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from include.cluster.run import session_members
 from tests.airflow.test_local_airflow import listening_sockets
 from tests.cluster.clients import LiveWriter, SocketWatch, compare, keyed, latest_per_key, segment_hashes
+from tests.paths import REPO
 from tests.cluster.harness import (
     ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, GROUPS, MAINTENANCE_DAGS, RUN_DEADLINE, SUMMARY, kill_session, on_loopback,
     q, service_pids, session_cmdlines, short, tails, wait_for)
@@ -63,12 +69,38 @@ def test_the_topology_comes_up_on_loopback(ctx):
     for field in ("spark_driver", "spark_block_manager"):        # a driver's, while a Spark job runs
         ports.pop(field)
     assert set(ports.values()) <= listening, {k: v for k, v in ports.items() if v not in listening}
+    # The Spark daemons listen on their configured ports and no other: the master's REST submission port (Spark's
+    # default 6066) and the worker's RPC port (else a random one) are moved like the rest.
+    spark = {name: {port for _, _, port in listening_sockets(set(session_members(cluster.state["processes"][name]["pid"])))}
+             for name in ("spark-master", "spark-worker")}
+    assert spark == {"spark-master": {cluster.ports.spark_master, cluster.ports.spark_master_ui,
+                                      cluster.ports.spark_master_rest},
+                     "spark-worker": {cluster.ports.spark_worker, cluster.ports.spark_worker_ui}}, spark
 
     workers = sorted(f"celery@{cluster._celery_hostname(n)}" for n in cluster.workers())
     assert workers == ["celery@airflow-worker-a", "celery@airflow-worker-b"]
     assert cluster.celery_nodes() == workers
     assert ctx.spark_master()["aliveworkers"] == 1
     SUMMARY["1_topology"] = {"services": sorted(expected), "listening": sorted(listening)}
+
+
+def test_make_cluster_cli_sets_and_gets_a_variable_in_the_clusters_postgres(ctx):
+    """Airflow's CLI through ``make cluster-cli``, as the README shows it: the cluster's own metadata DB."""
+    env = dict(ctx.cluster.base_env, CLUSTER_DIR=str(ctx.cluster.dir))
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(["make", "-s", "-C", str(REPO), "cluster-cli", f"BIN={Path(sys.executable).parent}",
+                               "STAMP=", f"ARGS={shlex.join(args)}"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    cli("variables", "set", "cluster_cli_probe", "set through make cluster-cli")
+    with ctx.db.engine.connect() as conn:
+        stored = conn.execute(ctx.db.sa.text("SELECT key FROM variable WHERE key = 'cluster_cli_probe'")).all()
+    assert len(stored) == 1
+    assert cli("variables", "get", "cluster_cli_probe").strip().splitlines()[-1] == "set through make cluster-cli"
+    cli("variables", "delete", "cluster_cli_probe")
 
 
 # -- 2. every maintenance DAG once -----------------------------------------------------------------------------------
