@@ -50,7 +50,7 @@ from storage_engine.units import human_bytes
 from ..maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
 from ..reporting import history
 from ..tasks.hooks import epoch_ms, iso_ms
-from .web import engine_errors, hook, instant_ms, jsonable, render
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -117,6 +117,7 @@ def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_P
     facts = engine_errors(h.overview, top=TOP_DIRTIEST,
                           extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
     _dir_problems(facts["log_dirs"], session)
+    facts["listener"] = listener_shown(facts.get("listener"))
     runs = history.run_list(session, offset=(runs_page - 1) * runs_limit, limit=runs_limit)
     runs.update(page=runs_page, pages=max(1, math.ceil(runs["total"] / runs_limit)))
     return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
