@@ -286,7 +286,10 @@ def record_real_starts(db_path: Path, dag_id: str) -> int:
     as of midnight UTC that took 5 s shows, in Airflow's UI and the Storage view, as lasting from midnight to
     when it finished (9.5 hours at half past nine). Such a run (its start equal to its logical date, and its
     first task started later) starts when its first task started."""
-    con = sqlite3.connect(str(db_path), timeout=30)
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=rw", uri=True, timeout=30)    # never creates the file
+    except sqlite3.Error:
+        return 0
     try:
         with con:
             cur = con.execute(
@@ -296,6 +299,8 @@ def record_real_starts(db_path: Path, dag_id: str) -> int:
                 "  FROM task_instance ti WHERE ti.dag_id = dag_run.dag_id AND ti.run_id = dag_run.run_id)",
                 (dag_id,))
             return cur.rowcount
+    except sqlite3.Error:        # no metadata DB yet (the run never started): nothing to correct
+        return 0
     finally:
         con.close()
 
