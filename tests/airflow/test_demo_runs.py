@@ -9,6 +9,7 @@ import pathlib
 import pytest
 
 from include.demo import record_real_starts
+from tests.typed import present
 
 from .conftest import parse_dag
 from .storage_fixtures import T
@@ -24,7 +25,7 @@ def _run_times(dag_id: str, run_id: str) -> tuple:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        run = present(session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)))
         first_task = session.scalar(select(func.min(TI.start_date)).where(TI.dag_id == dag_id, TI.run_id == run_id))
         return run.logical_date, run.start_date, run.end_date, first_task
 
