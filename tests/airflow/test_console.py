@@ -23,6 +23,7 @@ from include.broker_launcher import BrokerLauncher
 from storage_engine.config_keys import TOPIC_KEYS
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from storage_maintenance.tasks.hooks import iso_ms
 
 from .conftest import REPO
 from .test_storage_view import CHROMIUM, CHROMIUM_ARGS, describe, sample, server  # noqa: F401 - module fixtures
@@ -390,14 +391,24 @@ def test_damage_ends_the_page_naming_the_file_and_the_position(server, sample, o
 # -- the Kafka listener, a transactional producer, a consumer group -------------------------------------------------
 
 @pytest.fixture(scope="module")
-def broker(sample, tmp_path_factory):
-    """``serve`` on the sample's log dirs; its bootstrap address. Stopped cleanly (SIGTERM) at the end."""
+def broker_launcher(sample, tmp_path_factory):
+    """``serve`` on the sample's log dirs (a test may stop and start it again: later starts keep its port). Stopped
+    cleanly (SIGTERM) at the end."""
     launcher = BrokerLauncher(sample["config_path"], tmp_path_factory.mktemp("broker") / "broker.log",
                               listeners="PLAINTEXT://127.0.0.1:0", cwd=REPO).start()
     try:
-        yield launcher.bootstrap
+        yield launcher
     finally:
-        assert launcher.stop(60) == 0, launcher.log_tail()
+        if launcher.proc is not None:
+            assert launcher.stop(60) == 0, launcher.log_tail()
+
+
+@pytest.fixture
+def broker(broker_launcher):
+    """The running broker's bootstrap address."""
+    if broker_launcher.proc is None:
+        broker_launcher.start()
+    return broker_launcher.bootstrap
 
 
 def test_transactions_marked_in_the_browser_with_a_real_producer(server, sample, open_page, broker):
@@ -502,6 +513,54 @@ def test_broker_and_consumer_group_pages(server, sample, open_page, broker):
         assert server.request(BASE + "/groups/no-such-group", token=token)[0] == 404
     finally:
         consumer.close()
+
+
+def test_a_stopped_listener_shows_no_rates_and_when_it_was_last_seen(server, sample, open_page, broker_launcher):
+    """A real producer keeps the listener busy: the broker page shows it running with a produce rate. The listener
+    stops cleanly (SIGTERM): without a reload the page shows it stopped, with no connections or rates (its last
+    status still held them) and when it was last seen; the first page and the JSON say the same."""
+    from confluent_kafka import Producer
+
+    if broker_launcher.proc is None:
+        broker_launcher.start()
+    producer = Producer({"bootstrap.servers": broker_launcher.bootstrap, "linger.ms": 5})
+    token = server.token()
+
+    def produce_until_a_rate_is_reported() -> dict | None:
+        for i in range(200):
+            producer.produce("stop-events", key=b"k", value=b"v%d" % i)
+        assert producer.flush(TIMEOUT_S) == 0
+        live = server.get_json(BASE + "/api/broker/live", token)["listener"]
+        return live if live["state"] == "running" and live["produce_records_per_s"] else None
+
+    live = wait_until(produce_until_a_rate_is_reported, "the listener to report a produce rate")
+    page = open_page()
+    page.goto(server.url + BASE + "/broker")
+    assert page.locator('[data-live="state"]').inner_text() == "running"
+    assert page.locator("#listener-stale").is_hidden()
+    rate = page.locator('[data-live="produce_records_per_s"]').inner_text()
+    assert float(rate) >= 0, rate                    # a figure (the rate of the latest interval), not a dash
+    assert broker_launcher.stop(60) == 0, broker_launcher.log_tail()
+    stopped = server.get_json(BASE + "/api/broker/live", token)["listener"]
+    assert stopped["state"] == "stopped"
+    assert stopped["produce_records_per_s"] is None and stopped["connections"] is None
+    assert stopped["last_figures"]["produce_records_per_s"] is not None     # the status file still holds them
+    assert stopped["last_seen_ms"] == stopped["updated_ms"] >= live["updated_ms"]
+    page.evaluate("window.notReloaded = true")
+    page.locator('[data-live="state"]').filter(has_text="stopped").wait_for(timeout=TIMEOUT_S * 1000)
+    for field in ("produce_records_per_s", "produce_bytes_per_s", "fetch_bytes_per_s"):
+        assert page.locator(f'[data-live="{field}"]').inner_text() == "—", field
+    assert page.locator('[data-live="connections"]').inner_text() == "none"
+    stale = page.locator("#listener-stale").inner_text()
+    assert f"The listener is stopped: last seen {iso_ms(stopped['last_seen_ms'])}" in stale, stale
+    assert page.evaluate("window.notReloaded") is True
+    shot(page, "08b-broker-stopped")
+    page.goto(server.url + BASE + "/")
+    row = page.locator("#listener tr").nth(1)
+    assert row.locator('[data-field="listener-state"]').inner_text() == "stopped"
+    assert row.locator('[data-field="produce_rate"]').inner_text() == "stopped: no rates"
+    assert f"last seen {iso_ms(stopped['last_seen_ms'])}" in row.locator('[data-field="last-seen"]').inner_text()
+    broker_launcher.start()                      # the other tests' broker again, on the same port
 
 
 # -- live figures --------------------------------------------------------------------------------------------------

@@ -184,6 +184,26 @@ def test_actions_need_permission_and_a_json_body(server, sample):
     status, body, _ = server.request("/storage-maintenance/api/dry-runs", token=admin, method="POST",
                                      body={"dag_id": "other_dag"})
     assert status == 422
+    # the refusals are in Airflow's audit log and in the console's list of actions, beside the dry run done
+    audit = {e: [dict(x, extra=json.loads(x["extra"])) for x in server.get_json(
+        f"/api/v2/eventLogs?event=storage.{e}&order_by=-when&limit=100", admin)["event_logs"]]
+        for e in ("clear-uncleanable", "dry-run")}
+    (refused_clear,) = [e for e in audit["clear-uncleanable"] if e["owner"] == "viewer"]
+    assert refused_clear["dag_id"] == "log_compaction"
+    assert refused_clear["extra"] == {"outcome": "refused", "topic": UNCLEANABLE[0], "partition": UNCLEANABLE[1],
+                                      "detail": "needs edit permission on the DAG log_compaction"}
+    dry_runs = [(e["owner"], e["extra"]["outcome"], e["dag_id"], e["extra"]["topics"]) for e in audit["dry-run"]]
+    assert ("viewer", "refused", "log_retention", None) in dry_runs
+    assert ("admin", "done", "log_retention", ["access-log"]) in dry_runs
+    (done,) = [e for e in audit["dry-run"] if e["owner"] == "admin" and e["extra"]["topics"] == ["access-log"]]
+    assert done["extra"]["detail"] == f"run {run_id}"
+    listed = server.get_json("/storage-maintenance/api/actions?topic=access-log", admin)["actions"]
+    assert ("dry-run", "admin", "done") in [(a["action"], a["user"], a["outcome"]) for a in listed]
+    assert all(a["target"].get("topic") == "access-log" or "access-log" in a["target"].get("topics", [])
+               for a in listed)
+    listed = server.get_json("/storage-maintenance/api/actions", admin)["actions"]
+    assert {(a["action"], a["user"], a["outcome"]) for a in listed} >= {
+        ("clear-uncleanable", "viewer", "refused"), ("dry-run", "viewer", "refused"), ("dry-run", "admin", "done")}
 
 
 @pytest.fixture(scope="module")

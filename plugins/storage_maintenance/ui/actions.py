@@ -13,7 +13,10 @@ move-partition     ``storage_engine.move_partition``          edit (PUT) the DAG
                    (``move-partition``)                       moves partitions on schedule
 =================  ========================================  ====================================================
 
-A dry run of a maintenance DAG (the fourth action of the console) is the Storage view's ``/api/dry-runs``.
+A dry run of a maintenance DAG (permission to create runs of that DAG) and clearing a partition's uncleanable mark
+(edit permission on ``log_compaction``) are the Storage view's ``/api/dry-runs`` and
+``/api/partitions/<topic>/<partition>/clear-uncleanable``; they are audited the same way (events
+``storage.dry-run`` and ``storage.clear-uncleanable``, refusals included).
 
 Every action names its target twice: in the fields (``topic``, ``partition``) and in ``confirm``, which must be
 the target's name (``events-0`` for a partition, ``events`` for a topic), so a request cannot act on something
@@ -51,6 +54,22 @@ ACTIONS = {a.name: a for a in (
     Action("delete-topic", "DELETE", "log_retention", "delete permission on the DAG log_retention"),
     Action("move-partition", "PUT", "log_dir_balance", "edit permission on the DAG log_dir_balance"),
 )}
+
+
+# The Storage view's two other actions, audited the same way (each outcome one entry, refusals too) but posted to
+# their own endpoints: clearing a partition's uncleanable mark, and a dry run of a maintenance DAG.
+CLEAR_UNCLEANABLE = Action("clear-uncleanable", "PUT", "log_compaction", "edit permission on the DAG log_compaction")
+
+
+def dry_run_action(dag_id: str) -> Action:
+    """A dry run of maintenance DAG ``dag_id`` as an audited action (the permission to create runs of the DAG)."""
+    return Action("dry-run", "POST", dag_id, f"permission to trigger runs of the DAG {dag_id}")
+
+
+def user_name(user: Any) -> str:
+    """Who acts, as the audit log names them."""
+    name = getattr(user, "get_name", None) if user is not None else None
+    return (name() if name is not None else None) or "anonymous"
 
 
 class ActionRequestError(ValueError):
@@ -144,13 +163,20 @@ def recent(session: Session, topic: str | None = None, limit: int = 20) -> list[
 
     query = select(Log).where(Log.event.startswith(AUDIT_PREFIX)).order_by(Log.dttm.desc(), Log.id.desc())
     if topic is not None:
-        query = query.where(Log.extra.contains(json.dumps({"topic": topic})[1:-1], autoescape=True))
-    out = []
-    for row in session.scalars(query.limit(limit)):
+        # an action on the topic names it as "topic"; a dry run among its "topics" (checked below on the JSON)
+        query = query.where(Log.extra.contains(json.dumps(topic), autoescape=True))
+    else:
+        query = query.limit(limit)
+    out: list[dict] = []
+    for row in session.scalars(query):
+        if len(out) == limit:
+            break
         try:
             extra = json.loads(row.extra or "{}")
         except ValueError:
             extra = {}
+        if topic is not None and extra.get("topic") != topic and topic not in (extra.get("topics") or []):
+            continue
         out.append({"when": row.dttm, "action": row.event.removeprefix(AUDIT_PREFIX), "user": row.owner,
                     "outcome": extra.pop("outcome", None), "detail": extra.pop("detail", None), "target": extra})
     return out

@@ -35,7 +35,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 
 from ..maintenance_dags import DRY_RUN_DAGS
 from . import actions
-from .web import engine_errors, hook, instant_ms, jsonable, render
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -56,7 +56,7 @@ def _config() -> StorageConfig:
 
 def _listener(config: StorageConfig) -> dict | None:
     from storage_engine.inspection import listener
-    return listener.listener_status(config)
+    return listener_shown(listener.listener_status(config))
 
 
 def _groups(config: StorageConfig, listener: dict | None) -> list[dict]:

@@ -27,7 +27,8 @@ The JSON API under ``/storage-maintenance/api`` backs them with the same data. E
 Airflow's login (``Authorization: Bearer`` or the UI's ``_token`` cookie; 401 without). Everything is
 read-only except two deliberate actions, each checked against Airflow's own permissions and accepting only a
 JSON body (so a cross-site form cannot post them): clearing a partition's uncleanable mark (edit permission
-on ``log_compaction``) and triggering a dry-run DAG run (permission to create runs of that DAG).
+on ``log_compaction``) and triggering a dry-run DAG run (permission to create runs of that DAG); each outcome,
+refusals included, is an entry of Airflow's audit log and of the console's list of actions (:mod:`.actions`).
 
 Storage figures come from :mod:`storage_engine.inspection.status` through the hook (no lock, no write); the
 maintenance history from the metadata DB (:mod:`..reporting.history`).
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
@@ -50,7 +50,8 @@ from storage_engine.units import human_bytes
 from ..maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
 from ..reporting import history
 from ..tasks.hooks import epoch_ms, iso_ms
-from .web import engine_errors, hook, instant_ms, jsonable, render
+from . import actions
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -117,6 +118,7 @@ def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_P
     facts = engine_errors(h.overview, top=TOP_DIRTIEST,
                           extra={tp: {"damage": f["damage"]} for tp, f in extra.items() if "damage" in f})
     _dir_problems(facts["log_dirs"], session)
+    facts["listener"] = listener_shown(facts.get("listener"))
     runs = history.run_list(session, offset=(runs_page - 1) * runs_limit, limit=runs_limit)
     runs.update(page=runs_page, pages=max(1, math.ceil(runs["total"] / runs_limit)))
     return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
@@ -303,40 +305,56 @@ def api_run(session: SessionDep, dag_id: str, run_id: str) -> JSONResponse:
     return JSONResponse(jsonable(run_data(session, dag_id, run_id)))
 
 
-@router.post("/api/partitions/{topic}/{partition}/clear-uncleanable",
-          dependencies=[Depends(requires_access_dag("PUT", param_dag_id="log_compaction"))])
-def api_clear_uncleanable(topic: str, partition: int, body: Annotated[dict, Body()]) -> JSONResponse:
+@router.post("/api/partitions/{topic}/{partition}/clear-uncleanable")
+def api_clear_uncleanable(request: Request, session: SessionDep, topic: str, partition: int,
+                          body: Annotated[dict, Body()], user: Any = Depends(get_user)) -> JSONResponse:
     """Forget that cleaning this partition failed, so the next compaction run considers it again. The body
-    must be JSON (``{}``): the check that keeps a cross-site form from posting here."""
-    result = engine_errors(hook().clear_uncleanable, topic, partition)
+    must be JSON (``{}``): the check that keeps a cross-site form from posting here. Refused, failed or done, the
+    outcome is an entry of Airflow's audit log (``storage.clear-uncleanable``)."""
+    spec, name, target = actions.CLEAR_UNCLEANABLE, actions.user_name(user), {"topic": topic, "partition": partition}
+    try:
+        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
+    except HTTPException as exc:
+        actions.audit(session, name, spec, target, "refused", f"needs {spec.permission}")
+        raise HTTPException(exc.status_code, f"{exc.detail}: clear-uncleanable needs {spec.permission}") from None
+    try:
+        result = engine_errors(hook().clear_uncleanable, topic, partition)
+    except HTTPException as exc:
+        actions.audit(session, name, spec, target, "failed", exc.detail)
+        raise
+    actions.audit(session, name, spec, target, "done", jsonable(result))
     return JSONResponse(jsonable({"topic": topic, "partition": partition, **result}))
 
 
-def _trigger_access(request: Request, body: Annotated[dict, Body()]) -> Callable[..., Any]:
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-
-    dag_id = body.get("dag_id") if isinstance(body, dict) else None
-    if dag_id not in DRY_RUN_DAGS:
-        raise HTTPException(422, f"dag_id must be a maintenance DAG that has a dry run, got {dag_id!r}")
-    return requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)
-
-
 @router.post("/api/dry-runs")
-def api_dry_run(request: Request, body: Annotated[dict, Body()], user: Any = Depends(get_user)) -> JSONResponse:
-    """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time."""
+def api_dry_run(request: Request, session: SessionDep, body: Annotated[dict, Body()],
+                user: Any = Depends(get_user)) -> JSONResponse:
+    """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time. Refused,
+    failed or done, the outcome is an entry of Airflow's audit log (``storage.dry-run``)."""
     from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.utils.types import DagRunTriggeredByType
 
-    check = _trigger_access(request, body)
-    check(request, user)
+    dag_id = body.get("dag_id")
+    if dag_id not in DRY_RUN_DAGS:
+        raise HTTPException(422, f"dag_id must be a maintenance DAG that has a dry run, got {dag_id!r}")
     topics = body.get("topics") or None
     if topics is not None and (not isinstance(topics, list) or not all(isinstance(t, str) for t in topics)):
         raise HTTPException(422, f"topics must be a list of topic names, got {topics!r}")
+    spec, name = actions.dry_run_action(dag_id), actions.user_name(user)
+    target: dict[str, Any] = {"dag_id": dag_id, "topics": topics}
+    try:
+        requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
+    except HTTPException as exc:
+        actions.audit(session, name, spec, target, "refused", f"needs {spec.permission}")
+        raise HTTPException(exc.status_code, f"{exc.detail}: a dry run needs {spec.permission}") from None
     conf: dict[str, Any] = {"dry_run": True, "topics": topics}
     try:
-        run = trigger_dag(body["dag_id"], triggered_by=DagRunTriggeredByType.UI, conf=conf, logical_date=None,
-                          triggering_user_name=getattr(user, "get_name", lambda: None)())
+        run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.UI, conf=conf, logical_date=None,
+                          triggering_user_name=name)
     except Exception as exc:     # an unknown or paused-forever DAG, a param the schema rejects
+        actions.audit(session, name, spec, target, "failed", f"{type(exc).__name__}: {exc}")
         raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
-    return JSONResponse({"dag_id": body["dag_id"], "run_id": run.run_id if run is not None else None,
-                         "conf": conf})
+    run_id = run.run_id if run is not None else None
+    actions.audit(session, name, spec, target, "done", f"run {run_id}")
+    return JSONResponse({"dag_id": dag_id, "run_id": run_id, "conf": conf})

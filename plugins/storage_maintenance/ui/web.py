@@ -113,6 +113,24 @@ def engine_errors(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
 
 
+# What the listener measures while it runs: a stopped or silent listener's last figures are history, not now.
+LISTENER_LIVE_FIGURES = ("connections", "produce_records_per_s", "produce_bytes_per_s", "fetch_bytes_per_s")
+
+
+def listener_shown(listener: dict | None) -> dict | None:
+    """The listener's status (:func:`storage_engine.inspection.listener.listener_status`) as the pages show it:
+    ``last_seen_ms`` is when it last wrote its status; unless it is ``running``, its connections and rates are None
+    (a stopped listener has none; one not responding has none we know of) and what it last reported is kept
+    under ``last_figures``, so no page shows a stopped listener's last rates as current."""
+    if listener is None:
+        return None
+    shown = {**listener, "last_seen_ms": listener.get("updated_ms")}
+    if listener.get("state") != "running":
+        shown["last_figures"] = {k: listener.get(k) for k in LISTENER_LIVE_FIGURES}
+        shown.update({k: None for k in LISTENER_LIVE_FIGURES})
+    return shown
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON: datetimes as ISO strings, tuples as lists, tuple keys joined by ``-``
     (``("events", 0)`` -> ``events-0``), bytes as text (UTF-8) or ``{"hex": ...}``."""
