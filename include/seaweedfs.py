@@ -48,7 +48,7 @@ class WeedServer:
 
     def __init__(self, folder: str | Path, *, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY,
                  host: str = "127.0.0.1") -> None:
-        self.folder = Path(folder)
+        self.folder = Path(folder).resolve()      # weed runs in it: every path given to it is absolute
         self.host = host
         self.access_key = access_key
         self.secret_key = secret_key
@@ -79,6 +79,14 @@ class WeedServer:
                 "-s3.port.lance=0", f"-s3.localSocket={self.folder / 's3.sock'}",
                 f"-s3.config={self.folder / 's3.json'}"]
 
+    def _write_master_config(self) -> None:
+        """``master.toml`` in the folder weed runs in (it reads it from its working directory): one volume per new
+        collection, not weed's 7. Each bucket is a collection, and with ``-volume.max=0`` the volumes a server may
+        hold are its free disk over the volume size, so at 7 a bucket a store on 55 GB free takes only 32 buckets
+        before every write fails with InternalError; at 1 it takes 7 times as many."""
+        (self.folder / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\n"
+                                                 "copy_other = 1\n")
+
     def _write_identity(self) -> None:
         identity = {"identities": [{"name": "storage-engine",
                                     "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
@@ -90,8 +98,10 @@ class WeedServer:
             return self
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
         self._write_identity()
+        self._write_master_config()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.folder,
                                          start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
