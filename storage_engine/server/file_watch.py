@@ -76,6 +76,7 @@ class FileWatcher:
         self.on_change = on_change
         self._mutex = threading.Lock()
         self._ino = inotify.open_inotify() if use_inotify else None
+        self.inotify = self._ino is not None     # whether events come from inotify (else stat polling)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[TP, _Watched] = {}
         self._targets: dict[int, TP | str] = {}          # wd -> a partition, or a log dir root
@@ -88,10 +89,6 @@ class FileWatcher:
         if self._ino is None and use_inotify:
             logger.info("inotify is unavailable: partitions other processes change are polled every %.0f ms while "
                         "a fetch waits on them", POLL_S * 1000)
-
-    @property
-    def inotify(self) -> bool:
-        return self._ino is not None
 
     def attach(self) -> None:
         """Read inotify events on the running loop (once)."""

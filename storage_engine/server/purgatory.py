@@ -42,7 +42,7 @@ class Purgatory:
         self.seq = 0
         self.files = FileWatcher(self._change, use_inotify=use_inotify)
         self.waits = 0         # fetches that waited
-        self.wakeups = 0       # waits ended by a change to a watched partition (not by their timeout)
+        self.wakeups = 0       # re-reads for a change to a fetch's partition (during its wait, or since its read)
 
     # -- changes ------------------------------------------------------------------------------------------------
     def appended(self, topic: str, partition: int) -> None:
@@ -70,6 +70,8 @@ class Purgatory:
         """Wait up to ``timeout`` seconds for a change to one of ``keys`` after sequence number ``since``; the
         partitions that changed (empty: the time ran out)."""
         changed = self.changed_since(keys, since)
+        if changed:
+            self.wakeups += 1
         if changed or timeout <= 0:
             return changed
         self.waits += 1
