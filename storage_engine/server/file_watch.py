@@ -75,8 +75,9 @@ class FileWatcher:
     def __init__(self, on_change: Callable[[TP], None], *, use_inotify: bool = True):
         self.on_change = on_change
         self._mutex = threading.Lock()
-        self._ino = inotify.open_inotify() if use_inotify else None
-        self.inotify = self._ino is not None     # whether events come from inotify (else stat polling)
+        self._use_inotify = use_inotify
+        self._ino: inotify.Inotify | None = None    # opened by attach(): a broker that never serves has none
+        self.inotify = False     # whether events come from inotify (else stat polling)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[TP, _Watched] = {}
         self._targets: dict[int, TP | str] = {}          # wd -> a partition, or a log dir root
@@ -86,15 +87,22 @@ class FileWatcher:
         self.events = 0
         self.polls = 0
         self._swept = time.monotonic()
-        if self._ino is None and use_inotify:
-            logger.info("inotify is unavailable: partitions other processes change are polled every %.0f ms while "
-                        "a fetch waits on them", POLL_S * 1000)
 
     def attach(self) -> None:
-        """Read inotify events on the running loop (once)."""
-        if self._loop is None and self._ino is not None:
-            self._loop = asyncio.get_running_loop()
-            self._loop.add_reader(self._ino.fd, self._on_readable)
+        """Open inotify and read its events on the running loop (once; the first fetch calls it)."""
+        if self._loop is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        if not self._use_inotify:
+            return
+        ino = inotify.open_inotify()
+        if ino is None:
+            logger.info("inotify is unavailable: partitions other processes change are polled every %.0f ms while "
+                        "a fetch waits on them", POLL_S * 1000)
+            return
+        with self._mutex:
+            self._ino, self.inotify = ino, True
+        self._loop.add_reader(ino.fd, self._on_readable)
 
     # -- read threads -------------------------------------------------------------------------------------------
     def needs_refresh(self, tp: TP, log: Any) -> bool:

@@ -55,8 +55,8 @@ def test_a_change_by_another_view_marks_the_partition_dirty(tmp_path, use_inotif
         async def run() -> None:
             purgatory = Purgatory(use_inotify=use_inotify)
             files = purgatory.files
-            assert files.inotify is use_inotify
             files.attach()
+            assert files.inotify is use_inotify
             assert files.needs_refresh(tp, broker_log)            # a new watch: refresh once
             assert files.needs_refresh(tp, broker_log) is not use_inotify   # watched and clean (polled: always)
             waiting = asyncio.ensure_future(purgatory.wait([tp], purgatory.seq, 60))
