@@ -35,6 +35,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 
 from ..maintenance_dags import DRY_RUN_DAGS
 from . import actions
+from .masking import UNMASKED_PERMISSION, Masker, masker_for
 from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
@@ -125,17 +126,21 @@ def _offset(value: str | None) -> int | None:
 
 def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: str | None, key: str | None,
                   key_format: str, latest: bool, fmt: str, isolation: str, limit: int,
-                  max_bytes: int = MAX_BYTES_SHOWN) -> dict:
+                  max_bytes: int = MAX_BYTES_SHOWN, user: object | None = None) -> dict:
+    """One page of the message browser for ``user``: values masked by the storage config's rules unless the user
+    may read them in clear (:mod:`.masking`)."""
     from storage_engine.inspection import browse
 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
     key_bytes = _key_bytes(key, key_format) if key else None
-    page = engine_errors(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+    config = _config()
+    page = engine_errors(browse.browse, config, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
                          key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+    mask: Masker = masker_for(config, user)
     rows = []
-    for r in page["records"]:
+    for r in map(lambda record: mask(topic, record), page["records"]):
         rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),
                      "value_shown": browse.render_bytes(r["value"], fmt, max_bytes),
                      "headers_shown": [(k, browse.render_bytes(v, "auto" if fmt == "json" else fmt, 4096))
@@ -148,7 +153,8 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
             "key": key or "", "key_format": key_format, "timestamp": timestamp or "", "offset": offset,
             "latest": latest, "prev_offset": prev_offset, "action": actions.ACTIONS["delete-records"],
             "max_bytes": max_bytes, "default_max_bytes": MAX_BYTES_SHOWN,
-            "live_interval_ms": LIVE_INTERVAL_MS}
+            "live_interval_ms": LIVE_INTERVAL_MS,
+            "masked": any(r.get("masked") for r in rows), "unmasked_permission": UNMASKED_PERMISSION}
 
 
 def broker_data() -> dict:
@@ -195,13 +201,14 @@ def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
-def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def messages_page(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                  timestamp: str | None = None,
                   key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                   max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     return render("messages.html", nav="/topics", **data)
 
 
@@ -236,7 +243,8 @@ def api_topic_live(topic: str) -> JSONResponse:
 
 
 @router.get("/api/messages/{topic}/{partition}")
-def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def api_messages(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                 timestamp: str | None = None,
                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
@@ -244,7 +252,7 @@ def api_messages(topic: str, partition: int, offset: str | None = None, timestam
     ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     data.pop("action")
     return JSONResponse(jsonable(data))
 

@@ -8,8 +8,11 @@ SimpleAuthManager that is the roles op and admin (viewer and user see masked val
 the roles Op and Admin (``can_read`` on Connections). An anonymous request (no user) sees masked values.
 
 A masked record says so: ``masked`` is ``"value"`` (the whole value) or the list of field paths the rules name
-(``["email"]``), so a page can tell "masked" from "empty"; ``value_size`` and the other figures stay those of the
-stored record.
+(``["email"]``), so a page can tell "masked" from "empty"; ``value_size`` is the stored value's size. A
+transaction marker (``control``) is not masked: its value is the marker.
+
+A filter on values (search) must match the records as the user sees them, masked: otherwise a search for
+``email=ann@example.com`` would tell a masked reader what the masked field holds.
 """
 from __future__ import annotations
 
@@ -47,11 +50,13 @@ def mask_record(config: StorageConfig, topic: str, record: dict) -> dict:
     """``record`` (a dict with ``value``: bytes, text or None) with its value masked by ``config``'s rules for
     ``topic``; a copy when anything is masked, ``record`` itself otherwise."""
     whole, fields = rules_for(config.masking, topic)
-    if not whole and not fields:
+    if (not whole and not fields) or record.get("control"):   # a transaction marker's value is no one's data
         return record
+    value = record.get("value")
     out = dict(record)
-    out["value"] = mask_value(record.get("value"), whole, fields)
+    out["value"] = mask_value(value, whole, fields)
     out["masked"] = "value" if whole else [".".join(f) for f in fields]
+    out.setdefault("value_size", None if value is None else len(value))
     return out
 
 
