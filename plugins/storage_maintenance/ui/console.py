@@ -14,7 +14,9 @@ Pages:
   (:mod:`storage_engine.inspection.browse`);
 * ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
   consumer groups, open transactions, and the broker configs with their source;
-* ``/groups/<group_id>`` one consumer group: members and their assignment, committed offset and lag per partition.
+* ``/groups/<group_id>`` one consumer group: members and their assignment, the lag of every partition of the
+  topics it reads (from the committed offset, or from the log start where nothing is committed) and the lag
+  history as a chart.
 
 Each page has its JSON under ``/storage-maintenance/api/...``. Reading never writes to the store (the engine's
 read-only inspection). The actions (:mod:`.actions`: delete records, delete a topic, move a partition; and the
@@ -168,6 +170,12 @@ def broker_data() -> dict:
 
 
 def group_data(group_id: str) -> dict:
+    """One consumer group: its members, the lag of every partition of every topic it reads (committed ones from
+    the committed offset, the others from the log start) and its lag history (the listener's samples) as a chart."""
+    from storage_engine.inspection.listener import lag_history
+
+    from .lag_chart import lag_chart
+
     config = _config()
     listener = _listener(config)
     found = [g for g in _groups(config, listener) if g["group_id"] == group_id]
@@ -180,12 +188,10 @@ def group_data(group_id: str) -> dict:
         for t, ps in (m.get("assignment") or {}).items():
             for p in ps:
                 assigned[(t, int(p))] = m.get("client_id") or m["member_id"]
-    for p in g["partitions"]:
+    for p in g["partitions"] + g["uncommitted"]:
         p["member"] = assigned.get((p["topic"], p["partition"]))
-    committed = {(p["topic"], p["partition"]) for p in g["partitions"]}
-    unstarted = sorted(tp for tp in assigned if tp not in committed)
-    return {"g": g, "listener": listener, "assigned_uncommitted": [
-        {"topic": t, "partition": p, "member": assigned[(t, p)]} for t, p in unstarted]}
+    history = engine_errors(lag_history, config, group_id)
+    return {"g": g, "listener": listener, "history": history, "chart": lag_chart(history)}
 
 
 # -- pages --------------------------------------------------------------------------------------------------------
@@ -270,7 +276,15 @@ def api_broker_live() -> JSONResponse:
 
 @router.get("/api/groups/{group_id}")
 def api_group(group_id: str) -> JSONResponse:
-    return JSONResponse(jsonable(group_data(group_id)))
+    """One consumer group: ``g`` (members; ``partitions`` with a committed offset, ``uncommitted`` the other
+    partitions of the topics it reads, lag from the log start) and ``history`` (the lag samples, oldest first)."""
+    data = group_data(group_id)
+    data.pop("chart")
+    data["history"] = [{"t": s["t"], "lag": s["lag"],
+                        "partitions": [{"topic": t, "partition": p, "lag": lag}
+                                       for (t, p), lag in sorted(s["partitions"].items())]}
+                       for s in data["history"]]
+    return JSONResponse(jsonable(data))
 
 
 @router.get("/api/actions")
