@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping, load_config
 from storage_engine.errors import ConfigError
 from storage_engine.masking import MASK, mask_value, rules_for
@@ -13,7 +14,7 @@ from tests.paths import REPO
 pytestmark = pytest.mark.unit
 
 
-def with_console(console) -> object:
+def with_console(console) -> StorageConfig:
     return config_from_mapping({"broker": {"log.dirs": ["/data/dir-a"]}, "console": console}, base_dir="/")
 
 
