@@ -14,6 +14,7 @@ from kafka import TopicPartition as KpTopicPartition
 
 from tests.server.fetch_wire import status
 from tests.server.fuzz_campaign import create_topic
+from tests.typed import present
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def test_kafka_python_uses_a_session_and_librdkafka_full_fetches_and_both_read_e
         while len(got) < len(seen) and time.monotonic() < deadline:
             for msg in rd.consume(500, 0.5):
                 assert msg.error() is None, msg.error()
-                got.append(msg.value().decode())
+                got.append(present(msg.value()).decode())
     finally:
         rd.close()
     assert sorted(got) == sorted(seen)

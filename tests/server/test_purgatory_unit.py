@@ -5,6 +5,7 @@ through inotify, or through the stat fallback; Kafka's session epochs and evicti
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ def _parts(n: int, topic: str = "t") -> list[CachedPartition]:
     return [CachedPartition(topic, None, p, 0, 1 << 20) for p in range(n)]
 
 
-def _entry(p: int, hw: int, records: bytes = b"", error: ErrorCode = ErrorCode.none) -> dict:
+def _entry(p: int, hw: int, records: bytes = b"", error: ErrorCode = ErrorCode.none) -> Any:
     return {"partition_index": p, "error_code": error, "high_watermark": hw, "log_start_offset": 0,
             "records": records, "aborted_transactions": None}
 
