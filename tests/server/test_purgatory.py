@@ -40,4 +40,6 @@ def test_an_append_by_another_process_wakes_a_waiting_fetch_through_the_file_wat
     counted = status(broker)
     assert counted["file_watch_inotify"] == 1
     assert counted["file_watch_events"] >= 1 and counted["file_watch_polls"] == 0
-    assert counted["fetch_waits"] == 1 and counted["fetch_wakeups"] == 1
+    # the CLI's writes before its append (its lock, the partition's state file) may wake the fetch first: it then
+    # re-reads that partition, finds nothing and waits again; every wait still ended by a change, none timed out
+    assert counted["fetch_waits"] >= 1 and counted["fetch_wakeups"] >= counted["fetch_waits"]
