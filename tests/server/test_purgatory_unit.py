@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from storage_engine.config_file import config_from_mapping
+from storage_engine.errors import ConfigError
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.fetch_sessions import EVICTION_MS, INT32_MAX, CachedPartition, FetchSessionCache, next_epoch
 from storage_engine.server.purgatory import Purgatory
@@ -131,3 +133,12 @@ def test_eviction_follows_kafkas_rules():
     assert _session(cache, 1) != 0 and big not in cache.sessions and follower in cache.sessions
     assert cache.counters.evicted == 2 and cache.counters.created == 4
     assert _session(FetchSessionCache(0, clock), 3) == 0  # no slots: no sessions
+
+
+@pytest.mark.parametrize("value", [-1, "many"])
+def test_a_bad_slot_count_is_refused_naming_the_key(tmp_path, value):
+    with pytest.raises(ConfigError, match="max.incremental.fetch.session.cache.slots"):
+        config_from_mapping({"broker": {"log.dirs": [str(tmp_path)],
+                                        "max.incremental.fetch.session.cache.slots": value}})
+    good = config_from_mapping({"broker": {"log.dirs": [str(tmp_path)]}})
+    assert good.server["max.incremental.fetch.session.cache.slots"] == 1000
