@@ -76,9 +76,10 @@ class CachedPartition:
     def key(self, uses_ids: bool) -> tuple[Any, int]:
         return (self.topic_id if uses_ids else self.topic, self.partition)
 
-    def must_respond(self, entry: Any) -> bool:
-        """Kafka's ``CachedPartition.maybeUpdateResponseData`` (updating what was last sent)."""
-        respond = bool(entry["records"])
+    def must_respond(self, entry: Any, size: int) -> bool:
+        """Kafka's ``CachedPartition.maybeUpdateResponseData`` (updating what was last sent); ``size`` is the
+        bytes of records the entry carries."""
+        respond = size > 0
         hw, start = entry["high_watermark"], entry.get("log_start_offset", -1)
         if hw != self.high_watermark:
             respond, self.high_watermark = True, hw
@@ -184,24 +185,26 @@ class FetchSessionCache:
         return FetchContext("incremental", list(session.partitions.values()), session=session, uses_ids=uses_ids)
 
     # -- the reply ----------------------------------------------------------------------------------------------
-    def respond(self, context: FetchContext,
-                entries: list[Any | None]) -> tuple[int, list[tuple[CachedPartition, Any]]]:
-        """The reply's session id and the (partition, entry) pairs it carries, in order. ``entries`` line up with
-        ``context.partitions``; None is a partition the read skipped as unchanged (incremental only)."""
-        pairs = [(w, e) for w, e in zip(context.partitions, entries) if e is not None]
+    def respond(self, context: FetchContext, entries: list[Any | None],
+                sizes: list[int]) -> tuple[int, list[tuple[CachedPartition, Any]]]:
+        """The reply's session id and the (partition, entry) pairs it carries, in order. ``entries`` and ``sizes``
+        (bytes of records) line up with ``context.partitions``; None is a partition the read skipped as
+        unchanged (incremental only)."""
+        triples = [(w, e, n) for w, e, n in zip(context.partitions, entries, sizes) if e is not None]
+        pairs = [(w, e) for w, e, _ in triples]
         if context.kind == "full":
-            for w, e in pairs:
-                w.must_respond(e)           # what this reply sends is what the session last sent
+            for w, e, n in triples:
+                w.must_respond(e, n)        # what this reply sends is what the session last sent
             return self._maybe_create(context), pairs
         if context.kind != "incremental":
             return INVALID_SESSION_ID, pairs
         session = context.session
         assert session is not None
         out = []
-        for w, e in pairs:
-            if w.must_respond(e):
+        for w, e, n in triples:
+            if w.must_respond(e, n):
                 out.append((w, e))
-                if e["records"]:            # to the end of the order
+                if n > 0:                   # to the end of the order
                     key = w.key(session.uses_ids)
                     session.partitions[key] = session.partitions.pop(key)
         return session.id, out

@@ -99,7 +99,7 @@ class _Clock:
 
 def _session(cache: FetchSessionCache, n: int, privileged: bool = False) -> int:
     context = cache.new_context(12, 0, 0, _parts(n), [], privileged)
-    sid, _ = cache.respond(context, [_entry(p, 0) for p in range(n)])
+    sid, _ = cache.respond(context, [_entry(p, 0) for p in range(n)], [0] * n)
     return sid
 
 
@@ -110,12 +110,12 @@ def test_epochs_wrap_and_an_incremental_reply_carries_only_changes():
     context = cache.new_context(12, sid, 1, [], [], False)
     assert context.kind == "incremental" and len(context.partitions) == 3
     entries = [_entry(0, 0), _entry(1, 5, b"xyz"), _entry(2, 0, error=ErrorCode.offset_out_of_range)]
-    got, sent = cache.respond(context, entries)
+    got, sent = cache.respond(context, entries, [0, 3, 0])
     assert got == sid and [w.partition for w, _ in sent] == [1, 2]
     assert list(cache.sessions[sid].partitions) == [("t", 0), ("t", 2), ("t", 1)]   # with records: moved last
     # the errored partition answers again (its cached high watermark was made invalid), the others not
     context = cache.new_context(12, sid, 2, [], [], False)
-    _, sent = cache.respond(context, [_entry(0, 0), _entry(2, 0), _entry(1, 5)])
+    _, sent = cache.respond(context, [_entry(0, 0), _entry(2, 0), _entry(1, 5)], [0, 0, 0])
     assert [w.partition for w, _ in sent] == [2]
     assert cache.new_context(12, sid, 2, [], [], False).error == ErrorCode.invalid_fetch_session_epoch
 

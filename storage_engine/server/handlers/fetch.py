@@ -210,7 +210,7 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
         if not changed:
             break
         only = changed if total == 0 else None
-    session_id, sent = broker.fetch_sessions.respond(context, entries)
+    session_id, sent = broker.fetch_sessions.respond(context, entries, sizes)
     broker.stats.fetch_bytes += total
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
             "responses": _by_topic(sent)}
@@ -285,7 +285,7 @@ def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], 
         errors = errors or code != ErrorCode.none
         hw, lso = entry["high_watermark"], entry.get("last_stable_offset", -1)
         w.quiet = None
-        if code == ErrorCode.none and not entry["records"] and w.fetch_offset == (
+        if code == ErrorCode.none and size == 0 and w.fetch_offset == (
                 lso if isolation == READ_COMMITTED else hw):
             w.quiet = (logs.get((name, p)), hw, lso, entry.get("log_start_offset", -1), w.fetch_offset)
     return total, errors
