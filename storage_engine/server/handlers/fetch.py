@@ -211,6 +211,11 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
             break
         only = changed if total == 0 else None
     session_id, sent = broker.fetch_sessions.respond(context, entries, sizes)
+    if len(sent) < len(entries):
+        kept = {id(entry) for _, entry in sent}
+        for entry in entries:
+            if entry is not None and id(entry) not in kept:
+                _release(entry)
     broker.stats.fetch_bytes += total
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
             "responses": _by_topic(sent)}
@@ -261,6 +266,8 @@ def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], 
             errors = errors or (entry is not None and entry["error_code"] not in _WAITING_CODES)
             continue
         sizes[i] = 0
+        if entries[i] is not None:
+            _release(entries[i])
         if name in refused:
             entries[i] = {"partition_index": p, "error_code": ErrorCode.topic_authorization_failed,
                           "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1, "records": b"",
@@ -292,6 +299,14 @@ def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], 
 
 
 _WAITING_CODES = (ErrorCode.none, ErrorCode.topic_authorization_failed)
+
+
+def _release(entry: PartitionData | None) -> None:
+    """Close the records of an entry that will not be sent (a read replaced by a re-read, or left out of an
+    incremental reply), if they hold a file (a slice of a segment); bytes need nothing."""
+    close = getattr(entry.get("records") if entry is not None else None, "close", None)
+    if callable(close):
+        close()
 
 
 # -- ListOffsets --------------------------------------------------------------------------------------------------
