@@ -42,7 +42,7 @@ __all__ = ["Filters", "parse_filters", "matches", "Target", "plan", "scan_partit
 
 DEFAULT_STEP_BYTES = 8 * 1024 * 1024      # of batches read per scan step: a step answers in well under a second
 MAX_FILTERS = 20
-View = Callable[[BrowsedRecord], BrowsedRecord]
+View = Callable[[str, BrowsedRecord], BrowsedRecord]     # (topic, record) -> the record as the reader sees it
 
 
 @dataclass(frozen=True)
@@ -175,11 +175,12 @@ def plan(config: StorageConfig, topics: Sequence[str], key: bytes | None) -> lis
     return preferred + rest
 
 
-def _matcher(key: bytes | None, filters: Filters, view: View | None) -> Callable[[BrowsedRecord], BrowsedRecord | None]:
+def _matcher(topic: str, key: bytes | None, filters: Filters,
+             view: View | None) -> Callable[[BrowsedRecord], BrowsedRecord | None]:
     def match(record: BrowsedRecord) -> BrowsedRecord | None:
         if key is not None and record["key"] != key:
             return None
-        shown = view(record) if view is not None else record
+        shown = view(topic, record) if view is not None else record
         return shown if matches(filters, shown) else None
     return match
 
@@ -191,7 +192,7 @@ def scan_partition(config: StorageConfig, topic: str, partition: int, *, key: by
     """One step of a search in one partition: from ``offset`` (default the log start), at most ``limit`` matches
     and about ``max_scan_bytes`` of batches read; ``next_offset`` is where the next step starts (None: done)."""
     return browse.browse(config, topic, partition, offset=offset, key=key, limit=limit, isolation=isolation,
-                         max_scan_bytes=max_scan_bytes, match=_matcher(key, filters, view))
+                         max_scan_bytes=max_scan_bytes, match=_matcher(topic, key, filters, view))
 
 
 class SearchStep(TypedDict):

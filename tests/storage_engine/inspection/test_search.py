@@ -129,7 +129,8 @@ def test_filters_keep_what_a_plain_filter_of_the_engines_records_keeps(config):
 def test_the_view_comes_before_the_filters_and_its_records_are_returned(config):
     fill(config)
 
-    def mask(record):
+    def mask(topic, record):
+        assert topic == "orders"
         return {**record, "value": b'{"user": "****"}'}
 
     assert found(run(config, key=None, filters=s.parse_filters(text="example.com"), limit=500, view=mask)) == []
