@@ -98,9 +98,9 @@ def _topics(config: StorageConfig, topic: str | None) -> list[str]:
     return [r["topic"] for r in engine_errors(topics.list_topics, config) if not r["internal"] and r["partitions"]]
 
 
-def _row(topic: str, record: BrowsedRecord) -> dict:
+def _row(topic: str, partition: int, record: BrowsedRecord) -> dict:
     from storage_engine.inspection.browse import render_bytes
-    return {**record, "topic": topic, "key_shown": render_bytes(record["key"], "auto", MAX_SHOWN),
+    return {**record, "topic": topic, "partition": partition, "key_shown": render_bytes(record["key"], "auto", MAX_SHOWN),
             "value_shown": render_bytes(record["value"], "auto", MAX_SHOWN),
             "headers_shown": [(k, render_bytes(v, "auto", 4096)) for k, v in record["headers"]]}
 
@@ -139,7 +139,7 @@ def api_search_step(user: GetUserDep, topic: str, partition: int, offset: int | 
     page = engine_errors(search.scan_partition, config, topic, partition, key=_key(key, key_format),
                          filters=_filters(text, field, header), offset=offset, limit=limit, view=masker(config, user))
     return JSONResponse(jsonable({
-        "topic": topic, "partition": partition, "records": [_row(topic, r) for r in page["records"]],
+        "topic": topic, "partition": partition, "records": [_row(topic, partition, r) for r in page["records"]],
         "next_offset": page["next_offset"], "bytes_scanned": page["bytes_scanned"], "error": page["error"],
         "log_start_offset": page["log_start_offset"], "log_end_offset": page["log_end_offset"]}))
 
@@ -174,7 +174,7 @@ def api_search(user: GetUserDep, topic: str = "", key: str | None = None, key_fo
                every_partition: bool = False, limit: Annotated[int, Query(ge=1, le=MAX_EXPORT)] = 500) -> JSONResponse:
     """A whole search: every matching record (at most ``limit``), and the partitions read."""
     data = _whole(user, topic, key, key_format, text, field, header, every_partition, limit)
-    data["records"] = [_row(r["topic"], r) for r in data["records"]]
+    data["records"] = [_row(r["topic"], r["partition"], r) for r in data["records"]]
     return JSONResponse(jsonable(data))
 
 
@@ -267,7 +267,7 @@ def api_tail(user: GetUserDep, topic: str, partition: int, after: Annotated[int,
     config = hook().config
     view = masker(config, user)
     page = engine_errors(browse.browse, config, topic, partition, offset=after, limit=limit)
-    rows = [_row(topic, view(topic, r)) for r in page["records"] if r["offset"] >= after]
+    rows = [_row(topic, partition, view(topic, r)) for r in page["records"] if r["offset"] >= after]
     following = page["next_offset"] if page["next_offset"] is not None else max(after, page["log_end_offset"])
     return JSONResponse(jsonable({"topic": topic, "partition": partition, "records": rows, "next": following,
                                   "log_start_offset": page["log_start_offset"],
