@@ -19,7 +19,6 @@ asking, before the filters see it: a search by value cannot find what the user m
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import urllib.parse
@@ -31,6 +30,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from airflow.api_fastapi.core_api.security import GetUserDep
 
+from .masking import masker_for
 from .web import engine_errors, hook, instant_ms, jsonable, render
 
 if TYPE_CHECKING:
@@ -53,11 +53,7 @@ Headers = Annotated[list[str], Query(description="header filters: name=value or 
 
 def masker(config: StorageConfig, user: object | None) -> Callable[[str, BrowsedRecord], BrowsedRecord]:
     """(topic, record) -> the record as ``user`` may read it (the console's masking rules), its value bytes."""
-    try:        # the masking module arrives with the masking rules; until then values are shown as stored
-        masking = importlib.import_module(f"{__package__}.masking")
-    except ImportError:
-        return lambda topic, record: record
-    mask = masking.masker_for(config, user)
+    mask = masker_for(config, user)
 
     def view(topic: str, record: BrowsedRecord) -> BrowsedRecord:
         shown: Any = mask(topic, dict(record))
