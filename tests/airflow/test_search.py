@@ -271,3 +271,49 @@ def test_every_search_endpoint_needs_the_airflow_login(server):
         assert status == 401, (path, status, body[:200])
         assert server.request(BASE + path + "?topic=access-log&partition=0&after=0&key=k",
                               token=server.token("viewer"))[0] == 200, path
+
+
+def test_a_viewer_searches_exports_and_tails_masked_values(server, sample, open_page, broker):
+    """The storage config masks user-emails' ``email`` for users without the unmasked-read permission: a viewer's
+    search, exports and tail show ``****`` and a viewer cannot find a record by the masked field; an admin can."""
+    from kafka import KafkaProducer
+
+    truth = [(p, r) for p, r in all_records(sample["config"], "user-emails") if r.key == KEY and r.value is not None]
+    email = json.loads(truth[-1][1].value)["email"]
+    as_admin = api(server, "/api/search", "admin", topic="user-emails", key=KEY.decode())["records"]
+    as_viewer = api(server, "/api/search", "viewer", topic="user-emails", key=KEY.decode())["records"]
+    assert [r["offset"] for r in as_viewer if r["value"]] == [r["offset"] for r in as_admin if r["value"]] == [
+        r.offset for _, r in truth]
+    assert [json.loads(r["value"])["email"] for r in as_admin if r["value"]] == [
+        json.loads(r.value)["email"] for _, r in truth]
+    assert {json.loads(r["value"])["email"] for r in as_viewer if r["value"]} == {"****"}
+    assert all(r["masked"] == ["email"] for r in as_viewer if r["value"])
+    # the filters see what the reader sees
+    assert api(server, "/api/search", "admin", topic="user-emails", field=[f"email={email}"])["records"]
+    assert api(server, "/api/search", "viewer", topic="user-emails", field=[f"email={email}"])["records"] == []
+    assert api(server, "/api/search", "viewer", topic="user-emails", text=email)["records"] == []
+    status, body, _ = server.request(BASE + f"/api/search/export?as=csv&topic=user-emails&key={KEY.decode()}",
+                                     token=server.token("viewer"))
+    assert status == 200 and email.encode() not in body and b"****" in body
+
+    page = open_page("viewer")
+    page.goto(server.url + BASE + "/search?topic=user-emails&key=" + KEY.decode())
+    wait_search(page)
+    values = page.locator('#results [data-field="value"]')
+    assert values.count() == len(as_viewer) and "****" in values.first.inner_text() and email not in page.content()
+    assert "masked" in values.first.inner_text()
+    shot(page, "05-search-masked-for-a-viewer")
+    # the tail as a viewer
+    p = default_partition(b"tail-user", 3)
+    page.goto(server.url + BASE + f"/messages/user-emails/{p}?latest=true&limit=5")
+    page.click("#tail-toggle")
+    page.wait_for_function("document.getElementById('tail-status').textContent.includes('tailing')", timeout=TIMEOUT_MS)
+    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+    try:
+        producer.send("user-emails", key=b"tail-user", value=b'{"email":"secret@example.com","user_id":1}').get(timeout=30)
+    finally:
+        producer.close()
+    page.wait_for_function("window.tailed >= 1", timeout=TIMEOUT_MS)
+    row = page.locator("#records tr.tailed").first
+    assert json.loads(row.locator('[data-field="value"] pre').inner_text()) == {"email": "****", "user_id": 1}
+    assert "secret@example.com" not in page.content()

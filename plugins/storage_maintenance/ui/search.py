@@ -22,7 +22,7 @@ import csv
 import io
 import json
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
@@ -36,7 +36,7 @@ from .web import engine_errors, hook, instant_ms, jsonable, render
 if TYPE_CHECKING:
     from storage_engine.config import StorageConfig
     from storage_engine.inspection.browse import BrowsedRecord
-    from storage_engine.inspection.search import Filters
+    from storage_engine.inspection.search import Filters, SearchStep
 
 router = APIRouter()
 MAX_SHOWN = 16 * 1024              # bytes of a key or value shown in a result row
@@ -140,19 +140,25 @@ def api_search_step(user: GetUserDep, topic: str, partition: int, offset: int | 
         "log_start_offset": page["log_start_offset"], "log_end_offset": page["log_end_offset"]}))
 
 
-def _whole(user: object | None, topic: str, key: str | None, key_format: str, text: str | None, field: list[str],
-           header: list[str], every_partition: bool, limit: int) -> dict:
-    """A whole search (:func:`storage_engine.inspection.search.search`) for ``user``: the records with their
-    topic, and what was read of each partition."""
+def _search_steps(user: object | None, topic: str, key: str | None, key_format: str, text: str | None,
+                  field: list[str], header: list[str], every_partition: bool, limit: int) -> Iterator[SearchStep]:
+    """A whole search's steps (:func:`storage_engine.inspection.search.search`) for ``user``, records masked. The
+    request is checked here, before the first step, so a refused search is an HTTP error, not a broken download."""
     from storage_engine.inspection import search
     config = hook().config
     key_bytes, filters = _key(key, key_format), _filters(text, field, header)
+    if key_bytes is None and filters.empty:
+        raise HTTPException(422, "a search needs a key or a filter (value text, a JSON field or a header)")
     names = _topics(config, topic)
+    return search.search(config, names, key=key_bytes, filters=filters, limit=limit,
+                         every_partition=every_partition, view=masker(config, user))
+
+
+def _whole(steps: Iterator[SearchStep]) -> dict:
+    """The records of a search with their topic and partition, and what was read of each partition."""
     records: list[dict] = []
     partitions: dict[tuple[str, int], dict] = {}
-    for step in engine_errors(lambda: list(search.search(
-            config, names, key=key_bytes, filters=filters, limit=limit, every_partition=every_partition,
-            view=masker(config, user)))):
+    for step in engine_errors(list, steps):
         records.extend({"topic": step["topic"], "partition": step["partition"], **r} for r in step["records"])
         done = partitions.setdefault((step["topic"], step["partition"]), {
             "topic": step["topic"], "partition": step["partition"], "preferred": step["preferred"],
@@ -160,8 +166,13 @@ def _whole(user: object | None, topic: str, key: str | None, key_format: str, te
         done["bytes_scanned"] += step["bytes_scanned"]
         done["matches"] += len(step["records"])
         done["error"] = step["error"]
-    return {"topics": names, "key": key, "records": records, "partitions": list(partitions.values()),
-            "limited": len(records) >= limit}
+    return {"records": records, "partitions": list(partitions.values())}
+
+
+def _records(steps: Iterator[SearchStep]) -> Iterator[dict]:
+    for step in steps:
+        for r in step["records"]:
+            yield {"topic": step["topic"], "partition": step["partition"], **r}
 
 
 @router.get("/api/search")
@@ -169,8 +180,9 @@ def api_search(user: GetUserDep, topic: str = "", key: str | None = None, key_fo
                text: str | None = None, field: Fields = [], header: Headers = [],
                every_partition: bool = False, limit: Annotated[int, Query(ge=1, le=MAX_EXPORT)] = 500) -> JSONResponse:
     """A whole search: every matching record (at most ``limit``), and the partitions read."""
-    data = _whole(user, topic, key, key_format, text, field, header, every_partition, limit)
+    data = _whole(_search_steps(user, topic, key, key_format, text, field, header, every_partition, limit))
     data["records"] = [_row(r["topic"], r["partition"], r) for r in data["records"]]
+    data["limited"] = len(data["records"]) >= limit
     return JSONResponse(jsonable(data))
 
 
@@ -179,11 +191,12 @@ def api_search_export(user: GetUserDep, topic: str = "", key: str | None = None,
                       text: str | None = None, field: Fields = [], header: Headers = [],
                       every_partition: bool = False, limit: Annotated[int, Query(ge=1, le=MAX_EXPORT)] = MAX_EXPORT,
                       as_: Annotated[str, Query(alias="as")] = "json") -> Response:
-    """A whole search as a download: JSON (a list of records) or CSV (:data:`CSV_COLUMNS`)."""
+    """A whole search as a download, streamed as the search reads: JSON (a list of records) or CSV
+    (:data:`CSV_COLUMNS`)."""
     _check_format(as_)
-    data = _whole(user, topic, key, key_format, text, field, header, every_partition, limit)
+    steps = _search_steps(user, topic, key, key_format, text, field, header, every_partition, limit)
     name = "search-" + (topic or "all-topics") + (f"-key-{key}" if key else "")
-    return _download(data["records"], name, as_)
+    return _download(_records(steps), name, as_)
 
 
 # -- exports and the tail -------------------------------------------------------------------------------------------
@@ -209,7 +222,7 @@ def exported(record: dict) -> dict:
     return jsonable(out)
 
 
-def csv_text(records: list[dict]) -> Iterator[str]:
+def csv_text(records: Iterable[dict]) -> Iterator[str]:
     """CSV of ``records``: a header line, then one line per record; bytes that are not UTF-8 as hex (``*_format``
     says which), headers as a JSON list of [name, value] pairs."""
     buf = io.StringIO()
@@ -227,13 +240,20 @@ def csv_text(records: list[dict]) -> Iterator[str]:
     yield buf.getvalue()
 
 
-def _download(records: list[dict], name: str, as_: str) -> Response:
+def json_text(records: Iterable[dict]) -> Iterator[str]:
+    """A JSON list of ``records`` (:func:`exported`), one record per line."""
+    yield "["
+    for i, r in enumerate(records):
+        yield ("\n" if i == 0 else ",\n") + json.dumps(exported(r), ensure_ascii=False)
+    yield "\n]\n"
+
+
+def _download(records: Iterable[dict], name: str, as_: str) -> Response:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:120]
     headers = {"Content-Disposition": f'attachment; filename="{safe}.{as_}"'}
     if as_ == "csv":
         return StreamingResponse(csv_text(records), media_type="text/csv; charset=utf-8", headers=headers)
-    return Response(json.dumps([exported(r) for r in records], ensure_ascii=False, indent=1),
-                    media_type="application/json", headers=headers)
+    return StreamingResponse(json_text(records), media_type="application/json", headers=headers)
 
 
 @router.get("/api/export/messages/{topic}/{partition}")
