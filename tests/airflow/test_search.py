@@ -26,11 +26,13 @@ import zlib
 import pytest
 
 from storage_engine.record.partitioner import default_partition
+from storage_engine.record.records import Record
 
 from .conftest import REPO
 from .test_console import (broker, broker_launcher, chromium, open_page, records_of,  # noqa: F401 - module fixtures
                            wait_until)
 from .test_storage_view import sample, server  # noqa: F401 - module fixtures
+from tests.typed import present
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
@@ -49,7 +51,7 @@ def shot(page, name: str) -> pathlib.Path:
     return path
 
 
-def all_records(config, topic: str) -> list[tuple[int, object]]:
+def all_records(config, topic: str) -> list[tuple[int, Record]]:
     return [(p, r) for p in range(TOPIC_PARTITIONS[topic]) for r in records_of(config, topic, p)]
 
 
@@ -279,13 +281,13 @@ def test_a_viewer_searches_exports_and_tails_masked_values(server, sample, open_
     from kafka import KafkaProducer
 
     truth = [(p, r) for p, r in all_records(sample["config"], "user-emails") if r.key == KEY and r.value is not None]
-    email = json.loads(truth[-1][1].value)["email"]
+    email = json.loads(present(truth[-1][1].value))["email"]
     as_admin = api(server, "/api/search", "admin", topic="user-emails", key=KEY.decode())["records"]
     as_viewer = api(server, "/api/search", "viewer", topic="user-emails", key=KEY.decode())["records"]
     assert [r["offset"] for r in as_viewer if r["value"]] == [r["offset"] for r in as_admin if r["value"]] == [
         r.offset for _, r in truth]
     assert [json.loads(r["value"])["email"] for r in as_admin if r["value"]] == [
-        json.loads(r.value)["email"] for _, r in truth]
+        json.loads(present(r.value))["email"] for _, r in truth]
     assert {json.loads(r["value"])["email"] for r in as_viewer if r["value"]} == {"****"}
     assert all(r["masked"] == ["email"] for r in as_viewer if r["value"])
     # the filters see what the reader sees

@@ -15,7 +15,7 @@ from storage_engine.errors import InvalidRequestError
 from storage_engine.inspection import search as s
 from storage_engine.log.manager import LogManager
 from storage_engine.record.partitioner import default_partition, murmur2
-from storage_engine.record.records import SimpleRecord
+from storage_engine.record.records import Record, SimpleRecord
 from tests.storage_engine.helpers import get_log
 
 pytestmark = pytest.mark.unit
@@ -44,7 +44,7 @@ def fill(config, records: int = 300) -> None:
         logs[wrong].append_records([SimpleRecord(STRAY_KEY, b"plain text Hello", T0, ())])
 
 
-def engine_records(config) -> list[tuple[int, object]]:
+def engine_records(config) -> list[tuple[int, Record]]:
     with LogManager.open(config) as mgr:
         return [(p, r) for p in range(PARTITIONS) for r in get_log(mgr, "orders", p).read_records()]
 
