@@ -59,6 +59,11 @@ def admin_action(name: str) -> actions.Action:
 ADMIN_ACTIONS = ("produce", "create-topic", "alter-configs", "reset-offsets", "delete-group")
 
 
+def admin_actions() -> dict[str, actions.Action]:
+    """Every admin action with its permission, for the pages."""
+    return {name: admin_action(name) for name in ADMIN_ACTIONS}
+
+
 # -- request fields --------------------------------------------------------------------------------------------
 
 def _str(body: dict, name: str, *, optional: bool = False) -> Any:

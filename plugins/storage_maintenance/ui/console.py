@@ -34,7 +34,7 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 
 from ..maintenance_dags import DRY_RUN_DAGS
-from . import actions
+from . import actions, admin
 from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
@@ -186,12 +186,12 @@ def group_data(group_id: str) -> dict:
 
 @router.get("/topics", response_class=HTMLResponse)
 def topics_page() -> HTMLResponse:
-    return render("topics.html", nav="/topics", **topics_data())
+    return render("topics.html", nav="/topics", admin_actions=admin.admin_actions(), **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
-    return render("topic.html", nav="/topics", **topic_data(session, topic))
+    return render("topic.html", nav="/topics", admin_actions=admin.admin_actions(), **topic_data(session, topic))
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
@@ -212,7 +212,7 @@ def broker_page() -> HTMLResponse:
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
 def group_page(group_id: str) -> HTMLResponse:
-    return render("group.html", nav="/broker", **group_data(group_id))
+    return render("group.html", nav="/broker", admin_actions=admin.admin_actions(), **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
