@@ -24,7 +24,9 @@ other than what its page showed and confirmed. Each outcome, refused, failed or 
 audit log (event ``storage.<action>``, under the DAG whose permission it took; Browse > Audit Log) and one line of
 the api-server's log.
 
-Every action, these and those of :mod:`.admin`, runs through :func:`perform`: the permission check, the request's
+The admin actions (produce a record, create a topic, change its configs, reset a group's offsets, delete a group)
+are :mod:`.admin`'s, with their permissions in its table (on the Airflow connection that names the store).
+Every action, these and those, runs through :func:`perform`: the permission check, the request's
 check, the engine call, and one audit entry for whichever outcome it had.
 """
 from __future__ import annotations
