@@ -259,3 +259,17 @@ def test_with_no_broker_running_the_brokers_changes_are_refused_with_the_reason(
                                      body={"topic": "access-log", "partition": 0, "key": "k", "value": "v",
                                            "confirm": "access-log-0"})
     assert status == 200, body
+
+
+def test_every_admin_endpoint_needs_the_airflow_login_and_a_json_body(server):
+    """401 without a login; a form post (not JSON) is refused before anything is checked or done."""
+    from storage_maintenance.ui import admin
+
+    paths = [r.path for r in admin.router.routes]  # type: ignore[attr-defined]  # the router's routes are APIRoutes
+    assert len(paths) == 6
+    token = server.token()
+    for path in paths:
+        url = BASE + path.replace("{topic}", "access-log").replace("{group_id}", "g")
+        assert server.request(url, method="POST", body={})[0] == 401, path
+        assert server.request(url, token=token, method="POST", body=b"topic=x",
+                              content_type="application/x-www-form-urlencoded")[0] == 422, path

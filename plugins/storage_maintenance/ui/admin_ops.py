@@ -27,7 +27,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from storage_engine import layout
 from storage_engine.config import StorageConfig
 
 CLIENT_ID = "storage-console"
@@ -50,23 +49,11 @@ class AdminError(Exception):
 
 def produce(config: StorageConfig, topic: str, partition: int, key: bytes | None, value: bytes | None,
             headers: list[tuple[str, bytes]]) -> dict:
-    """Append one record to an existing partition through the engine, with the topic's checks first (a keyless
-    record on a compacted topic, one over max.message.bytes), as ``python -m storage_engine produce`` does.
-    Returns its offset."""
-    from storage_engine.clock import SYSTEM_CLOCK
-    from storage_engine.log.manager import LogManager
-    from storage_engine.log.validator import check_records
-    from storage_engine.record.records import SimpleRecord
+    """Append one record to an existing partition through the engine (:func:`storage_engine.jobs.produce.produce`:
+    the topic's checks first, as ``python -m storage_engine produce``). Returns its offset."""
+    from storage_engine.jobs.produce import produce as append
 
-    layout.partition_dir_name(topic, partition)
-    record = SimpleRecord(key, value, SYSTEM_CLOCK.milliseconds(), tuple(headers))
-    check_records(topic, config.log_config(topic), [record], now_ms=SYSTEM_CLOCK.milliseconds())
-    with LogManager.open(config, partitions=[(topic, partition)]) as mgr:
-        log = mgr.get_log(topic, partition)
-        if log is None:
-            raise AdminError(422, f"no partition {partition} of topic {topic!r} in the log dirs")
-        info = log.append_records([record])
-    return {"topic": topic, "partition": partition, "offset": info.first_offset}
+    return append(config, topic, partition, [(key, value, headers)])
 
 
 # -- the broker's Kafka API ------------------------------------------------------------------------------------
@@ -117,17 +104,20 @@ def _broker_error(exc: Exception) -> AdminError:
 
 
 def check_topic_configs(config: StorageConfig, topic: str, configs: dict[str, Any], *, creating: bool) -> dict:
-    """Config values checked with the engine's rules (Kafka's topic keys and their combinations); AdminError 422
-    naming the first bad key."""
-    from storage_engine.server.catalog import check_configs
-    from storage_engine.server.errors import TopicError
+    """Config values checked with the engine's rules, as the broker checks them (each value against Kafka's topic
+    key, then :meth:`StorageConfig.check_topic_configs` on their combination); AdminError 422 naming the key."""
+    from storage_engine.config_keys import topic_key
+    from storage_engine.errors import ConfigError
 
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
         raise AdminError(422, f"configs must map each key to a string value, got {configs!r}")
     try:
-        return check_configs(configs, config, topic, creating=creating)
-    except TopicError as exc:
+        for key, value in configs.items():
+            topic_key(key).parse(value)
+        config.check_topic_configs(topic, configs, creating=creating)
+    except ConfigError as exc:
         raise AdminError(422, f"invalid config: {exc}") from None
+    return dict(configs)
 
 
 def create_topic(config: StorageConfig, topic: str, partitions: int, configs: dict[str, str]) -> dict:
