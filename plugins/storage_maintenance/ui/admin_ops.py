@@ -49,9 +49,9 @@ class AdminError(Exception):
 
 def produce(config: StorageConfig, topic: str, partition: int, key: bytes | None, value: bytes | None,
             headers: list[tuple[str, bytes]]) -> dict:
-    """Append one record to an existing partition through the engine (:func:`storage_engine.jobs.produce.produce`:
+    """Append one record to an existing partition through the engine (:func:`storage_engine.jobs.partition.produce`:
     the topic's checks first, as ``python -m storage_engine produce``). Returns its offset."""
-    from storage_engine.jobs.produce import produce as append
+    from storage_engine.jobs.partition import produce as append
 
     return append(config, topic, partition, [(key, value, headers)])
 

@@ -8,7 +8,7 @@ import pytest
 
 from storage_engine.config_file import config_from_mapping
 from storage_engine.errors import InvalidRecordForTopicError, PartitionNotFoundError
-from storage_engine.jobs.produce import produce
+from storage_engine.jobs.partition import produce
 from storage_engine.log.manager import LogManager
 
 pytestmark = pytest.mark.unit
@@ -42,7 +42,7 @@ def test_records_are_appended_as_one_batch_and_read_back(cfg):
 
 
 def test_a_missing_partition_or_a_record_the_topic_refuses_writes_nothing(cfg):
-    with pytest.raises(PartitionNotFoundError, match="no partition 3 of topic 't'"):
+    with pytest.raises(PartitionNotFoundError, match="partition t-3 does not exist"):
         produce(cfg, "t", 3, [(b"k", b"v", [])])
     assert not os.path.exists(os.path.join(cfg.log_dirs[0], "t-3"))
     with pytest.raises(InvalidRecordForTopicError, match="without a key"):
