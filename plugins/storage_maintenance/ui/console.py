@@ -33,10 +33,10 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep
 
 from ..maintenance_dags import DRY_RUN_DAGS
-from . import actions
+from . import actions, admin
 from .masking import UNMASKED_PERMISSION, Masker, masker_for
 from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
@@ -198,12 +198,12 @@ def group_data(group_id: str) -> dict:
 
 @router.get("/topics", response_class=HTMLResponse)
 def topics_page() -> HTMLResponse:
-    return render("topics.html", nav="/topics", **topics_data())
+    return render("topics.html", nav="/topics", admin_actions=admin.admin_actions(), **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
-    return render("topic.html", nav="/topics", **topic_data(session, topic))
+    return render("topic.html", nav="/topics", admin_actions=admin.admin_actions(), **topic_data(session, topic))
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
@@ -225,7 +225,7 @@ def broker_page() -> HTMLResponse:
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
 def group_page(group_id: str) -> HTMLResponse:
-    return render("group.html", nav="/broker", **group_data(group_id))
+    return render("group.html", nav="/broker", admin_actions=admin.admin_actions(), **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
@@ -302,23 +302,10 @@ def api_action(request: Request, session: SessionDep, user: GetUserDep, action: 
     spec = actions.ACTIONS.get(action)
     if spec is None:
         raise HTTPException(404, f"no action {action!r}; the actions are {sorted(actions.ACTIONS)}")
-    name = user.get_name() if user is not None else "anonymous"
     attempted = {k: body.get(k) for k in ("topic", "partition", "offset", "to_dir") if k in body}
-    try:
-        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, attempted, "refused", f"needs {spec.permission}")
-        raise HTTPException(exc.status_code, f"{exc.detail}: {action} needs {spec.permission}") from None
-    try:
-        target = actions.target(action, body)
-    except actions.ActionRequestError as exc:
-        raise HTTPException(422, str(exc)) from None
-    try:
-        result = engine_errors(actions.run, _config(), action, target)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "failed", exc.detail)
-        raise
-    actions.audit(session, name, spec, target, "done", _summary(action, result))
+    target, result = actions.perform(request, session, user, spec, attempted, lambda: actions.target(action, body),
+                                     lambda t: engine_errors(actions.run, _config(), action, t),
+                                     lambda r: _summary(action, r))
     return JSONResponse(jsonable({"action": action, "target": target, "summary": _summary(action, result),
                                    "result": result}))
 
