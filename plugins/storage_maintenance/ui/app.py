@@ -1,7 +1,7 @@
 """The web app of ``/storage-maintenance`` inside Airflow's api-server: the Storage view's pages
-(:mod:`.storage_view`), the console's (:mod:`.console`), the topic search (:mod:`.search`), the admin actions (:mod:`.admin`) and the ACL
-page (:mod:`.acls_page`) behind Airflow's
-login (every route depends on ``get_user``: 401 without a token).
+(:mod:`.storage_view`), the console's (:mod:`.console`), the topic search (:mod:`.search`), the admin actions
+(:mod:`.admin`) and the ACL page (:mod:`.acls_page`), behind Airflow's login (every route depends on ``get_user``:
+401 without a token).
 """
 from __future__ import annotations
 
