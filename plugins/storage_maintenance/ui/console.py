@@ -38,7 +38,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from ..maintenance_dags import DRY_RUN_DAGS
 from . import actions, admin
 from .masking import UNMASKED_PERMISSION, Masker, masker_for
-from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, parse_key, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -102,17 +102,6 @@ def live_data(topic: str) -> dict:
             "log_end_offsets": sum(r["log_end_offset"] or 0 for r in rows)}
 
 
-def _key_bytes(key: str, key_format: str) -> bytes:
-    if key_format == "hex":
-        try:
-            return bytes.fromhex(key.replace(" ", ""))
-        except ValueError:
-            raise HTTPException(422, f"key is not hex: {key!r}") from None
-    if key_format != "text":
-        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
-    return key.encode("utf-8")
-
-
 def _offset(value: str | None) -> int | None:
     """The ``offset`` query parameter: empty means none (a form's empty field)."""
     if value is None or not value.strip():
@@ -136,7 +125,7 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
-    key_bytes = _key_bytes(key, key_format) if key else None
+    key_bytes = parse_key(key, key_format)
     config = _config()
     page = engine_errors(browse.browse, config, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
                          key=key_bytes, latest=latest, limit=limit, isolation=isolation)

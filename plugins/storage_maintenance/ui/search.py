@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from airflow.api_fastapi.core_api.security import GetUserDep
 
 from .masking import masker_for
-from .web import engine_errors, hook, instant_ms, jsonable, render
+from .web import engine_errors, hook, instant_ms, jsonable, parse_key, render
 
 if TYPE_CHECKING:
     from storage_engine.config import StorageConfig
@@ -65,19 +65,6 @@ def masker(config: StorageConfig, user: object | None) -> Callable[[str, Browsed
 
 # -- requests -------------------------------------------------------------------------------------------------------
 
-def _key(key: str | None, key_format: str) -> bytes | None:
-    if key is None or key == "":
-        return None
-    if key_format == "hex":
-        try:
-            return bytes.fromhex(key.replace(" ", ""))
-        except ValueError:
-            raise HTTPException(422, f"key is not hex: {key!r}") from None
-    if key_format != "text":
-        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
-    return key.encode("utf-8")
-
-
 def _filters(text: str | None, field: list[str], header: list[str]) -> Filters:
     from storage_engine.inspection.search import parse_filters
     filters: Filters = engine_errors(parse_filters, text, field, header)
@@ -110,7 +97,7 @@ def search_page(topic: str = "", key: str | None = None, key_format: str = "text
     """The search page: its form, and the partitions the search will read (its script reads them)."""
     from storage_engine.inspection import search, topics
     config = hook().config
-    key_bytes = _key(key, key_format)
+    key_bytes = parse_key(key, key_format)
     filters = _filters(text, field, header)
     asked = key_bytes is not None or not filters.empty
     targets = engine_errors(search.plan, config, _topics(config, topic), key_bytes) if asked else []
@@ -132,7 +119,7 @@ def api_search_step(user: GetUserDep, topic: str, partition: int, offset: int | 
     """One bounded step of a search in one partition: the matches (masked, rendered) and where to go on."""
     from storage_engine.inspection import search
     config = hook().config
-    page = engine_errors(search.scan_partition, config, topic, partition, key=_key(key, key_format),
+    page = engine_errors(search.scan_partition, config, topic, partition, key=parse_key(key, key_format),
                          filters=_filters(text, field, header), offset=offset, limit=limit, view=masker(config, user))
     return JSONResponse(jsonable({
         "topic": topic, "partition": partition, "records": [_row(topic, partition, r) for r in page["records"]],
@@ -146,7 +133,7 @@ def _search_steps(user: object | None, topic: str, key: str | None, key_format: 
     request is checked here, before the first step, so a refused search is an HTTP error, not a broken download."""
     from storage_engine.inspection import search
     config = hook().config
-    key_bytes, filters = _key(key, key_format), _filters(text, field, header)
+    key_bytes, filters = parse_key(key, key_format), _filters(text, field, header)
     if key_bytes is None and filters.empty:
         raise HTTPException(422, "a search needs a key or a filter (value text, a JSON field or a header)")
     names = _topics(config, topic)
@@ -269,7 +256,7 @@ def api_export_page(user: GetUserDep, topic: str, partition: int, offset: int | 
     view = masker(config, user)
     page = engine_errors(browse.browse, config, topic, partition, offset=offset,
                          timestamp_ms=instant_ms(timestamp, "timestamp") if timestamp else None,
-                         key=_key(key, key_format), latest=latest, limit=limit, isolation=isolation)
+                         key=parse_key(key, key_format), latest=latest, limit=limit, isolation=isolation)
     records = [{"topic": topic, "partition": partition, **view(topic, r)} for r in page["records"]]
     return _download(records, f"{topic}-{partition}-from-{page['start_offset']}", as_)
 
