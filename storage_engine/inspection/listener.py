@@ -97,7 +97,7 @@ def is_lag_sample(value: object) -> bool:
 
 def lag_history(config: StorageConfig, group_id: str) -> list[dict[str, Any]]:
     """The lag history of ``group_id`` the listener kept (:mod:`storage_engine.server.groups.lag_history`):
-    ``[{"t": epoch ms, "lag": total, "partitions": {(topic, partition): lag}}]``, oldest first (the minute samples,
+    ``[{"t": epoch ms, "lag": total, "partitions": {(topic, partition): lag}}]``, oldest first (the 5-minute samples,
     then the recent ones); empty when there is none or the file cannot be read."""
     from storage_engine.durable import read_regular_file
     if not config.log_dirs:
@@ -110,7 +110,7 @@ def lag_history(config: StorageConfig, group_id: str) -> list[dict[str, Any]]:
         return []
     recent = [s for s in data.get("recent") or [] if is_lag_sample(s)]
     first_recent = recent[0]["t"] if recent else None
-    older = [s for s in data.get("minutes") or [] if is_lag_sample(s) and (first_recent is None or s["t"] < first_recent)]
+    older = [s for s in data.get("older") or [] if is_lag_sample(s) and (first_recent is None or s["t"] < first_recent)]
     out = []
     for s in older + recent:
         g = s["groups"].get(group_id)

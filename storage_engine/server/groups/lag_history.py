@@ -6,20 +6,21 @@ they subscribe to. A partition with a committed offset lags by ``log end - commi
 ``log end - log start`` (all of it is unread: what a consumer starting from the earliest offset has to read), and is
 stored as such (``from_start``).
 
-Bounded: the last :data:`RECENT_SAMPLES` samples (10 minutes at 5 s) are kept as taken, and one sample a minute
-for :data:`MINUTE_SAMPLES` minutes (24 hours) before that; a group's partitions beyond
-:data:`MAX_PARTITIONS_PER_GROUP` (the most lagging kept) count in its total only; at most :data:`MAX_GROUPS`
-groups (the most lagging). The file stays below a few MiB whatever the store.
+Bounded: the last :data:`RECENT_SAMPLES` samples (10 minutes at 5 s) are kept as taken, and one sample every
+:data:`OLDER_STEP_MS` (5 minutes) for :data:`OLDER_SAMPLES` steps (24 hours) before that. A sample holds at most
+:data:`MAX_GROUPS` groups (the most lagging) and :data:`MAX_PARTITIONS` partition figures in all, at most
+:data:`MAX_PARTITIONS_PER_GROUP` a group (the most lagging); the others count in their group's total only. So the
+file stays near 2 MiB at most (408 samples of 256 figures) whatever the store, and is small for a small one.
 
 Crash-safe: the file (``.engine+lag-history.json`` in the first log dir; read by
 :func:`storage_engine.inspection.listener.lag_history`, beside the status file) is replaced
-atomically (temp file, rename); it is fsynced when a minute sample is added, so a crash loses at most the recent
-samples since. A file that cannot be read (damaged, another version) is set aside as ``.damaged`` and the history
+atomically (temp file, rename); it is fsynced when an older (5-minute) sample is added, so a crash loses at most
+the recent samples since. A file that cannot be read (damaged, another version) is set aside as ``.damaged`` and the history
 starts anew: it is a courtesy, never a reason not to serve.
 
 Format (version 1)::
 
-    {"version": 1, "recent": [sample, ...], "minutes": [sample, ...]}
+    {"version": 1, "recent": [sample, ...], "older": [sample, ...]}
     sample = {"t": <epoch ms>, "groups": {"<group id>": {"lag": <total>, "partitions":
               [[topic, partition, lag, committed or null], ...]}}}
 """
@@ -39,10 +40,11 @@ logger = logging.getLogger(__name__)
 
 VERSION = LAG_HISTORY_VERSION
 RECENT_SAMPLES = 120                 # 10 minutes at the status interval of 5 s
-MINUTE_SAMPLES = 24 * 60             # one a minute for a day
-MINUTE_MS = 60_000
-MAX_PARTITIONS_PER_GROUP = 64
+OLDER_STEP_MS = 5 * 60_000
+OLDER_SAMPLES = 24 * 12              # one every 5 minutes for a day
 MAX_GROUPS = 50
+MAX_PARTITIONS = 256
+MAX_PARTITIONS_PER_GROUP = 64
 MAX_FILE_BYTES = 64 << 20
 
 Sample = dict[str, Any]
@@ -71,12 +73,14 @@ def take_sample(now_ms: int, groups: Iterable[Mapping[str, Any]], partitions_of:
                 lag = max(0, end - (start if offset is None else offset))
                 rows.append((topic, p, lag, offset))
         rows.sort(key=lambda r: (-r[2], r[0], r[1]))
-        out[str(g["group_id"])] = {"lag": sum(r[2] for r in rows),
-                                   "partitions": [list(r) for r in sorted(rows[:MAX_PARTITIONS_PER_GROUP])]}
-    if len(out) > MAX_GROUPS:
-        kept = sorted(out, key=lambda gid: -out[gid]["lag"])[:MAX_GROUPS]
-        out = {gid: out[gid] for gid in sorted(kept)}
-    return {"t": now_ms, "groups": out}
+        out[str(g["group_id"])] = {"lag": sum(r[2] for r in rows), "partitions": rows}
+    kept = sorted(out, key=lambda gid: (-out[gid]["lag"], gid))[:MAX_GROUPS]
+    budget = MAX_PARTITIONS
+    for gid in kept:                  # the most lagging groups' figures first
+        rows = out[gid]["partitions"][:min(MAX_PARTITIONS_PER_GROUP, budget)]
+        budget -= len(rows)
+        out[gid]["partitions"] = [list(r) for r in sorted(rows)]
+    return {"t": now_ms, "groups": {gid: out[gid] for gid in sorted(kept)}}
 
 
 class LagHistory:
@@ -85,7 +89,7 @@ class LagHistory:
     def __init__(self, path: str):
         self.path = path
         self.recent: list[Sample] = []
-        self.minutes: list[Sample] = []
+        self.older: list[Sample] = []
         self._load()
 
     def _load(self) -> None:
@@ -97,12 +101,12 @@ class LagHistory:
             self._set_aside(f"{type(exc).__name__}: {exc}")
             return
         if (not isinstance(data, dict) or data.get("version") != VERSION
-                or not isinstance(data.get("recent"), list) or not isinstance(data.get("minutes"), list)
-                or not all(is_lag_sample(s) for s in data["recent"] + data["minutes"])):
+                or not isinstance(data.get("recent"), list) or not isinstance(data.get("older"), list)
+                or not all(is_lag_sample(s) for s in data["recent"] + data["older"])):
             self._set_aside("not a version-1 lag history")
             return
         self.recent = data["recent"][-RECENT_SAMPLES:]
-        self.minutes = data["minutes"][-MINUTE_SAMPLES:]
+        self.older = data["older"][-OLDER_SAMPLES:]
 
     def _set_aside(self, why: str) -> None:
         logger.warning("lag history %s cannot be read (%s): set aside as .damaged, starting anew", self.path, why)
@@ -112,13 +116,13 @@ class LagHistory:
             pass
 
     def add(self, sample: Sample) -> None:
-        """Keep ``sample`` and write the file: fsynced when it also becomes the sample of a new minute."""
-        if not sample["groups"] and not self.recent and not self.minutes:
+        """Keep ``sample`` and write the file: fsynced when it also becomes an older (5-minute) sample."""
+        if not sample["groups"] and not self.recent and not self.older:
             return       # no group has ever been seen: no file
-        minute = not self.minutes or sample["t"] // MINUTE_MS > self.minutes[-1]["t"] // MINUTE_MS
+        step = not self.older or sample["t"] // OLDER_STEP_MS > self.older[-1]["t"] // OLDER_STEP_MS
         self.recent = (self.recent + [sample])[-RECENT_SAMPLES:]
-        if minute:
-            self.minutes = (self.minutes + [sample])[-MINUTE_SAMPLES:]
-        data = {"version": VERSION, "recent": self.recent, "minutes": self.minutes}
-        atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"), sync=minute,
+        if step:
+            self.older = (self.older + [sample])[-OLDER_SAMPLES:]
+        data = {"version": VERSION, "recent": self.recent, "older": self.older}
+        atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"), sync=step,
                      steps="lag-history", what="lag history")
