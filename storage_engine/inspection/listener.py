@@ -59,7 +59,8 @@ def consumer_groups(config: StorageConfig, listener: dict | None) -> list[dict]:
     """The consumer groups the listener last reported (state, members and their assignments, committed offsets),
     with the lag of every partition of every topic the group reads (:func:`group_topics`) as the files show it:
     ``partitions`` the committed ones (log end offset minus the committed offset), ``uncommitted`` the others (no
-    commit: ``committed`` None and the lag from the log start, ``lag_from`` "log start"). ``lag`` is their sum."""
+    commit: ``committed`` None and the lag from the log start, ``lag_from`` "log start"). ``lag`` sums the committed
+    partitions' lag (what Kafka's tools call the group's lag), ``uncommitted_lag`` the others'."""
     groups = (listener or {}).get("groups") or []
     topics = set().union(*(group_topics(g) for g in groups)) if groups else set()
     known: dict[str, list[int]] = {}
@@ -86,8 +87,8 @@ def consumer_groups(config: StorageConfig, listener: dict | None) -> list[dict]:
                 uncommitted.append({"topic": topic, "partition": p, "committed": None, "log_start_offset": start,
                                     "log_end_offset": end, "lag_from": "log start",
                                     "lag": None if start is None or end is None else max(0, end - start)})
-        out.append({**g, "partitions": parts, "uncommitted": uncommitted,
-                    "lag": sum(x["lag"] or 0 for x in parts + uncommitted)})
+        out.append({**g, "partitions": parts, "uncommitted": uncommitted, "lag": sum(x["lag"] or 0 for x in parts),
+                    "uncommitted_lag": sum(x["lag"] or 0 for x in uncommitted)})
     return out
 
 

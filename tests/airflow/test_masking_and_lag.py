@@ -25,6 +25,7 @@ from .api_server import ApiServer
 from .conftest import REPO
 from .storage_fixtures import T_MS
 from .test_storage_view import CHROMIUM, CHROMIUM_ARGS
+from tests.typed import present
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
@@ -214,8 +215,8 @@ def test_the_group_page_shows_lag_of_uncommitted_partitions_and_its_history(serv
 
     config = store["config"]
     with LogManager.open(config, partitions=[("user-emails", p) for p in range(3)]) as mgr:
-        bounds = {p: (mgr.get_log("user-emails", p).log_start_offset, mgr.get_log("user-emails", p).log_end_offset)
-                  for p in range(3)}
+        logs = {p: present(mgr.get_log("user-emails", p)) for p in range(3)}
+        bounds = {p: (log.log_start_offset, log.log_end_offset) for p, log in logs.items()}
     assert bounds[2][0] == TRIMMED and all(end > 5 for _, end in bounds.values())
     consumer = Consumer({"bootstrap.servers": broker, "group.id": GROUP, "client.id": "lag-reader",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -241,7 +242,8 @@ def test_the_group_page_shows_lag_of_uncommitted_partitions_and_its_history(serv
         last = data["history"][-1]
         assert {(x["partition"], x["lag"]) for x in last["partitions"]} == {
             (0, bounds[0][1] - 3), (1, bounds[1][1] - bounds[1][0]), (2, bounds[2][1] - TRIMMED)}
-        assert last["lag"] == g["lag"]
+        assert last["lag"] == g["lag"] + g["uncommitted_lag"] == sum(x["lag"] for x in last["partitions"])
+        assert g["lag"] == bounds[0][1] - 3
 
         page = open_page("viewer")
         page.goto(f"{server.url}{BASE}/groups/{GROUP}")
@@ -249,6 +251,9 @@ def test_the_group_page_shows_lag_of_uncommitted_partitions_and_its_history(serv
         assert row.locator('[data-field="committed"]').inner_text() == "none"
         assert row.locator('[data-field="lag_value"]').inner_text() == str(bounds[2][1] - TRIMMED)
         assert row.locator('[data-field="lag_from"]').inner_text() == "from log start"
+        assert page.locator('.facts [data-field="lag"]').inner_text() == str(bounds[0][1] - 3)
+        assert page.locator('.facts [data-field="uncommitted_lag"]').inner_text() == str(
+            bounds[1][1] - bounds[1][0] + bounds[2][1] - TRIMMED)
         assert page.locator('#offsets tr[data-partition="user-emails-0"] [data-field="lag"]').inner_text() == str(
             bounds[0][1] - 3)
         chart = page.locator("#lag-chart")

@@ -4,7 +4,7 @@ At every status write (every ``STATUS_INTERVAL_S``) the broker samples each grou
 topic the group reads: the topics it has committed offsets on, the topics its members are assigned and the topics
 they subscribe to. A partition with a committed offset lags by ``log end - committed``; one without a commit by
 ``log end - log start`` (all of it is unread: what a consumer starting from the earliest offset has to read), and is
-stored as such (``from_start``).
+stored with a null committed offset. A sample's ``lag`` is the sum over the group's partitions, both kinds.
 
 Bounded: the last :data:`RECENT_SAMPLES` samples (10 minutes at 5 s) are kept as taken, and one sample every
 :data:`OLDER_STEP_MS` (5 minutes) for :data:`OLDER_SAMPLES` steps (24 hours) before that. A sample holds at most
