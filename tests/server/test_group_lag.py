@@ -136,13 +136,13 @@ def test_the_history_is_bounded_and_keeps_one_sample_every_five_minutes(tmp_path
     history = LagHistory(path)
     step = 60_000
     total = recent_samples * 3
-    for i in range(total):
-        history.add({"t": i * step, "groups": {"g": {"lag": i, "partitions": []}}})
+    for i in range(total):   # a recent sample may wait for a later write; the last one at a clean stop does not
+        history.add({"t": i * step, "groups": {"g": {"lag": i, "partitions": []}}}, flush=i == total - 1)
     reopened = LagHistory(path)
     assert [s["t"] for s in reopened.recent] == [i * step for i in range(total - recent_samples, total)]
     older = [s["t"] for s in reopened.older]
     assert older == [m * OLDER_STEP_MS for m in range(-(-total * step // OLDER_STEP_MS))]   # the first of each step
-    for i in range(older_samples + 5):
+    for i in range(older_samples + 5):     # each one a new 5-minute step: each written
         history.add({"t": (total + i) * OLDER_STEP_MS, "groups": {}})
     assert len(LagHistory(path).older) == older_samples
 

@@ -12,6 +12,11 @@ Bounded: the last :data:`RECENT_SAMPLES` samples (10 minutes at 5 s) are kept as
 :data:`MAX_PARTITIONS_PER_GROUP` a group (the most lagging); the others count in their group's total only. So the
 file stays near 2 MiB at most (408 samples of 256 figures) whatever the store, and is small for a small one.
 
+Cheap for the broker: a group's offsets are read once a sample for every partition, and the file is rewritten
+with every sample only while that is cheap: after a write that took ``d`` the next (not an older sample's, not the
+last one at a clean stop) waits ``WRITE_COST_FACTOR * d`` (a 2 MiB file, about 0.2 s to write, is rewritten every
+10 s at most), so writing it takes at most about 2% of one thread. A sample not yet written is lost in a crash.
+
 Crash-safe: the file (``.engine+lag-history.json`` in the first log dir; read by
 :func:`storage_engine.inspection.listener.lag_history`, beside the status file) is replaced
 atomically (temp file, rename); it is fsynced when an older (5-minute) sample is added, so a crash loses at most
@@ -29,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -46,6 +52,7 @@ MAX_GROUPS = 50
 MAX_PARTITIONS = 256
 MAX_PARTITIONS_PER_GROUP = 64
 MAX_FILE_BYTES = 64 << 20
+WRITE_COST_FACTOR = 50
 
 Sample = dict[str, Any]
 # (topic, partition) -> (log start offset, log end offset), or None when this broker has no such log
@@ -60,12 +67,15 @@ def take_sample(now_ms: int, groups: Iterable[Mapping[str, Any]], partitions_of:
                 offsets_of: OffsetsOf) -> Sample:
     """One sample of every group's lag per partition (see the module docstring), bounded."""
     out: dict[str, Any] = {}
+    known: dict[tuple[str, int], tuple[int, int] | None] = {}
     for g in groups:
         committed = g.get("offsets") or {}
         rows: list[tuple[str, int, int, int | None]] = []
         for topic in sorted(group_topics(g)):
             for p in partitions_of(topic):
-                offsets = offsets_of(topic, p)
+                if (topic, p) not in known:
+                    known[(topic, p)] = offsets_of(topic, p)
+                offsets = known[(topic, p)]
                 if offsets is None:
                     continue
                 start, end = offsets
@@ -90,6 +100,7 @@ class LagHistory:
         self.path = path
         self.recent: list[Sample] = []
         self.older: list[Sample] = []
+        self._next_write = 0.0         # time.monotonic() from which a recent sample is written
         self._load()
 
     def _load(self) -> None:
@@ -115,14 +126,20 @@ class LagHistory:
         except OSError:
             pass
 
-    def add(self, sample: Sample) -> None:
-        """Keep ``sample`` and write the file: fsynced when it also becomes an older (5-minute) sample."""
+    def add(self, sample: Sample, *, flush: bool = False) -> None:
+        """Keep ``sample``; write the file when it becomes an older (5-minute) sample (fsynced), when ``flush``
+        (the last sample before a clean stop) or when the last write was cheap enough (see the module docstring)."""
         if not sample["groups"] and not self.recent and not self.older:
             return       # no group has ever been seen: no file
         step = not self.older or sample["t"] // OLDER_STEP_MS > self.older[-1]["t"] // OLDER_STEP_MS
         self.recent = (self.recent + [sample])[-RECENT_SAMPLES:]
         if step:
             self.older = (self.older + [sample])[-OLDER_SAMPLES:]
+        started = time.monotonic()
+        if not (step or flush or started >= self._next_write):
+            return
         data = {"version": VERSION, "recent": self.recent, "older": self.older}
-        atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"), sync=step,
+        atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"), sync=step or flush,
                      steps="lag-history", what="lag history")
+        done = time.monotonic()
+        self._next_write = done + WRITE_COST_FACTOR * (done - started)
