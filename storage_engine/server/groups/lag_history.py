@@ -10,18 +10,20 @@ Bounded: the last :data:`RECENT_SAMPLES` samples (10 minutes at 5 s) are kept as
 :data:`OLDER_STEP_MS` (5 minutes) for :data:`OLDER_SAMPLES` steps (24 hours) before that. A sample holds at most
 :data:`MAX_GROUPS` groups (the most lagging) and :data:`MAX_PARTITIONS` partition figures in all, at most
 :data:`MAX_PARTITIONS_PER_GROUP` a group (the most lagging); the others count in their group's total only. So the
-file stays near 2 MiB at most (408 samples of 256 figures) whatever the store, and is small for a small one.
+file stays below about 2.5 MB (408 samples of 256 figures, measured 2.4 MB) whatever the store, and is small
+for a small one.
 
-Cheap for the broker: a group's offsets are read once a sample for every partition, and the file is rewritten
-with every sample only while that is cheap: after a write that took ``d`` the next (not an older sample's, not the
-last one at a clean stop) waits ``WRITE_COST_FACTOR * d`` (a 2 MiB file, about 0.2 s to write, is rewritten every
-10 s at most), so writing it takes at most about 2% of one thread. A sample not yet written is lost in a crash.
+Cheap for the broker: each partition's offsets are read once a sample, however many groups read it, and the file
+is rewritten with every sample only while that is cheap: after a write that took ``d`` the next one (other than an
+older sample's or the last one at a clean stop, always written) waits ``WRITE_COST_FACTOR * d`` (a 2.4 MB file,
+about 0.2 s to write, is rewritten every 10 s at most), so writing it takes about 2% of one thread at most.
 
-Crash-safe: the file (``.engine+lag-history.json`` in the first log dir; read by
-:func:`storage_engine.inspection.listener.lag_history`, beside the status file) is replaced
-atomically (temp file, rename); it is fsynced when an older (5-minute) sample is added, so a crash loses at most
-the recent samples since. A file that cannot be read (damaged, another version) is set aside as ``.damaged`` and the history
-starts anew: it is a courtesy, never a reason not to serve.
+Crash-safe: the file (``.engine+lag-history.json`` in the first log dir, beside the status file; read by
+:func:`storage_engine.inspection.listener.lag_history`) is replaced atomically (temp file, rename), so it is always
+one whole version; it is fsynced with each older (5-minute) sample and at a clean stop. A killed broker loses the
+samples it had not written yet (seconds); a power cut at most those since the last fsync (5 minutes). A file that
+cannot be read (damaged, another version) is set aside as ``.damaged`` and the history starts anew: it is a
+courtesy, never a reason not to serve.
 
 Format (version 1)::
 
