@@ -11,7 +11,8 @@ Pages:
 * ``/messages/<topic>/<partition>`` the message browser: from an offset, a timestamp, the newest, or by key;
   key, value and headers as text, JSON or hex; producer id, epoch and sequence; transaction markers and records
   of aborted or open transactions marked; paginated; every batch CRC-checked
-  (:mod:`storage_engine.inspection.browse`);
+  (:mod:`storage_engine.inspection.browse`); values masked by the storage config's ``console.masking`` rules
+  for users without the unmasked-read permission (:mod:`.masking`);
 * ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
   consumer groups, open transactions, and the broker configs with their source;
 * ``/groups/<group_id>`` one consumer group: members and their assignment, the lag of every partition of the
