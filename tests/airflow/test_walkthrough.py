@@ -8,8 +8,8 @@ How a step is written (``### N. Title``, then blocks, in order):
 
 * a ``sh`` block: one shell script, run by bash from the repository's root; a command ending in ``&`` keeps running
   in the background (the test stops it at the end, as Ctrl-C would);
-* a ``url`` block: an address the operator opens in the browser, logged in as ``admin`` (the page's text, every
-  frame of it, is the output);
+* a ``url`` block: an address the operator opens in the browser, signing in on the login page it leads to as
+  ``admin`` with the password ``make airflow`` printed (the page's text, every frame of it, is the output);
 * a ``text`` block after one of those: what it shows. Every line must match a line of the output, in order (lines
   between are allowed); ``<name>`` stands for one value (no spaces), ``...`` for any text, whitespace runs match
   any whitespace. ``text until``: what it shows once the scheduler has done its part: the block before it is run
@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,14 +212,6 @@ class Operator:
                 time.sleep(0.5)
             _signal_group(proc.pid, signal.SIGKILL)
 
-    def token(self) -> str:
-        password = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
-        req = urllib.request.Request(f"http://127.0.0.1:{self.airflow_port}/auth/token", method="POST",
-                                     data=json.dumps({"username": "admin", "password": password}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())["access_token"]
-
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     try:
@@ -325,25 +316,28 @@ def run_sh_block(op: Operator, step: Step, block: Block, expect: Block | None) -
 
 
 def run_url_block(op: Operator, browser, step: Step, block: Block, expect: Block | None) -> None:
-    """The page at the block's address in chromium, logged in as admin with the password ``make airflow`` printed
-    (its session cookie from ``POST /auth/token``, as Airflow's login page sets it); the text of every frame."""
+    """The block's address in chromium: Airflow's login page first (``admin`` and the password ``make airflow``
+    printed, as the operator types them), then the page it leads to; the output is the text of every frame."""
     (url,) = [line.strip() for line in block.body.splitlines() if line.strip()]
     url = op.expected_for_this_run(url)
+    password = json.loads((op.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
-        context.add_cookies([{"name": "_token", "value": op.token(), "url": f"http://localhost:{op.airflow_port}"}])
         page = context.new_page()
         page.goto(url, wait_until="domcontentloaded", timeout=120_000)
-        expected = expect.body if expect else ""
+        page.get_by_label("Username").fill("admin", timeout=120_000)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Sign in").click()
+        expected = op.expected_for_this_run(expect.body) if expect else ""
         deadline = time.monotonic() + 120
-        text = ""
         while True:
             text = "\n".join(_frame_text(frame) for frame in page.frames)
             missing = first_missing(expected, text)
             if missing is None:
                 return
             if time.monotonic() >= deadline:
-                _fail(step, "the page does not show the README's text within 120 s", url, missing, text)
+                _fail(step, "the page does not show the README's text within 120 s of the login", url, missing,
+                      f"(at {page.url})\n{text}")
             time.sleep(1)
     finally:
         context.close()
