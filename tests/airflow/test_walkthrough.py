@@ -21,7 +21,9 @@ without ``make venv``'s install step, as tests/airflow/test_airflow_cli.py runs 
 ``make airflow-cli`` get ``--home`` (a temporary AIRFLOW_HOME), the ports 8080, 1025 and 8025 are free ports
 (``AIRFLOW_PORT`` names the first, as an operator moves it), ``var/`` paths are under the test's folder, and
 ``STORAGE_ENGINE_CONFIG`` names the test's storage config. ``make demo`` (minutes, and it resets ``var/``) is the one
-command not run: :func:`sample_store` writes the same generator's sample logs, smaller, as its stand-in.
+command not run: :func:`sample_store` writes the same generator's sample logs, smaller, and
+:func:`demo_metadata_db` the metadata DB with the DAGs, as its stand-in. A step's script runs with ``bash -e -o
+pipefail``: a command that fails stops it, as the operator would stop.
 """
 from __future__ import annotations
 
@@ -197,7 +199,7 @@ class Operator:
         self.outputs += 1
         path = self.root / f"output-{self.outputs:02d}.txt"
         with open(path, "wb") as out:
-            proc = subprocess.Popen(["bash", "-c", script], cwd=REPO, env=self.env, stdout=out,
+            proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=REPO, env=self.env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         return proc, path
 
@@ -247,10 +249,20 @@ def sample_store(root: Path) -> Path:
     return config_path
 
 
+def demo_metadata_db(op: Operator) -> None:
+    """The rest of ``make demo``'s stand-in: what it leaves in AIRFLOW_HOME, a migrated metadata DB holding the
+    project's DAGs (the demo's ``airflow dags test`` runs write them), through ``make airflow``'s environment."""
+    for args in (["db", "migrate"], ["dags", "reserialize"]):
+        done = subprocess.run([sys.executable, "-m", "include.airflow_cli", "--home", str(op.home), *args], cwd=REPO,
+                              env=op.env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+
+
 @pytest.fixture(scope="module")
 def operator(tmp_path_factory):
     root = tmp_path_factory.mktemp("walkthrough")
     op = Operator(root, sample_store(root))
+    demo_metadata_db(op)
     try:
         yield op
     finally:
