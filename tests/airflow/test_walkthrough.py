@@ -38,6 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -269,6 +270,23 @@ def operator(tmp_path_factory):
         op.stop()
 
 
+class BrowserSession:
+    """The operator's browser: one chromium context for the whole walkthrough, so one login."""
+
+    def __init__(self, context: Any):
+        self.context = context
+        self.signed_in = False
+
+
+@pytest.fixture(scope="module")
+def browser_session(browser):
+    session = BrowserSession(browser.new_context(viewport={"width": 1280, "height": 900}))
+    try:
+        yield session
+    finally:
+        session.context.close()
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright import sync_api as playwright
@@ -327,19 +345,21 @@ def run_sh_block(op: Operator, step: Step, block: Block, expect: Block | None) -
             time.sleep(1)
 
 
-def run_url_block(op: Operator, browser, step: Step, block: Block, expect: Block | None) -> None:
-    """The block's address in chromium: Airflow's login page first (``admin`` and the password ``make airflow``
-    printed, as the operator types them), then the page it leads to; the output is the text of every frame."""
+def run_url_block(op: Operator, browser: BrowserSession, step: Step, block: Block, expect: Block | None) -> None:
+    """The block's address in the operator's browser (one chromium context for the whole walkthrough, so one
+    login): the first time on Airflow's login page it leads to, signing in as ``admin`` with the password ``make
+    airflow`` printed, as the operator types them; the output is the text of every frame of the page."""
     (url,) = [line.strip() for line in block.body.splitlines() if line.strip()]
     url = op.expected_for_this_run(url)
-    password = json.loads((op.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = browser.context.new_page()
     try:
-        page = context.new_page()
         page.goto(url, wait_until="domcontentloaded", timeout=120_000)
-        page.get_by_label("Username").fill("admin", timeout=120_000)
-        page.get_by_label("Password").fill(password)
-        page.get_by_role("button", name="Sign in").click()
+        if not browser.signed_in:
+            password = json.loads((op.home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
+            page.get_by_label("Username").fill("admin", timeout=120_000)
+            page.get_by_label("Password").fill(password)
+            page.get_by_role("button", name="Sign in").click()
+            browser.signed_in = True
         expected = op.expected_for_this_run(expect.body) if expect else ""
         deadline = time.monotonic() + 120
         while True:
@@ -348,11 +368,11 @@ def run_url_block(op: Operator, browser, step: Step, block: Block, expect: Block
             if missing is None:
                 return
             if time.monotonic() >= deadline:
-                _fail(step, "the page does not show the README's text within 120 s of the login", url, missing,
+                _fail(step, "the page does not show the README's text within 120 s", url, missing,
                       f"(at {page.url})\n{text}")
             time.sleep(1)
     finally:
-        context.close()
+        page.close()
 
 
 def _frame_text(frame) -> str:
@@ -384,7 +404,7 @@ def test_the_readme_walkthrough_step(step: Step, operator: Operator, request) ->
         if block.kind == "sh":
             run_sh_block(operator, step, block, expect)
         else:
-            run_url_block(operator, request.getfixturevalue("browser"), step, block, expect)
+            run_url_block(operator, request.getfixturevalue("browser_session"), step, block, expect)
     _failed.remove(step.name)
 
 
