@@ -458,3 +458,15 @@ def test_the_commands_are_moved_off_the_operators_defaults(tmp_path):
     assert f"http://127.0.0.1:{op.mail_port}/api" in script and f"cat {op.home}/p.json" in script
     with pytest.raises(AssertionError):
         op.for_this_run("curl http://example.test:8080/")
+
+
+def test_a_step_whose_output_differs_fails_naming_the_step_and_the_line(tmp_path):
+    op = Operator(tmp_path, tmp_path / "storage.yaml")
+    step = Step(3, "Say hello", [Block("sh", "echo 'hello from here'\n"), Block("text", "hello from <who>\nbye\n")])
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_sh_block(op, step, step.blocks[0], step.blocks[1])
+    assert "step '3. Say hello'" in str(failed.value) and "expected line not shown: 'bye'" in str(failed.value)
+    stopped = Step(4, "Stops at a failing command", [Block("sh", "false\necho after\n")])
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_sh_block(op, stopped, stopped.blocks[0], None)
+    assert "step '4. Stops at a failing command': exited with 1" in str(failed.value)
