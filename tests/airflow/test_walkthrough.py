@@ -8,8 +8,9 @@ How a step is written (``### N. Title``, then blocks, in order):
 
 * a ``sh`` block: one shell script, run by bash from the repository's root; a command ending in ``&`` keeps running
   in the background (the test stops it at the end, as Ctrl-C would);
-* a ``url`` block: an address the operator opens in the browser, signing in on the login page it leads to as
-  ``admin`` with the password ``make airflow`` printed (the page's text, every frame of it, is the output);
+* a ``url`` block: an address the operator opens in the browser (one session for the walkthrough: the first one
+  leads to Airflow's login page, where the test signs in as ``admin`` with the password ``make airflow`` printed);
+  the page's text, every frame of it, is the output;
 * a ``text`` block after one of those: what it shows. Every line must match a line of the output, in order (lines
   between are allowed); ``<name>`` stands for one value (no spaces), ``...`` for any text, whitespace runs match
   any whitespace. ``text until``: what it shows once the scheduler has done its part: the block before it is run
