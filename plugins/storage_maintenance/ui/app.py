@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI
 
 from airflow.api_fastapi.core_api.security import get_user
 
-from . import acls_page, console, storage_view
+from . import acls_page, console, dashboard, storage_view
 from .web import PREFIX
 
 __all__ = ["PREFIX", "app"]
@@ -18,3 +18,4 @@ app = FastAPI(title="Storage maintenance", dependencies=[Depends(get_user)], doc
 app.include_router(storage_view.router)
 app.include_router(console.router)
 app.include_router(acls_page.router)
+app.include_router(dashboard.router)
