@@ -275,8 +275,9 @@ def partition_page(session: SessionDep, topic: str, partition: int) -> HTMLRespo
 @router.get("/plan", response_class=HTMLResponse)
 def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
               page: Annotated[int, Query(ge=1)] = 1) -> StreamingResponse:
-    _parse_as_of(as_of)
-    return render_streamed("plan.html", lambda: plan_data(as_of, topic, page, PAGE_SIZE), "the plan", nav="/plan")
+    as_of_text = iso_ms(_parse_as_of(as_of))    # fixed now: the title (shell) and the figures say the same instant
+    return render_streamed("plan.html", lambda: plan_data(as_of_text, topic, page, PAGE_SIZE), "the plan",
+                           nav="/plan", as_of=as_of_text)
 
 
 @router.get("/tiered", response_class=HTMLResponse)

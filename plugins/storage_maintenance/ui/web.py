@@ -52,6 +52,7 @@ class _ShellValues(dict):
         return dict.__contains__(self, key)
 
 
+SHELL_END = "</nav>\n"
 LOADING = '<p id="page-loading" class="muted" role="status">Loading {what}&hellip;</p>\n'
 
 
@@ -77,17 +78,21 @@ def render_streamed(name: str, load: Callable[[], Mapping[str, Any]], what: str,
                 head.append(chunk)
         except _ShellEnds:
             pass
-        shell_html = "".join(head)
-        yield shell_html + LOADING.format(what=markupsafe.escape(what))
+        # The shell is sent only if it reached the end of the navigation: up to there, the page was written from
+        # the shell's values alone (a title made of the figures stops it earlier: then the page is sent whole).
+        written = "".join(head)
+        cut = written.find(SHELL_END)
+        shell_html = written[:cut + len(SHELL_END)] if cut >= 0 else ""
+        if shell_html:
+            yield shell_html + LOADING.format(what=markupsafe.escape(what))
         try:
             values = {**shell, **load()}
         except HTTPException as exc:
-            yield (f'<p class="bad" role="alert" data-status="{exc.status_code}">{exc.status_code}: '
+            yield (("" if shell_html else "<!doctype html>\n<html lang=\"en\"><body>\n")
+                   + f'<p class="bad" role="alert" data-status="{exc.status_code}">{exc.status_code}: '
                    f'{markupsafe.escape(str(exc.detail))}</p>\n</body>\n</html>\n')
             return
-        page = template.render(**values)
-        # The same template and shell values write the same first part: send the rest.
-        yield page[len(shell_html):] if page.startswith(shell_html) else page
+        yield template.render(**values)[len(shell_html):]
 
     return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 
