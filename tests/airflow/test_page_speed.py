@@ -14,6 +14,7 @@ import http.client
 import json
 import time
 import urllib.parse
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def paint_times(page) -> dict:
 def test_first_content_of_every_page_is_measured(server, sample, chromium):
     """Cold (the first request of each page since the api-server started) and warm (the second): when the first
     content was painted, and when the page had all its figures (the load event plus the figures' requests)."""
-    timings = {}
+    timings: dict[str, dict[str, Any]] = {}
     page = chromium.new_page()
     page.goto(server.url + "/api/v2/version")         # the browser's own first navigation, not counted
     for name, path in console_pages(sample):
