@@ -2,6 +2,8 @@
 api-server, under ``/storage-maintenance``) and its places in the UI.
 
 * "Storage" in the navigation (``/plugin/storage``): log dirs, partitions, the dry-run plan;
+* a Storage panel on Airflow's home page (a ``react_apps`` entry, destination ``dashboard``: :mod:`.ui.dashboard`):
+  space, damage, the dirtiest partitions and the last failed maintenance run, each row linking to its page;
 * "Run summary", a tab on every DAG run's page (``/dags/<dag>/runs/<run>/plugin/run-summary``), showing the
   run report of a maintenance run.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from storage_maintenance.ui.app import PREFIX, app
+from storage_maintenance.ui.dashboard import REACT_APP
 
 
 class StorageMaintenancePlugin(AirflowPlugin):
@@ -27,3 +30,4 @@ class StorageMaintenancePlugin(AirflowPlugin):
         {"name": "Run summary", "href": f"{PREFIX}/runs/{{DAG_ID}}/{{RUN_ID}}", "destination": "dag_run",
          "url_route": "run-summary"},
     ]
+    react_apps = [REACT_APP]

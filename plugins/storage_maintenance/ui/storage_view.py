@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import get_user
@@ -51,7 +52,7 @@ from ..maintenance_dags import DRY_RUN_DAGS, MAINTENANCE_DAGS
 from ..reporting import history
 from ..tasks.hooks import epoch_ms, iso_ms
 from . import actions
-from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render, render_streamed
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -124,11 +125,15 @@ def overview_data(session: Session, runs_page: int = 1, runs_limit: int = RUNS_P
     return {"config": h.config_path, **facts, "runs": runs["runs"], "run_page": runs}
 
 
+def _check_sort(sort: str) -> None:
+    if sort not in {c[0] for c in COLUMNS}:
+        raise HTTPException(422, f"sort must be one of {[c[0] for c in COLUMNS]}, got {sort!r}")
+
+
 def partitions_data(session: Session, topic: list[str] | None, q: str | None, sort: str, desc: bool, page: int,
                     limit: int) -> dict:
     h = hook()
-    if sort not in {c[0] for c in COLUMNS}:
-        raise HTTPException(422, f"sort must be one of {[c[0] for c in COLUMNS]}, got {sort!r}")
+    _check_sort(sort)
     extra, retention_run, retention = _history_fields(session)
     data = engine_errors(h.partition_page, topics=topic or None, search=q or None, sort=HISTORY_SORTS.get(sort, sort),
                          descending=desc, offset=(page - 1) * limit, limit=limit, extra=extra,
@@ -234,16 +239,32 @@ RunsPage = Annotated[int, Query(ge=1)]
 RunsLimit = Annotated[int, Query(ge=1, le=200)]
 
 
+def _own_session(data: Callable[[Session], dict]) -> Callable[[], dict]:
+    """``data`` called with a session of its own: a streamed page reads its figures after the request's session
+    may have been closed."""
+    def load() -> dict:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return data(session)
+    return load
+
+
+# The pages whose figures take long to read are streamed (:func:`.web.render_streamed`): their shell is painted
+# at once. Their parameters are checked before (a wrong one is still an HTTP error, not an error inside a page).
+
 @router.get("/", response_class=HTMLResponse)
-def overview_page(session: SessionDep, runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> HTMLResponse:
-    return render("overview.html", nav="/", **overview_data(session, runs_page, runs_limit))
+def overview_page(runs_page: RunsPage = 1, runs_limit: RunsLimit = RUNS_PAGE_SIZE) -> StreamingResponse:
+    return render_streamed("overview.html", _own_session(lambda s: overview_data(s, runs_page, runs_limit)),
+                           "log dirs", nav="/")
 
 
 @router.get("/partitions", response_class=HTMLResponse)
-def partitions_page(session: SessionDep, topic: Annotated[list[str] | None, Query()] = None, q: str | None = None,
-                    sort: str = "name", desc: bool = False, page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
-    return render("partitions.html", nav="/partitions",
-                  **partitions_data(session, topic, q, sort, desc, page, PAGE_SIZE))
+def partitions_page(topic: Annotated[list[str] | None, Query()] = None, q: str | None = None, sort: str = "name",
+                    desc: bool = False, page: Annotated[int, Query(ge=1)] = 1) -> StreamingResponse:
+    _check_sort(sort)
+    return render_streamed("partitions.html", _own_session(
+        lambda s: partitions_data(s, topic, q, sort, desc, page, PAGE_SIZE)), "partitions", nav="/partitions")
 
 
 @router.get("/partitions/{topic}/{partition}", response_class=HTMLResponse)
@@ -253,13 +274,15 @@ def partition_page(session: SessionDep, topic: str, partition: int) -> HTMLRespo
 
 @router.get("/plan", response_class=HTMLResponse)
 def plan_page(as_of: str | None = None, topic: Annotated[list[str] | None, Query()] = None,
-              page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
-    return render("plan.html", nav="/plan", **plan_data(as_of, topic, page, PAGE_SIZE))
+              page: Annotated[int, Query(ge=1)] = 1) -> StreamingResponse:
+    as_of_text = iso_ms(_parse_as_of(as_of))    # fixed now: the title (shell) and the figures say the same instant
+    return render_streamed("plan.html", lambda: plan_data(as_of_text, topic, page, PAGE_SIZE), "the plan",
+                           nav="/plan", as_of=as_of_text)
 
 
 @router.get("/tiered", response_class=HTMLResponse)
-def tiered_page(topic: Annotated[list[str] | None, Query()] = None) -> HTMLResponse:
-    return render("tiered.html", nav="/tiered", **tiered_data(topic))
+def tiered_page(topic: Annotated[list[str] | None, Query()] = None) -> StreamingResponse:
+    return render_streamed("tiered.html", lambda: tiered_data(topic), "tiered storage", nav="/tiered")
 
 
 @router.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, StreamingResponse
 
 from ..tasks.hooks import StorageEngineHook, epoch_ms, iso_ms
 
@@ -36,6 +36,65 @@ def render(name: str, **values: Any) -> HTMLResponse:
     if _ENV is None:
         _ENV = _env()
     return HTMLResponse(_ENV.get_template(name).render(**values))
+
+
+class _ShellEnds(Exception):
+    """Raised by :class:`_ShellValues` where a page's template first needs a value of its figures."""
+
+
+class _ShellValues(dict):
+    """The values a page's shell is rendered with: those given, and for any other name :class:`_ShellEnds` (the
+    template has reached its figures: the shell ends there)."""
+
+    def __contains__(self, key: object) -> bool:
+        if not dict.__contains__(self, key) and isinstance(key, str) and not key.startswith("__"):
+            raise _ShellEnds(key)
+        return dict.__contains__(self, key)
+
+
+SHELL_END = "</nav>\n"
+LOADING = '<p id="page-loading" class="muted" role="status">Loading {what}&hellip;</p>\n'
+
+
+def render_streamed(name: str, load: Callable[[], Mapping[str, Any]], what: str, **shell: Any) -> StreamingResponse:
+    """Page ``name`` sent in two parts: first its shell (the head, the Storage navigation and "Loading ``what``…",
+    everything the template writes before it needs a value not in ``shell``), at once; then, once ``load()`` has
+    read the figures, the rest of the page. The browser paints the shell while the figures are read, and the
+    page's load event still comes only with the whole page. base.html hides the "Loading" line once content follows
+    it. An error while loading (an :class:`HTTPException`) ends the page with its status and detail (the status
+    line has been sent already: validate parameters before calling this)."""
+    import markupsafe
+
+    global _ENV
+    if _ENV is None:
+        _ENV = _env()
+    template = _ENV.get_template(name)
+
+    def parts() -> Iterator[str]:
+        head: list[str] = []
+        try:
+            for chunk in template.root_render_func(
+                    template.new_context(_ShellValues({**template.globals, **shell}), shared=True)):
+                head.append(chunk)
+        except _ShellEnds:
+            pass
+        # The shell is sent only if it reached the end of the navigation: up to there, the page was written from
+        # the shell's values alone (a title made of the figures stops it earlier: then the page is sent whole).
+        written = "".join(head)
+        cut = written.find(SHELL_END)
+        shell_html = written[:cut + len(SHELL_END)] if cut >= 0 else ""
+        if shell_html:
+            yield shell_html + LOADING.format(what=markupsafe.escape(what))
+        try:
+            values = {**shell, **load()}
+        except HTTPException as exc:
+            yield (("" if shell_html else "<!doctype html>\n<html lang=\"en\"><body>\n")
+                   + f'<p class="bad" role="alert" data-status="{exc.status_code}">{exc.status_code}: '
+                   f'{markupsafe.escape(str(exc.detail))}</p>\n</body>\n</html>\n')
+            return
+        yield template.render(**values)[len(shell_html):]
+
+    return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 
 
 def _env() -> jinja2.Environment:
