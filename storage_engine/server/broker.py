@@ -37,7 +37,6 @@ from storage_engine.server import identity
 from storage_engine.server.access import Authorizer
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.remote_tier import RemoteTier
-from storage_engine.server.runtime import GcPauses
 from storage_engine.server.sasl import Users
 from storage_engine.server.transactions.coordinator import TxnCoordinator
 
@@ -106,7 +105,7 @@ class Broker:
         self.transactions = TxnCoordinator(self, self.groups)
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
         self.txns_summary: dict[str, Any] = {}
-        self.gc_pauses = GcPauses()     # installed by serve(); its counts go into the status file
+        self.gc_summary: dict[str, Any] = {}      # the collector's pauses (server.GcPauses), set by serve()
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
         if manager.resolved_topic_changes:    # completed at the open: configs stored or dropped since config loaded
             from storage_engine.server.catalog import reload_config
@@ -280,7 +279,7 @@ class Broker:
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
                 "updated_ms": self.clock.milliseconds(), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
-                "groups": self.groups_summary, "transactions": self.txns_summary, "gc": self.gc_pauses.summary()}
+                "groups": self.groups_summary, "transactions": self.txns_summary, "gc": self.gc_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on

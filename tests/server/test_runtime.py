@@ -1,4 +1,4 @@
-"""The broker's runtime tuning (storage_engine/server/runtime.py) in process: what is frozen after start-up is no
+"""The broker's runtime tuning (storage_engine/server/server.py) in process: what is frozen after start-up is no
 longer walked by a full collection, and the pause counter sees every generation's collections."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from storage_engine.server.runtime import GcPauses, freeze_after_start
+from storage_engine.server.server import GcPauses, freeze_after_start
 
 pytestmark = pytest.mark.unit
 
