@@ -7,10 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from . import append, codec, compaction, fetch, harness, keymap, load, metadata, scale, tiering, tiering_scale, wire
+from . import (append, codec, compaction, fetch, harness, idle_connections, keymap, load, metadata, scale, tiering,
+               tiering_scale, wire)
 
 BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap, scale, wire,
-                                                           metadata, tiering, tiering_scale)}
+                                                           metadata, tiering, tiering_scale, idle_connections)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
 
