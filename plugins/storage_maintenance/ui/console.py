@@ -14,7 +14,9 @@ Pages:
   (:mod:`storage_engine.inspection.browse`);
 * ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
   consumer groups, open transactions, and the broker configs with their source;
-* ``/groups/<group_id>`` one consumer group: members and their assignment, committed offset and lag per partition.
+* ``/groups/<group_id>`` one consumer group: members and their assignment, the lag of every partition of the
+  topics it reads (from the committed offset, or from the log start where nothing is committed) and the lag
+  history as a chart.
 
 Each page has its JSON under ``/storage-maintenance/api/...``. Reading never writes to the store (the engine's
 read-only inspection). The actions (:mod:`.actions`: delete records, delete a topic, move a partition; and the
@@ -35,6 +37,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 
 from ..maintenance_dags import DRY_RUN_DAGS
 from . import actions
+from .masking import UNMASKED_PERMISSION, Masker, masker_for
 from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
 
 if TYPE_CHECKING:
@@ -125,17 +128,21 @@ def _offset(value: str | None) -> int | None:
 
 def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: str | None, key: str | None,
                   key_format: str, latest: bool, fmt: str, isolation: str, limit: int,
-                  max_bytes: int = MAX_BYTES_SHOWN) -> dict:
+                  max_bytes: int = MAX_BYTES_SHOWN, user: object | None = None) -> dict:
+    """One page of the message browser for ``user``: values masked by the storage config's rules unless the user
+    may read them in clear (:mod:`.masking`)."""
     from storage_engine.inspection import browse
 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
     key_bytes = _key_bytes(key, key_format) if key else None
-    page = engine_errors(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+    config = _config()
+    page = engine_errors(browse.browse, config, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
                          key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+    mask: Masker = masker_for(config, user)
     rows = []
-    for r in page["records"]:
+    for r in map(lambda record: mask(topic, record), page["records"]):
         rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),
                      "value_shown": browse.render_bytes(r["value"], fmt, max_bytes),
                      "headers_shown": [(k, browse.render_bytes(v, "auto" if fmt == "json" else fmt, 4096))
@@ -148,7 +155,8 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
             "key": key or "", "key_format": key_format, "timestamp": timestamp or "", "offset": offset,
             "latest": latest, "prev_offset": prev_offset, "action": actions.ACTIONS["delete-records"],
             "max_bytes": max_bytes, "default_max_bytes": MAX_BYTES_SHOWN,
-            "live_interval_ms": LIVE_INTERVAL_MS}
+            "live_interval_ms": LIVE_INTERVAL_MS,
+            "masked": any(r.get("masked") for r in rows), "unmasked_permission": UNMASKED_PERMISSION}
 
 
 def broker_data() -> dict:
@@ -162,6 +170,12 @@ def broker_data() -> dict:
 
 
 def group_data(group_id: str) -> dict:
+    """One consumer group: its members, the lag of every partition of every topic it reads (committed ones from
+    the committed offset, the others from the log start) and its lag history (the listener's samples) as a chart."""
+    from storage_engine.inspection.listener import lag_history
+
+    from .lag_chart import lag_chart
+
     config = _config()
     listener = _listener(config)
     found = [g for g in _groups(config, listener) if g["group_id"] == group_id]
@@ -174,12 +188,10 @@ def group_data(group_id: str) -> dict:
         for t, ps in (m.get("assignment") or {}).items():
             for p in ps:
                 assigned[(t, int(p))] = m.get("client_id") or m["member_id"]
-    for p in g["partitions"]:
+    for p in g["partitions"] + g["uncommitted"]:
         p["member"] = assigned.get((p["topic"], p["partition"]))
-    committed = {(p["topic"], p["partition"]) for p in g["partitions"]}
-    unstarted = sorted(tp for tp in assigned if tp not in committed)
-    return {"g": g, "listener": listener, "assigned_uncommitted": [
-        {"topic": t, "partition": p, "member": assigned[(t, p)]} for t, p in unstarted]}
+    history = engine_errors(lag_history, config, group_id)
+    return {"g": g, "listener": listener, "history": history, "chart": lag_chart(history)}
 
 
 # -- pages --------------------------------------------------------------------------------------------------------
@@ -195,13 +207,14 @@ def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
-def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def messages_page(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                  timestamp: str | None = None,
                   key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                   max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     return render("messages.html", nav="/topics", **data)
 
 
@@ -236,7 +249,8 @@ def api_topic_live(topic: str) -> JSONResponse:
 
 
 @router.get("/api/messages/{topic}/{partition}")
-def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def api_messages(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                 timestamp: str | None = None,
                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
@@ -244,7 +258,7 @@ def api_messages(topic: str, partition: int, offset: str | None = None, timestam
     ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     data.pop("action")
     return JSONResponse(jsonable(data))
 
@@ -262,7 +276,15 @@ def api_broker_live() -> JSONResponse:
 
 @router.get("/api/groups/{group_id}")
 def api_group(group_id: str) -> JSONResponse:
-    return JSONResponse(jsonable(group_data(group_id)))
+    """One consumer group: ``g`` (members; ``partitions`` with a committed offset, ``uncommitted`` the other
+    partitions of the topics it reads, lag from the log start) and ``history`` (the lag samples, oldest first)."""
+    data = group_data(group_id)
+    data.pop("chart")
+    data["history"] = [{"t": s["t"], "lag": s["lag"],
+                        "partitions": [{"topic": t, "partition": p, "lag": lag}
+                                       for (t, p), lag in sorted(s["partitions"].items())]}
+                       for s in data["history"]]
+    return JSONResponse(jsonable(data))
 
 
 @router.get("/api/actions")
