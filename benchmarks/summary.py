@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = args.results if args.results is not None else sorted(BENCH_DIR.glob("results-*.json"))
     for path in extra:
         if path.resolve() not in named:
-            runs[path.stem] = _load(path)
+            runs[path.stem.removeprefix("results-")] = _load(path)
     previous_page = args.write if args.write else args.previous
     previous = previous_page.read_text() if previous_page and previous_page.exists() else None
     text = render(runs, previous)
