@@ -44,6 +44,12 @@ from storage_engine.server.settings import Listener, parse_listeners, tls_contex
 
 logger = logging.getLogger(__name__)
 DRAIN_S = 10.0
+# The stream's buffer limit: asyncio stops reading a socket once 2x this is buffered and starts again when the
+# connection takes it, an epoll_ctl pair each time. At 64 KiB a 1 MB produce request cost ~8 such pauses; at 256
+# KiB the broker's CPU per 1 MB request of 1 KiB records fell from 5.33 to 4.76 ms (median of 5 alternating rounds
+# each, every round lower, two brokers side by side). At most 512 KiB per connection buffered ahead of the memory
+# pool, within limits.CONNECTION_MEMORY.
+STREAM_LIMIT = 256 * 1024
 
 
 def freeze_after_start() -> int:
@@ -138,7 +144,7 @@ class Server:
         for lst in self.listeners:
             srv = await asyncio.start_server(
                 functools.partial(self._accept, lst), host=lst.host or None, port=lst.port,
-                ssl=self.tls if lst.tls else None, reuse_address=True, limit=2 ** 16)
+                ssl=self.tls if lst.tls else None, reuse_address=True, limit=STREAM_LIMIT)
             port = srv.sockets[0].getsockname()[1]
             bound = Listener(lst.protocol, lst.host, port)
             self.servers.append(srv)
