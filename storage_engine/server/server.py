@@ -18,8 +18,8 @@ produced: each a pause of the event loop and the engine threads at once, in the 
 the bigger the store (5,000 partitions open: ~149,000 objects, ~100 ms of CPU per full collection). None of
 those objects is garbage: they are moved into the collector's permanent generation (``gc.freeze()``) once, when
 the broker is about to serve, so later collections walk only what was made since (2-5 ms of CPU for ~10,000
-objects in the same runs). Frozen objects are never collected; only what start-up made is frozen, and it lives
-as long as the process.
+objects in the same runs). Freezing leaves them out of the cycle collector only: reference counting still frees
+any of them that is let go; a reference cycle among them would stay until the process ends.
 """
 from __future__ import annotations
 
