@@ -59,7 +59,8 @@ def consumer_groups(config: StorageConfig, listener: dict | None) -> list[dict]:
     """The consumer groups the listener last reported (state, members and their assignments, committed offsets),
     with the lag of every partition of every topic the group reads (:func:`group_topics`) as the files show it:
     ``partitions`` the committed ones (log end offset minus the committed offset), ``uncommitted`` the others (no
-    commit: ``committed`` None and the lag from the log start, ``lag_from`` "log start"). ``lag`` is their sum."""
+    commit: ``committed`` None and the lag from the log start, ``lag_from`` "log start"). ``lag`` sums the committed
+    partitions' lag (what Kafka's tools call the group's lag), ``uncommitted_lag`` the others'."""
     groups = (listener or {}).get("groups") or []
     topics = set().union(*(group_topics(g) for g in groups)) if groups else set()
     known: dict[str, list[int]] = {}
@@ -86,8 +87,8 @@ def consumer_groups(config: StorageConfig, listener: dict | None) -> list[dict]:
                 uncommitted.append({"topic": topic, "partition": p, "committed": None, "log_start_offset": start,
                                     "log_end_offset": end, "lag_from": "log start",
                                     "lag": None if start is None or end is None else max(0, end - start)})
-        out.append({**g, "partitions": parts, "uncommitted": uncommitted,
-                    "lag": sum(x["lag"] or 0 for x in parts + uncommitted)})
+        out.append({**g, "partitions": parts, "uncommitted": uncommitted, "lag": sum(x["lag"] or 0 for x in parts),
+                    "uncommitted_lag": sum(x["lag"] or 0 for x in uncommitted)})
     return out
 
 
@@ -97,7 +98,7 @@ def is_lag_sample(value: object) -> bool:
 
 def lag_history(config: StorageConfig, group_id: str) -> list[dict[str, Any]]:
     """The lag history of ``group_id`` the listener kept (:mod:`storage_engine.server.groups.lag_history`):
-    ``[{"t": epoch ms, "lag": total, "partitions": {(topic, partition): lag}}]``, oldest first (the minute samples,
+    ``[{"t": epoch ms, "lag": total, "partitions": {(topic, partition): lag}}]``, oldest first (the 5-minute samples,
     then the recent ones); empty when there is none or the file cannot be read."""
     from storage_engine.durable import read_regular_file
     if not config.log_dirs:
@@ -110,7 +111,7 @@ def lag_history(config: StorageConfig, group_id: str) -> list[dict[str, Any]]:
         return []
     recent = [s for s in data.get("recent") or [] if is_lag_sample(s)]
     first_recent = recent[0]["t"] if recent else None
-    older = [s for s in data.get("minutes") or [] if is_lag_sample(s) and (first_recent is None or s["t"] < first_recent)]
+    older = [s for s in data.get("older") or [] if is_lag_sample(s) and (first_recent is None or s["t"] < first_recent)]
     out = []
     for s in older + recent:
         g = s["groups"].get(group_id)

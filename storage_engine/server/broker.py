@@ -288,7 +288,8 @@ class Broker:
             logger.warning("cannot write the listener status: %s", exc)
         try:
             self.lag_history.add(take_sample(data["updated_ms"], self.groups_summary,
-                                             lambda topic: self.topics().get(topic, []), self._log_bounds))
+                                             lambda topic: self.topics().get(topic, []), self._log_bounds),
+                                 flush=not running)
         except Exception as exc:   # noqa: BLE001 - so is the lag history
             logger.warning("cannot write the lag history: %s", exc)
 

@@ -11,7 +11,8 @@ Pages:
 * ``/messages/<topic>/<partition>`` the message browser: from an offset, a timestamp, the newest, or by key;
   key, value and headers as text, JSON or hex; producer id, epoch and sequence; transaction markers and records
   of aborted or open transactions marked; paginated; every batch CRC-checked
-  (:mod:`storage_engine.inspection.browse`);
+  (:mod:`storage_engine.inspection.browse`); values masked by the storage config's ``console.masking`` rules
+  for users without the unmasked-read permission (:mod:`.masking`);
 * ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
   consumer groups, open transactions, and the broker configs with their source;
 * ``/groups/<group_id>`` one consumer group: members and their assignment, the lag of every partition of the
@@ -33,12 +34,12 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep
 
 from ..maintenance_dags import DRY_RUN_DAGS
-from . import actions
+from . import actions, admin
 from .masking import UNMASKED_PERMISSION, Masker, masker_for
-from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, parse_key, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -102,17 +103,6 @@ def live_data(topic: str) -> dict:
             "log_end_offsets": sum(r["log_end_offset"] or 0 for r in rows)}
 
 
-def _key_bytes(key: str, key_format: str) -> bytes:
-    if key_format == "hex":
-        try:
-            return bytes.fromhex(key.replace(" ", ""))
-        except ValueError:
-            raise HTTPException(422, f"key is not hex: {key!r}") from None
-    if key_format != "text":
-        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
-    return key.encode("utf-8")
-
-
 def _offset(value: str | None) -> int | None:
     """The ``offset`` query parameter: empty means none (a form's empty field)."""
     if value is None or not value.strip():
@@ -136,7 +126,7 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
-    key_bytes = _key_bytes(key, key_format) if key else None
+    key_bytes = parse_key(key, key_format)
     config = _config()
     page = engine_errors(browse.browse, config, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
                          key=key_bytes, latest=latest, limit=limit, isolation=isolation)
@@ -198,12 +188,12 @@ def group_data(group_id: str) -> dict:
 
 @router.get("/topics", response_class=HTMLResponse)
 def topics_page() -> HTMLResponse:
-    return render("topics.html", nav="/topics", **topics_data())
+    return render("topics.html", nav="/topics", admin_actions=admin.admin_actions(), **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
-    return render("topic.html", nav="/topics", **topic_data(session, topic))
+    return render("topic.html", nav="/topics", admin_actions=admin.admin_actions(), **topic_data(session, topic))
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
@@ -225,7 +215,7 @@ def broker_page() -> HTMLResponse:
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
 def group_page(group_id: str) -> HTMLResponse:
-    return render("group.html", nav="/broker", **group_data(group_id))
+    return render("group.html", nav="/broker", admin_actions=admin.admin_actions(), **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
@@ -302,23 +292,10 @@ def api_action(request: Request, session: SessionDep, user: GetUserDep, action: 
     spec = actions.ACTIONS.get(action)
     if spec is None:
         raise HTTPException(404, f"no action {action!r}; the actions are {sorted(actions.ACTIONS)}")
-    name = user.get_name() if user is not None else "anonymous"
     attempted = {k: body.get(k) for k in ("topic", "partition", "offset", "to_dir") if k in body}
-    try:
-        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, attempted, "refused", f"needs {spec.permission}")
-        raise HTTPException(exc.status_code, f"{exc.detail}: {action} needs {spec.permission}") from None
-    try:
-        target = actions.target(action, body)
-    except actions.ActionRequestError as exc:
-        raise HTTPException(422, str(exc)) from None
-    try:
-        result = engine_errors(actions.run, _config(), action, target)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "failed", exc.detail)
-        raise
-    actions.audit(session, name, spec, target, "done", _summary(action, result))
+    target, result = actions.perform(request, session, user, spec, attempted, lambda: actions.target(action, body),
+                                     lambda t: engine_errors(actions.run, _config(), action, t),
+                                     lambda r: _summary(action, r))
     return JSONResponse(jsonable({"action": action, "target": target, "summary": _summary(action, result),
                                    "result": result}))
 
