@@ -384,12 +384,14 @@ def previous_runs(text: str) -> list[str]:
 
 
 def _cells(m: Metric, runs: dict[str, dict | None], previous: dict[str, list[str]]) -> tuple[list[str], bool]:
-    """The row's cells, and whether they were carried over from the previous table (no run given measured it)."""
+    """The row's cells, and whether they were carried over from the previous table (no run given measured it, or
+    the previous table's figure is from a later run than any that did: a stale results file never replaces it)."""
     c_docs, py_docs = _candidates(m, runs)
     c, c_doc = _measured(m, c_docs)
     py, _ = _measured(m, py_docs)
     old = previous.get(m.name)
-    if c is None and old is not None and old[3] != "-":
+    newer_before = c_doc is not None and old is not None and old[8] > c_doc["meta"]["date_utc"]
+    if (c is None or newer_before) and old is not None and old[3] != "-":
         cells = [m.name, old[1], m.target, *old[3:]]
         if py is not None:
             cells[6] = py[0]

@@ -88,6 +88,12 @@ def test_a_metric_no_run_measured_keeps_its_last_value_commit_and_run():
     assert "(2026-11-29T00:00:00Z)" in runs_line
     never = next(line for line in text.splitlines() if line.startswith("| Spark key map, 100 M keys"))
     assert never.endswith("| - | <= 150 s wall | - | - | - | - | - | - | - |")
+    # a results file older than the page's row does not replace it
+    stale = results("c", [Sample(4.0, 4.0)])
+    stale["meta"].update({"date_utc": "2026-11-01T00:00:00Z", "git_head": "cccccccccccc"})
+    row = next(line for line in summary.render({"c": stale}, text).splitlines()
+               if line.startswith("| Compaction round, 100 B values |"))
+    assert "aaaaaaaaa" in row and "2,000,000 records/s" in row
     # once the carried row is measured again, the old run leaves the list
     again = summary.render({"c": results("c", [Sample(0.5, 0.5)]), "python": None}, text)
     assert "2026-11-20T00:00:00Z" not in again
