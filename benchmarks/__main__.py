@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from . import idle_connections
 
-from . import append, codec, compaction, fetch, harness, keymap, load, metadata, scale, tiering, tiering_scale, wire
+from . import append, codec, compaction, fetch, fetch_sessions, harness, keymap, load, metadata, scale, tiering, tiering_scale, wire
 
 BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, compaction, keymap, scale, wire,
-                                                           metadata, tiering, tiering_scale)}
+                                                           metadata, tiering, tiering_scale, fetch_sessions)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
 BENCHMARKS[idle_connections.NAME] = idle_connections

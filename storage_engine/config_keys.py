@@ -376,6 +376,8 @@ BROKER_KEYS: Mapping[str, _BrokerKey] = _by_name(
     _B("delete.topic.enable",                       BOOLEAN, True,                None,                    "server"),
     _B("num.partitions",                            INT,     1,                   at_least(1),             "server"),
     _B("socket.request.max.bytes",                  INT,     100 * MIB,           at_least(1),             "server"),
+    # Fetch sessions (KIP-227): how many the broker keeps (Kafka's key and default); 0 turns them off.
+    _B("max.incremental.fetch.session.cache.slots", INT,     1000,                at_least(0),             "server"),
     # max.connections and queued.max.request.bytes: unset (None) means derived from the machine at start
     # (storage_engine/server/limits.py: open-file limit and memory); Kafka's defaults are unlimited.
     _B("max.connections",                           INT,     None,                at_least(0),             "server"),

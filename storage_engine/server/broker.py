@@ -35,8 +35,10 @@ from storage_engine.log.manager import LogManager
 from storage_engine.log import topic_id as topic_id_mod
 from storage_engine.server import identity
 from storage_engine.server.access import Authorizer
+from storage_engine.server.fetch_sessions import FetchSessionCache
 from storage_engine.server.groups.coordinator import GroupCoordinator
 from storage_engine.server.groups.lag_history import LagHistory, history_path, take_sample
+from storage_engine.server.purgatory import Purgatory
 from storage_engine.server.remote_tier import RemoteTier
 from storage_engine.server.sasl import Users
 from storage_engine.server.transactions.coordinator import TxnCoordinator
@@ -90,7 +92,11 @@ class Broker:
         self._listings: dict[str, tuple[tuple[int, int], int, frozenset[str],
                                         list[tuple[str, tuple[str, int]]]]] = {}
         self._topic_id_mutex = threading.Lock()    # one writer of partition.metadata at a time (its temp file)
-        self._waiters: set[asyncio.Future[None]] = set()
+        # Waiting fetches, woken by appends to the partitions they read (storage_engine.server.purgatory), and
+        # the fetch sessions of KIP-227 (max.incremental.fetch.session.cache.slots; 0: none).
+        self.purgatory = Purgatory()
+        self.fetch_sessions = FetchSessionCache(int(config.server["max.incremental.fetch.session.cache.slots"]),
+                                                self.clock.milliseconds)
         self.config_mutex = threading.Lock()
         # Authorization (authorizer.class.name): None allows everything, as Kafka without an authorizer does.
         # The ACL store is opened here: a damaged ACL file stops the start with a ConfigError naming it.
@@ -118,24 +124,16 @@ class Broker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
 
-    # -- appends wake waiting fetches -------------------------------------------------------------------------
-    def notify_append(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    async def wait_append(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for an append through this broker; True if one came."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self._waiters.discard(fut)
+    # -- waiting fetches and fetch sessions ----------------------------------------------------------------------
+    def fetch_status(self) -> dict[str, int]:
+        """The purgatory's, the file watcher's and the fetch session cache's counters, for the status file."""
+        c, files = self.fetch_sessions.counters, self.purgatory.files
+        return {"fetch_sessions": len(self.fetch_sessions.sessions), "fetch_sessions_created": c.created,
+                "fetch_sessions_evicted": c.evicted, "fetch_full": c.full, "fetch_incremental": c.incremental,
+                "fetch_sessionless": c.sessionless, "fetch_session_errors": c.errors,
+                "fetch_waits": self.purgatory.waits, "fetch_wakeups": self.purgatory.wakeups,
+                "file_watch_inotify": int(files.inotify), "file_watch_partitions": files.watched(),
+                "file_watch_events": files.events, "file_watch_polls": files.polls}
 
     # -- topics -----------------------------------------------------------------------------------------------
     def topics(self, *, fresh: bool = False) -> dict[str, list[int]]:
@@ -281,6 +279,7 @@ class Broker:
         data = {"running": running, "pid": os.getpid(), "node_id": self.node_id, "cluster_id": self.cluster_id,
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
                 "updated_ms": self.clock.milliseconds(), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
+                **self.fetch_status(),
                 "groups": self.groups_summary, "transactions": self.txns_summary, "gc": self.gc_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
@@ -302,3 +301,4 @@ class Broker:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        self.purgatory.close()

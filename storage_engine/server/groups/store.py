@@ -190,7 +190,7 @@ class GroupStore:
         lock = self._append_locks.setdefault(self.partition_of(group_id), asyncio.Lock())
         async with lock:
             first = await self.broker.call(self._append, group_id, records, producer)
-        self.broker.notify_append()
+        self.broker.purgatory.appended(OFFSETS_TOPIC, self.partition_of(group_id))
         return first
 
     async def write_marker(self, partition: int, producer_id: int, producer_epoch: int, commit: bool) -> None:
@@ -213,7 +213,7 @@ class GroupStore:
                             g.offsets[tp], g.positions[tp] = value, position
             if not pending:
                 self.txn_offsets.pop(producer_id, None)
-        self.broker.notify_append()
+        self.broker.purgatory.appended(OFFSETS_TOPIC, partition)
 
     def pending_offset(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether an open transaction holds an offset commit for it (OffsetFetch's UNSTABLE_OFFSET_COMMIT)."""

@@ -4,9 +4,11 @@ Fetch (``ReplicaManager.fetchMessages`` / ``DelayedFetch``): each partition is r
 whole, CRC-checked batches, up to the high watermark (``read_uncommitted``) or the last stable offset
 (``read_committed``, with the aborted transactions overlapping the range); the first batch of the first partition
 with data is sent even above the byte limits (KIP-74). The answer waits up to ``max_wait_ms`` until ``min_bytes``
-are there, woken by every append through this broker and re-checking the logs every
-:data:`POLL_S` for appends by other processes. No fetch sessions: every reply has session id 0, which clients
-accept as "full fetches only" (KIP-227).
+are there, in the purgatory (:mod:`storage_engine.server.purgatory`): woken only by a change to one of its
+partitions, an append through this broker or a change another process made to their files
+(:mod:`storage_engine.server.file_watch`), it re-reads the partitions that changed. Fetch sessions (KIP-227,
+:mod:`storage_engine.server.fetch_sessions`): a session's incremental fetch answers only the partitions with
+something new, and does not read a partition whose log is as it was when it last had nothing to send.
 
 Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
 from the object store (:mod:`storage_engine.tiered.reads`, through :class:`~storage_engine.server.remote_tier.
@@ -45,12 +47,12 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
                                                 RecordBatch)
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
+from storage_engine.server.fetch_sessions import CachedPartition
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
                                                    ListOffsetsPartitionResponse, ListOffsetsResponse,
                                                    ListOffsetsTopicResponse, PartitionData)
 
-POLL_S = 0.1
 READ_COMMITTED = 1
 logger = logging.getLogger(__name__)
 
@@ -166,50 +168,145 @@ def _refused_topics(ctx: Ctx, body: Any, topics: list[tuple[str | None, Any, Any
 
 
 async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
+    """Read the fetch's partitions (the request's, or its session's); while ``min_bytes`` are not there and
+    ``max_wait_ms`` is not over, wait in the purgatory for a change to one of them and re-read those that changed
+    (every partition when some other one already holds bytes, so the byte limits apply in order)."""
     broker = ctx.broker
     broker.stats.fetch_requests += 1
+    purgatory = broker.purgatory
+    purgatory.files.attach()
     deadline = time.monotonic() + max(0, int(body.max_wait.total_seconds() * 1000)) / 1000
     min_bytes = int(body.min_bytes)
     isolation = int(getattr(body, "isolation_level", 0))
     topics = await _names(ctx, body.topics)
-    refused = _refused_topics(ctx, body, topics)
-    refresh = False
+    version = ctx.version
+    uses_ids = version >= 13
+    wanted = [CachedPartition(name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+              for name, topic_id, t in topics for p in t.partitions]
+    forgotten = [(f.topic_id if uses_ids else f.topic, int(p))
+                 for f in getattr(body, "forgotten_topics_data", ()) for p in f.partitions]
+    context = broker.fetch_sessions.new_context(version, int(getattr(body, "session_id", 0)),
+                                                int(getattr(body, "session_epoch", -1)), wanted, forgotten,
+                                                _replica_id(body) >= 0)
+    if context.kind == "error":
+        return {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()}
+    parts = context.partitions
+    if context.kind == "incremental" and uses_ids:
+        await _resolve_ids(ctx, parts)
+    refused = _refused_topics(ctx, body, [(name, None, None) for name in dict.fromkeys(w.topic for w in parts)])
+    keys = [(w.topic, w.partition) for w in parts if w.topic is not None and w.topic not in refused]
+    entries: list[PartitionData | None] = [None] * len(parts)
+    sizes = [0] * len(parts)
+    only: set[tuple[str, int]] | None = None
     while True:
-        responses, total, errors = await broker.call(_read_all, ctx, topics, refused, isolation, int(body.max_bytes),
-                                                     refresh)
+        since = purgatory.seq
+        total, errors = await broker.call(_read_all, ctx, parts, refused, isolation, int(body.max_bytes), entries,
+                                          sizes, only, context.kind == "incremental")
         remaining = deadline - time.monotonic()
         # refused topics do not end the wait (Kafka leaves them out of the delayed fetch), unless nothing is left
-        if total >= min_bytes or errors or remaining <= 0 or all(name in refused for name, _, _ in topics):
+        if total >= min_bytes or errors or remaining <= 0 or not keys:
             break
-        woken = await broker.wait_append(min(remaining, POLL_S))
-        refresh = not woken
+        changed = await purgatory.wait(keys, since, remaining)
+        if not changed:
+            break
+        only = changed if total == 0 else None
+    session_id, sent = broker.fetch_sessions.respond(context, entries, sizes)
+    if len(sent) < len(entries):
+        kept = {id(entry) for _, entry in sent}
+        for entry in entries:
+            if entry is not None and id(entry) not in kept:
+                _release(entry)
     broker.stats.fetch_bytes += total
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": tuple(responses)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
+            "responses": _by_topic(sent)}
 
 
-def _read_all(ctx: Ctx, topics: list[tuple[str | None, Any, Any]], refused: set[str | None], isolation: int,
-              max_bytes: int, refresh: bool) -> tuple[list[FetchableTopicResponse], int, bool]:
-    responses: list[FetchableTopicResponse] = []
+async def _resolve_ids(ctx: Ctx, parts: list[CachedPartition]) -> None:
+    """A session's topics by id, named again for this request (a topic deleted meanwhile: None, UNKNOWN_TOPIC_ID;
+    one made again under the same name has a new id, so the old id never reads it)."""
+    names: dict[uuid.UUID | None, str | None] = {}
+    for w in parts:
+        if w.topic_id not in names:
+            names[w.topic_id] = (await ctx.broker.call(ctx.broker.topic_by_id, w.topic_id)
+                                 if w.topic_id is not None else None)
+        w.topic = names[w.topic_id]
+
+
+def _by_topic(sent: list[tuple[CachedPartition, PartitionData]]) -> tuple[FetchableTopicResponse, ...]:
+    """The reply's topics: consecutive partitions of one topic together, as Kafka's ``FetchResponse.of``."""
+    grouped: list[tuple[tuple[str | None, uuid.UUID | None], list[PartitionData]]] = []
+    for w, entry in sent:
+        key = (w.topic, w.topic_id)
+        if grouped and grouped[-1][0] == key:
+            grouped[-1][1].append(entry)
+        else:
+            grouped.append((key, [entry]))
+    return tuple({"topic": name or "", "topic_id": topic_id or uuid.UUID(int=0), "partitions": tuple(entries)}
+                 for (name, topic_id), entries in grouped)
+
+
+def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], isolation: int, max_bytes: int,
+              entries: list[PartitionData | None], sizes: list[int], only: set[tuple[str, int]] | None,
+              incremental: bool) -> tuple[int, bool]:
+    """Read ``parts`` in order into ``entries``/``sizes`` (all of them, or those in ``only``, the others kept as
+    the last read left them); the total bytes and whether a partition answered an error that ends the wait.
+
+    A partition's view of the files is refreshed only when the file watcher says another process may have changed
+    it. In an incremental session fetch, a partition whose last read had nothing to send and whose log is as it
+    was then (same high watermark, last stable offset, log start offset and fetch offset, no change seen in its
+    files) is not read at all: its entry is None, and the reply leaves it out as Kafka would."""
+    files = ctx.broker.purgatory.files
+    logs = ctx.broker.manager.logs
     total, errors = 0, False
-    for name, topic_id, t in topics:
-        parts: list[PartitionData] = []
-        for part in t.partitions:
-            if name in refused:
-                parts.append({"partition_index": int(part.partition),
-                              "error_code": ErrorCode.topic_authorization_failed, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                              "records": b"", "aborted_transactions": None})
-                continue
-            if name is None:
-                parts.append({"partition_index": int(part.partition), "error_code": ErrorCode.unknown_topic_id,
-                              "high_watermark": -1, "records": b"", "aborted_transactions": None})
-                errors = True
-                continue
-            entry, size = _read_partition(ctx, name, part, isolation, max_bytes - total, total == 0, refresh)
-            errors = errors or entry["error_code"] != ErrorCode.none
-            total += size
-            parts.append(entry)
-        responses.append({"topic": name or "", "topic_id": topic_id or uuid.UUID(int=0), "partitions": tuple(parts)})
-    return responses, total, errors
+    for i, w in enumerate(parts):
+        name, p = w.topic, w.partition
+        if only is not None and (name, p) not in only:
+            total += sizes[i]
+            entry = entries[i]
+            errors = errors or (entry is not None and entry["error_code"] not in _WAITING_CODES)
+            continue
+        sizes[i] = 0
+        if entries[i] is not None:
+            _release(entries[i])
+        if name in refused:
+            entries[i] = {"partition_index": p, "error_code": ErrorCode.topic_authorization_failed,
+                          "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1, "records": b"",
+                          "aborted_transactions": None}
+            continue
+        if name is None:
+            entries[i] = {"partition_index": p, "error_code": ErrorCode.unknown_topic_id, "high_watermark": -1,
+                          "records": b"", "aborted_transactions": None}
+            errors = True
+            continue
+        log = logs.get((name, p))
+        refresh = log is None or files.needs_refresh((name, p), log)
+        quiet = w.quiet
+        if (incremental and only is None and not refresh and quiet is not None and quiet[0] is log
+                and quiet[1:] == (log.high_watermark, log.last_stable_offset, log.log_start_offset, w.fetch_offset)):
+            entries[i] = None
+            continue
+        entry, size = _read_partition(ctx, name, w, isolation, max_bytes - total, total == 0, refresh)
+        entries[i], sizes[i] = entry, size
+        total += size
+        code = entry["error_code"]
+        errors = errors or code != ErrorCode.none
+        hw, lso = entry["high_watermark"], entry.get("last_stable_offset", -1)
+        w.quiet = None
+        if code == ErrorCode.none and size == 0 and w.fetch_offset == (
+                lso if isolation == READ_COMMITTED else hw):
+            w.quiet = (logs.get((name, p)), hw, lso, entry.get("log_start_offset", -1), w.fetch_offset)
+    return total, errors
+
+
+_WAITING_CODES = (ErrorCode.none, ErrorCode.topic_authorization_failed)
+
+
+def _release(entry: PartitionData | None) -> None:
+    """Close the records of an entry that will not be sent (a read replaced by a re-read, or left out of an
+    incremental reply), if they hold a file (a slice of a segment); bytes need nothing."""
+    close = getattr(entry.get("records") if entry is not None else None, "close", None)
+    if callable(close):
+        close()
 
 
 # -- ListOffsets --------------------------------------------------------------------------------------------------

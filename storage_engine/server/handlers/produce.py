@@ -172,7 +172,7 @@ async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
                 parts.append(result)
         responses.append({"name": topic_data.name, "partition_responses": tuple(parts)})
     if appended:
-        broker.notify_append()
+        broker.purgatory.appended_all((t["name"], p["index"]) for t in responses for p in t["partition_responses"])
     if acks == 0:
         failed = sorted({ErrorCode(p["error_code"]).name.upper() for t in responses for p in t["partition_responses"]}
                         - {"NONE"})

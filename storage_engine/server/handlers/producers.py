@@ -173,5 +173,6 @@ async def write_txn_markers(ctx: Ctx, body: Any) -> WriteTxnMarkersResponse:
             topics.append({"name": t.name, "partitions": tuple(parts)})
         results.append({"producer_id": pid, "topics": tuple(topics)})
     if allowed:
-        ctx.broker.notify_append()
+        ctx.broker.purgatory.appended_all((t.name, int(p)) for m in body.markers for t in m.topics
+                                          for p in t.partition_indexes)
     return {"markers": tuple(results)}

@@ -225,7 +225,7 @@ class TxnCoordinator:
                 logger.warning("transactional id %s: cannot write the %s marker to %s-%d: %s", t.txn_id,
                                "COMMIT" if commit else "ABORT", topic, p, exc)
                 failed.append((topic, p))
-        self.broker.notify_append()
+        self.broker.purgatory.appended_all(t.partitions)
         if failed:
             return
         await self._change(t, COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(), start_ms=-1)
