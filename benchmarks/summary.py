@@ -199,7 +199,8 @@ def _idle_fetches(wait_ms: int, maximum: float) -> Measure:
         v = _facts(doc, "fetch_sessions").get(f"max_wait_{wait_ms}_ms")
         if v is None:
             return None
-        partitions = _params(doc, "fetch_sessions").get("partitions", "?")
+        partitions = _params(doc, "fetch_sessions").get("partitions")
+        partitions = f"{partitions:,}" if isinstance(partitions, int) else "?"
         ratio = v["broker_cpu_per_incremental_fetch_s"] / v["broker_cpu_per_full_fetch_s"]
         return (f"{v['broker_cpu_per_incremental_fetch_s'] * 1e6:,.0f} us of broker CPU a fetch ({partitions} "
                 f"partitions)", f"full fetches: {v['broker_cpu_per_full_fetch_s'] * 1e6:,.0f} us a fetch",
