@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from . import idle_connections
 
 from . import append, codec, compaction, fetch, fetch_sessions, harness, keymap, load, metadata, scale, tiering, tiering_scale, wire
 
@@ -13,6 +14,7 @@ BENCHMARKS = {module.NAME: module for module in (codec, append, fetch, load, com
                                                            metadata, tiering, tiering_scale, fetch_sessions)}
 REPEATS_FULL = 5
 REPEATS_QUICK = 2
+BENCHMARKS[idle_connections.NAME] = idle_connections
 
 
 def _names(values: list[str] | None) -> list[str]:

@@ -1,7 +1,7 @@
 """The summary table at the top of ``BENCHMARKS.md``: one row per tracked metric, from the JSON results of runs.
 
     python -m benchmarks.summary [--c PATH] [--python PATH] [--large PATH] [--large-python PATH] [--wire PATH]
-                                 [--write FILE]
+                                 [--results PATH ...] [--previous PAGE] [--write FILE]
 
 Reads the results of a run of the compiled implementation (``var/bench/results.json``), of the pure-Python
 fallback (``var/bench/results-python.json``, ``STORAGE_ENGINE_PURE_PYTHON=1``), of the large key-map run
@@ -10,7 +10,10 @@ fallback (``var/bench/results-python.json``, ``STORAGE_ENGINE_PURE_PYTHON=1``), 
 wire rows come from whichever of it and the compiled run is newer and holds the ``wire`` section), and prints (or writes between the markers of
 ``BENCHMARKS.md``) one table: metric, baseline (measured in the same run), target, measured with the compiled
 code, ratio to the baseline, measured with the pure-Python fallback, and the commit, date and load average of
-the run each figure came from. A metric whose run is missing, or whose section was not run, shows "-".
+the run each figure came from. Every other ``var/bench/results-*.json`` (the ``--out`` of a run of some sections)
+is read too; a metric's row comes from the newest run that measured it. A metric that none of them measured keeps
+its row from the table it replaces (its last measured value, with that run's commit, date and load, and the run's
+command in the list of runs); only a metric never measured shows "-".
 ``make bench`` runs both implementations and then this. ``--write`` replaces only the text between the markers;
 the runs' printed output is kept by hand in ``benchmarks/HISTORY.md``, newest first.
 """
@@ -55,6 +58,10 @@ def _baseline(doc: dict, section: str, row: dict) -> dict:
 
 def _facts(doc: dict, section: str) -> dict:
     return doc.get("benchmarks", {}).get(section, {}).get("facts", {})
+
+
+def _params(doc: dict, section: str) -> dict:
+    return doc.get("benchmarks", {}).get(section, {}).get("params", {})
 
 
 def _records_rate(section: str, group: str, name: str, minimum: float | None, ratio_target: float | None = None) -> Measure:
@@ -163,11 +170,53 @@ def _wire_fetch(name: str, minimum_ratio: float) -> Measure:
     return measure
 
 
-def _latency(v: dict) -> tuple:
+def _latency_text(v: dict, limit_ms: float | None) -> tuple:
     each = " / ".join(f"{r['p99_ms']:,.1f}" for r in v["rounds"])
-    return (f"p99 {v['best_p99_ms']:,.1f} ms, p50 {v['p50_ms_of_best']:,.1f} ms (p99 of each round: {each} ms)",
+    p999 = v.get("p999_ms_of_best")
+    loads = [r["loadavg_at_start"] for r in v["rounds"] if "loadavg_at_start" in r]
+    return (f"p99 {v['best_p99_ms']:,.1f} ms, p50 {v['p50_ms_of_best']:,.1f} ms"
+            + ("" if p999 is None else f", p99.9 {p999:,.1f} ms")
+            + f" (p99 of each round: {each} ms"
+            + (f"; load average {min(loads):.2f}-{max(loads):.2f}" if loads else "") + ")",
             f"paced at {v['rate_records_per_s']:,.0f} records/s, half the peak {v['peak_records_per_s']:,.0f}",
-            "-", None)
+            "-", None if limit_ms is None else v["best_p99_ms"] <= limit_ms)
+
+
+def _latency(acks: str, limit_ms: float | None) -> Measure:
+    """The paced latency run of ``acks`` (runs before acks=1 was measured kept acks=all's in facts["latency"])."""
+    def measure(doc: dict) -> tuple | None:
+        facts = _facts(doc, "wire")
+        v = facts.get("latency_by_acks", {}).get(acks)
+        if v is None and acks == "all" and "latency_by_acks" not in facts:
+            v = facts.get("latency")
+        return None if v is None else _latency_text(v, limit_ms)
+    return measure
+
+
+def _idle_fetches(wait_ms: int, maximum: float) -> Measure:
+    """Broker CPU per idle fetch with a fetch session against full fetches (``benchmarks/fetch_sessions.py``)."""
+    def measure(doc: dict) -> tuple | None:
+        v = _facts(doc, "fetch_sessions").get(f"max_wait_{wait_ms}_ms")
+        if v is None:
+            return None
+        partitions = _params(doc, "fetch_sessions").get("partitions")
+        partitions = f"{partitions:,}" if isinstance(partitions, int) else "?"
+        ratio = v["broker_cpu_per_incremental_fetch_s"] / v["broker_cpu_per_full_fetch_s"]
+        return (f"{v['broker_cpu_per_incremental_fetch_s'] * 1e6:,.0f} us of broker CPU a fetch ({partitions} "
+                f"partitions)", f"full fetches: {v['broker_cpu_per_full_fetch_s'] * 1e6:,.0f} us a fetch",
+                f"{ratio:.3f}x", ratio <= maximum)
+    return measure
+
+
+def _idle_connections(minimum_ratio: float) -> Measure:
+    def measure(doc: dict) -> tuple | None:
+        v = _facts(doc, "idle_connections").get("idle")
+        if v is None:
+            return None
+        return (f"{v['beside_records_per_s']:,.0f} records/s beside {v['connections']:,} idle connections",
+                f"producer alone: {v['alone_records_per_s']:,.0f} records/s", f"{v['ratio']:.3f}x",
+                v["ratio"] >= minimum_ratio)
+    return measure
 
 
 def _rss(kind: str, which: str, limit: float) -> Measure:
@@ -242,8 +291,16 @@ METRICS = [
            _wire_fetch("librdkafka consumer, default fetch sizes", 0.7)),
     Metric("Fetch over the wire, 1 KiB values, 64 MiB fetches", ">= 0.7x sendfile", "wire",
            _wire_fetch("librdkafka consumer, 64 MiB fetches", 0.7)),
-    Metric("Produce latency at half the peak rate, 1 KiB values, acks=all", "- (no target)", "wire",
-           _fact("wire", "latency", _latency)),
+    Metric("Produce latency at half the peak rate, 1 KiB values, acks=1", "- (no target)", "wire",
+           _latency("1", None)),
+    Metric("Produce latency at half the peak rate, 1 KiB values, acks=all", "p99 <= 10 ms", "wire",
+           _latency("all", 10.0)),
+    Metric("Produce beside 1,000 idle connections, 1 KiB values, acks=1 (librdkafka)", ">= 0.9x the producer alone",
+           "run", _idle_connections(0.9)),
+    Metric("Idle fetches of a 1,000-partition consumer, broker CPU with a fetch session, max_wait 0",
+           "<= 0.2x full fetches", "run", _idle_fetches(0, 0.2)),
+    Metric("Idle fetches of a 1,000-partition consumer, broker CPU with a fetch session, max_wait 20 ms",
+           "<= 0.2x full fetches", "run", _idle_fetches(20, 0.2)),
     Metric("Metadata v12 over the wire, all topics, 10,000 partitions (1,000 topics x 10)", "<= 50 ms a request",
            "run", _request_time("metadata", "10,000 partitions (1000 topics x 10)", "Metadata v12, all topics",
                                 0.050)),
@@ -271,43 +328,117 @@ def _newest_with(section: str, *docs: dict | None) -> dict | None:
     return max(held, key=lambda d: d["meta"]["date_utc"], default=None)
 
 
-def _docs(m: Metric, runs: dict[str, dict | None]) -> tuple[dict | None, dict | None]:
-    """(compiled, pure-Python) results doc a metric reads."""
+def _pure(doc: dict) -> bool:
+    return bool(doc["meta"].get("implementation", {}).get("STORAGE_ENGINE_PURE_PYTHON"))
+
+
+def _candidates(m: Metric, runs: dict[str, dict | None]) -> tuple[list[dict], list[dict]]:
+    """(compiled, pure-Python) results docs a metric may read, newest first. ``run`` and ``wire`` metrics read
+    the compiled run, the wire run and every other results file given (``--out`` of a run of some sections):
+    the newest that measured the metric wins."""
     if m.source == "large":
-        return runs.get("large"), runs.get("large-python")
-    if m.source == "wire":
-        return _newest_with("wire", runs.get("wire"), runs.get("c")), _newest_with("wire", runs.get("python"))
-    return runs.get("c"), runs.get("python")
+        c, py = [runs.get("large")], [runs.get("large-python")]
+    else:
+        c = [d for label, d in runs.items() if label not in ("python", "large", "large-python")]
+        c = [d for d in c if d and not _pure(d)]
+        py = [runs.get("python")]
+    def newest(docs: list[dict | None]) -> list[dict]:
+        return sorted((d for d in docs if d), key=lambda d: d["meta"]["date_utc"], reverse=True)
+    return newest(c), newest(py)
 
 
-def table(runs: dict[str, dict | None]) -> str:
+def _measured(m: Metric, docs: list[dict]) -> tuple[tuple | None, dict | None]:
+    for doc in docs:
+        got = m.measure(doc)
+        if got is not None:
+            return got, doc
+    return None, None
+
+
+# A row of the table as written: metric | baseline | target | measured (c) | ratio | met | measured (python) |
+# commit | date | load
+COLUMNS = 10
+
+
+def previous_rows(text: str) -> dict[str, list[str]]:
+    """{metric: its cells} of the summary table in ``text`` (a BENCHMARKS.md, or the summary alone)."""
+    if BEGIN in text:
+        text = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        if not line.startswith("| ") or line.startswith(("| metric |", "|---")):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == COLUMNS:
+            rows[cells[0]] = cells
+    return rows
+
+
+def previous_runs(text: str) -> list[str]:
+    """The entries of the summary's ``Runs:`` line in ``text``."""
+    if BEGIN in text:
+        text = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    for line in text.splitlines():
+        if line.startswith("Runs: "):
+            return [e.strip() for e in line[len("Runs: "):].rstrip(".").split("; ") if e.strip()]
+    return []
+
+
+def _cells(m: Metric, runs: dict[str, dict | None], previous: dict[str, list[str]]) -> tuple[list[str], bool]:
+    """The row's cells, and whether they were carried over from the previous table (no run given measured it, or
+    the previous table's figure is from a later run than any that did: a stale results file never replaces it)."""
+    c_docs, py_docs = _candidates(m, runs)
+    c, c_doc = _measured(m, c_docs)
+    py, _ = _measured(m, py_docs)
+    old = previous.get(m.name)
+    newer_before = c_doc is not None and old is not None and old[8] > c_doc["meta"]["date_utc"]
+    if (c is None or newer_before) and old is not None and old[3] != "-":
+        cells = [m.name, old[1], m.target, *old[3:]]
+        if py is not None:
+            cells[6] = py[0]
+        return cells, True
+    measured, baseline, ratio, met = c if c else ("-", "-", "-", None)
+    commit, date, load = _run_label(c_doc) if c and c_doc else ("-", "-", "-")
+    met_text = "-" if met is None else ("yes" if met else "**no**")
+    return [m.name, baseline, m.target, measured, ratio, met_text, py[0] if py else "-", commit, date, load], False
+
+
+def table(runs: dict[str, dict | None], previous: dict[str, list[str]] | None = None) -> str:
+    """The summary table; a metric no run in ``runs`` measured keeps its row of ``previous`` (its last measured
+    value with that run's commit, date and load), else shows "-"."""
+    return _table(runs, previous or {})[0]
+
+
+def _table(runs: dict[str, dict | None], previous: dict[str, list[str]]) -> tuple[str, set[str]]:
     lines = ["| metric | baseline (same run) | target | measured (c) | ratio | met | measured (python) | "
              "commit | date (UTC) | load avg start -> end |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    carried_dates = set()
     for m in METRICS:
-        c_doc, py_doc = _docs(m, runs)
-        c = m.measure(c_doc) if c_doc else None
-        py = m.measure(py_doc) if py_doc else None
-        measured, baseline, ratio, met = c if c else ("-", "-", "-", None)
-        commit, date, load = _run_label(c_doc) if c and c_doc else ("-", "-", "-")
-        met_text = "-" if met is None else ("yes" if met else "**no**")
-        lines.append(f"| {m.name} | {baseline} | {m.target} | {measured} | {ratio} | {met_text} | "
-                     f"{py[0] if py else '-'} | {commit} | {date} | {load} |")
-    return "\n".join(lines)
+        cells, carried = _cells(m, runs, previous)
+        if carried:
+            carried_dates.add(cells[8])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), carried_dates
 
 
-def render(runs: dict[str, dict | None]) -> str:
-    sources = []
-    for label, doc in runs.items():
-        if doc:
-            meta = doc["meta"]
-            command = " ".join(["python -m benchmarks", *meta.get("argv", [])])
-            sources.append(f"`{label}`: `{command}`" +
-                           (" with `STORAGE_ENGINE_PURE_PYTHON=1`" if meta["implementation"]
-                            ["STORAGE_ENGINE_PURE_PYTHON"] else "") +
-                           f" (implementation {meta['implementation']['summary']}, load average "
-                           f"{meta['loadavg_at_start'][0]:.2f} at start)")
-    return "\n".join([BEGIN, "", table(runs), "", "Runs: " + "; ".join(sources) + ".", "", END])
+def _source(label: str, doc: dict) -> str:
+    meta = doc["meta"]
+    command = " ".join(["python -m benchmarks", *meta.get("argv", [])])
+    return (f"`{label}` ({meta['date_utc']}): `{command}`" +
+            (" with `STORAGE_ENGINE_PURE_PYTHON=1`" if meta["implementation"]["STORAGE_ENGINE_PURE_PYTHON"] else "") +
+            f" (implementation {meta['implementation']['summary']}, load average "
+            f"{meta['loadavg_at_start'][0]:.2f} at start)")
+
+
+def render(runs: dict[str, dict | None], previous: str | None = None) -> str:
+    """The text between the markers. ``previous``: the page (or summary) the table replaces; rows no run in
+    ``runs`` measured keep their last value from it, and the runs those rows came from stay in the list of runs."""
+    table_text, carried_dates = _table(runs, previous_rows(previous or ""))
+    sources = [_source(label, doc) for label, doc in runs.items() if doc]
+    dates = {doc["meta"]["date_utc"] for doc in runs.values() if doc}
+    kept = [e for e in previous_runs(previous or "") if any(d in e for d in carried_dates - dates)]
+    return "\n".join([BEGIN, "", table_text, "", "Runs: " + "; ".join(sources + kept) + ".", "", END])
 
 
 def write(path: Path, text: str) -> None:
@@ -330,10 +461,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wire", type=Path, default=BENCH_DIR / "results-wire.json")
     p.add_argument("--write", type=Path, nargs="?", const=REPO / "BENCHMARKS.md", default=None,
                    help="replace the summary in this file (default BENCHMARKS.md) instead of printing it")
+    p.add_argument("--results", type=Path, nargs="*", default=None, metavar="PATH",
+                   help="more results files of compiled runs (default: every other var/bench/results-*.json); the "
+                        "newest run that measured a metric gives its row")
+    p.add_argument("--previous", type=Path, default=REPO / "BENCHMARKS.md",
+                   help="the page whose table is replaced: a metric no results file measured keeps its row from it")
     args = p.parse_args(argv)
     runs = {"c": _load(args.c), "python": _load(args.python), "large": _load(args.large),
             "large-python": _load(args.large_python), "wire": _load(args.wire)}
-    text = render(runs)
+    named = {path.resolve() for path in (args.c, args.python, args.large, args.large_python, args.wire) if path}
+    extra = args.results if args.results is not None else sorted(BENCH_DIR.glob("results-*.json"))
+    for path in extra:
+        if path.resolve() not in named:
+            runs[path.stem.removeprefix("results-")] = _load(path)
+    previous_page = args.write if args.write else args.previous
+    previous = previous_page.read_text() if previous_page and previous_page.exists() else None
+    text = render(runs, previous)
     if args.write:
         write(args.write, text)
         print(f"summary written to {args.write}")

@@ -19,10 +19,11 @@ for the fetch rows (its log dir holds the pre-written topic when it starts).
   ``max.partition.fetch.bytes`` 1 MiB: ~1 MiB per fetch of the one partition) and 64 MiB fetches (both set to
   64 MiB). Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that a reader thread
   drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last byte).
-* latency: ``acks=all``, 1 KiB values, produced paced at half the peak records/s measured by the produce rows (the
-  best round of ``1024 B values, acks=all``) for a few seconds; per record, the time its delivery callback ran
-  minus the time its ``produce`` call was made (records matched by offset), p50 / p99 / p99.9 / max, and
-  librdkafka's own ``Message.latency()``.
+* latency: 1 KiB values, ``acks=1`` and ``acks=all``, each produced paced at half its own peak records/s measured
+  by the produce rows (the best round of ``1024 B values, acks=1`` / ``acks=all``) for a few seconds, the two
+  alternating round by round; per record, the time its delivery callback ran minus the time its ``produce`` call
+  was made (records matched by offset), p50 / p99 / p99.9 / max, and librdkafka's own ``Message.latency()``; the
+  load average at the start of each round beside it.
 
 ``cpu s`` of a wire row is the CPU of this process (the client, all librdkafka threads) plus the broker process's
 (``/proc/<pid>/stat``) over the round; of a baseline row, this process's alone.
@@ -92,7 +93,7 @@ CONSUMERS = {
 }
 CONSUME_BATCH = 10_000
 LATENCY_VALUE_BYTES = 1024
-LATENCY_ACKS = "all"
+LATENCY_ACKS = ("1", "all")
 LISTENERS = "PLAINTEXT://127.0.0.1:0"
 PRODUCE_TARGET = Target("ratio", 0.5, ">= 0.5x in-process append")
 FETCH_TARGET = Target("ratio", 0.7, ">= 0.7x sendfile")
@@ -315,8 +316,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tuple[Any, Any]], rate: float,
-                 seconds: float) -> tuple[Sample, dict[str, Any], int]:
-    """Produce ``rate * seconds`` records at ``rate`` per second; (sample, latency figures, batch bytes)."""
+                 seconds: float, acks: str = "all") -> tuple[Sample, dict[str, Any], int]:
+    """Produce ``rate * seconds`` records at ``rate`` per second with ``acks``; (sample, latency figures, batch
+    bytes)."""
     count = max(1, int(rate * seconds))
     produced_at = [0.0] * count
     delivered: list[tuple[float, int, float]] = []
@@ -330,7 +332,7 @@ def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tupl
             delivered.append((clock(), msg.offset(), msg.latency()))
 
     _create_topic(admin, topic)
-    producer = _producer(broker, LATENCY_ACKS, on_delivery=report)
+    producer = _producer(broker, acks, on_delivery=report)
     _warm_up(producer, topic)
     delivered.clear()
     gc.collect()
@@ -573,35 +575,45 @@ def run(ctx: Context) -> Section:
                     f"{'/'.join(f'{r[2]:.2f} s ({r[2] / r[0] * 1000:.2f} ms/request)' for r in all_runs[(v, acks)])}, "
                     f"client CPU {'/'.join(f'{r[3]:.2f}' for r in all_runs[(v, acks)])} s")
 
-            # -- latency at half the peak rate of 1 KiB acks=all --------------------------------------------
-            peak_row = section.find(_group(LATENCY_VALUE_BYTES, LATENCY_ACKS), "librdkafka produce -> broker")
-            peak = peak_row.records_per_s
-            rate = peak / 2
-            _progress(f"latency: {rate:,.0f} records/s (half of the peak {peak:,.0f}) for {sizes.latency_s} s, "
-                      f"{rounds} rounds")
-            latency_rounds, samples, byte_counts = [], [], []
+            # -- latency at half the peak rate of 1 KiB, acks=1 and acks=all, rounds alternating ------------
+            by_acks: dict[str, dict[str, Any]] = {}
+            peaks = {acks: section.find(_group(LATENCY_VALUE_BYTES, acks), "librdkafka produce -> broker").records_per_s
+                     for acks in LATENCY_ACKS}
+            _progress(f"latency: half the peak of each acks ({', '.join(f'acks={a} {p / 2:,.0f}' for a, p in peaks.items())}"
+                      f" records/s) for {sizes.latency_s} s, {rounds} rounds")
+            latency_rounds: dict[str, list[dict[str, Any]]] = {acks: [] for acks in LATENCY_ACKS}
+            samples: dict[str, list[Sample]] = {acks: [] for acks in LATENCY_ACKS}
+            byte_counts: dict[str, list[int]] = {acks: [] for acks in LATENCY_ACKS}
             for r in range(rounds):
-                gc.collect()
-                sample, figures, size = _paced_round(broker, admin, f"wire-latency-{r}", items[LATENCY_VALUE_BYTES],
-                                                     rate, sizes.latency_s)
-                latency_rounds.append(figures)
-                samples.append(sample)
-                byte_counts.append(size)
-            section.add(Row(f"{LATENCY_VALUE_BYTES} B values, acks={LATENCY_ACKS}, paced at half the peak",
-                            "paced produce (latency run)", latency_rounds[0]["records"], min(byte_counts), samples))
-            best = min(latency_rounds, key=lambda f: f["p99_ms"])
-            section.facts["latency"] = {"peak_records_per_s": peak, "rate_records_per_s": rate,
-                                        "value_bytes": LATENCY_VALUE_BYTES, "acks": LATENCY_ACKS,
-                                        "seconds": sizes.latency_s, "rounds": latency_rounds,
-                                        "best_p99_ms": best["p99_ms"], "p50_ms_of_best": best["p50_ms"]}
-            for f in latency_rounds:
-                section.notes.append(
-                    f"latency at {f['target_records_per_s']:,.0f} records/s (half the peak {peak:,.0f}; achieved "
-                    f"{f['achieved_records_per_s']:,.0f}, {f['batches']:,} batches): produce -> delivery callback "
-                    f"p50 {f['p50_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms, p99.9 {f['p999_ms']:.2f} ms, max "
-                    f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
-                    f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
-                    f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
+                for acks in LATENCY_ACKS:
+                    gc.collect()
+                    load = os.getloadavg()[0]
+                    sample, figures, size = _paced_round(broker, admin, f"wire-latency-{acks}-{r}",
+                                                         items[LATENCY_VALUE_BYTES], peaks[acks] / 2,
+                                                         sizes.latency_s, acks)
+                    latency_rounds[acks].append({**figures, "loadavg_at_start": load})
+                    samples[acks].append(sample)
+                    byte_counts[acks].append(size)
+            for acks in LATENCY_ACKS:
+                section.add(Row(f"{LATENCY_VALUE_BYTES} B values, acks={acks}, paced at half the peak",
+                                "paced produce (latency run)", latency_rounds[acks][0]["records"],
+                                min(byte_counts[acks]), samples[acks]))
+                best = min(latency_rounds[acks], key=lambda f: f["p99_ms"])
+                by_acks[acks] = {"peak_records_per_s": peaks[acks], "rate_records_per_s": peaks[acks] / 2,
+                                 "value_bytes": LATENCY_VALUE_BYTES, "acks": acks, "seconds": sizes.latency_s,
+                                 "rounds": latency_rounds[acks], "best_p99_ms": best["p99_ms"],
+                                 "p50_ms_of_best": best["p50_ms"], "p999_ms_of_best": best["p999_ms"]}
+                for f in latency_rounds[acks]:
+                    section.notes.append(
+                        f"latency acks={acks} at {f['target_records_per_s']:,.0f} records/s (half the peak "
+                        f"{peaks[acks]:,.0f}; achieved {f['achieved_records_per_s']:,.0f}, {f['batches']:,} batches, "
+                        f"load average {f['loadavg_at_start']:.2f}): produce -> delivery callback "
+                        f"p50 {f['p50_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms, p99.9 {f['p999_ms']:.2f} ms, max "
+                        f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
+                        f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
+                        f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
+            section.facts["latency_by_acks"] = by_acks
+            section.facts["latency"] = by_acks["all"]       # the acks=all figures, where older runs kept them
             captured.clear()    # the batches go before the fetch cases run
             all_runs.clear()
             plan.clear()

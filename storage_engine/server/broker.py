@@ -113,6 +113,7 @@ class Broker:
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
         self.lag_history = LagHistory(history_path(config.log_dirs[0]))   # sampled with each status write
         self.txns_summary: dict[str, Any] = {}
+        self.gc_summary: dict[str, Any] = {}      # the collector's pauses (server.GcPauses), set by serve()
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
         if manager.resolved_topic_changes:    # completed at the open: configs stored or dropped since config loaded
             from storage_engine.server.catalog import reload_config
@@ -279,7 +280,7 @@ class Broker:
                 "listeners": [f"{proto}://{host}:{port}" for proto, host, port in self.listeners],
                 "updated_ms": self.clock.milliseconds(), "interval_s": STATUS_INTERVAL_S, **s.__dict__, **rates,
                 **self.fetch_status(),
-                "groups": self.groups_summary, "transactions": self.txns_summary}
+                "groups": self.groups_summary, "transactions": self.txns_summary, "gc": self.gc_summary}
         try:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on

@@ -45,13 +45,17 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
     assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
     assert all(r["target"]["minimum"] == 0.7 for r in fetch if r["baseline"])
 
-    latency = section["facts"]["latency"]
-    assert len(latency["rounds"]) == 2
-    peak = rows[("1024 B values, acks=all", "librdkafka produce -> broker")]["records_per_s"]
-    assert latency["peak_records_per_s"] == pytest.approx(peak)
-    for figures in latency["rounds"]:
-        assert figures["records"] >= 1
-        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"] <= figures["max_ms"]
+    assert section["facts"]["latency"] == section["facts"]["latency_by_acks"]["all"]
+    for acks in ("1", "all"):     # each paced at half its own peak, rounds alternating
+        latency = section["facts"]["latency_by_acks"][acks]
+        assert len(latency["rounds"]) == 2
+        peak = rows[(f"1024 B values, acks={acks}", "librdkafka produce -> broker")]["records_per_s"]
+        assert latency["peak_records_per_s"] == pytest.approx(peak)
+        assert latency["rate_records_per_s"] == pytest.approx(peak / 2)
+        for figures in latency["rounds"]:
+            assert figures["records"] >= 1 and figures["loadavg_at_start"] >= 0
+            assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"] <= figures["max_ms"]
+        assert latency["p999_ms_of_best"] >= latency["best_p99_ms"]
 
     # --profile-broker: one cProfile stats file per broker, with the engine's append in it
     import pstats

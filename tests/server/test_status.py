@@ -33,6 +33,11 @@ def test_the_status_follows_the_broker(broker_factory):
     st = _wait_for(config, lambda s: s["produce_records"] >= 50)
     assert st["state"] == "running" and st["listeners"] == [f"PLAINTEXT://{b.bootstrap}"]
     assert st["connections"] >= 0 and st["produce_requests"] >= 1
+    # start-up's objects are frozen out of the collector (storage_engine/server/server.py), its pauses counted
+    gc_state = st["gc"]
+    assert gc_state["frozen_objects"] > 10_000
+    assert len(gc_state["collections"]) == len(gc_state["pause_max_ms"]) == len(gc_state["pause_total_ms"]) == 3
+    assert all(m <= t for m, t in zip(gc_state["pause_max_ms"], gc_state["pause_total_ms"]))
     del p
     assert b.stop() == 0
     stopped = listener_status(config)

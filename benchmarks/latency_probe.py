@@ -1,0 +1,332 @@
+"""Paired produce-latency runs and a trace of where a produce request's time goes inside the broker: the tool behind
+BENCHMARKS.md's "Produce latency: where the p99 goes". Not a section of ``python -m benchmarks``.
+
+    python -m benchmarks.latency_probe [--variant NAME[=KNOB=VALUE,...]] ... [--rounds N] [--seconds S]
+                                       [--rate R] [--acks 1,all] [--trace DIR]
+    python -m benchmarks.latency_probe hop SWITCH_INTERVAL_S
+
+Every variant is a broker (``python -m storage_engine serve``, default configuration, its own log dir under
+``var/bench/tmp``) started at once, side by side; a librdkafka producer in this process produces 1 KiB records
+paced at ``--rate`` (default: half the lowest peak, one 200,000-record acks=all round per broker) for ``--seconds``,
+to a fresh topic per round, the brokers and acks alternating round by round (``benchmarks.wire._paced_round``:
+delivery callback minus ``produce()`` time per record). Printed per round: p50 / p99 / p99.9 / max, librdkafka's
+own ``Message.latency()`` p99, the produce requests, the broker's CPU and the load average; then the medians.
+
+Knobs (set in the broker process before it serves; for experiments, nothing here changes the broker's code):
+``NOFREEZE=1`` (start-up's objects left to the collector), ``STREAM_LIMIT=BYTES`` (the listener's stream buffer
+limit), ``READ_AHEAD=N`` (frames received ahead), ``INLINE=1`` (appends on the event loop instead of the engine
+pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``).
+
+``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end): each garbage
+collection (generation, pause, the collecting thread's CPU), every event-loop callback over 2 ms, each produce
+request's stages (frame received -> handling started -> done; each engine call: submitted -> running in its
+thread -> ended (with the thread's CPU) -> resumed on the loop) and every ``os.fsync`` (thread, duration). The
+trace costs time itself: compare traced brokers with traced brokers.
+
+``hop SWITCH_INTERVAL_S``: an event loop busy in 0.3 ms pieces of Python hands 400 jobs of 0.5 ms to a thread pool;
+prints the hand-off's overhead (round trip minus the job) at that switch interval.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import gc
+import json
+import os
+import runpy
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+SLOW_CALLBACK_S = 0.002
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# inside the broker process: ``python -m benchmarks.latency_probe broker OUT KNOBS storage_engine-args...``
+
+class Trace:
+    """What one traced broker saw; written as JSON at exit."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.gc: list[tuple[float, float, int, str, float]] = []      # at, pause, generation, thread, thread CPU
+        self.slow: list[tuple[float, float, str]] = []                # at, duration, callback
+        self.requests: list[tuple[float, float, float, int]] = []     # received, queued, handled, bytes
+        self.calls: list[tuple[float, float, float, float, float, str]] = []  # at, to thread, in thread, back, CPU, fn
+        self.fsyncs: list[tuple[float, float, str]] = []              # at, duration, thread
+        self._gc_start: dict[int, tuple[float, float]] = {}
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        tid = threading.get_ident()
+        if phase == "start":
+            self._gc_start[tid] = (time.perf_counter(), time.thread_time())
+            return
+        began = self._gc_start.pop(tid, None)
+        if began is not None:
+            self.gc.append((began[0] - self.t0, time.perf_counter() - began[0], int(info["generation"]),
+                            threading.current_thread().name, time.thread_time() - began[1]))
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({"gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
+                       "fsyncs": self.fsyncs}, f)
+
+
+def _install_trace(trace: Trace) -> None:
+    from asyncio import events
+
+    from storage_engine.server import broker as broker_mod
+    from storage_engine.server import connection as conn_mod
+
+    gc.callbacks.append(trace.on_gc)
+    run_handle = events.Handle._run
+
+    def timed_run(self: Any) -> None:
+        start = time.perf_counter()
+        run_handle(self)
+        took = time.perf_counter() - start
+        if took > SLOW_CALLBACK_S:
+            trace.slow.append((start - trace.t0, took, repr(getattr(self, "_callback", None))[:120]))
+    setattr(events.Handle, "_run", timed_run)
+
+    async def call(self: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        stamps = [time.perf_counter(), 0.0, 0.0, 0.0]
+
+        def run() -> Any:
+            stamps[1], cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stamps[2], stamps[3] = time.perf_counter(), time.thread_time() - cpu
+        result = await asyncio.get_running_loop().run_in_executor(self.pool, run)
+        trace.calls.append((stamps[0] - trace.t0, stamps[1] - stamps[0], stamps[2] - stamps[1],
+                            time.perf_counter() - stamps[2], stamps[3], getattr(fn, "__name__", "?")))
+        return result
+    setattr(broker_mod.Broker, "call", call)
+
+    received: dict[int, float] = {}
+    read_frame, handle = conn_mod.Connection._read_frame, conn_mod.Connection.handle
+
+    async def traced_read_frame(self: Any) -> bytearray:
+        frame = await read_frame(self)
+        received[id(frame)] = time.perf_counter()
+        return frame
+
+    async def traced_handle(self: Any, frame: Any) -> Any:
+        start = time.perf_counter()
+        got = received.pop(id(frame), start)
+        out = await handle(self, frame)
+        trace.requests.append((got - trace.t0, start - got, time.perf_counter() - start, len(frame)))
+        return out
+    setattr(conn_mod.Connection, "_read_frame", traced_read_frame)
+    setattr(conn_mod.Connection, "handle", traced_handle)
+
+    fsync = os.fsync
+
+    def traced_fsync(fd: Any) -> None:
+        start = time.perf_counter()
+        try:
+            fsync(fd)
+        finally:
+            trace.fsyncs.append((start - trace.t0, time.perf_counter() - start, threading.current_thread().name))
+    setattr(os, "fsync", traced_fsync)
+
+
+def _apply_knobs(knobs: dict[str, str]) -> None:
+    from storage_engine.server import broker as broker_mod
+    from storage_engine.server import connection as conn_mod
+    from storage_engine.server import server as server_mod
+
+    if "SWITCH" in knobs:
+        sys.setswitchinterval(float(knobs["SWITCH"]))
+    if knobs.get("NOFREEZE") == "1":
+        setattr(server_mod, "freeze_after_start", lambda: 0)
+    if "STREAM_LIMIT" in knobs:
+        setattr(server_mod, "STREAM_LIMIT", int(knobs["STREAM_LIMIT"]))
+    if "READ_AHEAD" in knobs:
+        setattr(conn_mod, "READ_AHEAD", int(knobs["READ_AHEAD"]))
+    if knobs.get("INLINE") == "1":
+        pooled = broker_mod.Broker.call
+
+        async def inline(self: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            if getattr(fn, "__name__", "") == "_append":
+                return fn(*args, **kwargs)
+            return await pooled(self, fn, *args, **kwargs)
+        setattr(broker_mod.Broker, "call", inline)
+
+
+def _broker_main(argv: list[str]) -> None:
+    out, knobs_text, rest = argv[0], argv[1], argv[2:]
+    knobs = dict(kv.split("=", 1) for kv in knobs_text.split(",") if kv)
+    _apply_knobs(knobs)
+    if out != "-":
+        import atexit
+        trace = Trace()
+        _install_trace(trace)
+        atexit.register(trace.dump, out)
+    sys.argv = ["storage_engine", *rest]
+    runpy.run_module("storage_engine", run_name="__main__", alter_sys=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the paired runs, in the benchmark's process
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def summarize_trace(path: Path) -> list[str]:
+    """Lines naming the percentiles of each traced stage (ms)."""
+    d = json.loads(path.read_text())
+
+    def line(name: str, seconds: list[float]) -> str:
+        ms = [v * 1000 for v in seconds]
+        return (f"{name:30} n={len(ms):6} p50 {_pct(ms, .5):8.3f} p99 {_pct(ms, .99):8.3f} p99.9 {_pct(ms, .999):8.3f} "
+                f"max {max(ms, default=0):8.3f} ms")
+    out = []
+    for gen in (0, 1, 2):
+        out.append(line(f"gc gen{gen} pause", [g[1] for g in d["gc"] if g[2] == gen]))
+        out.append(line(f"gc gen{gen} CPU", [g[4] for g in d["gc"] if g[2] == gen]))
+    out.append(line("loop callbacks > 2 ms", [s[1] for s in d["slow"]]))
+    big = [r for r in d["requests"] if r[3] > 10_000]
+    out.append(line("request queued before handling", [r[1] for r in big]))
+    out.append(line("request handled", [r[2] for r in big]))
+    appends = [c for c in d["calls"] if c[5] == "_append"]
+    out.append(line("append: submitted -> thread", [c[1] for c in appends]))
+    out.append(line("append: in the thread", [c[2] for c in appends]))
+    out.append(line("append: thread CPU", [c[4] for c in appends]))
+    out.append(line("append: ended -> resumed", [c[3] for c in appends]))
+    out.append(line("fsync", [f[1] for f in d["fsyncs"]]))
+    inside = [f for f in d["fsyncs"] if any(c[0] + c[1] <= f[0] <= c[0] + c[1] + c[2] for c in appends)]
+    out.append(f"fsyncs inside an append: {len(inside)} of {len(d['fsyncs'])}")
+    return out
+
+
+def _paired(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from . import wire
+    from .harness import TMP_ROOT, Context, generate_records, scratch_dir
+
+    pool = [(r.key, r.value) for r in generate_records(5_000, 1024, seed=1054)]
+    variants = []
+    for text in args.variant or ["now="]:
+        name, _, knobs = text.partition("=")
+        variants.append((name, knobs))
+    ctx = Context(quick=False, repeats=1, tmp_root=TMP_ROOT)
+    results: dict[str, list[dict[str, Any]]] = {}
+    trace_dir = Path(args.trace).resolve() if args.trace else None
+    if trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+    with scratch_dir(ctx, "latency-probe") as work:
+        brokers: dict[str, tuple[Any, Any]] = {}
+        try:
+            for name, knobs in variants:
+                folder = os.path.join(work, name)
+                os.makedirs(os.path.join(folder, "logs"))
+                out = "-" if trace_dir is None else str(trace_dir / f"{name}.json")
+                broker = wire.BrokerProcess(folder, os.path.join(folder, "logs"))
+                broker.command = [sys.executable, "-m", "benchmarks.latency_probe", "broker", out, knobs]
+                broker.__enter__()
+                brokers[name] = (broker, AdminClient(wire._client_config(broker)))
+            rate = args.rate
+            if not rate:
+                peaks = []
+                for name, (broker, admin) in brokers.items():
+                    run = wire._produce_round(broker, admin, f"peak-{name}", "all", pool * 40)
+                    peaks.append(len(pool) * 40 / run.sample.wall_s)
+                    print(f"peak {name}: {peaks[-1]:,.0f} records/s", flush=True)
+                rate = min(peaks) / 2
+            print(f"paced at {rate:,.0f} records/s; load average {os.getloadavg()[0]:.2f}", flush=True)
+            n = 0
+            for r in range(args.rounds):
+                for acks in args.acks.split(","):
+                    for name, (broker, admin) in brokers.items():
+                        n += 1
+                        load = os.getloadavg()[0]
+                        gc.collect()
+                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks)
+                        results.setdefault(f"{name} acks={acks}", []).append({**f, "load": load})
+                        print(f"round {r} acks={acks:3} {name:12} p50 {f['p50_ms']:7.2f} p99 {f['p99_ms']:8.2f} "
+                              f"p99.9 {f['p999_ms']:8.2f} max {f['max_ms']:8.2f} librdkafka p99 "
+                              f"{f['librdkafka_p99_ms']:8.2f} ms, {f['batches']} requests, broker CPU "
+                              f"{f['broker_cpu_s']:.2f} s, load {load:.2f}", flush=True)
+        finally:
+            for broker, _ in brokers.values():
+                broker.__exit__(None, None, None)
+    for key, rounds in results.items():
+        print(f"{key:24} {len(rounds)} rounds: median p50 {statistics.median(x['p50_ms'] for x in rounds):7.2f}, "
+              f"p99 {statistics.median(x['p99_ms'] for x in rounds):8.2f}, "
+              f"p99.9 {statistics.median(x['p999_ms'] for x in rounds):8.2f} ms; best p99 "
+              f"{min(x['p99_ms'] for x in rounds):8.2f} ms; load {statistics.mean(x['load'] for x in rounds):.2f}")
+    if trace_dir is not None:
+        for name, _ in variants:
+            print(f"== trace of {name}")
+            for text in summarize_trace(trace_dir / f"{name}.json"):
+                print("   " + text)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the hand-off alone
+
+def _hop(interval: float) -> None:
+    sys.setswitchinterval(interval)
+
+    def work(ms: float) -> None:
+        end = time.thread_time() + ms / 1000
+        while time.thread_time() < end:
+            pass
+
+    async def main() -> None:
+        pool = concurrent.futures.ThreadPoolExecutor(8)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        async def busy() -> None:
+            while not stop.is_set():
+                work(0.3)
+                await asyncio.sleep(0)
+        task = asyncio.create_task(busy())
+        overhead = []
+        for _ in range(400):
+            start = time.perf_counter()
+            await loop.run_in_executor(pool, work, 0.5)
+            overhead.append((time.perf_counter() - start) * 1000 - 0.5)
+            await asyncio.sleep(0.002)
+        stop.set()
+        await task
+        pool.shutdown()
+        print(f"switch interval {interval * 1000:.1f} ms: hand-off overhead p50 {_pct(overhead, .5):.2f}, "
+              f"p99 {_pct(overhead, .99):.2f}, max {max(overhead):.2f} ms (load average {os.getloadavg()[0]:.2f})")
+    asyncio.run(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["broker"]:
+        _broker_main(argv[1:])
+        return 0
+    if argv[:1] == ["hop"]:
+        _hop(float(argv[1]))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m benchmarks.latency_probe", description=__doc__.splitlines()[0])
+    p.add_argument("--variant", action="append", metavar="NAME[=KNOB=VALUE,...]")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--rate", type=float, default=0.0, help="records/s (default: half the lowest peak)")
+    p.add_argument("--acks", default="1,all")
+    p.add_argument("--trace", default=None, metavar="DIR")
+    return _paired(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
