@@ -140,7 +140,7 @@ def test_a_response_blocked_mid_send_keeps_the_checked_bytes_while_its_segment_g
     """A client that reads nothing holds the broker in the middle of sending an 8 MB segment; meanwhile
     retention (delete-records, retention, purge with no delay) deletes that segment or the cleaner swaps it for
     a compacted one. The response that then arrives is exactly the segment as it was when checked."""
-    topic_cfg = {"segment.bytes": 8 * 1024 * 1024, "file.delete.delay.ms": 0}
+    topic_cfg: dict[str, Any] = {"segment.bytes": 8 * 1024 * 1024, "file.delete.delay.ms": 0}
     if change == "compaction":
         topic_cfg.update({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
     broker = BrokerProcess(tmp_path, log_dirs=1, topics={TOPIC: topic_cfg})
