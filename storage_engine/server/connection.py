@@ -10,7 +10,7 @@ and where it failed.
 
 A response goes out part by part: a fetch's records that are a file slice (verified bytes of a segment file:
 :mod:`storage_engine.segment.file_slice`) are sent with ``sendfile`` straight from the file (``loop.sendfile``; a TLS
-listener cannot, so there asyncio reads the file in bounded blocks and writes them), in pieces of at most
+listener cannot, so there the bytes are read in pieces off the event loop and written), in pieces of at most
 :data:`SEND_PIECE` bytes, each sent only if the file still holds all of its slice: a file cut shorter under the send
 closes the connection mid-frame (the client drops a partial frame), so no other bytes ever go out in its place.
 What the connection buffers of a response is bounded by the small parts between slices, whatever ``max_bytes``.
@@ -240,6 +240,13 @@ class Connection:
     async def _send_file(self, part: FileSlice) -> None:
         """``part``'s bytes straight from its file, after what was written before it."""
         await self.writer.drain()
+        if self.listener.tls:
+            # TLS encrypts in user space: the verified bytes are read in bounded pieces (no second check)
+            pieces = part.pieces(SEND_PIECE)
+            while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+                self.writer.write(piece)
+                await self.writer.drain()
+            return
         loop = asyncio.get_running_loop()
         transport = self.writer.transport
         pos, end = part.position, part.position + part.length

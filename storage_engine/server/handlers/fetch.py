@@ -3,7 +3,10 @@
 Fetch (``ReplicaManager.fetchMessages`` / ``DelayedFetch``): each partition is read from its fetch offset as
 whole, CRC-checked batches, up to the high watermark (``read_uncommitted``) or the last stable offset
 (``read_committed``, with the aborted transactions overlapping the range); the first batch of the first partition
-with data is sent even above the byte limits (KIP-74). The answer waits up to ``max_wait_ms`` until ``min_bytes``
+with data is sent even above the byte limits (KIP-74). A local read is a slice of the segment file
+(``Log.read_slice``: bytes checked once are not read again, the rest is checked in pieces of at most 1 MiB), which
+the connection sends with ``sendfile``; its records' length comes from the batch headers, cut at the bound as
+:func:`_cut_at` cuts the remote tier's bytes. The answer waits up to ``max_wait_ms`` until ``min_bytes``
 are there, woken by every append through this broker and re-checking the logs every
 :data:`POLL_S` for appends by other processes. No fetch sessions: every reply has session id 0, which clients
 accept as "full fetches only" (KIP-227).
