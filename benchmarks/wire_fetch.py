@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import sys
     import tempfile
+    from pathlib import Path
 
     from . import wire
     from .harness import MB, MIB, run_interleaved, timed
@@ -116,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=int, default=200, help="topic size in MB (default 200)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--consumers", action="store_true", help="add the librdkafka consumer rows")
+    parser.add_argument("--sizes", default="1,16,64", help="the bare client's MiB per fetch (default 1,16,64)")
+    parser.add_argument("--profile", metavar="FILE", help="run the broker under cProfile, stats into FILE")
     args = parser.parse_args(argv)
-    sizes = {"bare 1 MiB": MIB, "bare 16 MiB": 16 * MIB, "bare 64 MiB": 64 * MIB}
+    sizes = {f"bare {n} MiB": int(n) * MIB for n in args.sizes.split(",")}
     with tempfile.TemporaryDirectory(prefix="wire-fetch-") as work:
         log_dir = os.path.join(work, "data")
         os.makedirs(log_dir)
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                     pass
         broker_work = os.path.join(work, "broker")
         os.makedirs(broker_work)
-        with wire.BrokerProcess(broker_work, log_dir) as broker:
+        profile = None if args.profile is None else Path(args.profile).resolve()
+        with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
             assert broker.proc is not None
             cpu: dict[str, list[float]] = {}
 
@@ -164,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             extra = (f"  broker CPU {'/'.join(f'{c:.2f}' for c in cpu[name])} s" if name in cpu else "")
             print(f"  {name:45s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
         print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
+        if profile is not None:
+            import pstats
+            pstats.Stats(str(profile), stream=sys.stdout).sort_stats("tottime").print_stats(30)
         sys.stdout.flush()
     return 0
 
