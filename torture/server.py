@@ -385,6 +385,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
                               "topic_ops": 0, "kills_in_topic_ops": 0,
                               "violations": 0, "failed_trials": []}
     rng = random.Random(seed)
+    server_fetch.TOTALS.clear()
     for trial in range(trials):
         trial_seed = rng.randrange(2**31)
         res = run_trial(trial, trial_seed, keep_root)
