@@ -222,3 +222,45 @@ def test_a_64_mib_fetch_answers_every_byte_from_a_broker_of_small_memory(tmp_pat
 def _status_kib(pid: int, key: str) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+def test_a_tls_listener_sends_the_same_bytes_read_in_pieces(tmp_path):
+    """TLS cannot sendfile: the slice is read in 1 MiB pieces and written through the TLS transport; the client
+    gets exactly the segment's bytes, on the TLS port as on the plaintext one."""
+    import ssl
+
+    from tests.server.test_security import make_certificate
+
+    keystore, ca = make_certificate(tmp_path, "keystore-pass")
+    topic_cfg = {"segment.bytes": 64 * 1024 * 1024}
+    broker = BrokerProcess(tmp_path, log_dirs=1, topics={TOPIC: topic_cfg},
+                           broker={"ssl.keystore.location": str(keystore), "ssl.key.password": "keystore-pass"},
+                           listeners="SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0")
+    log_dir = broker.log_dirs[0]
+    _write(log_dir, {TOPIC: topic_cfg}, batches=50, records=100, value=1000)     # ~5 MB
+    [path] = _segment_files(log_dir, TOPIC)
+    segment = Path(path).read_bytes()
+    broker.start()
+    try:
+        host, port = broker.address("SSL").rsplit(":", 1)
+        ctx = ssl.create_default_context(cafile=str(ca))
+        with ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=60),
+                             server_hostname="127.0.0.1") as tls:
+            for correlation in (1, 2):      # unverified, then verified bytes
+                tls.sendall(wire.request_frame(_fetch_request(TOPIC, 0, 64 * 1024 * 1024), correlation))
+                body = bytearray()
+                while len(body) < 4 or len(body) < 4 + int.from_bytes(body[:4], "big"):
+                    got = tls.recv(1 << 20)
+                    assert got, "the broker closed the TLS connection"
+                    body += got
+                corr, answer = wire.decode_response(1, 12, bytes(body[4:]))
+                part = answer.responses[0].partitions[0]
+                assert corr == correlation and int(part.error_code) == 0
+                assert bytes(part.records) == segment
+        plain = wire.Conn(broker.address("PLAINTEXT"))
+        try:
+            assert _fetch(plain, TOPIC, 0, 64 * 1024 * 1024) == (0, segment)
+        finally:
+            plain.close()
+    finally:
+        broker.close()
