@@ -8,7 +8,9 @@ at most :data:`PIECE_BYTES` (or one batch, if larger), checks every batch of the
 :mod:`~storage_engine.segment.checked_read`) and marks the piece verified. So a huge fetch never becomes one huge
 read, and bytes are checked once however often they are fetched. The cut is :meth:`LogSegment.read`'s (whole
 batches, at most ``max_size`` bytes, the first batch whatever its size when ``min_one_message``), and stops at
-the first batch whose entry offset reaches ``bound`` (the fetch's high watermark or last stable offset).
+the first batch whose entry offset reaches ``bound`` (the fetch's high watermark or last stable offset). A result
+of at most :data:`INLINE_BYTES` is read into memory (verified bytes: one ``pread``, no check) rather than sent
+from the file: a fetch of many partitions holds no descriptor per small one.
 
 The partition's ``generation`` is read by the caller before this walk (the shared one, which every truncation
 bumps first), and the file's identity and size are taken from the very descriptor the slice duplicates.
@@ -29,6 +31,7 @@ from storage_engine.segment.file_slice import FileSlice
 from storage_engine.segment.verified import MARKS, FileKey, VerifiedRanges
 
 PIECE_BYTES = 1024 * 1024       # unverified bytes read and checked at a time (or one batch, if larger)
+INLINE_BYTES = 64 * 1024        # a read of at most this much is returned as bytes, not as a file slice
 HEADER_WINDOW = 64 * 1024       # one read of batch headers while the batches are small
 SMALL_BATCH = 16 * 1024         # below this a header walk reads a window, above it 27 bytes per batch
 _HEAD = struct.Struct(">qiib")  # offset, size, partition leader epoch (or legacy CRC), magic
@@ -48,8 +51,9 @@ class _Lookup(Protocol):
 @dataclass
 class SliceData:
     """Whole batches of a segment from the one holding ``first_offset``: ``slice`` (None when no whole batch fits
-    the size), at ``position``; ``next_offset`` is one past the last batch's last offset."""
-    slice: FileSlice | None
+    the size; bytes of at most :data:`INLINE_BYTES`), at ``position``; ``next_offset`` is one past the last batch's
+    last offset."""
+    slice: FileSlice | bytes | None
     position: int
     first_offset: int
     next_offset: int
@@ -155,10 +159,11 @@ def _entry_offset(batch: object) -> int:
 
 def read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_message: bool,
                upper_bound: int | None, bound: int, generation: int,
-               marks: VerifiedRanges = MARKS) -> SliceData | None:
+               marks: VerifiedRanges = MARKS, inline: int = INLINE_BYTES) -> SliceData | None:
     """Whole verified batches of ``seg`` from the one holding ``start_offset``, as :meth:`LogSegment.read` cuts
     them, ending before the first batch whose entry offset is ``bound`` or more; None if ``start_offset`` lies
-    beyond the segment. ``generation``: the partition's shared generation, read before this call."""
+    beyond the segment. ``generation``: the partition's shared generation, read before this call; a result of at
+    most ``inline`` bytes comes as bytes."""
     log = seg.log
     fd = log.fileno()
     try:
@@ -172,18 +177,18 @@ def read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_mes
     index_pos = seg.offset_index.lookup(start_offset)[1]
     try:
         return _read(seg, fd, key, generation, limit, upper_bound, marks, verified, remembered, index_pos,
-                     start_offset, max_size, min_one_message, bound)
+                     start_offset, max_size, min_one_message, bound, inline)
     except CorruptRecordError:
         if remembered is None and index_pos == 0:
             raise
         # a damaged offset index (derived data) must not read as damaged records: scan from the start
         return _read(seg, fd, key, generation, limit, upper_bound, marks, marks.lookup(key, generation, st.st_size),
-                     None, 0, start_offset, max_size, min_one_message, bound)
+                     None, 0, start_offset, max_size, min_one_message, bound, inline)
 
 
 def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: int, upper_bound: int | None,
           marks: VerifiedRanges, verified: tuple[int, int] | None, remembered: int | None, index_pos: int,
-          start_offset: int, max_size: int, min_one_message: bool, bound: int) -> SliceData | None:
+          start_offset: int, max_size: int, min_one_message: bool, bound: int, inline: int) -> SliceData | None:
     walk = _Walk(seg, fd, key, generation, limit, upper_bound, marks, verified)
     pos = remembered if remembered is not None else index_pos
     walk.horizon = pos + max_size + max(seg.index_interval_bytes, 4096)
@@ -206,6 +211,13 @@ def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: in
         return None
     if end > start_pos:
         marks.remember(key, generation, next_offset, end)     # where this consumer's next fetch begins
+        if end - start_pos <= inline:
+            # a small range is cheaper copied than sent apart (and holds no descriptor while the response waits)
+            data = seg.log.read(start_pos, end - start_pos)
+            if len(data) != end - start_pos:
+                raise CorruptRecordError(f"the file was cut under a read of [{start_pos}, {end})", seg.path,
+                                         start_pos + len(data))
+            return SliceData(data, start_pos, start_offset, next_offset)
         return SliceData(FileSlice.of(fd, start_pos, end - start_pos, seg.path), start_pos, start_offset,
                          next_offset)
     return SliceData(None, start_pos, start_offset, start_offset)

@@ -34,6 +34,8 @@ def _bytes(found: SliceData | None) -> bytes | None:
         return None
     if found.slice is None:
         return b""
+    if isinstance(found.slice, bytes):
+        return found.slice
     try:
         return bytes(found.slice)
     finally:
@@ -62,7 +64,7 @@ def test_slices_hold_the_checked_reads_batches_and_a_second_read_uses_the_mark(t
                 for first in (True, False):
                     for bound in (NO_BOUND, 61):
                         want = seg.read(start, max_size, min_one_message=first, upper_bound=end)
-                        got = _bytes(read_slice(seg, start, max_size, first, end, bound, 7, marks))
+                        got = _bytes(read_slice(seg, start, max_size, first, end, bound, 7, marks, inline=0))
                         if want is None:
                             assert got is None, (start, max_size, first)
                         else:
@@ -76,7 +78,7 @@ def test_a_mark_of_another_generation_is_never_used_after_a_truncation(tmp_path)
     batches where checked ones were, one of them damaged: the read checks them, and raises."""
     seg = _filled(tmp_path)
     marks = VerifiedRanges()
-    assert _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, marks))
+    assert _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, marks, inline=0))
     assert marks.lookup(_key(seg), 1, seg.size) == (0, seg.size)
     size = seg.size
     seg.truncate_to(30)
@@ -90,17 +92,17 @@ def test_a_mark_of_another_generation_is_never_used_after_a_truncation(tmp_path)
         f.seek(at[1] + at[2] - 3)
         f.write(bytes([b[0] ^ 0x10]))
     with pytest.raises(CorruptRecordError):
-        read_slice(seg, 31, 1 << 20, True, seg.read_next_offset(), NO_BOUND, 2, marks)
+        read_slice(seg, 31, 1 << 20, True, seg.read_next_offset(), NO_BOUND, 2, marks, inline=0)
     assert marks.lookup(_key(seg), 1, seg.size) is None     # the old mark is gone
 
 
 def test_a_file_seen_shorter_than_its_mark_drops_the_mark_even_at_the_same_generation(tmp_path):
     seg = _filled(tmp_path)
     marks = VerifiedRanges()
-    _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 3, marks))
+    _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 3, marks, inline=0))
     seg.truncate_to(60)
     assert marks.lookup(_key(seg), 3, seg.size) is None
-    got = _bytes(read_slice(seg, 0, 1 << 20, True, 60, NO_BOUND, 3, marks))
+    got = _bytes(read_slice(seg, 0, 1 << 20, True, 60, NO_BOUND, 3, marks, inline=0))
     want = seg.read(0, 1 << 20, upper_bound=60)
     assert want is not None and got == want.data
 
@@ -108,8 +110,8 @@ def test_a_file_seen_shorter_than_its_mark_drops_the_mark_even_at_the_same_gener
 def test_a_swapped_file_has_no_mark_and_a_slice_taken_before_still_sends_the_old_bytes(tmp_path):
     seg = _filled(tmp_path)
     marks = VerifiedRanges()
-    found = read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 5, marks)
-    assert found is not None and found.slice is not None
+    found = read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 5, marks, inline=0)
+    assert found is not None and isinstance(found.slice, FileSlice)
     old = seg.log.read(0, seg.size)
     # a cleaner-style swap: a new file (damaged) renamed over the segment, the segment reopened
     damaged = bytearray(old)
@@ -122,15 +124,15 @@ def test_a_swapped_file_has_no_mark_and_a_slice_taken_before_still_sends_the_old
     seg2 = open_segment(path_dir, base, index_interval_bytes=200, max_index_size=100000, file_already_exists=True)
     assert marks.lookup(_key(seg2), 5, seg2.size) is None
     with pytest.raises(CorruptRecordError):
-        read_slice(seg2, 0, 1 << 20, True, 120, NO_BOUND, 5, marks)
+        read_slice(seg2, 0, 1 << 20, True, 120, NO_BOUND, 5, marks, inline=0)
     assert bytes(found.slice) == old[:len(found.slice)]      # the old inode, through the duplicated descriptor
     found.slice.close()
 
 
 def test_a_cut_under_a_slice_is_reported_never_other_bytes(tmp_path):
     seg = _filled(tmp_path)
-    found = read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, VerifiedRanges())
-    assert found is not None and found.slice is not None
+    found = read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, VerifiedRanges(), inline=0)
+    assert found is not None and isinstance(found.slice, FileSlice)
     seg.truncate_to(9)
     with pytest.raises(CorruptRecordError, match="cut"):
         found.slice.check_whole()
@@ -150,11 +152,11 @@ def test_a_huge_read_checks_in_bounded_pieces(tmp_path):
     marks = VerifiedRanges()
     tracemalloc.start()
     try:
-        found = read_slice(seg, 0, 64 << 20, True, offset, NO_BOUND, 1, marks)
+        found = read_slice(seg, 0, 64 << 20, True, offset, NO_BOUND, 1, marks, inline=0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert found is not None and found.slice is not None
+    assert found is not None and isinstance(found.slice, FileSlice)
     assert len(found.slice) == seg.size
     assert peak < 3 * PIECE_BYTES, peak
     assert marks.lookup(_key(seg), 1, seg.size) == (0, seg.size)
@@ -173,14 +175,14 @@ def test_damage_in_unverified_bytes_raises_and_marks_only_what_passed(tmp_path):
         f.write(bytes([b[0] ^ 0x40]))
     marks = VerifiedRanges()
     with pytest.raises(CorruptRecordError):
-        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, marks)
+        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, marks, inline=0)
     mark = marks.lookup(_key(seg), 1, seg.size)
     assert mark is None or mark[1] <= at[1]
-    good = read_slice(seg, 0, at[1], True, 120, NO_BOUND, 1, marks)       # the batches before it still read
-    assert good is not None and good.next_offset == 90 and good.slice is not None
+    good = read_slice(seg, 0, at[1], True, 120, NO_BOUND, 1, marks, inline=0)       # the batches before it still read
+    assert good is not None and good.next_offset == 90 and isinstance(good.slice, FileSlice)
     good.slice.close()
     with pytest.raises(CorruptRecordError):
-        read_slice(seg, 90, 1 << 20, True, 120, NO_BOUND, 1, marks)
+        read_slice(seg, 90, 1 << 20, True, 120, NO_BOUND, 1, marks, inline=0)
 
 
 def test_verified_ranges_merge_forget_and_stay_bounded():
@@ -218,3 +220,36 @@ def test_file_slice_owns_its_descriptor(tmp_path):
         assert os.read(fd, 3) == b"012"                # the original stays open
     finally:
         os.close(fd)
+
+
+def test_a_small_read_comes_as_bytes_and_a_larger_one_as_a_slice(tmp_path):
+    seg = _filled(tmp_path)
+    small = read_slice(seg, 0, 1000, True, 120, NO_BOUND, 1, VerifiedRanges())
+    want = seg.read(0, 1000, upper_bound=120)
+    assert small is not None and want is not None and small.slice == want.data
+    big = read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, VerifiedRanges(), inline=100)
+    assert big is not None and isinstance(big.slice, FileSlice) and len(big.slice) > 100
+    big.slice.close()
+
+
+def test_offset_index_positions_inside_batches_are_not_trusted_in_verified_bytes(tmp_path):
+    """A damaged ``.index`` (derived data) pointing into the middle of verified batches: the walk proves a position
+    by checking the batch there before it trusts headers, and falls back to the segment's start."""
+    seg = _filled(tmp_path)
+    marks = VerifiedRanges()
+    assert _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 1, marks, inline=0))
+    index = seg.offset_index
+    assert index.entries >= 3
+    with open(index.path, "r+b") as f:
+        for i in range(index.entries):
+            f.seek(i * 8 + 4)
+            pos = int.from_bytes(f.read(4), "big")
+            f.seek(i * 8 + 4)
+            f.write((pos + 7).to_bytes(4, "big"))      # inside the batch the entry named
+    seg.close(trim=False)
+    seg = open_segment(tmp_path, 0, index_interval_bytes=200, max_index_size=100000, file_already_exists=True)
+    assert marks.lookup(_key(seg), 1, seg.size) == (0, seg.size)
+    for start in range(0, 120, 7):
+        want = seg.read(start, 5000, upper_bound=120)
+        assert want is not None
+        assert _bytes(read_slice(seg, start, 5000, True, 120, NO_BOUND, 1, marks, inline=0)) == want.data, start
