@@ -25,7 +25,8 @@ from typing import Protocol
 
 from storage_engine.errors import CorruptRecordError, StorageIOError
 from storage_engine.record.legacy_records import LegacyBatch
-from storage_engine.record.record_batch import LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD, RecordBatch
+from storage_engine.record.record_batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE_FIELD,
+                                                RecordBatch)
 from storage_engine.segment.checked_read import OffsetOrder, ScannedSegment
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.segment.verified import MARKS, FileKey, VerifiedRanges
@@ -99,14 +100,19 @@ class _Walk:
         if rel < 0 or rel + HEAD_BYTES > len(self._head):
             want = HEADER_WINDOW if self._last_size < SMALL_BATCH else HEAD_BYTES
             try:
-                self._head = os.pread(self.fd, min(want, max(HEAD_BYTES, self.verified[1] - pos)), pos)
+                # never past the verified end: a legacy entry may be shorter than a magic-2 header
+                self._head = os.pread(self.fd, min(want, self.verified[1] - pos), pos)
             except OSError as exc:
                 raise StorageIOError("cannot read log file", self.seg.path, exc) from exc
             self._head_at, rel = pos, 0
-            if len(self._head) < HEAD_BYTES:
-                raise CorruptRecordError(f"the file ended at {pos + len(self._head)} inside its verified bytes "
-                                         f"(it was cut under the read)", self.seg.path, pos)
+        have = len(self._head) - rel
+        if have < HEADER_SIZE_UP_TO_MAGIC:
+            raise CorruptRecordError(f"the file ended at {pos + have} inside its verified bytes (it was cut under "
+                                     f"the read)", self.seg.path, pos)
         offset, size, _, magic = _HEAD.unpack_from(self._head, rel)
+        if magic >= 2 and have < HEAD_BYTES:
+            raise CorruptRecordError(f"the file ended at {pos + have} inside its verified bytes (it was cut under "
+                                     f"the read)", self.seg.path, pos)
         last = offset + _LAST_DELTA.unpack_from(self._head, rel + 23)[0] if magic >= 2 else offset
         if size < MIN_ENTRY_SIZE_FIELD or pos + LOG_OVERHEAD + size > self.verified[1]:
             raise CorruptRecordError(f"a batch of size {size} does not fit the verified bytes", self.seg.path, pos)

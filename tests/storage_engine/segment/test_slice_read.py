@@ -253,3 +253,27 @@ def test_offset_index_positions_inside_batches_are_not_trusted_in_verified_bytes
         want = seg.read(start, 5000, upper_bound=120)
         assert want is not None
         assert _bytes(read_slice(seg, start, 5000, True, 120, NO_BOUND, 1, marks, inline=0)) == want.data, start
+
+
+def test_legacy_entries_of_26_bytes_read_from_the_mark(tmp_path):
+    """v0 messages with no key and no value are 26-byte entries, shorter than a magic-2 header: the header walk
+    over verified bytes still frames them, up to the very last one."""
+    from storage_engine.record.legacy_records import build_legacy_batch
+    from storage_engine.record.records import SimpleRecord
+
+    seg = open_segment(tmp_path, 0, index_interval_bytes=64, max_index_size=100000)
+    for i in range(30):
+        magic = 0 if i % 3 else 1
+        value = None if magic == 0 else b"v%d" % i
+        data = build_legacy_batch([SimpleRecord(None, value, 1000 + i)], magic=magic, base_offset=i)
+        seg.append(i, 1000 + i, i, data)
+    last = seg.translate_offset(29)
+    assert last is not None and seg.size - last[1] == 26      # the last entry is a bare v0 message
+    marks = VerifiedRanges()
+    for round_ in range(2):
+        for start in range(30):
+            for max_size in (1, 60, 10000):
+                want = seg.read(start, max_size, upper_bound=30)
+                got = _bytes(read_slice(seg, start, max_size, True, 30, NO_BOUND, 1, marks, inline=0))
+                assert want is not None and got == want.data, (round_, start, max_size)
+        assert marks.lookup(_key(seg), 1, seg.size) == (0, seg.size)
