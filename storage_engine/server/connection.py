@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from storage_engine.errors import CorruptRecordError
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
@@ -238,7 +239,14 @@ class Connection:
                     part.close()
 
     async def _send_file(self, part: FileSlice) -> None:
-        """``part``'s bytes straight from its file, after what was written before it."""
+        """``part``'s bytes straight from its file, after what was written before it; a file cut under the send
+        closes the connection (one line naming it)."""
+        try:
+            await self._send_file_pieces(part)
+        except CorruptRecordError as exc:
+            raise Closing(f"a fetch response was cut short: {exc}") from None
+
+    async def _send_file_pieces(self, part: FileSlice) -> None:
         await self.writer.drain()
         if self.listener.tls:
             # TLS encrypts in user space: the verified bytes are read in bounded pieces (no second check)

@@ -264,3 +264,51 @@ def test_a_tls_listener_sends_the_same_bytes_read_in_pieces(tmp_path):
             plain.close()
     finally:
         broker.close()
+
+
+def test_a_truncation_under_a_blocked_send_closes_the_connection_before_any_other_byte(tmp_path):
+    """Another process truncates the segment a response is being sent from (in place: the same inode, shorter):
+    the broker checks the file still holds the slice before each piece, so the connection closes mid-frame with
+    one log line and the client never gets a whole response. The bytes below the cut it got are the old ones; those
+    past the cut may not be: ``sendfile`` queues page-cache pages by reference, and the kernel zeroes the part of
+    the page past the cut of a truncated file, which is why the frame must never complete."""
+    topic_cfg: dict[str, Any] = {"segment.bytes": 8 * 1024 * 1024}
+    broker = BrokerProcess(tmp_path, log_dirs=1, topics={TOPIC: topic_cfg})
+    log_dir = broker.log_dirs[0]
+    _write(log_dir, {TOPIC: topic_cfg}, batches=100, records=100, value=1000)
+    first = _segment_files(log_dir, TOPIC)[0]
+    before = Path(first).read_bytes()
+    broker.start()
+    host, port = broker.bootstrap.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    try:
+        sock.sendall(wire.request_frame(_fetch_request(TOPIC, 0, 64 * 1024 * 1024), 9))
+        head = b""
+        while len(head) < 4:
+            got = sock.recv(4 - len(head))
+            assert got, "the broker closed the connection"
+            head += got
+        size = int.from_bytes(head, "big")
+        assert size > len(before)
+        subprocess.run([sys.executable, "-c", TRUNCATE_AND_REFILL, log_dir, TOPIC, "100", "0"],
+                       cwd=ROOT, check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cut = os.path.getsize(first)
+        assert cut < len(before) // 2
+        sock.settimeout(60)
+        body = bytearray()
+        while True:
+            got = sock.recv(1 << 20)
+            if not got:
+                break
+            body += got
+    finally:
+        sock.close()
+        broker.close()
+    assert len(body) < size, "the whole response went out, though its segment was cut under it"
+    start = bytes(body).find(before[:64])           # the records begin with the first batch's header
+    assert start > 0
+    n = min(cut, len(body) - start)
+    assert bytes(body[start:start + n]) == before[:n]
+    assert "a fetch response was cut short" in broker.log_text()
