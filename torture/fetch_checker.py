@@ -71,7 +71,7 @@ class Checker:
             request_api_key=FetchRequest.__api_key__, request_api_version=i16(12),
             correlation_id=i32(self.correlation), client_id="fetch-checker"))
         self.write_body(out, FetchRequest(
-            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=50)), min_bytes=i32(1),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)), min_bytes=i32(1),
             max_bytes=i32(max_bytes), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
             forgotten_topics_data=(), rack_id="",
             topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
