@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             rates = "/".join(f"{size / MB / s.wall_s:,.0f}" for s in samples)
             ratio = best[name] / best["sendfile"]
             extra = (f"  broker CPU {'/'.join(f'{c:.2f}' for c in cpu[name])} s" if name in cpu else "")
+            if name in sizes:       # a bare row's sample CPU is this process's: the client's
+                extra += f", client CPU {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
             print(f"  {name:45s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
         print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
         if profile is not None:
