@@ -124,6 +124,7 @@ class Log(LocalLog):
         with self.mutex:
             return reads.read(self, start_offset, max_bytes, min_one_message)
 
+    @guarded
     def read_slice(self, start_offset: int, max_bytes: int, *, min_one_message: bool = True,
                    bound: int | None = None) -> SliceData | None:
         """:meth:`read` as a slice of the segment file (for a fetch, sent from the file), cut before the first
