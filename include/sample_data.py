@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from storage_engine import LogManager, ManualClock, SimpleRecord, StorageConfig, StorageError, layout, load_config
 from storage_engine.log.locks import DirLock
+from storage_engine.record.partitioner import default_partition, murmur2
 from storage_engine.units import human_bytes
 
 __all__ = ["TOPICS", "DEFAULT_SEED", "generate", "existing_partitions", "reset_log_dirs", "murmur2",
@@ -71,36 +72,9 @@ TOPICS = (
 # ---------------------------------------------------------------------------------------------------------
 # Kafka's default partitioner
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (32-bit, seed 0x9747b28c), as an unsigned 32-bit value."""
-    m, r = 0x5BD1E995, 24
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    tail = length & ~3
-    extra = length % 4
-    if extra == 3:
-        h ^= data[tail + 2] << 16
-    if extra >= 2:
-        h ^= data[tail + 1] << 8
-    if extra >= 1:
-        h ^= data[tail]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
 def partition_for_key(key: bytes, partitions: int) -> int:
-    """``Utils.toPositive(Utils.murmur2(key)) % numPartitions``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    """``Utils.toPositive(Utils.murmur2(key)) % numPartitions``: Kafka's default partitioner."""
+    return default_partition(key, partitions)
 
 
 # ---------------------------------------------------------------------------------------------------------

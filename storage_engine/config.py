@@ -30,6 +30,7 @@ from storage_engine.config_keys import (LIST, BROKER_DEFAULTS, CLEANER_DEFAULTS,
                                         check_compaction_lags, non_empty, parse_value, show_value, topic_key)
 from storage_engine.errors import ConfigError, InvalidTopicError
 from storage_engine.layout import validate_topic
+from storage_engine.masking import MaskRule
 
 __all__ = ["LogConfig", "CleanerConfig", "StorageConfig"]
 
@@ -262,6 +263,9 @@ class StorageConfig:
     # Tiered storage's broker keys (BROKER_KEYS feeding "remote": remote.log.storage.system.enable, rsm.config.*,
     # ...), by Kafka name; storage_engine.tiered.settings.RemoteStorageSettings reads them.
     remote: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    # The console's masking rules (the file's ``console.masking``, :mod:`storage_engine.masking`): which values the
+    # consoles show masked to readers without the right to read them in clear. The engine itself never masks.
+    masking: tuple[MaskRule, ...] = field(default=(), hash=False, compare=False)
     _topic_logs: Mapping[str, LogConfig] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

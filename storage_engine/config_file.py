@@ -13,6 +13,9 @@ The file has two maps, and a third when the log dirs are spread over several sto
     hosts:                           # optional: which storage host has which log dir (every dir on one host)
       storage-a: [../../var/logs/dir-a]   # resolved as log.dirs are
       storage-b: [../../var/logs/dir-b]
+    console:                         # optional: what the consoles show masked (storage_engine.masking)
+      masking:
+        - {topic: user-emails, fields: [email]}
 
 The keys, their defaults, precedence and checks are :mod:`storage_engine.config_keys`; the result is a
 :class:`~storage_engine.config.StorageConfig`. Every error is a :class:`ConfigError`, prefixed with the path of
@@ -37,6 +40,7 @@ from storage_engine.config_keys import (BROKER_KEYS, MIB, BROKER_DEFAULTS, broke
                                         log_values, unknown_key)
 from storage_engine.durable import read_regular_file
 from storage_engine.errors import ConfigError, UnsafeFileError
+from storage_engine.masking import parse_masking
 
 __all__ = ["DEFAULT_CONFIG_PATH", "ENV_VAR", "load_config", "config_from_mapping"]
 
@@ -44,7 +48,8 @@ ENV_VAR = "STORAGE_ENGINE_CONFIG"
 DEFAULT_CONFIG_PATH = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include", "config", "storage.yaml")
 
-_SECTIONS = ("broker", "topics", "hosts")
+_SECTIONS = ("broker", "topics", "hosts", "console")
+_CONSOLE_KEYS = ("masking",)
 # A config is a regular file of at most this many bytes (thousands of topic overrides fit): ``--config /dev/zero``
 # or a FIFO is refused at once instead of being read for ever.
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -90,6 +95,10 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
     log_dirs = resolve_log_dirs(values[dirs_key], base_dir, dirs_key) if configured else ()
     hosts = resolve_hosts(_section(data, "hosts"), log_dirs, base_dir) if configured else {}
     file_topics = _section(data, "topics")
+    console = _section(data, "console")
+    for key in console:
+        if key not in _CONSOLE_KEYS:
+            raise unknown_key(f"console.{key}", tuple(f"console.{k}" for k in _CONSOLE_KEYS), "console")
     stored = topic_store.load(log_dirs)
     built = StorageConfig(
         source=source,
@@ -101,6 +110,7 @@ def _build(data: object, source: str | None, base_dir: str | None) -> StorageCon
         server={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "server"},
         remote={k.name: values[k.name] for k in BROKER_KEYS.values() if k.feeds == "remote"},
         hosts=hosts,
+        masking=parse_masking(console.get("masking")),
         **storage,
     )
     _check_remote_storage(built)

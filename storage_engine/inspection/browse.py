@@ -41,7 +41,7 @@ import contextvars
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypedDict
 
 from storage_engine import layout
@@ -121,11 +121,16 @@ class BrowsePage(TypedDict):
 def browse(config: StorageConfig, topic: str, partition: int, *, offset: int | None = None,
            timestamp_ms: int | None = None, key: bytes | None = None, latest: bool = False,
            limit: int = DEFAULT_LIMIT, isolation: str = READ_UNCOMMITTED,
-           max_scan_bytes: int = DEFAULT_MAX_SCAN_BYTES) -> BrowsePage:
+           max_scan_bytes: int = DEFAULT_MAX_SCAN_BYTES,
+           match: Callable[[BrowsedRecord], BrowsedRecord | None] | None = None) -> BrowsePage:
     """One page of records of ``topic``-``partition``: from ``offset``, else from the first record at or after
     ``timestamp_ms``, else the last ``limit`` offsets (``latest``), else from the log start; only those whose key
     is ``key`` when given (with ``latest``: the newest ``limit`` of them). At most ``limit`` records
-    (1..:data:`MAX_LIMIT`), in offset order. See the module docstring."""
+    (1..:data:`MAX_LIMIT`), in offset order. See the module docstring.
+
+    ``match`` (a search's filter, :mod:`storage_engine.inspection.search`) sees every record the scan reads and
+    returns the record to keep (it may return a changed copy: a masked value) or None to skip it; with it the
+    scan stops after ``max_scan_bytes`` as a key search does. Not with ``latest`` and ``key`` together."""
     layout.validate_topic(topic)
     if isolation not in ISOLATION_LEVELS:
         raise InvalidRequestError(f"isolation must be one of {ISOLATION_LEVELS}, got {isolation!r}")
@@ -144,7 +149,8 @@ def browse(config: StorageConfig, topic: str, partition: int, *, offset: int | N
                                 snap.local_log_start_offset) as part:
                 token = _REMOTE.set(part)
                 try:
-                    return _browse(snap, offset, timestamp_ms, key, latest, limit, isolation, max_scan_bytes)
+                    return _browse(snap, offset, timestamp_ms, key, latest, limit, isolation, max_scan_bytes,
+                                   match)
                 finally:
                     _REMOTE.reset(token)
         except (StorageIOError, FileNotFoundError):
@@ -164,7 +170,8 @@ def _locate(config: StorageConfig, topic: str, partition: int) -> str:
 
 
 def _browse(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, key: bytes | None, latest: bool,
-            limit: int, isolation: str, max_scan_bytes: int) -> BrowsePage:
+            limit: int, isolation: str, max_scan_bytes: int,
+            match: Callable[[BrowsedRecord], BrowsedRecord | None] | None = None) -> BrowsePage:
     start_offset, leo = _log_start(snap), snap.log_end_offset
     notes: list[str] = []
     ongoing = _open_transactions(snap, notes)
@@ -188,7 +195,7 @@ def _browse(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, key
             start = _start(snap, offset, timestamp_ms, latest, limit, notes)
             page["start_offset"] = start
             if start < end:
-                _scan(snap, page, start, end, key, limit, isolation, max_scan_bytes, ongoing)
+                _scan(snap, page, start, end, key, limit, isolation, max_scan_bytes, ongoing, match=match)
     except CorruptRecordError as exc:
         page["error"] = {"message": str(exc), "path": exc.path, "position": exc.position}
         page["next_offset"] = None
@@ -223,7 +230,8 @@ def _start(snap: LogSnapshot, offset: int | None, timestamp_ms: int | None, late
 
 
 def _scan(snap: LogSnapshot, page: BrowsePage, start: int, end: int, key: bytes | None, limit: int, isolation: str,
-          max_scan_bytes: int, ongoing: dict[int, int], *, newest: bool = False) -> list[BrowsedRecord]:
+          max_scan_bytes: int, ongoing: dict[int, int], *, newest: bool = False,
+          match: Callable[[BrowsedRecord], BrowsedRecord | None] | None = None) -> list[BrowsedRecord]:
     """The records of [start, end), checked batch by batch (see :func:`browse`): the first ``limit``, or with
     ``newest`` the last ``limit`` (the whole range is read); counts and ``next_offset`` go to ``page``."""
     aborted = AbortedFilter(_aborted_transactions(snap, start, end))
@@ -247,14 +255,21 @@ def _scan(snap: LogSnapshot, page: BrowsePage, start: int, end: int, key: bytes 
                 break
             if key is not None and (batch.is_control or rec.key != key):
                 continue
-            found.append(_record(batch, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers, status))
+            record: BrowsedRecord | None = _record(batch, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers,
+                                                   status)
+            if match is not None and record is not None:
+                record = match(record)
+            if record is None:
+                continue
+            found.append(record)
             if not newest and len(found) >= limit:
                 page["next_offset"] = rec.offset + 1 if rec.offset + 1 < end else None
                 return list(found)
         next_offset = max(next_offset, batch.next_offset)
-        if not newest and key is not None and page["bytes_scanned"] >= max_scan_bytes and next_offset < end:
+        if (not newest and (key is not None or match is not None) and page["bytes_scanned"] >= max_scan_bytes
+                and next_offset < end):
             page["scan_limited"] = True
-            page["notes"].append(f"the key search read {page['bytes_scanned']} bytes and stopped at offset "
+            page["notes"].append(f"the {'key ' if match is None else ''}search read {page['bytes_scanned']} bytes and stopped at offset "
                                  f"{next_offset}: continue from there for more")
             break
     page["next_offset"] = next_offset if next_offset < end else None

@@ -36,6 +36,7 @@ from storage_engine.log import topic_id as topic_id_mod
 from storage_engine.server import identity
 from storage_engine.server.access import Authorizer
 from storage_engine.server.groups.coordinator import GroupCoordinator
+from storage_engine.server.groups.lag_history import LagHistory, history_path, take_sample
 from storage_engine.server.remote_tier import RemoteTier
 from storage_engine.server.sasl import Users
 from storage_engine.server.transactions.coordinator import TxnCoordinator
@@ -104,6 +105,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TxnCoordinator(self, self.groups)
         self.groups_summary: list[dict[str, Any]] = []   # taken on the event loop, written with the status
+        self.lag_history = LagHistory(history_path(config.log_dirs[0]))   # sampled with each status write
         self.txns_summary: dict[str, Any] = {}
         self._last_sample: tuple[float, tuple[int, ...]] = (time.monotonic(), (0, 0, 0, 0, 0))
         if manager.resolved_topic_changes:    # completed at the open: configs stored or dropped since config loaded
@@ -283,6 +285,19 @@ class Broker:
             atomic_write(self.status_path(), json.dumps(data).encode("utf-8"), sync=False)
         except Exception as exc:   # noqa: BLE001 - the status is a courtesy; serving goes on
             logger.warning("cannot write the listener status: %s", exc)
+        try:
+            self.lag_history.add(take_sample(data["updated_ms"], self.groups_summary,
+                                             lambda topic: self.topics().get(topic, []), self._log_bounds),
+                                 flush=not running)
+        except Exception as exc:   # noqa: BLE001 - so is the lag history
+            logger.warning("cannot write the lag history: %s", exc)
+
+    def _log_bounds(self, topic: str, partition: int) -> tuple[int, int] | None:
+        try:
+            log = self.manager.get_log(topic, partition)
+        except StorageError:      # its log dir is offline: no figure rather than no sample
+            return None
+        return None if log is None else (log.log_start_offset, log.log_end_offset)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 from storage_engine.errors import StorageError
+from storage_engine.record.partitioner import murmur2
 
 __all__ = ["RemoteSegment", "SegmentUpdate", "PartitionDelete", "MetadataRecord", "MetadataFormatError", "encode",
            "decode", "metadata_partition", "murmur2", "segment_transition_ok", "partition_transition_ok",
@@ -321,30 +322,6 @@ def decode(data: bytes) -> MetadataRecord:
 # Partitioning
 
 _M32 = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (32-bit MurmurHash2, seed 0x9747b28c), as a signed 32-bit int."""
-    m, length = 0x5BD1E995, len(data)
-    h = (0x9747B28C ^ length) & _M32
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & _M32
-        k ^= k >> 24
-        k = (k * m) & _M32
-        h = ((h * m) & _M32) ^ k
-    tail = length - length % 4
-    if length % 4 == 3:
-        h ^= data[tail + 2] << 16
-    if length % 4 >= 2:
-        h ^= data[tail + 1] << 8
-    if length % 4 >= 1:
-        h ^= data[tail]
-        h = (h * m) & _M32
-    h ^= h >> 13
-    h = (h * m) & _M32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def _java_int(value: int) -> int:

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.unit
 ENGINE = REPO / "storage_engine"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS = [
-    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store"},
+    {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store",
+     "masking"},
     {"record"},
     {"segment"},
     {"log"},
@@ -199,7 +200,8 @@ def test_the_private_import_check_sees_every_spelling(tmp_path):
 # job or command. For a tiered topic it reads the remote segments below the local log start through the remote
 # reader (tiered.reads, its cache module, tiered.object_store) and learns them through tiered.whole_log's read-only
 # open.
-BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store"}
+BASE = {"errors", "layout", "durable", "clock", "config_keys", "config", "config_file", "units", "topic_store",
+        "masking"}
 CLIENT_ALLOWED = {
     "plugins": BASE | {"jobs", "inspection"},
     "dags": BASE | {"jobs", "inspection"},

@@ -23,30 +23,42 @@ the target's name (``events-0`` for a partition, ``events`` for a topic), so a r
 other than what its page showed and confirmed. Each outcome, refused, failed or done, is one entry of Airflow's
 audit log (event ``storage.<action>``, under the DAG whose permission it took; Browse > Audit Log) and one line of
 the api-server's log.
+
+The admin actions (produce a record, create a topic, change its configs, reset a group's offsets, delete a group)
+are :mod:`.admin`'s, with their permissions in its table (on the Airflow connection that names the store).
+Every action, these and those, runs through :func:`perform`: the permission check, the request's
+check, the engine call, and one audit entry for whichever outcome it had.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from storage_engine import layout
 from storage_engine.config import StorageConfig
 
 if TYPE_CHECKING:
+    from fastapi import Request
     from sqlalchemy.orm import Session
 
 logger = logging.getLogger(__name__)
 AUDIT_PREFIX = "storage."
 
 
+T = TypeVar("T")
+
+
 @dataclasses.dataclass(frozen=True)
 class Action:
     name: str
-    method: Literal["GET", "POST", "PUT", "DELETE"]   # the Airflow permission's method on ``dag_id``
-    dag_id: str
+    method: Literal["GET", "POST", "PUT", "DELETE"]   # the Airflow permission's method on ``dag_id`` (or connection)
+    dag_id: str | None
     permission: str        # in words, for pages and refusals
+    dag_entity: str | None = None       # a DagAccessEntity name (``RUN``: the DAG's runs), None: the DAG itself
+    connection: bool = False            # the permission is on the store's Airflow connection, not on a DAG
 
 
 ACTIONS = {a.name: a for a in (
@@ -63,7 +75,7 @@ CLEAR_UNCLEANABLE = Action("clear-uncleanable", "PUT", "log_compaction", "edit p
 
 def dry_run_action(dag_id: str) -> Action:
     """A dry run of maintenance DAG ``dag_id`` as an audited action (the permission to create runs of the DAG)."""
-    return Action("dry-run", "POST", dag_id, f"permission to trigger runs of the DAG {dag_id}")
+    return Action("dry-run", "POST", dag_id, f"permission to trigger runs of the DAG {dag_id}", dag_entity="RUN")
 
 
 def user_name(user: Any) -> str:
@@ -139,6 +151,53 @@ def delete_records(config: StorageConfig, topic: str, partition: int, offset: in
         after = log.delete_records(offset)
         mgr.checkpoint([log.log_dir])
     return {"topic": topic, "partition": partition, "log_start_offset_before": before, "log_start_offset": after}
+
+
+def check_access(request: Request, user: Any, spec: Action, conn_id: str | None = None) -> None:
+    """Airflow's permission for ``spec`` (403 without it): on its DAG (or that DAG's runs), or on the Airflow
+    connection ``conn_id`` that names the store (:class:`..tasks.hooks.StorageEngineHook`'s)."""
+    from fastapi import HTTPException
+
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    if not spec.connection:
+        entity = DagAccessEntity[spec.dag_entity] if spec.dag_entity else None
+        requires_access_dag(spec.method, entity, param_dag_id=spec.dag_id)(request, user)
+        return
+    if user is None or not get_auth_manager().is_authorized_connection(
+            method=spec.method, details=ConnectionDetails(conn_id=conn_id), user=user):
+        raise HTTPException(403, "Forbidden")
+
+
+def perform(request: Request, session: Session, user: Any, spec: Action, attempted: dict,
+            check: Callable[[], dict], work: Callable[[dict], T], summary: Callable[[T], Any],
+            conn_id: str | None = None) -> tuple[dict, T]:
+    """One action, the same way for every action of the console: Airflow's permission for ``spec`` (refused: an
+    audit entry ``refused`` naming the permission, and 403), then ``check()`` (the target from the request;
+    :class:`ActionRequestError` is a 422, not audited: nothing was attempted), then ``work(target)`` (an
+    HTTPException from it: an audit entry ``failed`` with its detail, and the same answer), then an audit entry
+    ``done`` with ``summary(result)``. Returns (target, result)."""
+    from fastapi import HTTPException
+
+    name = user_name(user)
+    try:
+        check_access(request, user, spec, conn_id)
+    except HTTPException as exc:
+        audit(session, name, spec, attempted, "refused", f"needs {spec.permission}")
+        raise HTTPException(exc.status_code, f"{exc.detail}: {spec.name} needs {spec.permission}") from None
+    try:
+        t = check()
+    except ActionRequestError as exc:
+        raise HTTPException(422, str(exc)) from None
+    try:
+        result = work(t)
+    except HTTPException as exc:
+        audit(session, name, spec, t, "failed", exc.detail)
+        raise
+    audit(session, name, spec, t, "done", summary(result))
+    return t, result
 
 
 def audit(session: Session, user_name: str, action: Action, t: dict, outcome: str, detail: Any = None) -> None:

@@ -11,10 +11,13 @@ Pages:
 * ``/messages/<topic>/<partition>`` the message browser: from an offset, a timestamp, the newest, or by key;
   key, value and headers as text, JSON or hex; producer id, epoch and sequence; transaction markers and records
   of aborted or open transactions marked; paginated; every batch CRC-checked
-  (:mod:`storage_engine.inspection.browse`);
+  (:mod:`storage_engine.inspection.browse`); values masked by the storage config's ``console.masking`` rules
+  for users without the unmasked-read permission (:mod:`.masking`);
 * ``/broker`` the Kafka listener from its status file (state, listeners, connections, rates refreshed live),
   consumer groups, open transactions, and the broker configs with their source;
-* ``/groups/<group_id>`` one consumer group: members and their assignment, committed offset and lag per partition.
+* ``/groups/<group_id>`` one consumer group: members and their assignment, the lag of every partition of the
+  topics it reads (from the committed offset, or from the log start where nothing is committed) and the lag
+  history as a chart.
 
 Each page has its JSON under ``/storage-maintenance/api/...``. Reading never writes to the store (the engine's
 read-only inspection). The actions (:mod:`.actions`: delete records, delete a topic, move a partition; and the
@@ -31,11 +34,12 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep
 
 from ..maintenance_dags import DRY_RUN_DAGS
-from . import actions
-from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, render
+from . import actions, admin
+from .masking import UNMASKED_PERMISSION, Masker, masker_for
+from .web import engine_errors, hook, instant_ms, jsonable, listener_shown, parse_key, render
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -99,17 +103,6 @@ def live_data(topic: str) -> dict:
             "log_end_offsets": sum(r["log_end_offset"] or 0 for r in rows)}
 
 
-def _key_bytes(key: str, key_format: str) -> bytes:
-    if key_format == "hex":
-        try:
-            return bytes.fromhex(key.replace(" ", ""))
-        except ValueError:
-            raise HTTPException(422, f"key is not hex: {key!r}") from None
-    if key_format != "text":
-        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
-    return key.encode("utf-8")
-
-
 def _offset(value: str | None) -> int | None:
     """The ``offset`` query parameter: empty means none (a form's empty field)."""
     if value is None or not value.strip():
@@ -125,17 +118,21 @@ def _offset(value: str | None) -> int | None:
 
 def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: str | None, key: str | None,
                   key_format: str, latest: bool, fmt: str, isolation: str, limit: int,
-                  max_bytes: int = MAX_BYTES_SHOWN) -> dict:
+                  max_bytes: int = MAX_BYTES_SHOWN, user: object | None = None) -> dict:
+    """One page of the message browser for ``user``: values masked by the storage config's rules unless the user
+    may read them in clear (:mod:`.masking`)."""
     from storage_engine.inspection import browse
 
     if fmt not in browse.FORMATS:
         raise HTTPException(422, f"format must be one of {browse.FORMATS}, got {fmt!r}")
     timestamp_ms = instant_ms(timestamp, "timestamp") if timestamp else None
-    key_bytes = _key_bytes(key, key_format) if key else None
-    page = engine_errors(browse.browse, _config(), topic, partition, offset=offset, timestamp_ms=timestamp_ms,
+    key_bytes = parse_key(key, key_format)
+    config = _config()
+    page = engine_errors(browse.browse, config, topic, partition, offset=offset, timestamp_ms=timestamp_ms,
                          key=key_bytes, latest=latest, limit=limit, isolation=isolation)
+    mask: Masker = masker_for(config, user)
     rows = []
-    for r in page["records"]:
+    for r in map(lambda record: mask(topic, record), page["records"]):
         rows.append({**r, "key_shown": browse.render_bytes(r["key"], fmt, max_bytes),
                      "value_shown": browse.render_bytes(r["value"], fmt, max_bytes),
                      "headers_shown": [(k, browse.render_bytes(v, "auto" if fmt == "json" else fmt, 4096))
@@ -148,7 +145,8 @@ def messages_data(topic: str, partition: int, *, offset: int | None, timestamp: 
             "key": key or "", "key_format": key_format, "timestamp": timestamp or "", "offset": offset,
             "latest": latest, "prev_offset": prev_offset, "action": actions.ACTIONS["delete-records"],
             "max_bytes": max_bytes, "default_max_bytes": MAX_BYTES_SHOWN,
-            "live_interval_ms": LIVE_INTERVAL_MS}
+            "live_interval_ms": LIVE_INTERVAL_MS,
+            "masked": any(r.get("masked") for r in rows), "unmasked_permission": UNMASKED_PERMISSION}
 
 
 def broker_data() -> dict:
@@ -162,6 +160,12 @@ def broker_data() -> dict:
 
 
 def group_data(group_id: str) -> dict:
+    """One consumer group: its members, the lag of every partition of every topic it reads (committed ones from
+    the committed offset, the others from the log start) and its lag history (the listener's samples) as a chart."""
+    from storage_engine.inspection.listener import lag_history
+
+    from .lag_chart import lag_chart
+
     config = _config()
     listener = _listener(config)
     found = [g for g in _groups(config, listener) if g["group_id"] == group_id]
@@ -174,34 +178,33 @@ def group_data(group_id: str) -> dict:
         for t, ps in (m.get("assignment") or {}).items():
             for p in ps:
                 assigned[(t, int(p))] = m.get("client_id") or m["member_id"]
-    for p in g["partitions"]:
+    for p in g["partitions"] + g["uncommitted"]:
         p["member"] = assigned.get((p["topic"], p["partition"]))
-    committed = {(p["topic"], p["partition"]) for p in g["partitions"]}
-    unstarted = sorted(tp for tp in assigned if tp not in committed)
-    return {"g": g, "listener": listener, "assigned_uncommitted": [
-        {"topic": t, "partition": p, "member": assigned[(t, p)]} for t, p in unstarted]}
+    history = engine_errors(lag_history, config, group_id)
+    return {"g": g, "listener": listener, "history": history, "chart": lag_chart(history)}
 
 
 # -- pages --------------------------------------------------------------------------------------------------------
 
 @router.get("/topics", response_class=HTMLResponse)
 def topics_page() -> HTMLResponse:
-    return render("topics.html", nav="/topics", **topics_data())
+    return render("topics.html", nav="/topics", admin_actions=admin.admin_actions(), **topics_data())
 
 
 @router.get("/topics/{topic}", response_class=HTMLResponse)
 def topic_page(session: SessionDep, topic: str) -> HTMLResponse:
-    return render("topic.html", nav="/topics", **topic_data(session, topic))
+    return render("topic.html", nav="/topics", admin_actions=admin.admin_actions(), **topic_data(session, topic))
 
 
 @router.get("/messages/{topic}/{partition}", response_class=HTMLResponse)
-def messages_page(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def messages_page(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                  timestamp: str | None = None,
                   key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                   isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                   max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> HTMLResponse:
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     return render("messages.html", nav="/topics", **data)
 
 
@@ -212,7 +215,7 @@ def broker_page() -> HTMLResponse:
 
 @router.get("/groups/{group_id}", response_class=HTMLResponse)
 def group_page(group_id: str) -> HTMLResponse:
-    return render("group.html", nav="/broker", **group_data(group_id))
+    return render("group.html", nav="/broker", admin_actions=admin.admin_actions(), **group_data(group_id))
 
 
 # -- JSON API -----------------------------------------------------------------------------------------------------
@@ -236,7 +239,8 @@ def api_topic_live(topic: str) -> JSONResponse:
 
 
 @router.get("/api/messages/{topic}/{partition}")
-def api_messages(topic: str, partition: int, offset: str | None = None, timestamp: str | None = None,
+def api_messages(user: GetUserDep, topic: str, partition: int, offset: str | None = None,
+                 timestamp: str | None = None,
                  key: str | None = None, key_format: str = "text", latest: bool = False, format: str = "auto",  # noqa: A002 - the query parameter
                  isolation: str = "read_uncommitted", limit: Annotated[int, Query(ge=1, le=500)] = 50,
                  max_bytes: Annotated[int, Query(ge=16, le=1 << 20)] = MAX_BYTES_SHOWN) -> JSONResponse:
@@ -244,7 +248,7 @@ def api_messages(topic: str, partition: int, offset: str | None = None, timestam
     ``max_bytes`` of each) and raw (UTF-8 text, or ``{"hex": ...}``)."""
     data = messages_data(topic, partition, offset=_offset(offset), timestamp=timestamp, key=key,
                          key_format=key_format, latest=latest, fmt=format, isolation=isolation, limit=limit,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, user=user)
     data.pop("action")
     return JSONResponse(jsonable(data))
 
@@ -262,7 +266,15 @@ def api_broker_live() -> JSONResponse:
 
 @router.get("/api/groups/{group_id}")
 def api_group(group_id: str) -> JSONResponse:
-    return JSONResponse(jsonable(group_data(group_id)))
+    """One consumer group: ``g`` (members; ``partitions`` with a committed offset, ``uncommitted`` the other
+    partitions of the topics it reads, lag from the log start) and ``history`` (the lag samples, oldest first)."""
+    data = group_data(group_id)
+    data.pop("chart")
+    data["history"] = [{"t": s["t"], "lag": s["lag"],
+                        "partitions": [{"topic": t, "partition": p, "lag": lag}
+                                       for (t, p), lag in sorted(s["partitions"].items())]}
+                       for s in data["history"]]
+    return JSONResponse(jsonable(data))
 
 
 @router.get("/api/actions")
@@ -280,23 +292,10 @@ def api_action(request: Request, session: SessionDep, user: GetUserDep, action: 
     spec = actions.ACTIONS.get(action)
     if spec is None:
         raise HTTPException(404, f"no action {action!r}; the actions are {sorted(actions.ACTIONS)}")
-    name = user.get_name() if user is not None else "anonymous"
     attempted = {k: body.get(k) for k in ("topic", "partition", "offset", "to_dir") if k in body}
-    try:
-        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, attempted, "refused", f"needs {spec.permission}")
-        raise HTTPException(exc.status_code, f"{exc.detail}: {action} needs {spec.permission}") from None
-    try:
-        target = actions.target(action, body)
-    except actions.ActionRequestError as exc:
-        raise HTTPException(422, str(exc)) from None
-    try:
-        result = engine_errors(actions.run, _config(), action, target)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "failed", exc.detail)
-        raise
-    actions.audit(session, name, spec, target, "done", _summary(action, result))
+    target, result = actions.perform(request, session, user, spec, attempted, lambda: actions.target(action, body),
+                                     lambda t: engine_errors(actions.run, _config(), action, t),
+                                     lambda r: _summary(action, r))
     return JSONResponse(jsonable({"action": action, "target": target, "summary": _summary(action, result),
                                    "result": result}))
 

@@ -43,7 +43,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
+from airflow.api_fastapi.core_api.security import get_user
 
 from storage_engine.units import human_bytes
 
@@ -311,18 +311,9 @@ def api_clear_uncleanable(request: Request, session: SessionDep, topic: str, par
     """Forget that cleaning this partition failed, so the next compaction run considers it again. The body
     must be JSON (``{}``): the check that keeps a cross-site form from posting here. Refused, failed or done, the
     outcome is an entry of Airflow's audit log (``storage.clear-uncleanable``)."""
-    spec, name, target = actions.CLEAR_UNCLEANABLE, actions.user_name(user), {"topic": topic, "partition": partition}
-    try:
-        requires_access_dag(spec.method, param_dag_id=spec.dag_id)(request, user)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "refused", f"needs {spec.permission}")
-        raise HTTPException(exc.status_code, f"{exc.detail}: clear-uncleanable needs {spec.permission}") from None
-    try:
-        result = engine_errors(hook().clear_uncleanable, topic, partition)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "failed", exc.detail)
-        raise
-    actions.audit(session, name, spec, target, "done", jsonable(result))
+    target = {"topic": topic, "partition": partition}
+    _, result = actions.perform(request, session, user, actions.CLEAR_UNCLEANABLE, target, lambda: target,
+                                lambda t: engine_errors(hook().clear_uncleanable, topic, partition), jsonable)
     return JSONResponse(jsonable({"topic": topic, "partition": partition, **result}))
 
 
@@ -332,7 +323,6 @@ def api_dry_run(request: Request, session: SessionDep, body: Annotated[dict, Bod
     """Trigger a dry-run DAG run (``{"dag_id": ..., "topics": [...]}``) acting as of its trigger time. Refused,
     failed or done, the outcome is an entry of Airflow's audit log (``storage.dry-run``)."""
     from airflow.api.common.trigger_dag import trigger_dag
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.utils.types import DagRunTriggeredByType
 
     dag_id = body.get("dag_id")
@@ -341,20 +331,18 @@ def api_dry_run(request: Request, session: SessionDep, body: Annotated[dict, Bod
     topics = body.get("topics") or None
     if topics is not None and (not isinstance(topics, list) or not all(isinstance(t, str) for t in topics)):
         raise HTTPException(422, f"topics must be a list of topic names, got {topics!r}")
-    spec, name = actions.dry_run_action(dag_id), actions.user_name(user)
+    name = actions.user_name(user)
     target: dict[str, Any] = {"dag_id": dag_id, "topics": topics}
-    try:
-        requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id)(request, user)
-    except HTTPException as exc:
-        actions.audit(session, name, spec, target, "refused", f"needs {spec.permission}")
-        raise HTTPException(exc.status_code, f"{exc.detail}: a dry run needs {spec.permission}") from None
     conf: dict[str, Any] = {"dry_run": True, "topics": topics}
-    try:
-        run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.UI, conf=conf, logical_date=None,
-                          triggering_user_name=name)
-    except Exception as exc:     # an unknown or paused-forever DAG, a param the schema rejects
-        actions.audit(session, name, spec, target, "failed", f"{type(exc).__name__}: {exc}")
-        raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
-    run_id = run.run_id if run is not None else None
-    actions.audit(session, name, spec, target, "done", f"run {run_id}")
+
+    def trigger(_t: dict) -> str | None:
+        try:
+            run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.UI, conf=conf, logical_date=None,
+                              triggering_user_name=name)
+        except Exception as exc:     # an unknown or paused-forever DAG, a param the schema rejects
+            raise HTTPException(422, f"{type(exc).__name__}: {exc}") from exc
+        return run.run_id if run is not None else None
+
+    _, run_id = actions.perform(request, session, user, actions.dry_run_action(dag_id), target, lambda: target,
+                                trigger, lambda r: f"run {r}")
     return JSONResponse({"dag_id": dag_id, "run_id": run_id, "conf": conf})

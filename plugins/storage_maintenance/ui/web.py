@@ -146,3 +146,18 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def parse_key(key: str | None, key_format: str) -> bytes | None:
+    """A record key typed in a form: ``text`` (UTF-8) or ``hex`` (spaces allowed); None for no key; 422 naming
+    what was wrong."""
+    if key is None or key == "":
+        return None
+    if key_format == "hex":
+        try:
+            return bytes.fromhex(key.replace(" ", ""))
+        except ValueError:
+            raise HTTPException(422, f"key is not hex: {key!r}") from None
+    if key_format != "text":
+        raise HTTPException(422, f"key_format must be text or hex, got {key_format!r}")
+    return key.encode("utf-8")

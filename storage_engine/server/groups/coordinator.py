@@ -244,8 +244,8 @@ class GroupCoordinator(GroupOffsets):
         return max(votes, key=lambda n: votes[n])
 
     def summary(self) -> list[dict[str, Any]]:
-        """Every group for the listener's status (the Storage view): state, members and what each is assigned,
-        committed offsets."""
+        """Every group for the listener's status (the Storage view): state, members, the topics each subscribes
+        to and what each is assigned, committed offsets."""
         out = []
         for g in sorted(self.groups.values(), key=lambda g: g.group_id):
             if g.state == DEAD:
@@ -257,7 +257,9 @@ class GroupCoordinator(GroupOffsets):
                         "protocol": g.protocol or "", "generation": g.generation,
                         "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
                                      "group_instance_id": m.instance_id,
-                                     "assignment": rec.assigned_partitions(m.assignment)}
+                                     "assignment": rec.assigned_partitions(m.assignment),
+                                     "subscription": (rec.subscribed_topics(m.metadata(g.protocol))
+                                                      if g.protocol_type == "consumer" else [])}
                                     for m in g.members.values()],
                         "offsets": offsets})
         return out

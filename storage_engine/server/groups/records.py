@@ -254,3 +254,23 @@ def assigned_partitions(assignment: bytes) -> dict[str, list[int]]:
     except Exception:   # noqa: BLE001 - not a consumer assignment: nothing to show
         return {}
     return {str(tp.topic): sorted(int(p) for p in tp.partitions) for tp in decoded.assigned_partitions}
+
+
+def subscribed_topics(metadata: bytes) -> list[str]:
+    """The topics a consumer subscribes to (``ConsumerProtocolSubscription``, its member metadata for the chosen
+    protocol), decoded as :func:`assigned_partitions` decodes assignments; empty when the bytes are not a consumer
+    subscription."""
+    import importlib
+
+    from kio.serial import entity_reader
+    if len(metadata) < 2:
+        return []
+    version = min(int(_I16.unpack_from(metadata, 0)[0]), 3)
+    if version < 0:
+        return []
+    module = importlib.import_module(f"kio.schema.consumer_protocol_subscription.v{version}.data")
+    try:
+        decoded, _ = entity_reader(module.ConsumerProtocolSubscription)(memoryview(metadata[2:]), 0)
+    except Exception:   # noqa: BLE001 - not a consumer subscription: nothing to show
+        return []
+    return sorted({str(t) for t in decoded.topics})
