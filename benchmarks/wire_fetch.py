@@ -8,6 +8,7 @@ import datetime
 import io
 import socket
 import struct
+from typing import Any
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
@@ -83,3 +84,98 @@ def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> memoryview:
             raise ConnectionError(f"the broker closed the connection after {got} of {n} bytes")
         got += k
     return view[:n]
+
+
+# -- the fetch rows alone -----------------------------------------------------------------------------------------
+# ``python -m benchmarks.wire_fetch [--mb 200] [--rounds 3] [--consumers]``: the wire section's fetch rows without
+# its produce rows: a topic of ~MB megabytes (1 KiB values, 500-record batches) written in process, one broker
+# over it, then per round os.sendfile of the segment files (the baseline), this bare client at 1, 16 and 64 MiB
+# per fetch and (``--consumers``) librdkafka's consumer; each with the broker's CPU and its peak RSS (VmHWM).
+
+def _broker_rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` in KiB."""
+    found = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(rest.split()[0])
+    return found["VmRSS"], found["VmHWM"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from . import wire
+    from .harness import MB, MIB, run_interleaved, timed
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.wire_fetch")
+    parser.add_argument("--mb", type=int, default=200, help="topic size in MB (default 200)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--consumers", action="store_true", help="add the librdkafka consumer rows")
+    parser.add_argument("--sizes", default="1,16,64", help="the bare client's MiB per fetch (default 1,16,64)")
+    parser.add_argument("--profile", metavar="FILE", help="run the broker under cProfile, stats into FILE")
+    args = parser.parse_args(argv)
+    sizes = {f"bare {n} MiB": int(n) * MIB for n in args.sizes.split(",")}
+    with tempfile.TemporaryDirectory(prefix="wire-fetch-") as work:
+        log_dir = os.path.join(work, "data")
+        os.makedirs(log_dir)
+        topic = "wire-fetch"
+        records, size, paths = wire._write_fetch_topic(log_dir, topic, args.mb * MB)
+        for path in paths:
+            with open(path, "rb") as segment:
+                while segment.read(MIB):
+                    pass
+        broker_work = os.path.join(work, "broker")
+        os.makedirs(broker_work)
+        profile = None if args.profile is None else Path(args.profile).resolve()
+        with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
+            assert broker.proc is not None
+            cpu: dict[str, list[float]] = {}
+
+            def bare(name: str) -> Any:
+                def case() -> Any:
+                    before = broker.cpu_s()
+                    sample, (_, got) = timed(lambda: fetch_all(broker.bootstrap, topic, records, sizes[name]))
+                    if got != size:
+                        raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
+                    cpu.setdefault(name, []).append(broker.cpu_s() - before)
+                    return sample
+                return case
+
+            def consumer(name: str) -> Any:
+                def case() -> Any:
+                    sample, broker_cpu = wire._consume_round(broker, topic, records, wire.CONSUMERS[name])
+                    cpu.setdefault(name, []).append(broker_cpu)
+                    return sample
+                return case
+
+            plan: dict[str, Any] = {"sendfile": lambda: wire._sendfile_round(paths, size)}
+            plan.update({name: bare(name) for name in sizes})
+            if args.consumers:
+                plan.update({name: consumer(name) for name in wire.CONSUMERS})
+            runs = run_interleaved(plan, args.rounds)
+            rss, hwm = _broker_rss_kib(broker.proc.pid)
+        best = {name: max(size / MB / s.wall_s for s in samples) for name, samples in runs.items()}
+        print(f"{size / MB:,.1f} MB, {records:,} records, {args.rounds} rounds (best MB/s; ratio to sendfile's best)")
+        for name, samples in runs.items():
+            rates = "/".join(f"{size / MB / s.wall_s:,.0f}" for s in samples)
+            ratio = best[name] / best["sendfile"]
+            extra = (f"  broker CPU {'/'.join(f'{c:.2f}' for c in cpu[name])} s" if name in cpu else "")
+            if name in sizes:       # a bare row's sample CPU is this process's: the client's
+                extra += f", client CPU {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
+            print(f"  {name:45s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
+        print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
+        if profile is not None:
+            import pstats
+            pstats.Stats(str(profile), stream=sys.stdout).sort_stats("tottime").print_stats(30)
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

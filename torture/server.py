@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from torture import server_topics
+from torture import server_fetch, server_topics
 from torture.processes import CRASH_ENV, REPO, Broker, ProducerChild
 
 TOPIC = "numbered"
@@ -241,6 +241,7 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     admin_out: dict[str, Any] = {"ops": []}
     kills_in_topic_ops = 0
     retried = 0
+    zero_copy: server_fetch.ZeroCopyChecks | None = None
 
     def armed(k: int) -> str | None:
         step, nth = plan[k] if k < len(plan) else (None, 0)
@@ -258,6 +259,9 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
         if not broker.wait_ready():
             raise _Abort(f"the broker did not start: {broker.log_text()[-3000:]}")
         create_topic(broker.address, TOPIC, partitions)
+        if server_fetch.fits(plan[0][0]):
+            zero_copy = server_fetch.ZeroCopyChecks(work, broker.address, cfg_path, TOPIC, partitions, env, rng,
+                                                    trial)
         longest = 0.0
         for name in names:
             produced[name] = rng.randint(3000, 8000)
@@ -326,6 +330,8 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
             violations.append("the topic admin did not finish its operations")
         if broker.died() is not None:
             violations.append(f"the broker exited on its own ({broker.died()})")
+        if zero_copy is not None:
+            violations += zero_copy.stop_and_check()
         rc = broker.stop()
         if rc != 0:
             violations.append(f"the broker's clean stop (SIGTERM) ended with {rc}")
@@ -348,6 +354,8 @@ def run_trial(trial: int, seed: int, keep_root: Path | None) -> TrialResult:
     finally:
         for child in producers + ([admin] if admin is not None else []):
             child.close()
+        if zero_copy is not None:
+            zero_copy.close()
         broker.close()
     topic_ops = sum(1 for kind, *_ in admin_out["ops"] if kind in ("ACK", "DONE"))
     result = TrialResult(trial, seed, sum(len(a) for a in acked.values()), sum(produced.values()), kills,
@@ -377,6 +385,7 @@ def run(trials: int, seed: int, keep_root: Path | None, *, out: Callable[[str], 
                               "topic_ops": 0, "kills_in_topic_ops": 0,
                               "violations": 0, "failed_trials": []}
     rng = random.Random(seed)
+    server_fetch.TOTALS.clear()
     for trial in range(trials):
         trial_seed = rng.randrange(2**31)
         res = run_trial(trial, trial_seed, keep_root)
@@ -419,6 +428,7 @@ def summary(totals: dict[str, Any]) -> str:
             f"{totals['topic_ops']} topic operations answered ({totals['kills_in_topic_ops']} random kills while one "
             f"was in flight), "
             f"{totals['violations']} violations, {totals['seconds']} s")
+    line += "\n" + server_fetch.summary()
     line += "\n  died at: " + (", ".join(f"{k} {v}" for k, v in sorted(reached.items())) or "-")
     if totals["steps_missed"]:
         line += "\n  armed but not reached while producing (killed at random instead): " + ", ".join(

@@ -57,6 +57,7 @@ from storage_engine.record import codecs
 from storage_engine.record.records import Record, SimpleRecord
 from storage_engine.segment.checked_read import FetchData
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.slice_read import SliceData
 from storage_engine.segment.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,15 @@ class Log(LocalLog):
         OffsetOutOfRangeError outside [log start, log end]; CorruptRecordError for damage."""
         with self.mutex:
             return reads.read(self, start_offset, max_bytes, min_one_message)
+
+    @guarded
+    def read_slice(self, start_offset: int, max_bytes: int, *, min_one_message: bool = True,
+                   bound: int | None = None) -> SliceData | None:
+        """:meth:`read` as a slice of the segment file (for a fetch, sent from the file), cut before the first
+        batch whose entry offset is ``bound`` or more (default: none)."""
+        with self.mutex:
+            return reads.read_slice(self, start_offset, max_bytes, min_one_message,
+                                    (1 << 63) if bound is None else bound)
 
     def read_records(self, start_offset: int | None = None, max_records: int | None = None, *,
                      isolation_level: str = reads.READ_UNCOMMITTED) -> Iterator[Record]:

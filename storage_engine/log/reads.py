@@ -25,6 +25,7 @@ from storage_engine.record.record_batch import RecordBatch
 from storage_engine.record.records import Record
 from storage_engine.segment.checked_read import FetchData
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.slice_read import SliceData, read_slice as read_segment_slice
 from storage_engine.segment.txn_index import AbortedTxn
 
 READ_ATTEMPTS = 5  # a read retried this often met that many changes by other processes in a row
@@ -44,6 +45,42 @@ def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool
         except (StorageIOError, CorruptRecordError) as exc:
             _after_failed_read(log, exc, attempt, generation)
             attempt += 1
+
+
+def read_slice(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool,
+               bound: int) -> SliceData | None:
+    """:func:`read` for a fetch: the same whole checked batches, cut before the first batch whose entry offset is
+    ``bound`` or more, as a slice of the segment file to send from there (bytes already verified are not read
+    again: :mod:`storage_engine.segment.slice_read`); None at the log end. Retried as :func:`read` is."""
+    log.unpark_for_read()
+    attempt = 0
+    while True:
+        generation = log.view.generation
+        try:
+            return _read_slice_once(log, start_offset, max_bytes, min_one_message, bound)
+        except (StorageIOError, CorruptRecordError) as exc:
+            _after_failed_read(log, exc, attempt, generation)
+            attempt += 1
+
+
+def _read_slice_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool,
+                     bound: int) -> SliceData | None:
+    _check_range(log, start_offset)
+    if start_offset == log.log_end_offset:
+        return None
+    # the shared generation, read before any file is looked at: a truncation (here or in another process)
+    # bumps it before it cuts, so a verified mark made before that cut is never used after it
+    shared = log.lock.read_state().generation
+    segments = log.segment_list.from_offset(start_offset)
+    ahead = losses.next_loss(log, start_offset)
+    for i, seg in enumerate(segments):
+        if ahead is not None and i > 0 and seg.base_offset >= ahead["start"]:
+            raise losses.loss_error(log, ahead)    # the next data lies past offsets the log lost
+        data = read_segment_slice(seg, start_offset, max_bytes, min_one_message, _upper_bound(log, segments, i),
+                                  bound, shared)
+        if data is not None and data.slice is not None:
+            return data
+    return None
 
 
 def _after_failed_read(log: LocalLog, exc: Exception, attempt: int, read_generation: int) -> None:

@@ -150,6 +150,10 @@ class FileRecords:
         self._map: mmap.mmap | None = None
         self._map_len = 0
 
+    def fileno(self) -> int:
+        """The open descriptor (for a :class:`~storage_engine.segment.file_slice.FileSlice`, which duplicates it)."""
+        return self._fd
+
     # -- size -------------------------------------------------------------------------------------------------
     def physical_size(self) -> int:
         return os.fstat(self._fd).st_size

@@ -8,6 +8,13 @@ tokens come as raw size-prefixed frames without Kafka headers (Kafka's ``handleS
 SaslAuthenticate. A handler that fails on a request closes only that connection, with one line naming the request
 and where it failed.
 
+A response goes out part by part: a fetch's records that are a file slice (verified bytes of a segment file:
+:mod:`storage_engine.segment.file_slice`) are sent with ``sendfile`` straight from the file (``loop.sendfile``; a TLS
+listener cannot, so there the bytes are read in pieces off the event loop and written), in pieces of at most
+:data:`SEND_PIECE` bytes, each sent only if the file still holds all of its slice: a file cut shorter under the send
+closes the connection mid-frame (the client drops a partial frame), so no other bytes ever go out in its place.
+What the connection buffers of a response is bounded by the small parts between slices, whatever ``max_bytes``.
+
 Limits (:mod:`storage_engine.server.limits`): a frame's bytes come from the broker's memory pool
 (``queued.max.request.bytes``) before its body is read, into one buffer of exactly its size, and go back once its
 request is answered; while the pool is short the connection reads nothing. A connection with no request for
@@ -23,6 +30,8 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from storage_engine.errors import CorruptRecordError
+from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
 from storage_engine.server.errors import ErrorCode
@@ -36,6 +45,8 @@ from storage_engine.server.peer import acl_host, principal_of
 
 logger = logging.getLogger(__name__)
 Buffer = bytes | bytearray | memoryview
+Part = Buffer | FileSlice                 # a response's parts: buffers, and file slices sent from their files
+SEND_PIECE = 1024 * 1024               # bytes of a file slice sent per sendfile call (each checked whole first)
 READ_AHEAD = 2                         # requests received ahead of the one being handled
 MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
 CHUNK = 256 * 1024                     # bytes copied from the stream into a frame's buffer at a time
@@ -181,12 +192,10 @@ class Connection:
                     self._done_with(frame)
                     del frame
                     if out is not None:
-                        for part in out:
-                            self.writer.write(part)
-                        del out
-                        await self._timed(self.writer.drain(), self.limits.receive_s,
+                        await self._timed(self._send(out), self.limits.receive_s,
                                           f"a response was not taken within {self.limits.receive_s} s "
                                           f"(socket.request.receive.timeout.ms)")
+                        del out
                 finally:
                     self.busy = False
                     self.last_active = asyncio.get_running_loop().time()
@@ -215,7 +224,50 @@ class Connection:
                 self.pool.release(self.held)
                 self.held = 0
 
-    async def handle(self, frame: Buffer) -> list[Buffer] | None:
+    async def _send(self, parts: list[Part]) -> None:
+        """Write a response's parts in order; file slices are closed once sent (or on failure)."""
+        try:
+            for part in parts:
+                if isinstance(part, FileSlice):
+                    await self._send_file(part)
+                else:
+                    self.writer.write(part)
+            await self.writer.drain()
+        finally:
+            for part in parts:
+                if isinstance(part, FileSlice):
+                    part.close()
+
+    async def _send_file(self, part: FileSlice) -> None:
+        """``part``'s bytes straight from its file, after what was written before it; a file cut under the send
+        closes the connection (one line naming it)."""
+        try:
+            await self._send_file_pieces(part)
+        except CorruptRecordError as exc:
+            raise Closing(f"a fetch response was cut short: {exc}") from None
+
+    async def _send_file_pieces(self, part: FileSlice) -> None:
+        await self.writer.drain()
+        if self.listener.tls:
+            # TLS encrypts in user space: the verified bytes are read in bounded pieces (no second check)
+            pieces = part.pieces(SEND_PIECE)
+            while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+                self.writer.write(piece)
+                await self.writer.drain()
+            return
+        loop = asyncio.get_running_loop()
+        transport = self.writer.transport
+        pos, end = part.position, part.position + part.length
+        with open(part.fd, "rb", buffering=0, closefd=False) as file:
+            while pos < end:
+                part.check_whole()
+                n = min(SEND_PIECE, end - pos)
+                sent = await loop.sendfile(transport, file, pos, n)
+                if sent != n:
+                    raise Closing(f"{part.path} ended at {pos + sent} under a send of [{part.position}, {end})")
+                pos += n
+
+    async def handle(self, frame: Buffer) -> list[Part] | None:
         self.current = "decoding a request"
         request = protocol.decode_request(frame, SUPPORTED)
         key = request.api_key
@@ -252,9 +304,9 @@ class Connection:
         return "User:ANONYMOUS"
 
     def _encode(self, request: protocol.Request, result: Mapping[str, object] | protocol.Encoded,
-                version: int | None = None) -> list[Buffer]:
+                version: int | None = None) -> list[Part]:
         if isinstance(result, protocol.Encoded):     # a handler that encodes its own response (Metadata)
-            return protocol.frame_encoded(request, result)
+            return list(protocol.frame_encoded(request, result))
         cls = protocol.response_class(request.api_key, request.api_version if version is None else version)
         return protocol.encode_response_parts(request, protocol.build(cls, result))
 
@@ -289,7 +341,7 @@ class Connection:
         self.writer.write(len(answer).to_bytes(4, "big") + answer)
         await self.writer.drain()
 
-    def _authenticate(self, request: protocol.Request) -> list[Buffer]:
+    def _authenticate(self, request: protocol.Request) -> list[Part]:
         if self.auth is None or self.authenticated:
             raise Closing("SaslAuthenticate without a SaslHandshake first")
         try:
@@ -297,7 +349,7 @@ class Connection:
         except AuthenticationFailed as exc:
             failed: SaslAuthenticateResponse = {"error_code": ErrorCode.sasl_authentication_failed,
                                                 "error_message": str(exc), "auth_bytes": b"", "session_lifetime": 0}
-            self.writer.writelines(self._encode(request, failed))
+            self.writer.writelines(_buffers(self._encode(request, failed)))
             raise Closing(f"{self.auth.mechanism} authentication failed"
                           f"{' for user ' + repr(self.auth.user) if self.auth.user else ''}: {exc}") from None
         if self.auth.done:
@@ -307,6 +359,13 @@ class Connection:
         done: SaslAuthenticateResponse = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
                                           "session_lifetime": 0}
         return self._encode(request, done)
+
+
+def _buffers(parts: list[Part]) -> list[Buffer]:
+    """The parts of a response that has no records (so no file slice)."""
+    out = [p for p in parts if not isinstance(p, FileSlice)]
+    assert len(out) == len(parts), "a file slice in a response written without sendfile"
+    return out
 
 
 def _where(exc: BaseException) -> str:

@@ -35,6 +35,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from storage_engine.segment.file_slice import FileSlice
+
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
@@ -287,17 +289,19 @@ def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int
 
 class _Parts:
     """What kio writes a response into: small fields gathered into one buffer, every large bytes value (records)
-    kept as the object it is, so a fetched batch is never copied on its way to the socket."""
+    kept as the object it is, so a fetched batch is never copied on its way to the socket. A fetch's records may
+    be a :class:`~storage_engine.segment.file_slice.FileSlice` (kio writes its length, then hands it over as the
+    value): it stays a part of its own, which the connection sends from the file."""
 
     LARGE = 32 * 1024
 
     def __init__(self) -> None:
-        self.parts: list[bytes | bytearray | memoryview] = [bytearray(4)]   # the size prefix, filled in last
+        self.parts: list[bytes | bytearray | memoryview | FileSlice] = [bytearray(4)]   # the size prefix, filled in last
         self.size = 0
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: bytes | bytearray | memoryview | FileSlice) -> int:
         n = len(data)
-        if n >= self.LARGE:
+        if n >= self.LARGE or isinstance(data, FileSlice):
             self.parts.append(data)
             self.parts.append(bytearray())
         else:
@@ -308,9 +312,10 @@ class _Parts:
         return n
 
 
-def encode_response_parts(request: Request, response: Any) -> list[bytes | bytearray | memoryview]:
+def encode_response_parts(request: Request, response: Any) -> list[bytes | bytearray | memoryview | FileSlice]:
     """The frame answering ``request`` with ``response`` (a kio response dataclass), size prefix included, as
-    buffers to write in order; the header version is the one the response class names (v0 for ApiVersions)."""
+    buffers to write in order (a fetch's file slices among them, to send from their files); the header version is
+    the one the response class names (v0 for ApiVersions)."""
     cls = type(response)
     out = _Parts()
     header_cls = cls.__header_schema__
@@ -339,8 +344,8 @@ def frame_encoded(request: Request, encoded: Encoded) -> list[bytes | bytearray 
 
 
 def encode_response(request: Request, response: Any) -> bytes:
-    """:func:`encode_response_parts` as one ``bytes``."""
-    return b"".join(encode_response_parts(request, response))
+    """:func:`encode_response_parts` as one ``bytes`` (file slices read in)."""
+    return b"".join(bytes(p) if isinstance(p, FileSlice) else p for p in encode_response_parts(request, response))
 
 
 def response_class(api_key: int, version: int) -> type:

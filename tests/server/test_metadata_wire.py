@@ -50,8 +50,8 @@ def test_every_version_is_kios_bytes(version, use_cache):
     node = 3
     response, shared = _response(version, node)
     request = protocol.Request(3, version, 1234567, "client", None, 0)
-    kio = b"".join(protocol.encode_response_parts(request, protocol.build(protocol.response_class(3, version),
-                                                                          response)))
+    kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
+                                                                          response))
     ours = b"".join(protocol.frame_encoded(request, metadata_wire.encode(
         version, response, node, 0, shared if use_cache else ())))
     assert ours == kio
@@ -64,10 +64,10 @@ def test_many_partitions_and_an_empty_answer():
         response: Any = {"throttle_time": 0, "cluster_id": "c", "controller_id": 0, "brokers": (),
                     "topics": ({"error_code": ErrorCode.none, "name": "t" * 200, "topic_id": TOPIC_ID,
                                 "is_internal": False, "partitions": tuple(partition_entry(0, p) for p in ids)},)}
-        kio = b"".join(protocol.encode_response_parts(request, protocol.build(protocol.response_class(3, version),
-                                                                              response)))
+        kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
+                                                                              response))
         assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, response, 0, 0, [ids]))) == kio
         empty: Any = {**response, "topics": ()}
-        kio = b"".join(protocol.encode_response_parts(request, protocol.build(protocol.response_class(3, version),
-                                                                              empty)))
+        kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
+                                                                              empty))
         assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, empty))) == kio

@@ -5,13 +5,15 @@ moments and at named steps of the engine (see :mod:`torture.server`), and restar
 every acknowledged record must be in the log exactly once at its acknowledged offset, in its producer's order,
 and ``verify`` must pass after a clean stop. Beside them a topic admin creates, extends and deletes topics while the
 broker dies (at random, or at a ``topic.*`` step): every topic must be whole and every acknowledged topic change
-durable. A failing trial's dir is kept under the test's temporary directory.
+durable. And (torture.server_fetch) a bare Fetch client re-reads the topics through the dying broker while another
+process compacts, truncates and deletes one of them: every response must be whole, CRC-valid batches in order. A
+failing trial's dir is kept under the test's temporary directory.
 """
 from __future__ import annotations
 
 import pytest
 
-from torture import server
+from torture import server, server_fetch
 
 pytestmark = [pytest.mark.slow, pytest.mark.kills]
 
@@ -26,3 +28,5 @@ def test_three_server_trials_lose_and_duplicate_no_acknowledged_record(tmp_path)
     assert totals["acknowledged"] == totals["produced"] >= TRIALS * 2 * 3000, "every record was delivered"
     assert totals["kills"] + sum(totals["steps_reached"].values()) >= TRIALS, server.summary(totals)
     assert totals["topic_ops"] >= TRIALS * 4, "every trial's admin had its topic operations answered"
+    checks = server_fetch.TOTALS
+    assert checks["trials with"] == 0 or checks["responses checked"] > 0, server_fetch.summary()

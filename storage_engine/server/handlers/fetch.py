@@ -3,9 +3,12 @@
 Fetch (``ReplicaManager.fetchMessages`` / ``DelayedFetch``): each partition is read from its fetch offset as
 whole, CRC-checked batches, up to the high watermark (``read_uncommitted``) or the last stable offset
 (``read_committed``, with the aborted transactions overlapping the range); the first batch of the first partition
-with data is sent even above the byte limits (KIP-74). The answer waits up to ``max_wait_ms`` until ``min_bytes``
-are there, in the purgatory (:mod:`storage_engine.server.purgatory`): woken only by a change to one of its
-partitions, an append through this broker or a change another process made to their files
+with data is sent even above the byte limits (KIP-74). A local read is a slice of the segment file
+(``Log.read_slice``: bytes checked once are not read again, the rest is checked in pieces of at most 1 MiB), which
+the connection sends with ``sendfile``; its records' length comes from the batch headers, cut at the bound as
+:func:`_cut_at` cuts the remote tier's bytes. The answer waits up to ``max_wait_ms`` until ``min_bytes`` are there,
+in the purgatory (:mod:`storage_engine.server.purgatory`): woken only by a change to one of its partitions, an
+append through this broker or a change another process made to their files
 (:mod:`storage_engine.server.file_watch`), it re-reads the partitions that changed. Fetch sessions (KIP-227,
 :mod:`storage_engine.server.fetch_sessions`): a session's incremental fetch answers only the partitions with
 something new, and does not read a partition whose log is as it was when it last had nothing to send.
@@ -36,12 +39,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from storage_engine.acl.model import Operation, ResourceType
 from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
 from storage_engine.log.log import Log
-from storage_engine.segment.checked_read import FetchData
+from storage_engine.segment.file_slice import FileSlice
 from storage_engine.tiered import whole_log
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 RecordBatch)
@@ -85,45 +88,56 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         offset = int(part.fetch_offset)
         bound = lso if isolation == READ_COMMITTED else hw
         limit = max(0, min(int(part.partition_max_bytes), budget))
-        data = b""
-        remote = False
+        data: bytes | FileSlice = b""
+        upper, remote = offset, False
         if offset < bound or offset < start or offset > hw:
-            fetched, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first)
-            data = _cut_at(fetched.data, bound) if fetched is not None else b""
+            data, upper, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first, bound)
             if not first and len(data) > limit:
-                data = b""
-        base["records"] = data
+                _drop(data)
+                data, upper = b"", offset
+        # a file slice goes out as it is, sent from the segment file (protocol._Parts keeps it a part of its own)
+        base["records"] = cast(bytes, data)
         if isolation == READ_COMMITTED:
-            base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, data, remote)
+            base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote)
         return base, len(data)
     except Exception as exc:   # noqa: BLE001 - the partition's error code
+        _drop(base.get("records"))
+        base["records"] = b""
         base["error_code"] = code = error_code(exc)
         if code not in (ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition):
             ctx.broker.stats.errors += 1
         return base, 0
 
 
-def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int,
-          first: bool) -> tuple[FetchData | None, bool]:
-    """The log's read, or the remote tier's below the local log start; True when the bytes came from remote."""
+def _drop(data: object) -> None:
+    if isinstance(data, FileSlice):
+        data.close()
+
+
+def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, first: bool,
+          bound: int) -> tuple[bytes | FileSlice, int, bool]:
+    """(records, one past their last offset, True when they came from remote): the log's read as a slice of its
+    segment file, cut before ``bound``, or the remote tier's bytes below the local log start."""
     try:
-        return log.read(offset, max_bytes, min_one_message=first), False
+        local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound)
+        if local is None or local.slice is None:
+            return b"", offset, False
+        return local.slice, max(offset, local.next_offset), False
     except OffsetInRemoteStorageError:
         tier = ctx.broker.remote
         if tier is None:
             raise
     try:
-        return tier.read(topic, p, offset, max_bytes, first, ctx.broker.topic_id(topic)), True
+        fetched = tier.read(topic, p, offset, max_bytes, first, ctx.broker.topic_id(topic))
     except RemoteStorageError as exc:
         logger.error("fetch of %s-%d at offset %d from remote storage failed: %s", topic, p, offset, exc)
         raise
+    data = _cut_at(fetched.data, bound) if fetched is not None else b""
+    return data, _upper(data, offset), True
 
 
-def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, data: bytes,
-             remote: bool) -> tuple[AbortedTransaction, ...]:
-    """The aborted transactions overlapping the offsets in ``data`` (Kafka's ``collectAbortedTransactions``)."""
-    if not data:
-        return ()
+def _upper(data: bytes, offset: int) -> int:
+    """One past the last offset of the batches in ``data`` (``offset`` when there are none)."""
     upper = offset
     pos = 0
     while pos + LOG_OVERHEAD <= len(data):
@@ -133,6 +147,15 @@ def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, data: bytes,
             last = RecordBatch(data, pos).last_offset
         upper = max(upper, last + 1)
         pos += LOG_OVERHEAD + length
+    return upper
+
+
+def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, upper: int,
+             remote: bool) -> tuple[AbortedTransaction, ...]:
+    """The aborted transactions overlapping the fetched offsets [offset, upper) (Kafka's
+    ``collectAbortedTransactions``)."""
+    if upper <= offset:
+        return ()
     tier = ctx.broker.remote
     found = (whole_log.aborted_transactions(log, tier.reader, topic, p, offset, upper)
              if remote and tier is not None else log.aborted_transactions(offset, upper))

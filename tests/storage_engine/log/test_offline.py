@@ -68,7 +68,8 @@ def test_an_io_error_takes_one_dir_offline_and_the_other_keeps_working(tmp_path)
             assert mgr.offline_dirs() == {a: mgr.offline_dirs()[a]} and "Too many levels" in mgr.offline_dirs()[a]
             # From now on every operation on a log of that dir says the dir is offline; the others work.
             for op in (lambda: x.append_records(recs("no", timestamp=T0)), x.flush, x.refresh,
-                       lambda: list(x.read_records(0)), lambda: get_log(mgr, "x", 0)):
+                       lambda: list(x.read_records(0)), lambda: x.read(0), lambda: x.read_slice(0, 1024),
+                       lambda: get_log(mgr, "x", 0)):
                 with pytest.raises(LogDirOfflineError, match=f"log dir {a} is offline"):
                     op()
             for i in range(3):

@@ -1,0 +1,72 @@
+"""The churn of the server trials' zero-copy checks (``python -m torture.churn``): a process beside the broker that
+rewrites a compacted topic's partition under its fetches, until ``--stop-file`` exists.
+
+In a loop, through its own ``LogManager`` (another process, as the CLI and the maintenance DAG's tasks are): append
+2-12 keyed batches of random sizes (so that the same positions hold other batches after a rewrite), then one of:
+the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets in place
+(the same inode, later appends write new batches where checked ones were), ``delete-records`` to a random offset
+plus retention and purge (segments deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations>
+<deletions>`` at the end; any exception is a traceback on stderr and exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+from storage_engine.config_file import load_config
+from storage_engine.jobs import compaction, housekeeping
+from storage_engine.log.manager import LogManager
+from storage_engine.record.record_batch import build_batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m torture.churn")
+    p.add_argument("--name", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--stop-file", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    rng = random.Random(args.seed)
+    config = load_config(args.config)
+    counts = {"appends": 0, "compactions": 0, "truncations": 0, "deletions": 0}
+    n = 0
+    while not os.path.exists(args.stop_file):
+        with LogManager.open(config, partitions=[(args.topic, 0)]) as mgr:
+            log = mgr.get_log(args.topic, 0)
+            if log is None:
+                time.sleep(0.1)
+                continue
+            for _ in range(rng.randint(2, 12)):
+                records = [(f"k{rng.randrange(40)}".encode(), f"{args.name}:{n}:{i}:".encode() +
+                            bytes([97 + rng.randrange(26)]) * rng.randint(10, 3000), int(time.time() * 1000), ())
+                           for i in range(rng.randint(1, 6))]
+                log.append_batches(build_batch(records))
+                n += 1
+                counts["appends"] += 1
+            op = rng.random()
+            if op < 0.35:
+                end = log.log_end_offset
+                target = max(log.log_start_offset, end - rng.randint(1, 20))
+                if target < end and log.truncate_to(target):
+                    counts["truncations"] += 1
+            elif op < 0.45 and log.log_end_offset > log.log_start_offset + 10:
+                log.delete_records(rng.randint(log.log_start_offset, log.log_end_offset - 5))
+                counts["deletions"] += 1
+            log.flush()
+        if op >= 0.45 and op < 0.75:
+            compaction.compact(config, topics=[args.topic])
+            counts["compactions"] += 1
+        elif op < 0.45:
+            housekeeping.retention_all(config, topics=[args.topic])
+            housekeeping.purge(config)
+        time.sleep(rng.uniform(0.0, 0.05))
+    print("OPS " + " ".join(str(v) for v in counts.values()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
