@@ -9,6 +9,8 @@ Oracles: the engine (records read back, the stored topic configs), Kafka's clien
 committed offsets, the group's state), Airflow's REST API (the audit log)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from storage_engine import topic_store
@@ -173,8 +175,14 @@ def test_group_actions_previewed_refused_for_a_viewer_or_a_live_group_and_done_f
     end0 = committed(broker, GROUP)[0]
     assert end0 >= 6
     token = server.token()
-    wait_until(lambda: server.request(BASE + f"/api/groups/{GROUP}", token=token)[0] == 200,
-               "the listener to report the group")
+
+    def commit_reported() -> bool:
+        # the group shows in the listener's status as soon as the consumer joined; the page's topic list needs
+        # the commit (or the assignment) in a status written after it
+        status, body, _ = server.request(BASE + f"/api/groups/{GROUP}", token=token)
+        return status == 200 and any(p["topic"] == TOPIC and p["committed"] is not None
+                                     for p in json.loads(body)["g"]["partitions"])
+    wait_until(commit_reported, "the listener to report the group's commit")
     try:
         page = open_page("admin")
         page.goto(server.url + BASE + f"/groups/{GROUP}")
