@@ -1,14 +1,35 @@
-"""A bare Kafka fetch client for the wire benchmark: Fetch v12 requests encoded with kio over one socket, one in
-flight (as librdkafka and Java consumers keep per broker), each response read whole into one buffer and decoded,
-the next offset taken from the last batch's header; records are not decoded. It measures the broker's fetch path
-without a client library's per-record work."""
+"""The wire section's fetch rows alone, each with the broker's CPU and the client's CPU per round.
+
+``python -m benchmarks.wire_fetch [--mb 200] [--rounds 3] [--sizes 1,16,64] [--stream-sizes 64] [--consumers]
+[--kio] [--profile FILE]``: a topic of ~MB megabytes (1 KiB values, 500-record batches) written in process, one
+broker process over it, then per round, cases alternating (``harness.run_interleaved``):
+
+* ``sendfile``, the baseline: ``os.sendfile`` of the segment files to a loopback TCP socket that a reader thread
+  drains into one 1 MiB buffer and discards (no field read); its CPU is this process's (sender and reader);
+* ``bare N MiB``: the lean Fetch v12 client (:mod:`benchmarks.fetch_client`: the request encoded once and patched,
+  each response read whole into one receive buffer of N MiB + 1 MiB allocated per connection, the header fields
+  read directly, the records taken as a memoryview, every batch header checked for framing and order; records
+  not decoded, CRCs not checked) at N MiB per fetch; its client CPU includes connecting and allocating that
+  buffer (at 64 MiB, first-touching 65 MiB of fresh memory is a large part of it);
+* ``bare N MiB streaming``: the same client reading each response through one 1 MiB buffer as the bytes arrive,
+  the batch headers checked as they pass, the bodies overwritten unread: a whole-response client's work minus
+  holding the response;
+* ``kio N MiB`` (``--kio``): the previous bare client, kept to compare in the same run: the request encoded and the
+  whole response decoded by kio per fetch (kio copies the records out of the receive buffer), the next offset
+  from the last batch header;
+* the librdkafka consumer rows (``--consumers``: ``wire.CONSUMERS``, :func:`benchmarks.wire._consume_round`),
+  their client CPU split into librdkafka's and the Python loop's where measured.
+
+The broker's CPU is read from ``/proc/<pid>/stat`` before and after each round; the client's is this process's
+``time.process_time`` over the round (every thread). Both are printed per round, in seconds per the topic's bytes.
+"""
 from __future__ import annotations
 
 import datetime
 import io
 import socket
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
@@ -16,10 +37,21 @@ from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from . import fetch_client
+
 VERSION = 12
 _SIZE = struct.Struct(">i")
 _ENTRY = struct.Struct(">qi")
 
+
+def fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes: int,
+              *, stream: bool = False) -> tuple[int, int]:
+    """The lean client (:func:`benchmarks.fetch_client.fetch_all`); (responses, bytes of whole batches)."""
+    stats = fetch_client.fetch_all(address, topic, end_offset, partition_max_bytes, stream=stream)
+    return stats.responses, stats.record_bytes
+
+
+# -- the previous bare client: kio per fetch, kept for comparison (``--kio``) -----------------------------------
 
 def _next_offset(records: bytes | memoryview, current: int) -> int:
     pos, nxt = 0, current
@@ -33,8 +65,9 @@ def _next_offset(records: bytes | memoryview, current: int) -> int:
     return nxt
 
 
-def fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes: int) -> tuple[int, int]:
-    """Fetch ``topic``-0 from offset 0 to ``end_offset``; returns (responses, record bytes received)."""
+def kio_fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes: int) -> tuple[int, int]:
+    """Fetch ``topic``-0 from offset 0 to ``end_offset``, kio encoding each request and decoding each response;
+    (responses, record bytes received)."""
     header_cls = FetchRequest.__header_schema__
     write_header, write_body = entity_writer(header_cls), entity_writer(FetchRequest)
     read_header, read_body = entity_reader(FetchResponse.__header_schema__), entity_reader(FetchResponse)
@@ -86,11 +119,7 @@ def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> memoryview:
     return view[:n]
 
 
-# -- the fetch rows alone -----------------------------------------------------------------------------------------
-# ``python -m benchmarks.wire_fetch [--mb 200] [--rounds 3] [--consumers]``: the wire section's fetch rows without
-# its produce rows: a topic of ~MB megabytes (1 KiB values, 500-record batches) written in process, one broker
-# over it, then per round os.sendfile of the segment files (the baseline), this bare client at 1, 16 and 64 MiB
-# per fetch and (``--consumers``) librdkafka's consumer; each with the broker's CPU and its peak RSS (VmHWM).
+# -- the command --------------------------------------------------------------------------------------------------
 
 def _broker_rss_kib(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) of ``pid`` in KiB."""
@@ -103,6 +132,10 @@ def _broker_rss_kib(pid: int) -> tuple[int, int]:
     return found["VmRSS"], found["VmHWM"]
 
 
+def _sizes(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
@@ -111,16 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from . import wire
-    from .harness import MB, MIB, run_interleaved, timed
+    from .harness import MB, MIB, Sample, run_interleaved, timed
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.wire_fetch")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.wire_fetch",
+                                     description="The wire section's fetch rows alone (see the module docstring).")
     parser.add_argument("--mb", type=int, default=200, help="topic size in MB (default 200)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--consumers", action="store_true", help="add the librdkafka consumer rows")
     parser.add_argument("--sizes", default="1,16,64", help="the bare client's MiB per fetch (default 1,16,64)")
+    parser.add_argument("--stream-sizes", default="64",
+                        help="MiB per fetch of the bare client reading through a 1 MiB buffer (default 64; '' none)")
+    parser.add_argument("--kio", action="store_true", help="add the previous kio-decoding client at --sizes")
+    parser.add_argument("--consumers", action="store_true", help="add the librdkafka consumer rows")
     parser.add_argument("--profile", metavar="FILE", help="run the broker under cProfile, stats into FILE")
     args = parser.parse_args(argv)
-    sizes = {f"bare {n} MiB": int(n) * MIB for n in args.sizes.split(",")}
+    bare: dict[str, tuple[int, str]] = {f"bare {n} MiB": (n * MIB, "whole") for n in _sizes(args.sizes)}
+    bare.update({f"bare {n} MiB streaming": (n * MIB, "stream") for n in _sizes(args.stream_sizes)})
+    if args.kio:
+        bare.update({f"kio {n} MiB": (n * MIB, "kio") for n in _sizes(args.sizes)})
     with tempfile.TemporaryDirectory(prefix="wire-fetch-") as work:
         log_dir = os.path.join(work, "data")
         os.makedirs(log_dir)
@@ -135,39 +175,49 @@ def main(argv: list[str] | None = None) -> int:
         profile = None if args.profile is None else Path(args.profile).resolve()
         with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
             assert broker.proc is not None
-            cpu: dict[str, list[float]] = {}
+            cpu: dict[str, list[tuple[float, float]]] = {}      # (broker, client) CPU seconds per round
 
-            def bare(name: str) -> Any:
-                def case() -> Any:
+            def bare_case(name: str) -> Callable[[], Sample]:
+                max_bytes, how = bare[name]
+
+                def run() -> tuple[int, int]:
+                    if how == "kio":
+                        return kio_fetch_all(broker.bootstrap, topic, records, max_bytes)
+                    return fetch_all(broker.bootstrap, topic, records, max_bytes, stream=how == "stream")
+
+                def case() -> Sample:
                     before = broker.cpu_s()
-                    sample, (_, got) = timed(lambda: fetch_all(broker.bootstrap, topic, records, sizes[name]))
+                    sample, (_, got) = timed(run)
                     if got != size:
                         raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
-                    cpu.setdefault(name, []).append(broker.cpu_s() - before)
+                    cpu.setdefault(name, []).append((broker.cpu_s() - before, sample.cpu_s or 0.0))
                     return sample
                 return case
 
-            def consumer(name: str) -> Any:
-                def case() -> Any:
+            def consumer(name: str) -> Callable[[], Sample]:
+                def case() -> Sample:
                     sample, broker_cpu = wire._consume_round(broker, topic, records, wire.CONSUMERS[name])
-                    cpu.setdefault(name, []).append(broker_cpu)
+                    cpu.setdefault(name, []).append((broker_cpu, (sample.cpu_s or 0.0) - broker_cpu))
                     return sample
                 return case
 
             plan: dict[str, Any] = {"sendfile": lambda: wire._sendfile_round(paths, size)}
-            plan.update({name: bare(name) for name in sizes})
+            plan.update({name: bare_case(name) for name in bare})
             if args.consumers:
                 plan.update({name: consumer(name) for name in wire.CONSUMERS})
             runs = run_interleaved(plan, args.rounds)
             rss, hwm = _broker_rss_kib(broker.proc.pid)
         best = {name: max(size / MB / s.wall_s for s in samples) for name, samples in runs.items()}
-        print(f"{size / MB:,.1f} MB, {records:,} records, {args.rounds} rounds (best MB/s; ratio to sendfile's best)")
+        print(f"{size / MB:,.1f} MB, {records:,} records, {args.rounds} rounds (best MB/s; ratio to sendfile's best; "
+              f"CPU seconds per round = per {size / MB:,.0f} MB)")
         for name, samples in runs.items():
             rates = "/".join(f"{size / MB / s.wall_s:,.0f}" for s in samples)
             ratio = best[name] / best["sendfile"]
-            extra = (f"  broker CPU {'/'.join(f'{c:.2f}' for c in cpu[name])} s" if name in cpu else "")
-            if name in sizes:       # a bare row's sample CPU is this process's: the client's
-                extra += f", client CPU {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
+            if name in cpu:
+                extra = (f"  broker CPU {'/'.join(f'{b:.2f}' for b, _ in cpu[name])} s, "
+                         f"client CPU {'/'.join(f'{c:.2f}' for _, c in cpu[name])} s")
+            else:
+                extra = f"  CPU (sender + reader) {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
             print(f"  {name:45s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
         print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
         if profile is not None:
