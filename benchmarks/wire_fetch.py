@@ -17,8 +17,11 @@ broker process over it, then per round, cases alternating (``harness.run_interle
 * ``kio N MiB`` (``--kio``): the previous bare client, kept to compare in the same run: the request encoded and the
   whole response decoded by kio per fetch (kio copies the records out of the receive buffer), the next offset
   from the last batch header;
-* the librdkafka consumer rows (``--consumers``: ``wire.CONSUMERS``, :func:`benchmarks.wire._consume_round`),
-  their client CPU split into librdkafka's and the Python loop's where measured.
+* ``--consumers``: librdkafka's consumer from Python with its default sizes and with 64 MiB fetches
+  (:func:`benchmarks.wire_consumers.consume_round`: its client CPU split into the Python thread's and librdkafka's
+  threads', and the longest wait between two ``consume()`` calls that returned records), and Debian's ``kcat``
+  (:func:`benchmarks.wire_consumers.kcat_round`: librdkafka from C with its defaults, as a child process timed
+  from its spawn to its exit; when kcat is on PATH).
 
 The broker's CPU is read from ``/proc/<pid>/stat`` before and after each round; the client's is this process's
 ``time.process_time`` over the round (every thread). Both are printed per round, in seconds per the topic's bytes.
@@ -29,7 +32,7 @@ import datetime
 import io
 import socket
 import struct
-from typing import Any, Callable
+from typing import Callable
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from . import wire
+    from . import wire, wire_consumers as consumers
     from .harness import MB, MIB, Sample, run_interleaved, timed
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wire_fetch",
@@ -154,18 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-sizes", default="64",
                         help="MiB per fetch of the bare client reading through a 1 MiB buffer (default 64; '' none)")
     parser.add_argument("--kio", action="store_true", help="add the previous kio-decoding client at --sizes")
-    parser.add_argument("--consumers", action="store_true", help="add the librdkafka consumer rows")
+    parser.add_argument("--consumers", action="store_true",
+                        help="add the librdkafka consumer rows (Python) and kcat's (C, if kcat is on PATH)")
     parser.add_argument("--profile", metavar="FILE", help="run the broker under cProfile, stats into FILE")
     args = parser.parse_args(argv)
     bare: dict[str, tuple[int, str]] = {f"bare {n} MiB": (n * MIB, "whole") for n in _sizes(args.sizes)}
     bare.update({f"bare {n} MiB streaming": (n * MIB, "stream") for n in _sizes(args.stream_sizes)})
     if args.kio:
         bare.update({f"kio {n} MiB": (n * MIB, "kio") for n in _sizes(args.sizes)})
+    kcat = consumers.kcat_version() if args.consumers else None
     with tempfile.TemporaryDirectory(prefix="wire-fetch-") as work:
         log_dir = os.path.join(work, "data")
         os.makedirs(log_dir)
         topic = "wire-fetch"
-        records, size, paths = wire._write_fetch_topic(log_dir, topic, args.mb * MB)
+        records, size, paths = consumers.write_fetch_topic(log_dir, topic, args.mb * MB)
         for path in paths:
             with open(path, "rb") as segment:
                 while segment.read(MIB):
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = None if args.profile is None else Path(args.profile).resolve()
         with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
             assert broker.proc is not None
-            cpu: dict[str, list[tuple[float, float]]] = {}      # (broker, client) CPU seconds per round
+            done: dict[str, list[consumers.ConsumeRun]] = {}
 
             def bare_case(name: str) -> Callable[[], Sample]:
                 max_bytes, how = bare[name]
@@ -190,21 +195,27 @@ def main(argv: list[str] | None = None) -> int:
                     sample, (_, got) = timed(run)
                     if got != size:
                         raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
-                    cpu.setdefault(name, []).append((broker.cpu_s() - before, sample.cpu_s or 0.0))
+                    done.setdefault(name, []).append(
+                        consumers.ConsumeRun(sample, broker.cpu_s() - before, sample.cpu_s or 0.0))
                     return sample
                 return case
 
             def consumer(name: str) -> Callable[[], Sample]:
                 def case() -> Sample:
-                    sample, broker_cpu = wire._consume_round(broker, topic, records, wire.CONSUMERS[name])
-                    cpu.setdefault(name, []).append((broker_cpu, (sample.cpu_s or 0.0) - broker_cpu))
-                    return sample
+                    if name == consumers.KCAT_ROW:
+                        run_ = consumers.kcat_round(broker, topic, records, broker_work)
+                    else:
+                        run_ = consumers.consume_round(broker, topic, records, consumers.CONSUMERS[name])
+                    done.setdefault(name, []).append(run_)
+                    return run_.sample
                 return case
 
-            plan: dict[str, Any] = {"sendfile": lambda: wire._sendfile_round(paths, size)}
+            plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: consumers.sendfile_round(paths, size)}
             plan.update({name: bare_case(name) for name in bare})
             if args.consumers:
-                plan.update({name: consumer(name) for name in wire.CONSUMERS})
+                plan.update({name: consumer(name) for name in consumers.CONSUMERS})
+                if kcat is not None:
+                    plan[consumers.KCAT_ROW] = consumer(consumers.KCAT_ROW)
             runs = run_interleaved(plan, args.rounds)
             rss, hwm = _broker_rss_kib(broker.proc.pid)
         best = {name: max(size / MB / s.wall_s for s in samples) for name, samples in runs.items()}
@@ -213,13 +224,21 @@ def main(argv: list[str] | None = None) -> int:
         for name, samples in runs.items():
             rates = "/".join(f"{size / MB / s.wall_s:,.0f}" for s in samples)
             ratio = best[name] / best["sendfile"]
-            if name in cpu:
-                extra = (f"  broker CPU {'/'.join(f'{b:.2f}' for b, _ in cpu[name])} s, "
-                         f"client CPU {'/'.join(f'{c:.2f}' for _, c in cpu[name])} s")
+            if name in done:
+                rs = done[name]
+                extra = (f"  broker CPU {'/'.join(f'{r.broker_cpu_s:.2f}' for r in rs)} s, "
+                         f"client CPU {'/'.join(f'{r.client_cpu_s:.2f}' for r in rs)} s")
+                if name in consumers.CONSUMERS:
+                    python = "/".join(f"{r.threads_cpu_s.get('python', 0):.2f}" for r in rs)
+                    rdkafka = "/".join(f"{r.threads_cpu_s.get('librdkafka', 0):.2f}" for r in rs)
+                    waits = "/".join(f"{r.longest_wait_s * 1000:.0f}" for r in rs)
+                    extra += f" (Python thread {python}, librdkafka threads {rdkafka}; longest wait {waits} ms)"
             else:
                 extra = f"  CPU (sender + reader) {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
-            print(f"  {name:45s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
+            print(f"  {name:52s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
         print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
+        if args.consumers:
+            print(f"  {consumers.KCAT_ROW}: {kcat or 'not measured: no kcat on PATH (Debian kcat: make clients)'}")
         if profile is not None:
             import pstats
             pstats.Stats(str(profile), stream=sys.stdout).sort_stats("tottime").print_stats(30)

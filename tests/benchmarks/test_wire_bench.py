@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -41,9 +42,28 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
 
     fetch = [r for r in section["rows"] if r["group"].startswith("1024 B values, ") and r["group"].endswith(" MB")]
     names = {r["name"] for r in fetch}
-    assert names == {"os.sendfile -> loopback reader", *wire.RAW_FETCHES, *wire.CONSUMERS}
+    kcat = shutil.which("kcat") is not None         # Debian's kcat (make clients): the C consumer row
+    assert names == {"os.sendfile -> loopback reader", *wire.BARE_FETCHES, *wire.CONSUMERS,
+                     *([wire.KCAT_ROW] if kcat else [])}
     assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
-    assert all(r["target"]["minimum"] == 0.7 for r in fetch if r["baseline"])
+    targets = {r["name"]: r["target"]["minimum"] for r in fetch if r["baseline"]}
+    assert targets == {"bare Fetch v12 client, 1 MiB per fetch": 0.7, "bare Fetch v12 client, 16 MiB per fetch": 0.7,
+                       "bare Fetch v12 client, 64 MiB per fetch": 0.5,
+                       "bare Fetch v12 client, 64 MiB per fetch, streaming": 0.5,
+                       "librdkafka consumer, default fetch sizes": 0.4, "librdkafka consumer, 64 MiB fetches": 0.7,
+                       **({wire.KCAT_ROW: 0.4} if kcat else {})}
+    # every consumer row's broker and client CPU per round; the Python consumer's split by thread (in clock ticks:
+    # this tiny run's may be 0)
+    cpu = section["facts"]["fetch_cpu_s"]
+    assert set(cpu) == set(targets)
+    for name, figures in cpu.items():
+        assert len(figures["broker"]) == len(figures["client"]) == 2 and min(figures["client"]) > 0, name
+    for name in wire.CONSUMERS:
+        assert all({"python", "librdkafka"} <= set(threads) for threads in cpu[name]["client_threads"]), name
+    if kcat:
+        assert section["facts"]["kcat"].startswith("kcat ") and "librdkafka " in section["facts"]["kcat"]
+    else:
+        assert any(note.startswith(f"{wire.KCAT_ROW}: not measured") for note in section["notes"])
 
     assert section["facts"]["latency"] == section["facts"]["latency_by_acks"]["all"]
     for acks in ("1", "all"):     # each paced at half its own peak, rounds alternating
