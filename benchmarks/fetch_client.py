@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import mmap
 import socket
 import struct
 from dataclasses import dataclass
@@ -238,6 +239,14 @@ def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
         got += k
 
 
+def _receive_buffer(size: int) -> bytearray | mmap.mmap:
+    """A receive buffer of ``size`` bytes. A large one is anonymous memory mapped with MAP_POPULATE: its pages are
+    faulted in by one call, where a ``bytearray`` would also zero them with a memset; a small one is a bytearray."""
+    if size <= STREAM_BUFFER or not hasattr(mmap, "MAP_POPULATE"):
+        return bytearray(size)
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+
+
 class FetchClient:
     """One connection reading ``topic``-0 (see the module docstring)."""
 
@@ -247,13 +256,18 @@ class FetchClient:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.request = RequestTemplate(topic, partition_max_bytes)
         self.stream = stream
-        self.buf = bytearray(STREAM_BUFFER if stream else partition_max_bytes + (1 << 20))
+        self.buf = _receive_buffer(STREAM_BUFFER if stream else partition_max_bytes + (1 << 20))
         self.size = bytearray(4)
         self.correlation = 0
         self.stats = FetchStats()
 
     def close(self) -> None:
         self.sock.close()
+        if isinstance(self.buf, mmap.mmap):
+            try:
+                self.buf.close()
+            except BufferError:         # a view of it is still held (an exception's frame): the GC frees it
+                pass
 
     def fetch(self, offset: int) -> int:
         """One fetch at ``offset``; returns the next offset to fetch."""
