@@ -6,7 +6,9 @@ What it does, per fetch (one fetch in flight on one connection, as librdkafka an
   ``max_wait`` 500 ms, ``min_bytes`` 1, isolation 0, no fetch session, one topic, partition 0); each fetch patches
   its correlation id and fetch offset into that same frame;
 * the response, read whole (:func:`fetch_all`, ``stream=False``): its size prefix, then the whole frame into one
-  receive buffer kept for the connection; the header and body fields are read directly: correlation id (must match),
+  receive buffer of ``partition_max_bytes`` + 1 MiB made when the client connects (anonymous memory mapped with
+  MAP_POPULATE: a C client's malloc, its pages faulted in at once, no zeroing pass) and kept for the connection;
+  the header and body fields are read directly: correlation id (must match),
   tagged fields, throttle time, top-level error code (must be 0), one topic of our name, one partition (index 0,
   error code 0), high watermark, LSO, log start, aborted transactions, preferred read replica, then the records
   as a memoryview of the buffer (not copied), then the trailing tagged fields, which must end the frame exactly;
