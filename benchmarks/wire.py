@@ -455,15 +455,17 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
         broker_cpu[f"{group}, {name}"] = [r.broker_cpu_s for r in runs]
         section.facts.setdefault("fetch_cpu_s", {})[name] = {
             "broker": [r.broker_cpu_s for r in runs], "client": [r.client_cpu_s for r in runs],
-            "client_threads": [r.threads_cpu_s for r in runs], "longest_wait_s": [r.longest_wait_s for r in runs]}
+            "client_threads": [r.threads_cpu_s for r in runs], "first_wait_s": [r.first_wait_s for r in runs],
+            "longest_wait_s": [r.longest_wait_s for r in runs]}
         note = (f"{name}: broker CPU per round {'/'.join(f'{r.broker_cpu_s:.2f}' for r in runs)} s, client CPU "
                 f"{'/'.join(f'{r.client_cpu_s:.2f}' for r in runs)} s")
         if name in CONSUMERS:
             python = "/".join(f"{r.threads_cpu_s.get('python', 0):.2f}" for r in runs)
             rdkafka = "/".join(f"{r.threads_cpu_s.get('librdkafka', 0):.2f}" for r in runs)
+            first = "/".join(f"{r.first_wait_s * 1000:.0f}" for r in runs)
             waits = "/".join(f"{r.longest_wait_s * 1000:.0f}" for r in runs)
-            note += f" (the Python thread {python} s, librdkafka's threads {rdkafka} s); longest wait for records " \
-                    f"{waits} ms"
+            note += f" (the Python thread {python} s, librdkafka's threads {rdkafka} s); first records after " \
+                    f"{first} ms, longest wait for records after them {waits} ms"
         section.notes.append(note)
     if kcat is None:
         section.notes.append(f"{KCAT_ROW}: not measured, no kcat on PATH (Debian's kcat: make clients)")

@@ -10,8 +10,9 @@
   the clock); every record's error is checked, and the count and last offset. Besides the broker's CPU it reports
   the client's CPU per thread, read from ``/proc/self/task`` before the consumer closes: the Python thread (the
   ``consume()`` loop: librdkafka handing over messages, one Python ``Message`` per record with its value copied
-  into ``bytes``, their garbage collection) and librdkafka's own threads (``rdk:*``: receive, parse, queue), and
-  the longest wait between two calls that returned records (librdkafka's ``fetch.queue.backoff.ms``, 1 s, stops
+  into ``bytes``, their garbage collection) and librdkafka's own threads (``rdk:*``: receive, parse, queue), the
+  wait from ``assign`` to the first records, and the longest wait between two calls that returned records after
+  them (librdkafka's ``fetch.queue.backoff.ms``, 1 s, stops
   fetching when the local queue holds ``queued.max.messages.kbytes`` (64 MiB) or ``queued.min.messages``: a
   Python loop that falls that far behind waits up to a second with an empty queue).
 * :func:`kcat_round`: Debian's ``kcat`` (C, librdkafka's legacy per-partition consumer API, the librdkafka that
@@ -70,7 +71,8 @@ class ConsumeRun:
     broker_cpu_s: float
     client_cpu_s: float
     threads_cpu_s: dict[str, float] = field(default_factory=dict)   # "python" / "librdkafka" / other
-    longest_wait_s: float = 0.0     # the longest time between two consume() calls that returned records
+    first_wait_s: float = 0.0       # from assign to the first consume() call that returned records
+    longest_wait_s: float = 0.0     # the longest time between two consume() calls that returned records after that
 
 
 def write_fetch_topic(log_dir: str, topic: str, target_bytes: int) -> tuple[int, int, list[str]]:
@@ -113,7 +115,7 @@ def consume_round(broker: Broker, topic: str, records: int, settings: dict[str, 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "bench-wire", "log_level": 3,
                          "group.id": "bench-wire", "enable.auto.commit": False, "enable.auto.offset.store": False,
                          **settings})
-    longest = [0.0]
+    waits: list[float] = []
     try:
         consumer.list_topics(topic, timeout=30)     # connected, metadata known, before the clock
         gc.collect()
@@ -135,7 +137,7 @@ def consume_round(broker: Broker, topic: str, records: int, settings: dict[str, 
                 offset = msgs[-1].offset()
                 last = -1 if offset is None else offset
                 now = time.monotonic()
-                longest[0] = max(longest[0], now - idle_since)
+                waits.append(now - idle_since)
                 idle_since = now
             return count, last
 
@@ -151,7 +153,7 @@ def consume_round(broker: Broker, topic: str, records: int, settings: dict[str, 
     assert sample.cpu_s is not None
     threads = {kind: cpu - threads_before.get(kind, 0.0) for kind, cpu in threads_after.items()}
     return ConsumeRun(Sample(sample.wall_s, sample.cpu_s + broker_cpu), broker_cpu, sample.cpu_s, threads,
-                      longest[0])
+                      waits[0], max(waits[1:], default=0.0))
 
 
 def kcat_version() -> str | None:

@@ -232,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name in consumers.CONSUMERS:
                     python = "/".join(f"{r.threads_cpu_s.get('python', 0):.2f}" for r in rs)
                     rdkafka = "/".join(f"{r.threads_cpu_s.get('librdkafka', 0):.2f}" for r in rs)
+                    first = "/".join(f"{r.first_wait_s * 1000:.0f}" for r in rs)
                     waits = "/".join(f"{r.longest_wait_s * 1000:.0f}" for r in rs)
-                    extra += f" (Python thread {python}, librdkafka threads {rdkafka}; longest wait {waits} ms)"
+                    extra += (f" (Python thread {python}, librdkafka threads {rdkafka}; first records after {first} ms, "
+                              f"longest wait after them {waits} ms)")
             else:
                 extra = f"  CPU (sender + reader) {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
             print(f"  {name:52s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
