@@ -6,8 +6,8 @@ What it does, per fetch (one fetch in flight on one connection, as librdkafka an
   ``max_wait`` 500 ms, ``min_bytes`` 1, isolation 0, no fetch session, one topic, partition 0); each fetch patches
   its correlation id and fetch offset into that same frame;
 * the response, read whole (:func:`fetch_all`, ``stream=False``): its size prefix, then the whole frame into one
-  receive buffer of ``partition_max_bytes`` + 1 MiB made when the client connects (anonymous memory mapped with
-  MAP_POPULATE: a C client's malloc, its pages faulted in at once, no zeroing pass) and kept for the connection;
+  receive buffer kept for the connection, made as large as the largest response so far (in whole MiB; anonymous
+  memory mapped with MAP_POPULATE, as a C client's malloc, its pages faulted in at once, no zeroing pass);
   the header and body fields are read directly: correlation id (must match),
   tagged fields, throttle time, top-level error code (must be 0), one topic of our name, one partition (index 0,
   error code 0), high watermark, LSO, log start, aborted transactions, preferred read replica, then the records
@@ -258,13 +258,19 @@ class FetchClient:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.request = RequestTemplate(topic, partition_max_bytes)
         self.stream = stream
-        self.buf = _receive_buffer(STREAM_BUFFER if stream else partition_max_bytes + (1 << 20))
+        # whole responses: a buffer as large as the largest response so far (KIP-74: one batch larger than the
+        # fetch's limit comes whole), refused past twice the limit + 1 MiB
+        self.max_response = 2 * partition_max_bytes + (1 << 20)
+        self.buf: bytearray | mmap.mmap = bytearray(STREAM_BUFFER if stream else 0)
         self.size = bytearray(4)
         self.correlation = 0
         self.stats = FetchStats()
 
     def close(self) -> None:
         self.sock.close()
+        self._free()
+
+    def _free(self) -> None:
         if isinstance(self.buf, mmap.mmap):
             try:
                 self.buf.close()
@@ -288,7 +294,11 @@ class FetchClient:
 
     def _whole(self, size: int, offset: int) -> tuple[BatchWalk, int]:
         if size > len(self.buf):
-            raise FetchFramingError(f"a response of {size} bytes for a fetch of at most {len(self.buf) - (1 << 20)}")
+            if size > self.max_response:
+                raise FetchFramingError(f"a response of {size} bytes, more than {self.max_response} (twice the "
+                                        f"fetch's limit + 1 MiB)")
+            self._free()
+            self.buf = _receive_buffer(-(-size // (1 << 20)) << 20)     # whole MiB
         view = memoryview(self.buf)
         _recv_exactly(self.sock, view, size)
         try:

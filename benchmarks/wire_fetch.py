@@ -7,11 +7,11 @@ broker process over it, then per round, cases alternating (``harness.run_interle
 * ``sendfile``, the baseline: ``os.sendfile`` of the segment files to a loopback TCP socket that a reader thread
   drains into one 1 MiB buffer and discards (no field read); its CPU is this process's (sender and reader);
 * ``bare N MiB``: the lean Fetch v12 client (:mod:`benchmarks.fetch_client`: the request encoded once and patched,
-  each response read whole into one receive buffer of N MiB + 1 MiB made per connection, the header fields read
-  directly, the records taken as a memoryview, every batch header checked for framing and order; records not
-  decoded, CRCs not checked) at N MiB per fetch; its client CPU includes connecting and making that buffer (at
-  64 MiB, faulting in 65 MiB of fresh memory, ~0.02-0.04 s on this VM, and receiving into a buffer far larger than
-  the CPU's caches are most of it);
+  each response read whole into one receive buffer per connection, as large as the largest response, the header
+  fields read directly, the records taken as a memoryview, every batch header checked for framing and order;
+  records not decoded, CRCs not checked) at N MiB per fetch; its client CPU includes connecting and making that
+  buffer (at 64 MiB, faulting in 64 MiB of fresh memory, ~0.02-0.04 s on this VM, and receiving into a buffer far
+  larger than the CPU's caches are most of it);
 * ``bare N MiB streaming``: the same client reading each response through one 1 MiB buffer as the bytes arrive,
   the batch headers checked as they pass, the bodies overwritten unread: a whole-response client's work minus
   holding the response;
