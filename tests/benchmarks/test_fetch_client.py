@@ -10,6 +10,7 @@ import io
 import socket
 import struct
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -122,9 +123,9 @@ def _read(conn: socket.socket, n: int) -> bytes:
 
 
 def _run(responses: list[bytes], offsets: list[int], *, stream: bool, buffer: int = 1 << 20,
-         keep_id: bool = False) -> tuple[list[int], fetch_client.FetchStats, list[int]]:
+         keep_id: bool = False, max_bytes: int = 1 << 20) -> tuple[list[int], fetch_client.FetchStats, list[int]]:
     server = _Server(responses, offsets, keep_id)
-    client = fetch_client.FetchClient(server.address, TOPIC, 1 << 20, stream=stream)
+    client = fetch_client.FetchClient(server.address, TOPIC, max_bytes, stream=stream)
     if stream:
         client.buf = bytearray(buffer)
     nexts = []
@@ -154,7 +155,7 @@ def test_responses_are_read_whole_and_streamed_through_any_buffer(count, records
     assert (stats.responses, stats.batches, stats.record_bytes, stats.partial_bytes) == (2, count, len(whole), partial)
 
 
-def _fails(response: bytes, offset: int, match: str, **kw: bool) -> None:
+def _fails(response: bytes, offset: int, match: str, **kw: Any) -> None:
     for stream in (False, True):
         with pytest.raises(fetch_client.FetchFramingError, match=match):
             _run([response], [offset], stream=stream, **kw)
@@ -172,3 +173,16 @@ def test_a_response_that_is_not_what_was_asked_for_fails_naming_it():
     bad = bytearray(batches[0])
     bad[16] = 1
     _fails(_response(1, bytes(bad)), 0, "magic 1, expected 2")
+
+
+@pytest.mark.unit
+def test_a_batch_larger_than_the_fetch_limit_is_read_whole_up_to_twice_the_limit_plus_a_mib():
+    """KIP-74: a first batch larger than the fetch's limit comes whole; the whole-response buffer grows for it."""
+    big = bytearray(build_batch([SimpleRecord(b"k", b"v" * 600_000)]))
+    response = _response(1, bytes(big))
+    for stream in (False, True):
+        nexts, stats, _ = _run([response], [0], stream=stream, max_bytes=1000)
+        assert nexts == [1] and stats.record_bytes == len(big)
+    huge = bytes(build_batch([SimpleRecord(b"k", b"v" * ((1 << 20) + 10_000))]))
+    with pytest.raises(fetch_client.FetchFramingError, match="more than 1050576 .twice the fetch's limit"):
+        _run([_response(1, huge)], [0], stream=False, max_bytes=1000)
