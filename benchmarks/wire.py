@@ -15,7 +15,8 @@ for the fetch rows (its log dir holds the pre-written topic when it starts).
   same record counts per batch, the same bytes). Records/s and MB/s count the records and batch bytes in the log.
 * fetch: every row reads every record of a topic of ~200 MB of 1 KiB values (500-record batches written in
   process before the broker starts) from offset 0, with the broker's CPU and the client's per round in the notes
-  and ``facts["fetch_cpu_s"]``. Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that
+  and ``facts["fetch_cpu_s"]``; one untimed read of the whole topic before the rounds takes the broker's one-time
+  CRC check of every batch (its CPU in ``facts["fetch_first_read_broker_cpu_s"]``), so no row pays it. Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that
   a reader thread drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last
   byte). The rows (benchmarks/wire_consumers.py, benchmarks/fetch_client.py say exactly what each client does):
   the bare Fetch v12 client (request encoded once and patched, response fields read directly, records as a
@@ -62,7 +63,7 @@ from include.broker_launcher import BrokerLauncher
 
 from . import wire_fetch
 from .wire_consumers import (CONSUMERS, FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, KCAT_ROW, ConsumeRun,
-                             consume_round, kcat_round, kcat_version, sendfile_round, write_fetch_topic)
+                             consume_round, first_read, kcat_round, kcat_version, sendfile_round, write_fetch_topic)
 from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, generate_records,
                       run_interleaved, scratch_dir, timed)
 
@@ -437,6 +438,7 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
             with open(path, "rb") as segment:
                 while segment.read(MIB):
                     pass
+        verify_cpu = first_read(broker, topic, records, size)
         fetch_plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: sendfile_round(paths, size)}
         fetch_plan.update({name: bare_case(name) for name in BARE_FETCHES})
         fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
@@ -446,6 +448,9 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
     _report_profile(profile, section)
     group = f"{FETCH_VALUE_BYTES} B values, {size / MB:,.0f} MB"
     section.add(Row(group, SENDFILE_ROW, records, size, fetch_runs["sendfile"]))
+    section.facts["fetch_first_read_broker_cpu_s"] = verify_cpu
+    section.notes.append(f"the broker's first read of the topic (untimed, before the rounds: it CRC-checks every "
+                         f"batch once and marks it verified): broker CPU {verify_cpu:.2f} s")
     section.notes.append(f"{SENDFILE_ROW}: CPU (sender + reader) per round "
                          f"{'/'.join(f'{s.cpu_s or 0:.2f}' for s in fetch_runs['sendfile'])} s")
     for name in [*BARE_FETCHES, *CONSUMERS, *([KCAT_ROW] if kcat is not None else [])]:

@@ -2,6 +2,9 @@
 
 * :func:`write_fetch_topic`: ~200 MB of 1 KiB values in 500-record batches, written in process before the broker
   starts.
+* :func:`first_read`: one untimed read of the whole topic before the rounds, so the broker's one-time CRC check of
+  every batch (its first read marks the bytes verified; later reads ``sendfile`` them) falls on no row; its broker
+  CPU is reported apart.
 * :func:`sendfile_round`, the baseline: ``os.sendfile`` of the same ``.log`` files to a loopback TCP socket that a
   reader thread drains into one 1 MiB buffer and discards (no field read); timed from the first ``sendfile`` to the
   reader's last byte; its CPU is this process's (sender and reader).
@@ -90,6 +93,18 @@ def write_fetch_topic(log_dir: str, topic: str, target_bytes: int) -> tuple[int,
         return log.log_end_offset, log.size_in_bytes(), [seg.path for seg in log.segments]
     finally:
         mgr.close()
+
+
+def first_read(broker: Broker, topic: str, records: int, size: int) -> float:
+    """One untimed read of the whole topic by the bare client before the rounds; the broker's CPU for it. The
+    broker checks each batch's CRC on its first read and marks the range verified (later reads send it with
+    ``sendfile``): without this pass the first row of the first round would pay that one-time check alone."""
+    from . import fetch_client
+    before = broker.cpu_s()
+    stats = fetch_client.fetch_all(broker.bootstrap, topic, records, MIB)
+    if stats.record_bytes != size:
+        raise RuntimeError(f"the first read got {stats.record_bytes} record bytes, the topic holds {size}")
+    return broker.cpu_s() - before
 
 
 def _threads_cpu_s() -> dict[str, float]:

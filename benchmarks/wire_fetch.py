@@ -2,7 +2,9 @@
 
 ``python -m benchmarks.wire_fetch [--mb 200] [--rounds 3] [--sizes 1,16,64] [--stream-sizes 64] [--consumers]
 [--kio] [--profile FILE]``: a topic of ~MB megabytes (1 KiB values, 500-record batches) written in process, one
-broker process over it, then per round, cases alternating (``harness.run_interleaved``):
+broker process over it, one untimed read of the whole topic (the broker CRC-checks each batch on its first read and
+marks it verified; this way that one-time check falls on no row: its CPU is printed apart), then per round, cases
+alternating (``harness.run_interleaved``):
 
 * ``sendfile``, the baseline: ``os.sendfile`` of the segment files to a loopback TCP socket that a reader thread
   drains into one 1 MiB buffer and discards (no field read); its CPU is this process's (sender and reader);
@@ -181,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = None if args.profile is None else Path(args.profile).resolve()
         with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
             assert broker.proc is not None
+            verify_cpu = consumers.first_read(broker, topic, records, size)
             done: dict[str, list[consumers.ConsumeRun]] = {}
 
             def bare_case(name: str) -> Callable[[], Sample]:
@@ -239,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 extra = f"  CPU (sender + reader) {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
             print(f"  {name:52s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
-        print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB")
+        print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB; its first read of "
+              f"the topic (untimed, before the rounds: CRC check of every batch, once) {verify_cpu:.2f} s CPU")
         if args.consumers:
             print(f"  {consumers.KCAT_ROW}: {kcat or 'not measured: no kcat on PATH (Debian kcat: make clients)'}")
         if profile is not None:

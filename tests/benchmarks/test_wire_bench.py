@@ -60,6 +60,7 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
         assert len(figures["broker"]) == len(figures["client"]) == 2 and min(figures["client"]) > 0, name
     for name in wire.CONSUMERS:
         assert all({"python", "librdkafka"} <= set(threads) for threads in cpu[name]["client_threads"]), name
+    assert section["facts"]["fetch_first_read_broker_cpu_s"] >= 0     # the untimed first read, apart from the rows
     if kcat:
         assert section["facts"]["kcat"].startswith("kcat ") and "librdkafka " in section["facts"]["kcat"]
     else:
