@@ -380,7 +380,6 @@ BARE_FETCHES = {
     "bare Fetch v12 client, 64 MiB per fetch": (64 * MIB, False),
     "bare Fetch v12 client, 64 MiB per fetch, streaming": (64 * MIB, True),
 }
-RAW_FETCHES = BARE_FETCHES
 SENDFILE_ROW = "os.sendfile -> loopback reader"
 # The issue's targets: the bare client 0.7x at 1 MiB per fetch, 0.5x at 64 MiB; librdkafka's consumer with its
 # default settings 0.4x. The rows the issue names no target for keep 0.7x.
