@@ -58,6 +58,7 @@ CONSUMERS: dict[str, dict[str, Any]] = {
 KCAT_ROW = "kcat consumer (librdkafka from C), default settings"
 CONSUME_BATCH = 10_000
 IDLE_TIMEOUT_S = 60.0
+KCAT_TIMEOUT_S = 300.0                  # a kcat round (~1 s for 200 MB) still running after this is killed
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -191,15 +192,20 @@ def kcat_round(broker: Broker, topic: str, records: int, out_dir: str) -> Consum
         cpu_before = broker.cpu_s()
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE)
+        watchdog = threading.Timer(KCAT_TIMEOUT_S, proc.kill)      # a stuck kcat fails the round, named below
+        watchdog.start()
         assert proc.stderr is not None
-        err = proc.stderr.read()                # kcat writes little to stderr; reading it cannot block the run
+        err = proc.stderr.read()                # until kcat exits (it writes little to stderr)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         broker_cpu = broker.cpu_s() - cpu_before
+        watchdog.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stderr.close()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}"
+                           f"{f' (killed after {KCAT_TIMEOUT_S:.0f} s)' if wall >= KCAT_TIMEOUT_S else ''}: "
+                           f"{err.decode(errors='replace')[-2000:]}")
     with open(out_path, "rb") as f:
         printed = f.read()
     os.unlink(out_path)
