@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -203,7 +204,7 @@ def kcat_round(broker: Broker, topic: str, records: int, out_dir: str) -> Consum
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stderr.close()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}"
+        raise RuntimeError(f"{shlex.join(argv)} exited {proc.returncode}"
                            f"{f' (killed after {KCAT_TIMEOUT_S:.0f} s)' if wall >= KCAT_TIMEOUT_S else ''}: "
                            f"{err.decode(errors='replace')[-2000:]}")
     with open(out_path, "rb") as f:

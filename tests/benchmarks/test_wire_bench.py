@@ -110,3 +110,20 @@ def test_summary_shows_the_wire_rows_from_the_newest_run():
     runs["wire"] = None
     line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
     assert "25,000 records/s" in line and "0.250x" in line and "**no**" in line and "2026-01-01" in line
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make clients)")
+def test_a_kcat_round_that_never_ends_is_killed_and_named(tmp_path, monkeypatch):
+    """kcat pointed at a port nobody serves keeps retrying: the round's watchdog kills it and the error names it."""
+    from benchmarks import wire_consumers
+
+    class Nobody:
+        bootstrap = "127.0.0.1:1"
+
+        def cpu_s(self) -> float:
+            return 0.0
+
+    monkeypatch.setattr(wire_consumers, "KCAT_TIMEOUT_S", 1.0)
+    with pytest.raises(RuntimeError, match=r"(?s)kcat -C -b 127\.0\.0\.1:1 .* exited -9 \(killed after 1 s\)"):
+        wire_consumers.kcat_round(Nobody(), "t", 10, str(tmp_path))
