@@ -113,6 +113,7 @@ def test_summary_shows_the_wire_rows_from_the_newest_run():
 
 
 @pytest.mark.unit
+@pytest.mark.kills      # the watchdog SIGKILLs kcat
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make clients)")
 def test_a_kcat_round_that_never_ends_is_killed_and_named(tmp_path, monkeypatch):
     """kcat pointed at a port nobody serves keeps retrying: the round's watchdog kills it and the error names it."""
