@@ -11,6 +11,10 @@ retention (``move_log_start=False``) leaves it where it is: only the local log s
 the log as in Kafka: its end is truncated with the log end, its start with the log start offset, and a full
 truncation clears it.
 
+A truncation never cuts a segment file in place: the segment it cuts into is rewritten (its kept prefix to a new
+file, swapped in crash-safely: :mod:`storage_engine.log.rewrite`), so a fetch still sending from the old file
+sends the old bytes.
+
 :class:`storage_engine.log.log.Log` exposes these as its methods; the functions take its
 :class:`~storage_engine.log.local_log.LocalLog` and use only its public steps.
 """
@@ -21,7 +25,7 @@ from storage_engine import crashpoints
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import manifest, view
+from storage_engine.log import manifest, rewrite, view
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.segment import LogSegment
 
@@ -50,7 +54,7 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         for seg in doomed:
             log.delete_segment_files(seg, now)
         _ensure_active_writable(log, now)
-        log.active_segment.truncate_to(offset, now)
+        rewrite.truncate_segment(log, log.active_segment, offset, now)    # a new file: the old one never changes
         log.log_end_offset = log.active_segment.read_next_offset()
         log.view.known_active_size = log.active_segment.size
         log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
@@ -95,8 +99,7 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
         log.delete_segment_files(s, now)
     if seg is None:
         _ensure_active_writable(log, now)
-        keep = log.segment_list[0]
-        keep.truncate_to(offset, now)
+        rewrite.truncate_segment(log, log.segment_list[0], offset, now)   # emptied by rewrite (a new, empty file)
     else:
         log.segment_list.add(seg)
     log.log_start_offset = offset if log_start_offset is None else log_start_offset
