@@ -44,6 +44,12 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         if log.segment_list[0].base_offset > offset:
             truncate_fully_locked(log, offset, now)
             return True
+        # The recovery point goes down to the base of the segment cut into before the first rename: a crash
+        # anywhere in between leaves a log ending at or above that base (the cut rolled back or completed), never
+        # one below a recovery point that claims flushed records past its end. Raised again to the new end below.
+        recovery_point, cut_into = log.recovery_point, log.segment_list.floor(offset)
+        assert cut_into is not None, "the first segment's base is at or below the offset"
+        log.recovery_point = min(recovery_point, cut_into.base_offset)
         log.publish(bump=True)  # visible before the first rename (every other process reloads)
         # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
         # log is cut cannot leave one that a later, longer log would be rebuilt from.
@@ -58,7 +64,7 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         log.log_end_offset = log.active_segment.read_next_offset()
         log.view.known_active_size = log.active_segment.size
         log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
-        log.recovery_point = min(log.recovery_point, log.log_end_offset)
+        log.recovery_point = min(recovery_point, log.log_end_offset)    # the kept bytes are fsynced (rewrite)
         # After the log (Kafka's order): a crash in between leaves entries past the end, which a load drops.
         log.leader_epochs.sync(log.view.generation).truncate_from_end(log.log_end_offset)
         producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
