@@ -91,6 +91,12 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
     if log_start_offset is not None and log_start_offset > offset:
         raise OffsetOutOfRangeError(f"cannot start {log.name} at offset {offset} with a log start offset "
                                     f"{log_start_offset} above it")
+    # The new log start offset and a recovery point at or below ``offset`` are published before the first rename:
+    # a crash anywhere in between leaves the kept segment (its truncation rolled back or completed) or the new one
+    # at ``offset``, and segments below the log start offset that the next retention pass deletes; never a log start
+    # offset below the segments left, nor a recovery point above their end.
+    log.log_start_offset = offset if log_start_offset is None else log_start_offset
+    log.recovery_point = min(log.recovery_point, offset)
     log.publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()

@@ -36,12 +36,17 @@ REWRITE_STEPS = [s for s, (protocol, _) in crashpoints.STEPS.items() if protocol
 ROLLED_BACK = ("rewrite.copied", "rewrite.intent")      # the new .log never became .swap
 CUT = 403           # inside the batch 400-404 of a sealed segment: the log ends at 400 once truncated
 
+# argv: config, topic, offset, "to" (truncate_to) or "start-at" (truncate_fully_and_start_at)
 TRUNCATE = """
 import sys
 from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 with LogManager.open(load_config(sys.argv[1]), partitions=[(sys.argv[2], 0)]) as mgr:
-    assert mgr.get_log(sys.argv[2], 0).truncate_to(int(sys.argv[3]))
+    log = mgr.get_log(sys.argv[2], 0)
+    if sys.argv[4] == "to":
+        assert log.truncate_to(int(sys.argv[3]))
+    else:
+        log.truncate_fully_and_start_at(int(sys.argv[3]))
 """
 
 
@@ -69,16 +74,20 @@ def fill(cfg: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("step", REWRITE_STEPS)
-@pytest.mark.parametrize("kill_holder", [False, True], ids=["holder-closes", "holder-killed"])
-def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_completed_exactly(tmp_path, step,
+@pytest.mark.parametrize(("kind", "kill_holder"), [("to", False), ("to", True), ("start-at", True)],
+                         ids=["truncate-to-holder-closes", "truncate-to-holder-killed", "start-at-holder-killed"])
+def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_completed_exactly(tmp_path, step, kind,
                                                                                               kill_holder):
+    """``truncate_to(403)`` cuts the segment holding 403 at the batch 400-404 (the later segments go first);
+    ``truncate_fully_and_start_at(base)`` of that segment's base empties it (the others go first)."""
     cfg = write_config(tmp_path)
     base, segment_end = fill(cfg)
     log_dir = load_config(cfg).log_dirs[0]
     folder = os.path.join(log_dir, layout.partition_dir_name(TOPIC, 0))
     holder = Holder(cfg, clean=not kill_holder)
     try:
-        res = subprocess.run([sys.executable, "-c", TRUNCATE, cfg, TOPIC, str(CUT)], cwd=str(REPO),
+        res = subprocess.run([sys.executable, "-c", TRUNCATE, cfg, TOPIC, str(CUT if kind == "to" else base), kind],
+                             cwd=str(REPO),
                              env=env(**{crashpoints.ENV_VAR: step}), capture_output=True, text=True, timeout=TIMEOUT_S)
         assert res.returncode == -signal.SIGKILL, (res.returncode, res.stderr)
         assert f"CRASHPOINT {step}" in res.stderr
@@ -96,15 +105,21 @@ def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_compl
     finally:
         holder.close()
 
-    end = segment_end if step in ROLLED_BACK else 400
+    start = 0 if kind == "to" else base
+    end = segment_end if step in ROLLED_BACK else 400 if kind == "to" else base
     with LogManager.open(load_config(cfg)) as mgr:     # a restart: the first opener's full load
         log = mgr.get_log(TOPIC, 0)
         assert log is not None
-        found = [(r.offset, r.value) for r in log.read_records(0)]
-        assert found == [(i, value(i)) for i in range(end)], (step, len(found), end)
-        assert log.log_end_offset == end and log.active_segment.base_offset == base
+        found = [(r.offset, r.value) for r in log.read_records(log.log_start_offset)]
+        assert found == [(i, value(i)) for i in range(start, end)], (step, len(found), end)
+        assert log.log_start_offset == start and log.log_end_offset == end and log.active_segment.base_offset == base
         log.append_records([SimpleRecord(b"after", b"the-crash")])
         assert [(r.offset, r.value) for r in log.read_records(end)] == [(end, b"the-crash")]
+    if kind == "start-at":      # the segments below the new log start offset go at the next retention
+        assert cli(cfg, "retention").returncode == 0
+        with LogManager.open(load_config(cfg)) as mgr:
+            log = mgr.get_log(TOPIC, 0)
+            assert log is not None and [s.base_offset for s in log.segments] == [base]
     names = os.listdir(folder)
     assert not [n for n in names if n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX))], names
     assert not any(n.startswith(".engine+loss+") for n in os.listdir(log_dir))
