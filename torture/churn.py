@@ -3,9 +3,10 @@ rewrites a compacted topic's partition under its fetches, until ``--stop-file`` 
 
 In a loop, through its own ``LogManager`` (another process, as the CLI and the maintenance DAG's tasks are): append
 2-12 keyed batches of random sizes (so that the same positions hold other batches after a rewrite), then one of:
-the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets in place
-(the same inode, later appends write new batches where checked ones were), ``delete-records`` to a random offset
-plus retention and purge (segments deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations>
+the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets (one in
+five: 21-300, across segments; a
+rewrite of the segment it cuts: a new file, and later appends write new batches where checked ones were in the old
+one), ``delete-records`` to a random offset plus retention and purge (segments deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations>
 <deletions>`` at the end; any exception is a traceback on stderr and exit 1.
 """
 from __future__ import annotations
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             op = rng.random()
             if op < 0.35:
                 end = log.log_end_offset
-                target = max(log.log_start_offset, end - rng.randint(1, 20))
+                # mostly the last 1-20 offsets (the active segment); one in five 21-300 back, across segments
+                back = rng.randint(1, 20) if rng.random() < 0.8 else rng.randint(21, 300)
+                target = max(log.log_start_offset, end - back)
                 if target < end and log.truncate_to(target):
                     counts["truncations"] += 1
             elif op < 0.45 and log.log_end_offset > log.log_start_offset + 10:
