@@ -4,10 +4,10 @@ rewrites a compacted topic's partition under its fetches, until ``--stop-file`` 
 In a loop, through its own ``LogManager`` (another process, as the CLI and the maintenance DAG's tasks are): append
 2-12 keyed batches of random sizes (so that the same positions hold other batches after a rewrite), then one of:
 the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets (one in
-five: 21-300, across segments; a
-rewrite of the segment it cuts: a new file, and later appends write new batches where checked ones were in the old
-one), ``delete-records`` to a random offset plus retention and purge (segments deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations>
-<deletions>`` at the end; any exception is a traceback on stderr and exit 1.
+five: 21-300, across segments), which rewrites the segment it cuts (a new file; later appends write new batches
+where checked ones were in the old one), ``delete-records`` to a random offset plus retention and purge (segments
+deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations> <deletions>`` at the end; any
+exception is a traceback on stderr and exit 1.
 """
 from __future__ import annotations
 
