@@ -72,9 +72,9 @@ class ZeroCopyChecks:
             out.append(f"the fetch checker saw {len(bad)} bad response(s), e.g. {bad[:3]}")
         for line in self.churn.lines:
             if line.startswith("OPS "):
-                appends, compactions, truncations, deletions = (int(x) for x in line.split()[1:5])
+                appends, compactions, truncations, deletions, *killed = (int(x) for x in line.split()[1:6])
                 TOTALS.update({"churn appends": appends, "compactions": compactions, "truncations": truncations,
-                               "deletions": deletions})
+                               "deletions": deletions, "truncations killed mid-rewrite": sum(killed)})
         read = [line for line in self.checker.lines if line.startswith("READ ")]
         if read:
             responses, batches, size, passes, reconnects = (int(x) for x in read[-1].split()[1:6])
