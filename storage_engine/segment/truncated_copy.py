@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 from storage_engine import layout
 from storage_engine.config import LogConfig
@@ -42,6 +43,23 @@ def truncated_copy(seg: LogSegment, offset: int, cut: int, config: LogConfig, su
     ``suffix``, fsynced, and open them as a writable segment (see the module docstring)."""
     base = seg.base_offset
     path = lambda s: layout.segment_file(seg.dir, base, s, suffix)  # noqa: E731
+    try:
+        return _write(seg, offset, cut, config, suffix, now_ms, path)
+    except BaseException:
+        for s in _SUFFIXES:     # nothing half written is left behind (a load would remove it too)
+            try:
+                os.remove(path(s))
+            except OSError:
+                pass
+        raise
+
+
+_SUFFIXES = (layout.LOG_SUFFIX, layout.INDEX_SUFFIX, layout.TIME_INDEX_SUFFIX, layout.TXN_INDEX_SUFFIX)
+
+
+def _write(seg: LogSegment, offset: int, cut: int, config: LogConfig, suffix: str, now_ms: int,
+           path: Callable[[str], str]) -> LogSegment:
+    base = seg.base_offset
     _copy_prefix(seg.path, path(layout.LOG_SUFFIX), cut)
     index_bytes = config.segment_index_bytes
     for suffix_, index in ((layout.INDEX_SUFFIX, seg.offset_index), (layout.TIME_INDEX_SUFFIX, seg.time_index)):
