@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage_engine import layout
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
 from storage_engine.inspection.verify import verify_log_dirs
 from storage_engine.log import intent
@@ -23,6 +24,7 @@ from storage_engine.segment.file_slice import FileSlice
 from tests.paths import REPO
 
 from .. import helpers
+from ..helpers import present
 
 TOPIC = "t"
 TS = 1700000000000
@@ -31,6 +33,7 @@ TS = 1700000000000
 # least a size (so new batches lie where the old ones were). argv: log dir, topic, offset, size to reach.
 TRUNCATE_AND_REFILL = """
 import sys
+from storage_engine.config import StorageConfig
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
@@ -46,7 +49,7 @@ with LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}), p
 """
 
 
-def _store(tmp_path: Path, topic_cfg: dict | None = None) -> tuple[str, object]:
+def _store(tmp_path: Path, topic_cfg: dict | None = None) -> tuple[str, StorageConfig]:
     log_dir = str(tmp_path / "logs")
     return log_dir, config_from_mapping({"broker": {"log.dirs": [log_dir], "log.index.interval.bytes": 1024},
                                          "topics": {TOPIC: topic_cfg or {}}})
@@ -151,7 +154,7 @@ def test_a_truncation_writes_the_kept_prefix_to_a_new_file_and_leaves_the_old_on
         assert [r.offset for r in log.read_records(85)] == list(range(85, 105))
     with LogManager.open(cfg) as mgr:     # a full load finds the same log
         log = helpers.get_log(mgr, TOPIC)
-        values = [r.value for r in log.read_records(0)]
+        values = [present(r.value) for r in log.read_records(0)]
         assert len(values) == 105 and values[89].startswith(b"old-29-") and values[90].startswith(b"new-0-")
     report = verify_log_dirs(cfg)
     assert not report["damaged"], report["problems"]
@@ -171,7 +174,7 @@ def test_a_full_truncation_at_a_segments_base_empties_it_by_a_new_file(tmp_path)
         assert os.stat(path).st_ino != inode and os.path.getsize(path) == 0
         assert Path(path + layout.DELETED_SUFFIX).read_bytes() == old
         _fill(log, 2, b"new")
-        assert [r.value[:6] for r in log.read_records(base)] == [b"new-0-"] * 3 + [b"new-1-"] * 3
+        assert [present(r.value)[:6] for r in log.read_records(base)] == [b"new-0-"] * 3 + [b"new-1-"] * 3
 
 
 @pytest.mark.unit
@@ -207,4 +210,4 @@ def test_a_preallocated_active_segment_is_rewritten_and_takes_appends(tmp_path):
     with LogManager.open(cfg) as mgr:
         log = helpers.get_log(mgr, TOPIC)
         assert log.log_end_offset == 54
-        assert [r.value[:6] for r in log.read_records(44)][:2] == [b"old-14", b"new-0-"]
+        assert [present(r.value)[:6] for r in log.read_records(44)][:2] == [b"old-14", b"new-0-"]
