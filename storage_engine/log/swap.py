@@ -184,7 +184,8 @@ def plan_intent(dir_path: str, rec: dict) -> Plan | None:
               for s in SUFFIXES + (SNAPSHOT,) if s in inodes]
     if all(v is None for v in new_at.values()) and all(v is None for _, _, v in old_at):
         return None
-    what = (f"rewrite of segment {b0} for a {rec['reason']}" if isinstance(rec.get("reason"), str)
+    rewrite = isinstance(rec.get("reason"), str)
+    what = (f"rewrite of segment {b0} for a {rec['reason']}" if rewrite
             else f"swap of segments {[b for b, _ in olds]} into a cleaned segment at {b0}")
     log_at = new_at[LOG]
     reason = None
@@ -199,7 +200,8 @@ def plan_intent(dir_path: str, rec: dict) -> Plan | None:
         reason = ("the cleaned segment never became .swap" if log_at == CLEANED
                   else "the cleaned segment's .log is missing")
     if reason is None:
-        plan = Plan("complete", messages=[f"completed the {what}, left half done by a cleaner that died"])
+        plan = Plan("complete", messages=[f"completed the {what}, left half done by a "
+                                                     f"{'process' if rewrite else 'cleaner'} that died"])
         moved = set()
         for base, s, at in old_at:
             if at == "":
