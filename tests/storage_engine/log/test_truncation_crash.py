@@ -74,9 +74,15 @@ def fill(cfg: str) -> tuple[int, int]:
     return bases[i], bases[i + 1]
 
 
-@pytest.mark.parametrize("step", REWRITE_STEPS)
-@pytest.mark.parametrize(("kind", "kill_holder"), [("to", False), ("to", True), ("start-at", True)],
-                         ids=["truncate-to-holder-closes", "truncate-to-holder-killed", "start-at-holder-killed"])
+# Every step with the holder killed, for both truncations; with the holder closing cleanly (the last user trims and
+# checkpoints from its own view) a step of each outcome: rolled back, completed from .swap, completed from final names.
+CASES = ([pytest.param(step, "to", True, id=f"truncate-to-holder-killed-{step}") for step in REWRITE_STEPS]
+         + [pytest.param(step, "start-at", True, id=f"start-at-holder-killed-{step}") for step in REWRITE_STEPS]
+         + [pytest.param(step, "to", False, id=f"truncate-to-holder-closes-{step}")
+            for step in ("rewrite.intent", "rewrite.old-deleted", "rewrite.done")])
+
+
+@pytest.mark.parametrize(("step", "kind", "kill_holder"), CASES)
 def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_completed_exactly(tmp_path, step, kind,
                                                                                               kill_holder):
     """``truncate_to(403)`` cuts the segment holding 403 at the batch 400-404 (the later segments go first);
