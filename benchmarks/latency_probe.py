@@ -15,7 +15,9 @@ own ``Message.latency()`` p99, the produce requests, the broker's CPU and the lo
 Knobs (set in the broker process before it serves; for experiments, nothing here changes the broker's code):
 ``NOFREEZE=1`` (start-up's objects left to the collector), ``STREAM_LIMIT=BYTES`` (the listener's stream buffer
 limit), ``READ_AHEAD=N`` (frames received ahead), ``INLINE=1`` (appends on the event loop instead of the engine
-pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``).
+pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``). ``TREE=DIR`` runs that broker from another checkout of the
+repository (its own code, e.g. ``git worktree add DIR COMMIT`` with the compiled speedups copied in): a same-run
+before/after of a change; the other knobs then act on that checkout's code.
 
 ``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end): each garbage
 collection (generation, pause, the collecting thread's CPU), every event-loop callback over 2 ms, each produce
@@ -235,6 +237,10 @@ def _paired(args: argparse.Namespace) -> int:
                 out = "-" if trace_dir is None else str(trace_dir / f"{name}.json")
                 broker = wire.BrokerProcess(folder, os.path.join(folder, "logs"))
                 broker.command = [sys.executable, "-m", "benchmarks.latency_probe", "broker", out, knobs]
+                tree = dict(kv.split("=", 1) for kv in knobs.split(",") if kv).get("TREE")
+                if tree:   # that checkout's code: its directory first on the path, and the broker's cwd
+                    broker.cwd = Path(tree).resolve()
+                    broker.extra_env["PYTHONPATH"] = str(broker.cwd)
                 broker.__enter__()
                 brokers[name] = (broker, AdminClient(wire._client_config(broker)))
             rate = args.rate

@@ -81,7 +81,7 @@ class Log(LocalLog):
                                       is_transactional=is_transactional, coordinator=coordinator)
 
     @guarded
-    def append_batches(self, data: bytes) -> AppendInfo:
+    def append_batches(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
         assign offsets from the log end offset, then write them as one append."""
         return appends.append_batches(self, data)
