@@ -72,12 +72,13 @@ def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int
         return append_validated(log, data, first, last, max_ts, last, len(recs), now, analysis)
 
 
-def append_batches(log: LocalLog, data: bytes | bytearray | memoryview) -> AppendInfo:
+def append_batches(log: LocalLog, data: bytes | bytearray | memoryview, *, in_place: bool = False) -> AppendInfo:
     """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record, assign
-    offsets from the log end offset, then write them as one append. ``data`` is copied once (offsets are assigned
-    in the copy, which is what gets written); the caller's buffer is never changed."""
+    offsets from the log end offset, then write them as one append. Offsets are assigned in a copy of ``data``
+    (which is what gets written), or with ``in_place`` in ``data`` itself: a writable buffer the caller gives up
+    (the broker's request frame), so the batches are never copied before their write."""
     now = log.clock.milliseconds()
-    buf, batches = validator.parse_client_batches(log.name, log.topic, log.config, data)
+    buf, batches = validator.parse_client_batches(log.name, log.topic, log.config, data, in_place=in_place)
     with log.locked():
         first = log.log_end_offset
         nxt, max_ts, max_ts_offset, count = validator.assign_offsets(log.name, log.topic, log.config, buf,

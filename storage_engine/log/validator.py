@@ -109,7 +109,7 @@ def check_size(topic: str, config: LogConfig, size: int) -> None:
                                   f"({config.segment_bytes}) of topic {topic}")
 
 
-def stamp_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
+def stamp_log_append_time(buf: bytearray | memoryview, pos: int, now_ms: int) -> None:
     """Kafka's ``setMaxTimestamp(LOG_APPEND_TIME, now)`` on the client batch at ``pos`` of a LogAppendTime
     topic: the timestamp-type bit and the max timestamp change, both under the CRC, so the CRC is redone."""
     fields = list(BATCH_HEADER.unpack_from(buf, pos))
@@ -158,10 +158,17 @@ def check_producer_fields(topic: str, producer_id: int, producer_epoch: int, bas
                                  f"{producer_id} in topic partition {topic}")
 
 
-def parse_client_batches(name: str, topic: str, config: LogConfig,
-                         data: bytes | bytearray | memoryview) -> tuple[bytearray, list]:
-    """The batches of a client's append, parsed (structure only) before the log is locked."""
-    buf = bytearray(data)
+def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes | bytearray | memoryview, *,
+                         in_place: bool = False) -> tuple[bytearray | memoryview, list]:
+    """The batches of a client's append, parsed (structure only) before the log is locked. They are parsed in a
+    copy of ``data`` (offsets are assigned in it) unless ``in_place``: then ``data``, a writable buffer its caller
+    gives up, is used and changed."""
+    if in_place:
+        if not isinstance(data, (bytearray, memoryview)) or (isinstance(data, memoryview) and data.readonly):
+            raise TypeError(f"an append in place needs a writable buffer, got {type(data).__name__}")
+        buf: bytearray | memoryview = data
+    else:
+        buf = bytearray(data)
     try:
         batches = list(iter_batches(buf, 0, len(buf), "<append>", strict=True))
     except CorruptRecordError as exc:
@@ -178,7 +185,7 @@ def parse_client_batches(name: str, topic: str, config: LogConfig,
     return buf, batches
 
 
-def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray, batches: list, *, first_offset: int,
+def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray | memoryview, batches: list, *, first_offset: int,
                    now_ms: int) -> tuple[int, int, int, int]:
     """Validate every batch and record and rewrite ``buf`` in place with offsets from ``first_offset`` (and the
     append time on a LogAppendTime topic). Returns (next offset, max timestamp, offset of the batch holding it,

@@ -61,7 +61,9 @@ def _append(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionP
         log = broker.manager.get_log(topic, partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
-        info = log.append_batches(records)
+        # records decoded by produce_wire are a writable view of this request's frame, which nothing reads after
+        # the append: offsets are assigned in it and it is written from there (no copy); kio's are bytes (copied)
+        info = log.append_batches(records, in_place=isinstance(records, memoryview) and not records.readonly)
     except Exception as exc:   # every failure becomes the partition's error code
         code = error_code(exc)
         if code == ErrorCode.unknown_server_error:
