@@ -19,7 +19,9 @@ pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``). ``TREE=DIR`` runs that br
 repository (its own code, e.g. ``git worktree add DIR COMMIT`` with the compiled speedups copied in): a same-run
 before/after of a change; the other knobs then act on that checkout's code.
 
-``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end): each garbage
+``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end, with each round's
+records split into time to the broker, in the broker and back to the delivery callback: :func:`decompose`; the
+broker's and this process's ``perf_counter`` are the same clock): each garbage
 collection (generation, pause, the collecting thread's CPU), every event-loop callback over 2 ms, each produce
 request's stages (frame received -> handling started -> done; each engine call: submitted -> running in its
 thread -> ended (with the thread's CPU) -> resumed on the loop) and every ``os.fsync`` (thread, duration). The
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import concurrent.futures
+import contextvars
 import gc
 import json
 import os
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 SLOW_CALLBACK_S = 0.002
+_APPENDED: contextvars.ContextVar[list[tuple[str, int]] | None] = contextvars.ContextVar("appended", default=None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -60,6 +65,9 @@ class Trace:
         self.requests: list[tuple[float, float, float, int]] = []     # received, queued, handled, bytes
         self.calls: list[tuple[float, float, float, float, float, str]] = []  # at, to thread, in thread, back, CPU, fn
         self.fsyncs: list[tuple[float, float, str]] = []              # at, duration, thread
+        # each Produce request that appended: received, handled (response about to be written; perf_counter
+        # seconds, not relative to t0), and the (topic, base offset) of each partition appended
+        self.produces: list[tuple[float, float, list[tuple[str, int]]]] = []
         self._gc_start: dict[int, tuple[float, float]] = {}
 
     def now(self) -> float:
@@ -78,7 +86,7 @@ class Trace:
     def dump(self, path: str) -> None:
         with open(path, "w") as f:
             json.dump({"gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
-                       "fsyncs": self.fsyncs}, f)
+                       "fsyncs": self.fsyncs, "produces": self.produces}, f)
 
 
 def _install_trace(trace: Trace) -> None:
@@ -108,8 +116,12 @@ def _install_trace(trace: Trace) -> None:
             finally:
                 stamps[2], stamps[3] = time.perf_counter(), time.thread_time() - cpu
         result = await asyncio.get_running_loop().run_in_executor(self.pool, run)
+        name = getattr(fn, "__name__", "?")
         trace.calls.append((stamps[0] - trace.t0, stamps[1] - stamps[0], stamps[2] - stamps[1],
-                            time.perf_counter() - stamps[2], stamps[3], getattr(fn, "__name__", "?")))
+                            time.perf_counter() - stamps[2], stamps[3], name))
+        appended = _APPENDED.get()
+        if name == "_append" and appended is not None and isinstance(result, dict) and not result["error_code"]:
+            appended.append((args[1], result["base_offset"]))      # _append(ctx, topic, partition, records)
         return result
     setattr(broker_mod.Broker, "call", call)
 
@@ -124,8 +136,16 @@ def _install_trace(trace: Trace) -> None:
     async def traced_handle(self: Any, frame: Any) -> Any:
         start = time.perf_counter()
         got = received.pop(id(frame), start)
-        out = await handle(self, frame)
-        trace.requests.append((got - trace.t0, start - got, time.perf_counter() - start, len(frame)))
+        appended: list[tuple[str, int]] = []
+        token = _APPENDED.set(appended)
+        try:
+            out = await handle(self, frame)
+        finally:
+            _APPENDED.reset(token)
+        end = time.perf_counter()
+        trace.requests.append((got - trace.t0, start - got, end - start, len(frame)))
+        if appended:
+            trace.produces.append((got, end, appended))
         return out
     setattr(conn_mod.Connection, "_read_frame", traced_read_frame)
     setattr(conn_mod.Connection, "handle", traced_handle)
@@ -212,6 +232,34 @@ def summarize_trace(path: Path) -> list[str]:
     return out
 
 
+def decompose(produces: list[Any], topic: str, timeline: list[tuple[int, float, float]]) -> list[str]:
+    """Where each record's time went, from a traced broker's Produce requests and the client's timeline of one
+    round: to the broker (``produce()`` -> its request's frame read by the broker: linger, librdkafka's batching,
+    the send), in the broker (frame read -> response about to be written: waiting behind the connection's
+    previous request, decode, append, encode) and back (-> the delivery callback ran: the response's write and
+    receipt, librdkafka's delivery report, and the benchmark's ``poll()``). Lines of ms percentiles, then the mean
+    of each part over the slowest 1% of records."""
+    requests = sorted((offset, got, end) for got, end, parts in produces for t, offset in parts if t == topic)
+    if not requests:
+        return [f"no traced request appended to {topic}"]
+    bases = [r[0] for r in requests]
+    rows = []
+    for offset, produced, called in timeline:
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0:
+            continue
+        _, got, end = requests[i]
+        rows.append(((called - produced) * 1000, (got - produced) * 1000, (end - got) * 1000, (called - end) * 1000))
+    out = []
+    for k, name in enumerate(("total", "to the broker", "in the broker", "back to the callback")):
+        ms = [r[k] for r in rows]
+        out.append(f"{name:22} p50 {_pct(ms, .5):8.2f} p99 {_pct(ms, .99):8.2f} p99.9 {_pct(ms, .999):8.2f} ms")
+    slow = sorted(rows)[-max(1, len(rows) // 100):]
+    out.append("slowest 1%: mean to the broker {:.2f}, in the broker {:.2f}, back {:.2f} ms (total {:.2f})".format(
+        *(statistics.mean(r[k] for r in slow) for k in (1, 2, 3, 0))))
+    return out
+
+
 def _paired(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -225,6 +273,7 @@ def _paired(args: argparse.Namespace) -> int:
         variants.append((name, knobs))
     ctx = Context(quick=False, repeats=1, tmp_root=TMP_ROOT)
     results: dict[str, list[dict[str, Any]]] = {}
+    timelines: list[tuple[str, str, str, list[tuple[int, float, float]]]] = []   # variant, acks, topic, timeline
     trace_dir = Path(args.trace).resolve() if args.trace else None
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
@@ -259,7 +308,11 @@ def _paired(args: argparse.Namespace) -> int:
                         n += 1
                         load = os.getloadavg()[0]
                         gc.collect()
-                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks)
+                        timeline: list[tuple[int, float, float]] = []
+                        if trace_dir is not None:
+                            timelines.append((name, acks, f"probe-{n}", timeline))
+                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks,
+                                                    timeline)
                         results.setdefault(f"{name} acks={acks}", []).append({**f, "load": load})
                         print(f"round {r} acks={acks:3} {name:12} p50 {f['p50_ms']:7.2f} p99 {f['p99_ms']:8.2f} "
                               f"p99.9 {f['p999_ms']:8.2f} max {f['max_ms']:8.2f} librdkafka p99 "
@@ -278,6 +331,12 @@ def _paired(args: argparse.Namespace) -> int:
             print(f"== trace of {name}")
             for text in summarize_trace(trace_dir / f"{name}.json"):
                 print("   " + text)
+            produces = json.loads((trace_dir / f"{name}.json").read_text())["produces"]
+            for variant, acks, topic, timeline in timelines:
+                if variant == name:
+                    print(f"   -- {topic} acks={acks}: where each record's time went")
+                    for text in decompose(produces, topic, timeline):
+                        print("      " + text)
     return 0
 
 
