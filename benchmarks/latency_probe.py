@@ -2,7 +2,7 @@
 BENCHMARKS.md's "Produce latency: where the p99 goes". Not a section of ``python -m benchmarks``.
 
     python -m benchmarks.latency_probe [--variant NAME[=KNOB=VALUE,...]] ... [--rounds N] [--seconds S]
-                                       [--rate R] [--acks 1,all] [--trace DIR]
+                                       [--rate R] [--acks 1,all] [--trace DIR] [--cpu-rounds N]
     python -m benchmarks.latency_probe hop SWITCH_INTERVAL_S
 
 Every variant is a broker (``python -m storage_engine serve``, default configuration, its own log dir under
@@ -10,7 +10,10 @@ Every variant is a broker (``python -m storage_engine serve``, default configura
 paced at ``--rate`` (default: half the lowest peak, one 200,000-record acks=all round per broker) for ``--seconds``,
 to a fresh topic per round, the brokers and acks alternating round by round (``benchmarks.wire._paced_round``:
 delivery callback minus ``produce()`` time per record). Printed per round: p50 / p99 / p99.9 / max, librdkafka's
-own ``Message.latency()`` p99, the produce requests, the broker's CPU and the load average; then the medians.
+own ``Message.latency()`` p99 (computed when the delivery report is served, by ``poll()``: the same moment as the
+callback, so it is no independent check of the benchmark's loop), the produce requests, the broker's CPU and the
+load average; then the medians. ``--cpu-rounds N`` first runs N rounds per broker of 200,000 records produced as
+fast as the client goes (acks=all) and prints each broker's CPU: a before/after figure the load hardly moves.
 
 Knobs (set in the broker process before it serves; for experiments, nothing here changes the broker's code):
 ``NOFREEZE=1`` (start-up's objects left to the collector), ``STREAM_LIMIT=BYTES`` (the listener's stream buffer
@@ -292,6 +295,19 @@ def _paired(args: argparse.Namespace) -> int:
                     broker.extra_env["PYTHONPATH"] = str(broker.cwd)
                 broker.__enter__()
                 brokers[name] = (broker, AdminClient(wire._client_config(broker)))
+            cpu: dict[str, list[float]] = {}
+            for r in range(args.cpu_rounds):     # the broker's CPU per record, alternating: little moved by load
+                for name, (broker, admin) in brokers.items():
+                    run = wire._produce_round(broker, admin, f"cpu-{name}-{r}", "all", pool * 40)
+                    cpu.setdefault(name, []).append(run.broker_cpu_s)
+                    print(f"cpu round {r} {name:12} {len(pool) * 40:,} records acks=all: broker CPU "
+                          f"{run.broker_cpu_s:.2f} s, {len(run.batches)} requests, "
+                          f"{len(pool) * 40 / run.sample.wall_s:,.0f} records/s, load {os.getloadavg()[0]:.2f}",
+                          flush=True)
+            for name, seconds in cpu.items():
+                print(f"{name:12} broker CPU per {len(pool) * 40:,} 1 KiB records (acks=all, as fast as the client "
+                      f"sends): median {statistics.median(seconds):.3f} s, min {min(seconds):.3f} s over "
+                      f"{len(seconds)} rounds", flush=True)
             rate = args.rate
             if not rate:
                 peaks = []
@@ -390,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=0.0, help="records/s (default: half the lowest peak)")
     p.add_argument("--acks", default="1,all")
     p.add_argument("--trace", default=None, metavar="DIR")
+    p.add_argument("--cpu-rounds", type=int, default=0, metavar="N",
+                   help="first, N rounds per broker of 200,000 records as fast as the client sends: broker CPU each")
     return _paired(p.parse_args(argv))
 
 
