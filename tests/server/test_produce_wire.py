@@ -50,7 +50,7 @@ def _kio_response(version: int, request: protocol.Request, response: dict[str, A
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(response=responses, correlation=st.integers(-2**31, 2**31 - 1))
 def test_responses_are_kios_bytes(version, response, correlation):
     request = protocol.Request(0, version, correlation, "client", None, 0)
@@ -65,6 +65,16 @@ def test_a_response_with_a_tagged_field_is_left_to_kio():
     assert not produce_wire.encodable({"responses": ({"name": "t", "partition_responses": (part,)},)})
     assert not produce_wire.encodable({"responses": (), "node_endpoints": ({"node_id": 1, "host": "h", "port": 1},)})
     assert produce_wire.encodable({"responses": (), "node_endpoints": ()})
+
+
+def test_a_response_with_a_wrong_key_is_left_to_kio_which_names_it():
+    for wrong in ({"index": 0, "base_offset": 5, "record_errors": ()},                     # no error code
+                  {"index": 0, "error_code": 0, "base_offset": 5, "log_start_ofset": 0, "record_errors": ()}):
+        response = {"responses": ({"name": "t", "partition_responses": (wrong,)},), "throttle_time": 0}
+        assert not produce_wire.encodable(response)
+        with pytest.raises(protocol.BuildError):
+            protocol.build(protocol.response_class(0, 9), response)
+    assert not produce_wire.encodable({"responses": (), "throttle_tme": 0})
 
 
 # -- requests ------------------------------------------------------------------------------------------------------
@@ -115,7 +125,7 @@ def _kio_decode(frame: bytearray) -> protocol.Request:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=requests, correlation=st.integers(-2**31, 2**31 - 1), client_id=st.one_of(st.none(), names))
 def test_requests_read_as_kio_reads_them(version, body, correlation, client_id):
     frame = _kio_request(version, correlation, client_id, body)
@@ -126,7 +136,7 @@ def test_requests_read_as_kio_reads_them(version, body, correlation, client_id):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=requests, data=st.data())
 def test_damaged_requests_are_refused_or_read_as_kio_reads_them(version, body, data):
     frame = _kio_request(version, 7, "c", body)

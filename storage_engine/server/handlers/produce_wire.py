@@ -207,11 +207,27 @@ def _time(value: Any) -> int:
     return -1 if value is None or int(value) < 0 else int(value)
 
 
+_RESPONSE_KEYS = frozenset({"responses", "throttle_time", "node_endpoints"})
+_TOPIC_KEYS = frozenset({"name", "partition_responses"})
+_PARTITION_KEYS = frozenset({"index", "error_code", "base_offset", "log_append_time", "log_start_offset",
+                             "record_errors", "error_message"})
+_PARTITION_REQUIRED = frozenset({"index", "error_code", "base_offset"})
+
+
 def encodable(response: Mapping[str, Any]) -> bool:
-    """False when ``response`` sets a tagged field (left to kio)."""
-    if response.get("node_endpoints"):
+    """False when ``response`` sets a tagged field, or has a key this encoder does not know or lacks a required
+    one: left to kio, whose :func:`~storage_engine.server.protocol.build` names a wrong key (``BuildError``), so a
+    handler's mistake can never go out as a success here either."""
+    if response.get("node_endpoints") or not response.keys() <= _RESPONSE_KEYS:
         return False
-    return all("current_leader" not in p for t in response["responses"] for p in t["partition_responses"])
+    for t in response["responses"]:
+        if t.keys() != _TOPIC_KEYS:
+            return False
+        for p in t["partition_responses"]:
+            keys = p.keys()
+            if not (_PARTITION_REQUIRED <= keys <= _PARTITION_KEYS):
+                return False
+    return True
 
 
 def encode_response(version: int, response: Mapping[str, Any]) -> Encoded:
