@@ -191,27 +191,39 @@ def test_an_append_in_place_writes_what_an_append_of_a_copy_writes(tmp_path):
     from storage_engine.log.manager import LogManager
     from storage_engine.record.record_batch import build_batch
     from storage_engine.record.records import SimpleRecord
-    from storage_engine.segment.file_records import iter_batches
 
     batches = [build_batch([SimpleRecord(b"k%d" % i, b"v" * i, 1000 + i) for i in range(n)]) for n in (1, 5, 40)]
-    mgr = LogManager.open(config_from_mapping({"broker": {"log.dirs": [str(tmp_path)]}}))
+    mgr = LogManager.open(config_from_mapping({"broker": {"log.dirs": [str(tmp_path)]}, "topics": {
+        name: {"message.timestamp.type": "LogAppendTime"} for name in ("copied-append-time", "in-place-append-time")}}))
     try:
-        copied, in_place = mgr.get_or_create_log("copied", 0), mgr.get_or_create_log("in-place", 0)
-        for batch in batches:
-            frame = bytearray(b"header" + batch + b"\x00")        # the records are a view inside a frame
-            view = memoryview(frame)[6:6 + len(batch)]
-            a, b = copied.append_batches(batch), in_place.append_batches(view, in_place=True)
-            assert (a.first_offset, a.last_offset, a.count, a.bytes) == (b.first_offset, b.last_offset, b.count,
-                                                                         b.bytes)
-            assert bytes(view) != batch or a.first_offset == 0     # offsets assigned in the frame itself
-            assert frame[:6] == b"header" and frame[-1:] == b"\x00"
-        with pytest.raises(TypeError, match="writable buffer"):
-            in_place.append_batches(batches[0], in_place=True)
-        read = []
-        for log in (copied, in_place):
-            fetched = log.read(0, 10**6)
-            assert fetched is not None
-            read.append([(r.offset, r.key, r.value) for b in iter_batches(fetched.data) for r in b.records()])
-        assert read[0] == read[1] and len(read[0]) == 46
+        check_in_place(mgr, "copied", "in-place", batches)
+        check_in_place(mgr, "copied-append-time", "in-place-append-time", batches)    # CRC redone in the frame
+        log = mgr.get_log("in-place-append-time", 0)
+        assert log is not None and log.config.message_timestamp_type == "LogAppendTime"
     finally:
         mgr.close()
+
+
+def check_in_place(mgr: Any, copied_topic: str, in_place_topic: str, batches: list[bytes]) -> None:
+    """Append ``batches`` to one log from bytes and to another in place from views inside frames: the same records
+    (offsets, keys, values) read back, every written batch valid, the frame around a view untouched."""
+    from storage_engine.segment.file_records import iter_batches
+
+    copied, in_place = mgr.get_or_create_log(copied_topic, 0), mgr.get_or_create_log(in_place_topic, 0)
+    for batch in batches:
+        frame = bytearray(b"header" + batch + b"\x00")        # the records are a view inside a frame
+        view = memoryview(frame)[6:6 + len(batch)]
+        a, b = copied.append_batches(batch), in_place.append_batches(view, in_place=True)
+        assert (a.first_offset, a.last_offset, a.count, a.bytes) == (b.first_offset, b.last_offset, b.count,
+                                                                     b.bytes)
+        assert bytes(view) != batch or a.first_offset == 0     # offsets assigned in the frame itself
+        assert frame[:6] == b"header" and frame[-1:] == b"\x00"
+    with pytest.raises(TypeError, match="writable buffer"):
+        in_place.append_batches(batches[0], in_place=True)
+    read = []
+    for log in (copied, in_place):
+        fetched = log.read(0, 10**6)
+        assert fetched is not None
+        read.append([(r.offset, r.key, r.value) for b in iter_batches(fetched.data) for r in b.records()])
+        assert all(b.is_valid() for b in iter_batches(fetched.data))
+    assert read[0] == read[1] and len(read[0]) == 46
