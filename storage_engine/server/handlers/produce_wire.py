@@ -5,14 +5,15 @@ Why: a producer at a steady rate sends one request per linger interval, each hol
 copies the batch out of the frame and builds a dataclass per topic and partition; kio's writer builds the response
 through :func:`storage_engine.server.protocol.build` (dataclasses, conversions, one Python call per field): together
 about 150 us and a few hundred objects per request, on the event loop, before and after every append. Here a
-request is a few ``struct`` reads and its records stay a ``memoryview`` of the frame (the engine copies them once,
-when it takes them); a response is a few ``struct`` packs.
+request is a few ``struct`` reads and its records stay a writable ``memoryview`` of the frame (the engine assigns
+their offsets in the frame and writes them from there: ``Log.append_batches(in_place=True)``); a response is a few
+``struct`` packs.
 
 Request layout (``ProduceRequest.json``), after the request header (v1: api key, version, correlation id, client id;
 v2 from Produce v9 adds the header's tagged fields): transactional id (nullable string), acks (int16), timeout
 (int32 ms), topics: name, partitions: index (int32), records (nullable bytes). From v9 (flexible versions) strings,
 arrays and bytes carry unsigned-varint lengths plus one and every struct ends with its tagged fields (none are
-defined for Produce; unknown ones are skipped, as Kafka's readers skip them). A length that runs past the frame, a
+defined for Produce; unknown ones are skipped, as Kafka's readers skip them, where kio refused them). A length that runs past the frame, a
 negative length that is not the null of a nullable field, or a null where the schema has none is a
 :class:`~storage_engine.server.protocol.MalformedRequest`, as kio's reader (after
 :func:`~storage_engine.server.protocol.check_lengths`) refuses it; bytes after the body are ignored.
@@ -20,7 +21,8 @@ negative length that is not the null of a nullable field, or a null where the sc
 Response layout: topics: name, partitions: index, error code, base offset, log append time, log start offset
 (v5+), record errors (v8+: batch index, nullable message) and error message (v8+, nullable); throttle time. The
 tagged fields of v10+ (a partition's ``current_leader``, the response's ``node_endpoints``) are never set by this
-broker (it is every partition's leader): a response carrying one is left to kio. The tests compare these bytes and
+broker (it is every partition's leader): a response carrying one is left to kio, and so is one with a key this
+encoder does not know or without a required one (kio's ``build`` names it). The tests compare these bytes and
 decoded values with kio's for every version.
 """
 from __future__ import annotations
