@@ -307,9 +307,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tuple[Any, Any]], rate: float,
-                 seconds: float, acks: str = "all") -> tuple[Sample, dict[str, Any], int]:
+                 seconds: float, acks: str = "all",
+                 timeline: list[tuple[int, float, float]] | None = None) -> tuple[Sample, dict[str, Any], int]:
     """Produce ``rate * seconds`` records at ``rate`` per second with ``acks``; (sample, latency figures, batch
-    bytes)."""
+    bytes). ``timeline`` gets each record's (offset, ``produce`` time, delivery callback time) in
+    ``time.perf_counter`` seconds (CLOCK_MONOTONIC: comparable with another process's on this machine)."""
     count = max(1, int(rate * seconds))
     produced_at = [0.0] * count
     delivered: list[tuple[float, int, float]] = []
@@ -357,6 +359,8 @@ def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tupl
     _delete_topic(admin, topic)
     # offset 0 is the warm-up record; record i (in produce order) is at offset i + 1
     callback_ms = sorted((t - produced_at[offset - 1]) * 1000 for t, offset, _ in delivered)
+    if timeline is not None:
+        timeline.extend((offset, produced_at[offset - 1], t) for t, offset, _ in delivered)
     client_ms = sorted(lat * 1000 for _, _, lat in delivered)
     figures = {
         "records": count, "target_records_per_s": rate, "achieved_records_per_s": count / (last_produce - start),
