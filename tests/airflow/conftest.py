@@ -62,6 +62,15 @@ def airflow_db():
     yield
 
 
+@pytest.fixture(scope="session")
+def console_sample(tmp_path_factory):
+    """The console files' sample store, built once per worker and put back as built for each file that uses it
+    (tests/airflow/console_sample.py; the module fixture ``sample`` of test_storage_view.py is its use)."""
+    from .console_sample import ConsoleSample
+
+    return ConsoleSample(tmp_path_factory.mktemp("storage-view"))
+
+
 @pytest.fixture
 def storage(tmp_path, monkeypatch) -> StorageFixture:
     """A storage config in tmp_path, named by $STORAGE_ENGINE_CONFIG; see StorageFixture for building data."""
