@@ -19,6 +19,7 @@ from storage_engine.clock import ManualClock
 from storage_engine.log.manager import LogManager
 
 from .api_server import ApiServer
+from .browser import logged_in
 from .console_sample import UNCLEANABLE
 from .conftest import REPO, parse_dag, run_results
 from .storage_fixtures import T, T_MS
@@ -27,9 +28,6 @@ from tests.typed import present
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
 ARTIFACTS = REPO / "var" / "test-artifacts" / "storage-view"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -183,19 +181,8 @@ def test_actions_need_permission_and_a_json_body(server, sample):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = b.new_context(viewport={"width": 1500, "height": 1000})
-        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-        try:
-            yield context
-        finally:
-            context.close()
-            b.close()
+    with logged_in(server, viewport={"width": 1500, "height": 1000}) as context:
+        yield context
 
 
 def shot(page, name: str) -> pathlib.Path:
