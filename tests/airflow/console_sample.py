@@ -1,13 +1,18 @@
 """The sample store of the console's test files (the Storage view, its pages, the admin actions, the search, the
-dashboard, the page speed): the demo's three topics, small, maintained by one retention and one compaction run.
+dashboard, the page speed) and the api-server over it: the demo's three topics, small, maintained by one retention
+and one compaction run.
 
-Each of those files used to build it again (generate, then two DAG runs: ~12 s of CPU and 15-30 s on a loaded
-worker). A worker now builds it once, at one place, keeps a pristine copy of its log dirs, and puts that copy back
-at the same place for every next file that uses it, before the file's first test: each file starts from the same
-bytes as before, at the same paths, so the DAG runs' results in the metadata DB (which name the log dirs) still
-describe the store a file sees. Files run one after another on a worker (``--dist loadfile``), and a file's
-module fixtures (its api-server, its brokers) are stopped before the next file's are set up, so nothing holds the
-store while it is put back.
+Each of those files used to build the store again (generate, then two DAG runs: ~10 s of CPU, 20-30 s on a loaded
+worker) and start its own ``airflow api-server`` (~13 s of CPU, 15-25 s). A worker now builds the store once, at
+one place, keeps a pristine copy of its log dirs, and puts that copy back at the same place for every next file
+that uses it, before the file's first test: each file starts from the same bytes as before, at the same paths, so
+the DAG runs' results in the metadata DB (which name the log dirs) still describe the store a file sees. Files run
+one after another on a worker (``--dist loadfile``), and a file's module fixtures (its brokers, its browser) are
+stopped before the next file's are set up, so no process writes the store while it is put back.
+
+The api-server is started by the first file and kept for the next ones: the store it serves is at the same place
+for all of them, and it reads the store and the metadata DB afresh for every request (the Storage plugin keeps
+nothing of either between requests but values keyed by the task tries they were read from).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import yaml
 
 from storage_engine.config_file import load_config
 
+from .api_server import ApiServer
 from .conftest import REPO, parse_dag
 from .storage_fixtures import T, T_MS
 
@@ -39,6 +45,7 @@ class ConsoleSample:
         self.pristine = root / "pristine-logs"
         self.runs: dict[str, Any] = {}
         self.uses = 0
+        self.server: ApiServer | None = None
 
     def _build(self) -> None:
         from include.sample_data import generate
@@ -81,3 +88,13 @@ class ConsoleSample:
                 os.environ.pop("STORAGE_ENGINE_CONFIG", None)
             else:
                 os.environ["STORAGE_ENGINE_CONFIG"] = old
+
+    def api_server(self, log_path: pathlib.Path) -> ApiServer:
+        """The worker's api-server over the sample, started on the first call (again if it has exited)."""
+        if self.server is None or self.server.proc is None or self.server.proc.poll() is not None:
+            self.server = ApiServer(pathlib.Path(os.environ["AIRFLOW_HOME"]), self.config_path, log_path).start()
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()

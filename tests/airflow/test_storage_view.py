@@ -18,7 +18,6 @@ from include.broker_launcher import BrokerLauncher
 from storage_engine.clock import ManualClock
 from storage_engine.log.manager import LogManager
 
-from .api_server import ApiServer
 from .browser import logged_in
 from .console_sample import UNCLEANABLE
 from .conftest import REPO, parse_dag, run_results
@@ -39,14 +38,11 @@ def sample(console_sample):
 
 
 @pytest.fixture(scope="module")
-def server(sample):
+def server(sample, console_sample):
+    """The api-server over the sample: the worker's one, started by the first file that uses it and kept for the
+    next ones (tests/airflow/console_sample.py)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    srv = ApiServer(pathlib.Path(os.environ["AIRFLOW_HOME"]), sample["config_path"], ARTIFACTS / "api-server.log")
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    return console_sample.api_server(ARTIFACTS / "api-server.log")
 
 
 def describe(config) -> dict:
