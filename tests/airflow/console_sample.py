@@ -51,6 +51,8 @@ class ConsoleSample:
         from include.sample_data import generate
         from storage_engine.maintenance.cleaner_manager import mark_uncleanable
 
+        for leftover in (self.logs, self.pristine):     # of a build that failed for an earlier file
+            shutil.rmtree(leftover, ignore_errors=True)
         data = yaml.safe_load((REPO / "include" / "config" / "storage.yaml").read_text())
         data["broker"]["log.dirs"] = [str(self.logs / "dir-a"), str(self.logs / "dir-b")]
         self.config_path.write_text(yaml.safe_dump(data))
@@ -92,9 +94,11 @@ class ConsoleSample:
     def api_server(self, log_path: pathlib.Path) -> ApiServer:
         """The worker's api-server over the sample, started on the first call (again if it has exited)."""
         if self.server is None or self.server.proc is None or self.server.proc.poll() is not None:
+            self.close()
             self.server = ApiServer(pathlib.Path(os.environ["AIRFLOW_HOME"]), self.config_path, log_path).start()
         return self.server
 
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
+            self.server = None
