@@ -19,8 +19,10 @@ import pytest
 
 # Session fixtures that each worker builds for itself, cheap enough that keeping their tests on one worker (every
 # Airflow test, every tiered test) would cost more than building them twice: the Airflow metadata DB of
-# tests/airflow/conftest.py and the SeaweedFS of tests/tiered/conftest.py (a few seconds to start).
-PER_WORKER_FIXTURES = frozenset({"airflow_db", "weed"})
+# tests/airflow/conftest.py and the SeaweedFS of tests/tiered/conftest.py (a few seconds to start); and the console
+# files' sample store (tests/airflow/console_sample.py), built once per worker instead of once per file, each file
+# getting it back as built.
+PER_WORKER_FIXTURES = frozenset({"airflow_db", "weed", "console_sample"})
 
 # The markers that classify a test; ``kills`` (a test whose processes die by a signal) is said on top of one.
 CATEGORY_MARKERS = ("unit", "slow", "spark", "airflow", "e2e", "tiered")

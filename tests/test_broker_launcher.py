@@ -68,3 +68,24 @@ def test_a_start_that_fails_raises_with_the_brokers_error(tmp_path):
         broker.start()
     assert "port 'notaport'" in str(raised.value) and str(tmp_path / "broker.log") in str(raised.value)
     assert broker.proc is not None and broker.proc.returncode == 2
+
+
+@pytest.mark.e2e
+def test_a_broker_process_serves_without_importing_hypothesis(tmp_path):
+    """kio imports hypothesis (when installed) only to register test strategies for its types; the command line
+    (storage_engine/__main__.py) keeps it out of the broker's start-up, half of the protocol modules' import CPU.
+    ``-X importtime`` lists every module the broker imported up to its ``serving`` line."""
+    import sys
+
+    broker = BrokerLauncher(_config(tmp_path, "PLAINTEXT://127.0.0.1:0"), tmp_path / "broker.log",
+                            command=[sys.executable, "-X", "importtime", "-m", "storage_engine"])
+    try:
+        broker.start()
+        imported = [line.rsplit("|", 1)[-1].strip() for line in broker.log_text().splitlines()
+                    if line.startswith("import time:")]
+        assert "kio.static.primitive" in imported, "the broker imported the protocol's types"
+        # kio's ``import hypothesis.strategies`` is still tried (and listed: it fails at once); the package is not.
+        assert not {"hypothesis", "hypothesis.core"} & set(imported)
+        assert broker.stop() == 0
+    finally:
+        broker.close()

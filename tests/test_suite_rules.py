@@ -166,3 +166,16 @@ def test_scripts_run_by_path_import_nothing_from_the_tests_package():
             offending += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
                           if n == "tests" or n.startswith("tests.")]
     assert len(scripts) > 5 and offending == [], offending
+
+
+@pytest.mark.unit
+def test_the_console_browser_tests_launch_chromium_and_log_in_through_one_helper():
+    """tests/airflow/browser.py launches Debian's chromium and logs a browser context in to an api-server (the UI's
+    token cookie); a test file of tests/airflow doing either again repeats set-up that was once copied nine times
+    and had drifted (tests/cluster logs in to the cluster's api-server with its own token: its own harness)."""
+    launch, cookie = ".chromium" + ".launch(", '"_' + 'token"'
+    helper = REPO / "tests" / "airflow" / "browser.py"
+    assert launch in helper.read_text() and cookie in helper.read_text()
+    offenders = [str(path.relative_to(REPO)) for path in sorted((REPO / "tests" / "airflow").glob("*.py"))
+                 if path != helper and (launch in path.read_text() or cookie in path.read_text())]
+    assert offenders == [], f"launch chromium and log in with tests/airflow/browser.py: {offenders}"

@@ -62,6 +62,20 @@ def airflow_db():
     yield
 
 
+@pytest.fixture(scope="session")
+def console_sample(tmp_path_factory):
+    """The console files' sample store, built once per worker and put back as built for each file that uses it, and
+    the api-server over it, started once per worker (tests/airflow/console_sample.py; the module fixtures ``sample``
+    and ``server`` of test_storage_view.py are its uses)."""
+    from .console_sample import ConsoleSample
+
+    sample = ConsoleSample(tmp_path_factory.mktemp("storage-view"))
+    try:
+        yield sample
+    finally:
+        sample.close()
+
+
 @pytest.fixture
 def storage(tmp_path, monkeypatch) -> StorageFixture:
     """A storage config in tmp_path, named by $STORAGE_ENGINE_CONFIG; see StorageFixture for building data."""

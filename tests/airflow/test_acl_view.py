@@ -19,7 +19,7 @@ from storage_engine.acl.store import read_acls
 
 from .api_server import ApiServer
 from .conftest import REPO
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS
+from .browser import logged_in
 from tests.server.broker_proc import BrokerProcess
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
@@ -74,19 +74,8 @@ def server(acls):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = b.new_context(viewport={"width": 1400, "height": 900})
-        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-        try:
-            yield context
-        finally:
-            context.close()
-            b.close()
+    with logged_in(server, viewport={"width": 1400, "height": 900}) as context:
+        yield context
 
 
 def rows_of(page) -> list[dict[str, str]]:

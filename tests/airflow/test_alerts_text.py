@@ -16,15 +16,13 @@ import urllib.parse
 import pytest
 
 from .api_server import ApiServer
+from .browser import logged_in
 from .conftest import REPO, parse_dag, run_results
 from .storage_fixtures import T, old_then_recent
 
 pytestmark = pytest.mark.airflow
 
 ARTIFACTS = REPO / "var" / "test-artifacts" / "alerts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture
@@ -123,8 +121,6 @@ def server(storage):
 
 
 def test_a_suppressed_alert_says_why_on_the_run_page(storage, alerting, tmp_path, server):
-    from playwright import sync_api as playwright
-
     mailbox, webhook = alerting
     storage.produce("events", 0, old_then_recent())
     pdir = storage.partition_dir("events", 0)
@@ -141,26 +137,18 @@ def test_a_suppressed_alert_says_why_on_the_run_page(storage, alerting, tmp_path
     assert (why["dag_id"], why["run_id"], why["where"]) == ("log_retention", first.run_id, "events-0")
     assert why["alerted_at"] and why["alerted_at"] == why["first_alerted"]
 
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-            page = context.new_page()
-            page.goto(server.url + f"/storage-maintenance/runs/log_checkpoint/{urllib.parse.quote(second.run_id)}")
-            shown = page.locator("#alert").inner_text()
-            assert (f"suppressed: the same root cause (partition cannot be read: events-0) alerted at "
-                    f"{why['alerted_at']} by run {first.run_id} of log_retention") in shown, shown
-            assert "not delivered" not in shown and page.locator("#alert .bad").count() == 0
-            page.screenshot(path=str(ARTIFACTS / "suppressed-alert-run-page.png"), full_page=True)
-            # The run named links to its own page, where the alert went out.
-            page.locator("#suppressed a").click()
-            page.wait_for_url("**/runs/log_retention/**")
-            assert page.locator("#alert").inner_text().strip() == "Alert: sent"
-        finally:
-            browser.close()
+    with logged_in(server, viewport={"width": 1280, "height": 900}) as context:
+        page = context.new_page()
+        page.goto(server.url + f"/storage-maintenance/runs/log_checkpoint/{urllib.parse.quote(second.run_id)}")
+        shown = page.locator("#alert").inner_text()
+        assert (f"suppressed: the same root cause (partition cannot be read: events-0) alerted at "
+                f"{why['alerted_at']} by run {first.run_id} of log_retention") in shown, shown
+        assert "not delivered" not in shown and page.locator("#alert .bad").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "suppressed-alert-run-page.png"), full_page=True)
+        # The run named links to its own page, where the alert went out.
+        page.locator("#suppressed a").click()
+        page.wait_for_url("**/runs/log_retention/**")
+        assert page.locator("#alert").inner_text().strip() == "Alert: sent"
 
 
 def test_where_operators_reach_the_engine_differently_the_command_prefix_is_configured(monkeypatch):

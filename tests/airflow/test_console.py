@@ -26,7 +26,9 @@ from storage_engine.record.records import SimpleRecord
 from storage_maintenance.tasks.hooks import iso_ms
 
 from .conftest import REPO
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS, describe, sample, server  # noqa: F401 - module fixtures
+from .browser import chromium as launch_chromium
+from .browser import log_in
+from .test_storage_view import describe, sample, server  # noqa: F401 - module fixtures
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
@@ -40,17 +42,9 @@ TIMEOUT_S = 60
 
 @pytest.fixture(scope="module")
 def chromium():
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with launch_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
@@ -61,9 +55,8 @@ def open_page(chromium, server):
     contexts = []
 
     def open_(user: str = "admin", *, scheme: str = "light", width: int = 1280, init_script: str | None = None):
-        context = chromium.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
+        context = log_in(chromium, server, user, viewport={"width": width, "height": 900}, color_scheme=scheme)
         contexts.append(context)
-        context.add_cookies([{"name": "_token", "value": server.token(user), "url": server.url}])
         if init_script:
             context.add_init_script(init_script)
         page = context.new_page()

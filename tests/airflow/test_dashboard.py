@@ -17,7 +17,8 @@ import pytest
 
 from .conftest import REPO, parse_dag
 from .storage_fixtures import T
-from .test_storage_view import (CHROMIUM, CHROMIUM_ARGS, describe, df_percent, dirty_ratios,  # noqa: F401 - fixtures
+from .browser import logged_in
+from .test_storage_view import (describe, df_percent, dirty_ratios,  # noqa: F401 - fixtures
                                 sample, server)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
@@ -55,18 +56,9 @@ def failed_verify(sample):
 @pytest.fixture(scope="module")
 def home(server, failed_verify):
     """A logged-in browser context (the UI's ``_token`` cookie) whose pages' script errors are kept."""
-    from playwright import sync_api as playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1500, "height": 1400})
-        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-        try:
-            yield context
-        finally:
-            context.close()
-            browser.close()
+    with logged_in(server, viewport={"width": 1500, "height": 1400}) as context:
+        yield context
 
 
 def open_home(context, url: str):

@@ -24,7 +24,7 @@ from storage_engine.log.manager import LogManager
 from .api_server import ApiServer
 from .conftest import REPO
 from .storage_fixtures import T_MS
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS
+from .browser import chromium, log_in
 from tests.typed import present
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
@@ -70,16 +70,8 @@ def server(store):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture
@@ -88,9 +80,8 @@ def open_page(browser, server):
     contexts = []
 
     def open_(user: str):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = log_in(browser, server, user, viewport={"width": 1280, "height": 900})
         contexts.append(context)
-        context.add_cookies([{"name": "_token", "value": server.token(user), "url": server.url}])
         page = context.new_page()
         page.js_errors = []
         page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from .conftest import REPO
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS, sample, server  # noqa: F401 - module fixtures
+from .browser import logged_in
+from .test_storage_view import sample, server  # noqa: F401 - module fixtures
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
@@ -38,18 +39,9 @@ def console_pages(sample: dict) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def chromium(server):
-    from playwright import sync_api as playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1500, "height": 1000})
-        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-        try:
-            yield context
-        finally:
-            context.close()
-            browser.close()
+    with logged_in(server, viewport={"width": 1500, "height": 1000}) as context:
+        yield context
 
 
 def paint_times(page) -> dict:

@@ -13,14 +13,13 @@ import pathlib
 import urllib.parse
 
 import pytest
-import yaml
 
 from include.broker_launcher import BrokerLauncher
 from storage_engine.clock import ManualClock
-from storage_engine.config_file import load_config
 from storage_engine.log.manager import LogManager
 
-from .api_server import ApiServer
+from .browser import logged_in
+from .console_sample import UNCLEANABLE
 from .conftest import REPO, parse_dag, run_results
 from .storage_fixtures import T, T_MS
 from tests.typed import present
@@ -28,52 +27,22 @@ from tests.typed import present
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
 
 ARTIFACTS = REPO / "var" / "test-artifacts" / "storage-view"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-UNCLEANABLE = ("user-sessions", 1)
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    """Sample logs (the demo's three topics, small) maintained by one retention and one compaction run."""
-    from include.sample_data import generate
-    from storage_engine.maintenance.cleaner_manager import mark_uncleanable
-
-    root = tmp_path_factory.mktemp("storage-view")
-    data = yaml.safe_load((REPO / "include" / "config" / "storage.yaml").read_text())
-    data["broker"]["log.dirs"] = [str(root / "logs" / "dir-a"), str(root / "logs" / "dir-b")]
-    config_path = root / "storage.yaml"
-    config_path.write_text(yaml.safe_dump(data))
-    old = os.environ.get("STORAGE_ENGINE_CONFIG")
-    os.environ["STORAGE_ENGINE_CONFIG"] = str(config_path)
-    try:
-        generate(load_config(config_path), now_ms=T_MS, scale=0.5)
-        retention = parse_dag("log_retention").test(logical_date=T)
-        assert retention.state == "success"
-        compaction = parse_dag("log_compaction").test(logical_date=T, run_conf={"map_strategy": "local"})
-        assert compaction.state == "success"
-        config = load_config(config_path)
-        log_dir = next(d for d in config.log_dirs if os.path.isdir(os.path.join(d, "%s-%d" % UNCLEANABLE)))
-        mark_uncleanable(log_dir, "%s-%d" % UNCLEANABLE, "CorruptRecordError: CRC mismatch (test damage)", T_MS)
-        yield {"config_path": config_path, "config": config, "root": root, "retention": retention,
-               "compaction": compaction}
-    finally:
-        if old is None:
-            os.environ.pop("STORAGE_ENGINE_CONFIG", None)
-        else:
-            os.environ["STORAGE_ENGINE_CONFIG"] = old
+def sample(console_sample):
+    """Sample logs (the demo's three topics, small) maintained by one retention and one compaction run: the worker's
+    build of them (tests/airflow/console_sample.py), as built, for this file."""
+    with console_sample.fresh() as built:
+        yield built
 
 
 @pytest.fixture(scope="module")
-def server(sample):
+def server(sample, console_sample):
+    """The api-server over the sample: the worker's one, started by the first file that uses it and kept for the
+    next ones (tests/airflow/console_sample.py)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    srv = ApiServer(pathlib.Path(os.environ["AIRFLOW_HOME"]), sample["config_path"], ARTIFACTS / "api-server.log")
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    return console_sample.api_server(ARTIFACTS / "api-server.log")
 
 
 def describe(config) -> dict:
@@ -208,19 +177,8 @@ def test_actions_need_permission_and_a_json_body(server, sample):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = b.new_context(viewport={"width": 1500, "height": 1000})
-        context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-        try:
-            yield context
-        finally:
-            context.close()
-            b.close()
+    with logged_in(server, viewport={"width": 1500, "height": 1000}) as context:
+        yield context
 
 
 def shot(page, name: str) -> pathlib.Path:

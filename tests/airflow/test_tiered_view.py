@@ -21,9 +21,9 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 
 from .api_server import ApiServer
+from .browser import logged_in
 from .conftest import REPO
 from .storage_fixtures import T_MS
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS
 from tests.typed import present
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e, pytest.mark.tiered]
@@ -102,8 +102,6 @@ def local_truth(config) -> dict[int, dict]:
 
 
 def test_the_tiered_page_shows_what_the_bucket_and_the_disk_hold(server, tiered):
-    from playwright import sync_api as playwright
-
     remote = bucket_truth(tiered["s3"])
     local = local_truth(tiered["config"])
     assert remote and all(r["segments"] for r in remote.values()), f"nothing was tiered: {tiered['result']}"
@@ -124,32 +122,24 @@ def test_the_tiered_page_shows_what_the_bucket_and_the_disk_hold(server, tiered)
         assert (row["lag_segments"], row["lag_bytes"]) == (len(expected_lag), sum(expected_lag))
         assert row["lag_segments"] == (1 if partition == 0 else 0), row
 
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1500, "height": 1000})
-            context.add_cookies([{"name": "_token", "value": server.token(), "url": server.url}])
-            page = context.new_page()
-            page.goto(server.url + f"/storage-maintenance/topics/{TOPIC}")
-            page.locator("#tiered-link").click()
-            page.locator("#tiered-partitions").wait_for()
-            assert page.locator('#store [data-field="health"]').get_attribute("data-healthy") == "true"
-            assert page.locator('#store [data-field="bucket"]').inner_text() == BUCKET
-            for partition, r in remote.items():
-                tr = page.locator(f'#tiered-partitions tr[data-partition="{TOPIC}-{partition}"]')
-                assert tr.locator('[data-field="remote_bytes"]').get_attribute("title") == f"{r['bytes']} bytes"
-                assert tr.locator('[data-field="remote_segments"]').inner_text() == str(r["segments"])
-                assert tr.locator('[data-field="log_start_offset"]').inner_text() == str(min(r["bases"]))
-                assert tr.locator('[data-field="local_log_start_offset"]').inner_text() == \
-                    str(local[partition]["segments"][0]["base_offset"])
-            lag = page.locator(f'#tiered-partitions tr[data-partition="{TOPIC}-0"] [data-field="lag"]')
-            assert lag.get_attribute("title") == f"{rows[0]['lag_bytes']} bytes in 1 sealed segment(s)"
-            total = page.locator(f'#tiered-topics tr[data-topic="{TOPIC}"]')
-            assert total.locator('[data-field="remote_bytes"]').get_attribute("title") == \
-                f"{sum(r['bytes'] for r in remote.values())} bytes"
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "tiered.png"), full_page=True)
-        finally:
-            browser.close()
+    with logged_in(server, viewport={"width": 1500, "height": 1000}) as context:
+        page = context.new_page()
+        page.goto(server.url + f"/storage-maintenance/topics/{TOPIC}")
+        page.locator("#tiered-link").click()
+        page.locator("#tiered-partitions").wait_for()
+        assert page.locator('#store [data-field="health"]').get_attribute("data-healthy") == "true"
+        assert page.locator('#store [data-field="bucket"]').inner_text() == BUCKET
+        for partition, r in remote.items():
+            tr = page.locator(f'#tiered-partitions tr[data-partition="{TOPIC}-{partition}"]')
+            assert tr.locator('[data-field="remote_bytes"]').get_attribute("title") == f"{r['bytes']} bytes"
+            assert tr.locator('[data-field="remote_segments"]').inner_text() == str(r["segments"])
+            assert tr.locator('[data-field="log_start_offset"]').inner_text() == str(min(r["bases"]))
+            assert tr.locator('[data-field="local_log_start_offset"]').inner_text() == \
+                str(local[partition]["segments"][0]["base_offset"])
+        lag = page.locator(f'#tiered-partitions tr[data-partition="{TOPIC}-0"] [data-field="lag"]')
+        assert lag.get_attribute("title") == f"{rows[0]['lag_bytes']} bytes in 1 sealed segment(s)"
+        total = page.locator(f'#tiered-topics tr[data-topic="{TOPIC}"]')
+        assert total.locator('[data-field="remote_bytes"]').get_attribute("title") == \
+            f"{sum(r['bytes'] for r in remote.values())} bytes"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "tiered.png"), full_page=True)

@@ -46,8 +46,8 @@ import yaml
 
 from include.broker_launcher import free_port
 
+from .browser import chromium
 from .conftest import REPO
-from .test_storage_view import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e, pytest.mark.kills]   # its background processes stop by signal
 
@@ -290,16 +290,8 @@ def browser_session(browser):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright import sync_api as playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` (or .ci/run) installs Debian's chromium")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _fail(step: Step, what: str, command: str, missing: str | None, output: str) -> None:
