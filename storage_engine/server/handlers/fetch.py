@@ -51,7 +51,9 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.fetch_sessions import CachedPartition
+from storage_engine.server.handlers import fetch_wire
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
                                                    ListOffsetsPartitionResponse, ListOffsetsResponse,
                                                    ListOffsetsTopicResponse, PartitionData)
@@ -190,7 +192,7 @@ def _refused_topics(ctx: Ctx, body: Any, topics: list[tuple[str | None, Any, Any
     return {name for name in names if name is not None and name not in readable}
 
 
-async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
+async def fetch(ctx: Ctx, body: Any) -> FetchResponse | Encoded:
     """Read the fetch's partitions (the request's, or its session's); while ``min_bytes`` are not there and
     ``max_wait_ms`` is not over, wait in the purgatory for a change to one of them and re-read those that changed
     (every partition when some other one already holds bytes, so the byte limits apply in order)."""
@@ -212,7 +214,7 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
                                                 int(getattr(body, "session_epoch", -1)), wanted, forgotten,
                                                 _replica_id(body) >= 0)
     if context.kind == "error":
-        return {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()}
+        return _encoded(version, {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()})
     parts = context.partitions
     if context.kind == "incremental" and uses_ids:
         await _resolve_ids(ctx, parts)
@@ -240,8 +242,15 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
             if entry is not None and id(entry) not in kept:
                 _release(entry)
     broker.stats.fetch_bytes += total
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
-            "responses": _by_topic(sent)}
+    return _encoded(version, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
+                              "responses": _by_topic(sent)})
+
+
+def _encoded(version: int, response: FetchResponse) -> FetchResponse | Encoded:
+    """The response encoded by :mod:`.fetch_wire` (every version this broker serves), else left to kio."""
+    if fetch_wire.MIN_VERSION <= version <= fetch_wire.MAX_VERSION:
+        return fetch_wire.encode(version, response)
+    return response
 
 
 async def _resolve_ids(ctx: Ctx, parts: list[CachedPartition]) -> None:
