@@ -38,6 +38,7 @@ from storage_engine.errors import CorruptRecordError
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
+from storage_engine.server.eager import Started
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
 from storage_engine.server.handlers.context import CloseConnection, Ctx
@@ -87,12 +88,17 @@ class Connection:
         self.last_active = asyncio.get_running_loop().time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
-        """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``."""
+        """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``. The timer
+        is armed only if ``coro`` has to wait (:class:`~storage_engine.server.eager.Started`): a read whose bytes are buffered, a write the
+        socket takes, finish at once, and most do."""
         if timeout is None:
             return await coro
+        started = Started(coro)
+        if started.done:
+            return started.result()
         try:
             async with asyncio.timeout(timeout):
-                return await coro
+                return await started
         except TimeoutError:
             raise Closing(what) from None
 
@@ -103,14 +109,21 @@ class Connection:
         if idle is None:
             return await self.reader.readexactly(1)
         loop = asyncio.get_running_loop()
+        started = Started(self.reader.readexactly(1))
+        if started.done:                                      # a request already buffered
+            return started.result()
         while True:
             left = self.last_active + idle - loop.time()
             if left <= 0 and not self.busy:
+                started.close()
                 raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
             try:
                 async with asyncio.timeout(max(left, 0.05)):
-                    return await self.reader.readexactly(1)   # cancelled, it consumes nothing
+                    return await started                      # cancelled, it consumes nothing
             except TimeoutError:
+                started = Started(self.reader.readexactly(1))
+                if started.done:
+                    return started.result()
                 if self.busy:
                     self.last_active = loop.time()            # a request in flight is activity
 
