@@ -274,7 +274,11 @@ class Connection:
             return
         sock = transport.get_extra_info("socket")
         fd = sock.fileno()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:                  # not a TCP socket: the writer's way
+            await self._send_queued(parts)
+            return
         try:
             for i, part in enumerate(parts):
                 if transport.get_write_buffer_size():     # a part the socket did not take whole is queued

@@ -50,6 +50,7 @@ from typing import Any, cast
 
 from storage_engine.acl.model import Operation, ResourceType
 from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
+from storage_engine.log.locks import LIVE
 from storage_engine.log.log import Log
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.segment.slice_read import WouldBlock, nonblocking
@@ -132,8 +133,11 @@ def _log_now(ctx: Ctx, topic: str, p: int) -> Log | None:
     """The partition's log, on the event loop: one already loaded and not parked, its manager's lock free (else
     :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads)."""
     manager = ctx.broker.manager
-    if (topic, p) not in manager.logs or not manager.mutex.acquire(blocking=False):
-        raise WouldBlock(f"{topic}-{p} is not loaded, or its manager is busy")
+    loaded = manager.logs.get((topic, p))
+    if loaded is None or loaded.parked or not loaded.lock.is_open or loaded.lock.read_state().status != LIVE:
+        raise WouldBlock(f"{topic}-{p} is not loaded, or is being deleted or moved")   # get_log closes, adopts
+    if not manager.mutex.acquire(blocking=False):
+        raise WouldBlock(f"{topic}-{p}: the log manager is busy")
     try:
         log = manager.get_log(topic, p)
     finally:
