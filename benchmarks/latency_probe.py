@@ -2,7 +2,7 @@
 BENCHMARKS.md's "Produce latency: where the p99 goes". Not a section of ``python -m benchmarks``.
 
     python -m benchmarks.latency_probe [--variant NAME[=KNOB=VALUE,...]] ... [--rounds N] [--seconds S]
-                                       [--rate R] [--acks 1,all] [--trace DIR]
+                                       [--rate R] [--acks 1,all] [--trace DIR] [--cpu-rounds N]
     python -m benchmarks.latency_probe hop SWITCH_INTERVAL_S
 
 Every variant is a broker (``python -m storage_engine serve``, default configuration, its own log dir under
@@ -10,14 +10,21 @@ Every variant is a broker (``python -m storage_engine serve``, default configura
 paced at ``--rate`` (default: half the lowest peak, one 200,000-record acks=all round per broker) for ``--seconds``,
 to a fresh topic per round, the brokers and acks alternating round by round (``benchmarks.wire._paced_round``:
 delivery callback minus ``produce()`` time per record). Printed per round: p50 / p99 / p99.9 / max, librdkafka's
-own ``Message.latency()`` p99, the produce requests, the broker's CPU and the load average; then the medians.
+own ``Message.latency()`` p99 (computed when the delivery report is served, by ``poll()``: the same moment as the
+callback, so it is no independent check of the benchmark's loop), the produce requests, the broker's CPU and the
+load average; then the medians. ``--cpu-rounds N`` first runs N rounds per broker of 200,000 records produced as
+fast as the client goes (acks=all) and prints each broker's CPU: a before/after figure the load hardly moves.
 
 Knobs (set in the broker process before it serves; for experiments, nothing here changes the broker's code):
 ``NOFREEZE=1`` (start-up's objects left to the collector), ``STREAM_LIMIT=BYTES`` (the listener's stream buffer
 limit), ``READ_AHEAD=N`` (frames received ahead), ``INLINE=1`` (appends on the event loop instead of the engine
-pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``).
+pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``). ``TREE=DIR`` runs that broker from another checkout of the
+repository (its own code, e.g. ``git worktree add DIR COMMIT`` with the compiled speedups copied in): a same-run
+before/after of a change; the other knobs then act on that checkout's code.
 
-``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end): each garbage
+``--trace DIR`` records in every broker, into ``DIR/NAME.json`` (printed as a summary at the end, with each round's
+records split into time to the broker, in the broker and back to the delivery callback: :func:`decompose`; the
+broker's and this process's ``perf_counter`` are the same clock): each garbage
 collection (generation, pause, the collecting thread's CPU), every event-loop callback over 2 ms, each produce
 request's stages (frame received -> handling started -> done; each engine call: submitted -> running in its
 thread -> ended (with the thread's CPU) -> resumed on the loop) and every ``os.fsync`` (thread, duration). The
@@ -30,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import concurrent.futures
+import contextvars
 import gc
 import json
 import os
@@ -43,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 SLOW_CALLBACK_S = 0.002
+_APPENDED: contextvars.ContextVar[list[tuple[str, int]] | None] = contextvars.ContextVar("appended", default=None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -58,6 +68,9 @@ class Trace:
         self.requests: list[tuple[float, float, float, int]] = []     # received, queued, handled, bytes
         self.calls: list[tuple[float, float, float, float, float, str]] = []  # at, to thread, in thread, back, CPU, fn
         self.fsyncs: list[tuple[float, float, str]] = []              # at, duration, thread
+        # each Produce request that appended: received, handled (response about to be written; perf_counter
+        # seconds, not relative to t0), and the (topic, base offset) of each partition appended
+        self.produces: list[tuple[float, float, list[tuple[str, int]]]] = []
         self._gc_start: dict[int, tuple[float, float]] = {}
 
     def now(self) -> float:
@@ -76,7 +89,7 @@ class Trace:
     def dump(self, path: str) -> None:
         with open(path, "w") as f:
             json.dump({"gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
-                       "fsyncs": self.fsyncs}, f)
+                       "fsyncs": self.fsyncs, "produces": self.produces}, f)
 
 
 def _install_trace(trace: Trace) -> None:
@@ -106,8 +119,12 @@ def _install_trace(trace: Trace) -> None:
             finally:
                 stamps[2], stamps[3] = time.perf_counter(), time.thread_time() - cpu
         result = await asyncio.get_running_loop().run_in_executor(self.pool, run)
+        name = getattr(fn, "__name__", "?")
         trace.calls.append((stamps[0] - trace.t0, stamps[1] - stamps[0], stamps[2] - stamps[1],
-                            time.perf_counter() - stamps[2], stamps[3], getattr(fn, "__name__", "?")))
+                            time.perf_counter() - stamps[2], stamps[3], name))
+        appended = _APPENDED.get()
+        if name == "_append" and appended is not None and isinstance(result, dict) and not result["error_code"]:
+            appended.append((args[1], result["base_offset"]))      # _append(ctx, topic, partition, records)
         return result
     setattr(broker_mod.Broker, "call", call)
 
@@ -122,8 +139,16 @@ def _install_trace(trace: Trace) -> None:
     async def traced_handle(self: Any, frame: Any) -> Any:
         start = time.perf_counter()
         got = received.pop(id(frame), start)
-        out = await handle(self, frame)
-        trace.requests.append((got - trace.t0, start - got, time.perf_counter() - start, len(frame)))
+        appended: list[tuple[str, int]] = []
+        token = _APPENDED.set(appended)
+        try:
+            out = await handle(self, frame)
+        finally:
+            _APPENDED.reset(token)
+        end = time.perf_counter()
+        trace.requests.append((got - trace.t0, start - got, end - start, len(frame)))
+        if appended:
+            trace.produces.append((got, end, appended))
         return out
     setattr(conn_mod.Connection, "_read_frame", traced_read_frame)
     setattr(conn_mod.Connection, "handle", traced_handle)
@@ -210,6 +235,34 @@ def summarize_trace(path: Path) -> list[str]:
     return out
 
 
+def decompose(produces: list[Any], topic: str, timeline: list[tuple[int, float, float]]) -> list[str]:
+    """Where each record's time went, from a traced broker's Produce requests and the client's timeline of one
+    round: to the broker (``produce()`` -> its request's frame read by the broker: linger, librdkafka's batching,
+    the send), in the broker (frame read -> response about to be written: waiting behind the connection's
+    previous request, decode, append, encode) and back (-> the delivery callback ran: the response's write and
+    receipt, librdkafka's delivery report, and the benchmark's ``poll()``). Lines of ms percentiles, then the mean
+    of each part over the slowest 1% of records."""
+    requests = sorted((offset, got, end) for got, end, parts in produces for t, offset in parts if t == topic)
+    if not requests:
+        return [f"no traced request appended to {topic}"]
+    bases = [r[0] for r in requests]
+    rows = []
+    for offset, produced, called in timeline:
+        i = bisect.bisect_right(bases, offset) - 1
+        if i < 0:
+            continue
+        _, got, end = requests[i]
+        rows.append(((called - produced) * 1000, (got - produced) * 1000, (end - got) * 1000, (called - end) * 1000))
+    out = []
+    for k, name in enumerate(("total", "to the broker", "in the broker", "back to the callback")):
+        ms = [r[k] for r in rows]
+        out.append(f"{name:22} p50 {_pct(ms, .5):8.2f} p99 {_pct(ms, .99):8.2f} p99.9 {_pct(ms, .999):8.2f} ms")
+    slow = sorted(rows)[-max(1, len(rows) // 100):]
+    out.append("slowest 1%: mean to the broker {:.2f}, in the broker {:.2f}, back {:.2f} ms (total {:.2f})".format(
+        *(statistics.mean(r[k] for r in slow) for k in (1, 2, 3, 0))))
+    return out
+
+
 def _paired(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -223,6 +276,7 @@ def _paired(args: argparse.Namespace) -> int:
         variants.append((name, knobs))
     ctx = Context(quick=False, repeats=1, tmp_root=TMP_ROOT)
     results: dict[str, list[dict[str, Any]]] = {}
+    timelines: list[tuple[str, str, str, list[tuple[int, float, float]]]] = []   # variant, acks, topic, timeline
     trace_dir = Path(args.trace).resolve() if args.trace else None
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
@@ -235,8 +289,25 @@ def _paired(args: argparse.Namespace) -> int:
                 out = "-" if trace_dir is None else str(trace_dir / f"{name}.json")
                 broker = wire.BrokerProcess(folder, os.path.join(folder, "logs"))
                 broker.command = [sys.executable, "-m", "benchmarks.latency_probe", "broker", out, knobs]
+                tree = dict(kv.split("=", 1) for kv in knobs.split(",") if kv).get("TREE")
+                if tree:   # that checkout's code: its directory first on the path, and the broker's cwd
+                    broker.cwd = Path(tree).resolve()
+                    broker.extra_env["PYTHONPATH"] = str(broker.cwd)
                 broker.__enter__()
                 brokers[name] = (broker, AdminClient(wire._client_config(broker)))
+            cpu: dict[str, list[float]] = {}
+            for r in range(args.cpu_rounds):     # the broker's CPU per record, alternating: little moved by load
+                for name, (broker, admin) in brokers.items():
+                    run = wire._produce_round(broker, admin, f"cpu-{name}-{r}", "all", pool * 40)
+                    cpu.setdefault(name, []).append(run.broker_cpu_s)
+                    print(f"cpu round {r} {name:12} {len(pool) * 40:,} records acks=all: broker CPU "
+                          f"{run.broker_cpu_s:.2f} s, {len(run.batches)} requests, "
+                          f"{len(pool) * 40 / run.sample.wall_s:,.0f} records/s, load {os.getloadavg()[0]:.2f}",
+                          flush=True)
+            for name, seconds in cpu.items():
+                print(f"{name:12} broker CPU per {len(pool) * 40:,} 1 KiB records (acks=all, as fast as the client "
+                      f"sends): median {statistics.median(seconds):.3f} s, min {min(seconds):.3f} s over "
+                      f"{len(seconds)} rounds", flush=True)
             rate = args.rate
             if not rate:
                 peaks = []
@@ -253,7 +324,11 @@ def _paired(args: argparse.Namespace) -> int:
                         n += 1
                         load = os.getloadavg()[0]
                         gc.collect()
-                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks)
+                        timeline: list[tuple[int, float, float]] = []
+                        if trace_dir is not None:
+                            timelines.append((name, acks, f"probe-{n}", timeline))
+                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks,
+                                                    timeline)
                         results.setdefault(f"{name} acks={acks}", []).append({**f, "load": load})
                         print(f"round {r} acks={acks:3} {name:12} p50 {f['p50_ms']:7.2f} p99 {f['p99_ms']:8.2f} "
                               f"p99.9 {f['p999_ms']:8.2f} max {f['max_ms']:8.2f} librdkafka p99 "
@@ -272,6 +347,12 @@ def _paired(args: argparse.Namespace) -> int:
             print(f"== trace of {name}")
             for text in summarize_trace(trace_dir / f"{name}.json"):
                 print("   " + text)
+            produces = json.loads((trace_dir / f"{name}.json").read_text())["produces"]
+            for variant, acks, topic, timeline in timelines:
+                if variant == name:
+                    print(f"   -- {topic} acks={acks}: where each record's time went")
+                    for text in decompose(produces, topic, timeline):
+                        print("      " + text)
     return 0
 
 
@@ -325,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=0.0, help="records/s (default: half the lowest peak)")
     p.add_argument("--acks", default="1,all")
     p.add_argument("--trace", default=None, metavar="DIR")
+    p.add_argument("--cpu-rounds", type=int, default=0, metavar="N",
+                   help="first, N rounds per broker of 200,000 records as fast as the client sends: broker CPU each")
     return _paired(p.parse_args(argv))
 
 

@@ -156,10 +156,11 @@ def _wire_produce(group: str, minimum_ratio: float) -> Measure:
     return measure
 
 
-def _wire_fetch(name: str, minimum_ratio: float) -> Measure:
+def _wire_fetch(name: str, minimum_ratio: float, *older_names: str) -> Measure:
+    """A fetch row of the wire section, found by ``name`` or, in older runs, by one of ``older_names``."""
     def measure(doc: dict) -> tuple | None:
         rows = doc.get("benchmarks", {}).get("wire", {}).get("rows", [])
-        row = next((r for r in rows if r["name"] == name), None)
+        row = next((r for n in (name, *older_names) for r in rows if r["name"] == n), None)
         if row is None:
             return None
         base = _row(doc, "wire", row["group"], row["baseline"])
@@ -284,11 +285,17 @@ METRICS = [
     Metric("Produce over the wire, 1 KiB values, acks=all (librdkafka)", ">= 0.5x in-process append", "wire",
            _wire_produce("1024 B values, acks=all", 0.5)),
     Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 1 MiB per fetch", ">= 0.7x sendfile", "wire",
-           _wire_fetch("Fetch v12 client (kio), 1 MiB per fetch", 0.7)),
+           _wire_fetch("bare Fetch v12 client, 1 MiB per fetch", 0.7, "Fetch v12 client (kio), 1 MiB per fetch")),
     Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 16 MiB per fetch", ">= 0.7x sendfile", "wire",
-           _wire_fetch("Fetch v12 client (kio), 16 MiB per fetch", 0.7)),
-    Metric("Fetch over the wire, 1 KiB values, librdkafka default fetch sizes", ">= 0.7x sendfile", "wire",
-           _wire_fetch("librdkafka consumer, default fetch sizes", 0.7)),
+           _wire_fetch("bare Fetch v12 client, 16 MiB per fetch", 0.7, "Fetch v12 client (kio), 16 MiB per fetch")),
+    Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 64 MiB per fetch", ">= 0.5x sendfile", "wire",
+           _wire_fetch("bare Fetch v12 client, 64 MiB per fetch", 0.5)),
+    Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 64 MiB per fetch, streaming", ">= 0.5x sendfile",
+           "wire", _wire_fetch("bare Fetch v12 client, 64 MiB per fetch, streaming", 0.5)),
+    Metric("Fetch over the wire, 1 KiB values, librdkafka default fetch sizes", ">= 0.4x sendfile", "wire",
+           _wire_fetch("librdkafka consumer, default fetch sizes", 0.4)),
+    Metric("Fetch over the wire, 1 KiB values, kcat (librdkafka from C), default settings", ">= 0.4x sendfile", "wire",
+           _wire_fetch("kcat consumer (librdkafka from C), default settings", 0.4)),
     Metric("Fetch over the wire, 1 KiB values, 64 MiB fetches", ">= 0.7x sendfile", "wire",
            _wire_fetch("librdkafka consumer, 64 MiB fetches", 0.7)),
     Metric("Produce latency at half the peak rate, 1 KiB values, acks=1", "- (no target)", "wire",

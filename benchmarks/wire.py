@@ -13,20 +13,28 @@ for the fetch rows (its log dir holds the pre-written topic when it starts).
   leader known; it is not counted). Baseline: ``Log.append_batches`` into a fresh log in this process of the very
   batches librdkafka sent, one call per batch (read back from the broker's segment after the first round: the
   same record counts per batch, the same bytes). Records/s and MB/s count the records and batch bytes in the log.
-* fetch: a consumer (``assign`` from offset 0, ``fetch.min.bytes`` default) reading every record of a topic of
-  ~200 MB of 1 KiB values (500-record batches written in process before the broker starts), from ``assign`` to
-  the last record returned by ``consume``; two rows: librdkafka's default sizes (``fetch.max.bytes`` 50 MiB,
-  ``max.partition.fetch.bytes`` 1 MiB: ~1 MiB per fetch of the one partition) and 64 MiB fetches (both set to
-  64 MiB). Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that a reader thread
-  drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last byte).
+* fetch: every row reads every record of a topic of ~200 MB of 1 KiB values (500-record batches written in
+  process before the broker starts) from offset 0, with the broker's CPU and the client's per round in the notes
+  and ``facts["fetch_cpu_s"]``; one untimed read of the whole topic before the rounds takes the broker's one-time
+  CRC check of every batch (its CPU in ``facts["fetch_first_read_broker_cpu_s"]``), so no row pays it. Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that
+  a reader thread drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last
+  byte). The rows (benchmarks/wire_consumers.py, benchmarks/fetch_client.py say exactly what each client does):
+  the bare Fetch v12 client (request encoded once and patched, response fields read directly, records as a
+  memoryview of one receive buffer, every batch header checked for framing and order, records not decoded, CRCs
+  not checked) at 1, 16 and 64 MiB per fetch, and at 64 MiB reading through a 1 MiB buffer as the bytes arrive
+  (streaming); librdkafka's consumer in this process (``assign`` from offset 0, ``consume(10_000)``,
+  ``fetch.min.bytes`` default), with its default sizes (``fetch.max.bytes`` 50 MiB, ``max.partition.fetch.bytes``
+  1 MiB: ~1 MiB per fetch of the one partition) and with 64 MiB fetches (both set to 64 MiB), its client CPU
+  split into the Python thread's and librdkafka's threads'; and Debian's ``kcat`` (librdkafka from C, its
+  defaults; when kcat is on PATH), timed from its spawn to its exit.
 * latency: 1 KiB values, ``acks=1`` and ``acks=all``, each produced paced at half its own peak records/s measured
   by the produce rows (the best round of ``1024 B values, acks=1`` / ``acks=all``) for a few seconds, the two
   alternating round by round; per record, the time its delivery callback ran minus the time its ``produce`` call
   was made (records matched by offset), p50 / p99 / p99.9 / max, and librdkafka's own ``Message.latency()``; the
   load average at the start of each round beside it.
 
-``cpu s`` of a wire row is the CPU of this process (the client, all librdkafka threads) plus the broker process's
-(``/proc/<pid>/stat``) over the round; of a baseline row, this process's alone.
+``cpu s`` of a wire row is the CPU of the client (this process, all librdkafka threads; kcat's child process for
+its row) plus the broker process's (``/proc/<pid>/stat``) over the round; of a baseline row, this process's alone.
 
 ``python -m benchmarks --only wire --profile-broker DIR`` runs each broker under cProfile (every thread: the
 event loop and the engine's thread pool) and writes ``DIR/wire-produce.pstats`` and ``DIR/wire-fetch.pstats``;
@@ -38,9 +46,7 @@ import gc
 import glob
 import os
 import pstats
-import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,13 +57,14 @@ import yaml
 from storage_engine import layout
 from storage_engine.config_file import config_from_mapping
 from storage_engine.log.manager import LogManager
-from storage_engine.record.record_batch import build_batch
 from storage_engine.segment.file_records import iter_batches
 
 from include.broker_launcher import BrokerLauncher
 
 from . import wire_fetch
-from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, chunks, generate_records,
+from .wire_consumers import (CONSUMERS, FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, KCAT_ROW, ConsumeRun,
+                             consume_round, first_read, kcat_round, kcat_version, sendfile_round, write_fetch_topic)
+from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, generate_records,
                       run_interleaved, scratch_dir, timed)
 
 NAME = "wire"
@@ -77,26 +84,10 @@ VALUE_SIZES = (100, 1024)
 ACKS = ("1", "all")
 LINGER_MS = 5
 DISTINCT_RECORDS = 5_000                # produced records repeat from a pool; their content does not change the work
-FETCH_VALUE_BYTES = 1024
-FETCH_RECORDS_PER_BATCH = 500
-FETCH_MAX_BYTES = 64 * MIB
-# The bare fetch client's rows (benchmarks/wire_fetch.py: the broker's fetch path without a client library's
-# per-record work), by partition_max_bytes: librdkafka's default 1 MiB, and 16 MiB.
-RAW_FETCHES = {"Fetch v12 client (kio), 1 MiB per fetch": MIB, "Fetch v12 client (kio), 16 MiB per fetch": 16 * MIB}
-# The consumer rows: librdkafka's defaults (fetch.max.bytes 50 MiB, but max.partition.fetch.bytes 1 MiB: with one
-# partition a fetch returns at most ~1 MiB), and big fetches of up to 64 MiB.
-CONSUMERS = {
-    "librdkafka consumer, default fetch sizes": {},
-    "librdkafka consumer, 64 MiB fetches": {"fetch.max.bytes": FETCH_MAX_BYTES,
-                                            "max.partition.fetch.bytes": FETCH_MAX_BYTES,
-                                            "receive.message.max.bytes": FETCH_MAX_BYTES + MIB},
-}
-CONSUME_BATCH = 10_000
 LATENCY_VALUE_BYTES = 1024
 LATENCY_ACKS = ("1", "all")
 LISTENERS = "PLAINTEXT://127.0.0.1:0"
 PRODUCE_TARGET = Target("ratio", 0.5, ">= 0.5x in-process append")
-FETCH_TARGET = Target("ratio", 0.7, ">= 0.7x sendfile")
 START_TIMEOUT_S = 60.0
 IDLE_TIMEOUT_S = 60.0                   # a round that sees no progress for this long fails
 PROFILE_DIR: Path | None = None         # ``--profile-broker DIR``: run the brokers under cProfile, stats into DIR
@@ -316,9 +307,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tuple[Any, Any]], rate: float,
-                 seconds: float, acks: str = "all") -> tuple[Sample, dict[str, Any], int]:
+                 seconds: float, acks: str = "all",
+                 timeline: list[tuple[int, float, float]] | None = None) -> tuple[Sample, dict[str, Any], int]:
     """Produce ``rate * seconds`` records at ``rate`` per second with ``acks``; (sample, latency figures, batch
-    bytes)."""
+    bytes). ``timeline`` gets each record's (offset, ``produce`` time, delivery callback time) in
+    ``time.perf_counter`` seconds (CLOCK_MONOTONIC: comparable with another process's on this machine)."""
     count = max(1, int(rate * seconds))
     produced_at = [0.0] * count
     delivered: list[tuple[float, int, float]] = []
@@ -366,6 +359,8 @@ def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tupl
     _delete_topic(admin, topic)
     # offset 0 is the warm-up record; record i (in produce order) is at offset i + 1
     callback_ms = sorted((t - produced_at[offset - 1]) * 1000 for t, offset, _ in delivered)
+    if timeline is not None:
+        timeline.extend((offset, produced_at[offset - 1], t) for t, offset, _ in delivered)
     client_ms = sorted(lat * 1000 for _, _, lat in delivered)
     figures = {
         "records": count, "target_records_per_s": rate, "achieved_records_per_s": count / (last_produce - start),
@@ -378,107 +373,114 @@ def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tupl
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# fetch
+# fetch (the consumers, the topic and the baseline: benchmarks/wire_consumers.py; the bare client:
+# benchmarks/fetch_client.py)
 
-def _write_fetch_topic(log_dir: str, topic: str, target_bytes: int) -> tuple[int, int, list[str]]:
-    """Write ~``target_bytes`` of 1 KiB-value batches into ``topic``-0; (records, bytes, .log paths)."""
-    pool = [build_batch(records) for records in
-            chunks(generate_records(10 * FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, seed=31), FETCH_RECORDS_PER_BATCH)]
-    mgr = LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}))
-    try:
-        log = mgr.get_or_create_log(topic, 0)
-        i = 0
-        while log.size_in_bytes() < target_bytes:
-            log.append_batches(pool[i % len(pool)])
-            i += 1
-        log.flush()
-        return log.log_end_offset, log.size_in_bytes(), [seg.path for seg in log.segments]
-    finally:
-        mgr.close()
-
-
-def _consume_round(broker: BrokerProcess, topic: str, records: int, settings: dict[str, Any]) -> tuple[Sample, float]:
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer(_client_config(broker, **{
-        "group.id": "bench-wire", "enable.auto.commit": False, "enable.auto.offset.store": False, **settings}))
-    try:
-        consumer.list_topics(topic, timeout=30)     # connected, metadata known, before the clock
-        gc.collect()
-
-        def consume_all() -> tuple[int, int]:
-            consumer.assign([TopicPartition(topic, 0, 0)])
-            count, last, idle_since = 0, -1, time.monotonic()
-            consume = consumer.consume
-            while count < records:
-                msgs = consume(min(CONSUME_BATCH, records - count), 1.0)   # never wait for more than are left
-                if not msgs:
-                    if time.monotonic() - idle_since > IDLE_TIMEOUT_S:
-                        raise RuntimeError(f"no record for {IDLE_TIMEOUT_S} s after {count} of {records}")
-                    continue
-                for m in msgs:
-                    if m.error() is not None:
-                        raise RuntimeError(f"consume error: {m.error()}")
-                count += len(msgs)
-                offset = msgs[-1].offset()
-                last = -1 if offset is None else offset
-                idle_since = time.monotonic()
-            return count, last
-
-        cpu_before = broker.cpu_s()
-        sample, result = timed(consume_all)
-        count, last = result
-        broker_cpu = broker.cpu_s() - cpu_before
-    finally:
-        consumer.close()
-    if count != records or last != records - 1:
-        raise RuntimeError(f"consumed {count} records up to offset {last}, the topic holds {records}")
-    assert sample.cpu_s is not None
-    return Sample(sample.wall_s, sample.cpu_s + broker_cpu), broker_cpu
+# The bare Fetch client's rows, by partition_max_bytes: librdkafka's default 1 MiB, 16 MiB and 64 MiB read whole,
+# and 64 MiB read through a 1 MiB buffer as the bytes arrive; (bytes per fetch, streaming).
+BARE_FETCHES = {
+    "bare Fetch v12 client, 1 MiB per fetch": (MIB, False),
+    "bare Fetch v12 client, 16 MiB per fetch": (16 * MIB, False),
+    "bare Fetch v12 client, 64 MiB per fetch": (64 * MIB, False),
+    "bare Fetch v12 client, 64 MiB per fetch, streaming": (64 * MIB, True),
+}
+SENDFILE_ROW = "os.sendfile -> loopback reader"
+# The targets: the bare client 0.7x at 1 MiB per fetch, 0.5x at 64 MiB; librdkafka's consumer with its default
+# settings 0.4x (from C too). The other rows (16 MiB, librdkafka at 64 MiB) keep 0.7x.
+FETCH_TARGETS = {
+    "bare Fetch v12 client, 64 MiB per fetch": Target("ratio", 0.5, ">= 0.5x sendfile"),
+    "bare Fetch v12 client, 64 MiB per fetch, streaming": Target("ratio", 0.5, ">= 0.5x sendfile"),
+    "librdkafka consumer, default fetch sizes": Target("ratio", 0.4, ">= 0.4x sendfile"),
+    KCAT_ROW: Target("ratio", 0.4, ">= 0.4x sendfile"),
+}
+FETCH_TARGET = Target("ratio", 0.7, ">= 0.7x sendfile")
 
 
-def _sendfile_round(paths: list[str], size: int) -> Sample:
-    """``os.sendfile`` of every file to a loopback TCP connection drained by a reader thread that discards."""
-    server = socket.create_server(("127.0.0.1", 0))
-    sender = socket.create_connection(server.getsockname())
-    receiver, _ = server.accept()
-    server.close()
-    received = [0]
+def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, broker_cpu: dict[str, list[float]]) -> None:
+    """The fetch rows: one broker over a pre-written topic; sendfile, the bare client, librdkafka's consumer from
+    Python and (with kcat on PATH) from C, rounds interleaved; each row's broker and client CPU in the notes."""
+    fetch_dir = os.path.join(work, "fetch")
+    os.makedirs(fetch_dir)
+    topic = "wire-fetch"
+    records, size, paths = write_fetch_topic(fetch_dir, topic, fetch_bytes)
+    profile = _profile_path("fetch")
+    fetch_work = os.path.join(work, "fetch-broker")
+    os.makedirs(fetch_work)
+    kcat = kcat_version()
+    runs_of: dict[str, list[ConsumeRun]] = {}
+    with BrokerProcess(fetch_work, fetch_dir, profile_to=profile) as broker:
+        _progress(f"broker on {broker.bootstrap}: fetch rows ({size / MB:,.0f} MB), {rounds} rounds")
 
-    def drain() -> None:
-        buf = memoryview(bytearray(MIB))
-        total = 0
-        recv_into = receiver.recv_into
-        while total < size:
-            got = recv_into(buf)
-            if not got:
-                break
-            total += got
-        received[0] = total
+        def consume_case(name: str) -> Callable[[], Sample]:
+            def case() -> Sample:
+                run_ = consume_round(broker, topic, records, CONSUMERS[name])
+                runs_of.setdefault(name, []).append(run_)
+                return run_.sample
+            return case
 
-    reader = threading.Thread(target=drain, name="sendfile-reader")
-    reader.start()
-    out = sender.fileno()
+        def bare_case(name: str) -> Callable[[], Sample]:
+            max_bytes, stream = BARE_FETCHES[name]
 
-    def send_all() -> None:
-        for path in paths:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                length, offset = os.fstat(fd).st_size, 0
-                while offset < length:
-                    offset += os.sendfile(out, fd, offset, length - offset)
-            finally:
-                os.close(fd)
-        reader.join()
+            def case() -> Sample:
+                cpu_before = broker.cpu_s()
+                sample, (_, got) = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records, max_bytes,
+                                                                      stream=stream))
+                if got != size:
+                    raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
+                cpu = broker.cpu_s() - cpu_before
+                runs_of.setdefault(name, []).append(ConsumeRun(sample, cpu, sample.cpu_s or 0.0))
+                return Sample(sample.wall_s, (sample.cpu_s or 0.0) + cpu)
+            return case
 
-    try:
-        sample, _ = timed(send_all)
-    finally:
-        sender.close()
-        reader.join()
-        receiver.close()
-    if received[0] != size:
-        raise RuntimeError(f"the reader got {received[0]} bytes, the segments hold {size}")
-    return sample
+        def kcat_case() -> Sample:
+            run_ = kcat_round(broker, topic, records, fetch_work)
+            runs_of.setdefault(KCAT_ROW, []).append(run_)
+            return run_.sample
+
+        for path in paths:      # the page cache holds the segment for every row alike
+            with open(path, "rb") as segment:
+                while segment.read(MIB):
+                    pass
+        verify_cpu = first_read(broker, topic, records, size)
+        fetch_plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: sendfile_round(paths, size)}
+        fetch_plan.update({name: bare_case(name) for name in BARE_FETCHES})
+        fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
+        if kcat is not None:
+            fetch_plan[KCAT_ROW] = kcat_case
+        fetch_runs = run_interleaved(fetch_plan, rounds)
+    _report_profile(profile, section)
+    group = f"{FETCH_VALUE_BYTES} B values, {size / MB:,.0f} MB"
+    section.add(Row(group, SENDFILE_ROW, records, size, fetch_runs["sendfile"]))
+    section.facts["fetch_first_read_broker_cpu_s"] = verify_cpu
+    section.notes.append(f"the broker's first read of the topic (untimed, before the rounds: it CRC-checks every "
+                         f"batch once and marks it verified): broker CPU {verify_cpu:.2f} s")
+    section.notes.append(f"{SENDFILE_ROW}: CPU (sender + reader) per round "
+                         f"{'/'.join(f'{s.cpu_s or 0:.2f}' for s in fetch_runs['sendfile'])} s")
+    for name in [*BARE_FETCHES, *CONSUMERS, *([KCAT_ROW] if kcat is not None else [])]:
+        section.add(Row(group, name, records, size, fetch_runs[name], baseline=SENDFILE_ROW,
+                        target=FETCH_TARGETS.get(name, FETCH_TARGET)))
+        runs = runs_of[name]
+        broker_cpu[f"{group}, {name}"] = [r.broker_cpu_s for r in runs]
+        section.facts.setdefault("fetch_cpu_s", {})[name] = {
+            "broker": [r.broker_cpu_s for r in runs], "client": [r.client_cpu_s for r in runs],
+            "client_threads": [r.threads_cpu_s for r in runs], "first_wait_s": [r.first_wait_s for r in runs],
+            "longest_wait_s": [r.longest_wait_s for r in runs]}
+        note = (f"{name}: broker CPU per round {'/'.join(f'{r.broker_cpu_s:.2f}' for r in runs)} s, client CPU "
+                f"{'/'.join(f'{r.client_cpu_s:.2f}' for r in runs)} s")
+        if name in CONSUMERS:
+            python = "/".join(f"{r.threads_cpu_s.get('python', 0):.2f}" for r in runs)
+            rdkafka = "/".join(f"{r.threads_cpu_s.get('librdkafka', 0):.2f}" for r in runs)
+            first = "/".join(f"{r.first_wait_s * 1000:.0f}" for r in runs)
+            waits = "/".join(f"{r.longest_wait_s * 1000:.0f}" for r in runs)
+            note += f" (the Python thread {python} s, librdkafka's threads {rdkafka} s); first records after " \
+                    f"{first} ms, longest wait for records after them {waits} ms"
+        section.notes.append(note)
+    if kcat is None:
+        section.notes.append(f"{KCAT_ROW}: not measured, no kcat on PATH (Debian's kcat: make clients)")
+    else:
+        section.facts["kcat"] = kcat
+    section.notes.append(f"{group}: {FETCH_RECORDS_PER_BATCH}-record batches of "
+                         f"{size / (records / FETCH_RECORDS_PER_BATCH) / 1000:,.0f} kB")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -621,65 +623,12 @@ def run(ctx: Context) -> Section:
             gc.collect()
         _report_profile(profile, section)
 
-        # -- fetch ------------------------------------------------------------------------------------------
-        fetch_dir = os.path.join(work, "fetch")
-        os.makedirs(fetch_dir)
-        topic = "wire-fetch"
-        records, size, paths = _write_fetch_topic(fetch_dir, topic, sizes.fetch_bytes)
-        profile = _profile_path("fetch")
-        fetch_work = os.path.join(work, "fetch-broker")
-        os.makedirs(fetch_work)
-        with BrokerProcess(fetch_work, fetch_dir, profile_to=profile) as broker:
-            _progress(f"broker on {broker.bootstrap}: fetch rows ({size / MB:,.0f} MB), {rounds} rounds")
-            consume_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
-            client_cpu: dict[str, list[float]] = {name: [] for name in CONSUMERS}
-
-            def consume_case(name: str) -> Callable[[], Sample]:
-                def case() -> Sample:
-                    sample, cpu = _consume_round(broker, topic, records, CONSUMERS[name])
-                    consume_cpu[name].append(cpu)
-                    client_cpu[name].append((sample.cpu_s or 0.0) - cpu)
-                    return sample
-                return case
-
-            for path in paths:      # the page cache holds the segment for every row alike
-                with open(path, "rb") as segment:
-                    while segment.read(MIB):
-                        pass
-            raw_cpu: dict[str, list[float]] = {name: [] for name in RAW_FETCHES}
-
-            def raw_case(name: str) -> Callable[[], Sample]:
-                def case() -> Sample:
-                    cpu_before = broker.cpu_s()
-                    sample, result = timed(lambda: wire_fetch.fetch_all(broker.bootstrap, topic, records,
-                                                                        RAW_FETCHES[name]))
-                    _, got = result
-                    if got != size:
-                        raise RuntimeError(f"{name}: received {got} record bytes, the topic holds {size}")
-                    raw_cpu[name].append(broker.cpu_s() - cpu_before)
-                    return Sample(sample.wall_s, (sample.cpu_s or 0.0) + raw_cpu[name][-1])
-                return case
-
-            fetch_plan = {"sendfile": lambda: _sendfile_round(paths, size)}
-            fetch_plan.update({name: raw_case(name) for name in RAW_FETCHES})
-            fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
-            fetch_runs = run_interleaved(fetch_plan, rounds)
-        _report_profile(profile, section)
-        group = f"{FETCH_VALUE_BYTES} B values, {size / MB:,.0f} MB"
-        section.add(Row(group, "os.sendfile -> loopback reader", records, size, fetch_runs["sendfile"]))
-        for name in RAW_FETCHES:
-            section.add(Row(group, name, records, size, fetch_runs[name], baseline="os.sendfile -> loopback reader",
-                            target=FETCH_TARGET))
-            broker_cpu[f"{group}, {name}"] = raw_cpu[name]
-            section.notes.append(f"{name}: broker CPU per round {'/'.join(f'{c:.2f}' for c in raw_cpu[name])} s")
-        for name in CONSUMERS:
-            section.add(Row(group, name, records, size, fetch_runs[name], baseline="os.sendfile -> loopback reader",
-                            target=FETCH_TARGET))
-            broker_cpu[f"{group}, {name}"] = consume_cpu[name]
-            section.notes.append(f"{name}: broker CPU per round {'/'.join(f'{c:.2f}' for c in consume_cpu[name])} s, "
-                                 f"client CPU {'/'.join(f'{c:.2f}' for c in client_cpu[name])} s")
-        section.notes.append(f"{group}: {FETCH_RECORDS_PER_BATCH}-record batches of "
-                             f"{size / (records / FETCH_RECORDS_PER_BATCH) / 1000:,.0f} kB")
+        # The produce rows' records (~1.9 M objects) go before the fetch rows: kept, every garbage collection that
+        # the Python consumer's Message objects start would walk them too (+0.05 s of its ~0.2 s per 200 MB).
+        items.clear()
+        pools.clear()
+        gc.collect()
+        _fetch_rows(work, sizes.fetch_bytes, rounds, section, broker_cpu)
     section.facts["broker_cpu_s"] = broker_cpu
     section.notes.append("cpu s of a librdkafka row = this process (client) + the broker process over the round; "
                          "the machine's other load shares the same cores")

@@ -494,7 +494,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent('storage_engine.log.truncation', 'truncate_fully_locked',
                '_ensure_active_writable(log, now)',
                '_ensure_active_writable(log, None)',
-               'The segment reopened here is at once truncated to its own base offset (keep.truncate_to(offset, now)), which empties it and sets created_ms = now: the roll clock the reopen set (now or None) is overwritten before any use; LogSegment.open uses now_ms for nothing else.'),
+               'The segment reopened here is at once emptied (rewrite.truncate_segment to its own base offset, with now): a segment holding batches is replaced by a new, empty one whose created_ms is now, and one already empty is truncated in place, which sets created_ms = now: the roll clock the reopen set (now or None) is overwritten before any use; LogSegment.open uses now_ms for nothing else.'),
     Equivalent('storage_engine.log.local_log', 'LocalLog.delete_segment_files',
                'seg.change_file_suffixes("", layout.DELETED_SUFFIX, after_log=after_log)',
                'seg.change_file_suffixes(None, layout.DELETED_SUFFIX, after_log=after_log)',

@@ -39,6 +39,15 @@ STEPS: dict[str, tuple[str, str]] = {
     "swap.log-final": ("swap", "the new .log has its final name"),
     "swap.delete-after": ("swap", "an emptied group's segment: its .log is .deleted, its indexes not yet"),
     "swap.done": ("swap", "all renames done, the intent not yet cleared"),
+    # rewrite.truncate_segment (a truncation by rewrite: the cleaner's swap of one segment by its kept prefix)
+    "rewrite.copied": ("rewrite", "the kept prefix is written to .cleaned files and fsynced, no record written"),
+    "rewrite.intent": ("rewrite", "the rewrite's swap record is durable, nothing renamed"),
+    "rewrite.swap-partial": ("rewrite", "the new .log is .swap, its indexes still .cleaned"),
+    "rewrite.swap-ready": ("rewrite", "every file of the new segment is .swap, the dir fsynced"),
+    "rewrite.old-deleted": ("rewrite", "the old segment is .deleted, the .swap not yet renamed"),
+    "rewrite.index-final": ("rewrite", "the new indexes have their final names, the .log is still .swap"),
+    "rewrite.log-final": ("rewrite", "the new .log has its final name, the dir not yet fsynced"),
+    "rewrite.done": ("rewrite", "all renames done and fsynced, the record not yet cleared"),
     # swap.resolve (another process completing or rolling back a dead cleaner's swap)
     "resolve.partial": ("resolve", "the first rename of a resolution is done"),
     # Log.delete_segments_locked (retention)

@@ -3,23 +3,51 @@ rewrites a compacted topic's partition under its fetches, until ``--stop-file`` 
 
 In a loop, through its own ``LogManager`` (another process, as the CLI and the maintenance DAG's tasks are): append
 2-12 keyed batches of random sizes (so that the same positions hold other batches after a rewrite), then one of:
-the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets in place
-(the same inode, later appends write new batches where checked ones were), ``delete-records`` to a random offset
-plus retention and purge (segments deleted, unlinked at once). Prints ``OPS <appends> <compactions> <truncations>
-<deletions>`` at the end; any exception is a traceback on stderr and exit 1.
+the cleaner (``compaction.compact``: a swap of the cleaned segments), a truncation of the last 1-20 offsets (one in
+five: 21-300, across segments), which rewrites the segment it cuts (a new file; later appends write new batches
+where checked ones were in the old one), ``delete-records`` to a random offset plus retention and purge (segments
+deleted, unlinked at once). One truncation in five is made by another process armed to die (SIGKILL) at a random
+step of the rewrite (:mod:`storage_engine.log.rewrite`): whichever process takes the partition lock next (this one,
+the broker, the cleaner) completes or rolls it back while the broker sends from the partition. Prints ``OPS
+<appends> <compactions> <truncations> <deletions> <killed truncations>`` at the end; any exception is a traceback on
+stderr and exit 1.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import random
+import subprocess
 import sys
 import time
+from pathlib import Path
 
+from storage_engine import crashpoints
 from storage_engine.config_file import load_config
 from storage_engine.jobs import compaction, housekeeping
 from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
+
+REPO = Path(__file__).resolve().parents[1]
+REWRITE_STEPS = sorted(s for s, (protocol, _) in crashpoints.STEPS.items() if protocol == "rewrite")
+# A truncation by another process, armed to die (SIGKILL) at a step of its rewrite. argv: config, topic, offset.
+KILLED_TRUNCATION = """
+import sys
+from storage_engine.config_file import load_config
+from storage_engine.log.manager import LogManager
+with LogManager.open(load_config(sys.argv[1]), partitions=[(sys.argv[2], 0)]) as mgr:
+    mgr.get_log(sys.argv[2], 0).truncate_to(int(sys.argv[3]))
+"""
+
+
+def killed_truncation(config: str, topic: str, offset: int, step: str) -> None:
+    """Run a truncation in another process that dies at ``step``; raise if it did not die there."""
+    env = dict(os.environ, **{crashpoints.ENV_VAR: step})
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", KILLED_TRUNCATION, config, topic, str(offset)], cwd=str(REPO),
+                         env=env, capture_output=True, text=True, timeout=120)
+    if res.returncode != -9 or f"CRASHPOINT {step}" not in res.stderr:
+        raise RuntimeError(f"a truncation armed at {step} exited {res.returncode}: {res.stderr[-2000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
     config = load_config(args.config)
-    counts = {"appends": 0, "compactions": 0, "truncations": 0, "deletions": 0}
+    counts = {"appends": 0, "compactions": 0, "truncations": 0, "deletions": 0, "killed truncations": 0}
     n = 0
     while not os.path.exists(args.stop_file):
         with LogManager.open(config, partitions=[(args.topic, 0)]) as mgr:
@@ -50,8 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             op = rng.random()
             if op < 0.35:
                 end = log.log_end_offset
-                target = max(log.log_start_offset, end - rng.randint(1, 20))
-                if target < end and log.truncate_to(target):
+                # mostly the last 1-20 offsets (the active segment); one in five 21-300 back, across segments
+                back = rng.randint(1, 20) if rng.random() < 0.8 else rng.randint(21, 300)
+                target = max(log.log_start_offset, end - back)
+                if target < end and rng.random() < 0.2:
+                    # another process dies at a step of its rewrite; the next lock holder (this process, the
+                    # broker, the cleaner) completes or rolls it back
+                    killed_truncation(args.config, args.topic, target, rng.choice(REWRITE_STEPS))
+                    counts["killed truncations"] += 1
+                elif target < end and log.truncate_to(target):
                     counts["truncations"] += 1
             elif op < 0.45 and log.log_end_offset > log.log_start_offset + 10:
                 log.delete_records(rng.randint(log.log_start_offset, log.log_end_offset - 5))

@@ -3,7 +3,7 @@ killed and another process compacts, truncates and deletes under them.
 
 Beside the producers of a trial (:mod:`torture.server`): a compacted topic ``churned`` (16 KiB segments) that a
 :mod:`torture.churn` process rewrites in a loop through its own ``LogManager`` (appends of batches of random sizes,
-the cleaner's swaps, truncations in place, ``delete-records`` with retention and an immediate purge), and a
+the cleaner's swaps, truncations (by rewrite of the segment cut), ``delete-records`` with retention and an immediate purge), and a
 :mod:`torture.fetch_checker` process reading ``churned`` and the producers' topic through the broker over and over
 (the stable topic's batches must keep their CRC from pass to pass), reconnecting after each death. At the end of
 the trial (before the broker's clean stop) both are told to stop; a ``BAD`` line of the checker (a response that
@@ -72,9 +72,9 @@ class ZeroCopyChecks:
             out.append(f"the fetch checker saw {len(bad)} bad response(s), e.g. {bad[:3]}")
         for line in self.churn.lines:
             if line.startswith("OPS "):
-                appends, compactions, truncations, deletions = (int(x) for x in line.split()[1:5])
+                appends, compactions, truncations, deletions, *killed = (int(x) for x in line.split()[1:6])
                 TOTALS.update({"churn appends": appends, "compactions": compactions, "truncations": truncations,
-                               "deletions": deletions})
+                               "deletions": deletions, "truncations killed mid-rewrite": sum(killed)})
         read = [line for line in self.checker.lines if line.startswith("READ ")]
         if read:
             responses, batches, size, passes, reconnects = (int(x) for x in read[-1].split()[1:6])

@@ -72,11 +72,13 @@ def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int
         return append_validated(log, data, first, last, max_ts, last, len(recs), now, analysis)
 
 
-def append_batches(log: LocalLog, data: bytes) -> AppendInfo:
+def append_batches(log: LocalLog, data: bytes | bytearray | memoryview, *, in_place: bool = False) -> AppendInfo:
     """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record, assign
-    offsets from the log end offset, then write them as one append."""
+    offsets from the log end offset, then write them as one append. Offsets are assigned in a copy of ``data``
+    (which is what gets written), or with ``in_place`` in ``data`` itself: a writable buffer the caller gives up
+    (the broker's request frame), so the batches are never copied before their write."""
     now = log.clock.milliseconds()
-    buf, batches = validator.parse_client_batches(log.name, log.topic, log.config, data)
+    buf, batches = validator.parse_client_batches(log.name, log.topic, log.config, data, in_place=in_place)
     with log.locked():
         first = log.log_end_offset
         nxt, max_ts, max_ts_offset, count = validator.assign_offsets(log.name, log.topic, log.config, buf,
@@ -86,7 +88,8 @@ def append_batches(log: LocalLog, data: bytes) -> AppendInfo:
             analysis = producers.analyze(log.producer_state, batches, pstate.CLIENT)
             if analysis.duplicate is not None:
                 return _duplicate(log, analysis.duplicate, count)
-        return append_validated(log, bytes(buf), first, nxt - 1, max_ts, max_ts_offset, count, now, analysis)
+        return append_validated(log, memoryview(buf), first, nxt - 1, max_ts, max_ts_offset, count, now,
+                                analysis)
 
 
 def append_end_txn(log: LocalLog, producer_id: int, producer_epoch: int, *, commit: bool,
@@ -162,7 +165,7 @@ def append_as_follower(log: LocalLog, data: bytes) -> AppendInfo:
                           max_ts, len(data))
 
 
-def append_validated(log: LocalLog, data: bytes, first: int, last: int, max_ts: int, max_ts_offset: int,
+def append_validated(log: LocalLog, data: bytes | memoryview, first: int, last: int, max_ts: int, max_ts_offset: int,
                      count: int, now: int, analysis: producers.AppendAnalysis | None = None) -> AppendInfo:
     """Write validated batches at the log end (the lock is held): roll first if due, assign a new leader epoch,
     then append, update the producer state, and flush once ``flush.messages`` records are unflushed."""

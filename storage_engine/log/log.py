@@ -81,10 +81,11 @@ class Log(LocalLog):
                                       is_transactional=is_transactional, coordinator=coordinator)
 
     @guarded
-    def append_batches(self, data: bytes) -> AppendInfo:
+    def append_batches(self, data: bytes | bytearray | memoryview, *, in_place: bool = False) -> AppendInfo:
         """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record,
-        assign offsets from the log end offset, then write them as one append."""
-        return appends.append_batches(self, data)
+        assign offsets from the log end offset, then write them as one append (``in_place``: in ``data`` itself,
+        a writable buffer the caller gives up; see :func:`storage_engine.log.appends.append_batches`)."""
+        return appends.append_batches(self, data, in_place=in_place)
 
     def append_end_txn(self, producer_id: int, producer_epoch: int, *, commit: bool,
                        coordinator_epoch: int = 0) -> AppendInfo:

@@ -7,7 +7,8 @@ Swap (:func:`storage_engine.log.replace.replace_segments`; the cleaner holds the
    the first old segment's), ``new`` (the inode of each of its files; null for a missing index), ``old``
    (``[base, {suffix: inode}]`` of each replaced segment, its ``.snapshot`` included unless it is at
    ``new_base``), ``range_end`` (the base of the segment after the
-   group), ``new_last_offset`` and ``new_size`` (the last offset and the size of the cleaned ``.log``) and
+   group), ``new_last_offset`` and ``new_size`` (the last offset and the size of the cleaned ``.log``; an empty
+   one's last offset is ``new_base - 1``) and
    ``delete_after``; bump the generation, so every other process reloads, under the lock, once it is done;
 1. ``.cleaned`` -> ``.swap``, the ``.log`` first; fsync the dir;
 2. every old segment -> ``.deleted`` (stamped now: purged after ``file.delete.delay.ms``), then the producer
@@ -17,6 +18,10 @@ Swap (:func:`storage_engine.log.replace.replace_segments`; the cleaner holds the
    fsync the dir;
 4. with ``delete_after`` (a group whose records all went): the new segment -> ``.deleted``, the ``.log`` first;
 5. remove the record; bump the generation.
+
+A truncation that cuts a segment's ``.log`` uses the same steps and the same record for one segment replaced by
+its kept prefix at the same base (:mod:`storage_engine.log.rewrite`; the record adds a ``reason``, which the
+resolution's messages name), so everything below covers it too.
 
 Resolution (:func:`resolve`): a process that holds the partition lock and finds a swap record knows the cleaner
 died between steps 0 and 5. Files are told apart by inode (a rename keeps it), so every stage is recognised:
@@ -179,12 +184,14 @@ def plan_intent(dir_path: str, rec: dict) -> Plan | None:
               for s in SUFFIXES + (SNAPSHOT,) if s in inodes]
     if all(v is None for v in new_at.values()) and all(v is None for _, _, v in old_at):
         return None
-    what = f"swap of segments {[b for b, _ in olds]} into a cleaned segment at {b0}"
+    rewrite = isinstance(rec.get("reason"), str)
+    what = (f"rewrite of segment {b0} for a {rec['reason']}" if rewrite
+            else f"swap of segments {[b for b, _ in olds]} into a cleaned segment at {b0}")
     log_at = new_at[LOG]
     reason = None
     if log_at in ("", SWAP):
         nxt, last, actual_size, err = scan_log(path(b0, LOG, log_at), b0, range_end)
-        if err is None and (last != last_offset or actual_size != size):
+        if err is None and ((b0 - 1 if last is None else last) != last_offset or actual_size != size):
             err = (f"it holds {actual_size} bytes ending at offset {last}; the cleaner wrote {size} bytes "
                    f"ending at {last_offset}")
         if err is not None:
@@ -193,7 +200,8 @@ def plan_intent(dir_path: str, rec: dict) -> Plan | None:
         reason = ("the cleaned segment never became .swap" if log_at == CLEANED
                   else "the cleaned segment's .log is missing")
     if reason is None:
-        plan = Plan("complete", messages=[f"completed the {what}, left half done by a cleaner that died"])
+        plan = Plan("complete", messages=[f"completed the {what}, left half done by a "
+                                                     f"{'process' if rewrite else 'cleaner'} that died"])
         moved = set()
         for base, s, at in old_at:
             if at == "":

@@ -11,6 +11,10 @@ retention (``move_log_start=False``) leaves it where it is: only the local log s
 the log as in Kafka: its end is truncated with the log end, its start with the log start offset, and a full
 truncation clears it.
 
+A truncation never cuts a segment file in place: the segment it cuts into is rewritten (its kept prefix to a new
+file, swapped in crash-safely: :mod:`storage_engine.log.rewrite`), so a fetch still sending from the old file
+sends the old bytes.
+
 :class:`storage_engine.log.log.Log` exposes these as its methods; the functions take its
 :class:`~storage_engine.log.local_log.LocalLog` and use only its public steps.
 """
@@ -21,7 +25,7 @@ from storage_engine import crashpoints
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import manifest, view
+from storage_engine.log import manifest, rewrite, view
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.segment import LogSegment
 
@@ -40,6 +44,12 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         if log.segment_list[0].base_offset > offset:
             truncate_fully_locked(log, offset, now)
             return True
+        # The recovery point goes down to the base of the segment cut into before the first rename: a crash
+        # anywhere in between leaves a log ending at or above that base (the cut rolled back or completed), never
+        # one below a recovery point that claims flushed records past its end. Raised again to the new end below.
+        recovery_point, cut_into = log.recovery_point, log.segment_list.floor(offset)
+        assert cut_into is not None, "the first segment's base is at or below the offset"
+        log.recovery_point = min(recovery_point, cut_into.base_offset)
         log.publish(bump=True)  # visible before the first rename (every other process reloads)
         # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
         # log is cut cannot leave one that a later, longer log would be rebuilt from.
@@ -50,11 +60,11 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         for seg in doomed:
             log.delete_segment_files(seg, now)
         _ensure_active_writable(log, now)
-        log.active_segment.truncate_to(offset, now)
+        rewrite.truncate_segment(log, log.active_segment, offset, now)    # a new file: the old one never changes
         log.log_end_offset = log.active_segment.read_next_offset()
         log.view.known_active_size = log.active_segment.size
         log.log_start_offset = min(log.log_start_offset, log.log_end_offset)
-        log.recovery_point = min(log.recovery_point, log.log_end_offset)
+        log.recovery_point = min(recovery_point, log.log_end_offset)    # the kept bytes are fsynced (rewrite)
         # After the log (Kafka's order): a crash in between leaves entries past the end, which a load drops.
         log.leader_epochs.sync(log.view.generation).truncate_from_end(log.log_end_offset)
         producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
@@ -81,6 +91,12 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
     if log_start_offset is not None and log_start_offset > offset:
         raise OffsetOutOfRangeError(f"cannot start {log.name} at offset {offset} with a log start offset "
                                     f"{log_start_offset} above it")
+    # The new log start offset and a recovery point at or below ``offset`` are published before the first rename:
+    # a crash anywhere in between leaves the kept segment (its truncation rolled back or completed) or the new one
+    # at ``offset``, and segments below the log start offset that the next retention pass deletes; never a log start
+    # offset below the segments left, nor a recovery point above their end.
+    log.log_start_offset = offset if log_start_offset is None else log_start_offset
+    log.recovery_point = min(log.recovery_point, offset)
     log.publish(bump=True)  # visible before the first rename (every other process reloads)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()
@@ -95,8 +111,7 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
         log.delete_segment_files(s, now)
     if seg is None:
         _ensure_active_writable(log, now)
-        keep = log.segment_list[0]
-        keep.truncate_to(offset, now)
+        rewrite.truncate_segment(log, log.segment_list[0], offset, now)   # emptied by rewrite (a new, empty file)
     else:
         log.segment_list.add(seg)
     log.log_start_offset = offset if log_start_offset is None else log_start_offset

@@ -92,8 +92,12 @@ def check_keys(topic: str, config: LogConfig, recs: Iterable[SimpleRecord | Reco
     if config.compact:
         for i, r in enumerate(recs):
             if r.key is None:
-                raise InvalidRecordForTopicError(
-                    f"compacted topic {topic} cannot accept a record without a key (record {i} of the batch)")
+                raise _keyless(topic, i)
+
+
+def _keyless(topic: str, i: int) -> InvalidRecordForTopicError:
+    return InvalidRecordForTopicError(
+        f"compacted topic {topic} cannot accept a record without a key (record {i} of the batch)")
 
 
 def check_size(topic: str, config: LogConfig, size: int) -> None:
@@ -105,7 +109,7 @@ def check_size(topic: str, config: LogConfig, size: int) -> None:
                                   f"({config.segment_bytes}) of topic {topic}")
 
 
-def stamp_log_append_time(buf: bytearray, pos: int, now_ms: int) -> None:
+def stamp_log_append_time(buf: bytearray | memoryview, pos: int, now_ms: int) -> None:
     """Kafka's ``setMaxTimestamp(LOG_APPEND_TIME, now)`` on the client batch at ``pos`` of a LogAppendTime
     topic: the timestamp-type bit and the max timestamp change, both under the CRC, so the CRC is redone."""
     fields = list(BATCH_HEADER.unpack_from(buf, pos))
@@ -154,9 +158,17 @@ def check_producer_fields(topic: str, producer_id: int, producer_epoch: int, bas
                                  f"{producer_id} in topic partition {topic}")
 
 
-def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) -> tuple[bytearray, list]:
-    """The batches of a client's append, parsed (structure only) before the log is locked."""
-    buf = bytearray(data)
+def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes | bytearray | memoryview, *,
+                         in_place: bool = False) -> tuple[bytearray | memoryview, list]:
+    """The batches of a client's append, parsed (structure only) before the log is locked. They are parsed in a
+    copy of ``data`` (offsets are assigned in it) unless ``in_place``: then ``data``, a writable buffer its caller
+    gives up, is used and changed."""
+    if in_place:
+        if not isinstance(data, (bytearray, memoryview)) or (isinstance(data, memoryview) and data.readonly):
+            raise TypeError(f"an append in place needs a writable buffer, got {type(data).__name__}")
+        buf: bytearray | memoryview = data
+    else:
+        buf = bytearray(data)
     try:
         batches = list(iter_batches(buf, 0, len(buf), "<append>", strict=True))
     except CorruptRecordError as exc:
@@ -173,7 +185,7 @@ def parse_client_batches(name: str, topic: str, config: LogConfig, data: bytes) 
     return buf, batches
 
 
-def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray, batches: list, *, first_offset: int,
+def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray | memoryview, batches: list, *, first_offset: int,
                    now_ms: int) -> tuple[int, int, int, int]:
     """Validate every batch and record and rewrite ``buf`` in place with offsets from ``first_offset`` (and the
     append time on a LogAppendTime topic). Returns (next offset, max timestamp, offset of the batch holding it,
@@ -185,15 +197,18 @@ def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray, bat
             raise InvalidRecordError(f"append to {name}: only magic 2 batches are accepted, got magic {batch.magic}")
         batch.ensure_valid()
         check_size(topic, config, batch.size_in_bytes)
-        recs = batch.records()
-        for i, r in enumerate(recs):
-            if r.offset - batch.base_offset != i:
-                raise InvalidRecordError(f"append to {name}: inner record offsets must be sequential, record {i} "
-                                         f"has offset delta {r.offset - batch.base_offset}")
-        if len(recs) != batch.records_count or batch.last_offset_delta != len(recs) - 1:
+        # every record is read and checked (as decoding them would), but none is built: a batch whose records
+        # scan holds exactly ``records_count`` of them
+        bad, delta, keyless = batch.scan_records()
+        if bad >= 0:
+            raise InvalidRecordError(f"append to {name}: inner record offsets must be sequential, record {bad} "
+                                     f"has offset delta {delta}")
+        held = max(batch.records_count, 0)
+        if batch.last_offset_delta != held - 1:
             raise InvalidRecordError(f"append to {name}: batch declares {batch.records_count} records and last "
-                                     f"offset delta {batch.last_offset_delta} but holds {len(recs)}")
-        check_keys(topic, config, recs)
+                                     f"offset delta {batch.last_offset_delta} but holds {held}")
+        if config.compact and keyless >= 0:
+            raise _keyless(topic, keyless)
         if batch.is_control:
             raise InvalidRecordError(f"Clients are not allowed to write control records in topic partition {name}")
         check_producer_fields(name, batch.producer_id, batch.producer_epoch, batch.base_sequence,
@@ -209,5 +224,5 @@ def assign_offsets(name: str, topic: str, config: LogConfig, buf: bytearray, bat
         if bmax > max_ts:
             max_ts, max_ts_offset = bmax, offset + batch.last_offset_delta
         offset += batch.last_offset_delta + 1
-        count += len(recs)
+        count += held
     return offset, max_ts, max_ts_offset, count

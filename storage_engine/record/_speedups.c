@@ -2,9 +2,10 @@
  *
  * decode_records(payload, count, base_offset, base_timestamp, log_append_time, record_cls, error_cls)
  * encode_records(records, offsets, base_offset, base_timestamp) -> bytes
+ * scan_records(payload, count, error_cls) -> (bad delta index, that delta, keyless index)
  *
  * Each function must behave exactly like its pure-Python twin in records.py (_py_decode_records,
- * _py_encode_records): same results, same bytes, same error class, message and position. The record layout and
+ * _py_encode_records, _py_scan_records): same results, same bytes, same error class, message and position. The record layout and
  * varint rules are documented in records.py's module docstring; tests/storage_engine/record/test_speedups.py runs the
  * same checks against both implementations and compares them on random and mutated input.
  *
@@ -443,6 +444,153 @@ error:
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* scanning: decode_records' checks without building a record */
+
+/* decode_headers' checks and position, without building the headers. */
+static int
+skip_headers(const Reader *r, int64_t *ppos, int64_t body_end)
+{
+    int64_t pos = *ppos;
+    int32_t count;
+    if (read_varint(r, &pos, &count) < 0) {
+        return -1;
+    }
+    if (count < 0 || count > body_end - pos) {
+        return raise_invalid(r, pos, "found invalid number of record headers %d", (int)count);
+    }
+    for (int32_t i = 0; i < count; i++) {
+        int32_t key_len, value_len;
+        if (read_varint(r, &pos, &key_len) < 0) {
+            return -1;
+        }
+        if (key_len < 0) {
+            return raise_invalid(r, pos, "invalid negative header key size %d", (int)key_len);
+        }
+        if (pos + key_len > body_end) {
+            return raise_invalid(r, pos, "header key runs past the record");
+        }
+        pos += key_len;  /* a header key always decodes (surrogateescape) */
+        if (read_varint(r, &pos, &value_len) < 0) {
+            return -1;
+        }
+        if (value_len >= 0) {
+            if (pos + value_len > body_end) {
+                return raise_invalid(r, pos, "header value runs past the record");
+            }
+            pos += value_len;
+        }
+        else if (value_len != -1) {
+            return raise_invalid(r, pos, "invalid negative header value size %d", (int)value_len);
+        }
+    }
+    *ppos = pos;
+    return 0;
+}
+
+/* scan_records(payload, count, error_cls) -> (first record whose offset delta is not its index or -1, that
+ * delta or 0, first record without a key or -1): every check of decode_records, in the same order, raising the
+ * same errors at the same positions, but no record object is made (what a leader append needs of each record of a
+ * client's batch). See records._py_scan_records. */
+static PyObject *
+speedups_scan_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "scan_records() takes exactly 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *payload = args[0], *count_obj = args[1], *error_cls = args[2];
+    int overflow;
+    long long count = PyLong_AsLongLongAndOverflow(count_obj, &overflow);  /* range(count) semantics */
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow > 0) {
+        count = LLONG_MAX;  /* runs out of payload long before this */
+    }
+    else if (overflow < 0) {
+        count = 0;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const Reader reader = {(const uint8_t *)view.buf, (int64_t)view.len, error_cls};
+    const Reader *r = &reader;
+    long long bad_index = -1, null_index = -1;
+    int32_t bad_delta = 0;
+    int64_t pos = 0;
+    for (long long n = 0; n < count; n++) {
+        int32_t length = 0, offset_delta = 0, key_len = 0, value_len = 0;
+        int64_t timestamp_delta = 0;
+        if (read_varint_fast(r, &pos, &length) < 0) {
+            goto error;
+        }
+        const int64_t body_end = pos + length;
+        if (length < 0 || body_end > r->end) {
+            raise_invalid(r, pos, "record size %d is larger than the %lld bytes remaining", (int)length,
+                          (long long)(r->end - pos));
+            goto error;
+        }
+        pos += 1;  /* attributes, unused */
+        if (read_varlong(r, &pos, &timestamp_delta) < 0 || read_varint_fast(r, &pos, &offset_delta) < 0 ||
+            read_varint_fast(r, &pos, &key_len) < 0) {
+            goto error;
+        }
+        if (key_len >= 0) {
+            pos += key_len;  /* a key past the end is short, as the decoder's slice; the next read fails */
+        }
+        else if (key_len == -1) {
+            if (null_index < 0) {
+                null_index = n;
+            }
+        }
+        else {
+            raise_invalid(r, pos, "invalid negative key size %d", (int)key_len);
+            goto error;
+        }
+        if (read_varint_fast(r, &pos, &value_len) < 0) {
+            goto error;
+        }
+        if (value_len >= 0) {
+            pos += value_len;
+        }
+        else if (value_len != -1) {
+            raise_invalid(r, pos, "invalid negative value size %d", (int)value_len);
+            goto error;
+        }
+        if (pos >= r->end) {
+            raise_invalid(r, pos, "premature EOF while reading records");
+            goto error;
+        }
+        if (r->buf[pos] == 0) {
+            pos += 1;
+        }
+        else if (skip_headers(r, &pos, body_end) < 0) {
+            goto error;
+        }
+        if (pos != body_end) {
+            raise_invalid(r, pos,
+                          "invalid record size: expected to read %d bytes in record payload, but instead read %lld",
+                          (int)length, (long long)(length - (body_end - pos)));
+            goto error;
+        }
+        if (bad_index < 0 && (long long)offset_delta != n) {
+            bad_index = n;
+            bad_delta = offset_delta;
+        }
+    }
+    if (pos != r->end) {
+        raise_invalid(r, pos, "incorrect declared batch size, records still remaining in file");
+        goto error;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LiL)", bad_index, (int)bad_delta, null_index);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* encoding */
 
 typedef struct {
@@ -865,6 +1013,10 @@ static PyMethodDef speedups_methods[] = {
      "decode_records(payload, count, base_offset, base_timestamp, log_append_time, record_cls, error_cls)\n"
      "--\n\n"
      "Decode `count` records from an uncompressed records section; see records._py_decode_records."},
+    {"scan_records", (PyCFunction)(void (*)(void))speedups_scan_records, METH_FASTCALL,
+     "scan_records(payload, count, error_cls)\n"
+     "--\n\n"
+     "decode_records' checks without building records; see records._py_scan_records."},
     {"encode_records", (PyCFunction)(void (*)(void))speedups_encode_records, METH_FASTCALL,
      "encode_records(records, offsets, base_offset, base_timestamp)\n"
      "--\n\n"

@@ -35,7 +35,8 @@ from crc32c import crc32c
 
 from storage_engine.record import codecs
 from storage_engine.errors import CompressionError, CorruptRecordError
-from storage_engine.record.records import NO_TIMESTAMP, Record, SimpleRecord, decode_records, encode_records
+from storage_engine.record.records import (NO_TIMESTAMP, Record, SimpleRecord, decode_records, encode_records,
+                                          scan_records)
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12                 # offset int64 + size int32 in front of every entry, all magics
@@ -215,6 +216,24 @@ class RecordBatch:
         try:
             return decode_records(payload, self.records_count, self.base_offset, self.base_timestamp,
                                   self.max_timestamp if log_append else None)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"batch at offset {self.base_offset}: {exc.reason}", self.path,
+                                     self.file_position) from None
+
+    def scan_records(self) -> tuple[int, int, int]:
+        """The checks of :meth:`records` (same errors), without building the records: (the first record whose
+        offset delta is not its index, or -1; that delta, or 0; the first record without a key, or -1). An
+        uncompressed records section is read in place."""
+        if self.records_count < 0:
+            raise CorruptRecordError(f"found invalid record count {self.records_count}", self.path,
+                                     self.file_position)
+        if self.records_count == 0:
+            return -1, 0, -1
+        start, end = self.pos + BATCH_OVERHEAD, self.pos + LOG_OVERHEAD + self.length
+        payload = (memoryview(self.buf)[start:end] if self.attributes & COMPRESSION_CODEC_MASK == codecs.NONE
+                   else self.records_payload())
+        try:
+            return scan_records(payload, self.records_count)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"batch at offset {self.base_offset}: {exc.reason}", self.path,
                                      self.file_position) from None

@@ -8,12 +8,13 @@ Record (inside the records section), varints are protobuf zig-zag LEB128::
     key_length varint (-1 = null) | key | value_length varint (-1 = null: a tombstone) | value |
     header_count varint | per header: key_length varint (>= 0, UTF-8) | key | value_length varint (-1 = null) | value
 
-The two per-record loops (:func:`decode_records`, :func:`encode_records`) have compiled twins, bound at the end of
+The per-record loops (:func:`decode_records`, :func:`encode_records`, and :func:`scan_records`, the decoder's checks
+without the records, for a leader append) have compiled twins, bound at the end of
 this module as :mod:`storage_engine.record.kernels` chooses (which also gives the extension's batch-level kernels).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, cast
 
 from storage_engine.errors import CorruptRecordError
 from storage_engine.record import kernels
@@ -162,6 +163,19 @@ def _py_decode_records(payload: bytes, count: int, base_offset: int, base_timest
     return out
 
 
+def _py_scan_records(payload: bytes | memoryview, count: int) -> tuple[int, int, int]:
+    """What a leader append checks of each record of a client's batch, without keeping the records: (the first
+    record whose offset delta is not its index, or -1; that delta, or 0; the first record without a key, or -1).
+    Every structural check of :func:`_py_decode_records` applies, with the same errors.
+
+    Public as ``scan_records`` (the C version when built, which builds no record at all).
+    """
+    # base offset 0: a record's offset is its delta; the decoder only indexes and slices, which a view does alike
+    recs = _py_decode_records(cast(bytes, payload), count, 0, 0, None)
+    bad = next((i for i, r in enumerate(recs) if r.offset != i), -1)
+    return bad, recs[bad].offset if bad >= 0 else 0, next((i for i, r in enumerate(recs) if r.key is None), -1)
+
+
 def _decode_headers(payload: bytes, pos: int, body_end: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     count, pos = read_varint(payload, pos)
     if count < 0:
@@ -263,7 +277,18 @@ if kernels.COMPILED is not None:
 else:
     _c_decode_records = _c_encode_records = None  # type: ignore[assignment]
 
+# An extension built before scan_records existed lacks it: the Python twin then scans.
+_compiled_scan_records = getattr(kernels.COMPILED, "scan_records", None)
+
+
+def _c_scan_records(payload: bytes | memoryview, count: int) -> tuple[int, int, int]:
+    assert _compiled_scan_records is not None
+    return _compiled_scan_records(payload, count, CorruptRecordError)
+
+
 if kernels.IMPLEMENTATION == "c":
     decode_records, encode_records = _c_decode_records, _c_encode_records
 else:
     decode_records, encode_records = _py_decode_records, _py_encode_records
+scan_records = (_c_scan_records if kernels.IMPLEMENTATION == "c" and _compiled_scan_records is not None
+                else _py_scan_records)

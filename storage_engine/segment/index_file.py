@@ -348,6 +348,13 @@ class IndexFile:
         unpack, field = self._offset_column()
         self._truncate_to_entries(self._lower_bound(unpack, field, offset - self.base_offset))
 
+    def packed_entries_below(self, offset: int) -> bytes:
+        """The entries :meth:`truncate_to` (``offset``) keeps, packed as the file stores them (a truncation by
+        rewrite writes them into the new segment's index)."""
+        self._check_open()
+        unpack, field = self._offset_column()
+        return bytes(self._buf[:self._lower_bound(unpack, field, offset - self.base_offset) * self.ENTRY_SIZE])
+
     def reset(self) -> None:
         """Drop every entry and grow the file back to ``max_index_size`` (Kafka's ``reset``)."""
         self._truncate_to_entries(0)

@@ -2,17 +2,21 @@
 straight from the file (``sendfile``) without reading and checking them a second time.
 
 A range ``[lo, hi)`` of a ``.log`` file is *verified* once every batch in it passed the checked read's CRC and
-offset-order checks (:mod:`storage_engine.segment.checked_read`). A sealed segment's bytes, and the active
-segment's below its end, never change in place but for one thing: a truncation (``truncate_to``, a torn tail cut
-by the next lock holder, recovery), which shrinks the file and then lets new batches be written where checked ones
-were. Everything else that replaces bytes (the cleaner's swap, a split, a directory move) writes a *new* file, and
-retention or ``delete-records`` only unlinks files; a file that was unlinked or replaced keeps its old bytes for
-whoever still holds it open.
+offset-order checks (:mod:`storage_engine.segment.checked_read`). A file's checked bytes never change in place:
+everything that replaces bytes writes a *new* file (the cleaner's swap, a split, a directory move, and a truncation,
+which rewrites the segment it cuts: :mod:`storage_engine.log.rewrite`), and retention or ``delete-records`` only
+unlink files; a file that was unlinked or replaced keeps its old bytes for whoever still holds it open. The only
+cuts made in place: a torn tail cut by the next lock holder (bytes from the first batch that fails these same
+checks on, so never verified), and a load's recovery, which runs only while no process has the partition open (no
+send can be in flight from it) and bumps the generation.
 
-So a mark is keyed by the open file's identity ``(st_dev, st_ino)`` (a swapped-in file is a new inode: no mark),
-and holds the partition's shared *generation* (:mod:`storage_engine.log.view`) it was made at: every truncation,
-by this process or another one, bumps that generation under the partition lock before it cuts a byte, so a mark
-made at another generation is dropped instead of used; and a file seen shorter than its mark drops the mark too.
+So a mark is keyed by the open file's identity ``(st_dev, st_ino)`` (a swapped-in or rewritten file is a new inode:
+no mark), and holds the partition's shared *generation* (:mod:`storage_engine.log.view`) it was made at: every
+truncation, by this process or another one, bumps that generation under the partition lock before it changes a
+file, so a mark made at another generation is dropped instead of used (an inode number the file system gives again
+to a new file, once the old one is purged, cannot inherit a mark); and a file seen shorter than its mark drops the
+mark too.
+
 A fetch decides from a mark and sends from a duplicate of the same file descriptor it checked
 (:class:`~storage_engine.segment.file_slice.FileSlice`), so a swap or a deletion between the decision and the
 send cannot change which bytes go out.

@@ -69,6 +69,9 @@ def peek_key_version(frame: bytes | bytearray | memoryview) -> tuple[int, int]:
 
 
 _READERS: dict[Any, Any] = {}
+# API key -> a decoder of that API's served versions that reads the frame itself instead of kio (Produce:
+# handlers/produce_wire.py registers itself); it returns the Request or raises MalformedRequest.
+DIRECT_DECODERS: dict[int, Any] = {}
 _WRITERS: dict[Any, Any] = {}
 
 
@@ -106,6 +109,9 @@ def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int
         return Request(key, version, int(correlation), "", None, len(frame))
     if rng is None or not rng[0] <= version <= rng[1]:
         raise MalformedRequest(f"unsupported API key {key} version {version}")
+    direct = DIRECT_DECODERS.get(key)
+    if direct is not None:
+        return direct(frame)
     cls = request_class(key, version)
     check_lengths(cls, frame)
     view = memoryview(frame).toreadonly()   # kio reads only read-only buffers (a frame is a bytearray)

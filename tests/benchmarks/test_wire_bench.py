@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -41,9 +42,29 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
 
     fetch = [r for r in section["rows"] if r["group"].startswith("1024 B values, ") and r["group"].endswith(" MB")]
     names = {r["name"] for r in fetch}
-    assert names == {"os.sendfile -> loopback reader", *wire.RAW_FETCHES, *wire.CONSUMERS}
+    kcat = shutil.which("kcat") is not None         # Debian's kcat (make clients): the C consumer row
+    assert names == {"os.sendfile -> loopback reader", *wire.BARE_FETCHES, *wire.CONSUMERS,
+                     *([wire.KCAT_ROW] if kcat else [])}
     assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
-    assert all(r["target"]["minimum"] == 0.7 for r in fetch if r["baseline"])
+    targets = {r["name"]: r["target"]["minimum"] for r in fetch if r["baseline"]}
+    assert targets == {"bare Fetch v12 client, 1 MiB per fetch": 0.7, "bare Fetch v12 client, 16 MiB per fetch": 0.7,
+                       "bare Fetch v12 client, 64 MiB per fetch": 0.5,
+                       "bare Fetch v12 client, 64 MiB per fetch, streaming": 0.5,
+                       "librdkafka consumer, default fetch sizes": 0.4, "librdkafka consumer, 64 MiB fetches": 0.7,
+                       **({wire.KCAT_ROW: 0.4} if kcat else {})}
+    # every consumer row's broker and client CPU per round; the Python consumer's split by thread (in clock ticks:
+    # this tiny run's may be 0)
+    cpu = section["facts"]["fetch_cpu_s"]
+    assert set(cpu) == set(targets)
+    for name, figures in cpu.items():
+        assert len(figures["broker"]) == len(figures["client"]) == 2 and min(figures["client"]) > 0, name
+    for name in wire.CONSUMERS:
+        assert all({"python", "librdkafka"} <= set(threads) for threads in cpu[name]["client_threads"]), name
+    assert section["facts"]["fetch_first_read_broker_cpu_s"] >= 0     # the untimed first read, apart from the rows
+    if kcat:
+        assert section["facts"]["kcat"].startswith("kcat ") and "librdkafka " in section["facts"]["kcat"]
+    else:
+        assert any(note.startswith(f"{wire.KCAT_ROW}: not measured") for note in section["notes"])
 
     assert section["facts"]["latency"] == section["facts"]["latency_by_acks"]["all"]
     for acks in ("1", "all"):     # each paced at half its own peak, rounds alternating
@@ -89,3 +110,21 @@ def test_summary_shows_the_wire_rows_from_the_newest_run():
     runs["wire"] = None
     line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
     assert "25,000 records/s" in line and "0.250x" in line and "**no**" in line and "2026-01-01" in line
+
+
+@pytest.mark.unit
+@pytest.mark.kills      # the watchdog SIGKILLs kcat
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make clients)")
+def test_a_kcat_round_that_never_ends_is_killed_and_named(tmp_path, monkeypatch):
+    """kcat pointed at a port nobody serves keeps retrying: the round's watchdog kills it and the error names it."""
+    from benchmarks import wire_consumers
+
+    class Nobody:
+        bootstrap = "127.0.0.1:1"
+
+        def cpu_s(self) -> float:
+            return 0.0
+
+    monkeypatch.setattr(wire_consumers, "KCAT_TIMEOUT_S", 1.0)
+    with pytest.raises(RuntimeError, match=r"(?s)kcat -C -b 127\.0\.0\.1:1 .* exited -9 \(killed after 1 s\)"):
+        wire_consumers.kcat_round(Nobody(), "t", 10, str(tmp_path))

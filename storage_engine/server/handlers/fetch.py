@@ -108,7 +108,7 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
             if not first and len(data) > limit:
                 _drop(data)
                 data, upper = b"", offset
-        # a file slice goes out as it is, sent from the segment file (protocol._Parts keeps it a part of its own)
+        # a file slice goes out as it is, sent from the segment file (fetch_wire keeps it a part of its own)
         base["records"] = cast(bytes, data)
         if isolation == READ_COMMITTED:
             base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote)

@@ -21,15 +21,17 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
                                                 MIN_ENTRY_SIZE_FIELD, RecordBatch)
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
-from storage_engine.server.handlers import transactions
+from storage_engine.server.handlers import produce_wire, transactions
 from storage_engine.server.handlers.context import CloseConnection, Ctx
+from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.produce import (InitProducerIdResponse, PartitionProduceResponse,
                                                      ProduceResponse, TopicProduceResponse)
 
 logger = logging.getLogger(__name__)
+Buffer = bytes | bytearray | memoryview
 
 
-def _batch_count(records: bytes) -> int | str:
+def _batch_count(records: Buffer) -> int | str:
     """How many batches ``records`` holds, by their length fields (a torn last one counts); a length below
     :data:`~storage_engine.record.record_batch.MIN_ENTRY_SIZE_FIELD` (Kafka's ``RECORD_OVERHEAD_V0``: no batch is
     shorter) is the message Kafka's ``ByteBufferLogInputStream`` fails with (CORRUPT_MESSAGE)."""
@@ -44,7 +46,7 @@ def _batch_count(records: bytes) -> int | str:
     return count
 
 
-def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
+def _producer_of(records: Buffer) -> tuple[int, int, bool] | None:
     """(producer id, epoch, transactional) of the first batch's header; None when it is too short or not magic 2
     (the engine's validation then names what is wrong)."""
     if len(records) < BATCH_OVERHEAD or records[MAGIC_OFFSET] != MAGIC_V2:
@@ -53,13 +55,15 @@ def _producer_of(records: bytes) -> tuple[int, int, bool] | None:
     return batch.producer_id, batch.producer_epoch, batch.is_transactional
 
 
-def _append(ctx: Ctx, topic: str, partition: int, records: bytes) -> PartitionProduceResponse:
+def _append(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse:
     broker = ctx.broker
     try:
         log = broker.manager.get_log(topic, partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
-        info = log.append_batches(records)
+        # records decoded by produce_wire are a writable view of this request's frame, which nothing reads after
+        # the append: offsets are assigned in it and it is written from there (no copy); kio's are bytes (copied)
+        info = log.append_batches(records, in_place=isinstance(records, memoryview) and not records.readonly)
     except Exception as exc:   # every failure becomes the partition's error code
         code = error_code(exc)
         if code == ErrorCode.unknown_server_error:
@@ -92,7 +96,7 @@ def _missing(ctx: Ctx, topic: str, partition: int) -> PartitionProduceResponse |
 
 
 async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition: int,
-                             records: bytes) -> PartitionProduceResponse:
+                             records: Buffer) -> PartitionProduceResponse:
     """Append one partition's batches. Transactional batches need the request's transactional id, and its
     transaction must have the partition added, from the same producer id and epoch; EndTxn waits for the append."""
     count = _batch_count(records)
@@ -135,13 +139,22 @@ def _has_transactional(body: Any) -> bool:
     """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of some partition is transactional."""
     for topic_data in body.topic_data:
         for pd in topic_data.partition_data:
-            producer = _producer_of(bytes(pd.records)) if pd.records else None
+            producer = _producer_of(pd.records) if pd.records else None
             if producer is not None and producer[2]:
                 return True
     return False
 
 
-async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
+async def produce(ctx: Ctx, body: Any) -> ProduceResponse | Encoded | None:
+    """Append each partition's batches (:func:`_produce_partition`); the answer is encoded here
+    (:mod:`.produce_wire`) unless it carries a tagged field, then by kio."""
+    response = await _produce(ctx, body)
+    if response is None or not produce_wire.encodable(response):
+        return response
+    return produce_wire.encode_response(ctx.request.api_version, response)
+
+
+async def _produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
     broker = ctx.broker
     broker.stats.produce_requests += 1
     acks = int(body.acks)
@@ -166,8 +179,10 @@ async def produce(ctx: Ctx, body: Any) -> ProduceResponse | None:
             elif not pd.records:
                 parts.append(_failed(pd.index, ErrorCode.invalid_record, "no records in the request"))
             else:
+                # the records as decoded (a view of the request frame): the engine copies them once, to assign
+                # their offsets
                 result = await _produce_partition(ctx, body.transactional_id, topic_data.name, int(pd.index),
-                                                  bytes(pd.records))
+                                                  pd.records)
                 appended = appended or result["error_code"] == ErrorCode.none
                 parts.append(result)
         responses.append({"name": topic_data.name, "partition_responses": tuple(parts)})

@@ -1070,7 +1070,7 @@ def test_a_later_group_whose_segment_went_is_abandoned_with_a_warning(log_dir, m
     other, _ = open_log(str(log_dir), TOPIC, 0, log.config, clock=ManualClock(T0), exclusive=False)
 
     def truncate_the_tail():
-        other.truncate_to(9)                 # segment 10 goes, segment 8 keeps its file
+        other.truncate_to(10)                # segment 10 is emptied (a new file), segment 8 keeps its file
 
     log.config = small
     m = HookMap(1 << 20, truncate_the_tail)
