@@ -89,8 +89,8 @@ class Connection:
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
         """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``. The timer
-        is armed only if ``coro`` has to wait (:class:`~storage_engine.server.eager.Started`): a read whose bytes are buffered, a write the
-        socket takes, finish at once, and most do."""
+        is armed only if ``coro`` has to wait (:class:`~storage_engine.server.eager.Started`): a read whose bytes
+        are buffered, a write the socket takes, finish at once, and most do."""
         if timeout is None:
             return await coro
         started = Started(coro)
