@@ -14,11 +14,19 @@ from the file: a fetch of many partitions holds no descriptor per small one.
 
 The partition's ``generation`` is read by the caller before this walk (the shared one, which every truncation
 bumps first), and the file's identity and size are taken from the very descriptor the slice duplicates.
+
+Inside :func:`nonblocking` (the broker's event loop, which must never wait for a disk) a read either is served
+from verified bytes already in the page cache, or raises :class:`WouldBlock` at once: a segment whose files are
+not open, a byte outside the verified range (it would have to be read and checked), a ``pread`` the page cache
+cannot answer (``RWF_NOWAIT``), or any failure at all (the retry after another process's change refreshes under
+the partition lock). The caller then does the same read in its thread pool, where all of that may happen.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,9 +48,49 @@ _LAST_DELTA = struct.Struct(">i")
 HEAD_BYTES = 27                 # through a magic-2 batch's last offset delta
 
 
+class WouldBlock(Exception):
+    """A read inside :func:`nonblocking` that needs what the event loop must not wait for (see the module)."""
+
+
+_mode = threading.local()
+
+
+@contextlib.contextmanager
+def nonblocking() -> Iterator[None]:
+    """Reads in this thread, until the block ends, raise :class:`WouldBlock` rather than wait for a disk or check
+    bytes (see the module)."""
+    _mode.nonblocking = True
+    try:
+        yield
+    finally:
+        _mode.nonblocking = False
+
+
+def _nonblocking() -> bool:
+    return getattr(_mode, "nonblocking", False)
+
+
+def _pread(fd: int, size: int, pos: int) -> bytes | bytearray:
+    """``os.pread``; inside :func:`nonblocking`, only what the page cache holds (``RWF_NOWAIT``), else
+    :class:`WouldBlock`. A short answer is returned as it is (the caller takes it for the file's end, which inside
+    :func:`nonblocking` is a failure, so :class:`WouldBlock` too)."""
+    if not _nonblocking():
+        return os.pread(fd, size, pos)
+    buf = bytearray(size)
+    try:
+        got = os.preadv(fd, [buf], pos, os.RWF_NOWAIT)
+    except BlockingIOError:
+        raise WouldBlock(f"bytes at {pos} are not in the page cache") from None
+    del buf[got:]
+    return buf
+
+
 class SlicedSegment(ScannedSegment, Protocol):
     @property
     def offset_index(self) -> "_Lookup": ...
+
+    @property
+    def is_open(self) -> bool: ...
 
 
 class _Lookup(Protocol):
@@ -86,7 +134,7 @@ class _Walk:
         self.marks = marks
         self.verified = verified
         self.horizon = limit
-        self._head = b""
+        self._head: bytes | bytearray = b""
         self._head_at = 0
         self._last_size = 0
 
@@ -101,7 +149,7 @@ class _Walk:
             want = HEADER_WINDOW if self._last_size < SMALL_BATCH else HEAD_BYTES
             try:
                 # never past the verified end: a legacy entry may be shorter than a magic-2 header
-                self._head = os.pread(self.fd, min(want, self.verified[1] - pos), pos)
+                self._head = _pread(self.fd, min(want, self.verified[1] - pos), pos)
             except OSError as exc:
                 raise StorageIOError("cannot read log file", self.seg.path, exc) from exc
             self._head_at, rel = pos, 0
@@ -128,6 +176,8 @@ class _Walk:
                 yield b
                 pos += b.size
                 continue
+            if _nonblocking():
+                raise WouldBlock(f"bytes at {pos} of {self.seg.path} are not verified yet")
             window = min(PIECE_BYTES, max(self.horizon - pos, 4096))
             switched = False
             for batch in self.seg.log.read_batches(pos, self.limit, strict=True, window=window):
@@ -170,6 +220,20 @@ def read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_mes
     them, ending before the first batch whose entry offset is ``bound`` or more; None if ``start_offset`` lies
     beyond the segment. ``generation``: the partition's shared generation, read before this call; a result of at
     most ``inline`` bytes comes as bytes."""
+    if _nonblocking():
+        if not seg.is_open:
+            raise WouldBlock(f"{seg.path} is not open")
+        try:
+            return _read_slice(seg, start_offset, max_size, min_one_message, upper_bound, bound, generation, marks,
+                               inline)
+        except (CorruptRecordError, StorageIOError) as exc:
+            raise WouldBlock(f"a read of {seg.path} failed ({exc}): retried where it may wait") from None
+    return _read_slice(seg, start_offset, max_size, min_one_message, upper_bound, bound, generation, marks, inline)
+
+
+def _read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_message: bool,
+                upper_bound: int | None, bound: int, generation: int, marks: VerifiedRanges,
+                inline: int) -> SliceData | None:
     log = seg.log
     fd = log.fileno()
     try:
@@ -219,7 +283,8 @@ def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: in
         marks.remember(key, generation, next_offset, end)     # where this consumer's next fetch begins
         if end - start_pos <= inline:
             # a small range is cheaper copied than sent apart (and holds no descriptor while the response waits)
-            data = seg.log.read(start_pos, end - start_pos)
+            data = bytes(_pread(fd, end - start_pos, start_pos)) if _nonblocking() else seg.log.read(
+                start_pos, end - start_pos)
             if len(data) != end - start_pos:
                 raise CorruptRecordError(f"the file was cut under a read of [{start_pos}, {end})", seg.path,
                                          start_pos + len(data))

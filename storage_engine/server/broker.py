@@ -64,6 +64,8 @@ class Stats:
     produce_bytes: int = 0
     fetch_requests: int = 0
     fetch_bytes: int = 0
+    fetch_reads_inline: int = 0       # fetch reads served on the event loop (verified bytes in the page cache)
+    fetch_reads_pooled: int = 0       # ... tried there first, then read in the thread pool
     errors: int = 0
     malformed: int = 0
 
@@ -131,6 +133,8 @@ class Broker:
         return {"fetch_sessions": len(self.fetch_sessions.sessions), "fetch_sessions_created": c.created,
                 "fetch_sessions_evicted": c.evicted, "fetch_full": c.full, "fetch_incremental": c.incremental,
                 "fetch_sessionless": c.sessionless, "fetch_session_errors": c.errors,
+                "fetch_reads_inline": self.stats.fetch_reads_inline,
+                "fetch_reads_pooled": self.stats.fetch_reads_pooled,
                 "fetch_waits": self.purgatory.waits, "fetch_wakeups": self.purgatory.wakeups,
                 "file_watch_inotify": int(files.inotify), "file_watch_partitions": files.watched(),
                 "file_watch_events": files.events, "file_watch_polls": files.polls}
@@ -252,6 +256,14 @@ class Broker:
             topic_id = identity.random_uuid()
         self._topic_ids[topic] = topic_id
         return topic_id
+
+    def known_topic_by_id(self, topic_id: uuid.UUID) -> str | None:
+        """:meth:`topic_by_id` among the ids this broker has already read (no I/O: the event loop asks this
+        first), None when the id is not among them."""
+        for topic, known in list(self._topic_ids.items()):
+            if known == topic_id:
+                return topic
+        return None
 
     def topic_by_id(self, topic_id: uuid.UUID) -> str | None:
         for topic, known in self._topic_ids.items():

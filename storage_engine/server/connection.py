@@ -9,10 +9,13 @@ SaslAuthenticate. A handler that fails on a request closes only that connection,
 and where it failed.
 
 A response goes out part by part: a fetch's records that are a file slice (verified bytes of a segment file:
-:mod:`storage_engine.segment.file_slice`) are sent with ``sendfile`` straight from the file (``loop.sendfile``; a TLS
-listener cannot, so there the bytes are read in pieces off the event loop and written), in pieces of at most
-:data:`SEND_PIECE` bytes, each sent only if the file still holds all of its slice: a file cut shorter under the send
-closes the connection mid-frame (the client drops a partial frame), so no other bytes ever go out in its place.
+:mod:`storage_engine.segment.file_slice`) are sent with ``sendfile`` straight from the file (a TLS listener cannot,
+so there the bytes are read in pieces off the event loop and written), in pieces of at most :data:`SEND_PIECE`
+bytes, each sent only if the file still holds all of its slice: a file cut shorter under the send closes the
+connection mid-frame (the client drops a partial frame), so no other bytes ever go out in its place. While the
+socket takes them, such a response is written straight to it under ``TCP_CORK`` (``os.write``, ``os.sendfile``:
+full segments, no wake-up of the client for the header alone); once it is full, the rest goes through the stream
+writer and ``loop.sendfile``, which wait for it.
 What the connection buffers of a response is bounded by the small parts between slices, whatever ``max_bytes``.
 
 Limits (:mod:`storage_engine.server.limits`): a frame's bytes come from the broker's memory pool
@@ -26,14 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage_engine.errors import CorruptRecordError
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server import protocol
 from storage_engine.server.broker import Broker
+from storage_engine.server.eager import Started
 from storage_engine.server.errors import ErrorCode
 from storage_engine.server.handlers import API_VERSIONS, APIS, SASL_AUTHENTICATE, SASL_HANDSHAKE, SUPPORTED
 from storage_engine.server.handlers.context import CloseConnection, Ctx
@@ -83,12 +88,17 @@ class Connection:
         self.last_active = asyncio.get_running_loop().time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
-        """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``."""
+        """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``. The timer
+        is armed only if ``coro`` has to wait (:class:`~storage_engine.server.eager.Started`): a read whose bytes
+        are buffered, a write the socket takes, finish at once, and most do."""
         if timeout is None:
             return await coro
+        started = Started(coro)
+        if started.done:
+            return started.result()
         try:
             async with asyncio.timeout(timeout):
-                return await coro
+                return await started
         except TimeoutError:
             raise Closing(what) from None
 
@@ -99,14 +109,21 @@ class Connection:
         if idle is None:
             return await self.reader.readexactly(1)
         loop = asyncio.get_running_loop()
+        started = Started(self.reader.readexactly(1))
+        if started.done:                                      # a request already buffered
+            return started.result()
         while True:
             left = self.last_active + idle - loop.time()
             if left <= 0 and not self.busy:
+                started.close()
                 raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
             try:
                 async with asyncio.timeout(max(left, 0.05)):
-                    return await self.reader.readexactly(1)   # cancelled, it consumes nothing
+                    return await started                      # cancelled, it consumes nothing
             except TimeoutError:
+                started = Started(self.reader.readexactly(1))
+                if started.done:
+                    return started.result()
                 if self.busy:
                     self.last_active = loop.time()            # a request in flight is activity
 
@@ -227,26 +244,91 @@ class Connection:
     async def _send(self, parts: list[Part]) -> None:
         """Write a response's parts in order; file slices are closed once sent (or on failure)."""
         try:
-            for part in parts:
-                if isinstance(part, FileSlice):
-                    await self._send_file(part)
-                else:
-                    self.writer.write(part)
-            await self.writer.drain()
+            if self.listener.tls or not any(isinstance(p, FileSlice) for p in parts):
+                await self._send_queued(parts)
+            else:
+                await self._send_corked(parts)
         finally:
             for part in parts:
                 if isinstance(part, FileSlice):
                     part.close()
 
-    async def _send_file(self, part: FileSlice) -> None:
-        """``part``'s bytes straight from its file, after what was written before it; a file cut under the send
-        closes the connection (one line naming it)."""
+    async def _send_queued(self, parts: Sequence[Part]) -> None:
+        """Buffers through the stream writer, file slices after what was written before them."""
+        for part in parts:
+            if isinstance(part, FileSlice):
+                await self._send_file(part, part.position)
+            else:
+                self.writer.write(part)
+        await self.writer.drain()
+
+    async def _send_corked(self, parts: list[Part]) -> None:
+        """A response with file slices on a plain socket whose writer has nothing queued: written straight to the
+        socket (buffers with ``write``, slices with ``os.sendfile``) under ``TCP_CORK``, so the header, the records
+        and the tagged fields after them leave as full segments and the client is not woken for a few bytes. What
+        the socket does not take at once goes through the writer and the loop's ``sendfile``, in order, and
+        the cork is taken off whatever happens (which pushes out the last segment)."""
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() or transport.is_closing():
+            await self._send_queued(parts)
+            return
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno()
         try:
-            await self._send_file_pieces(part)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:                  # not a TCP socket: the writer's way
+            await self._send_queued(parts)
+            return
+        try:
+            for i, part in enumerate(parts):
+                if transport.get_write_buffer_size():     # a part the socket did not take whole is queued
+                    await self._send_queued(parts[i:])
+                    return
+                if isinstance(part, FileSlice):
+                    await self._send_file_direct(fd, part)
+                    continue
+                try:
+                    n = os.write(fd, part)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                if n < len(part):
+                    self.writer.write(memoryview(part)[n:])
+            await self.writer.drain()
+        finally:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            except OSError:
+                pass                     # the connection is gone: nothing left to push
+
+    async def _send_file_direct(self, fd: int, part: FileSlice) -> None:
+        """``part``'s bytes with ``os.sendfile`` while the socket takes them (each call checked whole first, as
+        every piece is); the rest, once the socket is full, through the loop's ``sendfile``, which waits for it."""
+        pos, end = part.position, part.position + part.length
+        try:
+            while pos < end:
+                part.check_whole()
+                try:
+                    sent = os.sendfile(fd, part.fd, pos, _piece(part, pos))
+                except (BlockingIOError, InterruptedError):
+                    break
+                if sent == 0:
+                    raise Closing(f"a fetch response was cut short: {part.path} ended at {pos} under a send of "
+                                  f"[{part.position}, {end})")
+                pos += sent
+        except CorruptRecordError as exc:
+            raise Closing(f"a fetch response was cut short: {exc}") from None
+        if pos < end:
+            await self._send_file(part, pos)
+
+    async def _send_file(self, part: FileSlice, start: int) -> None:
+        """``part``'s bytes from ``start`` straight from its file, after what was written before them; a file cut
+        under the send closes the connection (one line naming it)."""
+        try:
+            await self._send_file_pieces(part, start)
         except CorruptRecordError as exc:
             raise Closing(f"a fetch response was cut short: {exc}") from None
 
-    async def _send_file_pieces(self, part: FileSlice) -> None:
+    async def _send_file_pieces(self, part: FileSlice, start: int) -> None:
         await self.writer.drain()
         if self.listener.tls:
             # TLS encrypts in user space: the verified bytes are read in bounded pieces (no second check)
@@ -257,14 +339,15 @@ class Connection:
             return
         loop = asyncio.get_running_loop()
         transport = self.writer.transport
-        pos, end = part.position, part.position + part.length
+        pos, end = start, part.position + part.length
         with open(part.fd, "rb", buffering=0, closefd=False) as file:
             while pos < end:
                 part.check_whole()
-                n = min(SEND_PIECE, end - pos)
+                n = _piece(part, pos)
                 sent = await loop.sendfile(transport, file, pos, n)
                 if sent != n:
-                    raise Closing(f"{part.path} ended at {pos + sent} under a send of [{part.position}, {end})")
+                    raise Closing(f"a fetch response was cut short: {part.path} ended at {pos + sent} under a send "
+                                  f"of [{part.position}, {end})")
                 pos += n
 
     async def handle(self, frame: Buffer) -> list[Part] | None:
@@ -305,7 +388,7 @@ class Connection:
 
     def _encode(self, request: protocol.Request, result: Mapping[str, object] | protocol.Encoded,
                 version: int | None = None) -> list[Part]:
-        if isinstance(result, protocol.Encoded):     # a handler that encodes its own response (Metadata)
+        if isinstance(result, protocol.Encoded):     # a handler that encodes its own response (Metadata, Fetch)
             return list(protocol.frame_encoded(request, result))
         cls = protocol.response_class(request.api_key, request.api_version if version is None else version)
         return protocol.encode_response_parts(request, protocol.build(cls, result))
@@ -359,6 +442,12 @@ class Connection:
         done: SaslAuthenticateResponse = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
                                           "session_lifetime": 0}
         return self._encode(request, done)
+
+
+def _piece(part: FileSlice, pos: int) -> int:
+    """Bytes of ``part`` to send from ``pos``: to the end of its :data:`SEND_PIECE` piece (pieces counted from the
+    slice's start, wherever a send that the socket took in part went on from)."""
+    return min(SEND_PIECE - (pos - part.position) % SEND_PIECE, part.position + part.length - pos)
 
 
 def _buffers(parts: list[Part]) -> list[Buffer]:

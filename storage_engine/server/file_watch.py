@@ -69,8 +69,8 @@ def _signature(w: _Watched) -> tuple[int, ...]:
 
 
 class FileWatcher:
-    """The watched partitions of one broker. ``needs_refresh`` is called from the read threads; everything else
-    on the event loop."""
+    """The watched partitions of one broker. ``needs_refresh`` is called from the read threads, ``is_current`` from
+    either; everything else on the event loop."""
 
     def __init__(self, on_change: Callable[[TP], None], *, use_inotify: bool = True):
         self.on_change = on_change
@@ -122,6 +122,17 @@ class FileWatcher:
                 self._forget(tp)
             self._watch(tp, log, now)
             self.dirty.discard(tp)
+            return True
+
+    def is_current(self, tp: TP, log: Any) -> bool:
+        """Whether ``log``'s view of ``tp`` may be read as it is: :meth:`needs_refresh` answering False, without
+        its effects (a change seen stays to be taken, a partition not watched is not watched yet). The event loop's
+        reads ask this; on False they leave the read, refresh included, to the read threads."""
+        with self._mutex:
+            w = self._watched.get(tp)
+            if w is None or w.log is not log or w.dir != log.dir or w.wd is None or tp in self.dirty:
+                return False
+            w.used = time.monotonic()
             return True
 
     def _watch(self, tp: TP, log: Any, now: float) -> None:

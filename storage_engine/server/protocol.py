@@ -9,13 +9,12 @@ version lacks are dropped, missing optional ones take their schema defaults; an 
 field raises). Handlers therefore speak one shape for every
 version of an API.
 
-Before kio reads a request, :func:`check_lengths` walks it by the same schema and checks every array count,
-string, bytes and tagged-field length against the bytes left in the frame: kio's native reader reserves memory for
-an array from its count before reading an element, so one frame claiming 2**35 elements made the process abort on
-a failed allocation of hundreds of gigabytes. A null (-1) where the version's schema does not allow one is refused
-as Kafka's generated readers refuse it ("non-nullable field topics was serialized as null", an
-``InvalidRequestException`` that closes the connection); kio would hand a handler ``None`` where it expects a
-tuple or a string.
+Before kio reads a request, :func:`~storage_engine.server.frame_check.check_lengths` walks it by the same schema
+and checks every array count, string, bytes and tagged-field length against the bytes left in the frame (kio's
+native reader reserves memory for an array from its count), and refuses a null where the schema allows none.
+
+A handler may encode its own response (:class:`Encoded`: Metadata in :mod:`.handlers.metadata_wire`, Fetch in
+:mod:`.handlers.fetch_wire`), as bytes and, for a fetch, the file slices of its records between them.
 """
 from __future__ import annotations
 
@@ -36,16 +35,16 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from storage_engine.segment.file_slice import FileSlice
+from storage_engine.server.frame_check import KioField as KioField, MalformedRequest as MalformedRequest
+from storage_engine.server.frame_check import check_lengths, kio_fields as kio_fields
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
 _CORRELATION = struct.Struct(">i")
-
-
-class MalformedRequest(Exception):
-    """A frame that cannot be a valid request: the connection is closed with one log line (Kafka's
-    ``InvalidRequestException``); nothing is answered or stored."""
+_SIZE_CORRELATION = struct.Struct(">ii")
+_JOINED = 64 * 1024
+_SIZE_CORRELATION_TAGS = struct.Struct(">iib")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,175 +89,10 @@ def _writer(cls: Any) -> Any:
     return found
 
 
-# -- the length check before kio --------------------------------------------------------------------------------
-
-_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
-          "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
-
-
-class _Bad(Exception):
-    """The frame's shape is wrong at some position (becomes a MalformedRequest)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class KioField:
-    """A field of a kio message class, its type hint unwrapped: ``X | None`` is nullable, ``tuple[X, ...]`` an
-    array, and the element ``X`` a nested entity (kind ``"struct"``, ``struct`` its class) or a scalar (kind its
-    ``kafka_type``: ``int32``, ``string``, ``error_code``, ...)."""
-    name: str
-    kind: str                 # a kafka_type, or "struct"
-    nullable: bool
-    array: bool
-    struct: Any               # the element class for "struct", else None
-    tag: int | None           # a tagged field's tag
-    required: bool            # no schema default: a value must be given
-
-
 @functools.cache
-def kio_fields(cls: type) -> tuple[KioField, ...]:
-    """The fields of the kio message class ``cls`` in declaration order (the wire order of its untagged ones),
-    each unwrapped (:class:`KioField`): what the length check walks and the response types are generated from."""
-    hints = typing.get_type_hints(cls)
-    out: list[KioField] = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        nullable = type(None) in args
-        base = next((a for a in args if a is not type(None)), hint) if nullable else hint
-        array = typing.get_origin(base) is tuple
-        elem = typing.get_args(base)[0] if array else base
-        kind, struct = ("struct", elem) if dataclasses.is_dataclass(elem) else (f.metadata.get("kafka_type", ""), None)
-        out.append(KioField(f.name, kind, nullable, array, struct, f.metadata.get("tag"),
-                            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING))
-    return tuple(out)
-
-
-@functools.cache
-def _plan(cls: type) -> tuple[tuple[KioField, ...], dict[int, KioField]]:
-    """``cls``'s fields in wire order, and its tagged fields by tag."""
-    regular: list[KioField] = []
-    tagged: dict[int, KioField] = {}
-    for field in kio_fields(cls):
-        if field.kind != "struct" and field.kind not in _FIXED and field.kind not in ("string", "bytes", "records"):
-            raise TypeError(f"{cls.__name__}.{field.name}: no length rule for kafka_type {field.kind!r}")
-        if field.tag is None:
-            regular.append(field)
-        else:
-            tagged[field.tag] = field
-    return tuple(regular), tagged
-
-
-def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(5):
-        if pos + i >= end:
-            raise _Bad(f"an unsigned varint at byte {pos} runs past the end")
-        byte = buf[pos + i]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos + i + 1
-        shift += 7
-    raise _Bad(f"an unsigned varint at byte {pos} is longer than 5 bytes")
-
-
-def _length(buf: memoryview, pos: int, end: int, flexible: bool, width: int) -> tuple[int, int]:
-    """A length or count (-1: null) and the position after it: a compact uvarint (n + 1) or a big-endian int of
-    ``width`` bytes; a count larger than the bytes left cannot be right."""
-    if flexible:
-        raw, pos = _uvarint(buf, pos, end)
-        n = raw - 1
-    else:
-        if pos + width > end:
-            raise _Bad(f"a length at byte {pos} runs past the end")
-        n = int.from_bytes(buf[pos:pos + width], "big", signed=True)
-        pos += width
-    if n < -1:
-        raise _Bad(f"length {n} at byte {pos}")
-    if n > end - pos:
-        raise _Bad(f"length {n} at byte {pos} but {end - pos} bytes left")
-    return n, pos
-
-
-def _walk_value(field: KioField, flexible: bool, buf: memoryview, pos: int, end: int) -> int:
-    kind = field.kind
-    size = _FIXED.get(kind)
-    if size is not None:
-        if pos + size > end:
-            raise _Bad(f"{field.name} at byte {pos} runs past the end")
-        return pos + size
-    if kind == "struct":
-        if field.nullable and not field.array:
-            if pos >= end:
-                raise _Bad(f"{field.name} at byte {pos} runs past the end")
-            if int.from_bytes(buf[pos:pos + 1], "big", signed=True) < 0:
-                return pos + 1
-            pos += 1
-        return _walk(field.struct, buf, pos, end)
-    n, pos = _length(buf, pos, end, flexible, 2 if kind == "string" else 4)
-    if n < 0 and not field.nullable:
-        raise _Bad(f"non-nullable field {field.name} was serialized as null")
-    return pos + max(n, 0)
-
-
-def _walk(cls: Any, buf: memoryview, pos: int, end: int) -> int:
-    regular, tagged = _plan(cls)
-    flexible = bool(cls.__flexible__)
-    for field in regular:
-        if field.array:
-            count, pos = _length(buf, pos, end, flexible, 4)
-            if count < 0 and not field.nullable:
-                raise _Bad(f"non-nullable field {field.name} was serialized as null")
-            for _ in range(count):
-                pos = _walk_value(field, flexible, buf, pos, end)
-        else:
-            pos = _walk_value(field, flexible, buf, pos, end)
-    if flexible:
-        pos = _walk_tags(tagged, buf, pos, end)
-    return pos
-
-
-def _walk_tags(tagged: Mapping[int, KioField], buf: memoryview, pos: int, end: int) -> int:
-    count, pos = _uvarint(buf, pos, end)
-    if count > end - pos:
-        raise _Bad(f"{count} tagged fields at byte {pos} but {end - pos} bytes left")
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos, end)
-        size, pos = _uvarint(buf, pos, end)
-        if size > end - pos:
-            raise _Bad(f"tagged field {tag} of {size} bytes at byte {pos} but {end - pos} bytes left")
-        field = tagged.get(tag)
-        if field is None:
-            pos += size           # an unknown tag is skipped by its size
-        elif field.array:         # a known one is read in place, as Kafka's generated readers do (size unused)
-            n, pos = _length(buf, pos, end, True, 4)
-            if n < 0 and not field.nullable:
-                raise _Bad(f"non-nullable field {field.name} was serialized as null")
-            for _ in range(n):
-                pos = _walk_value(field, True, buf, pos, end)
-        else:
-            pos = _walk_value(field, True, buf, pos, end)
-    return pos
-
-
-def check_lengths(cls: Any, frame: bytes | bytearray | memoryview) -> None:
-    """Walk the request header and body of ``cls`` over ``frame``: every count and length must fit in the bytes
-    left (raises :class:`MalformedRequest` naming the first that does not). Only lengths are checked; kio reads
-    the values."""
-    buf = memoryview(frame)
-    end = len(buf)
-    try:
-        if end < 10:
-            raise _Bad("shorter than a request header")
-        client_id = int.from_bytes(buf[8:10], "big", signed=True)     # a legacy int16 string in every version
-        if client_id < -1 or client_id > end - 10:
-            raise _Bad(f"client id length {client_id} but {end - 10} bytes left")
-        pos = 10 + max(client_id, 0)
-        if cls.__header_schema__.__flexible__:
-            pos = _walk_tags({}, buf, pos, end)
-        _walk(cls, buf, pos, end)
-    except _Bad as exc:
-        key, version = cls.__api_key__, cls.__version__
-        raise MalformedRequest(f"API key {key} version {version}: body does not parse ({exc})") from None
+def request_class(api_key: int, version: int) -> Any:
+    """kio's request class of this key and version (kio looks it up by module name on every call)."""
+    return load_request_schema(api_key, version)
 
 
 def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int, tuple[int, int]]) -> Request:
@@ -278,7 +112,7 @@ def decode_request(frame: bytes | bytearray | memoryview, supported: Mapping[int
     direct = DIRECT_DECODERS.get(key)
     if direct is not None:
         return direct(frame)
-    cls = load_request_schema(key, version)
+    cls = request_class(key, version)
     check_lengths(cls, frame)
     view = memoryview(frame).toreadonly()   # kio reads only read-only buffers (a frame is a bytearray)
     try:
@@ -335,18 +169,32 @@ def encode_response_parts(request: Request, response: Any) -> list[bytes | bytea
 
 @dataclasses.dataclass(frozen=True)
 class Encoded:
-    """A response body its handler encoded itself (Metadata: :mod:`.handlers.metadata_wire`), with the version
-    of the response header to put before it (1 for the flexible versions of the API, else 0)."""
+    """A response body its handler encoded itself (Metadata: :mod:`.handlers.metadata_wire`; Fetch:
+    :mod:`.handlers.fetch_wire`), with the version of the response header to put before it (1 for the flexible
+    versions of the API, else 0). ``parts``, when given, follow ``body`` in the frame: bytes, and the file slices
+    of a fetch's records, each sent from its file."""
 
-    body: bytes
+    body: bytes | bytearray
     header_version: int
+    parts: tuple[bytes | bytearray | memoryview | FileSlice, ...] = ()
 
 
-def frame_encoded(request: Request, encoded: Encoded) -> list[bytes | bytearray | memoryview]:
+def frame_encoded(request: Request, encoded: Encoded) -> list[bytes | bytearray | memoryview | FileSlice]:
     """The frame of a body encoded by its handler: size, correlation id, the header's empty tagged fields in
-    header v1, then the body."""
-    header = _SIZE.pack(request.correlation_id) + (b"\x00" if encoded.header_version >= 1 else b"")
-    return [_SIZE.pack(len(header) + len(encoded.body)) + header, encoded.body]
+    header v1, then the body (and its parts); a small body is joined to the header (one write)."""
+    size = len(encoded.body) + sum(len(p) for p in encoded.parts)
+    if encoded.header_version >= 1:
+        head = _SIZE_CORRELATION_TAGS.pack(size + 5, request.correlation_id, 0)
+    else:
+        head = _SIZE_CORRELATION.pack(size + 4, request.correlation_id)
+    if len(encoded.body) <= _JOINED:       # one write (one send) for the header and a small body
+        return [head + encoded.body, *encoded.parts]
+    return [head, encoded.body, *encoded.parts]
+
+
+def frame_encoded_bytes(request: Request, encoded: Encoded) -> bytes:
+    """:func:`frame_encoded` as one ``bytes`` (file slices read in)."""
+    return b"".join(bytes(p) if isinstance(p, FileSlice) else p for p in frame_encoded(request, encoded))
 
 
 def encode_response(request: Request, response: Any) -> bytes:
@@ -354,6 +202,7 @@ def encode_response(request: Request, response: Any) -> bytes:
     return b"".join(bytes(p) if isinstance(p, FileSlice) else p for p in encode_response_parts(request, response))
 
 
+@functools.cache
 def response_class(api_key: int, version: int) -> type:
     return load_response_schema(api_key, version)
 

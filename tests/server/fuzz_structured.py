@@ -30,7 +30,7 @@ from kio.index import load_request_schema
 
 from storage_engine.record import codecs
 from storage_engine.record.record_batch import build_batch, finish_batch
-from storage_engine.server import protocol
+from storage_engine.server import frame_check
 from storage_engine.server.handlers import APIS, SUPPORTED
 from tests.server import wire
 
@@ -97,7 +97,7 @@ def _length(buf: memoryview, pos: int, flexible: bool, width: int) -> tuple[int,
 
 
 def _walk(cls: Any, buf: memoryview, pos: int, out: list[Span], path: str) -> int:
-    regular, _ = protocol._plan(cls)
+    regular, _ = frame_check.plan(cls)
     flexible = bool(cls.__flexible__)
     for field in regular:
         fpath = f"{path}.{field.name}"
@@ -115,7 +115,7 @@ def _walk(cls: Any, buf: memoryview, pos: int, out: list[Span], path: str) -> in
 
 
 def _value(field: Any, buf: memoryview, pos: int, out: list[Span], path: str, flexible: bool) -> int:
-    size = protocol._FIXED.get(field.kind)
+    size = frame_check.FIXED.get(field.kind)
     if size is not None:
         if field.kind not in ("bool", "uuid"):
             out.append(Span(path, "int", pos, size, False))

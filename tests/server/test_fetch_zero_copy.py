@@ -2,7 +2,8 @@
 slice_read, file_slice) while other processes change the partition under the broker: a truncation by another
 process followed by new, damaged bytes where verified ones were is answered CORRUPT_MESSAGE, never with those
 bytes; a response blocked mid-send while retention deletes its segment, the cleaner swaps it or a truncation
-rewrites it still delivers exactly the bytes that were checked, every batch whole and CRC-valid."""
+rewrites it still delivers exactly the bytes that were checked, every batch whole and CRC-valid; verified bytes in
+the page cache are read on the event loop, everything else in the read threads."""
 from __future__ import annotations
 
 import datetime
@@ -22,6 +23,7 @@ from storage_engine.record.record_batch import build_batch
 from storage_engine.segment.file_records import iter_batches
 from tests.server import wire
 from tests.server.broker_proc import BrokerProcess
+from tests.server.fetch_wire import status
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -313,3 +315,32 @@ def test_a_truncation_under_a_blocked_send_delivers_the_whole_response_with_the_
     assert records == before
     assert len(_checked(records)) == len(list(iter_batches(before)))
     assert "a fetch response was cut short" not in broker.log_text()
+
+
+def test_verified_bytes_in_the_page_cache_are_read_on_the_event_loop(tmp_path):
+    """A consumer reads a partition twice. Every fetch is tried on the event loop first; the first pass must check
+    the bytes, so each of its fetches goes to the read threads; the second pass, every byte verified and in the
+    page cache, is read on the event loop (all but its first fetch, whose offset index position is checked first).
+    The bytes are the same."""
+    broker = BrokerProcess(tmp_path, log_dirs=1)
+    log_dir = broker.log_dirs[0]
+    _write(log_dir, {TOPIC: {}}, batches=40, records=3, value=600)
+    broker.start()
+    conn = wire.Conn(broker.bootstrap)
+    passes = []
+    try:
+        for _ in range(2):
+            offset, got = 0, []
+            while offset < 120:
+                code, records = _fetch(conn, TOPIC, offset, 16 * 1024)
+                assert code == 0
+                got.append(records)
+                offset = _checked(records)[-1] + 3
+            passes.append(got)
+    finally:
+        conn.close()
+    assert broker.stop() == 0
+    assert passes[0] == passes[1] and len(passes[0]) > 3
+    counted = status(broker)
+    fetches = len(passes[0])
+    assert (counted["fetch_reads_pooled"], counted["fetch_reads_inline"]) == (fetches + 1, fetches - 1), counted

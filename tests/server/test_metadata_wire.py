@@ -52,8 +52,8 @@ def test_every_version_is_kios_bytes(version, use_cache):
     request = protocol.Request(3, version, 1234567, "client", None, 0)
     kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
                                                                           response))
-    ours = b"".join(protocol.frame_encoded(request, metadata_wire.encode(
-        version, response, node, 0, shared if use_cache else ())))
+    ours = protocol.frame_encoded_bytes(request, metadata_wire.encode(
+        version, response, node, 0, shared if use_cache else ()))
     assert ours == kio
 
 
@@ -66,8 +66,8 @@ def test_many_partitions_and_an_empty_answer():
                                 "is_internal": False, "partitions": tuple(partition_entry(0, p) for p in ids)},)}
         kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
                                                                               response))
-        assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, response, 0, 0, [ids]))) == kio
+        assert protocol.frame_encoded_bytes(request, metadata_wire.encode(version, response, 0, 0, [ids])) == kio
         empty: Any = {**response, "topics": ()}
         kio = protocol.encode_response(request, protocol.build(protocol.response_class(3, version),
                                                                               empty))
-        assert b"".join(protocol.frame_encoded(request, metadata_wire.encode(version, empty))) == kio
+        assert protocol.frame_encoded_bytes(request, metadata_wire.encode(version, empty)) == kio

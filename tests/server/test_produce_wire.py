@@ -55,7 +55,7 @@ def _kio_response(version: int, request: protocol.Request, response: dict[str, A
 def test_responses_are_kios_bytes(version, response, correlation):
     request = protocol.Request(0, version, correlation, "client", None, 0)
     assert produce_wire.encodable(response)
-    ours = b"".join(protocol.frame_encoded(request, produce_wire.encode_response(version, response)))
+    ours = protocol.frame_encoded_bytes(request, produce_wire.encode_response(version, response))
     assert ours == _kio_response(version, request, response)
 
 

@@ -13,6 +13,13 @@ append through this broker or a change another process made to their files
 :mod:`storage_engine.server.fetch_sessions`): a session's incremental fetch answers only the partitions with
 something new, and does not read a partition whose log is as it was when it last had nothing to send.
 
+Where the reads are done: on the event loop first (:func:`_read_now`), when every partition of the fetch is served
+from verified bytes already in the page cache with no lock, refresh, check or disk read waited for
+(:func:`storage_engine.segment.slice_read.nonblocking`; a sequential consumer's repeated reads, and every
+re-read of bytes another consumer already read); else, and for ``read_committed`` (whose aborted transactions are
+read from the ``.txnindex`` files), in the broker's read threads, as if the first attempt had not been made. A
+thread hand-off costs more than such a read. The response is encoded by :mod:`.fetch_wire`.
+
 Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
 from the object store (:mod:`storage_engine.tiered.reads`, through :class:`~storage_engine.server.remote_tier.
 RemoteTier`), in the same thread pool, as whole CRC-checked batches of one remote segment, with the aborted
@@ -43,15 +50,19 @@ from typing import Any, cast
 
 from storage_engine.acl.model import Operation, ResourceType
 from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
+from storage_engine.log.locks import LIVE
 from storage_engine.log.log import Log
 from storage_engine.segment.file_slice import FileSlice
+from storage_engine.segment.slice_read import WouldBlock, nonblocking
 from storage_engine.tiered import whole_log
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 RecordBatch)
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.fetch_sessions import CachedPartition
+from storage_engine.server.handlers import fetch_wire
 from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
                                                    ListOffsetsPartitionResponse, ListOffsetsResponse,
                                                    ListOffsetsTopicResponse, PartitionData)
@@ -72,13 +83,15 @@ def _cut_at(data: bytes, bound: int) -> bytes:
 
 
 def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
-                    refresh: bool) -> tuple[PartitionData, int]:
+                    refresh: bool, now: bool) -> tuple[PartitionData, int]:
+    """One partition's entry and its records' size. ``now``: on the event loop (:func:`_read_now`): any failure
+    raises :class:`WouldBlock`, the read threads' read then answering it (refresh, retries, error code, log)."""
     p = int(part.partition)
     base: PartitionData = {"partition_index": p, "error_code": ErrorCode.none, "high_watermark": -1,
                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                            "records": b""}
     try:
-        log = ctx.broker.manager.get_log(topic, p)
+        log = _log_now(ctx, topic, p) if now else ctx.broker.manager.get_log(topic, p)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{p} does not exist")
         if refresh:
@@ -91,11 +104,11 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         data: bytes | FileSlice = b""
         upper, remote = offset, False
         if offset < bound or offset < start or offset > hw:
-            data, upper, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first, bound)
+            data, upper, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first, bound, now)
             if not first and len(data) > limit:
                 _drop(data)
                 data, upper = b"", offset
-        # a file slice goes out as it is, sent from the segment file (protocol._Parts keeps it a part of its own)
+        # a file slice goes out as it is, sent from the segment file (fetch_wire keeps it a part of its own)
         base["records"] = cast(bytes, data)
         if isolation == READ_COMMITTED:
             base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote)
@@ -103,6 +116,8 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
     except Exception as exc:   # noqa: BLE001 - the partition's error code
         _drop(base.get("records"))
         base["records"] = b""
+        if now:
+            raise WouldBlock(f"{topic}-{p}: {exc}") from None
         base["error_code"] = code = error_code(exc)
         if code not in (ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition):
             ctx.broker.stats.errors += 1
@@ -114,18 +129,45 @@ def _drop(data: object) -> None:
         data.close()
 
 
-def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, first: bool,
-          bound: int) -> tuple[bytes | FileSlice, int, bool]:
-    """(records, one past their last offset, True when they came from remote): the log's read as a slice of its
-    segment file, cut before ``bound``, or the remote tier's bytes below the local log start."""
+def _log_now(ctx: Ctx, topic: str, p: int) -> Log | None:
+    """The partition's log, on the event loop: one already loaded and not parked, its manager's lock free (else
+    :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads)."""
+    manager = ctx.broker.manager
+    loaded = manager.logs.get((topic, p))
+    if loaded is None or loaded.parked or not loaded.lock.is_open or loaded.lock.read_state().status != LIVE:
+        raise WouldBlock(f"{topic}-{p} is not loaded, or is being deleted or moved")   # get_log closes, adopts
+    if not manager.mutex.acquire(blocking=False):
+        raise WouldBlock(f"{topic}-{p}: the log manager is busy")
     try:
-        local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound)
+        log = manager.get_log(topic, p)
+    finally:
+        manager.mutex.release()
+    if log is not None and log.parked:
+        raise WouldBlock(f"{topic}-{p}'s files are closed")
+    return log
+
+
+def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, first: bool,
+          bound: int, now: bool = False) -> tuple[bytes | FileSlice, int, bool]:
+    """(records, one past their last offset, True when they came from remote): the log's read as a slice of its
+    segment file, cut before ``bound``, or the remote tier's bytes below the local log start. ``now``: on the
+    event loop, with the log's lock free (else :class:`WouldBlock`), never from the remote tier."""
+    try:
+        if now:
+            if not log.mutex.acquire(blocking=False):
+                raise WouldBlock(f"{topic}-{p} is busy")
+            try:
+                local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound)
+            finally:
+                log.mutex.release()
+        else:
+            local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound)
         if local is None or local.slice is None:
             return b"", offset, False
         return local.slice, max(offset, local.next_offset), False
     except OffsetInRemoteStorageError:
         tier = ctx.broker.remote
-        if tier is None:
+        if tier is None or now:
             raise
     try:
         fetched = tier.read(topic, p, offset, max_bytes, first, ctx.broker.topic_id(topic))
@@ -166,11 +208,18 @@ async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
     out = []
     for t in topics:
         if has(t, "topic_id"):
-            name = await ctx.broker.call(ctx.broker.topic_by_id, t.topic_id)
+            name = await _topic_by_id(ctx, t.topic_id)
             out.append((name, t.topic_id, t))
         else:
             out.append((t.topic, None, t))
     return out
+
+
+async def _topic_by_id(ctx: Ctx, topic_id: uuid.UUID) -> str | None:
+    """The topic of ``topic_id``: from the ids the broker knows, else looked up in the read threads."""
+    broker = ctx.broker
+    name = broker.known_topic_by_id(topic_id)
+    return name if name is not None else await broker.call(broker.topic_by_id, topic_id)
 
 
 def _replica_id(body: Any) -> int:
@@ -190,7 +239,7 @@ def _refused_topics(ctx: Ctx, body: Any, topics: list[tuple[str | None, Any, Any
     return {name for name in names if name is not None and name not in readable}
 
 
-async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
+async def fetch(ctx: Ctx, body: Any) -> FetchResponse | Encoded:
     """Read the fetch's partitions (the request's, or its session's); while ``min_bytes`` are not there and
     ``max_wait_ms`` is not over, wait in the purgatory for a change to one of them and re-read those that changed
     (every partition when some other one already holds bytes, so the byte limits apply in order)."""
@@ -212,7 +261,7 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
                                                 int(getattr(body, "session_epoch", -1)), wanted, forgotten,
                                                 _replica_id(body) >= 0)
     if context.kind == "error":
-        return {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()}
+        return _encoded(version, {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()})
     parts = context.partitions
     if context.kind == "incremental" and uses_ids:
         await _resolve_ids(ctx, parts)
@@ -223,8 +272,10 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
     only: set[tuple[str, int]] | None = None
     while True:
         since = purgatory.seq
-        total, errors = await broker.call(_read_all, ctx, parts, refused, isolation, int(body.max_bytes), entries,
-                                          sizes, only, context.kind == "incremental")
+        args = (ctx, parts, refused, isolation, int(body.max_bytes), entries, sizes, only,
+                context.kind == "incremental")
+        read = _read_now(*args) if isolation != READ_COMMITTED else None
+        total, errors = read if read is not None else await broker.call(_read_all, *args)
         remaining = deadline - time.monotonic()
         # refused topics do not end the wait (Kafka leaves them out of the delayed fetch), unless nothing is left
         if total >= min_bytes or errors or remaining <= 0 or not keys:
@@ -240,8 +291,15 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse:
             if entry is not None and id(entry) not in kept:
                 _release(entry)
     broker.stats.fetch_bytes += total
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
-            "responses": _by_topic(sent)}
+    return _encoded(version, {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": session_id,
+                              "responses": _by_topic(sent)})
+
+
+def _encoded(version: int, response: FetchResponse) -> FetchResponse | Encoded:
+    """The response encoded by :mod:`.fetch_wire` (every version this broker serves), else left to kio."""
+    if fetch_wire.MIN_VERSION <= version <= fetch_wire.MAX_VERSION:
+        return fetch_wire.encode(version, response)
+    return response
 
 
 async def _resolve_ids(ctx: Ctx, parts: list[CachedPartition]) -> None:
@@ -250,8 +308,7 @@ async def _resolve_ids(ctx: Ctx, parts: list[CachedPartition]) -> None:
     names: dict[uuid.UUID | None, str | None] = {}
     for w in parts:
         if w.topic_id not in names:
-            names[w.topic_id] = (await ctx.broker.call(ctx.broker.topic_by_id, w.topic_id)
-                                 if w.topic_id is not None else None)
+            names[w.topic_id] = await _topic_by_id(ctx, w.topic_id) if w.topic_id is not None else None
         w.topic = names[w.topic_id]
 
 
@@ -268,9 +325,30 @@ def _by_topic(sent: list[tuple[CachedPartition, PartitionData]]) -> tuple[Fetcha
                  for (name, topic_id), entries in grouped)
 
 
+def _read_now(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], isolation: int, max_bytes: int,
+              entries: list[PartitionData | None], sizes: list[int], only: set[tuple[str, int]] | None,
+              incremental: bool) -> tuple[int, bool] | None:
+    """:func:`_read_all` on the event loop, when every partition it reads is served from verified bytes already
+    in the page cache, no lock, disk, check, refresh or remote read waited for
+    (:func:`~storage_engine.segment.slice_read.nonblocking`); None at the first partition that is not, and then the
+    read threads read them all, as if this had not been tried (its entries are released by that read, the
+    partitions' session state is put back)."""
+    quiet = [w.quiet for w in parts]
+    try:
+        with nonblocking():
+            out = _read_all(ctx, parts, refused, isolation, max_bytes, entries, sizes, only, incremental, True)
+    except WouldBlock:
+        for w, q in zip(parts, quiet):
+            w.quiet = q
+        ctx.broker.stats.fetch_reads_pooled += 1
+        return None
+    ctx.broker.stats.fetch_reads_inline += 1
+    return out
+
+
 def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], isolation: int, max_bytes: int,
               entries: list[PartitionData | None], sizes: list[int], only: set[tuple[str, int]] | None,
-              incremental: bool) -> tuple[int, bool]:
+              incremental: bool, now: bool = False) -> tuple[int, bool]:
     """Read ``parts`` in order into ``entries``/``sizes`` (all of them, or those in ``only``, the others kept as
     the last read left them); the total bytes and whether a partition answered an error that ends the wait.
 
@@ -302,13 +380,18 @@ def _read_all(ctx: Ctx, parts: list[CachedPartition], refused: set[str | None], 
             errors = True
             continue
         log = logs.get((name, p))
-        refresh = log is None or files.needs_refresh((name, p), log)
+        if now:
+            if log is None or not files.is_current((name, p), log):
+                raise WouldBlock(f"{name}-{p}'s view may need a refresh")
+            refresh = False
+        else:
+            refresh = log is None or files.needs_refresh((name, p), log)
         quiet = w.quiet
         if (incremental and only is None and not refresh and quiet is not None and quiet[0] is log
                 and quiet[1:] == (log.high_watermark, log.last_stable_offset, log.log_start_offset, w.fetch_offset)):
             entries[i] = None
             continue
-        entry, size = _read_partition(ctx, name, w, isolation, max_bytes - total, total == 0, refresh)
+        entry, size = _read_partition(ctx, name, w, isolation, max_bytes - total, total == 0, refresh, now)
         entries[i], sizes[i] = entry, size
         total += size
         code = entry["error_code"]

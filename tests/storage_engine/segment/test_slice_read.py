@@ -11,7 +11,7 @@ import pytest
 from storage_engine.errors import CorruptRecordError
 from storage_engine.record.record_batch import ENTRY_HEADER, LOG_OVERHEAD
 from storage_engine.segment.file_slice import FileSlice
-from storage_engine.segment.slice_read import PIECE_BYTES, SliceData, read_slice
+from storage_engine.segment.slice_read import PIECE_BYTES, SliceData, WouldBlock, nonblocking, read_slice
 from storage_engine.segment.verified import STARTS_PER_FILE, VerifiedRanges
 from tests.storage_engine.helpers import append_batch, open_segment
 
@@ -277,3 +277,87 @@ def test_legacy_entries_of_26_bytes_read_from_the_mark(tmp_path):
                 got = _bytes(read_slice(seg, start, max_size, True, 30, NO_BOUND, 1, marks, inline=0))
                 assert want is not None and got == want.data, (round_, start, max_size)
         assert marks.lookup(_key(seg), 1, seg.size) == (0, seg.size)
+
+
+# -- reads on the broker's event loop (slice_read.nonblocking) ----------------------------------------------------
+
+def _evict(path: str) -> None:
+    """Drop the file's (clean) pages from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _eviction_works(folder) -> bool:
+    """Whether this file system drops pages on request, tried on a scratch file (a read that may not wait then
+    finds none). The probe itself starts readahead, so it is never made on the file under test."""
+    path = str(folder / "probe")
+    with open(path, "wb") as f:
+        f.write(b"p" * 65536)
+    _evict(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(64)], 0, os.RWF_NOWAIT)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_a_nonblocking_read_serves_verified_bytes_and_refuses_everything_else(tmp_path):
+    """On the event loop a read answers exactly what the read threads answer, from verified bytes only; bytes not
+    yet verified, a damaged verified range, a segment whose files are closed: WouldBlock, nothing marked."""
+    seg = _filled(tmp_path)
+    marks = VerifiedRanges()
+    with nonblocking(), pytest.raises(WouldBlock, match="not verified yet"):
+        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 4, marks, inline=0)
+    assert marks.lookup(_key(seg), 4, seg.size) is None                  # refused before any check
+    assert _bytes(read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 4, marks, inline=0))   # verifies them all
+    # a consumer reading on from where its last read ended (a remembered batch start), as the read threads would
+    first = read_slice(seg, 0, 500, True, 120, NO_BOUND, 4, marks, inline=0)
+    assert first is not None and _bytes(first)
+    start = first.next_offset
+    for max_size, inline in ((500, 0), (300, 64 * 1024), (2000, 0), (1, 0), (100000, 0)):
+        with nonblocking():
+            got = read_slice(seg, start, max_size, True, 120, NO_BOUND, 4, marks, inline=inline)
+        want = seg.read(start, max_size, min_one_message=True, upper_bound=120)
+        assert got is not None and want is not None and isinstance(got.slice, bytes) == (inline > 0)
+        assert _bytes(got) == want.data, (start, max_size)
+        start = got.next_offset
+    assert start == 120
+    # an offset no read ended at: the offset index's position must be proven by checking the batch there first
+    with nonblocking(), pytest.raises(WouldBlock, match="not verified yet"):
+        read_slice(seg, 7, 500, True, 120, NO_BOUND, 4, marks, inline=0)
+    with nonblocking(), pytest.raises(WouldBlock, match="not verified yet"):   # another generation: no mark
+        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 5, marks, inline=0)
+    size = seg.size
+    with open(seg.path, "r+b") as f:                        # a verified file cut shorter (by another process)
+        f.truncate(size - 10)
+    with nonblocking(), pytest.raises(WouldBlock):
+        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 4, marks, inline=0)
+    seg.release()
+    with nonblocking(), pytest.raises(WouldBlock, match="is not open"):
+        read_slice(seg, 0, 1 << 20, True, 120, NO_BOUND, 4, marks, inline=0)
+
+
+def test_a_nonblocking_read_never_waits_for_the_disk(tmp_path):
+    """Verified bytes the page cache no longer holds are not read on the event loop (RWF_NOWAIT): WouldBlock, and
+    the read threads' read gets them."""
+    seg = _filled(tmp_path, batches=400)
+    marks = VerifiedRanges()
+    first = read_slice(seg, 0, 2000, True, 1200, NO_BOUND, 6, marks, inline=0)
+    assert first is not None and _bytes(first)
+    start = first.next_offset                    # a remembered batch start in verified bytes
+    want = _bytes(read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20))
+    with nonblocking():                          # in the cache: read on the spot
+        assert _bytes(read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20)) == want
+    if not _eviction_works(tmp_path):
+        pytest.skip("this file system keeps the pages in the cache (posix_fadvise DONTNEED has no effect)")
+    _evict(seg.path)
+    with nonblocking(), pytest.raises(WouldBlock, match="not in the page cache"):
+        read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20)
+    assert _bytes(read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20)) == want
