@@ -55,6 +55,7 @@ SEND_PIECE = 1024 * 1024               # bytes of a file slice sent per sendfile
 READ_AHEAD = 2                         # requests received ahead of the one being handled
 MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
 CHUNK = 256 * 1024                     # bytes copied from the stream into a frame's buffer at a time
+SMALL_FRAME = 64 * 1024                # a frame up to this size is taken from the stream in one read (below its limit)
 
 
 class Closing(Exception):
@@ -149,7 +150,12 @@ class Connection:
                         self.peer, size, self.pool.used, self.pool.capacity)
         await self.pool.acquire(size)      # nothing more is read from this socket until the frame fits
         self.held += size
-        frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
+        if size <= SMALL_FRAME:
+            # one read from the stream (which buffers that much anyway), copied into a writable buffer: the
+            # Produce decoder leaves the records in the frame, where the append assigns their offsets
+            frame = bytearray(await self._timed(self.reader.readexactly(size), self.limits.receive_s, self._late()))
+        else:
+            frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
         self.last_active = asyncio.get_running_loop().time()
         return frame
 
