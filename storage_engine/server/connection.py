@@ -86,6 +86,7 @@ class Connection:
         self.limits = limits or Limits.from_server(broker.config.server)
         self.pool = pool or MemoryPool(self.limits.queued_bytes)
         self.held = 0                          # pool bytes taken by this connection's frames not yet answered
+        self._ahead_idle = True                # the read-ahead task has taken no byte of the frame it awaits
         self.last_active = asyncio.get_running_loop().time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
@@ -135,6 +136,7 @@ class Connection:
     async def _read_size(self) -> int:
         """The next frame's size prefix, under the idle and receive timeouts."""
         first = await self._first_byte()
+        self._ahead_idle = False
         return protocol.frame_size(first + await self._timed(self.reader.readexactly(3), self.limits.receive_s,
                                                              self._late()))
 
@@ -181,10 +183,11 @@ class Connection:
         self.pool.release(size)
 
     async def _read_ahead(self, queue: asyncio.Queue[bytearray | BaseException]) -> None:
-        """Once authenticated: receive the next requests while the current one is handled (at most
+        """Once authenticated, while a request waits: receive the next requests meanwhile (at most
         :data:`READ_AHEAD` waiting); they are still handled and answered one at a time, in order."""
         while True:
             try:
+                self._ahead_idle = True
                 # no local keeps a frame while the next one is awaited: an answered frame's memory goes at once
                 await queue.put(await self._read_frame())
             except Exception as exc:   # noqa: BLE001 - handed to the handling loop, which closes the connection
@@ -192,12 +195,18 @@ class Connection:
                 return
 
     async def run(self) -> None:
+        """Frames are read here, between requests, and a request is answered at once; only when its answer has to
+        wait (a thread, the purgatory, a full socket) does a read-ahead task receive the next frames meanwhile,
+        until it is idle again between frames with none waiting (then it is stopped: a request answered
+        without waiting costs no hand-off between two tasks)."""
         queue: asyncio.Queue[bytearray | BaseException] = asyncio.Queue(READ_AHEAD)
         ahead: asyncio.Task[None] | None = None
         try:
             while True:
-                if ahead is None and self.authenticated and not self.raw_tokens:
-                    ahead = asyncio.create_task(self._read_ahead(queue))
+                if ahead is not None and queue.empty() and self._ahead_idle and not ahead.done():
+                    ahead.cancel()                 # waiting for a frame's first byte: it has taken nothing
+                    await asyncio.wait((ahead,))
+                    ahead = None
                 if ahead is not None:
                     item = await queue.get()
                     if isinstance(item, BaseException):
@@ -211,14 +220,14 @@ class Connection:
                     frame = await self._read_frame()
                 self.busy = True
                 try:
-                    out = await self.handle(frame)
-                    self._done_with(frame)
+                    answering = Started(self._answer(frame))
                     del frame
-                    if out is not None:
-                        await self._timed(self._send(out), self.limits.receive_s,
-                                          f"a response was not taken within {self.limits.receive_s} s "
-                                          f"(socket.request.receive.timeout.ms)")
-                        del out
+                    if not answering.done:
+                        if ahead is None and self.authenticated and not self.raw_tokens:
+                            self._ahead_idle = True
+                            ahead = asyncio.create_task(self._read_ahead(queue))
+                        await answering
+                    del answering
                 finally:
                     self.busy = False
                     self.last_active = asyncio.get_running_loop().time()
@@ -246,6 +255,16 @@ class Connection:
             if self.held:                  # frames read ahead and never answered
                 self.pool.release(self.held)
                 self.held = 0
+
+    async def _answer(self, frame: bytearray) -> None:
+        """Handle one request and send its answer (if any) within the receive timeout."""
+        out = await self.handle(frame)
+        self._done_with(frame)
+        del frame
+        if out is not None:
+            await self._timed(self._send(out), self.limits.receive_s,
+                              f"a response was not taken within {self.limits.receive_s} s "
+                              f"(socket.request.receive.timeout.ms)")
 
     async def _send(self, parts: list[Part]) -> None:
         """Write a response's parts in order; file slices are closed once sent (or on failure)."""
