@@ -87,6 +87,9 @@ class Connection:
         self.pool = pool or MemoryPool(self.limits.queued_bytes)
         self.held = 0                          # pool bytes taken by this connection's frames not yet answered
         self._ahead_idle = True                # the read-ahead task has taken no byte of the frame it awaits
+        self._idle_timer: asyncio.TimerHandle | None = None   # connections.max.idle.ms, one timer (_idle_check)
+        self._idle_waiter: asyncio.Task[Any] | None = None    # the task waiting for a frame's first byte
+        self._idle_fired = False               # the idle timer cancelled that wait
         self.last_active = asyncio.get_running_loop().time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
@@ -106,28 +109,51 @@ class Connection:
 
     async def _first_byte(self) -> bytes:
         """The first byte of the next frame; :class:`Closing` once the connection has been idle (no request
-        arriving, none being handled, nothing sent) for ``connections.max.idle.ms``."""
+        arriving, none being handled, nothing sent) for ``connections.max.idle.ms``. One timer per connection
+        watches that (:meth:`_idle_check`), armed when a wait finds no byte and moved on when it fires early,
+        rather than one armed and cancelled per request."""
         idle = self.limits.idle_s
         if idle is None:
             return await self.reader.readexactly(1)
-        loop = asyncio.get_running_loop()
         started = Started(self.reader.readexactly(1))
         if started.done:                                      # a request already buffered
             return started.result()
-        while True:
-            left = self.last_active + idle - loop.time()
-            if left <= 0 and not self.busy:
-                started.close()
-                raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
-            try:
-                async with asyncio.timeout(max(left, 0.05)):
-                    return await started                      # cancelled, it consumes nothing
-            except TimeoutError:
-                started = Started(self.reader.readexactly(1))
-                if started.done:
-                    return started.result()
-                if self.busy:
-                    self.last_active = loop.time()            # a request in flight is activity
+        loop = asyncio.get_running_loop()
+        if self.last_active + idle <= loop.time() and not self.busy:
+            started.close()
+            raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
+        task = asyncio.current_task()
+        assert task is not None
+        self._idle_waiter = task
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_at(max(self.last_active + idle, loop.time() + 0.05), self._idle_check)
+        try:
+            return await started                              # cancelled, it consumes nothing
+        except asyncio.CancelledError:
+            if self._idle_fired and task.uncancel() == 0:     # the idle timer's cancellation, no other
+                raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)") from None
+            raise
+        finally:
+            self._idle_waiter = None
+            self._idle_fired = False
+
+    def _idle_check(self) -> None:
+        """The idle timer fired: end the wait for a first byte if the connection has been idle long enough (a
+        request in flight is activity), else fire again when it would be; with no wait, the next wait arms it."""
+        self._idle_timer = None
+        waiter, idle = self._idle_waiter, self.limits.idle_s
+        if waiter is None or idle is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.busy:
+            self.last_active = now
+        due = self.last_active + idle
+        if due > now:
+            self._idle_timer = loop.call_at(due, self._idle_check)
+            return
+        self._idle_fired = True
+        waiter.cancel()
 
     def _late(self) -> str:
         return (f"a request frame took longer than {self.limits.receive_s} s to arrive "
@@ -251,6 +277,8 @@ class Connection:
                     await ahead
                 except BaseException:   # noqa: BLE001 - it ended with the connection; its error was handled
                     pass
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             self.writer.close()
             if self.held:                  # frames read ahead and never answered
                 self.pool.release(self.held)
