@@ -90,7 +90,8 @@ class Connection:
         self._idle_timer: asyncio.TimerHandle | None = None   # connections.max.idle.ms, one timer (_idle_check)
         self._idle_waiter: asyncio.Task[Any] | None = None    # the task waiting for a frame's first byte
         self._idle_fired = False               # the idle timer cancelled that wait
-        self.last_active = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()   # looked up once: each lookup is a getpid system call
+        self.last_active = self._loop.time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
         """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``. The timer
@@ -118,11 +119,11 @@ class Connection:
         started = Started(self.reader.readexactly(1))
         if started.done:                                      # a request already buffered
             return started.result()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if self.last_active + idle <= loop.time() and not self.busy:
             started.close()
             raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
         self._idle_waiter = task
         if self._idle_timer is None:
@@ -144,7 +145,7 @@ class Connection:
         waiter, idle = self._idle_waiter, self.limits.idle_s
         if waiter is None or idle is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         now = loop.time()
         if self.busy:
             self.last_active = now
@@ -184,7 +185,7 @@ class Connection:
             frame = bytearray(await self._timed(self.reader.readexactly(size), self.limits.receive_s, self._late()))
         else:
             frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = self._loop.time()
         return frame
 
     async def _read_body(self, size: int) -> bytearray:
@@ -256,7 +257,7 @@ class Connection:
                     del answering
                 finally:
                     self.busy = False
-                    self.last_active = asyncio.get_running_loop().time()
+                    self.last_active = self._loop.time()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except CloseConnection as exc:
