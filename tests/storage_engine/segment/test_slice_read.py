@@ -370,7 +370,7 @@ def test_a_sequential_reads_next_batch_header_is_remembered_and_used_only_inside
     seg = _filled(tmp_path)
     end = 120
     marks = VerifiedRanges()
-    read_slice(seg, 0, 100000, True, end, NO_BOUND, 3, marks, inline=0).slice.close()   # verifies the file
+    assert _bytes(read_slice(seg, 0, 100000, True, end, NO_BOUND, 3, marks, inline=0))   # verifies the file
     key = _key(seg)
     plain = VerifiedRanges()
     plain.add(key, 3, 0, seg.size)
@@ -383,8 +383,10 @@ def test_a_sequential_reads_next_batch_header_is_remembered_and_used_only_inside
         assert _bytes(found) == _bytes(want)
         offset = found.next_offset
         if offset < end:
-            mark, start = marks.find(key, 3, seg.size, offset)
-            assert start is not None and start[0] == found.position + len(found)
+            looked = marks.find(key, 3, seg.size, offset)
+            assert looked is not None
+            start = looked[1]
+            assert start is not None and start[0] == found.position + len(found) and start[1] is not None
             size, entry_offset, last = start[1]
             assert entry_offset == offset and last == offset + 2 and size > LOG_OVERHEAD
             # the header is the file's: the entry's size field says the same
@@ -392,7 +394,9 @@ def test_a_sequential_reads_next_batch_header_is_remembered_and_used_only_inside
                 f.seek(start[0])
                 assert ENTRY_HEADER.unpack(f.read(LOG_OVERHEAD)) == (offset, size - LOG_OVERHEAD)
     # a remembered header whose batch would run past the mark is not taken: the bytes are read (and found wrong)
-    position = marks.find(key, 3, seg.size, 30)[1][0]
+    looked = marks.find(key, 3, seg.size, 30)
+    assert looked is not None and looked[1] is not None
+    position = looked[1][0]
     marks.remember(key, 3, 30, position, (seg.size, 30, 32))
     assert _bytes(read_slice(seg, 30, 90, True, end, NO_BOUND, 3, marks, inline=0)) == _bytes(
         read_slice(seg, 30, 90, True, end, NO_BOUND, 3, plain, inline=0))
