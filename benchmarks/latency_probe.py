@@ -93,12 +93,17 @@ class Trace:
     def dump(self, path: str) -> None:
         # what the next full collection would have walked, and what it costs: the objects in the oldest generation
         # (not frozen), then one timed full collection (the broker has stopped serving by now)
-        old = len(gc.get_objects(2))
+        oldest = gc.get_objects(2)
+        old = len(oldest)
+        kinds: dict[str, int] = {}
+        for o in oldest:
+            kinds[type(o).__qualname__] = kinds.get(type(o).__qualname__, 0) + 1
+        del oldest
         start, cpu = time.perf_counter(), time.thread_time()
         gc.collect()
         full = (old, time.perf_counter() - start, time.thread_time() - cpu)
         with open(path, "w") as f:
-            json.dump({"full_at_exit": full, "gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
+            json.dump({"full_at_exit": full, "oldest_kinds": sorted(kinds.items(), key=lambda kv: -kv[1])[:12], "gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
                        "fsyncs": self.fsyncs, "trims": self.trims, "produces": self.produces}, f)
 
 
@@ -289,7 +294,8 @@ def summarize_trace(path: Path) -> list[str]:
     if "full_at_exit" in d:
         old, took, cpu = d["full_at_exit"]
         out.append(f"at exit: {old:,} objects in the oldest generation; a full collection of them took "
-                   f"{took * 1000:.2f} ms ({cpu * 1000:.2f} ms CPU)")
+                   f"{took * 1000:.2f} ms ({cpu * 1000:.2f} ms CPU); most: "
+                   + ", ".join(f"{kind} {n:,}" for kind, n in d.get("oldest_kinds", [])))
     out.append("collections: " + ", ".join(f"gen{gen} {sum(1 for g in d['gc'] if g[2] == gen)}" for gen in (0, 1, 2)))
     trims = d.get("trims", [])
     out.append(line("malloc_trim", [t[1] for t in trims]))
