@@ -18,7 +18,9 @@ fast as the client goes (acks=all) and prints each broker's CPU: a before/after 
 Knobs (set in the broker process before it serves; for experiments, nothing here changes the broker's code):
 ``NOFREEZE=1`` (start-up's objects left to the collector), ``STREAM_LIMIT=BYTES`` (the listener's stream buffer
 limit), ``READ_AHEAD=N`` (frames received ahead), ``INLINE=1`` (appends on the event loop instead of the engine
-pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``). ``TREE=DIR`` runs that broker from another checkout of the
+pool), ``SWITCH=SECONDS`` (``sys.setswitchinterval``), ``SAMPLE=1`` (with ``--trace``: a thread samples the event loop's
+stack every millisecond while a callback has run over 1 ms, so each slow callback is named by what it was doing;
+it takes the GIL to look, so it costs the loop a little). ``TREE=DIR`` runs that broker from another checkout of the
 repository (its own code, e.g. ``git worktree add DIR COMMIT`` with the compiled speedups copied in): a same-run
 before/after of a change; the other knobs then act on that checkout's code.
 
@@ -64,10 +66,12 @@ class Trace:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self.gc: list[tuple[float, float, int, str, float]] = []      # at, pause, generation, thread, thread CPU
-        self.slow: list[tuple[float, float, str]] = []                # at, duration, callback
+        # at, duration, callback, stacks sampled, CPU, time waiting for a core
+        self.slow: list[tuple[float, float, str, list[str], float, float]] = []
         self.requests: list[tuple[float, float, float, int]] = []     # received, queued, handled, bytes
         self.calls: list[tuple[float, float, float, float, float, str]] = []  # at, to thread, in thread, back, CPU, fn
         self.fsyncs: list[tuple[float, float, str]] = []              # at, duration, thread
+        self.trims: list[tuple[float, float, float]] = []             # malloc_trim: at, duration, CPU
         # each Produce request that appended: received, handled (response about to be written; perf_counter
         # seconds, not relative to t0), and the (topic, base offset) of each partition appended
         self.produces: list[tuple[float, float, list[tuple[str, int]]]] = []
@@ -87,27 +91,83 @@ class Trace:
                             threading.current_thread().name, time.thread_time() - began[1]))
 
     def dump(self, path: str) -> None:
+        # what the next full collection would have walked, and what it costs: the objects in the oldest generation
+        # (not frozen), then one timed full collection (the broker has stopped serving by now)
+        oldest = gc.get_objects(2)
+        old = len(oldest)
+        kinds: dict[str, int] = {}
+        for o in oldest:
+            kinds[type(o).__qualname__] = kinds.get(type(o).__qualname__, 0) + 1
+        del oldest
+        start, cpu = time.perf_counter(), time.thread_time()
+        gc.collect()
+        full = (old, time.perf_counter() - start, time.thread_time() - cpu)
         with open(path, "w") as f:
-            json.dump({"gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
-                       "fsyncs": self.fsyncs, "produces": self.produces}, f)
+            json.dump({"full_at_exit": full, "oldest_kinds": sorted(kinds.items(), key=lambda kv: -kv[1])[:12], "gc": self.gc, "slow": self.slow, "requests": self.requests, "calls": self.calls,
+                       "fsyncs": self.fsyncs, "trims": self.trims, "produces": self.produces}, f)
 
 
-def _install_trace(trace: Trace) -> None:
+def _install_trace(trace: Trace, sample: bool) -> None:
     from asyncio import events
 
     from storage_engine.server import broker as broker_mod
     from storage_engine.server import connection as conn_mod
+    from storage_engine.server import limits as limits_mod
 
     gc.callbacks.append(trace.on_gc)
     run_handle = events.Handle._run
+    running: list[float] = [0.0]                  # start of the callback running on the loop, 0 between them
+    samples: list[str] = []                       # the loop thread's stacks sampled during the running callback
+    loop_thread = threading.get_ident()
+
+    def sampler() -> None:
+        # Every millisecond (time.sleep releases the GIL; the check takes it): a callback running for over 1 ms
+        # has the loop thread's stack taken, innermost project frames first, so a slow callback is named by what
+        # it was doing and not only by the task it stepped.
+        while True:
+            time.sleep(0.001)
+            start = running[0]
+            if start and time.perf_counter() - start > 0.001:
+                frame = sys._current_frames().get(loop_thread)
+                names: list[str] = []
+                while frame is not None and len(names) < 6:
+                    code = frame.f_code
+                    if "asyncio" not in code.co_filename:
+                        names.append(f"{Path(code.co_filename).name}:{frame.f_lineno}:{code.co_name}")
+                    frame = frame.f_back
+                if running[0] == start:
+                    samples.append(" < ".join(names))
+
+    def named(handle: Any) -> str:
+        callback = getattr(handle, "_callback", None)
+        task = getattr(callback, "__self__", None)
+        if isinstance(task, asyncio.Task):
+            coro = task.get_coro()
+            return f"task {getattr(coro, '__qualname__', coro)!r}"
+        return repr(callback)[:120]
+
+    # the loop thread's scheduler figures (CPU ns, ns waiting for a core on the run queue, slices), read at each
+    # callback's start and, when it was slow, its end: what of its time it was runnable but had no core
+    sched: list[int] = []
+
+    def run_queue_ns() -> int:
+        if not sched:
+            sched.append(os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY))
+        return int(os.pread(sched[0], 100, 0).split()[1])
 
     def timed_run(self: Any) -> None:
-        start = time.perf_counter()
+        start, cpu, queued = time.perf_counter(), time.thread_time(), run_queue_ns()
+        running[0] = start
         run_handle(self)
+        running[0] = 0.0
         took = time.perf_counter() - start
         if took > SLOW_CALLBACK_S:
-            trace.slow.append((start - trace.t0, took, repr(getattr(self, "_callback", None))[:120]))
+            trace.slow.append((start - trace.t0, took, named(self), list(samples), time.thread_time() - cpu,
+                               (run_queue_ns() - queued) / 1e9))
+        samples.clear()
     setattr(events.Handle, "_run", timed_run)
+    if sample:
+        threading.Thread(target=sampler, name="loop-sampler", daemon=True).start()
 
     async def call(self: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         stamps = [time.perf_counter(), 0.0, 0.0, 0.0]
@@ -153,6 +213,16 @@ def _install_trace(trace: Trace) -> None:
     setattr(conn_mod.Connection, "_read_frame", traced_read_frame)
     setattr(conn_mod.Connection, "handle", traced_handle)
 
+    trim = limits_mod.trim
+
+    def traced_trim() -> bool:
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return trim()
+        finally:
+            trace.trims.append((start - trace.t0, time.perf_counter() - start, time.thread_time() - cpu))
+    setattr(limits_mod, "trim", traced_trim)
+
     fsync = os.fsync
 
     def traced_fsync(fd: Any) -> None:
@@ -194,7 +264,7 @@ def _broker_main(argv: list[str]) -> None:
     if out != "-":
         import atexit
         trace = Trace()
-        _install_trace(trace)
+        _install_trace(trace, knobs.get("SAMPLE") == "1")
         atexit.register(trace.dump, out)
     sys.argv = ["storage_engine", *rest]
     runpy.run_module("storage_engine", run_name="__main__", alter_sys=True)
@@ -221,6 +291,27 @@ def summarize_trace(path: Path) -> list[str]:
         out.append(line(f"gc gen{gen} pause", [g[1] for g in d["gc"] if g[2] == gen]))
         out.append(line(f"gc gen{gen} CPU", [g[4] for g in d["gc"] if g[2] == gen]))
     out.append(line("loop callbacks > 2 ms", [s[1] for s in d["slow"]]))
+    if "full_at_exit" in d:
+        old, took, cpu = d["full_at_exit"]
+        out.append(f"at exit: {old:,} objects in the oldest generation; a full collection of them took "
+                   f"{took * 1000:.2f} ms ({cpu * 1000:.2f} ms CPU); most: "
+                   + ", ".join(f"{kind} {n:,}" for kind, n in d.get("oldest_kinds", [])))
+    out.append("collections: " + ", ".join(f"gen{gen} {sum(1 for g in d['gc'] if g[2] == gen)}" for gen in (0, 1, 2)))
+    trims = d.get("trims", [])
+    out.append(line("malloc_trim", [t[1] for t in trims]))
+    slow = d["slow"]
+    for k, what in ((4, "CPU"), (5, "waiting for a core")):
+        out.append(line(f"  of which {what}", [x[k] for x in slow if len(x) > k]))
+    for at, took, name, stacks, cpu, *queued in slow:
+        # a collection that ran inside the callback (on any thread: it stops them all), a malloc_trim in it
+        gcs = [g for g in d["gc"] if at <= g[0] <= at + took]
+        also = [f"gen{g[2]} {g[1] * 1000:.1f} ms" for g in gcs]
+        also += [f"malloc_trim {t[1] * 1000:.1f} ms" for t in trims if at <= t[0] <= at + took]
+        wait = f", run queue {queued[0] * 1000:5.2f}" if queued else ""
+        out.append(f"  slow callback at {at:8.3f} s: {took * 1000:6.2f} ms (CPU {cpu * 1000:5.2f}{wait}) {name}"
+                   + ("; " + ", ".join(also) if also else ""))
+        for stack in sorted(set(stacks), key=stacks.count, reverse=True)[:3]:
+            out.append(f"      {stacks.count(stack)} x {stack}")
     big = [r for r in d["requests"] if r[3] > 10_000]
     out.append(line("request queued before handling", [r[1] for r in big]))
     out.append(line("request handled", [r[2] for r in big]))

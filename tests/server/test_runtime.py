@@ -1,12 +1,14 @@
 """The broker's runtime tuning (storage_engine/server/server.py) in process: what is frozen after start-up is no
-longer walked by a full collection, and the pause counter sees every generation's collections."""
+longer walked by a full collection, nor is what the first requests left once frozen again, and the pause counter
+sees every generation's collections."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
-from storage_engine.server.server import GcPauses, freeze_after_start
+from storage_engine.server.server import GcPauses, freeze_after_start, freeze_settled
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +30,32 @@ def test_objects_frozen_after_start_are_left_alone_by_a_full_collection():
         a.other, b.other = b, a
         del a, b
         assert gc.collect() >= 2
+    finally:
+        gc.unfreeze()
+
+
+def test_a_settled_freeze_takes_what_grew_old_and_collects_young_garbage_first():
+    try:
+        freeze_after_start()
+        kept = [Node() for _ in range(1000)]
+        gc.collect()                            # the first requests' lasting objects: now in the oldest generation
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        cycle = weakref.ref(a)
+        del a, b                                # a young cycle of garbage: collected, not frozen
+        freeze_settled()
+        assert cycle() is None
+        walked = {id(o) for o in gc.get_objects()}
+        assert not any(id(n) in walked for n in kept)
+    finally:
+        gc.unfreeze()
+
+
+def test_the_frozen_count_is_the_one_counted_at_start_up():
+    pauses = GcPauses()
+    try:
+        frozen = freeze_after_start()
+        assert pauses.summary()["frozen_objects"] == frozen == gc.get_freeze_count()
     finally:
         gc.unfreeze()
 
