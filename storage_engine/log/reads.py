@@ -65,14 +65,15 @@ def read_slice(log: LocalLog, start_offset: int, max_bytes: int, min_one_message
 
 def _read_slice_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool,
                      bound: int) -> SliceData | None:
-    _check_range(log, start_offset)
+    lost = losses.ranges_of(log)            # read once for both checks (mostly none)
+    _check_range(log, start_offset, lost)
     if start_offset == log.log_end_offset:
         return None
     # the shared generation, read before any file is looked at: a truncation (here or in another process)
     # bumps it before it cuts, so a verified mark made before that cut is never used after it
     shared = log.lock.read_state().generation
     segments = log.segment_list.from_offset(start_offset)
-    ahead = losses.next_loss(log, start_offset)
+    ahead = losses.next_loss(log, start_offset) if lost else None
     for i, seg in enumerate(segments):
         if ahead is not None and i > 0 and seg.base_offset >= ahead["start"]:
             raise losses.loss_error(log, ahead)    # the next data lies past offsets the log lost
@@ -94,7 +95,7 @@ def _after_failed_read(log: LocalLog, exc: Exception, attempt: int, read_generat
     raise exc
 
 
-def _check_range(log: LocalLog, offset: int) -> None:
+def _check_range(log: LocalLog, offset: int, lost: list[losses.LostRange] | None = None) -> None:
     if offset < log.log_start_offset or offset > log.log_end_offset:
         raise OffsetOutOfRangeError(
             f"offset {offset} is out of range for {log.name}: log start offset "
@@ -106,7 +107,8 @@ def _check_range(log: LocalLog, offset: int) -> None:
             raise OffsetInRemoteStorageError(
                 offset, local_start, f"offset {offset} of {log.name} is in remote storage: the log start offset is "
                                      f"{log.log_start_offset}, the first local offset {local_start}")
-    losses.check_read(log, offset)   # offsets the log lost are an error, never skipped
+    if lost is None or lost:
+        losses.check_read(log, offset)   # offsets the log lost are an error, never skipped
 
 
 def _upper_bound(log: LocalLog, segments: list[LogSegment], i: int) -> int:

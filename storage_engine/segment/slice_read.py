@@ -37,7 +37,7 @@ from storage_engine.record.record_batch import (HEADER_SIZE_UP_TO_MAGIC, LOG_OVE
                                                 RecordBatch)
 from storage_engine.segment.checked_read import OffsetOrder, ScannedSegment
 from storage_engine.segment.file_slice import FileSlice
-from storage_engine.segment.verified import MARKS, FileKey, VerifiedRanges
+from storage_engine.segment.verified import MARKS, FileKey, Head, VerifiedRanges
 
 PIECE_BYTES = 1024 * 1024       # unverified bytes read and checked at a time (or one batch, if larger)
 INLINE_BYTES = 64 * 1024        # a read of at most this much is returned as bytes, not as a file slice
@@ -127,8 +127,10 @@ class _Walk:
     are scanned, and CRC-checked (then marked verified) when the read takes them (:meth:`take`)."""
 
     def __init__(self, seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: int,
-                 upper_bound: int | None, marks: VerifiedRanges, verified: tuple[int, int] | None):
+                 upper_bound: int | None, marks: VerifiedRanges, verified: tuple[int, int] | None,
+                 known: tuple[int, Head] | None = None):
         self.seg, self.fd, self.key, self.generation = seg, fd, key, generation
+        self.known = known          # (position, header) of a batch an earlier walk read: not read again
         self.limit = limit
         self.order = OffsetOrder(seg, upper_bound)
         self.marks = marks
@@ -144,6 +146,11 @@ class _Walk:
     def _header(self, pos: int) -> _Batch:
         """The batch starting at verified ``pos`` (a proven batch start)."""
         assert self.verified is not None
+        known = self.known
+        if known is not None and known[0] == pos and pos + known[1][0] <= self.verified[1]:
+            size, offset, last = known[1]
+            self._last_size = size
+            return _Batch(pos, size, offset, last)
         rel = pos - self._head_at
         if rel < 0 or rel + HEAD_BYTES > len(self._head):
             want = HEADER_WINDOW if self._last_size < SMALL_BATCH else HEAD_BYTES
@@ -242,12 +249,15 @@ def _read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_me
         raise StorageIOError("cannot stat log file", seg.path, exc) from exc
     key = (st.st_dev, st.st_ino)
     limit = min(log.size, st.st_size)
-    verified = marks.lookup(key, generation, st.st_size)
-    remembered = marks.start_of(key, generation, start_offset) if verified is not None else None
-    index_pos = seg.offset_index.lookup(start_offset)[1]
+    found = marks.find(key, generation, st.st_size, start_offset)
+    verified, start = found if found is not None else (None, None)
+    remembered, head = start if start is not None else (None, None)
+    # a remembered start needs no index lookup (the position where the last read of this offset ended)
+    index_pos = seg.offset_index.lookup(start_offset)[1] if remembered is None else 0
     try:
         return _read(seg, fd, key, generation, limit, upper_bound, marks, verified, remembered, index_pos,
-                     start_offset, max_size, min_one_message, bound, inline)
+                     start_offset, max_size, min_one_message, bound, inline,
+                     (remembered, head) if remembered is not None and head is not None else None)
     except CorruptRecordError:
         if remembered is None and index_pos == 0:
             raise
@@ -258,13 +268,15 @@ def _read_slice(seg: SlicedSegment, start_offset: int, max_size: int, min_one_me
 
 def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: int, upper_bound: int | None,
           marks: VerifiedRanges, verified: tuple[int, int] | None, remembered: int | None, index_pos: int,
-          start_offset: int, max_size: int, min_one_message: bool, bound: int, inline: int) -> SliceData | None:
-    walk = _Walk(seg, fd, key, generation, limit, upper_bound, marks, verified)
+          start_offset: int, max_size: int, min_one_message: bool, bound: int, inline: int,
+          known: tuple[int, Head] | None = None) -> SliceData | None:
+    walk = _Walk(seg, fd, key, generation, limit, upper_bound, marks, verified, known)
     pos = remembered if remembered is not None else index_pos
     walk.horizon = pos + max_size + max(seg.index_interval_bytes, 4096)
     start_pos: int | None = None
     stop = end = 0
     next_offset = start_offset
+    after: _Batch | None = None     # the batch the read stopped at
     for b in walk.batches(pos, remembered is not None):
         if start_pos is None:
             if b.last_offset < start_offset:
@@ -273,6 +285,7 @@ def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: in
             stop = min(limit, b.position + (max(max_size, b.size) if min_one_message else max_size))
             walk.horizon = stop
         if b.entry_offset >= bound or b.position + b.size > stop:
+            after = b
             break
         walk.take(b)
         end = b.position + b.size
@@ -280,7 +293,10 @@ def _read(seg: ScannedSegment, fd: int, key: FileKey, generation: int, limit: in
     if start_pos is None:
         return None
     if end > start_pos:
-        marks.remember(key, generation, next_offset, end)     # where this consumer's next fetch begins
+        # where this consumer's next fetch begins, with the header there if it was read from verified bytes
+        head = ((after.size, after.entry_offset, after.last_offset)
+                if after is not None and after.position == end and after.unchecked is None else None)
+        marks.remember(key, generation, next_offset, end, head)
         if end - start_pos <= inline:
             # a small range is cheaper copied than sent apart (and holds no descriptor while the response waits)
             data = bytes(_pread(fd, end - start_pos, start_pos)) if _nonblocking() else seg.log.read(

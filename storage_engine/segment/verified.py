@@ -39,6 +39,8 @@ CAPACITY = 65536          # files with a mark; beyond, the least recently used m
 
 STARTS_PER_FILE = 64      # remembered batch starts per file (the next fetch's position of recent consumers)
 FileKey = tuple[int, int]   # (st_dev, st_ino) of an open file
+Head = tuple[int, int, int]   # a verified batch's (size with its entry header, entry offset, last offset)
+Start = tuple[int, Head | None]   # a remembered batch start: its position, and its header when the walk read it
 
 
 class VerifiedRanges:
@@ -46,7 +48,7 @@ class VerifiedRanges:
 
     def __init__(self, capacity: int = CAPACITY):
         self.capacity = capacity
-        self._marks: OrderedDict[FileKey, tuple[int, int, int, dict[int, int]]] = OrderedDict()
+        self._marks: OrderedDict[FileKey, tuple[int, int, int, dict[int, Start]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def lookup(self, key: FileKey, generation: int, file_size: int) -> tuple[int, int] | None:
@@ -71,7 +73,7 @@ class VerifiedRanges:
             return
         with self._lock:
             mark = self._marks.get(key)
-            starts: dict[int, int] = {}
+            starts: dict[int, Start] = {}
             if mark is not None and mark[2] == generation and start <= mark[1] and mark[0] <= end:
                 start, end, starts = min(start, mark[0]), max(end, mark[1]), mark[3]
             self._marks[key] = (start, end, generation, starts)
@@ -79,27 +81,43 @@ class VerifiedRanges:
             while len(self._marks) > self.capacity:
                 self._marks.popitem(last=False)
 
-    def remember(self, key: FileKey, generation: int, offset: int, position: int) -> None:
+    def remember(self, key: FileKey, generation: int, offset: int, position: int, head: Head | None = None) -> None:
         """The batch holding ``offset`` starts at verified ``position`` of ``key`` (at most
-        :data:`STARTS_PER_FILE` remembered per file, the oldest out first)."""
+        :data:`STARTS_PER_FILE` remembered per file, the oldest out first); ``head``: that batch's header as a
+        walk of the verified bytes read it (verified bytes never change, so the next walk need not read it)."""
         with self._lock:
             mark = self._marks.get(key)
             if mark is None or mark[2] != generation or not mark[0] <= position <= mark[1]:
                 return
             starts = mark[3]
             starts.pop(offset, None)
-            starts[offset] = position
+            starts[offset] = (position, head)
             while len(starts) > STARTS_PER_FILE:
                 del starts[next(iter(starts))]
 
     def start_of(self, key: FileKey, generation: int, offset: int) -> int | None:
         """The remembered verified position of the batch holding ``offset`` in ``key``, or None."""
+        found = self.find(key, generation, None, offset)
+        return None if found is None or found[1] is None else found[1][0]
+
+    def find(self, key: FileKey, generation: int, file_size: int | None,
+             offset: int) -> tuple[tuple[int, int], Start | None] | None:
+        """:meth:`lookup` (skipped when ``file_size`` is None) and the remembered start of the batch holding
+        ``offset`` (position and header, None if none) in one look; None when the file has no mark."""
         with self._lock:
             mark = self._marks.get(key)
             if mark is None or mark[2] != generation:
+                if mark is not None and file_size is not None:
+                    del self._marks[key]
                 return None
-            position = mark[3].get(offset)
-            return position if position is not None and mark[0] <= position <= mark[1] else None
+            lo, hi = mark[0], mark[1]
+            if file_size is not None:
+                if file_size < hi:
+                    del self._marks[key]
+                    return None
+                self._marks.move_to_end(key)
+            start = mark[3].get(offset)
+            return (lo, hi), (start if start is not None and lo <= start[0] <= hi else None)
 
     def forget(self, key: FileKey) -> None:
         with self._lock:

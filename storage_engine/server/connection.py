@@ -55,6 +55,7 @@ SEND_PIECE = 1024 * 1024               # bytes of a file slice sent per sendfile
 READ_AHEAD = 2                         # requests received ahead of the one being handled
 MAX_UNAUTHENTICATED_BYTES = 524288     # Kafka's sasl.server.max.receive.size default
 CHUNK = 256 * 1024                     # bytes copied from the stream into a frame's buffer at a time
+SMALL_FRAME = 64 * 1024                # a frame up to this size is taken from the stream in one read (below its limit)
 
 
 class Closing(Exception):
@@ -85,7 +86,12 @@ class Connection:
         self.limits = limits or Limits.from_server(broker.config.server)
         self.pool = pool or MemoryPool(self.limits.queued_bytes)
         self.held = 0                          # pool bytes taken by this connection's frames not yet answered
-        self.last_active = asyncio.get_running_loop().time()
+        self._ahead_idle = True                # the read-ahead task has taken no byte of the frame it awaits
+        self._idle_timer: asyncio.TimerHandle | None = None   # connections.max.idle.ms, one timer (_idle_check)
+        self._idle_waiter: asyncio.Task[Any] | None = None    # the task waiting for a frame's first byte
+        self._idle_fired = False               # the idle timer cancelled that wait
+        self._loop = asyncio.get_running_loop()   # looked up once: each lookup is a getpid system call
+        self.last_active = self._loop.time()
 
     async def _timed(self, coro: Any, timeout: float | None, what: str) -> Any:
         """``coro`` within ``timeout`` seconds (None: no limit), else :class:`Closing` naming ``what``. The timer
@@ -104,28 +110,51 @@ class Connection:
 
     async def _first_byte(self) -> bytes:
         """The first byte of the next frame; :class:`Closing` once the connection has been idle (no request
-        arriving, none being handled, nothing sent) for ``connections.max.idle.ms``."""
+        arriving, none being handled, nothing sent) for ``connections.max.idle.ms``. One timer per connection
+        watches that (:meth:`_idle_check`), armed when a wait finds no byte and moved on when it fires early,
+        rather than one armed and cancelled per request."""
         idle = self.limits.idle_s
         if idle is None:
             return await self.reader.readexactly(1)
-        loop = asyncio.get_running_loop()
         started = Started(self.reader.readexactly(1))
         if started.done:                                      # a request already buffered
             return started.result()
-        while True:
-            left = self.last_active + idle - loop.time()
-            if left <= 0 and not self.busy:
-                started.close()
-                raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
-            try:
-                async with asyncio.timeout(max(left, 0.05)):
-                    return await started                      # cancelled, it consumes nothing
-            except TimeoutError:
-                started = Started(self.reader.readexactly(1))
-                if started.done:
-                    return started.result()
-                if self.busy:
-                    self.last_active = loop.time()            # a request in flight is activity
+        loop = self._loop
+        if self.last_active + idle <= loop.time() and not self.busy:
+            started.close()
+            raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)")
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._idle_waiter = task
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_at(max(self.last_active + idle, loop.time() + 0.05), self._idle_check)
+        try:
+            return await started                              # cancelled, it consumes nothing
+        except asyncio.CancelledError:
+            if self._idle_fired and task.uncancel() == 0:     # the idle timer's cancellation, no other
+                raise Closing(f"idle for {idle * 1000:.0f} ms (connections.max.idle.ms)") from None
+            raise
+        finally:
+            self._idle_waiter = None
+            self._idle_fired = False
+
+    def _idle_check(self) -> None:
+        """The idle timer fired: end the wait for a first byte if the connection has been idle long enough (a
+        request in flight is activity), else fire again when it would be; with no wait, the next wait arms it."""
+        self._idle_timer = None
+        waiter, idle = self._idle_waiter, self.limits.idle_s
+        if waiter is None or idle is None:
+            return
+        loop = self._loop
+        now = loop.time()
+        if self.busy:
+            self.last_active = now
+        due = self.last_active + idle
+        if due > now:
+            self._idle_timer = loop.call_at(due, self._idle_check)
+            return
+        self._idle_fired = True
+        waiter.cancel()
 
     def _late(self) -> str:
         return (f"a request frame took longer than {self.limits.receive_s} s to arrive "
@@ -134,6 +163,7 @@ class Connection:
     async def _read_size(self) -> int:
         """The next frame's size prefix, under the idle and receive timeouts."""
         first = await self._first_byte()
+        self._ahead_idle = False
         return protocol.frame_size(first + await self._timed(self.reader.readexactly(3), self.limits.receive_s,
                                                              self._late()))
 
@@ -149,8 +179,13 @@ class Connection:
                         self.peer, size, self.pool.used, self.pool.capacity)
         await self.pool.acquire(size)      # nothing more is read from this socket until the frame fits
         self.held += size
-        frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
-        self.last_active = asyncio.get_running_loop().time()
+        if size <= SMALL_FRAME:
+            # one read from the stream (which buffers that much anyway), copied into a writable buffer: the
+            # Produce decoder leaves the records in the frame, where the append assigns their offsets
+            frame = bytearray(await self._timed(self.reader.readexactly(size), self.limits.receive_s, self._late()))
+        else:
+            frame = await self._timed(self._read_body(size), self.limits.receive_s, self._late())
+        self.last_active = self._loop.time()
         return frame
 
     async def _read_body(self, size: int) -> bytearray:
@@ -175,10 +210,11 @@ class Connection:
         self.pool.release(size)
 
     async def _read_ahead(self, queue: asyncio.Queue[bytearray | BaseException]) -> None:
-        """Once authenticated: receive the next requests while the current one is handled (at most
+        """Once authenticated, while a request waits: receive the next requests meanwhile (at most
         :data:`READ_AHEAD` waiting); they are still handled and answered one at a time, in order."""
         while True:
             try:
+                self._ahead_idle = True
                 # no local keeps a frame while the next one is awaited: an answered frame's memory goes at once
                 await queue.put(await self._read_frame())
             except Exception as exc:   # noqa: BLE001 - handed to the handling loop, which closes the connection
@@ -186,12 +222,18 @@ class Connection:
                 return
 
     async def run(self) -> None:
+        """Frames are read here, between requests, and a request is answered at once; only when its answer has to
+        wait (a thread, the purgatory, a full socket) does a read-ahead task receive the next frames meanwhile,
+        until it is idle again between frames with none waiting (then it is stopped: a request answered
+        without waiting costs no hand-off between two tasks)."""
         queue: asyncio.Queue[bytearray | BaseException] = asyncio.Queue(READ_AHEAD)
         ahead: asyncio.Task[None] | None = None
         try:
             while True:
-                if ahead is None and self.authenticated and not self.raw_tokens:
-                    ahead = asyncio.create_task(self._read_ahead(queue))
+                if ahead is not None and queue.empty() and self._ahead_idle and not ahead.done():
+                    ahead.cancel()                 # waiting for a frame's first byte: it has taken nothing
+                    await asyncio.wait((ahead,))
+                    ahead = None
                 if ahead is not None:
                     item = await queue.get()
                     if isinstance(item, BaseException):
@@ -205,17 +247,17 @@ class Connection:
                     frame = await self._read_frame()
                 self.busy = True
                 try:
-                    out = await self.handle(frame)
-                    self._done_with(frame)
+                    answering = Started(self._answer(frame))
                     del frame
-                    if out is not None:
-                        await self._timed(self._send(out), self.limits.receive_s,
-                                          f"a response was not taken within {self.limits.receive_s} s "
-                                          f"(socket.request.receive.timeout.ms)")
-                        del out
+                    if not answering.done:
+                        if ahead is None and self.authenticated and not self.raw_tokens:
+                            self._ahead_idle = True
+                            ahead = asyncio.create_task(self._read_ahead(queue))
+                        await answering
+                    del answering
                 finally:
                     self.busy = False
-                    self.last_active = asyncio.get_running_loop().time()
+                    self.last_active = self._loop.time()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except CloseConnection as exc:
@@ -236,10 +278,22 @@ class Connection:
                     await ahead
                 except BaseException:   # noqa: BLE001 - it ended with the connection; its error was handled
                     pass
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             self.writer.close()
             if self.held:                  # frames read ahead and never answered
                 self.pool.release(self.held)
                 self.held = 0
+
+    async def _answer(self, frame: bytearray) -> None:
+        """Handle one request and send its answer (if any) within the receive timeout."""
+        out = await self.handle(frame)
+        self._done_with(frame)
+        del frame
+        if out is not None:
+            await self._timed(self._send(out), self.limits.receive_s,
+                              f"a response was not taken within {self.limits.receive_s} s "
+                              f"(socket.request.receive.timeout.ms)")
 
     async def _send(self, parts: list[Part]) -> None:
         """Write a response's parts in order; file slices are closed once sent (or on failure)."""

@@ -133,17 +133,16 @@ def _log_now(ctx: Ctx, topic: str, p: int) -> Log | None:
     """The partition's log, on the event loop: one already loaded and not parked, its manager's lock free (else
     :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads)."""
     manager = ctx.broker.manager
-    loaded = manager.logs.get((topic, p))
-    if loaded is None or loaded.parked or not loaded.lock.is_open or loaded.lock.read_state().status != LIVE:
-        raise WouldBlock(f"{topic}-{p} is not loaded, or is being deleted or moved")   # get_log closes, adopts
     if not manager.mutex.acquire(blocking=False):
         raise WouldBlock(f"{topic}-{p}: the log manager is busy")
     try:
-        log = manager.get_log(topic, p)
+        # what get_log answers for a loaded log, its state read once: a live one, its dir online
+        log = manager.logs.get((topic, p))
+        if log is None or log.parked or not log.lock.is_open or log.lock.read_state().status != LIVE:
+            raise WouldBlock(f"{topic}-{p} is not loaded, or is being deleted or moved")   # get_log closes, adopts
+        manager.failures.check(log.log_dir, f"partition {topic}-{p}")
     finally:
         manager.mutex.release()
-    if log is not None and log.parked:
-        raise WouldBlock(f"{topic}-{p}'s files are closed")
     return log
 
 

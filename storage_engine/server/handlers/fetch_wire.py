@@ -101,6 +101,9 @@ def _tag_struct(value: Any, fields: tuple[tuple[str, int], ...], int_kinds: str)
 
 
 def _partition_tags(out: bytearray, part: PartitionData) -> None:
+    if "diverging_epoch" not in part and "current_leader" not in part and "snapshot_id" not in part:
+        out += NO_TAGS              # a local read's entry: none of the three (the usual case)
+        return
     tags: list[tuple[int, bytes]] = []
     for tag, key, fields, kinds in ((0, "diverging_epoch", _DIVERGING, "iq"), (1, "current_leader", _LEADER, "ii"),
                                     (2, "snapshot_id", _SNAPSHOT, "qi")):

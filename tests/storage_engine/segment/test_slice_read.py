@@ -361,3 +361,44 @@ def test_a_nonblocking_read_never_waits_for_the_disk(tmp_path):
     with nonblocking(), pytest.raises(WouldBlock, match="not in the page cache"):
         read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20)
     assert _bytes(read_slice(seg, start, 1 << 20, True, 1200, NO_BOUND, 6, marks, inline=1 << 20)) == want
+
+
+def test_a_sequential_reads_next_batch_header_is_remembered_and_used_only_inside_the_mark(tmp_path):
+    """A read that stopped at a batch it read the header of (verified bytes) remembers that header with the next
+    offset's start; the next read from there takes it instead of reading it again, and gives the same batches as
+    a read without it. A remembered header is used only while its batch lies inside the file's mark."""
+    seg = _filled(tmp_path)
+    end = 120
+    marks = VerifiedRanges()
+    assert _bytes(read_slice(seg, 0, 100000, True, end, NO_BOUND, 3, marks, inline=0))   # verifies the file
+    key = _key(seg)
+    plain = VerifiedRanges()
+    plain.add(key, 3, 0, seg.size)
+    offset = 0
+    while offset < end:
+        found = read_slice(seg, offset, 90, True, end, NO_BOUND, 3, marks, inline=0)
+        want = read_slice(seg, offset, 90, True, end, NO_BOUND, 3, plain, inline=0)
+        assert found is not None and want is not None
+        assert (found.position, found.next_offset) == (want.position, want.next_offset)
+        assert _bytes(found) == _bytes(want)
+        offset = found.next_offset
+        if offset < end:
+            looked = marks.find(key, 3, seg.size, offset)
+            assert looked is not None
+            start = looked[1]
+            assert start is not None and start[0] == found.position + len(found) and start[1] is not None
+            size, entry_offset, last = start[1]
+            assert entry_offset == offset and last == offset + 2 and size > LOG_OVERHEAD
+            # the header is the file's: the entry's size field says the same
+            with open(seg.path, "rb") as f:
+                f.seek(start[0])
+                assert ENTRY_HEADER.unpack(f.read(LOG_OVERHEAD)) == (offset, size - LOG_OVERHEAD)
+    # a remembered header whose batch would run past the mark is not taken: the bytes are read (and found wrong)
+    looked = marks.find(key, 3, seg.size, 30)
+    assert looked is not None and looked[1] is not None
+    position = looked[1][0]
+    marks.remember(key, 3, 30, position, (seg.size, 30, 32))
+    assert _bytes(read_slice(seg, 30, 90, True, end, NO_BOUND, 3, marks, inline=0)) == _bytes(
+        read_slice(seg, 30, 90, True, end, NO_BOUND, 3, plain, inline=0))
+    # another generation: no mark, no remembered start
+    assert marks.find(key, 4, seg.size, 30) is None
