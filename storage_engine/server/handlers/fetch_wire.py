@@ -22,11 +22,11 @@ from typing import Any
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.fetch import FetchResponse, PartitionData
+from storage_engine.server.handlers.wire_encoding import count as _count, string as _string, uvarint as _uvarint
 
 MIN_VERSION, MAX_VERSION = 4, 16
 FIRST_FLEXIBLE = 12
 LARGE = 32 * 1024            # records of at least this many bytes are a part of their own, not copied
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _II = struct.Struct(">ih")                 # throttle time, error code (v7+)
@@ -41,27 +41,6 @@ NO_TAGS = b"\x00"
 _DIVERGING = (("epoch", -1), ("end_offset", -1))
 _LEADER = (("leader_id", -1), ("leader_epoch", -1))
 _SNAPSHOT = (("end_offset", -1), ("epoch", -1))
-
-
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    """An array's length (-1: null)."""
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(value: str, flexible: bool) -> bytes:
-    raw = value.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 class _Out:

@@ -20,32 +20,13 @@ from collections.abc import Sequence
 
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.metadata import MetadataResponse, MetadataResponseTopic
+from storage_engine.server.handlers.wire_encoding import count as _count, string as _string
 
 FIRST_FLEXIBLE = 9
 NO_TAGS = b"\x00"
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ZERO_UUID = bytes(16)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _string(value: str | None, flexible: bool) -> bytes:
-    if value is None:
-        return b"\x00" if flexible else b"\xff\xff"
-    raw = value.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _ints(values: Sequence[int], flexible: bool) -> bytes:

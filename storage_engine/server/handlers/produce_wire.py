@@ -34,6 +34,7 @@ from typing import Any
 
 from storage_engine.server import protocol
 from storage_engine.server.protocol import Encoded, MalformedRequest, Request
+from storage_engine.server.handlers.wire_encoding import count as _count, string as _string
 
 FIRST_FLEXIBLE = 9
 MIN_VERSION, MAX_VERSION = 3, 11
@@ -183,26 +184,6 @@ protocol.DIRECT_DECODERS[0] = decode_request
 
 
 # -- the response -------------------------------------------------------------------------------------------------
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _string(value: str | None, flexible: bool) -> bytes:
-    if value is None:
-        return b"\x00" if flexible else b"\xff\xff"
-    raw = value.encode("utf-8")
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
 
 def _time(value: Any) -> int:
     """A log append time as the handler gives it (ms, or None / a negative for none): -1 for none."""
