@@ -232,7 +232,8 @@ def walk_batches(records: memoryview, fetch_offset: int) -> tuple[BatchWalk, int
 
 # -- the client --------------------------------------------------------------------------------------------------
 
-def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
+def recv_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
+    """Receive exactly ``n`` bytes into ``view``; ConnectionError if the broker closes first."""
     got = 0
     while got < n:
         k = sock.recv_into(view[got:n])
@@ -281,7 +282,7 @@ class FetchClient:
         """One fetch at ``offset``; returns the next offset to fetch."""
         self.correlation += 1
         self.sock.sendall(self.request.patch(self.correlation, offset))
-        _recv_exactly(self.sock, memoryview(self.size), 4)
+        recv_exactly(self.sock, memoryview(self.size), 4)
         size = _I32.unpack(self.size)[0]
         if size < 0:
             raise FetchFramingError(f"a response of size {size}")
@@ -300,7 +301,7 @@ class FetchClient:
             self._free()
             self.buf = _receive_buffer(-(-size // (1 << 20)) << 20)     # whole MiB
         view = memoryview(self.buf)
-        _recv_exactly(self.sock, view, size)
+        recv_exactly(self.sock, view, size)
         try:
             head = parse_head(view, size, self.correlation, self.request.topic)
         except _Short:
@@ -343,7 +344,7 @@ class FetchClient:
         base, fill = self._slide(view, base, fill, records_end)
         if size - base > cap:
             raise FetchFramingError(f"{size - records_end} bytes after the records")
-        _recv_exactly(self.sock, view[fill:], size - base - fill)
+        recv_exactly(self.sock, view[fill:], size - base - fill)
         parse_tail(view, 0, size - base)
         return walk, records_end - at
 

@@ -116,12 +116,7 @@ def kio_fetch_all(address: str, topic: str, end_offset: int, partition_max_bytes
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> memoryview:
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:n])
-        if not k:
-            raise ConnectionError(f"the broker closed the connection after {got} of {n} bytes")
-        got += k
+    fetch_client.recv_exactly(sock, view, n)
     return view[:n]
 
 

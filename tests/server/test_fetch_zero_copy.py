@@ -24,30 +24,12 @@ from storage_engine.segment.file_records import iter_batches
 from tests.server import wire
 from tests.server.broker_proc import BrokerProcess
 from tests.server.fetch_wire import status
+from tests.storage_engine.helpers import TRUNCATE_AND_REFILL
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "zc"
 CORRUPT_MESSAGE = 2
-
-# Another process truncates the partition to an offset and appends new batches until the segment is longer than
-# a size (the truncation rewrote the segment: a new file, other bytes at the old positions). argv: log dir, topic,
-# offset, size to reach.
-TRUNCATE_AND_REFILL = """
-import sys
-from storage_engine.config_file import config_from_mapping
-from storage_engine.log.manager import LogManager
-from storage_engine.record.record_batch import build_batch
-log_dir, topic, offset, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-with LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}), partitions=[(topic, 0)]) as mgr:
-    log = mgr.get_log(topic, 0)
-    assert log.truncate_to(offset)
-    i = 0
-    while log.active_segment.size < size:
-        log.append_batches(build_batch([(None, b"refill-%d-" % i + b"r" * 700, 1700000000000, ())] * 3))
-        i += 1
-    log.flush()
-"""
 
 
 def _write(log_dir: str, topics: dict[str, dict[str, Any]], batches: int, records: int, value: int,

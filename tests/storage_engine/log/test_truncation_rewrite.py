@@ -24,29 +24,10 @@ from storage_engine.segment.file_slice import FileSlice
 from tests.paths import REPO
 
 from .. import helpers
-from ..helpers import present
+from ..helpers import TRUNCATE_AND_REFILL, present
 
 TOPIC = "t"
 TS = 1700000000000
-
-# Another process truncates the partition to an offset, then appends batches until the active segment is at
-# least a size (so new batches lie where the old ones were). argv: log dir, topic, offset, size to reach.
-TRUNCATE_AND_REFILL = """
-import sys
-from storage_engine.config import StorageConfig
-from storage_engine.config_file import config_from_mapping
-from storage_engine.log.manager import LogManager
-from storage_engine.record.record_batch import build_batch
-log_dir, topic, offset, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-with LogManager.open(config_from_mapping({"broker": {"log.dirs": [log_dir]}}), partitions=[(topic, 0)]) as mgr:
-    log = mgr.get_log(topic, 0)
-    assert log.truncate_to(offset)
-    i = 0
-    while log.active_segment.size < size:
-        log.append_batches(build_batch([(None, b"refill-%d-" % i + b"r" * 700, 1700000000000, ())] * 3))
-        i += 1
-    log.flush()
-"""
 
 
 def _store(tmp_path: Path, topic_cfg: dict | None = None) -> tuple[str, StorageConfig]:
