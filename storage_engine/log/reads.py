@@ -48,30 +48,34 @@ def read(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool
 
 
 def read_slice(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool,
-               bound: int) -> SliceData | None:
+               bound: int, shared: int | None = None) -> SliceData | None:
     """:func:`read` for a fetch: the same whole checked batches, cut before the first batch whose entry offset is
     ``bound`` or more, as a slice of the segment file to send from there (bytes already verified are not read
-    again: :mod:`storage_engine.segment.slice_read`); None at the log end. Retried as :func:`read` is."""
+    again: :mod:`storage_engine.segment.slice_read`); None at the log end. Retried as :func:`read` is.
+    ``shared``: the partition's shared generation, read by the caller before any file was looked at (used for
+    the first attempt only; a retry reads it again, after its refresh)."""
     log.unpark_for_read()
     attempt = 0
     while True:
         generation = log.view.generation
         try:
-            return _read_slice_once(log, start_offset, max_bytes, min_one_message, bound)
+            return _read_slice_once(log, start_offset, max_bytes, min_one_message, bound,
+                                    shared if attempt == 0 else None)
         except (StorageIOError, CorruptRecordError) as exc:
             _after_failed_read(log, exc, attempt, generation)
             attempt += 1
 
 
 def _read_slice_once(log: LocalLog, start_offset: int, max_bytes: int, min_one_message: bool,
-                     bound: int) -> SliceData | None:
+                     bound: int, shared: int | None) -> SliceData | None:
     lost = losses.ranges_of(log)            # read once for both checks (mostly none)
     _check_range(log, start_offset, lost)
     if start_offset == log.log_end_offset:
         return None
     # the shared generation, read before any file is looked at: a truncation (here or in another process)
     # bumps it before it cuts, so a verified mark made before that cut is never used after it
-    shared = log.lock.read_state().generation
+    if shared is None:
+        shared = log.lock.read_state().generation
     segments = log.segment_list.from_offset(start_offset)
     ahead = losses.next_loss(log, start_offset) if lost else None
     for i, seg in enumerate(segments):

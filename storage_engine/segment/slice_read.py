@@ -23,7 +23,6 @@ the partition lock). The caller then does the same read in its thread pool, wher
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 import threading
@@ -55,15 +54,26 @@ class WouldBlock(Exception):
 _mode = threading.local()
 
 
-@contextlib.contextmanager
-def nonblocking() -> Iterator[None]:
+class _NonBlocking:
+    """:func:`nonblocking`'s block (a class: a generator context manager cost each fetch on the event loop
+    ~1.5 us more)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _mode.nonblocking = True
+
+    def __exit__(self, *exc: object) -> None:
+        _mode.nonblocking = False
+
+
+_NONBLOCKING = _NonBlocking()
+
+
+def nonblocking() -> _NonBlocking:
     """Reads in this thread, until the block ends, raise :class:`WouldBlock` rather than wait for a disk or check
     bytes (see the module)."""
-    _mode.nonblocking = True
-    try:
-        yield
-    finally:
-        _mode.nonblocking = False
+    return _NONBLOCKING
 
 
 def _nonblocking() -> bool:

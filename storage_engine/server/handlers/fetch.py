@@ -91,7 +91,12 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
                            "records": b""}
     try:
-        log = _log_now(ctx, topic, p) if now else ctx.broker.manager.get_log(topic, p)
+        shared: int | None = None       # the shared generation, when the event loop's check read the state
+        log: Log | None
+        if now:
+            log, shared = _log_now(ctx, topic, p)
+        else:
+            log = ctx.broker.manager.get_log(topic, p)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{p} does not exist")
         if refresh:
@@ -104,7 +109,7 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         data: bytes | FileSlice = b""
         upper, remote = offset, False
         if offset < bound or offset < start or offset > hw:
-            data, upper, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first, bound, now)
+            data, upper, remote = _read(ctx, log, topic, p, offset, max(limit, 1), first, bound, now, shared)
             if not first and len(data) > limit:
                 _drop(data)
                 data, upper = b"", offset
@@ -129,25 +134,30 @@ def _drop(data: object) -> None:
         data.close()
 
 
-def _log_now(ctx: Ctx, topic: str, p: int) -> Log | None:
+def _log_now(ctx: Ctx, topic: str, p: int) -> tuple[Log, int]:
     """The partition's log, on the event loop: one already loaded and not parked, its manager's lock free (else
-    :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads)."""
+    :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads); with the shared
+    generation its state held then (read before any of its files is looked at, so the read need not read it
+    again)."""
     manager = ctx.broker.manager
     if not manager.mutex.acquire(blocking=False):
         raise WouldBlock(f"{topic}-{p}: the log manager is busy")
     try:
         # what get_log answers for a loaded log, its state read once: a live one, its dir online
         log = manager.logs.get((topic, p))
-        if log is None or log.parked or not log.lock.is_open or log.lock.read_state().status != LIVE:
-            raise WouldBlock(f"{topic}-{p} is not loaded, or is being deleted or moved")   # get_log closes, adopts
+        if log is None or log.parked or not log.lock.is_open:
+            raise WouldBlock(f"{topic}-{p} is not loaded")      # get_log adopts it
+        state = log.lock.read_state()
+        if state.status != LIVE:
+            raise WouldBlock(f"{topic}-{p} is being deleted or moved")   # get_log closes it
         manager.failures.check(log.log_dir, f"partition {topic}-{p}")
     finally:
         manager.mutex.release()
-    return log
+    return log, state.generation
 
 
 def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, first: bool,
-          bound: int, now: bool = False) -> tuple[bytes | FileSlice, int, bool]:
+          bound: int, now: bool = False, shared: int | None = None) -> tuple[bytes | FileSlice, int, bool]:
     """(records, one past their last offset, True when they came from remote): the log's read as a slice of its
     segment file, cut before ``bound``, or the remote tier's bytes below the local log start. ``now``: on the
     event loop, with the log's lock free (else :class:`WouldBlock`), never from the remote tier."""
@@ -156,7 +166,7 @@ def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, f
             if not log.mutex.acquire(blocking=False):
                 raise WouldBlock(f"{topic}-{p} is busy")
             try:
-                local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound)
+                local = log.read_slice(offset, max_bytes, min_one_message=first, bound=bound, generation=shared)
             finally:
                 log.mutex.release()
         else:
