@@ -7,11 +7,11 @@
  *
  * stdin carries one command per line, stdout answers each with one JSON line:
  *
- *   peak TOPIC ACKS RECORDS VALUE_BYTES       RECORDS records as fast as send() takes them (unpaced)
- *   paced TOPIC ACKS RATE SECONDS VALUE_BYTES  RATE * SECONDS records, sent at RATE records/s
+ *   peak TOPIC ACKS RECORDS VALUE_BYTES [KEY=VALUE ...]       RECORDS records as fast as send() takes them
+ *   paced TOPIC ACKS RATE SECONDS VALUE_BYTES [KEY=VALUE ...]  RATE * SECONDS records, sent at RATE records/s
  *
- * Each command makes a new KafkaProducer<byte[], byte[]> with the client's defaults plus bootstrap.servers, acks
- * and the byte-array serializers, sends one warm-up record and waits for it (connection and metadata up, not
+ * Each command makes a new KafkaProducer<byte[], byte[]> with the client's defaults plus bootstrap.servers, acks,
+ * the byte-array serializers and the command's KEY=VALUE producer settings (none in the benchmark's rows), sends one warm-up record and waits for it (connection and metadata up, not
  * counted: it is offset 0 of the fresh topic), then sends the records (12-byte keys, VALUE_BYTES random values from
  * a pool of 1,000) to partition 0, flushes and closes. The answer: the records, the errors (with the first one's
  * message), whether the callbacks' offsets are exactly 1..RECORDS, the wall time from the first send() to the last
@@ -56,12 +56,13 @@ public final class ProduceLatency {
             if (w[0].equals("exit")) break;
             String answer;
             try {
-                if (w[0].equals("peak") && w.length == 5) {
-                    answer = run(args[0], w[1], w[2], Long.parseLong(w[3]), 0.0, Integer.parseInt(w[4]));
-                } else if (w[0].equals("paced") && w.length == 6) {
+                if (w[0].equals("peak") && w.length >= 5) {
+                    answer = run(args[0], w[1], w[2], Long.parseLong(w[3]), 0.0, Integer.parseInt(w[4]),
+                            settings(w, 5));
+                } else if (w[0].equals("paced") && w.length >= 6) {
                     double rate = Double.parseDouble(w[3]);
                     long count = Math.max(1L, (long) (rate * Double.parseDouble(w[4])));
-                    answer = run(args[0], w[1], w[2], count, rate, Integer.parseInt(w[5]));
+                    answer = run(args[0], w[1], w[2], count, rate, Integer.parseInt(w[5]), settings(w, 6));
                 } else {
                     answer = "{\"error\": \"unknown command: " + escape(line) + "\"}";
                 }
@@ -73,9 +74,20 @@ public final class ProduceLatency {
         }
     }
 
+    /** The KEY=VALUE producer settings of a command, from word {@code from} on. */
+    private static Properties settings(String[] words, int from) {
+        Properties extra = new Properties();
+        for (int i = from; i < words.length; i++) {
+            int eq = words[i].indexOf('=');
+            if (eq <= 0) throw new IllegalArgumentException("a producer setting is KEY=VALUE, got " + words[i]);
+            extra.put(words[i].substring(0, eq), words[i].substring(eq + 1));
+        }
+        return extra;
+    }
+
     /** Send {@code count} records to {@code topic}-0, paced at {@code rate} records/s (0: unpaced). */
-    private static String run(String bootstrap, String topic, String acks, long count, double rate, int valueBytes)
-            throws Exception {
+    private static String run(String bootstrap, String topic, String acks, long count, double rate, int valueBytes,
+                              Properties extra) throws Exception {
         if (count > Integer.MAX_VALUE) throw new IllegalArgumentException("too many records: " + count);
         int n = (int) count;
         Random random = new Random(30 + valueBytes);
@@ -92,6 +104,7 @@ public final class ProduceLatency {
         props.put(ProducerConfig.CLIENT_ID_CONFIG, "bench-wire-java");
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.putAll(extra);
         long[] sentAt = new long[n];
         long[] doneAt = new long[n];
         long[] offsets = new long[n];
