@@ -159,11 +159,12 @@ public final class ProduceLatency {
         String err = firstError.get();
         return String.format(Locale.ROOT,
                 "{\"records\": %d, \"errors\": %d, \"first_error\": %s, \"offsets_exact\": %b, \"wall_s\": %.6f, "
-                        + "\"records_per_s\": %.1f, \"target_records_per_s\": %.1f, \"achieved_records_per_s\": %.1f, "
+                        + "\"records_per_s\": %.1f, \"target_records_per_s\": %s, \"achieved_records_per_s\": %.1f, "
                         + "\"p50_ms\": %.4f, \"p99_ms\": %.4f, \"p999_ms\": %.4f, \"max_ms\": %.4f, "
                         + "\"client_version\": \"%s\"}",
                 n, errors.get(), err == null ? "null" : "\"" + escape(err) + "\"", offsetsExact, wall, n / wall,
-                rate, n / sendWall, percentile(ms, 0.50), percentile(ms, 0.99), percentile(ms, 0.999), ms[n - 1],
+                Double.toString(rate), n / sendWall, percentile(ms, 0.50), percentile(ms, 0.99),
+                percentile(ms, 0.999), ms[n - 1],
                 escape(AppInfoParser.getVersion()));
     }
 
