@@ -11,9 +11,10 @@
  *   paced TOPIC ACKS RATE SECONDS VALUE_BYTES [KEY=VALUE ...]  RATE * SECONDS records, sent at RATE records/s
  *
  * Each command makes a new KafkaProducer<byte[], byte[]> with the client's defaults plus bootstrap.servers, acks,
- * the byte-array serializers and the command's KEY=VALUE producer settings (none in the benchmark's rows), sends one warm-up record and waits for it (connection and metadata up, not
- * counted: it is offset 0 of the fresh topic), then sends the records (12-byte keys, VALUE_BYTES random values from
- * a pool of 1,000) to partition 0, flushes and closes. The answer: the records, the errors (with the first one's
+ * the byte-array serializers and the command's KEY=VALUE producer settings (none in the benchmark's rows), sends
+ * one warm-up record and waits for it (connection and metadata up, not counted: it is offset 0 of the fresh topic),
+ * then sends the records (12-byte keys, VALUE_BYTES random values from a pool of 1,000) to partition 0, flushes and
+ * closes. The answer: the records, the errors (with the first one's
  * message), whether the callbacks' offsets are exactly 1..RECORDS, the wall time from the first send() to the last
  * callback, the send rate achieved, and p50 / p99 / p99.9 / max of the latencies in ms. The client's own log goes to
  * stderr; a command that cannot run answers {"error": ...}.
