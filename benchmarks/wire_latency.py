@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from include import java_clients
+
 from . import wire
 from .harness import Row, Sample, Section
 from .java_latency import JavaProducer
@@ -196,50 +198,58 @@ def _peak_note(client: str, acks: str, runs: list[dict[str, Any]]) -> str:
 def latency_rows(section: Section, broker: wire.BrokerProcess, admin: Any, items: list[tuple[Any, Any]],
                  peak_records: int, seconds: float, rounds: int, work: str) -> None:
     """The latency rows and facts of both clients into ``section``; the produce rows must be in it already (their
-    peak is kept beside the callback client's)."""
+    peak is kept beside the callback client's). Without a JDK or the kafka-clients jars the Java rows are left out
+    with a note saying what is missing (``make java-clients`` installs both)."""
     produce_peaks = {acks: section.find(wire._group(VALUE_BYTES, acks), "librdkafka produce -> broker").records_per_s
                      for acks in ACKS}
     plan = [(r, acks) for r in range(rounds) for acks in ACKS]
-    with JavaProducer(broker.bootstrap, Path(work) / "java-producer.log") as java:
-        # -- the peaks of both clients, unpaced, alternating ---------------------------------------------------
-        wire._progress(f"latency: the peaks of librdkafka with callbacks and of the Java producer, {peak_records:,} "
-                       f"records, {rounds} rounds")
-        peak: dict[tuple[str, str], list[tuple[Sample, dict[str, Any], int]]] = {}
-        for r, acks in plan:
-            load = os.getloadavg()[0]
-            gc.collect()
-            got = peak_round(broker, admin, f"wire-peak-rdkafka-{acks}-{r}", items, peak_records, acks)
-            got[1]["loadavg_at_start"] = load
-            peak.setdefault(("rdkafka", acks), []).append(got)
-            load = os.getloadavg()[0]
-            got = _java_round(java, broker, admin, f"wire-peak-java-{acks}-{r}", acks, None, 0.0, peak_records)
-            got[1]["loadavg_at_start"] = load
-            peak.setdefault(("java", acks), []).append(got)
+    java: JavaProducer | None = None
+    try:
+        java = JavaProducer(broker.bootstrap, Path(work) / "java-producer.log")
+    except java_clients.JavaUnavailable as exc:
+        section.notes.append(f"Java producer: not measured, {exc} (make java-clients)")
+    clients = ("rdkafka", "java") if java is not None else ("rdkafka",)
+
+    def one(client: str, acks: str, r: int, rate: float | None) -> tuple[Sample, dict[str, Any], int]:
+        load = os.getloadavg()[0]
+        gc.collect()
+        kind = "peak" if rate is None else "latency"
+        if client == "java":
+            assert java is not None
+            got = _java_round(java, broker, admin, f"wire-{kind}-java-{acks}-{r}", acks, rate, seconds, peak_records)
+        elif rate is None:
+            got = peak_round(broker, admin, f"wire-{kind}-rdkafka-{acks}-{r}", items, peak_records, acks)
+        else:
+            got = paced_round(broker, admin, f"wire-{kind}-{acks}-{r}", items, rate, seconds, acks)
+        got[1]["loadavg_at_start"] = load
+        return got
+
+    peak: dict[tuple[str, str], list[tuple[Sample, dict[str, Any], int]]] = {}
+    paced: dict[tuple[str, str], list[tuple[Sample, dict[str, Any], int]]] = {}
+    try:
+        wire._progress(f"latency: the peaks of {' and '.join(clients)}, unpaced, {peak_records:,} records, "
+                       f"{rounds} rounds")
+        for r, acks in plan:                # the peaks of the clients, unpaced, alternating
+            for client in clients:
+                peak.setdefault((client, acks), []).append(one(client, acks, r, None))
         rates = {key: max(f["records_per_s"] for _, f, _ in runs) / 2 for key, runs in peak.items()}
         wire._progress("latency: paced at half the peaks (" + ", ".join(
             f"{client} acks={acks} {rate:,.0f}" for (client, acks), rate in rates.items())
             + f" records/s) for {seconds} s, {rounds} rounds")
-        # -- paced at half of them, alternating ----------------------------------------------------------------
-        paced: dict[tuple[str, str], list[tuple[Sample, dict[str, Any], int]]] = {}
-        for r, acks in plan:
-            load = os.getloadavg()[0]
-            gc.collect()
-            got = paced_round(broker, admin, f"wire-latency-{acks}-{r}", items, rates[("rdkafka", acks)], seconds,
-                              acks)
-            got[1]["loadavg_at_start"] = load
-            paced.setdefault(("rdkafka", acks), []).append(got)
-            load = os.getloadavg()[0]
-            got = _java_round(java, broker, admin, f"wire-latency-java-{acks}-{r}", acks, rates[("java", acks)],
-                              seconds, 0)
-            got[1]["loadavg_at_start"] = load
-            paced.setdefault(("java", acks), []).append(got)
-    version = paced[("java", ACKS[0])][0][1]["client_version"]
+        for r, acks in plan:                # paced at half of them, alternating
+            for client in clients:
+                paced.setdefault((client, acks), []).append(one(client, acks, r, rates[(client, acks)]))
+    finally:
+        if java is not None:
+            java.close()
+    version = paced[("java", ACKS[0])][0][1]["client_version"] if java is not None else "-"
     by_acks: dict[str, dict[str, Any]] = {}
     java_by_acks: dict[str, dict[str, Any]] = {}
     for acks in ACKS:
-        for client, group, name, peak_group, peak_name in (
-                ("rdkafka", rdkafka_group(acks), RDKAFKA_PACED_ROW, rdkafka_peak_group(acks), RDKAFKA_PEAK_ROW),
-                ("java", java_group(acks), JAVA_PACED_ROW, java_peak_group(acks), JAVA_PEAK_ROW)):
+        for client in clients:
+            group, name, peak_group, peak_name = (
+                (rdkafka_group(acks), RDKAFKA_PACED_ROW, rdkafka_peak_group(acks), RDKAFKA_PEAK_ROW)
+                if client == "rdkafka" else (java_group(acks), JAVA_PACED_ROW, java_peak_group(acks), JAVA_PEAK_ROW))
             runs, peaks = paced[(client, acks)], peak[(client, acks)]
             section.add(Row(peak_group, peak_name, peak_records, min(b for _, _, b in peaks), [s for s, _, _ in peaks]))
             section.add(Row(group, name, runs[0][1]["records"], min(b for _, _, b in runs), [s for s, _, _ in runs]))
@@ -259,5 +269,6 @@ def latency_rows(section: Section, broker: wire.BrokerProcess, admin: Any, items
                              f"callback per record) {produce_peaks[acks]:,.0f}")
     section.facts["latency_by_acks"] = by_acks
     section.facts["latency"] = by_acks["all"]       # the acks=all figures, where older runs kept them
-    section.facts["java_latency_by_acks"] = java_by_acks
-    section.params["java_client"] = f"kafka-clients {version}"
+    if java is not None:
+        section.facts["java_latency_by_acks"] = java_by_acks
+        section.params["java_client"] = f"kafka-clients {version}"
