@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, TextIO
@@ -124,6 +124,13 @@ class JavaProducer:
         self._log.close()
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not key or not eq:
+        raise argparse.ArgumentTypeError(f"a producer setting is KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def main(argv: list[str] | None = None) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -137,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-records", type=int, default=200_000)
     p.add_argument("--rate", type=float, default=0.0, help="records/s (default: half the best unpaced round)")
     p.add_argument("--value-bytes", type=int, default=1024)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a producer setting")
+    p.add_argument("--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+                   help="a producer setting beyond the client's defaults (repeatable)")
     args = p.parse_args(argv)
-    settings = dict(kv.split("=", 1) for kv in args.set)
+    settings = dict(args.set)
     acks_list = args.acks.split(",")
     with scratch_dir(Context(quick=False, repeats=1, tmp_root=TMP_ROOT), "java-latency") as work:
         os.makedirs(os.path.join(work, "logs"))

@@ -16,6 +16,14 @@ def test_producer_settings_with_spaces_or_no_key_are_refused_by_name(settings):
     assert java_latency._words({"linger.ms": "1", "batch.size": "131072"}) == " linger.ms=1 batch.size=131072"
 
 
+@pytest.mark.unit
+def test_the_command_line_refuses_a_setting_without_its_value_before_starting_anything(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        java_latency.main(["--set", "linger.ms"])
+    assert exit_.value.code == 2
+    assert "argument --set: a producer setting is KEY=VALUE, got 'linger.ms'" in capsys.readouterr().err
+
+
 @pytest.mark.slow       # one JVM (~1-2 s); no broker: the client refuses before it connects
 def test_a_setting_the_java_client_refuses_is_an_error_naming_it_and_the_jvm_serves_on(tmp_path):
     with java_latency.JavaProducer("127.0.0.1:1", tmp_path / "java.log") as java:
