@@ -131,12 +131,8 @@ def _setting(text: str) -> tuple[str, str]:
     return key, value
 
 
-def main(argv: list[str] | None = None) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    from . import wire
-    from .harness import TMP_ROOT, Context, scratch_dir
-
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.java_latency``."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.java_latency", description=__doc__.splitlines()[0])
     p.add_argument("--acks", default="1,all")
     p.add_argument("--rounds", type=int, default=3)
@@ -146,7 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--value-bytes", type=int, default=1024)
     p.add_argument("--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
                    help="a producer setting beyond the client's defaults (repeatable)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from . import wire
+    from .harness import TMP_ROOT, Context, scratch_dir
+
+    args = parser().parse_args(argv)
     settings = dict(args.set)
     acks_list = args.acks.split(",")
     with scratch_dir(Context(quick=False, repeats=1, tmp_root=TMP_ROOT), "java-latency") as work:

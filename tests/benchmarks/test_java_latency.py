@@ -17,9 +17,11 @@ def test_producer_settings_with_spaces_or_no_key_are_refused_by_name(settings):
 
 
 @pytest.mark.unit
-def test_the_command_line_refuses_a_setting_without_its_value_before_starting_anything(capsys):
+def test_the_command_line_refuses_a_setting_without_its_value(capsys):
+    assert java_latency.parser().parse_args(["--set", "linger.ms=1", "--set", "a=b=c"]).set == [("linger.ms", "1"),
+                                                                                            ("a", "b=c")]
     with pytest.raises(SystemExit) as exit_:
-        java_latency.main(["--set", "linger.ms"])
+        java_latency.parser().parse_args(["--set", "linger.ms"])
     assert exit_.value.code == 2
     assert "argument --set: a producer setting is KEY=VALUE, got 'linger.ms'" in capsys.readouterr().err
 
