@@ -7,8 +7,9 @@ BENCHMARKS.md's "Produce latency: where the p99 goes". Not a section of ``python
 
 Every variant is a broker (``python -m storage_engine serve``, default configuration, its own log dir under
 ``var/bench/tmp``) started at once, side by side; a librdkafka producer in this process produces 1 KiB records
-paced at ``--rate`` (default: half the lowest peak, one 200,000-record acks=all round per broker) for ``--seconds``,
-to a fresh topic per round, the brokers and acks alternating round by round (``benchmarks.wire._paced_round``:
+paced at ``--rate`` (default: half the lowest peak of this same client, a delivery callback per record, one
+200,000-record acks=all round per broker unpaced: ``benchmarks.wire_latency.peak_round``) for ``--seconds``,
+to a fresh topic per round, the brokers and acks alternating round by round (``benchmarks.wire_latency.paced_round``:
 delivery callback minus ``produce()`` time per record). Printed per round: p50 / p99 / p99.9 / max, librdkafka's
 own ``Message.latency()`` p99 (computed when the delivery report is served, by ``poll()``: the same moment as the
 callback, so it is no independent check of the benchmark's loop), the produce requests, the broker's CPU and the
@@ -357,7 +358,7 @@ def decompose(produces: list[Any], topic: str, timeline: list[tuple[int, float, 
 def _paired(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
-    from . import wire
+    from . import wire, wire_latency
     from .harness import TMP_ROOT, Context, generate_records, scratch_dir
 
     pool = [(r.key, r.value) for r in generate_records(5_000, 1024, seed=1054)]
@@ -403,8 +404,8 @@ def _paired(args: argparse.Namespace) -> int:
             if not rate:
                 peaks = []
                 for name, (broker, admin) in brokers.items():
-                    run = wire._produce_round(broker, admin, f"peak-{name}", "all", pool * 40)
-                    peaks.append(len(pool) * 40 / run.sample.wall_s)
+                    _, f, _ = wire_latency.peak_round(broker, admin, f"peak-{name}", pool, len(pool) * 40, "all")
+                    peaks.append(f["records_per_s"])
                     print(f"peak {name}: {peaks[-1]:,.0f} records/s", flush=True)
                 rate = min(peaks) / 2
             print(f"paced at {rate:,.0f} records/s; load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -418,8 +419,8 @@ def _paired(args: argparse.Namespace) -> int:
                         timeline: list[tuple[int, float, float]] = []
                         if trace_dir is not None:
                             timelines.append((name, acks, f"probe-{n}", timeline))
-                        _, f, _ = wire._paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks,
-                                                    timeline)
+                        _, f, _ = wire_latency.paced_round(broker, admin, f"probe-{n}", pool, rate, args.seconds, acks,
+                                                           timeline)
                         results.setdefault(f"{name} acks={acks}", []).append({**f, "load": load})
                         print(f"round {r} acks={acks:3} {name:12} p50 {f['p50_ms']:7.2f} p99 {f['p99_ms']:8.2f} "
                               f"p99.9 {f['p999_ms']:8.2f} max {f['max_ms']:8.2f} librdkafka p99 "

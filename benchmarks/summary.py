@@ -179,16 +179,27 @@ def _latency_text(v: dict, limit_ms: float | None) -> tuple:
             + ("" if p999 is None else f", p99.9 {p999:,.1f} ms")
             + f" (p99 of each round: {each} ms"
             + (f"; load average {min(loads):.2f}-{max(loads):.2f}" if loads else "") + ")",
-            f"paced at {v['rate_records_per_s']:,.0f} records/s, half the peak {v['peak_records_per_s']:,.0f}",
-            "-", None if limit_ms is None else v["best_p99_ms"] <= limit_ms)
+            f"paced at {v['rate_records_per_s']:,.0f} records/s, half the peak {v['peak_records_per_s']:,.0f}"
+            + _peak_origin(v), "-", None if limit_ms is None else v["best_p99_ms"] <= limit_ms)
 
 
-def _latency(acks: str, limit_ms: float | None) -> Measure:
-    """The paced latency run of ``acks`` (runs before acks=1 was measured kept acks=all's in facts["latency"])."""
+def _peak_origin(v: dict) -> str:
+    """Whose peak the rate halves: the measuring client's own (runs since it was), the produce rows' before."""
+    if "client" in v:
+        return f" of {v['client']} (unpaced, same client)"
+    if "produce_row_peak_records_per_s" in v:
+        return (f" of the same client with its per-record callbacks (the produce row's, without: "
+                f"{v['produce_row_peak_records_per_s']:,.0f})")
+    return " (the produce row's, without per-record callbacks)"
+
+
+def _latency(acks: str, limit_ms: float | None, key: str = "latency_by_acks") -> Measure:
+    """The paced latency run of ``acks``: librdkafka's (runs before acks=1 was measured kept acks=all's in
+    facts["latency"]), or with ``key="java_latency_by_acks"`` the Java producer's."""
     def measure(doc: dict) -> tuple | None:
         facts = _facts(doc, "wire")
-        v = facts.get("latency_by_acks", {}).get(acks)
-        if v is None and acks == "all" and "latency_by_acks" not in facts:
+        v = facts.get(key, {}).get(acks)
+        if v is None and key == "latency_by_acks" and acks == "all" and key not in facts:
             v = facts.get("latency")
         return None if v is None else _latency_text(v, limit_ms)
     return measure
@@ -302,6 +313,10 @@ METRICS = [
            _latency("1", None)),
     Metric("Produce latency at half the peak rate, 1 KiB values, acks=all", "p99 <= 10 ms", "wire",
            _latency("all", 10.0)),
+    Metric("Produce latency, Java producer (kafka-clients), 1 KiB values, acks=1, paced at half its peak",
+           "- (no target)", "wire", _latency("1", None, "java_latency_by_acks")),
+    Metric("Produce latency, Java producer (kafka-clients), 1 KiB values, acks=all, paced at half its peak",
+           "p99 <= 10 ms", "wire", _latency("all", 10.0, "java_latency_by_acks")),
     Metric("Produce beside 1,000 idle connections, 1 KiB values, acks=1 (librdkafka)", ">= 0.9x the producer alone",
            "run", _idle_connections(0.9)),
     Metric("Idle fetches of a 1,000-partition consumer, broker CPU with a fetch session, max_wait 0",

@@ -3,8 +3,9 @@ the engine's (or the kernel's) own work on the same bytes in the same run.
 
 The broker is ``python -m storage_engine --config CFG serve --listeners PLAINTEXT://127.0.0.1:0`` in a process of
 its own (one log dir under ``var/bench/tmp``, default configuration); the client is confluent-kafka (librdkafka)
-in this process. Two broker processes run one after the other: one for the produce rows and the latency run, one
-for the fetch rows (its log dir holds the pre-written topic when it starts).
+in this process (and, for the latency rows, Kafka's Java producer in a JVM). Two broker processes run one after
+the other: one for the produce rows and the latency run, one for the fetch rows (its log dir holds the pre-written
+topic when it starts).
 
 * produce: ``Producer.produce`` of N records (100 B and 1 KiB values, 12-byte keys) to a fresh one-partition
   topic with ``acks=1`` and ``acks=all`` (``linger.ms=5``, default ``batch.size``, no compression, a local queue
@@ -27,11 +28,12 @@ for the fetch rows (its log dir holds the pre-written topic when it starts).
   1 MiB: ~1 MiB per fetch of the one partition) and with 64 MiB fetches (both set to 64 MiB), its client CPU
   split into the Python thread's and librdkafka's threads'; and Debian's ``kcat`` (librdkafka from C, its
   defaults; when kcat is on PATH), timed from its spawn to its exit.
-* latency: 1 KiB values, ``acks=1`` and ``acks=all``, each produced paced at half its own peak records/s measured
-  by the produce rows (the best round of ``1024 B values, acks=1`` / ``acks=all``) for a few seconds, the two
-  alternating round by round; per record, the time its delivery callback ran minus the time its ``produce`` call
-  was made (records matched by offset), p50 / p99 / p99.9 / max, and librdkafka's own ``Message.latency()``; the
-  load average at the start of each round beside it.
+* latency (benchmarks/wire_latency.py says exactly how): 1 KiB values, ``acks=1`` and ``acks=all``, produced
+  paced at half the peak of the measuring client itself for a few seconds, by two clients: librdkafka from Python
+  with a delivery callback per record (its peak measured unpaced with the same producer and callbacks; the produce
+  rows' peak, without them, kept beside it) and Kafka's own Java producer (kafka-clients 3.9.1, its defaults plus
+  ``acks``; one JVM, benchmarks/java/ProduceLatency.java); per record, callback time minus ``produce``/``send()``
+  time, p50 / p99 / p99.9 / max; rounds alternating clients and acks, the load average at the start of each.
 
 ``cpu s`` of a wire row is the CPU of the client (this process, all librdkafka threads; kcat's child process for
 its row) plus the broker process's (``/proc/<pid>/stat``) over the round; of a baseline row, this process's alone.
@@ -47,7 +49,6 @@ import glob
 import os
 import pstats
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -75,17 +76,17 @@ class Sizes:
     produce_records: dict[int, int]     # value bytes -> records per produce round
     fetch_bytes: int                    # size of the pre-written topic the consumer reads
     latency_s: float                    # length of one paced latency run
+    peak_records: int = 200_000         # records of one unpaced run measuring a latency client's peak
 
 
-FULL = Sizes({100: 1_500_000, 1024: 400_000}, 200 * MB, 5.0)
-QUICK = Sizes({100: 20_000, 1024: 5_000}, 8 * MB, 1.0)
+FULL = Sizes({100: 1_500_000, 1024: 400_000}, 200 * MB, 5.0, 200_000)
+QUICK = Sizes({100: 20_000, 1024: 5_000}, 8 * MB, 1.0, 5_000)
 MAX_ROUNDS = 3                          # each round is seconds long and writes hundreds of MB
 VALUE_SIZES = (100, 1024)
 ACKS = ("1", "all")
 LINGER_MS = 5
 DISTINCT_RECORDS = 5_000                # produced records repeat from a pool; their content does not change the work
 LATENCY_VALUE_BYTES = 1024
-LATENCY_ACKS = ("1", "all")
 LISTENERS = "PLAINTEXT://127.0.0.1:0"
 PRODUCE_TARGET = Target("ratio", 0.5, ">= 0.5x in-process append")
 START_TIMEOUT_S = 60.0
@@ -298,81 +299,6 @@ def _append_round(ctx: Context, batches: list[bytes], records: int, size: int) -
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# latency at a paced rate
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))]
-
-
-def _paced_round(broker: BrokerProcess, admin: Any, topic: str, items: list[tuple[Any, Any]], rate: float,
-                 seconds: float, acks: str = "all",
-                 timeline: list[tuple[int, float, float]] | None = None) -> tuple[Sample, dict[str, Any], int]:
-    """Produce ``rate * seconds`` records at ``rate`` per second with ``acks``; (sample, latency figures, batch
-    bytes). ``timeline`` gets each record's (offset, ``produce`` time, delivery callback time) in
-    ``time.perf_counter`` seconds (CLOCK_MONOTONIC: comparable with another process's on this machine)."""
-    count = max(1, int(rate * seconds))
-    produced_at = [0.0] * count
-    delivered: list[tuple[float, int, float]] = []
-    errors: list[Any] = []
-    clock = time.perf_counter
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered.append((clock(), msg.offset(), msg.latency()))
-
-    _create_topic(admin, topic)
-    producer = _producer(broker, acks, on_delivery=report)
-    _warm_up(producer, topic)
-    delivered.clear()
-    gc.collect()
-    produce, poll = producer.produce, producer.poll
-    pool = len(items)
-    cpu_before, broker_before = time.process_time(), broker.cpu_s()
-    start = clock()
-    i = 0
-    while i < count:
-        due = min(count, int((clock() - start) * rate) + 1)
-        while i < due:
-            key, value = items[i % pool]
-            produced_at[i] = clock()
-            produce(topic, value, key)
-            i += 1
-        poll(0)
-        if i < count:
-            wait = start + i / rate - clock()
-            if wait > 0:
-                poll(min(wait, 0.001))
-    last_produce = clock()
-    left = producer.flush(IDLE_TIMEOUT_S)
-    wall = clock() - start
-    broker_cpu = broker.cpu_s() - broker_before
-    sample = Sample(wall, time.process_time() - cpu_before + broker_cpu)
-    if left or errors or len(delivered) != count:
-        raise RuntimeError(f"{topic}: {len(delivered)} of {count} delivered, {left} left, errors {errors[:3]}")
-    batches = broker.partition_batches(topic)
-    if _count(batches[1:]) != count:
-        raise RuntimeError(f"{topic}: the log holds {_count(batches)} records, expected {count + 1}")
-    _delete_topic(admin, topic)
-    # offset 0 is the warm-up record; record i (in produce order) is at offset i + 1
-    callback_ms = sorted((t - produced_at[offset - 1]) * 1000 for t, offset, _ in delivered)
-    if timeline is not None:
-        timeline.extend((offset, produced_at[offset - 1], t) for t, offset, _ in delivered)
-    client_ms = sorted(lat * 1000 for _, _, lat in delivered)
-    figures = {
-        "records": count, "target_records_per_s": rate, "achieved_records_per_s": count / (last_produce - start),
-        "p50_ms": _percentile(callback_ms, 0.50), "p99_ms": _percentile(callback_ms, 0.99),
-        "p999_ms": _percentile(callback_ms, 0.999), "max_ms": callback_ms[-1],
-        "librdkafka_p50_ms": _percentile(client_ms, 0.50), "librdkafka_p99_ms": _percentile(client_ms, 0.99),
-        "batches": len(batches) - 1, "broker_cpu_s": broker_cpu,
-    }
-    return sample, figures, sum(len(b) for b in batches[1:])
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # fetch (the consumers, the topic and the baseline: benchmarks/wire_consumers.py; the bare client:
 # benchmarks/fetch_client.py)
 
@@ -577,45 +503,10 @@ def run(ctx: Context) -> Section:
                     f"{'/'.join(f'{r[2]:.2f} s ({r[2] / r[0] * 1000:.2f} ms/request)' for r in all_runs[(v, acks)])}, "
                     f"client CPU {'/'.join(f'{r[3]:.2f}' for r in all_runs[(v, acks)])} s")
 
-            # -- latency at half the peak rate of 1 KiB, acks=1 and acks=all, rounds alternating ------------
-            by_acks: dict[str, dict[str, Any]] = {}
-            peaks = {acks: section.find(_group(LATENCY_VALUE_BYTES, acks), "librdkafka produce -> broker").records_per_s
-                     for acks in LATENCY_ACKS}
-            _progress(f"latency: half the peak of each acks ({', '.join(f'acks={a} {p / 2:,.0f}' for a, p in peaks.items())}"
-                      f" records/s) for {sizes.latency_s} s, {rounds} rounds")
-            latency_rounds: dict[str, list[dict[str, Any]]] = {acks: [] for acks in LATENCY_ACKS}
-            samples: dict[str, list[Sample]] = {acks: [] for acks in LATENCY_ACKS}
-            byte_counts: dict[str, list[int]] = {acks: [] for acks in LATENCY_ACKS}
-            for r in range(rounds):
-                for acks in LATENCY_ACKS:
-                    gc.collect()
-                    load = os.getloadavg()[0]
-                    sample, figures, size = _paced_round(broker, admin, f"wire-latency-{acks}-{r}",
-                                                         items[LATENCY_VALUE_BYTES], peaks[acks] / 2,
-                                                         sizes.latency_s, acks)
-                    latency_rounds[acks].append({**figures, "loadavg_at_start": load})
-                    samples[acks].append(sample)
-                    byte_counts[acks].append(size)
-            for acks in LATENCY_ACKS:
-                section.add(Row(f"{LATENCY_VALUE_BYTES} B values, acks={acks}, paced at half the peak",
-                                "paced produce (latency run)", latency_rounds[acks][0]["records"],
-                                min(byte_counts[acks]), samples[acks]))
-                best = min(latency_rounds[acks], key=lambda f: f["p99_ms"])
-                by_acks[acks] = {"peak_records_per_s": peaks[acks], "rate_records_per_s": peaks[acks] / 2,
-                                 "value_bytes": LATENCY_VALUE_BYTES, "acks": acks, "seconds": sizes.latency_s,
-                                 "rounds": latency_rounds[acks], "best_p99_ms": best["p99_ms"],
-                                 "p50_ms_of_best": best["p50_ms"], "p999_ms_of_best": best["p999_ms"]}
-                for f in latency_rounds[acks]:
-                    section.notes.append(
-                        f"latency acks={acks} at {f['target_records_per_s']:,.0f} records/s (half the peak "
-                        f"{peaks[acks]:,.0f}; achieved {f['achieved_records_per_s']:,.0f}, {f['batches']:,} batches, "
-                        f"load average {f['loadavg_at_start']:.2f}): produce -> delivery callback "
-                        f"p50 {f['p50_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms, p99.9 {f['p999_ms']:.2f} ms, max "
-                        f"{f['max_ms']:.2f} ms; librdkafka Message.latency() p50 {f['librdkafka_p50_ms']:.2f} ms, "
-                        f"p99 {f['librdkafka_p99_ms']:.2f} ms; broker CPU {f['broker_cpu_s']:.2f} s "
-                        f"({f['broker_cpu_s'] / max(1, f['batches']) * 1000:.2f} ms per produce request)")
-            section.facts["latency_by_acks"] = by_acks
-            section.facts["latency"] = by_acks["all"]       # the acks=all figures, where older runs kept them
+            # -- latency at half the peak of each measuring client, 1 KiB, acks=1 and acks=all -----------------
+            from . import wire_latency      # it builds on this module's broker and client helpers
+            wire_latency.latency_rows(section, broker, admin, items[LATENCY_VALUE_BYTES], sizes.peak_records,
+                                      sizes.latency_s, rounds, work)
             captured.clear()    # the batches go before the fetch cases run
             all_runs.clear()
             plan.clear()

@@ -1,5 +1,6 @@
 """The wire benchmark at a tiny size: it starts the broker process, produces and consumes with librdkafka, measures
-its baselines in the same run and writes its rows into the results JSON. Nothing here judges a time."""
+its baselines in the same run, runs the latency rows of librdkafka and of Kafka's Java producer, and writes its rows
+into the results JSON. Nothing here judges a time."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,12 @@ import shutil
 import pytest
 
 from benchmarks import __main__ as bench_main
-from benchmarks import harness, wire
+from benchmarks import harness, wire, wire_latency
 
-TINY = wire.Sizes({100: 2_000, 1024: 500}, 2 * harness.MB, 0.3)
+TINY = wire.Sizes({100: 2_000, 1024: 500}, 2 * harness.MB, 0.3, 1_000)
 
 
-@pytest.mark.slow   # two broker processes and a few thousand records over loopback (~15 s)
+@pytest.mark.slow   # two broker processes, a JVM and a few thousand records over loopback (~30 s)
 def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(wire, "QUICK", TINY)
     monkeypatch.setattr(harness, "TMP_ROOT", tmp_path / "scratch")
@@ -67,16 +68,32 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
         assert any(note.startswith(f"{wire.KCAT_ROW}: not measured") for note in section["notes"])
 
     assert section["facts"]["latency"] == section["facts"]["latency_by_acks"]["all"]
-    for acks in ("1", "all"):     # each paced at half its own peak, rounds alternating
-        latency = section["facts"]["latency_by_acks"][acks]
-        assert len(latency["rounds"]) == 2
-        peak = rows[(f"1024 B values, acks={acks}", "librdkafka produce -> broker")]["records_per_s"]
-        assert latency["peak_records_per_s"] == pytest.approx(peak)
-        assert latency["rate_records_per_s"] == pytest.approx(peak / 2)
-        for figures in latency["rounds"]:
-            assert figures["records"] >= 1 and figures["loadavg_at_start"] >= 0
-            assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"] <= figures["max_ms"]
-        assert latency["p999_ms_of_best"] >= latency["best_p99_ms"]
+    assert section["params"]["java_client"] == "kafka-clients 3.9.1"
+    for acks in ("1", "all"):     # each client paced at half its own peak, rounds alternating
+        produce_peak = rows[(f"1024 B values, acks={acks}", "librdkafka produce -> broker")]["records_per_s"]
+        for key, peak_row, paced_row in (
+                ("latency_by_acks", (wire_latency.rdkafka_peak_group(acks), wire_latency.RDKAFKA_PEAK_ROW),
+                 (wire_latency.rdkafka_group(acks), wire_latency.RDKAFKA_PACED_ROW)),
+                ("java_latency_by_acks", (wire_latency.java_peak_group(acks), wire_latency.JAVA_PEAK_ROW),
+                 (wire_latency.java_group(acks), wire_latency.JAVA_PACED_ROW))):
+            latency = section["facts"][key][acks]
+            assert len(latency["rounds"]) == len(latency["peak_rounds"]) == 2, key
+            # the peak is the measuring client's own, unpaced, best of its rounds; the rate half of it
+            assert [f["records"] for f in latency["peak_rounds"]] == [TINY.peak_records] * 2
+            assert latency["peak_records_per_s"] == max(f["records_per_s"] for f in latency["peak_rounds"])
+            assert latency["rate_records_per_s"] == pytest.approx(latency["peak_records_per_s"] / 2)
+            assert rows[peak_row]["records"] == TINY.peak_records and len(rows[peak_row]["runs"]) == 2
+            assert rows[paced_row]["records"] == latency["rounds"][0]["records"] and len(rows[paced_row]["runs"]) == 2
+            for figures in latency["rounds"] + latency["peak_rounds"]:
+                assert figures["loadavg_at_start"] >= 0 and figures["batches"] >= 1 and figures["broker_cpu_s"] >= 0
+                assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"] <= figures["max_ms"]
+            for figures in latency["rounds"]:
+                assert figures["records"] == max(1, int(latency["rate_records_per_s"] * TINY.latency_s))
+                assert figures["target_records_per_s"] == pytest.approx(latency["rate_records_per_s"])
+            assert latency["p999_ms_of_best"] >= latency["best_p99_ms"]
+        # the produce row's peak (no callback per record) kept beside the callback client's own
+        assert section["facts"]["latency_by_acks"][acks]["produce_row_peak_records_per_s"] == pytest.approx(produce_peak)
+        assert section["facts"]["java_latency_by_acks"][acks]["client"] == "kafka-clients 3.9.1"
 
     # --profile-broker: one cProfile stats file per broker, with the engine's append in it
     import pstats
@@ -110,6 +127,33 @@ def test_summary_shows_the_wire_rows_from_the_newest_run():
     runs["wire"] = None
     line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
     assert "25,000 records/s" in line and "0.250x" in line and "**no**" in line and "2026-01-01" in line
+
+
+@pytest.mark.unit
+def test_summary_shows_both_clients_latency_and_whose_peak_was_halved():
+    from benchmarks import summary
+
+    def figures(p99: float, **extra: object) -> dict:
+        return {"peak_records_per_s": 20_000.0, "rate_records_per_s": 10_000.0, "best_p99_ms": p99,
+                "p50_ms_of_best": 1.0, "p999_ms_of_best": p99 + 1,
+                "rounds": [{"p99_ms": p99, "loadavg_at_start": 1.5}, {"p99_ms": p99 + 2, "loadavg_at_start": 2.5}],
+                **extra}
+
+    facts = {"latency_by_acks": {a: figures(12.0, produce_row_peak_records_per_s=30_000.0) for a in ("1", "all")},
+             "java_latency_by_acks": {a: figures(4.0, client="kafka-clients 3.9.1") for a in ("1", "all")}}
+    meta = {"date_utc": "2026-02-01T00:00:00Z", "git_head": "abcdef0123", "engine_files_modified": [],
+            "implementation": {"summary": "c", "STORAGE_ENGINE_PURE_PYTHON": None},
+            "loadavg_at_start": [1.0], "loadavg_at_end": [2.0], "argv": ["--only", "wire"]}
+    runs = {"c": None, "python": None, "large": None, "large-python": None,
+            "wire": {"meta": meta, "benchmarks": {"wire": {"rows": [], "facts": facts}}}}
+    lines = summary.table(runs).splitlines()
+    java = next(x for x in lines if x.startswith("| Produce latency, Java producer (kafka-clients), 1 KiB values, "
+                                                 "acks=all, paced at half its peak |"))
+    assert "p99 4.0 ms" in java and "| yes |" in java and "p99 <= 10 ms" in java
+    assert "half the peak 20,000 of kafka-clients 3.9.1 (unpaced, same client)" in java
+    rdkafka = next(x for x in lines if x.startswith("| Produce latency at half the peak rate, 1 KiB values, acks=all |"))
+    assert "p99 12.0 ms" in rdkafka and "**no**" in rdkafka and "load average 1.50-2.50" in rdkafka
+    assert "with its per-record callbacks (the produce row's, without: 30,000)" in rdkafka
 
 
 @pytest.mark.unit
