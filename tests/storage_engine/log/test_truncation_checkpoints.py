@@ -4,23 +4,29 @@ truncation (in place at a segment boundary, by rewrite inside a segment, below a
 one (below the first segment, by rewrite at a segment's base), each while another process holds the partition
 open. The dir's ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` hold offsets at or below the
 new log end as soon as the truncation returns (the values the dir's checkpoint would write), and a read-only
-``verify`` finds nothing, before any checkpoint run."""
+``verify`` finds nothing, before any checkpoint run. Then the one window a kill can leave an entry past the end
+in (a full truncation below a raised log start offset, killed before its checkpoint write): reported by ``verify``,
+repaired by the next checkpoint, and the load starts the log right."""
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
 
-from storage_engine import layout
+from storage_engine import crashpoints, layout
 from storage_engine.config_file import load_config
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.checkpoint import OffsetCheckpointFile
+from tests.paths import REPO
 from tests.storage_engine.kernels import split_by_process_fixture
-from tests.storage_engine.log.test_swap_crash import Holder, cli
+from tests.storage_engine.log.test_swap_crash import Holder, cli, env
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +133,50 @@ def test_the_checkpoints_hold_the_truncated_partition_at_once_and_verify_finds_n
             assert report["partitions"][0]["log_start_offset"] == start
     finally:
         holder.close()
+
+
+# argv: config, offset: a full truncation by another process, armed through STORAGE_ENGINE_CRASH_AT
+START_AT = """
+import sys
+from storage_engine.config_file import load_config
+from storage_engine.log.manager import LogManager
+with LogManager.open(load_config(sys.argv[1]), partitions=[("plain", 0)]) as mgr:
+    mgr.get_log("plain", 0).truncate_fully_and_start_at(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.kills
+def test_a_full_truncation_below_a_raised_log_start_killed_before_its_checkpoint_write_is_reported_then_repaired(
+        tmp_path):
+    """The one window left: a full truncation below a log start offset raised by ``delete-records`` (its entry is in
+    the log-start-offset checkpoint), killed once complete and before its entries are written. The entry is only
+    written after the truncation (lowered sooner, a load finding the truncation rolled back would expose the
+    deleted records below the old start), so it is past the end until the next checkpoint: ``verify`` reports that
+    entry and nothing else, the recovery-point entry is already at the end, the next checkpoint writes both, and a
+    load starts the log at the new start (it takes the partition's recorded start over an entry past the end)."""
+    cfg = write_config(tmp_path)
+    bases = fill(cfg, CUT + 1)
+    base = base_below_cut(bases)
+    assert base < CUT + 1 and entries(cfg) == (600, CUT + 1)
+    holder = Holder(cfg, clean=False)
+    try:
+        res = subprocess.run([sys.executable, "-c", START_AT, cfg, str(base)], cwd=str(REPO),
+                             env=env(**{crashpoints.ENV_VAR: "truncation.published"}), capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == -signal.SIGKILL and "CRASHPOINT truncation.published" in res.stderr, res.stderr
+        assert entries(cfg) == (base, CUT + 1), "the recovery-point entry was lowered before the first rename"
+        out = cli(cfg, "verify")
+        report = json.loads(out.stdout)
+        assert [p["message"] for p in report["problems"]] == [
+            f"log-start-offset checkpoint entry {TOPIC} 0 {CUT + 1} is past the log end offset {base} (the next load "
+            "clamps or recovers it)"], report["problems"]
+        assert cli(cfg, "checkpoint").returncode == 0
+        assert entries(cfg) == (base, None)
+        out = cli(cfg, "verify")
+        assert out.returncode == 0 and json.loads(out.stdout)["problems"] == [], out.stdout
+    finally:
+        holder.close()
+    with LogManager.open(load_config(cfg)) as mgr:     # a restart: the first opener's full load
+        log = mgr.get_log(TOPIC, 0)
+        assert log is not None
+        assert (log.log_start_offset, log.log_end_offset) == (base, base)
