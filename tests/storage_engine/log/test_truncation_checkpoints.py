@@ -57,9 +57,9 @@ def fill(cfg: str, delete_below: int | None) -> list[int]:
     if delete_below is not None:
         assert cli(cfg, "retention").returncode == 0
     with LogManager.open(load_config(cfg)) as mgr:
-        log = mgr.get_log(TOPIC, 0)
-        assert log is not None
-        return [s.base_offset for s in log.segments]
+        reopened = mgr.get_log(TOPIC, 0)
+        assert reopened is not None
+        return [s.base_offset for s in reopened.segments]
 
 
 def entries(cfg: str) -> tuple[int | None, int | None]:
