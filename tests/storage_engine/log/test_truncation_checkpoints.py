@@ -1,12 +1,13 @@
 """The log dir's offset checkpoints right after a truncation (storage_engine.log.truncation), as Kafka's
 ``LogManager.truncateTo`` / ``truncateFullyAndStartAt`` write the recovery-point checkpoint at once: a partial
 truncation (in place at a segment boundary, by rewrite inside a segment, below a raised log start offset) and a full
-one (below the first segment, by rewrite at a segment's base), each while another process holds the partition
-open. The dir's ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` hold offsets at or below the
-new log end as soon as the truncation returns (the values the dir's checkpoint would write), and a read-only
-``verify`` finds nothing, before any checkpoint run. Then the one window a kill can leave an entry past the end
-in (a full truncation below a raised log start offset, killed before its checkpoint write): reported by ``verify``,
-repaired by the next checkpoint, and the load starts the log right."""
+one (below the first segment, by rewrite at a segment's base). The dir's ``recovery-point-offset-checkpoint`` and
+``log-start-offset-checkpoint`` hold offsets at or below the new log end as soon as the truncation returns (the
+values the dir's checkpoint would write), and ``verify`` finds nothing, before any checkpoint run: in one process
+for each kind, and for a partial and a full truncation by rewrite with another process holding the partition open
+and a read-only ``verify`` from a third. Then the one window a kill can leave an entry past the end in (a full
+truncation below a raised log start offset, killed before its checkpoint write): reported by ``verify``, repaired by
+the next checkpoint, and the load starts the log right."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,8 @@ import pytest
 
 from storage_engine import crashpoints, layout
 from storage_engine.config_file import load_config
+from storage_engine.inspection.verify import verify_log_dirs
+from storage_engine.jobs import housekeeping
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -28,9 +31,7 @@ from tests.paths import REPO
 from tests.storage_engine.kernels import split_by_process_fixture
 from tests.storage_engine.log.test_swap_crash import Holder, cli, env
 
-pytestmark = pytest.mark.slow
-
-kernels = split_by_process_fixture()     # once: the holder and verify are child processes
+kernels = split_by_process_fixture()     # once: the truncation's work is the same on either kernel
 
 TOPIC = "plain"
 TP = (TOPIC, 0)
@@ -55,7 +56,7 @@ def fill(cfg: str, delete_below: int | None) -> list[int]:
         if delete_below is not None:
             log.delete_records(delete_below)
     if delete_below is not None:
-        assert cli(cfg, "retention").returncode == 0
+        housekeeping.retention_all(load_config(cfg))
     with LogManager.open(load_config(cfg)) as mgr:
         reopened = mgr.get_log(TOPIC, 0)
         assert reopened is not None
@@ -101,9 +102,37 @@ CASES: list = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("deleted_to", "truncate", "start", "end", "in_place"), CASES)
 def test_the_checkpoints_hold_the_truncated_partition_at_once_and_verify_finds_nothing(tmp_path, deleted_to,
                                                                                       truncate, start, end, in_place):
+    cfg = write_config(tmp_path)
+    bases = fill(cfg, deleted_to)
+    start, end, in_place = start(bases), end(bases), in_place(bases)
+    assert entries(cfg) == (600, deleted_to), "the close checkpointed both (the start only when above the first base)"
+    with LogManager.open(load_config(cfg), partitions=[TP]) as mgr:
+        log = mgr.get_log(TOPIC, 0)
+        assert log is not None
+        kept_inode = inode_of_segment(log, in_place) if in_place is not None else None
+        truncate(log, bases)
+        assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (start, end, end)
+        if kept_inode is not None:
+            assert inode_of_segment(log, in_place) == kept_inode, "cut at a boundary: no file rewritten"
+        # On disk as the truncation returns, before this manager's close or any checkpoint run: the values the
+        # dir's checkpoint writes (the log start offset only when above the first segment's base).
+        first_base = log.segments[0].base_offset
+        assert entries(cfg) == (end, start if start > first_base else None), (entries(cfg), first_base)
+        report = verify_log_dirs(load_config(cfg))
+        assert report["problems"] == [], report["problems"]
+        assert [(p["log_start_offset"], p["log_end_offset"]) for p in report["partitions"]] == [(start, end)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("deleted_to", "truncate", "start", "end", "in_place"),
+                         [c for c in CASES if c.id in ("partial-by-rewrite-inside-a-segment",
+                                                       "full-by-rewrite-at-a-segments-base")])
+def test_with_another_process_holding_the_partition_a_read_only_verify_finds_nothing_at_once(
+        tmp_path, deleted_to, truncate, start, end, in_place):
     cfg = write_config(tmp_path)
     bases = fill(cfg, deleted_to)
     start, end, in_place = start(bases), end(bases), in_place(bases)
@@ -146,6 +175,7 @@ with LogManager.open(load_config(sys.argv[1]), partitions=[("plain", 0)]) as mgr
 """
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 def test_a_full_truncation_below_a_raised_log_start_killed_before_its_checkpoint_write_is_reported_then_repaired(
         tmp_path):
