@@ -14,12 +14,15 @@ truncation clears it.
 The log dir's offset checkpoints follow a truncation at once, as Kafka's ``LogManager.truncateTo`` and
 ``truncateFullyAndStartAt`` write the recovery-point checkpoint right after truncating; here the partition's own
 entries are written (the others are left as they are), in two steps so that a process killed at any point leaves
-no entry past the log end: before the first rename, the recovery-point entry is lowered to the recovery point just
+no recovery-point entry past the log end: before the first rename, that entry is lowered to the recovery point just
 published (at or below every end a crash can leave; lowering it only makes a load recover more), and after the
 truncation both entries are written as the dir's checkpoint writes them (:mod:`storage_engine.log.dir_checkpoints`:
 the recovery point; the log start offset only when above the first segment's base, or the topic is tiered). A
 ``-future`` copy's entries are left to the move and the dir's checkpoint. The log start offset entry is only written
-after: lowering it sooner would let a load that finds the truncation rolled back expose records below the old start.
+after: lowered sooner, it would let a load that finds the truncation rolled back expose records below the old start.
+So a full truncation below a log start offset raised by ``delete-records``, killed before that write, leaves the old
+entry past the end until the next checkpoint: ``verify`` reports it, and a load ignores it for the partition's
+recorded log start offset.
 
 A truncation never cuts a segment file in place: the segment it cuts into is rewritten (its kept prefix to a new
 file, swapped in crash-safely: :mod:`storage_engine.log.rewrite`), so a fetch still sending from the old file
