@@ -23,6 +23,8 @@ from storage_engine import crashpoints, layout
 from storage_engine.config_file import load_config
 from storage_engine.inspection.verify import verify_log_dirs
 from storage_engine.jobs import housekeeping
+from storage_engine.log import rewrite
+from storage_engine.log.local_log import LocalLog
 from storage_engine.log.log import Log
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
@@ -125,6 +127,36 @@ def test_the_checkpoints_hold_the_truncated_partition_at_once_and_verify_finds_n
         report = verify_log_dirs(load_config(cfg))
         assert report["problems"] == [], report["problems"]
         assert [(p["log_start_offset"], p["log_end_offset"]) for p in report["partitions"]] == [(start, end)]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("deleted_to", "truncate", "start", "end", "in_place"), CASES)
+def test_the_recovery_point_entry_is_at_or_below_the_new_end_before_the_first_rename(tmp_path, monkeypatch, deleted_to,
+                                                                                    truncate, start, end, in_place):
+    """What a kill at any step finds on disk: the entry as each segment file is renamed away or rewritten (the real
+    steps run; the test only reads the checkpoint file as they start) is already at or below the new log end, which
+    is at or below every end a kill can leave."""
+    cfg = write_config(tmp_path)
+    bases = fill(cfg, deleted_to)
+    end = end(bases)
+    seen: list[int | None] = []
+    delete_segment_files, truncate_segment = LocalLog.delete_segment_files, rewrite.truncate_segment
+
+    def deleting(self, *args, **kwargs):
+        seen.append(entries(cfg)[0])
+        return delete_segment_files(self, *args, **kwargs)
+
+    def rewriting(*args, **kwargs):
+        seen.append(entries(cfg)[0])
+        return truncate_segment(*args, **kwargs)
+    monkeypatch.setattr(LocalLog, "delete_segment_files", deleting)
+    monkeypatch.setattr(rewrite, "truncate_segment", rewriting)
+    with LogManager.open(load_config(cfg), partitions=[TP]) as mgr:
+        log = mgr.get_log(TOPIC, 0)
+        assert log is not None
+        truncate(log, bases)
+        assert log.log_end_offset == end
+    assert seen and all(entry is not None and entry <= end for entry in seen), (seen, end)
 
 
 @pytest.mark.slow
