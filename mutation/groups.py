@@ -76,7 +76,9 @@ GROUPS: tuple[Group, ...] = (
           ("storage_engine/log/appends.py", "storage_engine/log/truncation.py", "storage_engine/log/validator.py",
            "storage_engine/log/local_log.py"),
           # producer state, transactions and isolation levels go through the log and its validator
-          _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py"),
+          _t("log/test_log.py", "log/test_log_rules.py", "log/test_transactions.py",
+             # the dir's checkpoint entries a truncation writes
+             "log/test_truncation_checkpoints.py"),
           mutants=("storage_engine.log.appends.*", "storage_engine.log.truncation.*",
                    "storage_engine.log.validator.*"),
           functions=("storage_engine/log/local_log.py:LocalLog.max_segment_ms",

@@ -48,6 +48,13 @@ STEPS: dict[str, tuple[str, str]] = {
     "rewrite.index-final": ("rewrite", "the new indexes have their final names, the .log is still .swap"),
     "rewrite.log-final": ("rewrite", "the new .log has its final name, the dir not yet fsynced"),
     "rewrite.done": ("rewrite", "all renames done and fsynced, the record not yet cleared"),
+    # truncation.truncate_to, truncate_fully_locked (the dir's checkpoint entries of the truncated partition)
+    "truncation.checkpoint-lowered": ("truncation", "the lowered recovery point is published and the dir's "
+                                                    "recovery-point checkpoint entry lowered to it, nothing renamed"),
+    "truncation.published": ("truncation", "the truncation is complete and published, the dir's checkpoints not "
+                                           "yet written"),
+    "truncation.recovery-point-checkpointed": ("truncation", "the recovery-point checkpoint entry is written, the "
+                                                             "log-start-offset one not yet"),
     # swap.resolve (another process completing or rolling back a dead cleaner's swap)
     "resolve.partial": ("resolve", "the first rename of a resolution is done"),
     # Log.delete_segments_locked (retention)

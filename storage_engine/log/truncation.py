@@ -11,6 +11,19 @@ retention (``move_log_start=False``) leaves it where it is: only the local log s
 the log as in Kafka: its end is truncated with the log end, its start with the log start offset, and a full
 truncation clears it.
 
+The log dir's offset checkpoints follow a truncation at once, as Kafka's ``LogManager.truncateTo`` and
+``truncateFullyAndStartAt`` write the recovery-point checkpoint right after truncating; here the partition's own
+entries are written (the others are left as they are), in two steps so that a process killed at any point leaves
+no recovery-point entry past the log end: before the first rename, that entry is lowered to the recovery point just
+published (at or below every end a crash can leave; lowering it only makes a load recover more), and after the
+truncation both entries are written as the dir's checkpoint writes them (:mod:`storage_engine.log.dir_checkpoints`:
+the recovery point; the log start offset only when above the first segment's base, or the topic is tiered). A
+``-future`` copy's entries are left to the move and the dir's checkpoint. The log start offset entry is only written
+after: lowered sooner, it would let a load that finds the truncation rolled back expose records below the old start.
+So a full truncation below a log start offset raised by ``delete-records``, killed before that write, leaves the old
+entry past the end until the next checkpoint: ``verify`` reports it, and a load ignores it for the partition's
+recorded log start offset.
+
 A truncation never cuts a segment file in place: the segment it cuts into is rewritten (its kept prefix to a new
 file, swapped in crash-safely: :mod:`storage_engine.log.rewrite`), so a fetch still sending from the old file
 sends the old bytes.
@@ -21,11 +34,11 @@ sends the old bytes.
 from __future__ import annotations
 
 
-from storage_engine import crashpoints
+from storage_engine import crashpoints, layout
 from storage_engine.durable import fsync_dir
 from storage_engine.errors import OffsetOutOfRangeError
 from storage_engine.log import producer_state_manager as producers
-from storage_engine.log import manifest, rewrite, view
+from storage_engine.log import deletion, manifest, rewrite, view
 from storage_engine.log.local_log import LocalLog
 from storage_engine.segment.segment import LogSegment
 
@@ -51,6 +64,7 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         assert cut_into is not None, "the first segment's base is at or below the offset"
         log.recovery_point = min(recovery_point, cut_into.base_offset)
         log.publish(bump=True)  # visible before the first rename (every other process reloads)
+        _lower_recovery_point_entry(log)
         # Snapshots above the new end describe data that goes: delete them first, so that a crash before the
         # log is cut cannot leave one that a later, longer log would be rebuilt from.
         log.producer_state.delete_snapshots_outside(-1, offset)
@@ -70,6 +84,8 @@ def truncate_to(log: LocalLog, offset: int) -> bool:
         producers.rebuild(log.producer_state, log.segments, log.log_start_offset, log.log_end_offset,
                        exclusive=True)
         log.publish(bump=True)
+        crashpoints.reached("truncation.published")
+        _checkpoint_entries(log)
         return True
 
 
@@ -98,6 +114,7 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
     log.log_start_offset = offset if log_start_offset is None else log_start_offset
     log.recovery_point = min(log.recovery_point, offset)
     log.publish(bump=True)  # visible before the first rename (every other process reloads)
+    _lower_recovery_point_entry(log)
     log.producer_state.truncate_fully_and_start_at(offset)
     old = log.segment_list.as_list()
     # Before the first rename, the manifest names only the segment kept (if one is at ``offset``); after the new
@@ -123,6 +140,45 @@ def truncate_fully_locked(log: LocalLog, offset: int, now: int, log_start_offset
         fsync_dir(log.dir)
         manifest.grown(log)
     log.publish(bump=True)
+    crashpoints.reached("truncation.published")
+    _checkpoint_entries(log)
+
+
+def _lower_recovery_point_entry(log: LocalLog) -> None:
+    """Before a truncation's first rename (the lock is held, the lowered recovery point just published): lower the
+    partition's entry in the dir's recovery-point checkpoint to it, if above. The published recovery point is at or
+    below every log end a crash can leave (the cut rolled back or completed), so no entry claims flushed records
+    past the end whatever step the truncation dies at; the file is written only when the entry changes."""
+    if log.is_future:
+        return
+    tp, recovery_point = (log.topic, log.partition), log.recovery_point
+
+    def lower(entries: dict) -> None:
+        if entries.get(tp, -1) > recovery_point:
+            entries[tp] = recovery_point
+    deletion.edit_checkpoint(log.log_dir, layout.RECOVERY_POINT_CHECKPOINT, lower)
+    crashpoints.reached("truncation.checkpoint-lowered")
+
+
+def _checkpoint_entries(log: LocalLog) -> None:
+    """After a truncation (the lock is held, the change published): the partition's entries in the dir's
+    recovery-point and log-start-offset checkpoints as the dir's checkpoint writes them (the recovery point; the log
+    start offset when above the first segment's base or the topic is tiered, else no entry). Kafka's
+    ``LogManager.truncateTo``; each file is written only when its entries change."""
+    if log.is_future:
+        return
+    tp, recovery_point, start = (log.topic, log.partition), log.recovery_point, log.log_start_offset
+    keep_start = start > log.segment_list[0].base_offset or log.remote_log_enabled
+    deletion.edit_checkpoint(log.log_dir, layout.RECOVERY_POINT_CHECKPOINT,
+                             lambda entries: entries.__setitem__(tp, recovery_point))
+    crashpoints.reached("truncation.recovery-point-checkpointed")
+
+    def set_start(entries: dict) -> None:
+        if keep_start:
+            entries[tp] = start
+        else:
+            entries.pop(tp, None)
+    deletion.edit_checkpoint(log.log_dir, layout.LOG_START_OFFSET_CHECKPOINT, set_start)
 
 
 def delete_segments_locked(log: LocalLog, segments: list[LogSegment], now: int, *,

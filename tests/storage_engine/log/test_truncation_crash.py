@@ -3,10 +3,15 @@
 (``flush``, ``checkpoint --flush``: each opens a view, and the first to sync resolves the dead truncation), then a
 restart (a full load).
 
+Also killed at the steps that keep the dir's checkpoint entries (``truncation.*``): before the first rename, once the
+recovery-point entry is lowered (the log is whole), and after the truncation completed, before and between the
+checkpoint files' writes.
+
 The outcome is exact: killed before the new ``.log`` became ``.swap`` the truncation is rolled back (the segment
 it cut is whole again; the segments above it, deleted before the rewrite began, stay deleted), from then on it is
 completed (the log ends at the cut). Either way every record below that end is there with its value, ``verify``
-finds nothing, no loss is recorded, no temporary file is left and appends go on from the end."""
+finds nothing (right after the kill too: no checkpoint entry is past the log end), no loss is recorded, no
+temporary file is left and appends go on from the end."""
 from __future__ import annotations
 
 import json
@@ -23,6 +28,7 @@ from storage_engine.inspection.verify import verify_log_dirs
 from storage_engine.log import intent
 from storage_engine.log.manager import LogManager
 from storage_engine.record.records import SimpleRecord
+from storage_engine.segment.checkpoint import OffsetCheckpointFile
 from tests.paths import REPO
 from tests.storage_engine.kernels import split_by_process_fixture
 from tests.storage_engine.log.test_swap_crash import Holder, cli, env
@@ -35,6 +41,10 @@ TOPIC = "plain"
 TIMEOUT_S = 120
 REWRITE_STEPS = [s for s, (protocol, _) in crashpoints.STEPS.items() if protocol == "rewrite"]
 ROLLED_BACK = ("rewrite.copied", "rewrite.intent")      # the new .log never became .swap
+# The dir's checkpoint entries: lowered before the first rename (nothing renamed yet: the log is whole), written
+# after the truncation completed (published: done).
+CHECKPOINT_STEPS = [s for s, (protocol, _) in crashpoints.STEPS.items() if protocol == "truncation"]
+UNTOUCHED = ("truncation.checkpoint-lowered",)
 CUT = 403           # inside the batch 400-404 of a sealed segment: the log ends at 400 once truncated
 
 # argv: config, topic, offset, "to" (truncate_to) or "start-at" (truncate_fully_and_start_at)
@@ -49,6 +59,24 @@ with LogManager.open(load_config(sys.argv[1]), partitions=[(sys.argv[2], 0)]) as
     else:
         log.truncate_fully_and_start_at(int(sys.argv[3]))
 """
+
+
+def outcome(step: str, kind: str, base: int, segment_end: int) -> tuple[int, int]:
+    """(log start, log end) once the truncation killed at ``step`` is resolved. Killed before any rename, a full
+    truncation has published its new log start offset (the segments below it go at the next retention)."""
+    start = 0 if kind == "to" else base
+    if step in UNTOUCHED:
+        return start, 600
+    return start, segment_end if step in ROLLED_BACK else 400 if kind == "to" else base
+
+
+def checkpoint_entries(log_dir: str) -> list[int]:
+    """The partition's entries in the dir's recovery-point and log-start-offset checkpoints."""
+    found = []
+    for name in (layout.RECOVERY_POINT_CHECKPOINT, layout.LOG_START_OFFSET_CHECKPOINT):
+        entry = OffsetCheckpointFile(os.path.join(log_dir, name)).read().get((TOPIC, 0))
+        found += [entry] if entry is not None else []
+    return found
 
 
 def write_config(tmp_path) -> str:
@@ -79,7 +107,11 @@ def fill(cfg: str) -> tuple[int, int]:
 CASES = ([pytest.param(step, "to", True, id=f"truncate-to-holder-killed-{step}") for step in REWRITE_STEPS]
          + [pytest.param(step, "start-at", True, id=f"start-at-holder-killed-{step}") for step in REWRITE_STEPS]
          + [pytest.param(step, "to", False, id=f"truncate-to-holder-closes-{step}")
-            for step in ("rewrite.intent", "rewrite.old-deleted", "rewrite.done")])
+            for step in ("rewrite.intent", "rewrite.old-deleted", "rewrite.done")]
+         + [pytest.param(step, kind, True, id=f"{name}-holder-killed-{step}") for step in CHECKPOINT_STEPS
+            for kind, name in (("to", "truncate-to"), ("start-at", "start-at"))
+            # (between the two files' writes a full truncation is the same as before them: no log start entry here)
+            if kind == "to" or step != "truncation.recovery-point-checkpointed"])
 
 
 @pytest.mark.parametrize(("step", "kind", "kill_holder"), CASES)
@@ -99,18 +131,25 @@ def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_compl
         assert res.returncode == -signal.SIGKILL, (res.returncode, res.stderr)
         assert f"CRASHPOINT {step}" in res.stderr
         recorded = intent.exists(log_dir, f"{TOPIC}-0")
-        assert recorded == (step != "rewrite.copied"), "the rewrite is recorded before its first rename, not sooner"
+        assert recorded == (step in REWRITE_STEPS and step != "rewrite.copied"), \
+            "the rewrite is recorded before its first rename, not sooner, and cleared once done"
         if step == "rewrite.copied":
             assert os.path.exists(layout.segment_file(folder, base, layout.LOG_SUFFIX, layout.CLEANED_SUFFIX))
-        if kind == "to" and kill_holder:    # a read-only open plans the resolution without applying it
-            report = json.loads(cli(cfg, "verify").stdout)
+        start, end = outcome(step, kind, base, segment_end)
+        if kill_holder:    # a read-only open plans the resolution without applying it
+            out = cli(cfg, "verify")
+            report = json.loads(out.stdout)
             plan = " ".join(p["message"] for p in report["pending"])
-            assert ("rolled back the rewrite of segment" in plan) == (step == "rewrite.intent"), plan
-            assert ("completed the rewrite of segment" in plan) == (step not in ROLLED_BACK), plan
-            # (the dir's recovery-point checkpoint, written before the truncation, stays past the end until the
-            # next checkpoint: reported, and clamped by the next load)
-            assert [p for p in report["problems"] if "recovery-point checkpoint entry" not in p["message"]] == []
-            assert report["partitions"][0]["log_end_offset"] == (segment_end if step in ROLLED_BACK else 400)
+            if kind == "to":
+                assert ("rolled back the rewrite of segment" in plan) == (step == "rewrite.intent"), plan
+                assert ("completed the rewrite of segment" in plan) == (step in REWRITE_STEPS
+                                                                        and step not in ROLLED_BACK), plan
+                assert report["partitions"][0]["log_end_offset"] == end
+            # The dir's checkpoint entries, lowered before the first rename, are at or below the log end whatever
+            # step the truncation died at: verify finds nothing, before any checkpoint run.
+            assert out.returncode == 0 and report["problems"] == [], report["problems"]
+            leo = report["partitions"][0]["log_end_offset"]
+            assert all(entry <= leo for entry in checkpoint_entries(log_dir)), (checkpoint_entries(log_dir), leo)
             assert intent.exists(log_dir, f"{TOPIC}-0") == recorded
         for args in (["flush"], ["checkpoint", "--flush"]):
             out = cli(cfg, *args)
@@ -122,21 +161,21 @@ def test_a_truncation_killed_at_each_step_of_its_rewrite_is_rolled_back_or_compl
     finally:
         holder.close()
 
-    start = 0 if kind == "to" else base
-    end = segment_end if step in ROLLED_BACK else 400 if kind == "to" else base
     with LogManager.open(load_config(cfg)) as mgr:     # a restart: the first opener's full load
         log = mgr.get_log(TOPIC, 0)
         assert log is not None
         found = [(r.offset, r.value) for r in log.read_records(log.log_start_offset)]
         assert found == [(i, value(i)) for i in range(start, end)], (step, len(found), end)
-        assert log.log_start_offset == start and log.log_end_offset == end and log.active_segment.base_offset == base
+        assert log.log_start_offset == start and log.log_end_offset == end
+        assert (log.active_segment.base_offset == base) == (step not in UNTOUCHED)
         log.append_records([SimpleRecord(b"after", b"the-crash")])
         assert [(r.offset, r.value) for r in log.read_records(end)] == [(end, b"the-crash")]
     if kind == "start-at":      # the segments below the new log start offset go at the next retention
         assert cli(cfg, "retention").returncode == 0
         with LogManager.open(load_config(cfg)) as mgr:
             log = mgr.get_log(TOPIC, 0)
-            assert log is not None and [s.base_offset for s in log.segments] == [base]
+            assert log is not None and log.segments[0].base_offset == base
+            assert (len(log.segments) == 1) == (step not in UNTOUCHED)
     names = os.listdir(folder)
     assert not [n for n in names if n.endswith((layout.CLEANED_SUFFIX, layout.SWAP_SUFFIX))], names
     assert not any(n.startswith(".engine+loss+") for n in os.listdir(log_dir))
