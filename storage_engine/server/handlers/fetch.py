@@ -60,6 +60,7 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.fetch_sessions import CachedPartition
+from storage_engine.server.handlers import fetch_request_wire  # noqa: F401  (registers the direct Fetch reader)
 from storage_engine.server.handlers import fetch_wire
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.protocol import Encoded
@@ -215,8 +216,9 @@ def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, upper: int,
 
 async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
     out = []
+    by_id = ctx.version >= 13      # a topic's id from v13, its name before (the direct reader's topics hold both)
     for t in topics:
-        if has(t, "topic_id"):
+        if by_id:
             name = await _topic_by_id(ctx, t.topic_id)
             out.append((name, t.topic_id, t))
         else:
