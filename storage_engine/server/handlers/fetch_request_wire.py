@@ -32,12 +32,9 @@ from __future__ import annotations
 import datetime
 import struct
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from storage_engine.server import protocol
-from storage_engine.server.handlers.produce_wire import _Reader
 from storage_engine.server.protocol import MalformedRequest, Request
 
 API_KEY = 1
@@ -46,23 +43,37 @@ FIRST_FLEXIBLE = 12
 FIRST_TOPIC_ID = 13
 FIRST_REPLICA_STATE = 15
 _HEADER = struct.Struct(">hhi")          # api key, api version, correlation id
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_LIMITS = struct.Struct(">iiib")         # max wait, min bytes, max bytes, isolation level
-_SESSION = struct.Struct(">ii")          # session id, session epoch
-_I64 = struct.Struct(">q")
-_UUID = struct.Struct(">16s")
 _REPLICA_STATE = struct.Struct(">iq")    # replica id, replica epoch
+
+
+def _limits(version: int) -> struct.Struct:
+    """[replica id (until v14)], max wait, min bytes, max bytes, isolation level, [session id, epoch (v7+)]."""
+    return struct.Struct(">" + ("i" if version < FIRST_REPLICA_STATE else "") + "iiib" + ("ii" if version >= 7 else ""))
+
+
+def _partition(version: int) -> struct.Struct:
+    """partition, [current leader epoch (v9+)], fetch offset, [last fetched epoch (v12+)], [log start offset
+    (v5+)], partition max bytes."""
+    return struct.Struct(">i" + ("i" if version >= 9 else "") + "q" + ("i" if version >= 12 else "")
+                         + ("q" if version >= 5 else "") + "i")
+
+
+_LIMITS = {v: _limits(v) for v in range(MIN_VERSION, MAX_VERSION + 1)}
+_PARTITION = {v: _partition(v) for v in range(MIN_VERSION, MAX_VERSION + 1)}
 _ZERO_UUID = bytes(16)
-_T = TypeVar("_T")
+_IDS: dict[bytes, uuid.UUID] = {}      # topic ids met, by their bytes: a UUID is dear to build and never changes
+_MAX_IDS = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplicaState:
     replica_id: int = -1
     replica_epoch: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchPartition:
     partition: int
     current_leader_epoch: int
@@ -72,23 +83,24 @@ class FetchPartition:
     partition_max_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchTopic:
     topic: str | None               # until v12
     topic_id: uuid.UUID | None      # from v13
-    partitions: tuple[FetchPartition, ...]
+    partitions: list[FetchPartition]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForgottenTopic:
     topic: str | None
     topic_id: uuid.UUID | None
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchRequest:
-    """What a Fetch request holds (kio's ``FetchRequest`` fields of the same names, every version's)."""
+    """What a Fetch request holds (kio's ``FetchRequest`` fields of the same names, every version's). Nothing
+    changes it once read."""
     replica_state: ReplicaState
     max_wait: datetime.timedelta
     min_bytes: int
@@ -96,57 +108,110 @@ class FetchRequest:
     isolation_level: int
     session_id: int
     session_epoch: int
-    topics: tuple[FetchTopic, ...]
-    forgotten_topics_data: tuple[ForgottenTopic, ...]
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]
     rack_id: str
     cluster_id: str | None
 
 
-_NO_REPLICA = ReplicaState()
+def _bad(what: str, pos: int, buf: memoryview) -> MalformedRequest:
+    return MalformedRequest(f"Fetch: {what} at byte {pos} of a {len(buf)}-byte request")
 
 
-class _FetchReader(_Reader):
-    __slots__ = ()
+def _uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos`` and the position after it."""
+    value, shift = 0, 0
+    while True:
+        if pos >= end:
+            raise _bad("an unsigned varint past the end", pos, buf)
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise _bad("an unsigned varint longer than 5 bytes", pos, buf)
 
-    def bad(self, what: str) -> MalformedRequest:
-        return MalformedRequest(f"Fetch: {what} at byte {self.pos} of a {len(self.buf)}-byte request")
 
-    def topic(self, by_id: bool) -> tuple[str | None, uuid.UUID | None]:
-        if not by_id:
-            return self.string(False), None
-        raw = self.fixed(_UUID)[0]
-        return None, (None if raw == _ZERO_UUID else uuid.UUID(bytes=raw))
+def _length(buf: memoryview, pos: int, end: int, flexible: bool, wide: bool, what: str,
+            nullable: bool) -> tuple[int, int]:
+    """A string's (``wide``: an array's) length at ``pos``, -1 for null, and the position after it."""
+    if flexible:
+        if pos < end and buf[pos] < 0x80:
+            n, pos = buf[pos] - 1, pos + 1
+        else:
+            n, pos = _uvarint(buf, pos, end)
+            n -= 1
+    else:
+        s = _I32 if wide else _I16
+        if pos + s.size > end:
+            raise _bad(f"{s.size} bytes of fixed fields past the end", pos, buf)
+        n, pos = s.unpack_from(buf, pos)[0], pos + s.size
+    if n < -1 or (n == -1 and not nullable):
+        raise _bad(f"a {what} of length {n} where the schema allows no null", pos, buf)
+    if n > end - pos:       # a string's bytes, or an array's elements (each at least one byte)
+        raise _bad(f"{'an array' if wide else 'a string'} of {n} {'elements' if wide else 'bytes'} with "
+                   f"{end - pos} bytes left", pos, buf)
+    return n, pos
 
-    def request_tags(self, replica: ReplicaState, cluster_id: str | None,
-                     version: int) -> tuple[ReplicaState, str | None]:
-        """The request's tagged fields: the known ones read within their own size, the others skipped."""
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            size = self.uvarint()
-            if size > self.end - self.pos:
-                raise self.bad(f"a tagged field of {size} bytes with {self.end - self.pos} left")
-            if tag == 0:
-                cluster_id = self._within(size, lambda: self.string(True))
-            elif tag == 1 and version >= FIRST_REPLICA_STATE:
-                def state() -> ReplicaState:
-                    replica_id, epoch = self.fixed(_REPLICA_STATE)
-                    self.tags()
-                    return ReplicaState(replica_id, epoch)
-                replica = self._within(size, state)
-            else:
-                self.pos += size
-        return replica, cluster_id
 
-    def _within(self, size: int, read: Callable[[], _T]) -> _T:
-        """``read()`` over the next ``size`` bytes only; the reader then stands after them."""
-        end, self.end = self.end, self.pos + size
-        after = self.end
-        try:
-            value = read()
-        finally:
-            self.end = end
-        self.pos = after
-        return value
+def _string(buf: memoryview, pos: int, end: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:
+    n, pos = _length(buf, pos, end, flexible, False, "string", nullable)
+    if n < 0:
+        return None, pos
+    try:
+        return str(buf[pos:pos + n], "utf-8"), pos + n
+    except UnicodeDecodeError:
+        raise _bad("a string that is not UTF-8", pos, buf) from None
+
+
+def _topic_id(buf: memoryview, pos: int, end: int) -> uuid.UUID | None:
+    if pos + 16 > end:
+        raise _bad("16 bytes of fixed fields past the end", pos, buf)
+    raw = bytes(buf[pos:pos + 16])
+    found = _IDS.get(raw)
+    if found is None:
+        if raw == _ZERO_UUID:
+            return None             # the null topic id (kio reads it so)
+        if len(_IDS) >= _MAX_IDS:
+            _IDS.clear()
+        found = _IDS[raw] = uuid.UUID(bytes=raw)
+    return found
+
+
+def _skip_tags(buf: memoryview, pos: int, end: int) -> int:
+    """Past a struct's tagged fields (none are known but the request's own)."""
+    count, pos = _uvarint(buf, pos, end)
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size > end - pos:
+            raise _bad(f"a tagged field of {size} bytes with {end - pos} left", pos, buf)
+        pos += size
+    return pos
+
+
+def _request_tags(buf: memoryview, pos: int, end: int, version: int,
+                  replica: ReplicaState) -> tuple[ReplicaState, str | None]:
+    """The request's tagged fields: the known ones read within their own size, the others skipped."""
+    cluster_id = None
+    count, pos = _uvarint(buf, pos, end)
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size > end - pos:
+            raise _bad(f"a tagged field of {size} bytes with {end - pos} left", pos, buf)
+        after = pos + size
+        if tag == 0:
+            cluster_id, _ = _string(buf, pos, after, True, True)
+        elif tag == 1 and version >= FIRST_REPLICA_STATE:
+            if pos + _REPLICA_STATE.size > after:
+                raise _bad(f"{_REPLICA_STATE.size} bytes of fixed fields past the end", pos, buf)
+            replica = ReplicaState(*_REPLICA_STATE.unpack_from(buf, pos))
+            _skip_tags(buf, pos + _REPLICA_STATE.size, after)
+        pos = after
+    return replica, cluster_id
 
 
 def decode_request(frame: bytes | bytearray | memoryview) -> Request:
@@ -155,52 +220,91 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
     buf = memoryview(frame)
     if buf.ndim != 1 or buf.format not in ("B", "b", "c"):
         buf = buf.cast("B")
-    key, version, correlation_id = _HEADER.unpack_from(buf, 0) if len(buf) >= 8 else (0, 0, 0)
+    end = len(buf)
+    key, version, correlation_id = _HEADER.unpack_from(buf, 0) if end >= 8 else (0, 0, 0)
     if key != API_KEY or not MIN_VERSION <= version <= MAX_VERSION:
         raise MalformedRequest(f"not a Fetch request of a version in [{MIN_VERSION}, {MAX_VERSION}]: "
                                f"key {key} version {version}")
     flexible = version >= FIRST_FLEXIBLE
     by_id = version >= FIRST_TOPIC_ID
-    r = _FetchReader(buf, 8, False)
-    client_id = r.string(True) or ""            # the header's client id is a classic string in every version
-    r.flexible = flexible
-    r.tags()
+    client_id, pos = _string(buf, 8, end, False, True)    # the header's client id: a classic string always
+    if flexible:
+        pos = pos + 1 if pos < end and buf[pos] == 0 else _skip_tags(buf, pos, end)
+    limits = _LIMITS[version]
+    if pos + limits.size > end:
+        raise _bad(f"{limits.size} bytes of fixed fields past the end", pos, buf)
+    fixed = limits.unpack_from(buf, pos)
+    pos += limits.size
     replica = _NO_REPLICA
     if version < FIRST_REPLICA_STATE:
-        replica_id = r.fixed(_I32)[0]
+        replica_id, fixed = fixed[0], fixed[1:]
         if replica_id != -1:
             replica = ReplicaState(replica_id, -1)
-    max_wait, min_bytes, max_bytes, isolation = r.fixed(_LIMITS)
-    session_id, session_epoch = r.fixed(_SESSION) if version >= 7 else (0, -1)
+    max_wait, min_bytes, max_bytes, isolation, session_id, session_epoch = (
+        fixed if version >= 7 else (*fixed, 0, -1))
+    part = _PARTITION[version]
+    size = part.size
+    n, pos = _length(buf, pos, end, flexible, True, "array", False)
     topics = []
-    for _ in range(r.count()):
-        name, topic_id = r.topic(by_id)
+    for _ in range(n):
+        if by_id:
+            name, topic_id = None, _topic_id(buf, pos, end)
+            pos += 16
+        else:
+            name, pos = _string(buf, pos, end, flexible, False)
+            topic_id = None
+        count, pos = _length(buf, pos, end, flexible, True, "array", False)
         parts = []
-        for _ in range(r.count()):
-            partition = r.fixed(_I32)[0]
-            leader_epoch = r.fixed(_I32)[0] if version >= 9 else -1
-            fetch_offset = r.fixed(_I64)[0]
-            last_fetched = r.fixed(_I32)[0] if version >= 12 else -1
-            log_start = r.fixed(_I64)[0] if version >= 5 else -1
-            parts.append(FetchPartition(partition, leader_epoch, fetch_offset, last_fetched, log_start,
-                                        r.fixed(_I32)[0]))
-            r.tags()
-        topics.append(FetchTopic(name, topic_id, tuple(parts)))
-        r.tags()
+        for _ in range(count):
+            if pos + size > end:
+                raise _bad(f"{size} bytes of fixed fields past the end", pos, buf)
+            f = part.unpack_from(buf, pos)
+            pos += size
+            if version >= 12:
+                parts.append(FetchPartition(*f))
+            elif version >= 9:
+                parts.append(FetchPartition(f[0], f[1], f[2], -1, f[3], f[4]))
+            elif version >= 5:
+                parts.append(FetchPartition(f[0], -1, f[1], -1, f[2], f[3]))
+            else:
+                parts.append(FetchPartition(f[0], -1, f[1], -1, -1, f[2]))
+            if flexible:
+                pos = pos + 1 if pos < end and buf[pos] == 0 else _skip_tags(buf, pos, end)
+        topics.append(FetchTopic(name, topic_id, parts))
+        if flexible:
+            pos = pos + 1 if pos < end and buf[pos] == 0 else _skip_tags(buf, pos, end)
     forgotten = []
     if version >= 7:
-        for _ in range(r.count()):
-            name, topic_id = r.topic(by_id)
-            indexes = tuple(r.fixed(_I32)[0] for _ in range(r.count()))
+        n, pos = _length(buf, pos, end, flexible, True, "array", False)
+        for _ in range(n):
+            if by_id:
+                name, topic_id = None, _topic_id(buf, pos, end)
+                pos += 16
+            else:
+                name, pos = _string(buf, pos, end, flexible, False)
+                topic_id = None
+            count, pos = _length(buf, pos, end, flexible, True, "array", False)
+            if pos + 4 * count > end:
+                raise _bad(f"{4 * count} bytes of fixed fields past the end", pos, buf)
+            indexes = struct.unpack_from(f">{count}i", buf, pos)
+            pos += 4 * count
             forgotten.append(ForgottenTopic(name, topic_id, indexes))
-            r.tags()
-    rack_id = (r.string(False) or "") if version >= 11 else ""
+            if flexible:
+                pos = pos + 1 if pos < end and buf[pos] == 0 else _skip_tags(buf, pos, end)
+    rack_id = ""
+    if version >= 11:
+        rack, pos = _string(buf, pos, end, flexible, False)
+        rack_id = rack or ""
     cluster_id = None
     if flexible:
-        replica, cluster_id = r.request_tags(replica, cluster_id, version)
+        if pos < end and buf[pos] == 0:
+            pos += 1
+        else:
+            replica, cluster_id = _request_tags(buf, pos, end, version, replica)
     body = FetchRequest(replica, datetime.timedelta(milliseconds=max_wait), min_bytes, max_bytes, isolation,
-                        session_id, session_epoch, tuple(topics), tuple(forgotten), rack_id, cluster_id)
-    return Request(API_KEY, version, correlation_id, client_id, body, len(buf))
+                        session_id, session_epoch, topics, forgotten, rack_id, cluster_id)
+    return Request(API_KEY, version, correlation_id, client_id or "", body, end)
 
 
+_NO_REPLICA = ReplicaState()
 protocol.DIRECT_DECODERS[API_KEY] = decode_request
