@@ -2,10 +2,11 @@
 broker serves), read from the frame directly.
 
 Why: a consumer sends one Fetch per response it gets, so a steady consumer's fetches are decoded as often as they
-are answered. kio's reader (after :func:`~storage_engine.server.protocol.check_lengths`, the walk over the frame
-that refuses a length running past it) builds a frozen dataclass per topic and partition through one generic
-reader per field: about 20 us of the event loop's time per fetch of one partition. Here a request is a few
-``struct`` reads, every length checked as it is read.
+are answered, on the event loop, before the read. kio's path walks the frame once to check its lengths
+(:func:`~storage_engine.server.protocol.check_lengths`), then reads it with one generic reader per field into
+frozen dataclasses; here one pass reads the fixed fields of each struct with one ``struct`` per version, checking
+every length as it is read (measured in the broker, 1 MiB fetches of one partition: the decode step's 10th
+percentile 20-21 us -> 17-18 us). Topic ids met are kept by their bytes (a ``uuid.UUID`` is dear to build).
 
 Request layout (``FetchRequest.json``), after the request header (v1: api key, version, correlation id, client id;
 v2 from Fetch v12 adds the header's tagged fields): replica id (int32, until v14), max wait (int32 ms), min bytes
