@@ -70,7 +70,8 @@ def peek_key_version(frame: bytes | bytearray | memoryview) -> tuple[int, int]:
 
 _READERS: dict[Any, Any] = {}
 # API key -> a decoder of that API's served versions that reads the frame itself instead of kio (Produce:
-# handlers/produce_wire.py registers itself); it returns the Request or raises MalformedRequest.
+# handlers/produce_wire.py, Fetch: handlers/fetch_request_wire.py, each registers itself); it returns the Request
+# or raises MalformedRequest.
 DIRECT_DECODERS: dict[int, Any] = {}
 _WRITERS: dict[Any, Any] = {}
 

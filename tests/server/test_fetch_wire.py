@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.server import frame_check, protocol
-from storage_engine.server.handlers import SUPPORTED, fetch_wire
+from storage_engine.server.handlers import SUPPORTED, fetch_request_wire, fetch_wire
 from tests.server import fuzz_structured, wire
 
 pytestmark = pytest.mark.unit
@@ -233,8 +233,17 @@ def _uvarint(n: int) -> bytes:
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
 def test_a_fetch_decodes_as_kio_reads_it_and_a_huge_count_is_refused(version):
     """1,000 partitions decode to kio's own values; a partition count of 2**31-1 (or a compact one past the bytes
-    left) is refused before kio reserves anything."""
+    left) is refused before kio reserves anything, and by the broker's direct reader
+    (:mod:`~storage_engine.server.handlers.fetch_request_wire`)."""
     payload = _fetch_frame(version, 1000)
+    direct = protocol.DIRECT_DECODERS.pop(1)      # kio's path: the reader of a version the direct one leaves
+    try:
+        _kio_path_decodes_and_refuses(version, payload)
+    finally:
+        protocol.DIRECT_DECODERS[1] = direct
+
+
+def _kio_path_decodes_and_refuses(version: int, payload: bytes) -> None:
     request = protocol.decode_request(payload, SUPPORTED)
     cls = protocol.request_class(1, version)
     view = memoryview(payload)
@@ -246,6 +255,8 @@ def test_a_fetch_decodes_as_kio_reads_it_and_a_huge_count_is_refused(version):
     huge[span.pos:span.pos + span.width] = _uvarint(2 ** 31) if span.flexible else b"\x7f\xff\xff\xff"
     with pytest.raises(protocol.MalformedRequest, match="body does not parse"):
         protocol.decode_request(bytes(huge), SUPPORTED)
+    with pytest.raises(protocol.MalformedRequest, match="Fetch: an array of 2147483647 elements"):
+        fetch_request_wire.decode_request(bytes(huge))
 
 
 def test_the_check_is_linear_in_partitions_not_in_fields():

@@ -18,7 +18,8 @@ from verified bytes already in the page cache with no lock, refresh, check or di
 (:func:`storage_engine.segment.slice_read.nonblocking`; a sequential consumer's repeated reads, and every
 re-read of bytes another consumer already read); else, and for ``read_committed`` (whose aborted transactions are
 read from the ``.txnindex`` files), in the broker's read threads, as if the first attempt had not been made. A
-thread hand-off costs more than such a read. The response is encoded by :mod:`.fetch_wire`.
+thread hand-off costs more than such a read. The request is read by :mod:`.fetch_request_wire`, the response
+encoded by :mod:`.fetch_wire`.
 
 Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
 from the object store (:mod:`storage_engine.tiered.reads`, through :class:`~storage_engine.server.remote_tier.
@@ -60,6 +61,7 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.fetch_sessions import CachedPartition
+from storage_engine.server.handlers import fetch_request_wire  # noqa: F401  (registers the direct Fetch reader)
 from storage_engine.server.handlers import fetch_wire
 from storage_engine.server.handlers.context import Ctx, has
 from storage_engine.server.protocol import Encoded
@@ -213,14 +215,12 @@ def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, upper: int,
     return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found)
 
 
-async def _names(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
+async def _names_by_id(ctx: Ctx, topics: Any) -> list[tuple[str | None, Any, Any]]:
+    """(name, id, topic) of a v13+ fetch's topics (by id; the direct reader's topics hold a name field too)."""
     out = []
     for t in topics:
-        if has(t, "topic_id"):
-            name = await _topic_by_id(ctx, t.topic_id)
-            out.append((name, t.topic_id, t))
-        else:
-            out.append((t.topic, None, t))
+        name = await _topic_by_id(ctx, t.topic_id)
+        out.append((name, t.topic_id, t))
     return out
 
 
@@ -238,11 +238,14 @@ def _replica_id(body: Any) -> int:
     return int(getattr(body, "replica_id", -1))
 
 
-def _refused_topics(ctx: Ctx, body: Any, topics: list[tuple[str | None, Any, Any]]) -> set[str | None]:
-    """The topics whose partitions answer TOPIC_AUTHORIZATION_FAILED (None: the unresolved topic ids, refused
-    too in a follower's fetch)."""
-    names = [name for name, _, _ in topics]
-    if _replica_id(body) >= 0:      # a follower: CLUSTER_ACTION on the cluster, READ not asked
+def _refused_topics(ctx: Ctx, follower: bool, parts: list[CachedPartition]) -> set[str | None]:
+    """The topics of ``parts`` whose partitions answer TOPIC_AUTHORIZATION_FAILED (None: the unresolved topic
+    ids, refused too in a follower's fetch). Without an authorizer every check allows: none (asked per fetch, so
+    not walked)."""
+    if ctx.broker.authorizer is None:
+        return set()
+    names = list(dict.fromkeys(w.topic for w in parts))
+    if follower:                    # a follower: CLUSTER_ACTION on the cluster, READ not asked
         return set() if access.allowed_cluster(ctx, Operation.CLUSTER_ACTION) else set(names)
     readable = access.allowed_names(ctx, Operation.READ, ResourceType.TOPIC, names)
     return {name for name in names if name is not None and name not in readable}
@@ -259,22 +262,24 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse | Encoded:
     deadline = time.monotonic() + max(0, int(body.max_wait.total_seconds() * 1000)) / 1000
     min_bytes = int(body.min_bytes)
     isolation = int(getattr(body, "isolation_level", 0))
-    topics = await _names(ctx, body.topics)
     version = ctx.version
     uses_ids = version >= 13
+    topics = (await _names_by_id(ctx, body.topics) if uses_ids     # no coroutine for a fetch by names
+              else [(t.topic, None, t) for t in body.topics])
     wanted = [CachedPartition(name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
               for name, topic_id, t in topics for p in t.partitions]
     forgotten = [(f.topic_id if uses_ids else f.topic, int(p))
                  for f in getattr(body, "forgotten_topics_data", ()) for p in f.partitions]
+    follower = _replica_id(body) >= 0
     context = broker.fetch_sessions.new_context(version, int(getattr(body, "session_id", 0)),
                                                 int(getattr(body, "session_epoch", -1)), wanted, forgotten,
-                                                _replica_id(body) >= 0)
+                                                follower)
     if context.kind == "error":
         return _encoded(version, {"throttle_time": 0, "error_code": context.error, "session_id": 0, "responses": ()})
     parts = context.partitions
     if context.kind == "incremental" and uses_ids:
         await _resolve_ids(ctx, parts)
-    refused = _refused_topics(ctx, body, [(name, None, None) for name in dict.fromkeys(w.topic for w in parts)])
+    refused = _refused_topics(ctx, follower, parts)
     keys = [(w.topic, w.partition) for w in parts if w.topic is not None and w.topic not in refused]
     entries: list[PartitionData | None] = [None] * len(parts)
     sizes = [0] * len(parts)
