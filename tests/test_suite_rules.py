@@ -157,11 +157,13 @@ def test_on_two_workers_the_heaviest_files_run_first_and_each_fixture_is_built_o
 @pytest.mark.unit
 def test_the_weight_table_names_test_files_of_the_suite():
     """tests/file_weights.json (the order of ``make test``'s files) names only test files that exist, each with a
-    weight in seconds: a file renamed or removed must leave it too."""
+    weight in seconds, and most of the suite's files: a file renamed or removed must leave it too, and new files
+    (their kind's default weight) call for a fresh table (``python -m tests.file_weights``) before they are many."""
     weights = load_weights(REPO)
     files = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")}
     assert weights and all(seconds >= 0 for seconds in weights.values()), weights
     assert sorted(set(weights) - files) == [], "tests/file_weights.json names files that are gone"
+    assert len(weights) >= 0.9 * len(files), sorted(files - set(weights))
 
 
 @pytest.mark.unit
