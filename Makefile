@@ -41,10 +41,13 @@ java-clients: $(STAMP)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; }
 	$(BIN)/python -m tests.server.java.build
 
+# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts hundreds
+# of Python processes (brokers, the CLI, Airflow), each of which would compile the repository's modules again
+# (about half of a broker start's CPU), and each worker would rewrite every test module's asserts again.
 test: $(STAMP) browser clients cluster-packages
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

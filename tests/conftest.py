@@ -8,7 +8,8 @@ the collection of its module, so ``make test-fast`` and the other selections by 
 worker runs a whole test file, so a fixture wider than a test (module or session scope: an api-server, a broker, a Spark session, sample logs)
 is built once, and the tests sharing it never run on two workers at once. tests/test_suite_rules.py checks that each
 such fixture serves one file (a session fixture shared by two files would be built on both workers), but for
-:data:`PER_WORKER_FIXTURES`.
+:data:`PER_WORKER_FIXTURES`. The workers take the files heaviest first, by tests/file_weights.json (see
+tests/file_weights.py): the long files start early and the short ones fill the end.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+
+from tests.file_weights import DEFAULT_WEIGHTS, load_weights
 
 # Session fixtures that each worker builds for itself, cheap enough that keeping their tests on one worker (every
 # Airflow test, every tiered test) would cost more than building them twice: the Airflow metadata DB of
@@ -71,30 +74,33 @@ def shared_fixtures(item: pytest.Item) -> list[str]:
     return out
 
 
-def worker_order(items: list[pytest.Item]) -> dict[str, int]:
-    """{test file: where it goes in the workers' queue}: the files with a fixture wider than a test first (the
-    longest units of work: a server, a cluster, sample logs), then those with a test of a category that starts
-    processes or servers, then those of in-process ``unit`` tests only, which fill the end of the run in small
-    pieces so that neither worker idles long before the other finishes."""
-    order: dict[str, int] = {}
+def file_kind(item: pytest.Item) -> int:
+    """0 for a test using a fixture wider than a test (a server, a cluster, sample logs), 1 for a test of a category
+    that starts processes or servers, 2 for an in-process ``unit`` test."""
+    if shared_fixtures(item):
+        return 0
+    return 1 if any(item.get_closest_marker(name) for name in CATEGORY_MARKERS if name != "unit") else 2
+
+
+def worker_order(items: list[pytest.Item], weights: dict[str, float]) -> dict[str, float]:
+    """{test file: its weight}: its seconds in ``weights`` (tests/file_weights.json), or for a file not there the
+    default of its kind (:data:`tests.file_weights.DEFAULT_WEIGHTS`, the kind of its heaviest test)."""
+    kinds: dict[str, int] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        if shared_fixtures(item):
-            kind = 0
-        else:
-            kind = 1 if any(item.get_closest_marker(name) for name in CATEGORY_MARKERS if name != "unit") else 2
-        order[path] = min(order.get(path, kind), kind)
-    return order
+        kinds[path] = min(kinds.get(path, 2), file_kind(item))
+    return {path: weights.get(path, DEFAULT_WEIGHTS[kind]) for path, kind in kinds.items()}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker (the workers collect, the controller does not): the test files in
-    :func:`worker_order` (a stable sort: collection order within each kind, a file's tests together). The
+    """In a pytest-xdist worker (the workers collect, the controller does not): the test files heaviest first
+    (:func:`worker_order`; a stable sort: collection order among equal weights, a file's tests together), so the
+    long files start early and the short ones fill the end of the run (tests/file_weights.py says why). The
     controller keeps that order with ``--no-loadscope-reorder``; by default it would send the files with the most
     tests first, and a long file of a few tests (a cluster, a torture run) last."""
     if hasattr(config, "workerinput"):
-        order = worker_order(items)
-        items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
+        order = worker_order(items, load_weights(config.rootpath))
+        items.sort(key=lambda item: -order[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from tests.conftest import CATEGORY_MARKERS
+from tests.file_weights import DEFAULT_WEIGHTS, WEIGHTS_FILE, load_weights, weights_from_junit
 from tests.paths import REPO
 
 
@@ -107,10 +108,12 @@ def test_every_fixture_wider_than_a_test_serves_one_test_file(suite_audit):
 
 
 @pytest.mark.slow   # a pytest run on two workers in a scratch folder (about 5 s)
-def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_is_built_once(tmp_path):
-    """The suite's conftest, loaded as a plugin, on a scratch folder run as ``make test`` runs the suite: the file
-    whose tests share a module fixture (a server) runs first though it is collected last, the unit tests last;
-    its fixture is built once, on one worker."""
+def test_on_two_workers_the_heaviest_files_run_first_and_each_fixture_is_built_once(tmp_path):
+    """The suite's conftest, loaded as a plugin, on a scratch folder run as ``make test`` runs the suite: each worker
+    takes the files heaviest first, by the folder's tests/file_weights.json (a unit file it names as the longest
+    goes first though collected first among equals) and, for the files it does not name, by their kind (the file
+    whose tests share a module fixture, collected last, before the e2e file, the unit file last); the module
+    fixture is built once, on one worker. The run's JUnit XML gives back a weight for every file."""
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n"
                                          + "".join(f"    {name}\n" for name in CATEGORY_MARKERS))
     log = tmp_path / "ran.txt"
@@ -125,12 +128,14 @@ def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_
         f"import os\nimport pytest\n\npytestmark = pytest.mark.e2e\n\n{note}\n\n"
         "@pytest.fixture(scope='module')\ndef server():\n    note('built')\n    yield\n\n\n"
         "@pytest.mark.parametrize('n', range(6))\ndef test_z(server, n):\n    note('z')\n")
+    (tmp_path / WEIGHTS_FILE).write_text(json.dumps({"test_b.py": DEFAULT_WEIGHTS[0] * 10}))
     with open(REPO / "Makefile") as f:
         found = re.search(r"^test:.*\n(?:\t.*\n)*?\t.*pytest -q (.*)$", f.read(), re.M)
     assert found, "make test runs pytest"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    junit = tmp_path / "junit.xml"
     proc = run_pytest("-q", "-p", "tests.conftest", *found.group(1).split(), "--rootdir", str(tmp_path),
-                      cwd=str(tmp_path), env=env)
+                      f"--junitxml={junit}", cwd=str(tmp_path), env=env)
     assert proc.returncode == pytest.ExitCode.OK, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = [line.split() for line in log.read_text().splitlines()]
     assert [what for what, _ in ran].count("built") == 1, ran
@@ -140,9 +145,25 @@ def test_on_two_workers_the_files_of_shared_fixtures_run_first_and_each_fixture_
     for what, worker in ran:
         by_worker.setdefault(worker, []).append(what)
     assert sorted(by_worker) == ["gw0", "gw1"], f"both workers ran tests: {by_worker}"
+    rank = {"b": 0, "built": 1, "z": 1, "c": 2, "a": 3}
     for whats in by_worker.values():
-        order = [{"built": 0, "z": 0, "c": 1}.get(what, 2) for what in whats]
-        assert order == sorted(order), by_worker     # the server's file, then the e2e one, then the unit ones
+        order = [rank[what] for what in whats]
+        assert order == sorted(order), by_worker     # b (the heaviest), the server's file, the e2e one, a
+    assert "b" in [whats[0] for whats in by_worker.values()], by_worker    # among the first two files handed out
+    weights = weights_from_junit([junit], tmp_path)
+    assert sorted(weights) == ["test_a.py", "test_b.py", "test_c.py", "tests/test_z.py"], weights
+
+
+@pytest.mark.unit
+def test_the_weight_table_names_test_files_of_the_suite():
+    """tests/file_weights.json (the order of ``make test``'s files) names only test files that exist, each with a
+    weight in seconds, and most of the suite's files: a file renamed or removed must leave it too, and new files
+    (their kind's default weight) call for a fresh table (``python -m tests.file_weights``) before they are many."""
+    weights = load_weights(REPO)
+    files = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")}
+    assert weights and all(seconds >= 0 for seconds in weights.values()), weights
+    assert sorted(set(weights) - files) == [], "tests/file_weights.json names files that are gone"
+    assert len(weights) >= 0.9 * len(files), sorted(files - set(weights))
 
 
 @pytest.mark.unit
