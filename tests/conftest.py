@@ -4,12 +4,13 @@ Every test carries at least one of the markers that say what it needs and how lo
 ``spark``, ``airflow``, ``e2e``; see ``[tool.pytest.ini_options]`` in pyproject.toml): a test without one fails
 the collection of its module, so ``make test-fast`` and the other selections by marker never run it by accident.
 
-``make test`` runs the suite on two workers (pytest-xdist, ``-n 2 --dist loadfile --no-loadscope-reorder``): a
-worker runs a whole test file, so a fixture wider than a test (module or session scope: an api-server, a broker, a Spark session, sample logs)
-is built once, and the tests sharing it never run on two workers at once. tests/test_suite_rules.py checks that each
-such fixture serves one file (a session fixture shared by two files would be built on both workers), but for
-:data:`PER_WORKER_FIXTURES`. The workers take the files heaviest first, by tests/file_weights.json (see
-tests/file_weights.py): the long files start early and the short ones fill the end.
+``make test`` runs the suite on three workers (pytest-xdist, ``-n 3 --dist loadfile --no-loadscope-reorder``): a
+worker runs a whole test file, so a fixture wider than a test (module or session scope: an api-server, a broker, a
+Spark session, sample logs) is built once, and the tests sharing it never run on two workers at once.
+tests/test_suite_rules.py checks that each such fixture serves one file (a session fixture shared by two files would
+be built on each worker that runs one), but for :data:`PER_WORKER_FIXTURES`. The workers take the files heaviest
+first, by tests/file_weights.json (see tests/file_weights.py): the long files start early and the short ones fill
+the end.
 """
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """The order in which ``make test``'s workers take the test files: longest first.
 
-``make test`` runs the suite on two workers with ``--dist loadfile``: a worker takes a whole file, the next file
+``make test`` runs the suite on three workers with ``--dist loadfile``: a worker takes a whole file, the next file
 when it is almost done with the last. The files are handed out in the order the workers collect them
 (``--no-loadscope-reorder``), and tests/conftest.py sorts that collection by each file's weight, its seconds in a
 recent full run, heaviest first (longest processing time first: the long files, a cluster, a torture run, the
-README walkthrough, start while the other worker has plenty of short ones to run beside them, and the short files
-fill the end, so neither worker runs a long file alone at the end).
+README walkthrough, start while the other workers have plenty of short ones to run beside them, and the short
+files fill the end, so no worker runs a long file alone at the end).
 
 The weights are :data:`WEIGHTS_FILE` (``{"tests/...py": seconds}``), written from a run's JUnit XML by::
 
-    python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=var/junit.xml
+    python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --junitxml=var/junit.xml
     python -m tests.file_weights var/junit.xml
 
 A file not in the table (a new one) gets the weight of its kind (:data:`DEFAULT_WEIGHTS`). Only the order depends

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import pathlib
 import time
 import urllib.parse
@@ -18,7 +17,7 @@ import pytest
 from .conftest import REPO, parse_dag
 from .storage_fixtures import T
 from .browser import logged_in
-from .test_storage_view import (describe, df_percent, dirty_ratios,  # noqa: F401 - fixtures
+from .test_storage_view import (agrees_with_df, describe, df_percent, dirty_ratios,  # noqa: F401 - fixtures
                                 sample, server)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.e2e]
@@ -99,7 +98,7 @@ def test_the_panel_on_airflows_home_page_shows_space_damage_dirtiest_and_the_fai
             shown = row.locator('[data-field="used_percent"]').inner_text()
             if df_percent(d) == before:
                 break
-        assert math.ceil(float(shown.rstrip("%"))) == before, (shown, before)
+        assert agrees_with_df(shown, before), (shown, before)
         mine = [v for v in truth.values() if str(pathlib.Path(v["dir"]).parent) == d]
         assert row.locator("td").nth(1).inner_text() == str(len(mine))
     # Damage: the corrupt batch log_verify found, named by its partition.
