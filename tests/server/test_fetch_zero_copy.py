@@ -113,6 +113,9 @@ def test_new_bytes_written_after_a_truncation_by_another_process_are_checked_aga
         # the old verified range, where a stale mark would have been trusted)
         for start in (30, 31, 36, 39):
             assert _fetch(conn, TOPIC, start, 10 * 1024) == (CORRUPT_MESSAGE, b""), start
+        # and the broker says so, naming the partition, the fetch offset and the damaged file
+        logged = [line for line in broker.log_text().splitlines() if f"fetch of {TOPIC}-0 at offset " in line]
+        assert len(logged) == 4 and all("answered CORRUPT_MESSAGE" in line and path in line for line in logged), logged
         code, records = _fetch(conn, TOPIC, 30, 2500)        # the new batch before it, alone: whole and valid
         assert code == 0 and _checked(records) == [30]
         code, records = _fetch(conn, TOPIC, 0, 9 * 1024)     # below the cut: the old bytes, still whole
@@ -159,9 +162,12 @@ def test_a_response_blocked_mid_send_keeps_the_checked_bytes_while_its_segment_g
                 small += got
             _, short = wire.decode_response(1, 12, small)
             part = short.responses[0].partitions[0]
+            folder = os.path.dirname(first)
+            files = {f: os.path.getsize(os.path.join(folder, f)) for f in sorted(os.listdir(folder))}
             pytest.fail(f"a {size}-byte answer, not the {len(before)}-byte segment: top error {short.error_code}, "
                         f"partition error {part.error_code}, high watermark {part.high_watermark}, log start "
-                        f"{part.log_start_offset}, {len(part.records or b'')} bytes of records")
+                        f"{part.log_start_offset}, {len(part.records or b'')} bytes of records; {folder}: {files}; "
+                        f"the broker's log:\n{broker.log_tail()}")
 
         def engine(*args: str) -> None:
             subprocess.run([sys.executable, "-m", "storage_engine", "--config", str(broker.config_path), *args],

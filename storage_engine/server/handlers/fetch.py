@@ -27,7 +27,9 @@ RemoteTier`), in the same thread pool, as whole CRC-checked batches of one remot
 transactions of the remote ``.txnindex`` objects (and the local ones after them). A remote object that is missing
 answers KAFKA_STORAGE_ERROR, as a local loss does, and a damaged one CORRUPT_MESSAGE, as local damage does (Kafka
 itself answers UNKNOWN_SERVER_ERROR for any remote read failure); either is logged with the partition, the fetch
-offset and the segment's offsets, and no byte of it is sent.
+offset and the segment's offsets, and no byte of it is sent. A local read that fails is logged in one line too, as
+Kafka's ``ReplicaManager`` logs it, unless it is an offset out of range, an unknown partition, an offline dir or
+offsets the log lost.
 
 Authorization as Kafka's ``KafkaApis.handleFetchRequest``: a consumer needs READ on each topic (an unknown topic
 id is UNKNOWN_TOPIC_ID first; a refused topic answers TOPIC_AUTHORIZATION_FAILED whether or not it exists, then an
@@ -50,7 +52,8 @@ import uuid
 from typing import Any, cast
 
 from storage_engine.acl.model import Operation, ResourceType
-from storage_engine.errors import OffsetInRemoteStorageError, PartitionNotFoundError, RemoteStorageError
+from storage_engine.errors import (DataLossError, LogDirOfflineError, OffsetInRemoteStorageError,
+                                   PartitionNotFoundError, RemoteStorageError)
 from storage_engine.log.locks import LIVE
 from storage_engine.log.log import Log
 from storage_engine.segment.file_slice import FileSlice
@@ -59,7 +62,7 @@ from storage_engine.tiered import whole_log
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 RecordBatch)
 from storage_engine.server import access
-from storage_engine.server.errors import ErrorCode, error_code
+from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.fetch_sessions import CachedPartition
 from storage_engine.server.handlers import fetch_request_wire  # noqa: F401  (registers the direct Fetch reader)
 from storage_engine.server.handlers import fetch_wire
@@ -128,6 +131,10 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         base["error_code"] = code = error_code(exc)
         if code not in (ErrorCode.offset_out_of_range, ErrorCode.unknown_topic_or_partition):
             ctx.broker.stats.errors += 1
+            # an offline dir was logged when it went, lost offsets are verify's: either would log every fetch
+            if not isinstance(exc, (LogDirOfflineError, DataLossError)):
+                logger.warning("fetch of %s-%d at offset %s answered %s: %s", topic, p, part.fetch_offset,
+                               code.name.upper(), message(exc))
         return base, 0
 
 
