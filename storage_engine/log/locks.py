@@ -111,6 +111,10 @@ class PartitionLock:
         self._depth = 0
         self._owner: int | None = None    # the thread holding the lock (threading.get_ident), None when free
         self._mutex = threading.RLock()
+        # Held while the descriptor is closed or replaced, and by read_state (which takes no _mutex) while it
+        # reads through it: a reader never uses a descriptor closed meanwhile, or its number reused by a file
+        # another thread opened.
+        self._fd_guard = threading.Lock()
         self._parked = False
         self._identity = (0, 0)
 
@@ -146,9 +150,10 @@ class PartitionLock:
             if self._depth or self._fd < 0:
                 return False
             self._identity = _identity(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-            self._parked = True
+            with self._fd_guard:
+                os.close(self._fd)
+                self._fd = -1
+                self._parked = True
             return True
         finally:
             self._mutex.release()
@@ -167,8 +172,9 @@ class PartitionLock:
                 os.close(fd)
             # Retired and removed while parked: the partition moved or was deleted; the lock stays parked.
             raise PartitionMovedError(f"the partition of {self.path} was moved or deleted")
-        self._fd = fd
-        self._parked = False
+        with self._fd_guard:
+            self._fd = fd
+            self._parked = False
 
     def acquire(self, blocking: bool = True, timeout_s: float | None = None) -> None:
         """Take the lock: first from the other threads of this process, then (unless this thread holds it
@@ -221,23 +227,23 @@ class PartitionLock:
     def read_state(self) -> PartitionState:
         """The shared state; readable without the lock (a torn read only makes a reader reload). A parked lock
         opens its file for the read only, and stays parked; if the file it had was retired and removed meanwhile,
-        the state says *moved*."""
-        if self._parked:
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
+        the state says *moved*. Never reads through a descriptor another thread is closing (parking or closing the
+        lock), nor through its number reused meanwhile by another file."""
+        with self._fd_guard:
+            if not self._parked:
+                return _unpack_state(os.pread(self._fd, _STATE.size, 0))
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return PartitionState(status=MOVED)
+        except OSError as exc:
+            raise StorageIOError("cannot open partition lock file", self.path, exc) from exc
+        try:
+            if _identity(fd) != self._identity:
                 return PartitionState(status=MOVED)
-            except OSError as exc:
-                raise StorageIOError("cannot open partition lock file", self.path, exc) from exc
-            try:
-                if _identity(fd) != self._identity:
-                    return PartitionState(status=MOVED)
-                data = os.pread(fd, _STATE.size, 0)
-            finally:
-                os.close(fd)
-        else:
-            data = os.pread(self._fd, _STATE.size, 0)
-        return _unpack_state(data)
+            return _unpack_state(os.pread(fd, _STATE.size, 0))
+        finally:
+            os.close(fd)
 
     def write_state(self, state: PartitionState) -> None:
         if not self.held:
@@ -298,8 +304,9 @@ class PartitionLock:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
                     self._depth = 0
                     self._owner = None
-                os.close(self._fd)
-                self._fd = -1
+                with self._fd_guard:
+                    os.close(self._fd)
+                    self._fd = -1
                 for _ in range(held):    # the acquisitions this thread never released
                     self._mutex.release()
 

@@ -230,3 +230,49 @@ def test_a_partition_lock_excludes_the_other_threads_and_is_reentrant_for_its_ho
     assert not t.is_alive() and seen["got"] == 1
     assert not lock.busy and lock.park()
     lock.close()
+
+
+def test_the_state_is_read_right_while_other_threads_park_and_take_the_lock(tmp_path):
+    """``read_state`` takes no lock (the broker's event loop reads it), while other threads park the lock (closing
+    its descriptor) and take it again: a reader must never read through a descriptor closed meanwhile, nor through
+    its number reused by a file another thread opened (here a decoy whose bytes say *moved*, generation 999)."""
+    import threading
+    lock = PartitionLock(str(tmp_path / "p.lock"))
+    with lock:
+        lock.write_state(PartitionState(7, 100, 90, T0))
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(struct.pack(">6q", 999, 1, 1, 1, 1, 2))
+    rounds = 3000
+    failures: list[str] = []
+    done = threading.Event()
+
+    def parker() -> None:
+        for _ in range(rounds):
+            lock.park()
+            with lock:
+                pass
+        done.set()
+
+    def opener() -> None:             # takes the descriptor numbers park() frees
+        while not done.is_set():
+            fds = [os.open(decoy, os.O_RDONLY) for _ in range(4)]
+            for fd in fds:
+                os.close(fd)
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                s = lock.read_state()
+            except OSError as exc:
+                failures.append(f"read_state raised {exc!r}")
+                continue
+            if (s.generation, s.log_start_offset, s.status) != (7, 100, 0):
+                failures.append(f"read_state answered {s!r}")
+
+    threads = [threading.Thread(target=f) for f in (parker, opener, reader, reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lock.close()
+    assert failures == [], f"{len(failures)} wrong reads, the first: {failures[:3]}"
