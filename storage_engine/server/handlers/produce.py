@@ -4,6 +4,11 @@ nothing), answered per acks (0: no response, and the connection closed if any pa
 tells such a client; 1 and all: after the append; on one node the high watermark moves
 with the append).
 
+Where the appends are done: on the event loop first (:func:`_append_now`, ``Log.try_append_batches``), when
+nothing in the append can wait (no lock held elsewhere, no reload of the partition's view, no roll, flush, leader
+epoch checkpoint or index growth: a ``pwrite`` and memory); else, having changed nothing, in the engine's threads,
+as if the first attempt had not been made. A thread hand-off costs more than a small append.
+
 Authorization as Kafka's ``KafkaApis.handleProduceRequest``: a request whose partitions hold a transactional batch
 (the first batch of each partition is looked at) needs WRITE on its transactional id, else every partition answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (also when the request has no transactional id); then WRITE on each topic,
