@@ -5,7 +5,7 @@ tells such a client; 1 and all: after the append; on one node the high watermark
 with the append).
 
 Where the appends are done: on the event loop first (:func:`_append_now`, ``Log.try_append_batches``), when
-nothing in the append can wait (no lock held elsewhere, no reload of the partition's view, no roll, flush, leader
+nothing in the append can wait and it is small (no lock held elsewhere, no reload of the partition's view, no roll, flush, leader
 epoch checkpoint or index growth: a ``pwrite`` and memory); else, having changed nothing, in the engine's threads,
 as if the first attempt had not been made. A thread hand-off costs more than a small append.
 
@@ -37,6 +37,9 @@ from storage_engine.server.responses.produce import (InitProducerIdResponse, Par
                                                      ProduceResponse, TopicProduceResponse)
 
 logger = logging.getLogger(__name__)
+# A larger append is validated (CRCs, records, decompressed) in the engine's threads: on the event loop its CPU
+# time would hold up every other connection.
+INLINE_APPEND_BYTES = 256 * 1024
 Buffer = bytes | bytearray | memoryview
 
 
@@ -116,10 +119,11 @@ def _appended(ctx: Ctx, log: Log, partition: int, info: AppendInfo) -> Partition
 
 
 async def _append_here_or_pooled(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse:
-    """The append on the event loop if it need not wait (a thread hand-off costs more than a small append), else
-    in the engine's threads; counted in ``produce_appends_inline`` / ``produce_appends_pooled``."""
+    """The append on the event loop if it need not wait (a thread hand-off costs more than a small append) and is
+    at most :data:`INLINE_APPEND_BYTES`, else in the engine's threads; counted in ``produce_appends_inline`` /
+    ``produce_appends_pooled``."""
     stats = ctx.broker.stats
-    answer = _append_now(ctx, topic, partition, records)
+    answer = _append_now(ctx, topic, partition, records) if len(records) <= INLINE_APPEND_BYTES else None
     if answer is not None:
         stats.produce_appends_inline += 1
         return answer
