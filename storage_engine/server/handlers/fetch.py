@@ -62,8 +62,7 @@ from storage_engine.server.errors import ErrorCode, error_code
 from storage_engine.server.fetch_sessions import CachedPartition
 from storage_engine.server.handlers import fetch_request_wire  # noqa: F401  (registers the direct Fetch reader)
 from storage_engine.server.handlers import fetch_wire
-from storage_engine.server.handlers.context import Ctx, has
-from storage_engine.server.handlers.log_now import log_now
+from storage_engine.server.handlers.context import Ctx, has, log_now
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
                                                    ListOffsetsPartitionResponse, ListOffsetsResponse,

@@ -30,8 +30,7 @@ from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LO
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import produce_wire, transactions
-from storage_engine.server.handlers.context import CloseConnection, Ctx
-from storage_engine.server.handlers.log_now import log_now
+from storage_engine.server.handlers.context import CloseConnection, Ctx, log_now
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.produce import (InitProducerIdResponse, PartitionProduceResponse,
                                                      ProduceResponse, TopicProduceResponse)
