@@ -29,6 +29,7 @@ from storage_engine.record import codecs
 from storage_engine.record.record_batch import RecordBatch, build_control_batch
 from storage_engine.record.records import SimpleRecord
 from storage_engine.segment.file_records import iter_batches
+from storage_engine.segment.slice_read import WouldBlock
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,23 @@ def append_records(log: LocalLog, records: Sequence[SimpleRecord], *, codec: int
         return append_validated(log, data, first, last, max_ts, last, len(recs), now, analysis)
 
 
-def append_batches(log: LocalLog, data: bytes | bytearray | memoryview, *, in_place: bool = False) -> AppendInfo:
+def append_batches(log: LocalLog, data: bytes | bytearray | memoryview, *, in_place: bool = False,
+                   now_only: bool = False) -> AppendInfo:
     """Append client-encoded magic-2 batches (Kafka's leader append): validate every batch and record, assign
     offsets from the log end offset, then write them as one append. Offsets are assigned in a copy of ``data``
     (which is what gets written), or with ``in_place`` in ``data`` itself: a writable buffer the caller gives up
-    (the broker's request frame), so the batches are never copied before their write."""
+    (the broker's request frame), so the batches are never copied before their write.
+
+    ``now_only``: only if nothing in the append can wait (the broker's event loop). The lock is taken without
+    waiting and with a view that needs no file (:meth:`LocalLog.locked_now`), and once the batches are validated
+    and checked against the producer state, :func:`_check_now` raises
+    :class:`~storage_engine.segment.slice_read.WouldBlock` if the write would roll, assign a new leader epoch,
+    index an aborted transaction or flush. A give-up changes no state and no file; with ``in_place`` the offsets
+    (and a ``LogAppendTime`` stamp and its CRC) may have been written into ``data``, and the next append of the
+    same ``data`` writes every one of those fields again, as if they had not been."""
     now = log.clock.milliseconds()
     buf, batches = validator.parse_client_batches(log.name, log.topic, log.config, data, in_place=in_place)
-    with log.locked():
+    with log.locked_now() if now_only else log.locked():
         first = log.log_end_offset
         nxt, max_ts, max_ts_offset, count = validator.assign_offsets(log.name, log.topic, log.config, buf,
                                                                      batches, first_offset=first, now_ms=now)
@@ -88,8 +98,31 @@ def append_batches(log: LocalLog, data: bytes | bytearray | memoryview, *, in_pl
             analysis = producers.analyze(log.producer_state, batches, pstate.CLIENT)
             if analysis.duplicate is not None:
                 return _duplicate(log, analysis.duplicate, count)
+        if now_only:
+            _check_now(log, len(buf), first, nxt - 1, max_ts, now, analysis)
         return append_validated(log, memoryview(buf), first, nxt - 1, max_ts, max_ts_offset, count, now,
                                 analysis)
+
+
+def _check_now(log: LocalLog, size: int, first: int, last: int, max_ts: int, now: int,
+               analysis: producers.AppendAnalysis | None) -> None:
+    """Raise :class:`WouldBlock` unless :func:`append_validated` of this append (same arguments) would touch no
+    file but by ``pwrite``: no roll, no new leader epoch (a checkpoint write), no aborted transaction to index, no
+    flush (``flush.messages``). Called before anything is written or changed."""
+    reason = log.roll_reason(size, max_ts, last, now)
+    if reason is not None:
+        raise WouldBlock(f"{log.name}: the append must roll the segment ({reason})")
+    if not log.leader_epochs.assigns_nothing_at(log.config.partition_leader_epoch, log.view.generation):
+        raise WouldBlock(f"{log.name}: the append assigns a leader epoch")
+    if analysis is not None and analysis.completed:
+        raise WouldBlock(f"{log.name}: the append completes a transaction")
+    if _flush_due(log, last + 1):
+        raise WouldBlock(f"{log.name}: the append must be flushed")
+
+
+def _flush_due(log: LocalLog, end: int) -> bool:
+    """Whether an append ending at ``end`` leaves ``flush.messages`` records or more unflushed."""
+    return end - log.recovery_point >= log.config.flush_messages
 
 
 def append_end_txn(log: LocalLog, producer_id: int, producer_epoch: int, *, commit: bool,
@@ -180,6 +213,6 @@ def append_validated(log: LocalLog, data: bytes | memoryview, first: int, last: 
         producers.apply(log.producer_state, analysis, log.active_segment, last)
     else:
         log.producer_state.map_end_offset = last + 1
-    if log.log_end_offset - log.recovery_point >= log.config.flush_messages:
+    if _flush_due(log, log.log_end_offset):
         log.flush_locked(log.log_end_offset, now)
     return AppendInfo(first, last, count, max_ts, len(data), rolled)

@@ -45,7 +45,7 @@ from storage_engine import crashpoints, layout
 from storage_engine.clock import Clock
 from storage_engine.config import LogConfig
 from storage_engine.durable import fsync_dir
-from storage_engine.errors import PartitionDeletedError, PartitionMovedError, StorageError
+from storage_engine.errors import LogLockedError, PartitionDeletedError, PartitionMovedError, StorageError
 from storage_engine.log import manifest, view
 from storage_engine.log.failure import LogDirFailureChannel
 from storage_engine.log.locks import PartitionLock, lock_path
@@ -55,6 +55,7 @@ from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.segment.leader_epoch import LeaderEpochFileCache
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.slice_read import WouldBlock
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,38 @@ class LocalLog:
             finally:
                 self.lock.release()
 
+    @contextlib.contextmanager
+    def locked_now(self) -> Iterator[LocalLog]:
+        """:meth:`locked` without waiting, for a caller that must not (the broker's event loop): raises
+        :class:`~storage_engine.segment.slice_read.WouldBlock`, having changed nothing, unless the log's dir is
+        online, its mutex free, the log and its lock file open (not parked), the partition lock free of other
+        processes, and this process's view current (:func:`storage_engine.log.view.check_current`: no reload,
+        no bytes of another process to validate, no index to grow). Not re-entrant. Inside, as under
+        :meth:`locked`, an I/O error takes the dir offline."""
+        failures = self.failures
+        if failures is not None and failures.is_offline(self.log_dir):
+            raise WouldBlock(f"{self.name}: its log dir is offline")
+        if not self.mutex.acquire(blocking=False):
+            raise WouldBlock(f"{self.name} is busy in another thread")
+        try:
+            lock = self.lock
+            if self._parked or lock.parked or not lock.is_open or lock.held:
+                raise WouldBlock(f"{self.name} is parked, closed or already locked")
+            try:
+                lock.acquire(blocking=False)
+            except LogLockedError:
+                raise WouldBlock(f"{self.name} is locked by another process") from None
+            try:
+                guard = failures.guard(self) if failures is not None else contextlib.nullcontext()
+                with guard:
+                    view.check_current(self)
+                    self._used()
+                    yield self
+            finally:
+                lock.release()
+        finally:
+            self.mutex.release()
+
     def _check_open(self) -> None:
         if not self.lock.is_open:
             if self.deleted:
@@ -338,10 +371,14 @@ class LocalLog:
             return min(cfg.max_compaction_lag_ms, cfg.segment_ms)
         return cfg.segment_ms
 
+    def roll_reason(self, size: int, max_ts: int, last_offset: int, now: int) -> str | None:
+        """Why an append of ``size`` bytes up to ``last_offset`` must roll first (Kafka's ``shouldRoll``), or None."""
+        return self.active_segment.should_roll(segment_bytes=self.config.segment_bytes,
+                                               max_segment_ms=self.max_segment_ms(), messages_size=size,
+                                               max_timestamp=max_ts, max_offset=last_offset, now_ms=now)
+
     def maybe_roll(self, size: int, max_ts: int, last_offset: int, now: int) -> bool:
-        reason = self.active_segment.should_roll(segment_bytes=self.config.segment_bytes,
-                                                 max_segment_ms=self.max_segment_ms(), messages_size=size,
-                                                 max_timestamp=max_ts, max_offset=last_offset, now_ms=now)
+        reason = self.roll_reason(size, max_ts, last_offset, now)
         if reason is None:
             return False
         logger.info("rolling %s at offset %d (%s)", self.name, self.log_end_offset, reason)

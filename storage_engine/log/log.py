@@ -89,6 +89,13 @@ class Log(LocalLog):
         a writable buffer the caller gives up; see :func:`storage_engine.log.appends.append_batches`)."""
         return appends.append_batches(self, data, in_place=in_place)
 
+    def try_append_batches(self, data: bytes | bytearray | memoryview, *, in_place: bool = False) -> AppendInfo:
+        """:meth:`append_batches` if nothing in it can wait (no lock held elsewhere, no reload, roll, epoch
+        checkpoint, new index room or flush: the broker's event loop); else
+        :class:`~storage_engine.segment.slice_read.WouldBlock`, nothing changed, and :meth:`append_batches` of
+        the same ``data`` appends it (``in_place``: see :func:`storage_engine.log.appends.append_batches`)."""
+        return appends.append_batches(self, data, in_place=in_place, now_only=True)
+
     def append_end_txn(self, producer_id: int, producer_epoch: int, *, commit: bool,
                        coordinator_epoch: int = 0) -> AppendInfo:
         """Write a transaction marker (COMMIT or ABORT control batch) for ``producer_id`` at the log end, as the

@@ -38,7 +38,10 @@ from storage_engine.log.locks import DELETED, LIVE, UNKNOWN, PartitionLock, Part
 from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments, open_segments
 from storage_engine.record.record_batch import HEADER_SIZE_UP_TO_MAGIC
+from storage_engine.segment.offset_index import OffsetIndex
 from storage_engine.segment.segment import LogSegment
+from storage_engine.segment.slice_read import WouldBlock
+from storage_engine.segment.time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,26 @@ def sync(log: ViewedLog, now_ms: int) -> None:
     if _active_grew(log, log.segment_list.active):
         validate_active_tail(log, log.view.known_active_size)
     _ensure_active_index_room(log)
+
+
+def check_current(log: ViewedLog) -> None:
+    """What :func:`sync` needs no file for (caller holds the lock without having waited for it): raise
+    :class:`WouldBlock` if it would reload (the generation moved, or the partition is no longer live), validate
+    bytes another process appended to the active segment (the file's length is not the validated one; a
+    preallocated file always differs), open a file of the active segment, read its first batch, or grow one of
+    its indexes; else adopt the shared offsets, as :func:`sync` does, and change nothing else."""
+    state = log.lock.read_state()
+    if state.status != LIVE or state.generation != log.view.generation:
+        raise WouldBlock(f"{log.name}: the view must be reloaded")
+    active = log.segment_list.active
+    if not active.appendable_now:
+        raise WouldBlock(f"{log.name}: the active segment's files are not open")
+    known = log.view.known_active_size
+    if active.log.size != known or active.log.physical_size() != known:
+        raise WouldBlock(f"{log.name}: the active segment has bytes to validate")
+    if _short_indexes(log):
+        raise WouldBlock(f"{log.name}: an index of the active segment must grow")
+    _adopt_offsets(log, state)
 
 
 def refresh_unlocked(log: ViewedLog) -> bool:
@@ -219,10 +242,16 @@ def _ensure_active_index_room(log: ViewedLog) -> None:
     a segment whose index file is missing (a writer died while creating it in a roll) or trimmed (one
     died after sealing it) with no free slot; as the active segment it must take entries, and a roll must
     be able to add the final time-index entry."""
+    for index in _short_indexes(log):
+        index.resize(log.config.segment_index_bytes)
+
+
+def _short_indexes(log: ViewedLog) -> list[OffsetIndex | TimeIndex]:
+    """The active segment's writable indexes shorter than segment.index.bytes (rounded down to whole entries)."""
     active = log.segment_list.active
-    for index in (active.offset_index, active.time_index):
-        if index.writable and index.length < log.config.segment_index_bytes:
-            index.resize(log.config.segment_index_bytes)
+    size = log.config.segment_index_bytes
+    return [index for index in (active.offset_index, active.time_index)
+            if index.writable and index.length < index.rounded(size)]
 
 
 def _active_grew(log: ViewedLog, active: LogSegment) -> bool:

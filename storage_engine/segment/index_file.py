@@ -360,6 +360,10 @@ class IndexFile:
         self._truncate_to_entries(0)
         self.resize(self.max_index_size)
 
+    def rounded(self, size: int) -> int:
+        """``size`` rounded down to whole entries: the length :meth:`resize` gives the file."""
+        return size - size % self.ENTRY_SIZE
+
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down to whole entries and remap.
 
@@ -368,7 +372,7 @@ class IndexFile:
         """
         if new_size < 0:
             raise ConfigError(f"invalid index size {new_size} for {self.path}: must be >= 0")
-        rounded = new_size - new_size % self.ENTRY_SIZE
+        rounded = self.rounded(new_size)
         self._check_open()
         if rounded == self._length:
             return False

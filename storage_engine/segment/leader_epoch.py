@@ -285,11 +285,16 @@ class LeaderEpochFileCache:
             return False
         return self.assign(epoch, start_offset, write=write)
 
+    def assigns_nothing_at(self, epoch: int, generation: int) -> bool:
+        """Whether :meth:`maybe_assign_at` would neither read nor write the file: the epoch is none (< 0), or
+        this copy is current at ``generation`` and knows an epoch at least as new."""
+        return epoch < 0 or (epoch <= self._latest and generation == self.generation)
+
     def maybe_assign_at(self, epoch: int, start_offset: int, generation: int) -> bool:
         """:meth:`maybe_assign` for an append at partition ``generation`` by one of several processes (lock
         held): without I/O when the copy is current and knows an epoch as new; otherwise the file is re-read
         first, so an epoch another process assigned since is never regressed."""
-        if epoch < 0 or (epoch <= self._latest and generation == self.generation):
+        if self.assigns_nothing_at(epoch, generation):
             return False
         self.reload(generation)
         return self.maybe_assign(epoch, start_offset)

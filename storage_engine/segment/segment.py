@@ -219,6 +219,13 @@ class LogSegment:
         return ts if ts >= 0 else self.mtime_ms()
 
     # -- appending --------------------------------------------------------------------------------------------
+    @property
+    def appendable_now(self) -> bool:
+        """Whether :meth:`append` and :meth:`should_roll` would open or read no file: the ``.log`` and both
+        indexes are open, and the first batch's timestamp (the roll clock) is known or the segment is empty."""
+        return (self._log is not None and self._offset_index is not None and self._time_index is not None
+                and (self._rolling_based_timestamp is not None or self._log.size == 0))
+
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
                data: bytes | memoryview) -> None:
         """Append whole batches (already validated, offsets assigned) and maintain the sparse indexes."""

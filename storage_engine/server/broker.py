@@ -62,6 +62,8 @@ class Stats:
     produce_requests: int = 0
     produce_records: int = 0
     produce_bytes: int = 0
+    produce_appends_inline: int = 0   # partition appends done on the event loop (nothing in them could wait)
+    produce_appends_pooled: int = 0   # ... tried there first, then done in the thread pool
     fetch_requests: int = 0
     fetch_bytes: int = 0
     fetch_reads_inline: int = 0       # fetch reads served on the event loop (verified bytes in the page cache)

@@ -1,9 +1,13 @@
-"""What a handler gets: the broker, the request and the connection it came on."""
+"""What a handler gets: the broker, the request and the connection it came on; and a partition's log as the event
+loop may take it, without waiting (:func:`log_now`, for the Fetch reads and Produce appends tried there first)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from storage_engine.log.locks import LIVE
+from storage_engine.log.log import Log
+from storage_engine.segment.slice_read import WouldBlock
 from storage_engine.server.broker import Broker
 from storage_engine.server.protocol import Request
 
@@ -36,3 +40,26 @@ class Ctx:
 
 def has(body: Any, name: str) -> bool:
     return name in getattr(type(body), "__dataclass_fields__", {})
+
+
+def log_now(ctx: Ctx, topic: str, p: int) -> tuple[Log, int]:
+    """The partition's log, on the event loop: one already loaded and not parked, live, its dir online, its
+    manager's lock free (else :class:`WouldBlock`: adopting a log, waiting for the manager, and answering an
+    offline dir are for the engine's threads, through ``LogManager.get_log``); with the shared generation its
+    state held then (read before any of its files is looked at, so a read need not read it again)."""
+    manager = ctx.broker.manager
+    if not manager.mutex.acquire(blocking=False):
+        raise WouldBlock(f"{topic}-{p}: the log manager is busy")
+    try:
+        # what get_log answers for a loaded log, its state read once: a live one, its dir online
+        log = manager.logs.get((topic, p))
+        if log is None or log.parked or not log.lock.is_open:
+            raise WouldBlock(f"{topic}-{p} is not loaded")      # get_log adopts it
+        state = log.lock.read_state()
+        if state.status != LIVE:
+            raise WouldBlock(f"{topic}-{p} is being deleted or moved")   # get_log closes it
+        if manager.failures.is_offline(log.log_dir):
+            raise WouldBlock(f"{topic}-{p}: its log dir is offline")
+    finally:
+        manager.mutex.release()
+    return log, state.generation

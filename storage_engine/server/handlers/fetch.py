@@ -54,7 +54,6 @@ from typing import Any, cast
 from storage_engine.acl.model import Operation, ResourceType
 from storage_engine.errors import (DataLossError, LogDirOfflineError, OffsetInRemoteStorageError,
                                    PartitionNotFoundError, RemoteStorageError)
-from storage_engine.log.locks import LIVE
 from storage_engine.log.log import Log
 from storage_engine.segment.file_slice import FileSlice
 from storage_engine.segment.slice_read import WouldBlock, nonblocking
@@ -66,7 +65,7 @@ from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.fetch_sessions import CachedPartition
 from storage_engine.server.handlers import fetch_request_wire  # noqa: F401  (registers the direct Fetch reader)
 from storage_engine.server.handlers import fetch_wire
-from storage_engine.server.handlers.context import Ctx, has
+from storage_engine.server.handlers.context import Ctx, has, log_now
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.fetch import (AbortedTransaction, FetchableTopicResponse, FetchResponse,
                                                    ListOffsetsPartitionResponse, ListOffsetsResponse,
@@ -99,7 +98,7 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         shared: int | None = None       # the shared generation, when the event loop's check read the state
         log: Log | None
         if now:
-            log, shared = _log_now(ctx, topic, p)
+            log, shared = log_now(ctx, topic, p)
         else:
             log = ctx.broker.manager.get_log(topic, p)
         if log is None:
@@ -141,28 +140,6 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
 def _drop(data: object) -> None:
     if isinstance(data, FileSlice):
         data.close()
-
-
-def _log_now(ctx: Ctx, topic: str, p: int) -> tuple[Log, int]:
-    """The partition's log, on the event loop: one already loaded and not parked, its manager's lock free (else
-    :class:`WouldBlock`: adopting a log, or waiting for the manager, is for the read threads); with the shared
-    generation its state held then (read before any of its files is looked at, so the read need not read it
-    again)."""
-    manager = ctx.broker.manager
-    if not manager.mutex.acquire(blocking=False):
-        raise WouldBlock(f"{topic}-{p}: the log manager is busy")
-    try:
-        # what get_log answers for a loaded log, its state read once: a live one, its dir online
-        log = manager.logs.get((topic, p))
-        if log is None or log.parked or not log.lock.is_open:
-            raise WouldBlock(f"{topic}-{p} is not loaded")      # get_log adopts it
-        state = log.lock.read_state()
-        if state.status != LIVE:
-            raise WouldBlock(f"{topic}-{p} is being deleted or moved")   # get_log closes it
-        manager.failures.check(log.log_dir, f"partition {topic}-{p}")
-    finally:
-        manager.mutex.release()
-    return log, state.generation
 
 
 def _read(ctx: Ctx, log: Log, topic: str, p: int, offset: int, max_bytes: int, first: bool,

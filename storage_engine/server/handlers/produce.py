@@ -4,6 +4,11 @@ nothing), answered per acks (0: no response, and the connection closed if any pa
 tells such a client; 1 and all: after the append; on one node the high watermark moves
 with the append).
 
+Where the appends are done: on the event loop first (:func:`_append_now`, ``Log.try_append_batches``), when
+nothing in the append can wait and it is small (no lock held elsewhere, no reload of the partition's view, no roll, flush, leader
+epoch checkpoint or index growth: a ``pwrite`` and memory); else, having changed nothing, in the engine's threads,
+as if the first attempt had not been made. A thread hand-off costs more than a small append.
+
 Authorization as Kafka's ``KafkaApis.handleProduceRequest``: a request whose partitions hold a transactional batch
 (the first batch of each partition is looked at) needs WRITE on its transactional id, else every partition answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (also when the request has no transactional id); then WRITE on each topic,
@@ -17,17 +22,23 @@ from typing import Any
 
 from storage_engine.acl.model import CLUSTER_NAME, Operation, ResourceType
 from storage_engine.errors import PartitionNotFoundError
+from storage_engine.log.appends import AppendInfo
+from storage_engine.log.log import Log
+from storage_engine.segment.slice_read import WouldBlock
 from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 MIN_ENTRY_SIZE_FIELD, RecordBatch)
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
 from storage_engine.server.handlers import produce_wire, transactions
-from storage_engine.server.handlers.context import CloseConnection, Ctx
+from storage_engine.server.handlers.context import CloseConnection, Ctx, log_now
 from storage_engine.server.protocol import Encoded
 from storage_engine.server.responses.produce import (InitProducerIdResponse, PartitionProduceResponse,
                                                      ProduceResponse, TopicProduceResponse)
 
 logger = logging.getLogger(__name__)
+# A larger append is validated (CRCs, records, decompressed) in the engine's threads: on the event loop its CPU
+# time would hold up every other connection.
+INLINE_APPEND_BYTES = 256 * 1024
 Buffer = bytes | bytearray | memoryview
 
 
@@ -56,20 +67,46 @@ def _producer_of(records: Buffer) -> tuple[int, int, bool] | None:
 
 
 def _append(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse:
-    broker = ctx.broker
+    """The partition's append, in the engine's threads (anything may wait)."""
     try:
-        log = broker.manager.get_log(topic, partition)
+        log = ctx.broker.manager.get_log(topic, partition)
         if log is None:
             raise PartitionNotFoundError(f"partition {topic}-{partition} does not exist")
-        # records decoded by produce_wire are a writable view of this request's frame, which nothing reads after
-        # the append: offsets are assigned in it and it is written from there (no copy); kio's are bytes (copied)
-        info = log.append_batches(records, in_place=isinstance(records, memoryview) and not records.readonly)
-    except Exception as exc:   # every failure becomes the partition's error code
-        code = error_code(exc)
-        if code == ErrorCode.unknown_server_error:
-            logger.exception("produce to %s-%d failed", topic, partition)
-        broker.stats.errors += 1
-        return {**_failed(partition, code, message(exc)), "log_start_offset": -1}
+        info = log.append_batches(records, in_place=_in_place(records))
+    except Exception as exc:   # noqa: BLE001 - every failure becomes the partition's error code (logged there)
+        return _append_failed(ctx, topic, partition, exc)
+    return _appended(ctx, log, partition, info)
+
+
+def _append_now(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse | None:
+    """The partition's append on the event loop, when nothing in it can wait (``Log.try_append_batches``); None
+    when it gave up, having changed nothing (the engine's threads then append, as if this had not been tried)."""
+    try:
+        log, _ = log_now(ctx, topic, partition)
+        info = log.try_append_batches(records, in_place=_in_place(records))
+    except WouldBlock:
+        return None
+    except Exception as exc:   # noqa: BLE001 - what the engine's threads would answer (nothing was written)
+        return _append_failed(ctx, topic, partition, exc)
+    return _appended(ctx, log, partition, info)
+
+
+def _in_place(records: Buffer) -> bool:
+    # records decoded by produce_wire are a writable view of this request's frame, which nothing reads after
+    # the append: offsets are assigned in it and it is written from there (no copy); kio's are bytes (copied)
+    return isinstance(records, memoryview) and not records.readonly
+
+
+def _append_failed(ctx: Ctx, topic: str, partition: int, exc: Exception) -> PartitionProduceResponse:
+    code = error_code(exc)
+    if code == ErrorCode.unknown_server_error:
+        logger.error("produce to %s-%d failed", topic, partition, exc_info=exc)
+    ctx.broker.stats.errors += 1
+    return {**_failed(partition, code, message(exc)), "log_start_offset": -1}
+
+
+def _appended(ctx: Ctx, log: Log, partition: int, info: AppendInfo) -> PartitionProduceResponse:
+    broker = ctx.broker
     if not info.duplicate:
         broker.stats.produce_records += info.count
         broker.stats.produce_bytes += info.bytes
@@ -78,6 +115,19 @@ def _append(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionP
         append_time = info.max_timestamp if info.max_timestamp >= 0 else broker.clock.milliseconds()
     return {"index": partition, "error_code": ErrorCode.none, "base_offset": info.first_offset,
             "log_append_time": append_time, "log_start_offset": log.log_start_offset, "record_errors": ()}
+
+
+async def _append_here_or_pooled(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse:
+    """The append on the event loop if it need not wait (a thread hand-off costs more than a small append) and is
+    at most :data:`INLINE_APPEND_BYTES`, else in the engine's threads; counted in ``produce_appends_inline`` /
+    ``produce_appends_pooled``."""
+    stats = ctx.broker.stats
+    answer = _append_now(ctx, topic, partition, records) if len(records) <= INLINE_APPEND_BYTES else None
+    if answer is not None:
+        stats.produce_appends_inline += 1
+        return answer
+    stats.produce_appends_pooled += 1
+    return await ctx.broker.call(_append, ctx, topic, partition, records)
 
 
 def _failed(partition: int, code: ErrorCode, text: str) -> PartitionProduceResponse:
@@ -112,9 +162,9 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
                        "Produce v3 and above takes exactly one record batch per partition")
     producer = _producer_of(records)
     if txn_id is None:     # a transactional batch without the id was refused in produce()
-        return await ctx.broker.call(_append, ctx, topic, partition, records)
+        return await _append_here_or_pooled(ctx, topic, partition, records)
     if producer is None or producer[0] < 0:    # no producer id: not part of the transaction, appended as Kafka does
-        return await ctx.broker.call(_append, ctx, topic, partition, records)
+        return await _append_here_or_pooled(ctx, topic, partition, records)
     txns = ctx.broker.transactions
     code = txns.begin_append(txn_id, producer[0], producer[1], topic, partition)
     if code != ErrorCode.none:
@@ -123,7 +173,7 @@ async def _produce_partition(ctx: Ctx, txn_id: str | None, topic: str, partition
                        f"transactional id {txn_id!r} has no open transaction with {topic}-{partition} "
                        f"for producer {producer[0]} epoch {producer[1]}")
     try:
-        return await ctx.broker.call(_append, ctx, topic, partition, records)
+        return await _append_here_or_pooled(ctx, topic, partition, records)
     finally:
         txns.end_append(txn_id)
 
