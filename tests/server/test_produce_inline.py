@@ -2,7 +2,8 @@
 broker process whose partition rolls every 64 KiB. The broker counts where each partition append ran
 (``produce_appends_inline`` / ``produce_appends_pooled`` in its status file): small appends are done on the event
 loop, the ones that cannot be (the first, which reads the leader epoch checkpoint; each roll) in the thread pool,
-and every record acknowledged reads back, in order, CRC-checked, at the offset it was acknowledged at."""
+and every record acknowledged reads back, in order, CRC-checked, at the offset it was acknowledged at. Compressed
+batches over 16 KiB are appended in the thread pool."""
 from __future__ import annotations
 
 import pytest
@@ -38,9 +39,11 @@ def test_small_appends_run_on_the_event_loop_and_every_record_reads_back(tmp_pat
         create_topic(admin, TOPIC, configs={"segment.bytes": str(SEGMENT_BYTES)})
         first = [b"idempotent-%05d-" % i + b"x" * 150 for i in range(3000)]
         second = [b"plain-%05d-" % i + b"y" * 150 for i in range(1000)]
+        third = [b"gzip-%05d-" % i + b"z" * 150 for i in range(500)]     # small compressed batches
         offsets = _produce(broker, first, **{"enable.idempotence": True})
         offsets += _produce(broker, second, acks="1")
-        assert offsets == list(range(len(first) + len(second)))
+        offsets += _produce(broker, third, **{"compression.type": "gzip"})
+        assert offsets == list(range(len(first) + len(second) + len(third)))
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "inline", "check.crcs": True,
                              "enable.auto.commit": False, "enable.partition.eof": True})
         try:
@@ -48,7 +51,7 @@ def test_small_appends_run_on_the_event_loop_and_every_record_reads_back(tmp_pat
             got = consume_until_eof(consumer, at_least=len(offsets))
         finally:
             consumer.close()
-        assert [m.value() for m in got] == first + second
+        assert [m.value() for m in got] == first + second + third
         assert [m.offset() for m in got] == offsets
     finally:
         assert broker.stop() == 0
@@ -59,3 +62,34 @@ def test_small_appends_run_on_the_event_loop_and_every_record_reads_back(tmp_pat
     assert inline + pooled == counted["produce_requests"], counted
     # the first append and each roll at least went to the pool; most small appends did not
     assert pooled > rolls and inline > pooled, counted
+
+
+def test_large_compressed_batches_are_appended_in_the_thread_pool(tmp_path):
+    """A compressed batch over 16 KiB is decompressed and checked in the broker's threads, not on its event loop
+    (where its CPU time would hold up every other connection): here every append is counted as pooled, and every
+    record reads back."""
+    import os
+    broker = BrokerProcess(tmp_path, log_dirs=1)
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        create_topic(admin, TOPIC)
+        # half random: a batch of 40 gzips to ~25 kB (librdkafka sends a batch that gzip cannot shrink uncompressed)
+        values = [os.urandom(500) + b"\0" * 500 for _ in range(400)]
+        offsets = _produce(broker, values, **{"compression.type": "gzip", "batch.num.messages": 40,
+                                              "linger.ms": 1000})
+        assert offsets == list(range(len(values)))
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pooled", "check.crcs": True,
+                             "enable.auto.commit": False, "enable.partition.eof": True})
+        try:
+            consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+            got = consume_until_eof(consumer, at_least=len(offsets))
+        finally:
+            consumer.close()
+        assert [m.value() for m in got] == values
+    finally:
+        assert broker.stop() == 0
+    counted = status(broker)
+    assert counted["produce_requests"] >= 10, counted
+    assert counted["produce_appends_inline"] == 0, {k: v for k, v in counted.items() if "produce" in k}
+    assert counted["produce_appends_pooled"] == counted["produce_requests"], counted

@@ -4,10 +4,10 @@ nothing), answered per acks (0: no response, and the connection closed if any pa
 tells such a client; 1 and all: after the append; on one node the high watermark moves
 with the append).
 
-Where the appends are done: on the event loop first (:func:`_append_now`, ``Log.try_append_batches``), when
-nothing in the append can wait and it is small (no lock held elsewhere, no reload of the partition's view, no roll, flush, leader
-epoch checkpoint or index growth: a ``pwrite`` and memory); else, having changed nothing, in the engine's threads,
-as if the first attempt had not been made. A thread hand-off costs more than a small append.
+Where the appends are done: on the event loop first (:func:`_append_now`, ``Log.try_append_batches``), when the
+batch is small and nothing in the append can wait (no lock held elsewhere, no reload of the partition's view, no
+roll, flush, leader epoch checkpoint or index growth: a ``pwrite`` and memory); else, having changed nothing, in
+the engine's threads, as if the first attempt had not been made. A thread hand-off costs more than a small append.
 
 Authorization as Kafka's ``KafkaApis.handleProduceRequest``: a request whose partitions hold a transactional batch
 (the first batch of each partition is looked at) needs WRITE on its transactional id, else every partition answers
@@ -25,7 +25,9 @@ from storage_engine.errors import PartitionNotFoundError
 from storage_engine.log.appends import AppendInfo
 from storage_engine.log.log import Log
 from storage_engine.segment.slice_read import WouldBlock
-from storage_engine.record.record_batch import (BATCH_OVERHEAD, ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+from storage_engine.record import codecs
+from storage_engine.record.record_batch import (ATTRIBUTES_OFFSET, BATCH_OVERHEAD, COMPRESSION_CODEC_MASK,
+                                                ENTRY_HEADER, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                                                 MIN_ENTRY_SIZE_FIELD, RecordBatch)
 from storage_engine.server import access
 from storage_engine.server.errors import ErrorCode, error_code, message
@@ -37,8 +39,10 @@ from storage_engine.server.responses.produce import (InitProducerIdResponse, Par
 
 logger = logging.getLogger(__name__)
 # A larger append is validated (CRCs, records, decompressed) in the engine's threads: on the event loop its CPU
-# time would hold up every other connection.
+# time would hold up every other connection. A compressed batch is decompressed to be checked (and recompressed
+# when the topic's compression.type differs): a smaller one already costs that much.
 INLINE_APPEND_BYTES = 256 * 1024
+INLINE_COMPRESSED_BYTES = 16 * 1024
 Buffer = bytes | bytearray | memoryview
 
 
@@ -118,16 +122,26 @@ def _appended(ctx: Ctx, log: Log, partition: int, info: AppendInfo) -> Partition
 
 
 async def _append_here_or_pooled(ctx: Ctx, topic: str, partition: int, records: Buffer) -> PartitionProduceResponse:
-    """The append on the event loop if it need not wait (a thread hand-off costs more than a small append) and is
-    at most :data:`INLINE_APPEND_BYTES`, else in the engine's threads; counted in ``produce_appends_inline`` /
+    """The append on the event loop if it is small (:func:`_small`) and need not wait (a thread hand-off costs more
+    than a small append), else in the engine's threads; counted in ``produce_appends_inline`` /
     ``produce_appends_pooled``."""
     stats = ctx.broker.stats
-    answer = _append_now(ctx, topic, partition, records) if len(records) <= INLINE_APPEND_BYTES else None
+    answer = _append_now(ctx, topic, partition, records) if _small(records) else None
     if answer is not None:
         stats.produce_appends_inline += 1
         return answer
     stats.produce_appends_pooled += 1
     return await ctx.broker.call(_append, ctx, topic, partition, records)
+
+
+def _small(records: Buffer) -> bool:
+    """Whether the partition's batch is cheap enough to check on the event loop: at most
+    :data:`INLINE_APPEND_BYTES`, or :data:`INLINE_COMPRESSED_BYTES` when compressed (one batch per partition
+    since Produce v3: a request with more is refused before this)."""
+    if len(records) > INLINE_APPEND_BYTES:
+        return False
+    return (len(records) <= INLINE_COMPRESSED_BYTES or len(records) < BATCH_OVERHEAD
+            or records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK == codecs.NONE)
 
 
 def _failed(partition: int, code: ErrorCode, text: str) -> PartitionProduceResponse:
