@@ -55,7 +55,7 @@ from storage_engine.log.segments import LogSegments
 from storage_engine.log.view import PartitionView
 from storage_engine.segment.leader_epoch import LeaderEpochFileCache
 from storage_engine.segment.segment import LogSegment
-from storage_engine.segment.slice_read import WouldBlock
+from storage_engine.segment.slice_read import WouldBlock, is_nonblocking
 
 logger = logging.getLogger(__name__)
 
@@ -194,9 +194,19 @@ class LocalLog:
         if self.files is not None:
             self.files.used(self)
 
+    def _used_now(self) -> bool:
+        """:meth:`_used` without waiting or touching a file (``OpenLogs.used_now``); False if that cannot be."""
+        return self.files is None or self.files.used_now(self)
+
     def unpark_for_read(self) -> None:
-        """Before a read without the lock: count this log as used, and reopen a parked log's files."""
+        """Before a read without the lock: count this log as used, and reopen a parked log's files. Inside
+        :func:`~storage_engine.segment.slice_read.nonblocking` (the broker's event loop) a parked log, or a count
+        that would wait or close files, raises :class:`WouldBlock` instead."""
         with self.mutex:
+            if is_nonblocking():
+                if self._parked or not self._used_now():
+                    raise WouldBlock(f"{self.name}: parked, or the open-logs list is busy or must change files")
+                return
             self._used()
             if self._parked:
                 self.refresh()
@@ -222,9 +232,10 @@ class LocalLog:
     def locked_now(self) -> Iterator[LocalLog]:
         """:meth:`locked` without waiting, for a caller that must not (the broker's event loop): raises
         :class:`~storage_engine.segment.slice_read.WouldBlock`, having changed nothing, unless the log's dir is
-        online, its mutex free, the log and its lock file open (not parked), the partition lock free of other
-        processes, and this process's view current (:func:`storage_engine.log.view.check_current`: no reload,
-        no bytes of another process to validate, no index to grow). Not re-entrant. Inside, as under
+        online, its mutex free, the log and its lock file open (not parked), counted as used without waiting or
+        closing another log's files (``OpenLogs.used_now``), the partition lock free of other processes, and this
+        process's view current (:func:`storage_engine.log.view.check_current`: no reload, no bytes of another
+        process to validate, no index to grow). Not re-entrant. Inside, as under
         :meth:`locked`, an I/O error takes the dir offline."""
         failures = self.failures
         if failures is not None and failures.is_offline(self.log_dir):
@@ -235,6 +246,8 @@ class LocalLog:
             lock = self.lock
             if self._parked or lock.parked or not lock.is_open or lock.held:
                 raise WouldBlock(f"{self.name} is parked, closed or already locked")
+            if not self._used_now():
+                raise WouldBlock(f"{self.name}: the open-logs list is busy or must change files")
             try:
                 lock.acquire(blocking=False)
             except LogLockedError:
@@ -243,7 +256,6 @@ class LocalLog:
                 guard = failures.guard(self) if failures is not None else contextlib.nullcontext()
                 with guard:
                     view.check_current(self)
-                    self._used()
                     yield self
             finally:
                 lock.release()

@@ -245,6 +245,14 @@ class PartitionLock:
         finally:
             os.close(fd)
 
+    def read_state_open(self) -> PartitionState | None:
+        """:meth:`read_state` if the lock file is open, else None (parked or closed: reading would open the file),
+        for a caller that must not touch a file (the broker's event loop)."""
+        with self._fd_guard:
+            if self._parked or self._fd < 0:
+                return None
+            return _unpack_state(os.pread(self._fd, _STATE.size, 0))
+
     def write_state(self, state: PartitionState) -> None:
         if not self.held:
             raise RuntimeError("partition state written without holding the lock")

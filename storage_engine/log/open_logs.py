@@ -58,6 +58,8 @@ class OpenLogs:
         self._lru: OrderedDict[int, ParkableLog] = OrderedDict()
         self._mutex = threading.Lock()
         self._last: ParkableLog | None = None
+        # Logs whose sealed segments used_now left open: released by the next used() (see used_now).
+        self._owed: dict[int, ParkableLog] = {}
         self.parked_total = 0
 
     def __len__(self) -> int:
@@ -69,8 +71,12 @@ class OpenLogs:
         key = id(log)
         with self._mutex:
             last, self._last = self._last, log
+            owed = [other for other in self._owed.values() if other is not log and other is not last]
+            self._owed.clear()
             if last is not None and last is not log:
                 last.release_sealed()   # only the log in use keeps sealed segments open (reads, cleaning)
+            for other in owed:
+                other.release_sealed()
             self._lru[key] = log
             self._lru.move_to_end(key)
             if len(self._lru) <= self.max_open:
@@ -86,8 +92,29 @@ class OpenLogs:
                     del self._lru[k]
                     self.parked_total += 1
 
+    def used_now(self, log: ParkableLog) -> bool:
+        """:meth:`used` for a caller that must not wait nor touch a file (the broker's event loop): ``log``, already
+        counted (so nothing need be parked), becomes the most recent; the sealed segments of the log used before it
+        are released by the next :meth:`used` instead of now. False, having done nothing, when another thread holds
+        the list or ``log`` is not in it (adding it could call for a park): the caller then goes the waiting way."""
+        if not self._mutex.acquire(blocking=False):
+            return False
+        try:
+            key = id(log)
+            if key not in self._lru:
+                return False
+            last, self._last = self._last, log
+            if last is not None and last is not log:
+                self._owed[id(last)] = last
+            self._owed.pop(key, None)
+            self._lru.move_to_end(key)
+            return True
+        finally:
+            self._mutex.release()
+
     def forget(self, log: ParkableLog) -> None:
         with self._mutex:
             self._lru.pop(id(log), None)
+            self._owed.pop(id(log), None)
             if self._last is log:
                 self._last = None

@@ -80,6 +80,11 @@ def _nonblocking() -> bool:
     return getattr(_mode, "nonblocking", False)
 
 
+def is_nonblocking() -> bool:
+    """Whether this thread is inside :func:`nonblocking`."""
+    return _nonblocking()
+
+
 def _pread(fd: int, size: int, pos: int) -> bytes | bytearray:
     """``os.pread``; inside :func:`nonblocking`, only what the page cache holds (``RWF_NOWAIT``), else
     :class:`WouldBlock`. A short answer is returned as it is (the caller takes it for the file's end, which inside

@@ -55,7 +55,9 @@ def log_now(ctx: Ctx, topic: str, p: int) -> tuple[Log, int]:
         log = manager.logs.get((topic, p))
         if log is None or log.parked or not log.lock.is_open:
             raise WouldBlock(f"{topic}-{p} is not loaded")      # get_log adopts it
-        state = log.lock.read_state()
+        state = log.lock.read_state_open()
+        if state is None:                                       # parked meanwhile by another thread
+            raise WouldBlock(f"{topic}-{p} is parked")
         if state.status != LIVE:
             raise WouldBlock(f"{topic}-{p} is being deleted or moved")   # get_log closes it
         if manager.failures.is_offline(log.log_dir):
