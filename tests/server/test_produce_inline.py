@@ -31,6 +31,17 @@ def _produce(broker: BrokerProcess, values: list[bytes], **conf) -> list[int]:
     return delivered.offsets
 
 
+def _read_back(broker: BrokerProcess, count: int) -> list:
+    """The partition's records from offset 0, CRC-checked by librdkafka, until its end (at least ``count``)."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "inline", "check.crcs": True,
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        return consume_until_eof(consumer, at_least=count)
+    finally:
+        consumer.close()
+
+
 def test_small_appends_run_on_the_event_loop_and_every_record_reads_back(tmp_path):
     broker = BrokerProcess(tmp_path, log_dirs=1)
     broker.start()
@@ -44,13 +55,7 @@ def test_small_appends_run_on_the_event_loop_and_every_record_reads_back(tmp_pat
         offsets += _produce(broker, second, acks="1")
         offsets += _produce(broker, third, **{"compression.type": "gzip"})
         assert offsets == list(range(len(first) + len(second) + len(third)))
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "inline", "check.crcs": True,
-                             "enable.auto.commit": False, "enable.partition.eof": True})
-        try:
-            consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-            got = consume_until_eof(consumer, at_least=len(offsets))
-        finally:
-            consumer.close()
+        got = _read_back(broker, len(offsets))
         assert [m.value() for m in got] == first + second + third
         assert [m.offset() for m in got] == offsets
     finally:
@@ -79,14 +84,7 @@ def test_large_compressed_batches_are_appended_in_the_thread_pool(tmp_path):
         offsets = _produce(broker, values, **{"compression.type": "gzip", "batch.num.messages": 40,
                                               "linger.ms": 1000})
         assert offsets == list(range(len(values)))
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pooled", "check.crcs": True,
-                             "enable.auto.commit": False, "enable.partition.eof": True})
-        try:
-            consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-            got = consume_until_eof(consumer, at_least=len(offsets))
-        finally:
-            consumer.close()
-        assert [m.value() for m in got] == values
+        assert [m.value() for m in _read_back(broker, len(offsets))] == values
     finally:
         assert broker.stop() == 0
     counted = status(broker)
