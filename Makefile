@@ -45,7 +45,7 @@ java-clients: $(STAMP)
 # of Python processes (brokers, the CLI, Airflow), each of which would compile the repository's modules again
 # (about half of a broker start's CPU), and each worker would rewrite every test module's asserts again.
 # Three workers on two cores: many tests wait on other processes (brokers, Airflow, spark-submit, a browser), and a
-# third worker fills those waits (the suite ran in 18m25s on three workers, 21m27s on two, on the same machine).
+# third worker fills those waits (pytest took 13m27s-15m18s on three workers, 21m27s on two, in fresh clones).
 test: $(STAMP) browser clients cluster-packages
 	$(BIN)/ruff check .
 	$(BIN)/mypy
