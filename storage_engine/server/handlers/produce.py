@@ -90,7 +90,7 @@ def _append_now(ctx: Ctx, topic: str, partition: int, records: Buffer) -> Partit
         info = log.try_append_batches(records, in_place=_in_place(records))
     except WouldBlock:
         return None
-    except Exception as exc:   # noqa: BLE001 - what the engine's threads would answer (nothing was written)
+    except Exception as exc:   # noqa: BLE001 - answered as the engine's threads answer the same failure
         return _append_failed(ctx, topic, partition, exc)
     return _appended(ctx, log, partition, info)
 
