@@ -171,6 +171,22 @@ def _wire_fetch(name: str, minimum_ratio: float, *older_names: str) -> Measure:
     return measure
 
 
+_REQUEST_ROW = "os.sendfile per 1 MiB request -> loopback client (second process)"   # benchmarks.wire.REQUEST_ROW
+
+
+def _wire_fetch_against(name: str, baseline: str, label: str) -> Measure:
+    """A fetch row of the wire section against another row of its group (no target)."""
+    def measure(doc: dict) -> tuple | None:
+        rows = doc.get("benchmarks", {}).get("wire", {}).get("rows", [])
+        row = next((r for r in rows if r["name"] == name), None)
+        base = None if row is None else _row(doc, "wire", row["group"], baseline)
+        if row is None or base is None:
+            return None
+        return (f"{row['mb_per_s']:,.1f} MB/s ({row['bytes'] / 1e6:,.0f} MB)", f"{label}: {base['mb_per_s']:,.1f} MB/s",
+                f"{row['mb_per_s'] / base['mb_per_s']:.3f}x", None)
+    return measure
+
+
 def _latency_text(v: dict, limit_ms: float | None) -> tuple:
     each = " / ".join(f"{r['p99_ms']:,.1f}" for r in v["rounds"])
     p999 = v.get("p999_ms_of_best")
@@ -297,6 +313,11 @@ METRICS = [
            _wire_produce("1024 B values, acks=all", 0.5)),
     Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 1 MiB per fetch", ">= 0.7x sendfile", "wire",
            _wire_fetch("bare Fetch v12 client, 1 MiB per fetch", 0.7, "Fetch v12 client (kio), 1 MiB per fetch")),
+    Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 1 MiB per fetch, against sendfile per request",
+           "- (no target)", "wire", _wire_fetch_against("bare Fetch v12 client, 1 MiB per fetch", _REQUEST_ROW,
+                                                        "sendfile per 1 MiB request")),
+    Metric("Fetch over the wire, 1 KiB values, sendfile per 1 MiB request (a minimal server)", "- (no target)",
+           "wire", _wire_fetch_against(_REQUEST_ROW, "os.sendfile -> loopback reader", "sendfile")),
     Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 16 MiB per fetch", ">= 0.7x sendfile", "wire",
            _wire_fetch("bare Fetch v12 client, 16 MiB per fetch", 0.7, "Fetch v12 client (kio), 16 MiB per fetch")),
     Metric("Fetch over the wire, 1 KiB values, bare Fetch client, 64 MiB per fetch", ">= 0.5x sendfile", "wire",

@@ -19,7 +19,9 @@ topic when it starts).
   and ``facts["fetch_cpu_s"]``; one untimed read of the whole topic before the rounds takes the broker's one-time
   CRC check of every batch (its CPU in ``facts["fetch_first_read_broker_cpu_s"]``), so no row pays it. Baseline: ``os.sendfile`` of the same ``.log`` bytes to a loopback TCP socket that
   a reader thread drains into a 1 MiB buffer and discards (from the first ``sendfile`` to the reader's last
-  byte). The rows (benchmarks/wire_consumers.py, benchmarks/fetch_client.py say exactly what each client does):
+  byte). A second row, compared with it, is what asking costs: a minimal server in a second process answering one
+  1 MiB request at a time with ``sendfile`` (benchmarks/request_sendfile.py); the summary gives the bare 1 MiB
+  row's ratio to it too. The rows (benchmarks/wire_consumers.py, benchmarks/fetch_client.py say exactly what each client does):
   the bare Fetch v12 client (request encoded once and patched, response fields read directly, records as a
   memoryview of one receive buffer, every batch header checked for framing and order, records not decoded, CRCs
   not checked) at 1, 16 and 64 MiB per fetch, and at 64 MiB reading through a 1 MiB buffer as the bytes arrive
@@ -63,6 +65,7 @@ from storage_engine.segment.file_records import iter_batches
 from include.broker_launcher import BrokerLauncher
 
 from . import wire_fetch
+from .request_sendfile import RequestServer, request_round
 from .wire_consumers import (CONSUMERS, FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, KCAT_ROW, ConsumeRun,
                              consume_round, first_read, kcat_round, kcat_version, sendfile_round, write_fetch_topic)
 from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, generate_records,
@@ -311,6 +314,10 @@ BARE_FETCHES = {
     "bare Fetch v12 client, 64 MiB per fetch, streaming": (64 * MIB, True),
 }
 SENDFILE_ROW = "os.sendfile -> loopback reader"
+# The second baseline: a minimal server answering one 1 MiB request at a time with sendfile (what asking costs;
+# benchmarks/request_sendfile.py). Compared with SENDFILE_ROW, no target; the bare 1 MiB row's ratio to it is in
+# the summary.
+REQUEST_ROW = "os.sendfile per 1 MiB request -> loopback client (second process)"
 # The targets: the bare client 0.7x at 1 MiB per fetch, 0.5x at 64 MiB; librdkafka's consumer with its default
 # settings 0.4x (from C too). The other rows (16 MiB, librdkafka at 64 MiB) keep 0.7x.
 FETCH_TARGETS = {
@@ -334,7 +341,7 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
     os.makedirs(fetch_work)
     kcat = kcat_version()
     runs_of: dict[str, list[ConsumeRun]] = {}
-    with BrokerProcess(fetch_work, fetch_dir, profile_to=profile) as broker:
+    with BrokerProcess(fetch_work, fetch_dir, profile_to=profile) as broker, RequestServer(paths) as request_server:
         _progress(f"broker on {broker.bootstrap}: fetch rows ({size / MB:,.0f} MB), {rounds} rounds")
 
         def consume_case(name: str) -> Callable[[], Sample]:
@@ -368,7 +375,8 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
                 while segment.read(MIB):
                     pass
         verify_cpu = first_read(broker, topic, records, size)
-        fetch_plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: sendfile_round(paths, size)}
+        fetch_plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: sendfile_round(paths, size),
+                                                       REQUEST_ROW: lambda: request_round(request_server, size)}
         fetch_plan.update({name: bare_case(name) for name in BARE_FETCHES})
         fetch_plan.update({name: consume_case(name) for name in CONSUMERS})
         if kcat is not None:
@@ -382,6 +390,9 @@ def _fetch_rows(work: str, fetch_bytes: int, rounds: int, section: Section, brok
                          f"batch once and marks it verified): broker CPU {verify_cpu:.2f} s")
     section.notes.append(f"{SENDFILE_ROW}: CPU (sender + reader) per round "
                          f"{'/'.join(f'{s.cpu_s or 0:.2f}' for s in fetch_runs['sendfile'])} s")
+    section.add(Row(group, REQUEST_ROW, records, size, fetch_runs[REQUEST_ROW], baseline=SENDFILE_ROW))
+    section.notes.append(f"{REQUEST_ROW}: CPU (server + client) per round "
+                         f"{'/'.join(f'{s.cpu_s or 0:.2f}' for s in fetch_runs[REQUEST_ROW])} s")
     for name in [*BARE_FETCHES, *CONSUMERS, *([KCAT_ROW] if kcat is not None else [])]:
         section.add(Row(group, name, records, size, fetch_runs[name], baseline=SENDFILE_ROW,
                         target=FETCH_TARGETS.get(name, FETCH_TARGET)))

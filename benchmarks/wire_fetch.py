@@ -8,6 +8,9 @@ alternating (``harness.run_interleaved``):
 
 * ``sendfile``, the baseline: ``os.sendfile`` of the segment files to a loopback TCP socket that a reader thread
   drains into one 1 MiB buffer and discards (no field read); its CPU is this process's (sender and reader);
+* ``sendfile per 1 MiB request``, the second baseline (:mod:`benchmarks.request_sendfile`): a minimal server in a
+  second process answering one 1 MiB request at a time with ``os.sendfile``, as a fetch must be answered; the bare
+  client's ratio to it is printed too;
 * ``bare N MiB``: the lean Fetch v12 client (:mod:`benchmarks.fetch_client`: the request encoded once and patched,
   each response read whole into one receive buffer per connection, as large as the largest response, the header
   fields read directly, the records taken as a memoryview, every batch header checked for framing and order;
@@ -46,6 +49,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from . import fetch_client
 
 VERSION = 12
+REQUEST_ROW = "sendfile per 1 MiB request"
 _SIZE = struct.Struct(">i")
 _ENTRY = struct.Struct(">qi")
 
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from . import wire, wire_consumers as consumers
+    from . import request_sendfile, wire, wire_consumers as consumers
     from .harness import MB, MIB, Sample, run_interleaved, timed
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wire_fetch",
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         broker_work = os.path.join(work, "broker")
         os.makedirs(broker_work)
         profile = None if args.profile is None else Path(args.profile).resolve()
-        with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker:
+        with wire.BrokerProcess(broker_work, log_dir, profile_to=profile) as broker, \
+                request_sendfile.RequestServer(paths) as request_server:
             assert broker.proc is not None
             verify_cpu = consumers.first_read(broker, topic, records, size)
             done: dict[str, list[consumers.ConsumeRun]] = {}
@@ -209,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                     return run_.sample
                 return case
 
-            plan: dict[str, Callable[[], Sample]] = {"sendfile": lambda: consumers.sendfile_round(paths, size)}
+            plan: dict[str, Callable[[], Sample]] = {
+                "sendfile": lambda: consumers.sendfile_round(paths, size),
+                REQUEST_ROW: lambda: request_sendfile.request_round(request_server, size)}
             plan.update({name: bare_case(name) for name in bare})
             if args.consumers:
                 plan.update({name: consumer(name) for name in consumers.CONSUMERS})
@@ -236,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"longest wait after them {waits} ms)")
             else:
                 extra = f"  CPU (sender + reader) {'/'.join(f'{s.cpu_s or 0:.2f}' for s in samples)} s"
+            if name == "bare 1 MiB":
+                extra += f"; {best[name] / best[REQUEST_ROW]:.3f}x {REQUEST_ROW}"
             print(f"  {name:52s} {best[name]:9,.1f} MB/s  {ratio:6.3f}x  (rounds {rates}){extra}")
         print(f"  broker RSS at the end {rss / 1024:,.0f} MiB, peak (VmHWM) {hwm / 1024:,.0f} MiB; its first read of "
               f"the topic (untimed, before the rounds: CRC check of every batch, once) {verify_cpu:.2f} s CPU")

@@ -44,10 +44,14 @@ def test_wire_benchmark_runs_tiny_and_writes_its_rows(tmp_path, monkeypatch):
     fetch = [r for r in section["rows"] if r["group"].startswith("1024 B values, ") and r["group"].endswith(" MB")]
     names = {r["name"] for r in fetch}
     kcat = shutil.which("kcat") is not None         # Debian's kcat (make clients): the C consumer row
-    assert names == {"os.sendfile -> loopback reader", *wire.BARE_FETCHES, *wire.CONSUMERS,
+    assert names == {"os.sendfile -> loopback reader", wire.REQUEST_ROW, *wire.BARE_FETCHES, *wire.CONSUMERS,
                      *([wire.KCAT_ROW] if kcat else [])}
     assert len({(r["records"], r["bytes"]) for r in fetch}) == 1 and fetch[0]["bytes"] >= TINY.fetch_bytes
-    targets = {r["name"]: r["target"]["minimum"] for r in fetch if r["baseline"]}
+    # the second baseline: a request/response sendfile server, compared with streaming sendfile, no target
+    request = next(r for r in fetch if r["name"] == wire.REQUEST_ROW)
+    assert request["baseline"] == "os.sendfile -> loopback reader" and request.get("target") is None
+    assert len(request["runs"]) == 2 and request["ratio_vs_baseline"] > 0
+    targets = {r["name"]: r["target"]["minimum"] for r in fetch if r.get("target")}
     assert targets == {"bare Fetch v12 client, 1 MiB per fetch": 0.7, "bare Fetch v12 client, 16 MiB per fetch": 0.7,
                        "bare Fetch v12 client, 64 MiB per fetch": 0.5,
                        "bare Fetch v12 client, 64 MiB per fetch, streaming": 0.5,
@@ -127,6 +131,33 @@ def test_summary_shows_the_wire_rows_from_the_newest_run():
     runs["wire"] = None
     line = next(x for x in summary.table(runs).splitlines() if x.startswith("| Produce over the wire, 1 KiB values, acks=all"))
     assert "25,000 records/s" in line and "0.250x" in line and "**no**" in line and "2026-01-01" in line
+
+
+@pytest.mark.unit
+def test_summary_compares_the_bare_1_mib_row_with_the_request_response_baseline():
+    from benchmarks import summary
+    from benchmarks.harness import Row, Sample, Section
+
+    section = Section("wire", "t", {})
+    group = "1024 B values, 200 MB"
+    section.add(Row(group, wire.SENDFILE_ROW, 1000, 200_000_000, [Sample(0.05, 0.05)]))
+    section.add(Row(group, wire.REQUEST_ROW, 1000, 200_000_000, [Sample(0.1, 0.1)], baseline=wire.SENDFILE_ROW))
+    section.add(Row(group, "bare Fetch v12 client, 1 MiB per fetch", 1000, 200_000_000, [Sample(0.125, 0.1)],
+                    baseline=wire.SENDFILE_ROW, target=wire.FETCH_TARGET))
+    meta = {"date_utc": "2026-02-01T00:00:00Z", "git_head": "abcdef0123", "engine_files_modified": [],
+            "implementation": {"summary": "c", "STORAGE_ENGINE_PURE_PYTHON": None},
+            "loadavg_at_start": [1.0], "loadavg_at_end": [2.0], "argv": ["--only", "wire"]}
+    lines = summary.table({"c": None, "python": None, "large": None, "large-python": None,
+                           "wire": {"meta": meta, "benchmarks": {"wire": section.to_json()}}}).splitlines()
+
+    def row(prefix: str) -> str:
+        return next(x for x in lines if x.startswith("| " + prefix))
+    bare = row("Fetch over the wire, 1 KiB values, bare Fetch client, 1 MiB per fetch |")
+    assert "| 1,600.0 MB/s (200 MB) | 0.400x | **no** |" in bare          # against streaming: its target
+    against = row("Fetch over the wire, 1 KiB values, bare Fetch client, 1 MiB per fetch, against sendfile per request")
+    assert "sendfile per 1 MiB request: 2,000.0 MB/s | - (no target) | 1,600.0 MB/s (200 MB) | 0.800x | - |" in against
+    request = row("Fetch over the wire, 1 KiB values, sendfile per 1 MiB request")
+    assert "sendfile: 4,000.0 MB/s | - (no target) | 2,000.0 MB/s (200 MB) | 0.500x | - |" in request
 
 
 @pytest.mark.unit
