@@ -25,10 +25,11 @@ from storage_engine.record.record_batch import RecordBatch
 from storage_engine.record.records import Record
 from storage_engine.segment.checked_read import FetchData
 from storage_engine.segment.segment import LogSegment
-from storage_engine.segment.slice_read import SliceData, read_slice as read_segment_slice
+from storage_engine.segment.slice_read import SliceData, WouldBlock, is_nonblocking, read_slice as read_segment_slice
 from storage_engine.segment.txn_index import AbortedTxn
 
 READ_ATTEMPTS = 5  # a read retried this often met that many changes by other processes in a row
+NOW_TXN_INDEXES = 16  # inside nonblocking(): at most this many segments' aborted transactions searched
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
@@ -193,9 +194,13 @@ def _checked_batches(log: LocalLog, offset: int) -> Iterator[RecordBatch | Legac
 
 def aborted_transactions(log: LocalLog, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
     """Aborted transactions overlapping [start, upper bound), from the ``.txnindex`` of the segment holding
-    ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``)."""
+    ``start_offset`` on, until one proves the search complete (Kafka's ``collectAbortedTransactions``). On the
+    broker's event loop (``nonblocking()``), :class:`WouldBlock` when an index must be read from its file or more
+    than :data:`NOW_TXN_INDEXES` segments would be searched (a ``stat`` each)."""
     out: list[AbortedTxn] = []
-    for seg in log.segment_list.from_offset(start_offset):
+    for i, seg in enumerate(log.segment_list.from_offset(start_offset)):
+        if i == NOW_TXN_INDEXES and is_nonblocking():
+            raise WouldBlock(f"over {NOW_TXN_INDEXES} transaction indexes to search from offset {start_offset}")
         # No stop at the upper bound's segment: a transaction aborted below the bound is indexed where its
         # marker went, which may be a later segment (the cleaner's dirty range ends at a segment base).
         result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)

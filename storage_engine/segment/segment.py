@@ -72,6 +72,7 @@ class LogSegment:
         self._log = log
         self._offset_index = offset_index
         self._time_index = time_index
+        self._txn_index: TransactionIndex | None = None
         stem = layout.segment_file(dir_path, base_offset, "")
         self._paths = {s: stem + s + suffix for s in _SUFFIXES}
         self.max_index_size = max_index_size
@@ -138,9 +139,14 @@ class LogSegment:
 
     @property
     def txn_index(self) -> TransactionIndex:
-        """The segment's ``.txnindex`` (a path-bound object: the file is read per call, created by the first
-        append)."""
-        return TransactionIndex(self._paths[layout.TXN_INDEX_SUFFIX], self.base_offset, writable=self.writable)
+        """The segment's ``.txnindex`` (path-bound: it holds no descriptor, the file is created by the first
+        append); one object while the path stays, so the entries it keeps from its last read serve the next
+        (:mod:`storage_engine.segment.txn_index`)."""
+        path = self._paths[layout.TXN_INDEX_SUFFIX]
+        index = self._txn_index
+        if index is None or index.path != path:
+            index = self._txn_index = TransactionIndex(path, self.base_offset, writable=self.writable)
+        return index
 
     def update_txn_index(self, completed: CompletedTxnLike, last_stable_offset: int) -> None:
         """Kafka's ``updateTxnIndex``: an aborted transaction completed by a marker in this segment is indexed."""

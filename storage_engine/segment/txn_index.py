@@ -22,19 +22,32 @@ Searching (``collect_aborted_txns``): a read of [fetch offset, upper bound) need
 
 Concurrency: appended only by the writer of the partition (under its lock), by ``pwrite`` at the end of the
 file; readers in any process ``pread`` the file and take whole entries only.
+
+Reading keeps the entries last read in memory, with the file's identity then (inode, size, modification and change
+times): a read whose ``stat`` finds the same identity takes them without opening the file, so a ``read_committed``
+fetch does not read each segment's file again, and one on the broker's event loop
+(:func:`storage_engine.segment.slice_read.nonblocking`) raises :class:`~storage_engine.segment.slice_read.WouldBlock`
+instead of reading. Any write in any process changes the size or the times, unless it lands within the file
+system's timestamp granularity of the read (a truncation and an append of the same size in one clock tick): so
+entries are kept only when the file was last changed at least :data:`SETTLED_NS` before they were read ("racy"
+files, as git treats them: read again until they settle).
 """
 from __future__ import annotations
 
 import os
 import struct
+import time
 from typing import NamedTuple
 
 from storage_engine.durable import durable_rename
 from storage_engine.errors import CorruptIndexError, InvalidOffsetError, StorageIOError
+from storage_engine.segment.slice_read import WouldBlock, is_nonblocking
 
 VERSION = 0
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
+SETTLED_NS = 1_000_000_000   # entries are kept once the file has not changed for this long before the read
+_Identity = tuple[int, int, int, int]    # st_ino, st_size, st_mtime_ns, st_ctime_ns
 
 
 class AbortedTxn(NamedTuple):
@@ -78,6 +91,7 @@ class TransactionIndex:
         self.path = path
         self.base_offset = base_offset
         self.writable = writable
+        self._kept: tuple[_Identity, list[AbortedTxn]] | None = None    # the entries last read, settled
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _read(self) -> bytes:
@@ -90,7 +104,38 @@ class TransactionIndex:
             raise StorageIOError("cannot read transaction index", self.path, exc) from exc
 
     def all_aborted_txns(self) -> list[AbortedTxn]:
-        return decode_entries(self._read(), self.path)
+        """Every entry: the ones kept from the last read while the file's identity is the same (see the module),
+        else read from the file (inside ``nonblocking()``: :class:`WouldBlock` instead)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageIOError("cannot read transaction index", self.path, exc) from exc
+        kept = self._kept
+        if kept is not None and kept[0] == _identity(st):
+            return list(kept[1])
+        if is_nonblocking():
+            raise WouldBlock(f"{self.path} changed since it was last read")
+        return self._read_and_keep()
+
+    def _read_and_keep(self) -> list[AbortedTxn]:
+        started = time.time_ns()
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read(st.st_size)       # no more than the size the identity names
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageIOError("cannot read transaction index", self.path, exc) from exc
+        entries = decode_entries(data, self.path)
+        if max(st.st_mtime_ns, st.st_ctime_ns) <= started - SETTLED_NS and len(data) == st.st_size:
+            self._kept = (_identity(st), entries)
+        return list(entries)
+
+    def _forget(self) -> None:
+        self._kept = None
 
     @property
     def entries(self) -> int:
@@ -147,6 +192,7 @@ class TransactionIndex:
             raise InvalidOffsetError(f"the last offset of appended transactions must increase sequentially, but "
                                      f"{txn.last_offset} is not greater than current last offset {last} of index "
                                      f"{self.path}")
+        self._forget()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
@@ -171,6 +217,7 @@ class TransactionIndex:
             self._truncate_bytes(0)
 
     def _truncate_bytes(self, size: int) -> None:
+        self._forget()
         try:
             os.truncate(self.path, size)
         except FileNotFoundError:
@@ -192,16 +239,22 @@ class TransactionIndex:
 
     def rename_to(self, new_path: str) -> None:
         """Rename the file (a missing file is fine: the index is created lazily)."""
+        self._forget()
         durable_rename(self.path, new_path, sync=False, missing_ok=True)
         self.path = new_path
 
     def delete_if_exists(self) -> None:
+        self._forget()
         try:
             os.remove(self.path)
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise StorageIOError("cannot delete transaction index", self.path, exc) from exc
+
+
+def _identity(st: os.stat_result) -> _Identity:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _size(path: str) -> int:

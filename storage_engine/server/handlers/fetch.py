@@ -16,9 +16,9 @@ something new, and does not read a partition whose log is as it was when it last
 Where the reads are done: on the event loop first (:func:`_read_now`), when every partition of the fetch is served
 from verified bytes already in the page cache with no lock, refresh, check or disk read waited for
 (:func:`storage_engine.segment.slice_read.nonblocking`; a sequential consumer's repeated reads, and every
-re-read of bytes another consumer already read); else, and for ``read_committed`` (whose aborted transactions are
-read from the ``.txnindex`` files), in the broker's read threads, as if the first attempt had not been made. A
-thread hand-off costs more than such a read. The request is read by :mod:`.fetch_request_wire`, the response
+re-read of bytes another consumer already read), and, for ``read_committed``, every ``.txnindex`` to search as it
+was last read (:mod:`storage_engine.segment.txn_index` keeps its entries until the file changes); else in the
+broker's read threads, as if the first attempt had not been made. A thread hand-off costs more than such a read. The request is read by :mod:`.fetch_request_wire`, the response
 encoded by :mod:`.fetch_wire`.
 
 Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
@@ -120,7 +120,8 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         # a file slice goes out as it is, sent from the segment file (fetch_wire keeps it a part of its own)
         base["records"] = cast(bytes, data)
         if isolation == READ_COMMITTED:
-            base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote)
+            base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote,
+                                                    now)
         return base, len(data)
     except Exception as exc:   # noqa: BLE001 - the partition's error code
         _drop(base.get("records"))
@@ -188,14 +189,24 @@ def _upper(data: bytes, offset: int) -> int:
 
 
 def _aborted(ctx: Ctx, log: Log, topic: str, p: int, offset: int, upper: int,
-             remote: bool) -> tuple[AbortedTransaction, ...]:
+             remote: bool, now: bool = False) -> tuple[AbortedTransaction, ...]:
     """The aborted transactions overlapping the fetched offsets [offset, upper) (Kafka's
-    ``collectAbortedTransactions``)."""
+    ``collectAbortedTransactions``). ``now``: on the event loop, with the log's lock free and every ``.txnindex``
+    to search as it was last read (else :class:`WouldBlock`)."""
     if upper <= offset:
         return ()
     tier = ctx.broker.remote
-    found = (whole_log.aborted_transactions(log, tier.reader, topic, p, offset, upper)
-             if remote and tier is not None else log.aborted_transactions(offset, upper))
+    if remote and tier is not None:
+        found = whole_log.aborted_transactions(log, tier.reader, topic, p, offset, upper)
+    elif now:
+        if not log.mutex.acquire(blocking=False):
+            raise WouldBlock(f"{topic}-{p} is busy")
+        try:
+            found = log.aborted_transactions(offset, upper)
+        finally:
+            log.mutex.release()
+    else:
+        found = log.aborted_transactions(offset, upper)
     return tuple({"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found)
 
 
@@ -272,7 +283,7 @@ async def fetch(ctx: Ctx, body: Any) -> FetchResponse | Encoded:
         since = purgatory.seq
         args = (ctx, parts, refused, isolation, int(body.max_bytes), entries, sizes, only,
                 context.kind == "incremental")
-        read = _read_now(*args) if isolation != READ_COMMITTED else None
+        read = _read_now(*args)
         total, errors = read if read is not None else await broker.call(_read_all, *args)
         remaining = deadline - time.monotonic()
         # refused topics do not end the wait (Kafka leaves them out of the delayed fetch), unless nothing is left
