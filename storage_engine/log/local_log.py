@@ -48,7 +48,7 @@ from storage_engine.durable import fsync_dir
 from storage_engine.errors import LogLockedError, PartitionDeletedError, PartitionMovedError, StorageError
 from storage_engine.log import manifest, view
 from storage_engine.log.failure import LogDirFailureChannel
-from storage_engine.log.locks import PartitionLock, lock_path
+from storage_engine.log.locks import LIVE, PartitionLock, lock_path
 from storage_engine.log.open_logs import OpenLogs
 from storage_engine.log.producer_state_manager import ProducerStateManager
 from storage_engine.log.segments import LogSegments
@@ -344,6 +344,14 @@ class LocalLog:
     @property
     def generation(self) -> int:
         return self.view.generation
+
+    def view_holds(self, *, now: bool = False) -> bool:
+        """Whether no change by another process has begun since this process's view of the partition was loaded
+        (the shared generation, bumped before any file is renamed or cut, is still the view's, and the partition
+        live): checked last by a read that went on to look files up by path (a ``read_committed`` fetch's
+        ``.txnindex`` files). ``now``: without opening the lock file (the event loop): False while it is parked."""
+        state = self.lock.read_state_open() if now else self.lock.read_state()
+        return state is not None and state.status == LIVE and state.generation == self.view.generation
 
     @property
     def high_watermark(self) -> int:

@@ -162,6 +162,7 @@ class LogSegment:
         """Close whatever is open, without trimming, and go back to the lazy state (sealed segments only)."""
         self.close(trim=False)
         self._log = self._offset_index = self._time_index = None
+        self._txn_index = None                  # and the aborted transactions it kept
         self._stat_size = os.stat(self._paths[layout.LOG_SUFFIX]).st_size
 
     # -- basic facts ------------------------------------------------------------------------------------------

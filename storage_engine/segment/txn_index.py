@@ -23,14 +23,17 @@ Searching (``collect_aborted_txns``): a read of [fetch offset, upper bound) need
 Concurrency: appended only by the writer of the partition (under its lock), by ``pwrite`` at the end of the
 file; readers in any process ``pread`` the file and take whole entries only.
 
-Reading keeps the entries last read in memory, with the file's identity then (inode, size, modification and change
-times): a read whose ``stat`` finds the same identity takes them without opening the file, so a ``read_committed``
-fetch does not read each segment's file again, and one on the broker's event loop
+A search (``collect_aborted_txns``, what a ``read_committed`` fetch asks) keeps the entries it read in memory, with
+the file's identity then (device, inode, size, modification and change times): a search whose ``stat`` finds the
+same identity takes them without opening the file, and one on the broker's event loop
 (:func:`storage_engine.segment.slice_read.nonblocking`) raises :class:`~storage_engine.segment.slice_read.WouldBlock`
-instead of reading. Any write in any process changes the size or the times, unless it lands within the file
-system's timestamp granularity of the read (a truncation and an append of the same size in one clock tick): so
-entries are kept only when the file was last changed at least :data:`SETTLED_NS` before they were read ("racy"
-files, as git treats them: read again until they settle).
+instead of reading. Any write in any process changes the size or the change time (which no user can set), unless
+it lands within the file system's timestamp granularity of the read (a truncation and an append of the same size in
+one clock tick): so entries are kept only when the file was last changed at least :data:`SETTLED_NS` before they
+were read ("racy" files, as git treats them: read again until they settle), and not after the clock stepped back
+behind that read. This needs a local file system (a network one's times come from another clock). Files over
+:data:`KEPT_BYTES` are not kept; the other reads (``all_aborted_txns``: the loader's check, the cleaner, the
+inspection tools) read the file and keep nothing.
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ VERSION = 0
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
 SETTLED_NS = 1_000_000_000   # entries are kept once the file has not changed for this long before the read
-_Identity = tuple[int, int, int, int]    # st_ino, st_size, st_mtime_ns, st_ctime_ns
+KEPT_BYTES = 64 * 1024       # a larger file's entries are not kept (read each time, never on the event loop)
+_Identity = tuple[int, int, int, int, int]    # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
 
 
 class AbortedTxn(NamedTuple):
@@ -91,7 +95,8 @@ class TransactionIndex:
         self.path = path
         self.base_offset = base_offset
         self.writable = writable
-        self._kept: tuple[_Identity, list[AbortedTxn]] | None = None    # the entries last read, settled
+        # the entries last read, settled: the file's identity then, when the read began, the entries
+        self._kept: tuple[_Identity, int, tuple[AbortedTxn, ...]] | None = None
 
     # -- reading ----------------------------------------------------------------------------------------------
     def _read(self) -> bytes:
@@ -104,35 +109,37 @@ class TransactionIndex:
             raise StorageIOError("cannot read transaction index", self.path, exc) from exc
 
     def all_aborted_txns(self) -> list[AbortedTxn]:
+        """Every entry (read from the file)."""
+        return decode_entries(self._read(), self.path)
+
+    def _entries(self) -> tuple[AbortedTxn, ...]:
         """Every entry: the ones kept from the last read while the file's identity is the same (see the module),
-        else read from the file (inside ``nonblocking()``: :class:`WouldBlock` instead)."""
+        else read from the file (inside ``nonblocking()``: :class:`WouldBlock` instead) and kept if settled."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return []
+            return ()
         except OSError as exc:
             raise StorageIOError("cannot read transaction index", self.path, exc) from exc
         kept = self._kept
-        if kept is not None and kept[0] == _identity(st):
-            return list(kept[1])
+        if kept is not None and kept[0] == _identity(st) and time.time_ns() >= kept[1]:
+            return kept[2]                  # (a clock stepped back before the read began: read again)
         if is_nonblocking():
-            raise WouldBlock(f"{self.path} changed since it was last read")
-        return self._read_and_keep()
-
-    def _read_and_keep(self) -> list[AbortedTxn]:
+            raise WouldBlock(f"{self.path} changed since it was last read, or is not kept")
         started = time.time_ns()
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 data = f.read(st.st_size)       # no more than the size the identity names
         except FileNotFoundError:
-            return []
+            return ()
         except OSError as exc:
             raise StorageIOError("cannot read transaction index", self.path, exc) from exc
-        entries = decode_entries(data, self.path)
-        if max(st.st_mtime_ns, st.st_ctime_ns) <= started - SETTLED_NS and len(data) == st.st_size:
-            self._kept = (_identity(st), entries)
-        return list(entries)
+        entries = tuple(decode_entries(data, self.path))
+        if (max(st.st_mtime_ns, st.st_ctime_ns) <= started - SETTLED_NS and len(data) == st.st_size
+                and st.st_size <= KEPT_BYTES):
+            self._kept = (_identity(st), started, entries)
+        return entries
 
     def _forget(self) -> None:
         self._kept = None
@@ -152,7 +159,7 @@ class TransactionIndex:
         """Kafka's ``collectAbortedTxns``: entries overlapping [fetch offset, upper bound); complete when one
         entry's last stable offset reaches the upper bound."""
         out = []
-        for txn in self.all_aborted_txns():
+        for txn in self._entries():
             if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
                 out.append(txn)
             if txn.last_stable_offset >= upper_bound_offset:
@@ -254,7 +261,7 @@ class TransactionIndex:
 
 
 def _identity(st: os.stat_result) -> _Identity:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _size(path: str) -> int:

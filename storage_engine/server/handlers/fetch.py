@@ -72,6 +72,7 @@ from storage_engine.server.responses.fetch import (AbortedTransaction, Fetchable
                                                    ListOffsetsTopicResponse, PartitionData)
 
 READ_COMMITTED = 1
+COMMITTED_READ_ATTEMPTS = 5   # read_committed reads of a partition another process kept changing under them
 logger = logging.getLogger(__name__)
 
 
@@ -89,7 +90,24 @@ def _cut_at(data: bytes, bound: int) -> bytes:
 def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
                     refresh: bool, now: bool) -> tuple[PartitionData, int]:
     """One partition's entry and its records' size. ``now``: on the event loop (:func:`_read_now`): any failure
-    raises :class:`WouldBlock`, the read threads' read then answering it (refresh, retries, error code, log)."""
+    raises :class:`WouldBlock`, the read threads' read then answering it (refresh, retries, error code, log).
+
+    A ``read_committed`` read looks the ``.txnindex`` files up by path after reading its bytes: if another process
+    began a change meanwhile (a cleaner's swap, a truncation: the shared generation moves before any file is
+    renamed or cut), they may not be the files of those bytes, so the read is done again on a refreshed view (on
+    the loop: :class:`WouldBlock`); a partition that keeps changing answers no records this time."""
+    for _ in range(COMMITTED_READ_ATTEMPTS):
+        read = _read_partition_once(ctx, topic, part, isolation, budget, first, refresh, now)
+        if read is not None:
+            return read
+        refresh = True
+    return {"partition_index": int(part.partition), "error_code": ErrorCode.none, "high_watermark": -1,
+            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None, "records": b""}, 0
+
+
+def _read_partition_once(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int, first: bool,
+                         refresh: bool, now: bool) -> tuple[PartitionData, int] | None:
+    """:func:`_read_partition`'s one attempt; None when a read_committed read must be done again."""
     p = int(part.partition)
     base: PartitionData = {"partition_index": p, "error_code": ErrorCode.none, "high_watermark": -1,
                            "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
@@ -122,6 +140,11 @@ def _read_partition(ctx: Ctx, topic: str, part: Any, isolation: int, budget: int
         if isolation == READ_COMMITTED:
             base["aborted_transactions"] = _aborted(ctx, log, topic, p, offset, upper if data else offset, remote,
                                                     now)
+            if not log.view_holds(now=now):
+                if now:
+                    raise WouldBlock(f"{topic}-{p} changed under a read_committed read")
+                _drop(data)
+                return None
         return base, len(data)
     except Exception as exc:   # noqa: BLE001 - the partition's error code
         _drop(base.get("records"))
