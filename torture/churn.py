@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from storage_engine import crashpoints
 from storage_engine.config_file import load_config
@@ -48,6 +49,18 @@ def killed_truncation(config: str, topic: str, offset: int, step: str) -> None:
                          env=env, capture_output=True, text=True, timeout=120)
     if res.returncode != -9 or f"CRASHPOINT {step}" not in res.stderr:
         raise RuntimeError(f"a truncation armed at {step} exited {res.returncode}: {res.stderr[-2000:]}")
+
+
+def batch_start(log: Any, target: int) -> int:
+    """The base offset of the first batch holding an offset at or after ``target`` (a cut there removes bytes of
+    that batch's segment, which the truncation rewrites)."""
+    for seg in log.segments:
+        if seg.read_next_offset() <= target:
+            continue
+        for batch in seg.batches_from(target):
+            if batch.last_offset >= target:
+                return max(int(batch.base_offset), log.log_start_offset)
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 target = max(log.log_start_offset, end - back)
                 if target < end and rng.random() < 0.2:
                     # another process dies at a step of its rewrite; the next lock holder (this process, the
-                    # broker, the cleaner) completes or rolls it back
-                    killed_truncation(args.config, args.topic, target, rng.choice(REWRITE_STEPS))
+                    # broker, the cleaner) completes or rolls it back. Cut at a batch's start: a target in an
+                    # offset gap the cleaner left before a segment's base drops whole segments, with no rewrite
+                    killed_truncation(args.config, args.topic, batch_start(log, target), rng.choice(REWRITE_STEPS))
                     counts["killed truncations"] += 1
                 elif target < end and log.truncate_to(target):
                     counts["truncations"] += 1
