@@ -13,7 +13,7 @@ from storage_engine.log.manager import LogManager
 from storage_engine.record.record_batch import build_batch
 from torture.churn import batch_start, killed_truncation
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.kills]
 TOPIC = "gap"
 
 
