@@ -232,13 +232,13 @@ def walk_batches(records: memoryview, fetch_offset: int) -> tuple[BatchWalk, int
 
 # -- the client --------------------------------------------------------------------------------------------------
 
-def recv_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
-    """Receive exactly ``n`` bytes into ``view``; ConnectionError if the broker closes first."""
+def recv_exactly(sock: socket.socket, view: memoryview, n: int, peer: str = "the broker") -> None:
+    """Receive exactly ``n`` bytes into ``view``; ConnectionError if ``peer`` closes first."""
     got = 0
     while got < n:
         k = sock.recv_into(view[got:n])
         if not k:
-            raise ConnectionError(f"the broker closed the connection after {got} of {n} bytes")
+            raise ConnectionError(f"{peer} closed the connection after {got} of {n} bytes")
         got += k
 
 

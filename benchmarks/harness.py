@@ -365,6 +365,17 @@ def scratch_dir(ctx: Context, prefix: str) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread), from ``/proc`` in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 def open_fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 

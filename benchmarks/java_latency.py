@@ -31,18 +31,11 @@ from typing import Any, TextIO
 
 from include import java_clients
 
+from .harness import process_cpu_s
+
 SOURCES = Path(__file__).resolve().parent / "java"
 MAIN_CLASS = "ProduceLatency"
 ANSWER_S = 600.0       # a command not answered by then is a hung client, not a slow one
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (every thread)."""
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def _words(settings: dict[str, str] | None) -> str:

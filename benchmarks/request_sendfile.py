@@ -23,11 +23,12 @@ import subprocess
 import sys
 import time
 
-from .harness import MIB, REPO, Sample
+from .fetch_client import recv_exactly
+from .harness import MIB, REPO, Sample, process_cpu_s
 
 _REQUEST = struct.Struct(">qi")      # position in the files end to end, at most this many bytes
 _SIZE = struct.Struct(">i")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SERVER = "the request/response sendfile server"
 
 
 def _serve_connection(conn: socket.socket, files: list[tuple[int, int, int]]) -> None:
@@ -97,10 +98,7 @@ class RequestServer:
 
     def cpu_s(self) -> float:
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            text = f.read()
-        fields = text[text.rindex(")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        return process_cpu_s(self.proc.pid)
 
 
 def request_round(server: RequestServer, size: int, per_request: int = MIB) -> Sample:
@@ -115,26 +113,17 @@ def request_round(server: RequestServer, size: int, per_request: int = MIB) -> S
     try:
         while position < size:
             sock.sendall(_REQUEST.pack(position, per_request))
-            _recv_exactly(sock, head, _SIZE.size)
+            recv_exactly(sock, head, _SIZE.size, SERVER)
             n = _SIZE.unpack(head)[0]
             if not 0 < n <= per_request:
                 raise RuntimeError(f"the request/response sendfile server answered {n} bytes at {position}")
-            _recv_exactly(sock, buf, n)
+            recv_exactly(sock, buf, n, SERVER)
             position += n
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu_before
     finally:
         sock.close()
     return Sample(wall, cpu + server.cpu_s() - server_before)
-
-
-def _recv_exactly(sock: socket.socket, view: memoryview, n: int) -> None:
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:n])
-        if not k:
-            raise ConnectionError(f"the request/response sendfile server closed after {got} of {n} bytes")
-        got += k
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ from . import wire_fetch
 from .request_sendfile import RequestServer, request_round
 from .wire_consumers import (CONSUMERS, FETCH_RECORDS_PER_BATCH, FETCH_VALUE_BYTES, KCAT_ROW, ConsumeRun,
                              consume_round, first_read, kcat_round, kcat_version, sendfile_round, write_fetch_topic)
-from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, generate_records,
+from .harness import (MB, MIB, REPO, Context, Row, Sample, Section, Target, generate_records, process_cpu_s,
                       run_interleaved, scratch_dir, timed)
 
 NAME = "wire"
@@ -97,7 +97,6 @@ IDLE_TIMEOUT_S = 60.0                   # a round that sees no progress for this
 PROFILE_DIR: Path | None = None         # ``--profile-broker DIR``: run the brokers under cProfile, stats into DIR
 PROFILE_TOP = 25
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # Runs ``python -m storage_engine ARGS`` with every thread profiled (cProfile profiles only the thread that enables
 # it: each new thread enables its own profiler on its first profile event), then writes all of them as one stats
@@ -176,10 +175,7 @@ class BrokerProcess(BrokerLauncher):
     def cpu_s(self) -> float:
         """User + system CPU seconds of the broker process so far (every thread)."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            text = f.read()
-        fields = text[text.rindex(")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        return process_cpu_s(self.proc.pid)
 
     def partition_batches(self, topic: str) -> list[bytes]:
         """The batches of ``topic``-0 as the broker wrote them (read from its segment files)."""
