@@ -18,8 +18,8 @@ from verified bytes already in the page cache with no lock, refresh, check or di
 (:func:`storage_engine.segment.slice_read.nonblocking`; a sequential consumer's repeated reads, and every
 re-read of bytes another consumer already read), and, for ``read_committed``, every ``.txnindex`` to search as it
 was last read (:mod:`storage_engine.segment.txn_index` keeps its entries until the file changes); else in the
-broker's read threads, as if the first attempt had not been made. A thread hand-off costs more than such a read. The request is read by :mod:`.fetch_request_wire`, the response
-encoded by :mod:`.fetch_wire`.
+broker's read threads, as if the first attempt had not been made. A thread hand-off costs more than such a read.
+The request is read by :mod:`.fetch_request_wire`, the response encoded by :mod:`.fetch_wire`.
 
 Offsets below a tiered partition's local log start (the engine raises ``OffsetInRemoteStorageError``) are read
 from the object store (:mod:`storage_engine.tiered.reads`, through :class:`~storage_engine.server.remote_tier.
