@@ -47,6 +47,15 @@ def _ready(mgr: LogManager, partition: int) -> Log:
     return log
 
 
+def _try_append(log) -> str:
+    """The loop's append of one batch: "appended", or "gave up" (WouldBlock)."""
+    try:
+        log.try_append_batches(_batch(b"now"), in_place=True)
+        return "appended"
+    except WouldBlock:
+        return "gave up"
+
+
 def _file_calls(monkeypatch, fn) -> list[tuple[str, object]]:
     """The ``os.close`` / ``os.open`` / ``os.stat`` calls ``fn()`` made."""
     calls: list[tuple[str, object]] = []
@@ -119,11 +128,7 @@ def test_the_loops_append_gives_up_rather_than_park_a_log(tmp_path, monkeypatch)
         found: list[str] = []
 
         def append() -> None:
-            try:
-                b.try_append_batches(_batch(b"now"), in_place=True)
-                found.append("appended")
-            except WouldBlock:
-                found.append("gave up")
+            found.append(_try_append(b))
         calls = _file_calls(monkeypatch, append)
         assert calls == [] and not a.parked
         if found == ["gave up"]:
@@ -141,11 +146,7 @@ def test_the_loops_append_gives_up_while_another_thread_holds_the_open_logs_list
         found: list[str] = []
 
         def append() -> None:
-            try:
-                a.try_append_batches(_batch(b"now"), in_place=True)
-                found.append("appended")
-            except WouldBlock:
-                found.append("gave up")
+            found.append(_try_append(a))
         with mgr.open_logs._mutex:
             t = threading.Thread(target=append)
             t.start()
